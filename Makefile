@@ -1,0 +1,40 @@
+# Two commands do all setup on a fresh machine with Python >= 3.11 and make:
+#   make run    # the main job, end to end, on bundled data
+#   make test   # lint, type-check and the whole test suite
+# uv is bootstrapped into .tools/ (pinned); dependencies come from the committed uv.lock.
+
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+UV := .tools/bin/uv
+UV_RUN := $(UV) run --frozen
+
+.PHONY: run test lint typecheck unit bench sync clean
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+
+sync: $(UV)
+	$(UV) sync --frozen --quiet
+
+run: sync
+	$(UV_RUN) servesim demo
+
+lint: sync
+	$(UV_RUN) ruff check src tests benchmarks
+	$(UV_RUN) ruff format --check src tests benchmarks
+
+typecheck: sync
+	$(UV_RUN) mypy src
+
+unit: sync
+	$(UV_RUN) pytest -n 2
+
+test: lint typecheck unit
+
+bench: sync
+	$(UV_RUN) python benchmarks/engine_speed.py
+	$(UV_RUN) python benchmarks/trace_load.py
+
+clean:
+	rm -rf .tools .venv .pytest_cache .mypy_cache .ruff_cache

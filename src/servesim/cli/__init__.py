@@ -1,0 +1,1 @@
+"""Command-line interface: thin Typer commands over servesim's public Python API."""

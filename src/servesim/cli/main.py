@@ -1,0 +1,44 @@
+"""The ``servesim`` console script: one Typer app, one sub-module per command group."""
+
+from __future__ import annotations
+
+import typer
+
+from servesim import __version__
+
+app = typer.Typer(
+    name="servesim",
+    help=(
+        "Simulate vLLM-style LLM serving without a GPU: read or generate traffic, replay it "
+        "through a step-exact model of vLLM V1's scheduler, and get latency, throughput and "
+        "goodput answers."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"servesim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """servesim command line."""
+
+
+def _register() -> None:
+    # Imported here so that each command module stays independent of the others.
+    from servesim.cli import schema_cmd
+
+    schema_cmd.register(app)
+
+
+_register()

@@ -1,0 +1,36 @@
+"""``servesim schema``: JSON Schema of every boundary object, for other tools to validate against."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from pydantic import BaseModel
+
+from servesim.traces.schema import RequestRecord, TraceProvenance
+
+
+def boundary_models() -> dict[str, type[BaseModel]]:
+    """The Pydantic models that cross servesim's boundaries, by name."""
+    models: dict[str, type[BaseModel]] = {
+        "RequestRecord": RequestRecord,
+        "TraceProvenance": TraceProvenance,
+    }
+    return models
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("schema")
+    def schema(
+        name: str = typer.Argument(None, help="One model's name; all of them when omitted."),
+    ) -> None:
+        """Print the JSON Schema of servesim's input/output objects (JSON on stdout)."""
+        models = boundary_models()
+        if name is not None:
+            if name not in models:
+                raise typer.BadParameter(f"unknown model {name!r}; known: {', '.join(sorted(models))}")
+            out: Any = models[name].model_json_schema()
+        else:
+            out = {n: m.model_json_schema() for n, m in sorted(models.items())}
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))

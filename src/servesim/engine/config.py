@@ -1,0 +1,87 @@
+"""Engine configuration, spelled with vLLM's own flag names.
+
+Defaults follow vLLM 0.33's dataclass defaults where vLLM has one (``max_num_seqs`` 128,
+``max_num_batched_tokens`` 2048, ``block_size`` 16, ``watermark`` 0, chunked prefill and
+prefix caching on), except ``num_gpu_blocks`` which vLLM derives from GPU memory (the
+step-time/memory model does that; here it is an input) and ``max_model_len``, which vLLM
+takes from the model and which defaults here to the longest request of the trace + 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class EngineConfig(BaseModel):
+    """One vLLM replica's scheduler and KV-cache settings (``vllm serve`` flag names)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_num_seqs: int = Field(128, ge=1, description="Most requests in the running batch.")
+    max_num_batched_tokens: int = Field(2048, ge=1, description="Token budget of one engine step.")
+    block_size: int = Field(16, ge=1, description="Tokens per KV-cache block (page).")
+    num_gpu_blocks: int = Field(
+        10000, ge=2, description="KV blocks in the pool, including vLLM's reserved null block."
+    )
+    enable_chunked_prefill: bool = Field(True, description="Split long prompts across steps.")
+    enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prefixes.")
+    long_prefill_token_threshold: int = Field(
+        0, ge=0, description="Cap on one request's tokens per step (0 = no cap)."
+    )
+    policy: Literal["fcfs", "priority"] = Field("fcfs", description="Waiting-queue order.")
+    max_model_len: int | None = Field(
+        None, ge=2, description="Context limit; default: the trace's longest request + 1."
+    )
+    watermark: float = Field(0.0, ge=0.0, lt=1.0, description="Fraction of blocks kept free for admissions.")
+    scheduler_reserve_full_isl: bool = Field(
+        True, description="Admit only if the whole sequence fits in free blocks (vLLM 0.33 default)."
+    )
+    queue_timeout_s: float | None = Field(
+        None, gt=0, description="Reject requests still unscheduled after this long (never silently)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                f"({self.max_num_seqs}), as vLLM requires"
+            )
+        if self.max_model_len is not None:
+            self.check_max_model_len(self.max_model_len)
+        return self
+
+    def check_max_model_len(self, max_model_len: int) -> None:
+        """Raise ValueError when vLLM would refuse to start with this context length."""
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
+            raise ValueError(
+                f"with chunked prefill off, max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
+                f">= max_model_len ({max_model_len}) so that any prompt fits one step (vLLM rejects this "
+                "config); raise max_num_batched_tokens, lower max_model_len, or enable chunked prefill"
+            )
+        blocks_needed = -(-max_model_len // self.block_size)
+        usable = self.num_gpu_blocks - 1
+        if blocks_needed > usable:
+            raise ValueError(
+                f"max_model_len {max_model_len} needs {blocks_needed} KV blocks of {self.block_size} tokens "
+                f"but the pool has {usable} usable blocks (num_gpu_blocks {self.num_gpu_blocks} minus the "
+                "null block); vLLM refuses to start: add blocks or lower max_model_len"
+            )
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> EngineConfig:
+        """Load a YAML or JSON file of vLLM keys (unknown keys are an error), then apply overrides."""
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise ValueError(f"{p}: cannot read engine config: {e}") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"{p}: engine config must be a mapping of vLLM keys, got {type(data).__name__}")
+        data = {str(k).replace("-", "_"): v for k, v in data.items()}
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(data)

@@ -1,0 +1,98 @@
+"""Fast path: running requests in steady decode, advanced lazily instead of one by one.
+
+A request that decodes gets exactly one token per step until something happens to it (it
+finishes, is preempted, or a step cannot serve every decode). Its state at step ``k`` is then
+``computed = c0 + (k - s0)`` and ``outputs = o0 + (k - s0)`` from the values (c0, o0) recorded
+when it joined at step ``s0``. The group keeps only aggregates that a step needs in O(1):
+
+* how many members cross a block boundary at step ``k`` (they need a new block): a member
+  needs one when ``computed % block_size == 0``, i.e. when ``k ≡ s0 - c0 (mod block_size)``,
+  so members are counted in ``block_size`` buckets;
+* the sum of members' context lengths (for the step-time model);
+* when each member finishes (a heap keyed by finish step, then admission order = running order).
+
+Blocks a member needs are popped from the pool in the step that needs them (so the free count,
+evictions and LRU order are exactly vLLM's) into ``limbo``; they are handed to the member when
+it is materialised. Which physical block goes to which request does not matter: blocks are
+interchangeable until they carry content, and member blocks only ever carry content unique to
+their request. The naive engine (``fast=False``) never uses this class; a property test checks
+that both paths give identical results.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.request import Request
+
+
+class DecodeGroup:
+    __slots__ = ("block_size", "buckets", "ctx_base", "finish_heap", "kv", "limbo", "max_model_len", "n")
+
+    def __init__(self, kv: KVCacheManager, max_model_len: int) -> None:
+        self.kv = kv
+        self.block_size = kv.block_size
+        self.max_model_len = max_model_len
+        self.n = 0
+        self.ctx_base = 0  # sum over members of (c0 - s0): sum of computed at step k = ctx_base + n*k
+        self.buckets = [0] * self.block_size
+        self.finish_heap: list[tuple[int, int, int, Request]] = []
+        self.limbo: list[int] = []
+
+    def add(self, r: Request, step: int) -> None:
+        """Join with state exact as of the start of ``step`` (r needs exactly one token)."""
+        c0 = r.num_computed
+        r.sync_step = step
+        self.buckets[(step - c0) % self.block_size] += 1
+        self.n += 1
+        self.ctx_base += c0 - step
+        limit = min(r.max_tokens, self.max_model_len - r.prompt_len)
+        finish_step = step + (limit - r.num_output) - 1
+        heapq.heappush(self.finish_heap, (finish_step, r.admit_seq, step, r))
+
+    def blocks_needed(self, step: int) -> int:
+        return self.buckets[step % self.block_size]
+
+    def context_sum(self, step: int) -> int:
+        """Sum of members' context lengths in ``step`` (tokens attended, the new one included)."""
+        return self.ctx_base + self.n * (step + 1)
+
+    def materialize(self, r: Request, step: int, last_token_time: float) -> None:
+        """Leave the group with state exact as of the start of ``step``."""
+        s0 = r.sync_step
+        c0 = r.num_computed
+        d = step - s0
+        self.buckets[(s0 - c0) % self.block_size] -= 1
+        self.n -= 1
+        self.ctx_base -= c0 - s0
+        r.sync_step = -1
+        if d > 0:
+            r.num_computed = c0 + d
+            r.num_output += d
+            r.segments[-1] += d
+            r.last_token = last_token_time
+        bs = self.block_size
+        missing = -(-r.num_computed // bs) - len(r.blocks)
+        if missing > 0:
+            limbo = self.limbo
+            r.blocks.extend(limbo[-missing:])
+            del limbo[-missing:]
+        kv = self.kv
+        if kv.caching:
+            kv.cache_blocks(r, r.num_computed)
+
+    def pop_finishing(self, step: int) -> list[Request]:
+        """Members whose last token is produced by ``step`` (in running order)."""
+        heap = self.finish_heap
+        out: list[Request] = []
+        while heap and heap[0][0] <= step:
+            _f, _seq, s0, r = heapq.heappop(heap)
+            if r.sync_step == s0:  # else a stale entry of a member that left the group
+                out.append(r)
+        return out
+
+    def compact(self) -> None:
+        """Drop stale heap entries once the group is empty (keeps the heap small)."""
+        if self.n == 0:
+            self.finish_heap.clear()

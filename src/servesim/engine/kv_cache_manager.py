@@ -1,0 +1,176 @@
+"""PagedAttention bookkeeping per request: slots, prefix-cache lookups and block content keys.
+
+Mirrors ``vllm/v1/core/kv_cache_manager.py`` + ``single_type_kv_cache_manager.py`` for one
+full-attention group. Blocks are identified by the content they hold: vLLM chains a hash over
+the token ids of each full block; a trace has no token ids, so a block's key is derived from
+what the trace says about its tokens:
+
+* inside a ``prefix_group``'s shared prefix: (group, block index) -- equal for every member;
+* covered by ``hash_ids``: a chain over the ids covering the block (equal ids at equal
+  positions mean equal tokens, as in Mooncake traces);
+* anything else (unique prompt tokens, generated tokens): (request, block index) -- unique, so
+  only the request itself can hit it again, after a preemption. Generated tokens are modelled
+  as distinct per request (sampling), so two identical prompts share only their prompt blocks.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.block_pool import BlockPool
+from servesim.engine.request import PREEMPTED, WAITING, Request
+
+_MASK32 = (1 << 32) - 1
+_MASK60 = (1 << 60) - 1
+
+
+def unique_key(req_idx: int, block: int) -> int:
+    return (((req_idx << 32) | block) << 2) | 1
+
+
+def group_key(group: int, block: int) -> int:
+    return (((group << 32) | block) << 2) | 2
+
+
+def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int) -> list[int]:
+    """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained."""
+    keys: list[int] = []
+    prev = 0
+    covered = min(prompt_len, len(hash_ids) * hash_block_size)
+    for i in range(covered // block_size):
+        first = i * block_size
+        last = first + block_size - 1
+        ids = tuple(hash_ids[first // hash_block_size : last // hash_block_size + 1])
+        prev = hash((prev, ids, first % hash_block_size)) & _MASK60
+        keys.append((prev << 2) | 3)
+    return keys
+
+
+class KVCacheManager:
+    """Allocates, caches and frees the KV blocks of requests in one block pool."""
+
+    __slots__ = (
+        "block_size",
+        "caching",
+        "full_sequence_must_fit",
+        "max_model_len",
+        "pool",
+        "watermark_blocks",
+    )
+
+    def __init__(
+        self,
+        pool: BlockPool,
+        block_size: int,
+        max_model_len: int,
+        watermark: float,
+        full_sequence_must_fit: bool = True,
+    ) -> None:
+        self.pool = pool
+        self.full_sequence_must_fit = full_sequence_must_fit
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.caching = pool.enable_caching
+        self.watermark_blocks = int(watermark * pool.num_gpu_blocks)
+
+    # -- content keys ---------------------------------------------------------------------
+    def block_key(self, r: Request, i: int) -> int:
+        """Content key of the request's full block ``i`` (tokens [i*B, (i+1)*B))."""
+        hk = r.hash_keys
+        if hk is not None and i < len(hk):
+            return hk[i]
+        if r.group >= 0 and (i + 1) * self.block_size <= r.prefix_len:
+            return group_key(r.group, i)
+        return unique_key(r.idx, i)
+
+    # -- prefix cache ---------------------------------------------------------------------
+    def lookup(self, r: Request) -> list[int]:
+        """Longest chain of cached full blocks, capped so the last token is always computed."""
+        if not self.caching:
+            return []
+        if r.num_preemptions == 0 and r.group < 0 and r.hash_keys is None:
+            return []  # all blocks unique to a request that never ran: nothing can hit
+        cached = self.pool.cached
+        hit: list[int] = []
+        for i in range((r.prompt_len + r.num_output - 1) // self.block_size):
+            b = cached.get(self.block_key(r, i))
+            if b is None:
+                break
+            hit.append(b)
+        return hit
+
+    def cache_blocks(self, r: Request, num_tokens: int) -> None:
+        """Register every block that ``num_tokens`` tokens fill (vLLM does it at schedule time)."""
+        full = num_tokens // self.block_size
+        start = r.num_cached_blocks
+        if full <= start:
+            return
+        pool = self.pool
+        blocks = r.blocks
+        for i in range(start, full):
+            pool.register(blocks[i], self.block_key(r, i))
+        r.num_cached_blocks = full
+
+    # -- allocation -----------------------------------------------------------------------
+    def blocks_needed_running(self, r: Request, n: int) -> int:
+        need = -(-min(r.num_computed + n, self.max_model_len) // self.block_size) - len(r.blocks)
+        return need if need > 0 else 0
+
+    def allocate_running(self, r: Request, n: int) -> bool:
+        """``allocate_slots`` for a request already in the running list (no prefix lookup)."""
+        need = -(-min(r.num_computed + n, self.max_model_len) // self.block_size) - len(r.blocks)
+        if need > 0:
+            pool = self.pool
+            if need > pool.num_free:
+                return False
+            r.blocks.extend(pool.get_new_blocks(need))
+        if self.caching:
+            t = r.num_computed + n
+            nt = r.prompt_len + r.num_output
+            self.cache_blocks(r, t if t < nt else nt)
+        return True
+
+    def allocate_admission(self, r: Request, n: int, hit: list[int], has_running: bool) -> bool:
+        """``allocate_slots`` for a waiting/preempted request.
+
+        With ``scheduler_reserve_full_isl`` (vLLM's default) the whole sequence must fit in free
+        blocks, but that check is only a gate: it reserves nothing, so later steps can still run
+        out of blocks and preempt (the reference's Example C).
+        """
+        pool = self.pool
+        bs = self.block_size
+        mml = self.max_model_len
+        num_tokens = r.prompt_len + r.num_output
+        hit_tokens = len(hit) * bs
+        watermark = self.watermark_blocks if (has_running and r.status in (WAITING, PREEMPTED)) else 0
+        evictable = pool.num_evictable_among(hit) if hit else 0
+        free = pool.num_free
+        if self.full_sequence_must_fit:
+            # Gate: the whole sequence must fit (blocks beyond the hit, plus hit blocks to revive).
+            full_blocks = -(-min(num_tokens, mml) // bs)
+            if max(full_blocks - len(hit), 0) + evictable + watermark > free:
+                return False
+        total = min(hit_tokens, mml) + n
+        slot_blocks = -(-min(total, mml) // bs)
+        if max(slot_blocks - len(hit), 0) + evictable + watermark > free:
+            return False
+        if hit:
+            pool.touch(hit)
+            r.blocks = list(hit)
+            r.num_cached_blocks = len(hit)
+        else:
+            r.blocks = []
+            r.num_cached_blocks = 0
+        more = slot_blocks - len(r.blocks)
+        if more > 0:
+            r.blocks.extend(pool.get_new_blocks(more))
+        if self.caching:
+            self.cache_blocks(r, total if total < num_tokens else num_tokens)
+        return True
+
+    def free(self, r: Request) -> None:
+        """Return the request's blocks, tail first, so its prefix is evicted last."""
+        blocks = r.blocks
+        if blocks:
+            blocks.reverse()
+            self.pool.free_blocks(blocks)
+        r.blocks = []
+        r.num_cached_blocks = 0

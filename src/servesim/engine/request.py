@@ -1,0 +1,112 @@
+"""A request's hot state inside the engine: a plain slotted class, no validation, no properties.
+
+Token accounting follows vLLM: ``num_tokens`` = prompt + generated outputs; each step the
+scheduler gives a request tokens so that ``num_computed`` catches up with ``num_tokens``. A
+request produces one output token in a step that computes all of its known tokens.
+"""
+
+from __future__ import annotations
+
+# Status (ints: compared in the hot loop).
+WAITING = 0
+RUNNING = 1
+PREEMPTED = 2
+FINISHED = 3
+REJECTED = 4
+
+# Outcomes, as reported per request.
+OUTCOME_FINISHED = "finished"
+OUTCOME_LENGTH_CAPPED = "finished_max_model_len"
+OUTCOME_REJECTED_TOO_LONG = "rejected_prompt_too_long"
+OUTCOME_REJECTED_TIMEOUT = "rejected_queue_timeout"
+OUTCOME_UNFINISHED = "unfinished"
+
+
+class Request:
+    """Mutable per-request state; field meanings mirror ``vllm.v1.request.Request``."""
+
+    __slots__ = (
+        "admit_seq",
+        "arrival",
+        "blocks",
+        "finish_time",
+        "first_scheduled",
+        "first_token",
+        "group",
+        "hash_keys",
+        "idx",
+        "last_token",
+        "lost_tokens",
+        "max_tokens",
+        "num_cached_blocks",
+        "num_computed",
+        "num_output",
+        "num_preemptions",
+        "outcome",
+        "prefix_hit_tokens",
+        "prefix_len",
+        "priority",
+        "prompt_len",
+        "recomputed_tokens",
+        "req_id",
+        "reused_tokens",
+        "segments",
+        "status",
+        "sync_step",
+    )
+
+    def __init__(
+        self,
+        idx: int,
+        req_id: str,
+        arrival: float,
+        prompt_len: int,
+        max_tokens: int,
+        priority: int = 0,
+        group: int = -1,
+        prefix_len: int = 0,
+        hash_keys: list[int] | None = None,
+    ) -> None:
+        self.idx = idx  # position in the trace; unique, used in block-content keys
+        self.req_id = req_id
+        self.arrival = arrival
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens
+        self.priority = priority
+        # Prefix identity: shared-prefix group index (-1: none) and its length, or a per-block
+        # content-key list derived from the trace's hash_ids (see kv_cache_manager).
+        self.group = group
+        self.prefix_len = prefix_len
+        self.hash_keys = hash_keys
+
+        self.status = WAITING
+        self.num_computed = 0
+        self.num_output = 0
+        self.blocks: list[int] = []
+        self.num_cached_blocks = 0  # leading blocks already registered in the prefix cache
+        self.admit_seq = -1  # order of (re)admission into running: running list is sorted by it
+        self.sync_step = -1  # fast path: step at which num_computed/num_output were last exact
+
+        # Records.
+        self.first_scheduled = -1.0
+        self.first_token = -1.0
+        self.last_token = -1.0
+        self.finish_time = -1.0
+        self.num_preemptions = 0
+        self.lost_tokens = 0  # tokens computed before the latest preemption
+        self.recomputed_tokens = 0  # of those, tokens computed again after re-admission
+        self.reused_tokens = 0  # of those, tokens recovered from the prefix cache instead
+        self.prefix_hit_tokens = 0  # prefix-cache hit at first admission
+        # Output-token timeline as runs of consecutive steps: [first_step, count, ...] flattened.
+        self.segments: list[int] = []
+        self.outcome = ""
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.req_id!r}, prompt={self.prompt_len}, out={self.num_output}/{self.max_tokens}, "
+            f"computed={self.num_computed}, status={self.status})"
+        )

@@ -1,0 +1,373 @@
+"""Simulation results: per-request records, per-step time series, and the summary metrics.
+
+Metric definitions follow vLLM (``vllm/v1/metrics``, ``vllm bench serve``):
+
+* TTFT = first output token - arrival; E2E = last token - arrival; queue time = first
+  scheduled - arrival (a preemption does not reset it);
+* TPOT = (last token - first token) / (outputs - 1), for requests with more than one output;
+* ITL = every gap between consecutive outputs of a request, pooled over requests;
+* percentiles are ``numpy.percentile`` (linear interpolation); latencies are in milliseconds;
+* throughput divides by the span from the first arrival to the last completion;
+* goodput counts requests that finished and meet every SLO given (the run's ``SLO`` and the
+  request's own ``sla_ttft_ms`` / ``sla_e2e_ms``); TPOT counts as 0 for one-token outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.engine.config import EngineConfig
+from servesim.engine.request import (
+    OUTCOME_FINISHED,
+    OUTCOME_LENGTH_CAPPED,
+    OUTCOME_REJECTED_TIMEOUT,
+    OUTCOME_REJECTED_TOO_LONG,
+    OUTCOME_UNFINISHED,
+)
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+class SLO(BaseModel):
+    """Latency objectives a request must meet to count towards goodput (any subset)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+    @classmethod
+    def parse(cls, text: str) -> SLO:
+        """Parse ``ttft_ms=500,tpot_ms=50`` (also ``ttft=500``; units are milliseconds)."""
+        values: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, val = part.partition("=")
+            if not sep:
+                raise ValueError(f"SLO term {part!r} must look like name=value")
+            key = key.strip().lower().removesuffix("_ms").removesuffix("_p99")
+            if key not in ("ttft", "tpot", "e2e"):
+                raise ValueError(f"unknown SLO {key!r}: use ttft_ms, tpot_ms or e2e_ms")
+            values[f"{key}_ms"] = float(val)
+        return cls.model_validate(values)
+
+
+class LatencyStats(BaseModel):
+    """Distribution of one latency metric in milliseconds (all zero when there is no sample)."""
+
+    count: int = 0
+    mean: float = 0.0
+    p50: float = 0.0
+    p90: float = 0.0
+    p95: float = 0.0
+    p99: float = 0.0
+    max: float = 0.0
+
+    @classmethod
+    def of(cls, values_ms: np.ndarray, weights: np.ndarray | None = None) -> LatencyStats:
+        v = np.asarray(values_ms, dtype=np.float64)
+        if weights is None:
+            v = v[~np.isnan(v)]
+            if v.size == 0:
+                return cls()
+            ps = np.percentile(v, PERCENTILES)
+            return cls(
+                count=int(v.size),
+                mean=float(v.mean()),
+                p50=float(ps[0]),
+                p90=float(ps[1]),
+                p95=float(ps[2]),
+                p99=float(ps[3]),
+                max=float(v.max()),
+            )
+        w = np.asarray(weights, dtype=np.int64)
+        keep = w > 0
+        v, w = v[keep], w[keep]
+        total = int(w.sum())
+        if total == 0:
+            return cls()
+        order = np.argsort(v, kind="stable")
+        v, w = v[order], w[order]
+        cum = np.cumsum(w)
+        wp = [_weighted_percentile(v, cum, total, q) for q in PERCENTILES]
+        return cls(
+            count=total,
+            mean=float(np.dot(v, w) / total),
+            p50=wp[0],
+            p90=wp[1],
+            p95=wp[2],
+            p99=wp[3],
+            max=float(v[-1]),
+        )
+
+
+def _weighted_percentile(sorted_v: np.ndarray, cum: np.ndarray, total: int, q: float) -> float:
+    """``numpy.percentile(linear)`` of the sample in which ``sorted_v[i]`` repeats ``w[i]`` times."""
+    pos = (total - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, total - 1)
+    vlo = float(sorted_v[int(np.searchsorted(cum, lo, side="right"))])
+    vhi = float(sorted_v[int(np.searchsorted(cum, hi, side="right"))])
+    return vlo + (vhi - vlo) * (pos - lo)
+
+
+class SimulationSummary(BaseModel):
+    """The answers of one replica simulation."""
+
+    num_requests: int
+    num_finished: int = Field(description="Finished at max_tokens or max_model_len.")
+    num_length_capped: int = Field(description="Of those, stopped early by max_model_len.")
+    num_rejected_prompt_too_long: int
+    num_rejected_queue_timeout: int
+    num_unfinished: int
+    num_steps: int
+    duration_s: float = Field(description="First arrival to last completion.")
+    busy_s: float = Field(description="Time the engine spent in steps.")
+    ttft_ms: LatencyStats
+    tpot_ms: LatencyStats
+    itl_ms: LatencyStats
+    e2e_ms: LatencyStats
+    queue_ms: LatencyStats
+    request_throughput: float = Field(description="Finished requests per second.")
+    output_token_throughput: float
+    total_token_throughput: float
+    slo: SLO | None
+    num_good: int = Field(description="Finished requests meeting every SLO.")
+    goodput: float = Field(description="Good requests per second.")
+    num_preemptions: int
+    num_preempted_requests: int
+    max_preemptions_per_request: int
+    recomputed_tokens: int
+    reused_tokens: int
+    prefix_cache_hit_rate: float | None = Field(description="vLLM's: hits/queries at first admission.")
+    mean_batch_tokens: float
+    mean_running: float = Field(description="Time-weighted mean of running requests.")
+    max_running: int
+    mean_waiting: float
+    max_waiting: int
+    mean_kv_usage: float = Field(description="Time-weighted mean of used / usable KV blocks.")
+    max_kv_usage: float
+    max_model_len: int
+
+
+REQUEST_COLUMNS = (
+    "req_id",
+    "arrival_s",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_len",
+    "output_len",
+    "num_output",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "queue_ms",
+    "num_preemptions",
+    "recomputed_tokens",
+    "reused_tokens",
+    "prefix_hit_tokens",
+    "outcome",
+    "good",
+)
+
+
+class RequestResult(BaseModel):
+    """One request's record (a row of ``SimulationResult.requests``)."""
+
+    req_id: str
+    arrival_s: float
+    first_scheduled_s: float | None
+    first_token_s: float | None
+    finish_s: float | None
+    prompt_len: int
+    output_len: int
+    num_output: int
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    queue_ms: float | None
+    num_preemptions: int
+    recomputed_tokens: int
+    reused_tokens: int
+    prefix_hit_tokens: int
+    outcome: str
+    good: bool
+
+
+class SimulationReport(BaseModel):
+    """The JSON document ``servesim simulate --json`` prints."""
+
+    config: EngineConfig
+    step_time_model: dict[str, Any]
+    summary: SimulationSummary
+    requests: list[RequestResult] | None = None
+
+
+class SimulationResult:
+    """Everything a simulation produced. ``requests``/``steps``/``preemptions`` are DataFrames."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        step_time_model: dict[str, Any],
+        summary: SimulationSummary,
+        requests: pd.DataFrame,
+        steps: pd.DataFrame,
+        preemptions: pd.DataFrame,
+        token_steps: dict[str, list[int]] | None = None,
+    ) -> None:
+        self.config = config
+        self.step_time_model = step_time_model
+        self.summary = summary
+        self.requests = requests
+        self.steps = steps
+        self.preemptions = preemptions
+        self._token_steps = token_steps
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (
+            f"SimulationResult({s.num_requests} requests, {s.num_steps} steps, "
+            f"TTFT p99 {s.ttft_ms.p99:.1f} ms, TPOT p99 {s.tpot_ms.p99:.1f} ms)"
+        )
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Per-request records, one row per trace request."""
+        return self.requests
+
+    def token_times(self, req_id: str) -> list[float]:
+        """Every output token's time of one request (needs ``record_token_times=True``)."""
+        if self._token_steps is None:
+            raise ValueError("token times were not recorded: simulate with record_token_times=True")
+        seg = self._token_steps.get(req_id, [])
+        ends = (self.steps["start_s"] + self.steps["duration_s"]).to_numpy()
+        out: list[float] = []
+        for j in range(0, len(seg), 2):
+            out.extend(float(x) for x in ends[seg[j] : seg[j] + seg[j + 1]])
+        return out
+
+    def report(self, include_requests: bool = False) -> SimulationReport:
+        rows = None
+        if include_requests:
+            df = self.requests.astype(object).where(self.requests.notna(), None)
+            rows = [RequestResult.model_validate(rec) for rec in df.to_dict(orient="records")]
+        return SimulationReport(
+            config=self.config, step_time_model=self.step_time_model, summary=self.summary, requests=rows
+        )
+
+
+def good_mask(
+    requests: pd.DataFrame, slo: SLO | None, sla_ttft_ms: np.ndarray, sla_e2e_ms: np.ndarray
+) -> np.ndarray:
+    """Which requests finished and meet every objective that applies to them."""
+    outcome = requests["outcome"].to_numpy()
+    ok = (outcome == OUTCOME_FINISHED) | (outcome == OUTCOME_LENGTH_CAPPED)
+    ttft = requests["ttft_ms"].to_numpy(dtype=np.float64)
+    e2e = requests["e2e_ms"].to_numpy(dtype=np.float64)
+    tpot = np.nan_to_num(requests["tpot_ms"].to_numpy(dtype=np.float64), nan=0.0)
+    if slo is not None:
+        if slo.ttft_ms is not None:
+            ok &= ttft <= slo.ttft_ms
+        if slo.tpot_ms is not None:
+            ok &= tpot <= slo.tpot_ms
+        if slo.e2e_ms is not None:
+            ok &= e2e <= slo.e2e_ms
+    ok &= np.isnan(sla_ttft_ms) | (ttft <= sla_ttft_ms)
+    ok &= np.isnan(sla_e2e_ms) | (e2e <= sla_e2e_ms)
+    return np.asarray(ok, dtype=bool)
+
+
+def summarize(
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    itl_step_weights: np.ndarray,
+    itl_gaps_s: np.ndarray,
+    slo: SLO | None,
+    prefix_queries: int,
+    prefix_hits: int,
+    prefix_caching: bool,
+    usable_blocks: int,
+    max_model_len: int,
+) -> SimulationSummary:
+    outcome = requests["outcome"].to_numpy()
+    finished = (outcome == OUTCOME_FINISHED) | (outcome == OUTCOME_LENGTH_CAPPED)
+    n_fin = int(finished.sum())
+    arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
+    finish = requests["finish_s"].to_numpy(dtype=np.float64)
+    duration = float(np.nanmax(finish[finished]) - arrival.min()) if n_fin else 0.0
+    out_tokens = int(requests["num_output"].to_numpy()[finished].sum())
+    in_tokens = int(requests["prompt_len"].to_numpy()[finished].sum())
+    good = requests["good"].to_numpy(dtype=bool)
+    dur = steps["duration_s"].to_numpy(dtype=np.float64)
+    busy = float(dur.sum())
+
+    def tw_mean(col: str) -> float:
+        if busy <= 0:
+            return 0.0
+        return float(np.dot(steps[col].to_numpy(dtype=np.float64), dur) / busy)
+
+    step_durations_ms = dur * 1e3
+    itl_values = np.concatenate([step_durations_ms, np.asarray(itl_gaps_s, dtype=np.float64) * 1e3])
+    itl_weights = np.concatenate([itl_step_weights, np.ones(len(itl_gaps_s), dtype=np.int64)])
+    preempt = requests["num_preemptions"].to_numpy()
+    kv_used = steps["kv_blocks_used"].to_numpy(dtype=np.float64)
+
+    def rate(x: float) -> float:
+        return x / duration if duration > 0 else 0.0
+
+    return SimulationSummary(
+        num_requests=len(requests),
+        num_finished=n_fin,
+        num_length_capped=int((outcome == OUTCOME_LENGTH_CAPPED).sum()),
+        num_rejected_prompt_too_long=int((outcome == OUTCOME_REJECTED_TOO_LONG).sum()),
+        num_rejected_queue_timeout=int((outcome == OUTCOME_REJECTED_TIMEOUT).sum()),
+        num_unfinished=int((outcome == OUTCOME_UNFINISHED).sum()),
+        num_steps=len(steps),
+        duration_s=duration,
+        busy_s=busy,
+        ttft_ms=LatencyStats.of(requests["ttft_ms"].to_numpy(dtype=np.float64)),
+        tpot_ms=LatencyStats.of(requests["tpot_ms"].to_numpy(dtype=np.float64)),
+        itl_ms=LatencyStats.of(itl_values, itl_weights),
+        e2e_ms=LatencyStats.of(requests["e2e_ms"].to_numpy(dtype=np.float64)),
+        queue_ms=LatencyStats.of(requests["queue_ms"].to_numpy(dtype=np.float64)),
+        request_throughput=rate(n_fin),
+        output_token_throughput=rate(out_tokens),
+        total_token_throughput=rate(in_tokens + out_tokens),
+        slo=slo,
+        num_good=int(good.sum()),
+        goodput=rate(int(good.sum())),
+        num_preemptions=int(preempt.sum()),
+        num_preempted_requests=int((preempt > 0).sum()),
+        max_preemptions_per_request=int(preempt.max()) if len(preempt) else 0,
+        recomputed_tokens=int(requests["recomputed_tokens"].sum()),
+        reused_tokens=int(requests["reused_tokens"].sum()),
+        prefix_cache_hit_rate=(prefix_hits / prefix_queries if prefix_queries else 0.0)
+        if prefix_caching
+        else None,
+        mean_batch_tokens=float(steps["num_tokens"].mean()) if len(steps) else 0.0,
+        mean_running=tw_mean("num_running"),
+        max_running=int(steps["num_running"].max()) if len(steps) else 0,
+        mean_waiting=tw_mean("num_waiting"),
+        max_waiting=int(steps["num_waiting"].max()) if len(steps) else 0,
+        mean_kv_usage=float(np.dot(kv_used, dur) / busy / usable_blocks) if busy > 0 else 0.0,
+        max_kv_usage=float(kv_used.max() / usable_blocks) if len(kv_used) else 0.0,
+        max_model_len=max_model_len,
+    )
+
+
+__all__ = [
+    "REQUEST_COLUMNS",
+    "SLO",
+    "LatencyStats",
+    "RequestResult",
+    "SimulationReport",
+    "SimulationResult",
+    "SimulationSummary",
+    "good_mask",
+    "summarize",
+]

@@ -1,0 +1,340 @@
+"""One vLLM V1 scheduler step (``Scheduler.schedule`` + ``update_from_output``), step-exact.
+
+Read with ``docs/vllm-scheduling.md`` §2-§5 (a copy of the reference):
+
+* Phase A serves RUNNING requests in admission order while budget remains: each gets
+  ``min(remaining, long_prefill_token_threshold, budget, max_model_len - computed - 1)``
+  tokens. If its blocks cannot be allocated, victims are preempted (FCFS: the last admitted;
+  priority: the largest (priority, arrival)) until it fits or it is the victim itself.
+* Phase B, only if nobody was preempted, admits WAITING requests in queue order while budget
+  and ``max_num_seqs`` allow, after a prefix-cache lookup; the first that does not fit (budget
+  with chunking off, or the full-sequence block gate) stops the scan (head-of-line blocking).
+* After the step every scheduled request's ``num_computed`` advances; a request that computed
+  all its known tokens samples one output token, and stops at ``max_tokens`` or
+  ``max_model_len``; finished requests free their blocks in scheduling order.
+
+The fast path (``DecodeGroup``) serves steady decodes in aggregate when a step provably serves
+every one of them without preemption; otherwise every decode is materialised and the step runs
+through the same plain code as the naive engine.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.config import EngineConfig
+from servesim.engine.decode_group import DecodeGroup
+from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.request import (
+    FINISHED,
+    OUTCOME_FINISHED,
+    OUTCOME_LENGTH_CAPPED,
+    PREEMPTED,
+    RUNNING,
+    WAITING,
+    Request,
+)
+from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
+
+
+class StepPlan:
+    """What one step schedules. ``scheduled`` lists explicit (request, tokens) in running order;
+    in a fast step the ``num_group_decodes`` members of the decode group also get one token each."""
+
+    __slots__ = (
+        "group_ctx_sum",
+        "new",
+        "num_group_decodes",
+        "preempted",
+        "prefix_hits",
+        "resumed",
+        "scheduled",
+    )
+
+    def __init__(self) -> None:
+        self.scheduled: list[tuple[Request, int]] = []
+        self.num_group_decodes = 0
+        self.group_ctx_sum = 0
+        self.preempted: list[Request] = []
+        self.new: list[Request] = []
+        self.resumed: list[Request] = []
+        self.prefix_hits: list[tuple[Request, int]] = []
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_group_decodes + sum(n for _, n in self.scheduled)
+
+    def is_empty(self) -> bool:
+        return not self.scheduled and self.num_group_decodes == 0
+
+
+class Scheduler:
+    """Running list, waiting queue and the step logic; knows nothing about time or I/O."""
+
+    def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int, fast: bool) -> None:
+        self.kv = kv
+        self.budget = config.max_num_batched_tokens
+        self.max_num_seqs = config.max_num_seqs
+        self.chunked = config.enable_chunked_prefill
+        self.threshold = config.long_prefill_token_threshold
+        self.priority = config.policy == "priority"
+        self.max_model_len = max_model_len
+        self.running: list[Request] = []
+        self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if self.priority else FCFSQueue()
+        self.group: DecodeGroup | None = DecodeGroup(kv, max_model_len) if fast else None
+        self.explicit: list[Request] = []  # fast path: running requests outside the group, in order
+        self._admit_seq = 0
+        self.total_preemptions = 0
+
+    # ------------------------------------------------------------------ schedule
+    def schedule(self, step: int, now: float) -> StepPlan:
+        plan = StepPlan()
+        n_eligible = len(self.running) + len(self.waiting)
+        thr = self.threshold if n_eligible > 1 else 0
+        group = self.group
+        if group is not None and group.n:
+            budget = self._fast_running_pass(plan, step, thr)
+            if budget < 0:  # the fast pass cannot prove the step is plain: do it the plain way
+                self.materialize_all(step, now)
+                budget = self._running_pass(plan, thr)
+        else:
+            budget = self._running_pass(plan, thr)
+        if not plan.preempted:
+            self._waiting_pass(plan, budget, thr, now)
+        return plan
+
+    def _running_pass(self, plan: StepPlan, thr: int) -> int:
+        """Phase A exactly as vLLM writes it; returns the budget left."""
+        running = self.running
+        kv = self.kv
+        budget = self.budget
+        mml = self.max_model_len
+        scheduled = plan.scheduled
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            n = r.prompt_len + r.num_output - r.num_computed
+            if 0 < thr < n:
+                n = thr
+            if n > budget:
+                n = budget
+            cap = mml - r.num_computed - 1
+            if n > cap:
+                n = cap
+            if n <= 0:
+                i += 1
+                continue
+            ok = kv.allocate_running(r, n)
+            while not ok:
+                if self.priority:
+                    victim = max(running, key=_priority_key)
+                    vi = running.index(victim)
+                    del running[vi]
+                    if vi < i:
+                        i -= 1
+                    for j, (s, sn) in enumerate(scheduled):
+                        if s is victim:
+                            del scheduled[j]
+                            budget += sn
+                            break
+                else:
+                    victim = running.pop()
+                self._preempt(victim)
+                plan.preempted.append(victim)
+                if victim is r:
+                    break
+                ok = kv.allocate_running(r, n)
+            if not ok:
+                if self.priority:
+                    continue  # r preempted itself; later requests may still fit
+                break
+            scheduled.append((r, n))
+            budget -= n
+            i += 1
+        return budget
+
+    def _fast_running_pass(self, plan: StepPlan, step: int, thr: int) -> int:
+        """Phase A when every decode-group member provably gets its token and no allocation can
+        fail. Returns the budget left, or -1 when that cannot be shown (nothing is changed then)."""
+        group = self.group
+        assert group is not None
+        budget = self.budget
+        mml = self.max_model_len
+        kv = self.kv
+        explicit = self.explicit
+        running = self.running
+        chunks: list[tuple[Request, int]] = []
+        blocks = group.blocks_needed(step)
+        left = budget - group.n  # what remains once every member has its token
+        if left < 0:
+            return -1
+        if explicit:
+            # Walk the explicit requests in running order; members before each one have taken
+            # their token out of the budget already.
+            used = 0
+            for j, r in enumerate(explicit):
+                members_before = running.index(r) - j
+                avail = budget - members_before - used
+                if avail <= 0:
+                    return -1
+                n = r.prompt_len + r.num_output - r.num_computed
+                if 0 < thr < n:
+                    n = thr
+                if n > avail:
+                    n = avail
+                cap = mml - r.num_computed - 1
+                if n > cap:
+                    n = cap
+                if n <= 0:
+                    continue
+                used += n
+                blocks += kv.blocks_needed_running(r, n)
+                chunks.append((r, n))
+            left -= used
+            if left < 0:
+                return -1
+        if blocks > kv.pool.num_free:
+            return -1
+        k = group.blocks_needed(step)
+        if k:
+            group.limbo.extend(kv.pool.get_new_blocks(k))
+        for r, n in chunks:
+            kv.allocate_running(r, n)
+        plan.scheduled = chunks
+        plan.num_group_decodes = group.n
+        plan.group_ctx_sum = group.context_sum(step)
+        return left
+
+    def _waiting_pass(self, plan: StepPlan, budget: int, thr: int, now: float) -> None:
+        """Phase B: admissions in queue order; the first request that does not fit stops it."""
+        waiting = self.waiting
+        running = self.running
+        kv = self.kv
+        while budget > 0 and len(waiting):
+            if len(running) >= self.max_num_seqs:
+                break
+            r = waiting.peek()
+            hit = kv.lookup(r)
+            hit_tokens = len(hit) * kv.block_size
+            n = r.prompt_len + r.num_output - hit_tokens
+            if 0 < thr < n:
+                n = thr
+            if n > budget:
+                if not self.chunked:
+                    break
+                n = budget
+            if not kv.allocate_admission(r, n, hit, bool(running)):
+                break
+            waiting.pop()
+            running.append(r)
+            r.admit_seq = self._admit_seq
+            self._admit_seq += 1
+            if r.status == WAITING:
+                plan.new.append(r)
+                r.prefix_hit_tokens = hit_tokens
+                r.first_scheduled = now
+            else:
+                plan.resumed.append(r)
+                # Of the tokens it had computed when preempted, the cache still holds `hit`.
+                reused = hit_tokens if hit_tokens < r.lost_tokens else r.lost_tokens
+                r.reused_tokens += reused
+                r.recomputed_tokens += r.lost_tokens - reused
+            if hit_tokens:
+                plan.prefix_hits.append((r, hit_tokens))
+            r.status = RUNNING
+            r.num_computed = hit_tokens
+            plan.scheduled.append((r, n))
+            budget -= n
+
+    def _preempt(self, r: Request) -> None:
+        self.kv.free(r)
+        r.status = PREEMPTED
+        r.lost_tokens = r.num_computed
+        r.num_computed = 0
+        r.num_preemptions += 1
+        self.total_preemptions += 1
+        self.waiting.prepend(r)
+
+    # ------------------------------------------------------------------ fast-path bookkeeping
+    def materialize_all(self, step: int, now: float) -> None:
+        """Make every decode-group member explicit (state as of the start of ``step``)."""
+        group = self.group
+        assert group is not None
+        for r in self.running:
+            if r.sync_step >= 0:
+                group.materialize(r, step, now)
+        group.compact()
+        self.explicit = list(self.running)
+
+    # ------------------------------------------------------------------ update
+    def update(self, plan: StepPlan, step: int, t_end: float) -> list[Request]:
+        """Apply the step's results; returns the requests that finished, in scheduling order."""
+        mml = self.max_model_len
+        finished: list[Request] = []
+        for r, n in plan.scheduled:
+            c = r.num_computed + n
+            r.num_computed = c
+            if c < r.prompt_len + r.num_output:
+                continue  # a partial prefill chunk samples nothing
+            o = r.num_output + 1
+            r.num_output = o
+            if r.first_token < 0:
+                r.first_token = t_end
+            seg = r.segments
+            if seg and seg[-2] + seg[-1] == step:
+                seg[-1] += 1
+            else:
+                seg.append(step)
+                seg.append(1)
+            r.last_token = t_end
+            if o >= r.max_tokens or r.prompt_len + o >= mml:
+                finished.append(r)
+        group = self.group
+        if group is not None and plan.num_group_decodes:
+            done = group.pop_finishing(step)
+            if done:
+                for r in done:
+                    group.materialize(r, step + 1, t_end)
+                if finished:
+                    finished.extend(done)
+                    finished.sort(key=_admit_key)
+                else:
+                    finished = done
+        running = self.running
+        for r in finished:
+            r.status = FINISHED
+            r.finish_time = t_end
+            r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
+            self.kv.free(r)
+            running.remove(r)
+        if group is not None:
+            self._regroup(plan, step + 1)
+        return finished
+
+    def _regroup(self, plan: StepPlan, next_step: int) -> None:
+        """After a step, explicit requests that now decode join the group."""
+        group = self.group
+        assert group is not None
+        keep: list[Request] = []
+        candidates = self.explicit
+        if plan.new or plan.resumed:
+            candidates = candidates + plan.new + plan.resumed
+            candidates.sort(key=_admit_key)
+        for r in candidates:
+            if r.status != RUNNING:
+                continue
+            seg = r.segments
+            # Join only right after emitting a token, so the group extends a run of outputs.
+            if r.num_computed == r.prompt_len + r.num_output - 1 and seg and seg[-2] + seg[-1] == next_step:
+                group.add(r, next_step)
+            else:
+                keep.append(r)
+        self.explicit = keep
+
+
+def _priority_key(r: Request) -> tuple[int, float, int]:
+    # vLLM: max over (priority, arrival_time). Arrival times of real requests are distinct (the
+    # wall clock at receipt), so requests sharing a trace timestamp are ordered by trace position.
+    return (r.priority, r.arrival, r.idx)
+
+
+def _admit_key(r: Request) -> int:
+    return r.admit_seq

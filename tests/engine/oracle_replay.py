@@ -1,0 +1,87 @@
+"""Replay a stored vLLM-oracle case through servesim and list every difference, step by step."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from servesim.engine import ConstantStepTime, EngineConfig, simulate
+from servesim.traces.schema import Trace
+
+CASES_DIR = Path(__file__).parent / "oracle_cases"
+
+
+def load_case(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def case_trace(case: dict[str, Any]) -> Trace:
+    step_s = case["step_s"]
+    records = []
+    for r in case["trace"]:
+        rec = {
+            "req_id": r["req_id"],
+            "arrival_time_s": r.get("arrival_step", 0) * step_s,
+            "prompt_len": r["prompt_len"],
+            "output_len": r["output_len"],
+            "priority": r.get("priority", 0),
+        }
+        if r.get("prefix_group") is not None:
+            rec["prefix_group"] = r["prefix_group"]
+            rec["prefix_len"] = r.get("prefix_len", r["prompt_len"])
+        records.append(rec)
+    return Trace.from_records(records, source=case["name"])
+
+
+def case_config(case: dict[str, Any]) -> EngineConfig:
+    keys = EngineConfig.model_fields.keys()
+    return EngineConfig(**{k: v for k, v in case["config"].items() if k in keys})
+
+
+def replay(case: dict[str, Any], fast: bool = True, invariants_every_step: bool = False) -> list[str]:
+    """Run the case and return the differences from vLLM's schedule (empty when identical)."""
+    log: list[dict[str, Any]] = []
+    simulate(
+        case_trace(case),
+        case_config(case),
+        ConstantStepTime(step_time_s=case["step_s"]),
+        fast=fast,
+        step_log=log.append,
+        check_invariants=invariants_every_step,
+    )
+    ours = {round(d["start_s"] / case["step_s"]): d for d in log}
+    diffs: list[str] = []
+    for step, tokens, preempted, finished, kv_used, hits, n_run, n_wait in case["steps"]:
+        d = ours.pop(step, None)
+        if d is None:
+            if tokens:
+                diffs.append(f"step {step}: vLLM scheduled {tokens}, servesim ran no step")
+            continue
+        got = {
+            "tokens": d["scheduled_tokens"],
+            "preempted": sorted(d["preempted"]),
+            "finished": sorted(d["finished"]),
+            "kv_used": d["kv_blocks_used"],
+            "hits": d["prefix_hit_tokens"],
+            "running": d["num_running"],
+            "waiting": d["num_waiting"],
+        }
+        want = {
+            "tokens": tokens,
+            "preempted": sorted(preempted),
+            "finished": sorted(finished),
+            "kv_used": kv_used,
+            "hits": hits,
+            "running": n_run,
+            "waiting": n_wait,
+        }
+        for k in want:
+            if got[k] != want[k]:
+                diffs.append(f"step {step} {k}: vLLM {want[k]} servesim {got[k]}")
+    for step, d in sorted(ours.items()):
+        if d["scheduled_tokens"]:
+            diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
+    return diffs

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Generate engine regression cases from vLLM's real scheduler (the oracle). Not run in CI.
+
+Each case is a random trace + scheduler config; vLLM 0.33's own ``Scheduler`` (driven by
+``vllm_oracle.py`` from the shared oracle folder, in its own virtualenv) writes the per-step
+schedule, which is stored gzipped under ``tests/engine/oracle_cases/``. ``tests/engine/
+test_oracle_cases.py`` replays every case through servesim and demands the same schedule.
+
+Usage (with the oracle's virtualenv python, see the oracle README for setup):
+    ORACLE_DIR=../shared/vllm-oracle $VENV/bin/python tools/oracle/make_cases.py [--seed 0] [--per-family 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+STEP_S = 1 / 64  # exact in binary floating point: both sides agree on each arrival's step
+OUT = Path(__file__).resolve().parents[2] / "tests" / "engine" / "oracle_cases"
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def random_trace(rng: random.Random, fam: str) -> list[dict]:
+    n = rng.randint(4, 40) if rng.random() < 0.7 else rng.randint(60, 160)
+    burst = rng.random() < 0.4
+    rows = []
+    groups = [f"g{i}" for i in range(rng.randint(1, 3))]
+    for i in range(n):
+        step = 0 if burst else rng.randint(0, 150)
+        plen = round(10 ** rng.uniform(0, 3.2))
+        olen = rng.randint(1, 160)
+        row = {"req_id": f"r{i:03d}", "arrival_step": step, "prompt_len": plen, "output_len": olen}
+        if fam in ("prefix", "prefix_pressure", "mixed", "cascade") and rng.random() < 0.7 and plen > 2:
+            g = rng.choice(groups)
+            # prefix shorter than the prompt: every block after it is unique to the request
+            row["prefix_group"] = g
+            row["prefix_len"] = rng.randint(1, plen - 1)
+            if rng.random() < 0.5:
+                row["prefix_len"] = min(plen - 1, 64 * (1 + groups.index(g)))
+        if fam in ("priority", "mixed"):
+            row["priority"] = rng.randint(0, 3)
+        rows.append(row)
+    rows.sort(key=lambda r: r["arrival_step"])
+    return rows
+
+
+def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
+    mml = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
+    bs = rng.choice([16, 16, 8, 32]) if fam != "block_size" else rng.choice([8, 32, 64])
+    cfg = {
+        "block_size": bs,
+        "max_num_seqs": rng.choice([4, 8, 16, 64, 128]),
+        "max_num_batched_tokens": rng.choice([256, 512, 1024, 2048]),
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": fam in ("prefix", "prefix_pressure", "mixed", "cascade")
+        or rng.random() < 0.3,
+        "long_prefill_token_threshold": 0,
+        "policy": "fcfs",
+        "max_model_len": mml,
+    }
+    need = cdiv(mml, bs) + 1
+    cfg["num_gpu_blocks"] = need + rng.randint(0, 4000)
+    if fam == "chunk_off":
+        cfg["enable_chunked_prefill"] = False
+        cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], mml)
+    if fam == "threshold":
+        cfg["long_prefill_token_threshold"] = rng.choice([1, 16, 64, 256])
+    if fam in ("pressure", "prefix_pressure", "priority", "mixed", "watermark", "no_full_isl"):
+        cfg["num_gpu_blocks"] = need + rng.randint(0, need)
+    if fam == "cascade":
+        cfg["num_gpu_blocks"] = need + rng.randint(0, need // 2 + 1)
+        cfg["long_prefill_token_threshold"] = rng.choice([8, 32, 64])
+        cfg["max_num_seqs"] = rng.choice([16, 64, 128])
+    if fam == "watermark":
+        cfg["watermark"] = rng.choice([0.01, 0.05, 0.1])
+    if fam == "no_full_isl":
+        cfg["scheduler_reserve_full_isl"] = False
+    if fam == "small_seqs":
+        cfg["max_num_seqs"] = rng.choice([1, 2, 3])
+    if fam in ("priority", "mixed"):
+        cfg["policy"] = "priority"
+    if fam == "mixed":
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 32, 128])
+        cfg["enable_chunked_prefill"] = rng.random() < 0.7
+        if not cfg["enable_chunked_prefill"]:
+            cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], mml)
+    cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], cfg["max_num_seqs"])
+    return cfg
+
+
+FAMILIES = [
+    "basic",
+    "chunk_off",
+    "threshold",
+    "pressure",
+    "prefix",
+    "prefix_pressure",
+    "priority",
+    "small_seqs",
+    "block_size",
+    "mixed",
+    "cascade",
+    "watermark",
+    "no_full_isl",
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-family", type=int, default=6)
+    ap.add_argument("--examples", action="store_true", help="also store the oracle README's examples a-c")
+    args = ap.parse_args()
+    oracle_dir = Path(os.environ.get("ORACLE_DIR", "../shared/vllm-oracle")).resolve()
+    sys.path.insert(0, str(oracle_dir))
+    import vllm_oracle  # type: ignore[import-not-found]
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    cases: list[tuple[str, list[dict], dict]] = []
+    for fam in FAMILIES:
+        for k in range(args.per_family):
+            rows = random_trace(rng, fam)
+            cases.append((f"{fam}_{k:02d}", rows, random_config(rng, fam, rows)))
+    if args.examples:
+        for ex in "abc":
+            rows = [
+                json.loads(x)
+                for x in (oracle_dir / "examples" / f"{ex}_trace.jsonl").read_text().splitlines()
+                if x
+            ]
+            cfg = json.loads((oracle_dir / "examples" / f"{ex}_config.json").read_text())
+            cfg["max_model_len"] = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
+            cases.append((f"readme_{ex}", rows, cfg))
+    with tempfile.TemporaryDirectory() as td:
+        for name, rows, cfg in cases:
+            tp, cp, op, sp = (
+                Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json")
+            )
+            tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
+            ocfg = vllm_oracle.load_config(str(cp), [])
+            otrace = vllm_oracle.load_trace(str(tp), ocfg)
+            summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
+            steps = []
+            for line in op.read_text().splitlines():
+                d = json.loads(line)
+                steps.append(
+                    [
+                        d["step"],
+                        d["num_scheduled_tokens"],
+                        d["preempted"],
+                        sorted(d["finished"]),
+                        d["kv_blocks_used"],
+                        d["prefix_hit_tokens"],
+                        d["num_running"],
+                        d["num_waiting"],
+                    ]
+                )
+            case = {
+                "name": name,
+                "vllm_version": summary["vllm_version"],
+                "step_s": STEP_S,
+                "config": cfg,
+                "trace": rows,
+                "steps": steps,
+                "total_preemptions": summary["total_preemptions"],
+                "prefix_cache_totals": summary["prefix_cache_totals"],
+            }
+            with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
+                json.dump(case, f, separators=(",", ":"))
+            print(
+                f"{name}: {len(rows)} requests, {len(steps)} steps, "
+                f"{summary['total_preemptions']} preemptions",
+                file=sys.stderr,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
