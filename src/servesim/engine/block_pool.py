@@ -1,16 +1,22 @@
-"""The KV block pool: vLLM's free-block queue and prefix-cache hash table, in compact form.
+"""The KV block pool: vLLM's free-block queue and prefix-cache hash table, with bulk moves.
 
 vLLM keeps free blocks in one doubly linked list: allocation pops the head; a freed block is
 *prepended* when it has no hash (reused first) and *appended* when it has one (an evictable
-prefix-cache entry, so eviction is LRU by release time); a prefix hit on a free block pulls
-it out of the middle. Because only unhashed blocks ever go to the head and only hashed ones to
-the tail, that list is always [unhashed blocks...][hashed blocks in LRU order...]. Here the two
-parts are a stack (``_blank``, top = head) and an ordered dict (``_evictable``, first = LRU),
-which gives the same allocation and eviction order with O(1) operations.
+prefix-cache entry, so eviction is LRU by release time); a prefix hit on a free block pulls it
+out of the middle. Since only unhashed blocks go to the head and only hashed ones to the tail,
+the list is always [unhashed...][hashed, least recently released first...]. Here:
 
-Invariants (checked by ``check``): every block except the null block 0 is either free (blank or
-evictable, ref count 0) or held (ref count > 0); a hash maps to blocks that carry that hash;
-evictable blocks all carry a hash.
+* ``_blank`` is a stack of unhashed free blocks (the top is the head of vLLM's list);
+* ``_lru`` holds the hashed free blocks in LRU order, as entries of two kinds:
+  - a *live* block (key = block id): its hash is in the table and a lookup can hit it;
+  - a *dead run* (key < 0, value = block ids, the next to evict last): blocks vLLM keeps hashed
+    but that no lookup can ever hit again (content unique to a request that finished). They
+    keep their place in the eviction order, which decides when live blocks behind them are
+    evicted, but move in bulk.
+
+Reference counts exist only for live blocks (``ref``); every other held block has exactly one
+owner. Which physical block id goes where never changes an observable result: blocks are
+interchangeable until they carry content.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ class BlockPool:
     __slots__ = (
         "_blank",
         "_dups",
-        "_evictable",
+        "_lru",
+        "_next_run",
         "block_hash",
         "cached",
         "enable_caching",
+        "num_free",
         "num_gpu_blocks",
         "ref",
     )
@@ -35,13 +43,13 @@ class BlockPool:
     def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
-        self.ref = [0] * num_gpu_blocks
-        self.block_hash: list[int | None] = [None] * num_gpu_blocks
-        # Stack of unhashed free blocks; the last element is the queue head. Initially 1..N-1.
-        self._blank = list(range(num_gpu_blocks - 1, 0, -1))
-        # Hashed free blocks (ref count 0), least recently released first.
-        self._evictable: OrderedDict[int, None] = OrderedDict()
-        # hash -> first block registered with it; later duplicates (same content computed twice
+        self._blank = list(range(num_gpu_blocks - 1, 0, -1))  # head (block 1) on top
+        self._lru: OrderedDict[int, list[int] | None] = OrderedDict()
+        self._next_run = -1
+        self.num_free = num_gpu_blocks - 1  # vLLM counts evictable cached blocks as free
+        self.ref: dict[int, int] = {}  # live block -> requests holding it
+        self.block_hash: dict[int, int] = {}  # live block -> its content hash
+        # hash -> first live block registered with it; duplicates (same content computed twice
         # before either was registered) in _dups, in registration order, as vLLM keeps them.
         self.cached: dict[int, int] = {}
         self._dups: dict[int, list[int]] = {}
@@ -50,45 +58,55 @@ class BlockPool:
     def usable_blocks(self) -> int:
         return self.num_gpu_blocks - 1
 
-    @property
-    def num_free(self) -> int:
-        """Free blocks as vLLM counts them: evictable cached blocks count as free."""
-        return len(self._blank) + len(self._evictable)
-
     def usage(self) -> float:
         """vLLM's ``kv_cache_usage_perc``: 1 - free / (num_gpu_blocks - 1)."""
-        return 1.0 - self.num_free / self.usable_blocks
+        return 1.0 - self.num_free / (self.num_gpu_blocks - 1)
 
+    # ------------------------------------------------------------------ allocation
     def get_new_blocks(self, n: int) -> list[int]:
-        """Pop ``n`` blocks from the head of the free queue (evicting cached ones it reaches)."""
+        """Pop ``n`` blocks from the head of the free queue, evicting cached blocks it reaches."""
+        if n <= 0:
+            return []
         blank = self._blank
+        self.num_free -= n
         if n <= len(blank):
-            if n == 1:
-                out = [blank.pop()]
-            else:
-                out = blank[-n:]
-                out.reverse()
-                del blank[-n:]
-        else:
+            out = blank[-n:]
+            del blank[-n:]
+            out.reverse()
+            return out
+        if blank:
             out = blank[::-1]
             blank.clear()
-            evictable = self._evictable
-            for _ in range(n - len(out)):
-                b, _none = evictable.popitem(last=False)
-                self._evict(b)
-                out.append(b)
-        ref = self.ref
-        for b in out:
-            ref[b] = 1
+        else:
+            out = []
+        need = n - len(out)
+        lru = self._lru
+        while need:
+            key = next(iter(lru))
+            run = lru[key]
+            if run is None:  # a live cached block: evict its hash
+                del lru[key]
+                self._evict(key)
+                out.append(key)
+                need -= 1
+            elif len(run) <= need:  # a whole dead run (stored last-to-evict first)
+                del lru[key]
+                run.reverse()
+                out.extend(run)
+                need -= len(run)
+            else:
+                take = run[-need:]
+                del run[-need:]
+                take.reverse()
+                out.extend(take)
+                need = 0
         return out
 
     def _evict(self, b: int) -> None:
-        h = self.block_hash[b]
-        if h is None:
-            return
-        self.block_hash[b] = None
+        h = self.block_hash.pop(b)
+        del self.ref[b]
         cached = self.cached
-        if cached.get(h) == b:
+        if cached[h] == b:
             dups = self._dups.get(h)
             if dups:
                 cached[h] = dups.pop(0)
@@ -102,64 +120,85 @@ class BlockPool:
             if not dups:
                 del self._dups[h]
 
-    def free_blocks(self, blocks_tail_first: list[int]) -> None:
-        """Release one reference to each block, given in eviction-priority order (tail first)."""
-        ref = self.ref
-        block_hash = self.block_hash
-        caching = self.enable_caching
-        to_head: list[int] = []
-        evictable = self._evictable
-        for b in blocks_tail_first:
-            r = ref[b] - 1
-            ref[b] = r
-            if r == 0:
-                if not caching or block_hash[b] is None:
-                    to_head.append(b)
-                else:
-                    evictable[b] = None
-        if to_head:
-            # Prepending [x1, x2, ...] makes x1 the new head: push in reverse onto the stack.
-            to_head.reverse()
-            self._blank.extend(to_head)
-
-    def touch(self, blocks: list[int]) -> None:
-        """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
-        ref = self.ref
-        evictable = self._evictable
-        for b in blocks:
-            if ref[b] == 0:
-                del evictable[b]
-            ref[b] += 1
-
+    # ------------------------------------------------------------------ prefix cache
     def register(self, b: int, h: int) -> None:
-        """Publish a full block in the prefix cache under content hash ``h``."""
+        """Publish held block ``b`` (one holder) in the prefix cache under content hash ``h``."""
         self.block_hash[b] = h
+        self.ref[b] = 1
         cached = self.cached
         if h in cached:
             self._dups.setdefault(h, []).append(b)
         else:
             cached[h] = b
 
+    def touch(self, blocks: list[int]) -> None:
+        """Take a reference on prefix-hit (live) blocks, pulling free ones out of the queue."""
+        ref = self.ref
+        lru = self._lru
+        for b in blocks:
+            c = ref[b]
+            if c == 0:
+                del lru[b]
+                self.num_free -= 1
+            ref[b] = c + 1
+
     def num_evictable_among(self, blocks: list[int]) -> int:
         ref = self.ref
         return sum(1 for b in blocks if ref[b] == 0)
 
-    def check(self) -> None:
-        """Assert the pool's invariants (debug mode and end of every simulation)."""
-        n = self.num_gpu_blocks
-        blank = set(self._blank)
-        ev = set(self._evictable)
-        assert len(blank) == len(self._blank), "a blank block is queued twice"
-        assert not (blank & ev), "a block is both blank and evictable"
-        assert 0 not in blank and 0 not in ev, "the null block is in the free queue"
-        for b in range(1, n):
-            free = b in blank or b in ev
-            assert (self.ref[b] == 0) == free, f"block {b}: ref {self.ref[b]} but free={free}"
-            assert self.ref[b] >= 0, f"block {b}: negative ref count"
-        for b in ev:
-            assert self.block_hash[b] is not None, f"evictable block {b} has no hash"
+    # ------------------------------------------------------------------ freeing
+    def free(self, blocks: list[int], num_live: int, num_hashed: int) -> None:
+        """Release a request's blocks, tail first, as ``free_blocks(reversed(blocks))`` does.
+
+        ``blocks[:num_live]`` are live (ref-counted, hashed), ``blocks[num_live:num_hashed]`` are
+        hashed with content no lookup can hit again, the rest are unhashed (the partial tail).
+        """
+        if num_hashed < len(blocks):
+            self._blank.extend(blocks[num_hashed:])  # prepended, the tail block first
+        lru = self._lru
+        if num_live < num_hashed:
+            # Tail first into the LRU: blocks[num_hashed-1] is evicted first, i.e. it goes last
+            # in the stored run.
+            lru[self._next_run] = blocks[num_live:num_hashed]
+            self._next_run -= 1
+        freed = len(blocks) - num_live
+        if num_live:
+            ref = self.ref
+            for i in range(num_live - 1, -1, -1):
+                b = blocks[i]
+                c = ref[b] - 1
+                ref[b] = c
+                if c == 0:
+                    lru[b] = None
+                    freed += 1
+        self.num_free += freed
+
+    # ------------------------------------------------------------------ invariants
+    def check(self, held: dict[int, int]) -> None:
+        """Assert the pool's invariants given ``held``: block -> number of holders."""
+        blank = self._blank
+        in_lru: list[int] = []
+        for key, run in self._lru.items():
+            if run is None:
+                in_lru.append(key)
+                assert self.ref.get(key) == 0, f"live free block {key} has ref {self.ref.get(key)}"
+            else:
+                assert key < 0 and run, "malformed dead run"
+                in_lru.extend(reversed(run))
+        free = blank + in_lru
+        assert len(free) == self.num_free, f"free count {self.num_free} but {len(free)} blocks queued"
+        assert len(set(free)) == len(free), "a free block is queued twice"
+        assert not set(free) & held.keys(), "a block is both free and held"
+        assert 0 not in free and 0 not in held, "the null block was handed out"
+        assert len(free) + len(held) == self.num_gpu_blocks - 1, "blocks lost or invented"
+        for b, n in held.items():
+            if b in self.ref:
+                assert self.ref[b] == n, f"live block {b}: ref {self.ref[b]} but {n} holders"
+            else:
+                assert n == 1, f"block {b} without a hash has {n} holders"
         for h, b in self.cached.items():
-            assert self.block_hash[b] == h, f"hash table points at block {b} which no longer has it"
+            assert self.block_hash.get(b) == h, f"hash table points at block {b} which no longer has it"
         for h, bs in self._dups.items():
             for b in bs:
-                assert self.block_hash[b] == h
+                assert self.block_hash.get(b) == h
+        assert self.block_hash.keys() == self.ref.keys()

@@ -35,7 +35,9 @@ class DecodeGroup:
         self.block_size = kv.block_size
         self.max_model_len = max_model_len
         self.n = 0
-        self.ctx_base = 0  # sum over members of (c0 - s0): sum of computed at step k = ctx_base + n*k
+        # Sum over members of (c0 - s0): in step k the members' context lengths (tokens attended,
+        # the new one included) sum to ctx_base + n*(k+1).
+        self.ctx_base = 0
         self.buckets = [0] * self.block_size
         self.finish_heap: list[tuple[int, int, int, Request]] = []
         self.limbo: list[int] = []
@@ -50,13 +52,6 @@ class DecodeGroup:
         limit = min(r.max_tokens, self.max_model_len - r.prompt_len)
         finish_step = step + (limit - r.num_output) - 1
         heapq.heappush(self.finish_heap, (finish_step, r.admit_seq, step, r))
-
-    def blocks_needed(self, step: int) -> int:
-        return self.buckets[step % self.block_size]
-
-    def context_sum(self, step: int) -> int:
-        """Sum of members' context lengths in ``step`` (tokens attended, the new one included)."""
-        return self.ctx_base + self.n * (step + 1)
 
     def materialize(self, r: Request, step: int, last_token_time: float) -> None:
         """Leave the group with state exact as of the start of ``step``."""
@@ -78,9 +73,18 @@ class DecodeGroup:
             limbo = self.limbo
             r.blocks.extend(limbo[-missing:])
             del limbo[-missing:]
-        kv = self.kv
-        if kv.caching:
-            kv.cache_blocks(r, r.num_computed)
+        if r.num_computed // bs > r.num_cached_blocks and self.kv.caching:
+            self.kv.cache_blocks(r, r.num_computed)
+
+    def next_finish_step(self) -> int:
+        """The earliest step in which a member produces its last token (drops stale entries)."""
+        heap = self.finish_heap
+        while heap:
+            f, _seq, s0, r = heap[0]
+            if r.sync_step == s0:
+                return f
+            heapq.heappop(heap)
+        return 1 << 62
 
     def pop_finishing(self, step: int) -> list[Request]:
         """Members whose last token is produced by ``step`` (in running order)."""

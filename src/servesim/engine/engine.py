@@ -10,6 +10,7 @@ dropped silently: every request ends with exactly one outcome.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import deque
 from collections.abc import Callable
@@ -83,69 +84,86 @@ class TraceArrays:
 
 
 class Recorder:
-    """Per-step time series and per-request records, in plain lists (arrays at the end)."""
+    """Per-step time series and per-request records as tuples in lists (arrays at the end)."""
+
+    STEP_FIELDS = (
+        "start_s",
+        "duration_s",
+        "num_tokens",
+        "num_decodes",
+        "num_prefill_tokens",
+        "num_running",
+        "num_waiting",
+        "kv_blocks_used",
+        "num_preempted",
+        "num_admitted",
+        "num_finished",
+    )
+    REQUEST_FIELDS = (
+        "first_scheduled",
+        "first_token",
+        "finish",
+        "num_output",
+        "preemptions",
+        "recomputed",
+        "reused",
+        "prefix_hit",
+        "outcome",
+    )
 
     def __init__(self, n_requests: int) -> None:
-        self.step_start: list[float] = []
-        self.step_duration: list[float] = []
-        self.step_tokens: list[int] = []
-        self.step_decodes: list[int] = []
-        self.step_prefill_tokens: list[int] = []
-        self.step_running: list[int] = []
-        self.step_waiting: list[int] = []
-        self.step_kv_used: list[int] = []
-        self.step_preempted: list[int] = []
-        self.step_admitted: list[int] = []
-        self.step_finished: list[int] = []
-        # Pooled inter-token latencies: per step, how many requests emitted a token in it that
-        # follows their previous token in the step just before (gap = that step's duration);
-        # plus every other gap (after a preemption or an unscheduled step) as explicit values.
-        self.itl_run_first: list[int] = []  # steps s+1 .. s+c-1 of each run of c > 1 outputs
+        self.steps: list[tuple[float, float, int, int, int, int, int, int, int, int, int]] = []
+        self.step_end: list[float] = []
+        # Pooled inter-token latencies: a run of c consecutive outputs starting at step s
+        # contributes the durations of steps s+1 .. s+c-1; every other gap (after a preemption
+        # or a step without a token) is kept as an explicit value.
+        self.itl_run_first: list[int] = []
         self.itl_run_last: list[int] = []
         self.itl_gaps: list[float] = []
-        # Per request (index = trace position).
-        nan = float("nan")
-        self.first_scheduled = [nan] * n_requests
-        self.first_token = [nan] * n_requests
-        self.finish = [nan] * n_requests
-        self.num_output = [0] * n_requests
-        self.preemptions = [0] * n_requests
-        self.recomputed = [0] * n_requests
-        self.reused = [0] * n_requests
-        self.prefix_hit = [0] * n_requests
-        self.outcome = [OUTCOME_UNFINISHED] * n_requests
+        self.requests: list[tuple[float, float, float, int, int, int, int, int, int] | None] = [
+            None
+        ] * n_requests
         self.token_steps: dict[int, list[int]] | None = None
-        # Preemption events: (time, step, request index, context length at preemption).
+        # Preemption events: (time, step, request index, tokens computed when preempted).
         self.preemption_events: list[tuple[float, int, int, int]] = []
         self.prefix_queries = 0
         self.prefix_hits = 0
 
     def close_request(self, r: Request) -> None:
-        i = r.idx
-        self.first_scheduled[i] = r.first_scheduled if r.first_scheduled >= 0 else float("nan")
-        self.first_token[i] = r.first_token if r.first_token >= 0 else float("nan")
-        self.finish[i] = r.finish_time if r.finish_time >= 0 else float("nan")
-        self.num_output[i] = r.num_output
-        self.preemptions[i] = r.num_preemptions
-        self.recomputed[i] = r.recomputed_tokens
-        self.reused[i] = r.reused_tokens
-        self.prefix_hit[i] = r.prefix_hit_tokens
-        self.outcome[i] = r.outcome or OUTCOME_UNFINISHED
+        nan = float("nan")
+        self.requests[r.idx] = (
+            r.first_scheduled if r.first_scheduled >= 0 else nan,
+            r.first_token if r.first_token >= 0 else nan,
+            r.finish_time if r.finish_time >= 0 else nan,
+            r.num_output,
+            r.num_preemptions,
+            r.recomputed_tokens,
+            r.reused_tokens,
+            r.prefix_hit_tokens,
+            r.outcome,
+        )
         seg = r.segments
-        if seg:
-            start = self.step_start  # the end of step s is start[s] + duration[s]
-            dur = self.step_duration
+        if len(seg) == 2:  # the usual case: one run of outputs
+            c = seg[1]
+            if c > 1:
+                self.itl_run_first.append(seg[0] + 1)
+                self.itl_run_last.append(seg[0] + c - 1)
+        elif seg:
+            end = self.step_end
             prev = -1
             for j in range(0, len(seg), 2):
                 s, c = seg[j], seg[j + 1]
                 if prev >= 0:
-                    self.itl_gaps.append(start[s] + dur[s] - (start[prev] + dur[prev]))
+                    self.itl_gaps.append(end[s] - end[prev])
                 if c > 1:
                     self.itl_run_first.append(s + 1)
                     self.itl_run_last.append(s + c - 1)
                 prev = s + c - 1
-            if self.token_steps is not None:
-                self.token_steps[i] = list(seg)
+        if self.token_steps is not None and seg:
+            self.token_steps[r.idx] = list(seg)
+
+    def outcomes(self) -> list[int]:
+        return [OUTCOME_UNFINISHED if t is None else t[8] for t in self.requests]
 
 
 class Engine:
@@ -161,15 +179,17 @@ class Engine:
         step_log: StepLogSink | None = None,
         check_invariants: bool = False,
         record_token_times: bool = False,
+        stretch: bool = True,
     ) -> None:
         self.config = config
+        self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
         self.step_time = step_time
         self.trace = TraceArrays(trace, config.block_size)
         t = self.trace
         if config.max_model_len is not None:
             mml = config.max_model_len
         else:
-            mml = max((p + o for p, o in zip(t.prompt_len, t.output_len, strict=True)), default=2047) + 1
+            mml = max((p + o for p, o in zip(t.prompt_len, t.output_len, strict=True)), default=1) + 1
             config.check_max_model_len(mml)
         self.max_model_len = mml
         self.pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
@@ -190,82 +210,220 @@ class Engine:
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
+        """Simulate until every request has an outcome.
+
+        The cyclic garbage collector is paused meanwhile: the engine creates no reference cycles
+        (reference counting frees everything), and collections triggered by the allocation of
+        millions of small objects would otherwise cost as much as the simulation itself.
+        """
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._run()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _run(self) -> None:
         sched = self.scheduler
+        running = sched.running  # mutated in place by the scheduler, never rebound
+        waiting = sched.waiting
         rec = self.rec
-        model = self.step_time
+        steps = rec.steps
+        step_end = rec.step_end
+        step_time = self.step_time.step_time
         arrival = self.trace.arrival
         n = self.trace.n
+        pool = self.pool
+        usable = pool.usable_blocks
+        timeouts = self.config.queue_timeout_s is not None
+        stretch = self.stretch
         empty_steps = 0
         while True:
-            if not sched.running and not len(sched.waiting):
+            if self._next < n and arrival[self._next] <= self.now:
+                self._arrive()
+            if timeouts:
+                self._expire()
+            if not running and not len(waiting):  # idle: jump to the next arrival
                 if self._next >= n:
                     break
-                if arrival[self._next] > self.now:
-                    self.now = arrival[self._next]
-            self._arrive()
-            if self.config.queue_timeout_s is not None:
-                self._expire()
-            plan = sched.schedule(self.step, self.now)
-            if plan.is_empty():
+                self.now = max(self.now, arrival[self._next])
+                continue
+            if (
+                stretch
+                and not sched.explicit
+                and sched.group is not None
+                and sched.group.n
+                and (not len(waiting) or (len(running) >= sched.max_num_seqs and not timeouts))
+                and self._decode_stretch()
+            ):
+                continue
+            now = self.now
+            step = self.step
+            plan = sched.schedule(step, now)
+            if plan.num_group_decodes == 0 and not plan.scheduled:
                 if not plan.preempted:
-                    if sched.running or not len(sched.waiting):
-                        raise EngineStallError(f"step {self.step}: running requests got no tokens")
-                    if self._next < n:  # blocked until something arrives (cannot happen in vLLM)
-                        self.now = max(self.now, arrival[self._next])
-                        continue
+                    # Impossible for a config vLLM accepts (checked up front); say so loudly.
                     raise EngineStallError(
-                        f"step {self.step}: {len(sched.waiting)} waiting requests can never be admitted"
+                        f"step {step}: nothing could be scheduled ({len(running)} running, "
+                        f"{len(waiting)} waiting, {pool.num_free} free blocks)"
                     )
                 empty_steps += 1
                 if empty_steps > 1000:
-                    raise EngineStallError(f"step {self.step}: 1000 steps in a row scheduled nothing")
+                    raise EngineStallError(f"step {step}: 1000 steps in a row scheduled nothing")
             else:
                 empty_steps = 0
-            batch = self._batch(plan)
-            dt = float(model.step_time(batch))
+            batch = plan.batch()
+            dt = step_time(batch)
             if not dt > 0:
                 raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
-            t_end = self.now + dt
-            self._record_step(plan, batch, dt)
-            finished = sched.update(plan, self.step, t_end)
-            for r in plan.preempted:
-                rec.preemption_events.append((self.now, self.step, r.idx, r.lost_tokens))
-            for r, hit in plan.prefix_hits:
-                if r.num_preemptions == 0:
-                    rec.prefix_hits += hit
-            for r in plan.new:
-                rec.prefix_queries += r.prompt_len
+            t_end = now + dt
+            step_end.append(t_end)
+            n_running = len(running)
+            n_waiting = len(waiting)
+            kv_used = usable - pool.num_free
+            finished = sched.update(plan, step, t_end)
+            if plan.preempted:
+                for r in plan.preempted:
+                    rec.preemption_events.append((now, step, r.idx, r.lost_tokens))
+            if plan.new or plan.resumed:
+                for r, hit in plan.prefix_hits:
+                    if r.num_preemptions == 0:
+                        rec.prefix_hits += hit
+                for r in plan.new:
+                    rec.prefix_queries += r.prompt_len
+            prefill = batch.num_prefill_tokens
+            steps.append(
+                (
+                    now,
+                    dt,
+                    batch.num_decodes + prefill,
+                    batch.num_decodes,
+                    prefill,
+                    n_running,
+                    n_waiting,
+                    kv_used,
+                    len(plan.preempted),
+                    len(plan.new) + len(plan.resumed),
+                    len(finished),
+                )
+            )
             if self.step_log is not None:
                 self._log_step(plan, dt, finished)
             for r in finished:
                 self._close(r)
-            rec.step_finished.append(len(finished))
             self.now = t_end
-            self.step += 1
+            self.step = step + 1
             if self.check_invariants:
                 self.assert_invariants()
         self._finish_run()
+
+    def _decode_stretch(self) -> bool:
+        """Advance, in one go, the steps in which only the decode group runs and nothing can
+        change the batch: no request arrives, none finishes, every step's new blocks fit, and
+        no waiting request can be admitted (there is none, or ``max_num_seqs`` is reached).
+        Returns False when not even one such step is ahead."""
+        sched = self.scheduler
+        group = sched.group
+        assert group is not None
+        step = self.step
+        end = group.next_finish_step()  # that step runs the normal way
+        if end <= step:
+            return False
+        t = self.now
+        next_arrival = self.trace.arrival[self._next] if self._next < self.trace.n else float("inf")
+        if next_arrival <= t:
+            return False
+        n = group.n
+        budget_left = sched.budget - n
+        if budget_left < 0:
+            return False
+        pool = self.pool
+        free = pool.num_free
+        usable = pool.usable_blocks
+        buckets = group.buckets
+        bs = group.block_size
+        ctx = group.ctx_base
+        step_time = self.step_time.step_time
+        steps = self.rec.steps
+        step_end = self.rec.step_end
+        n_running = len(sched.running)
+        n_waiting = len(sched.waiting)
+        log = self.step_log
+        first = step
+        while step < end and t < next_arrival:
+            pops = buckets[step % bs]
+            if pops > free:
+                break
+            free -= pops
+            batch = BatchComposition(n, ctx + n * (step + 1), [])
+            dt = step_time(batch)
+            if not dt > 0:
+                raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
+            steps.append((t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
+            t += dt
+            step_end.append(t)
+            if log is not None:
+                self._log_stretch_step(step, steps[-1])
+            step += 1
+        if step == first:
+            return False
+        taken = pool.num_free - free
+        if taken:
+            group.limbo.extend(pool.get_new_blocks(taken))
+        self.now = t
+        self.step = step
+        if self.check_invariants:
+            self.assert_invariants()
+        return True
+
+    def _log_stretch_step(self, step: int, row: tuple[float, ...]) -> None:
+        assert self.step_log is not None
+        self.step_log(
+            {
+                "step": step,
+                "start_s": row[0],
+                "duration_s": row[1],
+                "scheduled_tokens": {r.req_id: 1 for r in self.scheduler.running},
+                "num_tokens": row[2],
+                "new": [],
+                "resumed": [],
+                "preempted": [],
+                "finished": [],
+                "prefix_hit_tokens": {},
+                "num_running": row[5],
+                "num_waiting": row[6],
+                "kv_blocks_used": row[7],
+                "kv_blocks_free": self.pool.usable_blocks - row[7],
+            }
+        )
 
     def _arrive(self) -> None:
         arrival = self.trace.arrival
         n = self.trace.n
         now = self.now
-        sched = self.scheduler
+        waiting = self.scheduler.waiting
         mml = self.max_model_len
         timeouts = self.config.queue_timeout_s is not None
-        while self._next < n and arrival[self._next] <= now:
-            r = self.trace.make_request(self._next)
-            self._next += 1
+        make = self.trace.make_request
+        init = self.kv.init_request
+        live = self.live
+        i = self._next
+        while i < n and arrival[i] <= now:
+            r = make(i)
+            i += 1
             if r.prompt_len >= mml:
                 r.status = REJECTED
                 r.outcome = OUTCOME_REJECTED_TOO_LONG
                 r.finish_time = r.arrival
                 self.rec.close_request(r)
                 continue
-            self.live[r.idx] = r
-            sched.waiting.add(r)
+            init(r)
+            live[r.idx] = r
+            waiting.add(r)
             if timeouts:
                 self._timeouts.append(r)
+        self._next = i
 
     def _expire(self) -> None:
         """Reject requests unscheduled for longer than ``queue_timeout_s`` (at a step start)."""
@@ -281,33 +439,6 @@ class Engine:
             r.outcome = OUTCOME_REJECTED_TIMEOUT
             r.finish_time = self.now
             self._close(r)
-
-    def _batch(self, plan: StepPlan) -> BatchComposition:
-        decodes = plan.num_group_decodes
-        ctx = plan.group_ctx_sum
-        chunks: list[tuple[int, int]] = []
-        for r, n in plan.scheduled:
-            if n == 1:
-                decodes += 1
-                ctx += r.num_computed + 1
-            else:
-                chunks.append((n, r.num_computed))
-        return BatchComposition(decodes, ctx, chunks)
-
-    def _record_step(self, plan: StepPlan, batch: BatchComposition, dt: float) -> None:
-        rec = self.rec
-        sched = self.scheduler
-        rec.step_start.append(self.now)
-        rec.step_duration.append(dt)
-        prefill = batch.num_prefill_tokens
-        rec.step_tokens.append(batch.num_decodes + prefill)
-        rec.step_decodes.append(batch.num_decodes)
-        rec.step_prefill_tokens.append(prefill)
-        rec.step_running.append(len(sched.running))
-        rec.step_waiting.append(len(sched.waiting))
-        rec.step_kv_used.append(self.pool.usable_blocks - self.pool.num_free)
-        rec.step_preempted.append(len(plan.preempted))
-        rec.step_admitted.append(len(plan.new) + len(plan.resumed))
 
     def _log_step(self, plan: StepPlan, dt: float, finished: list[Request]) -> None:
         """One JSON object per step: the record to compare with vLLM's own scheduler."""
@@ -337,10 +468,10 @@ class Engine:
                 "preempted": [r.req_id for r in plan.preempted],
                 "finished": [r.req_id for r in finished],
                 "prefix_hit_tokens": {r.req_id: h for r, h in plan.prefix_hits},
-                "num_running": self.rec.step_running[-1],
-                "num_waiting": self.rec.step_waiting[-1],
-                "kv_blocks_used": self.rec.step_kv_used[-1],
-                "kv_blocks_free": self.pool.usable_blocks - self.rec.step_kv_used[-1],
+                "num_running": self.rec.steps[-1][5],
+                "num_waiting": self.rec.steps[-1][6],
+                "kv_blocks_used": self.rec.steps[-1][7],
+                "kv_blocks_free": self.pool.usable_blocks - self.rec.steps[-1][7],
             }
         )
 
@@ -360,34 +491,32 @@ class Engine:
     # ------------------------------------------------------------------ invariants
     def assert_invariants(self, final: bool = False) -> None:
         """Conservation checks (see docs/invariants.md); cheap enough to run every step in tests."""
-        self.pool.check()
         sched = self.scheduler
         group = sched.group
-        owners: dict[int, int] = {}
+        held: dict[int, int] = {}
+        bs = self.kv.block_size
         for r in sched.running:
             assert r.status == RUNNING, f"{r.req_id} in running with status {r.status}"
-            assert r.num_output >= 0 and r.num_computed >= 0
+            assert r.num_output >= 0 and r.num_computed >= 0, f"{r.req_id} has a negative count"
+            assert r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)
             for b in r.blocks:
-                owners[b] = owners.get(b, 0) + 1
+                held[b] = held.get(b, 0) + 1
             if r.sync_step < 0:
                 assert r.num_computed <= r.prompt_len + r.num_output, f"{r.req_id} computed past its tokens"
-                assert len(r.blocks) * self.kv.block_size >= r.num_computed, f"{r.req_id} lacks blocks"
-        limbo = group.limbo if group is not None else []
-        for b in limbo:
-            owners[b] = owners.get(b, 0) + 1
-        ref = self.pool.ref
-        for b, c in owners.items():
-            assert ref[b] == c, f"block {b}: ref count {ref[b]} but {c} holders"
-        in_use = sum(1 for b in range(1, self.pool.num_gpu_blocks) if ref[b] > 0)
-        assert in_use == len(owners), "a block is referenced by nobody"
-        assert len(sched.waiting) >= 0
+                assert len(r.blocks) * bs >= r.num_computed, f"{r.req_id} lacks blocks"
+                assert r.num_cached_blocks == min(r.num_computed, r.prompt_len + r.num_output) // bs or (
+                    not self.kv.caching and r.num_cached_blocks == 0
+                ), f"{r.req_id}: hashed blocks out of step with computed tokens"
+        for b in group.limbo if group is not None else ():
+            held[b] = held.get(b, 0) + 1
         for r in sched.waiting:
             assert not r.blocks, f"waiting request {r.req_id} holds blocks"
+        self.pool.check(held)
         if final:
             assert not sched.running and not len(sched.waiting), "requests left in the engine"
-            assert not limbo, "blocks left in limbo"
+            assert not held, "blocks still held at the end"
             assert self.pool.num_free == self.pool.usable_blocks, "KV blocks not returned to the pool"
-            outcomes = self.rec.outcome
+            outcomes = self.rec.outcomes()
             for i in range(self.trace.n):
                 assert outcomes[i] != OUTCOME_UNFINISHED, f"request {self.trace.req_id[i]} has no outcome"
 

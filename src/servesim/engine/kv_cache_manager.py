@@ -81,12 +81,17 @@ class KVCacheManager:
             return group_key(r.group, i)
         return unique_key(r.idx, i)
 
+    def init_request(self, r: Request) -> None:
+        """Set how many leading blocks of ``r`` hold content other requests may share."""
+        if r.hash_keys is not None:
+            r.num_shared_blocks = len(r.hash_keys)
+        elif r.group >= 0:
+            r.num_shared_blocks = r.prefix_len // self.block_size
+
     # -- prefix cache ---------------------------------------------------------------------
     def lookup(self, r: Request) -> list[int]:
         """Longest chain of cached full blocks, capped so the last token is always computed."""
-        if not self.caching:
-            return []
-        if r.num_preemptions == 0 and r.group < 0 and r.hash_keys is None:
+        if not self.caching or (r.num_shared_blocks == 0 and r.num_preemptions == 0):
             return []  # all blocks unique to a request that never ran: nothing can hit
         cached = self.pool.cached
         hit: list[int] = []
@@ -98,15 +103,21 @@ class KVCacheManager:
         return hit
 
     def cache_blocks(self, r: Request, num_tokens: int) -> None:
-        """Register every block that ``num_tokens`` tokens fill (vLLM does it at schedule time)."""
+        """Mark every block that ``num_tokens`` tokens fill as hashed (vLLM does it at schedule
+        time). Blocks with shareable content are published in the hash table right away; blocks
+        only this request could hit are published only if it is preempted (``free_preempted``)."""
         full = num_tokens // self.block_size
         start = r.num_cached_blocks
         if full <= start:
             return
-        pool = self.pool
-        blocks = r.blocks
-        for i in range(start, full):
-            pool.register(blocks[i], self.block_key(r, i))
+        shared = r.num_shared_blocks
+        if start < shared:
+            end = full if full < shared else shared
+            pool = self.pool
+            blocks = r.blocks
+            for i in range(start, end):
+                pool.register(blocks[i], self.block_key(r, i))
+            r.num_live_blocks = end
         r.num_cached_blocks = full
 
     # -- allocation -----------------------------------------------------------------------
@@ -154,12 +165,9 @@ class KVCacheManager:
             return False
         if hit:
             pool.touch(hit)
-            r.blocks = list(hit)
-            r.num_cached_blocks = len(hit)
-        else:
-            r.blocks = []
-            r.num_cached_blocks = 0
-        more = slot_blocks - len(r.blocks)
+        r.blocks = hit
+        r.num_cached_blocks = r.num_live_blocks = len(hit)
+        more = slot_blocks - len(hit)
         if more > 0:
             r.blocks.extend(pool.get_new_blocks(more))
         if self.caching:
@@ -167,10 +175,19 @@ class KVCacheManager:
         return True
 
     def free(self, r: Request) -> None:
-        """Return the request's blocks, tail first, so its prefix is evicted last."""
-        blocks = r.blocks
-        if blocks:
-            blocks.reverse()
-            self.pool.free_blocks(blocks)
+        """Return a finished request's blocks, tail first, so its prefix is evicted last."""
+        if r.blocks:
+            self.pool.free(r.blocks, r.num_live_blocks, r.num_cached_blocks)
         r.blocks = []
-        r.num_cached_blocks = 0
+        r.num_cached_blocks = r.num_live_blocks = 0
+
+    def free_preempted(self, r: Request) -> None:
+        """Free a preempted request's blocks, publishing its hashed blocks first: it will look
+        them up when it is re-admitted (whatever has not been evicted by then is reused)."""
+        if self.caching:
+            pool = self.pool
+            blocks = r.blocks
+            for i in range(r.num_live_blocks, r.num_cached_blocks):
+                pool.register(blocks[i], self.block_key(r, i))
+            r.num_live_blocks = r.num_cached_blocks
+        self.free(r)

@@ -14,12 +14,19 @@ PREEMPTED = 2
 FINISHED = 3
 REJECTED = 4
 
-# Outcomes, as reported per request.
-OUTCOME_FINISHED = "finished"
-OUTCOME_LENGTH_CAPPED = "finished_max_model_len"
-OUTCOME_REJECTED_TOO_LONG = "rejected_prompt_too_long"
-OUTCOME_REJECTED_TIMEOUT = "rejected_queue_timeout"
-OUTCOME_UNFINISHED = "unfinished"
+# Outcomes: every request ends with exactly one. Codes index OUTCOMES (their reported names).
+OUTCOMES = (
+    "unfinished",
+    "finished",
+    "finished_max_model_len",
+    "rejected_prompt_too_long",
+    "rejected_queue_timeout",
+)
+OUTCOME_UNFINISHED = 0
+OUTCOME_FINISHED = 1
+OUTCOME_LENGTH_CAPPED = 2
+OUTCOME_REJECTED_TOO_LONG = 3
+OUTCOME_REJECTED_TIMEOUT = 4
 
 
 class Request:
@@ -40,8 +47,10 @@ class Request:
         "max_tokens",
         "num_cached_blocks",
         "num_computed",
+        "num_live_blocks",
         "num_output",
         "num_preemptions",
+        "num_shared_blocks",
         "outcome",
         "prefix_hit_tokens",
         "prefix_len",
@@ -83,7 +92,12 @@ class Request:
         self.num_computed = 0
         self.num_output = 0
         self.blocks: list[int] = []
-        self.num_cached_blocks = 0  # leading blocks already registered in the prefix cache
+        # Prefix-cache state of the held blocks (see block_pool): the first num_cached_blocks are
+        # hashed as in vLLM, of which the first num_live_blocks can be hit by a lookup. Blocks
+        # below num_shared_blocks hold content other requests may share (group prefix, hash_ids).
+        self.num_cached_blocks = 0
+        self.num_live_blocks = 0
+        self.num_shared_blocks = 0
         self.admit_seq = -1  # order of (re)admission into running: running list is sorted by it
         self.sync_step = -1  # fast path: step at which num_computed/num_output were last exact
 
@@ -99,7 +113,7 @@ class Request:
         self.prefix_hit_tokens = 0  # prefix-cache hit at first admission
         # Output-token timeline as runs of consecutive steps: [first_step, count, ...] flattened.
         self.segments: list[int] = []
-        self.outcome = ""
+        self.outcome = OUTCOME_UNFINISHED
 
     @property
     def num_tokens(self) -> int:

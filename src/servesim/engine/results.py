@@ -22,13 +22,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.request import (
-    OUTCOME_FINISHED,
-    OUTCOME_LENGTH_CAPPED,
-    OUTCOME_REJECTED_TIMEOUT,
-    OUTCOME_REJECTED_TOO_LONG,
-    OUTCOME_UNFINISHED,
-)
+from servesim.engine.request import OUTCOMES
+
+OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT = OUTCOMES[1:]
+OUTCOME_UNFINISHED = OUTCOMES[0]
 
 PERCENTILES = (50, 90, 95, 99)
 

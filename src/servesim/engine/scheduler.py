@@ -32,6 +32,7 @@ from servesim.engine.request import (
     WAITING,
     Request,
 )
+from servesim.engine.step_time import BatchComposition
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 
 
@@ -58,12 +59,18 @@ class StepPlan:
         self.resumed: list[Request] = []
         self.prefix_hits: list[tuple[Request, int]] = []
 
-    @property
-    def num_tokens(self) -> int:
-        return self.num_group_decodes + sum(n for _, n in self.scheduled)
-
-    def is_empty(self) -> bool:
-        return not self.scheduled and self.num_group_decodes == 0
+    def batch(self) -> BatchComposition:
+        """What the step computes, for the step-time model (one token = a decode)."""
+        decodes = self.num_group_decodes
+        ctx = self.group_ctx_sum
+        chunks: list[tuple[int, int]] = []
+        for r, n in self.scheduled:
+            if n == 1:
+                decodes += 1
+                ctx += r.num_computed + 1
+            else:
+                chunks.append((n, r.num_computed))
+        return BatchComposition(decodes, ctx, chunks)
 
 
 class Scheduler:
@@ -162,7 +169,8 @@ class Scheduler:
         explicit = self.explicit
         running = self.running
         chunks: list[tuple[Request, int]] = []
-        blocks = group.blocks_needed(step)
+        group_blocks = group.buckets[step % group.block_size]  # members crossing a block boundary
+        blocks = group_blocks
         left = budget - group.n  # what remains once every member has its token
         if left < 0:
             return -1
@@ -193,14 +201,13 @@ class Scheduler:
                 return -1
         if blocks > kv.pool.num_free:
             return -1
-        k = group.blocks_needed(step)
-        if k:
-            group.limbo.extend(kv.pool.get_new_blocks(k))
+        if group_blocks:
+            group.limbo.extend(kv.pool.get_new_blocks(group_blocks))
         for r, n in chunks:
             kv.allocate_running(r, n)
         plan.scheduled = chunks
         plan.num_group_decodes = group.n
-        plan.group_ctx_sum = group.context_sum(step)
+        plan.group_ctx_sum = group.ctx_base + group.n * (step + 1)
         return left
 
     def _waiting_pass(self, plan: StepPlan, budget: int, thr: int, now: float) -> None:
@@ -245,7 +252,7 @@ class Scheduler:
             budget -= n
 
     def _preempt(self, r: Request) -> None:
-        self.kv.free(r)
+        self.kv.free_preempted(r)
         r.status = PREEMPTED
         r.lost_tokens = r.num_computed
         r.num_computed = 0
@@ -313,8 +320,10 @@ class Scheduler:
         """After a step, explicit requests that now decode join the group."""
         group = self.group
         assert group is not None
-        keep: list[Request] = []
         candidates = self.explicit
+        if not candidates and not plan.new and not plan.resumed:
+            return
+        keep: list[Request] = []
         if plan.new or plan.resumed:
             candidates = candidates + plan.new + plan.resumed
             candidates.sort(key=_admit_key)

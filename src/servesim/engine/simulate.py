@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, StepLogSink
+from servesim.engine.engine import Engine, Recorder, StepLogSink
+from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_UNFINISHED, OUTCOMES
 from servesim.engine.results import SLO, SimulationResult, good_mask, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.traces.schema import Trace
@@ -56,18 +58,26 @@ def simulate(
     return build_result(engine, trace, slo, describe_model(model))
 
 
+def _table(rows: list[Any], width: int) -> np.ndarray:
+    """Rows of numbers (tuples) as a float64 matrix, fast."""
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=len(rows) * width)
+    return flat.reshape(len(rows), width)
+
+
 def build_result(
     engine: Engine, trace: Trace, slo: SLO | None, model_desc: dict[str, Any]
 ) -> SimulationResult:
     rec = engine.rec
     t = engine.trace
+    nan = float("nan")
+    unclosed = (nan, nan, nan, 0, 0, 0, 0, 0, OUTCOME_UNFINISHED)
+    table = _table([x if x is not None else unclosed for x in rec.requests], 9)
     arrival = np.asarray(t.arrival, dtype=np.float64)
-    first_sched = np.asarray(rec.first_scheduled, dtype=np.float64)
-    first_tok = np.asarray(rec.first_token, dtype=np.float64)
-    finish = np.asarray(rec.finish, dtype=np.float64)
-    num_output = np.asarray(rec.num_output, dtype=np.int64)
-    outcome = np.asarray(rec.outcome, dtype=object)
-    finished = (outcome == "finished") | (outcome == "finished_max_model_len")
+    first_sched, first_tok, finish = table[:, 0], table[:, 1], table[:, 2]
+    num_output = table[:, 3].astype(np.int64)
+    codes = table[:, 8].astype(np.int64)
+    outcome = np.asarray(OUTCOMES, dtype=object)[codes]
+    finished = (codes == OUTCOME_FINISHED) | (codes == OUTCOME_LENGTH_CAPPED)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(num_output > 1, (finish - first_tok) / (num_output - 1), np.nan) * 1e3
     requests = pd.DataFrame(
@@ -84,10 +94,10 @@ def build_result(
             "tpot_ms": np.where(finished, tpot, np.nan),
             "e2e_ms": np.where(finished, (finish - arrival) * 1e3, np.nan),
             "queue_ms": (first_sched - arrival) * 1e3,
-            "num_preemptions": np.asarray(rec.preemptions, dtype=np.int64),
-            "recomputed_tokens": np.asarray(rec.recomputed, dtype=np.int64),
-            "reused_tokens": np.asarray(rec.reused, dtype=np.int64),
-            "prefix_hit_tokens": np.asarray(rec.prefix_hit, dtype=np.int64),
+            "num_preemptions": table[:, 4].astype(np.int64),
+            "recomputed_tokens": table[:, 5].astype(np.int64),
+            "reused_tokens": table[:, 6].astype(np.int64),
+            "prefix_hit_tokens": table[:, 7].astype(np.int64),
             "outcome": pd.Series(outcome, dtype=object),
         }
     )
@@ -98,19 +108,11 @@ def build_result(
         df["sla_ttft_ms"].to_numpy(dtype=np.float64),
         df["sla_e2e_ms"].to_numpy(dtype=np.float64),
     )
+    step_table = _table(rec.steps, len(Recorder.STEP_FIELDS))
     steps = pd.DataFrame(
         {
-            "start_s": np.asarray(rec.step_start, dtype=np.float64),
-            "duration_s": np.asarray(rec.step_duration, dtype=np.float64),
-            "num_tokens": np.asarray(rec.step_tokens, dtype=np.int64),
-            "num_decodes": np.asarray(rec.step_decodes, dtype=np.int64),
-            "num_prefill_tokens": np.asarray(rec.step_prefill_tokens, dtype=np.int64),
-            "num_running": np.asarray(rec.step_running, dtype=np.int64),
-            "num_waiting": np.asarray(rec.step_waiting, dtype=np.int64),
-            "kv_blocks_used": np.asarray(rec.step_kv_used, dtype=np.int64),
-            "num_preempted": np.asarray(rec.step_preempted, dtype=np.int64),
-            "num_admitted": np.asarray(rec.step_admitted, dtype=np.int64),
-            "num_finished": np.asarray(rec.step_finished, dtype=np.int64),
+            name: step_table[:, j] if name.endswith("_s") else step_table[:, j].astype(np.int64)
+            for j, name in enumerate(Recorder.STEP_FIELDS)
         }
     )
     n_steps = len(steps)

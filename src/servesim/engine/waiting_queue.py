@@ -5,37 +5,20 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterator
 
 from servesim.engine.request import REJECTED, Request
 
 
-class FCFSQueue:
-    __slots__ = ("_q",)
+class FCFSQueue(deque[Request]):
+    """A deque (as in vLLM): ``len()`` and truth tests stay in C on the hot path."""
 
-    def __init__(self) -> None:
-        self._q: deque[Request] = deque()
-
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def add(self, r: Request) -> None:
-        self._q.append(r)
-
-    def prepend(self, r: Request) -> None:
-        self._q.appendleft(r)
+    add = deque.append
+    prepend = deque.appendleft
+    pop = deque.popleft  # type: ignore[assignment]
 
     def peek(self) -> Request:
-        return self._q[0]
-
-    def pop(self) -> Request:
-        return self._q.popleft()
-
-    def remove(self, r: Request) -> None:
-        # Only used for queue timeouts: the oldest never-scheduled requests sit near the front.
-        self._q.remove(r)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self._q)
+        return self[0]
 
 
 class PriorityQueue:
@@ -77,5 +60,5 @@ class PriorityQueue:
         # The caller marks r REJECTED first; its heap entry is dropped when it reaches the top.
         self._n -= 1
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Request]:
         return (e[3] for e in sorted(self._heap, key=lambda e: e[:3]) if e[3].status != REJECTED)
