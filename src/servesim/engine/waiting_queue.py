@@ -15,7 +15,7 @@ class FCFSQueue(deque[Request]):
 
     add = deque.append
     prepend = deque.appendleft
-    pop = deque.popleft  # type: ignore[assignment]
+    pop = deque.popleft
 
     def peek(self) -> Request:
         return self[0]
