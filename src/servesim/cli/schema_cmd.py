@@ -8,6 +8,8 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
+from servesim.traces.generate import GeneratorSpec
+from servesim.traces.inspect import TraceStats
 from servesim.traces.schema import RequestRecord, TraceProvenance
 
 
@@ -16,6 +18,8 @@ def boundary_models() -> dict[str, type[BaseModel]]:
     models: dict[str, type[BaseModel]] = {
         "RequestRecord": RequestRecord,
         "TraceProvenance": TraceProvenance,
+        "GeneratorSpec": GeneratorSpec,
+        "TraceStats": TraceStats,
     }
     return models
 
