@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
+from servesim.engine import SLO, EngineConfig, SimulationReport
 from servesim.traces.generate import GeneratorSpec
 from servesim.traces.inspect import TraceStats
 from servesim.traces.schema import RequestRecord, TraceProvenance
@@ -20,6 +21,9 @@ def boundary_models() -> dict[str, type[BaseModel]]:
         "TraceProvenance": TraceProvenance,
         "GeneratorSpec": GeneratorSpec,
         "TraceStats": TraceStats,
+        "EngineConfig": EngineConfig,
+        "SLO": SLO,
+        "SimulationReport": SimulationReport,
     }
     return models
 

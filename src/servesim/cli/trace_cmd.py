@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 import yaml
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from servesim.cli.common import fail, print_json
 from servesim.traces import (
     BUNDLED_TRACES,
     FORMAT_NAMES,
@@ -57,27 +58,6 @@ class ArrivalKind(StrEnum):
     onoff = "onoff"
     ramp = "ramp"
     diurnal = "diurnal"
-
-
-def fail(exc: BaseException | str) -> NoReturn:
-    """Print a one-line error on stderr and exit with code 2."""
-    typer.echo(f"error: {one_line(exc)}", err=True)
-    raise typer.Exit(2)
-
-
-def one_line(exc: BaseException | str) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
-    if isinstance(exc, OSError) and exc.filename is not None:
-        return f"{exc.filename}: {exc.strerror or exc}"
-    text = str(exc).strip()
-    if isinstance(exc, KeyError):
-        text = str(exc.args[0]) if exc.args else text
-    return " ".join(text.split())
-
-
-def _print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 def _stats_table(stats: TraceStats, title: str) -> Table:
@@ -137,7 +117,7 @@ def register(app: typer.Typer) -> None:
             fail(exc)
         stats = inspect_trace(trace)
         if as_json:
-            _print_json(stats.model_dump(mode="json"))
+            print_json(stats.model_dump(mode="json"))
         else:
             Console().print(_stats_table(stats, f"{file}"))
             for note in trace.provenance.notes:
@@ -278,7 +258,7 @@ def register(app: typer.Typer) -> None:
             fail(exc)
         stats = inspect_trace(trace)
         if as_json:
-            _print_json(
+            print_json(
                 {
                     "out": None if out is None else str(out),
                     "spec": spec.model_dump(mode="json"),

@@ -22,7 +22,6 @@ from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_cache_manager import KVCacheManager, hash_id_keys
 from servesim.engine.request import (
-    FINISHED,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
@@ -36,6 +35,8 @@ from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.traces.schema import Trace
 
 StepLogSink = Callable[[dict[str, Any]], None]
+ProgressHook = Callable[[int, int], None]  # (requests with an outcome, requests in the trace)
+PROGRESS_EVERY_STEPS = 1 << 13
 
 
 class EngineStallError(RuntimeError):
@@ -180,9 +181,12 @@ class Engine:
         check_invariants: bool = False,
         record_token_times: bool = False,
         stretch: bool = True,
+        progress: ProgressHook | None = None,
     ) -> None:
         self.config = config
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
+        self.progress = progress
+        self.num_closed = 0
         self.step_time = step_time
         self.trace = TraceArrays(trace, config.block_size)
         t = self.trace
@@ -316,7 +320,11 @@ class Engine:
             self.step = step + 1
             if self.check_invariants:
                 self.assert_invariants()
+            if self.progress is not None and not self.step % PROGRESS_EVERY_STEPS:
+                self.progress(self.num_closed, n)
         self._finish_run()
+        if self.progress is not None:
+            self.progress(self.num_closed, n)
 
     def _decode_stretch(self) -> bool:
         """Advance, in one go, the steps in which only the decode group runs and nothing can
@@ -417,6 +425,7 @@ class Engine:
                 r.outcome = OUTCOME_REJECTED_TOO_LONG
                 r.finish_time = r.arrival
                 self.rec.close_request(r)
+                self.num_closed += 1
                 continue
             init(r)
             live[r.idx] = r
@@ -478,6 +487,7 @@ class Engine:
     def _close(self, r: Request) -> None:
         self.live.pop(r.idx, None)
         self.rec.close_request(r)
+        self.num_closed += 1
 
     def _finish_run(self) -> None:
         sched = self.scheduler
@@ -531,4 +541,4 @@ def jsonl_sink(path: str) -> tuple[StepLogSink, Callable[[], None]]:
     return sink, f.close
 
 
-__all__ = ["FINISHED", "Engine", "EngineStallError", "StepLogSink", "jsonl_sink"]
+__all__ = ["Engine", "EngineStallError", "ProgressHook", "StepLogSink", "jsonl_sink"]

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, Recorder, StepLogSink
+from servesim.engine.engine import Engine, ProgressHook, Recorder, StepLogSink
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_UNFINISHED, OUTCOMES
 from servesim.engine.results import SLO, SimulationResult, good_mask, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
@@ -36,12 +36,15 @@ def simulate(
     step_log: StepLogSink | None = None,
     check_invariants: bool = False,
     record_token_times: bool = False,
+    progress: ProgressHook | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` through one vLLM V1 replica and measure it.
 
     ``fast=False`` runs the naive loop (every request touched every step): the reference the
     fast path is tested against. ``step_log`` receives one dict per engine step.
     ``check_invariants`` checks block and token conservation after every step (slow).
+    ``record_token_times`` keeps every output token's time (``SimulationResult.token_times``).
+    ``progress(done, total)`` is called every few thousand steps and at the end.
     """
     config = config or EngineConfig()
     model = step_time or LinearStepTime()
@@ -53,6 +56,7 @@ def simulate(
         step_log=step_log,
         check_invariants=check_invariants,
         record_token_times=record_token_times,
+        progress=progress,
     )
     engine.run()
     return build_result(engine, trace, slo, describe_model(model))

@@ -3,6 +3,7 @@
 Public API::
 
     load_trace(path_or_bundled_name, *, format=None, strict=False, hash_block_size=None, seed=0) -> Trace
+    open_trace("file.csv" | "azure-conv" | "poisson_100_rps", seed=0) -> Trace   (what CLIs accept)
     write_trace(trace, path, format=None) -> Path
     generate_trace(GeneratorSpec(...)) -> Trace;  preset_spec("default") -> GeneratorSpec
     inspect_trace(trace) -> TraceStats
@@ -34,6 +35,7 @@ from servesim.traces.lengths import FixedLength, LengthModel, LogNormalLength, R
 from servesim.traces.load import FORMAT_NAMES, load_trace
 from servesim.traces.prefixes import PrefixSpec
 from servesim.traces.presets import PRESETS, preset_spec
+from servesim.traces.resolve import open_trace
 from servesim.traces.schema import COLUMNS, DroppedRow, RequestRecord, Trace, TraceProvenance
 from servesim.traces.writers import write_trace
 
@@ -68,6 +70,7 @@ __all__ = [
     "generate_trace",
     "inspect_trace",
     "load_trace",
+    "open_trace",
     "parse_arrival_name",
     "preset_spec",
     "write_trace",

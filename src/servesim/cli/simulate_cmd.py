@@ -1,0 +1,268 @@
+"""``servesim simulate`` and ``servesim demo``: one vLLM replica over a trace.
+
+Every engine setting is a vLLM key, taken from ``--config FILE`` (YAML or JSON) and/or a
+``--kebab-case`` flag of the same name (a flag wins over the file). ``--json`` prints the
+report alone on stdout; ``--out`` writes it to a file (atomically); ``--step-log`` writes one
+JSON line per engine step, to compare with vLLM's own scheduler.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.engine import (
+    SLO,
+    ConstantStepTime,
+    EngineConfig,
+    EngineStallError,
+    LinearStepTime,
+    SimulationResult,
+    StepTimeModel,
+    simulate,
+)
+from servesim.engine.engine import jsonl_sink
+from servesim.traces import Trace, TraceError, open_trace
+
+TRACE_HELP = (
+    "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
+    "(default, poisson_100_rps, bursty, ...; see `servesim generate --list-presets`)."
+)
+
+
+class Policy(StrEnum):
+    fcfs = "fcfs"
+    priority = "priority"
+
+
+def engine_config(config_file: Path | None, flags: dict[str, Any]) -> EngineConfig:
+    """The engine config from a vLLM-keyed file plus flag overrides (flags win)."""
+    given = {k: (v.value if isinstance(v, StrEnum) else v) for k, v in flags.items() if v is not None}
+    if config_file is not None:
+        return EngineConfig.from_file(config_file, **given)
+    return EngineConfig(**given)
+
+
+def step_time_model(step_time_ms: float | None) -> StepTimeModel:
+    if step_time_ms is not None:
+        return ConstantStepTime(step_time_s=step_time_ms / 1000.0)
+    return LinearStepTime()
+
+
+@contextmanager
+def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def summary_table(result: SimulationResult, title: str) -> Table:
+    s = result.summary
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric", style="bold")
+    for col in ("mean", "p50", "p90", "p99", "max"):
+        table.add_column(col, justify="right")
+    for name, st in (
+        ("TTFT ms", s.ttft_ms),
+        ("TPOT ms", s.tpot_ms),
+        ("ITL ms", s.itl_ms),
+        ("E2E ms", s.e2e_ms),
+        ("queue ms", s.queue_ms),
+    ):
+        table.add_row(name, *(f"{x:,.1f}" for x in (st.mean, st.p50, st.p90, st.p99, st.max)))
+    return table
+
+
+def totals_table(result: SimulationResult) -> Table:
+    s = result.summary
+    table = Table(show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row(
+        "requests",
+        f"{s.num_requests:,} ({s.num_finished:,} finished, {s.num_length_capped:,} capped by max_model_len, "
+        f"{s.num_rejected_prompt_too_long + s.num_rejected_queue_timeout:,} rejected)",
+    )
+    table.add_row(
+        "duration", f"{s.duration_s:,.1f} s in {s.num_steps:,} engine steps (busy {s.busy_s:,.1f} s)"
+    )
+    table.add_row(
+        "throughput",
+        f"{s.request_throughput:,.2f} req/s, {s.output_token_throughput:,.0f} output tok/s, "
+        f"{s.total_token_throughput:,.0f} total tok/s",
+    )
+    if s.slo is not None:
+        table.add_row(
+            "goodput", f"{s.goodput:,.2f} req/s ({s.num_good:,} of {s.num_requests:,} meet the SLO)"
+        )
+    table.add_row(
+        "batch",
+        f"mean {s.mean_running:,.1f} running (max {s.max_running}), {s.mean_batch_tokens:,.0f} tokens/step; "
+        f"mean {s.mean_waiting:,.1f} waiting (max {s.max_waiting})",
+    )
+    table.add_row("KV cache", f"mean {s.mean_kv_usage:.1%} used, max {s.max_kv_usage:.1%}")
+    table.add_row(
+        "preemptions",
+        f"{s.num_preemptions:,} ({s.num_preempted_requests:,} requests, at most "
+        f"{s.max_preemptions_per_request} each); {s.recomputed_tokens:,} tokens recomputed, "
+        f"{s.reused_tokens:,} reused from the cache",
+    )
+    if s.prefix_cache_hit_rate is not None:
+        table.add_row("prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}")
+    return table
+
+
+def run_and_report(
+    trace: Trace,
+    config: EngineConfig,
+    model: StepTimeModel,
+    *,
+    slo: SLO | None,
+    as_json: bool,
+    out: Path | None,
+    step_log: Path | None,
+    include_requests: bool,
+    naive: bool,
+    title: str,
+) -> SimulationResult:
+    sink = close = None
+    if step_log is not None:
+        sink, close = jsonl_sink(str(step_log))
+    try:
+        with progress_bar(not as_json, "simulating") as hook:
+            result = simulate(trace, config, model, slo=slo, fast=not naive, step_log=sink, progress=hook)
+    finally:
+        if close is not None:
+            close()
+    report = result.report(include_requests=include_requests)
+    if out is not None:
+        write_text_atomic(out, report.model_dump_json(indent=2) + "\n")
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        console = Console()
+        console.print(summary_table(result, title))
+        console.print(totals_table(result))
+        if out is not None:
+            console.print(f"report written to {out}")
+    return result
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    def simulate_cmd(
+        trace: str = typer.Argument(..., help=TRACE_HELP),
+        config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
+        max_num_seqs: int | None = typer.Option(None, help="Most requests in the running batch."),
+        max_num_batched_tokens: int | None = typer.Option(None, help="Token budget of one engine step."),
+        block_size: int | None = typer.Option(None, help="Tokens per KV block."),
+        num_gpu_blocks: int | None = typer.Option(None, help="KV blocks in the pool (incl. the null block)."),
+        enable_chunked_prefill: bool | None = typer.Option(
+            None,
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            help="Split long prompts across steps.",
+        ),
+        enable_prefix_caching: bool | None = typer.Option(
+            None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Reuse KV of identical prefixes."
+        ),
+        long_prefill_token_threshold: int | None = typer.Option(None, help="Per-request token cap per step."),
+        policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
+        max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
+        watermark: float | None = typer.Option(None, help="Fraction of blocks kept free for admissions."),
+        queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
+        step_time_ms: float | None = typer.Option(
+            None, help="Every step takes this long (for step-by-step comparison); default: linear model."
+        ),
+        slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=20000."),
+        seed: int = typer.Option(0, help="Seed for generated traces and seed-JSON arrivals."),
+        num_requests: int | None = typer.Option(None, help="Requests to generate (presets only)."),
+        step_log: Path | None = typer.Option(None, help="Write one JSON line per engine step here."),
+        out: Path | None = typer.Option(None, help="Write the JSON report here."),
+        requests: bool = typer.Option(True, "--requests/--no-requests", help="Per-request records in JSON."),
+        naive: bool = typer.Option(False, help="Use the naive loop (the fast path's reference)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
+    ) -> None:
+        """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
+        try:
+            cfg = engine_config(
+                config,
+                {
+                    "max_num_seqs": max_num_seqs,
+                    "max_num_batched_tokens": max_num_batched_tokens,
+                    "block_size": block_size,
+                    "num_gpu_blocks": num_gpu_blocks,
+                    "enable_chunked_prefill": enable_chunked_prefill,
+                    "enable_prefix_caching": enable_prefix_caching,
+                    "long_prefill_token_threshold": long_prefill_token_threshold,
+                    "policy": policy,
+                    "max_model_len": max_model_len,
+                    "watermark": watermark,
+                    "queue_timeout_s": queue_timeout_s,
+                },
+            )
+            goal = SLO.parse(slo) if slo else None
+            model = step_time_model(step_time_ms)
+            tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            run_and_report(
+                tr,
+                cfg,
+                model,
+                slo=goal,
+                as_json=as_json,
+                out=out,
+                step_log=step_log,
+                include_requests=requests,
+                naive=naive,
+                title=f"{trace}: {len(tr):,} requests",
+            )
+        except (TraceError, ValidationError, ValueError, OSError, EngineStallError) as exc:
+            fail(exc)
+
+    @app.command("demo")
+    def demo_cmd(
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
+    ) -> None:
+        """The main job on bundled data: one hour of Azure's conversation trace (19,366 real
+        requests) through one replica with vLLM's default scheduler settings."""
+        trace = open_trace("azure-conv")
+        cfg = EngineConfig(
+            num_gpu_blocks=28000, max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=16384
+        )
+        run_and_report(
+            trace,
+            cfg,
+            LinearStepTime(),
+            slo=SLO(ttft_ms=1000, tpot_ms=100),
+            as_json=as_json,
+            out=None,
+            step_log=None,
+            include_requests=False,
+            naive=False,
+            title="demo: Azure LLM inference trace 2023 (conversation), one replica",
+        )

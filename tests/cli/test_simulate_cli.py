@@ -1,0 +1,107 @@
+"""`servesim simulate` / `servesim demo` / `servesim schema` from a user's shell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+
+runner = CliRunner()
+
+
+def _trace_file(tmp_path: Path) -> Path:
+    path = tmp_path / "t.jsonl"
+    rows = [
+        {"req_id": "a", "arrival_time_s": 0.0, "prompt_len": 300, "output_len": 20},
+        {"req_id": "b", "arrival_time_s": 0.1, "prompt_len": 900, "output_len": 5},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_simulate_json_is_the_report_alone_on_stdout(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--json", "--slo", "ttft_ms=100"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["summary"]["num_finished"] == 2
+    assert [r["req_id"] for r in report["requests"]] == ["a", "b"]
+    assert report["summary"]["slo"] == {"ttft_ms": 100.0, "tpot_ms": None, "e2e_ms": None}
+
+
+def test_config_file_keys_and_kebab_flags_agree_and_flags_win(tmp_path: Path) -> None:
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text("max_num_seqs: 1\nmax-num-batched-tokens: 256\nenable_prefix_caching: false\n")
+    args = ["simulate", str(_trace_file(tmp_path)), "--config", str(cfg), "--json", "--step-time-ms", "10"]
+    report = json.loads(runner.invoke(app, args).stdout)
+    assert report["config"]["max_num_seqs"] == 1 and report["config"]["max_num_batched_tokens"] == 256
+    assert report["step_time_model"] == {"kind": "constant", "step_time_s": 0.01}
+    b = report["requests"][1]
+    assert b["queue_ms"] > 100  # one sequence slot: b waits for a's 20 steps
+    report2 = json.loads(runner.invoke(app, [*args, "--max-num-seqs", "4"]).stdout)
+    assert report2["config"]["max_num_seqs"] == 4
+    assert report2["requests"][1]["queue_ms"] <= 10.0 + 1e-9  # at most until the next step starts
+
+
+def test_step_log_and_out_files(tmp_path: Path) -> None:
+    log, out = tmp_path / "steps.jsonl", tmp_path / "r" / "report.json"
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(_trace_file(tmp_path)),
+            "--step-log",
+            str(log),
+            "--out",
+            str(out),
+            "--step-time-ms",
+            "5",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert lines[0]["scheduled_tokens"] == {"a": 300}
+    assert sum(d["num_tokens"] for d in lines) == 300 + 19 + 900 + 4  # last sampled tokens are never fed back
+    assert json.loads(out.read_text())["summary"]["num_steps"] == len(lines)
+    assert "TTFT" in res.stdout  # humans get tables
+
+
+def test_presets_generate_seeded_traces() -> None:
+    a = runner.invoke(app, ["simulate", "poisson_50_rps", "--num-requests", "60", "--seed", "3", "--json"])
+    b = runner.invoke(app, ["simulate", "poisson_50_rps", "--num-requests", "60", "--seed", "3", "--json"])
+    assert a.exit_code == 0 and a.stdout == b.stdout
+    assert json.loads(a.stdout)["summary"]["num_requests"] == 60
+
+
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("req_id,arrival_time_s,prompt_len,output_len\nx,0,-5,3\n")
+    res = runner.invoke(app, ["simulate", str(bad), "--json"])
+    assert res.exit_code == 0  # bad rows are dropped and reported, not fatal...
+    assert json.loads(res.stdout)["summary"]["num_requests"] == 0
+    for args in (
+        ["simulate", str(bad), "--max-num-seqs", "4096", "--max-num-batched-tokens", "2048"],
+        ["simulate", "no-such-trace"],
+        [
+            "simulate",
+            str(_trace_file(tmp_path)),
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            "512",
+        ],
+        ["simulate", str(_trace_file(tmp_path)), "--slo", "latency=5"],
+    ):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in res.output
+
+
+def test_schema_exports_the_boundary_models() -> None:
+    res = runner.invoke(app, ["schema"])
+    schemas = json.loads(res.stdout)
+    for name in ("RequestRecord", "EngineConfig", "SimulationReport", "SLO"):
+        assert name in schemas
+    assert "max_num_batched_tokens" in schemas["EngineConfig"]["properties"]
