@@ -6,7 +6,7 @@ prefix-cache entry, so eviction is LRU by release time); a prefix hit on a free 
 out of the middle. Since only unhashed blocks go to the head and only hashed ones to the tail,
 the list is always [unhashed...][hashed, least recently released first...]. Here:
 
-* ``_blank`` is a stack of unhashed free blocks (the top is the head of vLLM's list);
+* ``_blank`` is a stack of free blocks no lookup can hit (the top is the head of vLLM's list);
 * ``_lru`` holds the hashed free blocks in LRU order, as entries of two kinds:
   - a *live* block (key = block id): its hash is in the table and a lookup can hit it;
   - a *dead run* (key < 0, value = block ids, the next to evict last): blocks vLLM keeps hashed
@@ -83,14 +83,12 @@ class BlockPool:
         lru = self._lru
         while need:
             key = next(iter(lru))
-            run = lru[key]
+            run = lru.pop(key)
             if run is None:  # a live cached block: evict its hash
-                del lru[key]
                 self._evict(key)
                 out.append(key)
                 need -= 1
             elif len(run) <= need:  # a whole dead run (stored last-to-evict first)
-                del lru[key]
                 run.reverse()
                 out.extend(run)
                 need -= len(run)
@@ -100,6 +98,9 @@ class BlockPool:
                 take.reverse()
                 out.extend(take)
                 need = 0
+                # The rest of the run is now the head of the free queue: dead blocks carry no
+                # content anyone can hit, so they can simply become blank blocks there.
+                blank.extend(run)
         return out
 
     def _evict(self, b: int) -> None:

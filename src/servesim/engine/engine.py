@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gc
 import json
+import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -100,49 +102,52 @@ class Recorder:
         "num_admitted",
         "num_finished",
     )
-    REQUEST_FIELDS = (
-        "first_scheduled",
-        "first_token",
-        "finish",
-        "num_output",
-        "preemptions",
-        "recomputed",
-        "reused",
-        "prefix_hit",
-        "outcome",
-    )
 
     def __init__(self, n_requests: int) -> None:
-        self.steps: list[tuple[float, float, int, int, int, int, int, int, int, int, int]] = []
-        self.step_end: list[float] = []
+        # One row of STEP_FIELDS per step, flattened; compact (8 bytes a value) and read back by
+        # numpy without a copy.
+        self.steps = array("d")
+        self.step_end = array("d")
         # Pooled inter-token latencies: a run of c consecutive outputs starting at step s
         # contributes the durations of steps s+1 .. s+c-1; every other gap (after a preemption
         # or a step without a token) is kept as an explicit value.
-        self.itl_run_first: list[int] = []
-        self.itl_run_last: list[int] = []
-        self.itl_gaps: list[float] = []
-        self.requests: list[tuple[float, float, float, int, int, int, int, int, int] | None] = [
-            None
-        ] * n_requests
+        self.itl_run_first = array("q")
+        self.itl_run_last = array("q")
+        self.itl_gaps = array("d")
+        # Per request (index = trace position), one column per REQUEST_FIELDS entry.
+        self.first_scheduled = array("d", [math.nan]) * n_requests
+        self.first_token = array("d", [math.nan]) * n_requests
+        self.finish = array("d", [math.nan]) * n_requests
+        self.num_output = array("q", [0]) * n_requests
+        self.preemptions = array("q", [0]) * n_requests
+        self.recomputed = array("q", [0]) * n_requests
+        self.reused = array("q", [0]) * n_requests
+        self.prefix_hit = array("q", [0]) * n_requests
+        self.outcome = array("q", [OUTCOME_UNFINISHED]) * n_requests
         self.token_steps: dict[int, list[int]] | None = None
         # Preemption events: (time, step, request index, tokens computed when preempted).
         self.preemption_events: list[tuple[float, int, int, int]] = []
         self.prefix_queries = 0
         self.prefix_hits = 0
 
+    def step_row(self, k: int) -> tuple[float, ...]:
+        w = len(self.STEP_FIELDS)
+        return tuple(self.steps[k * w : (k + 1) * w])
+
     def close_request(self, r: Request) -> None:
-        nan = float("nan")
-        self.requests[r.idx] = (
-            r.first_scheduled if r.first_scheduled >= 0 else nan,
-            r.first_token if r.first_token >= 0 else nan,
-            r.finish_time if r.finish_time >= 0 else nan,
-            r.num_output,
-            r.num_preemptions,
-            r.recomputed_tokens,
-            r.reused_tokens,
-            r.prefix_hit_tokens,
-            r.outcome,
-        )
+        i = r.idx
+        if r.first_scheduled >= 0:
+            self.first_scheduled[i] = r.first_scheduled
+        if r.first_token >= 0:
+            self.first_token[i] = r.first_token
+        if r.finish_time >= 0:
+            self.finish[i] = r.finish_time
+        self.num_output[i] = r.num_output
+        self.preemptions[i] = r.num_preemptions
+        self.recomputed[i] = r.recomputed_tokens
+        self.reused[i] = r.reused_tokens
+        self.prefix_hit[i] = r.prefix_hit_tokens
+        self.outcome[i] = r.outcome
         seg = r.segments
         if len(seg) == 2:  # the usual case: one run of outputs
             c = seg[1]
@@ -161,10 +166,7 @@ class Recorder:
                     self.itl_run_last.append(s + c - 1)
                 prev = s + c - 1
         if self.token_steps is not None and seg:
-            self.token_steps[r.idx] = list(seg)
-
-    def outcomes(self) -> list[int]:
-        return [OUTCOME_UNFINISHED if t is None else t[8] for t in self.requests]
+            self.token_steps[i] = list(seg)
 
 
 class Engine:
@@ -297,7 +299,7 @@ class Engine:
                 for r in plan.new:
                     rec.prefix_queries += r.prompt_len
             prefill = batch.num_prefill_tokens
-            steps.append(
+            steps.extend(
                 (
                     now,
                     dt,
@@ -368,11 +370,11 @@ class Engine:
             dt = step_time(batch)
             if not dt > 0:
                 raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
-            steps.append((t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
+            steps.extend((t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
             t += dt
             step_end.append(t)
             if log is not None:
-                self._log_stretch_step(step, steps[-1])
+                self._log_stretch_step(step, self.rec.step_row(step))
             step += 1
         if step == first:
             return False
@@ -393,16 +395,16 @@ class Engine:
                 "start_s": row[0],
                 "duration_s": row[1],
                 "scheduled_tokens": {r.req_id: 1 for r in self.scheduler.running},
-                "num_tokens": row[2],
+                "num_tokens": int(row[2]),
                 "new": [],
                 "resumed": [],
                 "preempted": [],
                 "finished": [],
                 "prefix_hit_tokens": {},
-                "num_running": row[5],
-                "num_waiting": row[6],
-                "kv_blocks_used": row[7],
-                "kv_blocks_free": self.pool.usable_blocks - row[7],
+                "num_running": int(row[5]),
+                "num_waiting": int(row[6]),
+                "kv_blocks_used": int(row[7]),
+                "kv_blocks_free": self.pool.usable_blocks - int(row[7]),
             }
         )
 
@@ -452,6 +454,7 @@ class Engine:
     def _log_step(self, plan: StepPlan, dt: float, finished: list[Request]) -> None:
         """One JSON object per step: the record to compare with vLLM's own scheduler."""
         assert self.step_log is not None
+        row = self.rec.step_row(self.step)
         explicit = {id(r): n for r, n in plan.scheduled}
         tokens: dict[str, int] = {}
         for r in self.scheduler.running:
@@ -477,10 +480,10 @@ class Engine:
                 "preempted": [r.req_id for r in plan.preempted],
                 "finished": [r.req_id for r in finished],
                 "prefix_hit_tokens": {r.req_id: h for r, h in plan.prefix_hits},
-                "num_running": self.rec.steps[-1][5],
-                "num_waiting": self.rec.steps[-1][6],
-                "kv_blocks_used": self.rec.steps[-1][7],
-                "kv_blocks_free": self.pool.usable_blocks - self.rec.steps[-1][7],
+                "num_running": int(row[5]),
+                "num_waiting": int(row[6]),
+                "kv_blocks_used": int(row[7]),
+                "kv_blocks_free": self.pool.usable_blocks - int(row[7]),
             }
         )
 
@@ -526,7 +529,7 @@ class Engine:
             assert not sched.running and not len(sched.waiting), "requests left in the engine"
             assert not held, "blocks still held at the end"
             assert self.pool.num_free == self.pool.usable_blocks, "KV blocks not returned to the pool"
-            outcomes = self.rec.outcomes()
+            outcomes = self.rec.outcome
             for i in range(self.trace.n):
                 assert outcomes[i] != OUTCOME_UNFINISHED, f"request {self.trace.req_id[i]} has no outcome"
 

@@ -295,7 +295,7 @@ class Scheduler:
             if o >= r.max_tokens or r.prompt_len + o >= mml:
                 finished.append(r)
         group = self.group
-        if group is not None and plan.num_group_decodes:
+        if group is not None and plan.num_group_decodes and group.finish_heap[0][0] <= step:
             done = group.pop_finishing(step)
             if done:
                 for r in done:
@@ -305,13 +305,15 @@ class Scheduler:
                     finished.sort(key=_admit_key)
                 else:
                     finished = done
-        running = self.running
-        for r in finished:
-            r.status = FINISHED
-            r.finish_time = t_end
-            r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
-            self.kv.free(r)
-            running.remove(r)
+        if finished:
+            running = self.running
+            free = self.kv.free
+            for r in finished:
+                r.status = FINISHED
+                r.finish_time = t_end
+                r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
+                free(r)
+                running.remove(r)
         if group is not None:
             self._regroup(plan, step + 1)
         return finished
@@ -325,8 +327,11 @@ class Scheduler:
             return
         keep: list[Request] = []
         if plan.new or plan.resumed:
-            candidates = candidates + plan.new + plan.resumed
-            candidates.sort(key=_admit_key)
+            if not candidates and not plan.resumed:
+                candidates = plan.new  # already in admission order
+            else:
+                candidates = candidates + plan.new + plan.resumed
+                candidates.sort(key=_admit_key)
         for r in candidates:
             if r.status != RUNNING:
                 continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -10,7 +9,7 @@ import pandas as pd
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, ProgressHook, Recorder, StepLogSink
-from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_UNFINISHED, OUTCOMES
+from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import SLO, SimulationResult, good_mask, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.traces.schema import Trace
@@ -62,24 +61,17 @@ def simulate(
     return build_result(engine, trace, slo, describe_model(model))
 
 
-def _table(rows: list[Any], width: int) -> np.ndarray:
-    """Rows of numbers (tuples) as a float64 matrix, fast."""
-    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=len(rows) * width)
-    return flat.reshape(len(rows), width)
-
-
 def build_result(
     engine: Engine, trace: Trace, slo: SLO | None, model_desc: dict[str, Any]
 ) -> SimulationResult:
     rec = engine.rec
     t = engine.trace
-    nan = float("nan")
-    unclosed = (nan, nan, nan, 0, 0, 0, 0, 0, OUTCOME_UNFINISHED)
-    table = _table([x if x is not None else unclosed for x in rec.requests], 9)
     arrival = np.asarray(t.arrival, dtype=np.float64)
-    first_sched, first_tok, finish = table[:, 0], table[:, 1], table[:, 2]
-    num_output = table[:, 3].astype(np.int64)
-    codes = table[:, 8].astype(np.int64)
+    first_sched = np.frombuffer(rec.first_scheduled, dtype=np.float64)
+    first_tok = np.frombuffer(rec.first_token, dtype=np.float64)
+    finish = np.frombuffer(rec.finish, dtype=np.float64)
+    num_output = np.frombuffer(rec.num_output, dtype=np.int64)
+    codes = np.frombuffer(rec.outcome, dtype=np.int64)
     outcome = np.asarray(OUTCOMES, dtype=object)[codes]
     finished = (codes == OUTCOME_FINISHED) | (codes == OUTCOME_LENGTH_CAPPED)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -98,10 +90,10 @@ def build_result(
             "tpot_ms": np.where(finished, tpot, np.nan),
             "e2e_ms": np.where(finished, (finish - arrival) * 1e3, np.nan),
             "queue_ms": (first_sched - arrival) * 1e3,
-            "num_preemptions": table[:, 4].astype(np.int64),
-            "recomputed_tokens": table[:, 5].astype(np.int64),
-            "reused_tokens": table[:, 6].astype(np.int64),
-            "prefix_hit_tokens": table[:, 7].astype(np.int64),
+            "num_preemptions": np.frombuffer(rec.preemptions, dtype=np.int64),
+            "recomputed_tokens": np.frombuffer(rec.recomputed, dtype=np.int64),
+            "reused_tokens": np.frombuffer(rec.reused, dtype=np.int64),
+            "prefix_hit_tokens": np.frombuffer(rec.prefix_hit, dtype=np.int64),
             "outcome": pd.Series(outcome, dtype=object),
         }
     )
@@ -112,7 +104,7 @@ def build_result(
         df["sla_ttft_ms"].to_numpy(dtype=np.float64),
         df["sla_e2e_ms"].to_numpy(dtype=np.float64),
     )
-    step_table = _table(rec.steps, len(Recorder.STEP_FIELDS))
+    step_table = np.frombuffer(rec.steps, dtype=np.float64).reshape(-1, len(Recorder.STEP_FIELDS))
     steps = pd.DataFrame(
         {
             name: step_table[:, j] if name.endswith("_s") else step_table[:, j].astype(np.int64)
@@ -121,9 +113,9 @@ def build_result(
     )
     n_steps = len(steps)
     weights = np.zeros(n_steps + 1, dtype=np.int64)
-    if rec.itl_run_first:
-        np.add.at(weights, np.asarray(rec.itl_run_first, dtype=np.int64), 1)
-        np.add.at(weights, np.asarray(rec.itl_run_last, dtype=np.int64) + 1, -1)
+    if len(rec.itl_run_first):
+        np.add.at(weights, np.frombuffer(rec.itl_run_first, dtype=np.int64), 1)
+        np.add.at(weights, np.frombuffer(rec.itl_run_last, dtype=np.int64) + 1, -1)
     itl_weights = np.cumsum(weights)[:n_steps]
     pre = rec.preemption_events
     preemptions = pd.DataFrame(
@@ -139,7 +131,7 @@ def build_result(
         requests,
         steps,
         itl_weights,
-        np.asarray(rec.itl_gaps, dtype=np.float64),
+        np.frombuffer(rec.itl_gaps, dtype=np.float64),
         slo,
         rec.prefix_queries,
         rec.prefix_hits,
