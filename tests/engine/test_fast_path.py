@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import configs, step_models, traces
 
-from servesim.engine import simulate
+from servesim.engine import SimulationResult, simulate
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -24,3 +24,29 @@ def test_fast_path_equals_naive_loop(data: st.DataObject) -> None:
     pd.testing.assert_frame_equal(fast.steps, naive.steps)
     pd.testing.assert_frame_equal(fast.preemptions, naive.preemptions)
     assert fast.summary == naive.summary
+    shared = trace.df["prefix_group"].notna().any() or trace.df["hash_ids"].notna().any()
+    check_accounting(naive, config.max_num_batched_tokens, config.max_num_seqs, exact=not shared)
+
+
+def check_accounting(result: SimulationResult, budget: int, max_seqs: int, exact: bool) -> None:
+    """Limits hold in every step, and every token is accounted for exactly once."""
+    steps, req = result.steps, result.requests
+    assert (steps["num_tokens"] <= budget).all() and (steps["num_tokens"] > 0).all()
+    assert (steps["num_running"] <= max_seqs).all()
+    done = req["outcome"].isin(["finished", "finished_max_model_len"])
+    assert (req.loc[done, "num_output"] <= req.loc[done, "output_len"]).all()
+    assert (
+        req.loc[req["outcome"] == "finished", "num_output"]
+        == req.loc[req["outcome"] == "finished", "output_len"]
+    ).all()
+    # Computed tokens: every prompt token and every fed-back output once, plus recomputation.
+    fed = (req["prompt_len"] + (req["num_output"] - 1).clip(lower=0)).where(done, 0).sum()
+    lost = result.preemptions["lost_tokens"].sum()
+    computed = steps["num_tokens"].sum()
+    if exact:  # no shared content: cache hits are the request's own blocks, so this is exact
+        assert computed == fed - req["prefix_hit_tokens"].sum() + req["recomputed_tokens"].sum()
+    else:
+        assert computed + req["prefix_hit_tokens"].sum() + req["reused_tokens"].sum() >= fed
+    # What a preemption discarded is either recovered from the cache or computed again.
+    assert req["reused_tokens"].sum() + req["recomputed_tokens"].sum() == lost
+    assert (req[["num_output", "num_preemptions", "recomputed_tokens", "reused_tokens"]] >= 0).all().all()
