@@ -1,3 +1,66 @@
-"""servesim: simulate vLLM-style LLM serving without a GPU."""
+"""servesim: simulate vLLM-style LLM serving without a GPU.
+
+The public API is small on purpose; interfaces (CLI, web, TUI, reports) call only this::
+
+    import servesim
+    trace = servesim.open_trace("azure-conv")            # a file, a bundled trace or a preset
+    result = servesim.simulate(trace, servesim.EngineConfig(max_num_seqs=256),
+                               slo=servesim.SLO(ttft_ms=500, tpot_ms=50))
+    result.summary.ttft_ms.p99, result.summary.goodput    # vLLM's metric definitions
+    result.to_pandas()                                    # one row per request
+"""
+
+from servesim.engine import (
+    SLO,
+    BatchComposition,
+    ConstantStepTime,
+    EngineConfig,
+    LatencyStats,
+    LinearStepTime,
+    SimulationReport,
+    SimulationResult,
+    SimulationSummary,
+    StepTimeModel,
+    simulate,
+)
+from servesim.traces import (
+    GeneratorSpec,
+    RequestRecord,
+    Trace,
+    TraceError,
+    TraceStats,
+    generate_trace,
+    inspect_trace,
+    load_trace,
+    open_trace,
+    preset_spec,
+    write_trace,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "SLO",
+    "BatchComposition",
+    "ConstantStepTime",
+    "EngineConfig",
+    "GeneratorSpec",
+    "LatencyStats",
+    "LinearStepTime",
+    "RequestRecord",
+    "SimulationReport",
+    "SimulationResult",
+    "SimulationSummary",
+    "StepTimeModel",
+    "Trace",
+    "TraceError",
+    "TraceStats",
+    "__version__",
+    "generate_trace",
+    "inspect_trace",
+    "load_trace",
+    "open_trace",
+    "preset_spec",
+    "simulate",
+    "write_trace",
+]
