@@ -67,6 +67,8 @@ def configs(draw: st.DrawFn, trace: Trace) -> EngineConfig:
         watermark=draw(st.sampled_from([0.0, 0.0, 0.05])),
         scheduler_reserve_full_isl=draw(st.booleans()),
         queue_timeout_s=draw(st.sampled_from([None, None, 0.5, 3.0])),
+        starvation_threshold=draw(st.integers(1, 4)),
+        starvation_mitigation=draw(st.sampled_from(["none", "none", "protect", "boost"])),
     )
 
 

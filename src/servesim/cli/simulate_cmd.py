@@ -33,6 +33,7 @@ from servesim.engine import (
     simulate,
 )
 from servesim.engine.engine import jsonl_sink
+from servesim.engine.results import ClassMetrics
 from servesim.traces import Trace, TraceError, open_trace
 
 TRACE_HELP = (
@@ -44,6 +45,12 @@ TRACE_HELP = (
 class Policy(StrEnum):
     fcfs = "fcfs"
     priority = "priority"
+
+
+class Mitigation(StrEnum):
+    none = "none"
+    protect = "protect"
+    boost = "boost"
 
 
 def engine_config(config_file: Path | None, flags: dict[str, Any]) -> EngineConfig:
@@ -133,8 +140,31 @@ def totals_table(result: SimulationResult) -> Table:
         f"{s.max_preemptions_per_request} each); {s.recomputed_tokens:,} tokens recomputed, "
         f"{s.reused_tokens:,} reused from the cache",
     )
+    if s.num_starved:
+        table.add_row(
+            "starvation", f"{s.num_starved:,} requests STARVED (see the report's per-class figures)"
+        )
     if s.prefix_cache_hit_rate is not None:
         table.add_row("prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}")
+    return table
+
+
+def class_table(label: str, classes: dict[str, ClassMetrics]) -> Table:
+    table = Table(title=f"by {label}", title_justify="left")
+    for col in (label, "requests", "finished", "preemptions (max)", "starved", "SLA misses", "TTFT p99 ms"):
+        table.add_column(col, justify="right")
+    table.add_column("recomputed / reused tokens", justify="right")
+    for name, c in classes.items():
+        table.add_row(
+            name,
+            f"{c.num_requests:,}",
+            f"{c.num_finished:,}",
+            f"{c.num_preemptions:,} ({c.max_preemptions_per_request})",
+            f"{c.num_starved:,}",
+            f"{c.sla_violations:,}",
+            f"{c.ttft_p99_ms:,.1f}",
+            f"{c.recomputed_tokens:,} / {c.reused_tokens:,}",
+        )
     return table
 
 
@@ -150,13 +180,23 @@ def run_and_report(
     include_requests: bool,
     naive: bool,
     title: str,
+    check_invariants: bool = False,
 ) -> SimulationResult:
     sink = close = None
     if step_log is not None:
         sink, close = jsonl_sink(str(step_log))
     try:
         with progress_bar(not as_json, "simulating") as hook:
-            result = simulate(trace, config, model, slo=slo, fast=not naive, step_log=sink, progress=hook)
+            result = simulate(
+                trace,
+                config,
+                model,
+                slo=slo,
+                fast=not naive,
+                step_log=sink,
+                progress=hook,
+                check_invariants=check_invariants,
+            )
     finally:
         if close is not None:
             close()
@@ -169,6 +209,12 @@ def run_and_report(
         console = Console()
         console.print(summary_table(result, title))
         console.print(totals_table(result))
+        for label, classes in (
+            ("priority", result.summary.by_priority),
+            ("tenant", result.summary.by_tenant),
+        ):
+            if len(classes) > 1:
+                console.print(class_table(label, classes))
         if out is not None:
             console.print(f"report written to {out}")
     return result
@@ -196,16 +242,27 @@ def register(app: typer.Typer) -> None:
         max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
         watermark: float | None = typer.Option(None, help="Fraction of blocks kept free for admissions."),
         queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
+        starvation_threshold: int | None = typer.Option(
+            None, help="Preemptions that flag a request STARVED."
+        ),
+        starvation_mitigation: Mitigation | None = typer.Option(
+            None, help="Spare STARVED requests as victims (protect) and raise their priority (boost)."
+        ),
         step_time_ms: float | None = typer.Option(
             None, help="Every step takes this long (for step-by-step comparison); default: linear model."
         ),
         slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=20000."),
         seed: int = typer.Option(0, help="Seed for generated traces and seed-JSON arrivals."),
-        num_requests: int | None = typer.Option(None, help="Requests to generate (presets only)."),
+        num_requests: int | None = typer.Option(
+            None, "--num-requests", "-n", help="Requests to generate (presets only)."
+        ),
         step_log: Path | None = typer.Option(None, help="Write one JSON line per engine step here."),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
         requests: bool = typer.Option(True, "--requests/--no-requests", help="Per-request records in JSON."),
         naive: bool = typer.Option(False, help="Use the naive loop (the fast path's reference)."),
+        check_invariants: bool = typer.Option(
+            False, help="Check block/token conservation every step (slow)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
@@ -224,6 +281,8 @@ def register(app: typer.Typer) -> None:
                     "max_model_len": max_model_len,
                     "watermark": watermark,
                     "queue_timeout_s": queue_timeout_s,
+                    "starvation_threshold": starvation_threshold,
+                    "starvation_mitigation": starvation_mitigation,
                 },
             )
             goal = SLO.parse(slo) if slo else None
@@ -239,6 +298,7 @@ def register(app: typer.Typer) -> None:
                 step_log=step_log,
                 include_requests=requests,
                 naive=naive,
+                check_invariants=check_invariants,
                 title=f"{trace}: {len(tr):,} requests",
             )
         except (TraceError, ValidationError, ValueError, OSError, EngineStallError) as exc:

@@ -43,6 +43,15 @@ class EngineConfig(BaseModel):
     queue_timeout_s: float | None = Field(
         None, gt=0, description="Reject requests still unscheduled after this long (never silently)."
     )
+    # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
+    starvation_threshold: int = Field(
+        3, ge=1, description="A request preempted this many times is flagged STARVED (an event)."
+    )
+    starvation_mitigation: Literal["none", "protect", "boost"] = Field(
+        "none",
+        description="none: vLLM; protect: STARVED requests are not chosen as victims while others "
+        "can be; boost: protect and move them to the best priority.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:

@@ -127,6 +127,7 @@ class Recorder:
         self.token_steps: dict[int, list[int]] | None = None
         # Preemption events: (time, step, request index, tokens computed when preempted).
         self.preemption_events: list[tuple[float, int, int, int]] = []
+        self.starvation_events: list[tuple[float, int, int, int]] = []  # same shape
         self.prefix_queries = 0
         self.prefix_hits = 0
 
@@ -292,6 +293,8 @@ class Engine:
             if plan.preempted:
                 for r in plan.preempted:
                     rec.preemption_events.append((now, step, r.idx, r.lost_tokens))
+                    if r.num_preemptions == sched.starvation_threshold:
+                        rec.starvation_events.append((now, step, r.idx, r.lost_tokens))
             if plan.new or plan.resumed:
                 for r, hit in plan.prefix_hits:
                     if r.num_preemptions == 0:

@@ -60,6 +60,7 @@ class Request:
         "req_id",
         "reused_tokens",
         "segments",
+        "starved",
         "status",
         "sync_step",
     )
@@ -107,6 +108,7 @@ class Request:
         self.last_token = -1.0
         self.finish_time = -1.0
         self.num_preemptions = 0
+        self.starved = False  # preempted starvation_threshold times (see scheduler)
         self.lost_tokens = 0  # tokens computed before the latest preemption
         self.recomputed_tokens = 0  # of those, tokens computed again after re-admission
         self.reused_tokens = 0  # of those, tokens recovered from the prefix cache instead

@@ -112,6 +112,57 @@ def _weighted_percentile(sorted_v: np.ndarray, cum: np.ndarray, total: int, q: f
     return vlo + (vhi - vlo) * (pos - lo)
 
 
+class ClassMetrics(BaseModel):
+    """How one priority class or tenant fared."""
+
+    num_requests: int
+    num_finished: int
+    num_preemptions: int
+    max_preemptions_per_request: int
+    num_starved: int
+    recomputed_tokens: int
+    reused_tokens: int
+    sla_violations: int = Field(description="Requests that are not good: missed an SLO or did not finish.")
+    ttft_p99_ms: float
+    e2e_p99_ms: float
+    token_rate: float = Field(description="Mean over finished requests of output tokens / E2E seconds.")
+
+
+def class_metrics(requests: pd.DataFrame, by: str) -> dict[str, ClassMetrics]:
+    """Per-class figures (keys are the class labels as strings; requests without one skipped)."""
+    out: dict[str, ClassMetrics] = {}
+    labels = requests[by]
+    for label in sorted({x for x in labels if x is not None and x == x}, key=str):
+        g = requests[labels == label]
+        outcome = g["outcome"].to_numpy()
+        done = (outcome == OUTCOME_FINISHED) | (outcome == OUTCOME_LENGTH_CAPPED)
+        e2e_s = g["e2e_ms"].to_numpy(dtype=np.float64)[done] / 1e3
+        rate = g["num_output"].to_numpy(dtype=np.float64)[done] / np.where(e2e_s > 0, e2e_s, np.nan)
+        pre = g["num_preemptions"].to_numpy()
+        out[str(label)] = ClassMetrics(
+            num_requests=len(g),
+            num_finished=int(done.sum()),
+            num_preemptions=int(pre.sum()),
+            max_preemptions_per_request=int(pre.max()) if len(pre) else 0,
+            num_starved=int(g["starved"].sum()),
+            recomputed_tokens=int(g["recomputed_tokens"].sum()),
+            reused_tokens=int(g["reused_tokens"].sum()),
+            sla_violations=int((~g["good"].to_numpy(dtype=bool)).sum()),
+            ttft_p99_ms=LatencyStats.of(g["ttft_ms"].to_numpy(dtype=np.float64)).p99,
+            e2e_p99_ms=LatencyStats.of(g["e2e_ms"].to_numpy(dtype=np.float64)).p99,
+            token_rate=float(np.nanmean(rate)) if np.isfinite(rate).any() else 0.0,
+        )
+    return out
+
+
+def jain_index(values: list[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n·Σx²): 1 when all equal, 1/n when one gets everything."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2 or not np.any(x > 0):
+        return None
+    return float(x.sum() ** 2 / (len(x) * np.square(x).sum()))
+
+
 class SimulationSummary(BaseModel):
     """The answers of one replica simulation."""
 
@@ -138,8 +189,13 @@ class SimulationSummary(BaseModel):
     num_preemptions: int
     num_preempted_requests: int
     max_preemptions_per_request: int
+    num_starved: int = Field(description="Requests flagged STARVED (preempted starvation_threshold times).")
     recomputed_tokens: int
     reused_tokens: int
+    by_priority: dict[str, ClassMetrics]
+    by_tenant: dict[str, ClassMetrics]
+    fairness_priority: float | None = Field(description="Jain's index of token_rate over priority classes.")
+    fairness_tenant: float | None = Field(description="Jain's index of token_rate over tenants.")
     prefix_cache_hit_rate: float | None = Field(description="vLLM's: hits/queries at first admission.")
     mean_batch_tokens: float
     mean_running: float = Field(description="Time-weighted mean of running requests.")
@@ -170,6 +226,9 @@ REQUEST_COLUMNS = (
     "prefix_hit_tokens",
     "outcome",
     "good",
+    "priority",
+    "tenant",
+    "starved",
 )
 
 
@@ -194,6 +253,9 @@ class RequestResult(BaseModel):
     prefix_hit_tokens: int
     outcome: str
     good: bool
+    priority: int
+    tenant: str | None
+    starved: bool
 
 
 class SimulationReport(BaseModel):
@@ -206,7 +268,8 @@ class SimulationReport(BaseModel):
 
 
 class SimulationResult:
-    """Everything a simulation produced. ``requests``/``steps``/``preemptions`` are DataFrames."""
+    """Everything a simulation produced. ``requests``, ``steps``, ``preemptions`` and ``starvation``
+    are DataFrames; ``summary`` is the validated answer."""
 
     def __init__(
         self,
@@ -216,6 +279,7 @@ class SimulationResult:
         requests: pd.DataFrame,
         steps: pd.DataFrame,
         preemptions: pd.DataFrame,
+        starvation: pd.DataFrame,
         token_steps: dict[str, list[int]] | None = None,
     ) -> None:
         self.config = config
@@ -224,6 +288,7 @@ class SimulationResult:
         self.requests = requests
         self.steps = steps
         self.preemptions = preemptions
+        self.starvation = starvation  # STARVED events: when, which request, priority, context
         self._token_steps = token_steps
 
     def __repr__(self) -> str:
@@ -312,6 +377,8 @@ def summarize(
     itl_values = np.concatenate([step_durations_ms, np.asarray(itl_gaps_s, dtype=np.float64) * 1e3])
     itl_weights = np.concatenate([itl_step_weights, np.ones(len(itl_gaps_s), dtype=np.int64)])
     preempt = requests["num_preemptions"].to_numpy()
+    by_priority = class_metrics(requests, "priority")
+    by_tenant = class_metrics(requests, "tenant")
     kv_used = steps["kv_blocks_used"].to_numpy(dtype=np.float64)
 
     def rate(x: float) -> float:
@@ -341,8 +408,13 @@ def summarize(
         num_preemptions=int(preempt.sum()),
         num_preempted_requests=int((preempt > 0).sum()),
         max_preemptions_per_request=int(preempt.max()) if len(preempt) else 0,
+        num_starved=int(requests["starved"].sum()),
         recomputed_tokens=int(requests["recomputed_tokens"].sum()),
         reused_tokens=int(requests["reused_tokens"].sum()),
+        by_priority=by_priority,
+        by_tenant=by_tenant,
+        fairness_priority=jain_index([c.token_rate for c in by_priority.values()]),
+        fairness_tenant=jain_index([c.token_rate for c in by_tenant.values()]),
         prefix_cache_hit_rate=(prefix_hits / prefix_queries if prefix_queries else 0.0)
         if prefix_caching
         else None,

@@ -6,6 +6,9 @@ Read with ``docs/vllm-scheduling.md`` §2-§5 (a copy of the reference):
   ``min(remaining, long_prefill_token_threshold, budget, max_model_len - computed - 1)``
   tokens. If its blocks cannot be allocated, victims are preempted (FCFS: the last admitted;
   priority: the largest (priority, arrival)) until it fits or it is the victim itself.
+  A request preempted ``starvation_threshold`` times is flagged STARVED; only if
+  ``starvation_mitigation`` asks for it (not vLLM behaviour) is it then spared as a victim
+  ("protect") and also moved to the best priority ("boost").
 * Phase B, only if nobody was preempted, admits WAITING requests in queue order while budget
   and ``max_num_seqs`` allow, after a prefix-cache lookup; the first that does not fit (budget
   with chunking off, or the full-sequence block gate) stops the scan (head-of-line blocking).
@@ -90,6 +93,10 @@ class Scheduler:
         self.explicit: list[Request] = []  # fast path: running requests outside the group, in order
         self._admit_seq = 0
         self.total_preemptions = 0
+        # Starvation (servesim's analysis; vLLM has none): flag, and optionally protect/boost.
+        self.starvation_threshold = config.starvation_threshold
+        self.protect_starved = config.starvation_mitigation != "none"
+        self.boost_starved = config.starvation_mitigation == "boost"
 
     # ------------------------------------------------------------------ schedule
     def schedule(self, step: int, now: float) -> StepPlan:
@@ -131,19 +138,16 @@ class Scheduler:
                 continue
             ok = kv.allocate_running(r, n)
             while not ok:
-                if self.priority:
-                    victim = max(running, key=_priority_key)
-                    vi = running.index(victim)
-                    del running[vi]
-                    if vi < i:
-                        i -= 1
+                victim = self._victim(r)
+                vi = len(running) - 1 if victim is running[-1] else running.index(victim)
+                del running[vi]
+                if vi < i:  # already served this step: give its tokens back (priority policy)
+                    i -= 1
                     for j, (s, sn) in enumerate(scheduled):
                         if s is victim:
                             del scheduled[j]
                             budget += sn
                             break
-                else:
-                    victim = running.pop()
                 self._preempt(victim)
                 plan.preempted.append(victim)
                 if victim is r:
@@ -251,6 +255,19 @@ class Scheduler:
             plan.scheduled.append((r, n))
             budget -= n
 
+    def _victim(self, r: Request) -> Request:
+        """Whom vLLM preempts so that ``r`` can allocate: FCFS the last admitted, priority the
+        largest (priority, arrival). With starvation mitigation, STARVED requests are spared
+        unless nobody else is left (then ``r`` itself goes, as in vLLM)."""
+        running = self.running
+        if self.protect_starved:
+            candidates = [x for x in running if not x.starved]
+            if not candidates:
+                return r
+        else:
+            candidates = running
+        return max(candidates, key=_priority_key) if self.priority else candidates[-1]
+
     def _preempt(self, r: Request) -> None:
         self.kv.free_preempted(r)
         r.status = PREEMPTED
@@ -258,6 +275,10 @@ class Scheduler:
         r.num_computed = 0
         r.num_preemptions += 1
         self.total_preemptions += 1
+        if r.num_preemptions >= self.starvation_threshold and not r.starved:
+            r.starved = True
+            if self.boost_starved:
+                r.priority = BOOSTED_PRIORITY  # first in the waiting queue, last to be preempted
         self.waiting.prepend(r)
 
     # ------------------------------------------------------------------ fast-path bookkeeping
@@ -342,6 +363,9 @@ class Scheduler:
             else:
                 keep.append(r)
         self.explicit = keep
+
+
+BOOSTED_PRIORITY = -(1 << 62)
 
 
 def _priority_key(r: Request) -> tuple[int, float, int]:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, ProgressHook, Recorder, StepLogSink
+from servesim.engine.engine import Engine, ProgressHook, Recorder, StepLogSink, TraceArrays
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import SLO, SimulationResult, good_mask, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
@@ -117,16 +117,11 @@ def build_result(
         np.add.at(weights, np.frombuffer(rec.itl_run_first, dtype=np.int64), 1)
         np.add.at(weights, np.frombuffer(rec.itl_run_last, dtype=np.int64) + 1, -1)
     itl_weights = np.cumsum(weights)[:n_steps]
-    pre = rec.preemption_events
-    preemptions = pd.DataFrame(
-        {
-            "time_s": np.asarray([p[0] for p in pre], dtype=np.float64),
-            "step": np.asarray([p[1] for p in pre], dtype=np.int64),
-            "req_id": pd.Series([t.req_id[p[2]] for p in pre], dtype=object),
-            "priority": np.asarray([t.priority[p[2]] for p in pre], dtype=np.int64),
-            "lost_tokens": np.asarray([p[3] for p in pre], dtype=np.int64),
-        }
-    )
+    preemptions = _event_frame(rec.preemption_events, t)
+    starvation = _event_frame(rec.starvation_events, t)
+    requests["priority"] = np.asarray(t.priority, dtype=np.int64)
+    requests["tenant"] = trace.df["tenant"].astype(object).to_numpy()
+    requests["starved"] = requests["req_id"].isin(set(starvation["req_id"]))
     summary = summarize(
         requests,
         steps,
@@ -142,4 +137,19 @@ def build_result(
     token_steps = None
     if rec.token_steps is not None:
         token_steps = {t.req_id[i]: s for i, s in rec.token_steps.items()}
-    return SimulationResult(engine.config, model_desc, summary, requests, steps, preemptions, token_steps)
+    return SimulationResult(
+        engine.config, model_desc, summary, requests, steps, preemptions, starvation, token_steps
+    )
+
+
+def _event_frame(events: list[tuple[float, int, int, int]], t: TraceArrays) -> pd.DataFrame:
+    """Preemption-style events as a table: when, which request, its priority, its context."""
+    return pd.DataFrame(
+        {
+            "time_s": np.asarray([e[0] for e in events], dtype=np.float64),
+            "step": np.asarray([e[1] for e in events], dtype=np.int64),
+            "req_id": pd.Series([t.req_id[e[2]] for e in events], dtype=object),
+            "priority": np.asarray([t.priority[e[2]] for e in events], dtype=np.int64),
+            "lost_tokens": np.asarray([e[3] for e in events], dtype=np.int64),
+        }
+    )
