@@ -226,12 +226,20 @@ class Engine:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            self._run()
+            self.run_until(math.inf)
         finally:
             if gc_was_enabled:
                 gc.enable()
+        self._finish_run()
+        if self.progress is not None:
+            self.progress(self.num_closed, self.trace.n)
 
-    def _run(self) -> None:
+    def run_until(self, limit: float) -> None:
+        """Execute every step that starts before ``limit`` (then stop; idle engines stop at once).
+
+        Stand-alone, requests arrive from the trace; a cluster instead calls ``submit`` between
+        calls, so that routing sees every replica as of the arrival time.
+        """
         sched = self.scheduler
         running = sched.running  # mutated in place by the scheduler, never rebound
         waiting = sched.waiting
@@ -252,17 +260,19 @@ class Engine:
             if timeouts:
                 self._expire()
             if not running and not len(waiting):  # idle: jump to the next arrival
-                if self._next >= n:
+                if self._next >= n or arrival[self._next] >= limit:
                     break
                 self.now = max(self.now, arrival[self._next])
                 continue
+            if self.now >= limit:
+                break
             if (
                 stretch
                 and not sched.explicit
                 and sched.group is not None
                 and sched.group.n
                 and (not len(waiting) or (len(running) >= sched.max_num_seqs and not timeouts))
-                and self._decode_stretch()
+                and self._decode_stretch(limit)
             ):
                 continue
             now = self.now
@@ -326,12 +336,9 @@ class Engine:
             if self.check_invariants:
                 self.assert_invariants()
             if self.progress is not None and not self.step % PROGRESS_EVERY_STEPS:
-                self.progress(self.num_closed, n)
-        self._finish_run()
-        if self.progress is not None:
-            self.progress(self.num_closed, n)
+                self.progress(self.num_closed, self.trace.n)
 
-    def _decode_stretch(self) -> bool:
+    def _decode_stretch(self, limit: float) -> bool:
         """Advance, in one go, the steps in which only the decode group runs and nothing can
         change the batch: no request arrives, none finishes, every step's new blocks fit, and
         no waiting request can be admitted (there is none, or ``max_num_seqs`` is reached).
@@ -344,7 +351,9 @@ class Engine:
         if end <= step:
             return False
         t = self.now
-        next_arrival = self.trace.arrival[self._next] if self._next < self.trace.n else float("inf")
+        next_arrival = self.trace.arrival[self._next] if self._next < self.trace.n else math.inf
+        if limit < next_arrival:
+            next_arrival = limit  # a cluster event (routing, failure) the stretch must not pass
         if next_arrival <= t:
             return False
         n = group.n
