@@ -170,6 +170,34 @@ class Recorder:
             self.token_steps[i] = list(seg)
 
 
+class PendingStep:
+    """A step in flight: scheduled (blocks allocated) with its duration known, not yet applied."""
+
+    __slots__ = ("batch", "duration", "kv_used", "num_running", "num_waiting", "plan", "start")
+
+    def __init__(
+        self,
+        plan: StepPlan,
+        batch: BatchComposition,
+        start: float,
+        duration: float,
+        num_running: int,
+        num_waiting: int,
+        kv_used: int,
+    ) -> None:
+        self.plan = plan
+        self.batch = batch
+        self.start = start
+        self.duration = duration
+        self.num_running = num_running
+        self.num_waiting = num_waiting
+        self.kv_used = kv_used
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
 class Engine:
     """One vLLM replica simulated over a trace. Use ``servesim.simulate`` unless you need steps."""
 
@@ -190,6 +218,8 @@ class Engine:
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
         self.progress = progress
         self.num_closed = 0
+        self._step_time = step_time.step_time
+        self._empty_steps = 0
         self.step_time = step_time
         self.trace = TraceArrays(trace, config.block_size)
         t = self.trace
@@ -237,23 +267,28 @@ class Engine:
     def run_until(self, limit: float) -> None:
         """Execute every step that starts before ``limit`` (then stop; idle engines stop at once).
 
-        Stand-alone, requests arrive from the trace; a cluster instead calls ``submit`` between
-        calls, so that routing sees every replica as of the arrival time.
+        Stand-alone, requests arrive from the trace; a cluster instead calls ``submit`` and drives
+        ``begin_step``/``end_step`` itself, so that routing and failures happen between steps.
+        """
+        while True:
+            pending = self.begin_step(limit)
+            if pending is None:
+                return
+            self.end_step(pending)
+
+    def begin_step(self, limit: float = math.inf) -> PendingStep | None:
+        """Admit due arrivals and schedule the next step if it starts before ``limit``.
+
+        Returns the step in flight (its duration known, its results not yet applied), or None if
+        the engine is idle or has reached ``limit``. Decode stretches that end by ``limit`` are
+        applied whole on the way.
         """
         sched = self.scheduler
         running = sched.running  # mutated in place by the scheduler, never rebound
         waiting = sched.waiting
-        rec = self.rec
-        steps = rec.steps
-        step_end = rec.step_end
-        step_time = self.step_time.step_time
         arrival = self.trace.arrival
         n = self.trace.n
-        pool = self.pool
-        usable = pool.usable_blocks
         timeouts = self.config.queue_timeout_s is not None
-        stretch = self.stretch
-        empty_steps = 0
         while True:
             if self._next < n and arrival[self._next] <= self.now:
                 self._arrive()
@@ -261,13 +296,13 @@ class Engine:
                 self._expire()
             if not running and not len(waiting):  # idle: jump to the next arrival
                 if self._next >= n or arrival[self._next] >= limit:
-                    break
+                    return None
                 self.now = max(self.now, arrival[self._next])
                 continue
             if self.now >= limit:
-                break
+                return None
             if (
-                stretch
+                self.stretch
                 and not sched.explicit
                 and sched.group is not None
                 and sched.group.n
@@ -275,68 +310,79 @@ class Engine:
                 and self._decode_stretch(limit)
             ):
                 continue
-            now = self.now
-            step = self.step
-            plan = sched.schedule(step, now)
-            if plan.num_group_decodes == 0 and not plan.scheduled:
-                if not plan.preempted:
-                    # Impossible for a config vLLM accepts (checked up front); say so loudly.
-                    raise EngineStallError(
-                        f"step {step}: nothing could be scheduled ({len(running)} running, "
-                        f"{len(waiting)} waiting, {pool.num_free} free blocks)"
-                    )
-                empty_steps += 1
-                if empty_steps > 1000:
-                    raise EngineStallError(f"step {step}: 1000 steps in a row scheduled nothing")
-            else:
-                empty_steps = 0
-            batch = plan.batch()
-            dt = step_time(batch)
-            if not dt > 0:
-                raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
-            t_end = now + dt
-            step_end.append(t_end)
-            n_running = len(running)
-            n_waiting = len(waiting)
-            kv_used = usable - pool.num_free
-            finished = sched.update(plan, step, t_end)
-            if plan.preempted:
-                for r in plan.preempted:
-                    rec.preemption_events.append((now, step, r.idx, r.lost_tokens))
-                    if r.num_preemptions == sched.starvation_threshold:
-                        rec.starvation_events.append((now, step, r.idx, r.lost_tokens))
-            if plan.new or plan.resumed:
-                for r, hit in plan.prefix_hits:
-                    if r.num_preemptions == 0:
-                        rec.prefix_hits += hit
-                for r in plan.new:
-                    rec.prefix_queries += r.prompt_len
-            prefill = batch.num_prefill_tokens
-            steps.extend(
-                (
-                    now,
-                    dt,
-                    batch.num_decodes + prefill,
-                    batch.num_decodes,
-                    prefill,
-                    n_running,
-                    n_waiting,
-                    kv_used,
-                    len(plan.preempted),
-                    len(plan.new) + len(plan.resumed),
-                    len(finished),
+            break
+        now = self.now
+        step = self.step
+        plan = sched.schedule(step, now)
+        if plan.num_group_decodes == 0 and not plan.scheduled:
+            if not plan.preempted:
+                # Impossible for a config vLLM accepts (checked up front); say so loudly.
+                raise EngineStallError(
+                    f"step {step}: nothing could be scheduled ({len(running)} running, "
+                    f"{len(waiting)} waiting, {self.pool.num_free} free blocks)"
                 )
+            self._empty_steps += 1
+            if self._empty_steps > 1000:
+                raise EngineStallError(f"step {step}: 1000 steps in a row scheduled nothing")
+        else:
+            self._empty_steps = 0
+        batch = plan.batch()
+        dt = self._step_time(batch)
+        if not dt > 0:
+            raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
+        return PendingStep(
+            plan, batch, now, dt, len(running), len(waiting), self.pool.usable_blocks - self.pool.num_free
+        )
+
+    def end_step(self, p: PendingStep) -> list[Request]:
+        """Apply a step's results at its end time; returns the requests that finished."""
+        sched = self.scheduler
+        rec = self.rec
+        plan = p.plan
+        now = p.start
+        step = self.step
+        t_end = now + p.duration
+        rec.step_end.append(t_end)
+        finished = sched.update(plan, step, t_end)
+        if plan.preempted:
+            for r in plan.preempted:
+                rec.preemption_events.append((now, step, r.idx, r.lost_tokens))
+                if r.num_preemptions == sched.starvation_threshold:
+                    rec.starvation_events.append((now, step, r.idx, r.lost_tokens))
+        if plan.new or plan.resumed:
+            for r, hit in plan.prefix_hits:
+                if r.num_preemptions == 0:
+                    rec.prefix_hits += hit
+            for r in plan.new:
+                rec.prefix_queries += r.prompt_len
+        batch = p.batch
+        prefill = batch.num_prefill_tokens
+        rec.steps.extend(
+            (
+                now,
+                p.duration,
+                batch.num_decodes + prefill,
+                batch.num_decodes,
+                prefill,
+                p.num_running,
+                p.num_waiting,
+                p.kv_used,
+                len(plan.preempted),
+                len(plan.new) + len(plan.resumed),
+                len(finished),
             )
-            if self.step_log is not None:
-                self._log_step(plan, dt, finished)
-            for r in finished:
-                self._close(r)
-            self.now = t_end
-            self.step = step + 1
-            if self.check_invariants:
-                self.assert_invariants()
-            if self.progress is not None and not self.step % PROGRESS_EVERY_STEPS:
-                self.progress(self.num_closed, self.trace.n)
+        )
+        if self.step_log is not None:
+            self._log_step(plan, p.duration, finished)
+        for r in finished:
+            self._close(r)
+        self.now = t_end
+        self.step = step + 1
+        if self.check_invariants:
+            self.assert_invariants()
+        if self.progress is not None and not self.step % PROGRESS_EVERY_STEPS:
+            self.progress(self.num_closed, self.trace.n)
+        return finished
 
     def _decode_stretch(self, limit: float) -> bool:
         """Advance, in one go, the steps in which only the decode group runs and nothing can
@@ -377,11 +423,13 @@ class Engine:
             pops = buckets[step % bs]
             if pops > free:
                 break
-            free -= pops
             batch = BatchComposition(n, ctx + n * (step + 1), [])
             dt = step_time(batch)
             if not dt > 0:
                 raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
+            if t + dt > limit:
+                break  # it would still be running at the limit: leave it to begin_step
+            free -= pops
             steps.extend((t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
             t += dt
             step_end.append(t)
