@@ -9,6 +9,7 @@ import typer
 from pydantic import BaseModel
 
 from servesim.engine import SLO, EngineConfig, SimulationReport
+from servesim.resched import InterruptedRequest, ProjectedRequest, RescheduleInput, ReschedulePlan
 from servesim.traces.generate import GeneratorSpec
 from servesim.traces.inspect import TraceStats
 from servesim.traces.schema import RequestRecord, TraceProvenance
@@ -24,6 +25,10 @@ def boundary_models() -> dict[str, type[BaseModel]]:
         "EngineConfig": EngineConfig,
         "SLO": SLO,
         "SimulationReport": SimulationReport,
+        "RescheduleInput": RescheduleInput,
+        "InterruptedRequest": InterruptedRequest,
+        "ReschedulePlan": ReschedulePlan,
+        "ProjectedRequest": ProjectedRequest,
     }
     return models
 

@@ -22,11 +22,12 @@ import numpy as np
 
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
-from servesim.engine.kv_cache_manager import KVCacheManager, hash_id_keys
+from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.request import (
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
+    PREEMPTED,
     REJECTED,
     RUNNING,
     WAITING,
@@ -48,7 +49,7 @@ class EngineStallError(RuntimeError):
 class TraceArrays:
     """The columns of a trace the engine reads, as plain arrays (one conversion, up front)."""
 
-    def __init__(self, trace: Trace, block_size: int) -> None:
+    def __init__(self, trace: Trace) -> None:
         df = trace.df
         self.n = len(df)
         self.req_id: list[str] = [str(x) for x in df["req_id"].tolist()]
@@ -66,13 +67,9 @@ class TraceArrays:
                 self.group.append(groups.setdefault(str(g), len(groups)))
         self.hash_ids: list[Any] = df["hash_ids"].tolist()
         self.hash_block_size = trace.hash_block_size
-        self.block_size = block_size
 
     def make_request(self, i: int) -> Request:
-        hk = None
         ids = self.hash_ids[i]
-        if ids is not None and self.hash_block_size:
-            hk = hash_id_keys(list(ids), self.hash_block_size, self.block_size, self.prompt_len[i])
         return Request(
             i,
             self.req_id[i],
@@ -82,7 +79,8 @@ class TraceArrays:
             self.priority[i],
             self.group[i],
             self.prefix_len[i],
-            hk,
+            None if ids is None else list(ids),
+            self.hash_block_size or 0,
         )
 
 
@@ -149,13 +147,22 @@ class Recorder:
         self.reused[i] = r.reused_tokens
         self.prefix_hit[i] = r.prefix_hit_tokens
         self.outcome[i] = r.outcome
+        self.flush_tokens(r)
+
+    def flush_tokens(self, r: Request) -> None:
+        """Add a request's inter-token gaps on this replica to the pooled ITL figures."""
         seg = r.segments
+        if not seg:
+            return
+        if r.moved_token_time >= 0:  # the gap across a move from a lost replica
+            self.itl_gaps.append(self.step_end[seg[0]] - r.moved_token_time)
+            r.moved_token_time = -1.0
         if len(seg) == 2:  # the usual case: one run of outputs
             c = seg[1]
             if c > 1:
                 self.itl_run_first.append(seg[0] + 1)
                 self.itl_run_last.append(seg[0] + c - 1)
-        elif seg:
+        else:
             end = self.step_end
             prev = -1
             for j in range(0, len(seg), 2):
@@ -166,8 +173,8 @@ class Recorder:
                     self.itl_run_first.append(s + 1)
                     self.itl_run_last.append(s + c - 1)
                 prev = s + c - 1
-        if self.token_steps is not None and seg:
-            self.token_steps[i] = list(seg)
+        if self.token_steps is not None:
+            self.token_steps[r.idx] = list(seg)
 
 
 class PendingStep:
@@ -203,7 +210,7 @@ class Engine:
 
     def __init__(
         self,
-        trace: Trace,
+        trace: Trace | TraceArrays,
         config: EngineConfig,
         step_time: StepTimeModel,
         *,
@@ -213,6 +220,7 @@ class Engine:
         record_token_times: bool = False,
         stretch: bool = True,
         progress: ProgressHook | None = None,
+        external_arrivals: bool = False,
     ) -> None:
         self.config = config
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
@@ -221,7 +229,7 @@ class Engine:
         self._step_time = step_time.step_time
         self._empty_steps = 0
         self.step_time = step_time
-        self.trace = TraceArrays(trace, config.block_size)
+        self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
         t = self.trace
         if config.max_model_len is not None:
             mml = config.max_model_len
@@ -241,7 +249,8 @@ class Engine:
             self.rec.token_steps = {}
         self.now = 0.0
         self.step = 0
-        self._next = 0  # next trace row to arrive
+        # Next trace row to arrive; a cluster replica gets its requests through submit() instead.
+        self._next = self.trace.n if external_arrivals else 0
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
         self.live: dict[int, Request] = {}  # arrived and not yet closed
 
@@ -546,6 +555,55 @@ class Engine:
                 "kv_blocks_free": self.pool.usable_blocks - int(row[7]),
             }
         )
+
+    # ------------------------------------------------------------------ clusters
+    def submit(self, r: Request, t: float) -> None:
+        """Route ``r`` here at time ``t`` (cluster mode): a new request, or one moved from a lost
+        replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV)."""
+        sched = self.scheduler
+        if not sched.running and not len(sched.waiting) and t > self.now:
+            self.now = t
+        self.kv.init_request(r)
+        if r.status == WAITING and r.prompt_len >= self.max_model_len:
+            r.status = REJECTED
+            r.outcome = OUTCOME_REJECTED_TOO_LONG
+            r.finish_time = t
+            self._close(r)
+            return
+        self.live[r.idx] = r
+        sched.waiting.add(r)  # appended: to this replica it is a new arrival
+        if self.config.queue_timeout_s is not None and r.status == WAITING:
+            self._timeouts.append(r)
+
+    def evict_all(self) -> list[Request]:
+        """The replica is lost: take every request off it (running first, then waiting), as of
+        the last completed step; a step in flight is lost with the replica. Each returned request
+        keeps its outputs; ``lost_tokens`` says how many computed tokens died with the replica."""
+        sched = self.scheduler
+        if sched.group is not None:
+            sched.materialize_all(self.step, self.now)
+        out: list[Request] = []
+        for r in list(sched.running):
+            if r.num_computed and r.blocks:
+                self.kv.free(r)
+            r.lost_tokens = r.num_computed
+            r.num_computed = 0
+            r.blocks = []
+            r.status = PREEMPTED
+            out.append(r)
+        sched.running.clear()
+        sched.explicit = []
+        while len(sched.waiting):
+            r = sched.waiting.pop()
+            out.append(r)
+        for r in out:
+            self.rec.flush_tokens(r)
+            r.segments = []
+            if r.last_token >= 0:
+                r.moved_token_time = r.last_token
+            self.live.pop(r.idx, None)
+        self._timeouts.clear()
+        return out
 
     def _close(self, r: Request) -> None:
         self.live.pop(r.idx, None)

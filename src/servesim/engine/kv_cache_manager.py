@@ -82,8 +82,10 @@ class KVCacheManager:
         return unique_key(r.idx, i)
 
     def init_request(self, r: Request) -> None:
-        """Set how many leading blocks of ``r`` hold content other requests may share."""
-        if r.hash_keys is not None:
+        """Derive ``r``'s block content keys for this replica's block size, and how many of its
+        leading blocks hold content other requests may share."""
+        if r.hash_ids is not None and r.hash_block_size:
+            r.hash_keys = hash_id_keys(r.hash_ids, r.hash_block_size, self.block_size, r.prompt_len)
             r.num_shared_blocks = len(r.hash_keys)
         elif r.group >= 0:
             r.num_shared_blocks = r.prefix_len // self.block_size
@@ -139,12 +141,16 @@ class KVCacheManager:
             self.cache_blocks(r, t if t < nt else nt)
         return True
 
-    def allocate_admission(self, r: Request, n: int, hit: list[int], has_running: bool) -> bool:
+    def allocate_admission(
+        self, r: Request, n: int, hit: list[int], has_running: bool, external: int = 0
+    ) -> bool:
         """``allocate_slots`` for a waiting/preempted request.
 
         With ``scheduler_reserve_full_isl`` (vLLM's default) the whole sequence must fit in free
         blocks, but that check is only a gate: it reserves nothing, so later steps can still run
-        out of blocks and preempt (the reference's Example C).
+        out of blocks and preempt (the reference's Example C). ``external`` tokens arrive with the
+        request (KV migrated from a lost replica, like vLLM's KV-connector loads): they get
+        blocks but no compute.
         """
         pool = self.pool
         bs = self.block_size
@@ -159,7 +165,7 @@ class KVCacheManager:
             full_blocks = -(-min(num_tokens, mml) // bs)
             if max(full_blocks - len(hit), 0) + evictable + watermark > free:
                 return False
-        total = min(hit_tokens, mml) + n
+        total = min(hit_tokens + external, mml) + n
         slot_blocks = -(-min(total, mml) // bs)
         if max(slot_blocks - len(hit), 0) + evictable + watermark > free:
             return False

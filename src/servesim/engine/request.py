@@ -36,15 +36,20 @@ class Request:
         "admit_seq",
         "arrival",
         "blocks",
+        "external_tokens",
         "finish_time",
         "first_scheduled",
         "first_token",
         "group",
+        "hash_block_size",
+        "hash_ids",
         "hash_keys",
         "idx",
         "last_token",
         "lost_tokens",
         "max_tokens",
+        "migrated_tokens",
+        "moved_token_time",
         "num_cached_blocks",
         "num_computed",
         "num_live_blocks",
@@ -75,7 +80,8 @@ class Request:
         priority: int = 0,
         group: int = -1,
         prefix_len: int = 0,
-        hash_keys: list[int] | None = None,
+        hash_ids: list[int] | None = None,
+        hash_block_size: int = 0,
     ) -> None:
         self.idx = idx  # position in the trace; unique, used in block-content keys
         self.req_id = req_id
@@ -83,11 +89,14 @@ class Request:
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens
         self.priority = priority
-        # Prefix identity: shared-prefix group index (-1: none) and its length, or a per-block
-        # content-key list derived from the trace's hash_ids (see kv_cache_manager).
+        # Prefix identity: shared-prefix group index (-1: none) and its length, or the trace's
+        # hash_ids (one per hash_block_size tokens), turned into per-block content keys for the
+        # replica's block size by KVCacheManager.init_request.
         self.group = group
         self.prefix_len = prefix_len
-        self.hash_keys = hash_keys
+        self.hash_ids = hash_ids
+        self.hash_block_size = hash_block_size
+        self.hash_keys: list[int] | None = None
 
         self.status = WAITING
         self.num_computed = 0
@@ -112,6 +121,11 @@ class Request:
         self.lost_tokens = 0  # tokens computed before the latest preemption
         self.recomputed_tokens = 0  # of those, tokens computed again after re-admission
         self.reused_tokens = 0  # of those, tokens recovered from the prefix cache instead
+        self.migrated_tokens = 0  # of those, tokens whose KV was moved from a lost replica
+        # Cluster moves: KV tokens that arrive with the request (migration), and the time of
+        # its last token on the replica it left (for the inter-token gap across the move).
+        self.external_tokens = 0
+        self.moved_token_time = -1.0
         self.prefix_hit_tokens = 0  # prefix-cache hit at first admission
         # Output-token timeline as runs of consecutive steps: [first_step, count, ...] flattened.
         self.segments: list[int] = []

@@ -223,16 +223,17 @@ class Scheduler:
             if len(running) >= self.max_num_seqs:
                 break
             r = waiting.peek()
-            hit = kv.lookup(r)
+            ext = r.external_tokens  # KV migrated from a lost replica (cluster only)
+            hit = kv.lookup(r) if not ext else []
             hit_tokens = len(hit) * kv.block_size
-            n = r.prompt_len + r.num_output - hit_tokens
+            n = r.prompt_len + r.num_output - hit_tokens - ext
             if 0 < thr < n:
                 n = thr
             if n > budget:
                 if not self.chunked:
                     break
                 n = budget
-            if not kv.allocate_admission(r, n, hit, bool(running)):
+            if not kv.allocate_admission(r, n, hit, bool(running), ext):
                 break
             waiting.pop()
             running.append(r)
@@ -244,14 +245,19 @@ class Scheduler:
                 r.first_scheduled = now
             else:
                 plan.resumed.append(r)
-                # Of the tokens it had computed when preempted, the cache still holds `hit`.
-                reused = hit_tokens if hit_tokens < r.lost_tokens else r.lost_tokens
+                # Of the tokens it had computed when preempted, the cache still holds `hit` (or,
+                # moved from a lost replica, its migrated KV brings `ext`); the rest is recomputed.
+                lost = r.lost_tokens
+                reused = hit_tokens if hit_tokens < lost else lost
+                moved = ext if ext < lost - reused else lost - reused
                 r.reused_tokens += reused
-                r.recomputed_tokens += r.lost_tokens - reused
+                r.migrated_tokens += moved
+                r.recomputed_tokens += lost - reused - moved
+                r.external_tokens = 0
             if hit_tokens:
                 plan.prefix_hits.append((r, hit_tokens))
             r.status = RUNNING
-            r.num_computed = hit_tokens
+            r.num_computed = hit_tokens + ext
             plan.scheduled.append((r, n))
             budget -= n
 
