@@ -353,7 +353,6 @@ def summarize(
     prefix_queries: int,
     prefix_hits: int,
     prefix_caching: bool,
-    usable_blocks: int,
     max_model_len: int,
 ) -> SimulationSummary:
     outcome = requests["outcome"].to_numpy()
@@ -379,7 +378,7 @@ def summarize(
     preempt = requests["num_preemptions"].to_numpy()
     by_priority = class_metrics(requests, "priority")
     by_tenant = class_metrics(requests, "tenant")
-    kv_used = steps["kv_blocks_used"].to_numpy(dtype=np.float64)
+    kv_usage = steps["kv_usage"].to_numpy(dtype=np.float64)
 
     def rate(x: float) -> float:
         return x / duration if duration > 0 else 0.0
@@ -423,8 +422,8 @@ def summarize(
         max_running=int(steps["num_running"].max()) if len(steps) else 0,
         mean_waiting=tw_mean("num_waiting"),
         max_waiting=int(steps["num_waiting"].max()) if len(steps) else 0,
-        mean_kv_usage=float(np.dot(kv_used, dur) / busy / usable_blocks) if busy > 0 else 0.0,
-        max_kv_usage=float(kv_used.max() / usable_blocks) if len(kv_used) else 0.0,
+        mean_kv_usage=float(np.dot(kv_usage, dur) / busy) if busy > 0 else 0.0,
+        max_kv_usage=float(kv_usage.max()) if len(kv_usage) else 0.0,
         max_model_len=max_model_len,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -64,23 +65,70 @@ def simulate(
 def build_result(
     engine: Engine, trace: Trace, slo: SLO | None, model_desc: dict[str, Any]
 ) -> SimulationResult:
+    """Turn a finished engine's records into a ``SimulationResult``."""
+    requests = requests_frame([engine], trace, slo)
+    steps = steps_frame(engine)
+    weights, gaps = itl_samples(engine)
     rec = engine.rec
-    t = engine.trace
-    arrival = np.asarray(t.arrival, dtype=np.float64)
-    first_sched = np.frombuffer(rec.first_scheduled, dtype=np.float64)
-    first_tok = np.frombuffer(rec.first_token, dtype=np.float64)
-    finish = np.frombuffer(rec.finish, dtype=np.float64)
-    num_output = np.frombuffer(rec.num_output, dtype=np.int64)
-    codes = np.frombuffer(rec.outcome, dtype=np.int64)
-    outcome = np.asarray(OUTCOMES, dtype=object)[codes]
+    preemptions = event_frame(rec.preemption_events, engine.trace)
+    starvation = event_frame(rec.starvation_events, engine.trace)
+    requests["starved"] = requests["req_id"].isin(set(starvation["req_id"]))
+    summary = summarize(
+        requests,
+        steps,
+        weights,
+        gaps,
+        slo,
+        rec.prefix_queries,
+        rec.prefix_hits,
+        engine.config.enable_prefix_caching,
+        engine.max_model_len,
+    )
+    token_steps = None
+    if rec.token_steps is not None:
+        token_steps = {engine.trace.req_id[i]: s for i, s in rec.token_steps.items()}
+    return SimulationResult(
+        engine.config, model_desc, summary, requests, steps, preemptions, starvation, token_steps
+    )
+
+
+_REQUEST_ARRAYS = (
+    ("first_scheduled", np.float64),
+    ("first_token", np.float64),
+    ("finish", np.float64),
+    ("num_output", np.int64),
+    ("preemptions", np.int64),
+    ("recomputed", np.int64),
+    ("reused", np.int64),
+    ("prefix_hit", np.int64),
+    ("outcome", np.int64),
+)
+
+
+def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> pd.DataFrame:
+    """One row per trace request, from the engine that closed it (a request moved off a lost
+    replica is closed by the replica it ended on)."""
+    cols: dict[str, np.ndarray] = {}
+    closed_by = np.full(len(trace), -1, dtype=np.int64)
+    for k, engine in enumerate(engines):
+        rec = engine.rec
+        mine = np.frombuffer(rec.outcome, dtype=np.int64) != 0
+        closed_by[mine] = k
+        for name, dtype in _REQUEST_ARRAYS:
+            arr = np.frombuffer(getattr(rec, name), dtype=dtype)
+            cols[name] = arr.copy() if name not in cols else np.where(mine, arr, cols[name])
+    t = engines[0].trace
+    codes = cols["outcome"]
+    first_tok, finish, num_output = cols["first_token"], cols["finish"], cols["num_output"]
     finished = (codes == OUTCOME_FINISHED) | (codes == OUTCOME_LENGTH_CAPPED)
+    arrival = np.asarray(t.arrival, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(num_output > 1, (finish - first_tok) / (num_output - 1), np.nan) * 1e3
     requests = pd.DataFrame(
         {
             "req_id": pd.Series(t.req_id, dtype=object),
             "arrival_s": arrival,
-            "first_scheduled_s": first_sched,
+            "first_scheduled_s": cols["first_scheduled"],
             "first_token_s": first_tok,
             "finish_s": np.where(finished, finish, np.nan),
             "prompt_len": np.asarray(t.prompt_len, dtype=np.int64),
@@ -89,12 +137,12 @@ def build_result(
             "ttft_ms": (first_tok - arrival) * 1e3,
             "tpot_ms": np.where(finished, tpot, np.nan),
             "e2e_ms": np.where(finished, (finish - arrival) * 1e3, np.nan),
-            "queue_ms": (first_sched - arrival) * 1e3,
-            "num_preemptions": np.frombuffer(rec.preemptions, dtype=np.int64),
-            "recomputed_tokens": np.frombuffer(rec.recomputed, dtype=np.int64),
-            "reused_tokens": np.frombuffer(rec.reused, dtype=np.int64),
-            "prefix_hit_tokens": np.frombuffer(rec.prefix_hit, dtype=np.int64),
-            "outcome": pd.Series(outcome, dtype=object),
+            "queue_ms": (cols["first_scheduled"] - arrival) * 1e3,
+            "num_preemptions": cols["preemptions"],
+            "recomputed_tokens": cols["recomputed"],
+            "reused_tokens": cols["reused"],
+            "prefix_hit_tokens": cols["prefix_hit"],
+            "outcome": pd.Series(np.asarray(OUTCOMES, dtype=object)[codes], dtype=object),
         }
     )
     df = trace.df
@@ -104,45 +152,39 @@ def build_result(
         df["sla_ttft_ms"].to_numpy(dtype=np.float64),
         df["sla_e2e_ms"].to_numpy(dtype=np.float64),
     )
-    step_table = np.frombuffer(rec.steps, dtype=np.float64).reshape(-1, len(Recorder.STEP_FIELDS))
+    requests["priority"] = np.asarray(t.priority, dtype=np.int64)
+    requests["tenant"] = df["tenant"].astype(object).to_numpy()
+    if len(engines) > 1:
+        requests["replica"] = closed_by
+    return requests
+
+
+def steps_frame(engine: Engine) -> pd.DataFrame:
+    """The engine's per-step time series (plus KV usage as a fraction of its usable blocks)."""
+    table = np.frombuffer(engine.rec.steps, dtype=np.float64).reshape(-1, len(Recorder.STEP_FIELDS))
     steps = pd.DataFrame(
         {
-            name: step_table[:, j] if name.endswith("_s") else step_table[:, j].astype(np.int64)
+            name: table[:, j] if name.endswith("_s") else table[:, j].astype(np.int64)
             for j, name in enumerate(Recorder.STEP_FIELDS)
         }
     )
-    n_steps = len(steps)
+    steps["kv_usage"] = steps["kv_blocks_used"] / engine.pool.usable_blocks
+    return steps
+
+
+def itl_samples(engine: Engine) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled inter-token latencies: how many gaps each step's duration stands for, and the
+    explicit gaps (across preemptions and moves), in seconds."""
+    rec = engine.rec
+    n_steps = len(rec.step_end)
     weights = np.zeros(n_steps + 1, dtype=np.int64)
     if len(rec.itl_run_first):
         np.add.at(weights, np.frombuffer(rec.itl_run_first, dtype=np.int64), 1)
         np.add.at(weights, np.frombuffer(rec.itl_run_last, dtype=np.int64) + 1, -1)
-    itl_weights = np.cumsum(weights)[:n_steps]
-    preemptions = _event_frame(rec.preemption_events, t)
-    starvation = _event_frame(rec.starvation_events, t)
-    requests["priority"] = np.asarray(t.priority, dtype=np.int64)
-    requests["tenant"] = trace.df["tenant"].astype(object).to_numpy()
-    requests["starved"] = requests["req_id"].isin(set(starvation["req_id"]))
-    summary = summarize(
-        requests,
-        steps,
-        itl_weights,
-        np.frombuffer(rec.itl_gaps, dtype=np.float64),
-        slo,
-        rec.prefix_queries,
-        rec.prefix_hits,
-        engine.config.enable_prefix_caching,
-        engine.pool.usable_blocks,
-        engine.max_model_len,
-    )
-    token_steps = None
-    if rec.token_steps is not None:
-        token_steps = {t.req_id[i]: s for i, s in rec.token_steps.items()}
-    return SimulationResult(
-        engine.config, model_desc, summary, requests, steps, preemptions, starvation, token_steps
-    )
+    return np.cumsum(weights)[:n_steps], np.frombuffer(rec.itl_gaps, dtype=np.float64).copy()
 
 
-def _event_frame(events: list[tuple[float, int, int, int]], t: TraceArrays) -> pd.DataFrame:
+def event_frame(events: list[tuple[float, int, int, int]], t: TraceArrays) -> pd.DataFrame:
     """Preemption-style events as a table: when, which request, its priority, its context."""
     return pd.DataFrame(
         {
