@@ -250,6 +250,7 @@ class Engine:
         self.now = 0.0
         self.step = 0
         # Next trace row to arrive; a cluster replica gets its requests through submit() instead.
+        self.external_arrivals = external_arrivals
         self._next = self.trace.n if external_arrivals else 0
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
         self.live: dict[int, Request] = {}  # arrived and not yet closed
@@ -575,28 +576,37 @@ class Engine:
         if self.config.queue_timeout_s is not None and r.status == WAITING:
             self._timeouts.append(r)
 
-    def evict_all(self) -> list[Request]:
+    def computed_tokens(self, r: Request) -> int:
+        """Tokens of ``r`` whose KV is on this replica now (exact for decode-group members too)."""
+        if r.sync_step >= 0:
+            return r.num_computed + (self.step - r.sync_step)
+        return r.num_computed
+
+    def evict_all(self) -> list[tuple[Request, int]]:
         """The replica is lost: take every request off it (running first, then waiting), as of
-        the last completed step; a step in flight is lost with the replica. Each returned request
-        keeps its outputs; ``lost_tokens`` says how many computed tokens died with the replica."""
+        the last completed step; a step in flight is lost with the replica. Returns each request
+        with the KV tokens it had here (0 if it was waiting); requests keep their outputs, and a
+        running one becomes PREEMPTED with ``lost_tokens`` = that KV."""
         sched = self.scheduler
         if sched.group is not None:
             sched.materialize_all(self.step, self.now)
-        out: list[Request] = []
+            limbo = sched.group.limbo  # blocks popped for the step in flight
+            if limbo:
+                self.pool.free(list(limbo), 0, 0)
+                limbo.clear()
+        out: list[tuple[Request, int]] = []
         for r in list(sched.running):
-            if r.num_computed and r.blocks:
-                self.kv.free(r)
-            r.lost_tokens = r.num_computed
+            computed = r.num_computed
+            self.kv.free(r)
+            r.lost_tokens = computed
             r.num_computed = 0
-            r.blocks = []
             r.status = PREEMPTED
-            out.append(r)
+            out.append((r, computed))
         sched.running.clear()
         sched.explicit = []
         while len(sched.waiting):
-            r = sched.waiting.pop()
-            out.append(r)
-        for r in out:
+            out.append((sched.waiting.pop(), 0))
+        for r, _ in out:
             self.rec.flush_tokens(r)
             r.segments = []
             if r.last_token >= 0:
@@ -647,6 +657,8 @@ class Engine:
             assert not sched.running and not len(sched.waiting), "requests left in the engine"
             assert not held, "blocks still held at the end"
             assert self.pool.num_free == self.pool.usable_blocks, "KV blocks not returned to the pool"
+            if self.external_arrivals:
+                return  # a cluster replica sees only some requests; the cluster checks them all
             outcomes = self.rec.outcome
             for i in range(self.trace.n):
                 assert outcomes[i] != OUTCOME_UNFINISHED, f"request {self.trace.req_id[i]} has no outcome"

@@ -1,0 +1,74 @@
+"""Clusters of replicas: routing, node failures, KV migration vs recompute.
+
+Public API::
+
+    simulate_cluster(trace, replicas, router=RouterSpec(...), failures=[FailureEvent(...)],
+                     recovery="planner" | "migrate" | "restart" | callable,
+                     context=RecoveryContext(...), slo=SLO(...)) -> ClusterResult
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from servesim.cluster.config import FailureEvent, FailurePlan, RecoveryContext, RouterSpec, failure_schedule
+from servesim.cluster.results import ClusterResult, ClusterSummary, FailureImpact, build_cluster_result
+from servesim.cluster.router import Router
+from servesim.cluster.simulate import (
+    ClusterSimulator,
+    Decision,
+    Interrupted,
+    RecoveryPolicy,
+    Replica,
+    migrate_policy,
+    restart_policy,
+)
+from servesim.engine.results import SLO
+from servesim.traces.schema import Trace
+
+POLICIES: dict[str, RecoveryPolicy] = {"migrate": migrate_policy, "restart": restart_policy}
+
+
+def simulate_cluster(
+    trace: Trace,
+    replicas: Sequence[Replica],
+    router: RouterSpec | None = None,
+    failures: Sequence[FailureEvent] = (),
+    recovery: str | RecoveryPolicy = "migrate",
+    context: RecoveryContext | None = None,
+    *,
+    slo: SLO | None = None,
+    fast: bool = True,
+) -> ClusterResult:
+    """Run ``trace`` over ``replicas`` on one clock, with failures and per-request recovery."""
+    if isinstance(recovery, str):
+        if recovery not in POLICIES:
+            raise ValueError(f"unknown recovery policy {recovery!r}; known: {', '.join(POLICIES)}")
+        policy = POLICIES[recovery]
+    else:
+        policy = recovery
+    FailurePlan(events=list(failures))  # validates the sequence
+    run = ClusterSimulator(trace, replicas, router, failures, policy, context, fast=fast).run()
+    return build_cluster_result(run, slo)
+
+
+__all__ = [
+    "POLICIES",
+    "ClusterResult",
+    "ClusterSimulator",
+    "ClusterSummary",
+    "Decision",
+    "FailureEvent",
+    "FailureImpact",
+    "FailurePlan",
+    "Interrupted",
+    "RecoveryContext",
+    "RecoveryPolicy",
+    "Replica",
+    "Router",
+    "RouterSpec",
+    "failure_schedule",
+    "migrate_policy",
+    "restart_policy",
+    "simulate_cluster",
+]

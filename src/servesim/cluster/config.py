@@ -1,0 +1,119 @@
+"""What a cluster is made of: replicas, a router, failure events and how KV state survives them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+RouterPolicy = Literal[
+    "round_robin",
+    "random",
+    "least_outstanding",
+    "least_kv",
+    "power_of_two",
+    "prefix_aware",
+    "vllm_dp",
+]
+
+
+class RouterSpec(BaseModel):
+    """How arrivals are spread over replicas.
+
+    * ``round_robin``, ``random``: oblivious.
+    * ``least_outstanding``: fewest running + waiting requests.
+    * ``least_kv``: lowest KV-cache usage.
+    * ``power_of_two``: two replicas drawn at random, the one with fewer outstanding requests.
+    * ``prefix_aware``: llm-d / Gateway API Inference Extension style scoring, the highest
+      Σ weight × scorer wins: prefix = cached leading blocks / blocks of the request, queue =
+      (max q − q)/(max q − min q), kv = 1 − usage (defaults 3, 1, 1 as commonly shipped).
+    * ``vllm_dp``: vLLM's data-parallel front end, lowest waiting + running + 6·waiting·max(0,
+      kv − 0.5).
+
+    Ties go to the lowest replica index after a seeded rotation, so runs are reproducible.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    policy: RouterPolicy = "least_outstanding"
+    seed: int = Field(0, ge=0)
+    prefix_weight: float = Field(3.0, ge=0)
+    queue_weight: float = Field(1.0, ge=0)
+    kv_weight: float = Field(1.0, ge=0)
+
+
+class FailureEvent(BaseModel):
+    """A replica is reclaimed at ``time_s`` (optionally announced ``warning_s`` earlier, when it
+    stops receiving new requests), and optionally comes back empty ``recover_after_s`` later."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    node: str = Field(min_length=1)
+    time_s: float = Field(ge=0, allow_inf_nan=False)
+    warning_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    recover_after_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+
+
+class RecoveryContext(BaseModel):
+    """What moving KV state costs: the network between replicas and the model's KV size."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kv_bytes_per_token: int = Field(
+        131072, gt=0, description="All TP ranks together (servesim.perf.kv_bytes_per_token x TP)."
+    )
+    network_bandwidth_gbps: float = Field(100.0, gt=0, description="Per replica pair, in gigabits/s.")
+    link_efficiency: float = Field(0.8, gt=0, le=1, description="Fraction of the line rate achieved.")
+    setup_latency_s: float = Field(0.005, ge=0, description="Per migrated request (handshake, descriptors).")
+    kv_checkpointing: Literal["none", "on_warning", "continuous"] = Field(
+        "continuous",
+        description="none: no KV survives a failure; on_warning: KV is snapshotted when the failure "
+        "is announced (stale by the warning lead); continuous: KV is replicated as it is computed.",
+    )
+
+    def transfer_s(self, tokens: int) -> float:
+        """Time to move ``tokens`` of KV (the one KV-bytes formula x tokens, at the link rate)."""
+        bits = 8.0 * self.kv_bytes_per_token * tokens
+        return self.setup_latency_s + bits / (self.network_bandwidth_gbps * 1e9 * self.link_efficiency)
+
+
+def failure_schedule(
+    nodes: list[str],
+    horizon_s: float,
+    mtbf_s: float,
+    *,
+    warning_s: float = 0.0,
+    recover_after_s: float | None = None,
+    seed: int = 0,
+) -> list[FailureEvent]:
+    """Seeded failures: each node fails after exponential times with mean ``mtbf_s`` (counted
+    from its recovery), within ``horizon_s``."""
+    rng = np.random.default_rng(seed)
+    events: list[FailureEvent] = []
+    for node in nodes:
+        t = 0.0
+        while True:
+            t += float(rng.exponential(mtbf_s))
+            if t >= horizon_s:
+                break
+            events.append(
+                FailureEvent(node=node, time_s=t, warning_s=warning_s, recover_after_s=recover_after_s)
+            )
+            if recover_after_s is None:
+                break
+            t += recover_after_s
+    return sorted(events, key=lambda e: (e.time_s, e.node))
+
+
+class FailurePlan(BaseModel):
+    """A list of failure events, validated against each other."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    events: list[FailureEvent] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> FailurePlan:
+        down_until: dict[str, float] = {}
+        for e in sorted(self.events, key=lambda e: e.time_s):
+            if e.time_s < down_until.get(e.node, -1.0):
+                raise ValueError(f"node {e.node!r} fails at {e.time_s} s while already down")
+            down_until[e.node] = float("inf") if e.recover_after_s is None else e.time_s + e.recover_after_s
+        return self

@@ -1,0 +1,136 @@
+"""Cluster results: the whole cluster's figures, each replica's, the moves and their impact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from servesim.cluster.simulate import ClusterRun
+from servesim.engine.results import SLO, LatencyStats, SimulationSummary, summarize
+from servesim.engine.simulate import event_frame, itl_samples, requests_frame, steps_frame
+
+
+class FailureImpact(BaseModel):
+    """What failures did to latency: requests that were interrupted vs the others."""
+
+    num_interrupted: int
+    num_migrated: int
+    num_restarted: int
+    tokens_moved: int
+    tokens_recomputed: int = Field(description="Tokens the interrupted requests computed again.")
+    interrupted_e2e_ms: LatencyStats
+    others_e2e_ms: LatencyStats
+    interrupted_ttft_ms: LatencyStats
+
+
+class ClusterSummary(BaseModel):
+    cluster: SimulationSummary = Field(description="All requests; step figures averaged over replica steps.")
+    replicas: dict[str, SimulationSummary] = Field(description="Requests each replica finished, its steps.")
+    impact: FailureImpact
+    num_failures: int
+    num_parked_unfinished: int = Field(description="Requests no replica was left to serve.")
+
+
+class ClusterResult:
+    """``summary`` (validated), ``requests`` (with the replica that finished each, and how often
+    it was moved), ``steps`` (with the replica of each step), ``moves`` and ``preemptions``."""
+
+    def __init__(
+        self,
+        summary: ClusterSummary,
+        requests: pd.DataFrame,
+        steps: pd.DataFrame,
+        moves: pd.DataFrame,
+        preemptions: pd.DataFrame,
+    ) -> None:
+        self.summary = summary
+        self.requests = requests
+        self.steps = steps
+        self.moves = moves
+        self.preemptions = preemptions
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self.requests
+
+
+def build_cluster_result(run: ClusterRun, slo: SLO | None) -> ClusterResult:
+    engines = run.engines
+    names = [run.replicas[k].name for k in run.engine_replica]
+    requests = requests_frame(engines, run.trace, slo)
+    replica_of = (
+        requests["replica"].to_numpy() if "replica" in requests else np.zeros(len(requests), np.int64)
+    )
+    requests["replica"] = pd.Series([names[k] if k >= 0 else None for k in replica_of], dtype=object)
+    moves = pd.DataFrame(
+        [m.__dict__ for m in run.moves],
+        columns=[
+            "req_id",
+            "time_s",
+            "from_node",
+            "to_node",
+            "strategy",
+            "tokens_moved",
+            "recompute_tokens",
+            "delay_s",
+        ],
+    )
+    counts = moves["req_id"].value_counts()
+    requests["num_moves"] = requests["req_id"].map(counts).fillna(0).astype(np.int64)
+    starved: set[str] = set()
+    frames, weights, gaps, pre = [], [], [], []
+    for engine, name in zip(engines, names, strict=True):
+        st = steps_frame(engine)
+        st.insert(0, "replica", name)
+        frames.append(st)
+        w, g = itl_samples(engine)
+        weights.append(w)
+        gaps.append(g)
+        ev = event_frame(engine.rec.preemption_events, engine.trace)
+        ev.insert(0, "replica", name)
+        pre.append(ev)
+        starved |= set(event_frame(engine.rec.starvation_events, engine.trace)["req_id"])
+    requests["starved"] = requests["req_id"].isin(starved)
+    steps = pd.concat(frames, ignore_index=True)
+    preemptions = pd.concat(pre, ignore_index=True)
+    queries = sum(e.rec.prefix_queries for e in engines)
+    hits = sum(e.rec.prefix_hits for e in engines)
+    caching = any(r.config.enable_prefix_caching for r in run.replicas)
+    mml = max(e.max_model_len for e in engines)
+    cluster = summarize(
+        requests, steps, np.concatenate(weights), np.concatenate(gaps), slo, queries, hits, caching, mml
+    )
+    per_replica: dict[str, SimulationSummary] = {}
+    for k, spec in enumerate(run.replicas):
+        mine = [i for i, kk in enumerate(run.engine_replica) if kk == k]
+        mask = requests["replica"] == spec.name
+        per_replica[spec.name] = summarize(
+            requests[mask].reset_index(drop=True),
+            pd.concat([frames[i] for i in mine], ignore_index=True),
+            np.concatenate([weights[i] for i in mine]),
+            np.concatenate([gaps[i] for i in mine]),
+            slo,
+            sum(engines[i].rec.prefix_queries for i in mine),
+            sum(engines[i].rec.prefix_hits for i in mine),
+            spec.config.enable_prefix_caching,
+            max(engines[i].max_model_len for i in mine),
+        )
+    moved = requests["num_moves"] > 0
+    impact = FailureImpact(
+        num_interrupted=int(moved.sum()),
+        num_migrated=int((moves["strategy"] == "MIGRATE_STATE").sum()),
+        num_restarted=int((moves["strategy"] == "COLD_RESTART").sum()),
+        tokens_moved=int(moves["tokens_moved"].sum()),
+        tokens_recomputed=int(requests.loc[moved, "recomputed_tokens"].sum()),
+        interrupted_e2e_ms=LatencyStats.of(requests.loc[moved, "e2e_ms"].to_numpy(dtype=np.float64)),
+        others_e2e_ms=LatencyStats.of(requests.loc[~moved, "e2e_ms"].to_numpy(dtype=np.float64)),
+        interrupted_ttft_ms=LatencyStats.of(requests.loc[moved, "ttft_ms"].to_numpy(dtype=np.float64)),
+    )
+    summary = ClusterSummary(
+        cluster=cluster,
+        replicas=per_replica,
+        impact=impact,
+        num_failures=len(run.failures),
+        num_parked_unfinished=run.parked_at_end,
+    )
+    return ClusterResult(summary, requests, steps, moves, preemptions)

@@ -1,0 +1,346 @@
+"""Several replicas on one shared clock: routing, node failures, and moving interrupted requests.
+
+Events are processed in time order: a replica's step ends (its results apply), then requests
+arriving at that time are routed (so they take part in any step starting then), then failures.
+A replica runs its steps exactly as a stand-alone engine does; the router sees each replica as of
+the arrival time, with a step in flight not yet applied.
+
+On a failure every request on the node — running, preempted or never scheduled — is taken off
+it with its outputs so far and re-dispatched: none is lost. The step in flight dies with the
+node. Each interrupted request either restarts cold on a survivor (it recomputes its prompt and
+generated tokens, minus what that survivor's prefix cache holds) or, when its KV survived
+(``RecoveryContext.kv_checkpointing``), has it migrated: it reaches the target after the transfer
+time with that KV in place and recomputes only what the checkpoint lacks. Which one is decided
+per request by a ``RecoveryPolicy``.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from servesim.cluster.config import FailureEvent, RecoveryContext, RouterSpec
+from servesim.cluster.router import Router
+from servesim.engine.config import EngineConfig
+from servesim.engine.engine import Engine, PendingStep, TraceArrays
+from servesim.engine.request import Request
+from servesim.engine.step_time import StepTimeModel
+from servesim.traces.schema import Trace
+
+Strategy = Literal["MIGRATE_STATE", "COLD_RESTART"]
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica: a name, its vLLM settings and how long its steps take."""
+
+    name: str
+    config: EngineConfig
+    step_time: StepTimeModel
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """A request taken off a lost replica, as a recovery policy sees it."""
+
+    request: Request
+    node: str
+    time_s: float
+    computed_tokens: int  # KV the request had on the lost node
+    checkpointed_tokens: int  # of those, KV that survived (0: cold restart only)
+
+
+@dataclass(frozen=True)
+class Decision:
+    strategy: Strategy
+    target: int  # replica index
+    delay_s: float  # until the request reaches the target (the KV transfer time)
+    tokens_moved: int
+
+
+RecoveryPolicy = Callable[[Interrupted, Sequence[Engine], Sequence[int], RecoveryContext, Router], Decision]
+
+
+def restart_policy(
+    job: Interrupted, engines: Sequence[Engine], eligible: Sequence[int], ctx: RecoveryContext, router: Router
+) -> Decision:
+    """Always recompute on the survivor the router picks."""
+    return Decision("COLD_RESTART", router.pick(job.request, engines, eligible), 0.0, 0)
+
+
+def migrate_policy(
+    job: Interrupted, engines: Sequence[Engine], eligible: Sequence[int], ctx: RecoveryContext, router: Router
+) -> Decision:
+    """Migrate whatever KV survived (the last token is always recomputed, as vLLM does for
+    loaded KV); restart when nothing survived."""
+    target = router.pick(job.request, engines, eligible)
+    r = job.request
+    moved = min(job.checkpointed_tokens, r.prompt_len + r.num_output - 1)
+    if moved <= 0:
+        return Decision("COLD_RESTART", target, 0.0, 0)
+    return Decision("MIGRATE_STATE", target, ctx.transfer_s(moved), moved)
+
+
+@dataclass(frozen=True)
+class _Transit:
+    target: int
+    request: Request
+
+
+@dataclass
+class Move:
+    req_id: str
+    time_s: float
+    from_node: str
+    to_node: str
+    strategy: Strategy
+    tokens_moved: int
+    recompute_tokens: int
+    delay_s: float
+
+
+@dataclass
+class ClusterRun:
+    """The raw outcome: every engine incarnation (a recovered node starts a new one), the moves."""
+
+    trace: Trace
+    replicas: list[Replica]
+    engines: list[Engine]  # all incarnations, in creation order
+    engine_replica: list[int]  # which replica each incarnation belongs to
+    moves: list[Move] = field(default_factory=list)
+    failures: list[FailureEvent] = field(default_factory=list)
+    parked_at_end: int = 0
+
+
+class ClusterSimulator:
+    """Drives replica engines on one clock; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        replicas: Sequence[Replica],
+        router: RouterSpec | None = None,
+        failures: Sequence[FailureEvent] = (),
+        recovery: RecoveryPolicy = migrate_policy,
+        context: RecoveryContext | None = None,
+        *,
+        fast: bool = True,
+    ) -> None:
+        if not replicas:
+            raise ValueError("a cluster needs at least one replica")
+        names = [r.name for r in replicas]
+        if len(set(names)) != len(names):
+            raise ValueError(f"replica names must be unique: {names}")
+        unknown = {f.node for f in failures} - set(names)
+        if unknown:
+            raise ValueError(f"failure events name unknown nodes {sorted(unknown)}; replicas: {names}")
+        self.trace = trace
+        self.arrays = TraceArrays(trace)
+        self.replicas = list(replicas)
+        self.router = Router(router or RouterSpec())
+        self.recovery = recovery
+        self.context = context or RecoveryContext()
+        self.fast = fast
+        self.engines: list[Engine] = []
+        self.current: list[Engine] = []
+        self.engine_replica: list[int] = []
+        for k in range(len(replicas)):
+            self.current.append(self._new_engine(k))
+        self.alive = [True] * len(replicas)
+        self.accepting = [True] * len(replicas)
+        self.inflight: list[PendingStep | None] = [None] * len(replicas)
+        self.moves: list[Move] = []
+        self.failures = sorted(failures, key=lambda f: (f.time_s, f.node))
+        # External events: (time, kind, seq, payload); at equal times transfers land first, then
+        # warnings, failures, recoveries.
+        self._events: list[tuple[float, int, int, _Transit | tuple[str, FailureEvent]]] = []
+        self._seq = 0
+        for f in self.failures:
+            if f.warning_s > 0:
+                self._push(max(0.0, f.time_s - f.warning_s), 1, ("warn", f))
+            self._push(f.time_s, 2, ("fail", f))
+            if f.recover_after_s is not None:
+                self._push(f.time_s + f.recover_after_s, 3, ("recover", f))
+        self._snapshots: dict[int, int] = {}  # request idx -> KV tokens snapshotted at a warning
+        self._parked: list[Request] = []  # waiting for any replica to come back
+
+    def _new_engine(self, k: int) -> Engine:
+        spec = self.replicas[k]
+        engine = Engine(self.arrays, spec.config, spec.step_time, fast=self.fast, external_arrivals=True)
+        self.engines.append(engine)
+        self.engine_replica.append(k)
+        return engine
+
+    def _push(self, t: float, kind: int, payload: _Transit | tuple[str, FailureEvent]) -> None:
+        heapq.heappush(self._events, (t, kind, self._seq, payload))
+        self._seq += 1
+
+    def eligible(self) -> list[int]:
+        return [k for k in range(len(self.replicas)) if self.alive[k] and self.accepting[k]]
+
+    def run(self) -> ClusterRun:
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._loop()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        for engine in self.current:
+            engine._finish_run()
+        # Requests still parked (no replica ever came back) stay "unfinished": reported, not lost.
+        return ClusterRun(
+            self.trace,
+            self.replicas,
+            self.engines,
+            self.engine_replica,
+            self.moves,
+            self.failures,
+            len(self._parked),
+        )
+
+    def _loop(self) -> None:
+        arrival = self.arrays.arrival
+        n = self.arrays.n
+        nxt = 0
+        while True:
+            t_arr = arrival[nxt] if nxt < n else math.inf
+            t_ev = self._events[0][0] if self._events else math.inf
+            t_ext = min(t_arr, t_ev)
+            for k, engine in enumerate(self.current):
+                if self.alive[k] and self.inflight[k] is None:
+                    self.inflight[k] = engine.begin_step(t_ext)
+            k_step, t_step = -1, math.inf
+            for k, p in enumerate(self.inflight):
+                if p is not None and p.end < t_step:
+                    k_step, t_step = k, p.end
+            if k_step >= 0 and t_step <= t_ext:
+                p = self.inflight[k_step]
+                assert p is not None
+                self.current[k_step].end_step(p)
+                self.inflight[k_step] = None
+                continue
+            if t_ext == math.inf:
+                return
+            if t_arr <= t_ev:
+                r = self.arrays.make_request(nxt)
+                nxt += 1
+                self._dispatch(r, t_arr)
+            else:
+                t, _kind, _seq, payload = heapq.heappop(self._events)
+                self._handle(t, payload)
+
+    def _dispatch(self, r: Request, t: float) -> None:
+        eligible = self.eligible()
+        if not eligible:
+            self._parked.append(r)
+            return
+        k = self.router.pick(r, self.current, eligible)
+        self.current[k].submit(r, t)
+
+    def _handle(self, t: float, payload: _Transit | tuple[str, FailureEvent]) -> None:
+        if isinstance(payload, _Transit):  # a migrated request reaching its target
+            k, r = payload.target, payload.request
+            if self.alive[k]:
+                self.current[k].submit(r, t)
+            else:  # the target died meanwhile, and the KV on its way with it
+                r.external_tokens = 0
+                self._dispatch(r, t)
+            return
+        kind, f = payload
+        k = [x.name for x in self.replicas].index(f.node)
+        if kind == "warn":
+            self.accepting[k] = False
+            if self.context.kv_checkpointing == "on_warning":
+                engine = self.current[k]
+                for r in engine.scheduler.running:
+                    self._snapshots[r.idx] = engine.computed_tokens(r)
+        elif kind == "fail":
+            self._fail(k, t)
+        else:  # recover: the node comes back empty (cold prefix cache)
+            self.current[k]._finish_run()
+            self.current[k] = self._new_engine(k)
+            self.current[k].now = t
+            self.alive[k] = True
+            self.accepting[k] = True
+            parked, self._parked = self._parked, []
+            for r in parked:
+                self._dispatch(r, t)
+
+    def _fail(self, k: int, t: float) -> None:
+        engine = self.current[k]
+        self.inflight[k] = None  # the step in flight is lost with the node
+        victims = engine.evict_all()
+        self.alive[k] = False
+        self.accepting[k] = False
+        node = self.replicas[k].name
+        eligible = self.eligible()
+        for r, computed in victims:
+            ckpt = self._checkpointed(r, computed)
+            if not eligible:
+                self._parked.append(r)
+                continue
+            if computed == 0:
+                self._dispatch(r, t)  # it held no KV here: just route it again
+                continue
+            job = Interrupted(r, node, t, computed, ckpt)
+            d = self.recovery(job, self.current, eligible, self.context, self.router)
+            moved = d.tokens_moved if d.strategy == "MIGRATE_STATE" else 0
+            self.moves.append(
+                Move(
+                    r.req_id,
+                    t,
+                    node,
+                    self.replicas[d.target].name,
+                    d.strategy,
+                    moved,
+                    r.prompt_len + r.num_output - moved,
+                    d.delay_s,
+                )
+            )
+            r.external_tokens = moved
+            if d.delay_s > 0:
+                self._push(t + d.delay_s, 0, _Transit(d.target, r))
+            else:
+                self.current[d.target].submit(r, t)
+        gone = {r.idx for r, _ in victims}
+        self._snapshots = {i: v for i, v in self._snapshots.items() if i not in gone}
+
+    def _checkpointed(self, r: Request, computed: int) -> int:
+        mode = self.context.kv_checkpointing
+        if mode == "continuous":
+            return computed
+        if mode == "on_warning":
+            return min(computed, self._snapshots.get(r.idx, 0))
+        return 0
+
+
+def simulate_cluster_run(
+    trace: Trace,
+    replicas: Sequence[Replica],
+    router: RouterSpec | None = None,
+    failures: Sequence[FailureEvent] = (),
+    recovery: RecoveryPolicy = migrate_policy,
+    context: RecoveryContext | None = None,
+    *,
+    fast: bool = True,
+) -> ClusterRun:
+    return ClusterSimulator(trace, replicas, router, failures, recovery, context, fast=fast).run()
+
+
+__all__ = [
+    "ClusterRun",
+    "ClusterSimulator",
+    "Decision",
+    "Interrupted",
+    "Move",
+    "RecoveryPolicy",
+    "Replica",
+    "migrate_policy",
+    "restart_policy",
+    "simulate_cluster_run",
+]

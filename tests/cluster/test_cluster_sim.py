@@ -1,0 +1,195 @@
+"""Clusters: replicas on one clock behave like stand-alone engines, routers route, and no
+request is ever lost across node failures, whatever the recovery strategy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servesim.cluster import (
+    FailureEvent,
+    RecoveryContext,
+    Replica,
+    RouterSpec,
+    failure_schedule,
+    simulate_cluster,
+)
+from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime, simulate
+from servesim.traces import (
+    FixedLength,
+    GeneratorSpec,
+    LogNormalLength,
+    PoissonArrivals,
+    PrefixSpec,
+    Trace,
+    generate_trace,
+    open_trace,
+)
+
+CFG = EngineConfig(num_gpu_blocks=6000, max_num_seqs=64)
+
+
+def replicas(n: int, config: EngineConfig = CFG) -> list[Replica]:
+    return [Replica(f"n{i}", config, LinearStepTime()) for i in range(n)]
+
+
+def test_one_replica_cluster_is_the_stand_alone_engine() -> None:
+    trace = open_trace("bursty", num_requests=400, seed=4)
+    alone = simulate(trace, CFG, LinearStepTime())
+    cluster = simulate_cluster(trace, replicas(1))
+    cols = [
+        "req_id",
+        "first_scheduled_s",
+        "first_token_s",
+        "finish_s",
+        "num_output",
+        "num_preemptions",
+        "outcome",
+    ]
+    pd.testing.assert_frame_equal(cluster.requests[cols], alone.requests[cols])
+    assert cluster.summary.cluster.itl_ms == alone.summary.itl_ms
+    assert cluster.summary.cluster.num_steps == alone.summary.num_steps
+
+
+def test_round_robin_splits_evenly_and_more_replicas_cut_latency() -> None:
+    trace = open_trace("poisson_30_rps", num_requests=1200, seed=2)
+    one = simulate_cluster(trace, replicas(1)).summary.cluster
+    three = simulate_cluster(trace, replicas(3), RouterSpec(policy="round_robin")).summary
+    assert [s.num_finished for s in three.replicas.values()] == [400, 400, 400]
+    assert three.cluster.e2e_ms.p99 < one.e2e_ms.p99
+
+
+def test_prefix_aware_routing_keeps_groups_together() -> None:
+    """40 shared 1,024-token prefixes do not fit one replica's cache: spread round-robin they
+    evict each other everywhere; routed by cached prefix each replica keeps its own groups."""
+    spec = GeneratorSpec(
+        num_requests=1500,
+        seed=3,
+        arrival=PoissonArrivals(rate=20),
+        prompt=LogNormalLength(mean=1500, sigma=0.3, max=4000),
+        output=LogNormalLength(mean=50, sigma=0.5, max=500),
+        prefix=PrefixSpec(num_groups=40, prefix_len=FixedLength(value=1024), zipf_s=0.5, fraction=1.0),
+    )
+    trace = generate_trace(spec)
+    cfg = EngineConfig(num_gpu_blocks=1500, max_num_seqs=64)
+    rr = simulate_cluster(trace, replicas(4, cfg), RouterSpec(policy="round_robin")).summary.cluster
+    pa = simulate_cluster(trace, replicas(4, cfg), RouterSpec(policy="prefix_aware")).summary.cluster
+    assert pa.prefix_cache_hit_rate is not None and rr.prefix_cache_hit_rate is not None
+    assert pa.prefix_cache_hit_rate > 1.5 * rr.prefix_cache_hit_rate
+    assert pa.ttft_ms.p50 < rr.ttft_ms.p50
+
+
+@pytest.mark.parametrize("policy", ["least_outstanding", "least_kv", "power_of_two", "vllm_dp", "random"])
+def test_load_aware_routers_serve_everything(policy: str) -> None:
+    trace = open_trace("bursty", num_requests=300, seed=5)
+    s = simulate_cluster(trace, replicas(3), RouterSpec(policy=policy, seed=1)).summary
+    assert s.cluster.num_finished == 300
+    assert all(r.num_finished > 50 for r in s.replicas.values())
+
+
+def test_migration_avoids_recompute_that_restart_pays() -> None:
+    trace = open_trace("poisson_30_rps", num_requests=2000, seed=1)
+    fail = [FailureEvent(node="n1", time_s=30.0, recover_after_s=20.0)]
+    restart = simulate_cluster(trace, replicas(3), failures=fail, recovery="restart")
+    migrate = simulate_cluster(trace, replicas(3), failures=fail, recovery="migrate")
+    r, m = restart.summary.impact, migrate.summary.impact
+    assert r.num_interrupted == m.num_interrupted > 5
+    assert (r.num_restarted, m.num_migrated) == (r.num_interrupted, m.num_interrupted)
+    assert m.tokens_recomputed == 0 < r.tokens_recomputed
+    assert m.interrupted_e2e_ms.p99 < r.interrupted_e2e_ms.p99
+    moved = migrate.moves
+    assert (moved["recompute_tokens"] == 1).all()  # only the last token, as vLLM does for loaded KV
+    assert (moved["delay_s"] > 0).all()
+
+
+def test_warning_stops_routing_and_snapshots_go_stale() -> None:
+    trace = open_trace("poisson_30_rps", num_requests=1500, seed=6)
+    fail = [FailureEvent(node="n0", time_s=25.0, warning_s=2.0)]
+    ctx = RecoveryContext(kv_checkpointing="on_warning")
+    res = simulate_cluster(trace, replicas(2), failures=fail, recovery="migrate", context=ctx)
+    req = res.requests.set_index("req_id")
+    late = req[(req["arrival_s"] > 23.0)]
+    assert (late["replica"] == "n1").all()  # nothing routed to the announced node
+    moves = res.moves
+    assert len(moves) > 0
+    # KV computed after the snapshot is recomputed on the target
+    assert (moves["recompute_tokens"] > 1).any()
+    assert res.summary.cluster.num_finished == 1500
+
+
+def test_losing_every_node_reports_unfinished_requests() -> None:
+    trace = open_trace("poisson_30_rps", num_requests=300, seed=7)
+    fail = [FailureEvent(node="n0", time_s=3.0), FailureEvent(node="n1", time_s=4.0)]
+    s = simulate_cluster(trace, replicas(2), failures=fail).summary
+    assert s.cluster.num_unfinished == s.num_parked_unfinished > 0
+    assert s.cluster.num_finished + s.cluster.num_unfinished == 300
+
+
+def test_failure_schedule_is_seeded_and_has_the_mtbf() -> None:
+    nodes = [f"n{i}" for i in range(20)]
+    a = failure_schedule(nodes, horizon_s=1e6, mtbf_s=1000.0, recover_after_s=1.0, seed=3)
+    assert a == failure_schedule(nodes, horizon_s=1e6, mtbf_s=1000.0, recover_after_s=1.0, seed=3)
+    gaps = np.diff([e.time_s for e in a if e.node == "n0"]) - 1.0
+    assert len(a) > 15000
+    assert gaps.mean() == pytest.approx(1000.0, rel=0.1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_nodes=st.integers(1, 4),
+    n_req=st.integers(0, 120),
+    seed=st.integers(0, 1000),
+    fails=st.lists(
+        st.tuples(st.integers(0, 3), st.floats(0.0, 8.0), st.sampled_from([None, 0.5, 3.0])), max_size=5
+    ),
+    recovery=st.sampled_from(["migrate", "restart"]),
+    ckpt=st.sampled_from(["none", "on_warning", "continuous"]),
+    warning=st.sampled_from([0.0, 0.3]),
+    policy=st.sampled_from(["round_robin", "least_outstanding", "prefix_aware", "random"]),
+)
+def test_no_request_is_lost_across_any_failure_sequence(
+    n_nodes: int,
+    n_req: int,
+    seed: int,
+    fails: list[tuple[int, float, float | None]],
+    recovery: str,
+    ckpt: str,
+    warning: float,
+    policy: str,
+) -> None:
+    trace = open_trace("poisson_40_rps", num_requests=n_req, seed=seed)
+    events: list[FailureEvent] = []
+    down: dict[str, float] = {}
+    for node, t, back in sorted(fails, key=lambda f: f[1]):
+        name = f"n{node % n_nodes}"
+        if t < down.get(name, -1.0):
+            continue
+        events.append(FailureEvent(node=name, time_s=t, warning_s=warning, recover_after_s=back))
+        down[name] = float("inf") if back is None else t + back
+    cfg = EngineConfig(num_gpu_blocks=900, max_num_seqs=16, max_num_batched_tokens=1024)
+    reps = [Replica(f"n{i}", cfg, ConstantStepTime(step_time_s=0.01)) for i in range(n_nodes)]
+    res = simulate_cluster(
+        trace,
+        reps,
+        RouterSpec(policy=policy, seed=seed),  # type: ignore[arg-type]
+        events,
+        recovery=recovery,
+        context=RecoveryContext(kv_checkpointing=ckpt),  # type: ignore[arg-type]
+    )
+    req = res.requests
+    s = res.summary
+    assert len(req) == n_req
+    assert s.cluster.num_finished + s.cluster.num_unfinished + s.cluster.num_rejected_prompt_too_long == n_req
+    assert s.cluster.num_unfinished == s.num_parked_unfinished
+    done = req["outcome"] == "finished"
+    assert (req.loc[done, "num_output"] == req.loc[done, "output_len"]).all()
+    assert (res.moves[["tokens_moved", "recompute_tokens", "delay_s"]] >= 0).all().all()
+    assert (req[["recomputed_tokens", "reused_tokens", "num_moves"]] >= 0).all().all()
+
+
+def test_trace_with_no_requests() -> None:
+    res = simulate_cluster(Trace.empty(), replicas(2), failures=[FailureEvent(node="n0", time_s=1.0)])
+    assert res.summary.cluster.num_requests == 0
