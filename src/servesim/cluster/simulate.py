@@ -191,7 +191,7 @@ class ClusterSimulator:
             if gc_was_enabled:
                 gc.enable()
         for engine in self.current:
-            engine._finish_run()
+            engine.finish()
         # Requests still parked (no replica ever came back) stay "unfinished": reported, not lost.
         return ClusterRun(
             self.trace,
@@ -262,7 +262,7 @@ class ClusterSimulator:
         elif kind == "fail":
             self._fail(k, t)
         else:  # recover: the node comes back empty (cold prefix cache)
-            self.current[k]._finish_run()
+            self.current[k].finish()
             self.current[k] = self._new_engine(k)
             self.current[k].now = t
             self.alive[k] = True

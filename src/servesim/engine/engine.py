@@ -270,7 +270,7 @@ class Engine:
         finally:
             if gc_was_enabled:
                 gc.enable()
-        self._finish_run()
+        self.finish()
         if self.progress is not None:
             self.progress(self.num_closed, self.trace.n)
 
@@ -620,7 +620,8 @@ class Engine:
         self.rec.close_request(r)
         self.num_closed += 1
 
-    def _finish_run(self) -> None:
+    def finish(self) -> None:
+        """Close the run: every request gets an outcome, then the final conservation checks."""
         sched = self.scheduler
         if sched.group is not None and sched.group.n:
             sched.materialize_all(self.step, self.now)
