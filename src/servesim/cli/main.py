@@ -36,12 +36,13 @@ def _main(
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from servesim.cli import resched_cmd, schema_cmd, simulate_cmd
+    from servesim.cli import cluster_cmd, resched_cmd, schema_cmd, simulate_cmd
     from servesim.cli.trace_cmd import register as register_trace_commands
 
     schema_cmd.register(app)
     simulate_cmd.register(app)
     resched_cmd.register(app)
+    cluster_cmd.register(app)
     register_trace_commands(app)
 
 

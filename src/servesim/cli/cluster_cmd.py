@@ -1,0 +1,243 @@
+"""``servesim cluster``: a trace over several replicas with injected node failures, comparing how
+interrupted requests are recovered (always migrate, always restart, or the planner per job)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from servesim.cli.common import fail, print_json
+from servesim.cli.simulate_cmd import TRACE_HELP, step_time_model
+from servesim.cluster import (
+    POLICIES,
+    ClusterResult,
+    FailureEvent,
+    FailurePlan,
+    RecoveryContext,
+    Replica,
+    RouterSpec,
+    failure_schedule,
+    simulate_cluster,
+)
+from servesim.engine import SLO, EngineConfig
+from servesim.traces import Trace, TraceError, open_trace
+
+
+class ClusterFile(BaseModel):
+    """``--cluster FILE``: replicas (vLLM keys each), router and recovery context."""
+
+    model_config = ConfigDict(extra="forbid")
+    replicas: list[dict[str, Any]] = Field(min_length=1, description="Each: name, and vLLM keys (config).")
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    context: RecoveryContext = Field(default_factory=RecoveryContext)
+
+
+class StrategyOutcome(BaseModel):
+    """One recovery strategy's results, for the comparison table and ``--json``."""
+
+    strategy: str
+    num_finished: int
+    num_unfinished: int
+    ttft_p99_ms: float
+    e2e_p99_ms: float
+    interrupted: int
+    interrupted_e2e_p99_ms: float
+    migrated: int
+    restarted: int
+    tokens_recomputed: int
+    gb_moved: float
+
+
+def parse_fail(text: str) -> FailureEvent:
+    """``NODE@TIME`` or ``NODE@TIME+RECOVER_AFTER`` (seconds)."""
+    node, sep, rest = text.partition("@")
+    if not sep or not node:
+        raise ValueError(f"--fail {text!r}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
+    when, plus, back = rest.partition("+")
+    try:
+        return FailureEvent(node=node, time_s=float(when), recover_after_s=float(back) if plus else None)
+    except ValueError as e:
+        raise ValueError(f"--fail {text!r}: {e}") from None
+
+
+def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyOutcome:
+    s = result.summary
+    return StrategyOutcome(
+        strategy=name,
+        num_finished=s.cluster.num_finished,
+        num_unfinished=s.cluster.num_unfinished,
+        ttft_p99_ms=s.cluster.ttft_ms.p99,
+        e2e_p99_ms=s.cluster.e2e_ms.p99,
+        interrupted=s.impact.num_interrupted,
+        interrupted_e2e_p99_ms=s.impact.interrupted_e2e_ms.p99,
+        migrated=s.impact.num_migrated,
+        restarted=s.impact.num_restarted,
+        tokens_recomputed=s.impact.tokens_recomputed,
+        gb_moved=s.impact.tokens_moved * ctx.kv_bytes_per_token / 1e9,
+    )
+
+
+def comparison_table(rows: list[StrategyOutcome], title: str) -> Table:
+    table = Table(title=title, title_justify="left", caption="latencies in ms; hit = requests interrupted")
+    for col in (
+        "recovery",
+        "done",
+        "TTFT p99",
+        "E2E p99",
+        "hit",
+        "hit E2E p99",
+        "mig/rst",
+        "recomputed",
+        "GB",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            r.strategy,
+            f"{r.num_finished:,}" + (f"+{r.num_unfinished}?" if r.num_unfinished else ""),
+            f"{r.ttft_p99_ms:,.0f}",
+            f"{r.e2e_p99_ms:,.0f}",
+            f"{r.interrupted:,}",
+            f"{r.interrupted_e2e_p99_ms:,.0f}",
+            f"{r.migrated}/{r.restarted}",
+            f"{r.tokens_recomputed:,}",
+            f"{r.gb_moved:,.2f}",
+        )
+    return table
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("cluster")
+    def cluster_cmd(
+        trace: str = typer.Argument(..., help=TRACE_HELP),
+        replicas: int = typer.Option(2, "--replicas", min=1, help="Identical replicas n0..n{N-1}."),
+        config: Path | None = typer.Option(None, "--config", "-c", help="vLLM keys for every replica."),
+        cluster: Path | None = typer.Option(None, help="YAML/JSON with replicas, router and context."),
+        router: str | None = typer.Option(None, help="Router policy (default least_outstanding)."),
+        failures: Path | None = typer.Option(None, help="JSON/YAML list of failure events."),
+        fail_at: list[str] = typer.Option([], "--fail", help="NODE@TIME[+RECOVER_AFTER], repeatable."),
+        mtbf_s: float | None = typer.Option(None, help="Random failures per node with this MTBF (seconds)."),
+        warning_s: float = typer.Option(0.0, help="Failures are announced this long before (MTBF mode)."),
+        recover_after_s: float | None = typer.Option(None, help="Failed nodes come back after (MTBF mode)."),
+        recovery: str = typer.Option(
+            "compare", help=f"compare (baseline and every strategy), or one of: {', '.join(POLICIES)}."
+        ),
+        kv_checkpointing: str | None = typer.Option(None, help="none | on_warning | continuous."),
+        bandwidth_gbps: float | None = typer.Option(None, help="Network between replicas, Gbit/s."),
+        kv_bytes_per_token: int | None = typer.Option(None, help="KV bytes per token (all TP ranks)."),
+        step_time_ms: float | None = typer.Option(None, help="Constant step time; default: linear model."),
+        slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50."),
+        seed: int = typer.Option(0, help="Seed for generated traces, random routers and MTBF failures."),
+        num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON only."),
+    ) -> None:
+        """Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E."""
+        try:
+            tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            reps, route, ctx = _cluster_setup(cluster, config, replicas, step_time_ms)
+            if router is not None:
+                route = route.model_copy(update={"policy": router, "seed": seed})
+                RouterSpec.model_validate(route.model_dump())
+            updates: dict[str, Any] = {}
+            if kv_checkpointing is not None:
+                updates["kv_checkpointing"] = kv_checkpointing
+            if bandwidth_gbps is not None:
+                updates["network_bandwidth_gbps"] = bandwidth_gbps
+            if kv_bytes_per_token is not None:
+                updates["kv_bytes_per_token"] = kv_bytes_per_token
+            ctx = RecoveryContext.model_validate({**ctx.model_dump(), **updates})
+            events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
+            goal = SLO.parse(slo) if slo else None
+            names = list(POLICIES) if recovery == "compare" else [recovery]
+            if recovery != "compare" and recovery not in POLICIES:
+                raise ValueError(
+                    f"unknown recovery {recovery!r}; use compare or one of {', '.join(POLICIES)}"
+                )
+            rows: list[StrategyOutcome] = []
+            if recovery == "compare":
+                rows.append(
+                    outcome("no failure", simulate_cluster(tr, reps, route, (), context=ctx, slo=goal), ctx)
+                )
+            for name in names:
+                result = simulate_cluster(tr, reps, route, events, recovery=name, context=ctx, slo=goal)
+                rows.append(outcome(name, result, ctx))
+        except (TraceError, ValidationError, ValueError, OSError) as exc:
+            fail(exc)
+        if as_json:
+            print_json(
+                {
+                    "failures": [e.model_dump(mode="json") for e in events],
+                    "context": ctx.model_dump(mode="json"),
+                    "router": route.model_dump(mode="json"),
+                    "strategies": [r.model_dump(mode="json") for r in rows],
+                }
+            )
+            return
+        Console().print(
+            comparison_table(
+                rows,
+                f"{trace}: {len(tr):,} requests on {len(reps)} replicas, {len(events)} failures, "
+                f"{ctx.network_bandwidth_gbps:g} Gbit/s, KV checkpointing {ctx.kv_checkpointing}",
+            )
+        )
+
+
+def _cluster_setup(
+    cluster: Path | None, config: Path | None, n: int, step_time_ms: float | None
+) -> tuple[list[Replica], RouterSpec, RecoveryContext]:
+    model = step_time_model(step_time_ms)
+    if cluster is not None:
+        spec = ClusterFile.model_validate(_load_yaml(cluster))
+        reps = []
+        for i, r in enumerate(spec.replicas):
+            keys = dict(r)
+            name = str(keys.pop("name", f"n{i}"))
+            reps.append(Replica(name, EngineConfig.model_validate(keys.get("config", keys)), model))
+        return reps, spec.router, spec.context
+    cfg = EngineConfig.from_file(config) if config is not None else EngineConfig()
+    return [Replica(f"n{i}", cfg, model) for i in range(n)], RouterSpec(), RecoveryContext()
+
+
+def _failure_events(
+    path: Path | None,
+    fail_at: list[str],
+    mtbf_s: float | None,
+    warning_s: float,
+    recover_after_s: float | None,
+    seed: int,
+    reps: list[Replica],
+    trace: Trace,
+) -> list[FailureEvent]:
+    events = [parse_fail(x) for x in fail_at]
+    if path is not None:
+        data = _load_yaml(path)
+        items = data.get("events", data) if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise ValueError(f"{path}: expected a list of failure events")
+        events += [FailureEvent.model_validate(x) for x in items]
+    if mtbf_s is not None:
+        horizon = float(trace.df["arrival_time_s"].max()) if len(trace) else 0.0
+        events += failure_schedule(
+            [r.name for r in reps],
+            horizon,
+            mtbf_s,
+            warning_s=warning_s,
+            recover_after_s=recover_after_s,
+            seed=seed,
+        )
+    events.sort(key=lambda e: (e.time_s, e.node))
+    FailurePlan(events=events)
+    return events
