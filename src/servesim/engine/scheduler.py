@@ -125,14 +125,7 @@ class Scheduler:
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            n = r.prompt_len + r.num_output - r.num_computed
-            if 0 < thr < n:
-                n = thr
-            if n > budget:
-                n = budget
-            cap = mml - r.num_computed - 1
-            if n > cap:
-                n = cap
+            n = running_tokens(r, thr, budget, mml)
             if n <= 0:
                 i += 1
                 continue
@@ -187,14 +180,7 @@ class Scheduler:
                 avail = budget - members_before - used
                 if avail <= 0:
                     return -1
-                n = r.prompt_len + r.num_output - r.num_computed
-                if 0 < thr < n:
-                    n = thr
-                if n > avail:
-                    n = avail
-                cap = mml - r.num_computed - 1
-                if n > cap:
-                    n = cap
+                n = running_tokens(r, thr, avail, mml)
                 if n <= 0:
                     continue
                 used += n
@@ -223,10 +209,15 @@ class Scheduler:
             if len(running) >= self.max_num_seqs:
                 break
             r = waiting.peek()
-            ext = r.external_tokens  # KV migrated from a lost replica (cluster only)
-            hit = kv.lookup(r) if not ext else []
+            hit = kv.lookup(r)
             hit_tokens = len(hit) * kv.block_size
-            n = r.prompt_len + r.num_output - hit_tokens - ext
+            num_tokens = r.prompt_len + r.num_output
+            ext = 0
+            if r.external_tokens:  # a prefix whose KV migrates in (cluster), beyond the local hit
+                ext = min(r.external_tokens, num_tokens - 1) - hit_tokens
+                if ext < 0:
+                    ext = 0
+            n = num_tokens - hit_tokens - ext
             if 0 < thr < n:
                 n = thr
             if n > budget:
@@ -372,6 +363,19 @@ class Scheduler:
 
 
 BOOSTED_PRIORITY = -(1 << 62)
+
+
+def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int:
+    """Tokens a RUNNING request gets in Phase A: what it still needs, capped by the long-prefill
+    threshold, the budget left and the context limit (vLLM: the position must stay below
+    ``max_model_len``). 0 or less: skip it."""
+    n = r.prompt_len + r.num_output - r.num_computed
+    if 0 < thr < n:
+        n = thr
+    if n > budget:
+        n = budget
+    cap = max_model_len - r.num_computed - 1
+    return cap if n > cap else n
 
 
 def _priority_key(r: Request) -> tuple[int, float, int]:
