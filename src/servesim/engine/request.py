@@ -122,8 +122,8 @@ class Request:
         self.recomputed_tokens = 0  # of those, tokens computed again after re-admission
         self.reused_tokens = 0  # of those, tokens recovered from the prefix cache instead
         self.migrated_tokens = 0  # of those, tokens whose KV was moved from a lost replica
-        # Cluster moves: KV tokens that arrive with the request (migration), and the time of
-        # its last token on the replica it left (for the inter-token gap across the move).
+        # Cluster moves: the prefix (in tokens) whose KV migrates in with the request, and the
+        # time of its last token on the replica it left (for the inter-token gap across a move).
         self.external_tokens = 0
         self.moved_token_time = -1.0
         self.prefix_hit_tokens = 0  # prefix-cache hit at first admission

@@ -1,0 +1,101 @@
+"""The step-time and memory model: how long engine steps take and how many KV blocks fit.
+
+Public API::
+
+    build_step_time_model(model, gpu, tp=1, profile=None, *, catalog=None, kv_dtype="auto",
+                          max_num_seqs=128, max_num_batched_tokens=2048) -> RooflineStepTime
+    kv_capacity(model, gpu, tp=1, *, gpu_memory_utilization=0.9, block_size=16, kv_dtype="auto",
+                max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=None) -> KVCapacity
+    num_gpu_blocks(...same...) -> int                   # for EngineConfig.num_gpu_blocks
+    kv_bytes_per_token(model_spec, tp=1, kv_dtype="auto") -> int   # THE KV-size formula
+    load_catalog(extra_yaml=None) -> Catalog; model_from_hf_config(path_or_dict) -> ModelSpec
+    HardwareProfile (.load / .save), default_profile(gpu), resolve_profile(...)
+    read_step_csv / calibrate_steps; read_bench_result / calibrate_workloads
+
+Module map: ``catalog`` (ModelSpec, GPUSpec, YAML catalogs, HF config loader) · ``memory``
+(weights, reserve, KV capacity) · ``profile`` (calibration coefficients) · ``roofline`` (the
+StepTimeModel) · ``replay`` (client closed loops, async lag, front-end latency) · ``workload``
+(inference-perf shared-prefix load) · ``fit`` (Levenberg-Marquardt) · ``calibrate`` · ``sim2real``.
+"""
+
+from servesim.perf.calibrate import (
+    CalibrationReport,
+    ErrorStats,
+    StepGroup,
+    WorkloadCase,
+    calibrate_steps,
+    calibrate_workloads,
+    read_bench_result,
+    read_step_csv,
+    synthetic_steps,
+)
+from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, model_from_hf_config
+from servesim.perf.errors import (
+    CalibrationError,
+    CatalogError,
+    MemoryFitError,
+    PerfError,
+    UnknownGPUError,
+    UnknownModelError,
+)
+from servesim.perf.memory import (
+    KVCapacity,
+    MemoryOverheads,
+    kv_bytes_per_token,
+    kv_capacity,
+    num_gpu_blocks,
+    weight_breakdown,
+    weight_bytes_per_gpu,
+)
+from servesim.perf.profile import (
+    FittedRange,
+    HardwareProfile,
+    builtin_profile_names,
+    default_profile,
+    resolve_profile,
+)
+from servesim.perf.roofline import (
+    ExtrapolationWarning,
+    RooflineStepTime,
+    build_step_time_model,
+    extrapolation_warnings,
+)
+
+__all__ = [
+    "CalibrationError",
+    "CalibrationReport",
+    "Catalog",
+    "CatalogError",
+    "ErrorStats",
+    "ExtrapolationWarning",
+    "FittedRange",
+    "GPUSpec",
+    "HardwareProfile",
+    "KVCapacity",
+    "MemoryFitError",
+    "MemoryOverheads",
+    "ModelSpec",
+    "PerfError",
+    "RooflineStepTime",
+    "StepGroup",
+    "UnknownGPUError",
+    "UnknownModelError",
+    "WorkloadCase",
+    "build_step_time_model",
+    "builtin_profile_names",
+    "calibrate_steps",
+    "calibrate_workloads",
+    "default_profile",
+    "extrapolation_warnings",
+    "kv_bytes_per_token",
+    "kv_capacity",
+    "load_catalog",
+    "model_from_hf_config",
+    "num_gpu_blocks",
+    "read_bench_result",
+    "read_step_csv",
+    "resolve_profile",
+    "synthetic_steps",
+    "weight_breakdown",
+    "weight_bytes_per_gpu",
+]

@@ -1,0 +1,560 @@
+"""Model and GPU catalogs: architectures from public ``config.json`` files, GPUs from datasheets.
+
+The shipped catalogs are YAML files in ``servesim/data/perf`` (``models.yaml``, ``gpus.yaml``).
+A user extends them with a YAML file of the same shape (``models:`` and/or ``gpus:``, keyed by
+name); entries of a user file replace shipped entries of the same name. A local Hugging Face
+``config.json`` (or a folder holding one) can stand in for a model name anywhere a model is
+asked for; nothing is downloaded at run time.
+
+Names are matched case-insensitively, against the catalog key, the aliases and the Hugging Face
+id (``meta-llama/Llama-3.1-8B-Instruct`` finds ``llama-3.1-8b``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
+
+DType = Literal["bfloat16", "float16", "float32"]
+WeightDType = Literal["fp8", "int8", "int4"]
+QuantizedModule = Literal["attention", "mlp", "experts", "shared_experts"]
+
+ALL_QUANTIZED_MODULES: tuple[QuantizedModule, ...] = ("attention", "mlp", "experts", "shared_experts")
+
+DTYPE_BYTES: dict[str, float] = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "float32": 4.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+}
+
+_ADD_MODEL_HINT = (
+    "add one with --catalog FILE (a YAML file with a 'models:' mapping, same fields as "
+    "servesim/data/perf/models.yaml) or pass the path of a local Hugging Face config.json"
+)
+_ADD_GPU_HINT = (
+    "add one with --catalog FILE (a YAML file with a 'gpus:' mapping, same fields as "
+    "servesim/data/perf/gpus.yaml)"
+)
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, as far as time and memory are concerned.
+
+    Sizes follow the Hugging Face config names. For mixture-of-experts models
+    ``intermediate_size`` is the dense MLP width (of the layers that are not MoE, if any) and
+    ``moe_intermediate_size`` the width of one routed expert; layer ``i`` (0-based) is an MoE
+    layer when ``(i + 1) % moe_layer_interval == 0``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Catalog key (lower case).")
+    hf_id: str | None = Field(None, description="Hugging Face model id.")
+    aliases: list[str] = Field(default_factory=list)
+    architecture: str | None = Field(None, description="Hugging Face architecture class.")
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1, description="Dense MLP width.")
+    num_attention_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1, description="Key/value heads (GQA); equal to attention heads for MHA.")
+    head_dim: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = Field(ge=1)
+    gated_mlp: bool = Field(True, description="SwiGLU-style MLP (gate, up, down) rather than two matrices.")
+    attention_bias: bool = Field(False, description="Biases on the Q/K/V projections.")
+    num_experts: int = Field(0, ge=0, description="Routed experts per MoE layer (0 = dense model).")
+    experts_per_token: int = Field(0, ge=0)
+    moe_intermediate_size: int | None = Field(None, ge=1, description="Width of one routed expert.")
+    shared_expert_intermediate_size: int = Field(0, ge=0, description="Total width of the shared expert(s).")
+    moe_layer_interval: int = Field(1, ge=1, description="Every n-th layer is an MoE layer.")
+    dtype: DType = Field("bfloat16", description="Activation and default weight/KV dtype.")
+    weight_dtype: WeightDType | None = Field(
+        None, description="Storage of quantized linear weights (None = dtype)."
+    )
+    quantized_modules: list[QuantizedModule] = Field(
+        default_factory=lambda: list(ALL_QUANTIZED_MODULES),
+        description="Which linear layers weight_dtype applies to (embeddings/lm_head stay in dtype).",
+    )
+    extra_params: int = Field(
+        0, ge=0, description="Parameters outside the text decoder (e.g. a vision encoder), in dtype."
+    )
+    source: str | None = Field(None, description="Where the numbers come from (config.json URL).")
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads})"
+            )
+        if self.num_experts:
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                raise ValueError(
+                    f"experts_per_token ({self.experts_per_token}) must be in "
+                    f"1..num_experts ({self.num_experts})"
+                )
+        elif self.experts_per_token or self.shared_expert_intermediate_size:
+            raise ValueError("experts_per_token / shared_expert_intermediate_size need num_experts > 0")
+        return self
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_intermediate_size(self) -> int:
+        return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        if not self.num_experts:
+            return 0
+        return sum(1 for i in range(self.num_layers) if (i + 1) % self.moe_layer_interval == 0)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Q, K, V and output projections (+ Q/K/V biases)."""
+        h = self.hidden_size
+        p = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        if self.attention_bias:
+            p += self.q_dim + 2 * self.kv_dim
+        return p
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        return self.mlp_matrices * self.hidden_size * self.intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self.mlp_matrices * self.hidden_size * self.expert_intermediate_size
+
+    @property
+    def shared_expert_params_per_layer(self) -> int:
+        return self.mlp_matrices * self.hidden_size * self.shared_expert_intermediate_size
+
+    @property
+    def router_params_per_layer(self) -> int:
+        return self.hidden_size * self.num_experts
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.num_layers + 1) * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """Every parameter (text decoder, embeddings, extra modules)."""
+        moe = self.num_moe_layers
+        return (
+            self.num_layers * self.attention_params_per_layer
+            + self.num_dense_layers * self.dense_mlp_params_per_layer
+            + moe
+            * (
+                self.num_experts * self.expert_params
+                + self.shared_expert_params_per_layer
+                + self.router_params_per_layer
+            )
+            + self.embedding_params
+            + self.lm_head_params
+            + self.norm_params
+            + self.extra_params
+        )
+
+    @property
+    def active_params_per_token(self) -> int:
+        """Parameters one token uses, counted as model cards count "activated" parameters: every
+        dense parameter (embeddings included) plus ``experts_per_token`` routed experts per MoE layer."""
+        moe = self.num_moe_layers
+        return (
+            self.num_layers * self.attention_params_per_layer
+            + self.num_dense_layers * self.dense_mlp_params_per_layer
+            + moe
+            * (
+                self.experts_per_token * self.expert_params
+                + self.shared_expert_params_per_layer
+                + self.router_params_per_layer
+            )
+            + self.embedding_params
+            + self.lm_head_params
+            + self.norm_params
+        )
+
+    def bytes_of(self, module: QuantizedModule) -> float:
+        """Bytes per weight of one kind of linear layer."""
+        if self.weight_dtype is not None and module in self.quantized_modules:
+            return DTYPE_BYTES[self.weight_dtype]
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.dtype]
+
+    def describe(self) -> str:
+        kind = f"MoE {self.num_experts}x top-{self.experts_per_token}" if self.is_moe else "dense"
+        prec = self.dtype if self.weight_dtype is None else f"{self.weight_dtype} weights, {self.dtype}"
+        return f"{self.num_params / 1e9:.1f}B params, {kind}, {prec}"
+
+
+class GPUSpec(BaseModel):
+    """One accelerator: peak dense throughput, memory, bandwidths. Every number has a source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    aliases: list[str] = Field(default_factory=list)
+    vendor: str
+    description: str
+    memory_bytes: int = Field(gt=0, description="Device memory as the framework sees it (total_memory).")
+    hbm_bandwidth: float = Field(gt=0, description="Peak memory bandwidth, bytes/s.")
+    bf16_flops: float = Field(gt=0, description="Peak dense BF16/FP16 tensor FLOP/s (no sparsity).")
+    fp8_flops: float | None = Field(None, gt=0, description="Peak dense FP8 tensor FLOP/s (None: no FP8).")
+    interconnect: Literal["nvlink", "pcie", "infinity-fabric"]
+    interconnect_bandwidth: float = Field(
+        gt=0, description="GPU-to-GPU bandwidth per GPU, one direction, bytes/s."
+    )
+    pcie_bandwidth: float = Field(gt=0, description="Host link bandwidth, one direction, bytes/s.")
+    sources: dict[str, str] = Field(description="Field name -> where the number comes from.")
+
+    @model_validator(mode="after")
+    def _check_sources(self) -> GPUSpec:
+        needed = ["memory_bytes", "hbm_bandwidth", "bf16_flops", "interconnect_bandwidth", "pcie_bandwidth"]
+        if self.fp8_flops is not None:
+            needed.append("fp8_flops")
+        missing = [f for f in needed if not self.sources.get(f)]
+        if missing:
+            raise ValueError(f"sources missing for: {', '.join(missing)}")
+        return self
+
+    def peak_flops(self, weight_dtype: str | None) -> float:
+        """Dense tensor peak for GEMMs whose weights are stored as ``weight_dtype``.
+
+        FP8 (and INT8, W8A8) GEMMs run at the FP8 rate where the GPU has one; weight-only
+        INT4 kernels dequantize to BF16 and run at the BF16 rate.
+        """
+        if weight_dtype in ("fp8", "int8") and self.fp8_flops is not None:
+            return self.fp8_flops
+        return self.bf16_flops
+
+
+class Catalog:
+    """Models and GPUs by name, with alias and Hugging Face id look-up."""
+
+    def __init__(self, models: Mapping[str, ModelSpec], gpus: Mapping[str, GPUSpec]) -> None:
+        self.models: dict[str, ModelSpec] = dict(models)
+        self.gpus: dict[str, GPUSpec] = dict(gpus)
+        self._model_keys = _index(self.models.values(), lambda m: [m.name, *m.aliases, m.hf_id or ""])
+        self._gpu_keys = _index(self.gpus.values(), lambda g: [g.name, *g.aliases])
+
+    def model(self, name: str) -> ModelSpec:
+        key = _norm(name)
+        found = self._model_keys.get(key) or self._model_keys.get(_norm(name.split("/")[-1]))
+        if found is None:
+            raise UnknownModelError(
+                f"unknown model {name!r}; known models: {', '.join(sorted(self.models))}; {_ADD_MODEL_HINT}"
+            )
+        return self.models[found]
+
+    def gpu(self, name: str) -> GPUSpec:
+        found = self._gpu_keys.get(_norm(name))
+        if found is None:
+            raise UnknownGPUError(
+                f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(self.gpus))}; {_ADD_GPU_HINT}"
+            )
+        return self.gpus[found]
+
+    def extended(self, path: str | Path) -> Catalog:
+        """This catalog plus the entries of a user YAML file (which win on name clashes)."""
+        models, gpus = _read_catalog_file(Path(path))
+        return Catalog({**self.models, **models}, {**self.gpus, **gpus})
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def _index(items: Iterable[Any], keys: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        for k in keys(item):
+            if k:
+                out.setdefault(_norm(k), item.name)
+    return out
+
+
+def _parse_section(section: Any, cls: type[ModelSpec] | type[GPUSpec], where: str) -> dict[str, Any]:
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise CatalogError(f"{where}: expected a mapping of name -> fields, got {type(section).__name__}")
+    out: dict[str, Any] = {}
+    for name, fields in section.items():
+        if not isinstance(fields, dict):
+            raise CatalogError(f"{where}: entry {name!r} must be a mapping of fields")
+        data = {"name": str(name).lower(), **fields}
+        try:
+            out[data["name"]] = cls.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"]) or "entry"
+            raise CatalogError(f"{where}: entry {name!r}: {loc}: {first['msg']}") from e
+    return out
+
+
+def _read_catalog_file(path: Path) -> tuple[dict[str, ModelSpec], dict[str, GPUSpec]]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise CatalogError(f"{path}: cannot read catalog file: {e}") from e
+    if not isinstance(data, dict) or not set(data) & {"models", "gpus"}:
+        raise CatalogError(f"{path}: a catalog file is a YAML mapping with 'models:' and/or 'gpus:'")
+    unknown = set(data) - {"models", "gpus"}
+    if unknown:
+        raise CatalogError(f"{path}: unknown top-level keys {sorted(unknown)}; use 'models' and 'gpus'")
+    return _parse_section(data.get("models"), ModelSpec, str(path)), _parse_section(
+        data.get("gpus"), GPUSpec, str(path)
+    )
+
+
+@lru_cache(maxsize=1)
+def _builtin() -> Catalog:
+    base = resources.files("servesim") / "data" / "perf"
+    models: dict[str, Any] = {}
+    gpus: dict[str, Any] = {}
+    for fname, key in (("models.yaml", "models"), ("gpus.yaml", "gpus")):
+        text = (base / fname).read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+        section = _parse_section(
+            data.get(key), ModelSpec if key == "models" else GPUSpec, f"servesim/data/perf/{fname}"
+        )
+        (models if key == "models" else gpus).update(section)
+    return Catalog(models, gpus)
+
+
+def load_catalog(extra: Iterable[str | Path] | str | Path | None = None) -> Catalog:
+    """The shipped catalog, extended by the user's YAML file(s) in order."""
+    cat = _builtin()
+    if extra is None:
+        return cat
+    files = [extra] if isinstance(extra, str | Path) else list(extra)
+    for f in files:
+        cat = cat.extended(f)
+    return cat
+
+
+# ---------------------------------------------------------------------- Hugging Face configs
+_NON_GATED_TYPES = {"gpt2", "gpt_neox", "gptj", "phi", "opt", "bloom", "falcon", "starcoder2", "gpt_bigcode"}
+_TORCH_DTYPES: dict[str, DType] = {
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "float": "float32",
+}
+
+
+def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        v = cfg.get(k)
+        if v is not None:
+            return v
+    return default
+
+
+def _vision_params(vc: Mapping[str, Any]) -> int:
+    """A ViT-style encoder's parameters: attention (4 h^2) + MLP (2 h i) per layer, patch embedding."""
+    h = int(_first(vc, "hidden_size", "embed_dim", "width", default=0) or 0)
+    i = int(_first(vc, "intermediate_size", "mlp_dim", default=4 * h) or 0)
+    n = int(_first(vc, "num_hidden_layers", "depth", "num_layers", default=0) or 0)
+    if not h or not n:
+        return 0
+    patch = int(_first(vc, "patch_size", default=14) or 14)
+    chans = int(_first(vc, "num_channels", "in_chans", default=3) or 3)
+    out = int(_first(vc, "projector_output_dim", "out_hidden_size", default=h) or h)
+    return n * (4 * h * h + 2 * h * i) + chans * patch * patch * h + h * out
+
+
+def _quantization(cfg: Mapping[str, Any]) -> tuple[WeightDType | None, list[QuantizedModule]]:
+    q = cfg.get("quantization_config")
+    all_modules: list[QuantizedModule] = ["attention", "mlp", "experts", "shared_experts"]
+    if not isinstance(q, dict):
+        return None, all_modules
+    method = str(q.get("quant_method", "")).lower()
+    bits: int | None = q.get("bits") or q.get("w_bit")
+    kind = "int"
+    groups = q.get("config_groups")
+    if isinstance(groups, dict) and groups:
+        w = next(iter(groups.values())).get("weights") or {}
+        bits = w.get("num_bits", bits)
+        kind = str(w.get("type", "int"))
+    if method == "fp8" or (bits == 8 and kind == "float"):
+        wd: WeightDType | None = "fp8"
+    elif bits == 8:
+        wd = "int8"
+    elif bits == 4:
+        wd = "int4"
+    else:
+        raise CatalogError(
+            f"unsupported quantization_config (quant_method={method!r}, bits={bits!r}); "
+            "describe the model in a catalog file with weight_dtype fp8/int8/int4"
+        )
+    ignore = [str(x) for x in q.get("ignore", []) or q.get("modules_to_not_convert", []) or []]
+    modules = list(all_modules)
+    if any("self_attn" in x or "attention" in x for x in ignore):
+        modules.remove("attention")
+    if any("shared_expert" in x for x in ignore):
+        modules.remove("shared_experts")
+    return wd, modules
+
+
+def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | None = None) -> ModelSpec:
+    """A ``ModelSpec`` from a Hugging Face ``config.json`` (a mapping, a file, or a folder holding one).
+
+    Multimodal configs use their ``text_config`` for the decoder and count the vision encoder's
+    parameters as ``extra_params``. MLA attention (DeepSeek-V2/V3 ``kv_lora_rank``) is refused
+    because its KV cache does not follow the per-head formula.
+    """
+    where = "<config>"
+    if not isinstance(config, Mapping):
+        p = Path(config)
+        if p.is_dir():
+            p = p / "config.json"
+        where = str(p)
+        try:
+            loaded = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CatalogError(f"{where}: cannot read Hugging Face config: {e}") from e
+        if not isinstance(loaded, dict):
+            raise CatalogError(f"{where}: a config.json must be a JSON object")
+        config = loaded
+        name = name or (p.parent.name if p.name == "config.json" else p.stem)
+    top = config
+    text = top.get("text_config") if isinstance(top.get("text_config"), dict) else top
+    assert isinstance(text, Mapping)
+    if text.get("kv_lora_rank"):
+        raise CatalogError(
+            f"{where}: MLA attention (kv_lora_rank) is not supported: its KV cache is one latent vector "
+            "per token and layer, not 2 x KV heads x head_dim"
+        )
+    try:
+        layers = int(_first(text, "num_hidden_layers", "n_layer", "num_layers"))
+        hidden = int(_first(text, "hidden_size", "n_embd", "d_model"))
+        heads = int(_first(text, "num_attention_heads", "n_head"))
+        vocab = int(_first(text, "vocab_size", default=top.get("vocab_size")))
+    except (TypeError, ValueError) as e:
+        raise CatalogError(
+            f"{where}: config lacks one of num_hidden_layers, hidden_size, num_attention_heads, vocab_size"
+        ) from e
+    kv_heads = int(_first(text, "num_key_value_heads", "num_kv_heads", default=heads))
+    if text.get("multi_query"):
+        kv_heads = 1
+    head_dim = int(_first(text, "head_dim", default=hidden // heads) or hidden // heads)
+    experts = int(_first(text, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    inter = int(_first(text, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden))
+    dense_inter = int(_first(text, "intermediate_size_mlp", default=inter)) if experts else inter
+    moe_inter = int(_first(text, "moe_intermediate_size", default=inter)) if experts else None
+    shared = int(_first(text, "shared_expert_intermediate_size", default=0) or 0)
+    if experts and not shared and text.get("n_shared_experts"):
+        shared = int(text["n_shared_experts"]) * int(moe_inter or inter)
+    if experts and str(text.get("model_type", "")).startswith("llama4"):
+        shared = shared or int(moe_inter or inter)  # Llama 4: one shared expert per MoE layer
+    interval = int(_first(text, "interleave_moe_layer_step", "decoder_sparse_step", default=1) or 1)
+    model_type = str(_first(text, "model_type", default=top.get("model_type", "")) or "")
+    tie = _first(text, "tie_word_embeddings", default=top.get("tie_word_embeddings", False))
+    dtype_raw = str(_first(text, "torch_dtype", "dtype", default=top.get("torch_dtype", "bfloat16")))
+    dtype = _TORCH_DTYPES.get(dtype_raw.replace("torch.", ""), "bfloat16")
+    weight_dtype, qmods = _quantization(top)
+    vc = top.get("vision_config")
+    extra = _vision_params(vc) if isinstance(vc, Mapping) else 0
+    arch = (top.get("architectures") or [None])[0]
+    max_pos = int(_first(text, "max_position_embeddings", "n_positions", "max_seq_len", default=4096))
+    label = name or str(_first(top, "_name_or_path", default=model_type or "hf-model"))
+    try:
+        return ModelSpec(
+            name=label.lower(),
+            architecture=arch,
+            num_layers=layers,
+            hidden_size=hidden,
+            intermediate_size=dense_inter,
+            num_attention_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            vocab_size=vocab,
+            tie_word_embeddings=bool(tie),
+            max_position_embeddings=max_pos,
+            gated_mlp=model_type not in _NON_GATED_TYPES,
+            attention_bias=bool(
+                _first(text, "attention_bias", "qkv_bias", default=model_type.startswith("qwen2"))
+            ),
+            num_experts=experts,
+            experts_per_token=int(_first(text, "num_experts_per_tok", "moe_topk", default=0) or 0)
+            if experts
+            else 0,
+            moe_intermediate_size=moe_inter,
+            shared_expert_intermediate_size=shared,
+            moe_layer_interval=interval,
+            dtype=dtype,
+            weight_dtype=weight_dtype,
+            quantized_modules=qmods,
+            extra_params=extra,
+            source=where,
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise CatalogError(f"{where}: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from e
+
+
+def resolve_model(name_or_path: str | ModelSpec, catalog: Catalog | None = None) -> ModelSpec:
+    """A catalog name, an HF id, or the path of a local ``config.json`` (or its folder)."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    p = Path(name_or_path)
+    if p.suffix == ".json" or (p.is_dir() and (p / "config.json").is_file()):
+        if not p.exists():
+            raise CatalogError(f"{p}: no such Hugging Face config file")
+        return model_from_hf_config(p)
+    return (catalog or load_catalog()).model(name_or_path)
+
+
+def resolve_gpu(name: str | GPUSpec, catalog: Catalog | None = None) -> GPUSpec:
+    if isinstance(name, GPUSpec):
+        return name
+    return (catalog or load_catalog()).gpu(name)

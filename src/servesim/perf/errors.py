@@ -1,0 +1,31 @@
+"""Errors of the performance model: every one says what was wrong and how to fix it.
+
+They subclass ``ValueError`` so that callers treating bad input generically keep working; the
+CLI prints them as one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+
+class PerfError(ValueError):
+    """Bad input to the step-time / memory model (catalog, profile, calibration data)."""
+
+
+class UnknownModelError(PerfError):
+    """A model name that is in no catalog."""
+
+
+class UnknownGPUError(PerfError):
+    """A GPU name that is in no catalog."""
+
+
+class CatalogError(PerfError):
+    """A catalog file (shipped or user-supplied) or a Hugging Face config that cannot be used."""
+
+
+class MemoryFitError(PerfError):
+    """The model does not fit the GPUs, or leaves no room for one sequence of ``max_model_len``."""
+
+
+class CalibrationError(PerfError):
+    """Calibration input that cannot be fitted (empty, inconsistent, degenerate)."""

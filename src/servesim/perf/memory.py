@@ -1,0 +1,379 @@
+"""GPU memory: weights per GPU, the start-up reserve, and the KV-cache capacity vLLM derives.
+
+vLLM sizes its KV cache at start-up (``gpu_worker.determine_available_memory``)::
+
+    requested     = total_memory x gpu_memory_utilization            (per GPU)
+    kv_cache      = requested - weights - non-KV reserve (profile run)
+    num_gpu_blocks = kv_cache // (kv_bytes_per_token x block_size)    (block 0 is the null block)
+
+``kv_bytes_per_token`` is *the* formula for KV bytes; every other part of servesim (KV
+recovery, reports, transfer sizes) must call it rather than re-derive it.
+
+The non-KV reserve is what vLLM's profile run measures besides the weights: non-torch memory
+(CUDA, cuBLAS and NCCL workspaces), the dummy sampler run (``max_num_seqs`` rows of
+``vocab_size`` logits, sorted for top-k/top-p, with penalty bin counts) and the forward pass at
+``max_num_batched_tokens``. ``MemoryOverheads`` holds those per-unit costs; its defaults were
+fitted to eight vLLM 0.15.1 H100 start-ups of five dense models (see docs/perf.md), where they
+reproduce the logged KV capacity within 1 %.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.perf.catalog import DTYPE_BYTES, Catalog, GPUSpec, ModelSpec, resolve_gpu, resolve_model
+from servesim.perf.errors import MemoryFitError, PerfError
+
+GiB = 1 << 30
+
+KVDType = Literal["auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+_KV_DTYPE_BYTES: dict[str, float] = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "float32": 4.0,
+    "fp8": 1.0,
+    "fp8_e4m3": 1.0,
+    "fp8_e5m2": 1.0,
+}
+
+
+def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
+    """Bytes per KV element: ``auto`` means the model's activation dtype (vLLM's default)."""
+    if kv_dtype == "auto":
+        return DTYPE_BYTES[model.dtype]
+    try:
+        return _KV_DTYPE_BYTES[kv_dtype]
+    except KeyError:
+        raise PerfError(f"unknown kv_dtype {kv_dtype!r}; use auto, {', '.join(_KV_DTYPE_BYTES)}") from None
+
+
+def check_tp(model: ModelSpec, tp: int) -> None:
+    """vLLM's tensor-parallel constraints: attention heads split evenly, KV heads split or replicate."""
+    if tp < 1:
+        raise PerfError(f"tensor-parallel size must be >= 1, got {tp}")
+    if model.num_attention_heads % tp:
+        raise PerfError(
+            f"{model.name}: {model.num_attention_heads} attention heads cannot be split over TP={tp} "
+            "(vLLM requires num_attention_heads % tp == 0)"
+        )
+    kv = model.num_kv_heads
+    if kv % tp and tp % kv:
+        raise PerfError(
+            f"{model.name}: {kv} KV heads cannot be split or replicated over TP={tp} "
+            "(vLLM requires kv_heads % tp == 0 or tp % kv_heads == 0)"
+        )
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads each TP rank stores: split when there are enough, replicated otherwise."""
+    return max(1, model.num_kv_heads // tp)
+
+
+def kv_bytes_per_token(model: ModelSpec, tp: int = 1, kv_dtype: str = "auto") -> int:
+    """KV-cache bytes one token occupies on one GPU: ``2 x layers x KV heads per rank x head_dim x bytes``.
+
+    The single formula servesim uses for KV sizes (capacity, recovery, reports). ``2`` is key
+    plus value; KV heads per rank are ``max(1, kv_heads // tp)`` because vLLM replicates KV heads
+    when TP exceeds their number. Examples (bf16, TP=1): Llama-3.1-8B 131,072 B; Llama-3.1-70B
+    327,680 B (81,920 per GPU at TP=4).
+    """
+    check_tp(model, tp)
+    per = (
+        2 * model.num_layers * kv_heads_per_rank(model, tp) * model.head_dim * kv_dtype_bytes(model, kv_dtype)
+    )
+    return round(per)
+
+
+class WeightBreakdown(BaseModel):
+    """Weight bytes held by one GPU, by part of the model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attention: int
+    mlp: int
+    experts: int
+    shared_experts: int
+    router: int
+    embedding: int
+    lm_head: int
+    norms: int
+    extra: int = Field(description="Parameters outside the text decoder (vision encoder), sharded.")
+    rope_cache: int = Field(description="cos/sin table of max_position_embeddings rows, in dtype.")
+
+    @property
+    def total(self) -> int:
+        return (
+            self.attention
+            + self.mlp
+            + self.experts
+            + self.shared_experts
+            + self.router
+            + self.embedding
+            + self.lm_head
+            + self.norms
+            + self.extra
+            + self.rope_cache
+        )
+
+
+def attention_params_per_rank(model: ModelSpec, tp: int) -> int:
+    """Q/O split over ranks; K/V split, or replicated when there are fewer KV heads than ranks."""
+    h = model.hidden_size
+    q = model.q_dim // tp
+    kv = kv_heads_per_rank(model, tp) * model.head_dim
+    p = h * (q + 2 * kv) + q * h
+    if model.attention_bias:
+        p += q + 2 * kv
+    return p
+
+
+def weight_breakdown(model: ModelSpec, tp: int = 1) -> WeightBreakdown:
+    """Weight bytes per GPU under tensor parallelism (vLLM's column/row/vocab-parallel layers).
+
+    Linear layers and the (vocab-parallel) embedding and lm_head are split over the ranks; MoE
+    experts are split tensor-parallel too (vLLM's default without expert parallelism); norms
+    and routers are replicated. The RoPE cos/sin cache (``max_position_embeddings`` x head_dim
+    in the model dtype) is a buffer every rank allocates at load time, so it counts here.
+    """
+    check_tp(model, tp)
+    d = model.dtype_bytes
+    moe = model.num_moe_layers
+    attention = model.num_layers * attention_params_per_rank(model, tp) * model.bytes_of("attention")
+    mlp = model.num_dense_layers * model.dense_mlp_params_per_layer / tp * model.bytes_of("mlp")
+    experts = moe * model.num_experts * model.expert_params / tp * model.bytes_of("experts")
+    shared = moe * model.shared_expert_params_per_layer / tp * model.bytes_of("shared_experts")
+    router = moe * model.router_params_per_layer * d
+    embedding = math.ceil(model.vocab_size / tp) * model.hidden_size * d
+    lm_head = (0 if model.tie_word_embeddings else math.ceil(model.vocab_size / tp) * model.hidden_size) * d
+    return WeightBreakdown(
+        attention=int(attention),
+        mlp=int(mlp),
+        experts=int(experts),
+        shared_experts=int(shared),
+        router=int(router),
+        embedding=int(embedding),
+        lm_head=int(lm_head),
+        norms=int(model.norm_params * d),
+        extra=int(model.extra_params / tp * d),
+        rope_cache=int(model.max_position_embeddings * model.head_dim * d),
+    )
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tp: int = 1) -> int:
+    return weight_breakdown(model, tp).total
+
+
+class MemoryOverheads(BaseModel):
+    """Per-unit costs of vLLM's non-KV start-up reserve (per GPU).
+
+    Defaults: least-squares fit to eight vLLM 0.15.1 start-ups on H100 (Llama-2-7B, Qwen2.5-7B
+    at two token budgets, Mistral-Nemo at TP 1 and 2, Yi-34B, Llama-3.1-70B at two token
+    budgets); the residuals are within +-0.3 GiB, under 1 % of the KV capacity. See docs/perf.md.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_bytes: int = Field(
+        int(0.844 * GiB), ge=0, description="Non-torch memory and persistent buffers (CUDA, cuBLAS, NCCL)."
+    )
+    sampler_bytes_per_logit: float = Field(
+        48.2, ge=0, description="Dummy sampler run: bytes per (max_num_seqs x vocab) logit."
+    )
+    activation_bytes_per_token_hidden: float = Field(
+        5.38, ge=0, description="Profile forward pass: bytes per (max_num_batched_tokens x hidden_size)."
+    )
+    cudagraph_bytes: int = Field(
+        0,
+        ge=0,
+        description="CUDA-graph memory subtracted before sizing (0: vLLM 0.15 captures after sizing).",
+    )
+
+
+class ReserveBreakdown(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    base: int
+    sampler: int
+    activations: int
+    cudagraphs: int
+
+    @property
+    def total(self) -> int:
+        return self.base + self.sampler + self.activations + self.cudagraphs
+
+
+def reserve_breakdown(
+    model: ModelSpec,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    overheads: MemoryOverheads | None = None,
+) -> ReserveBreakdown:
+    o = overheads or MemoryOverheads()
+    sampled_rows = min(max_num_seqs, max_num_batched_tokens)
+    return ReserveBreakdown(
+        base=o.base_bytes,
+        sampler=int(o.sampler_bytes_per_logit * sampled_rows * model.vocab_size),
+        activations=int(o.activation_bytes_per_token_hidden * max_num_batched_tokens * model.hidden_size),
+        cudagraphs=o.cudagraph_bytes,
+    )
+
+
+class KVCapacity(BaseModel):
+    """The KV cache one replica gets: every number per GPU unless named otherwise."""
+
+    model: str
+    gpu: str
+    tp: int
+    gpu_memory_utilization: float
+    block_size: int
+    kv_dtype: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int | None
+    total_memory_bytes: int
+    requested_bytes: int = Field(description="total_memory x gpu_memory_utilization.")
+    weight_bytes: int
+    weights: WeightBreakdown
+    reserve_bytes: int
+    reserve: ReserveBreakdown
+    kv_cache_bytes: int
+    kv_bytes_per_token: int
+    bytes_per_block: int
+    num_gpu_blocks: int = Field(description="Blocks in the pool, including vLLM's reserved null block.")
+    usable_blocks: int
+    max_tokens: int = Field(description="Tokens the usable blocks hold (all sequences together).")
+    max_concurrency: float | None = Field(
+        description="Sequences of max_model_len that fit at once (vLLM's 'Maximum concurrency')."
+    )
+
+
+def kv_capacity(
+    model: str | ModelSpec,
+    gpu: str | GPUSpec,
+    tp: int = 1,
+    *,
+    gpu_memory_utilization: float = 0.9,
+    block_size: int = 16,
+    kv_dtype: str = "auto",
+    max_num_batched_tokens: int = 2048,
+    max_num_seqs: int = 128,
+    max_model_len: int | None = None,
+    overheads: MemoryOverheads | None = None,
+    catalog: Catalog | None = None,
+) -> KVCapacity:
+    """KV blocks vLLM would allocate for ``model`` on ``tp`` x ``gpu`` (its start-up arithmetic).
+
+    ``max_model_len`` None means the model's ``max_position_embeddings`` (vLLM's default).
+    Raises ``MemoryFitError`` when the weights and reserve do not fit ``requested`` memory, or
+    when the cache cannot hold one sequence of ``max_model_len`` tokens; the message gives the
+    numbers and what to change.
+    """
+    m = resolve_model(model, catalog)
+    g = resolve_gpu(gpu, catalog)
+    if not 0 < gpu_memory_utilization <= 1:
+        raise PerfError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if block_size < 1 or max_num_batched_tokens < 1 or max_num_seqs < 1:
+        raise PerfError("block_size, max_num_batched_tokens and max_num_seqs must be >= 1")
+    check_tp(m, tp)
+    requested = math.ceil(g.memory_bytes * gpu_memory_utilization)
+    weights = weight_breakdown(m, tp)
+    reserve = reserve_breakdown(
+        m, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, overheads=overheads
+    )
+    kv_bytes = requested - weights.total - reserve.total
+    if kv_bytes <= 0:
+        need = weights.total + reserve.total
+        min_tp = _min_tp(m, g, gpu_memory_utilization, reserve.total)
+        hint = f"use TP >= {min_tp}" if min_tp else "use a GPU with more memory or a quantized checkpoint"
+        raise MemoryFitError(
+            f"{m.name} does not fit {g.name} at TP={tp}: weights need {weights.total / GiB:.2f} GiB per "
+            f"GPU plus {reserve.total / GiB:.2f} GiB start-up reserve = {need / GiB:.2f} GiB, but only "
+            f"{requested / GiB:.2f} GiB is available ({g.memory_bytes / GiB:.2f} GiB x "
+            f"gpu_memory_utilization {gpu_memory_utilization}); {hint}, or raise gpu_memory_utilization"
+        )
+    per_tok = kv_bytes_per_token(m, tp, kv_dtype)
+    per_block = per_tok * block_size
+    blocks = kv_bytes // per_block
+    usable = max(0, blocks - 1)
+    mml = max_model_len if max_model_len is not None else m.max_position_embeddings
+    need_blocks = -(-mml // block_size)
+    if usable < need_blocks:
+        fit_tokens = usable * block_size
+        raise MemoryFitError(
+            f"{m.name} on {tp} x {g.name}: the KV cache gets {kv_bytes / GiB:.2f} GiB per GPU = {usable} "
+            f"usable blocks of {block_size} tokens ({fit_tokens} tokens), but one sequence of "
+            f"max_model_len {mml} needs {need_blocks} blocks ({need_blocks * per_block / GiB:.2f} GiB); "
+            f"lower max_model_len to <= {fit_tokens}, raise gpu_memory_utilization, or add GPUs (TP)"
+        )
+    return KVCapacity(
+        model=m.name,
+        gpu=g.name,
+        tp=tp,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        kv_dtype=kv_dtype,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        max_model_len=mml,
+        total_memory_bytes=g.memory_bytes,
+        requested_bytes=requested,
+        weight_bytes=weights.total,
+        weights=weights,
+        reserve_bytes=reserve.total,
+        reserve=reserve,
+        kv_cache_bytes=kv_bytes,
+        kv_bytes_per_token=per_tok,
+        bytes_per_block=per_block,
+        num_gpu_blocks=int(blocks),
+        usable_blocks=int(usable),
+        max_tokens=int(usable * block_size),
+        max_concurrency=usable / need_blocks if need_blocks else None,
+    )
+
+
+def num_gpu_blocks(
+    model: str | ModelSpec,
+    gpu: str | GPUSpec,
+    tp: int = 1,
+    *,
+    gpu_memory_utilization: float = 0.9,
+    block_size: int = 16,
+    kv_dtype: str = "auto",
+    max_num_batched_tokens: int = 2048,
+    max_num_seqs: int = 128,
+    max_model_len: int | None = None,
+    overheads: MemoryOverheads | None = None,
+    catalog: Catalog | None = None,
+) -> int:
+    """``kv_capacity(...).num_gpu_blocks``: the value for ``EngineConfig.num_gpu_blocks``."""
+    return kv_capacity(
+        model,
+        gpu,
+        tp,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        kv_dtype=kv_dtype,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        overheads=overheads,
+        catalog=catalog,
+    ).num_gpu_blocks
+
+
+def _min_tp(model: ModelSpec, gpu: GPUSpec, util: float, reserve: int) -> int | None:
+    """Smallest valid TP degree (<= 64) at which weights and reserve fit one GPU's share."""
+    avail = gpu.memory_bytes * util
+    for tp in range(2, 65):
+        try:
+            check_tp(model, tp)
+        except PerfError:
+            continue
+        if weight_bytes_per_gpu(model, tp) + reserve < avail:
+            return tp
+    return None

@@ -1,0 +1,395 @@
+"""The roofline step-time model: how long one vLLM engine step takes on given GPUs.
+
+Per step, with ``T`` scheduled tokens (decodes + prefill chunk tokens), on one tensor-parallel
+rank (all ranks do the same work, in lockstep):
+
+* **GEMMs** (QKV/O projections, MLP or shared experts, lm_head on the sampled rows, routed
+  experts): compute ``c = FLOPs / (peak x gemm_compute_efficiency)`` (``moe_compute_efficiency``
+  for the routed experts' grouped GEMMs) against memory
+  ``m = bytes moved / (HBM bandwidth x gemm_bandwidth_efficiency)``, where bytes are the
+  weights read once per step plus activation traffic. They meet on a smooth roofline
+  ``(c^p + m^p)^(1/p)`` (p = ``gemm_roofline_sharpness``). Under CUDA graphs (steps of at
+  most the largest capture size) the compute runs on the padded token count, as vLLM pads.
+  MoE layers read only the experts the step's tokens touch: with uniform top-k routing,
+  ``E x (1 - (1 - k/E)^T)`` of ``E``, but at least ``moe_min_expert_fraction`` of them.
+* **Attention**: decodes read their KV cache (``Σ context x kv_bytes_per_token``); a prefill
+  chunk of ``c`` tokens after ``p`` cached ones does ``4 x heads x head_dim x c x (p + (c+1)/2)``
+  FLOPs per layer and reads ``(p + c)`` tokens of KV; each side is ``max(compute, memory)``.
+* **Tensor parallelism**: ``2 x layers + 1`` all-reduces of ``T x hidden`` activations (ring:
+  ``2 (tp-1)/tp`` of the bytes over the GPU link) plus a fixed latency each; the lm_head's
+  logits are gathered.
+* **Overheads**: a fixed per-step cost, per layer, per scheduled request; extra for steps that
+  carry prefill (piecewise CUDA graphs with eager attention) and per layer for steps above the
+  largest CUDA graph (no graphs at all).
+
+``step_time`` is called once per engine step, so everything that does not depend on the batch
+is precomputed in ``__init__`` and the call is plain float arithmetic. ``breakdown`` computes
+the same total component by component (for reports and tests).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from bisect import bisect_left
+from typing import Any
+
+from servesim.engine.step_time import BatchComposition
+from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
+from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_per_token, kv_heads_per_rank
+from servesim.perf.profile import HardwareProfile, resolve_profile
+
+
+class ExtrapolationWarning(UserWarning):
+    """A profile is used far outside the measurements it was calibrated on."""
+
+
+def cudagraph_capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False
+) -> list[int]:
+    """vLLM's default CUDA-graph capture sizes: ``[1, 2, 4] + range(8, 256, 8) + range(256, max+1, 16)``
+    with ``max = min(2 x max_num_seqs, 512)`` (1024 on data-center Blackwell), at most the token budget."""
+    top = min(2 * max_num_seqs, 1024 if blackwell else 512)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+    return [s for s in sizes if s <= top and s <= max_num_batched_tokens]
+
+
+class RooflineStepTime:
+    """``StepTimeModel`` for one model on ``tp`` GPUs with a calibration profile."""
+
+    kind = "roofline"
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GPUSpec,
+        tp: int = 1,
+        profile: HardwareProfile | None = None,
+        *,
+        kv_dtype: str = "auto",
+        max_num_seqs: int = 128,
+        max_num_batched_tokens: int = 2048,
+        cudagraphs: bool = True,
+    ) -> None:
+        check_tp(model, tp)
+        self.model = model
+        self.gpu = gpu
+        self.tp = tp
+        self.profile = profile or HardwareProfile()
+        self.kv_dtype = kv_dtype
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.cudagraphs = cudagraphs
+        self._precompute()
+
+    # ------------------------------------------------------------------ constants
+    def _precompute(self) -> None:
+        m, g, tp, pr = self.model, self.gpu, self.tp, self.profile
+        bw = g.hbm_bandwidth
+        p16 = g.bf16_flops
+        eta_c = pr.gemm_compute_efficiency
+        eta_m = pr.gemm_bandwidth_efficiency
+        ab = m.dtype_bytes
+        L = m.num_layers
+        moe_layers = m.num_moe_layers
+        dense_layers = m.num_dense_layers
+
+        # Dense GEMM groups per rank: (parameters, bytes per weight, peak FLOP/s of their kernels).
+        groups = [
+            (L * attention_params_per_rank(m, tp), m.bytes_of("attention"), "attention"),
+            (dense_layers * m.dense_mlp_params_per_layer / tp, m.bytes_of("mlp"), "mlp"),
+            (
+                moe_layers * m.shared_expert_params_per_layer / tp,
+                m.bytes_of("shared_experts"),
+                "shared_experts",
+            ),
+        ]
+        flops_s_per_token = 0.0  # seconds of GEMM compute per token (dense part)
+        weight_bytes = moe_layers * m.router_params_per_layer * ab
+        flops_s_per_token += moe_layers * 2 * m.router_params_per_layer / (p16 * eta_c)
+        for params, bpw, module in groups:
+            weight_bytes += params * bpw
+            wd = m.weight_dtype if module in m.quantized_modules else None
+            flops_s_per_token += 2 * params / (g.peak_flops(wd) * eta_c)
+        lm_params = math.ceil(m.vocab_size / tp) * m.hidden_size
+        weight_bytes += lm_params * ab
+        self._c_tok = flops_s_per_token
+        self._c_sample = 2 * lm_params / (p16 * eta_c)
+        self._m_weights = weight_bytes / (bw * eta_m)
+        self.weight_bytes_read = weight_bytes  # per step, excluding routed experts
+
+        # Routed experts (MoE layers): compute per routed (token, expert) pair, bytes per expert.
+        self._moe_layers = moe_layers
+        self._experts = m.num_experts
+        self._topk = m.experts_per_token
+        if moe_layers:
+            e_params = m.expert_params / tp
+            wd = m.weight_dtype if "experts" in m.quantized_modules else None
+            self._c_routed = moe_layers * 2 * e_params / (g.peak_flops(wd) * pr.moe_compute_efficiency)
+            self._m_expert = moe_layers * e_params * m.bytes_of("experts") / (bw * eta_m)
+            self._miss = 1.0 - self._topk / self._experts
+            self._touch_floor = pr.moe_min_expert_fraction
+        else:
+            self._c_routed = 0.0
+            self._m_expert = 0.0
+            self._miss = 1.0
+            self._touch_floor = 0.0
+
+        # Activation traffic per token: norms/residuals (8 h), projections' outputs, MLP intermediates.
+        q_r = m.q_dim // tp
+        kv_r = kv_heads_per_rank(m, tp) * m.head_dim
+        attn_act = 8 * m.hidden_size + 2 * q_r + 2 * kv_r
+        dense_mlp_act = m.mlp_matrices * m.intermediate_size / tp
+        moe_mlp_act = (
+            m.mlp_matrices
+            * (m.experts_per_token * m.expert_intermediate_size + m.shared_expert_intermediate_size)
+            / tp
+        )
+        act_bytes = ab * (L * attn_act + dense_layers * dense_mlp_act + moe_layers * moe_mlp_act)
+        self._m_act_tok = act_bytes / (bw * eta_m)
+        self._p = pr.gemm_roofline_sharpness
+        self._inv_p = 1.0 / self._p
+
+        # Attention.
+        kvb = kv_bytes_per_token(m, tp, self.kv_dtype)
+        self.kv_bytes_per_token = kvb
+        self._a_mem = kvb / (bw * pr.attention_bandwidth_efficiency)  # seconds per token of context read
+        flop_pair = 4.0 * (m.num_attention_heads // tp) * m.head_dim * L  # FLOPs per (query, key) pair
+        self._a_cmp = flop_pair / (p16 * pr.attention_compute_efficiency)
+
+        # Tensor parallelism.
+        if tp > 1:
+            n_ar = 2 * L + 1
+            link = g.interconnect_bandwidth * pr.interconnect_efficiency
+            ring = 2.0 * (tp - 1) / tp
+            self._ar_fixed = n_ar * pr.allreduce_latency_s
+            self._ar_tok = n_ar * ring * m.hidden_size * ab / link
+            self._gather_sample = m.vocab_size * ab * (tp - 1) / tp / link
+        else:
+            self._ar_fixed = self._ar_tok = self._gather_sample = 0.0
+
+        # Overheads and CUDA graphs.
+        self._fixed = pr.step_overhead_s + L * pr.per_layer_overhead_s + self._ar_fixed
+        self._per_seq = pr.per_sequence_overhead_s
+        self._mixed = pr.mixed_step_overhead_s
+        self._eager = L * pr.eager_layer_overhead_s
+        sizes = (
+            cudagraph_capture_sizes(self.max_num_seqs, self.max_num_batched_tokens) if self.cudagraphs else []
+        )
+        self.capture_sizes = sizes
+        self._cg_max = sizes[-1] if sizes else 0
+        self._pad = [0] * (self._cg_max + 1)
+        for t in range(1, self._cg_max + 1):
+            self._pad[t] = sizes[bisect_left(sizes, t)]
+
+    # ------------------------------------------------------------------ the model
+    def step_time(self, batch: BatchComposition) -> float:
+        nd = batch.num_decodes
+        chunks = batch.prefill_chunks
+        t = nd
+        n_seq = nd
+        attn = 0.0
+        extra = 0.0
+        if chunks:
+            a_cmp = self._a_cmp
+            a_mem = self._a_mem
+            for c, cached in chunks:
+                t += c
+                ac = c * (cached + 0.5 * (c + 1)) * a_cmp
+                am = (cached + c) * a_mem
+                attn += ac if ac > am else am
+            n_seq += len(chunks)
+            extra = self._mixed
+        if nd:
+            dc = batch.decode_ctx_sum * self._a_cmp
+            dm = batch.decode_ctx_sum * self._a_mem
+            attn += dc if dc > dm else dm
+        padded: float
+        if t <= self._cg_max:
+            padded = self._pad[t]
+        else:
+            padded = t
+            extra += self._eager
+        comp = padded * self._c_tok + n_seq * self._c_sample
+        mem = self._m_weights + t * self._m_act_tok
+        if self._moe_layers:
+            comp += padded * self._topk * self._c_routed
+            frac = 1.0 - self._miss**t
+            if frac < self._touch_floor:
+                frac = self._touch_floor
+            mem += self._experts * frac * self._m_expert
+        p = self._p
+        gemm: float = (comp**p + mem**p) ** self._inv_p
+        return (
+            self._fixed
+            + extra
+            + gemm
+            + attn
+            + t * self._ar_tok
+            + n_seq * (self._per_seq + self._gather_sample)
+        )
+
+    def breakdown(self, batch: BatchComposition) -> dict[str, float]:
+        """The step time by component (seconds); the values sum to ``step_time(batch)``."""
+        pr = self.profile
+        nd = batch.num_decodes
+        t = batch.num_tokens
+        n_seq = nd + len(batch.prefill_chunks)
+        graphs = t <= self._cg_max
+        tp_ = self._pad[t] if graphs else t
+        comp = tp_ * self._c_tok + n_seq * self._c_sample
+        mem = self._m_weights + t * self._m_act_tok
+        touched = 0.0
+        if self._moe_layers:
+            comp += tp_ * self._topk * self._c_routed
+            touched = self._experts * max(1.0 - self._miss**t, self._touch_floor)
+            mem += touched * self._m_expert
+        p = self._p
+        prefill_attn = 0.0
+        for c, ctx in batch.prefill_chunks:
+            prefill_attn += max(c * (ctx + 0.5 * (c + 1)) * self._a_cmp, (ctx + c) * self._a_mem)
+        decode_attn = (
+            max(batch.decode_ctx_sum * self._a_cmp, batch.decode_ctx_sum * self._a_mem) if nd else 0.0
+        )
+        return {
+            "gemm": (comp**p + mem**p) ** (1.0 / p),
+            "gemm_compute_only": comp,
+            "gemm_memory_only": mem,
+            "experts_touched": touched,
+            "decode_attention": decode_attn,
+            "prefill_attention": prefill_attn,
+            "allreduce": self._ar_fixed + t * self._ar_tok + n_seq * self._gather_sample,
+            "step_overhead": pr.step_overhead_s,
+            "layer_overhead": self.model.num_layers * pr.per_layer_overhead_s,
+            "sequence_overhead": n_seq * pr.per_sequence_overhead_s,
+            "mixed_overhead": self._mixed if batch.prefill_chunks else 0.0,
+            "eager_overhead": 0.0 if graphs else self._eager,
+            "padded_tokens": float(tp_),
+        }
+
+    @staticmethod
+    def breakdown_total(parts: dict[str, float]) -> float:
+        keys = (
+            "gemm",
+            "decode_attention",
+            "prefill_attention",
+            "allreduce",
+            "step_overhead",
+            "layer_overhead",
+            "sequence_overhead",
+            "mixed_overhead",
+            "eager_overhead",
+        )
+        return sum(parts[k] for k in keys)
+
+    # ------------------------------------------------------------------ description
+    def model_dump(self, mode: str = "python") -> dict[str, Any]:
+        """JSON-able description (the engine stores it in its reports)."""
+        return {
+            "kind": self.kind,
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tp": self.tp,
+            "kv_dtype": self.kv_dtype,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "cudagraphs": self.cudagraphs,
+            "largest_cudagraph": self._cg_max,
+            "profile": self.profile.model_dump(mode="json"),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"RooflineStepTime({self.model.name} on {self.tp}x{self.gpu.name}, profile={self.profile.name!r})"
+        )
+
+    def with_profile(self, profile: HardwareProfile) -> RooflineStepTime:
+        return RooflineStepTime(
+            self.model,
+            self.gpu,
+            self.tp,
+            profile,
+            kv_dtype=self.kv_dtype,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            cudagraphs=self.cudagraphs,
+        )
+
+
+def extrapolation_warnings(
+    profile: HardwareProfile,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    tp: int,
+    max_num_batched_tokens: int | None = None,
+) -> list[str]:
+    """Ways in which using ``profile`` for this setup goes far beyond its calibration data."""
+    out: list[str] = []
+    if profile.gpu is not None and profile.gpu != gpu.name:
+        out.append(f"profile {profile.name!r} was calibrated on {profile.gpu}, not {gpu.name}")
+    r = profile.fitted_range
+    if r is None:
+        if profile.gpu is None:
+            out.append(
+                f"no calibrated profile for {gpu.name}: using generic priors (run `servesim calibrate` "
+                "on measurements from this GPU)"
+            )
+        return out
+    if r.tp and not min(r.tp) <= tp <= max(r.tp):
+        out.append(f"TP={tp} is outside the calibrated TP degrees {sorted(r.tp)}")
+    if r.weight_bytes_per_gpu is not None:
+        from servesim.perf.memory import weight_bytes_per_gpu
+
+        w = weight_bytes_per_gpu(model, tp)
+        lo, hi = r.weight_bytes_per_gpu
+        if w < lo / 2 or w > hi * 2:
+            out.append(
+                f"{model.name} puts {w / 2**30:.1f} GiB of weights on each GPU, far outside the calibrated "
+                f"{lo / 2**30:.1f}-{hi / 2**30:.1f} GiB"
+            )
+    tps = r.tokens_per_step
+    if tps is not None and max_num_batched_tokens is not None and max_num_batched_tokens > 2 * tps[1]:
+        out.append(
+            f"steps of up to {max_num_batched_tokens} tokens are far above the calibrated maximum "
+            f"{tps[1]:.0f}"
+        )
+    return out
+
+
+def build_step_time_model(
+    model: str | ModelSpec,
+    gpu: str | GPUSpec,
+    tp: int = 1,
+    profile: str | HardwareProfile | None = None,
+    *,
+    catalog: Catalog | None = None,
+    kv_dtype: str = "auto",
+    max_num_seqs: int = 128,
+    max_num_batched_tokens: int = 2048,
+    cudagraphs: bool = True,
+    warn: bool = True,
+) -> RooflineStepTime:
+    """The roofline ``StepTimeModel`` for ``model`` on ``tp`` x ``gpu``.
+
+    ``model``/``gpu`` are catalog names (or specs; ``model`` may be a local ``config.json``);
+    ``profile`` is a ``HardwareProfile``, a JSON path, a shipped profile name, or None for the
+    GPU's shipped profile (generic priors when there is none). With ``warn``, emits an
+    ``ExtrapolationWarning`` for each way the setup lies far outside the profile's data.
+    """
+    cat = catalog or load_catalog()
+    m = resolve_model(model, cat)
+    g = resolve_gpu(gpu, cat)
+    prof = resolve_profile(profile, g.name)
+    if warn:
+        for msg in extrapolation_warnings(prof, m, g, tp, max_num_batched_tokens):
+            warnings.warn(msg, ExtrapolationWarning, stacklevel=2)
+    return RooflineStepTime(
+        m,
+        g,
+        tp,
+        prof,
+        kv_dtype=kv_dtype,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        cudagraphs=cudagraphs,
+    )

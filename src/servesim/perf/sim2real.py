@@ -1,0 +1,450 @@
+"""sim2real: re-run measured vLLM experiments from their spec and predict what was measured.
+
+An experiment file (the format of ``tests/fixtures/sim2real``; see the README there) gives the
+model's Hugging Face config, GPU, TP degree, scheduler limits, KV-block count, the
+inference-perf workload spec and the measured latencies per load stage. ``predict_experiment``
+re-creates the workload (``servesim.perf.workload``), simulates it with the experiment's
+settings and returns ``{stage: {metric: ms}}`` in ``score.py``'s format:
+
+* stages: ``"-1"`` the whole run, ``"0"``, ``"1"``, ... the load stages (a request belongs to
+  the stage it was scheduled in);
+* metrics: ``e2e_mean/p90/p99``, ``ttft_mean/p90/p99`` over finished requests, and
+  ``itl_mean = (e2e_mean - ttft_mean) / (mean output tokens - 1)`` as inference-perf computes
+  it (not a mean over token gaps).
+
+KV blocks: by default the memory model derives them from model, precision, TP and GPU at
+``gpu_memory_utilization`` 0.9 (``kv_blocks="model"``); ``kv_blocks="measured"`` uses the
+experiment's logged ``total_kv_blocks``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servesim.engine import EngineConfig
+from servesim.perf.calibrate import CalibrationReport, WorkloadCase, calibrate_workloads, workload_jacobian
+from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
+from servesim.perf.errors import PerfError
+from servesim.perf.memory import kv_capacity
+from servesim.perf.profile import HardwareProfile
+from servesim.perf.replay import ReplayOutcome, replay, summarize_latencies
+from servesim.perf.roofline import RooflineStepTime
+from servesim.perf.workload import SharedPrefixWorkload, shared_prefix_requests
+
+METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
+
+#: vLLM's default before 0.2x, and what the sim2real runs used.
+SIM2REAL_GPU_MEMORY_UTILIZATION = 0.9
+
+_GPU_NAMES = {"H100": "h100", "A100": "a100-80gb", "H200": "h200", "L40S": "l40s", "B200": "b200"}
+
+
+class Sim2RealExperiment(BaseModel):
+    """One measured run (the fields servesim uses; the rest of the file is kept in ``raw``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    model: str
+    hf_config: dict[str, Any]
+    hardware: str
+    precision: str
+    tp: int = Field(ge=1)
+    dp: int = Field(1, ge=1)
+    max_num_seqs: int = Field(ge=1)
+    max_num_batched_tokens: int = Field(ge=1)
+    total_kv_blocks: int = Field(ge=2)
+    block_size: int = Field(16, ge=1)
+    workload: dict[str, Any]
+    actual: dict[str, dict[str, float]] = Field(default_factory=dict)
+    peers: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
+    derived: dict[str, Any] = Field(default_factory=dict)
+    raw: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    @property
+    def spec(self) -> SharedPrefixWorkload:
+        ip = self.workload.get("spec", {}).get("inference_perf")
+        if not isinstance(ip, dict):
+            raise PerfError(f"experiment {self.id}: workload.spec.inference_perf is missing")
+        return SharedPrefixWorkload.model_validate(ip)
+
+    @property
+    def seed(self) -> int:
+        return int(self.workload.get("spec", {}).get("seed", 42))
+
+    @property
+    def stage_keys(self) -> list[str]:
+        return ["-1", *[str(k) for k in range(len(self.spec.stages))]]
+
+    def model_spec(self) -> ModelSpec:
+        return model_from_hf_config(self.hf_config, name=self.model)
+
+    def gpu_spec(self) -> GPUSpec:
+        name = _GPU_NAMES.get(self.hardware.upper(), self.hardware)
+        return load_catalog().gpu(name)
+
+    def implied_output_tokens(self) -> int | None:
+        v = (self.derived.get("implied_mean_output_tokens") or {}).get("-1")
+        return None if v is None else max(1, round(float(v)))
+
+
+def load_experiments(path: str | Path) -> list[Sim2RealExperiment]:
+    """Every ``*.json`` experiment in a folder (or one file), sorted by id."""
+    p = Path(path)
+    files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+    if not p.exists():
+        raise PerfError(f"{p}: no such file or folder")
+    out = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise PerfError(f"{f}: cannot read experiment: {e}") from e
+        if not isinstance(data, dict) or "id" not in data:
+            raise PerfError(f"{f}: not a sim2real experiment (no 'id')")
+        data["id"] = str(data["id"])
+        try:
+            exp = Sim2RealExperiment.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise PerfError(f"{f}: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from e
+        exp.raw = data
+        out.append(exp)
+    if not out:
+        raise PerfError(f"{p}: no experiment files (*.json)")
+    return sorted(out, key=lambda e: e.id)
+
+
+class RunSettings(BaseModel):
+    """How experiments are re-created (the same for every experiment)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kv_blocks: Literal["model", "measured"] = "model"
+    output_tokens: Literal["spec", "implied"] = Field(
+        "spec", description="spec: max_tokens; implied: the measured mean output length (derived)."
+    )
+    load_type: Literal["constant", "poisson"] = "constant"
+    one_in_flight: bool = True
+    gpu_memory_utilization: float = SIM2REAL_GPU_MEMORY_UTILIZATION
+    max_rounds: int = 12
+
+
+def experiment_setup(
+    exp: Sim2RealExperiment, profile: HardwareProfile, settings: RunSettings
+) -> tuple[EngineConfig, RooflineStepTime, dict[str, Any]]:
+    model = exp.model_spec()
+    gpu = exp.gpu_spec()
+    wl = exp.spec
+    longest = (
+        wl.shared_prefix.system_prompt_len + wl.shared_prefix.question_len + wl.shared_prefix.output_len + 1
+    )
+    info: dict[str, Any] = {"model": model.name, "gpu": gpu.name, "tp": exp.tp}
+    if settings.kv_blocks == "measured":
+        blocks = exp.total_kv_blocks
+    else:
+        cap = kv_capacity(
+            model,
+            gpu,
+            exp.tp,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            block_size=exp.block_size,
+            max_num_batched_tokens=exp.max_num_batched_tokens,
+            max_num_seqs=exp.max_num_seqs,
+            max_model_len=longest,
+        )
+        blocks = cap.num_gpu_blocks
+    info["num_gpu_blocks"] = blocks
+    info["measured_kv_blocks"] = exp.total_kv_blocks
+    config = EngineConfig(
+        max_num_seqs=exp.max_num_seqs,
+        max_num_batched_tokens=exp.max_num_batched_tokens,
+        block_size=exp.block_size,
+        num_gpu_blocks=blocks,
+    )
+    st = RooflineStepTime(
+        model,
+        gpu,
+        exp.tp,
+        profile,
+        max_num_seqs=exp.max_num_seqs,
+        max_num_batched_tokens=exp.max_num_batched_tokens,
+    )
+    return config, st, info
+
+
+def run_experiment(
+    exp: Sim2RealExperiment, profile: HardwareProfile, settings: RunSettings | None = None
+) -> tuple[dict[str, dict[str, float]], ReplayOutcome, dict[str, Any]]:
+    """Simulate one experiment: (``{stage: {metric: ms}}``, the replay, setup details)."""
+    settings = settings or RunSettings()
+    config, st, info = experiment_setup(exp, profile, settings)
+    out_len = exp.implied_output_tokens() if settings.output_tokens == "implied" else None
+    rs = shared_prefix_requests(
+        exp.spec,
+        seed=exp.seed,
+        load_type=settings.load_type,
+        output_len=out_len,
+        one_in_flight=settings.one_in_flight,
+        label=f"sim2real {exp.id}",
+    )
+    out = replay(rs, config, st, profile, max_rounds=settings.max_rounds)
+    assert rs.stage is not None
+    pred: dict[str, dict[str, float]] = {}
+    for key in exp.stage_keys:
+        mask = None if key == "-1" else (rs.stage == int(key))
+        s = summarize_latencies(out, mask)
+        pred[key] = {m: s[m] for m in METRICS if m in s}
+    info.update(
+        rounds=out.rounds,
+        converged=out.converged,
+        num_requests=len(rs),
+        num_finished=int(out.finished.sum()),
+        num_steps=out.num_steps,
+    )
+    return pred, out, info
+
+
+def _run_one(
+    args: tuple[Sim2RealExperiment, HardwareProfile, RunSettings],
+) -> tuple[str, dict[str, dict[str, float]], dict[str, Any]]:
+    exp, profile, settings = args
+    pred, _, info = run_experiment(exp, profile, settings)
+    return exp.id, pred, info
+
+
+def predict_experiments(
+    experiments: Iterable[Sim2RealExperiment],
+    profile: HardwareProfile | Mapping[str, HardwareProfile],
+    settings: RunSettings | None = None,
+    *,
+    workers: int = 1,
+) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, dict[str, Any]]]:
+    """Predictions for many experiments; ``profile`` may map experiment id -> profile (leave-one-out)."""
+    settings = settings or RunSettings()
+    exps = list(experiments)
+    jobs = [(e, profile[e.id] if isinstance(profile, Mapping) else profile, settings) for e in exps]
+    results: list[tuple[str, dict[str, dict[str, float]], dict[str, Any]]]
+    if workers > 1 and len(jobs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+            results = list(pool.map(_run_one, jobs))
+    else:
+        results = [_run_one(j) for j in jobs]
+    preds = {eid: p for eid, p, _ in results}
+    infos = {eid: i for eid, _, i in results}
+    return preds, infos
+
+
+# ---------------------------------------------------------------------- scoring (score.py's rules)
+def _finite(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def ape_table(
+    preds: Mapping[str, Mapping[str, Mapping[str, float]]],
+    experiments: Iterable[Sim2RealExperiment],
+    stage: str = "-1",
+) -> dict[str, dict[str, float]]:
+    """``{exp: {metric: APE %}}`` exactly as ``score.py`` computes it."""
+    out: dict[str, dict[str, float]] = {}
+    for e in experiments:
+        act = e.actual.get(stage, {})
+        pred = preds.get(e.id, {}).get(stage, {})
+        row: dict[str, float] = {}
+        for m in METRICS:
+            a = _finite(act.get(m))
+            p = _finite(pred.get(m))
+            if a is None or a == 0 or p is None:
+                continue
+            row[m] = 100.0 * abs(p - a) / abs(a)
+        out[e.id] = row
+    return out
+
+
+def mape_summary(
+    apes: Mapping[str, Mapping[str, float]], ids: Iterable[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """``{metric: {n, median, mean}}`` over experiments (the MAPE rows of ``score.py``)."""
+    keep = list(ids) if ids is not None else list(apes)
+    res: dict[str, dict[str, float]] = {}
+    for m in METRICS:
+        vals = [apes[e][m] for e in keep if e in apes and m in apes[e]]
+        if vals:
+            res[m] = {
+                "n": float(len(vals)),
+                "median": statistics.median(vals),
+                "mean": statistics.fmean(vals),
+            }
+    return res
+
+
+def peer_predictions(
+    experiments: Iterable[Sim2RealExperiment],
+) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """``{peer: {exp: {stage: {metric: value}}}}`` from the experiment files."""
+    out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for e in experiments:
+        for peer, table in e.peers.items():
+            out.setdefault(peer, {})[e.id] = {str(int(k)): v for k, v in table.items()}
+    return out
+
+
+# ---------------------------------------------------------------------- calibration on experiments
+#: Coefficients fitted on sim2real runs: the ones the measured TTFT and ITL constrain.
+SIM2REAL_FIT = [
+    "gemm_bandwidth_efficiency",
+    "gemm_compute_efficiency",
+    "moe_compute_efficiency",
+    "moe_min_expert_fraction",
+    "step_overhead_s",
+    "frontend_latency_s",
+]
+#: Metrics the fit matches, per load stage. E2E follows from them given the output length; it is
+#: left out because the spec's max_tokens is not what every run produced (EOS, see the README).
+SIM2REAL_TARGETS = ("ttft_mean", "itl_mean")
+
+
+def experiment_case(
+    exp: Sim2RealExperiment,
+    settings: RunSettings | None = None,
+    profile: HardwareProfile | None = None,
+    metrics: Iterable[str] = SIM2REAL_TARGETS,
+) -> WorkloadCase:
+    """The experiment as a calibration case: its workload, settings and per-stage targets."""
+    settings = settings or RunSettings()
+    config, st, info = experiment_setup(exp, profile or HardwareProfile(), settings)
+    out_len = exp.implied_output_tokens() if settings.output_tokens == "implied" else None
+    rs = shared_prefix_requests(
+        exp.spec,
+        seed=exp.seed,
+        load_type=settings.load_type,
+        output_len=out_len,
+        one_in_flight=settings.one_in_flight,
+        label=f"sim2real {exp.id}",
+    )
+    targets: dict[str, float] = {}
+    for k in range(len(exp.spec.stages)):
+        act = exp.actual.get(str(k), {})
+        for m in metrics:
+            v = _finite(act.get(m))
+            if v is not None and v > 0:
+                targets[f"{k}:{m}"] = v
+    if not targets:
+        raise PerfError(f"experiment {exp.id}: no measured {', '.join(metrics)} per load stage to fit")
+    return WorkloadCase(
+        name=exp.id,
+        requests=rs,
+        config=config,
+        model=st.model,
+        gpu=st.gpu,
+        tp=exp.tp,
+        targets=targets,
+        max_rounds=settings.max_rounds,
+        info=info,
+    )
+
+
+def sim2real_base_profile(gpu: str | None = None) -> HardwareProfile:
+    """The priors the sim2real calibration starts from: generic defaults, synchronous scheduling.
+
+    The runs were served by vLLM 0.15.1. Their TTFTs rule out async scheduling's extra step:
+    with it, Yi-34B's measured 46.6 ms (stage 0) would need its 447-token prefill (15.4 TFLOP
+    per GPU) to finish in under 11 ms, above the H100's 989 TFLOP/s peak. See docs/perf.md.
+    """
+    return HardwareProfile(name=f"{gpu or 'generic'}-sim2real-priors", async_scheduling=False)
+
+
+class Sim2RealCalibration(BaseModel):
+    """Leave-one-out calibration on sim2real experiments (one GPU)."""
+
+    fit: list[str]
+    settings: RunSettings
+    full: CalibrationReport = Field(description="Fitted on every experiment (the profile to ship).")
+    folds: dict[str, CalibrationReport] = Field(
+        default_factory=dict, description="Experiment id -> fit on all the others (its prediction's profile)."
+    )
+
+    def fold_profiles(self) -> dict[str, HardwareProfile]:
+        return {k: v.profile for k, v in self.folds.items()}
+
+
+def calibrate_experiments(
+    experiments: Sequence[Sim2RealExperiment],
+    *,
+    base: HardwareProfile | None = None,
+    fit: Sequence[str] | None = None,
+    settings: RunSettings | None = None,
+    leave_one_out: bool = True,
+    workers: int = 1,
+    max_iter: int = 12,
+    progress: Callable[[str], None] | None = None,
+    jacobian_reuse: bool = True,
+) -> Sim2RealCalibration:
+    """Fit one profile on all experiments and, with ``leave_one_out``, one per held-out experiment.
+
+    The held-out experiment's prediction must use the profile fitted without it; that is what
+    the docs' score table reports. All experiments must share one GPU type. Every fit starts
+    from ``base`` with its prior centred there. ``jacobian_reuse`` gives every fit one Jacobian
+    taken at the priors (chord method: one re-simulation per iteration); without it each fit
+    takes its own finite differences.
+    """
+    exps = list(experiments)
+    gpus = {e.gpu_spec().name for e in exps}
+    if len(gpus) != 1:
+        raise PerfError(f"calibrate one GPU at a time; these experiments use {sorted(gpus)}")
+    settings = settings or RunSettings()
+    base = base or sim2real_base_profile(gpus.pop())
+    names = list(fit if fit is not None else SIM2REAL_FIT)
+    cases = [experiment_case(e, settings, base) for e in exps]
+
+    def say(msg: str) -> None:
+        if progress is not None:
+            progress(msg)
+
+    jac = None
+    if jacobian_reuse:
+        # Sensitivities at the priors: they depend on the model and the priors only, not on any
+        # measurement, so every fit (all experiments, and each fold) can use them.
+        say(f"jacobian of {', '.join(names)} at the priors")
+        jac = workload_jacobian(cases, base, names, workers=workers, progress=progress)
+    say(f"fitting on all {len(cases)} experiments")
+    full = calibrate_workloads(
+        cases,
+        base=base,
+        fit=names,
+        workers=workers,
+        max_iter=max_iter,
+        name="sim2real-all",
+        progress=progress,
+        frozen_jacobian=jac,
+    )
+    folds: dict[str, CalibrationReport] = {}
+    if leave_one_out:
+        for k, c in enumerate(cases):
+            say(f"fold {k + 1}/{len(cases)}: without experiment {c.name}")
+            rest = cases[:k] + cases[k + 1 :]
+            # Strictly out of sample: same priors and starting point as the full fit, and only
+            # the training experiments' residuals.
+            folds[c.name] = calibrate_workloads(
+                rest,
+                base=base,
+                fit=names,
+                workers=workers,
+                max_iter=max_iter,
+                name=f"sim2real-without-{c.name}",
+                progress=progress,
+                frozen_jacobian=jac,
+            )
+    return Sim2RealCalibration(fit=names, settings=settings, full=full, folds=folds)

@@ -1,0 +1,143 @@
+"""Memory model: the KV-bytes formula, weights per GPU, KV capacity against measured vLLM runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from servesim.perf import (
+    MemoryFitError,
+    PerfError,
+    kv_bytes_per_token,
+    kv_capacity,
+    load_catalog,
+    model_from_hf_config,
+    num_gpu_blocks,
+    weight_breakdown,
+)
+from servesim.perf.sim2real import SIM2REAL_GPU_MEMORY_UTILIZATION
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "kv_dtype", "expected"),
+    [
+        ("llama-3.1-8b", 1, "auto", 131_072),  # 2 x 32 x 8 x 128 x 2
+        ("llama-3.1-70b", 1, "auto", 327_680),  # 2 x 80 x 8 x 128 x 2
+        ("llama-3.1-70b", 4, "auto", 81_920),  # 2 heads per rank
+        ("llama-3.1-70b", 16, "auto", 40_960),  # 8 KV heads over 16 ranks: replicated, 1 per rank
+        ("llama-2-7b", 1, "auto", 524_288),  # MHA: 32 KV heads
+        ("llama-3.1-8b", 1, "fp8", 65_536),
+        ("mixtral-8x7b", 2, "auto", 65_536),
+        ("qwen2.5-7b", 1, "auto", 57_344),  # 2 x 28 x 4 x 128 x 2
+    ],
+)
+def test_kv_bytes_per_token_hand_computed(model: str, tp: int, kv_dtype: str, expected: int) -> None:
+    assert kv_bytes_per_token(load_catalog().model(model), tp, kv_dtype) == expected
+
+
+def test_kv_bytes_rejects_impossible_tp_and_dtype() -> None:
+    m = load_catalog().model("llama-3.1-8b")
+    with pytest.raises(PerfError, match="attention heads"):
+        kv_bytes_per_token(m, 3)
+    with pytest.raises(PerfError, match="kv_dtype"):
+        kv_bytes_per_token(m, 1, "int3")
+
+
+def test_weights_per_gpu() -> None:
+    cat = load_catalog()
+    w = weight_breakdown(cat.model("llama-3.1-8b"), 1)
+    # 8.03B bf16 parameters + the RoPE cos/sin cache (131072 x 128 x 2 bytes)
+    assert (w.total - w.rope_cache) / 1e9 == pytest.approx(16.06, rel=0.005)
+    assert w.rope_cache == 131072 * 128 * 2
+    w4 = weight_breakdown(cat.model("llama-3.1-70b"), 4)
+    w1 = weight_breakdown(cat.model("llama-3.1-70b"), 1)
+    assert w4.attention * 4 == pytest.approx(w1.attention, rel=1e-6)  # 8 KV heads split evenly
+    assert w4.norms == w1.norms  # replicated
+    fp8 = weight_breakdown(cat.model("llama-4-scout-17b-16e-fp8"), 2)
+    bf16 = weight_breakdown(cat.model("llama-4-scout-17b-16e"), 2)
+    assert fp8.experts * 2 == bf16.experts and fp8.attention == bf16.attention
+    tied = weight_breakdown(cat.model("llama-3.2-3b"), 1)
+    assert tied.lm_head == 0 and tied.embedding > 0
+
+
+def _measured_runs(sim2real_files: list[dict[str, object]]) -> list[tuple[str, dict[str, object], int]]:
+    out = []
+    for d in sim2real_files:
+        hf = d["hf_config"]
+        assert isinstance(hf, dict)
+        model = model_from_hf_config(hf, name=str(d["model"]))
+        cap = kv_capacity(
+            model,
+            "h100",
+            int(str(d["tp"])),
+            gpu_memory_utilization=SIM2REAL_GPU_MEMORY_UTILIZATION,
+            block_size=16,
+            max_num_batched_tokens=int(str(d["max_num_batched_tokens"])),
+            max_num_seqs=int(str(d["max_num_seqs"])),
+            max_model_len=4096,
+        )
+        out.append((str(d["id"]), d, cap.num_gpu_blocks))
+    return out
+
+
+def test_kv_blocks_match_measured_dense_runs(sim2real_files: list[dict[str, object]]) -> None:
+    """From model, precision, TP and GPU alone (utilization 0.9): within 5 % of the logged count."""
+    checked = 0
+    for rid, d, blocks in _measured_runs(sim2real_files):
+        if "Scout" in str(d["model"]):
+            continue
+        measured = int(str(d["total_kv_blocks"]))
+        assert abs(blocks - measured) / measured < 0.05, (rid, blocks, measured)
+        checked += 1
+    assert checked == 5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Llama-4-Scout FP8 (multimodal MoE) in vLLM 0.15.1 reserves ~1.7 GiB per GPU more than the "
+    "memory model explains; predicted +14 % blocks (see docs/perf.md)",
+)
+def test_kv_blocks_match_measured_scout_runs(sim2real_files: list[dict[str, object]]) -> None:
+    for rid, d, blocks in _measured_runs(sim2real_files):
+        if "Scout" in str(d["model"]):
+            measured = int(str(d["total_kv_blocks"]))
+            assert abs(blocks - measured) / measured < 0.05, (rid, blocks, measured)
+
+
+def test_capacity_arithmetic_is_consistent() -> None:
+    cap = kv_capacity("llama-3.1-8b", "h100", 1, gpu_memory_utilization=0.9, max_model_len=8192)
+    assert cap.kv_cache_bytes == cap.requested_bytes - cap.weight_bytes - cap.reserve_bytes
+    assert cap.num_gpu_blocks == cap.kv_cache_bytes // (cap.kv_bytes_per_token * 16)
+    assert cap.usable_blocks == cap.num_gpu_blocks - 1
+    assert num_gpu_blocks("llama-3.1-8b", "h100", 1, max_model_len=8192) == cap.num_gpu_blocks
+    more = kv_capacity("llama-3.1-8b", "h100", 1, gpu_memory_utilization=0.95, max_model_len=8192)
+    assert more.num_gpu_blocks > cap.num_gpu_blocks
+    fp8 = kv_capacity("llama-3.1-8b", "h100", 1, kv_dtype="fp8", max_model_len=8192)
+    assert fp8.num_gpu_blocks == pytest.approx(2 * cap.num_gpu_blocks, abs=1)
+    tp2 = kv_capacity("llama-3.1-70b", "h100", 2, max_model_len=8192)
+    tp4 = kv_capacity("llama-3.1-70b", "h100", 4, max_model_len=8192)
+    assert tp4.num_gpu_blocks > 2 * tp2.num_gpu_blocks  # more memory per GPU and fewer KV heads each
+
+
+def test_weights_that_do_not_fit_state_the_numbers() -> None:
+    with pytest.raises(MemoryFitError) as e:
+        kv_capacity("llama-3.1-70b", "h100", 1)
+    msg = str(e.value)
+    assert "GiB" in msg and "TP >= 2" in msg and "gpu_memory_utilization" in msg
+
+
+def test_no_room_for_one_max_model_len_sequence() -> None:
+    with pytest.raises(MemoryFitError) as e:
+        kv_capacity("llama-3.1-8b", "l4", 1)  # 131072-token context does not fit next to 16 GB of weights
+    msg = str(e.value)
+    assert "max_model_len 131072" in msg and "lower max_model_len" in msg
+    ok = kv_capacity("llama-3.1-8b", "l4", 1, max_model_len=8192)
+    assert ok.usable_blocks * 16 >= 8192
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(PerfError, match="gpu_memory_utilization"):
+        kv_capacity("llama-3.1-8b", "h100", 1, gpu_memory_utilization=1.5)
+    with pytest.raises(PerfError, match="tensor-parallel"):
+        kv_capacity("llama-3.1-8b", "h100", 0)

@@ -1,0 +1,131 @@
+"""The CLI: servesim perf models|gpus|memory|step|profiles, servesim calibrate, servesim sim2real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+from servesim.perf import HardwareProfile, load_catalog, synthetic_steps
+from servesim.perf.calibrate import write_step_csv
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_models_and_gpus_json() -> None:
+    code, out, _ = run("perf", "models", "--json")
+    assert code == 0
+    models = json.loads(out)
+    assert "llama-3.1-70b" in models and models["llama-3.1-70b"]["num_kv_heads"] == 8
+    code, out, _ = run("perf", "gpus", "--json")
+    gpus = json.loads(out)
+    assert code == 0 and gpus["h100"]["sources"]["bf16_flops"]
+    code, out, _ = run("perf", "gpus")
+    assert code == 0 and "mi300x" in out
+
+
+def test_memory_json_and_table() -> None:
+    code, out, _ = run("perf", "memory", "--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "1", "--json")
+    assert code == 0
+    cap = json.loads(out)
+    assert cap["kv_bytes_per_token"] == 131072 and cap["num_gpu_blocks"] > 20000
+    code, out, _ = run("perf", "memory", "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "4")
+    assert code == 0 and "KV cache" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["perf", "memory", "--model", "llama-9", "--gpu", "h100"], "known models"),
+        (["perf", "memory", "--model", "llama-3.1-8b", "--gpu", "tpu"], "known GPUs"),
+        (["perf", "memory", "--model", "llama-3.1-70b", "--gpu", "h100"], "does not fit"),
+        (["perf", "memory", "--model", "llama-3.1-8b", "--gpu", "l4"], "max_model_len"),
+        (["perf", "step", "--model", "llama-3.1-8b", "--gpu", "h100"], "a step needs"),
+        (["perf", "step", "--model", "llama-3.1-8b", "--gpu", "h100", "--prefill", "x"], "--prefill"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    code, out, err = run(*args)
+    assert code == 2
+    assert out == ""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+
+
+def test_step_breakdown() -> None:
+    code, out, _ = run(
+        "perf", "step", "--model", "mixtral-8x7b", "--gpu", "h100", "--tp", "2",
+        "--decodes", "16", "--decode-ctx", "2000", "--prefill", "512:128", "--json",
+    )  # fmt: skip
+    assert code == 0
+    d = json.loads(out)
+    assert d["step_time_s"] > 0 and d["breakdown_s"]["experts_touched"] > 2
+    code, out, err = run("perf", "step", "--model", "llama-3.1-8b", "--gpu", "l4", "--decodes", "4")
+    assert code == 0 and "step time" in out and "warning:" in err  # no calibrated L4 profile
+
+
+def test_profiles_listing_and_show(tmp_path: Path) -> None:
+    code, out, _ = run("perf", "profiles", "--json")
+    assert code == 0 and "h100" in json.loads(out)
+    p = HardwareProfile(name="mine", step_overhead_s=0.002).save(tmp_path / "p.json")
+    code, out, _ = run("perf", "profiles", str(p), "--json")
+    assert code == 0 and json.loads(out)["step_overhead_s"] == 0.002
+
+
+def test_calibrate_steps_cli(tmp_path: Path) -> None:
+    cat = load_catalog()
+    truth = HardwareProfile(gemm_compute_efficiency=0.6, step_overhead_s=0.0015)
+    groups = [
+        synthetic_steps(cat.model("llama-3.1-8b"), cat.gpu("h100"), 1, truth, n=60, seed=1),
+        synthetic_steps(cat.model("qwen2.5-32b"), cat.gpu("h100"), 2, truth, n=60, seed=2),
+    ]
+    csv = write_step_csv(groups, tmp_path / "steps.csv")
+    out_profile = tmp_path / "fitted.json"
+    code, out, _ = run("calibrate", str(csv), "--base", "priors", "--out", str(out_profile), "--json")
+    assert code != 0  # 'priors' is not a shipped profile name nor a file
+    code, out, _ = run("calibrate", str(csv), "--out", str(out_profile), "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["after"]["max_ape"] < 0.5
+    fitted = HardwareProfile.load(out_profile)
+    assert fitted.gemm_compute_efficiency == pytest.approx(0.6, rel=0.02)
+    assert fitted.fitted_range is not None and fitted.fitted_range.gpu == "h100"
+    code, out, _ = run("calibrate", str(csv))
+    assert code == 0 and "after" in out
+
+
+def test_calibrate_cli_bad_input(tmp_path: Path) -> None:
+    f = tmp_path / "x.txt"
+    f.write_text("nothing")
+    code, _, err = run("calibrate", str(f))
+    assert code == 2 and "either step-level .csv" in err
+    j = tmp_path / "b.json"
+    j.write_text("{}")
+    code, _, err = run("calibrate", str(j))
+    assert code == 2 and "--model and --gpu" in err
+
+
+def test_sim2real_cli_smoke(sim2real_dir: Path, tmp_path: Path) -> None:
+    data = json.loads((sim2real_dir / "62.json").read_text())
+    for st in data["workload"]["spec"]["inference_perf"]["stages"]:
+        st["duration"] = 10
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "62.json").write_text(json.dumps(data))
+    pred = tmp_path / "pred.json"
+    code, out, _ = run("sim2real", str(d), "--out", str(pred), "--kv-blocks", "measured", "--json")
+    assert code == 0, out
+    res = json.loads(out)
+    assert res["settings"]["kv_blocks"] == "measured"
+    p = json.loads(pred.read_text())
+    assert set(p["62"]) == {"-1", "0", "1"} and p["62"]["-1"]["itl_mean"] > 0
+    code, _, err = run("sim2real", str(d), "--out", str(pred), "--profile", "h100", "--calibrate", "all")
+    assert code == 2 and "exclude each other" in err
