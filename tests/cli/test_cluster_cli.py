@@ -18,7 +18,7 @@ def test_compare_strategies_as_json() -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     rows = {r["strategy"]: r for r in out["strategies"]}
-    assert list(rows) == ["no failure", "migrate", "restart"]
+    assert list(rows) == ["no failure", "planner", "migrate", "restart"]
     assert rows["no failure"]["interrupted"] == 0
     assert rows["migrate"]["interrupted"] == rows["restart"]["interrupted"] > 0
     assert rows["migrate"]["tokens_recomputed"] == 0 < rows["restart"]["tokens_recomputed"]
@@ -30,7 +30,7 @@ def test_cluster_file_and_failure_file(tmp_path: Path) -> None:
     spec = tmp_path / "cluster.yaml"
     spec.write_text(
         "replicas:\n  - {name: a, max_num_seqs: 32}\n  - {name: b, max_num_seqs: 64}\n"
-        "router: {policy: round_robin}\ncontext: {network_bandwidth_gbps: 10, kv_checkpointing: none}\n"
+        "router: {policy: round_robin}\nlink: {bandwidth_gbps: 10, kv_checkpointing: none}\n"
     )
     fails = tmp_path / "f.json"
     fails.write_text(json.dumps([{"node": "a", "time_s": 5.0}]))

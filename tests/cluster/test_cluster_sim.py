@@ -3,6 +3,8 @@ request is ever lost across node failures, whatever the recovery strategy."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +13,6 @@ from hypothesis import strategies as st
 
 from servesim.cluster import (
     FailureEvent,
-    RecoveryContext,
     Replica,
     RouterSpec,
     failure_schedule,
@@ -108,8 +109,9 @@ def test_migration_avoids_recompute_that_restart_pays() -> None:
 def test_warning_stops_routing_and_snapshots_go_stale() -> None:
     trace = open_trace("poisson_30_rps", num_requests=1500, seed=6)
     fail = [FailureEvent(node="n0", time_s=25.0, warning_s=2.0)]
-    ctx = RecoveryContext(kv_checkpointing="on_warning")
-    res = simulate_cluster(trace, replicas(2), failures=fail, recovery="migrate", context=ctx)
+    res = simulate_cluster(
+        trace, replicas(2), failures=fail, recovery="migrate", kv_checkpointing="on_warning"
+    )
     req = res.requests.set_index("req_id")
     late = req[(req["arrival_s"] > 23.0)]
     assert (late["replica"] == "n1").all()  # nothing routed to the announced node
@@ -145,7 +147,7 @@ def test_failure_schedule_is_seeded_and_has_the_mtbf() -> None:
     fails=st.lists(
         st.tuples(st.integers(0, 3), st.floats(0.0, 8.0), st.sampled_from([None, 0.5, 3.0])), max_size=5
     ),
-    recovery=st.sampled_from(["migrate", "restart"]),
+    recovery=st.sampled_from(["planner", "migrate", "restart"]),
     ckpt=st.sampled_from(["none", "on_warning", "continuous"]),
     warning=st.sampled_from([0.0, 0.3]),
     policy=st.sampled_from(["round_robin", "least_outstanding", "prefix_aware", "random"]),
@@ -177,7 +179,7 @@ def test_no_request_is_lost_across_any_failure_sequence(
         RouterSpec(policy=policy, seed=seed),  # type: ignore[arg-type]
         events,
         recovery=recovery,
-        context=RecoveryContext(kv_checkpointing=ckpt),  # type: ignore[arg-type]
+        kv_checkpointing=ckpt,  # type: ignore[arg-type]
     )
     req = res.requests
     s = res.summary
@@ -193,3 +195,31 @@ def test_no_request_is_lost_across_any_failure_sequence(
 def test_trace_with_no_requests() -> None:
     res = simulate_cluster(Trace.empty(), replicas(2), failures=[FailureEvent(node="n0", time_s=1.0)])
     assert res.summary.cluster.num_requests == 0
+
+
+def test_planner_migrates_on_fast_links_and_restarts_on_slow_ones() -> None:
+    from servesim.cluster import default_context
+
+    trace = open_trace("poisson_30_rps", num_requests=1500, seed=8)
+    fail = [FailureEvent(node="n1", time_s=20.0)]
+    base = default_context()  # Llama-3.1-8B: 128 KiB of KV per token
+    strategies = {}
+    for gbps in (1.0, 800.0):
+        ctx = dataclasses.replace(base, bandwidth_gbps=gbps)
+        moves = simulate_cluster(trace, replicas(3), failures=fail, recovery="planner", context=ctx).moves
+        assert len(moves) > 5
+        strategies[gbps] = set(moves["strategy"])
+    assert strategies[1.0] == {"COLD_RESTART"}
+    assert "MIGRATE_STATE" in strategies[800.0]
+
+
+def test_planner_uses_the_survivors_prefix_cache() -> None:
+    """A restarted request whose shared prefix a survivor already caches recomputes less."""
+    trace = open_trace("prefix_heavy", num_requests=600, seed=9)
+    fail = [FailureEvent(node="n0", time_s=15.0)]
+    res = simulate_cluster(trace, replicas(3), failures=fail, recovery="restart", kv_checkpointing="none")
+    req = res.requests.set_index("req_id")
+    moved = res.moves["req_id"]
+    assert len(moved) > 0
+    hits = req.loc[moved, "reused_tokens"]
+    assert (hits > 0).any()  # some of the lost KV was still cached on the survivor

@@ -13,12 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json
-from servesim.cli.simulate_cmd import TRACE_HELP, step_time_model
+from servesim.cli.simulate_cmd import TRACE_HELP, hardware_setup, step_time_model
 from servesim.cluster import (
     POLICIES,
     ClusterResult,
     FailureEvent,
     FailurePlan,
+    KVCheckpointing,
     RecoveryContext,
     Replica,
     RouterSpec,
@@ -26,16 +27,39 @@ from servesim.cluster import (
     simulate_cluster,
 )
 from servesim.engine import SLO, EngineConfig
+from servesim.perf import PerfError, load_catalog
+from servesim.perf.catalog import resolve_model
 from servesim.traces import Trace, TraceError, open_trace
 
 
+class LinkSpec(BaseModel):
+    """What moving KV costs: the served model (its KV bytes per token) and the network."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str = Field("llama-3.1-8b", description="Catalog name of the served model.")
+    tp: int = Field(1, ge=1, description="Tensor-parallel degree of a replica.")
+    bandwidth_gbps: float = Field(10.0, gt=0, description="Link per TP rank between replicas, Gbit/s.")
+    transfer_efficiency: float = Field(0.9, gt=0, le=1)
+    setup_latency_ms: float = Field(10.0, ge=0)
+    kv_checkpointing: KVCheckpointing = "continuous"
+
+    def context(self) -> RecoveryContext:
+        return RecoveryContext(
+            model=resolve_model(self.model, load_catalog()),
+            tp=self.tp,
+            bandwidth_gbps=self.bandwidth_gbps,
+            transfer_efficiency=self.transfer_efficiency,
+            setup_latency_s=self.setup_latency_ms / 1000.0,
+        )
+
+
 class ClusterFile(BaseModel):
-    """``--cluster FILE``: replicas (vLLM keys each), router and recovery context."""
+    """``--cluster FILE``: replicas (vLLM keys each), router, and the link for KV migration."""
 
     model_config = ConfigDict(extra="forbid")
     replicas: list[dict[str, Any]] = Field(min_length=1, description="Each: name, and vLLM keys (config).")
     router: RouterSpec = Field(default_factory=RouterSpec)
-    context: RecoveryContext = Field(default_factory=RecoveryContext)
+    link: LinkSpec = Field(default_factory=LinkSpec)
 
 
 class StrategyOutcome(BaseModel):
@@ -67,6 +91,7 @@ def parse_fail(text: str) -> FailureEvent:
 
 
 def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyOutcome:
+    """One row of the comparison (GB moved: the KV-bytes formula over all TP ranks)."""
     s = result.summary
     return StrategyOutcome(
         strategy=name,
@@ -79,7 +104,7 @@ def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyO
         migrated=s.impact.num_migrated,
         restarted=s.impact.num_restarted,
         tokens_recomputed=s.impact.tokens_recomputed,
-        gb_moved=s.impact.tokens_moved * ctx.kv_bytes_per_token / 1e9,
+        gb_moved=ctx.bytes_total(s.impact.tokens_moved) / 1e9,
     )
 
 
@@ -136,8 +161,12 @@ def register(app: typer.Typer) -> None:
             "compare", help=f"compare (baseline and every strategy), or one of: {', '.join(POLICIES)}."
         ),
         kv_checkpointing: str | None = typer.Option(None, help="none | on_warning | continuous."),
-        bandwidth_gbps: float | None = typer.Option(None, help="Network between replicas, Gbit/s."),
-        kv_bytes_per_token: int | None = typer.Option(None, help="KV bytes per token (all TP ranks)."),
+        model: str | None = typer.Option(
+            None, help="Served model: its KV size, and with it roofline step times and KV blocks per replica."
+        ),
+        gpu: str = typer.Option("h100", help="GPU of every replica (with --model)."),
+        tp: int | None = typer.Option(None, help="Tensor-parallel degree of a replica."),
+        bandwidth_gbps: float | None = typer.Option(None, help="Link per TP rank between replicas, Gbit/s."),
         step_time_ms: float | None = typer.Option(None, help="Constant step time; default: linear model."),
         slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50."),
         seed: int = typer.Option(0, help="Seed for generated traces, random routers and MTBF failures."),
@@ -147,40 +176,47 @@ def register(app: typer.Typer) -> None:
         """Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E."""
         try:
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
-            reps, route, ctx = _cluster_setup(cluster, config, replicas, step_time_ms)
+            reps, route, link = _cluster_setup(cluster, config, replicas, step_time_ms)
             if router is not None:
-                route = route.model_copy(update={"policy": router, "seed": seed})
-                RouterSpec.model_validate(route.model_dump())
-            updates: dict[str, Any] = {}
-            if kv_checkpointing is not None:
-                updates["kv_checkpointing"] = kv_checkpointing
-            if bandwidth_gbps is not None:
-                updates["network_bandwidth_gbps"] = bandwidth_gbps
-            if kv_bytes_per_token is not None:
-                updates["kv_bytes_per_token"] = kv_bytes_per_token
-            ctx = RecoveryContext.model_validate({**ctx.model_dump(), **updates})
+                route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
+            updates = {
+                k: v
+                for k, v in (
+                    ("kv_checkpointing", kv_checkpointing),
+                    ("model", model),
+                    ("tp", tp),
+                    ("bandwidth_gbps", bandwidth_gbps),
+                )
+                if v is not None
+            }
+            link = LinkSpec.model_validate({**link.model_dump(), **updates})
+            ctx = link.context()
+            if model is not None:
+                if step_time_ms is not None:
+                    raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
+                reps = [_on_hardware(r, tr, model, gpu, link.tp) for r in reps]
             events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
             goal = SLO.parse(slo) if slo else None
-            names = list(POLICIES) if recovery == "compare" else [recovery]
             if recovery != "compare" and recovery not in POLICIES:
                 raise ValueError(
                     f"unknown recovery {recovery!r}; use compare or one of {', '.join(POLICIES)}"
                 )
+            names = list(POLICIES) if recovery == "compare" else [recovery]
             rows: list[StrategyOutcome] = []
+            common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": goal}
             if recovery == "compare":
-                rows.append(
-                    outcome("no failure", simulate_cluster(tr, reps, route, (), context=ctx, slo=goal), ctx)
-                )
+                rows.append(outcome("no failure", simulate_cluster(tr, reps, route, (), **common), ctx))
             for name in names:
-                result = simulate_cluster(tr, reps, route, events, recovery=name, context=ctx, slo=goal)
-                rows.append(outcome(name, result, ctx))
-        except (TraceError, ValidationError, ValueError, OSError) as exc:
+                rows.append(
+                    outcome(name, simulate_cluster(tr, reps, route, events, recovery=name, **common), ctx)
+                )
+        except (TraceError, ValidationError, ValueError, OSError, PerfError) as exc:
             fail(exc)
         if as_json:
             print_json(
                 {
                     "failures": [e.model_dump(mode="json") for e in events],
-                    "context": ctx.model_dump(mode="json"),
+                    "link": link.model_dump(mode="json"),
                     "router": route.model_dump(mode="json"),
                     "strategies": [r.model_dump(mode="json") for r in rows],
                 }
@@ -190,14 +226,28 @@ def register(app: typer.Typer) -> None:
             comparison_table(
                 rows,
                 f"{trace}: {len(tr):,} requests on {len(reps)} replicas, {len(events)} failures, "
-                f"{ctx.network_bandwidth_gbps:g} Gbit/s, KV checkpointing {ctx.kv_checkpointing}",
+                f"{link.model} KV over {link.bandwidth_gbps:g} Gbit/s, checkpointing {link.kv_checkpointing}",
             )
         )
 
 
+def _on_hardware(rep: Replica, trace: Trace, model: str, gpu: str, tp: int) -> Replica:
+    cfg, step = hardware_setup(
+        rep.config,
+        trace,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        gpu_memory_utilization=0.9,
+        profile=None,
+        blocks_given=False,
+    )
+    return Replica(rep.name, cfg, step)
+
+
 def _cluster_setup(
     cluster: Path | None, config: Path | None, n: int, step_time_ms: float | None
-) -> tuple[list[Replica], RouterSpec, RecoveryContext]:
+) -> tuple[list[Replica], RouterSpec, LinkSpec]:
     model = step_time_model(step_time_ms)
     if cluster is not None:
         spec = ClusterFile.model_validate(_load_yaml(cluster))
@@ -206,9 +256,9 @@ def _cluster_setup(
             keys = dict(r)
             name = str(keys.pop("name", f"n{i}"))
             reps.append(Replica(name, EngineConfig.model_validate(keys.get("config", keys)), model))
-        return reps, spec.router, spec.context
+        return reps, spec.router, spec.link
     cfg = EngineConfig.from_file(config) if config is not None else EngineConfig()
-    return [Replica(f"n{i}", cfg, model) for i in range(n)], RouterSpec(), RecoveryContext()
+    return [Replica(f"n{i}", cfg, model) for i in range(n)], RouterSpec(), LinkSpec()
 
 
 def _failure_events(

@@ -4,14 +4,20 @@ Public API::
 
     simulate_cluster(trace, replicas, router=RouterSpec(...), failures=[FailureEvent(...)],
                      recovery="planner" | "migrate" | "restart" | callable,
-                     context=RecoveryContext(...), slo=SLO(...)) -> ClusterResult
+                     context=RecoveryContext(model=..., bandwidth_gbps=...),   # recovery costs
+                     kv_checkpointing="continuous" | "on_warning" | "none",
+                     slo=SLO(...)) -> ClusterResult
+
+The per-job planner (``servesim.cluster.recovery``) is also usable alone (``servesim recover``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from servesim.cluster.config import FailureEvent, FailurePlan, RecoveryContext, RouterSpec, failure_schedule
+from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec, failure_schedule
+from servesim.cluster.planning import planner_policy, target_state
+from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.results import ClusterResult, ClusterSummary, FailureImpact, build_cluster_result
 from servesim.cluster.router import Router
 from servesim.cluster.simulate import (
@@ -20,13 +26,18 @@ from servesim.cluster.simulate import (
     Interrupted,
     RecoveryPolicy,
     Replica,
+    default_context,
     migrate_policy,
     restart_policy,
 )
 from servesim.engine.results import SLO
 from servesim.traces.schema import Trace
 
-POLICIES: dict[str, RecoveryPolicy] = {"migrate": migrate_policy, "restart": restart_policy}
+POLICIES: dict[str, RecoveryPolicy] = {
+    "planner": planner_policy,
+    "migrate": migrate_policy,
+    "restart": restart_policy,
+}
 
 
 def simulate_cluster(
@@ -34,9 +45,10 @@ def simulate_cluster(
     replicas: Sequence[Replica],
     router: RouterSpec | None = None,
     failures: Sequence[FailureEvent] = (),
-    recovery: str | RecoveryPolicy = "migrate",
+    recovery: str | RecoveryPolicy = "planner",
     context: RecoveryContext | None = None,
     *,
+    kv_checkpointing: KVCheckpointing = "continuous",
     slo: SLO | None = None,
     fast: bool = True,
 ) -> ClusterResult:
@@ -48,7 +60,9 @@ def simulate_cluster(
     else:
         policy = recovery
     FailurePlan(events=list(failures))  # validates the sequence
-    run = ClusterSimulator(trace, replicas, router, failures, policy, context, fast=fast).run()
+    run = ClusterSimulator(
+        trace, replicas, router, failures, policy, context, kv_checkpointing=kv_checkpointing, fast=fast
+    ).run()
     return build_cluster_result(run, slo)
 
 
@@ -62,13 +76,17 @@ __all__ = [
     "FailureImpact",
     "FailurePlan",
     "Interrupted",
+    "KVCheckpointing",
     "RecoveryContext",
     "RecoveryPolicy",
     "Replica",
     "Router",
     "RouterSpec",
+    "default_context",
     "failure_schedule",
     "migrate_policy",
+    "planner_policy",
     "restart_policy",
     "simulate_cluster",
+    "target_state",
 ]

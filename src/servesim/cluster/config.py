@@ -53,26 +53,9 @@ class FailureEvent(BaseModel):
     recover_after_s: float | None = Field(None, gt=0, allow_inf_nan=False)
 
 
-class RecoveryContext(BaseModel):
-    """What moving KV state costs: the network between replicas and the model's KV size."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    kv_bytes_per_token: int = Field(
-        131072, gt=0, description="All TP ranks together (servesim.perf.kv_bytes_per_token x TP)."
-    )
-    network_bandwidth_gbps: float = Field(100.0, gt=0, description="Per replica pair, in gigabits/s.")
-    link_efficiency: float = Field(0.8, gt=0, le=1, description="Fraction of the line rate achieved.")
-    setup_latency_s: float = Field(0.005, ge=0, description="Per migrated request (handshake, descriptors).")
-    kv_checkpointing: Literal["none", "on_warning", "continuous"] = Field(
-        "continuous",
-        description="none: no KV survives a failure; on_warning: KV is snapshotted when the failure "
-        "is announced (stale by the warning lead); continuous: KV is replicated as it is computed.",
-    )
-
-    def transfer_s(self, tokens: int) -> float:
-        """Time to move ``tokens`` of KV (the one KV-bytes formula x tokens, at the link rate)."""
-        bits = 8.0 * self.kv_bytes_per_token * tokens
-        return self.setup_latency_s + bits / (self.network_bandwidth_gbps * 1e9 * self.link_efficiency)
+KVCheckpointing = Literal["none", "on_warning", "continuous"]
+"""What KV survives a node failure: nothing; a snapshot taken when the failure is announced
+(stale by the warning lead); or all of it (KV replicated as it is computed, e.g. to CPU/remote)."""
 
 
 def failure_schedule(

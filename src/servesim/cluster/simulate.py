@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from servesim.cluster.config import FailureEvent, RecoveryContext, RouterSpec
+from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
+from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, PendingStep, TraceArrays
@@ -82,7 +83,7 @@ def migrate_policy(
     moved = min(job.checkpointed_tokens, r.prompt_len + r.num_output - 1)
     if moved <= 0:
         return Decision("COLD_RESTART", target, 0.0, 0)
-    return Decision("MIGRATE_STATE", target, ctx.transfer_s(moved), moved)
+    return Decision("MIGRATE_STATE", target, ctx.setup_latency_s + ctx.transfer_s(moved), moved)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class ClusterSimulator:
         recovery: RecoveryPolicy = migrate_policy,
         context: RecoveryContext | None = None,
         *,
+        kv_checkpointing: KVCheckpointing = "continuous",
         fast: bool = True,
     ) -> None:
         if not replicas:
@@ -143,7 +145,8 @@ class ClusterSimulator:
         self.replicas = list(replicas)
         self.router = Router(router or RouterSpec())
         self.recovery = recovery
-        self.context = context or RecoveryContext()
+        self.context = context or default_context()
+        self.kv_checkpointing = kv_checkpointing
         self.fast = fast
         self.engines: list[Engine] = []
         self.current: list[Engine] = []
@@ -255,7 +258,7 @@ class ClusterSimulator:
         k = [x.name for x in self.replicas].index(f.node)
         if kind == "warn":
             self.accepting[k] = False
-            if self.context.kv_checkpointing == "on_warning":
+            if self.kv_checkpointing == "on_warning":
                 engine = self.current[k]
                 for r in engine.scheduler.running:
                     self._snapshots[r.idx] = engine.computed_tokens(r)
@@ -311,7 +314,7 @@ class ClusterSimulator:
         self._snapshots = {i: v for i, v in self._snapshots.items() if i not in gone}
 
     def _checkpointed(self, r: Request, computed: int) -> int:
-        mode = self.context.kv_checkpointing
+        mode = self.kv_checkpointing
         if mode == "continuous":
             return computed
         if mode == "on_warning":
@@ -319,17 +322,12 @@ class ClusterSimulator:
         return 0
 
 
-def simulate_cluster_run(
-    trace: Trace,
-    replicas: Sequence[Replica],
-    router: RouterSpec | None = None,
-    failures: Sequence[FailureEvent] = (),
-    recovery: RecoveryPolicy = migrate_policy,
-    context: RecoveryContext | None = None,
-    *,
-    fast: bool = True,
-) -> ClusterRun:
-    return ClusterSimulator(trace, replicas, router, failures, recovery, context, fast=fast).run()
+def default_context() -> RecoveryContext:
+    """Llama-3.1-8B (its KV size), one GPU per replica, the planner's default link."""
+    from servesim.perf import load_catalog
+    from servesim.perf.catalog import resolve_model
+
+    return RecoveryContext(model=resolve_model("llama-3.1-8b", load_catalog()))
 
 
 __all__ = [
@@ -340,7 +338,7 @@ __all__ = [
     "Move",
     "RecoveryPolicy",
     "Replica",
+    "default_context",
     "migrate_policy",
     "restart_policy",
-    "simulate_cluster_run",
 ]

@@ -1,0 +1,65 @@
+"""The recovery planner as a cluster policy: each interrupted request is decided from the
+survivors' real state at the failure time (``servesim.cluster.recovery.decide_job``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from servesim.cluster.recovery import JobSpec, RecoveryContext, TargetState, decide_job
+from servesim.cluster.router import Router, cached_prefix_blocks
+from servesim.cluster.simulate import Decision, Interrupted
+from servesim.engine.engine import Engine
+from servesim.engine.request import Request
+
+
+def target_state(engine: Engine, name: str, job: Request) -> TargetState:
+    """A survivor as the planner sees it: free blocks and slots, its decode batch, the prefill
+    work queued ahead of a new arrival, and how much of ``job``'s prefix its cache holds."""
+    sched = engine.scheduler
+    decodes = ctx = queued = 0
+    for r in sched.running:
+        computed = engine.computed_tokens(r)
+        if r.sync_step >= 0 or computed == r.prompt_len + r.num_output - 1:
+            decodes += 1
+            ctx += computed + 1
+        else:
+            queued += r.prompt_len + r.num_output - computed
+    for r in sched.waiting:
+        queued += r.prompt_len + r.num_output
+    bs = engine.kv.block_size
+    return TargetState(
+        name=name,
+        step_time=engine.step_time,
+        free_blocks=engine.pool.num_free,
+        free_slots=max(0, engine.config.max_num_seqs - len(sched.running)),
+        block_size=bs,
+        max_num_batched_tokens=engine.config.max_num_batched_tokens,
+        running_decodes=decodes,
+        decode_ctx_sum=ctx,
+        queued_prefill_tokens=queued,
+        cached_prefix_tokens={job.req_id: cached_prefix_blocks(engine, job) * bs},
+    )
+
+
+def planner_policy(
+    job: Interrupted, engines: Sequence[Engine], eligible: Sequence[int], ctx: RecoveryContext, router: Router
+) -> Decision:
+    """MIGRATE_STATE or COLD_RESTART, and where, whichever gets the request back soonest."""
+    r = job.request
+    ckpt = job.checkpointed_tokens
+    spec = JobSpec(
+        job_id=r.req_id,
+        prompt_tokens=r.prompt_len,
+        generated_tokens=r.num_output,
+        kv_cache_checkpointed=ckpt > 0,
+        checkpoint_offset_tokens=ckpt if ckpt > 0 else None,
+    )
+    targets = [target_state(engines[k], str(k), r) for k in eligible]
+    d = decide_job(spec, ctx, targets)
+    target = int(d.target) if d.target is not None else eligible[0]
+    if d.strategy == "MIGRATE_STATE" and d.moved_tokens > 0:
+        covered = d.prefix_hit_tokens + d.moved_tokens
+        return Decision(
+            "MIGRATE_STATE", target, ctx.setup_latency_s + ctx.transfer_s(d.moved_tokens), covered
+        )
+    return Decision("COLD_RESTART", target, 0.0, 0)
