@@ -35,6 +35,7 @@ test: lint typecheck unit
 bench: sync
 	$(UV_RUN) python benchmarks/engine_speed.py
 	$(UV_RUN) python benchmarks/trace_load.py
+	$(UV_RUN) python benchmarks/tuning_speed.py
 
 clean:
 	rm -rf .tools .venv .pytest_cache .mypy_cache .ruff_cache

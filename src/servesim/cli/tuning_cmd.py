@@ -1,0 +1,629 @@
+"""``servesim saturate``, ``servesim tune`` and ``servesim scenario``: capacity planning.
+
+* ``saturate TRACE --slo ttft_p99_ms=...,tpot_p99_ms=...``: scale the arrival rate and find the
+  goodput knee and the saturation rate, with the throughput-latency curve and a status per rate.
+* ``tune TRACE --slo ...``: an Optuna study over vLLM flags, TP and replicas (stored in SQLite so
+  it resumes), then a re-verified ``SchedulerRecommendation`` with the ``vllm serve`` command.
+* ``scenario FILE.json``: the seed files' two scenario shapes.
+
+Every command prints its result alone on stdout with ``--json``; errors are one line on stderr
+with exit code 2. ``--out-dir`` writes the recommendation to a folder for review: nothing is
+ever applied.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import optuna
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.cli.simulate_cmd import Policy, engine_config, progress_bar
+from servesim.cluster import RouterSpec
+from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
+from servesim.traces import TraceError
+from servesim.tuning import (
+    Deployment,
+    EvalContext,
+    EvalSettings,
+    FixedHardware,
+    Hardware,
+    PercentileSLO,
+    SaturationReport,
+    SaturationSettings,
+    SchedulerRecommendation,
+    SearchSpace,
+    TuneResult,
+    TuneSettings,
+    Workload,
+    find_saturation,
+    load_scenario_file,
+    make_executor,
+    parse_space,
+    recommend,
+    run_scenario,
+    space_from_mapping,
+    tune,
+)
+from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
+from servesim.tuning.scenario import BatchScenarioResult
+
+DEFAULT_STORAGE = "sqlite:///servesim-tune.db"
+TRACE_HELP = (
+    "Trace file or bundled trace (its timeline is rescaled), or a generator preset / arrival name "
+    "(its rate is replaced), e.g. default, poisson_10_rps, azure-conv."
+)
+
+
+class Executor(StrEnum):
+    local = "local"
+    process = "process"
+    ray = "ray"
+
+
+class ObjectiveChoice(StrEnum):
+    goodput_per_gpu = "goodput_per_gpu"
+    pareto = "pareto"
+
+
+class Metric(StrEnum):
+    ttft = "ttft"
+    tpot = "tpot"
+    e2e = "e2e"
+
+
+class Router(StrEnum):
+    round_robin = "round_robin"
+    random = "random"
+    least_outstanding = "least_outstanding"
+    least_kv = "least_kv"
+    power_of_two = "power_of_two"
+    prefix_aware = "prefix_aware"
+    vllm_dp = "vllm_dp"
+
+
+# ---------------------------------------------------------------------- shared options
+def hardware_from(
+    model: str,
+    gpu: str,
+    tp: int,
+    util: float,
+    profile: str | None,
+    num_gpu_blocks: int | None,
+    step_time_ms: float | None,
+    linear: bool,
+) -> Hardware:
+    """``PerfHardware`` (default), or ``FixedHardware`` with --step-time-ms / --linear-step-time."""
+    if step_time_ms is not None or linear:
+        if step_time_ms is not None and linear:
+            raise ValueError("give --step-time-ms or --linear-step-time, not both")
+        if num_gpu_blocks is None:
+            raise ValueError("a fixed step-time model needs --num-gpu-blocks (there is no memory model)")
+        step: StepTimeModel = (
+            ConstantStepTime(step_time_s=step_time_ms / 1000.0)
+            if step_time_ms is not None
+            else LinearStepTime()
+        )
+        return FixedHardware(step, num_gpu_blocks, gpus_per_replica=tp, gpu_memory_utilization=util)
+    return PerfHardware(
+        model=model,
+        gpu=gpu,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=util,
+        profile=profile,
+        num_gpu_blocks=num_gpu_blocks,
+    )
+
+
+def parse_slo(text: str | None) -> PercentileSLO | None:
+    return PercentileSLO.parse(text) if text else None
+
+
+def _fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.3g}"
+
+
+def _fmt_ms(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+
+
+# ---------------------------------------------------------------------- rendering
+def curve_table(rep: SaturationReport) -> Table:
+    t = Table(title="throughput-latency curve (mean over seeds; p99 worst seed)", title_justify="left")
+    for col in (
+        "rate req/s",
+        "status",
+        "thru req/s",
+        "goodput",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p99",
+        "E2E p99",
+    ):
+        t.add_column(col, justify="right")
+    t.add_column("queue growth", justify="right")
+    t.add_column("preempt/req", justify="right")
+    for p in rep.points:
+        t.add_row(
+            f"{p.rate_rps:,.3g}",
+            p.status,
+            f"{p.throughput_rps.mean:,.2f}",
+            f"{p.goodput_rps.mean:,.2f}",
+            _fmt_ms(p.ttft_ms.p50.mean),
+            _fmt_ms(p.ttft_ms.p99.max),
+            _fmt_ms(p.tpot_ms.p99.max),
+            _fmt_ms(p.e2e_ms.p99.max),
+            f"{p.queue_slope.mean:+.1%}",
+            f"{p.preemptions_per_request.mean:.3f}",
+        )
+    return t
+
+
+def print_saturation(rep: SaturationReport) -> None:
+    console = Console()
+    console.print(curve_table(rep))
+    lines = []
+    if rep.slo is not None:
+        lines.append(
+            f"goodput knee (SLO {rep.slo.describe()} on every seed): {_fmt_rate(rep.goodput_knee_rps)} req/s"
+            + (
+                f" (next rate {_fmt_rate(rep.knee_first_failing_rps)} fails)"
+                if rep.knee_first_failing_rps
+                else ""
+            )
+        )
+    lines.append(
+        f"saturation (queue grows without bound): {_fmt_rate(rep.saturation_rps)} req/s "
+        f"(stable at {_fmt_rate(rep.max_stable_rps)})"
+    )
+    if rep.target_rate_rps is not None:
+        head = f", headroom {rep.headroom:+.0%}" if rep.headroom is not None else ""
+        lines.append(f"at the target {rep.target_rate_rps:,.3g} req/s: {rep.status_at_target}{head}")
+    lines.append(f"{rep.num_simulations} simulations; KV blocks per replica {rep.num_gpu_blocks:,}")
+    for line in lines + [f"note: {n}" for n in rep.notes]:
+        console.print(escape(line))
+
+
+def print_tune(res: TuneResult, top: int = 8) -> None:
+    console = Console()
+    console.print(
+        f"study {res.study_name} ({res.storage or 'in memory'}): {res.n_trials} trials, "
+        f"{res.n_complete} complete, "
+        f"{res.n_pruned} pruned as invalid, {res.n_feasible} feasible; objective {res.objective} at "
+        f"{res.target_rate_rps:,.3g} req/s"
+    )
+    for rule, info in res.invalid_reasons.items():
+        console.print(escape(f"  pruned {info.count}x [{rule}]: {info.example}"))
+    by_number = {r.number: r for r in res.trials}
+    t = Table(title="best feasible trials", title_justify="left")
+    cols = (
+        "trial",
+        "GPUs",
+        "goodput/GPU",
+        "TTFT p99",
+        "TPOT p99",
+        "seqs",
+        "tokens",
+        "chunk",
+        "thr",
+        "prefix",
+    )
+    for col in (*cols, "block", "mem", "TPxR", "timeout"):
+        t.add_column(col, justify="right")
+    for n in res.ranked[:top]:
+        o = by_number[n].outcome
+        assert o is not None and o.ttft_p99_ms and o.tpot_p99_ms
+        p = o.params
+        t.add_row(
+            str(n),
+            str(o.gpus),
+            f"{o.goodput_per_gpu:,.3g}",
+            _fmt_ms(o.ttft_p99_ms.max),
+            _fmt_ms(o.tpot_p99_ms.max),
+            str(p["max_num_seqs"]),
+            str(p["max_num_batched_tokens"]),
+            "on" if p["enable_chunked_prefill"] else "off",
+            str(p["long_prefill_token_threshold"]),
+            "on" if p["enable_prefix_caching"] else "off",
+            str(p["block_size"]),
+            f"{p['gpu_memory_utilization']:g}",
+            f"{p['tensor_parallel_size']}x{p['replicas']}",
+            "-" if p["queue_timeout_s"] is None else f"{p['queue_timeout_s']:g}s",
+        )
+    console.print(t)
+
+
+def print_recommendation(rec: SchedulerRecommendation) -> None:
+    console = Console()
+    verdict = {None: "no SLO given", True: "meets the SLO", False: "DOES NOT meet the SLO"}[rec.meets_slo]
+    console.print(
+        f"[bold]recommendation[/bold] (requires human review): {rec.replicas} replica(s) x TP "
+        f"{rec.deployment.tensor_parallel_size} = {rec.gpus} GPU(s); {rec.status}; {verdict} on "
+        f"{len(rec.verification)} fresh seeds"
+    )
+    t = Table(
+        title=escape(f"predicted at {rec.target_rate_rps:,.3g} req/s (mean [min-max] over fresh seeds)")
+    )
+    for col in ("ms", "p50", "p90", "p99"):
+        t.add_column(col, justify="right")
+    for name, ls in (
+        ("TTFT", rec.predicted_ttft_ms),
+        ("TPOT", rec.predicted_tpot_ms),
+        ("E2E", rec.predicted_e2e_ms),
+    ):
+        t.add_row(
+            name,
+            *(
+                escape(f"{_fmt_ms(s.mean)} [{_fmt_ms(s.min)}-{_fmt_ms(s.max)}]")
+                for s in (ls.p50, ls.p90, ls.p99)
+            ),
+        )
+    console.print(t)
+    console.print(
+        f"throughput {rec.predicted_throughput_rps.mean:,.2f} req/s; "
+        f"saturation {_fmt_rate(rec.saturation_rps)} req/s"
+        + (f" (headroom {rec.headroom:+.0%})" if rec.headroom is not None else "")
+        + f"; SLO knee {_fmt_rate(rec.goodput_knee_rps)} req/s"
+    )
+    for r in rec.rationale:
+        console.print(f"  - {escape(r)}")
+    for w in rec.warnings:
+        console.print(f"  [yellow]note[/yellow]: {escape(w)}")
+    console.print(escape(rec.vllm_serve_command), soft_wrap=True)
+
+
+def write_outbox(rec: SchedulerRecommendation, out_dir: Path) -> list[Path]:
+    """The recommendation, its YAML and its command line in a folder for review (nothing applied)."""
+    note = "# Generated by servesim (simulation): review before use. One replica"
+    note += f"; run {rec.replicas} behind the load balancer.\n" if rec.replicas > 1 else ".\n"
+    return [
+        write_text_atomic(out_dir / "recommendation.json", rec.model_dump_json(indent=2) + "\n"),
+        write_text_atomic(out_dir / "vllm-config.yaml", rec.config_yaml),
+        write_text_atomic(out_dir / "vllm-serve-command.txt", note + rec.vllm_serve_command + "\n"),
+    ]
+
+
+def read_space(items: list[str], space_file: Path | None) -> SearchSpace:
+    base = SearchSpace()
+    if space_file is not None:
+        try:
+            data = yaml.safe_load(space_file.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ValueError(f"{space_file}: cannot read the search space: {e}") from e
+        base = space_from_mapping(data)
+    return parse_space(items, base)
+
+
+def _storage(text: str | None) -> str | None:
+    if text is None or text.strip().lower() in ("memory", "none", ""):
+        return None
+    return text
+
+
+ERRORS = (TraceError, ValidationError, ValueError, OSError, optuna.exceptions.OptunaError)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("saturate")
+    def saturate_cmd(
+        trace: str = typer.Argument(..., help=TRACE_HELP),
+        slo: str | None = typer.Option(
+            None, help="Percentile SLOs, e.g. ttft_p99_ms=500,tpot_p99_ms=50[,e2e_p99_ms=...][,good=0.95]."
+        ),
+        target_rate: float | None = typer.Option(
+            None, help="Load to judge headroom at (default: the trace's rate)."
+        ),
+        config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
+        max_num_seqs: int | None = typer.Option(None, help="vLLM --max-num-seqs."),
+        max_num_batched_tokens: int | None = typer.Option(None, help="vLLM --max-num-batched-tokens."),
+        block_size: int | None = typer.Option(None, help="vLLM --block-size."),
+        enable_chunked_prefill: bool | None = typer.Option(
+            None, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="vLLM chunked prefill."
+        ),
+        enable_prefix_caching: bool | None = typer.Option(
+            None, "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM prefix caching."
+        ),
+        long_prefill_token_threshold: int | None = typer.Option(
+            None, help="vLLM --long-prefill-token-threshold."
+        ),
+        policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
+        max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
+        queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
+        replicas: int = typer.Option(1, min=1, help="Identical replicas behind the router."),
+        router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
+        model: str = typer.Option(DEFAULT_MODEL, help="Model (servesim perf catalog)."),
+        gpu: str = typer.Option(DEFAULT_GPU, help="GPU (servesim perf catalog)."),
+        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel size."),
+        gpu_memory_utilization: float = typer.Option(0.9, help="vLLM --gpu-memory-utilization."),
+        profile: str | None = typer.Option(None, help="Calibration profile of the step-time model."),
+        num_gpu_blocks: int | None = typer.Option(
+            None, help="KV blocks per replica (override the memory model)."
+        ),
+        step_time_ms: float | None = typer.Option(None, help="Constant step time instead of the roofline."),
+        linear_step_time: bool = typer.Option(
+            False, help="servesim's linear step model instead of the roofline."
+        ),
+        seed: int = typer.Option(0, min=0, help="Seed of generated traces (seeds are offsets from it)."),
+        num_requests: int | None = typer.Option(
+            None, "--num-requests", "-n", help="Requests to generate (presets)."
+        ),
+        seeds: int = typer.Option(3, min=1, help="Seeds (replicates) per rate."),
+        rtol: float = typer.Option(0.02, help="Relative resolution of the rate search."),
+        min_rate: float | None = typer.Option(None, help="Lowest rate to try."),
+        max_rate: float | None = typer.Option(None, help="Highest rate to try."),
+        executor: Executor = typer.Option(
+            Executor.local, help="Where simulations run (a search takes seconds: local by default)."
+        ),
+        jobs: int = typer.Option(2, min=1, help="Workers (process pool or Ray CPUs)."),
+        address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+        out: Path | None = typer.Option(None, help="Write the JSON report here."),
+        as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
+    ) -> None:
+        """Scale the arrival rate: goodput knee, saturation rate, curve and status per rate."""
+        try:
+            goal = parse_slo(slo)
+            hw = hardware_from(
+                model,
+                gpu,
+                tp,
+                gpu_memory_utilization,
+                profile,
+                num_gpu_blocks,
+                step_time_ms,
+                linear_step_time,
+            )
+            wl = Workload.from_source(trace, seed=seed, num_requests=num_requests)
+            cfg = engine_config(
+                config,
+                {
+                    "max_num_seqs": max_num_seqs,
+                    "max_num_batched_tokens": max_num_batched_tokens,
+                    "block_size": block_size,
+                    "enable_chunked_prefill": enable_chunked_prefill,
+                    "enable_prefix_caching": enable_prefix_caching,
+                    "long_prefill_token_threshold": long_prefill_token_threshold,
+                    "policy": policy,
+                    "max_model_len": max_model_len,
+                    "queue_timeout_s": queue_timeout_s,
+                },
+            )
+            dep = Deployment.from_engine_config(
+                cfg,
+                max_model_len=wl.default_max_model_len(),
+                replicas=replicas,
+                tensor_parallel_size=tp,
+                gpu_memory_utilization=gpu_memory_utilization,
+            )
+            st = SaturationSettings(seeds=list(range(seeds)), rtol=rtol, min_rate=min_rate, max_rate=max_rate)
+            ev = EvalSettings(router=RouterSpec(policy=router.value))
+            with progress_bar(not as_json, "rates") as hook:
+                rep = find_saturation(
+                    wl,
+                    dep,
+                    hw,
+                    goal,
+                    target_rate=target_rate or wl.base_rate,
+                    settings=st,
+                    eval_settings=ev,
+                    executor=executor.value,
+                    n_jobs=jobs,
+                    address=address,
+                    progress=hook,
+                )
+            if out is not None:
+                write_text_atomic(out, rep.model_dump_json(indent=2) + "\n")
+            if as_json:
+                print_json(rep.model_dump(mode="json"))
+            else:
+                print_saturation(rep)
+        except ERRORS as exc:
+            fail(exc)
+
+    @app.command("tune")
+    def tune_cmd(
+        trace: str = typer.Argument(..., help=TRACE_HELP),
+        slo: str | None = typer.Option(
+            None, help="Percentile SLOs, e.g. ttft_p99_ms=500,tpot_p99_ms=50[,e2e_p99_ms=...][,good=0.95]."
+        ),
+        target_rate: float | None = typer.Option(None, help="Load to plan for (default: the trace's rate)."),
+        objective: ObjectiveChoice = typer.Option(
+            ObjectiveChoice.goodput_per_gpu, help="goodput_per_gpu (TPE) or pareto (NSGA-II)."
+        ),
+        latency_metric: Metric = typer.Option(
+            Metric.ttft, help="Latency objective of the Pareto front (p99)."
+        ),
+        trials: int = typer.Option(
+            40, "--trials", "--n-trials", min=1, help="Trials this run adds to the study."
+        ),
+        space: list[str] = typer.Option(
+            [],
+            "--space",
+            help="Override a knob: name=a,b,c | name=lo..hi[:step|:log] | name=value (repeatable).",
+        ),
+        space_file: Path | None = typer.Option(
+            None, help="YAML/JSON search space (knob: choices or {low, high})."
+        ),
+        max_gpus: int | None = typer.Option(None, min=1, help="GPU budget: replicas x TP at most this."),
+        max_model_len: int | None = typer.Option(
+            None, help="vLLM --max-model-len (default: longest request + 1)."
+        ),
+        policy: Policy = typer.Option(Policy.fcfs, help="Waiting-queue order (not searched)."),
+        router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
+        model: str = typer.Option(DEFAULT_MODEL, help="Model (servesim perf catalog)."),
+        gpu: str = typer.Option(DEFAULT_GPU, help="GPU (servesim perf catalog)."),
+        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="TP of a fixed step model."),
+        gpu_memory_utilization: float = typer.Option(0.9, help="Memory share of a fixed step model."),
+        profile: str | None = typer.Option(None, help="Calibration profile of the step-time model."),
+        num_gpu_blocks: int | None = typer.Option(
+            None, help="KV blocks per replica (override the memory model)."
+        ),
+        step_time_ms: float | None = typer.Option(None, help="Constant step time instead of the roofline."),
+        linear_step_time: bool = typer.Option(
+            False, help="servesim's linear step model instead of the roofline."
+        ),
+        seed: int = typer.Option(0, min=0, help="Seed of the sampler and of generated traces."),
+        num_requests: int | None = typer.Option(
+            None, "--num-requests", "-n", help="Requests to generate (presets)."
+        ),
+        trial_seeds: int = typer.Option(2, min=1, help="Seeds (replicates) per trial."),
+        verify_seeds: int = typer.Option(3, min=1, help="Fresh seeds re-verifying the recommendation."),
+        storage: str | None = typer.Option(
+            DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file: resumable, shareable); 'memory' for none."
+        ),
+        study_name: str | None = typer.Option(None, help="Study name (default: derived from the settings)."),
+        executor: Executor = typer.Option(Executor.process, help="Where trials run."),
+        jobs: int = typer.Option(2, min=1, help="Workers and trials per round (process pool or Ray CPUs)."),
+        address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+        do_recommend: bool = typer.Option(
+            True,
+            "--recommend/--no-recommend",
+            help="Verify and explain the best trial (off: only run trials).",
+        ),
+        out_dir: Path | None = typer.Option(
+            None, help="Write the recommendation (JSON, YAML, command) here."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print {study, recommendation} alone on stdout."),
+    ) -> None:
+        """Search vLLM flags, TP and replicas with Optuna; recommend, re-verified on fresh seeds."""
+        url = _storage(storage)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is too much
+        try:
+            goal = parse_slo(slo)
+            hw = hardware_from(
+                model,
+                gpu,
+                tp,
+                gpu_memory_utilization,
+                profile,
+                num_gpu_blocks,
+                step_time_ms,
+                linear_step_time,
+            )
+            wl = Workload.from_source(trace, seed=seed, num_requests=num_requests)
+            sp = read_space(space, space_file)
+            settings = TuneSettings(
+                objective=objective.value,
+                n_trials=trials,
+                seed=seed,
+                seeds=list(range(trial_seeds)),
+                latency_metric=latency_metric.value,
+                max_gpus=max_gpus,
+            )
+            ev = EvalSettings(router=RouterSpec(policy=router.value))
+            ctx = EvalContext(wl, hw, goal, ev)
+            rec: SchedulerRecommendation | None = None
+            with make_executor(executor.value, ctx, n_jobs=jobs, address=address) as ex:
+                with progress_bar(not as_json, "trials") as hook:
+                    res = tune(
+                        wl,
+                        hw,
+                        goal,
+                        target_rate=target_rate,
+                        space=sp,
+                        settings=settings,
+                        eval_settings=ev,
+                        max_model_len=max_model_len,
+                        fixed={"policy": policy.value},
+                        executor=ex,
+                        n_jobs=jobs,
+                        storage=url,
+                        study_name=study_name,
+                        progress=hook,
+                    )
+                if do_recommend:
+                    if res.best is None:
+                        raise ValueError(
+                            f"no feasible trial in study {res.study_name} after {res.n_trials} trials: "
+                            "relax the SLO, "
+                            "widen the search space (more replicas, --max-gpus) or run more --trials"
+                        )
+                    by_number = {r.number: r for r in res.trials}
+                    mml = max_model_len or wl.default_max_model_len()
+                    candidates = []
+                    for n in res.ranked[:3]:
+                        o = by_number[n].outcome
+                        assert o is not None
+                        candidates.append(
+                            Deployment.model_validate(
+                                {"max_model_len": mml, "policy": policy.value, **o.params}
+                            )
+                        )
+                    with progress_bar(not as_json, "verifying") as hook:
+                        rec = recommend(
+                            wl,
+                            hw,
+                            goal,
+                            candidates,
+                            target_rate=res.target_rate_rps,
+                            verify_seeds=[1000 + i for i in range(verify_seeds)],
+                            eval_settings=ev,
+                            executor=ex,
+                            source={
+                                "study": res.study_name,
+                                "storage": url,
+                                "objective": res.objective,
+                                "trials": res.ranked[:3],
+                            },
+                            progress=hook,
+                        )
+            files = write_outbox(rec, out_dir) if (rec is not None and out_dir is not None) else []
+            if as_json:
+                print_json(
+                    {
+                        "study": res.model_dump(mode="json"),
+                        "recommendation": rec.model_dump(mode="json") if rec is not None else None,
+                    }
+                )
+            else:
+                print_tune(res)
+                if rec is not None:
+                    print_recommendation(rec)
+                for f in files:
+                    Console().print(f"written for review: {f}")
+        except KeyboardInterrupt:
+            where = f"in {url} as {study_name or 'the derived study name'}" if url else "in memory (lost)"
+            typer.echo(
+                f"interrupted; the finished trials are stored {where}: run the same command to resume",
+                err=True,
+            )
+            raise typer.Exit(130) from None
+        except ERRORS as exc:
+            fail(exc)
+
+    @app.command("scenario")
+    def scenario_cmd(
+        file: Path = typer.Argument(..., help="A scenario JSON file (either shape; see docs/tuning.md)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result alone on stdout."),
+    ) -> None:
+        """Answer a seed-style scenario: a request list with a batch config, or a load level on a KV cache."""
+        try:
+            result = run_scenario(load_scenario_file(file))
+        except ERRORS as exc:
+            fail(exc)
+        if as_json:
+            print_json(result.model_dump(mode="json"))
+            return
+        console = Console()
+        t = Table(show_header=False, title=str(file), title_justify="left")
+        t.add_column("field", style="bold")
+        t.add_column("value")
+        data: dict[str, Any] = result.model_dump(mode="json", exclude={"details"})
+        for k, v in data.items():
+            t.add_row(k, f"{v:,.1f}" if isinstance(v, float) else str(v))
+        console.print(t)
+        if not isinstance(result, BatchScenarioResult) or result.details:
+            d = result.details
+            console.print(
+                f"context: {d.get('hardware', {}).get('model')} on {d.get('hardware', {}).get('gpu')}, "
+                f"{d.get('num_gpu_blocks'):,} KV blocks, max_model_len {d.get('max_model_len')}"
+            )
+        sys.stdout.flush()

@@ -1,0 +1,219 @@
+"""A deployment: vLLM scheduler flags of one replica, its parallelism and the replica count.
+
+``Deployment`` validates the combinations vLLM itself refuses (or that contradict each other),
+each with a reason that says what to change; the tuner records that reason on the trial it
+prunes. KV blocks come from the hardware (``Hardware.resolve``), which may refuse too (weights do
+not fit, TP does not divide the heads): ``deployment_engine_config`` gathers both.
+
+It also renders the ``vllm serve`` command line and the matching YAML for ``--config`` (long flag
+names as keys, vLLM's own spellings; see ``docs/vllm-scheduling.md`` §1).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servesim.engine.config import EngineConfig
+from servesim.tuning.hardware import Hardware, ResolvedHardware
+
+#: vLLM's ``CacheConfig.block_size`` choices (``BlockSize`` literal).
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+
+
+class Deployment(BaseModel):
+    """What the tuner chooses: one replica's vLLM flags, TP, memory share, replicas, queue timeout."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_num_seqs: int = Field(128, ge=1, description="vLLM --max-num-seqs.")
+    max_num_batched_tokens: int = Field(2048, ge=1, description="vLLM --max-num-batched-tokens.")
+    enable_chunked_prefill: bool = Field(True, description="vLLM --[no-]enable-chunked-prefill.")
+    long_prefill_token_threshold: int = Field(0, ge=0, description="vLLM --long-prefill-token-threshold.")
+    enable_prefix_caching: bool = Field(True, description="vLLM --[no-]enable-prefix-caching.")
+    block_size: int = Field(16, description="vLLM --block-size.")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM --tensor-parallel-size.")
+    replicas: int = Field(1, ge=1, description="Identical vLLM instances behind the router.")
+    queue_timeout_s: float | None = Field(
+        None, gt=0, description="Reject requests unscheduled this long (a gateway setting, not a vLLM flag)."
+    )
+    max_model_len: int = Field(ge=2, description="vLLM --max-model-len.")
+    policy: Literal["fcfs", "priority"] = Field("fcfs", description="vLLM --scheduling-policy.")
+    # Passed through to the engine unchanged (vLLM defaults); not searched.
+    watermark: float = Field(0.0, ge=0.0, lt=1.0)
+    scheduler_reserve_full_isl: bool = True
+
+    @model_validator(mode="after")
+    def _vllm_rules(self) -> Deployment:
+        problems = deployment_problems(self)
+        if problems:
+            raise ValueError("; ".join(reason for _, reason in problems))
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.tensor_parallel_size
+
+    def engine_config(self, num_gpu_blocks: int) -> EngineConfig:
+        """One replica's engine config (``ValueError`` when the KV cannot hold ``max_model_len``)."""
+        return EngineConfig(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            block_size=self.block_size,
+            num_gpu_blocks=num_gpu_blocks,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            enable_prefix_caching=self.enable_prefix_caching,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            policy=self.policy,
+            max_model_len=self.max_model_len,
+            watermark=self.watermark,
+            scheduler_reserve_full_isl=self.scheduler_reserve_full_isl,
+            queue_timeout_s=self.queue_timeout_s,
+        )
+
+    @classmethod
+    def from_engine_config(
+        cls,
+        config: EngineConfig,
+        *,
+        max_model_len: int,
+        replicas: int = 1,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+    ) -> Deployment:
+        """A deployment with an engine config's scheduler settings (its KV blocks are ignored:
+        they come from the hardware)."""
+        return cls(
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+            enable_prefix_caching=config.enable_prefix_caching,
+            block_size=config.block_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            replicas=replicas,
+            queue_timeout_s=config.queue_timeout_s,
+            max_model_len=config.max_model_len or max_model_len,
+            policy=config.policy,
+            watermark=config.watermark,
+            scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+        )
+
+    # ------------------------------------------------------------------ vllm serve
+    def vllm_args(self) -> list[tuple[str, Any]]:
+        """``(long flag name, value)`` pairs, value True/False for the boolean flags."""
+        args: list[tuple[str, Any]] = [
+            ("tensor-parallel-size", self.tensor_parallel_size),
+            ("max-model-len", self.max_model_len),
+            ("max-num-seqs", self.max_num_seqs),
+            ("max-num-batched-tokens", self.max_num_batched_tokens),
+            ("enable-chunked-prefill", self.enable_chunked_prefill),
+        ]
+        if self.long_prefill_token_threshold:
+            args.append(("long-prefill-token-threshold", self.long_prefill_token_threshold))
+        args += [
+            ("enable-prefix-caching", self.enable_prefix_caching),
+            ("block-size", self.block_size),
+            ("gpu-memory-utilization", self.gpu_memory_utilization),
+        ]
+        if self.policy != "fcfs":
+            args.append(("scheduling-policy", self.policy))
+        return args
+
+    def vllm_serve_command(self, model: str) -> str:
+        """``vllm serve MODEL --flag value ...`` for one replica (booleans as ``--x`` / ``--no-x``)."""
+        parts = ["vllm", "serve", model]
+        for name, value in self.vllm_args():
+            if isinstance(value, bool):
+                parts.append(f"--{name}" if value else f"--no-{name}")
+            else:
+                parts += [f"--{name}", _fmt(value)]
+        return shlex.join(parts)
+
+    def vllm_config_yaml(self, model: str, header: list[str] | None = None) -> str:
+        """The same settings as a ``vllm serve --config`` YAML (long flag names as keys).
+
+        A false boolean is written as ``no-<flag>: true``: vLLM releases differ in how they read
+        ``<flag>: false`` from a config file (some drop it, keeping the default True), while the
+        ``--no-`` form means the same to all of them.
+        """
+        data: dict[str, Any] = {"model": model}
+        for name, value in self.vllm_args():
+            if isinstance(value, bool):
+                data[name if value else f"no-{name}"] = True
+            else:
+                data[name] = value
+        lines = [f"# {h}" for h in header or []]
+        body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        return "\n".join([*lines, body.rstrip("\n")]) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
+    """vLLM's start-up rules and contradictory settings: ``(rule, reason)`` pairs, empty when valid."""
+    out: list[tuple[str, str]] = []
+    if d.block_size not in VLLM_BLOCK_SIZES:
+        out.append(
+            (
+                "block_size",
+                f"block_size {d.block_size} is not one vLLM accepts "
+                f"({', '.join(map(str, VLLM_BLOCK_SIZES))})",
+            )
+        )
+    if d.max_num_batched_tokens < d.max_num_seqs:
+        out.append(
+            (
+                "budget_below_max_num_seqs",
+                f"max_num_batched_tokens ({d.max_num_batched_tokens}) < max_num_seqs ({d.max_num_seqs}): "
+                "vLLM requires a step budget of at least one token per sequence",
+            )
+        )
+    if not d.enable_chunked_prefill and d.max_num_batched_tokens < d.max_model_len:
+        out.append(
+            (
+                "unchunked_budget_below_max_model_len",
+                f"chunked prefill off needs max_num_batched_tokens ({d.max_num_batched_tokens}) >= "
+                f"max_model_len ({d.max_model_len}) so that any prompt fits one step (vLLM refuses to "
+                "start otherwise)",
+            )
+        )
+    if not d.enable_chunked_prefill and d.long_prefill_token_threshold > 0:
+        out.append(
+            (
+                "threshold_without_chunking",
+                f"long_prefill_token_threshold {d.long_prefill_token_threshold} with chunked prefill off: "
+                "vLLM applies the cap before the chunking check and so splits long prompts anyway, "
+                "contradicting --no-enable-chunked-prefill; set it to 0 or enable chunked prefill",
+            )
+        )
+    return out
+
+
+def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig, ResolvedHardware]:
+    """The engine config and step-time model of one replica (``ValueError`` with the reason when
+    the hardware or vLLM would refuse it)."""
+    fixed = {"tensor_parallel_size", "gpu_memory_utilization"} - hardware.varies
+    if "tensor_parallel_size" in fixed and d.tensor_parallel_size != hardware.default_tensor_parallel_size:
+        raise ValueError(
+            f"this hardware context has a fixed TP of {hardware.default_tensor_parallel_size}; "
+            f"tensor_parallel_size {d.tensor_parallel_size} cannot be simulated"
+        )
+    res = hardware.resolve(
+        tensor_parallel_size=d.tensor_parallel_size,
+        gpu_memory_utilization=d.gpu_memory_utilization,
+        block_size=d.block_size,
+        max_num_seqs=d.max_num_seqs,
+        max_num_batched_tokens=d.max_num_batched_tokens,
+        max_model_len=d.max_model_len,
+    )
+    return d.engine_config(res.num_gpu_blocks), res

@@ -1,0 +1,164 @@
+"""Where jobs run: in this process, in a local process pool, or on a Ray cluster.
+
+Every executor returns results in the order of the jobs it was given, whatever order they
+finish in; with deterministic jobs (``jobs.execute``) the three give identical results, which is
+what makes a study reproducible across executors (see ``search.tune``).
+
+* ``local``: one after the other in this process (no start-up cost; what the tests use).
+* ``process``: ``concurrent.futures.ProcessPoolExecutor`` (``spawn`` start method, so workers
+  never inherit the driver's open database connections or threads); the context is sent to each
+  worker once, by its initializer.
+* ``ray``: ``ray.init(address)`` (``None``: start a local instance with ``n_jobs`` CPUs; a cluster
+  address such as ``ray://host:10001`` or ``auto``: join it, which needs servesim installed on its
+  workers); the context is put in the object store once and each job is one task. Ray is an
+  optional extra: ``pip install 'servesim[ray]'``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self
+
+from servesim.tuning.jobs import EvalContext, Job, execute
+
+ExecutorKind = Literal["local", "process", "ray"]
+
+
+class Executor(Protocol):
+    """Runs jobs, returning their results in job order."""
+
+    def map(self, jobs: Sequence[Job]) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class _Base:
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        return None
+
+
+class LocalExecutor(_Base):
+    """Runs every job in this process, in order."""
+
+    kind = "local"
+
+    def __init__(self, ctx: EvalContext) -> None:
+        self.ctx = ctx
+
+    def map(self, jobs: Sequence[Job]) -> list[Any]:
+        return [execute(self.ctx, j) for j in jobs]
+
+
+_WORKER_CTX: EvalContext | None = None
+
+
+def _init_worker(ctx: EvalContext) -> None:
+    global _WORKER_CTX
+    _WORKER_CTX = ctx
+
+
+def _run_in_worker(job: Job) -> Any:
+    assert _WORKER_CTX is not None, "worker started without a context"
+    return execute(_WORKER_CTX, job)
+
+
+class ProcessExecutor(_Base):
+    """A local process pool of ``n_jobs`` workers."""
+
+    kind = "process"
+
+    def __init__(self, ctx: EvalContext, n_jobs: int = 2) -> None:
+        if n_jobs < 1:
+            raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
+        self.ctx = ctx
+        self._pool = ProcessPoolExecutor(
+            max_workers=n_jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(ctx,),
+        )
+
+    def map(self, jobs: Sequence[Job]) -> list[Any]:
+        return list(self._pool.map(_run_in_worker, jobs))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray_execute(ctx: EvalContext, job: Job) -> Any:
+    return execute(ctx, job)
+
+
+class RayExecutor(_Base):
+    """Jobs as Ray tasks; the context goes to the object store once."""
+
+    kind = "ray"
+
+    def __init__(self, ctx: EvalContext, n_jobs: int = 2, address: str | None = None) -> None:
+        if address is None and "ray" not in sys.modules:
+            # A local instance's workers run this very interpreter (servesim is importable there):
+            # Ray's `uv run` hook, which would rebuild the environment from the current directory
+            # and refuses to when that is not the project, is not needed.
+            os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        try:
+            import ray
+        except ImportError:
+            raise ValueError(
+                "the ray executor needs Ray: pip install 'servesim[ray]' (or use --executor process)"
+            ) from None
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "configure_logging": False,
+            }
+            if address is None:
+                kwargs["num_cpus"] = n_jobs
+            try:
+                ray.init(address=address, **kwargs)
+            except Exception as exc:  # Ray raises RuntimeError, ConnectionError, ValueError...
+                where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
+                raise ValueError(f"cannot start {where}: {' '.join(str(exc).split())}") from exc
+            self._started = True
+        self.ctx = ctx
+        self._ctx_ref = ray.put(ctx)
+        self._task = ray.remote(num_cpus=1)(_ray_execute)
+
+    def map(self, jobs: Sequence[Job]) -> list[Any]:
+        refs = [self._task.remote(self._ctx_ref, j) for j in jobs]
+        return list(self._ray.get(refs))
+
+    def close(self) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+
+def make_executor(
+    kind: ExecutorKind, ctx: EvalContext, *, n_jobs: int = 2, address: str | None = None
+) -> LocalExecutor | ProcessExecutor | RayExecutor:
+    """The executor of that kind (``address`` only for Ray)."""
+    if address is not None and kind != "ray":
+        raise ValueError("--address only applies to --executor ray")
+    if kind == "local":
+        return LocalExecutor(ctx)
+    if kind == "process":
+        return ProcessExecutor(ctx, n_jobs)
+    if kind == "ray":
+        return RayExecutor(ctx, n_jobs, address)
+    raise ValueError(f"unknown executor {kind!r}; use local, process or ray")

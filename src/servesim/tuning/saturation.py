@@ -1,0 +1,283 @@
+"""Saturation: how far the arrival rate can go before the SLOs break and before the queue does.
+
+Rates live on a geometric lattice ``r_k = r_ref x (1 + rtol)^k`` around a reference rate (the
+target rate, else the workload's own). Two thresholds are searched on it, sharing evaluations:
+
+* the **goodput knee**: the highest rate at which the SLOs hold on *every* seed;
+* the **saturation rate**: the lowest rate at which the queue is unstable on most seeds (the
+  slope test of ``stats.queue_trend``, or load shedding by the queue timeout).
+
+Each search brackets by doubling (or halving) the rate from ``r_ref`` until the verdict flips,
+then bisects the lattice indices, so each threshold is found to within one lattice step
+(``rtol``, 2 % by default) with about ``log2(range) + log2(1/rtol)`` evaluations of a few seeds
+each. The search assumes the verdict flips once as the rate grows; noise near a threshold can
+make it flip back, which the reported brackets (last rate passing, first rate failing) and the
+per-seed spreads show. Every evaluated rate is a point of the throughput-latency curve, plus a
+few at fixed fractions of the saturation rate (``curve_fractions``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.tuning.deployment import Deployment, resolve_deployment
+from servesim.tuning.evaluate import EvalSettings, RatePoint, RunMetrics, Status
+from servesim.tuning.executors import Executor, ExecutorKind, LocalExecutor, make_executor
+from servesim.tuning.hardware import Hardware
+from servesim.tuning.jobs import EvalContext, RunJob
+from servesim.tuning.slo import PercentileSLO
+from servesim.tuning.workload import Workload
+
+Progress = Callable[[int, int], None]
+
+
+class SaturationSettings(BaseModel):
+    """The rate search: lattice resolution, range, seeds, curve points."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Replicate seeds.")
+    rtol: float = Field(0.02, gt=0, le=0.5, description="Lattice step: relative resolution of the rates.")
+    min_rate: float | None = Field(None, gt=0, description="Lowest rate tried (default reference / 256).")
+    max_rate: float | None = Field(None, gt=0, description="Highest rate tried (default reference x 256).")
+    curve_fractions: tuple[float, ...] = Field(
+        (0.25, 0.5, 0.75, 0.9, 1.1, 1.25),
+        description="Extra curve points, as fractions of the saturation rate.",
+    )
+
+
+class SaturationReport(BaseModel):
+    """Both thresholds, the curve, and the status at the target rate."""
+
+    workload: dict[str, Any]
+    hardware: dict[str, Any]
+    deployment: Deployment
+    num_gpu_blocks: int = Field(description="KV blocks per replica.")
+    slo: PercentileSLO | None
+    settings: SaturationSettings
+    reference_rate_rps: float = Field(description="r_ref of the lattice.")
+    target_rate_rps: float | None
+    goodput_knee_rps: float | None = Field(description="Highest rate meeting the SLOs on every seed.")
+    knee_first_failing_rps: float | None = Field(description="The next lattice rate (fails).")
+    saturation_rps: float | None = Field(description="Lowest rate at which the queue is unstable.")
+    max_stable_rps: float | None = Field(description="The lattice rate below it (stable).")
+    status_at_target: Status | None
+    headroom: float | None = Field(description="saturation_rps / target - 1.")
+    knee_headroom: float | None = Field(description="goodput_knee_rps / target - 1.")
+    points: list[RatePoint] = Field(description="Every rate evaluated, by rate.")
+    num_simulations: int
+    notes: list[str] = Field(default_factory=list)
+
+
+class RateSearch:
+    """Evaluates rates of one deployment on a lattice, caching every point."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        deployment: Deployment,
+        hardware: Hardware,
+        slo: PercentileSLO | None,
+        settings: SaturationSettings,
+        eval_settings: EvalSettings,
+        executor: Executor,
+        reference_rate: float,
+        progress: Progress | None = None,
+    ) -> None:
+        self.workload = workload
+        self.deployment = deployment
+        self.hardware = hardware
+        self.slo = slo
+        self.settings = settings
+        self.eval_settings = eval_settings
+        self.executor = executor
+        self.ref = reference_rate
+        self.progress = progress
+        self.step = math.log1p(settings.rtol)
+        lo = settings.min_rate or reference_rate / 256
+        hi = settings.max_rate or reference_rate * 256
+        if lo > hi:
+            raise ValueError(f"min_rate {lo} > max_rate {hi}")
+        self.kmin = math.ceil(math.log(lo / reference_rate) / self.step - 1e-9)
+        self.kmax = math.floor(math.log(hi / reference_rate) / self.step + 1e-9)
+        if self.kmin > 0 or self.kmax < 0:
+            raise ValueError(f"the reference rate {reference_rate:g} is outside [{lo:g}, {hi:g}]")
+        self.jump = max(1, round(math.log(2.0) / self.step))
+        self.points: dict[int, RatePoint] = {}
+        self.simulations = 0
+
+    def rate(self, k: int) -> float:
+        return self.ref * math.exp(k * self.step)
+
+    def index(self, rate: float) -> int:
+        return round(math.log(rate / self.ref) / self.step)
+
+    def point(self, k: int) -> RatePoint:
+        if k not in self.points:
+            rate = self.rate(k)
+            jobs = [RunJob(self.deployment, rate, s) for s in self.settings.seeds]
+            runs: list[RunMetrics] = self.executor.map(jobs)
+            self.simulations += len(runs)
+            self.points[k] = RatePoint.of(rate, runs, self.eval_settings, self.slo is not None)
+            if self.progress is not None:
+                self.progress(len(self.points), len(self.points) + self._remaining_estimate())
+        return self.points[k]
+
+    def _remaining_estimate(self) -> int:
+        return 2 * max(1, math.ceil(math.log2(self.jump))) + len(self.settings.curve_fractions)
+
+    def threshold(self, ok: Callable[[RatePoint], bool]) -> tuple[int | None, int | None]:
+        """(highest index passing, lowest index failing) around the single flip of ``ok``;
+        None where the range holds no such index."""
+        if ok(self.point(0)):
+            lo = 0
+            while True:
+                k = min(lo + self.jump, self.kmax)
+                if k == lo:
+                    return lo, None
+                if ok(self.point(k)):
+                    lo = k
+                else:
+                    hi = k
+                    break
+        else:
+            hi = 0
+            while True:
+                k = max(hi - self.jump, self.kmin)
+                if k == hi:
+                    return None, hi
+                if not ok(self.point(k)):
+                    hi = k
+                else:
+                    lo = k
+                    break
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(self.point(mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+
+def stable(p: RatePoint) -> bool:
+    return not p.queue_saturated
+
+
+def slo_holds(p: RatePoint) -> bool:
+    return bool(p.slo_ok)
+
+
+def find_saturation(
+    workload: Workload,
+    deployment: Deployment,
+    hardware: Hardware,
+    slo: PercentileSLO | None = None,
+    *,
+    target_rate: float | None = None,
+    settings: SaturationSettings | None = None,
+    eval_settings: EvalSettings | None = None,
+    executor: ExecutorKind | Executor = "local",
+    n_jobs: int = 2,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> SaturationReport:
+    """Search the goodput knee (with an SLO) and the saturation rate of ``deployment``."""
+    st = settings or SaturationSettings()
+    ev = eval_settings or EvalSettings()
+    config, res = resolve_deployment(deployment, hardware)  # fail early, with the reason
+    ref = target_rate or workload.base_rate
+    if ref is None:
+        raise ValueError(f"{workload.name} has no arrival rate: give a target rate")
+    ctx = EvalContext(workload, hardware, slo, ev)
+    if not isinstance(executor, str):
+        search = RateSearch(workload, deployment, hardware, slo, st, ev, executor, ref, progress)
+        return _search(
+            search, workload, deployment, hardware, slo, st, target_rate, config.num_gpu_blocks, res
+        )
+    with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
+        search = RateSearch(workload, deployment, hardware, slo, st, ev, ex, ref, progress)
+        return _search(
+            search, workload, deployment, hardware, slo, st, target_rate, config.num_gpu_blocks, res
+        )
+
+
+def _search(
+    search: RateSearch,
+    workload: Workload,
+    deployment: Deployment,
+    hardware: Hardware,
+    slo: PercentileSLO | None,
+    st: SaturationSettings,
+    target_rate: float | None,
+    blocks: int,
+    res: Any,
+) -> SaturationReport:
+    notes = list(res.warnings)
+    s_lo, s_hi = search.threshold(stable)
+    k_lo = k_hi = None
+    if slo is not None:
+        k_lo, k_hi = search.threshold(slo_holds)
+    if s_hi is not None:
+        for f in st.curve_fractions:
+            k = search.index(search.rate(s_hi) * f)
+            if search.kmin <= k <= search.kmax:
+                search.point(k)
+    if s_hi is None:
+        notes.append(
+            f"the queue stayed stable up to the highest rate tried ({search.rate(search.kmax):.3g} req/s)"
+        )
+    if s_lo is None:
+        notes.append(
+            f"the queue was unstable down to the lowest rate tried ({search.rate(search.kmin):.3g} req/s)"
+        )
+    if slo is not None and k_lo is None:
+        notes.append("the SLOs failed at every rate tried")
+    sat = search.rate(s_hi) if s_hi is not None else None
+    knee = search.rate(k_lo) if k_lo is not None else None
+    target_point = search.points[0] if target_rate is not None else None
+    return SaturationReport(
+        workload=workload.describe(),
+        hardware=hardware.describe(),
+        deployment=deployment,
+        num_gpu_blocks=blocks,
+        slo=slo,
+        settings=st,
+        reference_rate_rps=search.ref,
+        target_rate_rps=target_rate,
+        goodput_knee_rps=knee,
+        knee_first_failing_rps=search.rate(k_hi) if k_hi is not None else None,
+        saturation_rps=sat,
+        max_stable_rps=search.rate(s_lo) if s_lo is not None else None,
+        status_at_target=target_point.status if target_point is not None else None,
+        headroom=(sat / target_rate - 1.0) if sat is not None and target_rate else None,
+        knee_headroom=(knee / target_rate - 1.0) if knee is not None and target_rate else None,
+        points=[search.points[k] for k in sorted(search.points)],
+        num_simulations=search.simulations,
+        notes=notes,
+    )
+
+
+def scan_rates(
+    workload: Workload,
+    deployment: Deployment,
+    hardware: Hardware,
+    rates: Sequence[float],
+    slo: PercentileSLO | None = None,
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    eval_settings: EvalSettings | None = None,
+) -> list[RatePoint]:
+    """Brute force: every rate of ``rates`` on every seed (the reference the search is tested
+    against, and a plain curve when you want one on your own grid)."""
+    ev = eval_settings or EvalSettings()
+    ex = LocalExecutor(EvalContext(workload, hardware, slo, ev))
+    out = []
+    for rate in rates:
+        runs = ex.map([RunJob(deployment, rate, s) for s in seeds])
+        out.append(RatePoint.of(rate, runs, ev, slo is not None))
+    return out

@@ -1,0 +1,436 @@
+"""``tune``: an Optuna study over vLLM scheduler flags, parallelism and replicas.
+
+**Objectives.** ``goodput_per_gpu`` (one objective, TPE): maximise good requests per second per
+GPU at the target load, subject to the SLOs, a stable queue and no KV thrashing there (Optuna
+constraints, ``jobs.evaluate_trial``). Feasible trials are ranked (``rank_key``) by goodput per
+GPU (to 0.1 % of the target rate: feasible trials of one GPU count differ only in noise there,
+so in effect the fewest GPUs that meet the SLOs win), then by capacity per GPU (the overload
+probe: the most throughput headroom), then by the SLO margin at the target (the lowest worst-seed
+p99 / cap), then by trial number; the first is the study's best trial. ``pareto``
+(NSGA-II): capacity (req/s) up, the chosen p99 latency at the target load down, GPUs down, under
+the same constraints; the recommendation is the front's member with the best goodput per GPU.
+
+**Invalid combinations** (``max_num_batched_tokens < max_num_seqs``, chunked prefill off with a
+budget below ``max_model_len``, weights that do not fit, TP that does not divide the heads, a GPU
+budget exceeded) are told to Optuna as PRUNED, with ``invalid_reason`` as a trial attribute.
+
+**Execution.** The driver keeps the study: it asks ``batch`` trials (``n_jobs`` by default),
+samples their parameters, sends them to the executor (local, process pool or Ray), waits for the
+whole batch and tells the results in trial order. Because asks and tells happen in the same order
+whatever order the jobs finish in, a study is **reproducible for a given seed and batch size,
+with any executor**: the same trials, values and best trial (``test_ray_matches_local``).
+
+**Storage.** ``storage="sqlite:///study.db"`` keeps the study in SQLite (Optuna's RDB storage):
+running the same command again resumes it (``n_trials`` more), and several processes given the
+same storage and study name work on one study at once, each with its own sampler. Those
+concurrent workers interleave their trials in an order the operating system decides, so a shared
+study is not reproducible trial by trial (its trial count is exact). A resumed study seeds its
+sampler with (seed, trials already stored), so resuming is itself deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.tuning.evaluate import EvalSettings
+from servesim.tuning.executors import Executor, ExecutorKind, make_executor
+from servesim.tuning.hardware import Hardware
+from servesim.tuning.jobs import (
+    EvalContext,
+    LatencyMetric,
+    Objective,
+    TrialJob,
+    TrialOutcome,
+    TrialSpec,
+    constraint_names,
+)
+from servesim.tuning.slo import PercentileSLO
+from servesim.tuning.space import SearchSpace
+from servesim.tuning.workload import Workload
+
+Progress = Callable[[int, int], None]
+Direction = Literal["minimize", "maximize"]
+
+
+class TuneSettings(BaseModel):
+    """The study: objective, trials, seeds, sampler."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    objective: Objective = "goodput_per_gpu"
+    n_trials: int = Field(40, ge=1, description="Trials this run adds to the study.")
+    seed: int = Field(0, ge=0, description="Sampler seed.")
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1], min_length=1, description="Replicate seeds per trial."
+    )
+    probe_factor: float = Field(50.0, gt=1, description="Capacity probe at this x the target rate.")
+    latency_metric: LatencyMetric = Field("ttft", description="The Pareto front's latency (p99).")
+    max_gpus: int | None = Field(None, ge=1, description="GPU budget (replicas x TP).")
+    batch: int | None = Field(None, ge=1, description="Trials asked per round (default: n_jobs).")
+    n_startup_trials: int = Field(10, ge=1, description="TPE: random trials before modelling.")
+    population_size: int = Field(16, ge=2, description="NSGA-II population.")
+
+
+class TrialRecord(BaseModel):
+    """One trial of the study as stored."""
+
+    number: int
+    state: str
+    params: dict[str, Any]
+    values: list[float] | None
+    feasible: bool
+    invalid_reason: str | None = None
+    outcome: TrialOutcome | None = None
+
+
+class InvalidRule(BaseModel):
+    count: int
+    example: str
+
+
+class TuneResult(BaseModel):
+    """The study after this run: every trial, the best, the Pareto front, why trials were pruned."""
+
+    study_name: str
+    storage: str | None
+    objective: Objective
+    directions: list[Direction]
+    constraint_names: list[str]
+    target_rate_rps: float
+    space: dict[str, str]
+    n_trials: int = Field(description="Trials in the study (all runs, all workers).")
+    n_complete: int
+    n_pruned: int
+    n_feasible: int
+    invalid_reasons: dict[str, InvalidRule] = Field(description="Why trials were pruned, by rule.")
+    best: TrialRecord | None = Field(description="Best feasible trial (see the ranking rule).")
+    pareto_front: list[TrialRecord] = Field(description="Feasible non-dominated trials (pareto objective).")
+    ranked: list[int] = Field(description="Feasible trial numbers, best first.")
+    trials: list[TrialRecord]
+
+
+def directions(objective: Objective) -> list[Direction]:
+    return ["maximize"] if objective == "goodput_per_gpu" else ["maximize", "minimize", "minimize"]
+
+
+#: Optuna 5 reads constraints the trial sets; older releases take a sampler ``constraints_func``.
+_SET_CONSTRAINT = hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def _constraints(trial: FrozenTrial) -> list[float]:
+    return list(trial.user_attrs.get("constraints", [1.0]))
+
+
+def _sampler_kwargs() -> dict[str, Any]:
+    return {} if _SET_CONSTRAINT else {"constraints_func": _constraints}
+
+
+def study_fingerprint(
+    workload: Workload,
+    hardware: Hardware,
+    slo: PercentileSLO | None,
+    space: SearchSpace,
+    spec: TrialSpec,
+    settings: EvalSettings,
+) -> str:
+    """What a study is about; a resumed study must match (else its trials mean something else)."""
+    data = {
+        "workload": workload.describe(),
+        "hardware": hardware.describe(),
+        "slo": slo.model_dump(mode="json") if slo else None,
+        "space": space.model_dump(mode="json"),
+        "trial": spec.model_dump(mode="json"),
+        "settings": settings.model_dump(mode="json"),
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage for ``url``. Workers that start together on a new SQLite file race to
+    create its tables and schema version (one gets "table ... already exists" or a UNIQUE
+    constraint failure): such a failure is retried, and the retry finds the schema made. SQLite
+    waits up to 60 s for a lock before giving up."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, **kwargs)
+        except Exception as exc:  # sqlalchemy's errors, wrapped or not
+            text = str(exc)
+            racing = ("already exists", "locked", "UNIQUE constraint failed", "IntegrityError")
+            if attempt == attempts - 1 or not any(r in text for r in racing):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def open_study(
+    storage: str | None,
+    study_name: str,
+    objective: Objective,
+    seed: int,
+    settings: TuneSettings,
+    fingerprint: str,
+) -> optuna.Study:
+    """Create or load the study, with a sampler seeded by (seed, trials already stored)."""
+    rdb: optuna.storages.BaseStorage | None = None
+    existing = 0
+    if storage is not None:
+        rdb = rdb_storage(storage)
+        probe = optuna.create_study(
+            storage=rdb, study_name=study_name, directions=directions(objective), load_if_exists=True
+        )
+        if list(probe.directions) != [_direction(d) for d in directions(objective)]:
+            raise ValueError(
+                f"study {study_name!r} in {storage} has other objectives; use another --study-name"
+            )
+        stored = probe.user_attrs.get("servesim_fingerprint")
+        if stored is None:
+            probe.set_user_attr("servesim_fingerprint", fingerprint)
+        elif stored != fingerprint:
+            raise ValueError(
+                f"study {study_name!r} in {storage} was created for another workload, SLO, space or "
+                "objective; use another --study-name (or the same settings) to resume it"
+            )
+        existing = len(probe.get_trials(deepcopy=False))
+    sampler_seed = int(np.random.SeedSequence([seed, existing]).generate_state(1)[0])
+    sampler: optuna.samplers.BaseSampler
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if objective == "goodput_per_gpu":
+            sampler = optuna.samplers.TPESampler(
+                seed=sampler_seed, n_startup_trials=settings.n_startup_trials, **_sampler_kwargs()
+            )
+        else:
+            sampler = optuna.samplers.NSGAIISampler(
+                seed=sampler_seed, population_size=settings.population_size, **_sampler_kwargs()
+            )
+    if rdb is None:
+        study = optuna.create_study(study_name=study_name, directions=directions(objective), sampler=sampler)
+        study.set_user_attr("servesim_fingerprint", fingerprint)
+        return study
+    return optuna.load_study(study_name=study_name, storage=rdb, sampler=sampler)
+
+
+def _direction(name: Direction) -> optuna.study.StudyDirection:
+    return (
+        optuna.study.StudyDirection.MAXIMIZE if name == "maximize" else optuna.study.StudyDirection.MINIMIZE
+    )
+
+
+def trial_spec(
+    workload: Workload,
+    settings: TuneSettings,
+    *,
+    target_rate: float | None = None,
+    max_model_len: int | None = None,
+    fixed: dict[str, Any] | None = None,
+) -> TrialSpec:
+    """How the study's trials are evaluated (target rate, seeds, the fields that are not searched)."""
+    rate = target_rate or workload.base_rate
+    if rate is None:
+        raise ValueError(f"{workload.name} has no arrival rate: give a target rate")
+    return TrialSpec(
+        objective=settings.objective,
+        target_rate=rate,
+        seeds=settings.seeds,
+        probe_factor=settings.probe_factor,
+        latency_metric=settings.latency_metric,
+        max_gpus=settings.max_gpus,
+        fixed={"max_model_len": max_model_len or workload.default_max_model_len(), **(fixed or {})},
+    )
+
+
+def check_executor(ex: Executor, ctx: EvalContext) -> None:
+    """An executor made for another context would simulate something else: refuse it."""
+    theirs = getattr(ex, "ctx", None)
+    if not isinstance(theirs, EvalContext) or not (
+        theirs.workload is ctx.workload
+        and theirs.hardware is ctx.hardware
+        and theirs.slo == ctx.slo
+        and theirs.settings == ctx.settings
+    ):
+        raise ValueError("the executor was made for another workload, hardware, SLO or settings")
+
+
+def tune(
+    workload: Workload,
+    hardware: Hardware,
+    slo: PercentileSLO | None = None,
+    *,
+    target_rate: float | None = None,
+    space: SearchSpace | None = None,
+    settings: TuneSettings | None = None,
+    eval_settings: EvalSettings | None = None,
+    max_model_len: int | None = None,
+    fixed: dict[str, Any] | None = None,
+    executor: ExecutorKind | Executor = "process",
+    n_jobs: int = 2,
+    address: str | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    progress: Progress | None = None,
+) -> TuneResult:
+    """Run ``settings.n_trials`` more trials of the study and return the whole study's result.
+
+    ``target_rate`` defaults to the workload's own rate; ``max_model_len`` to its longest request
+    + 1; ``fixed`` sets deployment fields that are not searched (``policy``...). ``executor`` is a
+    kind (made and closed here) or an executor made with ``make_executor`` for the same
+    ``EvalContext`` (kept open, e.g. to reuse it for ``recommend``). ``storage`` is an Optuna RDB
+    URL (``sqlite:///study.db``) or None (in memory); ``study_name`` defaults to a name derived
+    from everything that defines the study, so the same command resumes the same study.
+    """
+    st = settings or TuneSettings()
+    ev = eval_settings or EvalSettings()
+    sp = (space or SearchSpace()).effective(hardware)
+    spec = trial_spec(workload, st, target_rate=target_rate, max_model_len=max_model_len, fixed=fixed)
+    fp = study_fingerprint(workload, hardware, slo, sp, spec, ev)
+    name = study_name or f"servesim-tune-{fp}"
+    ctx = EvalContext(workload, hardware, slo, ev)
+    study = open_study(storage, name, st.objective, st.seed, st, fp)
+    if isinstance(executor, str):
+        with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
+            _run_trials(study, ex, sp, spec, st, slo, st.batch or n_jobs, progress)
+    else:
+        check_executor(executor, ctx)
+        _run_trials(study, executor, sp, spec, st, slo, st.batch or n_jobs, progress)
+    return summarize_study(study, name, storage, st.objective, spec.target_rate, sp, slo)
+
+
+def _run_trials(
+    study: optuna.Study,
+    ex: Executor,
+    sp: SearchSpace,
+    spec: TrialSpec,
+    st: TuneSettings,
+    slo: PercentileSLO | None,
+    batch: int,
+    progress: Progress | None,
+) -> None:
+    """Ask a batch, evaluate it, tell it in trial order; until ``st.n_trials`` are done."""
+    cnames = constraint_names(slo)
+    done = 0
+    if progress is not None:
+        progress(0, st.n_trials)
+    while done < st.n_trials:
+        k = min(batch, st.n_trials - done)
+        asked = [study.ask() for _ in range(k)]
+        jobs = [TrialJob(t.number, sp.suggest(t), spec) for t in asked]
+        outcomes: list[TrialOutcome] = ex.map(jobs)
+        for trial, out in zip(asked, outcomes, strict=True):
+            trial.set_user_attr("outcome", out.model_dump(mode="json"))
+            trial.set_user_attr("constraints", out.constraints)
+            if _SET_CONSTRAINT:
+                for cname, value in zip(cnames, out.constraints, strict=True):
+                    trial.set_constraint(cname, value)
+            if out.valid:
+                assert out.values is not None
+                study.tell(trial, out.values)
+            else:
+                trial.set_user_attr("invalid_reason", out.reason)
+                study.tell(trial, state=TrialState.PRUNED)
+        done += k
+        if progress is not None:
+            progress(done, st.n_trials)
+
+
+def _record(t: FrozenTrial) -> TrialRecord:
+    raw = t.user_attrs.get("outcome")
+    outcome = TrialOutcome.model_validate(raw) if raw is not None else None
+    return TrialRecord(
+        number=t.number,
+        state=t.state.name,
+        params=dict(outcome.params) if outcome is not None else dict(t.params),
+        values=list(t.values) if t.values is not None else None,
+        feasible=bool(outcome is not None and outcome.feasible and t.state == TrialState.COMPLETE),
+        invalid_reason=t.user_attrs.get("invalid_reason"),
+        outcome=outcome,
+    )
+
+
+def _sig(x: float, digits: int = 3) -> float:
+    """``x`` to ``digits`` significant figures (differences below that are noise)."""
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def rank_key(r: TrialRecord) -> tuple[float, float, float, int]:
+    """Best first: goodput per GPU at the target (to 0.1 % of the target rate), then capacity per
+    GPU (3 significant figures), then the SLO margin at the target (the lowest worst-seed p99 /
+    cap), then the earlier trial."""
+    o = r.outcome
+    assert o is not None and o.goodput_per_gpu is not None and o.capacity_per_gpu is not None
+    return (-o.goodput_rank, -_sig(o.capacity_per_gpu), o.slo_pressure, r.number)
+
+
+def pareto_front(records: list[TrialRecord]) -> list[TrialRecord]:
+    """Feasible trials no other feasible trial dominates on (capacity up, latency down, GPUs down)."""
+    pts = [(r, r.values) for r in records if r.feasible and r.values is not None and len(r.values) == 3]
+    front = []
+    for r, v in pts:
+        dominated = any(
+            w[0] >= v[0] and w[1] <= v[1] and w[2] <= v[2] and (w[0] > v[0] or w[1] < v[1] or w[2] < v[2])
+            for _, w in pts
+        )
+        if not dominated:
+            front.append(r)
+    return sorted(front, key=lambda r: r.number)
+
+
+def summarize_study(
+    study: optuna.Study,
+    name: str,
+    storage: str | None,
+    objective: Objective,
+    rate: float,
+    space: SearchSpace,
+    slo: PercentileSLO | None,
+) -> TuneResult:
+    records = [_record(t) for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    records.sort(key=lambda r: r.number)
+    feasible = [r for r in records if r.feasible]
+    front = pareto_front(records) if objective == "pareto" else []
+    pool = front if objective == "pareto" else feasible
+    ranked = sorted(pool, key=rank_key)
+    if objective == "pareto":  # the front first, then every other feasible trial
+        rest = sorted((r for r in feasible if r not in front), key=rank_key)
+        ranked += rest
+    reasons: dict[str, InvalidRule] = {}
+    for r in records:
+        if r.outcome is not None and not r.outcome.valid:
+            rule = r.outcome.rule or "invalid"
+            if rule in reasons:
+                reasons[rule].count += 1
+            else:
+                reasons[rule] = InvalidRule(count=1, example=r.outcome.reason or "")
+    return TuneResult(
+        study_name=name,
+        storage=storage,
+        objective=objective,
+        directions=directions(objective),
+        constraint_names=constraint_names(slo),
+        target_rate_rps=rate,
+        space=space.describe(),
+        n_trials=len(records),
+        n_complete=sum(r.state == "COMPLETE" for r in records),
+        n_pruned=sum(r.state == "PRUNED" for r in records),
+        n_feasible=len(feasible),
+        invalid_reasons=dict(sorted(reasons.items(), key=lambda kv: (-kv[1].count, kv[0]))),
+        best=ranked[0] if ranked else None,
+        pareto_front=front,
+        ranked=[r.number for r in ranked],
+        trials=records,
+    )

@@ -1,0 +1,144 @@
+"""`servesim saturate`, `tune` and `scenario` from a shell: --json purity, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+from servesim.tuning import SaturationReport, SchedulerRecommendation, TuneResult
+
+runner = CliRunner()
+FAST = ["--linear-step-time", "--num-gpu-blocks", "3000", "--executor", "local"]
+
+
+def _ok(args: list[str]) -> dict[str, object]:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert res.stderr == ""
+    data = json.loads(res.stdout)  # the whole of stdout is the JSON document
+    assert isinstance(data, dict)
+    return data
+
+
+def test_saturate_json_is_the_report_alone() -> None:
+    args = ["saturate", "poisson_5_rps", "-n", "120", *FAST, "--seeds", "1", "--rtol", "0.1"]
+    data = _ok([*args, "--slo", "ttft_p99_ms=400,tpot_p99_ms=40", "--max-num-seqs", "32", "--json"])
+    rep = SaturationReport.model_validate(data)
+    assert rep.saturation_rps is not None and rep.goodput_knee_rps is not None
+    assert rep.target_rate_rps == 5.0 and rep.deployment.max_num_seqs == 32
+    assert [p.rate_rps for p in rep.points] == sorted(p.rate_rps for p in rep.points)
+    again = runner.invoke(
+        app, [*args, "--slo", "ttft_p99_ms=400,tpot_p99_ms=40", "--max-num-seqs", "32", "--json"]
+    )
+    assert again.stdout == json.dumps(data, indent=2, sort_keys=True) + "\n"  # byte-identical
+
+
+def test_tune_json_study_and_recommendation(tmp_path: Path) -> None:
+    out = tmp_path / "outbox"
+    data = _ok(
+        [
+            "tune",
+            "poisson_5_rps",
+            "-n",
+            "120",
+            *FAST,
+            "--slo",
+            "ttft_p99_ms=600,tpot_p99_ms=60",
+            "--trials",
+            "4",
+            "--trial-seeds",
+            "1",
+            "--verify-seeds",
+            "2",
+            "--space",
+            "replicas=1",
+            "--space",
+            "enable_chunked_prefill=true",
+            "--space",
+            "max_num_seqs=16,32",
+            "--storage",
+            "memory",
+            "--out-dir",
+            str(out),
+            "--json",
+        ]
+    )
+    study = TuneResult.model_validate(data["study"])
+    rec = SchedulerRecommendation.model_validate(data["recommendation"])
+    assert study.n_trials == 4 and study.storage is None and study.best is not None
+    assert rec.requires_human_review and rec.meets_slo and rec.verification_seeds == [1000, 1001]
+    assert rec.source["trials"][0] == study.best.number
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["recommendation.json", "vllm-config.yaml", "vllm-serve-command.txt"]
+    assert SchedulerRecommendation.model_validate_json((out / "recommendation.json").read_text()) == rec
+    assert (
+        yaml.safe_load((out / "vllm-config.yaml").read_text())["max-num-seqs"] == rec.deployment.max_num_seqs
+    )
+    assert rec.vllm_serve_command in (out / "vllm-serve-command.txt").read_text()
+
+
+def test_scenario_json(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(
+        json.dumps(
+            {
+                "arrival_distribution": "poisson_100_rps",
+                "batch_config": {"max_num_seqs": 4, "max_num_batched_tokens": 1024},
+                "requests": [],
+            }
+        )
+    )
+    data = _ok(["scenario", str(path), "--json"])
+    assert data["scheduler_recommendation"] == "No traffic detected; queue parameters unaffected"
+    assert data["simulated_batch_count"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["saturate", "poisson_5_rps", "--slo", "ttft_ms=500"], "names no percentile"),
+        (["saturate", "no-such-trace-or-preset"], "no-such-trace-or-preset"),
+        (["saturate", "poisson_5_rps", "--step-time-ms", "10"], "needs --num-gpu-blocks"),
+        (
+            [
+                "saturate",
+                "poisson_5_rps",
+                *FAST,
+                "--no-enable-chunked-prefill",
+                "--max-num-batched-tokens",
+                "512",
+            ],
+            "chunked prefill off",
+        ),
+        (["saturate", "burst", *FAST], "no arrival rate"),
+        (["tune", "poisson_5_rps", *FAST, "--space", "bogus=1", "--storage", "memory"], "unknown knob"),
+        (
+            ["tune", "poisson_5_rps", *FAST, "--space", "replicas=a..b", "--storage", "memory"],
+            "not a valid int",
+        ),
+        (["tune", "poisson_5_rps", *FAST, "--address", "auto", "--storage", "memory"], "only applies"),
+        (["scenario", "missing.json"], "missing.json"),
+    ],
+)
+def test_errors_are_one_line_with_exit_code_2(args: list[str], words: str) -> None:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
+    assert words in res.stderr
+
+
+def test_scenario_file_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    res = runner.invoke(app, ["scenario", str(bad)])
+    assert res.exit_code == 2 and "not JSON" in res.stderr
+    bad.write_text(json.dumps({"simulated_qps": 5}))
+    res = runner.invoke(app, ["scenario", str(bad)])
+    assert res.exit_code == 2 and "mean_input_tokens" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
