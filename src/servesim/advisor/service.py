@@ -1,0 +1,113 @@
+"""``advise()``: ask an advisor, re-check its answer by simulation, and say who answered.
+
+With Claude the loop is: propose -> re-simulate -> if the objective got worse, send the numbers
+back and ask again, at most ``rounds`` times. If Claude cannot give a usable answer (API errors
+after retries, a timeout, output that keeps failing validation) or every proposal made things
+worse, the deterministic rules advisor answers instead and the result carries a visible notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from servesim.advisor.cases import BatchingCase, Case, FallbackCase, RescheduleCase, verify
+from servesim.advisor.claude import ClaudeAdvisor
+from servesim.advisor.models import ActionLogEntry, Advice, AdviceResult, AdvisorName, RejectedProposal
+from servesim.advisor.rules import rules_batching, rules_fallback, rules_reschedule
+
+AdvisorChoice = AdvisorName | str  # "claude", "rules" or "auto"
+
+
+def rules_answer(case: Case) -> Advice:
+    if isinstance(case, BatchingCase):
+        return rules_batching(case)
+    if isinstance(case, RescheduleCase):
+        return rules_reschedule(case)
+    return rules_fallback(case)
+
+
+def advise(
+    case: Case,
+    advisor: AdvisorChoice = "auto",
+    *,
+    claude: ClaudeAdvisor | None = None,
+    rounds: int = 3,
+    on_log: Callable[[ActionLogEntry], None] | None = None,
+) -> AdviceResult:
+    """The checked answer to ``case``. ``advisor``: ``claude``, ``rules``, or ``auto`` (Claude when
+    ``ANTHROPIC_API_KEY`` is set, else the rules)."""
+    if advisor not in ("auto", "claude", "rules"):
+        raise ValueError(f"unknown advisor {advisor!r}: use claude, rules or auto")
+    use_claude = advisor == "claude" or (
+        advisor == "auto" and (claude is not None or ClaudeAdvisor.available())
+    )
+    log: list[ActionLogEntry] = []
+
+    def record(entry: ActionLogEntry) -> None:
+        log.append(entry)
+        if on_log is not None:
+            on_log(entry)
+
+    rejected: list[RejectedProposal] = []
+    notice: str | None = None
+    if use_claude:
+        c = claude or ClaudeAdvisor()
+        feedback: str | None = None
+        for k in range(1, max(1, rounds) + 1):
+            answer, entry = c.propose(case, feedback, k)
+            record(entry)
+            if answer is None:
+                notice = (
+                    f"Claude gave no usable answer ({entry.outcome}: {entry.detail}); "
+                    "the rules advisor answered instead"
+                )
+                break
+            verification = verify(case, answer)
+            if verification.accepted:
+                return AdviceResult(
+                    task=case.task,
+                    advisor="claude",
+                    advice=answer,
+                    verification=verification,
+                    rounds=k,
+                    action_log=log,
+                    rejected=rejected,
+                )
+            rejected.append(RejectedProposal(advice=answer, verification=verification))
+            feedback = f"rejected: {verification.reason}. Candidates: " + "; ".join(
+                f"{c.label} {c.metrics}" for c in verification.candidates
+            )
+        else:
+            notice = (
+                f"all {len(rejected)} of Claude's proposals made the objective worse on re-simulation "
+                "(see rejected); the rules advisor answered instead"
+            )
+    answer = rules_answer(case)
+    verification = verify(case, answer)
+    record(ActionLogEntry(task=case.task, advisor="rules", round=len(log) + 1, latency_ms=None, outcome="ok"))
+    return AdviceResult(
+        task=case.task,
+        advisor="rules",
+        notice=notice,
+        advice=answer,
+        verification=verification,
+        rounds=len(log),
+        action_log=log,
+        rejected=rejected,
+    )
+
+
+def infer_task(data: Any) -> str:
+    """The task an input file asks for: a reschedule input, a recovery record, or a trace."""
+    if isinstance(data, dict):
+        if "interrupted_requests" in data:
+            return "reschedule"
+        if "active_jobs" in data:
+            return "fallback"
+    if isinstance(data, list) and data and isinstance(data[0], dict) and "active_jobs" in data[0]:
+        return "fallback"
+    return "batching"
+
+
+__all__ = ["BatchingCase", "FallbackCase", "RescheduleCase", "advise", "infer_task", "rules_answer"]

@@ -1,0 +1,186 @@
+"""``servesim advise``: Claude (or the rules advisor) proposes, the simulator checks, you review.
+
+INPUT is a trace / preset (batching advice), a reschedule input (``interrupted_requests``) or a
+recovery record (``active_jobs``): the task follows from it unless ``--task`` says otherwise.
+``--apply`` only writes the advice to an outbox folder for human review.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from servesim.advisor import (
+    DEFAULT_MODEL,
+    ActionLogEntry,
+    AdviceResult,
+    BatchingCase,
+    ClaudeAdvisor,
+    FallbackCase,
+    RescheduleCase,
+    advise,
+    infer_task,
+    write_outbox,
+)
+from servesim.advisor.cases import Case
+from servesim.advisor.optimize import optimizer_best
+from servesim.cli.common import fail, print_json
+from servesim.cli.simulate_cmd import step_time_model
+from servesim.cluster.recovery import RecoveryInputError, plan_recovery
+from servesim.engine import SLO, EngineConfig
+from servesim.resched import RescheduleInputError, parse_input
+from servesim.traces import TraceError, open_trace
+
+
+def _read_json(path: str) -> Any:
+    p = Path(path)
+    if p.suffix.lower() not in (".json", ".yaml", ".yml") or not p.exists():
+        return None
+    import yaml
+
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def build_case(
+    source: str,
+    task: str | None,
+    *,
+    config: Path | None,
+    replicas: int,
+    slo: str | None,
+    step_time_ms: float | None,
+    seed: int,
+    num_requests: int | None,
+) -> Case:
+    data = _read_json(source)
+    kind = task or (infer_task(data) if data is not None else "batching")
+    if kind == "reschedule":
+        if data is None:
+            raise ValueError(f"{source}: a reschedule input must be a JSON/YAML file")
+        model = step_time_model(step_time_ms) if step_time_ms is not None else None
+        return RescheduleCase(parse_input(data), model)
+    if kind == "fallback":
+        if data is None:
+            raise ValueError(f"{source}: a recovery record must be a JSON/YAML file")
+        record = data[0] if isinstance(data, list) else data
+        return FallbackCase(plan_recovery(record))
+    if kind != "batching":
+        raise ValueError(f"unknown task {kind!r}: use batching, reschedule or fallback")
+    trace = open_trace(source, seed=seed, num_requests=num_requests)
+    cfg = EngineConfig.from_file(config) if config is not None else EngineConfig()
+    return BatchingCase(
+        trace,
+        cfg,
+        step_time_model(step_time_ms),
+        slo=SLO.parse(slo) if slo else None,
+        replicas=replicas,
+        hardware="linear stand-in for an 8B model on one H100-class GPU"
+        if step_time_ms is None
+        else f"every step {step_time_ms} ms",
+    )
+
+
+def result_table(result: AdviceResult) -> Table:
+    v = result.verification
+    table = Table(
+        title=f"{result.task} advice by {result.advisor}: {'ACCEPTED' if v.accepted else 'REJECTED'}",
+        title_justify="left",
+        caption=v.reason,
+    )
+    names = list(v.candidates[0].metrics) if v.candidates else []
+    table.add_column("candidate", style="bold")
+    for n in names:
+        table.add_column(n, justify="right")
+    for c in v.candidates:
+        table.add_row(c.label, *("-" if c.metrics[n] is None else f"{c.metrics[n]:,}" for n in names))
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("advise")
+    def advise_cmd(
+        source: str = typer.Argument(
+            ..., metavar="INPUT", help="Trace/preset, reschedule input or recovery record."
+        ),
+        task: str | None = typer.Option(None, help="batching | reschedule | fallback (default: from INPUT)."),
+        advisor: str = typer.Option(
+            "auto", help="claude | rules | auto (Claude if ANTHROPIC_API_KEY is set)."
+        ),
+        claude_model: str = typer.Option(DEFAULT_MODEL, help="Anthropic model name."),
+        rounds: int = typer.Option(3, min=1, max=10, help="Propose-simulate-refine rounds with Claude."),
+        timeout_s: float = typer.Option(60.0, min=1, help="Per Claude call."),
+        config: Path | None = typer.Option(None, "--config", "-c", help="Current vLLM keys (batching)."),
+        replicas: int = typer.Option(1, min=1, help="Current replicas (batching)."),
+        slo: str | None = typer.Option(
+            None, help="SLOs for goodput, e.g. ttft_ms=500,tpot_ms=50 (batching)."
+        ),
+        step_time_ms: float | None = typer.Option(None, help="Constant step time; default: linear model."),
+        optimize: int = typer.Option(
+            12, min=0, help="Optuna trials for the optimizer's best setting (batching; 0: none)."
+        ),
+        seed: int = typer.Option(0, help="Seed for generated traces and the optimizer."),
+        num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
+        apply: bool = typer.Option(False, "--apply", help="Write the advice to --outbox for review."),
+        outbox: Path = typer.Option(Path("outbox"), help="Where --apply writes (nothing is sent anywhere)."),
+        action_log: Path | None = typer.Option(None, help="Append one JSON line per advisor call here."),
+        as_json: bool = typer.Option(False, "--json", help="Print the checked advice as JSON only."),
+    ) -> None:
+        """Get scheduling, rescheduling or fallback advice, re-checked by simulation."""
+        try:
+            case = build_case(
+                source,
+                task,
+                config=config,
+                replicas=replicas,
+                slo=slo,
+                step_time_ms=step_time_ms,
+                seed=seed,
+                num_requests=num_requests,
+            )
+            if isinstance(case, BatchingCase) and optimize > 0:
+                case.optimizer_best = optimizer_best(case, optimize, seed)
+            claude = None
+            if advisor == "claude" or (advisor == "auto" and ClaudeAdvisor.available()):
+                claude = ClaudeAdvisor(claude_model, timeout_s=timeout_s)
+            log_file = action_log.open("a", encoding="utf-8") if action_log is not None else None
+
+            def log_entry(entry: ActionLogEntry) -> None:
+                if log_file is not None:
+                    log_file.write(entry.model_dump_json() + "\n")
+
+            try:
+                result = advise(case, advisor, claude=claude, rounds=rounds, on_log=log_entry)
+            finally:
+                if log_file is not None:
+                    log_file.close()
+            written = write_outbox(result, case, outbox) if apply else []
+        except (
+            TraceError,
+            ValidationError,
+            ValueError,
+            OSError,
+            RescheduleInputError,
+            RecoveryInputError,
+        ) as exc:
+            fail(exc)
+        if as_json:
+            out = result.model_dump(mode="json")
+            out["outbox_files"] = [str(p) for p in written]
+            print_json(out)
+            return
+        console = Console()
+        if result.notice:
+            console.print(f"[bold yellow]notice:[/] {result.notice}")
+        console.print(result_table(result))
+        console.print_json(json.dumps(result.advice.model_dump(mode="json")))
+        for p in written:
+            console.print(f"written for review: {p}")
