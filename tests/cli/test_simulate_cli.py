@@ -105,3 +105,20 @@ def test_schema_exports_the_boundary_models() -> None:
     for name in ("RequestRecord", "EngineConfig", "SimulationReport", "SLO"):
         assert name in schemas
     assert "max_num_batched_tokens" in schemas["EngineConfig"]["properties"]
+
+
+def test_model_and_gpu_set_step_times_and_kv_blocks() -> None:
+    args = ["simulate", "poisson_10_rps", "-n", "80", "--json", "--no-requests"]
+    small = json.loads(runner.invoke(app, [*args, "--model", "llama-3.1-8b", "--gpu", "h100"]).stdout)
+    big = json.loads(
+        runner.invoke(app, [*args, "--model", "llama-3.1-70b", "--gpu", "h100", "--tp", "4"]).stdout
+    )
+    assert small["config"]["num_gpu_blocks"] > 20_000  # ~55 GiB of KV at 2 MiB per block
+    assert small["step_time_model"]["kind"] != "linear"
+    assert big["summary"]["tpot_ms"]["mean"] > small["summary"]["tpot_ms"]["mean"]  # 70B decodes slower
+    res = runner.invoke(app, [*args, "--model", "no-such-model"])
+    assert res.exit_code == 2 and "llama-3.1-8b" in res.stderr  # the known names are listed
+    res = runner.invoke(app, [*args, "--model", "llama-3.1-70b", "--gpu", "l4"])
+    assert res.exit_code == 2  # 70B weights do not fit one L4: the numbers and the way out
+    error = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "GiB" in error[0] and "TP" in error[0]

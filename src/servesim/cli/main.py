@@ -36,14 +36,21 @@ def _main(
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from servesim.cli import cluster_cmd, resched_cmd, schema_cmd, simulate_cmd
+    from servesim.cli import advise_cmd, cluster_cmd, resched_cmd, schema_cmd, simulate_cmd
+    from servesim.cli.perf_cmd import register as register_perf_commands
+    from servesim.cli.recover_cmd import register as register_recover_commands
     from servesim.cli.trace_cmd import register as register_trace_commands
+    from servesim.cli.tuning_cmd import register as register_tuning_commands
 
     schema_cmd.register(app)
     simulate_cmd.register(app)
     resched_cmd.register(app)
     cluster_cmd.register(app)
+    advise_cmd.register(app)
     register_trace_commands(app)
+    register_perf_commands(app)
+    register_tuning_commands(app)
+    register_recover_commands(app)
 
 
 _register()

@@ -8,11 +8,32 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
+from servesim.cluster.recovery import (
+    ClusterSpec,
+    FailureLogSpec,
+    JobDecision,
+    JobSpec,
+    RecoveryInput,
+    RecoveryPlan,
+)
 from servesim.engine import SLO, EngineConfig, SimulationReport
+from servesim.perf import CalibrationReport, GPUSpec, HardwareProfile, KVCapacity, ModelSpec
 from servesim.resched import InterruptedRequest, ProjectedRequest, RescheduleInput, ReschedulePlan
 from servesim.traces.generate import GeneratorSpec
 from servesim.traces.inspect import TraceStats
 from servesim.traces.schema import RequestRecord, TraceProvenance
+from servesim.tuning import (
+    BatchScenario,
+    BatchScenarioResult,
+    Deployment,
+    LoadScenario,
+    LoadScenarioResult,
+    PercentileSLO,
+    SaturationReport,
+    SchedulerRecommendation,
+    SearchSpace,
+    TuneResult,
+)
 
 
 def boundary_models() -> dict[str, type[BaseModel]]:
@@ -29,6 +50,27 @@ def boundary_models() -> dict[str, type[BaseModel]]:
         "InterruptedRequest": InterruptedRequest,
         "ReschedulePlan": ReschedulePlan,
         "ProjectedRequest": ProjectedRequest,
+        "ModelSpec": ModelSpec,
+        "GPUSpec": GPUSpec,
+        "HardwareProfile": HardwareProfile,
+        "KVCapacity": KVCapacity,
+        "CalibrationReport": CalibrationReport,
+        "RecoveryInput": RecoveryInput,
+        "RecoveryJobSpec": JobSpec,
+        "JobDecision": JobDecision,
+        "RecoveryPlan": RecoveryPlan,
+        "RecoveryCluster": ClusterSpec,
+        "FailureLogSpec": FailureLogSpec,
+        "PercentileSLO": PercentileSLO,
+        "Deployment": Deployment,
+        "SearchSpace": SearchSpace,
+        "SaturationReport": SaturationReport,
+        "TuneResult": TuneResult,
+        "SchedulerRecommendation": SchedulerRecommendation,
+        "BatchScenario": BatchScenario,
+        "BatchScenarioResult": BatchScenarioResult,
+        "LoadScenario": LoadScenario,
+        "LoadScenarioResult": LoadScenarioResult,
     }
     return models
 

@@ -9,6 +9,7 @@ JSON line per engine step, to compare with vLLM's own scheduler.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -34,6 +35,7 @@ from servesim.engine import (
 )
 from servesim.engine.engine import jsonl_sink
 from servesim.engine.results import ClassMetrics
+from servesim.perf import PerfError
 from servesim.traces import Trace, TraceError, open_trace
 
 TRACE_HELP = (
@@ -53,6 +55,15 @@ class Mitigation(StrEnum):
     boost = "boost"
 
 
+def _file_keys(path: Path | None) -> set[str]:
+    if path is None:
+        return set()
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return {str(k).replace("-", "_") for k in data} if isinstance(data, dict) else set()
+
+
 def engine_config(config_file: Path | None, flags: dict[str, Any]) -> EngineConfig:
     """The engine config from a vLLM-keyed file plus flag overrides (flags win)."""
     given = {k: (v.value if isinstance(v, StrEnum) else v) for k, v in flags.items() if v is not None}
@@ -65,6 +76,50 @@ def step_time_model(step_time_ms: float | None) -> StepTimeModel:
     if step_time_ms is not None:
         return ConstantStepTime(step_time_s=step_time_ms / 1000.0)
     return LinearStepTime()
+
+
+def hardware_setup(
+    config: EngineConfig,
+    trace: Trace,
+    *,
+    model: str,
+    gpu: str,
+    tp: int,
+    gpu_memory_utilization: float,
+    profile: str | None,
+    blocks_given: bool,
+) -> tuple[EngineConfig, StepTimeModel]:
+    """Step times and KV blocks of ``model`` on ``tp`` x ``gpu`` (servesim.perf), as vLLM would
+    size its cache at ``gpu_memory_utilization`` (unless ``--num-gpu-blocks`` was given)."""
+    from servesim.perf import build_step_time_model, num_gpu_blocks
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = build_step_time_model(
+            model,
+            gpu,
+            tp,
+            profile,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+        )
+    for w in caught:  # extrapolation notes: one line each on stderr, never on --json's stdout
+        typer.echo(f"warning: {w.message}", err=True)
+    if not blocks_given:
+        df = trace.df
+        mml = config.max_model_len or (int((df["prompt_len"] + df["output_len"]).max()) + 1 if len(df) else 2)
+        blocks = num_gpu_blocks(
+            model,
+            gpu,
+            tp,
+            gpu_memory_utilization=gpu_memory_utilization,
+            block_size=config.block_size,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=mml,
+        )
+        config = config.model_copy(update={"num_gpu_blocks": blocks})
+    return EngineConfig.model_validate(config.model_dump()), step
 
 
 @contextmanager
@@ -251,6 +306,13 @@ def register(app: typer.Typer) -> None:
         step_time_ms: float | None = typer.Option(
             None, help="Every step takes this long (for step-by-step comparison); default: linear model."
         ),
+        model: str | None = typer.Option(
+            None, help="Served model (catalog name or config.json): roofline step times and KV blocks."
+        ),
+        gpu: str = typer.Option("h100", help="GPU of the replica (with --model)."),
+        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel degree."),
+        gpu_memory_utilization: float = typer.Option(0.9, help="vLLM's memory share (with --model)."),
+        profile: str | None = typer.Option(None, help="Calibrated hardware profile (JSON path or name)."),
         slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=20000."),
         seed: int = typer.Option(0, help="Seed for generated traces and seed-JSON arrivals."),
         num_requests: int | None = typer.Option(
@@ -286,12 +348,25 @@ def register(app: typer.Typer) -> None:
                 },
             )
             goal = SLO.parse(slo) if slo else None
-            model = step_time_model(step_time_ms)
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            step_model = step_time_model(step_time_ms)
+            if model is not None:
+                if step_time_ms is not None:
+                    raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
+                cfg, step_model = hardware_setup(
+                    cfg,
+                    tr,
+                    model=model,
+                    gpu=gpu,
+                    tp=tp,
+                    gpu_memory_utilization=gpu_memory_utilization,
+                    profile=profile,
+                    blocks_given=num_gpu_blocks is not None or "num_gpu_blocks" in _file_keys(config),
+                )
             run_and_report(
                 tr,
                 cfg,
-                model,
+                step_model,
                 slo=goal,
                 as_json=as_json,
                 out=out,
@@ -301,7 +376,7 @@ def register(app: typer.Typer) -> None:
                 check_invariants=check_invariants,
                 title=f"{trace}: {len(tr):,} requests",
             )
-        except (TraceError, ValidationError, ValueError, OSError, EngineStallError) as exc:
+        except (TraceError, ValidationError, ValueError, OSError, EngineStallError, PerfError) as exc:
             fail(exc)
 
     @app.command("demo")
@@ -309,20 +384,29 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
     ) -> None:
         """The main job on bundled data: one hour of Azure's conversation trace (19,366 real
-        requests) through one replica with vLLM's default scheduler settings."""
+        requests) through one vLLM replica of Llama-3.1-8B on an H100 (vLLM's H100 defaults:
+        max_num_seqs 1024, max_num_batched_tokens 8192; KV cache sized at 90 % of memory)."""
         trace = open_trace("azure-conv")
-        cfg = EngineConfig(
-            num_gpu_blocks=28000, max_num_batched_tokens=8192, max_num_seqs=256, max_model_len=16384
+        base = EngineConfig(max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=16384)
+        cfg, step = hardware_setup(
+            base,
+            trace,
+            model="llama-3.1-8b",
+            gpu="h100",
+            tp=1,
+            gpu_memory_utilization=0.9,
+            profile=None,
+            blocks_given=False,
         )
         run_and_report(
             trace,
             cfg,
-            LinearStepTime(),
+            step,
             slo=SLO(ttft_ms=1000, tpot_ms=100),
             as_json=as_json,
             out=None,
             step_log=None,
             include_requests=False,
             naive=False,
-            title="demo: Azure LLM inference trace 2023 (conversation), one replica",
+            title="demo: Azure LLM trace 2023 (conversation) on Llama-3.1-8B, one H100",
         )
