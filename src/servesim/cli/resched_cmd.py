@@ -59,8 +59,13 @@ def register(app: typer.Typer) -> None:
             help="Assume the requests' KV blocks are still cached (default) or all evicted.",
         ),
         step_time_ms: float | None = typer.Option(
-            None, help="Every step takes this long; default: the engine's linear step-time model."
+            None, help="Every step takes this long (overrides --model/--gpu/--tp)."
         ),
+        model: str | None = typer.Option(
+            None, help="Model timing the steps (servesim perf models; default llama-3.1-8b)."
+        ),
+        gpu: str | None = typer.Option(None, help="GPU (servesim perf gpus; default h100)."),
+        tp: int | None = typer.Option(None, help="Tensor-parallel degree (default 1)."),
         as_json: bool = typer.Option(False, "--json", help="Print the plan alone as JSON on stdout."),
     ) -> None:
         """Re-admission order of interrupted requests, prefix-cache savings and projected SLA misses."""
@@ -77,6 +82,9 @@ def register(app: typer.Typer) -> None:
                 max_num_batched_tokens=max_num_batched_tokens,
                 cache_survives=cache_survives,
                 step_time_ms=step_time_ms,
+                model=model,
+                gpu=gpu,
+                tp=tp,
             )
             plan = reschedule(inp)
         except (RescheduleInputError, ValueError, OSError) as exc:

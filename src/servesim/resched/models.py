@@ -22,6 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM 0.33's default token budget of one step
 
 
+#: The stand-alone default context: the product's default deployment (as in ``servesim demo``).
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_GPU = "h100"
+
+
 class RescheduleInputError(ValueError):
     """The input is not a valid rescheduling problem; the message names the offending request."""
 
@@ -122,8 +127,14 @@ class RescheduleInput(BaseModel):
         None,
         gt=0,
         allow_inf_nan=False,
-        description="Every step takes this long; default: the engine's linear step-time model.",
+        description="Every step takes this long (overrides model/gpu/tp); default: the roofline model "
+        "of model x gpu x tp.",
     )
+    model: str = Field(
+        DEFAULT_MODEL, min_length=1, description="Model (servesim perf catalog name) that times the steps."
+    )
+    gpu: str = Field(DEFAULT_GPU, min_length=1, description="GPU (servesim perf catalog name).")
+    tp: int = Field(1, ge=1, description="Tensor-parallel degree.")
     policy: Policy = Field(Policy.sla_aware, description="Re-admission order.")
     aging_wait_ms: float | None = Field(
         5000.0,

@@ -6,12 +6,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servesim.engine.simulate import describe_model
-from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel
+from servesim.engine.step_time import ConstantStepTime, StepTimeModel
 from servesim.resched.models import (
     InterruptedRequest,
     Policy,
     ProjectedRequest,
     RescheduleInput,
+    RescheduleInputError,
     ReschedulePlan,
     parse_input,
 )
@@ -39,12 +40,25 @@ def split_of(inp: RescheduleInput, r: InterruptedRequest) -> ReuseSplit:
 
 
 def step_time_model_of(inp: RescheduleInput, step_time: StepTimeModel | None = None) -> StepTimeModel:
-    """The model that times steps: ``step_time`` if given, else the input's constant, else linear."""
+    """The model that times steps: ``step_time`` if given, else the input's constant, else the
+    roofline model of the input's model x GPU x TP (servesim.perf, the shipped profile)."""
     if step_time is not None:
         return step_time
     if inp.step_time_ms is not None:
         return ConstantStepTime(step_time_s=inp.step_time_ms / 1000.0)
-    return LinearStepTime()
+    from servesim.perf import PerfError, build_step_time_model
+
+    try:
+        return build_step_time_model(
+            inp.model,
+            inp.gpu,
+            inp.tp,
+            max_num_seqs=inp.batch_capacity,
+            max_num_batched_tokens=inp.token_budget,
+            warn=False,
+        )
+    except PerfError as exc:
+        raise RescheduleInputError(f"model/gpu/tp: {exc}") from None
 
 
 def reschedule(
@@ -61,8 +75,8 @@ def reschedule(
     ``overrides`` (any ``RescheduleInput`` field, e.g. ``block_size=32``; None means "not given",
     so disable aging with ``"aging_wait_ms": None`` in ``data``) win over ``data``.
     ``step_time``: any ``StepTimeModel`` (default: the input's ``step_time_ms`` as a constant,
-    else the engine's ``LinearStepTime()``). Raises ``RescheduleInputError`` (a ``ValueError``)
-    naming the request for bad input.
+    else the roofline model of its ``model`` x ``gpu`` x ``tp``, by default Llama-3.1-8B on one
+    H100). Raises ``RescheduleInputError`` (a ``ValueError``) naming the request for bad input.
     """
     if policy is not None:
         overrides["policy"] = policy
