@@ -103,8 +103,11 @@ def register(app: typer.Typer) -> None:
             f"prefix-cache savings {plan.prefix_cache_savings_tokens:,} tokens, "
             f"{plan.recomputed_tokens:,} recomputed; {verdict}; last completion {plan.makespan_ms:,.1f} ms"
         )
-        model = plan.step_time_model
-        params = ", ".join(f"{k}={v}" for k, v in model.items() if k != "kind")
-        console.print(f"step time: {model.get('kind', 'custom')} model ({params})")
+        timing = plan.step_time_model
+        shown = {k: v for k, v in timing.items() if k != "kind" and not isinstance(v, dict | list)}
+        if isinstance(timing.get("profile"), dict):
+            shown["profile"] = timing["profile"].get("name")
+        params = ", ".join(f"{k}={v}" for k, v in shown.items())
+        console.print(f"step time: {timing.get('kind', 'custom')} model ({params})")
         for a in plan.assumptions:
             console.print(f"assumed: {a}")
