@@ -13,9 +13,9 @@ a Vidur checkout:
 
     uv run python benchmarks/perf_vidur_gemm.py --vidur-dir PATH/TO/vidur
 
-The shipped priors (``HardwareProfile`` defaults: gemm_compute_efficiency 0.72,
-gemm_bandwidth_efficiency 0.85, gemm_roofline_sharpness 4) come from this comparison on H100;
-docs/perf.md records its output.
+The generic priors (``HardwareProfile`` defaults: gemm_compute_efficiency 0.73,
+gemm_bandwidth_efficiency 0.9, gemm_roofline_sharpness 1.25) come from this comparison on H100
+and A100; docs/perf.md records its output.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ JSON line per engine step, to compare with vLLM's own scheduler.
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -91,34 +90,27 @@ def hardware_setup(
 ) -> tuple[EngineConfig, StepTimeModel]:
     """Step times and KV blocks of ``model`` on ``tp`` x ``gpu`` (servesim.perf), as vLLM would
     size its cache at ``gpu_memory_utilization`` (unless ``--num-gpu-blocks`` was given)."""
-    from servesim.perf import build_step_time_model, num_gpu_blocks
+    from servesim.perf import deployment_setup
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        step = build_step_time_model(
-            model,
-            gpu,
-            tp,
-            profile,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-        )
-    for w in caught:  # extrapolation notes: one line each on stderr, never on --json's stdout
-        typer.echo(f"warning: {w.message}", err=True)
-    if not blocks_given:
-        df = trace.df
-        mml = config.max_model_len or (int((df["prompt_len"] + df["output_len"]).max()) + 1 if len(df) else 2)
-        blocks = num_gpu_blocks(
-            model,
-            gpu,
-            tp,
-            gpu_memory_utilization=gpu_memory_utilization,
-            block_size=config.block_size,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            max_num_seqs=config.max_num_seqs,
-            max_model_len=mml,
-        )
-        config = config.model_copy(update={"num_gpu_blocks": blocks})
+    df = trace.df
+    mml = config.max_model_len or (int((df["prompt_len"] + df["output_len"]).max()) + 1 if len(df) else 2)
+    setup = deployment_setup(
+        model,
+        gpu,
+        tp,
+        profile,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        block_size=config.block_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=mml,
+        size_kv_cache=not blocks_given,
+    )
+    for note in setup.notes:  # extrapolation notes: one line each on stderr, never on --json's stdout
+        typer.echo(f"warning: {note}", err=True)
+    if setup.num_gpu_blocks is not None:
+        config = config.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
+    step = setup.step_time
     return EngineConfig.model_validate(config.model_dump()), step
 
 

@@ -7,6 +7,8 @@ Public API::
     kv_capacity(model, gpu, tp=1, *, gpu_memory_utilization=0.9, block_size=16, kv_dtype="auto",
                 max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=None) -> KVCapacity
     num_gpu_blocks(...same...) -> int                   # for EngineConfig.num_gpu_blocks
+    deployment_setup(model, gpu, tp, profile, *, max_num_seqs, max_num_batched_tokens, ...)
+        -> DeploymentSetup(step_time, num_gpu_blocks, notes)   # both at once, as callers need
     kv_bytes_per_token(model_spec, tp=1, kv_dtype="auto") -> int   # THE KV-size formula
     load_catalog(extra_yaml=None) -> Catalog; model_from_hf_config(path_or_dict) -> ModelSpec
     HardwareProfile (.load / .save), default_profile(gpu), resolve_profile(...)
@@ -60,12 +62,14 @@ from servesim.perf.roofline import (
     build_step_time_model,
     extrapolation_warnings,
 )
+from servesim.perf.setup import DeploymentSetup, deployment_setup
 
 __all__ = [
     "CalibrationError",
     "CalibrationReport",
     "Catalog",
     "CatalogError",
+    "DeploymentSetup",
     "ErrorStats",
     "ExtrapolationWarning",
     "FittedRange",
@@ -86,6 +90,7 @@ __all__ = [
     "calibrate_steps",
     "calibrate_workloads",
     "default_profile",
+    "deployment_setup",
     "extrapolation_warnings",
     "kv_bytes_per_token",
     "kv_capacity",

@@ -20,7 +20,6 @@ directly.
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -165,33 +164,22 @@ def _perf_resolve(
 ) -> tuple[StepTimeModel, int, tuple[str, ...]]:
     # Imported here: the tuner works without the catalog (FixedHardware), and the perf package is
     # only paid for when used.
-    from servesim.perf import build_step_time_model, num_gpu_blocks
+    from servesim.perf import deployment_setup
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        step = build_step_time_model(
-            model,
-            gpu,
-            tp,
-            profile,
-            kv_dtype=kv_dtype,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-    notes = tuple(dict.fromkeys(str(w.message) for w in caught))
-    blocks = 0
-    if not blocks_given:
-        blocks = num_gpu_blocks(
-            model,
-            gpu,
-            tp,
-            gpu_memory_utilization=util,
-            block_size=block_size,
-            kv_dtype=kv_dtype,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-        )
+    setup = deployment_setup(
+        model,
+        gpu,
+        tp,
+        profile,
+        kv_dtype=kv_dtype,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        block_size=block_size,
+        gpu_memory_utilization=util,
+        max_model_len=max_model_len,
+        size_kv_cache=not blocks_given,
+    )
+    step, blocks, notes = setup.step_time, setup.num_gpu_blocks or 0, setup.notes
     return step, blocks, notes
 
 
