@@ -48,8 +48,9 @@ def test_workload_rule(sim2real_dir: Path) -> None:
     assert s0.min() > 0 and s0.max() == pytest.approx(600.0) and s1.max() == pytest.approx(1200.0)
     assert s1.min() > 600.0
     assert set(rs.prompt_len.tolist()) == {566} and set(rs.output_len.tolist()) == {247}
-    assert set(rs.prefix_len.tolist()) == {100}
-    # 44 sessions: request i waits for request i - 44; 11 system prompts shared by 4 users each
+    # inference-perf pre-generates one prompt per session: every round repeats it whole
+    assert set(rs.prefix_len.tolist()) == {566}
+    # 44 sessions: request i waits for request i - 44
     assert rs.predecessor is not None
     assert (
         rs.predecessor[:44].tolist() == [-1] * 44
@@ -57,9 +58,14 @@ def test_workload_rule(sim2real_dir: Path) -> None:
         and rs.predecessor[-1] == 9000 - 45
     )
     groups = rs.prefix_group
-    assert len(set(groups)) == 11
-    assert all(groups[i] == groups[i + 44] for i in range(200))  # a session keeps its system prompt
-    assert sorted(np.unique(groups[:44], return_counts=True)[1].tolist()) == [4] * 11
+    assert len(set(groups)) == 44
+    assert all(groups[i] == groups[i + 44] for i in range(200))  # a session repeats its prompt
+    # fresh questions: only the system prompt is shared, by the 4 users of each of 11 groups
+    fresh = shared_prefix_requests(wl, seed=42, questions="fresh")
+    assert set(fresh.prefix_len.tolist()) == {100} and len(set(fresh.prefix_group)) == 11
+    assert all(fresh.prefix_group[i] == fresh.prefix_group[i + 44] for i in range(200))
+    assert sorted(np.unique(fresh.prefix_group[:44], return_counts=True)[1].tolist()) == [4] * 11
+    assert np.array_equal(fresh.scheduled, rs.scheduled)
     # seeded: same seed, same workload; another seed, another
     again = shared_prefix_requests(wl, seed=42)
     assert np.array_equal(again.scheduled, rs.scheduled) and again.prefix_group == rs.prefix_group

@@ -97,6 +97,11 @@ class OutputTokens(StrEnum):
     implied = "implied"
 
 
+class Questions(StrEnum):
+    per_session = "per-session"
+    fresh = "fresh"
+
+
 class CalibrateMode(StrEnum):
     none = "none"
     all = "all"
@@ -406,9 +411,14 @@ def register(app: typer.Typer) -> None:
             KVBlocks.model, "--kv-blocks", help="model: from the memory model; measured: the logged count."
         ),
         output_tokens: OutputTokens = typer.Option(
-            OutputTokens.spec,
+            OutputTokens.implied,
             "--output-tokens",
-            help="spec: max_tokens; implied: the measured mean (derived).",
+            help="implied: the run's implied mean output length (what the model produced); spec: max_tokens.",
+        ),
+        questions: Questions = typer.Option(
+            Questions.per_session,
+            "--questions",
+            help="per-session: a session repeats its question every round (inference-perf); fresh: new each.",
         ),
         save_profile: Path | None = typer.Option(
             None, "--save-profile", help="With --calibrate: save the all-data fit."
@@ -420,7 +430,9 @@ def register(app: typer.Typer) -> None:
         """Re-create every experiment's workload, simulate it, and write predictions (ms) for score.py."""
         with _guard():
             exps = load_experiments(directory)
-            settings = RunSettings(kv_blocks=kv_blocks.value, output_tokens=output_tokens.value)
+            settings = RunSettings(
+                kv_blocks=kv_blocks.value, output_tokens=output_tokens.value, questions=questions.value
+            )
             t0 = time.monotonic()
             progress: Callable[[str], None] | None = None
             if not as_json:

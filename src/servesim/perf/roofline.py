@@ -350,8 +350,9 @@ def extrapolation_warnings(
     tps = r.tokens_per_step
     if tps is not None and max_num_batched_tokens is not None and max_num_batched_tokens > 2 * tps[1]:
         out.append(
-            f"steps of up to {max_num_batched_tokens} tokens are far above the calibrated maximum "
-            f"{tps[1]:.0f}"
+            f"max_num_batched_tokens {max_num_batched_tokens} allows steps far above the "
+            f"{tps[1]:.0f} tokens the {r.gpu or 'generic'} profile was calibrated on: large prefill "
+            "steps are extrapolated on the roofline (compute-bound, usually well modelled)"
         )
     return out
 

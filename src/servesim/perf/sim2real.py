@@ -129,9 +129,16 @@ class RunSettings(BaseModel):
 
     kv_blocks: Literal["model", "measured"] = "model"
     output_tokens: Literal["spec", "implied"] = Field(
-        "spec", description="spec: max_tokens; implied: the measured mean output length (derived)."
+        "implied",
+        description="implied: the run's derived implied_mean_output_tokens (what the model produced; "
+        "a ratio of latencies, so it says nothing about their scale); spec: max_tokens.",
     )
     load_type: Literal["constant", "poisson"] = "constant"
+    questions: Literal["per-session", "fresh"] = Field(
+        "per-session",
+        description="per-session: each session repeats its question every round, as inference-perf's "
+        "generator does (prompts pre-generated per session); fresh: a new question per request.",
+    )
     one_in_flight: bool = True
     gpu_memory_utilization: float = SIM2REAL_GPU_MEMORY_UTILIZATION
     max_rounds: int = 12
@@ -193,6 +200,7 @@ def run_experiment(
         load_type=settings.load_type,
         output_len=out_len,
         one_in_flight=settings.one_in_flight,
+        questions=settings.questions,
         label=f"sim2real {exp.id}",
     )
     out = replay(rs, config, st, profile, max_rounds=settings.max_rounds)
@@ -332,6 +340,7 @@ def experiment_case(
         load_type=settings.load_type,
         output_len=out_len,
         one_in_flight=settings.one_in_flight,
+        questions=settings.questions,
         label=f"sim2real {exp.id}",
     )
     targets: dict[str, float] = {}
@@ -357,13 +366,15 @@ def experiment_case(
 
 
 def sim2real_base_profile(gpu: str | None = None) -> HardwareProfile:
-    """The priors the sim2real calibration starts from: generic defaults, synchronous scheduling.
+    """The priors the sim2real calibration starts from: the generic defaults, async scheduling on.
 
-    The runs were served by vLLM 0.15.1. Their TTFTs rule out async scheduling's extra step:
-    with it, Yi-34B's measured 46.6 ms (stage 0) would need its 447-token prefill (15.4 TFLOP
-    per GPU) to finish in under 11 ms, above the H100's 989 TFLOP/s peak. See docs/perf.md.
+    vLLM V1 schedules asynchronously by default (the reference, section 7): a request that
+    arrives during step n joins step n+2. The runs' TTFTs show it: with each session's prompt
+    cached after its first round, measured TTFT minus the modelled prefill and front end is
+    about one step time in every run (Yi-34B: 47 ms measured, 30 ms without the extra step,
+    whose decode steps take 15 ms). See docs/perf.md.
     """
-    return HardwareProfile(name=f"{gpu or 'generic'}-sim2real-priors", async_scheduling=False)
+    return HardwareProfile(name=f"{gpu or 'generic'}-sim2real-priors", async_scheduling=True)
 
 
 class Sim2RealCalibration(BaseModel):

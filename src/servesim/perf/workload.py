@@ -5,8 +5,12 @@ sessions; see ``tests/fixtures/sim2real/README.md``):
 
 1. ``G`` system prompts x ``U`` users = ``N`` sessions; group *g*'s system prompt
    (``system_prompt_len`` tokens) is shared by its users and every round: a shared prefix.
-2. Every prompt = system prompt + a fresh question (``question_len`` tokens);
-   ``max_tokens = output_len``.
+2. Every prompt = system prompt + a question (``question_len`` tokens); ``max_tokens =
+   output_len``. inference-perf pre-generates one question per session slot
+   (``SharedPrefixDataGenerator._generate_prompts``: ``N`` prompts, request *i* uses prompt
+   ``i mod N``), so every round of a session repeats its question and, once the session has
+   run, the whole prompt is a prefix-cache hit (``questions="per-session"``, the default).
+   ``questions="fresh"`` draws a new question per request (the sim2real README's wording).
 3. Stages run back to back; stage *k* sends exactly ``floor(rate_k x duration_k)`` requests.
 4. Load type ``constant`` (inference-perf's default): that many exponential gaps of mean
    ``1/rate``, rescaled to sum to the stage duration; request *j* is sent at the stage start
@@ -95,13 +99,17 @@ def shared_prefix_requests(
     load_type: Literal["constant", "poisson"] = "constant",
     output_len: int | None = None,
     one_in_flight: bool = True,
+    questions: Literal["per-session", "fresh"] = "per-session",
     label: str = "inference-perf shared_prefix",
 ) -> RequestSet:
     """The requests of ``wl`` (seeded): send schedule, lengths, shared prefixes, session chaining.
 
     ``output_len`` overrides the spec's ``max_tokens`` (e.g. with a measured mean when the
-    server stopped at EOS); ``one_in_flight=False`` drops the per-session limit.
+    server stopped at EOS); ``one_in_flight=False`` drops the per-session limit; ``questions``:
+    see rule 2 above.
     """
+    if questions not in ("per-session", "fresh"):
+        raise ValueError(f"unknown questions mode {questions!r}: use per-session or fresh")
     rng = np.random.default_rng(seed)
     sp = wl.shared_prefix
     times: list[np.ndarray] = []
@@ -123,13 +131,22 @@ def shared_prefix_requests(
     prompt = sp.system_prompt_len + sp.question_len
     out_len = output_len if output_len is not None else sp.output_len
     predecessor = np.where(np.arange(n) >= n_sessions, np.arange(n) - n_sessions, -1).astype(np.int64)
-    has_prefix = sp.system_prompt_len > 0
+    if questions == "per-session":
+        # A session's prompt is the same every round: the whole prompt is its shared prefix (the
+        # system prompt's blocks are shared across the group only in the first round; the
+        # engine's prefix groups do not nest, and that first round is 1 of dozens).
+        groups: list[str | None] = [f"session-{s}" for s in session.tolist()]
+        plen = np.full(n, prompt, dtype=np.int64)
+    else:
+        has_prefix = sp.system_prompt_len > 0
+        groups = [f"system-prompt-{g}" if has_prefix else None for g in group.tolist()]
+        plen = np.full(n, sp.system_prompt_len if has_prefix else 0, dtype=np.int64)
     return RequestSet(
         scheduled=sched,
         prompt_len=np.full(n, prompt, dtype=np.int64),
         output_len=np.full(n, max(1, int(out_len)), dtype=np.int64),
-        prefix_group=[f"system-prompt-{g}" if has_prefix else None for g in group.tolist()],
-        prefix_len=np.full(n, sp.system_prompt_len if has_prefix else 0, dtype=np.int64),
+        prefix_group=groups,
+        prefix_len=plen,
         predecessor=predecessor if one_in_flight else None,
         stage=stage,
         label=label,
