@@ -73,8 +73,7 @@ class BatchingCase:
     def max_model_len(self) -> int:
         if self.current.max_model_len is not None:
             return self.current.max_model_len
-        df = self.trace.df
-        return int((df["prompt_len"] + df["output_len"]).max()) + 1 if len(df) else 2
+        return self.trace.default_max_model_len()
 
     def validation_context(self) -> dict[str, Any]:
         return {"max_model_len": self.max_model_len}

@@ -92,8 +92,7 @@ def hardware_setup(
     size its cache at ``gpu_memory_utilization`` (unless ``--num-gpu-blocks`` was given)."""
     from servesim.perf import deployment_setup
 
-    df = trace.df
-    mml = config.max_model_len or (int((df["prompt_len"] + df["output_len"]).max()) + 1 if len(df) else 2)
+    mml = config.max_model_len or trace.default_max_model_len()
     setup = deployment_setup(
         model,
         gpu,

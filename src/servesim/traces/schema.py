@@ -150,6 +150,12 @@ class Trace:
     def hash_block_size(self) -> int | None:
         return self.provenance.hash_block_size
 
+    def default_max_model_len(self) -> int:
+        """The context limit the engine assumes when none is given: the longest request + 1
+        (prompt + output; 2 for an empty trace)."""
+        df = self.df
+        return int((df["prompt_len"] + df["output_len"]).max()) + 1 if len(df) else 2
+
     @classmethod
     def empty(cls, source: str = "<empty>") -> Trace:
         return cls(_empty_frame(), TraceProvenance(source=source, format="empty", rows_read=0, rows_kept=0))

@@ -185,7 +185,7 @@ def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -
             status="STABLE",
         )
     trace = batch_trace(s)
-    mml = int((trace.df["prompt_len"] + trace.df["output_len"]).max()) + 1
+    mml = trace.default_max_model_len()
     hw = _hardware(s)
     bc = s.batch_config
 
@@ -314,7 +314,7 @@ def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> 
     blocks = s.kv_cache_blocks_available + 1
     kv_tokens = s.kv_cache_blocks_available * s.block_size
     trace = load_scenario_trace(s, kv_tokens - 1)
-    mml = min(int((trace.df["prompt_len"] + trace.df["output_len"]).max()) + 1, kv_tokens)
+    mml = min(trace.default_max_model_len(), kv_tokens)
     hw = _hardware(s, blocks, s.block_size)
     mns0, mbt0 = vllm_serve_defaults(s.gpu)
 
