@@ -1,6 +1,17 @@
-"""Shared pytest setup: test helpers live next to the tests that use them."""
+"""Shared pytest setup: test helpers live next to the tests that use them.
 
+Hypothesis runs derandomized: the same examples on every run, so a CI result is reproducible
+(set HYPOTHESIS_PROFILE=explore for fresh random examples while developing).
+"""
+
+import os
 import sys
 from pathlib import Path
 
+from hypothesis import settings
+
 sys.path.insert(0, str(Path(__file__).parent / "engine"))
+
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

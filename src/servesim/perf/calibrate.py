@@ -637,6 +637,21 @@ def soft_l1(r: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     return g, d
 
 
+def cauchy(r: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Residuals whose squares sum to the Cauchy loss ``s^2 ln(1 + (r/s)^2)``, and ``dg/dr``.
+    Quadratic for ``|r| << s``; beyond, a residual's pull on the fit falls off (it redescends), so
+    a run no setting of the coefficients can explain is effectively left out rather than
+    dragging every other run towards it."""
+    z = 1.0 + (r / scale) ** 2
+    g = np.sign(r) * scale * np.sqrt(np.log(z))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.where(np.abs(r) > 1e-12 * scale, r / (z * g), 1.0)
+    return g, d
+
+
+LOSSES = {"soft_l1": soft_l1, "cauchy": cauchy}
+
+
 def workload_residuals(cases: Sequence[WorkloadCase], preds: Sequence[Mapping[str, float]]) -> np.ndarray:
     """``weight / sqrt(n targets) x ln(predicted / measured)`` per case and target."""
     out: list[float] = []
@@ -705,7 +720,8 @@ def calibrate_workloads(
 
     ``loss="soft_l1"`` (default) makes errors beyond ``loss_scale`` (in ln units, ~10 %) count
     linearly rather than quadratically, so a run the model cannot explain does not drag the
-    others; ``"linear"`` is plain least squares.
+    others; ``"cauchy"`` goes further (an outlier's pull falls off); ``"linear"`` is plain
+    least squares.
     """
     if not cases:
         raise CalibrationError("no workload measurements to fit")
@@ -727,8 +743,8 @@ def calibrate_workloads(
             raise CalibrationError(
                 f"frozen_jacobian has shape {jac_fixed.shape}, expected {(n_targets, len(names))}"
             )
-    if loss not in ("linear", "soft_l1"):
-        raise CalibrationError(f"unknown loss {loss!r}: use linear or soft_l1")
+    if loss != "linear" and loss not in LOSSES:
+        raise CalibrationError(f"unknown loss {loss!r}: use linear, soft_l1 or cauchy")
     ev = _Evaluator(cases, workers)
     count = 0
     raw_at: dict[bytes, np.ndarray] = {}
@@ -758,7 +774,7 @@ def calibrate_workloads(
     def robust(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if loss == "linear":
             return r, np.ones_like(r)
-        return soft_l1(r, loss_scale)
+        return LOSSES[loss](r, loss_scale)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return robust(raw(x))[0]

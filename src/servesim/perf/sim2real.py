@@ -323,6 +323,11 @@ SIM2REAL_FIT = [
     "per_layer_overhead_s",
     "frontend_latency_s",
 ]
+#: Robust loss of the sim2real fit: Cauchy, so that a run no global setting can explain (run 48:
+#: Llama-4-Scout with 1,400-token outputs, TTFT 2.4x and ITL 1.4x what the same model's other runs
+#: imply) is effectively left out instead of dragging the shared coefficients (with soft-L1 it
+#: pulled the weight-streaming efficiency of every dense model 20 % low).
+SIM2REAL_LOSS = "cauchy"
 #: Metrics the fit matches, per load stage. E2E follows from them given the output length; it is
 #: left out because the spec's max_tokens is not what every run produced (EOS, see the README).
 SIM2REAL_TARGETS = ("ttft_mean", "itl_mean")
@@ -406,6 +411,7 @@ def calibrate_experiments(
     max_iter: int = 12,
     progress: Callable[[str], None] | None = None,
     jacobian_reuse: bool = True,
+    loss: str = SIM2REAL_LOSS,
 ) -> Sim2RealCalibration:
     """Fit one profile on all experiments and, with ``leave_one_out``, one per held-out experiment.
 
@@ -444,6 +450,7 @@ def calibrate_experiments(
         name="sim2real-all",
         progress=progress,
         frozen_jacobian=jac,
+        loss=loss,
     )
     folds: dict[str, CalibrationReport] = {}
     if leave_one_out:
@@ -461,5 +468,6 @@ def calibrate_experiments(
                 name=f"sim2real-without-{c.name}",
                 progress=progress,
                 frozen_jacobian=jac,
+                loss=loss,
             )
     return Sim2RealCalibration(fit=names, settings=settings, full=full, folds=folds)
