@@ -129,6 +129,10 @@ class RayExecutor(_Base):
             }
             if address is None:
                 kwargs["num_cpus"] = n_jobs
+                # Under `uv run`, Ray would start its workers with the same uv command inside a
+                # copy of the working directory (a relative `.tools/bin/uv` is then missing and
+                # the workers never start). A local instance shares this interpreter instead.
+                os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
             try:
                 ray.init(address=address, **kwargs)
             except Exception as exc:  # Ray raises RuntimeError, ConnectionError, ValueError...
