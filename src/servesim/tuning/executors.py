@@ -114,6 +114,8 @@ class RayExecutor(_Base):
             # and refuses to when that is not the project, is not needed.
             os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         try:
+            # Before Ray reads it (at import): see the note at ray.init below.
+            os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
             import ray
         except ImportError:
             raise ValueError(
