@@ -28,7 +28,7 @@ typecheck: sync
 	$(UV_RUN) mypy src
 
 unit: sync
-	$(UV_RUN) pytest -n 2
+	.venv/bin/python -m pytest -n 2  # not under uv run: Ray would start its workers through uv
 
 test: lint typecheck unit
 
