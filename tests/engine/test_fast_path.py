@@ -18,8 +18,20 @@ def test_fast_path_equals_naive_loop(data: st.DataObject) -> None:
     trace = data.draw(traces())
     config = data.draw(configs(trace))
     model = data.draw(step_models)
-    naive = simulate(trace, config, model, fast=False, check_invariants=True)
-    fast = simulate(trace, config, model, fast=True, check_invariants=data.draw(st.booleans()))
+    naive_log: list[dict[str, object]] = []
+    fast_log: list[dict[str, object]] = []
+    naive = simulate(trace, config, model, fast=False, check_invariants=True, step_log=naive_log.append)
+    log = data.draw(st.booleans())  # results must not depend on whether steps are logged
+    fast = simulate(
+        trace,
+        config,
+        model,
+        fast=True,
+        check_invariants=data.draw(st.booleans()),
+        step_log=fast_log.append if log else None,
+    )
+    if log:
+        assert fast_log == naive_log  # the --step-log a user compares with vLLM, line for line
     pd.testing.assert_frame_equal(fast.requests, naive.requests)
     pd.testing.assert_frame_equal(fast.steps, naive.steps)
     pd.testing.assert_frame_equal(fast.preemptions, naive.preemptions)

@@ -14,6 +14,11 @@ the list is always [unhashed...][hashed, least recently released first...]. Here
     keep their place in the eviction order, which decides when live blocks behind them are
     evicted, but move in bulk.
 
+A dead run with no live block ahead of it is popped before any live block, exactly like a
+blank block, so it *is* one: the LRU never starts with a dead run (such runs join
+``_blank``). Without shared content (no live block anywhere) every free block is blank and
+allocation is one slice of a list.
+
 Reference counts exist only for live blocks (``ref``); every other held block has exactly one
 owner. Which physical block id goes where never changes an observable result: blocks are
 interchangeable until they carry content.
@@ -101,7 +106,17 @@ class BlockPool:
                 # The rest of the run is now the head of the free queue: dead blocks carry no
                 # content anyone can hit, so they can simply become blank blocks there.
                 blank.extend(run)
+        self._blank_leading_dead_runs()
         return out
+
+    def _blank_leading_dead_runs(self) -> None:
+        """Keep the invariant that the LRU starts with a live block (or is empty)."""
+        lru = self._lru
+        while lru:
+            key = next(iter(lru))
+            if key >= 0:
+                return
+            self._blank.extend(lru.pop(key))  # type: ignore[arg-type]  # dead runs hold lists
 
     def _evict(self, b: int) -> None:
         h = self.block_hash.pop(b)
@@ -136,12 +151,17 @@ class BlockPool:
         """Take a reference on prefix-hit (live) blocks, pulling free ones out of the queue."""
         ref = self.ref
         lru = self._lru
+        head_taken = False
         for b in blocks:
             c = ref[b]
             if c == 0:
+                if not head_taken and next(iter(lru)) == b:
+                    head_taken = True
                 del lru[b]
                 self.num_free -= 1
             ref[b] = c + 1
+        if head_taken:
+            self._blank_leading_dead_runs()
 
     def num_evictable_among(self, blocks: list[int]) -> int:
         ref = self.ref
@@ -154,14 +174,21 @@ class BlockPool:
         ``blocks[:num_live]`` are live (ref-counted, hashed), ``blocks[num_live:num_hashed]`` are
         hashed with content no lookup can hit again, the rest are unhashed (the partial tail).
         """
+        lru = self._lru
+        if not num_live and not lru:  # no live block anywhere: all of them are as good as blank
+            self._blank.extend(blocks)
+            self.num_free += len(blocks)
+            return
         if num_hashed < len(blocks):
             self._blank.extend(blocks[num_hashed:])  # prepended, the tail block first
-        lru = self._lru
         if num_live < num_hashed:
-            # Tail first into the LRU: blocks[num_hashed-1] is evicted first, i.e. it goes last
-            # in the stored run.
-            lru[self._next_run] = blocks[num_live:num_hashed]
-            self._next_run -= 1
+            if lru:
+                # Tail first into the LRU: blocks[num_hashed-1] is evicted first, i.e. it goes
+                # last in the stored run.
+                lru[self._next_run] = blocks[num_live:num_hashed]
+                self._next_run -= 1
+            else:  # nothing live ahead of it: the run is as good as blank
+                self._blank.extend(blocks[num_live:num_hashed])
         freed = len(blocks) - num_live
         if num_live:
             ref = self.ref
@@ -179,6 +206,7 @@ class BlockPool:
         """Assert the pool's invariants given ``held``: block -> number of holders."""
         blank = self._blank
         in_lru: list[int] = []
+        assert not self._lru or next(iter(self._lru)) >= 0, "the LRU starts with a dead run"
         for key, run in self._lru.items():
             if run is None:
                 in_lru.append(key)

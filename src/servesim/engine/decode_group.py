@@ -26,6 +26,8 @@ import heapq
 from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.request import Request
 
+SEQ_BITS = 40  # admission numbers stay below 2**40
+
 
 class DecodeGroup:
     __slots__ = ("block_size", "buckets", "ctx_base", "finish_heap", "kv", "limbo", "max_model_len", "n")
@@ -39,7 +41,9 @@ class DecodeGroup:
         # the new one included) sum to ctx_base + n*(k+1).
         self.ctx_base = 0
         self.buckets = [0] * self.block_size
-        self.finish_heap: list[tuple[int, int, int, Request]] = []
+        # (finish step, admission order) packed in one int, so heap comparisons stay on ints;
+        # then the step the member joined (an entry is stale once the member left) and the member.
+        self.finish_heap: list[tuple[int, int, Request]] = []
         self.limbo: list[int] = []
 
     def add(self, r: Request, step: int) -> None:
@@ -51,7 +55,7 @@ class DecodeGroup:
         self.ctx_base += c0 - step
         limit = min(r.max_tokens, self.max_model_len - r.prompt_len)
         finish_step = step + (limit - r.num_output) - 1
-        heapq.heappush(self.finish_heap, (finish_step, r.admit_seq, step, r))
+        heapq.heappush(self.finish_heap, ((finish_step << SEQ_BITS) | r.admit_seq, step, r))
 
     def materialize(self, r: Request, step: int, last_token_time: float) -> None:
         """Leave the group with state exact as of the start of ``step``."""
@@ -80,9 +84,9 @@ class DecodeGroup:
         """The earliest step in which a member produces its last token (drops stale entries)."""
         heap = self.finish_heap
         while heap:
-            f, _seq, s0, r = heap[0]
+            key, s0, r = heap[0]
             if r.sync_step == s0:
-                return f
+                return key >> SEQ_BITS
             heapq.heappop(heap)
         return 1 << 62
 
@@ -90,8 +94,9 @@ class DecodeGroup:
         """Members whose last token is produced by ``step`` (in running order)."""
         heap = self.finish_heap
         out: list[Request] = []
-        while heap and heap[0][0] <= step:
-            _f, _seq, s0, r = heapq.heappop(heap)
+        bound = (step + 1) << SEQ_BITS
+        while heap and heap[0][0] < bound:
+            _key, s0, r = heapq.heappop(heap)
             if r.sync_step == s0:  # else a stale entry of a member that left the group
                 out.append(r)
         return out

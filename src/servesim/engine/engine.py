@@ -16,6 +16,7 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable
+from struct import Struct
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,9 @@ class Recorder:
         "num_finished",
     )
 
+    # Packs one step row: array.frombytes(pack(...)) is twice as fast as array.extend(tuple).
+    pack_step = Struct(f"{len(STEP_FIELDS)}d").pack
+
     def __init__(self, n_requests: int) -> None:
         # One row of STEP_FIELDS per step, flattened; compact (8 bytes a value) and read back by
         # numpy without a copy.
@@ -142,12 +146,17 @@ class Recorder:
         if r.finish_time >= 0:
             self.finish[i] = r.finish_time
         self.num_output[i] = r.num_output
-        self.preemptions[i] = r.num_preemptions
-        self.recomputed[i] = r.recomputed_tokens
-        self.reused[i] = r.reused_tokens
-        self.prefix_hit[i] = r.prefix_hit_tokens
         self.outcome[i] = r.outcome
-        self.flush_tokens(r)
+        if r.num_preemptions:  # these columns start at 0: most requests leave them there
+            self.preemptions[i] = r.num_preemptions
+        if r.recomputed_tokens:  # (a request moved off a lost replica has no preemption)
+            self.recomputed[i] = r.recomputed_tokens
+        if r.reused_tokens:
+            self.reused[i] = r.reused_tokens
+        if r.prefix_hit_tokens:
+            self.prefix_hit[i] = r.prefix_hit_tokens
+        if r.segments:
+            self.flush_tokens(r)
 
     def flush_tokens(self, r: Request) -> None:
         """Add a request's inter-token gaps on this replica to the pooled ITL figures."""
@@ -226,6 +235,7 @@ class Engine:
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
         self.progress = progress
         self.num_closed = 0
+        self._next_progress = PROGRESS_EVERY_STEPS
         self._step_time = step_time.step_time
         self._empty_steps = 0
         self.step_time = step_time
@@ -367,8 +377,8 @@ class Engine:
                 rec.prefix_queries += r.prompt_len
         batch = p.batch
         prefill = batch.num_prefill_tokens
-        rec.steps.extend(
-            (
+        rec.steps.frombytes(
+            rec.pack_step(
                 now,
                 p.duration,
                 batch.num_decodes + prefill,
@@ -390,22 +400,22 @@ class Engine:
         self.step = step + 1
         if self.check_invariants:
             self.assert_invariants()
-        if self.progress is not None and not self.step % PROGRESS_EVERY_STEPS:
+        if self.progress is not None and self.step >= self._next_progress:
+            self._next_progress = self.step + PROGRESS_EVERY_STEPS
             self.progress(self.num_closed, self.trace.n)
         return finished
 
     def _decode_stretch(self, limit: float) -> bool:
-        """Advance, in one go, the steps in which only the decode group runs and nothing can
-        change the batch: no request arrives, none finishes, every step's new blocks fit, and
-        no waiting request can be admitted (there is none, or ``max_num_seqs`` is reached).
+        """Advance, in one go, the steps in which only the decode group runs: no request
+        arrives, every step's new blocks fit, and no waiting request can be admitted (there is
+        none, or ``max_num_seqs`` is reached). A step in which members produce their last token
+        is part of the stretch too: they leave exactly as ``Scheduler.update`` would have them
+        leave; the stretch ends there if that makes room for a waiting request.
         Returns False when not even one such step is ahead."""
         sched = self.scheduler
         group = sched.group
         assert group is not None
         step = self.step
-        end = group.next_finish_step()  # that step runs the normal way
-        if end <= step:
-            return False
         t = self.now
         next_arrival = self.trace.arrival[self._next] if self._next < self.trace.n else math.inf
         if limit < next_arrival:
@@ -413,52 +423,83 @@ class Engine:
         if next_arrival <= t:
             return False
         n = group.n
-        budget_left = sched.budget - n
-        if budget_left < 0:
+        if sched.budget < n:
             return False
+        end = group.next_finish_step()
         pool = self.pool
         free = pool.num_free
         usable = pool.usable_blocks
         buckets = group.buckets
         bs = group.block_size
         ctx = group.ctx_base
-        step_time = self.step_time.step_time
-        steps = self.rec.steps
+        step_time = self._step_time
+        add_row = self.rec.steps.frombytes
+        pack = self.rec.pack_step
         step_end = self.rec.step_end
-        n_running = len(sched.running)
-        n_waiting = len(sched.waiting)
+        running = sched.running
+        n_running = len(running)
+        waiting = sched.waiting
+        n_waiting = len(waiting)
         log = self.step_log
         first = step
-        while step < end and t < next_arrival:
+        while t < next_arrival:
             pops = buckets[step % bs]
             if pops > free:
                 break
-            batch = BatchComposition(n, ctx + n * (step + 1), [])
-            dt = step_time(batch)
+            dt = step_time(BatchComposition(n, ctx + n * (step + 1), [], 0))
             if not dt > 0:
-                raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
+                raise ValueError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
             if t + dt > limit:
                 break  # it would still be running at the limit: leave it to begin_step
             free -= pops
-            steps.extend((t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
-            t += dt
-            step_end.append(t)
+            t_end = t + dt
+            step_end.append(t_end)
+            if step < end:
+                add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
+                if log is not None:
+                    self._log_stretch_step(step, [])
+                t = t_end
+                step += 1
+                continue
+            # Members produce their last token in this step: hand them the blocks popped so far
+            # (the pool's order of pops and frees stays the per-step one), then retire them.
+            taken = pool.num_free - free
+            if taken:
+                group.limbo.extend(pool.get_new_blocks(taken))
+            done = group.pop_finishing(step)
+            for r in done:
+                group.materialize(r, step + 1, t_end)
+            add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, len(done)))
             if log is not None:
-                self._log_stretch_step(step, self.rec.step_row(step))
+                self._log_stretch_step(step, done)
+            sched.retire(done, t_end)
+            for r in done:
+                self._close(r)
+            t = t_end
             step += 1
+            free = pool.num_free
+            n = group.n
+            ctx = group.ctx_base
+            n_running = len(running)
+            if not n or (n_waiting and n_running < sched.max_num_seqs):
+                break  # idle, or a waiting request may be admitted: the next step is a full one
+            end = group.next_finish_step()
         if step == first:
             return False
         taken = pool.num_free - free
         if taken:
             group.limbo.extend(pool.get_new_blocks(taken))
+        group.compact()
         self.now = t
         self.step = step
         if self.check_invariants:
             self.assert_invariants()
         return True
 
-    def _log_stretch_step(self, step: int, row: tuple[float, ...]) -> None:
+    def _log_stretch_step(self, step: int, finished: list[Request]) -> None:
+        """The step-log line of a stretch step (every running request decodes one token)."""
         assert self.step_log is not None
+        row = self.rec.step_row(step)
         self.step_log(
             {
                 "step": step,
@@ -469,7 +510,7 @@ class Engine:
                 "new": [],
                 "resumed": [],
                 "preempted": [],
-                "finished": [],
+                "finished": [r.req_id for r in finished],
                 "prefix_hit_tokens": {},
                 "num_running": int(row[5]),
                 "num_waiting": int(row[6]),
@@ -637,6 +678,8 @@ class Engine:
         group = sched.group
         held: dict[int, int] = {}
         bs = self.kv.block_size
+        seqs = [r.admit_seq for r in sched.running]
+        assert seqs == sorted(set(seqs)), "running list out of admission order"
         for r in sched.running:
             assert r.status == RUNNING, f"{r.req_id} in running with status {r.status}"
             assert r.num_output >= 0 and r.num_computed >= 0, f"{r.req_id} has a negative count"

@@ -156,26 +156,33 @@ class KVCacheManager:
         bs = self.block_size
         mml = self.max_model_len
         num_tokens = r.prompt_len + r.num_output
-        hit_tokens = len(hit) * bs
-        watermark = self.watermark_blocks if (has_running and r.status in (WAITING, PREEMPTED)) else 0
-        evictable = pool.num_evictable_among(hit) if hit else 0
-        free = pool.num_free
+        num_hit = len(hit)
+        # Free blocks this request may take: minus hit blocks it revives and the watermark.
+        room = pool.num_free
+        if hit:
+            room -= pool.num_evictable_among(hit)
+        if has_running and r.status in (WAITING, PREEMPTED):
+            room -= self.watermark_blocks
         if self.full_sequence_must_fit:
             # Gate: the whole sequence must fit (blocks beyond the hit, plus hit blocks to revive).
-            full_blocks = -(-min(num_tokens, mml) // bs)
-            if max(full_blocks - len(hit), 0) + evictable + watermark > free:
+            beyond_hit = -(-(num_tokens if num_tokens < mml else mml) // bs) - num_hit
+            if (beyond_hit if beyond_hit > 0 else 0) > room:
                 return False
-        total = min(hit_tokens + external, mml) + n
-        slot_blocks = -(-min(total, mml) // bs)
-        if max(slot_blocks - len(hit), 0) + evictable + watermark > free:
+        total = num_hit * bs + external
+        if total > mml:
+            total = mml
+        total += n
+        more = -(-(total if total < mml else mml) // bs) - num_hit
+        if (more if more > 0 else 0) > room:
             return False
         if hit:
             pool.touch(hit)
-        r.blocks = hit
-        r.num_cached_blocks = r.num_live_blocks = len(hit)
-        more = slot_blocks - len(hit)
-        if more > 0:
-            r.blocks.extend(pool.get_new_blocks(more))
+            r.blocks = hit
+            if more > 0:
+                hit.extend(pool.get_new_blocks(more))
+        else:
+            r.blocks = pool.get_new_blocks(more)
+        r.num_cached_blocks = r.num_live_blocks = num_hit
         if self.caching:
             self.cache_blocks(r, total if total < num_tokens else num_tokens)
         return True

@@ -23,8 +23,11 @@ through the same plain code as the naive engine.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from operator import attrgetter
+
 from servesim.engine.config import EngineConfig
-from servesim.engine.decode_group import DecodeGroup
+from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.request import (
     FINISHED,
@@ -67,13 +70,15 @@ class StepPlan:
         decodes = self.num_group_decodes
         ctx = self.group_ctx_sum
         chunks: list[tuple[int, int]] = []
+        prefill = 0
         for r, n in self.scheduled:
             if n == 1:
                 decodes += 1
                 ctx += r.num_computed + 1
             else:
                 chunks.append((n, r.num_computed))
-        return BatchComposition(decodes, ctx, chunks)
+                prefill += n
+        return BatchComposition(decodes, ctx, chunks, prefill)
 
 
 class Scheduler:
@@ -132,7 +137,7 @@ class Scheduler:
             ok = kv.allocate_running(r, n)
             while not ok:
                 victim = self._victim(r)
-                vi = len(running) - 1 if victim is running[-1] else running.index(victim)
+                vi = len(running) - 1 if victim is running[-1] else running_index(running, victim)
                 del running[vi]
                 if vi < i:  # already served this step: give its tokens back (priority policy)
                     i -= 1
@@ -176,7 +181,7 @@ class Scheduler:
             # their token out of the budget already.
             used = 0
             for j, r in enumerate(explicit):
-                members_before = running.index(r) - j
+                members_before = running_index(running, r) - j
                 avail = budget - members_before - used
                 if avail <= 0:
                     return -1
@@ -313,28 +318,33 @@ class Scheduler:
             if o >= r.max_tokens or r.prompt_len + o >= mml:
                 finished.append(r)
         group = self.group
-        if group is not None and plan.num_group_decodes and group.finish_heap[0][0] <= step:
+        if group is not None and plan.num_group_decodes and group.finish_heap[0][0] >> SEQ_BITS <= step:
             done = group.pop_finishing(step)
             if done:
                 for r in done:
                     group.materialize(r, step + 1, t_end)
                 if finished:
                     finished.extend(done)
-                    finished.sort(key=_admit_key)
+                    finished.sort(key=_admit_seq)
                 else:
                     finished = done
         if finished:
-            running = self.running
-            free = self.kv.free
-            for r in finished:
-                r.status = FINISHED
-                r.finish_time = t_end
-                r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
-                free(r)
-                running.remove(r)
+            self.retire(finished, t_end)
         if group is not None:
             self._regroup(plan, step + 1)
         return finished
+
+    def retire(self, finished: list[Request], t_end: float) -> None:
+        """Requests that produced their last token in the step ending at ``t_end`` leave the
+        running list and free their blocks, in scheduling order."""
+        running = self.running
+        free = self.kv.free
+        for r in finished:
+            r.status = FINISHED
+            r.finish_time = t_end
+            r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
+            free(r)
+            del running[running_index(running, r)]
 
     def _regroup(self, plan: StepPlan, next_step: int) -> None:
         """After a step, explicit requests that now decode join the group."""
@@ -349,7 +359,7 @@ class Scheduler:
                 candidates = plan.new  # already in admission order
             else:
                 candidates = candidates + plan.new + plan.resumed
-                candidates.sort(key=_admit_key)
+                candidates.sort(key=_admit_seq)
         for r in candidates:
             if r.status != RUNNING:
                 continue
@@ -378,11 +388,16 @@ def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int
     return cap if n > cap else n
 
 
+_admit_seq = attrgetter("admit_seq")
+
+
+def running_index(running: list[Request], r: Request) -> int:
+    """Position of ``r`` in the running list, which is sorted by admission order: a binary
+    search (``list.index`` compares element by element through ``__eq__``, far slower)."""
+    return bisect_left(running, r.admit_seq, key=_admit_seq)
+
+
 def _priority_key(r: Request) -> tuple[int, float, int]:
     # vLLM: max over (priority, arrival_time). Arrival times of real requests are distinct (the
     # wall clock at receipt), so requests sharing a trace timestamp are ordered by trace position.
     return (r.priority, r.arrival, r.idx)
-
-
-def _admit_key(r: Request) -> int:
-    return r.admit_seq

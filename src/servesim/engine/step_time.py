@@ -19,16 +19,22 @@ class BatchComposition:
     cache before the chunk) per request that is prefilling more than one token; a request
     scheduled for exactly one token counts as a decode, with context = computed + 1."""
 
-    __slots__ = ("decode_ctx_sum", "num_decodes", "prefill_chunks")
+    __slots__ = ("decode_ctx_sum", "num_decodes", "num_prefill_tokens", "prefill_chunks")
 
-    def __init__(self, num_decodes: int, decode_ctx_sum: int, prefill_chunks: list[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        num_decodes: int,
+        decode_ctx_sum: int,
+        prefill_chunks: list[tuple[int, int]],
+        num_prefill_tokens: int | None = None,
+    ) -> None:
         self.num_decodes = num_decodes
         self.decode_ctx_sum = decode_ctx_sum
         self.prefill_chunks = prefill_chunks
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(c for c, _ in self.prefill_chunks)
+        # The sum of the chunks' new tokens (the engine passes it; it has it at hand).
+        self.num_prefill_tokens = (
+            sum(c for c, _ in prefill_chunks) if num_prefill_tokens is None else num_prefill_tokens
+        )
 
     @property
     def num_tokens(self) -> int:
