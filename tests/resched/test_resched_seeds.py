@@ -19,7 +19,7 @@ from servesim.resched import RescheduleInputError, reschedule
 runner = CliRunner()
 
 # The seeds' stated outcomes need req-102's 400 decode steps to fit 1200 ms: <= 3 ms per step
-# (a small model, or a fast GPU). The default context (Llama-3.1-8B on one H100, ~6.7 ms per
+# (a small model, or a fast GPU). The default context (Llama-3.1-8B on one H100, ~7.4 ms per
 # step) projects req-102 late; see test_seed_1_default_context_projects_req_102_late.
 SEED_STEP_MS = 2.5
 
@@ -87,7 +87,7 @@ def test_finishing_exactly_at_the_budget_is_not_a_violation() -> None:
 
 
 def test_seed_1_default_context_projects_req_102_late() -> None:
-    """Under the default context (Llama-3.1-8B on one H100, the roofline model: ~6.7 ms per decode
+    """Under the default context (Llama-3.1-8B on one H100, the roofline model: ~7.4 ms per decode
     step at batch 2) order and savings are the seeds', but req-102 cannot do 400 decode steps in
     1200 ms: this differs from the issue's stated "no violation", on purpose (the model decides)."""
     plan = reschedule(SEED_1)
