@@ -90,8 +90,9 @@ class DecodeGroup:
             heapq.heappop(heap)
         return 1 << 62
 
-    def pop_finishing(self, step: int) -> list[Request]:
-        """Members whose last token is produced by ``step`` (in running order)."""
+    def take_finishing(self, step: int, t_end: float) -> list[Request]:
+        """Members whose last token is produced by ``step`` (ending at ``t_end``), out of the
+        group with their state as of that step's end, in running order."""
         heap = self.finish_heap
         out: list[Request] = []
         bound = (step + 1) << SEQ_BITS
@@ -99,6 +100,8 @@ class DecodeGroup:
             _key, s0, r = heapq.heappop(heap)
             if r.sync_step == s0:  # else a stale entry of a member that left the group
                 out.append(r)
+        for r in out:
+            self.materialize(r, step + 1, t_end)
         return out
 
     def compact(self) -> None:

@@ -438,8 +438,7 @@ class Engine:
         step_end = self.rec.step_end
         running = sched.running
         n_running = len(running)
-        waiting = sched.waiting
-        n_waiting = len(waiting)
+        n_waiting = len(sched.waiting)
         log = self.step_log
         first = step
         while t < next_arrival:
@@ -466,9 +465,7 @@ class Engine:
             taken = pool.num_free - free
             if taken:
                 group.limbo.extend(pool.get_new_blocks(taken))
-            done = group.pop_finishing(step)
-            for r in done:
-                group.materialize(r, step + 1, t_end)
+            done = group.take_finishing(step, t_end)
             add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, len(done)))
             if log is not None:
                 self._log_stretch_step(step, done)

@@ -319,10 +319,8 @@ class Scheduler:
                 finished.append(r)
         group = self.group
         if group is not None and plan.num_group_decodes and group.finish_heap[0][0] >> SEQ_BITS <= step:
-            done = group.pop_finishing(step)
+            done = group.take_finishing(step, t_end)
             if done:
-                for r in done:
-                    group.materialize(r, step + 1, t_end)
                 if finished:
                     finished.extend(done)
                     finished.sort(key=_admit_seq)
