@@ -175,7 +175,7 @@ class BlockPool:
         hashed with content no lookup can hit again, the rest are unhashed (the partial tail).
         """
         lru = self._lru
-        if not num_live and not lru:  # no live block anywhere: all of them are as good as blank
+        if not num_live and not lru:  # none of these is live and none is queued ahead: all blank
             self._blank.extend(blocks)
             self.num_free += len(blocks)
             return
