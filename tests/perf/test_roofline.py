@@ -122,10 +122,25 @@ def test_tensor_parallelism_cuts_gemm_time_but_adds_allreduce() -> None:
     four = model("llama-3.1-70b", tp=4).breakdown(b)
     assert four["gemm"] < one["gemm"] / 3
     assert one["allreduce"] == 0 and four["allreduce"] > 0
-    # 161 all-reduces of 1056 x 8192 x 2 bytes over 450 GB/s x 0.7, ring factor 1.5, + 8 us each
-    expected = 161 * (8e-6 + 1.5 * 1056 * 8192 * 2 / (450e9 * 0.7)) + 33 * 128256 * 2 * 0.75 / (450e9 * 0.7)
+    # 161 all-reduces of 1056 x 8192 x 2 bytes (17 MB: two-shot, ring factor 1.5) over
+    # 450 GB/s x 0.7, + 4 us per peer each, + what two-shot's synchronisation costs (what
+    # one-shot reads at the 512 KiB switch, 31 tokens, beyond the ring's bytes); the lm_head's
+    # logits gathered for 33 sequences
+    gather = 33 * 128256 * 2 * 0.75 / (450e9 * 0.7)
+    switch = 31 * (3 - 1.5) * 8192 * 2 / (450e9 * 0.7)
+    expected = 161 * (3 * 4e-6 + 1.5 * 1056 * 8192 * 2 / (450e9 * 0.7) + switch) + gather
     assert four["allreduce"] == pytest.approx(expected, rel=1e-6)
     assert model("llama-3.1-70b", tp=4).step_time(b) < model("llama-3.1-70b", tp=1).step_time(b)
+    # 16 decodes: 256 KiB messages go one-shot (under vLLM's 512 KiB limit for 4 GPUs), each
+    # rank reading its 3 peers' buffers
+    small = model("llama-3.1-70b", tp=4).breakdown(BatchComposition(16, 16 * 100, []))
+    one_shot = 161 * (3 * 4e-6 + 3 * 16 * 8192 * 2 / (450e9 * 0.7)) + 16 * 128256 * 2 * 0.75 / (450e9 * 0.7)
+    assert small["allreduce"] == pytest.approx(one_shot, rel=1e-6)
+    # 2 GPUs: one-shot and ring read the same bytes, and there is one peer
+    two = model("llama-3.1-70b", tp=2).breakdown(BatchComposition(16, 16 * 100, []))
+    assert two["allreduce"] == pytest.approx(
+        161 * (4e-6 + 16 * 8192 * 2 / (450e9 * 0.7)) + 16 * 128256 * 2 * 0.5 / (450e9 * 0.7), rel=1e-6
+    )
 
 
 def test_moe_reads_only_the_experts_its_tokens_touch() -> None:

@@ -97,6 +97,11 @@ def test_itl_mean_is_inference_perfs_definition() -> None:
     assert s["itl_mean"] == pytest.approx((mean_e2e - mean_ttft) / (mean_out - 1))
     assert s["tpot_mean"] == pytest.approx(100.0)  # per request 100 ms, one-token request left out
     assert s["e2e_p90"] == pytest.approx(np.percentile([1100, 2200, 300], 90))
+    # the client counted fewer tokens than were generated (inference-perf re-tokenizes the text):
+    # its itl_mean divides the same latencies by its own count; everything else is unchanged
+    c = summarize_latencies(out, counted_output_tokens=9.0)
+    assert c["itl_mean"] == pytest.approx((mean_e2e - mean_ttft) / (9.0 - 1))
+    assert c["mean_output_tokens"] == mean_out and c["tpot_mean"] == s["tpot_mean"]
 
 
 def test_async_lag() -> None:
@@ -195,6 +200,27 @@ def test_kv_blocks_setting_and_experiment_case(sim2real_dir: Path, tmp_path: Pat
     assert abs(model_info["num_gpu_blocks"] / exp.total_kv_blocks - 1) < 0.05
     case = experiment_case(exp)
     assert set(case.targets) == {"0:ttft_mean", "0:itl_mean", "1:ttft_mean", "1:itl_mean"}
+
+
+def test_generated_and_counted_output_tokens(sim2real_dir: Path, tmp_path: Path) -> None:
+    """Llama-2-7B: every request generates max_tokens (inference-perf sends ignore_eos), but the
+    client counted ~195 tokens per request; the scored itl_mean divides by that count."""
+    f = _short_copy(sim2real_dir / "20260217-155451.json", tmp_path, duration=10.0)
+    (exp,) = load_experiments(f)
+    counted = exp.counted_output_tokens()
+    assert set(counted) == {"-1", "0", "1"} and 190 < counted["-1"] < 200
+    prof = sim2real_base_profile()
+    pred, out, _ = run_experiment(exp, prof, RunSettings())
+    assert set(out.num_output[out.finished].tolist()) == {247}
+    gen, _, _ = run_experiment(exp, prof, RunSettings(itl_tokens="generated"))
+    for stage in exp.stage_keys:
+        assert pred[stage]["e2e_mean"] == gen[stage]["e2e_mean"]
+        assert pred[stage]["itl_mean"] == pytest.approx(gen[stage]["itl_mean"] * 246 / (counted[stage] - 1))
+    _, short, _ = run_experiment(exp, prof, RunSettings(output_tokens="implied"))
+    assert set(short.num_output[short.finished].tolist()) == {round(counted["-1"])}
+    case = experiment_case(exp)
+    assert case.counted_output_tokens == counted
+    assert experiment_case(exp, RunSettings(itl_tokens="generated")).counted_output_tokens == {}
 
 
 def test_bad_experiment_files(tmp_path: Path) -> None:

@@ -97,6 +97,11 @@ class OutputTokens(StrEnum):
     implied = "implied"
 
 
+class ItlTokens(StrEnum):
+    counted = "counted"
+    generated = "generated"
+
+
 class Questions(StrEnum):
     per_session = "per-session"
     fresh = "fresh"
@@ -411,9 +416,16 @@ def register(app: typer.Typer) -> None:
             KVBlocks.model, "--kv-blocks", help="model: from the memory model; measured: the logged count."
         ),
         output_tokens: OutputTokens = typer.Option(
-            OutputTokens.implied,
+            OutputTokens.spec,
             "--output-tokens",
-            help="implied: the run's implied mean output length (what the model produced); spec: max_tokens.",
+            help="Tokens generated per request. spec: max_tokens (inference-perf sends ignore_eos); "
+            "implied: the run's implied mean output count.",
+        ),
+        itl_tokens: ItlTokens = typer.Option(
+            ItlTokens.counted,
+            "--itl-tokens",
+            help="What itl_mean divides by. counted: the client's output count (the run's implied count; "
+            "inference-perf re-tokenizes the text); generated: the simulated count.",
         ),
         questions: Questions = typer.Option(
             Questions.per_session,
@@ -431,7 +443,10 @@ def register(app: typer.Typer) -> None:
         with _guard():
             exps = load_experiments(directory)
             settings = RunSettings(
-                kv_blocks=kv_blocks.value, output_tokens=output_tokens.value, questions=questions.value
+                kv_blocks=kv_blocks.value,
+                output_tokens=output_tokens.value,
+                itl_tokens=itl_tokens.value,
+                questions=questions.value,
             )
             t0 = time.monotonic()
             progress: Callable[[str], None] | None = None

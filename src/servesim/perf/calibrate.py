@@ -535,7 +535,9 @@ class WorkloadCase:
 
     ``targets`` keys are ``metric`` or ``stage:metric`` (stage = index in ``requests.stage``),
     metrics as ``summarize_latencies`` names them (``ttft_mean``, ``tpot_mean``, ``itl_mean``,
-    ``itl_pooled_mean``, ``e2e_mean``, ...).
+    ``itl_pooled_mean``, ``e2e_mean``, ...). ``counted_output_tokens`` (keys ``"-1"`` for the
+    whole run, else the stage) is the client's mean output count where it is not what the engine
+    generated (``summarize_latencies``).
     """
 
     name: str
@@ -548,6 +550,7 @@ class WorkloadCase:
     weight: float = 1.0
     max_rounds: int = 12
     info: dict[str, Any] = field(default_factory=dict)
+    counted_output_tokens: dict[str, float] = field(default_factory=dict)
 
     def step_model(self, profile: HardwareProfile) -> RooflineStepTime:
         return RooflineStepTime(
@@ -572,13 +575,14 @@ class WorkloadCase:
     def metrics(self, out: ReplayOutcome) -> dict[str, float]:
         res: dict[str, float] = {}
         stages = {k.split(":", 1)[0] for k in self.targets if ":" in k}
-        base = summarize_latencies(out)
+        counted = self.counted_output_tokens
+        base = summarize_latencies(out, counted_output_tokens=counted.get("-1"))
         for k in self.targets:
             if ":" not in k and k in base:
                 res[k] = base[k]
         for s in stages:
             assert self.requests.stage is not None, f"{self.name}: stage targets need requests.stage"
-            sm = summarize_latencies(out, self.requests.stage == int(s))
+            sm = summarize_latencies(out, self.requests.stage == int(s), counted_output_tokens=counted.get(s))
             for k in self.targets:
                 st, _, metric = k.partition(":")
                 if st == s and metric in sm:
@@ -716,7 +720,10 @@ def calibrate_workloads(
     ``frozen_jacobian`` (case name -> its rows of d residual / d ln coefficient, e.g. from a
     fit on a superset of the cases, see ``CalibrationReport.jacobian``) replaces the
     finite-difference Jacobian: each iteration then costs one re-simulation instead of one per
-    coefficient. The optimum still uses only these cases' residuals.
+    coefficient. The optimum still uses only these cases' residuals. Each accepted step updates
+    that Jacobian along the step it took (Broyden's rank-one update, no extra re-simulation), so
+    a coefficient that moves far from where the Jacobian was taken (an efficiency halves, the
+    time it governs doubles) is steered by its real sensitivity, not the one at the start.
 
     ``loss="soft_l1"`` (default) makes errors beyond ``loss_scale`` (in ln units, ~10 %) count
     linearly rather than quadratically, so a run the model cannot explain does not drag the
@@ -780,10 +787,20 @@ def calibrate_workloads(
         return robust(raw(x))[0]
 
     last_jac: list[np.ndarray] = []
+    last_point: list[tuple[np.ndarray, np.ndarray]] = []
 
     def jacobian(x: np.ndarray, _r: np.ndarray) -> np.ndarray:
+        nonlocal jac_fixed
         r0_ = raw(x)
         if jac_fixed is not None:
+            if last_point:
+                # Broyden: make the Jacobian exact along the step just taken.
+                x_prev, r_prev = last_point[0]
+                dx = x - x_prev
+                dd = float(dx @ dx)
+                if dd > 0:
+                    jac_fixed = jac_fixed + np.outer(r0_ - r_prev - jac_fixed @ dx, dx) / dd
+            last_point[:] = [(x.copy(), r0_.copy())]
             j_raw = jac_fixed
         else:
             cols = []

@@ -104,7 +104,9 @@ class HardwareProfile(BaseModel):
         0.7, gt=0, le=1, description="All-reduce bus bandwidth / catalog GPU-to-GPU bandwidth."
     )
     allreduce_latency_s: float = Field(
-        8e-6, ge=0, description="Fixed cost of one tensor-parallel all-reduce."
+        4e-6,
+        ge=0,
+        description="Fixed cost of one tensor-parallel all-reduce per peer GPU (its barrier waits on each).",
     )
     step_overhead_s: float = Field(
         1.0e-3, ge=0, description="Fixed cost of every engine step (schedule, input prep, launch, sample)."

@@ -223,13 +223,19 @@ def replay(
     )
 
 
-def summarize_latencies(out: ReplayOutcome, mask: np.ndarray | None = None) -> dict[str, float]:
+def summarize_latencies(
+    out: ReplayOutcome, mask: np.ndarray | None = None, *, counted_output_tokens: float | None = None
+) -> dict[str, float]:
     """inference-perf / vllm-bench style metrics in milliseconds over finished requests in ``mask``.
 
     ``itl_mean`` is ``(mean e2e - mean ttft) / (mean output tokens - 1)`` (how inference-perf
     reports it); ``tpot_mean`` is the mean of per-request ``(e2e - ttft) / (outputs - 1)`` (how
     ``vllm bench serve`` reports TPOT) and ``itl_pooled_mean`` the mean gap between consecutive
     tokens pooled over requests (its ITL, one token per streamed chunk).
+
+    ``counted_output_tokens``: the mean output count the *client* reported, when it differs from
+    what the engine generated. inference-perf counts by re-tokenizing the streamed text (plus a
+    BOS), not from the server's ``completion_tokens``; its ``itl_mean`` divides by that count.
     """
     sel = out.finished if mask is None else (out.finished & mask)
     if not np.any(sel):
@@ -246,8 +252,9 @@ def summarize_latencies(out: ReplayOutcome, mask: np.ndarray | None = None) -> d
         "ttft_p99": float(np.percentile(ttft, 99)),
     }
     mean_out = float(nout.mean())
-    if mean_out > 1:
-        res["itl_mean"] = (res["e2e_mean"] - res["ttft_mean"]) / (mean_out - 1)
+    denom = mean_out if counted_output_tokens is None else float(counted_output_tokens)
+    if denom > 1:
+        res["itl_mean"] = (res["e2e_mean"] - res["ttft_mean"]) / (denom - 1)
     multi = nout > 1
     if np.any(multi):
         res["tpot_mean"] = float(np.mean((e2e[multi] - ttft[multi]) / (nout[multi] - 1)))

@@ -15,9 +15,10 @@ rank (all ranks do the same work, in lockstep):
 * **Attention**: decodes read their KV cache (``Σ context x kv_bytes_per_token``); a prefill
   chunk of ``c`` tokens after ``p`` cached ones does ``4 x heads x head_dim x c x (p + (c+1)/2)``
   FLOPs per layer and reads ``(p + c)`` tokens of KV; each side is ``max(compute, memory)``.
-* **Tensor parallelism**: ``2 x layers + 1`` all-reduces of ``T x hidden`` activations (ring:
-  ``2 (tp-1)/tp`` of the bytes over the GPU link) plus a fixed latency each; the lm_head's
-  logits are gathered.
+* **Tensor parallelism**: ``2 x layers + 1`` all-reduces of ``T x hidden`` activations over the
+  GPU link: on NVLink, small messages go one-shot (each rank reads ``tp-1`` peers' buffers),
+  larger ones two-shot / ring (``2 (tp-1)/tp`` of the bytes), as vLLM's custom all-reduce
+  chooses; plus a latency per peer (each all-reduce's barrier); the lm_head's logits are gathered.
 * **Overheads**: a fixed per-step cost, per layer, per scheduled request; extra for steps that
   carry prefill (piecewise CUDA graphs with eager attention) and per layer for steps above the
   largest CUDA graph (no graphs at all).
@@ -52,6 +53,21 @@ def cudagraph_capture_sizes(
     top = min(2 * max_num_seqs, 1024 if blackwell else 512)
     sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
     return [s for s in sizes if s <= top and s <= max_num_batched_tokens]
+
+
+def oneshot_allreduce_bytes(tp: int) -> int:
+    """Largest message (exclusive) vLLM's custom all-reduce sends one-shot on fully connected GPUs.
+
+    ``csrc/custom_all_reduce.cuh``: always for 2 GPUs (up to the 8 MiB custom all-reduce
+    buffer, above which NCCL runs), under 512 KiB for up to 4, under 256 KiB for up to 8.
+    """
+    if tp == 2:
+        return 8 * 2**20
+    if tp <= 4:
+        return 512 * 2**10
+    if tp <= 8:
+        return 256 * 2**10
+    return 0
 
 
 class RooflineStepTime:
@@ -157,16 +173,28 @@ class RooflineStepTime:
         flop_pair = 4.0 * (m.num_attention_heads // tp) * m.head_dim * L  # FLOPs per (query, key) pair
         self._a_cmp = flop_pair / (p16 * pr.attention_compute_efficiency)
 
-        # Tensor parallelism.
+        # Tensor parallelism: 2 L + 1 all-reduces of T x hidden activations per step (T padded
+        # to the CUDA graph's size, as the graph runs). On NVLink,
+        # vLLM's custom all-reduce reads every peer's buffer ("one-shot": (tp-1) x the bytes)
+        # below a message size that depends on tp, and reduce-scatters then all-gathers above it
+        # ("two-shot", the ring's 2 (tp-1)/tp); elsewhere NCCL's ring. vLLM switches where the two
+        # cost the same, so above the switch two-shot's extra synchronisation costs what one-shot
+        # read at it (the cost stays continuous). Each all-reduce also waits on a barrier with
+        # each of its tp-1 peers: ``allreduce_latency_s`` is per peer.
         if tp > 1:
             n_ar = 2 * L + 1
             link = g.interconnect_bandwidth * pr.interconnect_efficiency
-            ring = 2.0 * (tp - 1) / tp
-            self._ar_fixed = n_ar * pr.allreduce_latency_s
-            self._ar_tok = n_ar * ring * m.hidden_size * ab / link
+            tok_bytes = m.hidden_size * ab
+            self._ar_fixed = n_ar * pr.allreduce_latency_s * (tp - 1)
+            self._ar_tok = n_ar * 2.0 * (tp - 1) / tp * tok_bytes / link
+            self._ar_tok_1 = n_ar * (tp - 1) * tok_bytes / link
+            limit = oneshot_allreduce_bytes(tp) if g.interconnect == "nvlink" else 0
+            self._ar_max_1 = math.ceil(limit / tok_bytes) - 1 if limit else 0
+            self._ar_switch = self._ar_max_1 * (self._ar_tok_1 - self._ar_tok)
             self._gather_sample = m.vocab_size * ab * (tp - 1) / tp / link
         else:
-            self._ar_fixed = self._ar_tok = self._gather_sample = 0.0
+            self._ar_fixed = self._ar_tok = self._ar_tok_1 = self._ar_switch = self._gather_sample = 0.0
+            self._ar_max_1 = 0
 
         # Overheads and CUDA graphs.
         self._fixed = pr.step_overhead_s + L * pr.per_layer_overhead_s + self._ar_fixed
@@ -225,7 +253,11 @@ class RooflineStepTime:
             + extra
             + gemm
             + attn
-            + t * self._ar_tok
+            + (
+                padded * self._ar_tok_1
+                if padded <= self._ar_max_1
+                else padded * self._ar_tok + self._ar_switch
+            )
             + n_seq * (self._per_seq + self._gather_sample)
         )
 
@@ -258,7 +290,9 @@ class RooflineStepTime:
             "experts_touched": touched,
             "decode_attention": decode_attn,
             "prefill_attention": prefill_attn,
-            "allreduce": self._ar_fixed + t * self._ar_tok + n_seq * self._gather_sample,
+            "allreduce": self._ar_fixed
+            + (tp_ * self._ar_tok_1 if tp_ <= self._ar_max_1 else tp_ * self._ar_tok + self._ar_switch)
+            + n_seq * self._gather_sample,
             "step_overhead": pr.step_overhead_s,
             "layer_overhead": self.model.num_layers * pr.per_layer_overhead_s,
             "sequence_overhead": n_seq * pr.per_sequence_overhead_s,
