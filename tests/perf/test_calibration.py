@@ -27,6 +27,7 @@ from servesim.perf.calibrate import (
     default_step_fit,
     predict_workloads,
     soft_l1,
+    workload_jacobian,
     write_bench_result,
     write_step_csv,
 )
@@ -242,6 +243,39 @@ def test_bench_json_calibration_recovers_coefficients(tmp_path: Path) -> None:
     for p in report.parameters:
         assert _close(p.value, getattr(truth, p.name)), (p.name, p.value, getattr(truth, p.name))
     assert report.after.max_ape < 0.5
+
+
+def test_frozen_jacobian_fit_recovers_coefficients_from_far_away() -> None:
+    """The sim2real fits take one Jacobian at the priors and update it along their steps
+    (Broyden). Started at half the true efficiencies with a Jacobian five times too steep (a
+    fixed one would take steps a fifth of the needed size), the fit still lands on the true
+    coefficients within a few iterations: each step corrects the Jacobian along its path."""
+    truth = HardwareProfile(
+        gemm_bandwidth_efficiency=0.7,
+        gemm_compute_efficiency=0.55,
+        frontend_latency_s=10e-3,
+        async_scheduling=False,
+    )
+    cases = []
+    for rate, seed in ((4.0, 1), (12.0, 2)):
+        case = _bench_case(rate, 250, seed)
+        (metrics,) = predict_workloads([case], truth)
+        case.targets = {k: metrics[k] for k in case.targets}
+        cases.append(case)
+    start = HardwareProfile(
+        gemm_bandwidth_efficiency=0.35,
+        gemm_compute_efficiency=0.3,
+        frontend_latency_s=10e-3,
+        async_scheduling=False,
+    )
+    names = ["gemm_bandwidth_efficiency", "gemm_compute_efficiency"]
+    jac = {k: 5.0 * v for k, v in workload_jacobian(cases, start, names, diff_step=0.02).items()}
+    report = calibrate_workloads(
+        cases, base=start, fit=names, prior_weight=0.0, loss="linear", max_iter=6, frozen_jacobian=jac
+    )
+    assert report.before.max_ape > 50
+    for p in report.parameters:
+        assert _close(p.value, getattr(truth, p.name)), (p.name, p.value, getattr(truth, p.name))
 
 
 def test_bench_reader_mean_lengths_and_concurrency(tmp_path: Path) -> None:
