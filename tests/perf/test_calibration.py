@@ -205,6 +205,25 @@ def _bench_case(rate: float, n: int, seed: int, max_concurrency: int | None = No
     )
 
 
+#: The coefficients the synthetic vllm-bench runs are generated with.
+BENCH_TRUTH = HardwareProfile(
+    gemm_bandwidth_efficiency=0.7,
+    gemm_compute_efficiency=0.55,
+    frontend_latency_s=10e-3,
+    async_scheduling=False,
+)
+
+
+def _synthetic_bench_runs() -> list[tuple[WorkloadCase, dict[str, float]]]:
+    """Two vllm-bench runs (4 and 12 req/s, 250 requests) simulated with ``BENCH_TRUTH``."""
+    out = []
+    for rate, seed in ((4.0, 1), (12.0, 2)):
+        case = _bench_case(rate, 250, seed)
+        (metrics,) = predict_workloads([case], BENCH_TRUTH)
+        out.append((case, metrics))
+    return out
+
+
 def test_bench_json_calibration_recovers_coefficients(tmp_path: Path) -> None:
     """Simulate vllm-bench runs with known coefficients, write their result JSON, fit them back.
 
@@ -213,17 +232,11 @@ def test_bench_json_calibration_recovers_coefficients(tmp_path: Path) -> None:
     out; the front-end latency is held at its true value because mean TTFT cannot pin it down
     to 2 % through that jitter (the step-level test recovers every coefficient exactly).
     """
-    truth = HardwareProfile(
-        gemm_bandwidth_efficiency=0.7,
-        gemm_compute_efficiency=0.55,
-        frontend_latency_s=10e-3,
-        async_scheduling=False,
-    )
-    files = []
-    for rate, seed in ((4.0, 1), (12.0, 2)):
-        case = _bench_case(rate, 250, seed)
-        (metrics,) = predict_workloads([case], truth)
-        files.append(write_bench_result(case, metrics, tmp_path / f"bench-{rate}.json"))
+    truth = BENCH_TRUTH
+    files = [
+        write_bench_result(case, metrics, tmp_path / f"bench-{case.name}.json")
+        for case, metrics in _synthetic_bench_runs()
+    ]
     cases = [
         read_bench_result(f, model="llama-3.1-8b", gpu="h100", num_gpu_blocks=20000, seed=s)
         for f, s in zip(files, (1, 2), strict=True)
@@ -250,16 +263,9 @@ def test_frozen_jacobian_fit_recovers_coefficients_from_far_away() -> None:
     (Broyden). Started at half the true efficiencies with a Jacobian five times too steep (a
     fixed one would take steps a fifth of the needed size), the fit still lands on the true
     coefficients within a few iterations: each step corrects the Jacobian along its path."""
-    truth = HardwareProfile(
-        gemm_bandwidth_efficiency=0.7,
-        gemm_compute_efficiency=0.55,
-        frontend_latency_s=10e-3,
-        async_scheduling=False,
-    )
+    truth = BENCH_TRUTH
     cases = []
-    for rate, seed in ((4.0, 1), (12.0, 2)):
-        case = _bench_case(rate, 250, seed)
-        (metrics,) = predict_workloads([case], truth)
+    for case, metrics in _synthetic_bench_runs():
         case.targets = {k: metrics[k] for k in case.targets}
         cases.append(case)
     start = HardwareProfile(
