@@ -34,7 +34,7 @@ from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_h
 from servesim.perf.errors import PerfError
 from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile
-from servesim.perf.replay import ReplayOutcome, replay, summarize_latencies
+from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
 from servesim.perf.roofline import RooflineStepTime
 from servesim.perf.workload import SharedPrefixWorkload, shared_prefix_requests
 
@@ -91,8 +91,9 @@ class Sim2RealExperiment(BaseModel):
         return load_catalog().gpu(name)
 
     def implied_output_tokens(self) -> int | None:
-        v = (self.derived.get("implied_mean_output_tokens") or {}).get("-1")
-        return None if v is None else max(1, round(float(v)))
+        """The whole run's counted mean output length, rounded (None when the file lacks it)."""
+        v = self.counted_output_tokens().get("-1")
+        return None if v is None else round(v)
 
     def counted_output_tokens(self) -> dict[str, float]:
         """``{stage: mean output tokens as the client counted them}`` (``derived``; may be empty)."""
@@ -203,14 +204,10 @@ def experiment_setup(
     return config, st, info
 
 
-def run_experiment(
-    exp: Sim2RealExperiment, profile: HardwareProfile, settings: RunSettings | None = None
-) -> tuple[dict[str, dict[str, float]], ReplayOutcome, dict[str, Any]]:
-    """Simulate one experiment: (``{stage: {metric: ms}}``, the replay, setup details)."""
-    settings = settings or RunSettings()
-    config, st, info = experiment_setup(exp, profile, settings)
+def experiment_requests(exp: Sim2RealExperiment, settings: RunSettings) -> RequestSet:
+    """The experiment's workload re-created (seeded) under ``settings``."""
     out_len = exp.implied_output_tokens() if settings.output_tokens == "implied" else None
-    rs = shared_prefix_requests(
+    return shared_prefix_requests(
         exp.spec,
         seed=exp.seed,
         load_type=settings.load_type,
@@ -219,9 +216,23 @@ def run_experiment(
         questions=settings.questions,
         label=f"sim2real {exp.id}",
     )
+
+
+def itl_divisors(exp: Sim2RealExperiment, settings: RunSettings) -> dict[str, float]:
+    """``{stage: output count itl_mean divides by}``; empty means the simulated count."""
+    return exp.counted_output_tokens() if settings.itl_tokens == "counted" else {}
+
+
+def run_experiment(
+    exp: Sim2RealExperiment, profile: HardwareProfile, settings: RunSettings | None = None
+) -> tuple[dict[str, dict[str, float]], ReplayOutcome, dict[str, Any]]:
+    """Simulate one experiment: (``{stage: {metric: ms}}``, the replay, setup details)."""
+    settings = settings or RunSettings()
+    config, st, info = experiment_setup(exp, profile, settings)
+    rs = experiment_requests(exp, settings)
     out = replay(rs, config, st, profile, max_rounds=settings.max_rounds)
     assert rs.stage is not None
-    counted = exp.counted_output_tokens() if settings.itl_tokens == "counted" else {}
+    counted = itl_divisors(exp, settings)
     pred: dict[str, dict[str, float]] = {}
     for key in exp.stage_keys:
         mask = None if key == "-1" else (rs.stage == int(key))
@@ -366,16 +377,7 @@ def experiment_case(
     """The experiment as a calibration case: its workload, settings and per-stage targets."""
     settings = settings or RunSettings()
     config, st, info = experiment_setup(exp, profile or HardwareProfile(), settings)
-    out_len = exp.implied_output_tokens() if settings.output_tokens == "implied" else None
-    rs = shared_prefix_requests(
-        exp.spec,
-        seed=exp.seed,
-        load_type=settings.load_type,
-        output_len=out_len,
-        one_in_flight=settings.one_in_flight,
-        questions=settings.questions,
-        label=f"sim2real {exp.id}",
-    )
+    rs = experiment_requests(exp, settings)
     targets: dict[str, float] = {}
     for k in range(len(exp.spec.stages)):
         act = exp.actual.get(str(k), {})
@@ -395,7 +397,7 @@ def experiment_case(
         targets=targets,
         max_rounds=settings.max_rounds,
         info=info,
-        counted_output_tokens=exp.counted_output_tokens() if settings.itl_tokens == "counted" else {},
+        counted_output_tokens=itl_divisors(exp, settings),
     )
 
 
