@@ -7,6 +7,7 @@ import pytest
 from servesim.perf import (
     MemoryFitError,
     PerfError,
+    deployment_setup,
     kv_bytes_per_token,
     kv_capacity,
     load_catalog,
@@ -59,6 +60,44 @@ def test_weights_per_gpu() -> None:
     assert fp8.experts * 2 == bf16.experts and fp8.attention == bf16.attention
     tied = weight_breakdown(cat.model("llama-3.2-3b"), 1)
     assert tied.lm_head == 0 and tied.embedding > 0
+
+
+@pytest.mark.parametrize(
+    ("model", "weight_dtype", "tp", "logged_gib"),
+    [
+        ("llama-3.1-8b", None, 1, 14.99),
+        ("llama-3.1-70b", "fp8", 2, 33.88),  # RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic (same shape)
+        ("llama-3.1-70b", "fp8", 1, 67.72),
+    ],
+)
+def test_weights_match_vllms_logged_model_loading(
+    model: str, weight_dtype: str | None, tp: int, logged_gib: float
+) -> None:
+    """vLLM's "Model loading took X GiB" on H100 (llm-d-benchmark's empirical vLLM memory results,
+    docs/perf.md): weights, FP8 linears with BF16 embeddings and lm_head, and the RoPE cache."""
+    m = load_catalog().model(model).model_copy(update={"weight_dtype": weight_dtype})
+    assert weight_breakdown(m, tp).total / GiB == pytest.approx(logged_gib, rel=0.005)
+
+
+def test_estimates_outside_the_validated_runs_carry_caveats(sim2real_files: list[dict[str, object]]) -> None:
+    assert kv_capacity("llama-3.1-8b", "h100", 1, max_model_len=8192).caveats == []
+    (moe,) = kv_capacity("mixtral-8x7b", "h100", 2, max_model_len=8192).caveats
+    assert "MoE models is not validated" in moe and "upper bound" in moe and "--num-gpu-blocks" in moe
+    (gpu,) = kv_capacity("llama-3.1-8b", "a100-80gb", 1, max_model_len=8192).caveats
+    assert "fitted on H100" in gpu
+    scout = next(d for d in sim2real_files if "Scout" in str(d["model"]))
+    hf = scout["hf_config"]
+    assert isinstance(hf, dict)
+    (both,) = kv_capacity(model_from_hf_config(hf, name="scout"), "h100", 2, max_model_len=4096).caveats
+    assert "MoE and multimodal" in both
+    setup = deployment_setup("mixtral-8x7b", "h100", 2, max_num_seqs=64, max_num_batched_tokens=2048)
+    assert moe in setup.notes
+    assert not any(
+        "not validated" in n
+        for n in deployment_setup(
+            "mixtral-8x7b", "h100", 2, max_num_seqs=64, max_num_batched_tokens=2048, size_kv_cache=False
+        ).notes
+    )
 
 
 def _measured_runs(sim2real_files: list[dict[str, object]]) -> list[tuple[str, dict[str, object], int]]:

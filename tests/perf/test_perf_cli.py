@@ -41,6 +41,27 @@ def test_memory_json_and_table() -> None:
     assert code == 0 and "KV cache" in out
 
 
+def test_memory_caveats_reach_stderr_and_the_json() -> None:
+    args = [
+        "perf",
+        "memory",
+        "--model",
+        "mixtral-8x7b",
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--max-model-len",
+        "8192",
+    ]
+    code, out, err = run(*args, "--json")
+    assert code == 0
+    cap = json.loads(out)  # stdout stays one JSON document
+    assert len(cap["caveats"]) == 1 and f"warning: {cap['caveats'][0]}" in err
+    code, out, err = run(*args)
+    assert code == 0 and "KV cache" in out and "not validated" in err
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

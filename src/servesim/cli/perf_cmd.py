@@ -206,6 +206,8 @@ def register(app: typer.Typer) -> None:
                 max_model_len=max_model_len,
                 catalog=_catalog(catalog),
             )
+            for note in cap.caveats:  # also in the JSON; on stderr so humans see them either way
+                typer.echo(f"warning: {note}", err=True)
             if as_json:
                 _print_json(cap)
                 return

@@ -14,7 +14,8 @@ The non-KV reserve is what vLLM's profile run measures besides the weights: non-
 ``vocab_size`` logits, sorted for top-k/top-p, with penalty bin counts) and the forward pass at
 ``max_num_batched_tokens``. ``MemoryOverheads`` holds those per-unit costs; its defaults were
 fitted to eight vLLM 0.15.1 H100 start-ups of five dense models (see docs/perf.md), where they
-reproduce the logged KV capacity within 1 %.
+reproduce the logged KV capacity within 1 %. Outside that ground (MoE or multimodal models, other
+GPUs) ``kv_capacity_caveats`` says so, and ``KVCapacity.caveats`` carries the notes to the user.
 """
 
 from __future__ import annotations
@@ -223,6 +224,35 @@ def reserve_breakdown(
     )
 
 
+#: GPUs whose start-up reserve servesim has checked against vLLM's logged KV capacity.
+VALIDATED_GPUS = frozenset({"h100"})
+
+
+def kv_capacity_caveats(model: ModelSpec, gpu: GPUSpec) -> list[str]:
+    """Where this estimate lies outside what the memory model was checked on (docs/perf.md).
+
+    Dense text models on H100 are within 1 % of vLLM 0.15.1's logged block counts. The one MoE
+    and multimodal model measured, Llama-4-Scout FP8 at TP 2, came out 14 % high (about 1.7 GiB
+    per GPU that vLLM keeps and the model does not explain), so such estimates are an upper bound.
+    The start-up reserve (CUDA context, NCCL and library workspaces) was fitted on H100 only.
+    """
+    out: list[str] = []
+    kinds = [k for k, on in (("MoE", model.is_moe), ("multimodal", model.extra_params > 0)) if on]
+    if kinds:
+        out.append(
+            f"{model.name}: KV capacity of {' and '.join(kinds)} models is not validated; the one "
+            "such model measured (Llama-4-Scout FP8 on 2 x H100, vLLM 0.15.1) has 14 % fewer blocks "
+            "than servesim estimates: read the estimate as an upper bound, or pass the block count "
+            "from vLLM's start-up log (--num-gpu-blocks)"
+        )
+    if gpu.name not in VALIDATED_GPUS:
+        out.append(
+            f"KV capacity on {gpu.name}: the start-up reserve (CUDA context, NCCL and library "
+            f"workspaces) was fitted on H100 and is not measured on {gpu.name}"
+        )
+    return out
+
+
 class KVCapacity(BaseModel):
     """The KV cache one replica gets: every number per GPU unless named otherwise."""
 
@@ -249,6 +279,10 @@ class KVCapacity(BaseModel):
     max_tokens: int = Field(description="Tokens the usable blocks hold (all sequences together).")
     max_concurrency: float | None = Field(
         description="Sequences of max_model_len that fit at once (vLLM's 'Maximum concurrency')."
+    )
+    caveats: list[str] = Field(
+        default_factory=list,
+        description="Where the estimate lies outside the runs the memory model was validated on.",
     )
 
 
@@ -333,6 +367,7 @@ def kv_capacity(
         usable_blocks=int(usable),
         max_tokens=int(usable * block_size),
         max_concurrency=usable / need_blocks if need_blocks else None,
+        caveats=kv_capacity_caveats(m, g),
     )
 
 

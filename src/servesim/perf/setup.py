@@ -2,8 +2,8 @@
 
 ``simulate``/``cluster`` on the command line and the tuner all turn (model, GPU, TP, profile,
 scheduler limits, memory share) into a ``StepTimeModel`` plus ``num_gpu_blocks``; this is the one
-place that does it, so they cannot drift apart. Extrapolation warnings are collected as notes
-(the caller decides where they go: stderr, a report), never printed here.
+place that does it, so they cannot drift apart. Extrapolation warnings and the KV-capacity caveats
+are collected as notes (the caller decides where they go: stderr, a report), never printed here.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from servesim.perf.memory import num_gpu_blocks
+from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile
 from servesim.perf.roofline import RooflineStepTime, build_step_time_model
 
@@ -53,10 +53,10 @@ def deployment_setup(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
         )
-    notes = tuple(dict.fromkeys(str(w.message) for w in caught))
+    notes = [str(w.message) for w in caught]
     blocks = None
     if size_kv_cache:
-        blocks = num_gpu_blocks(
+        cap = kv_capacity(
             model,
             gpu,
             tp,
@@ -67,4 +67,6 @@ def deployment_setup(
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
         )
-    return DeploymentSetup(step, blocks, notes)
+        blocks = cap.num_gpu_blocks
+        notes += cap.caveats
+    return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)))
