@@ -23,6 +23,7 @@ run: sync
 lint: sync
 	$(UV_RUN) ruff check src tests benchmarks
 	$(UV_RUN) ruff format --check src tests benchmarks
+	$(UV_RUN) lint-imports
 
 typecheck: sync
 	$(UV_RUN) mypy src

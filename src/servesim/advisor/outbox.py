@@ -10,7 +10,7 @@ from pathlib import Path
 
 from servesim.advisor.cases import BatchingCase, Case
 from servesim.advisor.models import AdviceResult, BatchingAdvice
-from servesim.cli.common import write_text_atomic
+from servesim.io import write_text_atomic
 from servesim.tuning.deployment import Deployment
 
 HEADER = "servesim advice: NOT APPLIED. Review it before use; nothing was sent to any server."

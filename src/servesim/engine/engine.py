@@ -36,15 +36,12 @@ from servesim.engine.request import (
 )
 from servesim.engine.scheduler import Scheduler, StepPlan
 from servesim.engine.step_time import BatchComposition, StepTimeModel
+from servesim.errors import EngineStallError
 from servesim.traces.schema import Trace
 
 StepLogSink = Callable[[dict[str, Any]], None]
 ProgressHook = Callable[[int, int], None]  # (requests with an outcome, requests in the trace)
 PROGRESS_EVERY_STEPS = 1 << 13
-
-
-class EngineStallError(RuntimeError):
-    """The engine cannot make progress (a configuration vLLM would also hang on)."""
 
 
 class TraceArrays:

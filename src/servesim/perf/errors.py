@@ -6,8 +6,10 @@ CLI prints them as one line and exits with status 2.
 
 from __future__ import annotations
 
+from servesim.errors import InputError
 
-class PerfError(ValueError):
+
+class PerfError(InputError):
     """Bad input to the step-time / memory model (catalog, profile, calibration data)."""
 
 

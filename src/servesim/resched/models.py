@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servesim.errors import InputError
+
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM 0.33's default token budget of one step
 
 
@@ -27,7 +29,7 @@ DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100"
 
 
-class RescheduleInputError(ValueError):
+class RescheduleInputError(InputError):
     """The input is not a valid rescheduling problem; the message names the offending request."""
 
 

@@ -11,8 +11,10 @@ Row numbers count data records from 1, the way a user counts them in the file:
 
 from __future__ import annotations
 
+from servesim.errors import InputError
 
-class TraceError(ValueError):
+
+class TraceError(InputError):
     """A trace file (or generator spec) cannot be read as asked.
 
     ``file``, ``row``, ``field`` say where (each may be ``None`` when the problem is not tied to

@@ -66,7 +66,7 @@ def test_manifest_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     plan = three_target_plan()
     (first, *_) = write_manifests(plan, tmp_path)
     before = first.read_bytes()
-    import servesim.cli.common as common
+    import servesim.io as common
 
     def boom(src: object, dst: object) -> None:
         raise OSError("disk full")

@@ -17,8 +17,8 @@ from typing import Any
 import pandas as pd
 
 from servesim import __version__
-from servesim.cli.common import write_text_atomic
 from servesim.cluster.recovery.models import RecoveryPlan
+from servesim.io import write_text_atomic
 
 MANIFEST_KIND = "servesim.recovery.handoff-manifest"
 MANIFEST_VERSION = 1

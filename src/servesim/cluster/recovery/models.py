@@ -25,6 +25,8 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from servesim.errors import InputError
+
 # The default context (docs/recovery.md, "Default context"): the seeds' verdicts follow from it.
 DEFAULT_MODEL = "llama-3.1-405b-fp8"
 DEFAULT_GPU = "h100"
@@ -34,7 +36,7 @@ DEFAULT_SETUP_LATENCY_MS = 10.0
 DEFAULT_SURVIVORS = 3
 
 
-class RecoveryInputError(ValueError):
+class RecoveryInputError(InputError):
     """The event record itself is unusable (not a job in it: those are listed as invalid)."""
 
 

@@ -1,0 +1,95 @@
+"""One exception root for everything servesim refuses, so each interface maps errors once.
+
+``ServesimError`` is the root (as httpx has one). Input errors also subclass ``ValueError`` (callers
+that catch bad input generically keep working); an engine that cannot make progress also
+subclasses ``RuntimeError``. Interfaces map the root once: the CLI prints ``describe(exc)`` on one
+line and exits with status 2; the web server answers with RFC 9457 problem details.
+
+``describe`` also renders the few foreign exceptions a user's input can raise at a boundary
+(Pydantic validation, an unreadable file, bad YAML/JSON), so an interface's one ``except`` clause
+is ``except USER_ERRORS``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+
+#: Values shown in error messages are cut to this many characters (a 10 MB field is not echoed).
+MAX_SHOWN_VALUE = 80
+
+
+class ServesimError(Exception):
+    """Root of every error servesim raises on purpose: bad input, bad configuration, a stalled engine."""
+
+
+class InputError(ServesimError, ValueError):
+    """Input that servesim cannot use: a trace, a configuration, a record, a flag value."""
+
+
+class ConfigError(InputError):
+    """An engine or deployment configuration that vLLM (or servesim) would refuse."""
+
+
+class EngineStallError(ServesimError, RuntimeError):
+    """The engine cannot make progress (a configuration vLLM would also hang on)."""
+
+
+def shown(value: object, limit: int = MAX_SHOWN_VALUE) -> str:
+    """``repr(value)`` cut to ``limit`` characters (with the full length said), for messages."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}… ({len(text):,} characters)"
+
+
+def describe(exc: BaseException | str) -> str:
+    """A one-line, user-facing description of an error (no traceback, values truncated)."""
+    if isinstance(exc, str):
+        return " ".join(exc.split())
+    if isinstance(exc, ValidationError):
+        parts = []
+        for e in exc.errors():
+            loc = ".".join(map(str, e["loc"]))
+            msg = e["msg"].removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        return " ".join("; ".join(parts).split())
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply"
+    text = str(exc).strip()
+    if isinstance(exc, KeyError):
+        text = str(exc.args[0]) if exc.args else text
+    return " ".join(text.split())
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What an interface catches at its boundary and reports as the user's error (exit 2 / 4xx).
+
+    ``ValueError`` covers Pydantic's ``ValidationError`` and every ``InputError``; YAML's error
+    type is added when PyYAML is importable (it is a dependency, but imported lazily).
+    """
+    extra: tuple[type[BaseException], ...] = ()
+    try:
+        import yaml
+
+        extra = (yaml.YAMLError,)
+    except ImportError:  # pragma: no cover - PyYAML is a dependency
+        pass
+    return (ServesimError, ValueError, OSError, UnicodeDecodeError, RecursionError, *extra)
+
+
+__all__ = [
+    "MAX_SHOWN_VALUE",
+    "ConfigError",
+    "EngineStallError",
+    "InputError",
+    "ServesimError",
+    "describe",
+    "shown",
+    "user_errors",
+]
