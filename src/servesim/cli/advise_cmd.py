@@ -32,10 +32,11 @@ from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
 from servesim.cli.common import fail, print_json
 from servesim.cli.simulate_cmd import step_time_model
+from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster.recovery import RecoveryInputError, plan_recovery
 from servesim.engine import SLO, EngineConfig
 from servesim.resched import RescheduleInputError, parse_input
-from servesim.traces import TraceError, open_trace
+from servesim.traces import TraceError
 
 
 def _read_json(path: str) -> Any:
@@ -60,6 +61,8 @@ def build_case(
     step_time_ms: float | None,
     seed: int,
     num_requests: int | None,
+    strict: bool = False,
+    hash_block_size: int | None = None,
 ) -> Case:
     data = _read_json(source)
     kind = task or (infer_task(data) if data is not None else "batching")
@@ -75,7 +78,9 @@ def build_case(
         return FallbackCase(plan_recovery(record))
     if kind != "batching":
         raise ValueError(f"unknown task {kind!r}: use batching, reschedule or fallback")
-    trace = open_trace(source, seed=seed, num_requests=num_requests)
+    trace = read_trace(
+        source, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+    )
     cfg = EngineConfig.from_file(config) if config is not None else EngineConfig()
     return BatchingCase(
         trace,
@@ -129,6 +134,8 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, help="Seed for generated traces and the optimizer."),
         num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
+        strict: bool = strict_option(),
+        hash_block_size: int | None = hash_block_size_option(),
         apply: bool = typer.Option(False, "--apply", help="Write the advice to --outbox for review."),
         outbox: Path = typer.Option(Path("outbox"), help="Where --apply writes (nothing is sent anywhere)."),
         action_log: Path | None = typer.Option(None, help="Append one JSON line per advisor call here."),
@@ -145,6 +152,8 @@ def register(app: typer.Typer) -> None:
                 step_time_ms=step_time_ms,
                 seed=seed,
                 num_requests=num_requests,
+                strict=strict,
+                hash_block_size=hash_block_size,
             )
             if isinstance(case, BatchingCase) and optimize > 0:
                 case.optimizer_best = optimizer_best(case, optimize, seed)
@@ -175,6 +184,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             out = result.model_dump(mode="json")
             out["outbox_files"] = [str(p) for p in written]
+            if isinstance(case, BatchingCase):
+                out["trace_provenance"] = provenance_json(case.trace.provenance)
             print_json(out)
             return
         console = Console()

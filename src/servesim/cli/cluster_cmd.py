@@ -14,6 +14,7 @@ from rich.table import Table
 
 from servesim.cli.common import fail, print_json
 from servesim.cli.simulate_cmd import TRACE_HELP, hardware_setup, step_time_model
+from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster import (
     POLICIES,
     ClusterResult,
@@ -29,7 +30,7 @@ from servesim.cluster import (
 from servesim.engine import SLO, EngineConfig
 from servesim.perf import PerfError, load_catalog
 from servesim.perf.catalog import resolve_model
-from servesim.traces import Trace, TraceError, open_trace
+from servesim.traces import Trace, TraceError
 
 
 class LinkSpec(BaseModel):
@@ -171,11 +172,15 @@ def register(app: typer.Typer) -> None:
         slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50."),
         seed: int = typer.Option(0, help="Seed for generated traces, random routers and MTBF failures."),
         num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
+        strict: bool = strict_option(),
+        hash_block_size: int | None = hash_block_size_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON only."),
     ) -> None:
         """Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E."""
         try:
-            tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            tr = read_trace(
+                trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+            )
             reps, route, link = _cluster_setup(cluster, config, replicas, step_time_ms)
             if router is not None:
                 route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
@@ -219,6 +224,7 @@ def register(app: typer.Typer) -> None:
                     "link": link.model_dump(mode="json"),
                     "router": route.model_dump(mode="json"),
                     "strategies": [r.model_dump(mode="json") for r in rows],
+                    "trace_provenance": provenance_json(tr.provenance),
                 }
             )
             return

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.engine import (
     SLO,
     ConstantStepTime,
@@ -247,6 +248,7 @@ def run_and_report(
         if close is not None:
             close()
     report = result.report(include_requests=include_requests)
+    report.trace_provenance = trace.provenance
     if out is not None:
         write_text_atomic(out, report.model_dump_json(indent=2) + "\n")
     if as_json:
@@ -309,6 +311,8 @@ def register(app: typer.Typer) -> None:
         num_requests: int | None = typer.Option(
             None, "--num-requests", "-n", help="Requests to generate (presets only)."
         ),
+        strict: bool = strict_option(),
+        hash_block_size: int | None = hash_block_size_option(),
         step_log: Path | None = typer.Option(None, help="Write one JSON line per engine step here."),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
         requests: bool = typer.Option(True, "--requests/--no-requests", help="Per-request records in JSON."),
@@ -339,7 +343,9 @@ def register(app: typer.Typer) -> None:
                 },
             )
             goal = SLO.parse(slo) if slo else None
-            tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            tr = read_trace(
+                trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+            )
             step_model = step_time_model(step_time_ms)
             if model is not None:
                 if step_time_ms is not None:

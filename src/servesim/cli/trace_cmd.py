@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json
+from servesim.cli.trace_input import hash_block_size_option, say_drops, strict_option
 from servesim.traces import (
     BUNDLED_TRACES,
     FORMAT_NAMES,
@@ -101,12 +102,8 @@ def register(app: typer.Typer) -> None:
     def inspect_cmd(
         file: str = typer.Argument(..., help=_TRACE_HELP),
         format: str | None = typer.Option(None, "--format", "-f", help=_FORMAT_HELP),
-        strict: bool = typer.Option(
-            False, "--strict", help="Fail at the first bad row instead of dropping it."
-        ),
-        hash_block_size: int | None = typer.Option(
-            None, "--hash-block-size", help="Tokens per hash_ids entry (native CSV/JSONL with hash_ids)."
-        ),
+        strict: bool = strict_option(),
+        hash_block_size: int | None = hash_block_size_option(),
         seed: int = typer.Option(0, "--seed", help="Seed for the arrivals drawn for seed JSON files."),
         as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON only."),
     ) -> None:
@@ -115,6 +112,7 @@ def register(app: typer.Typer) -> None:
             trace = load_trace(file, format=format, strict=strict, hash_block_size=hash_block_size, seed=seed)
         except (TraceError, OSError) as exc:
             fail(exc)
+        say_drops(trace.provenance)
         stats = inspect_trace(trace)
         if as_json:
             print_json(stats.model_dump(mode="json"))
@@ -129,17 +127,14 @@ def register(app: typer.Typer) -> None:
         dst: Path = typer.Argument(..., help="Output file: .csv, .jsonl, .json or .parquet (.gz for text)."),
         format: str | None = typer.Option(None, "--format", "-f", help=_FORMAT_HELP),
         to: str | None = typer.Option(None, "--to", help="Output format (default: from the extension)."),
-        strict: bool = typer.Option(
-            False, "--strict", help="Fail at the first bad row instead of dropping it."
-        ),
-        hash_block_size: int | None = typer.Option(
-            None, "--hash-block-size", help="Tokens per hash_ids entry."
-        ),
+        strict: bool = strict_option(),
+        hash_block_size: int | None = hash_block_size_option(),
         seed: int = typer.Option(0, "--seed", help="Seed for the arrivals drawn for seed JSON files."),
     ) -> None:
         """Read any supported trace and write it in servesim's native format."""
         try:
             trace = load_trace(src, format=format, strict=strict, hash_block_size=hash_block_size, seed=seed)
+            say_drops(trace.provenance)
             write_trace(trace, dst, format=to)
         except (TraceError, OSError, ValueError) as exc:
             fail(exc)

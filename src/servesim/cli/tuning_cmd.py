@@ -28,6 +28,7 @@ from rich.table import Table
 
 from servesim.cli.common import fail, print_json, write_text_atomic
 from servesim.cli.simulate_cmd import Policy, engine_config, progress_bar
+from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.traces import TraceError
@@ -356,6 +357,8 @@ def register(app: typer.Typer) -> None:
         num_requests: int | None = typer.Option(
             None, "--num-requests", "-n", help="Requests to generate (presets)."
         ),
+        strict: bool = strict_option(),
+        hash_block_size: int | None = hash_block_size_option(),
         seeds: int = typer.Option(3, min=1, help="Seeds (replicates) per rate."),
         rtol: float = typer.Option(0.02, help="Relative resolution of the rate search."),
         min_rate: float | None = typer.Option(None, help="Lowest rate to try."),
@@ -381,7 +384,10 @@ def register(app: typer.Typer) -> None:
                 step_time_ms,
                 linear_step_time,
             )
-            wl = Workload.from_source(trace, seed=seed, num_requests=num_requests)
+            wl = Workload.from_source(
+                trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+            )
+            say_drops(wl.provenance)
             cfg = engine_config(
                 config,
                 {
@@ -422,7 +428,9 @@ def register(app: typer.Typer) -> None:
             if out is not None:
                 write_text_atomic(out, rep.model_dump_json(indent=2) + "\n")
             if as_json:
-                print_json(rep.model_dump(mode="json"))
+                print_json(
+                    {**rep.model_dump(mode="json"), "trace_provenance": provenance_json(wl.provenance)}
+                )
             else:
                 print_saturation(rep)
         except ERRORS as exc:
@@ -474,6 +482,8 @@ def register(app: typer.Typer) -> None:
         num_requests: int | None = typer.Option(
             None, "--num-requests", "-n", help="Requests to generate (presets)."
         ),
+        strict: bool = strict_option(),
+        hash_block_size: int | None = hash_block_size_option(),
         trial_seeds: int = typer.Option(2, min=1, help="Seeds (replicates) per trial."),
         verify_seeds: int = typer.Option(3, min=1, help="Fresh seeds re-verifying the recommendation."),
         storage: str | None = typer.Option(
@@ -508,7 +518,10 @@ def register(app: typer.Typer) -> None:
                 step_time_ms,
                 linear_step_time,
             )
-            wl = Workload.from_source(trace, seed=seed, num_requests=num_requests)
+            wl = Workload.from_source(
+                trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+            )
+            say_drops(wl.provenance)
             sp = read_space(space, space_file)
             settings = TuneSettings(
                 objective=objective.value,
@@ -581,6 +594,7 @@ def register(app: typer.Typer) -> None:
                     {
                         "study": res.model_dump(mode="json"),
                         "recommendation": rec.model_dump(mode="json") if rec is not None else None,
+                        "trace_provenance": provenance_json(wl.provenance),
                     }
                 )
             else:

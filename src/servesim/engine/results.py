@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
+from servesim.traces.schema import TraceProvenance
 
 OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT = OUTCOMES[1:]
 OUTCOME_UNFINISHED = OUTCOMES[0]
@@ -265,6 +266,9 @@ class SimulationReport(BaseModel):
     step_time_model: dict[str, Any]
     summary: SimulationSummary
     requests: list[RequestResult] | None = None
+    trace_provenance: TraceProvenance | None = Field(
+        None, description="Where the trace came from and every row dropped while reading it."
+    )
 
 
 class SimulationResult:

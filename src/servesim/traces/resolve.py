@@ -23,13 +23,15 @@ def open_trace(
     num_requests: int | None = None,
     format: str | None = None,
     strict: bool = False,
+    hash_block_size: int | None = None,
 ) -> Trace:
     """Load a trace file or bundled trace, or generate one from a preset (seeded).
 
-    ``num_requests`` only applies to generated traces (a file is read whole).
+    ``num_requests`` only applies to generated traces (a file is read whole); ``strict`` and
+    ``hash_block_size`` only to files (see ``load_trace``).
     """
     if Path(source).exists() or source in BUNDLED_TRACES:
-        return load_trace(source, format=format, strict=strict, seed=seed)
+        return load_trace(source, format=format, strict=strict, hash_block_size=hash_block_size, seed=seed)
     try:
         spec = preset_spec(source)
     except ValueError:

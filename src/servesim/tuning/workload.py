@@ -52,7 +52,7 @@ from servesim.traces.lengths import (
 )
 from servesim.traces.load import load_trace
 from servesim.traces.presets import preset_spec
-from servesim.traces.schema import Trace
+from servesim.traces.schema import Trace, TraceProvenance
 
 #: Replicate seeds of re-verification start here, away from the search seeds 0, 1, 2...
 FRESH_SEED_BASE = 1000
@@ -178,15 +178,32 @@ class Workload:
         return cls("requests", name, trace=trace, arrival=arrival, seed=seed)
 
     @classmethod
-    def from_source(cls, source: str, *, seed: int = 0, num_requests: int | None = None) -> Workload:
-        """What a CLI's TRACE argument names: a file or bundled trace, else a generator preset."""
+    def from_source(
+        cls,
+        source: str,
+        *,
+        seed: int = 0,
+        num_requests: int | None = None,
+        strict: bool = False,
+        hash_block_size: int | None = None,
+    ) -> Workload:
+        """What a CLI's TRACE argument names: a file or bundled trace, else a generator preset.
+
+        ``strict`` / ``hash_block_size`` apply to files (``load_trace``); dropped rows are listed
+        in ``provenance``."""
         if Path(source).exists() or source in BUNDLED_TRACES:
-            return cls.from_trace(load_trace(source, seed=seed), name=source)
+            trace = load_trace(source, seed=seed, strict=strict, hash_block_size=hash_block_size)
+            return cls.from_trace(trace, name=source)
         spec = preset_spec(source)
         update: dict[str, Any] = {"seed": seed}
         if num_requests is not None:
             update["num_requests"] = num_requests
         return cls.from_spec(spec.model_copy(update=update))
+
+    @property
+    def provenance(self) -> TraceProvenance | None:
+        """Where the trace came from and which rows were dropped (None for a generator)."""
+        return None if self._trace is None else self._trace.provenance
 
     # ------------------------------------------------------------------ traces
     def rate_for(self, rate: float | None) -> float | None:
