@@ -618,7 +618,8 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Argument(..., help="A scenario JSON file (either shape; see docs/tuning.md)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result alone on stdout."),
     ) -> None:
-        """Answer a seed-style scenario: a request list with a batch config, or a load level on a KV cache."""
+        """Answer a question in a JSON file: a request list under a batch config (p90 TTFT, TPOT, advice),
+        or a load (qps, mean lengths) on a KV-block budget (STABLE/QUEUE_SATURATED); examples/inputs/."""
         try:
             result = run_scenario(load_scenario_file(file))
         except ERRORS as exc:

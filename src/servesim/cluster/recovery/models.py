@@ -253,6 +253,9 @@ class RecoveryInput(BaseModel):
     active_jobs: list[JobSpec] = Field(default_factory=list, description="The valid jobs.")
     invalid_jobs: list[InvalidJob] = Field(default_factory=list, description="Jobs excluded, with reasons.")
     batch_id: str | None = None
+    record_type: str | None = Field(
+        None, max_length=1000, description="The record's own label (users' logs carry one); kept, not used."
+    )
     warning_timestamp: Timestamp | None = Field(
         None, description="When the failure was announced, if it was."
     )
