@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent / "engine"))
@@ -15,3 +16,10 @@ sys.path.insert(0, str(Path(__file__).parent / "engine"))
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outboxes, studies and logs a command writes unasked go to a temporary data folder."""
+    monkeypatch.setenv("SERVESIM_DATA_DIR", str(tmp_path_factory.mktemp("servesim-data")))

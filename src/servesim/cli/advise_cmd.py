@@ -35,6 +35,7 @@ from servesim.cli.simulate_cmd import step_time_model
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster.recovery import RecoveryInputError, plan_recovery
 from servesim.engine import SLO, EngineConfig
+from servesim.paths import data_dir
 from servesim.resched import RescheduleInputError, parse_input
 from servesim.traces import TraceError
 
@@ -137,7 +138,11 @@ def register(app: typer.Typer) -> None:
         strict: bool = strict_option(),
         hash_block_size: int | None = hash_block_size_option(),
         apply: bool = typer.Option(False, "--apply", help="Write the advice to --outbox for review."),
-        outbox: Path = typer.Option(Path("outbox"), help="Where --apply writes (nothing is sent anywhere)."),
+        outbox: Path | None = typer.Option(
+            None,
+            metavar="DIR",
+            help="Where --apply writes (default: outbox/ in servesim's data folder; nothing is sent).",
+        ),
         action_log: Path | None = typer.Option(None, help="Append one JSON line per advisor call here."),
         as_json: bool = typer.Option(False, "--json", help="Print the checked advice as JSON only."),
     ) -> None:
@@ -171,7 +176,7 @@ def register(app: typer.Typer) -> None:
             finally:
                 if log_file is not None:
                     log_file.close()
-            written = write_outbox(result, case, outbox) if apply else []
+            written = write_outbox(result, case, outbox or data_dir() / "outbox") if apply else []
         except (
             TraceError,
             ValidationError,

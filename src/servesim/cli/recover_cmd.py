@@ -40,6 +40,7 @@ from servesim.cluster.recovery import (
     plan_recovery,
     write_manifests,
 )
+from servesim.paths import data_dir
 from servesim.perf import PerfError, load_catalog
 
 
@@ -152,8 +153,11 @@ def register(app: typer.Typer) -> None:
             None, "--max-num-seqs", help="Sequence slots per replica (128)."
         ),
         catalog: Path | None = typer.Option(None, "--catalog", help="Extra model/GPU catalog YAML."),
-        outbox: Path = typer.Option(
-            Path("recovery-outbox"), "--outbox", help="Folder for hand-off manifests."
+        outbox: Path | None = typer.Option(
+            None,
+            "--outbox",
+            metavar="DIR",
+            help="Folder for hand-off manifests (default: recovery-outbox/ in servesim's data folder).",
         ),
         no_manifests: bool = typer.Option(False, "--no-manifests", help="Write no manifest."),
         matrix: Path | None = typer.Option(
@@ -205,6 +209,8 @@ def register(app: typer.Typer) -> None:
 
                 for inp in inputs:
                     plans.append(plan_recovery(inp, catalog=cat, on_decision=step))
+            if outbox is None:
+                outbox = data_dir() / "recovery-outbox"
             if not no_manifests:
                 manifest_paths(plans, outbox)  # refuses two events that would share a file name
             written: list[list[Path]] = [[] if no_manifests else write_manifests(p, outbox) for p in plans]
@@ -213,6 +219,8 @@ def register(app: typer.Typer) -> None:
         except (RecoveryInputError, PerfError, ValueError, OSError) as exc:
             fail(exc)
         if as_json:
+            for path in (p for w in written for p in w):
+                typer.echo(f"manifest written for review: {path}", err=True)
             if single:
                 out: dict[str, Any] = plans[0].model_dump(mode="json")
                 out["manifests"] = [str(p) for p in written[0]]

@@ -31,6 +31,7 @@ from servesim.cli.simulate_cmd import Policy, engine_config, progress_bar
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
+from servesim.paths import data_dir
 from servesim.traces import TraceError
 from servesim.tuning import (
     Deployment,
@@ -58,7 +59,7 @@ from servesim.tuning import (
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
 from servesim.tuning.scenario import BatchScenarioResult
 
-DEFAULT_STORAGE = "sqlite:///servesim-tune.db"
+DEFAULT_STUDY_FILE = "servesim-tune.db"
 TRACE_HELP = (
     "Trace file or bundled trace (its timeline is rescaled), or a generator preset / arrival name "
     "(its rate is replaced), e.g. default, poisson_10_rps, azure-conv."
@@ -305,7 +306,10 @@ def read_space(items: list[str], space_file: Path | None) -> SearchSpace:
 
 
 def _storage(text: str | None) -> str | None:
-    if text is None or text.strip().lower() in ("memory", "none", ""):
+    """The study's RDB URL: the given one, None for 'memory', else SQLite in the data folder."""
+    if text is None:
+        return f"sqlite:///{data_dir() / DEFAULT_STUDY_FILE}"
+    if text.strip().lower() in ("memory", "none", ""):
         return None
     return text
 
@@ -487,7 +491,10 @@ def register(app: typer.Typer) -> None:
         trial_seeds: int = typer.Option(2, min=1, help="Seeds (replicates) per trial."),
         verify_seeds: int = typer.Option(3, min=1, help="Fresh seeds re-verifying the recommendation."),
         storage: str | None = typer.Option(
-            DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file: resumable, shareable); 'memory' for none."
+            None,
+            metavar="URL",
+            help="Optuna RDB URL (resumable, shareable); 'memory' for none "
+            "(default: SQLite servesim-tune.db in servesim's data folder).",
         ),
         study_name: str | None = typer.Option(None, help="Study name (default: derived from the settings)."),
         executor: Executor = typer.Option(Executor.process, help="Where trials run."),
@@ -589,6 +596,8 @@ def register(app: typer.Typer) -> None:
                             progress=hook,
                         )
             files = write_outbox(rec, out_dir) if (rec is not None and out_dir is not None) else []
+            if url is not None and as_json:
+                typer.echo(f"study {res.study_name} stored in {url}", err=True)
             if as_json:
                 print_json(
                     {

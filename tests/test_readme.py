@@ -1,0 +1,109 @@
+"""The README's commands run as typed, on a fresh checkout, and write only what they were asked to.
+
+Every line of the README's ``bash`` blocks is run (continuation lines joined) in a temporary
+folder holding a copy of ``examples/``, with ``servesim`` on PATH as ``source .venv/bin/activate``
+puts it there; ``make`` lines are checked to name real targets (``make test`` would run this
+suite). Each ``python`` block runs as a script. Afterwards the folder holds exactly the files the
+commands named (``--out``, ``--step-log``, ``> file``): outboxes and studies went to the data
+folder, and nothing else was left in the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: Generous bound per command on a loaded 2-core machine (tune/saturate take minutes there).
+TIMEOUT_S = 900
+
+
+def blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+
+def commands() -> list[str]:
+    out: list[str] = []
+    for block in blocks("bash"):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            cmd = line.split(" # ")[0].split("  #")[0].strip()
+            if cmd and not cmd.startswith("#"):
+                out.append(cmd)
+    return out
+
+
+def _make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([a-z][\w-]*):", text, flags=re.M))
+
+
+def _asked_for(cmd: str) -> set[str]:
+    """Files a command line names as its output."""
+    words = shlex.split(cmd)
+    named = {words[i + 1] for i, w in enumerate(words[:-1]) if w in (">", "--out", "--step-log")}
+    return {n for n in named if not n.startswith("examples/")}
+
+
+def _env(data: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "VIRTUAL_ENV")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["SERVESIM_DATA_DIR"] = str(data)
+    env["COLUMNS"] = "80"
+    return env
+
+
+def test_the_readme_lists_commands_and_a_setup_line() -> None:
+    cmds = commands()
+    assert any(c.startswith("make sync") and "source .venv/bin/activate" in c for c in cmds)
+    assert all(not c.startswith("uv run") for c in cmds)  # uv lives in .tools/bin, not on PATH
+    assert sum(c.startswith("servesim ") for c in cmds) >= 10
+    for c in cmds:
+        for path in re.findall(r"examples/[\w./-]+", c):
+            assert (ROOT / path).exists(), f"{c!r} reads {path}, which is not shipped"
+
+
+@pytest.mark.slow
+def test_every_readme_command_runs_as_typed(tmp_path: Path) -> None:
+    work, data = tmp_path / "clone", tmp_path / "data"
+    work.mkdir()
+    shutil.copytree(ROOT / "examples", work / "examples")
+    env = _env(data)
+    expected = {p.relative_to(work) for p in work.rglob("*")}
+    for cmd in commands():
+        if cmd.startswith("make "):
+            targets = [w for w in shlex.split(cmd.split("&&")[0])[1:] if not w.startswith("-")]
+            assert set(targets) <= _make_targets(), cmd
+            continue
+        res = subprocess.run(
+            ["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+        assert res.returncode == 0, f"{cmd}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        assert "Traceback" not in res.stderr, cmd
+        expected |= {Path(n) for n in _asked_for(cmd)}
+    left = {p.relative_to(work) for p in work.rglob("*")}
+    assert left == expected, f"written unasked: {sorted(map(str, left - expected))}"
+
+
+@pytest.mark.slow
+def test_the_readme_python_runs(tmp_path: Path) -> None:
+    for i, code in enumerate(blocks("python")):
+        script = tmp_path / f"block{i}.py"
+        script.write_text(code, encoding="utf-8")
+        res = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=_env(tmp_path / "data"),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert res.returncode == 0, res.stderr[-2000:]
