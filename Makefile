@@ -14,8 +14,13 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
-sync: $(UV)
-	$(UV) sync --frozen --quiet
+sync: $(UV) .venv/.bytecode
+
+# Byte-compile the locked dependencies once per lock (uv does not by default), so the first
+# `servesim` run does not spend seconds compiling pandas & co. (benchmarks/startup.py).
+.venv/.bytecode: uv.lock | $(UV)
+	$(UV) sync --frozen --quiet --compile-bytecode
+	@touch $@
 
 run: sync
 	$(UV_RUN) servesim demo

@@ -18,7 +18,6 @@ settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-
 @pytest.fixture(autouse=True)
 def _data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outboxes, studies and logs a command writes unasked go to a temporary data folder."""

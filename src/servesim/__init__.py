@@ -10,34 +10,80 @@ The public API is small on purpose; interfaces (CLI, web, TUI, reports) call onl
     result.to_pandas()                                    # one row per request
 """
 
-from servesim.engine import (
-    SLO,
-    BatchComposition,
-    ConstantStepTime,
-    EngineConfig,
-    LatencyStats,
-    LinearStepTime,
-    SimulationReport,
-    SimulationResult,
-    SimulationSummary,
-    StepTimeModel,
-    simulate,
-)
-from servesim.traces import (
-    GeneratorSpec,
-    RequestRecord,
-    Trace,
-    TraceError,
-    TraceStats,
-    generate_trace,
-    inspect_trace,
-    load_trace,
-    open_trace,
-    preset_spec,
-    write_trace,
-)
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from servesim._version import __version__
+
+# The public API, imported on first use (PEP 562): `import servesim` stays cheap, so the CLI
+# starts fast and each interface pays only for what it touches. Type checkers see the imports.
+if TYPE_CHECKING:
+    from servesim.engine import (
+        SLO,
+        BatchComposition,
+        ConstantStepTime,
+        EngineConfig,
+        LatencyStats,
+        LinearStepTime,
+        SimulationReport,
+        SimulationResult,
+        SimulationSummary,
+        StepTimeModel,
+        simulate,
+    )
+    from servesim.traces import (
+        GeneratorSpec,
+        RequestRecord,
+        Trace,
+        TraceError,
+        TraceStats,
+        generate_trace,
+        inspect_trace,
+        load_trace,
+        open_trace,
+        preset_spec,
+        write_trace,
+    )
+
+_LAZY: dict[str, str] = {
+    "SLO": "servesim.engine",
+    "BatchComposition": "servesim.engine",
+    "ConstantStepTime": "servesim.engine",
+    "EngineConfig": "servesim.engine",
+    "LatencyStats": "servesim.engine",
+    "LinearStepTime": "servesim.engine",
+    "SimulationReport": "servesim.engine",
+    "SimulationResult": "servesim.engine",
+    "SimulationSummary": "servesim.engine",
+    "StepTimeModel": "servesim.engine",
+    "simulate": "servesim.engine",
+    "GeneratorSpec": "servesim.traces",
+    "RequestRecord": "servesim.traces",
+    "Trace": "servesim.traces",
+    "TraceError": "servesim.traces",
+    "TraceStats": "servesim.traces",
+    "generate_trace": "servesim.traces",
+    "inspect_trace": "servesim.traces",
+    "load_trace": "servesim.traces",
+    "open_trace": "servesim.traces",
+    "preset_spec": "servesim.traces",
+    "write_trace": "servesim.traces",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'servesim' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "SLO",

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from servesim.cli.common import json_bytes
 from servesim.cli.main import app
 from servesim.tuning import SaturationReport, SchedulerRecommendation, TuneResult
 
@@ -35,7 +36,7 @@ def test_saturate_json_is_the_report_alone() -> None:
     again = runner.invoke(
         app, [*args, "--slo", "ttft_p99_ms=400,tpot_p99_ms=40", "--max-num-seqs", "32", "--json"]
     )
-    assert again.stdout == json.dumps(data, indent=2, sort_keys=True) + "\n"  # byte-identical
+    assert again.stdout == json_bytes(data).decode() + "\n"  # byte-identical
 
 
 def test_tune_json_study_and_recommendation(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, NoReturn
 
 import typer
@@ -22,9 +21,18 @@ def one_line(exc: BaseException | str) -> str:
     return describe(exc)
 
 
+def json_bytes(data: Any) -> bytes:
+    """``data`` as indented JSON with sorted keys (orjson: several times faster than ``json``;
+    NaN/inf become null, which JSON has no other word for)."""
+    import orjson
+
+    opts = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+    return orjson.dumps(data, option=opts, default=str)
+
+
 def print_json(data: Any) -> None:
     """The machine-readable result alone on stdout (keys sorted: same input, same bytes)."""
-    typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    typer.echo(json_bytes(data))
 
 
-__all__ = ["fail", "one_line", "print_json", "write_text_atomic"]
+__all__ = ["fail", "json_bytes", "one_line", "print_json", "write_text_atomic"]

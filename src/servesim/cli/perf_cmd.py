@@ -121,6 +121,7 @@ def register(app: typer.Typer) -> None:
     perf = typer.Typer(
         help="Model and GPU catalogs, KV-cache capacity, step times (the roofline model).",
         no_args_is_help=True,
+        rich_markup_mode=None,
     )
     app.add_typer(perf, name="perf")
 

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.cli.common import fail, json_bytes, print_json
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.engine import (
     SLO,
@@ -35,6 +35,7 @@ from servesim.engine import (
 )
 from servesim.engine.engine import jsonl_sink
 from servesim.engine.results import ClassMetrics
+from servesim.io import write_bytes_atomic
 from servesim.perf import PerfError
 from servesim.traces import Trace, TraceError, open_trace
 
@@ -215,6 +216,16 @@ def class_table(label: str, classes: dict[str, ClassMetrics]) -> Table:
     return table
 
 
+def report_json(result: SimulationResult, trace: Trace, include_requests: bool) -> dict[str, Any]:
+    """The ``SimulationReport`` as JSON-ready data; the per-request records go straight from the
+    result's columns to the JSON writer (no model per request: 100k requests in ~0.2 s)."""
+    report = result.report(include_requests=False)
+    report.trace_provenance = trace.provenance
+    doc = report.model_dump(mode="json")
+    doc["requests"] = result.request_rows() if include_requests else None
+    return doc
+
+
 def run_and_report(
     trace: Trace,
     config: EngineConfig,
@@ -247,12 +258,11 @@ def run_and_report(
     finally:
         if close is not None:
             close()
-    report = result.report(include_requests=include_requests)
-    report.trace_provenance = trace.provenance
+    doc = report_json(result, trace, include_requests)
     if out is not None:
-        write_text_atomic(out, report.model_dump_json(indent=2) + "\n")
+        write_bytes_atomic(out, json_bytes(doc) + b"\n")
     if as_json:
-        print_json(report.model_dump(mode="json"))
+        print_json(doc)
     else:
         console = Console()
         console.print(summary_table(result, title))

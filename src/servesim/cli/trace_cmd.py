@@ -95,7 +95,9 @@ def _stats_table(stats: TraceStats, title: str) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    trace_app = typer.Typer(help="Read, check and convert request traces.", no_args_is_help=True)
+    trace_app = typer.Typer(
+        help="Read, check and convert request traces.", no_args_is_help=True, rich_markup_mode=None
+    )
     app.add_typer(trace_app, name="trace")
 
     @trace_app.command("inspect")

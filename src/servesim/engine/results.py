@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
@@ -259,6 +259,9 @@ class RequestResult(BaseModel):
     starved: bool
 
 
+_REQUEST_LIST: TypeAdapter[list[RequestResult]] = TypeAdapter(list[RequestResult])
+
+
 class SimulationReport(BaseModel):
     """The JSON document ``servesim simulate --json`` prints."""
 
@@ -317,11 +320,25 @@ class SimulationResult:
             out.extend(float(x) for x in ends[seg[j] : seg[j] + seg[j + 1]])
         return out
 
+    def request_rows(self) -> list[dict[str, Any]]:
+        """The per-request records as JSON-ready dicts (``RequestResult``'s fields; NaN -> None).
+
+        Column by column (``tolist``), not row by row through pandas: 100,000 requests in a
+        fraction of a second, for writers that stream JSON."""
+        names = list(RequestResult.model_fields)
+        columns: list[list[Any]] = []
+        for name in names:
+            col = self.requests[name]
+            values = col.tolist()
+            if col.dtype.kind == "f" and bool(col.isna().any()):
+                values = [None if v != v else v for v in values]
+            elif col.dtype == object:
+                values = [None if (v is None or v != v) else v for v in values]
+            columns.append(values)
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
     def report(self, include_requests: bool = False) -> SimulationReport:
-        rows = None
-        if include_requests:
-            df = self.requests.astype(object).where(self.requests.notna(), None)
-            rows = [RequestResult.model_validate(rec) for rec in df.to_dict(orient="records")]
+        rows = _REQUEST_LIST.validate_python(self.request_rows()) if include_requests else None
         return SimulationReport(
             config=self.config, step_time_model=self.step_time_model, summary=self.summary, requests=rows
         )
