@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         StepTimeModel,
         simulate,
     )
+    from servesim.perf.setup import ReplicaSetup, default_deployment, replica_setup
     from servesim.traces import (
         GeneratorSpec,
         RequestRecord,
@@ -56,6 +57,9 @@ _LAZY: dict[str, str] = {
     "SimulationSummary": "servesim.engine",
     "StepTimeModel": "servesim.engine",
     "simulate": "servesim.engine",
+    "ReplicaSetup": "servesim.perf.setup",
+    "default_deployment": "servesim.perf.setup",
+    "replica_setup": "servesim.perf.setup",
     "GeneratorSpec": "servesim.traces",
     "RequestRecord": "servesim.traces",
     "Trace": "servesim.traces",
@@ -93,6 +97,7 @@ __all__ = [
     "GeneratorSpec",
     "LatencyStats",
     "LinearStepTime",
+    "ReplicaSetup",
     "RequestRecord",
     "SimulationReport",
     "SimulationResult",
@@ -102,11 +107,13 @@ __all__ = [
     "TraceError",
     "TraceStats",
     "__version__",
+    "default_deployment",
     "generate_trace",
     "inspect_trace",
     "load_trace",
     "open_trace",
     "preset_spec",
+    "replica_setup",
     "simulate",
     "write_trace",
 ]

@@ -45,6 +45,7 @@ SEED_RECOVERY = {
     "interrupted_node": "node-3",
     "preemption_timestamp": "2026-01-01T00:00:00Z",
     "network_bandwidth_gbps": 10,
+    "context": {"model": "llama-3.1-405b-fp8", "tp": 8},  # where job-801 migrates (examples/inputs/README.md)
     "active_jobs": [
         {"job_id": "job-801", "prompt_tokens": 1024, "generated_tokens": 128, "kv_cache_checkpointed": True},
         {"job_id": "job-802", "prompt_tokens": 2048, "generated_tokens": 64, "kv_cache_checkpointed": False},

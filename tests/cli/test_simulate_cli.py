@@ -23,7 +23,7 @@ def _trace_file(tmp_path: Path) -> Path:
 
 
 def test_simulate_json_is_the_report_alone_on_stdout(tmp_path: Path) -> None:
-    res = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--json", "--slo", "ttft_ms=100"])
+    res = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--json", "--slo", "ttft_p99_ms=100"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["summary"]["num_finished"] == 2

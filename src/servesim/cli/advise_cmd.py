@@ -30,13 +30,14 @@ from servesim.advisor import (
 )
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
-from servesim.cli.common import fail, print_json
-from servesim.cli.simulate_cmd import step_time_model
+from servesim.cli.common import fail, parse_slo, print_json, print_timed_as, timed_as
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster.recovery import RecoveryInputError, plan_recovery
-from servesim.engine import SLO, EngineConfig
+from servesim.engine import ConstantStepTime, EngineConfig
+from servesim.engine.simulate import describe_model
 from servesim.paths import data_dir
-from servesim.resched import RescheduleInputError, parse_input
+from servesim.perf.setup import replica_setup
+from servesim.resched import RescheduleInputError, parse_input, reschedule
 from servesim.traces import TraceError
 
 
@@ -70,7 +71,7 @@ def build_case(
     if kind == "reschedule":
         if data is None:
             raise ValueError(f"{source}: a reschedule input must be a JSON/YAML file")
-        model = step_time_model(step_time_ms) if step_time_ms is not None else None
+        model = ConstantStepTime(step_time_s=step_time_ms / 1000.0) if step_time_ms is not None else None
         return RescheduleCase(parse_input(data), model)
     if kind == "fallback":
         if data is None:
@@ -83,15 +84,21 @@ def build_case(
         source, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
     )
     cfg = EngineConfig.from_file(config) if config is not None else EngineConfig()
+    setup = replica_setup(
+        cfg,
+        max_model_len=cfg.max_model_len or trace.default_max_model_len(),
+        num_gpu_blocks_given="num_gpu_blocks" in cfg.model_fields_set,
+        step_time_ms=step_time_ms,
+    )
+    for note in setup.notes:
+        typer.echo(f"warning: {note}", err=True)
     return BatchingCase(
         trace,
-        cfg,
-        step_time_model(step_time_ms),
-        slo=SLO.parse(slo) if slo else None,
+        setup.config,
+        setup.step_time,
+        slo=parse_slo(slo),
         replicas=replicas,
-        hardware="linear stand-in for an 8B model on one H100-class GPU"
-        if step_time_ms is None
-        else f"every step {step_time_ms} ms",
+        hardware=setup.timed_as,
     )
 
 
@@ -127,9 +134,12 @@ def register(app: typer.Typer) -> None:
         config: Path | None = typer.Option(None, "--config", "-c", help="Current vLLM keys (batching)."),
         replicas: int = typer.Option(1, min=1, help="Current replicas (batching)."),
         slo: str | None = typer.Option(
-            None, help="SLOs for goodput, e.g. ttft_ms=500,tpot_ms=50 (batching)."
+            None,
+            help="p99 caps, also per-request goodput thresholds: ttft_p99_ms=500,tpot_p99_ms=50 (batching).",
         ),
-        step_time_ms: float | None = typer.Option(None, help="Constant step time; default: linear model."),
+        step_time_ms: float | None = typer.Option(
+            None, help="Every step takes this long instead of the default model's (llama-3.1-8b on h100)."
+        ),
         optimize: int = typer.Option(
             12, min=0, help="Optuna trials for the optimizer's best setting (batching; 0: none)."
         ),
@@ -193,6 +203,14 @@ def register(app: typer.Typer) -> None:
                 out["trace_provenance"] = provenance_json(case.trace.provenance)
             print_json(out)
             return
+        if isinstance(case, BatchingCase):
+            print_timed_as(case.hardware)
+        elif isinstance(case, RescheduleCase):
+            model = describe_model(case.step_time) if case.step_time is not None else None
+            print_timed_as(timed_as(model or reschedule(case.problem).step_time_model))
+        elif isinstance(case, FallbackCase):
+            c = case.plan.context
+            print_timed_as(f"{c.model} on {c.tp} x {c.gpu}, roofline step times")
         console = Console()
         if result.notice:
             console.print(f"[bold yellow]notice:[/] {result.notice}")

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from servesim.cli.common import fail, print_json
-from servesim.cli.simulate_cmd import TRACE_HELP, hardware_setup, step_time_model
+from servesim.cli.common import fail, parse_slo, print_json
+from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster import (
     POLICIES,
@@ -27,9 +27,10 @@ from servesim.cluster import (
     failure_schedule,
     simulate_cluster,
 )
-from servesim.engine import SLO, EngineConfig
+from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime, StepTimeModel
 from servesim.perf import PerfError, load_catalog
 from servesim.perf.catalog import resolve_model
+from servesim.perf.setup import DEFAULT_GPU, ReplicaSetup, replica_setup
 from servesim.traces import Trace, TraceError
 
 
@@ -165,11 +166,18 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Option(
             None, help="Served model: its KV size, and with it roofline step times and KV blocks per replica."
         ),
-        gpu: str = typer.Option("h100", help="GPU of every replica (with --model)."),
+        gpu: str | None = typer.Option(None, help=f"GPU of every replica; default {DEFAULT_GPU}."),
         tp: int | None = typer.Option(None, help="Tensor-parallel degree of a replica."),
         bandwidth_gbps: float | None = typer.Option(None, help="Link per TP rank between replicas, Gbit/s."),
-        step_time_ms: float | None = typer.Option(None, help="Constant step time; default: linear model."),
-        slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50."),
+        step_time_ms: float | None = typer.Option(
+            None, help="Every step takes this long instead of the model's roofline step times."
+        ),
+        linear_step_time: bool = typer.Option(
+            False, help="servesim's linear step model (uncalibrated) instead of the model's."
+        ),
+        slo: str | None = typer.Option(
+            None, help="p99 caps, also per-request goodput thresholds: ttft_p99_ms=500,tpot_p99_ms=50."
+        ),
         seed: int = typer.Option(0, help="Seed for generated traces, random routers and MTBF failures."),
         num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
         strict: bool = strict_option(),
@@ -181,7 +189,8 @@ def register(app: typer.Typer) -> None:
             tr = read_trace(
                 trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
             )
-            reps, route, link = _cluster_setup(cluster, config, replicas, step_time_ms)
+            fixed = step_time_ms is not None or linear_step_time
+            reps, route, link = _cluster_setup(cluster, config, replicas, step_time_ms, linear_step_time)
             if router is not None:
                 route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
             updates = {
@@ -196,12 +205,20 @@ def register(app: typer.Typer) -> None:
             }
             link = LinkSpec.model_validate({**link.model_dump(), **updates})
             ctx = link.context()
-            if model is not None:
-                if step_time_ms is not None:
-                    raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
-                reps = [_on_hardware(r, tr, model, gpu, link.tp) for r in reps]
+            if fixed and (model is not None or gpu is not None):
+                raise ValueError(
+                    "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
+                    "replace them: give one or the other"
+                )
+            timed_as = fixed_timing(step_time_ms, linear_step_time)
+            if not fixed:
+                setups = [_on_hardware(r, tr, link.model, gpu, link.tp) for r in reps]
+                reps = [Replica(r.name, s.config, s.step_time) for r, s in zip(reps, setups, strict=True)]
+                for note in dict.fromkeys(n for s in setups for n in s.notes):
+                    typer.echo(f"warning: {note}", err=True)
+                timed_as = setups[0].timed_as + ("" if len(setups) == 1 else " (each replica)")
             events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
-            goal = SLO.parse(slo) if slo else None
+            goal = parse_slo(slo)
             if recovery != "compare" and recovery not in POLICIES:
                 raise ValueError(
                     f"unknown recovery {recovery!r}; use compare or one of {', '.join(POLICIES)}"
@@ -228,6 +245,7 @@ def register(app: typer.Typer) -> None:
                 }
             )
             return
+        typer.echo(f"timed as: {timed_as}")
         Console().print(
             comparison_table(
                 rows,
@@ -237,24 +255,31 @@ def register(app: typer.Typer) -> None:
         )
 
 
-def _on_hardware(rep: Replica, trace: Trace, model: str, gpu: str, tp: int) -> Replica:
-    cfg, step = hardware_setup(
+def _on_hardware(rep: Replica, trace: Trace, model: str, gpu: str | None, tp: int) -> ReplicaSetup:
+    return replica_setup(
         rep.config,
-        trace,
         model=model,
         gpu=gpu,
         tp=tp,
-        gpu_memory_utilization=0.9,
-        profile=None,
-        blocks_given=False,
+        max_model_len=rep.config.max_model_len or trace.default_max_model_len(),
+        num_gpu_blocks_given="num_gpu_blocks" in rep.config.model_fields_set,
     )
-    return Replica(rep.name, cfg, step)
+
+
+def fixed_timing(step_time_ms: float | None, linear: bool) -> str:
+    """``timed as`` for a constant or linear step model (the roofline's comes from replica_setup)."""
+    if step_time_ms is not None:
+        return f"every engine step {step_time_ms:g} ms (constant step time, as asked)"
+    return "servesim's linear step model (an uncalibrated stand-in, as asked)"
 
 
 def _cluster_setup(
-    cluster: Path | None, config: Path | None, n: int, step_time_ms: float | None
+    cluster: Path | None, config: Path | None, n: int, step_time_ms: float | None, linear: bool
 ) -> tuple[list[Replica], RouterSpec, LinkSpec]:
-    model = step_time_model(step_time_ms)
+    """Replicas with a placeholder step model (the roofline replaces it unless one is fixed)."""
+    model: StepTimeModel = (
+        ConstantStepTime(step_time_s=step_time_ms / 1000.0) if step_time_ms is not None else LinearStepTime()
+    )
     if cluster is not None:
         spec = ClusterFile.model_validate(_load_yaml(cluster))
         reps = []

@@ -30,9 +30,50 @@ def json_bytes(data: Any) -> bytes:
     return orjson.dumps(data, option=opts, default=str)
 
 
+def timed_as(step_time_model: dict[str, Any], num_gpu_blocks: int | None = None) -> str:
+    """The ``timed as: ...`` line from a step-time model's description (``describe_model``)."""
+    kind = step_time_model.get("kind")
+    if kind == "constant":
+        text = f"every engine step {1000 * float(step_time_model['step_time_s']):g} ms (constant, as asked)"
+    elif kind == "linear":
+        text = "servesim's linear step model (an uncalibrated stand-in, as asked)"
+    elif kind == "roofline":
+        text = (
+            f"{step_time_model.get('model')} on {step_time_model.get('tp', 1)} x "
+            f"{step_time_model.get('gpu')}, roofline step times"
+        )
+    else:
+        text = f"a {kind or 'custom'} step-time model"
+    return text if num_gpu_blocks is None else f"{text}; {num_gpu_blocks:,} KV blocks"
+
+
+def parse_slo(text: str | None) -> Any:
+    """``--slo`` of simulate/cluster/advise in the syntax every command shares: the percentile
+    explicit (``ttft_p99_ms=500,tpot_p99_ms=50``, as saturate/tune). Each cap is also the
+    per-request threshold that goodput counts; a bare ``ttft_ms`` is refused with the spelling."""
+    if not text:
+        return None
+    from servesim.engine import SLO
+
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key = part.partition("=")[0].strip().lower()
+        metric = key.removesuffix("_ms").partition("_")[0]
+        if key in ("ttft_ms", "tpot_ms", "e2e_ms", "ttft", "tpot", "e2e"):
+            raise ValueError(
+                f"--slo {key!r} names no percentile: write {metric}_p99_ms (the cap on the run's p99, "
+                "also each request's goodput threshold), as in saturate and tune"
+            )
+    return SLO.parse(text)
+
+
+def print_timed_as(text: str) -> None:
+    """The first line of every human-readable output: what times the engine's steps."""
+    typer.echo(f"timed as: {text}")
+
+
 def print_json(data: Any) -> None:
     """The machine-readable result alone on stdout (keys sorted: same input, same bytes)."""
     typer.echo(json_bytes(data))
 
 
-__all__ = ["fail", "json_bytes", "one_line", "print_json", "write_text_atomic"]
+__all__ = ["fail", "json_bytes", "one_line", "print_json", "print_timed_as", "timed_as", "write_text_atomic"]

@@ -108,8 +108,19 @@ class LazyGroup(TyperGroup):
     """The root group: lists commands from ``COMMANDS``; imports a module only to run its command."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self._loaded: dict[str, Any] = {}
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, Any]:
+        """Every command, loaded (introspection and tests; ``--help`` and runs stay lazy)."""
+        for name in COMMANDS:
+            self._load(name)
+        return {name: self._loaded[name] for name in COMMANDS}
+
+    @commands.setter
+    def commands(self, value: dict[str, Any]) -> None:  # click's __init__ assigns {}
+        self.__dict__.setdefault("_loaded", {}).update(value or {})
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)

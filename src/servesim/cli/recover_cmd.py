@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.cli.common import fail, print_json, print_timed_as, write_text_atomic
 from servesim.cluster.recovery import (
     MANIFEST_HEADER,
     ClusterSpec,
@@ -126,9 +126,9 @@ def register(app: typer.Typer) -> None:
         cluster: Path | None = typer.Option(
             None, "--cluster", help="JSON survivors {targets: [...]} or a list (default: idle survivors)."
         ),
-        model: str | None = typer.Option(None, "--model", help="Served model (default llama-3.1-405b-fp8)."),
+        model: str | None = typer.Option(None, "--model", help="Served model (default llama-3.1-8b)."),
         gpu: str | None = typer.Option(None, "--gpu", help="GPU of every replica (default h100)."),
-        tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree (default 8)."),
+        tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel degree (default 1)."),
         kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV dtype (default auto)."),
         bandwidth_gbps: float | None = typer.Option(
             None, "--bandwidth-gbps", help="Override every record's network_bandwidth_gbps."
@@ -189,6 +189,9 @@ def register(app: typer.Typer) -> None:
             inputs = parse_events(data, **overrides)
             num_jobs = sum(len(i.active_jobs) for i in inputs)
             console = Console(stderr=as_json, quiet=as_json)
+            if not as_json:
+                c = inputs[0].context
+                print_timed_as(f"{c.model} on {c.tp} x {c.gpu}, roofline step times")
             plans: list[RecoveryPlan] = []
             with Progress(
                 TextColumn("{task.description}"),

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servesim.cli.common import fail, print_json
+from servesim.cli.common import fail, print_json, print_timed_as, timed_as
 from servesim.resched import Policy, RescheduleInputError, ReschedulePlan, parse_input, reschedule
 
 
@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(plan.model_dump(mode="json"))
             return
+        print_timed_as(timed_as(plan.step_time_model))
         console = Console()
         console.print(plan_table(plan, f"{file.name}: re-admission order ({plan.policy.value})"))
         verdict = (

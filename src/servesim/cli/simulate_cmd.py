@@ -21,14 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servesim.cli.common import fail, json_bytes, print_json
+from servesim.cli.common import fail, json_bytes, parse_slo, print_json
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.engine import (
     SLO,
-    ConstantStepTime,
     EngineConfig,
     EngineStallError,
-    LinearStepTime,
     SimulationResult,
     StepTimeModel,
     simulate,
@@ -37,6 +35,7 @@ from servesim.engine.engine import jsonl_sink
 from servesim.engine.results import ClassMetrics
 from servesim.io import write_bytes_atomic
 from servesim.perf import PerfError
+from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL, ReplicaSetup, replica_setup
 from servesim.traces import Trace, TraceError, open_trace
 
 TRACE_HELP = (
@@ -73,46 +72,12 @@ def engine_config(config_file: Path | None, flags: dict[str, Any]) -> EngineConf
     return EngineConfig(**given)
 
 
-def step_time_model(step_time_ms: float | None) -> StepTimeModel:
-    if step_time_ms is not None:
-        return ConstantStepTime(step_time_s=step_time_ms / 1000.0)
-    return LinearStepTime()
-
-
-def hardware_setup(
-    config: EngineConfig,
-    trace: Trace,
-    *,
-    model: str,
-    gpu: str,
-    tp: int,
-    gpu_memory_utilization: float,
-    profile: str | None,
-    blocks_given: bool,
-) -> tuple[EngineConfig, StepTimeModel]:
-    """Step times and KV blocks of ``model`` on ``tp`` x ``gpu`` (servesim.perf), as vLLM would
-    size its cache at ``gpu_memory_utilization`` (unless ``--num-gpu-blocks`` was given)."""
-    from servesim.perf import deployment_setup
-
-    mml = config.max_model_len or trace.default_max_model_len()
-    setup = deployment_setup(
-        model,
-        gpu,
-        tp,
-        profile,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        block_size=config.block_size,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=mml,
-        size_kv_cache=not blocks_given,
-    )
+def say_setup(setup: ReplicaSetup, as_json: bool) -> None:
+    """The first line of a human-readable output: what times the steps; warnings on stderr."""
     for note in setup.notes:  # extrapolation notes: one line each on stderr, never on --json's stdout
         typer.echo(f"warning: {note}", err=True)
-    if setup.num_gpu_blocks is not None:
-        config = config.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
-    step = setup.step_time
-    return EngineConfig.model_validate(config.model_dump()), step
+    if not as_json:
+        typer.echo(f"timed as: {setup.timed_as}")
 
 
 @contextmanager
@@ -307,16 +272,27 @@ def register(app: typer.Typer) -> None:
             None, help="Spare STARVED requests as victims (protect) and raise their priority (boost)."
         ),
         step_time_ms: float | None = typer.Option(
-            None, help="Every step takes this long (for step-by-step comparison); default: linear model."
+            None, help="Every step takes this long (for step-by-step comparison) instead of the model's."
+        ),
+        linear_step_time: bool = typer.Option(
+            False, help="servesim's linear step model (uncalibrated) instead of the model's."
         ),
         model: str | None = typer.Option(
-            None, help="Served model (catalog name or config.json): roofline step times and KV blocks."
+            None, help=f"Served model (catalog name or config.json); default {DEFAULT_MODEL}."
         ),
-        gpu: str = typer.Option("h100", help="GPU of the replica (with --model)."),
-        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel degree."),
-        gpu_memory_utilization: float = typer.Option(0.9, help="vLLM's memory share (with --model)."),
+        gpu: str | None = typer.Option(None, help=f"GPU of the replica; default {DEFAULT_GPU}."),
+        tp: int | None = typer.Option(
+            None, "--tp", "--tensor-parallel-size", min=1, max=64, help="Tensor-parallel degree; default 1."
+        ),
+        gpu_memory_utilization: float = typer.Option(
+            0.9, min=0.01, max=1.0, help="vLLM's memory share (sizes the KV cache)."
+        ),
         profile: str | None = typer.Option(None, help="Calibrated hardware profile (JSON path or name)."),
-        slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=20000."),
+        slo: str | None = typer.Option(
+            None,
+            help="p99 caps, also per-request goodput thresholds: "
+            "ttft_p99_ms=500,tpot_p99_ms=50,e2e_p99_ms=20000.",
+        ),
         seed: int = typer.Option(0, help="Seed for generated traces and seed-JSON arrivals."),
         num_requests: int | None = typer.Option(
             None, "--num-requests", "-n", help="Requests to generate (presets only)."
@@ -352,24 +328,24 @@ def register(app: typer.Typer) -> None:
                     "starvation_mitigation": starvation_mitigation,
                 },
             )
-            goal = SLO.parse(slo) if slo else None
+            goal = parse_slo(slo)
             tr = read_trace(
                 trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
             )
-            step_model = step_time_model(step_time_ms)
-            if model is not None:
-                if step_time_ms is not None:
-                    raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
-                cfg, step_model = hardware_setup(
-                    cfg,
-                    tr,
-                    model=model,
-                    gpu=gpu,
-                    tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization,
-                    profile=profile,
-                    blocks_given=num_gpu_blocks is not None or "num_gpu_blocks" in _file_keys(config),
-                )
+            setup = replica_setup(
+                cfg,
+                model=model,
+                gpu=gpu,
+                tp=tp,
+                gpu_memory_utilization=gpu_memory_utilization,
+                profile=profile,
+                max_model_len=cfg.max_model_len or tr.default_max_model_len(),
+                num_gpu_blocks_given=num_gpu_blocks is not None or "num_gpu_blocks" in _file_keys(config),
+                step_time_ms=step_time_ms,
+                linear=linear_step_time,
+            )
+            say_setup(setup, as_json)
+            cfg, step_model = setup.config, setup.step_time
             run_and_report(
                 tr,
                 cfg,
@@ -395,16 +371,9 @@ def register(app: typer.Typer) -> None:
         max_num_seqs 1024, max_num_batched_tokens 8192; KV cache sized at 90 % of memory)."""
         trace = open_trace("azure-conv")
         base = EngineConfig(max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=16384)
-        cfg, step = hardware_setup(
-            base,
-            trace,
-            model="llama-3.1-8b",
-            gpu="h100",
-            tp=1,
-            gpu_memory_utilization=0.9,
-            profile=None,
-            blocks_given=False,
-        )
+        setup = replica_setup(base, max_model_len=base.max_model_len)  # the default deployment
+        say_setup(setup, as_json)
+        cfg, step = setup.config, setup.step_time
         run_and_report(
             trace,
             cfg,

@@ -26,11 +26,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.cli.common import fail, print_json, print_timed_as, timed_as, write_text_atomic
 from servesim.cli.simulate_cmd import Policy, engine_config, progress_bar
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
+from servesim.engine.simulate import describe_model
 from servesim.paths import data_dir
 from servesim.traces import TraceError
 from servesim.tuning import (
@@ -94,9 +95,26 @@ class Router(StrEnum):
 
 
 # ---------------------------------------------------------------------- shared options
+def hardware_timed_as(hw: Hardware, model_given: bool) -> str:
+    """The ``timed as`` line of a saturate/tune run's hardware."""
+    if isinstance(hw, PerfHardware):
+        origin = (
+            ""
+            if model_given
+            else " (the default deployment; --model/--gpu/--tp change it)"
+            if hw.gpu == DEFAULT_GPU and hw.tensor_parallel_size == 1
+            else " (no --model given: the default model)"
+        )
+        blocks = "KV blocks as given" if hw.num_gpu_blocks is not None else "KV blocks as vLLM sizes them"
+        return f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}, roofline step times; {blocks}{origin}"
+    if isinstance(hw, FixedHardware):
+        return timed_as(describe_model(hw.step_time), hw.num_gpu_blocks)
+    return "a custom hardware model"
+
+
 def hardware_from(
-    model: str,
-    gpu: str,
+    model: str | None,
+    gpu: str | None,
     tp: int,
     util: float,
     profile: str | None,
@@ -108,6 +126,11 @@ def hardware_from(
     if step_time_ms is not None or linear:
         if step_time_ms is not None and linear:
             raise ValueError("give --step-time-ms or --linear-step-time, not both")
+        if model is not None or gpu is not None:
+            raise ValueError(
+                "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
+                "replace them: give one or the other"
+            )
         if num_gpu_blocks is None:
             raise ValueError("a fixed step-time model needs --num-gpu-blocks (there is no memory model)")
         step: StepTimeModel = (
@@ -117,8 +140,8 @@ def hardware_from(
         )
         return FixedHardware(step, num_gpu_blocks, gpus_per_replica=tp, gpu_memory_utilization=util)
     return PerfHardware(
-        model=model,
-        gpu=gpu,
+        model=model or DEFAULT_MODEL,
+        gpu=gpu or DEFAULT_GPU,
         tensor_parallel_size=tp,
         gpu_memory_utilization=util,
         profile=profile,
@@ -345,8 +368,10 @@ def register(app: typer.Typer) -> None:
         queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
         replicas: int = typer.Option(1, min=1, help="Identical replicas behind the router."),
         router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
-        model: str = typer.Option(DEFAULT_MODEL, help="Model (servesim perf catalog)."),
-        gpu: str = typer.Option(DEFAULT_GPU, help="GPU (servesim perf catalog)."),
+        model: str | None = typer.Option(
+            None, help=f"Model (servesim perf catalog); default {DEFAULT_MODEL}."
+        ),
+        gpu: str | None = typer.Option(None, help=f"GPU (servesim perf catalog); default {DEFAULT_GPU}."),
         tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel size."),
         gpu_memory_utilization: float = typer.Option(0.9, help="vLLM --gpu-memory-utilization."),
         profile: str | None = typer.Option(None, help="Calibration profile of the step-time model."),
@@ -436,6 +461,7 @@ def register(app: typer.Typer) -> None:
                     {**rep.model_dump(mode="json"), "trace_provenance": provenance_json(wl.provenance)}
                 )
             else:
+                print_timed_as(hardware_timed_as(hw, model is not None))
                 print_saturation(rep)
         except ERRORS as exc:
             fail(exc)
@@ -470,8 +496,10 @@ def register(app: typer.Typer) -> None:
         ),
         policy: Policy = typer.Option(Policy.fcfs, help="Waiting-queue order (not searched)."),
         router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
-        model: str = typer.Option(DEFAULT_MODEL, help="Model (servesim perf catalog)."),
-        gpu: str = typer.Option(DEFAULT_GPU, help="GPU (servesim perf catalog)."),
+        model: str | None = typer.Option(
+            None, help=f"Model (servesim perf catalog); default {DEFAULT_MODEL}."
+        ),
+        gpu: str | None = typer.Option(None, help=f"GPU (servesim perf catalog); default {DEFAULT_GPU}."),
         tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="TP of a fixed step model."),
         gpu_memory_utilization: float = typer.Option(0.9, help="Memory share of a fixed step model."),
         profile: str | None = typer.Option(None, help="Calibration profile of the step-time model."),
@@ -607,6 +635,7 @@ def register(app: typer.Typer) -> None:
                     }
                 )
             else:
+                print_timed_as(hardware_timed_as(hw, model is not None))
                 print_tune(res)
                 if rec is not None:
                     print_recommendation(rec)
@@ -636,6 +665,12 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(result.model_dump(mode="json"))
             return
+        hw_info = result.details.get("hardware", {}) if result.details else {}
+        if hw_info:
+            print_timed_as(
+                f"{hw_info.get('model')} on {hw_info.get('tensor_parallel_size', 1)} x {hw_info.get('gpu')}, "
+                f"roofline step times; {hw_info.get('num_gpu_blocks'):,} KV blocks"
+            )
         console = Console()
         t = Table(show_header=False, title=str(file), title_justify="left")
         t.add_column("field", style="bold")

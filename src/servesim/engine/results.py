@@ -47,10 +47,22 @@ class SLO(BaseModel):
             key, sep, val = part.partition("=")
             if not sep:
                 raise ValueError(f"SLO term {part!r} must look like name=value")
-            key = key.strip().lower().removesuffix("_ms").removesuffix("_p99")
-            if key not in ("ttft", "tpot", "e2e"):
-                raise ValueError(f"unknown SLO {key!r}: use ttft_ms, tpot_ms or e2e_ms")
-            values[f"{key}_ms"] = float(val)
+            name = key.strip().lower()
+            base = name.removesuffix("_ms")
+            metric, _, pct = base.partition("_")
+            if metric not in ("ttft", "tpot", "e2e"):
+                raise ValueError(f"unknown SLO {name!r}: use ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
+            if pct not in ("p99", ""):  # the one syntax of every command: a bare ttft_ms is the p99
+                raise ValueError(
+                    f"SLO {name!r}: servesim caps the p99 (write {metric}_p99_ms); other percentiles "
+                    "are reported, not capped"
+                )
+            try:
+                values[f"{metric}_ms"] = float(val)
+            except ValueError:
+                raise ValueError(
+                    f"SLO {name!r}: {val.strip()[:40]!r} is not a number of milliseconds"
+                ) from None
         return cls.model_validate(values)
 
 

@@ -62,9 +62,19 @@ from servesim.perf.roofline import (
     build_step_time_model,
     extrapolation_warnings,
 )
-from servesim.perf.setup import DeploymentSetup, deployment_setup
+from servesim.perf.setup import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    DeploymentSetup,
+    ReplicaSetup,
+    default_deployment,
+    deployment_setup,
+    replica_setup,
+)
 
 __all__ = [
+    "DEFAULT_GPU",
+    "DEFAULT_MODEL",
     "CalibrationError",
     "CalibrationReport",
     "Catalog",
@@ -80,6 +90,7 @@ __all__ = [
     "MemoryOverheads",
     "ModelSpec",
     "PerfError",
+    "ReplicaSetup",
     "RooflineStepTime",
     "StepGroup",
     "UnknownGPUError",
@@ -89,6 +100,7 @@ __all__ = [
     "builtin_profile_names",
     "calibrate_steps",
     "calibrate_workloads",
+    "default_deployment",
     "default_profile",
     "deployment_setup",
     "extrapolation_warnings",
@@ -99,6 +111,7 @@ __all__ = [
     "num_gpu_blocks",
     "read_bench_result",
     "read_step_csv",
+    "replica_setup",
     "resolve_profile",
     "synthetic_steps",
     "weight_breakdown",

@@ -8,9 +8,13 @@ are collected as notes (the caller decides where they go: stderr, a report), nev
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
+from servesim.engine.config import EngineConfig
+from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel
+from servesim.errors import ConfigError
 from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile
 from servesim.perf.roofline import RooflineStepTime, build_step_time_model
@@ -70,3 +74,107 @@ def deployment_setup(
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
     return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)))
+
+
+# ------------------------------------------------------------------ the default deployment
+#: Every command's deployment unless the input or the flags say otherwise (one default for all).
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_GPU = "h100"
+DEFAULT_TP = 1
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True)
+class ReplicaSetup:
+    """What one replica runs with: its engine config (KV blocks filled in), its step-time model,
+    and ``timed_as``, the one line every human-readable output starts with."""
+
+    config: EngineConfig
+    step_time: StepTimeModel
+    timed_as: str
+    notes: tuple[str, ...]
+    model: str | None
+    gpu: str | None
+    tp: int
+
+
+def replica_setup(
+    config: EngineConfig | None = None,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    tp: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    profile: str | HardwareProfile | None = None,
+    max_model_len: int | None = None,
+    num_gpu_blocks_given: bool = False,
+    step_time_ms: float | None = None,
+    linear: bool = False,
+) -> ReplicaSetup:
+    """The one way a command turns its flags into a replica: the calibrated Llama-3.1-8B on one
+    H100 unless ``model``/``gpu``/``tp`` say otherwise (``gpu``/``tp`` alone keep the default
+    model, and ``timed_as`` says so); a constant (``step_time_ms``) or the linear step model
+    only when asked. KV blocks come from the memory model at ``gpu_memory_utilization`` unless
+    ``num_gpu_blocks_given`` (the config's count is kept). ``max_model_len``: the context the KV
+    cache must hold (default: the config's). Raises ``ConfigError`` / ``PerfError`` subclasses."""
+    cfg = config if config is not None else EngineConfig()
+    if step_time_ms is not None or linear:
+        given = [f"--{k}" for k, v in (("model", model), ("gpu", gpu), ("tp", tp)) if v is not None]
+        if step_time_ms is not None and linear:
+            raise ConfigError("give --step-time-ms or --linear-step-time, not both")
+        if given:
+            raise ConfigError(
+                f"give {'/'.join(given)} (roofline step times of a model on a GPU) or "
+                "--step-time-ms / --linear-step-time, not both"
+            )
+        if step_time_ms is not None:
+            if not (math.isfinite(step_time_ms) and 0 < step_time_ms <= 3_600_000):
+                raise ConfigError(f"--step-time-ms must be in (0, 3600000] ms (got {step_time_ms!r})")
+            step: StepTimeModel = ConstantStepTime(step_time_s=step_time_ms / 1000.0)
+            timed = f"every engine step {step_time_ms:g} ms (constant step time, as asked)"
+        else:
+            step = LinearStepTime()
+            timed = "servesim's linear step model (an uncalibrated stand-in, as asked)"
+        return ReplicaSetup(cfg, step, f"{timed}; {cfg.num_gpu_blocks:,} KV blocks", (), None, None, tp or 1)
+    name = model or DEFAULT_MODEL
+    where = gpu or DEFAULT_GPU
+    degree = DEFAULT_TP if tp is None else tp
+    util = DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
+    setup = deployment_setup(
+        name,
+        where,
+        degree,
+        profile,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        block_size=cfg.block_size,
+        gpu_memory_utilization=util,
+        max_model_len=max_model_len or cfg.max_model_len,
+        size_kv_cache=not num_gpu_blocks_given,
+    )
+    if setup.num_gpu_blocks is not None:
+        cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
+    cfg = EngineConfig.model_validate(cfg.model_dump())
+    blocks = (
+        f"{cfg.num_gpu_blocks:,} KV blocks as vLLM sizes them at gpu_memory_utilization {util:g}"
+        if setup.num_gpu_blocks is not None
+        else f"{cfg.num_gpu_blocks:,} KV blocks as given"
+    )
+    prof = "" if profile is None else f", profile {profile if isinstance(profile, str) else profile.name}"
+    if model is None and (gpu is not None or tp is not None):
+        origin = " (no --model given: the default model)"
+    elif model is None:
+        origin = " (the default deployment; --model/--gpu/--tp change it)"
+    else:
+        origin = ""
+    kind = (
+        "calibrated roofline step times"
+        if not setup.notes
+        else "roofline step times (extrapolated: see warnings)"
+    )
+    timed = f"{name} on {degree} x {where}, {kind}{prof}; {blocks}{origin}"
+    return ReplicaSetup(cfg, setup.step_time, timed, setup.notes, name, where, degree)
+
+
+#: The name the interfaces' contract (SEAMS) uses for ``replica_setup``.
+default_deployment = replica_setup

@@ -20,13 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servesim.errors import InputError
+from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL  # one default deployment for every command
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM 0.33's default token budget of one step
 
 
 #: The stand-alone default context: the product's default deployment (as in ``servesim demo``).
-DEFAULT_MODEL = "llama-3.1-8b"
-DEFAULT_GPU = "h100"
 
 
 class RescheduleInputError(InputError):

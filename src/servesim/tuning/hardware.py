@@ -27,9 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.engine.simulate import describe_model
 from servesim.engine.step_time import StepTimeModel
-
-DEFAULT_MODEL = "llama-3.1-8b"
-DEFAULT_GPU = "h100"
+from servesim.perf.setup import DEFAULT_GPU as DEFAULT_GPU  # one default deployment for every command
+from servesim.perf.setup import DEFAULT_MODEL as DEFAULT_MODEL
 
 
 class ResolvedHardware(NamedTuple):

@@ -8,11 +8,16 @@ from typing import Any
 from servesim.cluster.recovery import TargetState
 from servesim.engine import LinearStepTime
 
+# The model the seeds' verdicts hold under (examples/inputs/README.md: on the default 8B on one H100,
+# job-801's recompute is faster than its migration); the records carry it as their context.
+SEED_CONTEXT: dict[str, Any] = {"model": "llama-3.1-405b-fp8", "tp": 8}
+
 # The seeds' two examples (issue 6), as records of the seeds' shape.
 SEED_801_802: dict[str, Any] = {
     "interrupted_node": "node-7",
     "preemption_timestamp": "2025-03-01T12:00:00Z",
     "network_bandwidth_gbps": 10,
+    "context": SEED_CONTEXT,
     "active_jobs": [
         {"job_id": "job-801", "prompt_tokens": 1024, "generated_tokens": 128, "kv_cache_checkpointed": True},
         {"job_id": "job-802", "prompt_tokens": 2048, "generated_tokens": 64, "kv_cache_checkpointed": False},
@@ -22,6 +27,7 @@ SEED_990: dict[str, Any] = {
     "interrupted_node": "node-9",
     "preemption_timestamp": "2025-03-01T12:05:00Z",
     "network_bandwidth_gbps": 1,
+    "context": SEED_CONTEXT,
     "active_jobs": [
         {"job_id": "job-990", "prompt_tokens": 8192, "generated_tokens": 512, "kv_cache_checkpointed": True},
     ],

@@ -78,7 +78,7 @@ def test_default_survivors_have_the_memory_models_capacity() -> None:
     from servesim.perf import kv_capacity
 
     spec = ContextSpec()
-    assert usable_blocks(spec) == kv_capacity("llama-3.1-405b-fp8", "h100", 8).usable_blocks
+    assert usable_blocks(spec) == kv_capacity("llama-3.1-8b", "h100", 1).usable_blocks  # the default
     plan = plan_recovery(record([job("a", 10, 1)]))
     assert [t.name for t in plan.targets] == ["survivor-1", "survivor-2", "survivor-3"]
     assert plan.targets[0].free_blocks_before == usable_blocks(spec)

@@ -26,11 +26,11 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servesim.errors import InputError
+from servesim.perf.setup import DEFAULT_GPU as DEFAULT_GPU
+from servesim.perf.setup import DEFAULT_MODEL as DEFAULT_MODEL
 
-# The default context (docs/recovery.md, "Default context"): the seeds' verdicts follow from it.
-DEFAULT_MODEL = "llama-3.1-405b-fp8"
-DEFAULT_GPU = "h100"
-DEFAULT_TP = 8
+# The default context (docs/recovery.md, "Default context"): every command's default deployment.
+DEFAULT_TP = 1
 DEFAULT_TRANSFER_EFFICIENCY = 0.9
 DEFAULT_SETUP_LATENCY_MS = 10.0
 DEFAULT_SURVIVORS = 3
