@@ -44,6 +44,13 @@ def shown(value: object, limit: int = MAX_SHOWN_VALUE) -> str:
     return f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
+def reject_bool(value: object) -> object:
+    """For integer fields (a Pydantic ``mode="before"`` validator): JSON ``true`` is not 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
 def describe(exc: BaseException | str) -> str:
     """A one-line, user-facing description of an error (no traceback, values truncated)."""
     if isinstance(exc, str):
@@ -90,6 +97,7 @@ __all__ = [
     "InputError",
     "ServesimError",
     "describe",
+    "reject_bool",
     "shown",
     "user_errors",
 ]

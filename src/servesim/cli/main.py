@@ -138,6 +138,22 @@ class LazyGroup(TyperGroup):
             return None
         return TyperCommand(name=cmd_name, help=COMMANDS[cmd_name][1], callback=None)
 
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command; any user error a command did not word itself (a RecursionError from a
+        nested input, a MemoryError from a size no bound caught) is one line and exit 2, never a
+        traceback."""
+        from servesim.errors import describe, user_errors
+
+        caught: tuple[type[BaseException], ...] = (*user_errors(), MemoryError)
+        try:
+            return super().invoke(ctx)
+        except caught as exc:
+            text = (
+                "input too large for this machine's memory" if isinstance(exc, MemoryError) else describe(exc)
+            )
+            typer.echo(f"error: {text}", err=True)
+            raise typer.Exit(2) from None
+
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
         name = str(args[0]) if args else None
         if name is not None and name in COMMANDS:

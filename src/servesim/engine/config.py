@@ -9,11 +9,21 @@ takes from the model and which defaults here to the longest request of the trace
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from servesim.errors import ConfigError, describe, reject_bool, shown
+
+#: Bounds no real deployment exceeds (docs/engine.md, "Input bounds"): checked before any work, so a
+#: typo such as 1e14 blocks is an error naming the field, not a MemoryError in the block pool.
+MAX_SEQS = 1 << 20  # running requests
+MAX_TOKENS = 1 << 24  # tokens per step, per request, per context (16,777,216)
+MAX_BLOCK_SIZE = 1 << 12
+MAX_GPU_BLOCKS = 1 << 22  # 4,194,304 KV blocks (67M tokens at 16 per block): ~0.4 GB of block table
 
 
 class EngineConfig(BaseModel):
@@ -21,37 +31,57 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_num_seqs: int = Field(128, ge=1, description="Most requests in the running batch.")
-    max_num_batched_tokens: int = Field(2048, ge=1, description="Token budget of one engine step.")
-    block_size: int = Field(16, ge=1, description="Tokens per KV-cache block (page).")
+    max_num_seqs: int = Field(128, ge=1, le=MAX_SEQS, description="Most requests in the running batch.")
+    max_num_batched_tokens: int = Field(
+        2048, ge=1, le=MAX_TOKENS, description="Token budget of one engine step."
+    )
+    block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE, description="Tokens per KV-cache block (page).")
     num_gpu_blocks: int = Field(
-        10000, ge=2, description="KV blocks in the pool, including vLLM's reserved null block."
+        10000,
+        ge=2,
+        le=MAX_GPU_BLOCKS,
+        description="KV blocks in the pool, including vLLM's reserved null block.",
     )
     enable_chunked_prefill: bool = Field(True, description="Split long prompts across steps.")
     enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prefixes.")
     long_prefill_token_threshold: int = Field(
-        0, ge=0, description="Cap on one request's tokens per step (0 = no cap)."
+        0, ge=0, le=MAX_TOKENS, description="Cap on one request's tokens per step (0 = no cap)."
     )
     policy: Literal["fcfs", "priority"] = Field("fcfs", description="Waiting-queue order.")
     max_model_len: int | None = Field(
-        None, ge=2, description="Context limit; default: the trace's longest request + 1."
+        None, ge=2, le=MAX_TOKENS, description="Context limit; default: the trace's longest request + 1."
     )
     watermark: float = Field(0.0, ge=0.0, lt=1.0, description="Fraction of blocks kept free for admissions.")
     scheduler_reserve_full_isl: bool = Field(
         True, description="Admit only if the whole sequence fits in free blocks (vLLM 0.33 default)."
     )
     queue_timeout_s: float | None = Field(
-        None, gt=0, description="Reject requests still unscheduled after this long (never silently)."
+        None,
+        gt=0,
+        le=1e9,
+        allow_inf_nan=False,
+        description="Reject requests still unscheduled after this long (never silently).",
     )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(
-        3, ge=1, description="A request preempted this many times is flagged STARVED (an event)."
+        3, ge=1, le=MAX_SEQS, description="A request preempted this many times is flagged STARVED (an event)."
     )
     starvation_mitigation: Literal["none", "protect", "boost"] = Field(
         "none",
         description="none: vLLM; protect: STARVED requests are not chosen as victims while others "
         "can be; boost: protect and move them to the best priority.",
     )
+
+    _no_bool = field_validator(
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "num_gpu_blocks",
+        "long_prefill_token_threshold",
+        "max_model_len",
+        "starvation_threshold",
+        mode="before",
+    )(lambda v: reject_bool(v))
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
@@ -86,11 +116,26 @@ class EngineConfig(BaseModel):
         """Load a YAML or JSON file of vLLM keys (unknown keys are an error), then apply overrides."""
         p = Path(path)
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise ValueError(f"{p}: cannot read engine config: {e}") from e
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
+            raise ConfigError(f"{p}: cannot read engine config: {describe(e)}") from None
         if not isinstance(data, dict):
-            raise ValueError(f"{p}: engine config must be a mapping of vLLM keys, got {type(data).__name__}")
+            got = "nothing" if data is None else type(data).__name__
+            raise ConfigError(
+                f"{p}: engine config must be a mapping of vLLM keys (e.g. max_num_seqs: 256), got {got}"
+            )
         data = {str(k).replace("-", "_"): v for k, v in data.items()}
+        unknown = [k for k in data if k not in cls.model_fields]
+        if unknown:
+            hints = []
+            for k in unknown:
+                close = difflib.get_close_matches(k, list(cls.model_fields), n=1)
+                hints.append(f"{shown(k)}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ConfigError(
+                f"{p}: unknown engine key(s) {', '.join(hints)}; known: {', '.join(cls.model_fields)}"
+            )
         data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise ConfigError(f"{p}: {describe(e)}") from None

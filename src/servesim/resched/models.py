@@ -17,15 +17,23 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from servesim.errors import InputError
+from servesim.engine.config import MAX_BLOCK_SIZE, MAX_SEQS, MAX_TOKENS
+from servesim.errors import InputError, reject_bool
 from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL  # one default deployment for every command
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM 0.33's default token budget of one step
 
 
 #: The stand-alone default context: the product's default deployment (as in ``servesim demo``).
+
+
+#: Bounds that keep a projection's step loop short (docs/resched.md, "Input bounds"): one
+#: request's remaining output, and all of them together (the loop runs one step per token).
+MAX_REMAINING = 1 << 20
+MAX_TOTAL_REMAINING = 1 << 21
+MAX_REQUESTS = 100_000
 
 
 class RescheduleInputError(InputError):
@@ -55,31 +63,50 @@ class InterruptedRequest(BaseModel):
     """One request that was interrupted (preempted) and waits to be re-admitted."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+    _no_bool = field_validator(
+        "tokens_processed",
+        "tokens_remaining",
+        "prompt_len",
+        "preemptions",
+        "cached_tokens",
+        "priority",
+        mode="before",
+    )(lambda v: reject_bool(v))
 
-    req_id: str = Field(min_length=1, description="Unique id of the request.")
+    req_id: str = Field(min_length=1, max_length=1000, description="Unique id of the request.")
     tokens_processed: int = Field(
-        ge=0, description="Tokens whose KV was computed when it was interrupted (num_computed_tokens)."
+        ge=0,
+        le=MAX_TOKENS,
+        description="Tokens whose KV was computed when it was interrupted (num_computed_tokens).",
     )
     tokens_remaining: int = Field(
-        ge=1, description="Output tokens still to generate (>= 1: a request with none left is finished)."
+        ge=1,
+        le=MAX_REMAINING,
+        description="Output tokens still to generate (>= 1: a request with none left is finished).",
     )
     sla_budget_ms: float = Field(
-        ge=0, allow_inf_nan=False, description="Time from now within which it must complete, in ms."
+        ge=0, le=1e12, allow_inf_nan=False, description="Time from now within which it must complete, in ms."
     )
-    priority: int = Field(0, description="vLLM priority: lower values are served first.")
+    priority: int = Field(
+        0, ge=-(2**31), le=2**31 - 1, description="vLLM priority: lower values are served first."
+    )
     prompt_len: int | None = Field(
         None,
         ge=1,
+        le=MAX_TOKENS,
         description="Prompt length; when larger than tokens_processed the request was interrupted during "
         "its prefill. Without it the request is taken to be decoding.",
     )
-    preemptions: int = Field(0, ge=0, description="Times it has been preempted so far (drives aging).")
+    preemptions: int = Field(
+        0, ge=0, le=1 << 20, description="Times it has been preempted so far (drives aging)."
+    )
     waited_ms: float = Field(
-        0.0, ge=0, allow_inf_nan=False, description="How long it has already waited (aging)."
+        0.0, ge=0, le=1e12, allow_inf_nan=False, description="How long it has already waited (aging)."
     )
     cached_tokens: int | None = Field(
         None,
         ge=0,
+        le=MAX_TOKENS,
         description="Override: of its first tokens, how many still have their KV blocks cached (full blocks "
         "count; the rest of the processed tokens is recomputed). Default: cache_survives.",
     )
@@ -110,10 +137,15 @@ class RescheduleInput(BaseModel):
     """A rescheduling problem: the free batch slots, the interrupted requests, and the context."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _no_bool = field_validator("batch_capacity", "block_size", mode="before")(lambda v: reject_bool(v))
 
-    batch_capacity: int = Field(ge=1, description="Most requests running at once (vLLM max_num_seqs).")
-    interrupted_requests: list[InterruptedRequest] = Field(description="The requests to re-admit.")
-    block_size: int = Field(16, ge=1, description="Tokens per KV block.")
+    batch_capacity: int = Field(
+        ge=1, le=MAX_SEQS, description="Most requests running at once (vLLM max_num_seqs)."
+    )
+    interrupted_requests: list[InterruptedRequest] = Field(
+        max_length=MAX_REQUESTS, description="The requests to re-admit."
+    )
+    block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE, description="Tokens per KV block.")
     cache_survives: bool = Field(
         True,
         description="Assume the interrupted requests' KV blocks are all still cached (the stand-alone "
@@ -149,6 +181,12 @@ class RescheduleInput(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RescheduleInput:
+        total = sum(r.tokens_remaining for r in self.interrupted_requests)
+        if total > MAX_TOTAL_REMAINING:
+            raise ValueError(
+                f"the interrupted requests have {total:,} tokens_remaining in all; a projection handles at "
+                f"most {MAX_TOTAL_REMAINING:,} (one engine step per token; no real batch is that long)"
+            )
         seen: dict[str, int] = {}
         for i, r in enumerate(self.interrupted_requests):
             if r.req_id in seen:

@@ -102,9 +102,18 @@ def _arrival_stats(t: np.ndarray) -> tuple[float, float, float, float, int]:
     if len(t) == 0:
         return 0.0, 0.0, 0.0, 0.0, 0
     span = float(t[-1] - t[0])
-    counts = np.bincount(np.floor(t - t[0]).astype(np.int64))
-    disp = float(counts.var() / counts.mean())
-    peak = int(counts.max())
+    bins = np.floor(t - t[0])
+    num_bins = float(bins[-1]) + 1.0
+    if num_bins <= 4 * len(t) + 1_000_000:
+        counts = np.bincount(bins.astype(np.int64))
+        disp = float(counts.var() / counts.mean())
+        peak = int(counts.max())
+    else:  # sparse in time (an arrival at 1e18 s): sized by the requests, not the span
+        _, occupied = np.unique(bins, return_counts=True)
+        mean = len(t) / num_bins
+        var = float(np.sum(occupied.astype(np.float64) ** 2)) / num_bins - mean * mean
+        disp = max(var, 0.0) / mean
+        peak = int(occupied.max())
     if len(t) < 2 or span <= 0:
         return span, 0.0, 0.0, disp, peak
     iat = np.diff(t)

@@ -25,7 +25,8 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from servesim.errors import InputError
+from servesim.engine.config import MAX_TOKENS
+from servesim.errors import InputError, reject_bool
 from servesim.perf.setup import DEFAULT_GPU as DEFAULT_GPU
 from servesim.perf.setup import DEFAULT_MODEL as DEFAULT_MODEL
 
@@ -72,10 +73,19 @@ class JobSpec(BaseModel):
     """One job that was running on the interrupted node."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _no_bool = field_validator(
+        "prompt_tokens",
+        "generated_tokens",
+        "checkpoint_offset_tokens",
+        "checkpoint_offset_blocks",
+        mode="before",
+    )(lambda v: reject_bool(v))
 
-    job_id: str = Field(min_length=1, description="Unique id of the job within the record.")
-    prompt_tokens: int = Field(ge=1, description="Prompt length in tokens.")
-    generated_tokens: int = Field(ge=0, description="Output tokens generated before the failure.")
+    job_id: str = Field(min_length=1, max_length=1000, description="Unique id of the job within the record.")
+    prompt_tokens: int = Field(ge=1, le=MAX_TOKENS, description="Prompt length in tokens.")
+    generated_tokens: int = Field(
+        ge=0, le=MAX_TOKENS, description="Output tokens generated before the failure."
+    )
     kv_cache_checkpointed: bool = Field(
         description="A snapshot of the job's KV cache exists off the failed node (MIGRATE_STATE possible)."
     )
@@ -85,11 +95,12 @@ class JobSpec(BaseModel):
     checkpoint_offset_tokens: int | None = Field(
         None,
         ge=0,
+        le=MAX_TOKENS,
         description="Tokens of the sequence's prefix the snapshot holds (default: all of them). A stale "
         "snapshot migrates up to here and recomputes the rest.",
     )
     checkpoint_offset_blocks: int | None = Field(
-        None, ge=0, description="The same in whole KV blocks of the context's block_size."
+        None, ge=0, le=MAX_TOKENS, description="The same in whole KV blocks of the context's block_size."
     )
     batch_id: str | None = Field(None, description="Batch the job belonged to (informative).")
 
@@ -245,7 +256,7 @@ class RecoveryInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    interrupted_node: str = Field(min_length=1)
+    interrupted_node: str = Field(min_length=1, max_length=1000)
     preemption_timestamp: Timestamp = Field(description="ISO-8601 string or epoch seconds.")
     network_bandwidth_gbps: float = Field(
         gt=0, allow_inf_nan=False, description="Link bandwidth for KV transfers (per rank with nic_per_rank)."
