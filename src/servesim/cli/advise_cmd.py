@@ -31,6 +31,7 @@ from servesim.advisor import (
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
 from servesim.cli.common import fail, parse_slo, print_json, print_timed_as, timed_as
+from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster.recovery import RecoveryInputError, plan_recovery
 from servesim.engine import ConstantStepTime, EngineConfig
@@ -104,7 +105,7 @@ def build_case(
 
 def result_table(result: AdviceResult) -> Table:
     v = result.verification
-    table = Table(
+    table = FitTable(
         title=f"{result.task} advice by {result.advisor}: {'ACCEPTED' if v.accepted else 'REJECTED'}",
         title_justify="left",
         caption=v.reason,

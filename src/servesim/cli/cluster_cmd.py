@@ -14,6 +14,7 @@ from rich.table import Table
 
 from servesim.cli.common import fail, parse_slo, print_json
 from servesim.cli.simulate_cmd import TRACE_HELP
+from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster import (
     POLICIES,
@@ -111,7 +112,7 @@ def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyO
 
 
 def comparison_table(rows: list[StrategyOutcome], title: str) -> Table:
-    table = Table(title=title, title_justify="left", caption="latencies in ms; hit = requests interrupted")
+    table = FitTable(title=title, title_justify="left", caption="latencies in ms; hit = requests interrupted")
     for col in (
         "recovery",
         "done",

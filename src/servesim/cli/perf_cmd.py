@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 import typer
 from pydantic import BaseModel
 from rich.console import Console
-from rich.table import Table
 
+from servesim.cli.tables import FitTable
 from servesim.engine.step_time import BatchComposition
 from servesim.perf import (
     ExtrapolationWarning,
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 _print_json({n: m.model_dump(mode="json") for n, m in sorted(cat.models.items())})
                 return
-            t = Table(title="Models")
+            t = FitTable(title="Models")
             for col in ("name", "HF id", "params", "layers", "hidden", "heads/KV", "experts", "dtype"):
                 t.add_column(col)
             for n, m in sorted(cat.models.items()):
@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 _print_json({n: g.model_dump(mode="json") for n, g in sorted(cat.gpus.items())})
                 return
-            t = Table(title="GPUs")
+            t = FitTable(title="GPUs")
             for col in ("name", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link GB/s (1 dir)"):
                 t.add_column(col)
             for n, g in sorted(cat.gpus.items()):
@@ -212,7 +212,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 _print_json(cap)
                 return
-            t = Table(title=f"{cap.model} on {tp} x {cap.gpu} (per GPU)")
+            t = FitTable(title=f"{cap.model} on {tp} x {cap.gpu} (per GPU)")
             t.add_column("item")
             t.add_column("value", justify="right")
             rows = [
@@ -272,7 +272,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 _print_json({"step_time_s": total, "breakdown_s": parts, "model": st.model_dump()})
                 return
-            t = Table(title=f"{st.model.name} on {tp} x {st.gpu.name}: {batch.num_tokens} tokens")
+            t = FitTable(title=f"{st.model.name} on {tp} x {st.gpu.name}: {batch.num_tokens} tokens")
             t.add_column("component")
             t.add_column("ms", justify="right")
             for k, v in parts.items():
@@ -302,7 +302,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 _print_json(prof)
                 return
-            t = Table(title=f"profile {prof.name} ({prof.gpu or 'generic'}, {prof.framework})")
+            t = FitTable(title=f"profile {prof.name} ({prof.gpu or 'generic'}, {prof.framework})")
             t.add_column("coefficient")
             t.add_column("value", justify="right")
             for k, v in prof.model_dump().items():
@@ -378,14 +378,14 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 _print_json(report)
                 return
-            t = Table(title=f"calibration ({report.kind}): {report.message}")
+            t = FitTable(title=f"calibration ({report.kind}): {report.message}")
             for col in ("coefficient", "start", "fitted", "rel. std. error", "determined"):
                 t.add_column(col)
             for p in report.parameters:
                 se = f"{p.relative_std_error:.1%}" if p.relative_std_error is not None else "-"
                 t.add_row(p.name, f"{p.start:.4g}", f"{p.value:.4g}", se, "yes" if p.determined else "no")
             _out.print(t)
-            e = Table(title="error (%)")
+            e = FitTable(title="error (%)")
             for col in ("", "n", "MAPE", "median", "p90", "max"):
                 e.add_column(col)
             for label, s in (("before", report.before), ("after", report.after), *report.per_group.items()):
@@ -497,7 +497,7 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 _print_json(result)
                 return
-            t = Table(title=f"sim2real: median / mean APE % over {len(exps)} experiments (stage -1)")
+            t = FitTable(title=f"sim2real: median / mean APE % over {len(exps)} experiments (stage -1)")
             t.add_column("simulator")
             metrics = ("e2e_mean", "ttft_mean", "itl_mean", "e2e_p90", "ttft_p90")
             for m in metrics:

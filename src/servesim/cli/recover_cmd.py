@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json, print_timed_as, write_text_atomic
+from servesim.cli.tables import FitTable
 from servesim.cluster.recovery import (
     MANIFEST_HEADER,
     ClusterSpec,
@@ -68,7 +69,7 @@ def _ms(x: float | None) -> str:
 
 def decision_table(plan: RecoveryPlan, title: str) -> Table:
     """The decision matrix as a Rich table (reasons are printed under it: they are long)."""
-    table = Table(title=title, title_justify="left")
+    table = FitTable(title=title, title_justify="left")
     table.add_column("job")
     table.add_column("strategy")
     table.add_column("target")
@@ -99,7 +100,7 @@ def _show_plan(console: Console, plan: RecoveryPlan, manifests: list[Path]) -> N
     for d in plan.scheduled_migrations:
         console.print(f"  {d.job_id}: {d.reason}", highlight=False)
     if plan.invalid_jobs:
-        bad = Table(title="invalid jobs (excluded from the plan and the totals)", title_justify="left")
+        bad = FitTable(title="invalid jobs (excluded from the plan and the totals)", title_justify="left")
         bad.add_column("#", justify="right")
         bad.add_column("job_id")
         bad.add_column("reason")

@@ -15,11 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json, print_timed_as, timed_as
+from servesim.cli.tables import FitTable
 from servesim.resched import Policy, RescheduleInputError, ReschedulePlan, parse_input, reschedule
 
 
 def plan_table(plan: ReschedulePlan, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = FitTable(title=title, title_justify="left")
     table.add_column("#", justify="right")
     longest = max((len(p.req_id) + (7 if p.aged else 0) for p in plan.requests), default=6)
     table.add_column("req_id", min_width=min(longest, 24))

@@ -346,6 +346,9 @@ def register(app: typer.Typer) -> None:
             )
             say_setup(setup, as_json)
             cfg, step_model = setup.config, setup.step_time
+            if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
+                typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
+                return
             run_and_report(
                 tr,
                 cfg,

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json
+from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, say_drops, strict_option
 from servesim.traces import (
     BUNDLED_TRACES,
@@ -62,7 +63,7 @@ class ArrivalKind(StrEnum):
 
 
 def _stats_table(stats: TraceStats, title: str) -> Table:
-    table = Table(title=title, show_header=False, title_justify="left")
+    table = FitTable(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
     table.add_row("format", stats.format)

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from servesim.cli.common import fail, print_json, print_timed_as, timed_as, write_text_atomic
 from servesim.cli.simulate_cmd import Policy, engine_config, progress_bar
+from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
@@ -163,7 +164,7 @@ def _fmt_ms(x: float) -> str:
 
 # ---------------------------------------------------------------------- rendering
 def curve_table(rep: SaturationReport) -> Table:
-    t = Table(title="throughput-latency curve (mean over seeds; p99 worst seed)", title_justify="left")
+    t = FitTable(title="throughput-latency curve (mean over seeds; p99 worst seed)", title_justify="left")
     for col in (
         "rate req/s",
         "status",
@@ -229,7 +230,7 @@ def print_tune(res: TuneResult, top: int = 8) -> None:
     for rule, info in res.invalid_reasons.items():
         console.print(escape(f"  pruned {info.count}x [{rule}]: {info.example}"))
     by_number = {r.number: r for r in res.trials}
-    t = Table(title="best feasible trials", title_justify="left")
+    t = FitTable(title="best feasible trials", title_justify="left")
     cols = (
         "trial",
         "GPUs",
@@ -275,7 +276,7 @@ def print_recommendation(rec: SchedulerRecommendation) -> None:
         f"{rec.deployment.tensor_parallel_size} = {rec.gpus} GPU(s); {rec.status}; {verdict} on "
         f"{len(rec.verification)} fresh seeds"
     )
-    t = Table(
+    t = FitTable(
         title=escape(f"predicted at {rec.target_rate_rps:,.3g} req/s (mean [min-max] over fresh seeds)")
     )
     for col in ("ms", "p50", "p90", "p99"):
@@ -672,10 +673,12 @@ def register(app: typer.Typer) -> None:
                 f"roofline step times; {hw_info.get('num_gpu_blocks'):,} KV blocks"
             )
         console = Console()
-        t = Table(show_header=False, title=str(file), title_justify="left")
+        t = FitTable(show_header=False, title=str(file), title_justify="left")
         t.add_column("field", style="bold")
         t.add_column("value")
         data: dict[str, Any] = result.model_dump(mode="json", exclude={"details"})
+        if isinstance(result, BatchScenarioResult) and result.simulated_batch_count == 0:
+            data = {k: ("no requests" if k.startswith("estimated_") else v) for k, v in data.items()}
         for k, v in data.items():
             t.add_row(k, f"{v:,.1f}" if isinstance(v, float) else str(v))
         console.print(t)

@@ -135,7 +135,9 @@ def replica_setup(
         else:
             step = LinearStepTime()
             timed = "servesim's linear step model (an uncalibrated stand-in, as asked)"
-        return ReplicaSetup(cfg, step, f"{timed}; {cfg.num_gpu_blocks:,} KV blocks", (), None, None, tp or 1)
+        usable = cfg.num_gpu_blocks - 1
+        blocks = f"{cfg.num_gpu_blocks:,} KV blocks ({usable:,} usable: vLLM reserves one null block)"
+        return ReplicaSetup(cfg, step, f"{timed}; {blocks}", (), None, None, tp or 1)
     name = model or DEFAULT_MODEL
     where = gpu or DEFAULT_GPU
     degree = DEFAULT_TP if tp is None else tp
@@ -159,7 +161,7 @@ def replica_setup(
         f"{cfg.num_gpu_blocks:,} KV blocks as vLLM sizes them at gpu_memory_utilization {util:g}"
         if setup.num_gpu_blocks is not None
         else f"{cfg.num_gpu_blocks:,} KV blocks as given"
-    )
+    ) + f" ({cfg.num_gpu_blocks - 1:,} usable: vLLM reserves one null block)"
     prof = "" if profile is None else f", profile {profile if isinstance(profile, str) else profile.name}"
     if model is None and (gpu is not None or tp is not None):
         origin = " (no --model given: the default model)"
