@@ -15,6 +15,8 @@ what the trace says about its tokens:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.request import PREEMPTED, WAITING, Request
 
@@ -42,6 +44,41 @@ def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, pro
         prev = hash((prev, ids, first % hash_block_size)) & _MASK60
         keys.append((prev << 2) | 3)
     return keys
+
+
+def shared_id_prefixes(
+    hash_ids: Sequence[Sequence[int] | None], prompt_len: Sequence[int], hash_block_size: int
+) -> list[int]:
+    """For each request, how many of its leading ``hash_ids`` some other request starts with too.
+
+    A block's content key chains over every id up to it, so only blocks inside such a common
+    prefix can ever be hit by another request; the rest hold content unique to the request (only
+    the request itself can hit it again, after a preemption) and are keyed like unique prompt
+    tokens, which spares hashing, publishing and evicting them one by one. Prefixes are counted
+    by a chained hash of their ids: a collision can only count a prefix as shared when it is not,
+    which costs speed, never a hit. Ids past the end of the prompt describe no token: not counted.
+    """
+    chains: list[list[int]] = []
+    count: dict[int, int] = {}
+    get = count.get
+    for ids, plen in zip(hash_ids, prompt_len, strict=True):
+        chain: list[int] = []
+        if ids is not None:
+            h = 0
+            for j in range(min(len(ids), -(-plen // hash_block_size))):
+                h = hash((h, ids[j]))
+                chain.append(h)
+                count[h] = get(h, 0) + 1
+        chains.append(chain)
+    out: list[int] = []
+    for chain in chains:
+        k = 0
+        for h in chain:
+            if count[h] < 2:
+                break
+            k += 1
+        out.append(k)
+    return out
 
 
 class KVCacheManager:
