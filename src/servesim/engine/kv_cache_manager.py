@@ -33,10 +33,25 @@ def group_key(group: int, block: int) -> int:
 
 
 def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int) -> list[int]:
-    """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained."""
+    """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained.
+
+    A key identifies the ids up to the block's last one and the block's place among them. When
+    blocks tile the hash blocks (``hash_block_size`` a multiple of ``block_size``: Mooncake's 512
+    and vLLM's 16) the ``per`` keys inside one hash block are consecutive: one hash per id."""
+    covered = min(prompt_len, len(hash_ids) * hash_block_size)
+    if hash_block_size % block_size == 0:
+        per = hash_block_size // block_size
+        step = 4  # keys are (x << 2) | 3: the low bits tell them from group and unique keys
+        out: list[int] = []
+        chain = 0
+        for j in range(-(-covered // hash_block_size)):
+            chain = hash((chain, hash_ids[j]))
+            base = (((chain & _MASK60) * per) << 2) | 3
+            out.extend(range(base, base + step * per, step))
+        del out[covered // block_size :]
+        return out
     keys: list[int] = []
     prev = 0
-    covered = min(prompt_len, len(hash_ids) * hash_block_size)
     for i in range(covered // block_size):
         first = i * block_size
         last = first + block_size - 1
@@ -132,10 +147,20 @@ class KVCacheManager:
         """Longest chain of cached full blocks, capped so the last token is always computed."""
         if not self.caching or (r.num_shared_blocks == 0 and r.num_preemptions == 0):
             return []  # all blocks unique to a request that never ran: nothing can hit
-        cached = self.pool.cached
+        get = self.pool.cached.get
+        n = (r.prompt_len + r.num_output - 1) // self.block_size
         hit: list[int] = []
-        for i in range((r.prompt_len + r.num_output - 1) // self.block_size):
-            b = cached.get(self.block_key(r, i))
+        hk = r.hash_keys
+        if hk is not None:
+            for key in hk if len(hk) <= n else hk[:n]:
+                b = get(key)
+                if b is None:
+                    return hit
+                hit.append(b)
+            if r.num_preemptions == 0:
+                return hit  # the blocks past the hash_ids are the request's own: never published
+        for i in range(len(hit), n):
+            b = get(self.block_key(r, i))
             if b is None:
                 break
             hit.append(b)
