@@ -170,7 +170,8 @@ def main() -> None:
         rows.append(row)
         cpu = row["servesim_cpu_s"]
         say(
-            f"{n:>9,} requests  {row['servesim_steps']:>9,} steps  servesim {min(walls):.2f}-{max(walls):.2f} s "
+            f"{n:>9,} requests  {row['servesim_steps']:>9,} steps  "
+            f"servesim {min(walls):.2f}-{max(walls):.2f} s "
             f"(cpu {min(cpu):.2f}-{max(cpu):.2f} s, {n / statistics.median(walls):,.0f} req/s, "
             f"{statistics.median(walls) / row['servesim_steps'] * 1e6:.0f} us/step, "
             f"hit rate {row['servesim_prefix_hit_rate']:.1%})"
