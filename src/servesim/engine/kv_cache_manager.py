@@ -177,10 +177,9 @@ class KVCacheManager:
         shared = r.num_shared_blocks
         if start < shared:
             end = full if full < shared else shared
-            pool = self.pool
-            blocks = r.blocks
-            for i in range(start, end):
-                pool.register(blocks[i], self.block_key(r, i))
+            hk = r.hash_keys  # shared blocks are keyed by hash_ids or else by the prefix group
+            keys = hk[start:end] if hk is not None else [group_key(r.group, i) for i in range(start, end)]
+            self.pool.register(r.blocks[start:end], keys)
             r.num_live_blocks = end
         r.num_cached_blocks = full
 
@@ -260,9 +259,8 @@ class KVCacheManager:
         """Free a preempted request's blocks, publishing its hashed blocks first: it will look
         them up when it is re-admitted (whatever has not been evicted by then is reused)."""
         if self.caching:
-            pool = self.pool
-            blocks = r.blocks
-            for i in range(r.num_live_blocks, r.num_cached_blocks):
-                pool.register(blocks[i], self.block_key(r, i))
-            r.num_live_blocks = r.num_cached_blocks
+            lo, hi = r.num_live_blocks, r.num_cached_blocks
+            if lo < hi:
+                self.pool.register(r.blocks[lo:hi], [self.block_key(r, i) for i in range(lo, hi)])
+            r.num_live_blocks = hi
         self.free(r)
