@@ -73,25 +73,24 @@ def shared_id_prefixes(
     by a chained hash of their ids: a collision can only count a prefix as shared when it is not,
     which costs speed, never a hit. Ids past the end of the prompt describe no token: not counted.
     """
-    chains: list[list[int]] = []
     count: dict[int, int] = {}
     get = count.get
     for ids, plen in zip(hash_ids, prompt_len, strict=True):
-        chain: list[int] = []
         if ids is not None:
             h = 0
-            for j in range(min(len(ids), -(-plen // hash_block_size))):
-                h = hash((h, ids[j]))
-                chain.append(h)
+            for x in ids[: -(-plen // hash_block_size)]:
+                h = hash((h, x))
                 count[h] = get(h, 0) + 1
-        chains.append(chain)
-    out: list[int] = []
-    for chain in chains:
+    out: list[int] = []  # a second walk, each only as far as its shared prefix: no chains kept
+    for ids, plen in zip(hash_ids, prompt_len, strict=True):
         k = 0
-        for h in chain:
-            if count[h] < 2:
-                break
-            k += 1
+        if ids is not None:
+            h = 0
+            for x in ids[: -(-plen // hash_block_size)]:
+                h = hash((h, x))
+                if count[h] < 2:
+                    break
+                k += 1
         out.append(k)
     return out
 
