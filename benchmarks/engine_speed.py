@@ -19,10 +19,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import resource
-import sys
 import time
-from pathlib import Path
+
+from trace_load import _max_rss_mib as peak_rss_mib
 
 from servesim.engine import EngineConfig, LinearStepTime, simulate
 from servesim.traces import GeneratorSpec, PoissonArrivals, generate_trace
@@ -35,18 +34,6 @@ def run(n: int, rate: float, fast: bool) -> tuple[float, float, int, object]:
     t0, c0 = time.perf_counter(), time.process_time()
     result = simulate(trace, CONFIG, LinearStepTime(), fast=fast)
     return time.perf_counter() - t0, time.process_time() - c0, result.summary.num_steps, result.summary
-
-
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process (Linux VmHWM; elsewhere ru_maxrss), MiB."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 1024 / 1024 if sys.platform == "darwin" else rss / 1024
 
 
 def main() -> None:
