@@ -54,6 +54,7 @@ from servesim.traces.arrivals import PoissonArrivals, sample_arrivals, stream_rn
 from servesim.traces.generate import GeneratorSpec, generate_trace
 from servesim.traces.lengths import LogNormalLength
 from servesim.traces.schema import Trace
+from servesim.tuning.deployment import vllm_serve_defaults
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, Status, measure
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
 
@@ -276,22 +277,6 @@ def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -
 
 
 # ---------------------------------------------------------------------- load scenario
-def vllm_serve_defaults(gpu: str) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) of ``vllm serve`` on this GPU (vLLM 0.33's
-    ``get_batch_defaults``, docs/vllm-scheduling.md §1): 1024 / 8192 on non-A100 GPUs of at
-    least 70 GiB (16384 tokens from 160 GiB), else 256 / 2048."""
-    try:
-        from servesim.perf import load_catalog
-
-        spec = load_catalog().gpu(gpu)
-    except (ImportError, ValueError):
-        return 256, 2048
-    gib = spec.memory_bytes / 2**30
-    if gib >= 70 and "a100" not in spec.name.lower():
-        return 1024, (16384 if gib >= 160 else 8192)
-    return 256, 2048
-
-
 def load_scenario_trace(s: LoadScenario, max_total: int) -> Trace:
     """Poisson at the rate; log-normal lengths with the given means, clipped to fit the cache."""
     prompt_max, output_max = 8192, 2048
