@@ -169,15 +169,17 @@ def recommend(
     source: dict[str, Any] | None = None,
     progress: Progress | None = None,
     baseline: Deployment | None = None,
+    add_capacity: bool = False,
     max_replicas: int = 64,
 ) -> SchedulerRecommendation:
     """Verify, measure headroom, explain and render the first candidate that holds up.
 
     With a ``baseline`` (the user's configuration) the answer is never worse than it at the
     target load: the baseline runs on the same fresh seeds, and unless the candidate beats it
-    (``explain.beats``) the verdict is *keep*, with the candidate's numbers as the evidence. When
-    nothing verified meets the SLO, replicas of the best flags are added until they do (up to
-    ``max_replicas``): verdict *add_capacity*."""
+    (``explain.beats``) the verdict is *keep*, with the candidate's numbers as the evidence. With
+    ``add_capacity`` (the candidates are the best a search found), when nothing verified meets
+    the SLO replicas of the best flags are added until they do (up to ``max_replicas``): verdict
+    *add_capacity*, with every replica count tried."""
     if not candidates and baseline is None:
         raise ValueError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
@@ -211,7 +213,7 @@ def recommend(
                 alt_sum = None if baseline == d else cand_sum
                 d, runs, verdict = baseline, b_runs, "keep"
         cap: CapacityAnswer | None = None
-        if not _verified(runs, slo):
+        if add_capacity and not _verified(runs, slo):
             cap, more, more_runs = find_capacity(ex, d, rate, seeds, slo, max_replicas=max_replicas)
             if more is not None and more_runs is not None:
                 d, runs, verdict = more, more_runs, "add_capacity"

@@ -233,29 +233,26 @@ class SearchSpace(BaseModel):
             sp = self.constrained(max_model_len, max_gpus)
         except ValueError:
             return 0
-        counts = [
-            _count(getattr(sp, n))
-            for n in ("enable_prefix_caching", "block_size", "gpu_memory_utilization", "queue_timeout_s")
-        ]
-        if any(c is None for c in counts):
+        vals = {n: _values(getattr(sp, n), KNOBS[n]) for n in KNOBS}
+        if any(v is None for v in vals.values()):
             return None
+        v: dict[str, list[Value]] = {n: x or [] for n, x in vals.items()}
         flags = 0
-        for chunked in _values(sp.enable_chunked_prefill) or []:
-            for mbt in _values(sp.max_num_batched_tokens) or []:
+        for chunked in v["enable_chunked_prefill"]:
+            for mbt in v["max_num_batched_tokens"]:
                 if not chunked and max_model_len is not None and _num(mbt) < max_model_len:
                     continue
-                seqs = [v for v in _values(sp.max_num_seqs) or [] if _num(v) <= _num(mbt)]
-                thr = _count(sp.long_prefill_token_threshold) if chunked else 1
-                flags += len(seqs) * (thr or 0)
-        gpus = 0
-        for tp in _values(sp.tensor_parallel_size) or []:
-            reps = [
-                r for r in _values(sp.replicas) or [] if max_gpus is None or _num(r) * _num(tp) <= max_gpus
-            ]
-            gpus += len(reps)
+                seqs = [x for x in v["max_num_seqs"] if _num(x) <= _num(mbt)]
+                flags += len(seqs) * (len(v["long_prefill_token_threshold"]) if chunked else 1)
+        gpus = sum(
+            1
+            for tp in v["tensor_parallel_size"]
+            for r in v["replicas"]
+            if max_gpus is None or _num(r) * _num(tp) <= max_gpus
+        )
         total = flags * gpus
-        for c in counts:
-            total *= int(c or 0)
+        for n in ("enable_prefix_caching", "block_size", "gpu_memory_utilization", "queue_timeout_s"):
+            total *= len(v[n])
         return total
 
     def including(self, values: dict[str, Any]) -> SearchSpace:
@@ -352,7 +349,7 @@ class _EnumPick(_Pick):
         if knob.is_fixed:
             v = knob.first
             return int(v) if kind == "int" and v is not None else v
-        values = _values(knob)
+        values = _values(knob, kind)
         if values is None:
             raise ValueError(f"{name.split(':')[0]} is a continuous range: the space has no grid")
         i = len(self.sizes)
@@ -363,14 +360,18 @@ class _EnumPick(_Pick):
         return int(v) if kind == "int" and v is not None else v
 
 
-def _values(knob: Knob) -> list[Value] | None:
-    """Every value of a knob (None: a continuous range)."""
+def _values(knob: Knob, kind: str = "float") -> list[Value] | None:
+    """Every value of a knob (None: a continuous range); an int range steps by 1 by default."""
     if knob.choices is not None:
         return list(knob.choices)
     assert knob.low is not None and knob.high is not None
+    if knob.low == knob.high:
+        return [int(knob.low) if kind == "int" else knob.low]
+    if kind == "int":
+        if knob.log:
+            return None  # Optuna's log-int draws: not enumerated here
+        return list(range(int(knob.low), int(knob.high) + 1, int(knob.step or 1)))
     if knob.step is None:
-        if knob.low == knob.high:
-            return [knob.low]
         return None
     n = round((knob.high - knob.low) / knob.step + 1e-9)
     return [round(knob.low + i * knob.step, 6) for i in range(n + 1)]
@@ -380,8 +381,8 @@ def _num(v: Value) -> float:
     return 0.0 if v is None else float(v)
 
 
-def _count(knob: Knob) -> int | None:
-    v = _values(knob)
+def _count(knob: Knob, kind: str = "float") -> int | None:
+    v = _values(knob, kind)
     return None if v is None else len(v)
 
 
