@@ -527,4 +527,11 @@ def register(app: typer.Typer) -> None:
                 f"context: {d.get('hardware', {}).get('model')} on {d.get('hardware', {}).get('gpu')}, "
                 f"{d.get('num_gpu_blocks'):,} KV blocks, max_model_len {d.get('max_model_len')}"
             )
+        if not isinstance(result, BatchScenarioResult):
+            from rich.markup import escape
+
+            from servesim.views.tuning import reason_text
+
+            for r in result.reasons:
+                console.print(f"  - {escape(reason_text(r))}")
         sys.stdout.flush()

@@ -469,11 +469,23 @@ def reason_text(r: Reason) -> str:
                 f"no scheduler setting meets the SLO on {f['flags_gpus']} GPU(s), and neither do up to "
                 f"{f['max_replicas']} replicas of these flags (tried {f['tried']})"
             )
-        return (
+        goal = str(f.get("criterion") or "meet the SLO")
+        line = (
             f"the target load is beyond any scheduler setting on {f['flags_gpus']} GPU(s) "
             f"({r.alternative} replica(s)): capacity is what is missing; {r.value} replicas "
-            f"({f['gpus']} GPUs) meet the SLO (replicas tried: {f['tried']})"
+            f"({f['gpus']} GPUs) {goal} (replicas tried: {f['tried']})"
         )
+        if f.get("service_rps") is not None and f.get("rate_rps") is not None:
+            line += (
+                f"; one replica completes {_f(f, 'service_rps'):,.3g} req/s of the {_f(f, 'rate_rps'):,.3g} "
+                "arriving"
+            )
+        if f.get("kv_blocks_needed") is not None:
+            line += (
+                f"; or one replica with {int(_f(f, 'kv_blocks_needed')):,} KV blocks "
+                f"(given {int(_f(f, 'kv_blocks_given')):,})"
+            )
+        return line
     if r.kind == "ablation":
         return _ablation(r)
     if r.kind == "refused":
