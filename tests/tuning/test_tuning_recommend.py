@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 from pydantic import ValidationError
@@ -12,6 +14,7 @@ from servesim.tuning import (
     Deployment,
     FixedHardware,
     PercentileSLO,
+    PerfHardware,
     SaturationSettings,
     SchedulerRecommendation,
     recommend,
@@ -181,3 +184,38 @@ def test_an_overload_gets_the_capacity_that_meets_the_slo() -> None:
     assert rec.deployment.max_num_seqs == 64  # same flags, more replicas
     why = next(r for r in rec.reasons if r.kind == "capacity")
     assert why.value == cap.replicas and "capacity is what is missing" in reason_text(why)
+
+
+def test_error_bars_follow_the_measured_sim2real_error() -> None:
+    from servesim.tuning.uncertainty import Z80, error_bars, sigma_ln
+
+    # sigma from the LOO table of docs/perf.md (TTFT p99 column), by hand:
+    apes = [26.7, 9.4, 27.2, 63.5, 11.2, 18.6, 8.4, 24.3]
+    s = math.sqrt(sum(math.log1p(a / 100) ** 2 for a in apes) / len(apes))
+    assert sigma_ln("ttft_p99") == pytest.approx(s)
+    slo = PercentileSLO.parse("ttft_p99_ms=200,tpot_p99_ms=50")
+    eb = error_bars({"ttft": 200.0, "tpot": 5.0, "e2e": 1000.0}, slo, "h100")
+    ttft = eb.metrics[0]
+    assert ttft.probability_within_cap == pytest.approx(0.5)  # predicted exactly at the cap
+    assert ttft.low_80 == pytest.approx(200 * math.exp(-Z80 * s)) and ttft.high_80 > 200
+    assert ttft.max_predicted_for_90 == pytest.approx(200 * math.exp(-Z80 * s))
+    # at that predicted p99 the cap holds with 90 %
+    at90 = error_bars({"ttft": ttft.max_predicted_for_90, "tpot": 5.0, "e2e": 1000.0}, slo, "h100")
+    assert at90.metrics[0].probability_within_cap == pytest.approx(0.9)
+    assert eb.within_model_error and eb.probability_slo_holds == pytest.approx(0.5, abs=1e-6)
+    assert error_bars({"ttft": 50.0, "tpot": 5.0, "e2e": 1.0}, slo, "h100").within_model_error is False
+    assert any("generic priors" in n for n in error_bars({"ttft": 1, "tpot": 1, "e2e": 1}, slo, "a100").notes)
+
+
+def test_a_recommendation_on_the_calibrated_model_carries_its_error_bars() -> None:
+    wl = poisson_workload(n=120)
+    hw = PerfHardware()
+    d = Deployment(max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=wl.default_max_model_len())
+    rec = recommend(wl, hw, SLO, [d], target_rate=5.0, saturation=FAST)
+    eb = rec.error_bars
+    assert eb is not None and eb.runs == 8 and eb.probability_slo_holds is not None
+    ttft = next(m for m in eb.metrics if m.metric == "ttft_p99_ms")
+    assert ttft.predicted == rec.predicted_ttft_ms.p99.max and ttft.low_80 < ttft.predicted < ttft.high_80
+    # a user-given step-time model has no measured error: no bars, rather than made-up ones
+    fixed = recommend(wl, FixedHardware(LinearStepTime(), 3000), SLO, [d], target_rate=5.0, saturation=FAST)
+    assert fixed.error_bars is None

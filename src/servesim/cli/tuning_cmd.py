@@ -154,7 +154,12 @@ def print_recommendation(rec: SchedulerRecommendation) -> None:
     from servesim.cli.render import print_section
     from servesim.views.tuning import recommendation_view
 
-    shown = ["predicted", *(["baseline"] if rec.baseline else []), *(["capacity"] if rec.capacity else [])]
+    shown = [
+        "predicted",
+        *(["error_bars"] if rec.error_bars else []),
+        *(["baseline"] if rec.baseline else []),
+        *(["capacity"] if rec.capacity else []),
+    ]
     print_section(recommendation_view(rec), tables=shown)
 
 

@@ -43,6 +43,7 @@ from servesim.tuning.reasons import Reason
 from servesim.tuning.saturation import RateSearch, SaturationReport, SaturationSettings, _search
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import Spread
+from servesim.tuning.uncertainty import ErrorBars, error_bars
 from servesim.tuning.workload import FRESH_SEED_BASE, Workload
 
 Progress = Callable[[int, int], None]
@@ -100,6 +101,11 @@ class SchedulerRecommendation(BaseModel):
         None, description="With verdict keep: the best candidate that did not beat the baseline."
     )
     capacity: CapacityAnswer | None = Field(None, description="With verdict add_capacity: the search.")
+    error_bars: ErrorBars | None = Field(
+        None,
+        description="Predicted p99s with the step-time model's measured sim2real error: 80 % intervals, "
+        "P(SLO holds), the headroom for 90 % (None: a user-given step-time model, error unknown).",
+    )
     reasons: list[Reason] = Field(description="The measured statements behind it (views.tuning words them).")
     ablations: list[Ablation]
     vllm_serve_command: str = Field(description="One replica; run `replicas` of them behind the router.")
@@ -305,7 +311,13 @@ def build_recommendation(
     ]
     if d.queue_timeout_s is not None:
         header.append(f"queue_timeout_s {d.queue_timeout_s:g} is not a vLLM flag: set it in the gateway.")
+    hw = hardware.describe()
+    bars = None
+    if hw.get("kind") == "perf":
+        worst = {m: max(r.p99()[m] for r in runs) for m in ("ttft", "tpot", "e2e")}
+        bars = error_bars(worst, slo, str(hw.get("gpu")) if hw.get("gpu") else None)
     return SchedulerRecommendation(
+        error_bars=bars,
         model=model,
         hardware=hardware.describe(),
         deployment=d,

@@ -202,6 +202,68 @@ def capacity_table(rec: SchedulerRecommendation) -> Table:
     return Table(key="capacity", title="capacity search (same flags, more replicas)", columns=cols, rows=rows)
 
 
+def error_bars_table(rec: SchedulerRecommendation) -> Table:
+    """Predicted p99s with the step-time model's measured error (sim2real leave-one-out)."""
+    cols = [
+        Column(key="metric", label="p99", kind="str"),
+        Column(key="predicted", label="predicted", unit="ms"),
+        Column(key="low_80", label="80 % low", unit="ms"),
+        Column(key="high_80", label="80 % high", unit="ms"),
+        Column(key="cap", label="cap", unit="ms"),
+        Column(key="probability", label="P(within cap)", kind="float", decimals=2),
+        Column(key="max_for_90", label="predicted max for 90 %", unit="ms"),
+    ]
+    rows: list[list[Any]] = []
+    if rec.error_bars is not None:
+        rows = [
+            [
+                _METRIC.get(m.metric, m.metric),
+                m.predicted,
+                m.low_80,
+                m.high_80,
+                m.cap,
+                m.probability_within_cap,
+                m.max_predicted_for_90,
+            ]
+            for m in rec.error_bars.metrics
+        ]
+    notes = (
+        [
+            f"model error measured out of sample on {rec.error_bars.runs} H100 vLLM runs (docs/perf.md); "
+            "predicted = worst fresh seed",
+            *rec.error_bars.notes,
+        ]
+        if rec.error_bars is not None
+        else []
+    )
+    return Table(
+        key="error_bars", title="error bars (step-time model error)", columns=cols, rows=rows, notes=notes
+    )
+
+
+def error_bars_text(rec: SchedulerRecommendation) -> str | None:
+    """One sentence: how likely the SLO holds once the model's own error is counted."""
+    eb = rec.error_bars
+    if eb is None or eb.probability_slo_holds is None:
+        return None
+    tight = [m for m in eb.metrics if m.cap is not None and m.max_predicted_for_90 is not None]
+    need = "; ".join(
+        f"{_METRIC.get(m.metric, m.metric)} must be predicted at most "
+        f"{_ms_unit(m.max_predicted_for_90 or 0)} (is {_ms_unit(m.predicted)})"
+        for m in tight
+        if m.predicted > (m.max_predicted_for_90 or 0)
+    )
+    text = (
+        f"counting the step-time model's measured error, the SLO holds with probability "
+        f"{eb.probability_slo_holds:.0%}"
+    )
+    if eb.within_model_error:
+        text += f": it is met only inside the model's error; for 90 %, {need}"
+    elif need:
+        text += f"; for 90 %, {need}"
+    return text
+
+
 def recommendation_view(rec: SchedulerRecommendation) -> Section:
     """The recommendation card: verdict, predicted percentiles, reasons, the vllm serve command."""
     verdict = {None: "no SLO given", True: "meets the SLO", False: "does NOT meet the SLO"}[rec.meets_slo]
@@ -275,7 +337,7 @@ def recommendation_view(rec: SchedulerRecommendation) -> Section:
         key="recommendation",
         title="recommendation",
         kpis=kpis,
-        tables=[predicted, flags, baseline_table(rec), capacity_table(rec), ablations],
+        tables=[predicted, error_bars_table(rec), flags, baseline_table(rec), capacity_table(rec), ablations],
         verdicts=[
             Verdict(key="recommendation", label="recommendation", status=status, text=headline),
             Verdict(
@@ -285,6 +347,18 @@ def recommendation_view(rec: SchedulerRecommendation) -> Section:
                 text=verdict_text(rec),
             ),
         ]
+        + (
+            [
+                Verdict(
+                    key="error_bars",
+                    label="model error",
+                    status="warn" if rec.error_bars and rec.error_bars.within_model_error else "info",
+                    text=eb_text,
+                )
+            ]
+            if (eb_text := error_bars_text(rec))
+            else []
+        )
         + [Verdict(key="warning", label="note", status="warn", text=w) for w in rec.warnings],
         text=[*(reason_text(r) for r in rec.reasons), rec.vllm_serve_command],
     )
