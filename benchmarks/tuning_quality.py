@@ -163,11 +163,45 @@ def best_of(outcomes: list[TrialOutcome]) -> TrialOutcome | None:
     return min(recs, key=rank_key).outcome if recs else None
 
 
+def speed(n_requests: int, trials: int) -> None:
+    """Wall time of a study on a long trace, and where one trial's time goes."""
+    from servesim.tuning import Deployment, run_once
+    from servesim.tuning.evaluate import probe_capacity
+
+    wl = _head("azure-conv", n_requests)
+    hw = PerfHardware()
+    slo = PercentileSLO.parse(SLOS["loose"])
+    t0 = time.perf_counter()
+    res = tune(wl, hw, slo, settings=TuneSettings(n_trials=trials), executor="local", storage=None)
+    wall = time.perf_counter() - t0
+    print(
+        f"{trials} trials on {len(wl.sample()):,} requests (--executor local): {wall:.0f} s, "
+        f"{wall / trials:.1f} s a trial"
+    )
+    print(f"  {res.n_complete} complete, {res.reused} reused, {res.n_pruned} pruned")
+    d = Deployment(max_model_len=wl.default_max_model_len(), max_num_seqs=256, max_num_batched_tokens=8192)
+    rate = wl.base_rate
+    assert rate is not None
+    for seed in (0, 1):
+        t1 = time.perf_counter()
+        run_once(wl.trace(rate, seed), d, hw, slo, seed=seed, rate=rate)
+        print(f"  one trial's run at the target rate, seed {seed}: {time.perf_counter() - t1:.1f} s")
+    t1 = time.perf_counter()
+    probe_capacity(wl.trace(rate * 50, 0), d, hw)
+    print(f"  one trial's capacity probe (50 x the rate): {time.perf_counter() - t1:.1f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--only", default="", help="Comma-separated case names (workload names).")
+    ap.add_argument("--speed", type=int, default=0, help="Only time N trials on 10,000 azure-conv requests.")
     args = ap.parse_args()
+    if args.speed:
+        warnings.simplefilter("ignore")
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        speed(10_000, args.speed)
+        return
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     folder = data_dir() / "benchmarks"
