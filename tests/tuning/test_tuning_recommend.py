@@ -219,3 +219,31 @@ def test_a_recommendation_on_the_calibrated_model_carries_its_error_bars() -> No
     # a user-given step-time model has no measured error: no bars, rather than made-up ones
     fixed = recommend(wl, FixedHardware(LinearStepTime(), 3000), SLO, [d], target_rate=5.0, saturation=FAST)
     assert fixed.error_bars is None
+
+
+def test_when_both_miss_the_closer_one_is_kept_and_capacity_starts_there() -> None:
+    from servesim.tuning.explain import RunSummary, beats
+
+    wl = poisson_workload(n=150)
+    mml = wl.default_max_model_len()
+    far = Deployment(max_num_seqs=1, max_num_batched_tokens=256, max_model_len=mml)
+    near = Deployment(max_num_seqs=32, max_num_batched_tokens=1024, replicas=2, max_model_len=mml)
+
+    def summary(d: Deployment, ttft: float) -> RunSummary:
+        return RunSummary(
+            deployment=d,
+            gpus=d.gpus,
+            runs=3,
+            ttft_p99_ms=ttft,
+            tpot_p99_ms=10,
+            e2e_p99_ms=1000,
+            good_fraction=0.5,
+            saturated_runs=0,
+            meets_slo=False,
+            slo_pressure=ttft / 400,
+            violations=["x"],
+        )
+
+    # More GPUs, but far closer to the SLO: it wins, although neither meets it.
+    assert beats(summary(near, 450), summary(far, 4000))
+    assert not beats(summary(far, 4000), summary(near, 450))

@@ -85,10 +85,15 @@ class RunSummary(BaseModel):
 
 def beats(cand: RunSummary, base: RunSummary) -> bool:
     """``cand`` is better than the baseline at the target load: it meets the SLO where the
-    baseline does not; or both meet it (or neither does) and it uses fewer GPUs; or the same GPUs
-    with a clearly lower worst p99 against the caps (more than the noise band ``SAME_WITHIN``)."""
+    baseline does not; or neither does and it is clearly closer (worst p99 / cap lower by more
+    than 2 %); or both meet it and it uses fewer GPUs, or the same GPUs with a clearly lower worst
+    p99 against the caps."""
     if cand.meets_slo is not None and base.meets_slo is not None and cand.meets_slo != base.meets_slo:
         return cand.meets_slo
+    # Neither is an answer (capacity is searched next, from the winner): the closer to the SLO.
+    both_miss = cand.meets_slo is False and base.meets_slo is False
+    if both_miss and cand.slo_pressure is not None and base.slo_pressure is not None:
+        return cand.slo_pressure < base.slo_pressure * (1 - 0.02)
     if cand.saturated_runs != base.saturated_runs:
         return cand.saturated_runs < base.saturated_runs
     if cand.gpus != base.gpus:
