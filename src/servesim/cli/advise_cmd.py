@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
                 config=config,
                 replicas=replicas,
                 slo=slo,
-                step_time_mtep_time_ms,
+                step_time_ms=step_time_ms,
                 seed=seed,
                 num_requests=num_requests,
             )
