@@ -1,0 +1,349 @@
+"""From the commands' documents to one ``Report``: the views of each result, a KPI strip, the
+``vllm serve`` command, caveats and the provenance needed to reproduce every number.
+
+Why one model in the middle: the HTML, Markdown and PDF renderers (and the diff of two reports)
+all read the same ``Report``, so they cannot disagree; it holds no time stamp and no machine
+path, so the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.report.documents import Document, Kind, read_document
+from servesim.views.model import Kpi, Section, Table
+
+#: What each part of a report is about, in reading order.
+ORDER: list[Kind] = [
+    "trace",
+    "simulate",
+    "saturate",
+    "tune",
+    "recommendation",
+    "cluster",
+    "recover",
+    "reschedule",
+    "advise",
+]
+
+
+class InputRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str
+    kind: str
+    digest: str
+
+
+class Provenance(BaseModel):
+    """What reproduces every number: the version, the inputs' digests, the seeds, the command."""
+
+    model_config = ConfigDict(frozen=True)
+    servesim_version: str
+    command_line: str
+    inputs: list[InputRef]
+    seeds: dict[str, list[int]] = Field(description="Input name -> the seeds its result used.")
+
+
+class ReportPart(BaseModel):
+    """One input's sections (a simulation gives workload + simulation, a study trials + advice)."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: str
+    source: str
+    title: str
+    sections: list[Section]
+    commands: list[str] = Field(default_factory=list, description="`vllm serve` command lines.")
+    caveats: list[str] = Field(default_factory=list)
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    title: str
+    kpis: list[Kpi]
+    parts: list[ReportPart]
+    provenance: Provenance
+
+    def sections(self) -> list[Section]:
+        return [s for p in self.parts for s in p.sections]
+
+
+# ----------------------------------------------------------------------------- per kind
+def _simulate(doc: Document) -> ReportPart:
+    from servesim.engine import EngineConfig, SimulationSummary
+    from servesim.views.simulation import summary_view
+
+    data = doc.data
+    summary = SimulationSummary.model_validate(data["summary"])
+    config = EngineConfig.model_validate(data["config"])
+    if data.get("sections"):
+        sections = [Section.model_validate(s) for s in data["sections"]]
+    else:
+        sections = [summary_view(summary, config, title=str(data.get("title", "simulation")))]
+    step = data.get("step_time_model") or {}
+    title = next((s.title for s in sections if s.key == "simulation"), "simulation")
+    return ReportPart(
+        kind=doc.kind,
+        source=doc.name,
+        title=title,
+        sections=sections,
+        commands=[serve_command(config, summary.max_model_len, step, data.get("model"))],
+        caveats=[*timing_caveats(step), *map(str, data.get("notes", []))],
+    )
+
+
+def serve_command(config: Any, max_model_len: int, step: dict[str, Any], model: str | None) -> str:
+    """The simulated engine settings as the ``vllm serve`` command of one replica."""
+    from servesim.tuning import Deployment
+    from servesim.tuning.hardware import _hf_id
+
+    tp = int(step.get("tp") or 1)
+    name = model or step.get("model")
+    dep = Deployment.from_engine_config(
+        config,
+        max_model_len=config.max_model_len or max_model_len,
+        replicas=1,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=0.9,
+    )
+    return dep.vllm_serve_command(_hf_id(str(name)) if name else "MODEL")
+
+
+def timing_caveats(step: dict[str, Any]) -> list[str]:
+    """What the step-time model behind the numbers is, and how well it was calibrated."""
+    kind = step.get("kind")
+    if kind == "linear":
+        return [
+            "Step times come from servesim's linear stand-in model (roughly an 8B model on one H100-class "
+            "GPU), not a calibrated profile: latencies are indicative; pass --model/--gpu for the roofline."
+        ]
+    if kind == "constant":
+        return ["Every engine step takes the same time (--step-time-ms): a scheduling study, not a timing one."]
+    if kind != "roofline":
+        return [f"Step times come from a {kind or 'custom'} step-time model."]
+    out = [
+        f"Step times: the roofline model of {step.get('model')} on {step.get('tp', 1)} x "
+        f"{str(step.get('gpu', '')).upper()} (servesim.perf)."
+    ]
+    profile = step.get("profile") or {}
+    cal = profile.get("calibration") if isinstance(profile, dict) else None
+    if isinstance(cal, dict) and cal.get("mape_after") is not None:
+        cases = cal.get("cases") or []
+        out.append(
+            f"Calibration of profile {profile.get('name')!r}: mean absolute percentage error "
+            f"{float(cal['mape_after']):.1f} % over {cal.get('targets', '?')} measured figures of "
+            f"{len(cases)} vLLM runs ({cal.get('method', 'fit')})."
+        )
+        rng = profile.get("fitted_range") or {}
+        tok = rng.get("tokens_per_step")
+        rps = rng.get("requests_per_second")
+        if tok and rps:
+            out.append(
+                f"Fitted on {tok[0]:,.0f}-{tok[1]:,.0f} tokens per step and {rps[0]:.1f}-{rps[1]:.1f} req/s; "
+                "figures outside that range are extrapolated on the roofline."
+            )
+    return out
+
+
+def _trace(doc: Document) -> ReportPart:
+    from servesim.traces import TraceStats
+    from servesim.views.workload import stats_table
+
+    stats = TraceStats.model_validate(doc.data)
+    section = Section(key="workload", title=f"workload: {stats.source}", tables=[stats_table(stats)])
+    return ReportPart(kind=doc.kind, source=doc.name, title=section.title, sections=[section])
+
+
+def _saturate(doc: Document) -> ReportPart:
+    from servesim.tuning import SaturationReport
+    from servesim.views.saturation import saturation_view
+
+    rep = SaturationReport.model_validate(doc.data)
+    return ReportPart(
+        kind=doc.kind,
+        source=doc.name,
+        title="saturation sweep",
+        sections=[saturation_view(rep)],
+        caveats=list(rep.notes),
+    )
+
+
+def _recommendation_part(doc: Document, rec_data: dict[str, Any], extra: list[Section]) -> ReportPart:
+    from servesim.tuning import SchedulerRecommendation
+    from servesim.views.tuning import recommendation_view
+
+    rec = SchedulerRecommendation.model_validate(rec_data)
+    return ReportPart(
+        kind=doc.kind,
+        source=doc.name,
+        title="tuning study and recommendation",
+        sections=[*extra, recommendation_view(rec)],
+        commands=[rec.vllm_serve_command],
+        caveats=list(rec.warnings),
+    )
+
+
+def _tune(doc: Document) -> ReportPart:
+    from servesim.tuning import TuneResult
+    from servesim.views.tuning import trials_view
+
+    study = TuneResult.model_validate(doc.data["study"])
+    trials = [trials_view(study)]
+    rec = doc.data.get("recommendation")
+    if rec is None:
+        return ReportPart(kind=doc.kind, source=doc.name, title="tuning study", sections=trials)
+    return _recommendation_part(doc, rec, trials)
+
+
+def _recommendation(doc: Document) -> ReportPart:
+    return _recommendation_part(doc, doc.data, [])
+
+
+def _cluster(doc: Document) -> ReportPart:
+    from servesim.views.cluster import cluster_view
+
+    return ReportPart(
+        kind=doc.kind, source=doc.name, title="cluster with failures", sections=[cluster_view(doc.data)]
+    )
+
+
+def _recover(doc: Document) -> ReportPart:
+    from servesim.cluster.recovery import RecoveryPlan
+    from servesim.views.recovery import recovery_view
+
+    plan = RecoveryPlan.model_validate(doc.data)
+    return ReportPart(
+        kind=doc.kind,
+        source=doc.name,
+        title="recovery decisions",
+        sections=[recovery_view(plan)],
+        caveats=list(plan.assumptions),
+    )
+
+
+def _reschedule(doc: Document) -> ReportPart:
+    from servesim.resched import ReschedulePlan
+    from servesim.views.resched import resched_view
+
+    plan = ReschedulePlan.model_validate(doc.data)
+    return ReportPart(
+        kind=doc.kind,
+        source=doc.name,
+        title="rescheduling of interrupted requests",
+        sections=[resched_view(plan)],
+        caveats=list(plan.assumptions),
+    )
+
+
+def _advise(doc: Document) -> ReportPart:
+    from servesim.advisor import AdviceResult
+    from servesim.views.advisor import advice_view
+
+    result = AdviceResult.model_validate({k: v for k, v in doc.data.items() if k != "outbox_files"})
+    return ReportPart(kind=doc.kind, source=doc.name, title="advisor", sections=[advice_view(result)])
+
+
+BUILDERS: dict[str, Callable[[Document], ReportPart]] = {
+    "simulate": _simulate,
+    "trace": _trace,
+    "saturate": _saturate,
+    "tune": _tune,
+    "recommendation": _recommendation,
+    "cluster": _cluster,
+    "recover": _recover,
+    "reschedule": _reschedule,
+    "advise": _advise,
+}
+
+
+# ----------------------------------------------------------------------------- the report
+def headline(parts: Sequence[ReportPart]) -> list[Kpi]:
+    """The KPI strip: the first simulation's KPIs, then the knee and the recommendation's size."""
+    out: list[Kpi] = []
+    for part in parts:
+        for s in part.sections:
+            if s.key == "simulation" and not out:
+                out.extend(s.kpis)
+    for part in parts:
+        for s in part.sections:
+            if s.key in ("saturation", "recommendation"):
+                out.extend(k for k in s.kpis if k.key not in {o.key for o in out})
+    return out
+
+
+def seeds_of(doc: Document) -> list[int]:
+    """The seeds a result names (replicates, sampler, verification), in order, once each."""
+    found: list[int] = []
+
+    def visit(value: Any, depth: int) -> None:
+        if depth > 3 or not isinstance(value, dict):
+            return
+        for k, v in value.items():
+            if k in ("seed", "seeds", "verification_seeds", "verify_seeds"):
+                for x in v if isinstance(v, list) else [v]:
+                    if isinstance(x, int) and not isinstance(x, bool) and x not in found:
+                        found.append(x)
+            elif isinstance(v, dict):
+                visit(v, depth + 1)
+
+    visit(doc.data, 0)
+    return found
+
+
+def build_report(
+    documents: Sequence[Document], *, command_line: str = "servesim report", title: str | None = None
+) -> Report:
+    from servesim import __version__
+
+    if not documents:
+        raise ValueError("no input: give the --json output of at least one command")
+    ranked = sorted(documents, key=lambda d: ORDER.index(d.kind))
+    parts = [BUILDERS[d.kind](d) for d in ranked]
+    return Report(
+        title=title or "servesim schedule recommendation report",
+        kpis=headline(parts),
+        parts=parts,
+        provenance=Provenance(
+            servesim_version=__version__,
+            command_line=command_line,
+            inputs=[InputRef(name=d.name, kind=d.kind, digest=d.digest) for d in documents],
+            seeds={d.name: s for d in documents if (s := seeds_of(d))},
+        ),
+    )
+
+
+def read_inputs(paths: Sequence[str | Path], base: str | Path | None = None) -> list[Document]:
+    """Read every input; names are relative to ``base`` when given (no machine path in a report)."""
+    docs = []
+    for p in paths:
+        path = Path(p)
+        name = path.name
+        if base is not None:
+            try:
+                name = str(path.resolve().relative_to(Path(base).resolve()))
+            except ValueError:
+                name = path.name
+        docs.append(read_document(path, name))
+    return docs
+
+
+def all_tables(report: Report) -> list[Table]:
+    return [t for s in report.sections() for t in s.tables]
+
+
+__all__ = [
+    "InputRef",
+    "Provenance",
+    "Report",
+    "ReportPart",
+    "all_tables",
+    "build_report",
+    "headline",
+    "read_inputs",
+    "seeds_of",
+    "serve_command",
+    "timing_caveats",
+]
