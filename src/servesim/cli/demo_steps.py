@@ -186,14 +186,21 @@ def saturate(run: DemoRun) -> None:
 def tune(run: DemoRun) -> None:
     """A small Pareto study (NSGA-II) and its recommendation, re-verified on fresh seeds."""
     from servesim.cli.tuning_cmd import best_candidates, write_outbox
-    from servesim.tuning import TuneSettings, recommend
+    import optuna
+
+    from servesim.tuning import TuneSettings, parse_space, recommend
     from servesim.tuning import tune as run_study
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     wl, hw, goal = _tuning_setup()
-    settings = TuneSettings(objective="pareto", n_trials=12, seed=SEED, seeds=[0], max_gpus=2)
-    params = {"trace": "azure_conv_like", "trials": 12, "objective": "pareto", "seed": SEED, "slo": SLO_PERCENTILE}
+    settings = TuneSettings(objective="pareto", n_trials=16, seed=SEED, seeds=[0], max_gpus=2)
+    # A small space that fits the 2-GPU budget (every trial runs; none is pruned as too big).
+    space = parse_space(["tensor_parallel_size=1,2", "replicas=1,2", "enable_chunked_prefill=true"])
+    params = {"trace": "azure_conv_like", "trials": 16, "objective": "pareto", "seed": SEED, "slo": SLO_PERCENTILE}
     with record_action("tune", params) as h:
-        res = run_study(wl, hw, goal, settings=settings, fixed={"policy": "fcfs"}, executor="local", n_jobs=1)
+        res = run_study(
+            wl, hw, goal, space=space, settings=settings, fixed={"policy": "fcfs"}, executor="local", n_jobs=1
+        )
         rec = None
         if res.best is not None:
             rec = recommend(
@@ -221,28 +228,51 @@ def tune(run: DemoRun) -> None:
     )
 
 
+CLUSTER_RATE = 30  # req/s over three replicas: comfortable for three, too much for the two left
+CLUSTER_BLOCKS = 3000  # KV blocks per replica (48k tokens): small enough that survivors preempt
+LINK_GBPS = 25.0
+
+
+def cluster_trace() -> Trace:
+    """Azure-like lengths (resampled from the bundled conversation trace), Poisson 30 req/s."""
+    from servesim.traces import generate_trace, preset_spec
+
+    spec = preset_spec("azure_conv_like")
+    arrival = preset_spec(f"poisson_{CLUSTER_RATE}_rps").arrival
+    return generate_trace(spec.model_copy(update={"num_requests": 1500, "seed": SEED, "arrival": arrival}))
+
+
 def cluster(run: DemoRun) -> None:
     """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies."""
     from servesim.cli.cluster_cmd import LinkSpec, StrategyOutcome, cluster_document, outcome
     from servesim.cluster import POLICIES, FailureEvent, Replica, RouterSpec, simulate_cluster
     from servesim.engine import SLO, EngineConfig
 
-    trace = _synthetic("poisson_100_rps", 1500, SEED)
+    trace = cluster_trace()
     setup = _deployment(128, 2048, trace.default_max_model_len())
     cfg = EngineConfig(
-        max_num_seqs=128, max_num_batched_tokens=2048, num_gpu_blocks=1200, starvation_threshold=2
+        max_num_seqs=128, max_num_batched_tokens=2048, num_gpu_blocks=CLUSTER_BLOCKS, starvation_threshold=2
     )
     reps = [Replica(f"n{i}", cfg, setup.step_time) for i in range(3)]
     horizon = float(trace.df["arrival_time_s"].max())
     events = [FailureEvent(node=NODE_DOWN, time_s=round(horizon / 2, 3))]
-    link = LinkSpec(model=MODEL)
+    link = LinkSpec(model=MODEL, bandwidth_gbps=LINK_GBPS)
     ctx = link.context()
     route = RouterSpec()
     slo = SLO(ttft_ms=1000, tpot_ms=100)
     common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": slo}
-    params = {"trace": "poisson_100_rps", "num_requests": 1500, "replicas": 3, "fail": f"{NODE_DOWN}@{events[0].time_s}"}
+    params = {
+        "trace": f"azure_conv_like at {CLUSTER_RATE} req/s",
+        "num_requests": len(trace),
+        "replicas": 3,
+        "num_gpu_blocks": CLUSTER_BLOCKS,
+        "fail": f"{NODE_DOWN}@{events[0].time_s}",
+        "bandwidth_gbps": LINK_GBPS,
+    }
     with record_action("cluster", params) as h:
-        rows: list[StrategyOutcome] = [outcome("no failure", simulate_cluster(trace, reps, route, (), **common), ctx)]
+        rows: list[StrategyOutcome] = [
+            outcome("no failure", simulate_cluster(trace, reps, route, (), **common), ctx)
+        ]
         planner = None
         for name in POLICIES:
             res = simulate_cluster(trace, reps, route, events, recovery=name, **common)
@@ -250,15 +280,18 @@ def cluster(run: DemoRun) -> None:
             if name == "planner":
                 planner = res
         assert planner is not None
-        decisions = planner.moves.to_dict(orient="records")
         starved = int(planner.requests["starved"].sum())
-        extra = {"decisions": decisions, "num_starved": starved, "num_requests": len(trace)}
+        extra = {
+            "decisions": planner.moves.to_dict(orient="records"),
+            "num_starved": starved,
+            "num_requests": len(trace),
+        }
         h.output(run.write("cluster.json", cluster_document(events, link, route, rows, extra)))
-    run.state.update(cluster_trace=trace, planner=planner, failure=events[0], cluster_setup=setup)
+    run.state.update(cluster_trace=trace, planner=planner, failure=events[0])
     p = rows[1]
     run.say(
         f"cluster: {NODE_DOWN} fails at {events[0].time_s:g} s; {p.interrupted} requests interrupted "
-        f"({p.migrated} migrated, {p.restarted} restarted by the planner), {starved} starved"
+        f"({p.migrated} migrated, {p.restarted} restarted by the planner); {starved} STARVED on the survivors"
     )
 
 
@@ -275,16 +308,21 @@ def recover(run: DemoRun) -> None:
             h.output(p)
             run.files[str(p.relative_to(run.out))] = p
         h.output(run.write("recover.json", plan.model_dump(mode="json")))
-    run.say(f"recover: {len(plan.decisions)} jobs planned; manifests in {run.outbox / 'recovery'}")
+    run.say(
+        f"recover: {len(plan.scheduled_migrations)} jobs planned ({plan.num_migrations} migrate, "
+        f"{plan.num_cold_restarts} restart cold); hand-off manifests in {run.outbox / 'recovery'}"
+    )
 
 
 def failure_record(run: DemoRun) -> dict[str, Any]:
-    """The planner run's interrupted requests as a ``servesim recover`` failure record."""
+    """The planner run's interrupted requests as a ``servesim recover`` failure record, with the
+    survivors as they were at the failure (running decodes, free KV blocks)."""
     planner = run.state["planner"]
-    moves = planner.moves
-    prompt = dict(zip(run.state["cluster_trace"].df["req_id"], run.state["cluster_trace"].df["prompt_len"], strict=True))
+    t = float(run.state["failure"].time_s)
+    df = run.state["cluster_trace"].df
+    prompt = dict(zip(df["req_id"], df["prompt_len"], strict=True))
     jobs = []
-    for m in moves.itertuples(index=False):
+    for m in planner.moves.itertuples(index=False):
         computed = int(m.tokens_moved) + int(m.recompute_tokens)
         p = int(prompt[m.req_id])
         jobs.append(
@@ -292,16 +330,30 @@ def failure_record(run: DemoRun) -> dict[str, Any]:
                 "job_id": str(m.req_id),
                 "prompt_tokens": p,
                 "generated_tokens": max(0, computed - p),
-                "kv_cache_checkpointed": int(m.tokens_moved) > 0,
+                "kv_cache_checkpointed": True,  # the cluster checkpoints KV continuously
+            }
+        )
+    survivors = []
+    steps = planner.steps
+    for name in sorted(set(steps["replica"]) - {NODE_DOWN}):
+        before = steps[(steps["replica"] == name) & (steps["start_s"] <= t)]
+        last = before.iloc[-1] if len(before) else None
+        survivors.append(
+            {
+                "name": str(name),
+                "running_decodes": int(last["num_running"]) if last is not None else 0,
+                "free_blocks": CLUSTER_BLOCKS - 1 - (int(last["kv_blocks_used"]) if last is not None else 0),
+                "free_slots": 128 - (int(last["num_running"]) if last is not None else 0),
             }
         )
     return {
         "interrupted_node": NODE_DOWN,
-        "preemption_timestamp": run.state["failure"].time_s,
-        "network_bandwidth_gbps": 10,
+        "preemption_timestamp": t,
+        "network_bandwidth_gbps": LINK_GBPS,
         "batch_id": "demo-n1",
         "active_jobs": jobs,
-        "context": {"model": MODEL, "gpu": GPU, "tp": 1},
+        "context": {"model": MODEL, "gpu": GPU, "tp": 1, "max_num_seqs": 128},
+        "cluster": survivors,
     }
 
 
@@ -324,11 +376,15 @@ def reschedule(run: DemoRun) -> None:
 
 
 def reschedule_input(run: DemoRun) -> dict[str, Any]:
-    """The interrupted requests with what they had done, what is left, their SLA budget (the SLO's
-    TTFT plus its TPOT per remaining token) and how often they were preempted before."""
+    """The interrupted requests at the failure: what they had done, what is left, their SLA budget
+    (the SLO's TTFT plus its TPOT per remaining token), how long they had waited and how often
+    they had lost their slot (earlier preemptions plus this interruption): aging puts the ones
+    that waited or lost it too often first, so none starves behind newer work."""
     planner = run.state["planner"]
+    t = float(run.state["failure"].time_s)
     df = run.state["cluster_trace"].df.set_index("req_id")
-    preempted = dict(zip(planner.requests["req_id"], planner.requests["num_preemptions"], strict=True))
+    pre = planner.preemptions
+    before = pre[pre["time_s"] <= t]["req_id"].value_counts()
     reqs = []
     for m in planner.moves.itertuples(index=False):
         row = df.loc[m.req_id]
@@ -342,7 +398,8 @@ def reschedule_input(run: DemoRun) -> dict[str, Any]:
                 "tokens_remaining": remaining,
                 "sla_budget_ms": float(1000 + 100 * remaining),
                 "prompt_len": int(row["prompt_len"]),
-                "preemptions": int(preempted.get(m.req_id, 0)),
+                "preemptions": int(before.get(m.req_id, 0)) + 1,
+                "waited_ms": round((t - float(row["arrival_time_s"])) * 1000.0, 3),
             }
         )
     return {"batch_capacity": 16, "interrupted_requests": reqs, "model": MODEL, "gpu": GPU}
@@ -394,7 +451,9 @@ def report(run: DemoRun) -> None:
     with record_action("report", {"inputs": [p.name for p in run.documents], "format": ",".join(run.formats)}) as h:
         for p in run.documents:
             h.input_file(p.name, p)
-        written = write_report(run.documents, run.out, formats=run.formats, base=run.out)
+        written = write_report(
+            run.documents, run.out, formats=run.formats, base=run.out, command_line="servesim demo", compare=False
+        )
         for p in written:
             h.output(p)
             run.files[p.name] = p

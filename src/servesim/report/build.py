@@ -294,14 +294,32 @@ def seeds_of(doc: Document) -> list[int]:
 
 
 def build_report(
-    documents: Sequence[Document], *, command_line: str = "servesim report", title: str | None = None
+    documents: Sequence[Document],
+    *,
+    command_line: str = "servesim report",
+    title: str | None = None,
+    compare: bool = True,
 ) -> Report:
+    """One report over the documents; two of the same kind are compared (a diff first) unless
+    ``compare`` is off."""
     from servesim import __version__
 
     if not documents:
         raise ValueError("no input: give the --json output of at least one command")
-    ranked = sorted(documents, key=lambda d: ORDER.index(d.kind))
-    parts = [BUILDERS[d.kind](d) for d in ranked]
+    if compare and len(documents) == 2 and documents[0].kind == documents[1].kind:
+        from servesim.report.diff import diff_part
+
+        a, b = documents
+        pa, pb = BUILDERS[a.kind](a), BUILDERS[b.kind](b)
+        parts = [
+            diff_part(a, b, pa, pb),
+            pa.model_copy(update={"title": f"A: {pa.title}"}),
+            pb.model_copy(update={"title": f"B: {pb.title}"}),
+        ]
+        title = title or f"servesim report: {a.name} against {b.name}"
+    else:
+        ranked = sorted(documents, key=lambda d: ORDER.index(d.kind))
+        parts = [BUILDERS[d.kind](d) for d in ranked]
     return Report(
         title=title or "servesim schedule recommendation report",
         kpis=headline(parts),
