@@ -60,10 +60,18 @@ class ReportPart(BaseModel):
     caveats: list[str] = Field(default_factory=list)
 
 
-class Report(BaseModel):
+class KpiGroup(BaseModel):
+    """One group of the KPI strip at the top (figures of one result)."""
+
     model_config = ConfigDict(frozen=True)
     title: str
     kpis: list[Kpi]
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    title: str
+    kpis: list[KpiGroup]
     parts: list[ReportPart]
     provenance: Provenance
 
@@ -260,18 +268,49 @@ BUILDERS: dict[str, Callable[[Document], ReportPart]] = {
 
 
 # ----------------------------------------------------------------------------- the report
-def headline(parts: Sequence[ReportPart]) -> list[Kpi]:
-    """The KPI strip: the first simulation's KPIs, then the knee and the recommendation's size."""
-    out: list[Kpi] = []
+#: The KPI strip: which figures of which view, in this order (the rest stay in their sections).
+HEADLINE: dict[str, list[str]] = {
+    "simulation": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
+    "recommendation": ["gpus", "headroom"],
+    "cluster": ["best_recovery_e2e_p99_ms", "starved"],
+}
+
+
+GROUP_TITLES = {"simulation": "simulation", "recommendation": "recommendation", "cluster": "node failure"}
+
+
+def headline(parts: Sequence[ReportPart], documents: Sequence[Document] = ()) -> list[KpiGroup]:
+    """The KPI strip: the first simulation's latency, goodput and throughput; the sweep's knee and
+    unstable rate; the recommendation's size and headroom; what a failure cost."""
+    from servesim.views.glossary import METRICS
+
+    groups: list[KpiGroup] = []
+    seen: set[str] = set()
     for part in parts:
         for s in part.sections:
-            if s.key == "simulation" and not out:
-                out.extend(s.kpis)
-    for part in parts:
-        for s in part.sections:
-            if s.key in ("saturation", "recommendation"):
-                out.extend(k for k in s.kpis if k.key not in {o.key for o in out})
-    return out
+            keys = HEADLINE.get(s.key)
+            if not keys or s.key in seen:
+                continue
+            seen.add(s.key)
+            kpis = [k for key in keys for k in s.kpis if k.key == key]
+            if kpis:
+                groups.append(KpiGroup(title=GROUP_TITLES.get(s.key, s.title), kpis=kpis))
+        doc = next((d for d in documents if d.name == part.source and d.kind == "saturate"), None)
+        if doc is not None and "saturation" not in seen:
+            seen.add("saturation")
+            kpis = [
+                Kpi(
+                    key=key,
+                    label=METRICS[key].label if key != "saturation_rps" else "unstable from",
+                    value=doc.data.get(key),
+                    unit="req/s",
+                    decimals=1,
+                    help=METRICS[key].definition,
+                )
+                for key in ("goodput_knee_rps", "saturation_rps")
+            ]
+            groups.append(KpiGroup(title="saturation sweep", kpis=kpis))
+    return groups
 
 
 def seeds_of(doc: Document) -> list[int]:
@@ -322,7 +361,7 @@ def build_report(
         parts = [BUILDERS[d.kind](d) for d in ranked]
     return Report(
         title=title or "servesim schedule recommendation report",
-        kpis=headline(parts),
+        kpis=headline(parts, documents),
         parts=parts,
         provenance=Provenance(
             servesim_version=__version__,
@@ -354,6 +393,7 @@ def all_tables(report: Report) -> list[Table]:
 
 __all__ = [
     "InputRef",
+    "KpiGroup",
     "Provenance",
     "Report",
     "ReportPart",

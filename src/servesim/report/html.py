@@ -29,7 +29,9 @@ main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 64px; }
 h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 21px; margin: 40px 0 4px; padding-top: 8px;
      border-top: 2px solid var(--line); } h3 { font-size: 17px; margin: 24px 0 8px; }
 .sub { color: var(--muted); margin: 0 0 16px; }
-.kpis { display: flex; flex-wrap: wrap; gap: 10px; margin: 16px 0; }
+.kpis { display: flex; flex-wrap: wrap; gap: 10px; margin: 8px 0 16px; }
+#kpis { display: flex; flex-wrap: wrap; gap: 0 28px; }
+.ktitle { font-size: 12.5px; color: var(--muted); text-transform: uppercase; letter-spacing: .04em; }
 .kpi { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 150px;
        background: var(--soft); }
 .kpi .label { color: var(--muted); font-size: 13px; }
@@ -49,6 +51,7 @@ caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; vertical-align: top; }
 th { background: var(--soft); text-align: left; white-space: nowrap; }
 td.n, th.n { text-align: right; white-space: nowrap; }
+td.t { min-width: 22em; }
 .note { color: var(--muted); font-size: 13px; margin: -10px 0 14px; }
 .verdict { padding: 6px 10px; border-radius: 6px; margin: 6px 0; background: var(--soft); }
 .verdict b { margin-right: 6px; } .verdict.pass b { color: var(--pass); } .verdict.warn b { color: var(--warn); }
@@ -113,6 +116,10 @@ def kpi_strip(kpis: list[Kpi]) -> str:
 
 def table_html(t: Table) -> str:
     numeric = [c.kind in ("int", "float", "pct") for c in t.columns]
+    long_text = [
+        c.kind == "str" and any(isinstance(r[j], str) and len(r[j]) > 40 for r in t.rows)
+        for j, c in enumerate(t.columns)
+    ]
     head = "".join(
         f'<th{" class=n" if n else ""} scope="col">{escape(header(c))}{q(c.key, c.help)}</th>'
         for c, n in zip(t.columns, numeric, strict=True)
@@ -120,8 +127,8 @@ def table_html(t: Table) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td{" class=n" if n else ""}>{escape(fmt(v, c))}</td>'
-            for v, c, n in zip(row, t.columns, numeric, strict=True)
+            f'<td{" class=n" if n else (" class=t" if lt else "")}>{escape(fmt(v, c))}</td>'
+            for v, c, n, lt in zip(row, t.columns, numeric, long_text, strict=True)
         )
         + "</tr>"
         for row in t.rows
@@ -150,8 +157,14 @@ def _layout(title: str, x: dict[str, Any], y: dict[str, Any], shapes: list[Any])
     }
 
 
+#: Bar series whose x are categories (the Series model has no category labels yet).
+CATEGORIES: dict[str, list[str]] = {"latency_split": ["queue", "prefill", "decode"]}
+
+
 def series_spec(s: Series, color: str) -> dict[str, Any]:
-    trace: dict[str, Any] = {"x": s.x, "y": s.y, "name": s.y_label, "marker": {"color": color}}
+    labels = CATEGORIES.get(s.key)
+    x: list[Any] = labels if labels and len(labels) == len(s.x) else s.x
+    trace: dict[str, Any] = {"x": x, "y": s.y, "name": s.y_label, "marker": {"color": color}}
     if s.kind == "bar":
         trace["type"] = "bar"
     else:
@@ -167,7 +180,10 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
                 "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
             }
         )
-    return {"data": [trace], "layout": _layout(s.title, _axis(s.x_label, s.x_unit), _axis(s.y_label, s.y_unit), shapes)}
+    y_axis = _axis(s.y_label, s.y_unit)
+    if min(s.y) >= 0:
+        y_axis["rangemode"] = "tozero"
+    return {"data": [trace], "layout": _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)}
 
 
 def histogram_spec(h: Histogram, color: str) -> dict[str, Any]:
@@ -182,7 +198,7 @@ def histogram_spec(h: Histogram, color: str) -> dict[str, Any]:
                 "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
             }
         )
-    return {"data": [trace], "layout": _layout(h.title, _axis(h.title, h.unit), _axis("requests", None), shapes)}
+    return {"data": [trace], "layout": _layout(h.title, _axis(h.title, h.unit), _axis("count", None), shapes)}
 
 
 def _n(x: float | None, unit: str | None) -> str:
@@ -217,14 +233,19 @@ def section_html(s: Section, charts: _Charts) -> str:
     figs = []
     for i, x in enumerate(s.series):
         if x.x:
-            ref = f"; dashed line: {x.reference_label or 'reference'} {_n(x.reference, x.y_unit)}" if x.reference is not None else ""
+            ref = (
+                f"; dashed line: {x.reference_label or 'limit'} {_n(x.reference, x.y_unit)}"
+                if x.reference is not None
+                else ""
+            )
             cap = f"{len(x.x):,} points; {x.y_label} {_n(min(x.y), x.y_unit)} to {_n(max(x.y), x.y_unit)}{ref}"
             figs.append(charts.add(series_spec(x, COLORS[i % len(COLORS)]), cap, x.key))
     for i, h in enumerate(s.histograms):
         if h.count and any(h.counts):
             qs = ", ".join(f"{n} {_n(v, h.unit)}" for n, v in (("p50", h.p50), ("p90", h.p90), ("p99", h.p99)) if v is not None)
             slo = f"; dashed line: SLO {_n(h.slo, h.unit)}" if h.slo is not None else ""
-            figs.append(charts.add(histogram_spec(h, COLORS[(i + 2) % len(COLORS)]), f"{h.count:,} values: {qs}{slo}", h.key))
+            cap = f"{h.count:,} values" + (f": {qs}" if qs else "") + slo
+            figs.append(charts.add(histogram_spec(h, COLORS[(i + 2) % len(COLORS)]), cap, h.key))
     if figs:
         out.append('<div class="charts">' + "".join(figs) + "</div>")
     out.append("</section>")
@@ -262,6 +283,13 @@ def provenance_html(report: Report) -> str:
     )
 
 
+def headline_html(report: Report) -> str:
+    return "".join(
+        f'<div class="kgroup"><div class="ktitle">{escape(g.title)}</div>{kpi_strip(g.kpis)}</div>'
+        for g in report.kpis
+    )
+
+
 def render_html(report: Report) -> str:
     charts = _Charts()
     parts = "".join(part_html(i, p, charts) for i, p in enumerate(report.parts, 1))
@@ -283,7 +311,7 @@ def render_html(report: Report) -> str:
         f"<h1>{escape(report.title)}</h1>"
         f'<p class="sub">servesim {escape(report.provenance.servesim_version)} · {len(report.parts)} results · '
         "simulated, not measured: review before use</p>"
-        f'<section id="kpis">{kpi_strip(report.kpis)}</section>'
+        f'<section id="kpis">{headline_html(report)}</section>'
         "<noscript><p class=note>Charts need JavaScript; every figure is also in the tables.</p></noscript>"
         f"{nav}{parts}{provenance_html(report)}</main>{scripts}</body></html>\n"
     )

@@ -68,7 +68,7 @@ def series_md(s: Series) -> str:
         return f"- {s.title}: no data"
     ref = ""
     if s.reference is not None:
-        ref = f"; {s.reference_label or 'reference'} {_num(s.reference, s.y_unit)}"
+        ref = f"; {s.reference_label or 'limit'} {_num(s.reference, s.y_unit)}"
     return (
         f"- {s.title}: {len(s.x):,} points, {s.x_label} {_num(min(s.x))}-{_num(max(s.x), s.x_unit)}, "
         f"{s.y_label} {_num(min(s.y))}-{_num(max(s.y), s.y_unit)}{ref}"
@@ -78,7 +78,7 @@ def series_md(s: Series) -> str:
 def histogram_md(h: Histogram) -> str:
     q = ", ".join(f"{n} {_num(v, h.unit)}" for n, v in (("p50", h.p50), ("p90", h.p90), ("p99", h.p99)) if v is not None)
     slo = f"; SLO {_num(h.slo, h.unit)}" if h.slo is not None else ""
-    return f"- {h.title}: {h.count:,} values in {len(h.counts)} bins ({q}){slo}"
+    return f"- {h.title}: {h.count:,} values in {len(h.counts)} bins" + (f" ({q})" if q else "") + slo
 
 
 def section_md(s: Section, terms: _Terms) -> list[str]:
@@ -114,7 +114,8 @@ def part_md(i: int, p: ReportPart, terms: _Terms) -> list[str]:
 def render_markdown(report: Report) -> str:
     terms = _Terms()
     out = [f"# {report.title}", ""]
-    out += kpi_strip(report.kpis, terms)
+    for g in report.kpis:
+        out += [f"**{_cell(g.title)}**", ""] + kpi_strip(g.kpis, terms)
     out += ["Contents: " + " · ".join(f"{i}. {p.title}" for i, p in enumerate(report.parts, 1)), ""]
     for i, p in enumerate(report.parts, 1):
         out += part_md(i, p, terms)

@@ -49,7 +49,15 @@ def advice_view(result: AdviceResult) -> Section:
         key="verification",
         title="re-simulated: current setting, the proposal and the optimizer's best",
         columns=[Column(key="candidate", label="candidate", kind="str")]
-        + [Column(key=n, label=n.replace("_", " "), kind="float", decimals=2) for n in names],
+        + [
+            Column(
+                key=n,
+                label=n.replace("_", " "),
+                kind="int" if all(isinstance(c.metrics[n], int) for c in v.candidates) else "float",
+                decimals=2,
+            )
+            for n in names
+        ],
         rows=[[c.label, *(c.metrics[n] for n in names)] for c in v.candidates],
     )
     calls = [e for e in result.action_log if e.advisor == result.advisor]
