@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -53,14 +53,22 @@ def register(app: typer.Typer) -> None:
         """The whole workflow end to end on bundled data (Azure 2023 + synthetic traces): ingest,
         simulate, saturate, tune, a node failure and its recovery, rescheduling, the advisor and
         the report. Prints where everything went."""
-        from servesim.cli.demo_steps import STEPS, DemoRun
+        from servesim.cli.demo_steps import STEPS, run_demo
         from servesim.errors import user_errors
 
+        from servesim.report import check_formats
+
+        if advisor not in ("auto", "claude", "rules"):
+            fail(f"--advisor {advisor!r}: use claude, rules or auto")
+        try:
+            fmts = check_formats(formats.split(","))
+        except user_errors() as exc:
+            fail(exc)
         folder = out or default_out()
-        run = DemoRun(folder, advisor=advisor, formats=[f.strip() for f in formats.split(",") if f.strip()])
         t0 = time.perf_counter()
         try:
-            _run_steps(run, STEPS, show=not as_json)
+            with progress(len(STEPS), show=not as_json) as on_step:
+                run = run_demo(folder, advisor=advisor, formats=fmts, on_step=on_step)
         except user_errors() as exc:
             fail(exc)
         handle = current_action()
@@ -90,22 +98,28 @@ def register(app: typer.Typer) -> None:
             console.print(f"\nopen the report: file://{report.resolve()}", soft_wrap=True)
 
 
-def _run_steps(run: Any, steps: list[tuple[str, Callable[[Any], None]]], *, show: bool) -> None:
-    """Run each step with a progress bar on stderr (only for a person at a terminal)."""
+@contextmanager
+def progress(total: int, *, show: bool) -> Iterator[Callable[[str], None] | None]:
+    """A progress bar over the steps on stderr (only for a person at a terminal)."""
     if not show or not sys.stderr.isatty():
-        for _, step in steps:
-            step(run)
+        yield None
         return
     with Progress(
-        TextColumn("[bold]{task.description:<44}"),
+        TextColumn("[bold]{task.description:<40}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=Console(stderr=True),
     ) as bar:
-        task = bar.add_task("demo", total=len(steps))
-        for label, step in steps:
+        task = bar.add_task("demo", total=total)
+        started = False
+
+        def on_step(label: str) -> None:
+            nonlocal started
+            if started:
+                bar.advance(task)
+            started = True
             bar.update(task, description=label)
-            step(run)
-            bar.advance(task)
-        bar.update(task, description="done")
+
+        yield on_step
+        bar.update(task, completed=total, description="done")

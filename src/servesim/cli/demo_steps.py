@@ -91,7 +91,8 @@ def ingest(run: DemoRun) -> None:
     with record_action("ingest", {"trace": str(path)}) as h:
         h.input_file("trace", path)
         bursty = open_trace(str(path))
-        bstats = inspect_trace(bursty)
+        # named relative to the output folder: no machine path in the committed examples
+        bstats = inspect_trace(bursty).model_copy(update={"source": "inputs/bursty.csv"})
         h.output(run.write("inspect-bursty.json", bstats.model_dump(mode="json"), document=False))
     run.files["inputs/bursty.csv"] = path
     run.state.update(real=real, real_stats=stats, bursty=bursty)
@@ -471,3 +472,19 @@ STEPS: list[tuple[str, Callable[[DemoRun], None]]] = [
     ("advisor", advise),
     ("report", report),
 ]
+
+
+def run_demo(
+    out: Path,
+    *,
+    advisor: str = "auto",
+    formats: list[str] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> DemoRun:
+    """Every step in order (``on_step(label)`` before each, for a progress bar)."""
+    run = DemoRun(out, advisor=advisor, formats=formats)
+    for label, step in STEPS:
+        if on_step is not None:
+            on_step(label)
+        step(run)
+    return run
