@@ -28,9 +28,7 @@ def trimmed_log(log: Path, out: Path) -> str:
     lines = []
     for raw in log.read_bytes().splitlines():
         rec = ActionRecord.model_validate(orjson.loads(raw))
-        params = {
-            k: (v.replace(prefix, "") if isinstance(v, str) else v) for k, v in rec.parameters.items()
-        }
+        params = {k: (v.replace(prefix, "") if isinstance(v, str) else v) for k, v in rec.parameters.items()}
         rec = rec.model_copy(
             update={"outputs": [o.replace(prefix, "") for o in rec.outputs], "parameters": params}
         )

@@ -96,9 +96,7 @@ def scrub(params: Mapping[str, Any], _secrets: list[str] | None = None) -> dict[
         elif isinstance(v, Mapping):
             out[name] = scrub(v, secrets)
         elif isinstance(v, list | tuple):
-            out[name] = [
-                x if isinstance(x, bool | int | float) else _clean(str(x), secrets) for x in v
-            ][:100]
+            out[name] = [x if isinstance(x, bool | int | float) else _clean(str(x), secrets) for x in v][:100]
         else:
             out[name] = _clean(str(v.value if isinstance(v, Enum) else v), secrets)
     return out

@@ -27,11 +27,15 @@ def test_demo_reproduces_the_committed_examples(tmp_path: Path, monkeypatch) -> 
     monkeypatch.setenv("SERVESIM_DATA_DIR", str(data))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     out = tmp_path / "demo"
-    res = CliRunner().invoke(app, ["demo", "--out", str(out), "--advisor", "rules", "--format", "md", "--json"])
+    res = CliRunner().invoke(
+        app, ["demo", "--out", str(out), "--advisor", "rules", "--format", "md", "--json"]
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["out_dir"] == str(out)
-    assert {"simulate.json", "saturate.json", "tune.json", "cluster.json", "recover.json"} <= set(summary["files"])
+    assert {"simulate.json", "saturate.json", "tune.json", "cluster.json", "recover.json"} <= set(
+        summary["files"]
+    )
     assert all(Path(p).exists() for p in summary["files"].values())
     files = committed()
     assert len(files) >= 15
@@ -43,7 +47,18 @@ def test_demo_reproduces_the_committed_examples(tmp_path: Path, monkeypatch) -> 
     # every step was logged once, then the demo itself; none of them failed
     actions = [r.action for r in read_log(data)]
     assert actions[-1] == "demo"
-    for a in ("ingest", "generate", "simulate", "saturate", "tune", "cluster", "recover", "reschedule", "advise", "report"):
+    for a in (
+        "ingest",
+        "generate",
+        "simulate",
+        "saturate",
+        "tune",
+        "cluster",
+        "recover",
+        "reschedule",
+        "advise",
+        "report",
+    ):
         assert a in actions
     assert all(r.outcome == "ok" for r in read_log(data))
 

@@ -39,12 +39,19 @@ def _headline(example_docs: list[Path]) -> dict[str, float]:
     return {"ttft": sim["ttft_ms"]["p99"], "tpot": sim["tpot_ms"]["p99"], "goodput": sim["goodput"]}
 
 
-def test_every_chart_has_data_and_the_page_has_no_console_error(rendered: Path, browser, example_docs) -> None:
+def test_every_chart_has_data_and_the_page_has_no_console_error(
+    rendered: Path, browser, example_docs
+) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: errors.append(f"network request {r.url}") if not r.url.startswith(("file:", "data:")) else None)
+    page.on(
+        "request",
+        lambda r: (
+            errors.append(f"network request {r.url}") if not r.url.startswith(("file:", "data:")) else None
+        ),
+    )
     page.goto((rendered / "report.html").as_uri())
     page.wait_for_function("window.servesimChartsReady !== undefined", timeout=60_000)
     figures = page.locator("figure[data-chart]").count()
@@ -65,7 +72,9 @@ def test_every_chart_has_data_and_the_page_has_no_console_error(rendered: Path, 
     page.close()
 
 
-def test_key_tables_and_definitions_are_readable_without_javascript(rendered: Path, browser, example_docs) -> None:
+def test_key_tables_and_definitions_are_readable_without_javascript(
+    rendered: Path, browser, example_docs
+) -> None:
     ctx = browser.new_context(java_script_enabled=False)
     page = ctx.new_page()
     page.goto((rendered / "report.html").as_uri())

@@ -69,7 +69,9 @@ def note_output(path: str | Path, handle: ActionHandle | None = None) -> None:
         handle.output(path)
 
 
-def note_advisor(advisor: str, model: str | None, input_tokens: int | None, output_tokens: int | None) -> None:
+def note_advisor(
+    advisor: str, model: str | None, input_tokens: int | None, output_tokens: int | None
+) -> None:
     handle = current_action()
     if handle is not None:
         handle.advisor = AdvisorUsage(
@@ -84,7 +86,7 @@ def _input_files(params: dict[str, Any]) -> Iterator[tuple[str, Path]]:
         values = value if isinstance(value, list | tuple) else [value]
         for i, v in enumerate(values):
             if isinstance(v, str | Path) and str(v) and Path(v).is_file():
-                yield (name if len(values) == 1 else f"{name}[{i}]"), Path(v)
+                yield (name if len(values) == 1 else f"{name}[{i}] {Path(v).name}"), Path(v)
 
 
 @contextmanager
@@ -106,7 +108,7 @@ def logged_action(action: str, params: dict[str, Any]) -> Iterator[ActionHandle]
                 _current.reset(previous)
                 for name in OUTPUT_PARAMS:
                     value = params.get(name)
-                    if isinstance(value, str | Path) and Path(value).exists():
+                    if isinstance(value, str | Path) and Path(value).is_file():
                         note_output(value, handle)
     finally:
         _failure.reset(token)

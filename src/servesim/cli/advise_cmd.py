@@ -94,7 +94,9 @@ def note_advice(result: AdviceResult, written: list[Path]) -> None:
     """The action log's advisor usage (which advisor answered, Claude's model and tokens) and files."""
     calls = [e for e in result.action_log if e.advisor == result.advisor]
     model = next((e.model for e in calls if e.model), None)
-    tokens = (sum(e.input_tokens for e in calls), sum(e.output_tokens for e in calls)) if model else (None, None)
+    tokens = (
+        (sum(e.input_tokens for e in calls), sum(e.output_tokens for e in calls)) if model else (None, None)
+    )
     note_advisor(result.advisor, model, *tokens)
     for p in written:
         note_output(p)

@@ -55,7 +55,6 @@ def register(app: typer.Typer) -> None:
         the report. Prints where everything went."""
         from servesim.cli.demo_steps import STEPS, run_demo
         from servesim.errors import user_errors
-
         from servesim.report import check_formats
 
         if advisor not in ("auto", "claude", "rules"):

@@ -110,10 +110,15 @@ def simulate_real(run: DemoRun) -> None:
     trace: Trace = run.state["real"]
     setup = _deployment(1024, 8192, 16384)
     cfg = EngineConfig(
-        max_num_seqs=1024, max_num_batched_tokens=8192, max_model_len=16384, num_gpu_blocks=setup.num_gpu_blocks
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+        max_model_len=16384,
+        num_gpu_blocks=setup.num_gpu_blocks,
     )
     slo = SLO(ttft_ms=1000, tpot_ms=100)
-    with record_action("simulate", {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": "ttft_ms=1000,tpot_ms=100"}) as h:
+    with record_action(
+        "simulate", {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": "ttft_ms=1000,tpot_ms=100"}
+    ) as h:
         result = simulate(trace, cfg, setup.step_time, slo=slo)
         doc = simulation_document(
             result,
@@ -141,12 +146,13 @@ def simulate_real(run: DemoRun) -> None:
 
 
 def _tuning_setup() -> tuple[Any, Any, Any]:
+    from servesim.traces import preset_spec
     from servesim.tuning import PercentileSLO, Workload
     from servesim.tuning.hardware import PerfHardware
 
-    from servesim.traces import preset_spec
-
-    wl = Workload.from_spec(preset_spec("azure_conv_like").model_copy(update={"num_requests": 500, "seed": SEED}))
+    wl = Workload.from_spec(
+        preset_spec("azure_conv_like").model_copy(update={"num_requests": 500, "seed": SEED})
+    )
     hw = PerfHardware(model=MODEL, gpu=GPU, tensor_parallel_size=1, gpu_memory_utilization=0.9)
     return wl, hw, PercentileSLO.parse(SLO_PERCENTILE)
 
@@ -186,9 +192,9 @@ def saturate(run: DemoRun) -> None:
 
 def tune(run: DemoRun) -> None:
     """A small Pareto study (NSGA-II) and its recommendation, re-verified on fresh seeds."""
-    from servesim.cli.tuning_cmd import best_candidates, write_outbox
     import optuna
 
+    from servesim.cli.tuning_cmd import best_candidates, write_outbox
     from servesim.tuning import TuneSettings, parse_space, recommend
     from servesim.tuning import tune as run_study
 
@@ -197,7 +203,13 @@ def tune(run: DemoRun) -> None:
     settings = TuneSettings(objective="pareto", n_trials=16, seed=SEED, seeds=[0], max_gpus=2)
     # A small space that fits the 2-GPU budget (every trial runs; none is pruned as too big).
     space = parse_space(["tensor_parallel_size=1,2", "replicas=1,2", "enable_chunked_prefill=true"])
-    params = {"trace": "azure_conv_like", "trials": 16, "objective": "pareto", "seed": SEED, "slo": SLO_PERCENTILE}
+    params = {
+        "trace": "azure_conv_like",
+        "trials": 16,
+        "objective": "pareto",
+        "seed": SEED,
+        "slo": SLO_PERCENTILE,
+    }
     with record_action("tune", params) as h:
         res = run_study(
             wl, hw, goal, space=space, settings=settings, fixed={"policy": "fcfs"}, executor="local", n_jobs=1
@@ -212,19 +224,28 @@ def tune(run: DemoRun) -> None:
                 target_rate=res.target_rate_rps,
                 verify_seeds=[1000, 1001],
                 executor="local",
-                source={"study": res.study_name, "storage": None, "objective": res.objective, "trials": res.ranked[:3]},
+                source={
+                    "study": res.study_name,
+                    "storage": None,
+                    "objective": res.objective,
+                    "trials": res.ranked[:3],
+                },
             )
             for p in write_outbox(rec, run.outbox / "recommendation"):
                 h.output(p)
                 run.files[str(p.relative_to(run.out))] = p
-        doc = {"study": res.model_dump(mode="json"), "recommendation": rec.model_dump(mode="json") if rec else None}
+        doc = {
+            "study": res.model_dump(mode="json"),
+            "recommendation": rec.model_dump(mode="json") if rec else None,
+        }
         h.output(run.write("tune.json", doc))
     if rec is None:
         run.say(f"tune: {res.n_trials} trials, none feasible under {SLO_PERCENTILE}")
         return
     run.headline.update(recommended_gpus=rec.gpus, vllm_serve=rec.vllm_serve_command)
     run.say(
-        f"tune: {res.n_trials} trials ({res.n_feasible} feasible, {len(res.pareto_front)} on the Pareto front); "
+        f"tune: {res.n_trials} trials ({res.n_feasible} feasible, "
+        f"{len(res.pareto_front)} on the Pareto front); "
         f"recommended {rec.replicas} x TP {rec.deployment.tensor_parallel_size}, {rec.status}"
     )
 
@@ -425,7 +446,7 @@ def advise(run: DemoRun) -> None:
     with record_action("advise", {"trace": "inputs/bursty.csv", "advisor": run.advisor, "optimize": 6}) as h:
         case.optimizer_best = optimizer_best(case, 6, SEED)
         claude = ClaudeAdvisor() if run.advisor in ("auto", "claude") and ClaudeAdvisor.available() else None
-        result = get_advice(case, run.advisor, claude=claude)  # type: ignore[arg-type]
+        result = get_advice(case, run.advisor, claude=claude)
         calls = [e for e in result.action_log if e.advisor == result.advisor]
         model = next((e.model for e in calls if e.model), None)
         h.advisor = run.advisor_usage = AdvisorUsage(
@@ -449,11 +470,18 @@ def report(run: DemoRun) -> None:
     """Every document above in one report (HTML, Markdown, PDF on request)."""
     from servesim.report import write_report
 
-    with record_action("report", {"inputs": [p.name for p in run.documents], "format": ",".join(run.formats)}) as h:
+    with record_action(
+        "report", {"inputs": [p.name for p in run.documents], "format": ",".join(run.formats)}
+    ) as h:
         for p in run.documents:
             h.input_file(p.name, p)
         written = write_report(
-            run.documents, run.out, formats=run.formats, base=run.out, command_line="servesim demo", compare=False
+            run.documents,
+            run.out,
+            formats=run.formats,
+            base=run.out,
+            command_line="servesim demo",
+            compare=False,
         )
         for p in written:
             h.output(p)

@@ -21,7 +21,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``--since``: an ISO time (``2026-12-01``, ``2026-12-01T10:00Z``) or an age (``30m``, ``2h``, ``7d``)."""
+    """``--since``: an ISO time (``2026-12-01``, ``2026-12-01T10:00Z``) or an age (``30m``, ``7d``)."""
     t = text.strip()
     now = now or datetime.now(UTC)
     if t and t[-1] in _UNITS and t[:-1].replace(".", "", 1).isdigit():
@@ -73,10 +73,17 @@ def register(app: typer.Typer) -> None:
     @app.command("log")
     def log_cmd(
         action: list[str] = typer.Option(
-            [], "--action", "-a", help="Only these actions (repeatable or comma-separated), e.g. simulate,tune."
+            [],
+            "--action",
+            "-a",
+            help="Only these actions (repeatable or comma-separated), e.g. simulate,tune.",
         ),
-        since: str | None = typer.Option(None, help="Only actions since: an ISO time or an age (30m, 2h, 7d)."),
-        last: int | None = typer.Option(None, "--last", "-n", min=1, help="Only the last N matching actions."),
+        since: str | None = typer.Option(
+            None, help="Only actions since: an ISO time or an age (30m, 2h, 7d)."
+        ),
+        last: int | None = typer.Option(
+            None, "--last", "-n", min=1, help="Only the last N matching actions."
+        ),
         data_dir: Path | None = typer.Option(
             None, help="Data folder holding actions.jsonl (default: $SERVESIM_DATA_DIR or the user's)."
         ),
@@ -93,5 +100,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json([r.model_dump(mode="json") for r in records])
             return
-        path = log_path(data_dir)
-        Console().print(log_table(records, f"{path}: {len(records):,} actions"))
+        console = Console()
+        console.print(log_table(records, f"{len(records):,} actions"))
+        console.print(f"log: {log_path(data_dir)}", soft_wrap=True)

@@ -36,8 +36,17 @@ def _main(
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
+    from servesim.cli import (
+        advise_cmd,
+        cluster_cmd,
+        demo_cmd,
+        log_cmd,
+        report_cmd,
+        resched_cmd,
+        schema_cmd,
+        simulate_cmd,
+    )
     from servesim.cli.actions import log_commands
-    from servesim.cli import advise_cmd, cluster_cmd, demo_cmd, log_cmd, report_cmd, resched_cmd, schema_cmd, simulate_cmd
     from servesim.cli.perf_cmd import register as register_perf_commands
     from servesim.cli.recover_cmd import register as register_recover_commands
     from servesim.cli.trace_cmd import register as register_trace_commands

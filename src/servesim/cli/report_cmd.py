@@ -30,7 +30,9 @@ def register(app: typer.Typer) -> None:
             help="--json outputs of simulate, saturate, tune, cluster, recover, reschedule, advise, "
             "trace inspect (or a recommendation.json).",
         ),
-        out: Path = typer.Option(Path("."), "--out", "-o", help="Folder for report.html / report.md / report.pdf."),
+        out: Path = typer.Option(
+            Path("."), "--out", "-o", help="Folder for report.html / report.md / report.pdf."
+        ),
         formats: str = typer.Option("html,md", "--format", "-f", help="Comma-separated: html, md, pdf."),
         compare: bool = typer.Option(
             True, "--compare/--no-compare", help="Two results of the same kind: show what changed first."

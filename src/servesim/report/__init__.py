@@ -34,7 +34,9 @@ def check_formats(formats: Sequence[str]) -> list[str]:
     return out
 
 
-def write_rendered(report: Report, out_dir: str | Path, formats: Sequence[str], name: str = BASENAME) -> list[Path]:
+def write_rendered(
+    report: Report, out_dir: str | Path, formats: Sequence[str], name: str = BASENAME
+) -> list[Path]:
     """Write ``report`` in each format into ``out_dir`` (the PDF is printed from the HTML)."""
     from servesim.report.html import render_html
     from servesim.report.markdown import render_markdown

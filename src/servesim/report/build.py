@@ -129,7 +129,9 @@ def timing_caveats(step: dict[str, Any]) -> list[str]:
             "GPU), not a calibrated profile: latencies are indicative; pass --model/--gpu for the roofline."
         ]
     if kind == "constant":
-        return ["Every engine step takes the same time (--step-time-ms): a scheduling study, not a timing one."]
+        return [
+            "Every engine step takes the same time (--step-time-ms): a scheduling study, not a timing one."
+        ]
     if kind != "roofline":
         return [f"Step times come from a {kind or 'custom'} step-time model."]
     out = [

@@ -87,7 +87,12 @@ def metric_table(pa: ReportPart, pb: ReportPart) -> Table:
     for s in pa.sections:
         for k in s.kpis:
             other = kb.get((s.key, k.key))
-            if other is not None and k.value is not None and other.value is not None and k.value != other.value:
+            if (
+                other is not None
+                and k.value is not None
+                and other.value is not None
+                and k.value != other.value
+            ):
                 col = Column(key=k.key, label=k.label, unit=k.unit, decimals=k.decimals)
                 unit = f" {k.unit}" if k.unit and k.unit != "%" else ""
                 rows.append(_delta_row(f"{k.label}{unit}", k.value, other.value, col))
@@ -126,7 +131,9 @@ def diff_part(a: Document, b: Document, pa: ReportPart, pb: ReportPart) -> Repor
         title=f"A = {a.name}, B = {b.name}",
         tables=[config_table(a, b), metric_table(pa, pb)],
     )
-    return ReportPart(kind="diff", source=f"{a.name} vs {b.name}", title=f"what changed ({a.kind})", sections=[section])
+    return ReportPart(
+        kind="diff", source=f"{a.name} vs {b.name}", title=f"what changed ({a.kind})", sections=[section]
+    )
 
 
 __all__ = ["config_of", "diff_part"]

@@ -36,7 +36,11 @@ SHAPES: list[tuple[Kind, frozenset[str], str]] = [
     ("recover", frozenset({"scheduled_migrations", "interrupted_node"}), "servesim recover --json"),
     ("reschedule", frozenset({"rescheduled_queue", "requests", "policy"}), "servesim reschedule --json"),
     ("advise", frozenset({"advice", "verification", "advisor"}), "servesim advise --json"),
-    ("trace", frozenset({"num_requests", "mean_rate_rps", "prompt", "output"}), "servesim trace inspect --json"),
+    (
+        "trace",
+        frozenset({"num_requests", "mean_rate_rps", "prompt", "output"}),
+        "servesim trace inspect --json",
+    ),
 ]
 
 
@@ -80,7 +84,9 @@ def read_document(path: str | Path, name: str | None = None) -> Document:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
-        raise ReportInputError(f"{p}: not a JSON document{where}; give the --json output of a command") from None
+        raise ReportInputError(
+            f"{p}: not a JSON document{where}; give the --json output of a command"
+        ) from None
     if isinstance(data, dict) and isinstance(data.get("plans"), list) and data["plans"]:
         data = data["plans"][0] if len(data["plans"]) == 1 else data
     kind = detect(data)

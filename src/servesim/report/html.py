@@ -54,7 +54,8 @@ td.n, th.n { text-align: right; white-space: nowrap; }
 td.t { min-width: 22em; }
 .note { color: var(--muted); font-size: 13px; margin: -10px 0 14px; }
 .verdict { padding: 6px 10px; border-radius: 6px; margin: 6px 0; background: var(--soft); }
-.verdict b { margin-right: 6px; } .verdict.pass b { color: var(--pass); } .verdict.warn b { color: var(--warn); }
+.verdict b { margin-right: 6px; } .verdict.pass b { color: var(--pass); }
+.verdict.warn b { color: var(--warn); }
 .verdict.fail b { color: var(--fail); } .verdict.info b { color: var(--info); }
 pre { background: #0f1420; color: #e6edf3; padding: 12px 14px; border-radius: 8px; overflow-x: auto;
       white-space: pre-wrap; word-break: break-all; font-size: 13px; }
@@ -77,7 +78,8 @@ INIT_JS = """
   var ids = Object.keys(specs);
   var pending = ids.map(function (id) {
     return Plotly.newPlot(id, specs[id].data, specs[id].layout,
-                          {displaylogo: false, responsive: true, modeBarButtonsToRemove: ['select2d', 'lasso2d']});
+                          {displaylogo: false, responsive: true,
+                           modeBarButtonsToRemove: ['select2d', 'lasso2d']});
   });
   Promise.all(pending).then(function () { window.servesimChartsReady = ids.length; });
 })();
@@ -103,7 +105,8 @@ def kpi_card(k: Kpi) -> str:
     slo = ""
     if k.slo is not None:
         mark = {"pass": "meets", "fail": "misses", "none": "vs"}[k.verdict]
-        slo = f'<div class="slo">{mark} SLO {escape(f"{k.slo:,g}")}{" " + escape(k.unit) if k.unit else ""}</div>'
+        unit = " " + escape(k.unit) if k.unit else ""
+        slo = f'<div class="slo">{mark} SLO {escape(f"{k.slo:,g}")}{unit}</div>'
     return (
         f'<div class="kpi {k.verdict}" data-kpi="{escape(k.key)}"><div class="label">{escape(k.label)}'
         f'{q(k.key, k.help)}</div><div class="value">{escape(kpi_value(k))}</div>{slo}</div>'
@@ -117,7 +120,7 @@ def kpi_strip(kpis: list[Kpi]) -> str:
 def table_html(t: Table) -> str:
     numeric = [c.kind in ("int", "float", "pct") for c in t.columns]
     long_text = [
-        c.kind == "str" and any(isinstance(r[j], str) and len(r[j]) > 40 for r in t.rows)
+        c.kind == "str" and any(len(str(r[j])) > 40 for r in t.rows if isinstance(r[j], str))
         for j, c in enumerate(t.columns)
     ]
     head = "".join(
@@ -127,7 +130,7 @@ def table_html(t: Table) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td{" class=n" if n else (" class=t" if lt else "")}>{escape(fmt(v, c))}</td>'
+            f"<td{' class=n' if n else (' class=t' if lt else '')}>{escape(fmt(v, c))}</td>"
             for v, c, n, lt in zip(row, t.columns, numeric, long_text, strict=True)
         )
         + "</tr>"
@@ -176,7 +179,12 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
     if s.reference is not None:
         shapes.append(
             {
-                "type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": s.reference, "y1": s.reference,
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": s.reference,
+                "y1": s.reference,
                 "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
             }
         )
@@ -189,12 +197,24 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
 def histogram_spec(h: Histogram, color: str) -> dict[str, Any]:
     mids = [(a + b) / 2 for a, b in zip(h.edges[:-1], h.edges[1:], strict=True)]
     widths = [b - a for a, b in zip(h.edges[:-1], h.edges[1:], strict=True)]
-    trace = {"type": "bar", "x": mids, "y": h.counts, "width": widths, "marker": {"color": color}, "name": h.title}
+    trace = {
+        "type": "bar",
+        "x": mids,
+        "y": h.counts,
+        "width": widths,
+        "marker": {"color": color},
+        "name": h.title,
+    }
     shapes = []
     if h.slo is not None:
         shapes.append(
             {
-                "type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": h.slo, "x1": h.slo,
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": h.slo,
+                "x1": h.slo,
                 "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
             }
         )
@@ -223,9 +243,13 @@ class _Charts:
 
 
 def section_html(s: Section, charts: _Charts) -> str:
-    out = [f'<section class="view" data-section="{escape(s.key)}"><h3>{escape(s.title)}</h3>', kpi_strip(s.kpis)]
+    out = [
+        f'<section class="view" data-section="{escape(s.key)}"><h3>{escape(s.title)}</h3>',
+        kpi_strip(s.kpis),
+    ]
     out += [
-        f'<div class="verdict {v.status}" data-verdict="{escape(v.key)}"><b>{escape(v.label)}</b>{escape(v.text)}</div>'
+        f'<div class="verdict {v.status}" data-verdict="{escape(v.key)}">'
+        f"<b>{escape(v.label)}</b>{escape(v.text)}</div>"
         for v in s.verdicts
     ]
     out += [f'<p class="text">{escape(t)}</p>' for t in s.text]
@@ -238,11 +262,17 @@ def section_html(s: Section, charts: _Charts) -> str:
                 if x.reference is not None
                 else ""
             )
-            cap = f"{len(x.x):,} points; {x.y_label} {_n(min(x.y), x.y_unit)} to {_n(max(x.y), x.y_unit)}{ref}"
+            cap = (
+                f"{len(x.x):,} points; {x.y_label} {_n(min(x.y), x.y_unit)} to {_n(max(x.y), x.y_unit)}{ref}"
+            )
             figs.append(charts.add(series_spec(x, COLORS[i % len(COLORS)]), cap, x.key))
     for i, h in enumerate(s.histograms):
         if h.count and any(h.counts):
-            qs = ", ".join(f"{n} {_n(v, h.unit)}" for n, v in (("p50", h.p50), ("p90", h.p90), ("p99", h.p99)) if v is not None)
+            qs = ", ".join(
+                f"{n} {_n(v, h.unit)}"
+                for n, v in (("p50", h.p50), ("p90", h.p90), ("p99", h.p99))
+                if v is not None
+            )
             slo = f"; dashed line: SLO {_n(h.slo, h.unit)}" if h.slo is not None else ""
             cap = f"{h.count:,} values" + (f": {qs}" if qs else "") + slo
             figs.append(charts.add(histogram_spec(h, COLORS[(i + 2) % len(COLORS)]), cap, h.key))
@@ -262,7 +292,11 @@ def part_html(i: int, p: ReportPart, charts: _Charts) -> str:
         out += [f"<pre>{escape(c)}</pre>" for c in p.commands]
     out += [section_html(s, charts) for s in p.sections]
     if p.caveats:
-        out.append("<h3>caveats</h3><ul class=caveats>" + "".join(f"<li>{escape(c)}</li>" for c in p.caveats) + "</ul>")
+        out.append(
+            "<h3>caveats</h3><ul class=caveats>"
+            + "".join(f"<li>{escape(c)}</li>" for c in p.caveats)
+            + "</ul>"
+        )
     out.append("</section>")
     return "".join(out)
 
@@ -271,13 +305,15 @@ def provenance_html(report: Report) -> str:
     pv = report.provenance
     rows = "".join(
         f"<tr><td><code>{escape(r.name)}</code></td><td>{escape(r.kind)}</td>"
-        f"<td><code>{escape(r.digest)}</code></td><td>{escape(', '.join(map(str, pv.seeds.get(r.name, []))) or '-')}</td></tr>"
+        f"<td><code>{escape(r.digest)}</code></td>"
+        f"<td>{escape(', '.join(map(str, pv.seeds.get(r.name, []))) or '-')}</td></tr>"
         for r in pv.inputs
     )
     return (
         '<section class="part" id="provenance"><h2>provenance</h2>'
         f"<p>servesim {escape(pv.servesim_version)}; command: <code>{escape(pv.command_line)}</code></p>"
-        '<div class="tablewrap"><table data-table="provenance"><caption>inputs (reproduce every number from these)</caption>'
+        '<div class="tablewrap"><table data-table="provenance">'
+        "<caption>inputs (reproduce every number from these)</caption>"
         f"<thead><tr><th>input</th><th>kind</th><th>digest</th><th>seeds</th></tr></thead><tbody>{rows}</tbody></table></div>"
         "</section>"
     )
@@ -293,9 +329,13 @@ def headline_html(report: Report) -> str:
 def render_html(report: Report) -> str:
     charts = _Charts()
     parts = "".join(part_html(i, p, charts) for i, p in enumerate(report.parts, 1))
-    nav = "<nav><b>contents</b><ol>" + "".join(
-        f'<li><a href="#part-{i}">{escape(p.title)}</a></li>' for i, p in enumerate(report.parts, 1)
-    ) + '<li><a href="#provenance">provenance</a></li></ol></nav>'
+    nav = (
+        "<nav><b>contents</b><ol>"
+        + "".join(
+            f'<li><a href="#part-{i}">{escape(p.title)}</a></li>' for i, p in enumerate(report.parts, 1)
+        )
+        + '<li><a href="#provenance">provenance</a></li></ol></nav>'
+    )
     data = json.dumps(charts.specs, separators=(",", ":"), sort_keys=True).replace("</", "<\\/")
     scripts = ""
     if charts.specs:
@@ -309,7 +349,8 @@ def render_html(report: Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(report.title)}</title><style>{CSS}</style></head><body><main>"
         f"<h1>{escape(report.title)}</h1>"
-        f'<p class="sub">servesim {escape(report.provenance.servesim_version)} · {len(report.parts)} results · '
+        f'<p class="sub">servesim {escape(report.provenance.servesim_version)} · '
+        f"{len(report.parts)} results · "
         "simulated, not measured: review before use</p>"
         f'<section id="kpis">{headline_html(report)}</section>'
         "<noscript><p class=note>Charts need JavaScript; every figure is also in the tables.</p></noscript>"

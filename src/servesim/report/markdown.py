@@ -76,7 +76,9 @@ def series_md(s: Series) -> str:
 
 
 def histogram_md(h: Histogram) -> str:
-    q = ", ".join(f"{n} {_num(v, h.unit)}" for n, v in (("p50", h.p50), ("p90", h.p90), ("p99", h.p99)) if v is not None)
+    q = ", ".join(
+        f"{n} {_num(v, h.unit)}" for n, v in (("p50", h.p50), ("p90", h.p90), ("p99", h.p99)) if v is not None
+    )
     slo = f"; SLO {_num(h.slo, h.unit)}" if h.slo is not None else ""
     return f"- {h.title}: {h.count:,} values in {len(h.counts)} bins" + (f" ({q})" if q else "") + slo
 
@@ -115,12 +117,14 @@ def render_markdown(report: Report) -> str:
     terms = _Terms()
     out = [f"# {report.title}", ""]
     for g in report.kpis:
-        out += [f"**{_cell(g.title)}**", ""] + kpi_strip(g.kpis, terms)
+        out += [f"**{_cell(g.title)}**", "", *kpi_strip(g.kpis, terms)]
     out += ["Contents: " + " · ".join(f"{i}. {p.title}" for i, p in enumerate(report.parts, 1)), ""]
     for i, p in enumerate(report.parts, 1):
         out += part_md(i, p, terms)
     if terms.terms:
-        out += ["## Definitions", ""] + [f"- **{_cell(k)}**: {_cell(v)}" for k, v in terms.terms.items()] + [""]
+        out += (
+            ["## Definitions", ""] + [f"- **{_cell(k)}**: {_cell(v)}" for k, v in terms.terms.items()] + [""]
+        )
     pv = report.provenance
     out += [
         "## Provenance",

@@ -15,7 +15,10 @@ def advice_table(advice: BatchingAdvice | RescheduleAdvice | FallbackAdvice) -> 
         return Table(
             key="advice",
             title="proposed settings",
-            columns=[Column(key="setting", label="setting", kind="str"), Column(key="value", label="value", kind="str")],
+            columns=[
+                Column(key="setting", label="setting", kind="str"),
+                Column(key="value", label="value", kind="str"),
+            ],
             rows=[[k, "-" if v is None else str(v)] for k, v in data.items()],
         )
     if isinstance(advice, RescheduleAdvice):

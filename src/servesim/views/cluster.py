@@ -21,9 +21,14 @@ STRATEGY_COLUMNS = [
     Column(key="e2e_p99_ms", label="E2E p99", unit="ms", help=define("e2e_ms")),
     Column(key="interrupted", label="interrupted", kind="int", help="Requests taken off a failed replica."),
     Column(
-        key="interrupted_e2e_p99_ms", label="interrupted E2E p99", unit="ms", help="E2E p99 of those requests."
+        key="interrupted_e2e_p99_ms",
+        label="interrupted E2E p99",
+        unit="ms",
+        help="E2E p99 of those requests.",
     ),
-    Column(key="migrated", label="migrated", kind="int", help="Recovered by moving their KV (MIGRATE_STATE)."),
+    Column(
+        key="migrated", label="migrated", kind="int", help="Recovered by moving their KV (MIGRATE_STATE)."
+    ),
     Column(key="restarted", label="restarted", kind="int", help="Recovered by recomputing (COLD_RESTART)."),
     Column(key="tokens_recomputed", label="recomputed", unit="tokens", kind="int"),
     Column(key="gb_moved", label="moved", unit="GB", decimals=2, help="KV bytes sent over the link."),
@@ -37,7 +42,13 @@ DECISION_COLUMNS = [
     Column(key="strategy", label="strategy", kind="str"),
     Column(key="tokens_moved", label="KV moved", unit="tokens", kind="int"),
     Column(key="recompute_tokens", label="recomputed", unit="tokens", kind="int"),
-    Column(key="delay_s", label="transfer", unit="ms", decimals=1, help="Time until the request reaches its target."),
+    Column(
+        key="delay_s",
+        label="transfer",
+        unit="ms",
+        decimals=1,
+        help="Time until the request reaches its target.",
+    ),
 ]
 
 
@@ -87,10 +98,28 @@ def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
         )
     kpis, verdicts = [], []
     base = next((r for r in rows if r.get("strategy") == "no failure"), None)
-    best = min((r for r in rows if r.get("strategy") != "no failure"), key=lambda r: r["e2e_p99_ms"], default=None)
+    best = min(
+        (r for r in rows if r.get("strategy") != "no failure"), key=lambda r: r["e2e_p99_ms"], default=None
+    )
     if best is not None:
-        kpis.append(Kpi(key="best_recovery_e2e_p99_ms", label=f"E2E p99 ({best['strategy']})", value=best["e2e_p99_ms"], unit="ms", help=define("e2e_ms")))
-        kpis.append(Kpi(key="interrupted", label="interrupted requests", value=best["interrupted"], unit=None, decimals=0))
+        kpis.append(
+            Kpi(
+                key="best_recovery_e2e_p99_ms",
+                label=f"E2E p99 ({best['strategy']})",
+                value=best["e2e_p99_ms"],
+                unit="ms",
+                help=define("e2e_ms"),
+            )
+        )
+        kpis.append(
+            Kpi(
+                key="interrupted",
+                label="interrupted requests",
+                value=best["interrupted"],
+                unit=None,
+                decimals=0,
+            )
+        )
         lost = [r["strategy"] for r in rows if r.get("num_unfinished")]
         verdicts.append(
             Verdict(
@@ -106,7 +135,9 @@ def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
         )
     starved = doc.get("num_starved")
     if starved is not None:
-        kpis.append(Kpi(key="starved", label="STARVED", value=starved, unit=None, decimals=0, help=define("starved")))
+        kpis.append(
+            Kpi(key="starved", label="STARVED", value=starved, unit=None, decimals=0, help=define("starved"))
+        )
         verdicts.append(
             Verdict(
                 key="starvation",
@@ -117,7 +148,9 @@ def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
                 else "no request was flagged STARVED",
             )
         )
-    return Section(key="cluster", title="cluster with failures", kpis=kpis, tables=tables, verdicts=verdicts, text=text)
+    return Section(
+        key="cluster", title="cluster with failures", kpis=kpis, tables=tables, verdicts=verdicts, text=text
+    )
 
 
 __all__ = ["cluster_view"]
