@@ -6,9 +6,10 @@ import json
 from typing import Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from servesim.cli.actions import note_failure
-from servesim.errors import describe
+from servesim.errors import describe, user_errors
 from servesim.io import write_text_atomic
 
 
@@ -18,6 +19,17 @@ def fail(exc: BaseException | str) -> NoReturn:
     note_failure(message)
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
+
+
+class ErrorMappingGroup(TyperGroup):
+    """The root command group: maps every user error (``servesim.errors.user_errors``) raised by
+    any command to one line on stderr and exit status 2 — the CLI's one place that does it."""
+
+    def invoke(self, ctx: Any) -> Any:  # a click Context (Typer vendors click)
+        try:
+            return super().invoke(ctx)
+        except user_errors() as exc:
+            fail(exc)
 
 
 def one_line(exc: BaseException | str) -> str:
@@ -30,4 +42,4 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
-__all__ = ["fail", "one_line", "print_json", "write_text_atomic"]
+__all__ = ["ErrorMappingGroup", "fail", "one_line", "print_json", "write_text_atomic"]
