@@ -182,8 +182,8 @@ def run_and_report(
         )
         if out is not None:
             write_text_atomic(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        if as_json:
-            print_json(doc)
+    if as_json:
+        print_json(doc)
     else:
         from servesim.cli.render import print_section
         from servesim.views.simulation import summary_view
