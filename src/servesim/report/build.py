@@ -9,6 +9,7 @@ path, so the same inputs give the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -386,6 +387,12 @@ def read_inputs(paths: Sequence[str | Path], base: str | Path | None = None) -> 
             except ValueError:
                 name = path.name
         docs.append(read_document(path, name))
+    names = [d.name for d in docs]
+    if len(set(names)) < len(names):  # a.json vs b/a.json: tell them apart by their folders
+        docs = [
+            d if names.count(d.name) == 1 else replace(d, name=f"{Path(p).parent.name}/{d.name}")
+            for d, p in zip(docs, paths, strict=True)
+        ]
     return docs
 
 
