@@ -194,7 +194,7 @@ def tune(run: DemoRun) -> None:
     """A small Pareto study (NSGA-II) and its recommendation, re-verified on fresh seeds."""
     import optuna
 
-    from servesim.cli.tuning_cmd import best_candidates, write_outbox
+    from servesim.cli.tuning_cmd import trial_deployments, write_outbox
     from servesim.tuning import TuneSettings, parse_space, recommend
     from servesim.tuning import tune as run_study
 
@@ -220,7 +220,7 @@ def tune(run: DemoRun) -> None:
                 wl,
                 hw,
                 goal,
-                best_candidates(res, wl.default_max_model_len(), "fcfs"),
+                trial_deployments(res, res.ranked[:3], wl.default_max_model_len(), "fcfs"),
                 target_rate=res.target_rate_rps,
                 verify_seeds=[1000, 1001],
                 executor="local",
