@@ -18,7 +18,7 @@ settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-@pytest.fixture(autouse=True)
-def _data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Outboxes, studies and logs a command writes unasked go to a temporary data folder."""
-    monkeypatch.setenv("SERVESIM_DATA_DIR", str(tmp_path_factory.mktemp("servesim-data")))
+@pytest.fixture(autouse=True, scope="session")
+def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Commands write their action log to the data folder: never the user's during tests."""
+    os.environ["SERVESIM_DATA_DIR"] = str(tmp_path_factory.mktemp("servesim-data"))

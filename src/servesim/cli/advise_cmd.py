@@ -30,6 +30,7 @@ from servesim.advisor import (
 )
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
+from servesim.cli.actions import note_advisor, note_output
 from servesim.cli.common import fail, parse_slo, print_json, print_timed_as, timed_as
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
@@ -101,6 +102,18 @@ def build_case(
         replicas=replicas,
         hardware=setup.timed_as,
     )
+
+
+def note_advice(result: AdviceResult, written: list[Path]) -> None:
+    """The action log's advisor usage (which advisor answered, Claude's model and tokens) and files."""
+    calls = [e for e in result.action_log if e.advisor == result.advisor]
+    model = next((e.model for e in calls if e.model), None)
+    tokens = (
+        (sum(e.input_tokens for e in calls), sum(e.output_tokens for e in calls)) if model else (None, None)
+    )
+    note_advisor(result.advisor, model, *tokens)
+    for p in written:
+        note_output(p)
 
 
 def result_table(result: AdviceResult) -> Table:
@@ -188,6 +201,7 @@ def register(app: typer.Typer) -> None:
                 if log_file is not None:
                     log_file.close()
             written = write_outbox(result, case, outbox or data_dir() / "outbox") if apply else []
+            note_advice(result, written)
         except (
             TraceError,
             ValidationError,

@@ -5,15 +5,30 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
-from servesim.errors import describe
+from servesim.cli.actions import note_failure
+from servesim.errors import describe, user_errors
 from servesim.io import write_text_atomic
 
 
 def fail(exc: BaseException | str) -> NoReturn:
     """Print a one-line error on stderr and exit with code 2 (no traceback)."""
-    typer.echo(f"error: {one_line(exc)}", err=True)
+    message = one_line(exc)
+    note_failure(message)
+    typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
+
+
+class ErrorMappingGroup(TyperGroup):
+    """The root command group: maps every user error (``servesim.errors.user_errors``) raised by
+    any command to one line on stderr and exit status 2 — the CLI's one place that does it."""
+
+    def invoke(self, ctx: Any) -> Any:  # a click Context (Typer vendors click)
+        try:
+            return super().invoke(ctx)
+        except user_errors() as exc:
+            fail(exc)
 
 
 def one_line(exc: BaseException | str) -> str:
@@ -76,4 +91,14 @@ def print_json(data: Any) -> None:
     typer.echo(json_bytes(data))
 
 
-__all__ = ["fail", "json_bytes", "one_line", "print_json", "print_timed_as", "timed_as", "write_text_atomic"]
+__all__ = [
+    "ErrorMappingGroup",
+    "fail",
+    "json_bytes",
+    "one_line",
+    "parse_slo",
+    "print_json",
+    "print_timed_as",
+    "timed_as",
+    "write_text_atomic",
+]

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Replay a trace through one vLLM V1 replica; print latency, throughput and goodput.",
     ),
     "demo": (
-        "servesim.cli.simulate_cmd",
+        "servesim.cli.demo_cmd",
         "The main job on bundled data: one hour of Azure's conversation trace through one replica "
         "of Llama-3.1-8B on an H100.",
     ),
@@ -83,6 +83,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "servesim.cli.perf_cmd",
         "Re-create every experiment's workload, simulate it, and write predictions for score.py.",
     ),
+    "report": ("servesim.cli.report_cmd", "Write a self-contained HTML report from servesim JSON results."),
+    "log": ("servesim.cli.log_cmd", "Show the action log: what was run, with what inputs, what it wrote."),
     "schema": (
         "servesim.cli.schema_cmd",
         "Print the JSON Schema of servesim's input/output objects (JSON on stdout).",
@@ -98,7 +100,10 @@ def load_module_commands(module: str) -> dict[str, Any]:
     def _group() -> None:  # a callback makes Typer build a group even for one command
         """Commands of one module."""
 
+    from servesim.cli.actions import log_commands
+
     importlib.import_module(module).register(sub)
+    log_commands(sub)  # every action goes through the action log (servesim.cli.actions)
     group = typer.main.get_command(sub)
     assert isinstance(group, TyperGroup)
     return dict(group.commands)
@@ -142,17 +147,14 @@ class LazyGroup(TyperGroup):
         """Run the command; any user error a command did not word itself (a RecursionError from a
         nested input, a MemoryError from a size no bound caught) is one line and exit 2, never a
         traceback."""
-        from servesim.errors import describe, user_errors
+        from servesim.cli.common import fail
+        from servesim.errors import user_errors
 
         caught: tuple[type[BaseException], ...] = (*user_errors(), MemoryError)
         try:
             return super().invoke(ctx)
         except caught as exc:
-            text = (
-                "input too large for this machine's memory" if isinstance(exc, MemoryError) else describe(exc)
-            )
-            typer.echo(f"error: {text}", err=True)
-            raise typer.Exit(2) from None
+            fail("input too large for this machine's memory" if isinstance(exc, MemoryError) else exc)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
         name = str(args[0]) if args else None

@@ -1,4 +1,4 @@
-"""``servesim simulate`` and ``servesim demo``: one vLLM replica over a trace.
+"""``servesim simulate``: one vLLM replica over a trace.
 
 Every engine setting is a vLLM key, taken from ``--config FILE`` (YAML or JSON) and/or a
 ``--kebab-case`` flag of the same name (a flag wins over the file). ``--json`` prints the
@@ -19,7 +19,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from servesim.cli.common import fail, json_bytes, parse_slo, print_json
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
@@ -31,12 +30,11 @@ from servesim.engine import (
     StepTimeModel,
     simulate,
 )
-from servesim.engine.engine import jsonl_sink
-from servesim.engine.results import ClassMetrics
+from servesim.events import Observer, ProgressCallback, StepLogWriter
 from servesim.io import write_bytes_atomic
 from servesim.perf import PerfError
 from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL, ReplicaSetup, replica_setup
-from servesim.traces import Trace, TraceError, open_trace
+from servesim.traces import Trace, TraceError
 
 TRACE_HELP = (
     "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
@@ -82,7 +80,8 @@ def say_setup(setup: ReplicaSetup, as_json: bool) -> None:
 
 @contextmanager
 def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal)."""
+    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal);
+    yields its ``update(done, total)`` (wrap it in ``ProgressCallback`` to observe a run)."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
@@ -102,95 +101,6 @@ def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], Non
         yield update
 
 
-def summary_table(result: SimulationResult, title: str) -> Table:
-    s = result.summary
-    table = Table(title=title, title_justify="left")
-    table.add_column("metric", style="bold")
-    for col in ("mean", "p50", "p90", "p99", "max"):
-        table.add_column(col, justify="right")
-    for name, st in (
-        ("TTFT ms", s.ttft_ms),
-        ("TPOT ms", s.tpot_ms),
-        ("ITL ms", s.itl_ms),
-        ("E2E ms", s.e2e_ms),
-        ("queue ms", s.queue_ms),
-    ):
-        table.add_row(name, *(f"{x:,.1f}" for x in (st.mean, st.p50, st.p90, st.p99, st.max)))
-    return table
-
-
-def totals_table(result: SimulationResult) -> Table:
-    s = result.summary
-    table = Table(show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    table.add_row(
-        "requests",
-        f"{s.num_requests:,} ({s.num_finished:,} finished, {s.num_length_capped:,} capped by max_model_len, "
-        f"{s.num_rejected_prompt_too_long + s.num_rejected_queue_timeout:,} rejected)",
-    )
-    table.add_row(
-        "duration", f"{s.duration_s:,.1f} s in {s.num_steps:,} engine steps (busy {s.busy_s:,.1f} s)"
-    )
-    table.add_row(
-        "throughput",
-        f"{s.request_throughput:,.2f} req/s, {s.output_token_throughput:,.0f} output tok/s, "
-        f"{s.total_token_throughput:,.0f} total tok/s",
-    )
-    if s.slo is not None:
-        table.add_row(
-            "goodput", f"{s.goodput:,.2f} req/s ({s.num_good:,} of {s.num_requests:,} meet the SLO)"
-        )
-    table.add_row(
-        "batch",
-        f"mean {s.mean_running:,.1f} running (max {s.max_running}), {s.mean_batch_tokens:,.0f} tokens/step; "
-        f"mean {s.mean_waiting:,.1f} waiting (max {s.max_waiting})",
-    )
-    table.add_row("KV cache", f"mean {s.mean_kv_usage:.1%} used, max {s.max_kv_usage:.1%}")
-    table.add_row(
-        "preemptions",
-        f"{s.num_preemptions:,} ({s.num_preempted_requests:,} requests, at most "
-        f"{s.max_preemptions_per_request} each); {s.recomputed_tokens:,} tokens recomputed, "
-        f"{s.reused_tokens:,} reused from the cache",
-    )
-    if s.num_starved:
-        table.add_row(
-            "starvation", f"{s.num_starved:,} requests STARVED (see the report's per-class figures)"
-        )
-    if s.prefix_cache_hit_rate is not None:
-        table.add_row("prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}")
-    return table
-
-
-def class_table(label: str, classes: dict[str, ClassMetrics]) -> Table:
-    table = Table(title=f"by {label}", title_justify="left")
-    for col in (label, "requests", "finished", "preemptions (max)", "starved", "SLA misses", "TTFT p99 ms"):
-        table.add_column(col, justify="right")
-    table.add_column("recomputed / reused tokens", justify="right")
-    for name, c in classes.items():
-        table.add_row(
-            name,
-            f"{c.num_requests:,}",
-            f"{c.num_finished:,}",
-            f"{c.num_preemptions:,} ({c.max_preemptions_per_request})",
-            f"{c.num_starved:,}",
-            f"{c.sla_violations:,}",
-            f"{c.ttft_p99_ms:,.1f}",
-            f"{c.recomputed_tokens:,} / {c.reused_tokens:,}",
-        )
-    return table
-
-
-def report_json(result: SimulationResult, trace: Trace, include_requests: bool) -> dict[str, Any]:
-    """The ``SimulationReport`` as JSON-ready data; the per-request records go straight from the
-    result's columns to the JSON writer (no model per request: 100k requests in ~0.2 s)."""
-    report = result.report(include_requests=False)
-    report.trace_provenance = trace.provenance
-    doc = report.model_dump(mode="json")
-    doc["requests"] = result.request_rows() if include_requests else None
-    return doc
-
-
 def run_and_report(
     trace: Trace,
     config: EngineConfig,
@@ -204,40 +114,48 @@ def run_and_report(
     naive: bool,
     title: str,
     check_invariants: bool = False,
+    views: bool = True,
 ) -> SimulationResult:
-    sink = close = None
-    if step_log is not None:
-        sink, close = jsonl_sink(str(step_log))
+    writer = StepLogWriter(str(step_log)) if step_log is not None else None
     try:
         with progress_bar(not as_json, "simulating") as hook:
+            observers: list[Observer] = [] if hook is None else [ProgressCallback(hook)]
+            if writer is not None:
+                observers.append(writer)
             result = simulate(
                 trace,
                 config,
                 model,
                 slo=slo,
                 fast=not naive,
-                step_log=sink,
-                progress=hook,
+                observers=observers,
                 check_invariants=check_invariants,
             )
     finally:
-        if close is not None:
-            close()
-    doc = report_json(result, trace, include_requests)
-    if out is not None:
-        write_bytes_atomic(out, json_bytes(doc) + b"\n")
+        if writer is not None:
+            writer.close()
+    if out is not None or as_json:
+        from servesim.report.documents import simulation_document
+        from servesim.traces import inspect_trace
+
+        doc = simulation_document(
+            result,
+            trace=trace,
+            stats=inspect_trace(trace),
+            title=title,
+            include_requests=include_requests,
+            sections=views,
+        )
+        if out is not None:
+            write_bytes_atomic(out, json_bytes(doc) + b"\n")
     if as_json:
         print_json(doc)
     else:
+        from servesim.cli.render import print_section
+        from servesim.views.simulation import summary_view
+
         console = Console()
-        console.print(summary_table(result, title))
-        console.print(totals_table(result))
-        for label, classes in (
-            ("priority", result.summary.by_priority),
-            ("tenant", result.summary.by_tenant),
-        ):
-            if len(classes) > 1:
-                console.print(class_table(label, classes))
+        print_section(summary_view(result.summary, title=title), console)
         if out is not None:
             console.print(f"report written to {out}")
     return result
@@ -302,6 +220,9 @@ def register(app: typer.Typer) -> None:
         step_log: Path | None = typer.Option(None, help="Write one JSON line per engine step here."),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
         requests: bool = typer.Option(True, "--requests/--no-requests", help="Per-request records in JSON."),
+        views: bool = typer.Option(
+            True, "--views/--no-views", help="Charts' data (workload, histograms, per-step series) in JSON."
+        ),
         naive: bool = typer.Option(False, help="Use the naive loop (the fast path's reference)."),
         check_invariants: bool = typer.Option(
             False, help="Check block/token conservation every step (slow)."
@@ -361,31 +282,7 @@ def register(app: typer.Typer) -> None:
                 naive=naive,
                 check_invariants=check_invariants,
                 title=f"{trace}: {len(tr):,} requests",
+                views=views,
             )
         except (TraceError, ValidationError, ValueError, OSError, EngineStallError, PerfError) as exc:
             fail(exc)
-
-    @app.command("demo")
-    def demo_cmd(
-        as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
-    ) -> None:
-        """The main job on bundled data: one hour of Azure's conversation trace (19,366 real
-        requests) through one vLLM replica of Llama-3.1-8B on an H100 (vLLM's H100 defaults:
-        max_num_seqs 1024, max_num_batched_tokens 8192; KV cache sized at 90 % of memory)."""
-        trace = open_trace("azure-conv")
-        base = EngineConfig(max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=16384)
-        setup = replica_setup(base, max_model_len=base.max_model_len)  # the default deployment
-        say_setup(setup, as_json)
-        cfg, step = setup.config, setup.step_time
-        run_and_report(
-            trace,
-            cfg,
-            step,
-            slo=SLO(ttft_ms=1000, tpot_ms=100),
-            as_json=as_json,
-            out=None,
-            step_log=None,
-            include_requests=False,
-            naive=False,
-            title="demo: Azure LLM trace 2023 (conversation) on Llama-3.1-8B, one H100",
-        )

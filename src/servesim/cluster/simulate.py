@@ -11,7 +11,9 @@ node. Each interrupted request either restarts cold on a survivor (it recomputes
 generated tokens, minus what that survivor's prefix cache holds) or, when its KV survived
 (``RecoveryContext.kv_checkpointing``), has it migrated: it reaches the target after the transfer
 time with that KV in place and recomputes only what the checkpoint lacks. Which one is decided
-per request by a ``RecoveryPolicy``.
+per request by a ``RecoveryPolicy``. Transfers bound for one replica share its inbound link: each
+starts when the previous one to that replica has landed (``Interrupted.link_wait_s`` tells the
+policy how long that is).
 """
 
 from __future__ import annotations
@@ -27,9 +29,20 @@ from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, PendingStep, TraceArrays
+from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
 from servesim.engine.request import Request
 from servesim.engine.step_time import StepTimeModel
+from servesim.events import (
+    Observer,
+    Progress,
+    RecoveryDecision,
+    Redispatched,
+    ReplicaDown,
+    ReplicaUp,
+    ReplicaWarning,
+    RequestArrived,
+    fan_out,
+)
 from servesim.traces.schema import Trace
 
 Strategy = Literal["MIGRATE_STATE", "COLD_RESTART"]
@@ -53,6 +66,7 @@ class Interrupted:
     time_s: float
     computed_tokens: int  # KV the request had on the lost node
     checkpointed_tokens: int  # of those, KV that survived (0: cold restart only)
+    link_wait_s: tuple[float, ...] = ()  # per replica: until transfers already bound for it land
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,7 @@ class ClusterSimulator:
         *,
         kv_checkpointing: KVCheckpointing = "continuous",
         fast: bool = True,
+        observers: Sequence[Observer] = (),
     ) -> None:
         if not replicas:
             raise ValueError("a cluster needs at least one replica")
@@ -148,6 +163,10 @@ class ClusterSimulator:
         self.context = context or default_context()
         self.kv_checkpointing = kv_checkpointing
         self.fast = fast
+        # Observers see every replica's engine events (tagged with its name) and the cluster's.
+        self.observers = list(observers)
+        self.emit = fan_out(self.observers)
+        self._steps_done = 0
         self.engines: list[Engine] = []
         self.current: list[Engine] = []
         self.engine_replica: list[int] = []
@@ -169,11 +188,20 @@ class ClusterSimulator:
             if f.recover_after_s is not None:
                 self._push(f.time_s + f.recover_after_s, 3, ("recover", f))
         self._snapshots: dict[int, int] = {}  # request idx -> KV tokens snapshotted at a warning
+        self._link_free = [0.0] * len(replicas)  # when each replica's inbound link is free again
         self._parked: list[Request] = []  # waiting for any replica to come back
 
     def _new_engine(self, k: int) -> Engine:
         spec = self.replicas[k]
-        engine = Engine(self.arrays, spec.config, spec.step_time, fast=self.fast, external_arrivals=True)
+        engine = Engine(
+            self.arrays,
+            spec.config,
+            spec.step_time,
+            fast=self.fast,
+            external_arrivals=True,
+            observers=self.observers,
+            name=spec.name,
+        )
         self.engines.append(engine)
         self.engine_replica.append(k)
         return engine
@@ -195,6 +223,8 @@ class ClusterSimulator:
                 gc.enable()
         for engine in self.current:
             engine.finish()
+        if self.emit is not None:
+            self._progress()
         # Requests still parked (no replica ever came back) stay "unfinished": reported, not lost.
         return ClusterRun(
             self.trace,
@@ -226,23 +256,39 @@ class ClusterSimulator:
                 assert p is not None
                 self.current[k_step].end_step(p)
                 self.inflight[k_step] = None
+                if self.emit is not None:
+                    self._steps_done += 1
+                    if self._steps_done % PROGRESS_EVERY_STEPS == 0:
+                        self._progress()
                 continue
             if t_ext == math.inf:
                 return
             if t_arr <= t_ev:
                 r = self.arrays.make_request(nxt)
                 nxt += 1
+                if self.emit is not None:
+                    self.emit(RequestArrived(t_arr, r.req_id, None))
                 self._dispatch(r, t_arr)
             else:
                 t, _kind, _seq, payload = heapq.heappop(self._events)
                 self._handle(t, payload)
 
-    def _dispatch(self, r: Request, t: float) -> None:
+    def _progress(self) -> None:
+        assert self.emit is not None
+        done = sum(e.num_closed for e in self.engines)
+        now = max((e.now for e in self.current), default=0.0)
+        self.emit(Progress(done, self.arrays.n, now, self._steps_done))
+
+    def _dispatch(self, r: Request, t: float, moved_from: str | None = None, parked: bool = False) -> None:
+        """Route ``r`` to an eligible replica (park it when none is); ``moved_from``/``parked``
+        say it is a re-dispatch (an event for observers)."""
         eligible = self.eligible()
         if not eligible:
             self._parked.append(r)
             return
         k = self.router.pick(r, self.current, eligible)
+        if self.emit is not None and (moved_from is not None or parked):
+            self.emit(Redispatched(t, r.req_id, moved_from, self.replicas[k].name))
         self.current[k].submit(r, t)
 
     def _handle(self, t: float, payload: _Transit | tuple[str, FailureEvent]) -> None:
@@ -252,10 +298,15 @@ class ClusterSimulator:
                 self.current[k].submit(r, t)
             else:  # the target died meanwhile, and the KV on its way with it
                 r.external_tokens = 0
-                self._dispatch(r, t)
+                self._dispatch(r, t, moved_from=self.replicas[k].name)
             return
         kind, f = payload
         k = [x.name for x in self.replicas].index(f.node)
+        if self.emit is not None:
+            if kind == "warn":
+                self.emit(ReplicaWarning(t, f.node))
+            elif kind == "recover":
+                self.emit(ReplicaUp(t, f.node))
         if kind == "warn":
             self.accepting[k] = False
             if self.kv_checkpointing == "on_warning":
@@ -272,7 +323,7 @@ class ClusterSimulator:
             self.accepting[k] = True
             parked, self._parked = self._parked, []
             for r in parked:
-                self._dispatch(r, t)
+                self._dispatch(r, t, parked=True)
 
     def _fail(self, k: int, t: float) -> None:
         engine = self.current[k]
@@ -282,17 +333,24 @@ class ClusterSimulator:
         self.accepting[k] = False
         node = self.replicas[k].name
         eligible = self.eligible()
+        if self.emit is not None:
+            self.emit(ReplicaDown(t, node, len(victims)))
         for r, computed in victims:
             ckpt = self._checkpointed(r, computed)
             if not eligible:
                 self._parked.append(r)
                 continue
             if computed == 0:
-                self._dispatch(r, t)  # it held no KV here: just route it again
+                self._dispatch(r, t, moved_from=node)  # it held no KV here: just route it again
                 continue
-            job = Interrupted(r, node, t, computed, ckpt)
+            waits = tuple(max(0.0, f - t) for f in self._link_free)
+            job = Interrupted(r, node, t, computed, ckpt, waits)
             d = self.recovery(job, self.current, eligible, self.context, self.router)
             moved = d.tokens_moved if d.strategy == "MIGRATE_STATE" else 0
+            delay = d.delay_s
+            if moved > 0:  # the transfer queues behind those already bound for the target
+                delay += waits[d.target]
+                self._link_free[d.target] = t + delay
             self.moves.append(
                 Move(
                     r.req_id,
@@ -302,12 +360,19 @@ class ClusterSimulator:
                     d.strategy,
                     moved,
                     r.prompt_len + r.num_output - moved,
-                    d.delay_s,
+                    delay,
                 )
             )
             r.external_tokens = moved
-            if d.delay_s > 0:
-                self._push(t + d.delay_s, 0, _Transit(d.target, r))
+            if self.emit is not None:
+                m = self.moves[-1]
+                self.emit(
+                    RecoveryDecision(
+                        t, r.req_id, node, m.to_node, d.strategy, moved, m.recompute_tokens, delay
+                    )
+                )
+            if delay > 0:
+                self._push(t + delay, 0, _Transit(d.target, r))
             else:
                 self.current[d.target].submit(r, t)
         gone = {r.idx for r, _ in victims}
