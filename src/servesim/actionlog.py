@@ -91,12 +91,19 @@ def scrub(params: Mapping[str, Any], _secrets: list[str] | None = None) -> dict[
         name = str(k)
         if is_secret_name(name):
             out[name] = REDACTED
+        elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+            out[name] = _clean(str(v), secrets)  # JSON writers refuse integers past 64 bits
         elif v is None or isinstance(v, bool | int | float):
             out[name] = v
         elif isinstance(v, Mapping):
             out[name] = scrub(v, secrets)
         elif isinstance(v, list | tuple):
-            out[name] = [x if isinstance(x, bool | int | float) else _clean(str(x), secrets) for x in v][:100]
+            out[name] = [
+                x
+                if isinstance(x, bool | float) or (isinstance(x, int) and -(2**63) <= x < 2**63)
+                else _clean(str(x), secrets)
+                for x in v
+            ][:100]
         else:
             out[name] = _clean(str(v.value if isinstance(v, Enum) else v), secrets)
     return out

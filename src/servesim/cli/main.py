@@ -30,8 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "demo": (
         "servesim.cli.demo_cmd",
-        "The main job on bundled data: one hour of Azure's conversation trace through one replica "
-        "of Llama-3.1-8B on an H100.",
+        "The whole workflow end to end on bundled data (ingest, simulate, saturate, tune, fail, "
+        "recover, advise), with a report.",
     ),
     "scenario": (
         "servesim.cli.tuning_cmd",
