@@ -16,7 +16,7 @@ runner = CliRunner()
 
 def _simulate(tmp_path: Path, name: str, *flags: str) -> Path:
     out = tmp_path / name
-    args = ["simulate", "poisson_20_rps", "-n", "300", "--num-gpu-blocks", "2000", "--slo", "ttft_ms=200"]
+    args = ["simulate", "poisson_20_rps", "-n", "300", "--num-gpu-blocks", "2000", "--slo", "ttft_p99_ms=200"]
     res = runner.invoke(app, [*args, *flags, "--no-requests", "--out", str(out)])
     assert res.exit_code == 0, res.output
     return out
