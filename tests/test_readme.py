@@ -80,7 +80,8 @@ def test_every_readme_command_runs_as_typed(tmp_path: Path) -> None:
     work.mkdir()
     shutil.copytree(ROOT / "examples", work / "examples")
     env = _env(data)
-    expected = {p.relative_to(work) for p in work.rglob("*")}
+    before = {p.relative_to(work) for p in work.rglob("*")}
+    asked: set[Path] = set()
     for cmd in commands():
         if cmd.startswith("make "):
             targets = [w for w in shlex.split(cmd.split("&&")[0])[1:] if not w.startswith("-")]
@@ -91,11 +92,11 @@ def test_every_readme_command_runs_as_typed(tmp_path: Path) -> None:
         )
         assert res.returncode == 0, f"{cmd}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
         assert "Traceback" not in res.stderr, cmd
-        expected |= {Path(n) for n in _asked_for(cmd)}
-    left = {p.relative_to(work) for p in work.rglob("*")}
-    folders = [a for a in expected if (work / a).is_dir()]  # what a command wrote inside its --out
-    left = {p for p in left if not any(a in p.parents for a in folders)}
-    assert left == expected, f"written unasked: {sorted(map(str, left - expected))}"
+        asked |= {Path(n) for n in _asked_for(cmd)}
+    new = {p.relative_to(work) for p in work.rglob("*")} - before
+    folders = [a for a in asked if (work / a).is_dir()]  # what a command wrote inside its --out
+    new = {p for p in new if not any(a in p.parents for a in folders)}
+    assert new == asked, f"written unasked: {sorted(map(str, new - asked))}"
 
 
 @pytest.mark.slow
