@@ -36,7 +36,7 @@ def _main(
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from servesim.cli import advise_cmd, cluster_cmd, resched_cmd, schema_cmd, simulate_cmd
+    from servesim.cli import advise_cmd, cluster_cmd, resched_cmd, schema_cmd, serve_cmd, simulate_cmd
     from servesim.cli.perf_cmd import register as register_perf_commands
     from servesim.cli.recover_cmd import register as register_recover_commands
     from servesim.cli.trace_cmd import register as register_trace_commands
@@ -51,6 +51,7 @@ def _register() -> None:
     register_perf_commands(app)
     register_tuning_commands(app)
     register_recover_commands(app)
+    serve_cmd.register(app)
 
 
 _register()

@@ -1,0 +1,134 @@
+"""Capacity jobs: a saturation sweep and a tuning study (stored in the workbench's database)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servesim.traces import load_trace
+from servesim.tuning import (
+    Deployment,
+    EvalContext,
+    EvalSettings,
+    PerfHardware,
+    SaturationSettings,
+    SearchSpace,
+    TuneSettings,
+    Workload,
+    find_saturation,
+    make_executor,
+    recommend,
+    space_from_mapping,
+    tune,
+)
+from servesim.web.schemas import HardwareBody, SaturateBody, TuneBody
+from servesim.web.work import Env, Report, trace_path
+
+
+def hardware(hw: HardwareBody) -> PerfHardware:
+    return PerfHardware(
+        model=hw.model,
+        gpu=hw.gpu,
+        tensor_parallel_size=hw.tensor_parallel_size,
+        gpu_memory_utilization=hw.gpu_memory_utilization,
+        num_gpu_blocks=hw.num_gpu_blocks_override,
+    )
+
+
+def workload(trace_id: str, env: Env) -> Workload:
+    return Workload.from_trace(load_trace(trace_path(env, trace_id)))
+
+
+def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
+    from servesim.views.saturation import saturation_view
+
+    body = SaturateBody.model_validate(params)
+    wl = workload(body.trace_id, env)
+    dep = Deployment.from_engine_config(
+        body.engine,
+        max_model_len=body.engine.max_model_len or wl.default_max_model_len(),
+        replicas=body.replicas,
+        tensor_parallel_size=body.hardware.tensor_parallel_size,
+        gpu_memory_utilization=body.hardware.gpu_memory_utilization,
+    )
+    rep = find_saturation(
+        wl,
+        dep,
+        hardware(body.hardware),
+        body.slo,
+        target_rate=body.target_rate or wl.base_rate,
+        settings=SaturationSettings(seeds=list(range(body.seeds)), rtol=body.rtol),
+        executor="local",
+        progress=report,
+    )
+    return {
+        "report": rep.model_dump(mode="json"),
+        "sections": [saturation_view(rep).model_dump(mode="json")],
+    }
+
+
+def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
+    """Trials into the stored study (resumable), then the re-verified recommendation of the best."""
+    from servesim.views.tuning import recommendation_view, trials_view
+
+    body = TuneBody.model_validate(params)
+    wl = workload(body.trace_id, env)
+    hw = hardware(body.hardware)
+    space = space_from_mapping(body.space) if body.space else SearchSpace()
+    settings = TuneSettings(
+        objective=body.objective,
+        n_trials=body.n_trials,
+        seed=body.seed,
+        seeds=list(range(body.trial_seeds)),
+        max_gpus=body.max_gpus,
+    )
+    ev = EvalSettings()
+    n = body.n_trials
+    with make_executor(env["tune_executor"], EvalContext(wl, hw, body.slo, ev), n_jobs=1) as ex:  # type: ignore[arg-type]
+        res = tune(
+            wl,
+            hw,
+            body.slo,
+            target_rate=body.target_rate,
+            space=space,
+            settings=settings,
+            eval_settings=ev,
+            executor=ex,
+            n_jobs=1,
+            storage=env["db_url"],
+            study_name=body.study_name,
+            progress=lambda done, total: report(done, total + body.verify_seeds),
+        )
+        rec = None
+        if res.best is not None:
+            by_number = {r.number: r for r in res.trials}
+            mml = wl.default_max_model_len()
+            candidates = []
+            for num in res.ranked[:3]:
+                o = by_number[num].outcome
+                if o is not None:
+                    candidates.append(Deployment.model_validate({"max_model_len": mml, **o.params}))
+            rec = recommend(
+                wl,
+                hw,
+                body.slo,
+                candidates,
+                target_rate=res.target_rate_rps,
+                verify_seeds=[1000 + i for i in range(body.verify_seeds)],
+                eval_settings=ev,
+                executor=ex,
+                source={"study": res.study_name, "objective": res.objective, "trials": res.ranked[:3]},
+                progress=lambda done, total: report(n + done * body.verify_seeds // max(total, 1), n + body.verify_seeds),
+            )
+    sections = [trials_view(res.trials).model_dump(mode="json")]
+    if rec is not None:
+        sections.insert(0, recommendation_view(rec).model_dump(mode="json"))
+    return {
+        "study": res.model_dump(mode="json", exclude={"trials"}),
+        "trials": [t.model_dump(mode="json") for t in res.trials],
+        "recommendation": rec.model_dump(mode="json") if rec is not None else None,
+        "no_recommendation": None
+        if rec is not None
+        else f"no feasible trial in study {res.study_name} after {res.n_trials} trials: relax the SLO, "
+        "widen the search space or run more trials",
+        "sections": sections,
+    }

@@ -1,0 +1,102 @@
+"""Simulation jobs: one replica (``servesim.simulate``) or a cluster with failures."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pandas as pd
+
+from servesim.io import write_bytes_atomic
+from servesim.engine import EngineConfig, SimulationResult, StepTimeModel, simulate
+from servesim.traces import Trace, load_trace
+from servesim.web.schemas import HardwareBody, SimulateBody
+from servesim.web.work import Env, Report, trace_path
+
+
+def deployment(engine: EngineConfig, hw: HardwareBody, trace: Trace) -> tuple[EngineConfig, StepTimeModel, list[str]]:
+    """Step times and KV blocks of the chosen model/GPU/TP (the catalog's roofline, vLLM's sizing)."""
+    from servesim.perf import deployment_setup
+
+    mml = engine.max_model_len or trace.default_max_model_len()
+    setup = deployment_setup(
+        hw.model,
+        hw.gpu,
+        hw.tensor_parallel_size,
+        None,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        block_size=engine.block_size,
+        gpu_memory_utilization=hw.gpu_memory_utilization,
+        max_model_len=mml,
+        size_kv_cache=hw.num_gpu_blocks_override is None,
+    )
+    blocks = hw.num_gpu_blocks_override or setup.num_gpu_blocks
+    config = engine.model_copy(update={"num_gpu_blocks": blocks})
+    return EngineConfig.model_validate(config.model_dump()), setup.step_time, list(setup.notes)
+
+
+def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
+    body = SimulateBody.model_validate(params)
+    trace = load_trace(trace_path(env, body.trace_id))
+    config, step, notes = deployment(body.engine, body.hardware, trace)
+    if body.replicas > 1 or body.failures:
+        return _cluster(body, trace, config, step, notes, env)
+    result = simulate(trace, config, step, slo=body.slo, progress=report)
+    save_requests(result.to_pandas(), env)
+    return run_result(result, notes)
+
+
+def run_result(result: SimulationResult, notes: list[str]) -> dict[str, Any]:
+    """The stored answer of one run: its config, summary and the views the page draws."""
+    from servesim.views.simulation import bottleneck, simulation_view
+
+    return {
+        "config": result.config.model_dump(mode="json"),
+        "step_time_model": _jsonable(result.step_time_model),
+        "summary": result.summary.model_dump(mode="json"),
+        "sections": [simulation_view(result).model_dump(mode="json")],
+        "bottleneck": bottleneck(result).model_dump(mode="json"),
+        "notes": notes,
+    }
+
+
+def save_requests(requests: pd.DataFrame, env: Env) -> None:
+    """Per-request records for the CSV download (Parquet: small, typed)."""
+    buf = io.BytesIO()
+    requests.to_parquet(buf, index=False)
+    write_bytes_atomic(env["requests_file"], buf.getvalue())
+
+
+def _cluster(
+    body: SimulateBody, trace: Trace, config: EngineConfig, step: StepTimeModel, notes: list[str], env: Env
+) -> dict[str, Any]:
+    from servesim.cluster import RecoveryContext, Replica, RouterSpec, simulate_cluster
+    from servesim.perf import load_catalog
+    from servesim.perf.catalog import resolve_model
+
+    replicas = [Replica(f"n{i}", config, step) for i in range(body.replicas)]
+    names = {r.name for r in replicas}
+    unknown = sorted({f.node for f in body.failures} - names)
+    if unknown:
+        raise ValueError(f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{body.replicas - 1}")
+    ctx = RecoveryContext(model=resolve_model(body.hardware.model, load_catalog()), tp=body.hardware.tensor_parallel_size)
+    result = simulate_cluster(
+        trace, replicas, RouterSpec(policy=body.router), body.failures, body.recovery, ctx, slo=body.slo
+    )
+    save_requests(result.to_pandas(), env)
+    from servesim.views import cluster as cluster_views
+
+    return {
+        "config": config.model_dump(mode="json"),
+        "summary": result.summary.cluster.model_dump(mode="json"),
+        "cluster": result.summary.model_dump(mode="json", exclude={"replicas"}),
+        "sections": [cluster_views.cluster_view(result).model_dump(mode="json")],
+        "notes": notes,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    import orjson
+
+    return orjson.loads(orjson.dumps(value, default=str))
