@@ -88,7 +88,15 @@ def build_result(
     if rec.token_steps is not None:
         token_steps = {engine.trace.req_id[i]: s for i, s in rec.token_steps.items()}
     return SimulationResult(
-        engine.config, model_desc, summary, requests, steps, preemptions, starvation, token_steps
+        engine.config,
+        model_desc,
+        summary,
+        requests,
+        steps,
+        preemptions,
+        starvation,
+        token_steps,
+        (weights, gaps),
     )
 
 
