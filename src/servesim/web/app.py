@@ -47,6 +47,7 @@ def create_app(settings: WebSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        jobs.warm_up()
         try:
             yield
         finally:

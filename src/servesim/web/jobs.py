@@ -26,7 +26,22 @@ from servesim.web.settings import WebSettings
 from servesim.web.storage import new_id
 
 _POLL_S = 0.2
+#: Imported once by the fork server, so that every job's process starts with them loaded.
+PRELOAD = [
+    "servesim.web.work",
+    "servesim.web.work.runs",
+    "servesim.web.work.capacity",
+    "servesim.web.work.plans",
+    "servesim.views.simulation",
+    "servesim.views.saturation",
+    "servesim.views.tuning",
+    "servesim.perf",
+    "servesim.cluster",
+    "pyarrow.parquet",
+]
 _DB_PROGRESS_EVERY_S = 1.0
+#: A worker is replaced after this many jobs (memory a long trace left behind is given back).
+_JOBS_PER_WORKER = 25
 
 
 @dataclass
@@ -49,11 +64,12 @@ class JobManager:
         self.settings = settings
         self.requests_dir = requests_dir
         self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["servesim.web.work"])
+        self._ctx.set_forkserver_preload(PRELOAD)
         self._slots = threading.BoundedSemaphore(settings.max_concurrent_jobs)
         self._live: dict[str, LiveJob] = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self._idle: queue_mod.Queue[_Worker] = queue_mod.Queue()
 
     # ------------------------------------------------------------------ API for the routers
     def submit(self, kind: str, title: str, params: dict[str, Any], trace_id: str | None) -> JobRow:
@@ -84,6 +100,18 @@ class JobManager:
             self._live[row.id] = live
             live.thread.start()
         return row
+
+    def warm_up(self) -> None:
+        """Start one worker now (in the background), so the first job does not wait for imports."""
+
+        def start() -> None:
+            try:
+                worker = _Worker(self._ctx)
+            except Exception:  # an optimisation only: a job starts its own worker
+                return
+            self._idle.put(worker)
+
+        threading.Thread(target=start, daemon=True).start()
 
     def state(self, job_id: str) -> dict[str, Any] | None:
         """Status and progress now (in flight: memory; else the database)."""
@@ -121,6 +149,11 @@ class JobManager:
         for live in list(self._live.values()):
             if live.thread is not None:
                 live.thread.join(max(0.0, deadline - time.monotonic()))
+        while True:
+            try:
+                self._idle.get_nowait().stop()
+            except queue_mod.Empty:
+                break
 
     # ------------------------------------------------------------------ the supervisor thread
     def _set(self, live: LiveJob, **values: Any) -> None:
@@ -146,7 +179,7 @@ class JobManager:
             finally:
                 self._slots.release()
         except Exception as exc:  # the supervisor itself must never die silently
-            self._finish(live, "failed", None, f"the job supervisor failed: {type(exc).__name__}", 0.0)
+            self._finish(live, "failed", None, f"the job supervisor failed: {type(exc).__name__}: {exc}"[:500], 0.0)
         finally:
             with self._lock:
                 self._live.pop(live.id, None)
@@ -178,22 +211,26 @@ class JobManager:
             pass
         self._finish(live, *outcome, time.monotonic() - t0)
 
-    def _in_process(self, live: LiveJob, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str | None]:
-        q = self._ctx.Queue()
-        from servesim.web import work
+    def _worker(self) -> _Worker:
+        while True:
+            try:
+                worker = self._idle.get_nowait()
+            except queue_mod.Empty:
+                return _Worker(self._ctx)
+            if worker.proc.is_alive():
+                return worker
+            worker.stop()
 
-        proc = self._ctx.Process(
-            target=work.run_job,
-            args=(live.kind, params, self._job_env(live.id), q),
-            daemon=True,
-        )
-        proc.start()
+    def _in_process(self, live: LiveJob, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str | None]:
+        worker = self._worker()
+        worker.inbox.put((live.kind, params, self._job_env(live.id)))
         deadline = time.monotonic() + self.settings.job_timeout_s
         last_db = 0.0
         final: tuple[str, dict[str, Any] | None, str | None] | None = None
+        healthy = False
         try:
             while final is None:
-                msg = _next(q, _POLL_S)
+                msg = _next(worker.outbox, _POLL_S)
                 if msg is None:
                     if live.cancel.is_set():
                         final = ("cancelled", None, "the server stopped before this job finished"
@@ -201,23 +238,23 @@ class JobManager:
                     elif time.monotonic() > deadline:
                         limit = self.settings.job_timeout_s
                         final = ("failed", None, f"stopped after the per-job time limit of {limit:g} s")
-                    elif not proc.is_alive():
-                        msg = _next(q, 1.0)
+                    elif not worker.proc.is_alive():
+                        msg = _next(worker.outbox, 1.0)
                         if msg is None:
-                            final = ("failed", None, f"the worker process died (exit code {proc.exitcode})")
+                            code = worker.proc.exitcode
+                            final = ("failed", None, f"the worker process died (exit code {code})")
                 if msg is not None:
                     final = self._handle(live, msg)
+                    healthy = final is not None
                     if msg[0] == "progress" and time.monotonic() - last_db > _DB_PROGRESS_EVERY_S:
                         last_db = time.monotonic()
                         self._update_row(live.id, progress_done=live.done, progress_total=live.total)
         finally:
-            if proc.is_alive():
-                proc.terminate()
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(1)
-            q.close()
+            worker.jobs += 1
+            if healthy and worker.jobs < _JOBS_PER_WORKER and not self._closing.is_set():
+                self._idle.put(worker)
+            else:  # stopped mid-job (cancel, time limit) or due for a fresh process
+                worker.stop()
         return final
 
     def _job_env(self, job_id: str) -> dict[str, str]:
@@ -252,6 +289,32 @@ class JobManager:
             values["progress_total"] = live.total
         self._update_row(live.id, **values)
         self._set(live, status=status)
+
+
+class _Worker:
+    """A long-lived worker process: runs one job at a time from ``inbox``, reports on ``outbox``."""
+
+    def __init__(self, ctx: Any) -> None:
+        from servesim.web import work
+
+        self.inbox = ctx.Queue()
+        self.outbox = ctx.Queue()
+        self.jobs = 0
+        self.proc = ctx.Process(target=work.serve_forever, args=(self.inbox, self.outbox), daemon=True)
+        self.proc.start()
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.inbox.put(None)
+            self.proc.join(0.5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(1)
+        self.inbox.close()
+        self.outbox.close()
 
 
 def _next(q: Any, timeout: float) -> tuple[Any, ...] | None:

@@ -10,6 +10,7 @@ The access log is written here, without query strings (uvicorn's own is off: it 
 from __future__ import annotations
 
 import hmac
+from http import HTTPStatus
 import json
 import logging
 import time
@@ -183,7 +184,7 @@ class BodyLimitMiddleware:
 async def _too_large(send: Send, limit: int) -> None:
     body = {
         "type": "about:blank",
-        "title": "Content Too Large",
+        "title": HTTPStatus(413).phrase,
         "status": 413,
         "detail": f"the request body is over the limit of {limit:,} bytes",
     }

@@ -327,37 +327,20 @@
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"));
     box.append(toolbar);
-    if (r.bottleneck) box.append(SS.verdict(r.bottleneck));
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
-    for (const s of r.sections) SS.section(box, s, { before: percentileSwitcher });
+    r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { before: (sec) => percentileSwitcher(sec, r.kpis) } : {}));
   }
-  /* The latency KPI tiles at p50 / p90 / p99, read from the view's latency table. */
-  function percentileSwitcher(box, section) {
-    const table = (section.tables || []).find((t) => t.key === "latency");
-    if (!table) return;
-    const cols = table.columns.map((c) => c.key);
-    const choices = ["p50", "p90", "p95", "p99"].filter((p) => cols.includes(p));
-    if (choices.length < 2) return;
-    const byMetric = {};
-    for (const row of table.rows) byMetric[String(row[0])] = row;
-    const tiles = box.querySelectorAll(".kpi");
-    const bar = el("div", { class: "switcher", role: "group", "aria-label": "Latency percentile" });
+  /* KPI tiles at p50 / p90 / p95 / p99: the server sent each set (views.simulation.kpis). */
+  function percentileSwitcher(box, byPercentile) {
+    const grid = box.querySelector(".kpis");
+    if (!grid) return;
+    const bar = el("div", { class: "switcher", role: "group", "aria-label": "Latency percentile of the tiles" });
     const apply = (p) => {
       for (const b of bar.children) b.setAttribute("aria-pressed", String(b.dataset.p === p));
-      for (const tile of tiles) {
-        const key = tile.dataset.key || "";
-        const m = /^(.*)_p\d+$/.exec(key);
-        if (!m) continue;
-        const row = Object.values(byMetric).find((r) => String(r[0]).toLowerCase().startsWith(m[1].replace("_ms", "").toLowerCase()));
-        if (!row) continue;
-        const v = row[cols.indexOf(p)];
-        tile.querySelector(".value").firstChild.textContent = SS.fmt(v);
-        const label = tile.querySelector(".label");
-        label.textContent = label.textContent.replace(/p\d+/, p);
-      }
+      clear(grid, ...byPercentile[p].map(SS.kpi));
     };
-    for (const p of choices) bar.append(el("button", { type: "button", "data-p": p, "aria-pressed": String(p === "p99"), onclick: () => apply(p) }, p));
-    box.querySelector(".kpis").before(bar);
+    for (const p of Object.keys(byPercentile)) bar.append(el("button", { type: "button", "data-p": p, "aria-pressed": String(p === "p99"), onclick: () => apply(p) }, p));
+    grid.before(bar);
   }
   function setupRun() {
     $("run-form").addEventListener("submit", (e) => {

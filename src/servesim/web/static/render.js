@@ -98,7 +98,14 @@ SS.series = function (container, s, extra) {
   else if (s.kind === "scatter") Object.assign(trace, { type: "scatter", mode: "markers" });
   else Object.assign(trace, { type: "scatter", mode: "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5 } });
   const traces = [trace, ...((extra && extra.traces) || [])];
+  const shapes = [];
+  const annotations = [];
+  if (s.reference !== null && s.reference !== undefined) {
+    shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: s.reference, y1: s.reference, line: { color: "#c62828", width: 1.5, dash: "dash" } });
+    annotations.push({ xref: "paper", x: 1, y: s.reference, text: s.reference_label || "limit", showarrow: false, xanchor: "right", yanchor: "bottom", font: { color: "#c62828" } });
+  }
   SS.plot(div, traces, Object.assign({
+    shapes, annotations,
     title: { text: s.title, font: { size: 12 } },
     xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) } },
     yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) } },
@@ -135,14 +142,15 @@ SS.table = function (t) {
 
 SS.kpi = function (k) {
   const defId = `def-${k.key}-${++chartCount}`;
+  const pctUnit = k.unit === "%";
   const def = el("div", { class: "def", id: defId, hidden: true, text: k.help || (SS.glossary[k.key] || {}).definition || "" });
   const tile = el(
     "div",
     { class: `kpi ${k.verdict === "pass" ? "pass" : k.verdict === "fail" ? "fail" : ""}`, "data-key": k.key },
     el("div", { class: "label" }, k.label),
-    el("div", { class: "value" }, SS.fmt(k.value), el("span", { class: "unit" }, SS.unitText(k.unit))),
+    el("div", { class: "value" }, pctUnit ? SS.fmt(k.value, "pct", k.decimals).replace(" %", "") : SS.fmt(k.value, "float", k.decimals), el("span", { class: "unit" }, k.value === null ? "" : SS.unitText(k.unit))),
     k.slo !== null && k.slo !== undefined
-      ? el("div", { class: "slo" }, `SLO ${SS.fmt(k.slo)}${SS.unitText(k.unit)} · ${k.verdict === "pass" ? "met" : k.verdict === "fail" ? "missed" : ""}`)
+      ? el("div", { class: "slo" }, `SLO ${SS.fmt(k.slo, "float", k.decimals)}${SS.unitText(k.unit)} · ${k.verdict === "pass" ? "met" : k.verdict === "fail" ? "missed" : ""}`)
       : null,
     el("button", {
       class: "q", type: "button", "aria-label": `What is ${k.label}?`, "aria-expanded": "false", "aria-controls": defId,

@@ -1,7 +1,7 @@
 """What a job does, inside its worker process: read the stored trace, call the library, and
 return the result as JSON-able views (binned and down-sampled here, so the page stays light).
 
-``run_job`` is the process entry point; it reports ``("progress", done, total)`` at most a few
+``serve_forever`` is a worker process's loop; ``run_job`` runs one job and reports ``("progress", done, total)`` at most a few
 times a second, then ``("done", result)`` or ``("error", one-line reason)`` on the queue.
 """
 
@@ -16,6 +16,19 @@ from servesim.errors import describe, user_errors
 
 Env = dict[str, str]
 Report = Callable[[int, int], None]
+
+
+def serve_forever(inbox: Any, outbox: Any) -> None:
+    """A worker process's loop: one job at a time until it reads ``None``."""
+    from servesim.perf import load_catalog
+
+    load_catalog()  # parsed once per worker, not once per job
+    while True:
+        msg = inbox.get()
+        if msg is None:
+            return
+        kind, params, env = msg
+        run_job(kind, params, env, outbox)
 
 
 def run_job(kind: str, params: dict[str, Any], env: Env, queue: Any) -> None:

@@ -119,7 +119,7 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
                 source={"study": res.study_name, "objective": res.objective, "trials": res.ranked[:3]},
                 progress=lambda done, total: report(n + done * body.verify_seeds // max(total, 1), n + body.verify_seeds),
             )
-    sections = [trials_view(res.trials).model_dump(mode="json")]
+    sections = [trials_view(res).model_dump(mode="json")]
     if rec is not None:
         sections.insert(0, recommendation_view(rec).model_dump(mode="json"))
     return {

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from servesim.io import write_bytes_atomic
-from servesim.engine import EngineConfig, SimulationResult, StepTimeModel, simulate
+from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, StepTimeModel, simulate
 from servesim.traces import Trace, load_trace
 from servesim.web.schemas import HardwareBody, SimulateBody
 from servesim.web.work import Env, Report, trace_path
@@ -47,16 +47,27 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     return run_result(result, notes)
 
 
+#: The percentile switcher's choices (every LatencyStats percentile).
+PERCENTILES = ("p50", "p90", "p95", "p99")
+
+
+def kpis_by_percentile(summary: SimulationSummary) -> dict[str, list[dict[str, Any]]]:
+    """The KPI tiles at each percentile, so the page switches without asking the server."""
+    from servesim.views.simulation import kpis
+
+    return {p: [k.model_dump(mode="json") for k in kpis(summary, p)] for p in PERCENTILES}
+
+
 def run_result(result: SimulationResult, notes: list[str]) -> dict[str, Any]:
     """The stored answer of one run: its config, summary and the views the page draws."""
-    from servesim.views.simulation import bottleneck, simulation_view
+    from servesim.views.simulation import simulation_view
 
     return {
         "config": result.config.model_dump(mode="json"),
         "step_time_model": _jsonable(result.step_time_model),
         "summary": result.summary.model_dump(mode="json"),
         "sections": [simulation_view(result).model_dump(mode="json")],
-        "bottleneck": bottleneck(result).model_dump(mode="json"),
+        "kpis": kpis_by_percentile(result.summary),
         "notes": notes,
     }
 
@@ -85,13 +96,18 @@ def _cluster(
         trace, replicas, RouterSpec(policy=body.router), body.failures, body.recovery, ctx, slo=body.slo
     )
     save_requests(result.to_pandas(), env)
-    from servesim.views import cluster as cluster_views
+    from servesim.views.simulation import summary_view
 
+    summary = result.summary
+    sections = [summary_view(summary.cluster, config, title=f"cluster of {body.replicas} replicas")]
+    sections += [summary_view(s, title=f"replica {name}").model_copy(update={"tables": []})
+                 for name, s in summary.replicas.items()]
     return {
         "config": config.model_dump(mode="json"),
-        "summary": result.summary.cluster.model_dump(mode="json"),
-        "cluster": result.summary.model_dump(mode="json", exclude={"replicas"}),
-        "sections": [cluster_views.cluster_view(result).model_dump(mode="json")],
+        "summary": summary.cluster.model_dump(mode="json"),
+        "cluster": summary.model_dump(mode="json", exclude={"replicas", "cluster"}),
+        "sections": [x.model_dump(mode="json") for x in sections],
+        "kpis": kpis_by_percentile(summary.cluster),
         "notes": notes,
     }
 
