@@ -63,7 +63,7 @@ def _catalog() -> dict[str, Any]:
         "percentile_slo_fields": flag_specs(PercentileSLO),
         "presets": list(PRESETS),
         "formats": list(FORMAT_NAMES),
-        "glossary": {k: v.model_dump(mode="json") if hasattr(v, "model_dump") else vars(v) for k, v in METRICS.items()},
+        "glossary": {k: v._asdict() for k, v in METRICS.items()},
     }
 
 

@@ -418,6 +418,7 @@
           n_trials: parseInt($("tune-trials").value, 10), objective: $("tune-objective").value,
           verify_seeds: parseInt($("tune-verify").value, 10), max_gpus: maxg ? parseInt(maxg, 10) : null,
           study_name: $("tune-study").value || null,
+          space: $("tune-space").value.trim() ? readJson("tune-space") : null,
         }, renderTune);
       } catch (err) { clear(jobBox("tune"), problemBlock(err)); }
     });

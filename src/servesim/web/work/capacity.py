@@ -70,6 +70,9 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     """Trials into the stored study (resumable), then the re-verified recommendation of the best."""
     from servesim.views.tuning import recommendation_view, trials_view
 
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the job's progress says enough
     body = TuneBody.model_validate(params)
     wl = workload(body.trace_id, env)
     hw = hardware(body.hardware)
