@@ -63,6 +63,13 @@ def log_path(folder: str | Path | None = None) -> Path:
     return data_dir(folder) / LOG_NAME
 
 
+def _plain(v: Any) -> Any:
+    """A JSON-line-safe scalar: integers beyond 64 bits (orjson's range) are written as text."""
+    if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
+        return str(v)
+    return v
+
+
 def scrub(params: Mapping[str, Any]) -> dict[str, Any]:
     """Parameters safe to log: secret-looking names redacted, values made JSON-able, long ones cut."""
     out: dict[str, Any] = {}
@@ -71,11 +78,11 @@ def scrub(params: Mapping[str, Any]) -> dict[str, Any]:
         if any(w in name.lower() for w in SECRET_WORDS):
             out[name] = REDACTED
         elif v is None or isinstance(v, bool | int | float):
-            out[name] = v
+            out[name] = _plain(v)
         elif isinstance(v, Mapping):
             out[name] = scrub(v)
         elif isinstance(v, list | tuple):
-            out[name] = [x if isinstance(x, bool | int | float | str) else str(x) for x in v][:100]
+            out[name] = [_plain(x) if isinstance(x, bool | int | float | str) else str(x) for x in v][:100]
         else:
             text = str(v)
             out[name] = text if len(text) <= 500 else text[:499] + "…"
