@@ -30,7 +30,12 @@ SEED_RESCHED = {
     ],
 }
 #: A search space where a few trials find a feasible setting (one GPU, chunked prefill on).
-SMALL_SPACE = {"tensor_parallel_size": [1], "replicas": [1], "enable_chunked_prefill": [True], "queue_timeout_s": [None]}
+SMALL_SPACE = {
+    "tensor_parallel_size": [1],
+    "replicas": [1],
+    "enable_chunked_prefill": [True],
+    "queue_timeout_s": [None],
+}
 GOOD_CSV = b"req_id,arrival_time_s,prompt_len,output_len\n" + b"".join(
     f"r{i},{i * 0.05:.2f},{200 + 37 * (i % 11)},{20 + 7 * (i % 5)}\n".encode() for i in range(200)
 )

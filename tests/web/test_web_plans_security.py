@@ -63,7 +63,7 @@ def test_catalog_offers_vllm_flags_with_defaults_and_help(client: TestClient) ->
 
 def test_page_and_assets_are_served_with_security_headers(client: TestClient) -> None:
     page = client.get("/")
-    assert page.status_code == 200 and "<script src=\"/static/app.js\"" in page.text
+    assert page.status_code == 200 and '<script src="/static/app.js"' in page.text
     assert "<script>" not in page.text  # no inline script
     csp = page.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-eval" not in csp
@@ -80,16 +80,27 @@ def test_page_and_assets_are_served_with_security_headers(client: TestClient) ->
 def test_openapi_schema_documents_the_api(client: TestClient) -> None:
     schema = client.get("/api/openapi.json").json()
     paths = set(schema["paths"])
-    for p in ("/api/traces", "/api/traces/generate", "/api/simulate", "/api/saturate", "/api/tune",
-              "/api/recover", "/api/reschedule", "/api/advise", "/api/compare", "/api/runs",
-              "/api/runs/{run_id}/requests.csv", "/api/jobs/{job_id}/events"):
+    for p in (
+        "/api/traces",
+        "/api/traces/generate",
+        "/api/simulate",
+        "/api/saturate",
+        "/api/tune",
+        "/api/recover",
+        "/api/reschedule",
+        "/api/advise",
+        "/api/compare",
+        "/api/runs",
+        "/api/runs/{run_id}/requests.csv",
+        "/api/jobs/{job_id}/events",
+    ):
         assert p in paths, p
 
 
 def test_non_loopback_without_a_token_refuses_to_start(tmp_path: Path) -> None:
     s = WebSettings(data_dir=tmp_path, host="0.0.0.0")
     assert "needs --token" in (s.startup_problem() or "")
-    with pytest.raises(ValueError, match="refusing to listen on 0.0.0.0"):
+    with pytest.raises(ValueError, match=r"refusing to listen on 0\.0\.0\.0"):
         create_app(s)
     short = WebSettings(data_dir=tmp_path, host="0.0.0.0", token=SecretStr("short"))
     assert "too short" in (short.startup_problem() or "")

@@ -30,8 +30,19 @@ def test_a_restart_keeps_traces_runs_and_studies(tmp_path: Path) -> None:
 def test_jobs_a_stopped_server_left_running_are_marked_failed(tmp_path: Path) -> None:
     db = Database(settings_for(tmp_path).database_url)
     with db.session() as s:
-        s.add(JobRow(id="a" * 32, kind="simulate", title="t", created_at=now_iso(), status="running",
-                     trace_id=None, params={}, progress_done=3, progress_total=10))
+        s.add(
+            JobRow(
+                id="a" * 32,
+                kind="simulate",
+                title="t",
+                created_at=now_iso(),
+                status="running",
+                trace_id=None,
+                params={},
+                progress_done=3,
+                progress_total=10,
+            )
+        )
     db.dispose()
     with TestClient(create_app(settings_for(tmp_path))) as c:
         st = wait_job(c, "a" * 32, timeout_s=5)

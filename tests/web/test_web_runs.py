@@ -61,7 +61,12 @@ def test_downloads_json_and_csv(client: TestClient, trace_id: str) -> None:
 
 
 def test_cluster_with_a_failure(client: TestClient, trace_id: str) -> None:
-    body = {"trace_id": trace_id, "replicas": 2, "failures": [{"node": "n0", "time_s": 2.0}], "recovery": "planner"}
+    body = {
+        "trace_id": trace_id,
+        "replicas": 2,
+        "failures": [{"node": "n0", "time_s": 2.0}],
+        "recovery": "planner",
+    }
     res = run_job(client, "/api/simulate", body)["result"]
     assert res["cluster"]["num_failures"] == 1
     assert res["summary"]["num_requests"] == 300
@@ -101,7 +106,9 @@ def test_tuning_study_gives_a_recommendation_and_resumes(client: TestClient, tra
 def test_advisor_says_which_advisor_answered(client: TestClient, trace_id: str) -> None:
     from conftest import SEED_RECOVERY, SEED_RESCHED
 
-    res = run_job(client, "/api/advise", {"task": "reschedule", "data": SEED_RESCHED, "advisor": "rules"})["result"]
+    res = run_job(client, "/api/advise", {"task": "reschedule", "data": SEED_RESCHED, "advisor": "rules"})[
+        "result"
+    ]
     assert res["advisor"] == "rules" and res["advice"]["verification"]["accepted"] in (True, False)
     assert "action_log" not in res["advice"]
     res = run_job(client, "/api/advise", {"task": "fallback", "data": SEED_RECOVERY, "advisor": "rules"})
@@ -133,7 +140,9 @@ def test_job_errors_are_problem_details(client: TestClient, trace_id: str) -> No
 
 
 def test_a_job_that_fails_says_why_and_is_logged(client: TestClient, trace_id: str, data_dir: Path) -> None:
-    r = client.post("/api/simulate", json={"trace_id": trace_id, "hardware": {"model": "llama-3.1-405b", "gpu": "l4"}})
+    r = client.post(
+        "/api/simulate", json={"trace_id": trace_id, "hardware": {"model": "llama-3.1-405b", "gpu": "l4"}}
+    )
     st = wait_job(client, r.json()["id"])
     assert st["status"] == "failed" and st["error"]
     assert "Traceback" not in st["error"]

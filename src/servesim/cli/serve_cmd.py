@@ -16,12 +16,16 @@ from servesim.cli.common import fail
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve_cmd(
-        host: str = typer.Option("127.0.0.1", help="Address to listen on (anything but loopback needs a token)."),
+        host: str = typer.Option(
+            "127.0.0.1", help="Address to listen on (anything but loopback needs a token)."
+        ),
         port: int = typer.Option(8000, min=0, max=65535, help="Port."),
         data_dir: Path | None = typer.Option(
             None, help="Data folder (database, traces, runs); default $SERVESIM_DATA_DIR or the user's."
         ),
-        db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL (default: SQLite in the data folder)."),
+        db: str | None = typer.Option(
+            None, "--db", help="SQLAlchemy URL (default: SQLite in the data folder)."
+        ),
         token: str | None = typer.Option(
             None, help="Require this token on every request (prefer --token-file: argv is visible to others)."
         ),
@@ -30,7 +34,9 @@ def register(app: typer.Typer) -> None:
         max_jobs: int = typer.Option(2, min=1, help="Jobs running at once (one worker process each)."),
         job_timeout_s: float = typer.Option(1800.0, min=1, help="A job running longer is stopped."),
         max_trials: int = typer.Option(200, min=1, help="Most trials one tuning job may add."),
-        tune_executor: str = typer.Option("local", help="Where a tuning job's trials run: local | process | ray."),
+        tune_executor: str = typer.Option(
+            "local", help="Where a tuning job's trials run: local | process | ray."
+        ),
     ) -> None:
         """Start the web workbench: upload traces, simulate, sweep, tune, plan recovery, compare runs."""
         import logging

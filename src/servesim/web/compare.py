@@ -29,7 +29,9 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
 def settings_of(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     """The run's effective engine config (with the KV blocks it got) and its request's other settings."""
     flat: dict[str, Any] = {}
-    _flat("", {k: v for k, v in job.get("params", {}).items() if k not in ("engine", "trace_id", "label")}, flat)
+    _flat(
+        "", {k: v for k, v in job.get("params", {}).items() if k not in ("engine", "trace_id", "label")}, flat
+    )
     _flat("", result.get("config", {}), flat)
     return flat
 
@@ -55,7 +57,16 @@ def compare_runs(
     for metric in LATENCIES:
         label, unit = _label(metric)
         for p in PERCENTILES:
-            rows.append(_row(f"{metric}.{p}", f"{label} {p}", unit, ma.get(metric, {}).get(p), mb.get(metric, {}).get(p), False))
+            rows.append(
+                _row(
+                    f"{metric}.{p}",
+                    f"{label} {p}",
+                    unit,
+                    ma.get(metric, {}).get(p),
+                    mb.get(metric, {}).get(p),
+                    False,
+                )
+            )
     for metric, higher_better in FIGURES.items():
         label, unit = _label(metric)
         rows.append(_row(metric, label, unit, ma.get(metric), mb.get(metric), higher_better))
@@ -69,4 +80,13 @@ def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: 
         delta = b - a
         pct = (delta / a) if a else None
         better = None if delta == 0 else (delta > 0) == higher_better
-    return {"key": key, "label": label, "unit": unit, "a": a, "b": b, "delta": delta, "pct": pct, "better": better}
+    return {
+        "key": key,
+        "label": label,
+        "unit": unit,
+        "a": a,
+        "b": b,
+        "delta": delta,
+        "pct": pct,
+        "better": better,
+    }

@@ -87,7 +87,11 @@ class Database:
             res = s.execute(
                 update(JobRow)
                 .where(JobRow.status.in_(("queued", "running")))
-                .values(status="failed", error="the server stopped before this job finished", finished_at=now_iso())
+                .values(
+                    status="failed",
+                    error="the server stopped before this job finished",
+                    finished_at=now_iso(),
+                )
             )
             return int(getattr(res, "rowcount", 0) or 0)
 

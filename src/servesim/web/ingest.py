@@ -6,7 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from servesim.actionlog import file_digest, record_action
-from servesim.traces import Trace, TraceError, generate_trace, inspect_trace, load_trace, preset_spec, write_trace
+from servesim.traces import (
+    Trace,
+    TraceError,
+    generate_trace,
+    inspect_trace,
+    load_trace,
+    preset_spec,
+    write_trace,
+)
 from servesim.web.db import TraceRow, now_iso
 from servesim.web.problems import Problem
 from servesim.web.settings import WebSettings
@@ -43,7 +51,9 @@ def store(trace: Trace, name: str, origin: str, digest: str, storage: Storage) -
     )
 
 
-def ingest_upload(path: Path, name: str, fmt: str | None, settings: WebSettings, storage: Storage) -> TraceRow:
+def ingest_upload(
+    path: Path, name: str, fmt: str | None, settings: WebSettings, storage: Storage
+) -> TraceRow:
     """Validate an uploaded file: bad rows are listed; a file with no usable row is a 422."""
     params = {"name": name, "format": fmt, "bytes": path.stat().st_size}
     with record_action("ingest", params, interface="web", folder=settings.data_dir) as act:
@@ -67,16 +77,19 @@ def ingest_upload(path: Path, name: str, fmt: str | None, settings: WebSettings,
         if len(trace) > settings.max_requests_per_trace:
             raise Problem(
                 413,
-                f"{name}: {len(trace):,} requests; this server takes at most {settings.max_requests_per_trace:,}",
+                f"{name}: {len(trace):,} requests; "
+                f"this server takes at most {settings.max_requests_per_trace:,}",
             )
         return store(trace, name, "upload", digest, storage)
 
 
-def generate(preset: str, num_requests: int, seed: int, name: str | None, settings: WebSettings,
-             storage: Storage) -> TraceRow:
+def generate(
+    preset: str, num_requests: int, seed: int, name: str | None, settings: WebSettings, storage: Storage
+) -> TraceRow:
     if num_requests > settings.max_requests_per_trace:
         raise Problem(
-            422, f"num_requests {num_requests:,}: this server takes at most {settings.max_requests_per_trace:,}"
+            422,
+            f"num_requests {num_requests:,}: this server takes at most {settings.max_requests_per_trace:,}",
         )
     params = {"preset": preset, "num_requests": num_requests, "seed": seed}
     with record_action("generate", params, interface="web", folder=settings.data_dir):

@@ -179,7 +179,9 @@ class JobManager:
             finally:
                 self._slots.release()
         except Exception as exc:  # the supervisor itself must never die silently
-            self._finish(live, "failed", None, f"the job supervisor failed: {type(exc).__name__}: {exc}"[:500], 0.0)
+            self._finish(
+                live, "failed", None, f"the job supervisor failed: {type(exc).__name__}: {exc}"[:500], 0.0
+            )
         finally:
             with self._lock:
                 self._live.pop(live.id, None)
@@ -195,7 +197,9 @@ class JobManager:
         outcome: tuple[str, dict[str, Any] | None, str | None] = ("failed", None, "no result")
         action_params = {"job": live.id, **params}
         try:
-            with record_action(live.kind, action_params, interface="web", folder=self.settings.data_dir) as act:
+            with record_action(
+                live.kind, action_params, interface="web", folder=self.settings.data_dir
+            ) as act:
                 outcome = self._in_process(live, params)
                 status, result, error = outcome
                 if status == "done":
@@ -221,7 +225,9 @@ class JobManager:
                 return worker
             worker.stop()
 
-    def _in_process(self, live: LiveJob, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str | None]:
+    def _in_process(
+        self, live: LiveJob, params: dict[str, Any]
+    ) -> tuple[str, dict[str, Any] | None, str | None]:
         worker = self._worker()
         worker.inbox.put((live.kind, params, self._job_env(live.id)))
         deadline = time.monotonic() + self.settings.job_timeout_s
@@ -233,8 +239,13 @@ class JobManager:
                 msg = _next(worker.outbox, _POLL_S)
                 if msg is None:
                     if live.cancel.is_set():
-                        final = ("cancelled", None, "the server stopped before this job finished"
-                                 if self._closing.is_set() else "cancelled by the user")
+                        final = (
+                            "cancelled",
+                            None,
+                            "the server stopped before this job finished"
+                            if self._closing.is_set()
+                            else "cancelled by the user",
+                        )
                     elif time.monotonic() > deadline:
                         limit = self.settings.job_timeout_s
                         final = ("failed", None, f"stopped after the per-job time limit of {limit:g} s")
@@ -266,7 +277,9 @@ class JobManager:
             "requests_file": str(self.requests_dir / f"{job_id}.parquet"),
         }
 
-    def _handle(self, live: LiveJob, msg: tuple[Any, ...]) -> tuple[str, dict[str, Any] | None, str | None] | None:
+    def _handle(
+        self, live: LiveJob, msg: tuple[Any, ...]
+    ) -> tuple[str, dict[str, Any] | None, str | None] | None:
         if msg[0] == "progress":
             self._set(live, done=int(msg[1]), total=int(msg[2]))
             return None

@@ -73,7 +73,9 @@ def install(app: FastAPI) -> None:
         errors = []
         for e in exc.errors():
             loc = [str(x) for x in e.get("loc", ())]
-            errors.append({"field": ".".join(loc), "reason": str(e.get("msg", "")).removeprefix("Value error, ")})
+            errors.append(
+                {"field": ".".join(loc), "reason": str(e.get("msg", "")).removeprefix("Value error, ")}
+            )
         detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors)[:1000] or "invalid request"
         return problem_response(422, detail, request.url.path, errors=errors)
 
@@ -92,5 +94,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
     for cls in user_errors():
-        app.add_exception_handler(cls, on_user_error)
+        if issubclass(cls, Exception):
+            app.add_exception_handler(cls, on_user_error)
     app.add_exception_handler(Exception, on_unexpected)

@@ -89,7 +89,7 @@ class RecoverBody(Strict):
 
 
 class RescheduleBody(Strict):
-    """Interrupted requests (``servesim reschedule``'s input: ``batch_capacity`` + ``interrupted_requests``)."""
+    """Interrupted requests (``servesim reschedule``'s input: batch_capacity, interrupted_requests)."""
 
     data: dict[str, Any]
     policy: Policy | None = None

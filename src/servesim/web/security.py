@@ -10,10 +10,10 @@ The access log is written here, without query strings (uvicorn's own is off: it 
 from __future__ import annotations
 
 import hmac
-from http import HTTPStatus
 import json
 import logging
 import time
+from http import HTTPStatus
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, urlencode

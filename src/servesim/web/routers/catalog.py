@@ -56,7 +56,10 @@ def _catalog() -> dict[str, Any]:
             {"name": m.name, "hf_id": m.hf_id, "architecture": m.architecture, "dtype": m.dtype}
             for m in cat.models.values()
         ],
-        "gpus": [{"name": g.name, "description": g.description, "memory_gb": g.memory_bytes / 1e9} for g in cat.gpus.values()],
+        "gpus": [
+            {"name": g.name, "description": g.description, "memory_gb": g.memory_bytes / 1e9}
+            for g in cat.gpus.values()
+        ],
         "engine_flags": flag_specs(EngineConfig, SIZED),
         "hardware_flags": flag_specs(HardwareBody),
         "slo_fields": flag_specs(SLO),

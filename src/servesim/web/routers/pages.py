@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from fastapi import APIRouter
@@ -14,9 +15,10 @@ STATIC = Path(__file__).resolve().parent.parent / "static"
 
 
 def plotly_js() -> Path:
-    import plotly
-
-    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    spec = importlib.util.find_spec("plotly")  # located, not imported: only its package data is used
+    if spec is None or spec.origin is None:
+        raise Problem(404, "the plotly package is not installed")
+    return Path(spec.origin).parent / "package_data" / "plotly.min.js"
 
 
 @router.get("/")

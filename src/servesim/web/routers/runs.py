@@ -12,12 +12,25 @@ from servesim.web.app import Workbench, workbench
 from servesim.web.compare import compare_runs
 from servesim.web.db import JobRow
 from servesim.web.problems import Problem
-from servesim.web.schemas import ID_PATTERN, AdviseBody, HardwareBody, JobOut, SaturateBody, SimulateBody, TuneBody
+from servesim.web.schemas import (
+    ID_PATTERN,
+    AdviseBody,
+    HardwareBody,
+    JobOut,
+    SaturateBody,
+    SimulateBody,
+    TuneBody,
+)
 
 router = APIRouter(prefix="/api", tags=["runs"])
 WB = Annotated[Workbench, Depends(workbench)]
 RunId = Annotated[str, Path(pattern=ID_PATTERN, description="A run (job) id.")]
-ACCEPTED = {202: {"description": "Queued: follow /api/jobs/{id}/events"}, 404: {}, 422: {}, 429: {}}
+ACCEPTED: dict[int | str, dict[str, Any]] = {
+    202: {"description": "Queued: follow /api/jobs/{id}/events"},
+    404: {"description": "No such trace"},
+    422: {"description": "Invalid settings"},
+    429: {"description": "Too many jobs waiting"},
+}
 
 
 def job_out(row: JobRow) -> JobOut:
@@ -48,32 +61,46 @@ def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | Non
 def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
-    shape = f"{body.replicas} replicas, {len(body.failures)} failures" if body.replicas > 1 or body.failures else "1 replica"
+    shape = (
+        f"{body.replicas} replicas, {len(body.failures)} failures"
+        if body.replicas > 1 or body.failures
+        else "1 replica"
+    )
     title = body.label or f"{name}: max_num_seqs {body.engine.max_num_seqs}, {shape}"
     return _submit(wb, "simulate", title, body, body.trace_id)
 
 
-@router.post("/saturate", status_code=202, responses=ACCEPTED, summary="Sweep the arrival rate: knee, saturation")
+@router.post(
+    "/saturate", status_code=202, responses=ACCEPTED, summary="Sweep the arrival rate: knee, saturation"
+)
 def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
     return _submit(wb, "saturate", body.label or f"{name}: saturation sweep", body, body.trace_id)
 
 
-@router.post("/tune", status_code=202, responses=ACCEPTED, summary="An Optuna study with a verified recommendation")
+@router.post(
+    "/tune", status_code=202, responses=ACCEPTED, summary="An Optuna study with a verified recommendation"
+)
 def tune(body: TuneBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
     if body.n_trials > wb.settings.max_trials:
-        raise Problem(422, f"n_trials {body.n_trials}: this server runs at most {wb.settings.max_trials} per job")
-    return _submit(wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id)
+        raise Problem(
+            422, f"n_trials {body.n_trials}: this server runs at most {wb.settings.max_trials} per job"
+        )
+    return _submit(
+        wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id
+    )
 
 
 @router.post("/advise", status_code=202, responses=ACCEPTED, summary="Advice (Claude or rules), re-checked")
 def advise(body: AdviseBody, wb: WB) -> JSONResponse:
     if body.task == "batching":
         if body.trace_id is None:
-            raise Problem(422, "batching advice needs trace_id", errors=[{"field": "trace_id", "reason": "required"}])
+            raise Problem(
+                422, "batching advice needs trace_id", errors=[{"field": "trace_id", "reason": "required"}]
+            )
         name = _trace_name(wb, body.trace_id)
     elif body.data is None:
         raise Problem(422, f"{body.task} advice needs data", errors=[{"field": "data", "reason": "required"}])
@@ -137,7 +164,12 @@ def compare(
     ra, rb = _done(wb, a), _done(wb, b)
     if ra.kind != "simulate" or rb.kind != "simulate":
         raise Problem(422, "compare takes two simulation runs")
-    return compare_runs(job_out(ra).model_dump(mode="json"), ra.result or {}, job_out(rb).model_dump(mode="json"), rb.result or {})
+    return compare_runs(
+        job_out(ra).model_dump(mode="json"),
+        ra.result or {},
+        job_out(rb).model_dump(mode="json"),
+        rb.result or {},
+    )
 
 
 def _run(wb: Workbench, run_id: str) -> JobRow:

@@ -50,13 +50,19 @@ def trace_out(row: TraceRow) -> TraceOut:
             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
         }
     },
-    responses={413: {"description": "Over the size limit"}, 415: {"description": "Not a trace format"},
-               422: {"description": "No usable row (row-level errors listed)"}},
+    responses={
+        413: {"description": "Over the size limit"},
+        415: {"description": "Not a trace format"},
+        422: {"description": "No usable row (row-level errors listed)"},
+    },
 )
 async def upload_trace(
     request: Request,
     wb: WB,
-    name: Annotated[str, Query(min_length=1, max_length=300, description="The file's name (its extension picks the reader).")],
+    name: Annotated[
+        str,
+        Query(min_length=1, max_length=300, description="The file's name (its extension picks the reader)."),
+    ],
     format: Annotated[str | None, Query(description="Force a format: " + ", ".join(FORMAT_NAMES))] = None,
 ) -> TraceOut:
     shown = display_name(name)
@@ -75,7 +81,9 @@ async def upload_trace(
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > wb.settings.max_upload_bytes:
-                    raise Problem(413, f"{shown}: over the upload limit of {wb.settings.max_upload_bytes:,} bytes")
+                    raise Problem(
+                        413, f"{shown}: over the upload limit of {wb.settings.max_upload_bytes:,} bytes"
+                    )
                 f.write(chunk)
         if size == 0:
             raise Problem(422, f"{shown}: the file is empty")
@@ -120,7 +128,9 @@ def delete_trace(trace_id: TraceId, wb: WB) -> Response:
             row = s.get(TraceRow, trace_id)
             if row is None:
                 raise Problem(404, f"no trace {trace_id}")
-            busy = s.query(JobRow).filter(JobRow.trace_id == trace_id, JobRow.status.in_(("queued", "running")))
+            busy = s.query(JobRow).filter(
+                JobRow.trace_id == trace_id, JobRow.status.in_(("queued", "running"))
+            )
             if busy.count():
                 raise Problem(409, "a job is still using this trace: cancel it or wait for it to finish")
             s.delete(row)

@@ -475,15 +475,22 @@
       v.candidates && v.candidates.length ? SS.table({
         key: "candidates", title: "Re-checked candidates", notes: [],
         columns: [{ key: "label", label: "candidate", kind: "str" }, ...Object.keys(v.candidates[0].metrics).map((k) => ({ key: k, label: k.replace(/_/g, " "), kind: "float" }))],
-        rows: v.candidates.map((c) => [c.label, ...Object.values(c.metrics)]),
+        rows: v.candidates.map((c) => [c.label, ...Object.values(c.metrics).map((x) => (typeof x === "number" && Number.isInteger(x) ? x.toLocaleString("en-US") : x))]),
       }) : null,
       el("p", { class: "help" }, "Requires human review: nothing is applied.")));
   }
   function kvList(obj) {
     const dl = el("dl", { class: "kv" });
     for (const [k, v] of Object.entries(obj || {})) {
-      const text = typeof v === "object" && v !== null ? JSON.stringify(v) : SS.fmt(v);
-      dl.append(el("dt", {}, k.replace(/_/g, " ")), el("dd", {}, text.length > 400 ? text.slice(0, 400) + "…" : text));
+      let shown;
+      if (Array.isArray(v) && v.length && v.every((x) => x && typeof x === "object" && !Array.isArray(x))) {
+        const keys = Object.keys(v[0]);
+        shown = SS.table({ key: k, title: "", notes: [], columns: keys.map((c) => ({ key: c, label: c.replace(/_/g, " "), kind: "str" })),
+          rows: v.map((x) => keys.map((c) => (typeof x[c] === "object" && x[c] !== null ? JSON.stringify(x[c]) : x[c] === null || x[c] === undefined ? "–" : String(x[c])))) });
+      } else if (Array.isArray(v)) shown = v.map((x) => (typeof x === "object" ? JSON.stringify(x) : String(x))).join(", ");
+      else if (v && typeof v === "object") shown = kvList(v);
+      else shown = SS.fmt(v);
+      dl.append(el("dt", {}, k.replace(/_/g, " ")), el("dd", {}, shown));
     }
     return dl;
   }

@@ -75,7 +75,7 @@ SS.histogram = function (container, h) {
     shapes.push({ type: "line", x0: h.slo, x1: h.slo, yref: "paper", y0: 0, y1: 1, line: { color: "#c62828", width: 2, dash: "dash" } });
     annotations.push({ x: h.slo, yref: "paper", y: 1, text: `SLO ${SS.fmt(h.slo)}`, showarrow: false, xanchor: "left", font: { color: "#c62828" } });
   }
-  const sub = h.count ? ` · p50 ${SS.fmt(h.p50)} · p99 ${SS.fmt(h.p99)}` : " · no samples";
+  const sub = !h.count ? " · no samples" : h.p50 !== null && h.p50 !== undefined ? ` · p50 ${SS.fmt(h.p50)} · p99 ${SS.fmt(h.p99)}` : ` · ${h.count.toLocaleString("en-US")} requests`;
   SS.plot(
     div,
     [{ type: "bar", x: centers, y: h.counts, width: widths, marker: { color: "#2457c5" }, hovertemplate: "%{x:.4g}: %{y}<extra></extra>" }],

@@ -1,8 +1,9 @@
 """What a job does, inside its worker process: read the stored trace, call the library, and
 return the result as JSON-able views (binned and down-sampled here, so the page stays light).
 
-``serve_forever`` is a worker process's loop; ``run_job`` runs one job and reports ``("progress", done, total)`` at most a few
-times a second, then ``("done", result)`` or ``("error", one-line reason)`` on the queue.
+``serve_forever`` is a worker process's loop; ``run_job`` runs one job and reports
+``("progress", done, total)`` at most a few times a second, then ``("done", result)`` or
+``("error", one-line reason)`` on the queue.
 """
 
 from __future__ import annotations

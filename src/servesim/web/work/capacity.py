@@ -68,9 +68,9 @@ def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
 
 def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     """Trials into the stored study (resumable), then the re-verified recommendation of the best."""
-    from servesim.views.tuning import recommendation_view, trials_view
-
     import optuna
+
+    from servesim.views.tuning import recommendation_view, trials_view
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the job's progress says enough
     body = TuneBody.model_validate(params)
@@ -120,7 +120,9 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
                 eval_settings=ev,
                 executor=ex,
                 source={"study": res.study_name, "objective": res.objective, "trials": res.ranked[:3]},
-                progress=lambda done, total: report(n + done * body.verify_seeds // max(total, 1), n + body.verify_seeds),
+                progress=lambda done, total: report(
+                    n + done * body.verify_seeds // max(total, 1), n + body.verify_seeds
+                ),
             )
     sections = [trials_view(res).model_dump(mode="json")]
     if rec is not None:

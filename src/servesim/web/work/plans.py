@@ -46,7 +46,9 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
         trace = load_trace(trace_path(env, body.trace_id))
         hw = HardwareBody()
         cfg, step, _ = deployment(body.engine, hw, trace)
-        case = BatchingCase(trace, cfg, step, slo=body.slo, replicas=1, hardware=f"{hw.model} on one {hw.gpu}")
+        case = BatchingCase(
+            trace, cfg, step, slo=body.slo, replicas=1, hardware=f"{hw.model} on one {hw.gpu}"
+        )
         if body.optimize > 0:
             case.optimizer_best = optimizer_best(case, body.optimize, 0)
     elif body.data is None:

@@ -7,14 +7,16 @@ from typing import Any
 
 import pandas as pd
 
-from servesim.io import write_bytes_atomic
 from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, StepTimeModel, simulate
+from servesim.io import write_bytes_atomic
 from servesim.traces import Trace, load_trace
 from servesim.web.schemas import HardwareBody, SimulateBody
 from servesim.web.work import Env, Report, trace_path
 
 
-def deployment(engine: EngineConfig, hw: HardwareBody, trace: Trace) -> tuple[EngineConfig, StepTimeModel, list[str]]:
+def deployment(
+    engine: EngineConfig, hw: HardwareBody, trace: Trace
+) -> tuple[EngineConfig, StepTimeModel, list[str]]:
     """Step times and KV blocks of the chosen model/GPU/TP (the catalog's roofline, vLLM's sizing)."""
     from servesim.perf import deployment_setup
 
@@ -90,8 +92,12 @@ def _cluster(
     names = {r.name for r in replicas}
     unknown = sorted({f.node for f in body.failures} - names)
     if unknown:
-        raise ValueError(f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{body.replicas - 1}")
-    ctx = RecoveryContext(model=resolve_model(body.hardware.model, load_catalog()), tp=body.hardware.tensor_parallel_size)
+        raise ValueError(
+            f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{body.replicas - 1}"
+        )
+    ctx = RecoveryContext(
+        model=resolve_model(body.hardware.model, load_catalog()), tp=body.hardware.tensor_parallel_size
+    )
     result = simulate_cluster(
         trace, replicas, RouterSpec(policy=body.router), body.failures, body.recovery, ctx, slo=body.slo
     )
@@ -100,8 +106,10 @@ def _cluster(
 
     summary = result.summary
     sections = [summary_view(summary.cluster, config, title=f"cluster of {body.replicas} replicas")]
-    sections += [summary_view(s, title=f"replica {name}").model_copy(update={"tables": []})
-                 for name, s in summary.replicas.items()]
+    sections += [
+        summary_view(s, title=f"replica {name}").model_copy(update={"tables": []})
+        for name, s in summary.replicas.items()
+    ]
     return {
         "config": config.model_dump(mode="json"),
         "summary": summary.cluster.model_dump(mode="json"),
