@@ -31,7 +31,7 @@ from servesim.engine import (
     StepTimeModel,
     simulate,
 )
-from servesim.engine.engine import jsonl_sink
+from servesim.events import Observer, ProgressCallback, StepLogWriter
 from servesim.perf import PerfError
 from servesim.traces import Trace, TraceError, open_trace
 
@@ -113,7 +113,8 @@ def hardware_setup(
 
 @contextmanager
 def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal)."""
+    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal);
+    yields its ``update(done, total)`` (wrap it in ``ProgressCallback`` to observe a run)."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
@@ -147,24 +148,24 @@ def run_and_report(
     title: str,
     check_invariants: bool = False,
 ) -> SimulationResult:
-    sink = close = None
-    if step_log is not None:
-        sink, close = jsonl_sink(str(step_log))
+    writer = StepLogWriter(str(step_log)) if step_log is not None else None
     try:
         with progress_bar(not as_json, "simulating") as hook:
+            observers: list[Observer] = [] if hook is None else [ProgressCallback(hook)]
+            if writer is not None:
+                observers.append(writer)
             result = simulate(
                 trace,
                 config,
                 model,
                 slo=slo,
                 fast=not naive,
-                step_log=sink,
-                progress=hook,
+                observers=observers,
                 check_invariants=check_invariants,
             )
     finally:
-        if close is not None:
-            close()
+        if writer is not None:
+            writer.close()
     report = result.report(include_requests=include_requests)
     if out is not None:
         write_text_atomic(out, report.model_dump_json(indent=2) + "\n")

@@ -31,6 +31,7 @@ from servesim.cluster.simulate import (
     restart_policy,
 )
 from servesim.engine.results import SLO
+from servesim.events import Observer
 from servesim.traces.schema import Trace
 
 POLICIES: dict[str, RecoveryPolicy] = {
@@ -51,8 +52,10 @@ def simulate_cluster(
     kv_checkpointing: KVCheckpointing = "continuous",
     slo: SLO | None = None,
     fast: bool = True,
+    observers: Sequence[Observer] = (),
 ) -> ClusterResult:
-    """Run ``trace`` over ``replicas`` on one clock, with failures and per-request recovery."""
+    """Run ``trace`` over ``replicas`` on one clock, with failures and per-request recovery.
+    ``observers`` receive every replica's events (tagged with its name) and the cluster's."""
     if isinstance(recovery, str):
         if recovery not in POLICIES:
             raise ValueError(f"unknown recovery policy {recovery!r}; known: {', '.join(POLICIES)}")
@@ -61,7 +64,15 @@ def simulate_cluster(
         policy = recovery
     FailurePlan(events=list(failures))  # validates the sequence
     run = ClusterSimulator(
-        trace, replicas, router, failures, policy, context, kv_checkpointing=kv_checkpointing, fast=fast
+        trace,
+        replicas,
+        router,
+        failures,
+        policy,
+        context,
+        kv_checkpointing=kv_checkpointing,
+        fast=fast,
+        observers=observers,
     ).run()
     return build_cluster_result(run, slo)
 

@@ -27,9 +27,20 @@ from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, PendingStep, TraceArrays
+from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
 from servesim.engine.request import Request
 from servesim.engine.step_time import StepTimeModel
+from servesim.events import (
+    Observer,
+    Progress,
+    RecoveryDecision,
+    Redispatched,
+    ReplicaDown,
+    ReplicaUp,
+    ReplicaWarning,
+    RequestArrived,
+    fan_out,
+)
 from servesim.traces.schema import Trace
 
 Strategy = Literal["MIGRATE_STATE", "COLD_RESTART"]
@@ -131,6 +142,7 @@ class ClusterSimulator:
         *,
         kv_checkpointing: KVCheckpointing = "continuous",
         fast: bool = True,
+        observers: Sequence[Observer] = (),
     ) -> None:
         if not replicas:
             raise ValueError("a cluster needs at least one replica")
@@ -148,6 +160,10 @@ class ClusterSimulator:
         self.context = context or default_context()
         self.kv_checkpointing = kv_checkpointing
         self.fast = fast
+        # Observers see every replica's engine events (tagged with its name) and the cluster's.
+        self.observers = list(observers)
+        self.emit = fan_out(self.observers)
+        self._steps_done = 0
         self.engines: list[Engine] = []
         self.current: list[Engine] = []
         self.engine_replica: list[int] = []
@@ -173,7 +189,15 @@ class ClusterSimulator:
 
     def _new_engine(self, k: int) -> Engine:
         spec = self.replicas[k]
-        engine = Engine(self.arrays, spec.config, spec.step_time, fast=self.fast, external_arrivals=True)
+        engine = Engine(
+            self.arrays,
+            spec.config,
+            spec.step_time,
+            fast=self.fast,
+            external_arrivals=True,
+            observers=self.observers,
+            name=spec.name,
+        )
         self.engines.append(engine)
         self.engine_replica.append(k)
         return engine
@@ -195,6 +219,8 @@ class ClusterSimulator:
                 gc.enable()
         for engine in self.current:
             engine.finish()
+        if self.emit is not None:
+            self._progress()
         # Requests still parked (no replica ever came back) stay "unfinished": reported, not lost.
         return ClusterRun(
             self.trace,
@@ -226,23 +252,39 @@ class ClusterSimulator:
                 assert p is not None
                 self.current[k_step].end_step(p)
                 self.inflight[k_step] = None
+                if self.emit is not None:
+                    self._steps_done += 1
+                    if self._steps_done % PROGRESS_EVERY_STEPS == 0:
+                        self._progress()
                 continue
             if t_ext == math.inf:
                 return
             if t_arr <= t_ev:
                 r = self.arrays.make_request(nxt)
                 nxt += 1
+                if self.emit is not None:
+                    self.emit(RequestArrived(t_arr, r.req_id, None))
                 self._dispatch(r, t_arr)
             else:
                 t, _kind, _seq, payload = heapq.heappop(self._events)
                 self._handle(t, payload)
 
-    def _dispatch(self, r: Request, t: float) -> None:
+    def _progress(self) -> None:
+        assert self.emit is not None
+        done = sum(e.num_closed for e in self.engines)
+        now = max((e.now for e in self.current), default=0.0)
+        self.emit(Progress(done, self.arrays.n, now, self._steps_done))
+
+    def _dispatch(self, r: Request, t: float, moved_from: str | None = None, parked: bool = False) -> None:
+        """Route ``r`` to an eligible replica (park it when none is); ``moved_from``/``parked``
+        say it is a re-dispatch (an event for observers)."""
         eligible = self.eligible()
         if not eligible:
             self._parked.append(r)
             return
         k = self.router.pick(r, self.current, eligible)
+        if self.emit is not None and (moved_from is not None or parked):
+            self.emit(Redispatched(t, r.req_id, moved_from, self.replicas[k].name))
         self.current[k].submit(r, t)
 
     def _handle(self, t: float, payload: _Transit | tuple[str, FailureEvent]) -> None:
@@ -252,10 +294,15 @@ class ClusterSimulator:
                 self.current[k].submit(r, t)
             else:  # the target died meanwhile, and the KV on its way with it
                 r.external_tokens = 0
-                self._dispatch(r, t)
+                self._dispatch(r, t, moved_from=self.replicas[k].name)
             return
         kind, f = payload
         k = [x.name for x in self.replicas].index(f.node)
+        if self.emit is not None:
+            if kind == "warn":
+                self.emit(ReplicaWarning(t, f.node))
+            elif kind == "recover":
+                self.emit(ReplicaUp(t, f.node))
         if kind == "warn":
             self.accepting[k] = False
             if self.kv_checkpointing == "on_warning":
@@ -272,7 +319,7 @@ class ClusterSimulator:
             self.accepting[k] = True
             parked, self._parked = self._parked, []
             for r in parked:
-                self._dispatch(r, t)
+                self._dispatch(r, t, parked=True)
 
     def _fail(self, k: int, t: float) -> None:
         engine = self.current[k]
@@ -282,13 +329,15 @@ class ClusterSimulator:
         self.accepting[k] = False
         node = self.replicas[k].name
         eligible = self.eligible()
+        if self.emit is not None:
+            self.emit(ReplicaDown(t, node, len(victims)))
         for r, computed in victims:
             ckpt = self._checkpointed(r, computed)
             if not eligible:
                 self._parked.append(r)
                 continue
             if computed == 0:
-                self._dispatch(r, t)  # it held no KV here: just route it again
+                self._dispatch(r, t, moved_from=node)  # it held no KV here: just route it again
                 continue
             job = Interrupted(r, node, t, computed, ckpt)
             d = self.recovery(job, self.current, eligible, self.context, self.router)
@@ -306,6 +355,13 @@ class ClusterSimulator:
                 )
             )
             r.external_tokens = moved
+            if self.emit is not None:
+                m = self.moves[-1]
+                self.emit(
+                    RecoveryDecision(
+                        t, r.req_id, node, m.to_node, d.strategy, moved, m.recompute_tokens, d.delay_s
+                    )
+                )
             if d.delay_s > 0:
                 self._push(t + d.delay_s, 0, _Transit(d.target, r))
             else:
