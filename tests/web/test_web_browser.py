@@ -163,6 +163,10 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
         page.locator("#run-results [data-section='simulation'] .verdict[data-key='bottleneck']").count() == 1
     )
     shot(page, "run.png")
+    page.fill("#cost-price", "2.5")
+    page.click("#cost-form button")
+    page.wait_for_selector("#cost-result .kpi[data-key='usd_per_m_output_tokens']")
+    assert "2.50" in (page.text_content("#cost-result .kpi[data-key='usd_per_hour'] .value") or "")
     narrow = run_simulation(page, 1)
     assert narrow != wide and narrow > wide  # one request at a time queues everybody else
     page.click(".switcher button[data-p='p50']")

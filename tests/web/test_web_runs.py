@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import time
 from pathlib import Path
 
@@ -71,6 +72,11 @@ def test_cluster_with_a_failure(client: TestClient, trace_id: str) -> None:
     assert res["cluster"]["num_failures"] == 1
     assert res["summary"]["num_requests"] == 300
     assert [s["key"] for s in res["sections"]].count("simulation") == 3  # the cluster and each replica
+    timeline = section(res, "timeline")["tables"][0]
+    events = [row[1] for row in timeline["rows"]]
+    assert events[0] == "down" and timeline["rows"][0][0] == 2.0 and timeline["rows"][0][2] == "n0"
+    interrupted = int(timeline["rows"][0][3].split()[0].replace(",", ""))
+    assert events.count("MIGRATE_STATE") + events.count("COLD_RESTART") <= interrupted
     r = client.post("/api/simulate", json={**body, "failures": [{"node": "n9", "time_s": 1}]})
     st = wait_job(client, r.json()["id"])
     assert st["status"] == "failed" and "n9" in st["error"]
@@ -98,7 +104,13 @@ def test_tuning_study_gives_a_recommendation_and_resumes(client: TestClient, tra
     assert first["study"]["n_trials"] == 3
     assert first["recommendation"]["vllm_serve_command"].startswith("vllm serve")
     assert [s["key"] for s in first["sections"]] == ["recommendation", "tuning"]
-    again = run_job(client, "/api/tune", body)["result"]
+    job = client.post("/api/tune", json=body).json()
+    with client.stream("GET", f"/api/jobs/{job['id']}/events") as s:
+        events = [json.loads(x[5:]) for x in s.iter_lines() if x.startswith("data:")]
+    live = [e["extra"] for e in events if e.get("extra")]
+    assert live and live[-1]["study"] == first["study"]["study_name"]
+    assert len(live[-1]["trials"]) >= 4  # the stored three, then this run's as they finish
+    again = client.get(f"/api/runs/{job['id']}").json()["result"]
     assert again["study"]["study_name"] == first["study"]["study_name"]
     assert again["study"]["n_trials"] == 6  # the stored study was resumed
 

@@ -54,6 +54,7 @@ class LiveJob:
     done: int = 0
     total: int = 0
     version: int = 0
+    extra: dict[str, Any] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -117,7 +118,13 @@ class JobManager:
         """Status and progress now (in flight: memory; else the database)."""
         live = self._live.get(job_id)
         if live is not None and live.status not in FINAL_STATES:
-            return {"status": live.status, "done": live.done, "total": live.total, "version": live.version}
+            return {
+                "status": live.status,
+                "done": live.done,
+                "total": live.total,
+                "version": live.version,
+                "extra": live.extra,
+            }
         row = self.db.job(job_id)
         if row is None:
             return None
@@ -281,7 +288,8 @@ class JobManager:
         self, live: LiveJob, msg: tuple[Any, ...]
     ) -> tuple[str, dict[str, Any] | None, str | None] | None:
         if msg[0] == "progress":
-            self._set(live, done=int(msg[1]), total=int(msg[2]))
+            extra = msg[3] if len(msg) > 3 and msg[3] is not None else live.extra
+            self._set(live, done=int(msg[1]), total=int(msg[2]), extra=extra)
             return None
         if msg[0] == "done":
             return ("done", msg[1], None)

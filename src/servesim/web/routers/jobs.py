@@ -27,7 +27,7 @@ def job_status(job_id: JobId, wb: WB) -> dict[str, Any]:
     state = wb.jobs.state(job_id)
     if state is None:
         raise Problem(404, f"no job {job_id}")
-    return {"id": job_id, **{k: v for k, v in state.items() if k != "version"}}
+    return {"id": job_id, **{k: v for k, v in state.items() if k not in ("version", "extra")}}
 
 
 @router.get(
@@ -48,7 +48,7 @@ async def job_events(job_id: JobId, request: Request, wb: WB) -> StreamingRespon
             state = wb.jobs.state(job_id)
             if state is None:
                 return
-            key = (state["status"], state["done"], state["total"])
+            key = (state["status"], state["done"], state["total"], state["version"])
             if key != last:
                 last = key
                 quiet = 0.0

@@ -155,6 +155,27 @@ def download_csv(run_id: RunId, wb: WB) -> StreamingResponse:
     )
 
 
+@router.get("/runs/{run_id}/cost", summary="Cost of a simulation run at a GPU price you enter")
+def run_cost(
+    run_id: RunId,
+    wb: WB,
+    usd_per_gpu_hour: Annotated[
+        float, Query(gt=0, le=10_000, allow_inf_nan=False, description="$ per GPU-hour.")
+    ],
+) -> dict[str, Any]:
+    from servesim.engine import SimulationSummary
+    from servesim.views.cost import cost_view
+
+    row = _done(wb, run_id)
+    if row.kind != "simulate" or not row.result:
+        raise Problem(422, "cost takes a simulation run")
+    hw = row.params.get("hardware", {})
+    gpus = int(hw.get("tensor_parallel_size", 1)) * int(row.params.get("replicas", 1))
+    summary = SimulationSummary.model_validate(row.result["summary"])
+    view = cost_view(summary, gpus=gpus, usd_per_gpu_hour=usd_per_gpu_hour)
+    return {"gpus": gpus, "sections": [view.model_dump(mode="json")]}
+
+
 @router.get("/compare", summary="Two runs side by side: configuration diff and metric deltas")
 def compare(
     wb: WB,

@@ -195,7 +195,11 @@
     showProgress(slot, job, { status: job.status, done: job.progress_done || 0, total: job.progress_total || 0 });
     const es = new EventSource(`/api/jobs/${job.id}/events`);
     streams[slot] = es;
-    es.addEventListener("progress", (e) => showProgress(slot, job, JSON.parse(e.data)));
+    es.addEventListener("progress", (e) => {
+      const st = JSON.parse(e.data);
+      showProgress(slot, job, st);
+      if (slot === "tune" && st.extra && st.extra.trials) liveTrials(st.extra);
+    });
     es.addEventListener("end", async (e) => {
       es.close();
       const st = JSON.parse(e.data);
@@ -328,7 +332,24 @@
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"));
     box.append(toolbar);
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
+    costBox(box, run.job.id);
     r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { before: (sec) => percentileSwitcher(sec, r.kpis) } : {}));
+  }
+  /* $/1M tokens and goodput per $ at the GPU price the user enters (the server has no price). */
+  function costBox(box, runId) {
+    const out = el("div", { id: "cost-result" });
+    const price = el("input", { id: "cost-price", type: "number", min: "0.01", step: "any", placeholder: "e.g. 2.50", value: localStorage.getItem("servesim.price") || "" });
+    const form = el("form", { class: "inline", id: "cost-form" }, el("label", { for: "cost-price" }, "GPU price ($ per GPU-hour)"), price, el("button", { type: "submit", class: "secondary small" }, "Cost"));
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      try {
+        localStorage.setItem("servesim.price", price.value);
+        const d = await api(`/api/runs/${runId}/cost?usd_per_gpu_hour=${encodeURIComponent(price.value)}`);
+        clear(out);
+        for (const s of d.sections) SS.section(out, s);
+      } catch (err) { clear(out, problemBlock(err)); }
+    });
+    box.append(form, out);
   }
   /* KPI tiles at p50 / p90 / p95 / p99: the server sent each set (views.simulation.kpis). */
   function percentileSwitcher(box, byPercentile) {
@@ -406,6 +427,28 @@
       box.append(el("div", { class: "section", id: "recommendation-card" }, el("h2", {}, "Recommendation (review before use)"), pre, copy));
     }
     for (const s of r.sections) SS.section(box, s);
+  }
+  /* The study's trials as they finish (read from the Optuna storage by the job while it runs). */
+  function liveTrials(extra) {
+    const box = $("tune-results");
+    let live = $("tune-live");
+    if (!live) {
+      clear(box, el("div", { class: "section", id: "tune-live-box" }, el("h2", {}, `Trials so far (study ${extra.study})`), el("div", { class: "chart", id: "tune-live", role: "img", "aria-label": "trials so far" })));
+      live = $("tune-live");
+    }
+    const done = extra.trials.filter((t) => t.ttft_p99_ms !== null && t.goodput_per_gpu !== null);
+    const trace = (ok) => ({
+      type: "scatter", mode: "markers", name: ok ? "feasible" : "infeasible",
+      x: done.filter((t) => t.feasible === ok).map((t) => t.ttft_p99_ms),
+      y: done.filter((t) => t.feasible === ok).map((t) => t.goodput_per_gpu),
+      text: done.filter((t) => t.feasible === ok).map((t) => `trial ${t.number}`),
+      marker: { color: ok ? "#1a7f37" : "#c62828", size: 8 }, hovertemplate: "%{text}: %{x:.4g} ms, %{y:.4g}<extra></extra>",
+    });
+    window.Plotly.react(live, [trace(true), trace(false)], {
+      margin: { l: 52, r: 12, t: 30, b: 40 }, font: { size: 11 }, showlegend: true,
+      title: { text: `${extra.trials.length} trials: goodput per GPU against TTFT p99`, font: { size: 12 } },
+      xaxis: { title: { text: "TTFT p99 (ms)" } }, yaxis: { title: { text: "goodput per GPU (req/s)" } },
+    }, { displaylogo: false, responsive: true });
   }
   function setupTune() {
     $("tune-form").addEventListener("submit", (e) => {

@@ -16,7 +16,9 @@ from typing import Any
 from servesim.errors import describe, user_errors
 
 Env = dict[str, str]
-Report = Callable[[int, int], None]
+#: ``report(done, total)``, or ``report(done, total, extra)`` with a small JSON-able snapshot
+#: (a tuning job's trials so far) that the page draws while the job runs.
+Report = Callable[..., None]
 
 
 def serve_forever(inbox: Any, outbox: Any) -> None:
@@ -36,11 +38,11 @@ def run_job(kind: str, params: dict[str, Any], env: Env, queue: Any) -> None:
     """Run one job and put its outcome on ``queue`` (never raises: the supervisor reads the queue)."""
     last = [0.0]
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int, extra: dict[str, Any] | None = None) -> None:
         now = time.monotonic()
-        if now - last[0] >= 0.2 or done >= total:
+        if extra is not None or now - last[0] >= 0.2 or done >= total:
             last[0] = now
-            queue.put(("progress", int(done), int(total)))
+            queue.put(("progress", int(done), int(total), extra))
 
     try:
         handler = JOBS[kind]

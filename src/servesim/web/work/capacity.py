@@ -9,6 +9,7 @@ from servesim.tuning import (
     Deployment,
     EvalContext,
     EvalSettings,
+    PercentileSLO,
     PerfHardware,
     SaturationSettings,
     SearchSpace,
@@ -66,6 +67,46 @@ def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     }
 
 
+def derived_study_name(
+    wl: Workload,
+    hw: PerfHardware,
+    slo: PercentileSLO | None,
+    space: SearchSpace,
+    settings: TuneSettings,
+    target_rate: float | None,
+    ev: EvalSettings,
+) -> str:
+    """The name ``tune`` derives from everything that defines the study (the same settings resume
+    the same study); known before the study starts, so the page can follow its trials."""
+    from servesim.tuning.search import study_fingerprint, trial_spec
+
+    spec = trial_spec(wl, settings, target_rate=target_rate)
+    return f"servesim-tune-{study_fingerprint(wl, hw, slo, space.effective(hw), spec, ev)}"
+
+
+def live_trials(db_url: str, study_name: str, limit: int = 300) -> list[dict[str, Any]]:
+    """The study's finished trials so far (number, state, feasible, TTFT p99, goodput per GPU)."""
+    import optuna
+
+    from servesim.tuning.search import _record
+
+    study = optuna.load_study(study_name=study_name, storage=db_url)
+    out = []
+    for t in study.get_trials(deepcopy=False)[-limit:]:
+        r = _record(t)
+        o = r.outcome
+        out.append(
+            {
+                "number": r.number,
+                "state": r.state,
+                "feasible": r.feasible,
+                "ttft_p99_ms": o.ttft_p99_ms.max if o is not None and o.ttft_p99_ms is not None else None,
+                "goodput_per_gpu": o.goodput_per_gpu if o is not None else None,
+            }
+        )
+    return out
+
+
 def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     """Trials into the stored study (resumable), then the re-verified recommendation of the best."""
     import optuna
@@ -86,6 +127,11 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     )
     ev = EvalSettings()
     n = body.n_trials
+    name = body.study_name or derived_study_name(wl, hw, body.slo, space, settings, body.target_rate, ev)
+
+    def trial_progress(done: int, total: int) -> None:
+        report(done, total + body.verify_seeds, {"study": name, "trials": live_trials(env["db_url"], name)})
+
     with make_executor(env["tune_executor"], EvalContext(wl, hw, body.slo, ev), n_jobs=1) as ex:  # type: ignore[arg-type]
         res = tune(
             wl,
@@ -98,8 +144,8 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
             executor=ex,
             n_jobs=1,
             storage=env["db_url"],
-            study_name=body.study_name,
-            progress=lambda done, total: report(done, total + body.verify_seeds),
+            study_name=name,
+            progress=trial_progress,
         )
         rec = None
         if res.best is not None:

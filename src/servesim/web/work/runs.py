@@ -8,6 +8,14 @@ from typing import Any
 import pandas as pd
 
 from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, StepTimeModel, simulate
+from servesim.events import (
+    EventRecorder,
+    ProgressCallback,
+    RecoveryDecision,
+    ReplicaDown,
+    ReplicaUp,
+    ReplicaWarning,
+)
 from servesim.io import write_bytes_atomic
 from servesim.traces import Trace, load_trace
 from servesim.web.schemas import HardwareBody, SimulateBody
@@ -43,8 +51,8 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     trace = load_trace(trace_path(env, body.trace_id))
     config, step, notes = deployment(body.engine, body.hardware, trace)
     if body.replicas > 1 or body.failures:
-        return _cluster(body, trace, config, step, notes, env)
-    result = simulate(trace, config, step, slo=body.slo, progress=report)
+        return _cluster(body, trace, config, step, notes, env, report)
+    result = simulate(trace, config, step, slo=body.slo, observers=[ProgressCallback(report)])
     save_requests(result.to_pandas(), env)
     return run_result(result, notes)
 
@@ -82,7 +90,13 @@ def save_requests(requests: pd.DataFrame, env: Env) -> None:
 
 
 def _cluster(
-    body: SimulateBody, trace: Trace, config: EngineConfig, step: StepTimeModel, notes: list[str], env: Env
+    body: SimulateBody,
+    trace: Trace,
+    config: EngineConfig,
+    step: StepTimeModel,
+    notes: list[str],
+    env: Env,
+    report: Report,
 ) -> dict[str, Any]:
     from servesim.cluster import RecoveryContext, Replica, RouterSpec, simulate_cluster
     from servesim.perf import load_catalog
@@ -98,14 +112,26 @@ def _cluster(
     ctx = RecoveryContext(
         model=resolve_model(body.hardware.model, load_catalog()), tp=body.hardware.tensor_parallel_size
     )
+    timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
     result = simulate_cluster(
-        trace, replicas, RouterSpec(policy=body.router), body.failures, body.recovery, ctx, slo=body.slo
+        trace,
+        replicas,
+        RouterSpec(policy=body.router),
+        body.failures,
+        body.recovery,
+        ctx,
+        slo=body.slo,
+        observers=[ProgressCallback(report), timeline],
     )
     save_requests(result.to_pandas(), env)
     from servesim.views.simulation import summary_view
+    from servesim.views.timeline import failure_timeline
 
     summary = result.summary
-    sections = [summary_view(summary.cluster, config, title=f"cluster of {body.replicas} replicas")]
+    sections = [
+        summary_view(summary.cluster, config, title=f"cluster of {body.replicas} replicas"),
+        failure_timeline(timeline.events),
+    ]
     sections += [
         summary_view(s, title=f"replica {name}").model_copy(update={"tables": []})
         for name, s in summary.replicas.items()
