@@ -211,6 +211,9 @@ def test_tuning_shows_progress_and_the_recommendation(page: Any) -> None:
     assert all(n > 0 for n in plotted_points(page, "#tune-results"))  # the trials scatter
     assert page.locator("#tune-results [data-section='recommendation']").count() == 1
     shot(page, "tune.png")
+    page.click("#trial-load")
+    assert page.is_visible("#panel-run")
+    assert page.input_value("#eng-max_num_seqs") != ""  # the trial's flags are in the form
 
 
 def test_recovery_matrix_and_history(page: Any) -> None:
@@ -267,3 +270,25 @@ def test_throughput_curve_rescheduling_and_advisor(page: Any) -> None:
     page.wait_for_selector("#advice-card")
     assert "Answered by: the rules advisor" in (page.text_content("#advice-card h2") or "")
     shot(page, "advisor.png")
+
+
+def test_two_browsers_follow_their_own_jobs(browser: Any, server: str) -> None:
+    pages = []
+    for n in (64, 8):
+        ctx = browser.new_context(viewport={"width": 1366, "height": 768}, base_url=server)
+        pg = ctx.new_page()
+        pg.set_default_timeout(TIMEOUT_MS)
+        pg.goto("/")
+        pg.wait_for_selector("body[data-ready='1']")
+        pg.click("#tab-run")
+        pg.fill("#eng-max_num_seqs", str(n))
+        pg.click("#run-button")
+        pages.append((n, ctx, pg))
+    for n, ctx, pg in pages:
+        pg.wait_for_selector(f"#run-results .toolbar:has-text('max_num_seqs {n}')")
+        assert pg.locator("#run-job .line[data-status='done']").count() == 1
+        pg.reload()  # each browser comes back to its own last run
+        pg.wait_for_selector("body[data-ready='1']")
+        pg.click("#tab-run")
+        pg.wait_for_selector(f"#run-results .toolbar:has-text('max_num_seqs {n}')")
+        ctx.close()

@@ -426,6 +426,7 @@
       } }, "Copy the vllm serve command");
       box.append(el("div", { class: "section", id: "recommendation-card" }, el("h2", {}, "Recommendation (review before use)"), pre, copy));
     }
+    trialLoader(box, r);
     for (const s of r.sections) SS.section(box, s);
   }
   /* The study's trials as they finish (read from the Optuna storage by the job while it runs). */
@@ -449,6 +450,28 @@
       title: { text: `${extra.trials.length} trials: goodput per GPU against TTFT p99`, font: { size: 12 } },
       xaxis: { title: { text: "TTFT p99 (ms)" } }, yaxis: { title: { text: "goodput per GPU (req/s)" } },
     }, { displaylogo: false, responsive: true });
+  }
+  /* Load a trial's configuration (the best ones, the Pareto front) into the Run tab's form. */
+  function trialLoader(box, r) {
+    const byNumber = {};
+    for (const t of r.trials || []) if (t.feasible) byNumber[t.number] = t;
+    const front = new Set(((r.study && r.study.pareto_front) || []).map((t) => t.number));
+    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n]);
+    if (!ranked.length) return;
+    const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
+      `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
+    const load = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => {
+      const p = byNumber[sel.value].params;
+      for (const [k, v] of Object.entries(p)) {
+        const input = $(`eng-${k}`) || $(`hw-${k}`);
+        if (!input) continue;
+        if (input.type === "checkbox") input.checked = !!v; else input.value = v === null ? "" : String(v);
+      }
+      if (p.replicas) $("run-replicas").value = String(p.replicas);
+      showTab($("tab-run"));
+      toast(`Loaded trial ${sel.value} into the Run tab: press Run simulation`);
+    } }, "Load into the Run tab");
+    box.append(el("div", { class: "section" }, el("h2", {}, "Try a trial's configuration"), el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, load)));
   }
   function setupTune() {
     $("tune-form").addEventListener("submit", (e) => {

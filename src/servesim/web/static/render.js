@@ -71,9 +71,18 @@ SS.histogram = function (container, h) {
   }
   const shapes = [];
   const annotations = [];
+  const lo = h.edges[0];
+  const hi = h.edges[h.edges.length - 1];
   if (h.slo !== null && h.slo !== undefined) {
-    shapes.push({ type: "line", x0: h.slo, x1: h.slo, yref: "paper", y0: 0, y1: 1, line: { color: "#c62828", width: 2, dash: "dash" } });
-    annotations.push({ x: h.slo, yref: "paper", y: 1, text: `SLO ${SS.fmt(h.slo)}`, showarrow: false, xanchor: "left", font: { color: "#c62828" } });
+    if (h.slo >= lo && h.slo <= hi) {
+      shapes.push({ type: "line", x0: h.slo, x1: h.slo, yref: "paper", y0: 0, y1: 1, line: { color: "#c62828", width: 2, dash: "dash" } });
+      annotations.push({ x: h.slo, yref: "paper", y: 1, text: `SLO ${SS.fmt(h.slo)}`, showarrow: false, xanchor: "left", font: { color: "#c62828" } });
+    } else {
+      // Off the axis: keep the axis on the data and say where the SLO is.
+      const above = h.slo > hi;
+      annotations.push({ xref: "paper", x: above ? 1 : 0, yref: "paper", y: 1, xanchor: above ? "right" : "left", showarrow: false,
+        text: above ? `SLO ${SS.fmt(h.slo)} → (every sample below it)` : `← SLO ${SS.fmt(h.slo)} (every sample above it)`, font: { color: "#c62828" }, bgcolor: "rgba(255,255,255,0.85)" });
+    }
   }
   const sub = !h.count ? " · no samples" : h.p50 !== null && h.p50 !== undefined ? ` · p50 ${SS.fmt(h.p50)} · p99 ${SS.fmt(h.p99)}` : ` · ${h.count.toLocaleString("en-US")} requests`;
   SS.plot(
@@ -81,7 +90,7 @@ SS.histogram = function (container, h) {
     [{ type: "bar", x: centers, y: h.counts, width: widths, marker: { color: "#2457c5" }, hovertemplate: "%{x:.4g}: %{y}<extra></extra>" }],
     {
       title: { text: h.title + sub, font: { size: 12 } },
-      xaxis: { title: { text: h.unit || "" } },
+      xaxis: { title: { text: h.unit || "" }, range: h.edges.length > 1 ? [lo, hi] : undefined },
       yaxis: { title: { text: "requests" } },
       bargap: 0.02,
       shapes,
