@@ -51,7 +51,8 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
             size = len(r.content)
         print(
-            f"{args.requests:,} requests: generate+store {t_gen:.2f} s; trace summary {t_trace * 1000:.0f} ms "
+            f"{args.requests:,} requests: generate+store {t_gen:.2f} s; "
+            f"trace summary {t_trace * 1000:.0f} ms "
             f"({len(summary.content) / 1e3:.0f} kB); simulation job {t_job:.1f} s"
         )
         print(
