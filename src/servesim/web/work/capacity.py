@@ -21,6 +21,7 @@ from servesim.tuning import (
     space_from_mapping,
     tune,
 )
+from servesim.views.model import Section
 from servesim.web.schemas import HardwareBody, SaturateBody, TuneBody
 from servesim.web.work import Env, Report, trace_path
 
@@ -107,6 +108,24 @@ def live_trials(db_url: str, study_name: str, limit: int = 300) -> list[dict[str
     return out
 
 
+def param_importance(db_url: str, study_name: str, objective: str) -> Section | None:
+    """Optuna's importance of each searched setting for the (first) objective; None with too few trials."""
+    import optuna
+    from optuna.importance import get_param_importances
+
+    from servesim.views.importance import importance_view
+
+    study = optuna.load_study(study_name=study_name, storage=db_url)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(complete) < 2:
+        return None
+    try:
+        scores = get_param_importances(study, target=lambda t: t.values[0])
+    except (ValueError, RuntimeError):  # e.g. every trial set the same values: nothing to attribute
+        return None
+    return importance_view(scores, objective) if scores else None
+
+
 def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     """Trials into the stored study (resumable), then the re-verified recommendation of the best."""
     import optuna
@@ -171,6 +190,9 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
                 ),
             )
     sections = [trials_view(res).model_dump(mode="json")]
+    importance = param_importance(env["db_url"], name, res.objective)
+    if importance is not None:
+        sections.append(importance.model_dump(mode="json"))
     if rec is not None:
         sections.insert(0, recommendation_view(rec).model_dump(mode="json"))
     return {
