@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.engine import EngineConfig
-from servesim.perf.calibrate import CalibrationReport, WorkloadCase, calibrate_workloads, workload_jacobian
+from servesim.perf.calibration import CalibrationReport
 from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
 from servesim.perf.errors import PerfError
 from servesim.perf.memory import kv_capacity
@@ -37,6 +37,8 @@ from servesim.perf.profile import HardwareProfile
 from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
 from servesim.perf.roofline import RooflineStepTime
 from servesim.perf.workload import SharedPrefixWorkload, shared_prefix_requests
+from servesim.perf.workload_case import WorkloadCase
+from servesim.perf.workload_fit import calibrate_workloads, workload_jacobian
 
 METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
 
@@ -346,7 +348,7 @@ def peer_predictions(
 #: the MoE coefficients down either; fitted, they ran to implausible values (1.5 % of peak) to
 #: absorb run 48, so they stay at their priors too.
 #: The TP all-reduce latency is fitted: the runs span TP 1, 2 and 4, which separates it from the
-#: per-layer overhead (it lands near 2-3 µs per peer: vLLM's custom all-reduce on NVLink under
+#: per-layer overhead (it lands near 3 µs per peer: vLLM's custom all-reduce on NVLink under
 #: CUDA graphs). The attention KV-read efficiency is not: only Llama-2-7B (full multi-head
 #: attention, 512 KiB of KV per token) reads enough KV to show it. Fitted on all eight runs it
 #: goes to its bound (1.0); fitted without Llama-2-7B, the other seven trade it against the
