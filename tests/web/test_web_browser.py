@@ -71,6 +71,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 out = proc.stdout.read().decode() if proc.stdout else ""
                 raise RuntimeError(f"servesim serve did not start: {out[-2000:]}")
             time.sleep(0.2)
+        # Every test finds a trace, whatever order the tests run in (pytest-randomly shuffles them).
+        r = httpx.post(url + "/api/traces/generate", json={"num_requests": 200, "seed": 2}, timeout=60)
+        assert r.status_code == 201, r.text
         yield url
     finally:
         proc.terminate()

@@ -173,10 +173,16 @@ def test_events_stream_progress_then_end(client: TestClient, trace_id: str) -> N
     assert lines[-1] == "event: end"
 
 
-def test_history_lists_every_job(client: TestClient) -> None:
+def test_history_lists_every_job(client: TestClient, trace_id: str) -> None:
+    from conftest import SEED_RECOVERY
+
+    sim = run_job(client, "/api/simulate", {"trace_id": trace_id})["job"]["id"]
+    plan = client.post("/api/recover", json={"record": SEED_RECOVERY}).json()["id"]
     rows = client.get("/api/runs").json()
-    assert {"simulate", "saturate", "tune", "advise"} <= {r["kind"] for r in rows}
-    assert all(r["kind"] == "tune" for r in client.get("/api/runs?kind=tune").json())
+    assert {sim, plan} <= {r["id"] for r in rows}
+    assert [r["created_at"] for r in rows] == sorted((r["created_at"] for r in rows), reverse=True)
+    only = client.get("/api/runs?kind=recover").json()
+    assert plan in {r["id"] for r in only} and all(r["kind"] == "recover" for r in only)
     assert client.get("/api/runs?limit=0").status_code == 422
 
 
