@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 UV := .tools/bin/uv
 UV_RUN := $(UV) run --frozen
 
-.PHONY: run test lint typecheck unit bench sync clean
+.PHONY: run test lint typecheck unit bench sync clean examples cast
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -19,6 +19,13 @@ sync: $(UV)
 
 run: sync
 	$(UV_RUN) servesim demo
+
+examples: sync  # regenerate examples/demo (the demo's committed outputs)
+	$(UV_RUN) python tools/make_examples.py
+
+cast: sync  # record docs/demo.cast: `servesim demo` in a pty, by asciinema
+	$(UV_RUN) asciinema rec --overwrite --quiet --cols 110 --rows 34 \
+		-c "$(UV_RUN) servesim demo --out $${TMPDIR:-/tmp}/servesim-demo-cast" docs/demo.cast
 
 lint: sync
 	$(UV_RUN) ruff check src tests benchmarks

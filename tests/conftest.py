@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent / "engine"))
@@ -15,3 +16,9 @@ sys.path.insert(0, str(Path(__file__).parent / "engine"))
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Commands write their action log to the data folder: never the user's during tests."""
+    os.environ["SERVESIM_DATA_DIR"] = str(tmp_path_factory.mktemp("servesim-data"))

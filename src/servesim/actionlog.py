@@ -14,10 +14,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,8 +30,9 @@ from servesim.paths import data_dir
 
 LOG_NAME = "actions.jsonl"
 Outcome = Literal["ok", "error"]
-#: Parameter names whose values are never written (matched case-insensitively, as substrings).
-SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credential")
+#: A parameter whose name ends in one of these words (``api_key``, ``auth_token``, ``password``) is
+#: never written; ``max_num_batched_tokens`` or ``long_prefill_token_threshold`` are not secrets.
+SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "authorization", "credential", "credentials")
 REDACTED = "<redacted>"
 
 
@@ -70,22 +73,41 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def scrub(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Parameters safe to log: secret-looking names redacted, values made JSON-able, long ones cut."""
+def is_secret_name(name: str) -> bool:
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    return bool(words) and (words[-1] in SECRET_WORDS or "".join(words[-2:]) == "apikey")
+
+
+def _secret_values() -> list[str]:
+    """Values of secret-named environment variables (ANTHROPIC_API_KEY, ...): never echoed either."""
+    return [v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 8]
+
+
+def _clean(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        text = text.replace(s, REDACTED)
+    return text if len(text) <= 500 else text[:499] + "…"
+
+
+def scrub(params: Mapping[str, Any], _secrets: list[str] | None = None) -> dict[str, Any]:
+    """Parameters safe to log: secret-named ones and secret values redacted, values made JSON-able,
+    long ones cut."""
+    secrets = _secret_values() if _secrets is None else _secrets
     out: dict[str, Any] = {}
     for k, v in params.items():
         name = str(k)
-        if any(w in name.lower() for w in SECRET_WORDS):
+        if is_secret_name(name):
             out[name] = REDACTED
         elif v is None or isinstance(v, bool | int | float):
             out[name] = _plain(v)
         elif isinstance(v, Mapping):
-            out[name] = scrub(v)
+            out[name] = scrub(v, secrets)
         elif isinstance(v, list | tuple):
-            out[name] = [_plain(x) if isinstance(x, bool | int | float | str) else str(x) for x in v][:100]
+            out[name] = [
+                _plain(x) if isinstance(x, bool | int | float) else _clean(str(x), secrets) for x in v
+            ][:100]
         else:
-            text = str(v)
-            out[name] = text if len(text) <= 500 else text[:499] + "…"
+            out[name] = _clean(str(v.value if isinstance(v, Enum) else v), secrets)
     return out
 
 
@@ -158,7 +180,7 @@ def record_action(
                 advisor=handle.advisor,
                 duration_s=round(time.perf_counter() - t0, 6),
                 outcome=outcome,
-                error=error,
+                error=None if error is None else _clean(error, _secret_values()),
             ),
             folder,
         )

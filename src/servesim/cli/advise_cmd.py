@@ -30,6 +30,7 @@ from servesim.advisor import (
 )
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
+from servesim.cli.actions import note_advisor, note_output
 from servesim.cli.common import fail, print_json
 from servesim.cli.simulate_cmd import step_time_model
 from servesim.cluster.recovery import RecoveryInputError, plan_recovery
@@ -87,6 +88,18 @@ def build_case(
         if step_time_ms is None
         else f"every step {step_time_ms} ms",
     )
+
+
+def note_advice(result: AdviceResult, written: list[Path]) -> None:
+    """The action log's advisor usage (which advisor answered, Claude's model and tokens) and files."""
+    calls = [e for e in result.action_log if e.advisor == result.advisor]
+    model = next((e.model for e in calls if e.model), None)
+    tokens = (
+        (sum(e.input_tokens for e in calls), sum(e.output_tokens for e in calls)) if model else (None, None)
+    )
+    note_advisor(result.advisor, model, *tokens)
+    for p in written:
+        note_output(p)
 
 
 def result_table(result: AdviceResult) -> Table:
@@ -163,6 +176,7 @@ def register(app: typer.Typer) -> None:
                 if log_file is not None:
                     log_file.close()
             written = write_outbox(result, case, outbox) if apply else []
+            note_advice(result, written)
         except (
             TraceError,
             ValidationError,

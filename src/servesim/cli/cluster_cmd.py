@@ -108,6 +108,24 @@ def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyO
     )
 
 
+def cluster_document(
+    events: list[FailureEvent],
+    link: LinkSpec,
+    route: RouterSpec,
+    rows: list[StrategyOutcome],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``servesim cluster --json``: the failures, link, router and one row per strategy (plus
+    optional sections such as the planner's per-request ``decisions``)."""
+    return {
+        "failures": [e.model_dump(mode="json") for e in events],
+        "link": link.model_dump(mode="json"),
+        "router": route.model_dump(mode="json"),
+        "strategies": [r.model_dump(mode="json") for r in rows],
+        **(extra or {}),
+    }
+
+
 def comparison_table(rows: list[StrategyOutcome], title: str) -> Table:
     table = Table(title=title, title_justify="left", caption="latencies in ms; hit = requests interrupted")
     for col in (
@@ -213,14 +231,7 @@ def register(app: typer.Typer) -> None:
         except (TraceError, ValidationError, ValueError, OSError, PerfError) as exc:
             fail(exc)
         if as_json:
-            print_json(
-                {
-                    "failures": [e.model_dump(mode="json") for e in events],
-                    "link": link.model_dump(mode="json"),
-                    "router": route.model_dump(mode="json"),
-                    "strategies": [r.model_dump(mode="json") for r in rows],
-                }
-            )
+            print_json(cluster_document(events, link, route, rows))
             return
         Console().print(
             comparison_table(

@@ -8,13 +8,16 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
+from servesim.cli.actions import note_failure
 from servesim.errors import describe, user_errors
 from servesim.io import write_text_atomic
 
 
 def fail(exc: BaseException | str) -> NoReturn:
     """Print a one-line error on stderr and exit with code 2 (no traceback)."""
-    typer.echo(f"error: {one_line(exc)}", err=True)
+    message = one_line(exc)
+    note_failure(message)
+    typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
 

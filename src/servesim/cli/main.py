@@ -38,7 +38,18 @@ def _main(
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from servesim.cli import advise_cmd, cluster_cmd, resched_cmd, schema_cmd, serve_cmd, simulate_cmd
+    from servesim.cli import (
+        advise_cmd,
+        cluster_cmd,
+        demo_cmd,
+        log_cmd,
+        report_cmd,
+        resched_cmd,
+        schema_cmd,
+        serve_cmd,
+        simulate_cmd,
+    )
+    from servesim.cli.actions import log_commands
     from servesim.cli.perf_cmd import register as register_perf_commands
     from servesim.cli.recover_cmd import register as register_recover_commands
     from servesim.cli.trace_cmd import register as register_trace_commands
@@ -49,10 +60,14 @@ def _register() -> None:
     resched_cmd.register(app)
     cluster_cmd.register(app)
     advise_cmd.register(app)
+    log_cmd.register(app)
+    demo_cmd.register(app)
+    report_cmd.register(app)
     register_trace_commands(app)
     register_perf_commands(app)
     register_tuning_commands(app)
     register_recover_commands(app)
+    log_commands(app)
     serve_cmd.register(app)
 
 

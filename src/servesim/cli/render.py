@@ -12,32 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
-from servesim.views.model import Cell, Column, Kpi, Section, Table, Verdict
+from servesim.views.format import fmt, header, kpi_value
+from servesim.views.model import Kpi, Section, Table, Verdict
 
 TEXT_MIN_WIDTH = 16  # a text column is never squeezed below its values up to this many characters
 VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "info": "cyan"}
-
-
-def fmt(value: Cell, col: Column) -> str:
-    """A cell as text: thousands separators, the column's decimals, '-' for missing values."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool) or col.kind == "bool":
-        return "on" if value else "off"
-    if col.kind == "str" or isinstance(value, str):
-        return str(value)
-    if col.kind == "int":
-        return f"{int(value):,}"
-    if col.kind == "pct":
-        return f"{float(value):+.1%}"
-    x = float(value)
-    if col.decimals >= 3:  # significant digits for rates and ratios
-        return f"{x:,.{col.decimals}g}"
-    return f"{x:,.{col.decimals}f}"
-
-
-def header(col: Column) -> str:
-    return f"{col.label} {col.unit}" if col.unit and col.kind != "pct" else col.label
 
 
 def _min_width(table: Table, j: int, cells: list[list[str]]) -> int:
@@ -112,10 +91,7 @@ def kpi_line(kpis: list[Kpi]) -> str:
     for k in kpis:
         if k.value is None:
             continue
-        if k.unit == "%":
-            text = f"{k.value:.{k.decimals}%}"
-        else:
-            text = f"{k.value:,.{k.decimals}f}" + (f" {k.unit}" if k.unit else "")
+        text = kpi_value(k)
         mark = {"pass": " [green]✓[/green]", "fail": " [red]✗[/red]"}.get(k.verdict, "")
         parts.append(f"{escape(k.label)} {escape(text)}{mark}")
     return " · ".join(parts)

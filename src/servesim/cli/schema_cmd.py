@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
+from servesim.actionlog import ActionRecord
 from servesim.cluster.recovery import (
     ClusterSpec,
     FailureLogSpec,
@@ -71,6 +72,7 @@ def boundary_models() -> dict[str, type[BaseModel]]:
         "BatchScenarioResult": BatchScenarioResult,
         "LoadScenario": LoadScenario,
         "LoadScenarioResult": LoadScenarioResult,
+        "ActionRecord": ActionRecord,
     }
     return models
 

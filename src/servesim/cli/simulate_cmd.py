@@ -1,4 +1,4 @@
-"""``servesim simulate`` and ``servesim demo``: one vLLM replica over a trace.
+"""``servesim simulate``: one vLLM replica over a trace.
 
 Every engine setting is a vLLM key, taken from ``--config FILE`` (YAML or JSON) and/or a
 ``--kebab-case`` flag of the same name (a flag wins over the file). ``--json`` prints the
@@ -8,6 +8,7 @@ JSON line per engine step, to compare with vLLM's own scheduler.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -147,6 +148,7 @@ def run_and_report(
     naive: bool,
     title: str,
     check_invariants: bool = False,
+    views: bool = True,
 ) -> SimulationResult:
     writer = StepLogWriter(str(step_log)) if step_log is not None else None
     try:
@@ -166,11 +168,22 @@ def run_and_report(
     finally:
         if writer is not None:
             writer.close()
-    report = result.report(include_requests=include_requests)
-    if out is not None:
-        write_text_atomic(out, report.model_dump_json(indent=2) + "\n")
+    if out is not None or as_json:
+        from servesim.report.documents import simulation_document
+        from servesim.traces import inspect_trace
+
+        doc = simulation_document(
+            result,
+            trace=trace,
+            stats=inspect_trace(trace),
+            title=title,
+            include_requests=include_requests,
+            sections=views,
+        )
+        if out is not None:
+            write_text_atomic(out, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if as_json:
-        print_json(report.model_dump(mode="json"))
+        print_json(doc)
     else:
         from servesim.cli.render import print_section
         from servesim.views.simulation import summary_view
@@ -228,6 +241,9 @@ def register(app: typer.Typer) -> None:
         step_log: Path | None = typer.Option(None, help="Write one JSON line per engine step here."),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
         requests: bool = typer.Option(True, "--requests/--no-requests", help="Per-request records in JSON."),
+        views: bool = typer.Option(
+            True, "--views/--no-views", help="Charts' data (workload, histograms, per-step series) in JSON."
+        ),
         naive: bool = typer.Option(False, help="Use the naive loop (the fast path's reference)."),
         check_invariants: bool = typer.Option(
             False, help="Check block/token conservation every step (slow)."
@@ -282,38 +298,7 @@ def register(app: typer.Typer) -> None:
                 naive=naive,
                 check_invariants=check_invariants,
                 title=f"{trace}: {len(tr):,} requests",
+                views=views,
             )
         except (TraceError, ValidationError, ValueError, OSError, EngineStallError, PerfError) as exc:
             fail(exc)
-
-    @app.command("demo")
-    def demo_cmd(
-        as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
-    ) -> None:
-        """The main job on bundled data: one hour of Azure's conversation trace (19,366 real
-        requests) through one vLLM replica of Llama-3.1-8B on an H100 (vLLM's H100 defaults:
-        max_num_seqs 1024, max_num_batched_tokens 8192; KV cache sized at 90 % of memory)."""
-        trace = open_trace("azure-conv")
-        base = EngineConfig(max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=16384)
-        cfg, step = hardware_setup(
-            base,
-            trace,
-            model="llama-3.1-8b",
-            gpu="h100",
-            tp=1,
-            gpu_memory_utilization=0.9,
-            profile=None,
-            blocks_given=False,
-        )
-        run_and_report(
-            trace,
-            cfg,
-            step,
-            slo=SLO(ttft_ms=1000, tpot_ms=100),
-            as_json=as_json,
-            out=None,
-            step_log=None,
-            include_requests=False,
-            naive=False,
-            title="demo: Azure LLM trace 2023 (conversation) on Llama-3.1-8B, one H100",
-        )

@@ -86,11 +86,18 @@ class BlockPool:
             out = []
         need = n - len(out)
         lru = self._lru
+        block_hash = self.block_hash
+        ref = self.ref
+        cached = self.cached
         while need:
-            key = next(iter(lru))
-            run = lru.pop(key)
+            key, run = lru.popitem(last=False)
             if run is None:  # a live cached block: evict its hash
-                self._evict(key)
+                h = block_hash.pop(key)
+                del ref[key]
+                if cached[h] == key and h not in self._dups:
+                    del cached[h]
+                else:
+                    self._evict_duplicate(key, h)
                 out.append(key)
                 need -= 1
             elif len(run) <= need:  # a whole dead run (stored last-to-evict first)
@@ -118,9 +125,9 @@ class BlockPool:
                 return
             self._blank.extend(lru.pop(key))  # type: ignore[arg-type]  # dead runs hold lists
 
-    def _evict(self, b: int) -> None:
-        h = self.block_hash.pop(b)
-        del self.ref[b]
+    def _evict_duplicate(self, b: int, h: int) -> None:
+        """Drop evicted block ``b`` (hash ``h``, already unhashed) from the table when other
+        blocks carry the same content: the next registered one takes its place."""
         cached = self.cached
         if cached[h] == b:
             dups = self._dups.get(h)
@@ -137,15 +144,20 @@ class BlockPool:
                 del self._dups[h]
 
     # ------------------------------------------------------------------ prefix cache
-    def register(self, b: int, h: int) -> None:
-        """Publish held block ``b`` (one holder) in the prefix cache under content hash ``h``."""
-        self.block_hash[b] = h
-        self.ref[b] = 1
+    def register(self, blocks: list[int], keys: list[int]) -> None:
+        """Publish held blocks (one holder each) in the prefix cache under their content keys,
+        in order: a key already in the table keeps its first block, the new one waits in
+        ``_dups``. (Plain loops: on CPython 3.11+ they beat map/zip/update for these sizes.)"""
+        block_hash = self.block_hash
+        ref = self.ref
         cached = self.cached
-        if h in cached:
-            self._dups.setdefault(h, []).append(b)
-        else:
-            cached[h] = b
+        for b, h in zip(blocks, keys, strict=True):
+            block_hash[b] = h
+            ref[b] = 1
+            if h in cached:
+                self._dups.setdefault(h, []).append(b)
+            else:
+                cached[h] = b
 
     def touch(self, blocks: list[int]) -> None:
         """Take a reference on prefix-hit (live) blocks, pulling free ones out of the queue."""
@@ -165,7 +177,11 @@ class BlockPool:
 
     def num_evictable_among(self, blocks: list[int]) -> int:
         ref = self.ref
-        return sum(1 for b in blocks if ref[b] == 0)
+        n = 0
+        for b in blocks:
+            if ref[b] == 0:
+                n += 1
+        return n
 
     # ------------------------------------------------------------------ freeing
     def free(self, blocks: list[int], num_live: int, num_hashed: int) -> None:
@@ -192,8 +208,7 @@ class BlockPool:
         freed = len(blocks) - num_live
         if num_live:
             ref = self.ref
-            for i in range(num_live - 1, -1, -1):
-                b = blocks[i]
+            for b in reversed(blocks[:num_live]):  # tail first
                 c = ref[b] - 1
                 ref[b] = c
                 if c == 0:

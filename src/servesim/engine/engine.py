@@ -23,7 +23,7 @@ import numpy as np
 
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
-from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.kv_cache_manager import KVCacheManager, shared_id_prefixes
 from servesim.engine.request import (
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
@@ -61,9 +61,13 @@ PROGRESS_EVERY_STEPS = 1 << 13
 
 
 class TraceArrays:
-    """The columns of a trace the engine reads, as plain arrays (one conversion, up front)."""
+    """The columns of a trace the engine reads, as plain arrays (one conversion, up front).
 
-    def __init__(self, trace: Trace) -> None:
+    ``hash_ids`` are cut to the prefix that some other request shares (``shared_id_prefixes``):
+    the rest describes content no other request can hit. ``trim_hash_ids=False`` keeps them whole
+    (the same results, slower: the tests check that the cut changes nothing)."""
+
+    def __init__(self, trace: Trace, trim_hash_ids: bool = True) -> None:
         df = trace.df
         self.n = len(df)
         self.req_id: list[str] = [str(x) for x in df["req_id"].tolist()]
@@ -81,9 +85,15 @@ class TraceArrays:
                 self.group.append(groups.setdefault(str(g), len(groups)))
         self.hash_ids: list[Any] = df["hash_ids"].tolist()
         self.hash_block_size = trace.hash_block_size
+        self.num_shared_ids: list[int] | None = None
+        if trim_hash_ids and self.hash_block_size:
+            self.num_shared_ids = shared_id_prefixes(self.hash_ids, self.prompt_len, self.hash_block_size)
 
     def make_request(self, i: int) -> Request:
         ids = self.hash_ids[i]
+        if ids is not None and self.num_shared_ids is not None:
+            k = self.num_shared_ids[i]
+            ids = ids[:k] if k else None
         return Request(
             i,
             self.req_id[i],

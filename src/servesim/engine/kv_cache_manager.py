@@ -15,6 +15,8 @@ what the trace says about its tokens:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.request import PREEMPTED, WAITING, Request
 
@@ -31,10 +33,25 @@ def group_key(group: int, block: int) -> int:
 
 
 def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int) -> list[int]:
-    """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained."""
+    """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained.
+
+    A key identifies the ids up to the block's last one and the block's place among them. When
+    blocks tile the hash blocks (``hash_block_size`` a multiple of ``block_size``: Mooncake's 512
+    and vLLM's 16) the ``per`` keys inside one hash block are consecutive: one hash per id."""
+    covered = min(prompt_len, len(hash_ids) * hash_block_size)
+    if hash_block_size % block_size == 0:
+        per = hash_block_size // block_size
+        step = 4  # keys are (x << 2) | 3: the low bits tell them from group and unique keys
+        out: list[int] = []
+        chain = 0
+        for j in range(-(-covered // hash_block_size)):
+            chain = hash((chain, hash_ids[j]))
+            base = (((chain & _MASK60) * per) << 2) | 3
+            out.extend(range(base, base + step * per, step))
+        del out[covered // block_size :]
+        return out
     keys: list[int] = []
     prev = 0
-    covered = min(prompt_len, len(hash_ids) * hash_block_size)
     for i in range(covered // block_size):
         first = i * block_size
         last = first + block_size - 1
@@ -42,6 +59,40 @@ def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, pro
         prev = hash((prev, ids, first % hash_block_size)) & _MASK60
         keys.append((prev << 2) | 3)
     return keys
+
+
+def shared_id_prefixes(
+    hash_ids: Sequence[Sequence[int] | None], prompt_len: Sequence[int], hash_block_size: int
+) -> list[int]:
+    """For each request, how many of its leading ``hash_ids`` some other request starts with too.
+
+    A block's content key chains over every id up to it, so only blocks inside such a common
+    prefix can ever be hit by another request; the rest hold content unique to the request (only
+    the request itself can hit it again, after a preemption) and are keyed like unique prompt
+    tokens, which spares hashing, publishing and evicting them one by one. Prefixes are counted
+    by a chained hash of their ids: a collision can only count a prefix as shared when it is not,
+    which costs speed, never a hit. Ids past the end of the prompt describe no token: not counted.
+    """
+    count: dict[int, int] = {}
+    get = count.get
+    for ids, plen in zip(hash_ids, prompt_len, strict=True):
+        if ids is not None:
+            h = 0
+            for x in ids[: -(-plen // hash_block_size)]:
+                h = hash((h, x))
+                count[h] = get(h, 0) + 1
+    out: list[int] = []  # a second walk, each only as far as its shared prefix: no chains kept
+    for ids, plen in zip(hash_ids, prompt_len, strict=True):
+        k = 0
+        if ids is not None:
+            h = 0
+            for x in ids[: -(-plen // hash_block_size)]:
+                h = hash((h, x))
+                if count[h] < 2:
+                    break
+                k += 1
+        out.append(k)
+    return out
 
 
 class KVCacheManager:
@@ -95,10 +146,20 @@ class KVCacheManager:
         """Longest chain of cached full blocks, capped so the last token is always computed."""
         if not self.caching or (r.num_shared_blocks == 0 and r.num_preemptions == 0):
             return []  # all blocks unique to a request that never ran: nothing can hit
-        cached = self.pool.cached
+        get = self.pool.cached.get
+        n = (r.prompt_len + r.num_output - 1) // self.block_size
         hit: list[int] = []
-        for i in range((r.prompt_len + r.num_output - 1) // self.block_size):
-            b = cached.get(self.block_key(r, i))
+        hk = r.hash_keys
+        if hk is not None:
+            for key in hk if len(hk) <= n else hk[:n]:
+                b = get(key)
+                if b is None:
+                    return hit
+                hit.append(b)
+            if r.num_preemptions == 0:
+                return hit  # the blocks past the hash_ids are the request's own: never published
+        for i in range(len(hit), n):
+            b = get(self.block_key(r, i))
             if b is None:
                 break
             hit.append(b)
@@ -115,10 +176,9 @@ class KVCacheManager:
         shared = r.num_shared_blocks
         if start < shared:
             end = full if full < shared else shared
-            pool = self.pool
-            blocks = r.blocks
-            for i in range(start, end):
-                pool.register(blocks[i], self.block_key(r, i))
+            hk = r.hash_keys  # shared blocks are keyed by hash_ids or else by the prefix group
+            keys = hk[start:end] if hk is not None else [group_key(r.group, i) for i in range(start, end)]
+            self.pool.register(r.blocks[start:end], keys)
             r.num_live_blocks = end
         r.num_cached_blocks = full
 
@@ -198,9 +258,8 @@ class KVCacheManager:
         """Free a preempted request's blocks, publishing its hashed blocks first: it will look
         them up when it is re-admitted (whatever has not been evicted by then is reused)."""
         if self.caching:
-            pool = self.pool
-            blocks = r.blocks
-            for i in range(r.num_live_blocks, r.num_cached_blocks):
-                pool.register(blocks[i], self.block_key(r, i))
-            r.num_live_blocks = r.num_cached_blocks
+            lo, hi = r.num_live_blocks, r.num_cached_blocks
+            if lo < hi:
+                self.pool.register(r.blocks[lo:hi], [self.block_key(r, i) for i in range(lo, hi)])
+            r.num_live_blocks = hi
         self.free(r)

@@ -37,7 +37,7 @@ def histogram(
     if v.size == 0:
         return Histogram(key=key, title=title, unit=unit, edges=[], counts=[], count=0, slo=slo, help=help)
     lo, hi = float(v.min()), float(v.max())
-    if hi <= lo:
+    if hi - lo <= max(abs(lo), abs(hi)) * 1e-9:  # one value (up to rounding): one narrow range
         hi = lo + max(abs(lo) * 1e-3, 1e-9)
     counts, edges = np.histogram(v, bins=max(1, bins), range=(lo, hi), weights=w)
     p50, p90, p99 = percentiles

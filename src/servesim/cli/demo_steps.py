@@ -1,0 +1,518 @@
+"""The steps of ``servesim demo``, each a library call whose result is saved as the matching
+command's ``--json`` document (``servesim report`` reads them back) and logged as its action.
+
+The data: Azure's 2023 conversation trace (19,366 real requests over an hour) for ingest,
+simulation and the report's workload; seeded synthetic traces where a step needs traffic it can
+rescale or overload (the sweep, the study, the cluster, the advisor). The deployment is the
+default one: Llama-3.1-8B on one H100 (roofline step times, KV cache sized by the memory model).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from servesim.actionlog import AdvisorUsage, record_action
+from servesim.io import write_text_atomic
+from servesim.traces import Trace
+
+MODEL = "llama-3.1-8b"
+GPU = "h100"
+REAL_TRACE = "azure-conv"
+#: Seeds of every random choice in the demo (the examples are byte-identical from run to run).
+SEED = 7
+SLO_PERCENTILE = "ttft_p99_ms=1000,tpot_p99_ms=100"
+NODE_DOWN = "n1"
+
+
+class DemoRun:
+    """What the steps share: the output folder, the files written, the summary lines."""
+
+    def __init__(self, out: Path, *, advisor: str = "auto", formats: list[str] | None = None) -> None:
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.outbox = self.out / "outbox"
+        self.advisor = advisor
+        self.formats = formats or ["html", "md"]
+        self.files: dict[str, Path] = {}
+        self.documents: list[Path] = []
+        self.lines: list[str] = []
+        self.headline: dict[str, Any] = {}
+        self.advisor_usage: AdvisorUsage | None = None
+        self.state: dict[str, Any] = {}
+
+    def write(self, name: str, data: Any, *, document: bool = True) -> Path:
+        """A JSON document as the commands print it (sorted keys, two-space indent)."""
+        path = write_text_atomic(self.out / name, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        self.files[name] = path
+        if document:
+            self.documents.append(path)
+        return path
+
+    def say(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def _deployment(max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> Any:
+    from servesim.perf import deployment_setup
+
+    return deployment_setup(
+        MODEL,
+        GPU,
+        1,
+        None,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+    )
+
+
+def _synthetic(preset: str, n: int, seed: int = SEED) -> Trace:
+    from servesim.traces import generate_trace, preset_spec
+
+    return generate_trace(preset_spec(preset).model_copy(update={"num_requests": n, "seed": seed}))
+
+
+# ---------------------------------------------------------------------------------- steps
+def ingest(run: DemoRun) -> None:
+    """Read the real trace and a synthetic one (written to CSV and read back), inspect both."""
+    from servesim.traces import inspect_trace, open_trace, write_trace
+
+    with record_action("ingest", {"trace": REAL_TRACE}) as h:
+        real = open_trace(REAL_TRACE)
+        stats = inspect_trace(real)
+        h.output(run.write(f"inspect-{REAL_TRACE}.json", stats.model_dump(mode="json"), document=False))
+    path = run.out / "inputs" / "bursty.csv"
+    with record_action("generate", {"preset": "bursty", "num_requests": 1200, "seed": SEED}) as h:
+        write_trace(_synthetic("bursty", 1200), path)
+        h.output(path)
+    with record_action("ingest", {"trace": str(path)}) as h:
+        h.input_file("trace", path)
+        bursty = open_trace(str(path))
+        # named relative to the output folder: no machine path in the committed examples
+        bstats = inspect_trace(bursty).model_copy(update={"source": "inputs/bursty.csv"})
+        h.output(run.write("inspect-bursty.json", bstats.model_dump(mode="json"), document=False))
+    run.files["inputs/bursty.csv"] = path
+    run.state.update(real=real, real_stats=stats, bursty=bursty)
+    run.say(
+        f"ingest: {REAL_TRACE} {stats.num_requests:,} requests at {stats.mean_rate_rps:.2f} req/s "
+        f"(inter-arrival CV {stats.iat_cv:.2f}); bursty {bstats.num_requests:,} synthetic requests"
+    )
+
+
+def simulate_real(run: DemoRun) -> None:
+    """The real hour on the default deployment, vLLM's H100 defaults, per-request SLOs."""
+    from servesim.engine import SLO, EngineConfig, simulate
+    from servesim.report.documents import simulation_document
+
+    trace: Trace = run.state["real"]
+    setup = _deployment(1024, 8192, 16384)
+    cfg = EngineConfig(
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+        max_model_len=16384,
+        num_gpu_blocks=setup.num_gpu_blocks,
+    )
+    slo = SLO(ttft_ms=1000, tpot_ms=100)
+    with record_action(
+        "simulate", {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": "ttft_ms=1000,tpot_ms=100"}
+    ) as h:
+        result = simulate(trace, cfg, setup.step_time, slo=slo)
+        doc = simulation_document(
+            result,
+            trace=trace,
+            stats=run.state["real_stats"],
+            title=f"{REAL_TRACE}: Azure LLM trace 2023 (conversation), {MODEL} on one {GPU.upper()}",
+            notes=list(setup.notes),
+            model=MODEL,
+            command=f"servesim simulate {REAL_TRACE} --model {MODEL} --gpu {GPU} --max-num-seqs 1024 "
+            "--max-num-batched-tokens 8192 --max-model-len 16384 --slo ttft_ms=1000,tpot_ms=100 --json",
+        )
+        h.output(run.write("simulate.json", doc))
+    s = result.summary
+    run.headline.update(
+        ttft_p99_ms=round(s.ttft_ms.p99, 1),
+        tpot_p99_ms=round(s.tpot_ms.p99, 1),
+        output_tokens_per_s=round(s.output_token_throughput, 1),
+        goodput_rps=round(s.goodput, 3),
+    )
+    run.say(
+        f"simulate: TTFT p99 {s.ttft_ms.p99:,.1f} ms, TPOT p99 {s.tpot_ms.p99:,.1f} ms, "
+        f"{s.output_token_throughput:,.0f} output tok/s, goodput {s.goodput:.2f} req/s "
+        f"({s.num_good:,} of {s.num_requests:,} within the SLO)"
+    )
+
+
+def _tuning_setup() -> tuple[Any, Any, Any]:
+    from servesim.traces import preset_spec
+    from servesim.tuning import PercentileSLO, Workload
+    from servesim.tuning.hardware import PerfHardware
+
+    wl = Workload.from_spec(
+        preset_spec("azure_conv_like").model_copy(update={"num_requests": 500, "seed": SEED})
+    )
+    hw = PerfHardware(model=MODEL, gpu=GPU, tensor_parallel_size=1, gpu_memory_utilization=0.9)
+    return wl, hw, PercentileSLO.parse(SLO_PERCENTILE)
+
+
+def saturate(run: DemoRun) -> None:
+    """Scale the arrival rate of Azure-like traffic: the goodput knee and the unstable rate."""
+    from servesim.engine import EngineConfig
+    from servesim.tuning import Deployment, SaturationSettings, find_saturation
+
+    wl, hw, goal = _tuning_setup()
+    dep = Deployment.from_engine_config(
+        EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192),
+        max_model_len=wl.default_max_model_len(),
+        replicas=1,
+        tensor_parallel_size=1,
+        gpu_memory_utilization=0.9,
+    )
+    params = {"trace": "azure_conv_like", "num_requests": 500, "seed": SEED, "slo": SLO_PERCENTILE}
+    with record_action("saturate", params) as h:
+        rep = find_saturation(
+            wl,
+            dep,
+            hw,
+            goal,
+            target_rate=wl.base_rate,
+            settings=SaturationSettings(seeds=[0, 1], rtol=0.05),
+            executor="local",
+        )
+        h.output(run.write("saturate.json", rep.model_dump(mode="json")))
+    run.headline.update(goodput_knee_rps=rep.goodput_knee_rps, saturation_rps=rep.saturation_rps)
+    knee = "-" if rep.goodput_knee_rps is None else f"{rep.goodput_knee_rps:,.3g}"
+    sat = "-" if rep.saturation_rps is None else f"{rep.saturation_rps:,.3g}"
+    run.say(
+        f"saturate: goodput knee {knee} req/s, unstable from {sat} req/s ({rep.num_simulations} simulations)"
+    )
+
+
+def tune(run: DemoRun) -> None:
+    """A small Pareto study (NSGA-II) and its recommendation, re-verified on fresh seeds."""
+    import optuna
+
+    from servesim.cli.tuning_cmd import trial_deployments, write_outbox
+    from servesim.tuning import TuneSettings, parse_space, recommend
+    from servesim.tuning import tune as run_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    wl, hw, goal = _tuning_setup()
+    settings = TuneSettings(objective="pareto", n_trials=16, seed=SEED, seeds=[0], max_gpus=2)
+    # A small space that fits the 2-GPU budget (every trial runs; none is pruned as too big).
+    space = parse_space(["tensor_parallel_size=1,2", "replicas=1,2", "enable_chunked_prefill=true"])
+    params = {
+        "trace": "azure_conv_like",
+        "trials": 16,
+        "objective": "pareto",
+        "seed": SEED,
+        "slo": SLO_PERCENTILE,
+    }
+    with record_action("tune", params) as h:
+        res = run_study(
+            wl, hw, goal, space=space, settings=settings, fixed={"policy": "fcfs"}, executor="local", n_jobs=1
+        )
+        rec = None
+        if res.best is not None:
+            rec = recommend(
+                wl,
+                hw,
+                goal,
+                trial_deployments(res, res.ranked[:3], wl.default_max_model_len(), "fcfs"),
+                target_rate=res.target_rate_rps,
+                verify_seeds=[1000, 1001],
+                executor="local",
+                source={
+                    "study": res.study_name,
+                    "storage": None,
+                    "objective": res.objective,
+                    "trials": res.ranked[:3],
+                },
+            )
+            for p in write_outbox(rec, run.outbox / "recommendation"):
+                h.output(p)
+                run.files[str(p.relative_to(run.out))] = p
+        doc = {
+            "study": res.model_dump(mode="json"),
+            "recommendation": rec.model_dump(mode="json") if rec else None,
+        }
+        h.output(run.write("tune.json", doc))
+    if rec is None:
+        run.say(f"tune: {res.n_trials} trials, none feasible under {SLO_PERCENTILE}")
+        return
+    run.headline.update(recommended_gpus=rec.gpus, vllm_serve=rec.vllm_serve_command)
+    run.say(
+        f"tune: {res.n_trials} trials ({res.n_feasible} feasible, "
+        f"{len(res.pareto_front)} on the Pareto front); "
+        f"recommended {rec.replicas} x TP {rec.deployment.tensor_parallel_size}, {rec.status}"
+    )
+
+
+CLUSTER_RATE = 30  # req/s over three replicas: comfortable for three, too much for the two left
+CLUSTER_BLOCKS = 3000  # KV blocks per replica (48k tokens): small enough that survivors preempt
+LINK_GBPS = 25.0
+
+
+def cluster_trace() -> Trace:
+    """Azure-like lengths (resampled from the bundled conversation trace), Poisson 30 req/s."""
+    from servesim.traces import generate_trace, preset_spec
+
+    spec = preset_spec("azure_conv_like")
+    arrival = preset_spec(f"poisson_{CLUSTER_RATE}_rps").arrival
+    return generate_trace(spec.model_copy(update={"num_requests": 1500, "seed": SEED, "arrival": arrival}))
+
+
+def cluster(run: DemoRun) -> None:
+    """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies."""
+    from servesim.cli.cluster_cmd import LinkSpec, StrategyOutcome, cluster_document, outcome
+    from servesim.cluster import POLICIES, FailureEvent, Replica, RouterSpec, simulate_cluster
+    from servesim.engine import SLO, EngineConfig
+
+    trace = cluster_trace()
+    setup = _deployment(128, 2048, trace.default_max_model_len())
+    cfg = EngineConfig(
+        max_num_seqs=128, max_num_batched_tokens=2048, num_gpu_blocks=CLUSTER_BLOCKS, starvation_threshold=2
+    )
+    reps = [Replica(f"n{i}", cfg, setup.step_time) for i in range(3)]
+    horizon = float(trace.df["arrival_time_s"].max())
+    events = [FailureEvent(node=NODE_DOWN, time_s=round(horizon / 2, 3))]
+    link = LinkSpec(model=MODEL, bandwidth_gbps=LINK_GBPS)
+    ctx = link.context()
+    route = RouterSpec()
+    slo = SLO(ttft_ms=1000, tpot_ms=100)
+    common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": slo}
+    params = {
+        "trace": f"azure_conv_like at {CLUSTER_RATE} req/s",
+        "num_requests": len(trace),
+        "replicas": 3,
+        "num_gpu_blocks": CLUSTER_BLOCKS,
+        "fail": f"{NODE_DOWN}@{events[0].time_s}",
+        "bandwidth_gbps": LINK_GBPS,
+    }
+    with record_action("cluster", params) as h:
+        rows: list[StrategyOutcome] = [
+            outcome("no failure", simulate_cluster(trace, reps, route, (), **common), ctx)
+        ]
+        planner = None
+        for name in POLICIES:
+            res = simulate_cluster(trace, reps, route, events, recovery=name, **common)
+            rows.append(outcome(name, res, ctx))
+            if name == "planner":
+                planner = res
+        assert planner is not None
+        starved = int(planner.requests["starved"].sum())
+        extra = {
+            "decisions": planner.moves.to_dict(orient="records"),
+            "num_starved": starved,
+            "num_requests": len(trace),
+        }
+        h.output(run.write("cluster.json", cluster_document(events, link, route, rows, extra)))
+    run.state.update(cluster_trace=trace, planner=planner, failure=events[0])
+    p = rows[1]
+    run.say(
+        f"cluster: {NODE_DOWN} fails at {events[0].time_s:g} s; {p.interrupted} requests interrupted "
+        f"({p.migrated} migrated, {p.restarted} restarted by the planner); {starved} STARVED on the survivors"
+    )
+
+
+def recover(run: DemoRun) -> None:
+    """The failure as a record of its interrupted jobs: migrate or recompute each; manifests."""
+    from servesim.cluster.recovery import plan_recovery, write_manifests
+
+    record = failure_record(run)
+    path = run.write("inputs/failure-n1.json", record, document=False)
+    with record_action("recover", {"events": str(path)}) as h:
+        h.input_file("events", path)
+        plan = plan_recovery(record)
+        for p in write_manifests(plan, run.outbox / "recovery"):
+            h.output(p)
+            run.files[str(p.relative_to(run.out))] = p
+        h.output(run.write("recover.json", plan.model_dump(mode="json")))
+    run.say(
+        f"recover: {len(plan.scheduled_migrations)} jobs planned ({plan.num_migrations} migrate, "
+        f"{plan.num_cold_restarts} restart cold); hand-off manifests in {run.outbox / 'recovery'}"
+    )
+
+
+def failure_record(run: DemoRun) -> dict[str, Any]:
+    """The planner run's interrupted requests as a ``servesim recover`` failure record, with the
+    survivors as they were at the failure (running decodes, free KV blocks)."""
+    planner = run.state["planner"]
+    t = float(run.state["failure"].time_s)
+    df = run.state["cluster_trace"].df
+    prompt = dict(zip(df["req_id"], df["prompt_len"], strict=True))
+    jobs = []
+    for m in planner.moves.itertuples(index=False):
+        computed = int(m.tokens_moved) + int(m.recompute_tokens)
+        p = int(prompt[m.req_id])
+        jobs.append(
+            {
+                "job_id": str(m.req_id),
+                "prompt_tokens": p,
+                "generated_tokens": max(0, computed - p),
+                "kv_cache_checkpointed": True,  # the cluster checkpoints KV continuously
+            }
+        )
+    survivors = []
+    steps = planner.steps
+    for name in sorted(set(steps["replica"]) - {NODE_DOWN}):
+        before = steps[(steps["replica"] == name) & (steps["start_s"] <= t)]
+        last = before.iloc[-1] if len(before) else None
+        survivors.append(
+            {
+                "name": str(name),
+                "running_decodes": int(last["num_running"]) if last is not None else 0,
+                "free_blocks": CLUSTER_BLOCKS - 1 - (int(last["kv_blocks_used"]) if last is not None else 0),
+                "free_slots": 128 - (int(last["num_running"]) if last is not None else 0),
+            }
+        )
+    return {
+        "interrupted_node": NODE_DOWN,
+        "preemption_timestamp": t,
+        "network_bandwidth_gbps": LINK_GBPS,
+        "batch_id": "demo-n1",
+        "active_jobs": jobs,
+        "context": {"model": MODEL, "gpu": GPU, "tp": 1, "max_num_seqs": 128},
+        "cluster": survivors,
+    }
+
+
+def reschedule(run: DemoRun) -> None:
+    """Re-admit the interrupted requests SLA-aware, aging the ones preempted again and again."""
+    from servesim.resched import parse_input
+    from servesim.resched import reschedule as plan_reschedule
+
+    data = reschedule_input(run)
+    path = run.write("inputs/interrupted.json", data, document=False)
+    with record_action("reschedule", {"file": str(path)}) as h:
+        h.input_file("file", path)
+        plan = plan_reschedule(parse_input(data))
+        h.output(run.write("reschedule.json", plan.model_dump(mode="json")))
+    aged = sum(1 for p in plan.requests if p.aged)
+    run.say(
+        f"reschedule: {len(plan.requests)} requests, {plan.num_violations} projected SLA misses, "
+        f"{aged} aged (starvation guard), {plan.prefix_cache_savings_tokens:,} tokens reused"
+    )
+
+
+def reschedule_input(run: DemoRun) -> dict[str, Any]:
+    """The interrupted requests at the failure: what they had done, what is left, their SLA budget
+    (the SLO's TTFT plus its TPOT per remaining token), how long they had waited and how often
+    they had lost their slot (earlier preemptions plus this interruption): aging puts the ones
+    that waited or lost it too often first, so none starves behind newer work."""
+    planner = run.state["planner"]
+    t = float(run.state["failure"].time_s)
+    df = run.state["cluster_trace"].df.set_index("req_id")
+    pre = planner.preemptions
+    before = pre[pre["time_s"] <= t]["req_id"].value_counts()
+    reqs = []
+    for m in planner.moves.itertuples(index=False):
+        row = df.loc[m.req_id]
+        done = int(m.tokens_moved) + int(m.recompute_tokens)
+        out_done = max(0, done - int(row["prompt_len"]))
+        remaining = max(1, int(row["output_len"]) - out_done)
+        reqs.append(
+            {
+                "req_id": str(m.req_id),
+                "tokens_processed": done,
+                "tokens_remaining": remaining,
+                "sla_budget_ms": float(1000 + 100 * remaining),
+                "prompt_len": int(row["prompt_len"]),
+                "preemptions": int(before.get(m.req_id, 0)) + 1,
+                "waited_ms": round((t - float(row["arrival_time_s"])) * 1000.0, 3),
+            }
+        )
+    return {"batch_capacity": 16, "interrupted_requests": reqs, "model": MODEL, "gpu": GPU}
+
+
+def advise(run: DemoRun) -> None:
+    """Batching advice for the bursty trace (rules, or Claude with a key), re-simulated."""
+    from servesim.advisor import BatchingCase, ClaudeAdvisor, write_outbox
+    from servesim.advisor import advise as get_advice
+    from servesim.advisor.optimize import optimizer_best
+    from servesim.engine import SLO, EngineConfig
+
+    trace: Trace = run.state["bursty"]
+    setup = _deployment(256, 2048, trace.default_max_model_len())
+    case = BatchingCase(
+        trace,
+        EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=setup.num_gpu_blocks),
+        setup.step_time,
+        slo=SLO(ttft_ms=1000, tpot_ms=100),
+        hardware=f"{MODEL} on one {GPU.upper()} (servesim.perf roofline)",
+    )
+    with record_action("advise", {"trace": "inputs/bursty.csv", "advisor": run.advisor, "optimize": 6}) as h:
+        case.optimizer_best = optimizer_best(case, 6, SEED)
+        claude = ClaudeAdvisor() if run.advisor in ("auto", "claude") and ClaudeAdvisor.available() else None
+        result = get_advice(case, run.advisor, claude=claude)
+        calls = [e for e in result.action_log if e.advisor == result.advisor]
+        model = next((e.model for e in calls if e.model), None)
+        h.advisor = run.advisor_usage = AdvisorUsage(
+            advisor=result.advisor,
+            model=model,
+            input_tokens=sum(e.input_tokens for e in calls) if model else None,
+            output_tokens=sum(e.output_tokens for e in calls) if model else None,
+        )
+        written = write_outbox(result, case, run.outbox / "advice", model=MODEL)
+        for p in written:
+            h.output(p)
+            run.files[str(p.relative_to(run.out))] = p
+        doc = result.model_dump(mode="json")
+        doc["outbox_files"] = [str(p.relative_to(run.out)) for p in written]
+        h.output(run.write("advise.json", doc))
+    v = result.verification
+    run.say(f"advise: {result.advisor} advisor, {'accepted' if v.accepted else 'rejected'}: {v.reason}")
+
+
+def report(run: DemoRun) -> None:
+    """Every document above in one report (HTML, Markdown, PDF on request)."""
+    from servesim.report import write_report
+
+    with record_action(
+        "report", {"inputs": [p.name for p in run.documents], "format": ",".join(run.formats)}
+    ) as h:
+        for p in run.documents:
+            h.input_file(p.name, p)
+        written = write_report(
+            run.documents,
+            run.out,
+            formats=run.formats,
+            base=run.out,
+            command_line="servesim demo",
+            compare=False,
+        )
+        for p in written:
+            h.output(p)
+            run.files[p.name] = p
+    run.say(f"report: {', '.join(p.name for p in written)}")
+
+
+STEPS: list[tuple[str, Callable[[DemoRun], None]]] = [
+    ("ingest and inspect the traces", ingest),
+    ("simulate the real hour (Azure 2023)", simulate_real),
+    ("saturation sweep", saturate),
+    ("tuning study and recommendation", tune),
+    ("cluster run with a node failure", cluster),
+    ("recovery decisions and manifests", recover),
+    ("rescheduling of interrupted requests", reschedule),
+    ("advisor", advise),
+    ("report", report),
+]
+
+
+def run_demo(
+    out: Path,
+    *,
+    advisor: str = "auto",
+    formats: list[str] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> DemoRun:
+    """Every step in order (``on_step(label)`` before each, for a progress bar)."""
+    run = DemoRun(out, advisor=advisor, formats=formats)
+    for label, step in STEPS:
+        if on_step is not None:
+            on_step(label)
+        step(run)
+    return run

@@ -1,0 +1,89 @@
+"""The schedule recommendation report: the commands' ``--json`` results rendered as one
+self-contained HTML file, Markdown and (on request) PDF, from the presentation-neutral views.
+
+    from servesim.report import write_report
+    write_report(["run.json", "sweep.json", "study.json"], "out/", formats=["html", "md"])
+
+``servesim report A B`` (two results of the same kind) writes a diff instead (``diff.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from servesim.io import write_text_atomic
+from servesim.report.build import Report, build_report, read_inputs
+from servesim.report.documents import Document, ReportInputError, read_document, simulation_document
+
+FORMATS = ("html", "md", "pdf")
+BASENAME = "report"
+
+
+def check_formats(formats: Sequence[str]) -> list[str]:
+    out = []
+    for f in formats:
+        name = f.strip().lower().removeprefix(".")
+        name = {"markdown": "md", "htm": "html"}.get(name, name)
+        if name not in FORMATS:
+            raise ReportInputError(f"--format {f!r}: use html, md or pdf (comma-separated)")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise ReportInputError("--format: give at least one of html, md, pdf")
+    return out
+
+
+def write_rendered(
+    report: Report, out_dir: str | Path, formats: Sequence[str], name: str = BASENAME
+) -> list[Path]:
+    """Write ``report`` in each format into ``out_dir`` (the PDF is printed from the HTML)."""
+    from servesim.report.html import render_html
+    from servesim.report.markdown import render_markdown
+
+    fmts = check_formats(formats)
+    folder = Path(out_dir)
+    written = []
+    html_path = folder / f"{name}.html"
+    if "html" in fmts or "pdf" in fmts:
+        write_text_atomic(html_path, render_html(report))
+        if "html" in fmts:
+            written.append(html_path)
+    if "md" in fmts:
+        written.append(write_text_atomic(folder / f"{name}.md", render_markdown(report)))
+    if "pdf" in fmts:
+        from servesim.report.pdf import print_pdf
+
+        written.append(print_pdf(html_path, folder / f"{name}.pdf"))
+        if "html" not in fmts:
+            html_path.unlink(missing_ok=True)
+    return written
+
+
+def write_report(
+    inputs: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    formats: Sequence[str] = ("html", "md"),
+    base: str | Path | None = None,
+    command_line: str = "servesim report",
+    compare: bool = True,
+) -> list[Path]:
+    """Read the inputs, build the report, write it; returns the paths written."""
+    report = build_report(read_inputs(inputs, base), command_line=command_line, compare=compare)
+    return write_rendered(report, out_dir, formats)
+
+
+__all__ = [
+    "FORMATS",
+    "Document",
+    "Report",
+    "ReportInputError",
+    "build_report",
+    "check_formats",
+    "read_document",
+    "read_inputs",
+    "simulation_document",
+    "write_rendered",
+    "write_report",
+]

@@ -1,0 +1,142 @@
+"""The report's inputs: the ``--json`` documents of the commands, recognised by their shape.
+
+Why: a user hands ``servesim report`` whatever they saved (``simulate --json > run.json``, a
+saturation sweep, a study, a recovery plan, ...); the report tells which is which from the keys
+each command always writes, and says clearly when a file is none of them. ``simulation_document``
+is what ``servesim simulate --json`` prints: the ``SimulationReport`` plus optional ``sections``
+(the workload and simulation views, with the per-step series and histograms a saved summary
+cannot give back) and the caveats of the step-time model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from servesim.errors import InputError
+
+if TYPE_CHECKING:
+    from servesim.engine import SimulationResult
+    from servesim.traces import Trace, TraceStats
+
+Kind = Literal[
+    "simulate", "trace", "saturate", "tune", "recommendation", "cluster", "recover", "reschedule", "advise"
+]
+
+#: Keys every document of a kind holds (the first matching kind wins), and the command behind it.
+SHAPES: list[tuple[Kind, frozenset[str], str]] = [
+    ("simulate", frozenset({"config", "step_time_model", "summary"}), "servesim simulate --json"),
+    ("tune", frozenset({"study", "recommendation"}), "servesim tune --json"),
+    ("recommendation", frozenset({"vllm_serve_command", "deployment", "rationale"}), "recommendation.json"),
+    ("saturate", frozenset({"points", "saturation_rps", "deployment"}), "servesim saturate --json"),
+    ("cluster", frozenset({"strategies", "failures", "router"}), "servesim cluster --json"),
+    ("recover", frozenset({"scheduled_migrations", "interrupted_node"}), "servesim recover --json"),
+    ("reschedule", frozenset({"rescheduled_queue", "requests", "policy"}), "servesim reschedule --json"),
+    ("advise", frozenset({"advice", "verification", "advisor"}), "servesim advise --json"),
+    (
+        "trace",
+        frozenset({"num_requests", "mean_rate_rps", "prompt", "output"}),
+        "servesim trace inspect --json",
+    ),
+]
+
+
+class ReportInputError(InputError):
+    """A file the report cannot use (names the file and what was expected)."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One input of the report: what it is, where it came from, its bytes' digest."""
+
+    kind: Kind
+    name: str
+    digest: str
+    data: dict[str, Any]
+
+
+def detect(data: Any) -> Kind | None:
+    """The kind of a document by its keys (None: not a servesim result)."""
+    if not isinstance(data, dict):
+        return None
+    keys = set(data)
+    for kind, needed, _ in SHAPES:
+        if needed <= keys:
+            return kind
+    return None
+
+
+def known_shapes() -> str:
+    return ", ".join(cmd for _, _, cmd in SHAPES)
+
+
+def read_document(path: str | Path, name: str | None = None) -> Document:
+    """Read and recognise one input file; a clear error naming the file otherwise."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ReportInputError(f"{p}: cannot read it ({e.strerror or e})") from None
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f" (line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
+        raise ReportInputError(
+            f"{p}: not a JSON document{where}; give the --json output of a command"
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get("plans"), list) and data["plans"]:
+        data = data["plans"][0] if len(data["plans"]) == 1 else data
+    kind = detect(data)
+    if kind is None:
+        found = ", ".join(sorted(data)[:8]) if isinstance(data, dict) else type(data).__name__
+        raise ReportInputError(
+            f"{p}: not a servesim result (found {found}); the report reads the output of {known_shapes()}"
+        )
+    return Document(kind, name or p.name, "sha256:" + hashlib.sha256(raw).hexdigest(), data)
+
+
+def simulation_document(
+    result: SimulationResult,
+    *,
+    trace: Trace | None = None,
+    stats: TraceStats | None = None,
+    title: str = "simulation",
+    notes: list[str] | None = None,
+    model: str | None = None,
+    command: str | None = None,
+    include_requests: bool = False,
+    sections: bool = True,
+) -> dict[str, Any]:
+    """``servesim simulate --json``: the report plus the views (workload, simulation) and caveats."""
+    from servesim.views.simulation import simulation_view
+    from servesim.views.workload import workload_view
+
+    doc: dict[str, Any] = result.report(include_requests=include_requests).model_dump(mode="json")
+    if sections:
+        views = []
+        if trace is not None and stats is not None:
+            views.append(workload_view(trace, stats).model_dump(mode="json"))
+        views.append(simulation_view(result, title=title).model_dump(mode="json"))
+        doc["sections"] = views
+    if notes:
+        doc["notes"] = list(notes)
+    if model:
+        doc["model"] = model
+    if command:
+        doc["command"] = command
+    return doc
+
+
+__all__ = [
+    "SHAPES",
+    "Document",
+    "Kind",
+    "ReportInputError",
+    "detect",
+    "known_shapes",
+    "read_document",
+    "simulation_document",
+]

@@ -1,0 +1,67 @@
+"""The report as PDF, printed from its own HTML by headless Chromium (Playwright).
+
+Why Chromium: the PDF is the HTML a reader sees, charts included, with the print stylesheet
+(a page per part). Debian's ``/usr/bin/chromium`` is used (``$SERVESIM_CHROMIUM`` overrides);
+Playwright never downloads a browser here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from servesim.errors import ServesimError
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class BrowserMissingError(ServesimError):
+    """No Chromium to print with."""
+
+
+def chromium_path() -> str:
+    path = os.environ.get("SERVESIM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        raise BrowserMissingError(
+            f"printing the PDF needs Chromium ({path} not found): install it (apt-get install chromium) "
+            "or set SERVESIM_CHROMIUM; the HTML and Markdown reports need nothing"
+        )
+    return path
+
+
+def print_pdf(html_path: Path, pdf_path: Path, *, timeout_s: float = 60.0) -> Path:
+    """Open ``html_path`` in headless Chromium, wait for its charts, print it to ``pdf_path``."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.goto(html_path.resolve().as_uri(), timeout=timeout_s * 1000)
+            if page.locator("#chart-data").count():
+                page.wait_for_function("window.servesimChartsReady !== undefined", timeout=timeout_s * 1000)
+            page.emulate_media(media="print")
+            tmp = pdf_path.with_name(f".{pdf_path.name}.tmp")
+            page.pdf(
+                path=str(tmp),
+                format="A4",
+                print_background=True,
+                margin={"top": "14mm", "bottom": "14mm", "left": "12mm", "right": "12mm"},
+            )
+            os.replace(tmp, pdf_path)
+        finally:
+            browser.close()
+    return pdf_path
+
+
+__all__ = ["CHROMIUM_ARGS", "BrowserMissingError", "chromium_path", "print_pdf"]

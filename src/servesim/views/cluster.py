@@ -1,0 +1,156 @@
+"""The view of a cluster run with failures: recovery strategies side by side, the planner's
+per-request decisions, and what the failure cost the interrupted requests.
+
+Reads the ``servesim cluster --json`` document (its ``strategies`` rows, ``failures``, and the
+optional ``decisions`` / ``num_starved`` sections), so a saved run renders without re-simulating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from servesim.views.glossary import define
+from servesim.views.model import Column, Kpi, Section, Table, Verdict
+
+STRATEGY_COLUMNS = [
+    Column(key="strategy", label="recovery", kind="str"),
+    Column(key="num_finished", label="finished", kind="int"),
+    Column(key="num_unfinished", label="unfinished", kind="int"),
+    Column(key="ttft_p99_ms", label="TTFT p99", unit="ms", help=define("ttft_ms")),
+    Column(key="e2e_p99_ms", label="E2E p99", unit="ms", help=define("e2e_ms")),
+    Column(key="interrupted", label="interrupted", kind="int", help="Requests taken off a failed replica."),
+    Column(
+        key="interrupted_e2e_p99_ms",
+        label="interrupted E2E p99",
+        unit="ms",
+        help="E2E p99 of those requests.",
+    ),
+    Column(
+        key="migrated", label="migrated", kind="int", help="Recovered by moving their KV (MIGRATE_STATE)."
+    ),
+    Column(key="restarted", label="restarted", kind="int", help="Recovered by recomputing (COLD_RESTART)."),
+    Column(key="tokens_recomputed", label="recomputed", unit="tokens", kind="int"),
+    Column(key="gb_moved", label="moved", unit="GB", decimals=2, help="KV bytes sent over the link."),
+]
+
+DECISION_COLUMNS = [
+    Column(key="req_id", label="request", kind="str"),
+    Column(key="time_s", label="at", unit="s", decimals=2),
+    Column(key="from_node", label="from", kind="str"),
+    Column(key="to_node", label="to", kind="str"),
+    Column(key="strategy", label="strategy", kind="str"),
+    Column(key="tokens_moved", label="KV moved", unit="tokens", kind="int"),
+    Column(key="recompute_tokens", label="recomputed", unit="tokens", kind="int"),
+    Column(
+        key="delay_s",
+        label="transfer",
+        unit="ms",
+        decimals=1,
+        help="Time until the request reaches its target.",
+    ),
+]
+
+
+def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
+    rows = list(doc.get("strategies", []))
+    table = Table(
+        key="strategies",
+        title="recovery strategies compared (same trace, same failures)",
+        columns=STRATEGY_COLUMNS,
+        rows=[[r.get(c.key) for c in STRATEGY_COLUMNS] for r in rows],
+    )
+    failures = list(doc.get("failures", []))
+    text = [
+        "failures: "
+        + "; ".join(
+            f"{f['node']} at {float(f['time_s']):g} s"
+            + (f", back after {float(f['recover_after_s']):g} s" if f.get("recover_after_s") else "")
+            for f in failures
+        )
+        if failures
+        else "no failure injected"
+    ]
+    link = doc.get("link") or {}
+    if link:
+        text.append(
+            f"KV of {link.get('model')} over {link.get('bandwidth_gbps')} Gbit/s per TP rank, "
+            f"checkpointing {link.get('kv_checkpointing')}"
+        )
+    tables = [table]
+    decisions = list(doc.get("decisions") or [])
+    if decisions:
+        shown = decisions[:max_decisions]
+        tables.append(
+            Table(
+                key="decisions",
+                title="the planner's decision for each interrupted request",
+                columns=DECISION_COLUMNS,
+                rows=[
+                    [
+                        (float(d[c.key]) * 1000 if c.key == "delay_s" else d.get(c.key))
+                        for c in DECISION_COLUMNS
+                    ]
+                    for d in shown
+                ],
+                notes=[f"first {len(shown)} of {len(decisions)}"] if len(shown) < len(decisions) else [],
+            )
+        )
+    kpis, verdicts = [], []
+    base = next((r for r in rows if r.get("strategy") == "no failure"), None)
+    best = min(
+        (r for r in rows if r.get("strategy") != "no failure"), key=lambda r: r["e2e_p99_ms"], default=None
+    )
+    if best is not None:
+        kpis.append(
+            Kpi(
+                key="best_recovery_e2e_p99_ms",
+                label=f"E2E p99 ({best['strategy']})",
+                value=best["e2e_p99_ms"],
+                unit="ms",
+                help=define("e2e_ms"),
+            )
+        )
+        kpis.append(
+            Kpi(
+                key="interrupted",
+                label="interrupted requests",
+                value=best["interrupted"],
+                unit=None,
+                decimals=0,
+            )
+        )
+        lost = [r["strategy"] for r in rows if r.get("num_unfinished")]
+        verdicts.append(
+            Verdict(
+                key="recovery",
+                label="recovery",
+                status="fail" if lost else "pass",
+                text=(
+                    f"{best['strategy']} recovers best: E2E p99 {best['e2e_p99_ms']:,.0f} ms"
+                    + (f" vs {base['e2e_p99_ms']:,.0f} ms without the failure" if base else "")
+                    + (f"; requests left unfinished under {', '.join(lost)}" if lost else "; no request lost")
+                ),
+            )
+        )
+    starved = doc.get("num_starved")
+    if starved is not None:
+        kpis.append(
+            Kpi(key="starved", label="STARVED", value=starved, unit=None, decimals=0, help=define("starved"))
+        )
+        verdicts.append(
+            Verdict(
+                key="starvation",
+                label="starvation",
+                status="warn" if starved else "pass",
+                text=f"{starved} requests were preempted often enough to be flagged STARVED"
+                if starved
+                else "no request was flagged STARVED",
+            )
+        )
+    return Section(
+        key="cluster", title="cluster with failures", kpis=kpis, tables=tables, verdicts=verdicts, text=text
+    )
+
+
+__all__ = ["cluster_view"]

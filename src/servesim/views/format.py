@@ -1,0 +1,44 @@
+"""How a view's numbers are written as text, the same in every renderer (Rich, Markdown, HTML).
+
+Why here: the CLI, the report and the web page must print ``1,234.5 ms`` the same way; formatting
+from each column's kind and decimals is part of the view contract, not of one interface.
+"""
+
+from __future__ import annotations
+
+from servesim.views.model import Cell, Column, Kpi
+
+
+def fmt(value: Cell, col: Column) -> str:
+    """A cell as text: thousands separators, the column's decimals, '-' for missing values."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or col.kind == "bool":
+        return "on" if value else "off"
+    if col.kind == "str" or isinstance(value, str):
+        return str(value)
+    if col.kind == "int":
+        return f"{int(value):,}"
+    if col.kind == "pct":
+        return f"{float(value):+.1%}"
+    x = float(value)
+    if col.decimals >= 3:  # significant digits for rates and ratios
+        return f"{x:,.{col.decimals}g}"
+    return f"{x:,.{col.decimals}f}"
+
+
+def header(col: Column) -> str:
+    """A column's heading: its label and unit."""
+    return f"{col.label} {col.unit}" if col.unit and col.kind != "pct" else col.label
+
+
+def kpi_value(k: Kpi) -> str:
+    """A KPI's value with its unit ('-' when it has none)."""
+    if k.value is None:
+        return "-"
+    if k.unit == "%":
+        return f"{k.value:.{k.decimals}%}"
+    return f"{k.value:,.{k.decimals}f}" + (f" {k.unit}" if k.unit else "")
+
+
+__all__ = ["fmt", "header", "kpi_value"]

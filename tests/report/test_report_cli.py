@@ -1,0 +1,115 @@
+"""``servesim report`` from a user's shell: which result is which, clear errors naming the file,
+byte-identical Markdown, and the diff of two configurations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+
+runner = CliRunner()
+
+
+def _simulate(tmp_path: Path, name: str, *flags: str) -> Path:
+    out = tmp_path / name
+    args = ["simulate", "poisson_20_rps", "-n", "300", "--num-gpu-blocks", "2000", "--slo", "ttft_ms=200"]
+    res = runner.invoke(app, [*args, *flags, "--no-requests", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_each_result_is_recognised_by_its_shape(example_docs: list[Path], tmp_path: Path) -> None:
+    res = runner.invoke(
+        app, ["report", *map(str, example_docs), "--out", str(tmp_path), "--format", "md", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [i["kind"] for i in out["inputs"]] == [
+        "simulate",
+        "saturate",
+        "tune",
+        "cluster",
+        "recover",
+        "reschedule",
+        "advise",
+    ]
+    md = (tmp_path / "report.md").read_text()
+    for heading in (
+        "saturation sweep",
+        "tuning study and recommendation",
+        "recovery decisions",
+        "rescheduling of interrupted requests",
+        "advisor",
+        "## Definitions",
+        "## Provenance",
+    ):
+        assert heading in md
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in md
+    assert "answered by the rules advisor" in md
+    assert "Calibration of profile" in md  # the calibration caveat of the roofline step times
+
+
+def test_markdown_is_byte_identical_and_holds_no_machine_path(
+    example_docs: list[Path], tmp_path: Path
+) -> None:
+    for d in ("a", "b"):
+        res = runner.invoke(app, ["report", *map(str, example_docs), "--out", str(tmp_path / d), "-f", "md"])
+        assert res.exit_code == 0, res.output
+    a, b = (tmp_path / "a" / "report.md").read_bytes(), (tmp_path / "b" / "report.md").read_bytes()
+    assert a == b
+    assert str(tmp_path).encode() not in a and str(example_docs[0].parent).encode() not in a
+
+
+def test_two_configurations_are_diffed(tmp_path: Path) -> None:
+    a = _simulate(tmp_path, "a.json", "--max-num-seqs", "256")
+    b = _simulate(tmp_path, "b.json", "--max-num-seqs", "8")
+    res = runner.invoke(app, ["report", str(a), str(b), "--out", str(tmp_path / "diff"), "-f", "md,html"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "diff" / "report.md").read_text()
+    assert "## 1. what changed (simulate)" in md
+    assert "| max_num_seqs | 256 | 8 |" in md
+    ra, rb = (json.loads(p.read_text())["summary"] for p in (a, b))
+    assert ra["ttft_ms"]["p99"] != rb["ttft_ms"]["p99"]
+    assert "TTFT p99 ms" in md.split("figures that moved")[1].split("##")[0]
+    assert "## 2. A: " in md and "## 3. B: " in md
+    assert (tmp_path / "diff" / "report.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not a JSON document (line 1"),
+        ('{"hello": 1}', "not a servesim result (found hello)"),
+        ("[1, 2]", "not a servesim result (found list)"),
+    ],
+)
+def test_a_file_that_is_no_result_gets_an_error_naming_it(tmp_path: Path, content: str, message: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    res = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert f"error: {bad}: {message}" in res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_missing_file_and_unknown_format_are_one_line_errors(
+    tmp_path: Path, example_docs: list[Path]
+) -> None:
+    res = runner.invoke(app, ["report", str(tmp_path / "nope.json")])
+    assert res.exit_code == 2 and "nope.json: cannot read it" in res.stderr
+    res = runner.invoke(app, ["report", str(example_docs[0]), "--format", "docx"])
+    assert res.exit_code == 2 and "--format 'docx': use html, md or pdf" in res.stderr
+
+
+def test_simulate_json_carries_the_views_the_report_draws(tmp_path: Path) -> None:
+    doc = json.loads(_simulate(tmp_path, "s.json").read_text())
+    keys = [s["key"] for s in doc["sections"]]
+    assert keys == ["workload", "simulation"]
+    sim = doc["sections"][1]
+    assert {s["key"] for s in sim["series"]} >= {"kv_usage", "preemptions", "num_running"}
+    res = runner.invoke(app, ["simulate", "poisson_20_rps", "-n", "50", "--json", "--no-views"])
+    assert "sections" not in json.loads(res.stdout)
