@@ -27,6 +27,8 @@ def test_recovery_plan_has_the_decision_matrix(client: TestClient) -> None:
     strategies = {d["strategy"] for d in body["plan"]["scheduled_migrations"]}
     assert strategies <= {"MIGRATE_STATE", "COLD_RESTART"}
     assert client.get(f"/api/runs/{body['id']}").json()["job"]["kind"] == "recover"
+    report = client.get(f"/api/runs/{body['id']}/report.html")
+    assert report.status_code == 200 and "job-801" in report.text
 
 
 def test_rescheduling_queue_with_sla_verdicts(client: TestClient) -> None:

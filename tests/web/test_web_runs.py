@@ -59,6 +59,14 @@ def test_downloads_json_and_csv(client: TestClient, trace_id: str) -> None:
     assert c.status_code == 200 and c.headers["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(c.text)))
     assert len(rows) == 300 and {"req_id", "ttft_ms", "e2e_ms", "outcome"} <= set(rows[0])
+    rep = client.get(f"/api/runs/{rid}/report.html")
+    assert rep.status_code == 200 and rep.headers["content-type"].startswith("text/html")
+    assert "attachment" in rep.headers["content-disposition"] and "<html" in rep.text.lower()
+    other = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 4}})["job"][
+        "id"
+    ]
+    diff = client.get(f"/api/compare/report.html?a={rid}&b={other}")
+    assert diff.status_code == 200 and "max_num_seqs" in diff.text
 
 
 def test_cluster_with_a_failure(client: TestClient, trace_id: str) -> None:
@@ -113,6 +121,8 @@ def test_tuning_study_gives_a_recommendation_and_resumes(client: TestClient, tra
     again = client.get(f"/api/runs/{job['id']}").json()["result"]
     assert again["study"]["study_name"] == first["study"]["study_name"]
     assert again["study"]["n_trials"] == 6  # the stored study was resumed
+    report = client.get(f"/api/runs/{job['id']}/report.html")
+    assert report.status_code == 200 and "vllm serve" in report.text
     importance = section(again, "importance")["tables"][0]
     assert importance["rows"] and abs(sum(r[1] for r in importance["rows"]) - 1) < 1e-6
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from servesim.web.app import Workbench, workbench
 from servesim.web.compare import compare_runs
@@ -174,6 +174,33 @@ def run_cost(
     summary = SimulationSummary.model_validate(row.result["summary"])
     view = cost_view(summary, gpus=gpus, usd_per_gpu_hour=usd_per_gpu_hour)
     return {"gpus": gpus, "sections": [view.model_dump(mode="json")]}
+
+
+@router.get("/runs/{run_id}/report.html", summary="Download the run's report (servesim.report, HTML)")
+def download_report(run_id: RunId, wb: WB) -> HTMLResponse:
+    from servesim.web.reports import report_html
+
+    row = _done(wb, run_id)
+    return _attachment(report_html([row]), f"servesim-report-{row.kind}-{row.id[:8]}.html")
+
+
+@router.get("/compare/report.html", summary="Download the report's diff of two runs of one kind (HTML)")
+def download_compare_report(
+    wb: WB,
+    a: Annotated[str, Query(pattern=ID_PATTERN)],
+    b: Annotated[str, Query(pattern=ID_PATTERN)],
+) -> HTMLResponse:
+    from servesim.web.reports import report_html
+
+    ra, rb = _done(wb, a), _done(wb, b)
+    if ra.kind != rb.kind:
+        raise Problem(422, f"a report compares two runs of one kind ({ra.kind} and {rb.kind} given)")
+    return _attachment(report_html([ra, rb]), f"servesim-diff-{ra.id[:8]}-{rb.id[:8]}.html")
+
+
+def _attachment(html: str, filename: str) -> HTMLResponse:
+    # A download, never shown from this origin: the report carries its own (inline) scripts.
+    return HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 @router.get("/compare", summary="Two runs side by side: configuration diff and metric deltas")

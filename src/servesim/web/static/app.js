@@ -327,6 +327,7 @@
     const toolbar = el("div", { class: "toolbar" },
       el("strong", {}, run.job.title),
       el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"),
       el("a", { href: `/api/runs/${run.job.id}/requests.csv`, download: "" }, "Download per-request CSV"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"));
@@ -381,7 +382,8 @@
   /* ------------------------------------------------------------------ sweep */
   function renderSweep(run) {
     const box = clear($("sweep-results"));
-    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON")));
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report")));
     for (const s of run.result.sections) SS.section(box, s);
     rateSlider(box, run.result.report);
   }
@@ -415,7 +417,8 @@
   function renderTune(run) {
     const box = clear($("tune-results"));
     const r = run.result;
-    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON")));
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report")));
     if (r.no_recommendation) box.append(SS.verdict({ key: "none", label: "No recommendation", status: "warn", text: r.no_recommendation }));
     if (r.recommendation) {
       const cmd = r.recommendation.vllm_serve_command;
@@ -589,6 +592,7 @@
         localStorage.setItem("servesim.compare.a", a); localStorage.setItem("servesim.compare.b", b);
         const d = await api(`/api/compare?a=${a}&b=${b}`);
         clear(box, el("div", { class: "section" }, el("h2", {}, `A: ${d.a.title} · B: ${d.b.title}`),
+          el("p", {}, el("a", { href: `/api/compare/report.html?a=${a}&b=${b}`, download: "" }, "Download the report's diff (HTML)")),
           SS.table({ key: "config_diff", title: d.config_diff.length ? "Settings that differ" : "Same settings", notes: [],
             columns: [{ key: "key", label: "setting", kind: "str" }, { key: "a", label: "A", kind: "str" }, { key: "b", label: "B", kind: "str" }],
             rows: d.config_diff.map((r) => [r.key, JSON.stringify(r.a), JSON.stringify(r.b)]) }),
