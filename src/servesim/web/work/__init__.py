@@ -8,6 +8,8 @@ return the result as JSON-able views (binned and down-sampled here, so the page 
 
 from __future__ import annotations
 
+import multiprocessing
+import queue
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +28,14 @@ def serve_forever(inbox: Any, outbox: Any) -> None:
     from servesim.perf import load_catalog
 
     load_catalog()  # parsed once per worker, not once per job
+    server = multiprocessing.parent_process()
     while True:
-        msg = inbox.get()
+        try:
+            msg = inbox.get(timeout=1.0)
+        except queue.Empty:
+            if server is not None and not server.is_alive():
+                return  # the server is gone (killed, crashed): never linger
+            continue
         if msg is None:
             return
         kind, params, env = msg
