@@ -10,6 +10,8 @@ The public API is small on purpose; interfaces (CLI, web, TUI, reports) call onl
     result.to_pandas()                                    # one row per request
 """
 
+__version__ = "0.1.0"  # before the imports: servesim.cluster reads it
+
 from servesim.engine import (
     SLO,
     BatchComposition,
@@ -23,6 +25,7 @@ from servesim.engine import (
     StepTimeModel,
     simulate,
 )
+from servesim.live import LiveClusterRun, LiveRun, Notice, ReplicaState, RunSnapshot, Slot
 from servesim.traces import (
     GeneratorSpec,
     RequestRecord,
@@ -37,8 +40,6 @@ from servesim.traces import (
     write_trace,
 )
 
-__version__ = "0.1.0"
-
 __all__ = [
     "SLO",
     "BatchComposition",
@@ -47,10 +48,16 @@ __all__ = [
     "GeneratorSpec",
     "LatencyStats",
     "LinearStepTime",
+    "LiveClusterRun",
+    "LiveRun",
+    "Notice",
+    "ReplicaState",
     "RequestRecord",
+    "RunSnapshot",
     "SimulationReport",
     "SimulationResult",
     "SimulationSummary",
+    "Slot",
     "StepTimeModel",
     "Trace",
     "TraceError",
