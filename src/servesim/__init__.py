@@ -10,8 +10,14 @@ The public API is small on purpose; interfaces (CLI, web, TUI, reports) call onl
     result.to_pandas()                                    # one row per request
 """
 
-__version__ = "0.1.0"  # before the imports: servesim.cluster reads it
-
+from servesim.cluster import (
+    ClusterResult,
+    FailureEvent,
+    RecoveryContext,
+    Replica,
+    RouterSpec,
+    simulate_cluster,
+)
 from servesim.engine import (
     SLO,
     BatchComposition,
@@ -25,7 +31,7 @@ from servesim.engine import (
     StepTimeModel,
     simulate,
 )
-from servesim.live import LiveClusterRun, LiveRun, Notice, ReplicaState, RunSnapshot, Slot
+from servesim.live import LiveClusterRun, LiveRun, Notice, ReplicaState, RequestTimeline, RunSnapshot, Slot
 from servesim.traces import (
     GeneratorSpec,
     RequestRecord,
@@ -39,20 +45,27 @@ from servesim.traces import (
     preset_spec,
     write_trace,
 )
+from servesim.version import __version__
 
 __all__ = [
     "SLO",
     "BatchComposition",
+    "ClusterResult",
     "ConstantStepTime",
     "EngineConfig",
+    "FailureEvent",
     "GeneratorSpec",
     "LatencyStats",
     "LinearStepTime",
     "LiveClusterRun",
     "LiveRun",
     "Notice",
+    "RecoveryContext",
+    "Replica",
     "ReplicaState",
     "RequestRecord",
+    "RequestTimeline",
+    "RouterSpec",
     "RunSnapshot",
     "SimulationReport",
     "SimulationResult",
@@ -69,5 +82,6 @@ __all__ = [
     "open_trace",
     "preset_spec",
     "simulate",
+    "simulate_cluster",
     "write_trace",
 ]

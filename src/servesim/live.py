@@ -44,10 +44,12 @@ from servesim.engine.request import (
     OUTCOME_LENGTH_CAPPED,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
+    OUTCOMES,
     Request,
 )
 from servesim.engine.simulate import build_result, describe_model
 from servesim.errors import InputError
+from servesim.resched import InterruptedRequest, RescheduleInput, ReschedulePlan, reschedule
 from servesim.traces.schema import Trace
 
 Phase = Literal["prefill", "decode"]
@@ -171,6 +173,21 @@ class Notice:
     replica: str | None
     req_id: str | None
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTimeline:
+    """One request's story so far: where it is now and what happened to it, in time order."""
+
+    req_id: str
+    state: str  # not arrived | waiting | running | finished | rejected ... (its outcome once closed)
+    replica: str | None
+    prompt_len: int
+    max_tokens: int
+    priority: int
+    tenant: str | None
+    slot: Slot | None  # its live figures while running or waiting
+    events: tuple[tuple[float, str], ...]
 
 
 @dataclass
@@ -441,6 +458,69 @@ class _Base:
 
     _ids: list[str]
 
+    def _moves(self) -> list[tuple[float, str, str]]:
+        """(time, req_id, text) of every recovery move so far (none on one replica)."""
+        return []
+
+    def timeline(self, req_id: str) -> RequestTimeline:
+        """What happened to ``req_id`` so far (for a request-detail view)."""
+        ids = self.trace.df["req_id"].astype(str).tolist()
+        try:
+            i = ids.index(req_id)
+        except ValueError:
+            raise InputError(f"no request {req_id!r} in the trace") from None
+        row = self.trace.df.iloc[i]
+        ev: list[tuple[float, str]] = [(float(row["arrival_time_s"]), "arrived")]
+        state, where, slot = "not arrived", None, None
+        names = {id(e): name for name, e, _a, _c in self._replicas()}
+        for engine in self._engines():
+            rec = engine.rec
+            name = names.get(id(engine)) or self._engine_name(engine)
+            for t, _step, j, lost in rec.preemption_events:
+                if j == i:
+                    ev.append((t, f"preempted on {name or 'the replica'} ({lost:,} tokens of KV lost)"))
+            for t, _step, j, _lost in rec.starvation_events:
+                if j == i:
+                    ev.append((t, "flagged STARVED"))
+            if rec.outcome[i]:
+                state, where = OUTCOMES[rec.outcome[i]], name
+                if rec.first_scheduled[i] == rec.first_scheduled[i]:
+                    ev.append((rec.first_scheduled[i], "first scheduled"))
+                if rec.first_token[i] == rec.first_token[i]:
+                    ev.append((rec.first_token[i], "first token"))
+                if rec.finish[i] == rec.finish[i]:
+                    ev.append((rec.finish[i], f"{state} with {rec.num_output[i]:,} tokens"))
+            r = engine.live.get(i)
+            if r is not None and id(engine) in names:  # on a current engine (evicted ones keep none)
+                state = "running" if r in engine.scheduler.running else "waiting"
+                where, slot = name, self._slot(engine, r, name)
+                if r.first_scheduled >= 0:
+                    ev.append((r.first_scheduled, "first scheduled"))
+                if r.first_token >= 0:
+                    ev.append((r.first_token, "first token"))
+        if state == "not arrived" and i < self._num_arrived():
+            state = "in transit"
+        for t, rid, text in self._moves():
+            if rid == req_id:
+                ev.append((t, text))
+        return RequestTimeline(
+            req_id,
+            state,
+            where,
+            int(row["prompt_len"]),
+            int(row["output_len"]),
+            int(row["priority"]),
+            self._tenant[i],
+            slot,
+            tuple(sorted(set(ev))),
+        )
+
+    def _engine_name(self, engine: Engine) -> str | None:
+        return None
+
+    def _num_arrived(self) -> int:
+        raise NotImplementedError
+
 
 class LiveRun(_Base):
     """One replica you advance yourself; ``finish()`` equals ``simulate()`` on the same inputs."""
@@ -628,6 +708,23 @@ class LiveClusterRun(_Base):
         self._clock = max(self._clock, self.sim.now)
         return done
 
+    def _num_arrived(self) -> int:
+        return self.sim._next_arrival
+
+    def _engine_name(self, engine: Engine) -> str | None:
+        k = self.sim.engine_replica[self.sim.engines.index(engine)]
+        return self.sim.replicas[k].name
+
+    def _moves(self) -> list[tuple[float, str, str]]:
+        return [
+            (
+                m.time_s,
+                m.req_id,
+                f"{m.strategy} {m.from_node}->{m.to_node} ({m.recompute_tokens:,} to recompute)",
+            )
+            for m in self.sim.moves
+        ]
+
     def _note_held(self, engine: Engine) -> None:
         super()._note_held(engine)
         moves = self.sim.moves
@@ -637,6 +734,52 @@ class LiveClusterRun(_Base):
             for m in moves[self._moves_seen :]:
                 self._held.add(self._index[m.req_id])
             self._moves_seen = len(moves)
+
+    def recovery_queue(self, slo: SLO | None = None) -> ReschedulePlan | None:
+        """The requests the latest node loss interrupted, in the rescheduler's SLA-aware
+        re-admission order with each one's projected completion and SLA verdict (None before
+        any loss). Budgets: the request's own ``sla_e2e_ms``, else the SLO's ``e2e_ms``, less
+        the time since it arrived; without either the verdicts are not meaningful (``slo`` unset
+        and no trace SLAs: budgets are effectively unbounded)."""
+        jobs = self.sim.interrupted
+        if not jobs:
+            return None
+        t = jobs[-1].time_s
+        node = jobs[-1].node
+        batch = [j for j in jobs if j.time_s == t and j.node == node]
+        goal = slo or self.slo
+        sla = self.trace.df["sla_e2e_ms"].to_numpy(dtype=np.float64)
+        reqs = []
+        for j in batch:
+            r = j.request
+            budget = (
+                sla[r.idx] if sla[r.idx] == sla[r.idx] else (goal.e2e_ms if goal and goal.e2e_ms else 1e12)
+            )
+            budget = max(0.0, budget - (t - r.arrival) * 1e3)
+            reqs.append(
+                InterruptedRequest(
+                    req_id=r.req_id,
+                    tokens_processed=j.computed_tokens,
+                    tokens_remaining=max(1, r.max_tokens - r.num_output),
+                    sla_budget_ms=budget,
+                    priority=r.priority,
+                    prompt_len=r.prompt_len,
+                    preemptions=r.num_preemptions,
+                    waited_ms=0.0,
+                )
+            )
+        names = self.replica_names
+        survivors = [k for k in range(len(names)) if self.sim.alive[k] and names[k] != node] or [0]
+        spec = self.sim.replicas[survivors[0]]
+        cfg = spec.config
+        inp = RescheduleInput(
+            batch_capacity=cfg.max_num_seqs,
+            interrupted_requests=reqs,
+            block_size=cfg.block_size,
+            cache_survives=False,
+            max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_num_seqs),
+        )
+        return reschedule(inp, step_time=spec.step_time)
 
     def inject_failure(self, replica: str, recover_after_s: float | None = None) -> FailureEvent:
         """Fail ``replica`` now (its jobs go to the recovery policy), back after ``recover_after_s``."""
@@ -688,4 +831,4 @@ class LiveClusterRun(_Base):
             raise InputError("this run is finished; start a new LiveClusterRun to run again")
 
 
-__all__ = ["LiveClusterRun", "LiveRun", "Notice", "ReplicaState", "RunSnapshot", "Slot"]
+__all__ = ["LiveClusterRun", "LiveRun", "Notice", "ReplicaState", "RequestTimeline", "RunSnapshot", "Slot"]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import configs, step_models, traces
 
-from servesim import EngineConfig, LinearStepTime, LiveClusterRun, LiveRun, Notice, open_trace, simulate
+from servesim import SLO, EngineConfig, LinearStepTime, LiveClusterRun, LiveRun, Notice, open_trace, simulate
 from servesim.cluster import FailureEvent, Replica, simulate_cluster
 from servesim.engine import ConstantStepTime
 from servesim.engine.engine import Engine
@@ -201,3 +201,36 @@ def test_bad_failures_are_refused_with_a_clear_error() -> None:
         run.inject_failure("n0")
     run.advance_until(math.inf)
     assert run.done
+
+
+def test_a_request_timeline_tells_its_story() -> None:
+    trace = open_trace("poisson_40_rps", num_requests=120, seed=2)
+    run = LiveClusterRun(trace, _replicas(2), recovery="restart")
+    run.advance_until(1.0)
+    busy = run.snapshot().replicas[0].running[0].req_id
+    assert run.timeline(busy).state == "running"
+    run.inject_failure("n0")
+    run.advance_until(1.0001)
+    later = run.timeline(busy)
+    assert any("COLD_RESTART n0->n1" in text for _t, text in later.events)
+    assert run.timeline(trace.df["req_id"].iloc[-1]).state == "not arrived"
+    run.finish()
+    done = run.timeline(busy)
+    assert done.state == "finished" and done.replica == "n1"
+    assert done.events[0][1] == "arrived"
+    with pytest.raises(InputError, match="no request"):
+        run.timeline("nope")
+
+
+def test_the_interrupted_jobs_come_in_the_reschedulers_sla_aware_order() -> None:
+    trace = open_trace("poisson_40_rps", num_requests=200, seed=2)
+    run = LiveClusterRun(trace, _replicas(2), slo=SLO(e2e_ms=3000))
+    assert run.recovery_queue() is None
+    run.advance_until(2.0)
+    victims = {s.req_id for s in run.snapshot().replicas[0].running if s.computed_tokens}
+    run.inject_failure("n0")
+    run.advance_until(2.0001)
+    plan = run.recovery_queue()
+    assert plan is not None and plan.policy == "sla-aware"
+    assert set(plan.rescheduled_queue) == victims
+    assert all(p.violates == (p.slack_ms < 0) for p in plan.requests)

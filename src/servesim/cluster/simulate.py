@@ -174,6 +174,7 @@ class ClusterSimulator:
         self._parked: list[Request] = []  # waiting for any replica to come back
         # Node events as processed: (time, "warn" | "fail" | "recover", node, requests taken off).
         self.node_events: list[tuple[float, str, str, int]] = []
+        self.interrupted: list[Interrupted] = []  # every job taken off a lost node with KV on it
         self._next_arrival = 0  # next trace row to route
         self.now = 0.0  # time of the latest step end or event processed
 
@@ -336,6 +337,7 @@ class ClusterSimulator:
                 self._dispatch(r, t)  # it held no KV here: just route it again
                 continue
             job = Interrupted(r, node, t, computed, ckpt)
+            self.interrupted.append(job)
             d = self.recovery(job, self.current, eligible, self.context, self.router)
             moved = d.tokens_moved if d.strategy == "MIGRATE_STATE" else 0
             self.moves.append(
