@@ -438,7 +438,7 @@ class _Base:
             name = names.get(id(engine))
             for t, _step, i, lost in rec.preemption_events[cur.preemptions :]:
                 out.append(
-                    Notice(t, "preempted", name, self._ids[i], f"preempted, {lost:,} tokens of KV lost")
+                    Notice(t, "preempted", name, self._ids[i], f"preempted ({lost:,} tokens lost)")
                 )
             cur.preemptions = len(rec.preemption_events)
             for t, _step, i, _lost in rec.starvation_events[cur.starvations :]:

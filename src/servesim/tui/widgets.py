@@ -1,0 +1,260 @@
+"""The dashboard's panels. Each one renders a ``RunSnapshot`` (or the notices) it is handed; none
+of them knows how the run advances."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable, RichLog, Sparkline, Static
+
+from servesim import SLO, Notice, ReplicaState, RunSnapshot, Slot
+
+PREFILL = "bold cyan"
+DECODE = "green"
+PREEMPTED = "bold yellow"
+STARVED = "bold white on red"
+GOOD, AMBER, BAD = "green", "yellow", "bold red"
+
+
+def phase_text(s: Slot) -> Text:
+    """``prefill k/n`` (chunk k of n) or ``decode done/total``, coloured by phase."""
+    if s.phase == "prefill":
+        label = f"prefill {s.chunk}/{s.chunks}" + (" re" if s.num_preemptions else "")
+        return Text(label, style=PREFILL)
+    return Text(f"decode {s.num_output}/{s.max_tokens}", style=DECODE)
+
+
+def req_text(s: Slot) -> Text:
+    if s.starved:
+        return Text(f"{s.req_id} STARVED", style=STARVED)
+    if s.num_preemptions:
+        return Text(f"{s.req_id} ×{s.num_preemptions}", style=PREEMPTED)
+    return Text(s.req_id)
+
+
+def class_text(s: Slot) -> str:
+    return f"{s.priority}" + (f"/{s.tenant}" if s.tenant else "")
+
+
+class SlotTable(DataTable[Text | str | int]):
+    """A table of requests, re-filled from each snapshot; click a header to sort by it."""
+
+    COLUMNS: tuple[tuple[str, str], ...] = ()
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        self.sort_key: str | None = None
+        self.sort_reverse = False
+        self.slots: list[Slot] = []
+
+    def on_mount(self) -> None:
+        for key, label in self.COLUMNS:
+            self.add_column(label, key=key)
+
+    def sort_value(self, s: Slot, key: str) -> object:
+        return {
+            "req": s.req_id,
+            "phase": (s.phase, s.computed_tokens),
+            "ctx": s.context_len,
+            "cls": (s.priority, s.tenant or ""),
+            "pre": s.num_preemptions,
+            "wait": s.arrival_s,
+        }.get(key, 0)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        self.sort_reverse = not self.sort_reverse if self.sort_key == key else False
+        self.sort_key = key
+        self.show(self.slots, self._now)
+
+    _now = 0.0
+
+    def row_cells(self, s: Slot, now: float) -> list[Text | str | int]:
+        raise NotImplementedError
+
+    def show(self, slots: Sequence[Slot], now: float) -> None:
+        rows = list(slots)
+        if self.sort_key is not None:
+            key = self.sort_key
+            rows.sort(key=lambda s: self.sort_value(s, key), reverse=self.sort_reverse)  # type: ignore[arg-type,return-value]
+        self.slots, self._now = rows, now
+        keep = self.cursor_row
+        self.clear()
+        self.add_rows(self.row_cells(s, now) for s in rows)
+        if rows:
+            self.move_cursor(row=min(keep, len(rows) - 1), animate=False, scroll=False)
+
+    def selected(self) -> Slot | None:
+        if 0 <= self.cursor_row < len(self.slots):
+            return self.slots[self.cursor_row]
+        return None
+
+
+class BatchTable(SlotTable):
+    """The running batch: who holds a slot, what it computes, how far it is."""
+
+    COLUMNS = (("req", "request"), ("phase", "phase"), ("ctx", "context"), ("cls", "prio"))
+
+    def row_cells(self, s: Slot, now: float) -> list[Text | str | int]:
+        return [req_text(s), phase_text(s), f"{s.context_len:,}", class_text(s)]
+
+
+class QueueTable(SlotTable):
+    """The waiting queue in scheduling order; preempted requests and requests that jumped ahead
+    (a re-prioritisation) stand out."""
+
+    COLUMNS = (("pos", "#"), ("req", "request"), ("wait", "waited"), ("pre", "pre"), ("cls", "prio"))
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self._ranks: dict[str, int] = {}
+        self.jumped: set[str] = set()
+
+    def show(self, slots: Sequence[Slot], now: float) -> None:
+        # A request jumped ahead when it now precedes one that preceded it before.
+        prev = self._ranks
+        later_min = None
+        jumped: set[str] = set()
+        for s in reversed(slots):
+            r = prev.get(s.req_id)
+            if r is None:
+                continue
+            if later_min is not None and r > later_min:
+                jumped.add(s.req_id)
+            later_min = r if later_min is None else min(later_min, r)
+        self.jumped = jumped
+        self._ranks = {s.req_id: i for i, s in enumerate(slots)}
+        super().show(slots, now)
+
+    def row_cells(self, s: Slot, now: float) -> list[Text | str | int]:
+        pos = self._ranks.get(s.req_id, 0) + 1
+        mark = Text(f"↑{pos}", style="bold magenta") if s.req_id in self.jumped else Text(str(pos))
+        return [
+            mark,
+            req_text(s),
+            f"{max(0.0, now - s.arrival_s):,.1f}s",
+            Text(str(s.num_preemptions), style=PREEMPTED) if s.num_preemptions else "0",
+            class_text(s),
+        ]
+
+
+def bar(frac: float, width: int, style: str) -> Text:
+    frac = min(max(frac, 0.0), 1.0)
+    full = round(frac * width)
+    t = Text("█" * full, style=style)
+    t.append("░" * (width - full), style="grey37")
+    return t
+
+
+def verdict_style(value: float | None, slo: float | None) -> str:
+    """Green within 80 % of the SLO, amber up to it, red past it (no SLO: neutral)."""
+    if value is None or slo is None:
+        return "bold"
+    if value <= 0.8 * slo:
+        return GOOD
+    return AMBER if value <= slo else BAD
+
+
+class KvGauge(Static):
+    """KV-cache usage of the shown replica, and its prefix-cache hit rate."""
+
+    def show(self, rep: ReplicaState) -> None:
+        usage = rep.kv_usage
+        style = GOOD if usage < 0.8 else AMBER if usage < 0.95 else BAD
+        t = Text("KV ", style="bold")
+        t.append_text(bar(usage, 14, style))
+        t.append(f" {usage:4.0%}\n", style=style)
+        t.append(f"{rep.kv_blocks_used:,}/{rep.kv_blocks_usable:,} blocks\n")
+        hit = "off" if rep.prefix_hit_rate is None else f"{rep.prefix_hit_rate:.1%}"
+        t.append(f"prefix hits {hit}")
+        self.update(t)
+
+
+class LatencyGauges(Static):
+    """Rolling p50/p99 TTFT and TPOT against the SLO."""
+
+    def show(self, snap: RunSnapshot, slo: SLO | None) -> None:
+        t = Text(f"{f'last {snap.window_s:g}s':<9}{'p50':>7}{'p99':>7}{'SLO':>6}\n", style="dim")
+        for label, p50, p99, goal in (
+            ("TTFT ms", snap.ttft_p50_ms, snap.ttft_p99_ms, slo.ttft_ms if slo else None),
+            ("TPOT ms", snap.tpot_p50_ms, snap.tpot_p99_ms, slo.tpot_ms if slo else None),
+        ):
+            t.append(f"{label:<9}", style="bold")
+            for v in (p50, p99):
+                t.append(f"{'-' if v is None else f'{v:,.0f}':>7}", style=verdict_style(v, goal))
+            t.append(f"{'-' if goal is None else f'{goal:g}':>6}\n", style="dim")
+        t.rstrip()
+        self.update(t)
+
+
+class Throughput(Static):
+    """Tokens per second now (the sparkline below shows their history)."""
+
+    def show(self, snap: RunSnapshot) -> None:
+        t = Text("tok/s ", style="bold")
+        t.append(f"{snap.total_tokens_per_s:,.0f}")
+        t.append(f"  out {snap.output_tokens_per_s:,.0f}", style="dim")
+        self.update(t)
+
+
+class ThroughputSpark(Sparkline):
+    pass
+
+
+class ReplicaStrip(Static):
+    """One line per cluster: each replica's state, the one shown in the panels marked."""
+
+    def show(self, replicas: Sequence[ReplicaState], selected: int) -> None:
+        t = Text()
+        for k, r in enumerate(replicas):
+            mark = "▸" if k == selected else " "
+            if not r.alive:
+                t.append(f"{mark}{r.name} DOWN ", style=BAD if k != selected else "bold red reverse")
+                continue
+            style = "bold reverse" if k == selected else ""
+            t.append(f"{mark}{r.name} {len(r.running)}/{r.max_num_seqs} kv {r.kv_usage:.0%}", style=style)
+            t.append(" ")
+        self.update(t)
+
+
+NOTICE_STYLE = {
+    "preempted": "yellow",
+    "starved": STARVED,
+    "rejected": "magenta",
+    "node_warning": "bold yellow",
+    "node_down": "bold red",
+    "node_up": "bold green",
+    "recovery": "cyan",
+}
+
+
+class EventLog(RichLog):
+    """Preemptions, STARVED flags, rejections, node losses and each recovery decision."""
+
+    PER_KIND = 12  # per refresh: more than this of one kind is summarised in one line
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(max_lines=400, wrap=True, markup=False, min_width=20, **kwargs)  # type: ignore[arg-type]
+        self.lines_written: list[str] = []
+
+    def add(self, notices: Sequence[Notice]) -> None:
+        counts: dict[str, int] = {}
+        skipped: dict[str, int] = {}
+        for n in notices:
+            counts[n.kind] = counts.get(n.kind, 0) + 1
+            if counts[n.kind] > self.PER_KIND and n.kind in ("preempted", "rejected"):
+                skipped[n.kind] = skipped.get(n.kind, 0) + 1
+                continue
+            where = f" {n.replica}" if n.replica else ""
+            who = f" {n.req_id}" if n.req_id else ""
+            line = f"{n.time_s:8.2f}s{where}{who} {n.text}"
+            self._write(Text(line, style=NOTICE_STYLE.get(n.kind, "")), line)
+        for kind, k in skipped.items():
+            line = f"          … and {k:,} more {kind}"
+            self._write(Text(line, style=NOTICE_STYLE.get(kind, "")), line)
+
+    def _write(self, text: Text, plain: str) -> None:
+        self.lines_written.append(plain)
+        del self.lines_written[:-400]
+        self.write(text)
