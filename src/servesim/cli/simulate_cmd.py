@@ -19,7 +19,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from servesim.cli.common import fail, print_json, write_text_atomic
 from servesim.engine import (
@@ -32,8 +31,7 @@ from servesim.engine import (
     StepTimeModel,
     simulate,
 )
-from servesim.engine.engine import jsonl_sink
-from servesim.engine.results import ClassMetrics
+from servesim.events import Observer, ProgressCallback, StepLogWriter
 from servesim.perf import PerfError
 from servesim.traces import Trace, TraceError, open_trace
 
@@ -115,7 +113,8 @@ def hardware_setup(
 
 @contextmanager
 def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal)."""
+    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal);
+    yields its ``update(done, total)`` (wrap it in ``ProgressCallback`` to observe a run)."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
@@ -135,85 +134,6 @@ def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], Non
         yield update
 
 
-def summary_table(result: SimulationResult, title: str) -> Table:
-    s = result.summary
-    table = Table(title=title, title_justify="left")
-    table.add_column("metric", style="bold")
-    for col in ("mean", "p50", "p90", "p99", "max"):
-        table.add_column(col, justify="right")
-    for name, st in (
-        ("TTFT ms", s.ttft_ms),
-        ("TPOT ms", s.tpot_ms),
-        ("ITL ms", s.itl_ms),
-        ("E2E ms", s.e2e_ms),
-        ("queue ms", s.queue_ms),
-    ):
-        table.add_row(name, *(f"{x:,.1f}" for x in (st.mean, st.p50, st.p90, st.p99, st.max)))
-    return table
-
-
-def totals_table(result: SimulationResult) -> Table:
-    s = result.summary
-    table = Table(show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value")
-    table.add_row(
-        "requests",
-        f"{s.num_requests:,} ({s.num_finished:,} finished, {s.num_length_capped:,} capped by max_model_len, "
-        f"{s.num_rejected_prompt_too_long + s.num_rejected_queue_timeout:,} rejected)",
-    )
-    table.add_row(
-        "duration", f"{s.duration_s:,.1f} s in {s.num_steps:,} engine steps (busy {s.busy_s:,.1f} s)"
-    )
-    table.add_row(
-        "throughput",
-        f"{s.request_throughput:,.2f} req/s, {s.output_token_throughput:,.0f} output tok/s, "
-        f"{s.total_token_throughput:,.0f} total tok/s",
-    )
-    if s.slo is not None:
-        table.add_row(
-            "goodput", f"{s.goodput:,.2f} req/s ({s.num_good:,} of {s.num_requests:,} meet the SLO)"
-        )
-    table.add_row(
-        "batch",
-        f"mean {s.mean_running:,.1f} running (max {s.max_running}), {s.mean_batch_tokens:,.0f} tokens/step; "
-        f"mean {s.mean_waiting:,.1f} waiting (max {s.max_waiting})",
-    )
-    table.add_row("KV cache", f"mean {s.mean_kv_usage:.1%} used, max {s.max_kv_usage:.1%}")
-    table.add_row(
-        "preemptions",
-        f"{s.num_preemptions:,} ({s.num_preempted_requests:,} requests, at most "
-        f"{s.max_preemptions_per_request} each); {s.recomputed_tokens:,} tokens recomputed, "
-        f"{s.reused_tokens:,} reused from the cache",
-    )
-    if s.num_starved:
-        table.add_row(
-            "starvation", f"{s.num_starved:,} requests STARVED (see the report's per-class figures)"
-        )
-    if s.prefix_cache_hit_rate is not None:
-        table.add_row("prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}")
-    return table
-
-
-def class_table(label: str, classes: dict[str, ClassMetrics]) -> Table:
-    table = Table(title=f"by {label}", title_justify="left")
-    for col in (label, "requests", "finished", "preemptions (max)", "starved", "SLA misses", "TTFT p99 ms"):
-        table.add_column(col, justify="right")
-    table.add_column("recomputed / reused tokens", justify="right")
-    for name, c in classes.items():
-        table.add_row(
-            name,
-            f"{c.num_requests:,}",
-            f"{c.num_finished:,}",
-            f"{c.num_preemptions:,} ({c.max_preemptions_per_request})",
-            f"{c.num_starved:,}",
-            f"{c.sla_violations:,}",
-            f"{c.ttft_p99_ms:,.1f}",
-            f"{c.recomputed_tokens:,} / {c.reused_tokens:,}",
-        )
-    return table
-
-
 def run_and_report(
     trace: Trace,
     config: EngineConfig,
@@ -228,39 +148,35 @@ def run_and_report(
     title: str,
     check_invariants: bool = False,
 ) -> SimulationResult:
-    sink = close = None
-    if step_log is not None:
-        sink, close = jsonl_sink(str(step_log))
+    writer = StepLogWriter(str(step_log)) if step_log is not None else None
     try:
         with progress_bar(not as_json, "simulating") as hook:
+            observers: list[Observer] = [] if hook is None else [ProgressCallback(hook)]
+            if writer is not None:
+                observers.append(writer)
             result = simulate(
                 trace,
                 config,
                 model,
                 slo=slo,
                 fast=not naive,
-                step_log=sink,
-                progress=hook,
+                observers=observers,
                 check_invariants=check_invariants,
             )
     finally:
-        if close is not None:
-            close()
+        if writer is not None:
+            writer.close()
     report = result.report(include_requests=include_requests)
     if out is not None:
         write_text_atomic(out, report.model_dump_json(indent=2) + "\n")
     if as_json:
         print_json(report.model_dump(mode="json"))
     else:
+        from servesim.cli.render import print_section
+        from servesim.views.simulation import summary_view
+
         console = Console()
-        console.print(summary_table(result, title))
-        console.print(totals_table(result))
-        for label, classes in (
-            ("priority", result.summary.by_priority),
-            ("tenant", result.summary.by_tenant),
-        ):
-            if len(classes) > 1:
-                console.print(class_table(label, classes))
+        print_section(summary_view(result.summary, title=title), console)
         if out is not None:
             console.print(f"report written to {out}")
     return result

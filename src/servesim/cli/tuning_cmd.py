@@ -23,7 +23,6 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json, write_text_atomic
@@ -137,148 +136,25 @@ def _fmt_ms(x: float) -> str:
 
 
 # ---------------------------------------------------------------------- rendering
-def curve_table(rep: SaturationReport) -> Table:
-    t = Table(title="throughput-latency curve (mean over seeds; p99 worst seed)", title_justify="left")
-    for col in (
-        "rate req/s",
-        "status",
-        "thru req/s",
-        "goodput",
-        "TTFT p50",
-        "TTFT p99",
-        "TPOT p99",
-        "E2E p99",
-    ):
-        t.add_column(col, justify="right")
-    t.add_column("queue growth", justify="right")
-    t.add_column("preempt/req", justify="right")
-    for p in rep.points:
-        t.add_row(
-            f"{p.rate_rps:,.3g}",
-            p.status,
-            f"{p.throughput_rps.mean:,.2f}",
-            f"{p.goodput_rps.mean:,.2f}",
-            _fmt_ms(p.ttft_ms.p50.mean),
-            _fmt_ms(p.ttft_ms.p99.max),
-            _fmt_ms(p.tpot_ms.p99.max),
-            _fmt_ms(p.e2e_ms.p99.max),
-            f"{p.queue_slope.mean:+.1%}",
-            f"{p.preemptions_per_request.mean:.3f}",
-        )
-    return t
-
-
 def print_saturation(rep: SaturationReport) -> None:
-    console = Console()
-    console.print(curve_table(rep))
-    lines = []
-    if rep.slo is not None:
-        lines.append(
-            f"goodput knee (SLO {rep.slo.describe()} on every seed): {_fmt_rate(rep.goodput_knee_rps)} req/s"
-            + (
-                f" (next rate {_fmt_rate(rep.knee_first_failing_rps)} fails)"
-                if rep.knee_first_failing_rps
-                else ""
-            )
-        )
-    lines.append(
-        f"saturation (queue grows without bound): {_fmt_rate(rep.saturation_rps)} req/s "
-        f"(stable at {_fmt_rate(rep.max_stable_rps)})"
-    )
-    if rep.target_rate_rps is not None:
-        head = f", headroom {rep.headroom:+.0%}" if rep.headroom is not None else ""
-        lines.append(f"at the target {rep.target_rate_rps:,.3g} req/s: {rep.status_at_target}{head}")
-    lines.append(f"{rep.num_simulations} simulations; KV blocks per replica {rep.num_gpu_blocks:,}")
-    for line in lines + [f"note: {n}" for n in rep.notes]:
-        console.print(escape(line))
+    from servesim.cli.render import print_section
+    from servesim.views.saturation import saturation_view
+
+    print_section(saturation_view(rep))
 
 
 def print_tune(res: TuneResult, top: int = 8) -> None:
-    console = Console()
-    console.print(
-        f"study {res.study_name} ({res.storage or 'in memory'}): {res.n_trials} trials, "
-        f"{res.n_complete} complete, "
-        f"{res.n_pruned} pruned as invalid, {res.n_feasible} feasible; objective {res.objective} at "
-        f"{res.target_rate_rps:,.3g} req/s"
-    )
-    for rule, info in res.invalid_reasons.items():
-        console.print(escape(f"  pruned {info.count}x [{rule}]: {info.example}"))
-    by_number = {r.number: r for r in res.trials}
-    t = Table(title="best feasible trials", title_justify="left")
-    cols = (
-        "trial",
-        "GPUs",
-        "goodput/GPU",
-        "TTFT p99",
-        "TPOT p99",
-        "seqs",
-        "tokens",
-        "chunk",
-        "thr",
-        "prefix",
-    )
-    for col in (*cols, "block", "mem", "TPxR", "timeout"):
-        t.add_column(col, justify="right")
-    for n in res.ranked[:top]:
-        o = by_number[n].outcome
-        assert o is not None and o.ttft_p99_ms and o.tpot_p99_ms
-        p = o.params
-        t.add_row(
-            str(n),
-            str(o.gpus),
-            f"{o.goodput_per_gpu:,.3g}",
-            _fmt_ms(o.ttft_p99_ms.max),
-            _fmt_ms(o.tpot_p99_ms.max),
-            str(p["max_num_seqs"]),
-            str(p["max_num_batched_tokens"]),
-            "on" if p["enable_chunked_prefill"] else "off",
-            str(p["long_prefill_token_threshold"]),
-            "on" if p["enable_prefix_caching"] else "off",
-            str(p["block_size"]),
-            f"{p['gpu_memory_utilization']:g}",
-            f"{p['tensor_parallel_size']}x{p['replicas']}",
-            "-" if p["queue_timeout_s"] is None else f"{p['queue_timeout_s']:g}s",
-        )
-    console.print(t)
+    from servesim.cli.render import print_section
+    from servesim.views.tuning import trials_view
+
+    print_section(trials_view(res, top), tables=["best_trials"])
 
 
 def print_recommendation(rec: SchedulerRecommendation) -> None:
-    console = Console()
-    verdict = {None: "no SLO given", True: "meets the SLO", False: "DOES NOT meet the SLO"}[rec.meets_slo]
-    console.print(
-        f"[bold]recommendation[/bold] (requires human review): {rec.replicas} replica(s) x TP "
-        f"{rec.deployment.tensor_parallel_size} = {rec.gpus} GPU(s); {rec.status}; {verdict} on "
-        f"{len(rec.verification)} fresh seeds"
-    )
-    t = Table(
-        title=escape(f"predicted at {rec.target_rate_rps:,.3g} req/s (mean [min-max] over fresh seeds)")
-    )
-    for col in ("ms", "p50", "p90", "p99"):
-        t.add_column(col, justify="right")
-    for name, ls in (
-        ("TTFT", rec.predicted_ttft_ms),
-        ("TPOT", rec.predicted_tpot_ms),
-        ("E2E", rec.predicted_e2e_ms),
-    ):
-        t.add_row(
-            name,
-            *(
-                escape(f"{_fmt_ms(s.mean)} [{_fmt_ms(s.min)}-{_fmt_ms(s.max)}]")
-                for s in (ls.p50, ls.p90, ls.p99)
-            ),
-        )
-    console.print(t)
-    console.print(
-        f"throughput {rec.predicted_throughput_rps.mean:,.2f} req/s; "
-        f"saturation {_fmt_rate(rec.saturation_rps)} req/s"
-        + (f" (headroom {rec.headroom:+.0%})" if rec.headroom is not None else "")
-        + f"; SLO knee {_fmt_rate(rec.goodput_knee_rps)} req/s"
-    )
-    for r in rec.rationale:
-        console.print(f"  - {escape(r)}")
-    for w in rec.warnings:
-        console.print(f"  [yellow]note[/yellow]: {escape(w)}")
-    console.print(escape(rec.vllm_serve_command), soft_wrap=True)
+    from servesim.cli.render import print_section
+    from servesim.views.tuning import recommendation_view
+
+    print_section(recommendation_view(rec), tables=["predicted"])
 
 
 def write_outbox(rec: SchedulerRecommendation, out_dir: Path) -> list[Path]:

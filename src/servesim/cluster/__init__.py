@@ -31,6 +31,7 @@ from servesim.cluster.simulate import (
     restart_policy,
 )
 from servesim.engine.results import SLO
+from servesim.events import Observer
 from servesim.traces.schema import Trace
 
 POLICIES: dict[str, RecoveryPolicy] = {
@@ -51,10 +52,20 @@ def simulate_cluster(
     kv_checkpointing: KVCheckpointing = "continuous",
     slo: SLO | None = None,
     fast: bool = True,
+    observers: Sequence[Observer] = (),
 ) -> ClusterResult:
-    """Run ``trace`` over ``replicas`` on one clock, with failures and per-request recovery."""
+    """Run ``trace`` over ``replicas`` on one clock, with failures and per-request recovery.
+    ``observers`` receive every replica's events (tagged with its name) and the cluster's."""
     sim = cluster_simulator(
-        trace, replicas, router, failures, recovery, context, kv_checkpointing=kv_checkpointing, fast=fast
+        trace,
+        replicas,
+        router,
+        failures,
+        recovery,
+        context,
+        kv_checkpointing=kv_checkpointing,
+        fast=fast,
+        observers=observers,
     )
     return build_cluster_result(sim.run(), slo)
 
@@ -69,6 +80,7 @@ def cluster_simulator(
     *,
     kv_checkpointing: KVCheckpointing = "continuous",
     fast: bool = True,
+    observers: Sequence[Observer] = (),
 ) -> ClusterSimulator:
     """The simulator ``simulate_cluster`` runs (a recovery policy by name, failures validated)."""
     if isinstance(recovery, str):
@@ -79,7 +91,15 @@ def cluster_simulator(
         policy = recovery
     FailurePlan(events=list(failures))  # validates the sequence
     return ClusterSimulator(
-        trace, replicas, router, failures, policy, context, kv_checkpointing=kv_checkpointing, fast=fast
+        trace,
+        replicas,
+        router,
+        failures,
+        policy,
+        context,
+        kv_checkpointing=kv_checkpointing,
+        fast=fast,
+        observers=observers,
     )
 
 

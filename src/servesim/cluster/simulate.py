@@ -28,10 +28,21 @@ from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, 
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, PendingStep, TraceArrays
+from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
 from servesim.engine.request import Request
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import InputError
+from servesim.events import (
+    Observer,
+    Progress,
+    RecoveryDecision,
+    Redispatched,
+    ReplicaDown,
+    ReplicaUp,
+    ReplicaWarning,
+    RequestArrived,
+    fan_out,
+)
 from servesim.traces.schema import Trace
 
 Strategy = Literal["MIGRATE_STATE", "COLD_RESTART"]
@@ -133,6 +144,7 @@ class ClusterSimulator:
         *,
         kv_checkpointing: KVCheckpointing = "continuous",
         fast: bool = True,
+        observers: Sequence[Observer] = (),
     ) -> None:
         if not replicas:
             raise ValueError("a cluster needs at least one replica")
@@ -150,6 +162,10 @@ class ClusterSimulator:
         self.context = context or default_context()
         self.kv_checkpointing = kv_checkpointing
         self.fast = fast
+        # Observers see every replica's engine events (tagged with its name) and the cluster's.
+        self.observers = list(observers)
+        self.emit = fan_out(self.observers)
+        self._steps_done = 0
         self.engines: list[Engine] = []
         self.current: list[Engine] = []
         self.engine_replica: list[int] = []
@@ -180,7 +196,15 @@ class ClusterSimulator:
 
     def _new_engine(self, k: int) -> Engine:
         spec = self.replicas[k]
-        engine = Engine(self.arrays, spec.config, spec.step_time, fast=self.fast, external_arrivals=True)
+        engine = Engine(
+            self.arrays,
+            spec.config,
+            spec.step_time,
+            fast=self.fast,
+            external_arrivals=True,
+            observers=self.observers,
+            name=spec.name,
+        )
         self.engines.append(engine)
         self.engine_replica.append(k)
         return engine
@@ -206,6 +230,8 @@ class ClusterSimulator:
         """Finish every current engine and gather the raw outcome (after ``advance()`` ran out)."""
         for engine in self.current:
             engine.finish()
+        if self.emit is not None:
+            self._progress()
         # Requests still parked (no replica ever came back) stay "unfinished": reported, not lost.
         return ClusterRun(
             self.trace,
@@ -246,6 +272,10 @@ class ClusterSimulator:
                 assert p is not None
                 self.current[k_step].end_step(p)
                 self.inflight[k_step] = None
+                if self.emit is not None:
+                    self._steps_done += 1
+                    if self._steps_done % PROGRESS_EVERY_STEPS == 0:
+                        self._progress()
                 self.now = t_step
                 steps += 1
                 if steps >= max_steps:
@@ -257,6 +287,8 @@ class ClusterSimulator:
             if t_arr <= t_ev:
                 r = self.arrays.make_request(nxt)
                 self._next_arrival = nxt + 1
+                if self.emit is not None:
+                    self.emit(RequestArrived(t_arr, r.req_id, None))
                 self._dispatch(r, t_arr)
             else:
                 t, _kind, _seq, payload = heapq.heappop(self._events)
@@ -280,12 +312,22 @@ class ClusterSimulator:
             self._push(time_s + recover_after_s, 3, ("recover", event))
         return event
 
-    def _dispatch(self, r: Request, t: float) -> None:
+    def _progress(self) -> None:
+        assert self.emit is not None
+        done = sum(e.num_closed for e in self.engines)
+        now = max((e.now for e in self.current), default=0.0)
+        self.emit(Progress(done, self.arrays.n, now, self._steps_done))
+
+    def _dispatch(self, r: Request, t: float, moved_from: str | None = None, parked: bool = False) -> None:
+        """Route ``r`` to an eligible replica (park it when none is); ``moved_from``/``parked``
+        say it is a re-dispatch (an event for observers)."""
         eligible = self.eligible()
         if not eligible:
             self._parked.append(r)
             return
         k = self.router.pick(r, self.current, eligible)
+        if self.emit is not None and (moved_from is not None or parked):
+            self.emit(Redispatched(t, r.req_id, moved_from, self.replicas[k].name))
         self.current[k].submit(r, t)
 
     def _handle(self, t: float, payload: _Transit | tuple[str, FailureEvent]) -> None:
@@ -295,12 +337,17 @@ class ClusterSimulator:
                 self.current[k].submit(r, t)
             else:  # the target died meanwhile, and the KV on its way with it
                 r.external_tokens = 0
-                self._dispatch(r, t)
+                self._dispatch(r, t, moved_from=self.replicas[k].name)
             return
         kind, f = payload
         k = [x.name for x in self.replicas].index(f.node)
         if kind != "fail":
             self.node_events.append((t, kind, f.node, 0))
+        if self.emit is not None:
+            if kind == "warn":
+                self.emit(ReplicaWarning(t, f.node))
+            elif kind == "recover":
+                self.emit(ReplicaUp(t, f.node))
         if kind == "warn":
             self.accepting[k] = False
             if self.kv_checkpointing == "on_warning":
@@ -317,7 +364,7 @@ class ClusterSimulator:
             self.accepting[k] = True
             parked, self._parked = self._parked, []
             for r in parked:
-                self._dispatch(r, t)
+                self._dispatch(r, t, parked=True)
 
     def _fail(self, k: int, t: float) -> None:
         engine = self.current[k]
@@ -328,13 +375,15 @@ class ClusterSimulator:
         self.accepting[k] = False
         node = self.replicas[k].name
         eligible = self.eligible()
+        if self.emit is not None:
+            self.emit(ReplicaDown(t, node, len(victims)))
         for r, computed in victims:
             ckpt = self._checkpointed(r, computed)
             if not eligible:
                 self._parked.append(r)
                 continue
             if computed == 0:
-                self._dispatch(r, t)  # it held no KV here: just route it again
+                self._dispatch(r, t, moved_from=node)  # it held no KV here: just route it again
                 continue
             job = Interrupted(r, node, t, computed, ckpt)
             self.interrupted.append(job)
@@ -353,6 +402,13 @@ class ClusterSimulator:
                 )
             )
             r.external_tokens = moved
+            if self.emit is not None:
+                m = self.moves[-1]
+                self.emit(
+                    RecoveryDecision(
+                        t, r.req_id, node, m.to_node, d.strategy, moved, m.recompute_tokens, d.delay_s
+                    )
+                )
             if d.delay_s > 0:
                 self._push(t + d.delay_s, 0, _Transit(d.target, r))
             else:

@@ -11,11 +11,11 @@ dropped silently: every request ends with exactly one outcome.
 from __future__ import annotations
 
 import gc
-import json
+import heapq
 import math
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from struct import Struct
 from typing import Any
 
@@ -28,6 +28,7 @@ from servesim.engine.request import (
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
+    OUTCOMES,
     PREEMPTED,
     REJECTED,
     RUNNING,
@@ -37,10 +38,25 @@ from servesim.engine.request import (
 from servesim.engine.scheduler import Scheduler, StepPlan
 from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.errors import EngineStallError
+from servesim.events import (
+    Emit,
+    FirstToken,
+    Observer,
+    Progress,
+    RequestAdmitted,
+    RequestArrived,
+    RequestFinished,
+    RequestPreempted,
+    RequestRejected,
+    RequestResumed,
+    RequestStarved,
+    StepEvent,
+    StepLogObserver,
+    fan_out,
+)
 from servesim.traces.schema import Trace
 
-StepLogSink = Callable[[dict[str, Any]], None]
-ProgressHook = Callable[[int, int], None]  # (requests with an outcome, requests in the trace)
+StepLogSink = Callable[[dict[str, Any]], None]  # receives each step's log record (StepEvent.log_record)
 PROGRESS_EVERY_STEPS = 1 << 13
 
 
@@ -225,12 +241,17 @@ class Engine:
         check_invariants: bool = False,
         record_token_times: bool = False,
         stretch: bool = True,
-        progress: ProgressHook | None = None,
+        observers: Sequence[Observer] = (),
         external_arrivals: bool = False,
+        name: str | None = None,
     ) -> None:
         self.config = config
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
-        self.progress = progress
+        self.name = name  # the replica's name in events (None stand-alone)
+        observers = [*observers, *([StepLogObserver(step_log)] if step_log is not None else [])]
+        # One callable delivering an event to every observer; None when there is none, so the
+        # hot loop builds no event at all (``if emit is not None`` is all an unobserved run pays).
+        self.emit: Emit | None = fan_out(observers)
         self.num_closed = 0
         self._next_progress = PROGRESS_EVERY_STEPS
         self._step_time = step_time.step_time
@@ -249,7 +270,6 @@ class Engine:
             self.pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl
         )
         self.scheduler = Scheduler(config, self.kv, mml, fast)
-        self.step_log = step_log
         self.check_invariants = check_invariants
         self.rec = Recorder(t.n)
         if record_token_times:
@@ -278,8 +298,8 @@ class Engine:
             if gc_was_enabled:
                 gc.enable()
         self.finish()
-        if self.progress is not None:
-            self.progress(self.num_closed, self.trace.n)
+        if self.emit is not None:
+            self.emit(Progress(self.num_closed, self.trace.n, self.now, self.step))
 
     def run_until(self, limit: float) -> None:
         """Execute every step that starts before ``limit`` (then stop; idle engines stop at once).
@@ -389,17 +409,17 @@ class Engine:
                 len(finished),
             )
         )
-        if self.step_log is not None:
-            self._log_step(plan, p.duration, finished)
+        if self.emit is not None:
+            self._emit_step(plan, p.duration, finished, t_end)
         for r in finished:
             self._close(r)
         self.now = t_end
         self.step = step + 1
         if self.check_invariants:
             self.assert_invariants()
-        if self.progress is not None and self.step >= self._next_progress:
+        if self.emit is not None and self.step >= self._next_progress and not self.external_arrivals:
             self._next_progress = self.step + PROGRESS_EVERY_STEPS
-            self.progress(self.num_closed, self.trace.n)
+            self.emit(Progress(self.num_closed, self.trace.n, t_end, self.step))
         return finished
 
     def _decode_stretch(self, limit: float) -> bool:
@@ -436,7 +456,7 @@ class Engine:
         running = sched.running
         n_running = len(running)
         n_waiting = len(sched.waiting)
-        log = self.step_log
+        emit = self.emit
         first = step
         while t < next_arrival:
             pops = buckets[step % bs]
@@ -452,8 +472,8 @@ class Engine:
             step_end.append(t_end)
             if step < end:
                 add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
-                if log is not None:
-                    self._log_stretch_step(step, [])
+                if emit is not None:
+                    self._emit_stretch_step(step, [])
                 t = t_end
                 step += 1
                 continue
@@ -464,9 +484,9 @@ class Engine:
                 group.limbo.extend(pool.get_new_blocks(taken))
             done = group.take_finishing(step, t_end)
             add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, len(done)))
-            if log is not None:
-                self._log_stretch_step(step, done)
             sched.retire(done, t_end)
+            if emit is not None:
+                self._emit_stretch_step(step, done)
             for r in done:
                 self._close(r)
             t = t_end
@@ -490,27 +510,34 @@ class Engine:
             self.assert_invariants()
         return True
 
-    def _log_stretch_step(self, step: int, finished: list[Request]) -> None:
-        """The step-log line of a stretch step (every running request decodes one token)."""
-        assert self.step_log is not None
+    def _emit_stretch_step(self, step: int, finished: list[Request]) -> None:
+        """The events of a stretch step (every running request decodes one token)."""
+        emit = self.emit
+        assert emit is not None
         row = self.rec.step_row(step)
-        self.step_log(
-            {
-                "step": step,
-                "start_s": row[0],
-                "duration_s": row[1],
-                "scheduled_tokens": {r.req_id: 1 for r in self.scheduler.running},
-                "num_tokens": int(row[2]),
-                "new": [],
-                "resumed": [],
-                "preempted": [],
-                "finished": [r.req_id for r in finished],
-                "prefix_hit_tokens": {},
-                "num_running": int(row[5]),
-                "num_waiting": int(row[6]),
-                "kv_blocks_used": int(row[7]),
-                "kv_blocks_free": self.pool.usable_blocks - int(row[7]),
-            }
+        t_end = row[0] + row[1]
+        for r in finished:
+            emit(self._finished_event(r, t_end))
+        running = self.scheduler.running  # the finished ones have left it: merge them back in order
+        members = heapq.merge(running, finished, key=_admit_seq) if finished else running
+        emit(
+            StepEvent(
+                self.name,
+                step,
+                row[0],
+                row[1],
+                {r.req_id: 1 for r in members},
+                int(row[2]),
+                (),
+                (),
+                (),
+                tuple(r.req_id for r in finished),
+                {},
+                int(row[5]),
+                int(row[6]),
+                int(row[7]),
+                self.pool.usable_blocks - int(row[7]),
+            )
         )
 
     def _arrive(self) -> None:
@@ -523,16 +550,21 @@ class Engine:
         make = self.trace.make_request
         init = self.kv.init_request
         live = self.live
+        emit = self.emit
         i = self._next
         while i < n and arrival[i] <= now:
             r = make(i)
             i += 1
+            if emit is not None:
+                emit(RequestArrived(r.arrival, r.req_id, self.name))
             if r.prompt_len >= mml:
                 r.status = REJECTED
                 r.outcome = OUTCOME_REJECTED_TOO_LONG
                 r.finish_time = r.arrival
                 self.rec.close_request(r)
                 self.num_closed += 1
+                if emit is not None:
+                    emit(RequestRejected(r.arrival, r.req_id, self.name, "prompt_too_long"))
                 continue
             init(r)
             live[r.idx] = r
@@ -555,10 +587,29 @@ class Engine:
             r.outcome = OUTCOME_REJECTED_TIMEOUT
             r.finish_time = self.now
             self._close(r)
+            if self.emit is not None:
+                self.emit(RequestRejected(self.now, r.req_id, self.name, "queue_timeout"))
 
-    def _log_step(self, plan: StepPlan, dt: float, finished: list[Request]) -> None:
-        """One JSON object per step: the record to compare with vLLM's own scheduler."""
-        assert self.step_log is not None
+    def _emit_step(self, plan: StepPlan, dt: float, finished: list[Request], t_end: float) -> None:
+        """The events of one full step: scheduling outcomes, first tokens, finishes, the step."""
+        emit = self.emit
+        assert emit is not None
+        now = self.now
+        name = self.name
+        for r in plan.preempted:
+            emit(RequestPreempted(now, r.req_id, name, r.lost_tokens, r.num_preemptions))
+            if r.num_preemptions == self.scheduler.starvation_threshold:
+                emit(RequestStarved(now, r.req_id, name, r.num_preemptions))
+        hits = {id(r): h for r, h in plan.prefix_hits}
+        for r in plan.new:
+            emit(RequestAdmitted(now, r.req_id, name, hits.get(id(r), 0)))
+        for r in plan.resumed:
+            emit(RequestResumed(now, r.req_id, name))
+        for r, _n in plan.scheduled:
+            if r.num_output == 1 and r.first_token == t_end:
+                emit(FirstToken(t_end, r.req_id, name, t_end - r.arrival))
+        for r in finished:
+            emit(self._finished_event(r, t_end))
         row = self.rec.step_row(self.step)
         explicit = {id(r): n for r, n in plan.scheduled}
         tokens: dict[str, int] = {}
@@ -573,23 +624,29 @@ class Engine:
             tokens[r.req_id] = n
         order = {r.req_id: r.admit_seq for r in list(self.scheduler.running) + finished}
         scheduled = dict(sorted(tokens.items(), key=lambda kv: order.get(kv[0], -1)))
-        self.step_log(
-            {
-                "step": self.step,
-                "start_s": self.now,
-                "duration_s": dt,
-                "scheduled_tokens": scheduled,
-                "num_tokens": sum(scheduled.values()),
-                "new": [r.req_id for r in plan.new],
-                "resumed": [r.req_id for r in plan.resumed],
-                "preempted": [r.req_id for r in plan.preempted],
-                "finished": [r.req_id for r in finished],
-                "prefix_hit_tokens": {r.req_id: h for r, h in plan.prefix_hits},
-                "num_running": int(row[5]),
-                "num_waiting": int(row[6]),
-                "kv_blocks_used": int(row[7]),
-                "kv_blocks_free": self.pool.usable_blocks - int(row[7]),
-            }
+        emit(
+            StepEvent(
+                name,
+                self.step,
+                now,
+                dt,
+                scheduled,
+                sum(scheduled.values()),
+                tuple(r.req_id for r in plan.new),
+                tuple(r.req_id for r in plan.resumed),
+                tuple(r.req_id for r in plan.preempted),
+                tuple(r.req_id for r in finished),
+                {r.req_id: h for r, h in plan.prefix_hits},
+                int(row[5]),
+                int(row[6]),
+                int(row[7]),
+                self.pool.usable_blocks - int(row[7]),
+            )
+        )
+
+    def _finished_event(self, r: Request, t_end: float) -> RequestFinished:
+        return RequestFinished(
+            t_end, r.req_id, self.name, OUTCOMES[r.outcome], r.num_output, t_end - r.arrival
         )
 
     # ------------------------------------------------------------------ clusters
@@ -605,6 +662,8 @@ class Engine:
             r.outcome = OUTCOME_REJECTED_TOO_LONG
             r.finish_time = t
             self._close(r)
+            if self.emit is not None:
+                self.emit(RequestRejected(t, r.req_id, self.name, "prompt_too_long"))
             return
         self.live[r.idx] = r
         sched.waiting.add(r)  # appended: to this replica it is a new arrival
@@ -702,14 +761,8 @@ class Engine:
                 assert outcomes[i] != OUTCOME_UNFINISHED, f"request {self.trace.req_id[i]} has no outcome"
 
 
-def jsonl_sink(path: str) -> tuple[StepLogSink, Callable[[], None]]:
-    """A step-log sink writing one JSON line per step; returns (sink, close)."""
-    f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the returned callable
-
-    def sink(d: dict[str, Any]) -> None:
-        f.write(json.dumps(d, separators=(",", ":")) + "\n")
-
-    return sink, f.close
+def _admit_seq(r: Request) -> int:
+    return r.admit_seq
 
 
-__all__ = ["Engine", "EngineStallError", "ProgressHook", "StepLogSink", "jsonl_sink"]
+__all__ = ["Engine", "EngineStallError", "StepLogSink"]

@@ -281,6 +281,7 @@ class SimulationResult:
         preemptions: pd.DataFrame,
         starvation: pd.DataFrame,
         token_steps: dict[str, list[int]] | None = None,
+        itl: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.config = config
         self.step_time_model = step_time_model
@@ -290,6 +291,9 @@ class SimulationResult:
         self.preemptions = preemptions
         self.starvation = starvation  # STARVED events: when, which request, priority, context
         self._token_steps = token_steps
+        # Pooled ITL samples: how many gaps each step's duration stands for, and the explicit
+        # gaps in seconds (see ``summarize``); the views draw the ITL histogram from them.
+        self.itl = itl
 
     def __repr__(self) -> str:
         s = self.summary

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, ProgressHook, Recorder, StepLogSink, TraceArrays
+from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import SLO, SimulationResult, good_mask, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
+from servesim.events import Observer
 from servesim.traces.schema import Trace
 
 
@@ -36,15 +37,16 @@ def simulate(
     step_log: StepLogSink | None = None,
     check_invariants: bool = False,
     record_token_times: bool = False,
-    progress: ProgressHook | None = None,
+    observers: Sequence[Observer] = (),
 ) -> SimulationResult:
     """Replay ``trace`` through one vLLM V1 replica and measure it.
 
     ``fast=False`` runs the naive loop (every request touched every step): the reference the
-    fast path is tested against. ``step_log`` receives one dict per engine step.
+    fast path is tested against. ``observers`` receive the run's typed events
+    (``servesim.events``: steps, request lifecycle, progress); ``step_log`` receives each step's
+    log record as a dict (``StepEvent.log_record``).
     ``check_invariants`` checks block and token conservation after every step (slow).
     ``record_token_times`` keeps every output token's time (``SimulationResult.token_times``).
-    ``progress(done, total)`` is called every few thousand steps and at the end.
     """
     config = config or EngineConfig()
     model = step_time or LinearStepTime()
@@ -56,7 +58,7 @@ def simulate(
         step_log=step_log,
         check_invariants=check_invariants,
         record_token_times=record_token_times,
-        progress=progress,
+        observers=observers,
     )
     engine.run()
     return build_result(engine, trace, slo, describe_model(model))
@@ -88,7 +90,15 @@ def build_result(
     if rec.token_steps is not None:
         token_steps = {engine.trace.req_id[i]: s for i, s in rec.token_steps.items()}
     return SimulationResult(
-        engine.config, model_desc, summary, requests, steps, preemptions, starvation, token_steps
+        engine.config,
+        model_desc,
+        summary,
+        requests,
+        steps,
+        preemptions,
+        starvation,
+        token_steps,
+        (weights, gaps),
     )
 
 

@@ -1,0 +1,135 @@
+"""Presentation-neutral building blocks: what a result *shows*, not how it is drawn.
+
+Every interface (the Rich CLI, the HTML/Markdown report, the web page, the terminal dashboard)
+renders these; none of them computes a figure of its own. They are frozen Pydantic models, so a
+view is JSON (`model_dump(mode="json")`) for the web API and byte-identical for the same inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Cell = float | int | str | bool | None
+ColumnKind = Literal["int", "float", "str", "pct", "bool"]
+VerdictStatus = Literal["pass", "warn", "fail", "info"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Column(_Frozen):
+    """A table column: its values' kind and unit (renderers format numbers from these)."""
+
+    key: str
+    label: str
+    unit: str | None = None
+    kind: ColumnKind = "float"
+    decimals: int = 1
+    help: str | None = Field(None, description="How the figure is defined (the '?' of the interfaces).")
+
+
+class Table(_Frozen):
+    key: str
+    title: str
+    columns: list[Column]
+    rows: list[list[Cell]]
+    notes: list[str] = Field(default_factory=list)
+
+    def column(self, key: str) -> list[Cell]:
+        """The values of one column, by key."""
+        j = [c.key for c in self.columns].index(key)
+        return [row[j] for row in self.rows]
+
+
+class Series(_Frozen):
+    """y against x (already down-sampled: renderers draw every point)."""
+
+    key: str
+    title: str
+    x_label: str
+    x_unit: str | None
+    y_label: str
+    y_unit: str | None
+    x: list[float]
+    y: list[float]
+    kind: Literal["line", "step", "bar", "scatter"] = "line"
+    reference: float | None = Field(None, description="A horizontal line to draw (a limit or an SLO).")
+    reference_label: str | None = None
+    help: str | None = None
+
+
+class Histogram(_Frozen):
+    """Counts between bin edges (len(edges) == len(counts) + 1), with the SLO to draw."""
+
+    key: str
+    title: str
+    unit: str | None
+    edges: list[float]
+    counts: list[int]
+    count: int
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    slo: float | None = None
+    help: str | None = None
+
+
+class Kpi(_Frozen):
+    """One headline figure; ``verdict`` compares it with its SLO when there is one."""
+
+    key: str
+    label: str
+    value: float | None
+    unit: str | None
+    decimals: int = 1
+    slo: float | None = None
+    verdict: Literal["pass", "fail", "none"] = "none"
+    help: str | None = None
+
+
+class Verdict(_Frozen):
+    key: str
+    label: str
+    status: VerdictStatus
+    text: str
+
+
+_T = TypeVar("_T", Table, Series, Histogram, Kpi)
+
+
+class Section(_Frozen):
+    """One view: KPIs, tables, charts and verdicts about one result."""
+
+    key: str
+    title: str
+    kpis: list[Kpi] = Field(default_factory=list)
+    tables: list[Table] = Field(default_factory=list)
+    series: list[Series] = Field(default_factory=list)
+    histograms: list[Histogram] = Field(default_factory=list)
+    verdicts: list[Verdict] = Field(default_factory=list)
+    text: list[str] = Field(default_factory=list)
+
+    def table(self, key: str) -> Table:
+        return _by_key(self.tables, key)
+
+    def chart(self, key: str) -> Series:
+        return _by_key(self.series, key)
+
+    def histogram(self, key: str) -> Histogram:
+        return _by_key(self.histograms, key)
+
+    def kpi(self, key: str) -> Kpi:
+        return _by_key(self.kpis, key)
+
+
+def _by_key(items: list[_T], key: str) -> _T:
+    for item in items:
+        if item.key == key:
+            return item
+    raise KeyError(f"no {key!r} in this view (has: {', '.join(i.key for i in items)})")
+
+
+__all__ = ["Cell", "Column", "Histogram", "Kpi", "Section", "Series", "Table", "Verdict"]

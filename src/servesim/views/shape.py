@@ -1,0 +1,138 @@
+"""Shaping raw data for display: histograms with edges, down-sampled series, time bins.
+
+Done once, on the producer's side, so a million-request run reaches a browser as a few hundred
+points (and the same inputs give the same points).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from servesim.views.model import Histogram, Series
+
+#: Points a series keeps at most (min/max of each bucket: spikes survive down-sampling).
+MAX_POINTS = 600
+
+
+def histogram(
+    key: str,
+    title: str,
+    values: np.ndarray,
+    unit: str | None,
+    *,
+    bins: int = 40,
+    weights: np.ndarray | None = None,
+    slo: float | None = None,
+    help: str | None = None,
+    percentiles: tuple[float | None, float | None, float | None] = (None, None, None),
+) -> Histogram:
+    """A histogram of the finite values (weighted when ``weights`` is given); 1..``bins`` bins."""
+    v = np.asarray(values, dtype=np.float64)
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    keep = np.isfinite(v) if w is None else np.isfinite(v) & (w > 0)
+    v = v[keep]
+    w = None if w is None else w[keep]
+    if v.size == 0:
+        return Histogram(key=key, title=title, unit=unit, edges=[], counts=[], count=0, slo=slo, help=help)
+    lo, hi = float(v.min()), float(v.max())
+    if hi <= lo:
+        hi = lo + max(abs(lo) * 1e-3, 1e-9)
+    counts, edges = np.histogram(v, bins=max(1, bins), range=(lo, hi), weights=w)
+    p50, p90, p99 = percentiles
+    return Histogram(
+        key=key,
+        title=title,
+        unit=unit,
+        edges=[_r(x) for x in edges],
+        counts=[round(float(c)) for c in counts],
+        count=round(float(w.sum())) if w is not None else int(v.size),
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        slo=slo,
+        help=help,
+    )
+
+
+def downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[list[float], list[float]]:
+    """At most ``max_points`` points: each of ``max_points // 2`` buckets keeps its min and max."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    n = len(x)
+    if n <= max_points:
+        return [_r(a) for a in x], [_r(b) for b in y]
+    buckets = max(1, max_points // 2)
+    bounds = np.linspace(0, n, buckets + 1).astype(np.int64)
+    idx: list[int] = []
+    for a, b in itertools.pairwise(bounds.tolist()):
+        if b <= a:
+            continue
+        seg = y[a:b]
+        i, j = a + int(np.argmin(seg)), a + int(np.argmax(seg))
+        idx.extend(sorted({i, j}))
+    return [_r(x[i]) for i in idx], [_r(y[i]) for i in idx]
+
+
+def time_binned(
+    t: np.ndarray, values: np.ndarray, t0: float, t1: float, bins: int, how: str = "sum"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bin ``values`` at times ``t`` into ``bins`` equal bins over [t0, t1] (sum or mean per bin);
+    returns the bins' left edges and the binned values."""
+    bins = max(1, bins)
+    if t1 <= t0:
+        t1 = t0 + 1.0
+    edges = np.linspace(t0, t1, bins + 1)
+    k = np.clip(((np.asarray(t, dtype=np.float64) - t0) / (t1 - t0) * bins).astype(np.int64), 0, bins - 1)
+    total = np.bincount(k, weights=np.asarray(values, dtype=np.float64), minlength=bins)
+    if how == "mean":
+        n = np.bincount(k, minlength=bins)
+        total = np.divide(total, n, out=np.zeros(bins), where=n > 0)
+    return edges[:-1], total
+
+
+def series(
+    key: str,
+    title: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    x_label: str = "time",
+    x_unit: str | None = "s",
+    y_label: str,
+    y_unit: str | None = None,
+    kind: str = "line",
+    max_points: int = MAX_POINTS,
+    reference: float | None = None,
+    reference_label: str | None = None,
+    help: str | None = None,
+) -> Series:
+    xs, ys = downsample(x, y, max_points)
+    return Series.model_validate(
+        {
+            "key": key,
+            "title": title,
+            "x_label": x_label,
+            "x_unit": x_unit,
+            "y_label": y_label,
+            "y_unit": y_unit,
+            "x": xs,
+            "y": ys,
+            "kind": kind,
+            "reference": reference,
+            "reference_label": reference_label,
+            "help": help,
+        }
+    )
+
+
+def _r(x: float) -> float:
+    """Round for display data (6 significant digits): stable JSON, small payloads."""
+    f = float(x)
+    if not np.isfinite(f) or f == 0.0:
+        return 0.0 if not np.isfinite(f) else f
+    return float(f"{f:.6g}")
+
+
+__all__ = ["MAX_POINTS", "downsample", "histogram", "series", "time_binned"]

@@ -1,0 +1,485 @@
+"""The views of one replica's simulation: headline KPIs, percentile tables, histograms, time series.
+
+``summary_view`` needs only the validated summary (so it also renders a saved ``--json`` report);
+``simulation_view`` adds the charts drawn from the per-request and per-step frames.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from servesim.engine.config import EngineConfig
+from servesim.engine.results import SLO, ClassMetrics, LatencyStats, SimulationResult, SimulationSummary
+from servesim.views.glossary import define
+from servesim.views.model import Column, Histogram, Kpi, Section, Series, Table, Verdict
+from servesim.views.shape import MAX_POINTS, histogram, series, time_binned
+
+#: The latency metrics of every run, in display order: (key, label, SLO field).
+LATENCIES = (
+    ("ttft_ms", "TTFT", "ttft_ms"),
+    ("tpot_ms", "TPOT", "tpot_ms"),
+    ("itl_ms", "ITL", None),
+    ("e2e_ms", "E2E", "e2e_ms"),
+    ("queue_ms", "queue", None),
+)
+STAT_COLUMNS = ("mean", "p50", "p90", "p99", "max")
+
+
+def slo_of(slo: SLO | None, field: str | None) -> float | None:
+    return getattr(slo, field) if slo is not None and field is not None else None
+
+
+def latency_table(summary: SimulationSummary, title: str = "latency") -> Table:
+    """metric × mean/p50/p90/p99/max in ms, with the SLO column when one is given."""
+    cols = [Column(key="metric", label="metric", kind="str")]
+    cols += [Column(key=c, label=c, unit="ms", kind="float") for c in STAT_COLUMNS]
+    has_slo = summary.slo is not None
+    if has_slo:
+        cols.append(Column(key="slo", label="SLO", unit="ms", kind="float", help="The run's objective."))
+    rows: list[list[Any]] = []
+    for key, label, slo_field in LATENCIES:
+        st: LatencyStats = getattr(summary, key)
+        row: list[Any] = [label] + [None if st.count == 0 else getattr(st, c) for c in STAT_COLUMNS]
+        if has_slo:
+            row.append(slo_of(summary.slo, slo_field))
+        rows.append(row)
+    notes = [] if summary.num_finished else ["no finished requests: nothing to measure"]
+    return Table(key="latency", title=title, columns=cols, rows=rows, notes=notes)
+
+
+def kpis(summary: SimulationSummary, percentile: str = "p99") -> list[Kpi]:
+    """Headline figures: the latency percentile against its SLO, goodput and throughput."""
+    out: list[Kpi] = []
+    for key, label, slo_field in LATENCIES[:4]:
+        st: LatencyStats = getattr(summary, key)
+        value = None if st.count == 0 else float(getattr(st, percentile))
+        cap = slo_of(summary.slo, slo_field)
+        verdict = "none" if cap is None or value is None else ("pass" if value <= cap else "fail")
+        out.append(
+            Kpi(
+                key=f"{key}_{percentile}",
+                label=f"{label} {percentile}",
+                value=value,
+                unit="ms",
+                slo=cap,
+                verdict=verdict,
+                help=define(key),
+            )
+        )
+    n = summary.num_requests
+    out.append(
+        Kpi(
+            key="goodput",
+            label="goodput",
+            value=summary.goodput if summary.slo is not None else None,
+            unit="req/s",
+            decimals=2,
+            help=define("goodput"),
+        )
+    )
+    out.append(
+        Kpi(
+            key="good_fraction",
+            label="SLO attainment",
+            value=(summary.num_good / n if n else None) if summary.slo is not None else None,
+            unit="%",
+            decimals=1,
+            help=define("good_fraction"),
+        )
+    )
+    for key, unit, dec in (("output_token_throughput", "tok/s", 0), ("request_throughput", "req/s", 2)):
+        out.append(
+            Kpi(
+                key=key,
+                label=key.replace("_", " "),
+                value=getattr(summary, key),
+                unit=unit,
+                decimals=dec,
+                help=define(key),
+            )
+        )
+    return out
+
+
+def totals_table(summary: SimulationSummary) -> Table:
+    """The run's counts and rates as (figure, value) rows, worded once for every interface."""
+    s = summary
+    rejected = s.num_rejected_prompt_too_long + s.num_rejected_queue_timeout
+    rows: list[list[Any]] = [
+        [
+            "requests",
+            f"{s.num_requests:,} ({s.num_finished:,} finished, {s.num_length_capped:,} capped by "
+            f"max_model_len, {rejected:,} rejected, {s.num_unfinished:,} unfinished)",
+        ],
+        ["duration", f"{s.duration_s:,.1f} s in {s.num_steps:,} engine steps (busy {s.busy_s:,.1f} s)"],
+        [
+            "throughput",
+            f"{s.request_throughput:,.2f} req/s, {s.output_token_throughput:,.0f} output tok/s, "
+            f"{s.total_token_throughput:,.0f} total tok/s",
+        ],
+    ]
+    if s.slo is not None:
+        rows.append(
+            ["goodput", f"{s.goodput:,.2f} req/s ({s.num_good:,} of {s.num_requests:,} meet the SLO)"]
+        )
+    rows += [
+        [
+            "batch",
+            f"mean {s.mean_running:,.1f} running (max {s.max_running:,}), {s.mean_batch_tokens:,.0f} "
+            f"tokens/step; mean {s.mean_waiting:,.1f} waiting (max {s.max_waiting:,})",
+        ],
+        ["KV cache", f"mean {s.mean_kv_usage:.1%} used, max {s.max_kv_usage:.1%}"],
+        [
+            "preemptions",
+            f"{s.num_preemptions:,} ({s.num_preempted_requests:,} requests, at most "
+            f"{s.max_preemptions_per_request:,} each); {s.recomputed_tokens:,} tokens recomputed, "
+            f"{s.reused_tokens:,} reused from the cache",
+        ],
+    ]
+    if s.num_starved:
+        rows.append(["starvation", f"{s.num_starved:,} requests STARVED (see the per-class figures)"])
+    if s.prefix_cache_hit_rate is not None:
+        rows.append(["prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}"])
+    return Table(
+        key="totals",
+        title="totals",
+        columns=[
+            Column(key="what", label="figure", kind="str"),
+            Column(key="value", label="value", kind="str"),
+        ],
+        rows=rows,
+    )
+
+
+def class_table(label: str, classes: dict[str, ClassMetrics]) -> Table:
+    """How each priority class or tenant fared."""
+    cols = [
+        Column(key="class", label=label, kind="str"),
+        Column(key="requests", label="requests", kind="int"),
+        Column(key="finished", label="finished", kind="int"),
+        Column(key="preemptions", label="preemptions", kind="int", help=define("preemptions")),
+        Column(key="max_preemptions", label="max/request", kind="int"),
+        Column(key="starved", label="starved", kind="int", help=define("starved")),
+        Column(
+            key="sla_misses", label="SLA misses", kind="int", help="Not good: missed an SLO or unfinished."
+        ),
+        Column(key="ttft_p99_ms", label="TTFT p99", unit="ms", kind="float", help=define("ttft_ms")),
+        Column(key="recomputed", label="recomputed", unit="tokens", kind="int"),
+        Column(key="reused", label="reused", unit="tokens", kind="int"),
+    ]
+    rows: list[list[Any]] = [
+        [
+            name,
+            c.num_requests,
+            c.num_finished,
+            c.num_preemptions,
+            c.max_preemptions_per_request,
+            c.num_starved,
+            c.sla_violations,
+            c.ttft_p99_ms,
+            c.recomputed_tokens,
+            c.reused_tokens,
+        ]
+        for name, c in classes.items()
+    ]
+    return Table(key=f"by_{label}", title=f"by {label}", columns=cols, rows=rows)
+
+
+def config_table(config: EngineConfig) -> Table:
+    """The engine settings under vLLM's names."""
+    rows: list[list[Any]] = [[k, _cell(v)] for k, v in config.model_dump(mode="json").items()]
+    return Table(
+        key="config",
+        title="engine settings",
+        columns=[
+            Column(key="flag", label="setting", kind="str"),
+            Column(key="value", label="value", kind="str"),
+        ],
+        rows=rows,
+    )
+
+
+def summary_view(
+    summary: SimulationSummary,
+    config: EngineConfig | None = None,
+    *,
+    title: str = "simulation",
+    percentile: str = "p99",
+) -> Section:
+    """KPIs, tables and verdicts from the summary alone (a saved report renders too)."""
+    tables = [latency_table(summary, title), totals_table(summary)]
+    for label, classes in (("priority", summary.by_priority), ("tenant", summary.by_tenant)):
+        if len(classes) > 1:
+            tables.append(class_table(label, classes))
+    if config is not None:
+        tables.append(config_table(config))
+    verdicts = [slo_verdict(summary)] if summary.slo is not None else []
+    text = [] if summary.num_requests else ["no requests: nothing to measure"]
+    return Section(
+        key="simulation",
+        title=title,
+        kpis=kpis(summary, percentile),
+        tables=tables,
+        verdicts=verdicts,
+        text=text,
+    )
+
+
+def slo_verdict(summary: SimulationSummary) -> Verdict:
+    n = summary.num_requests
+    share = summary.num_good / n if n else 0.0
+    status = "pass" if n and summary.num_good == n else ("warn" if share >= 0.99 else "fail")
+    return Verdict(
+        key="slo",
+        label="SLO attainment",
+        status=status,
+        text=f"{summary.num_good:,} of {n:,} requests ({share:.1%}) finished within every SLO",
+    )
+
+
+def simulation_view(
+    result: SimulationResult,
+    *,
+    title: str = "simulation",
+    bins: int = 40,
+    max_points: int = MAX_POINTS,
+    percentile: str = "p99",
+) -> Section:
+    """Everything about one run: ``summary_view`` plus histograms, time series and the bottleneck."""
+    base = summary_view(result.summary, result.config, title=title, percentile=percentile)
+    return base.model_copy(
+        update={
+            "histograms": latency_histograms(result, bins),
+            "series": time_series(result, max_points),
+            "verdicts": [*base.verdicts, bottleneck(result)],
+        }
+    )
+
+
+def latency_histograms(result: SimulationResult, bins: int = 40) -> list[Histogram]:
+    s = result.summary
+    req = result.requests
+    out = []
+    for key, label, slo_field in LATENCIES:
+        st: LatencyStats = getattr(s, key)
+        pct = (st.p50, st.p90, st.p99) if st.count else (None, None, None)
+        if key == "itl_ms":
+            values, weights = itl_values(result)
+        else:
+            values, weights = req[key].to_numpy(dtype=np.float64), None
+        out.append(
+            histogram(
+                key,
+                f"{label} distribution",
+                values,
+                "ms",
+                bins=bins,
+                weights=weights,
+                slo=slo_of(s.slo, slo_field),
+                help=define(key),
+                percentiles=pct,
+            )
+        )
+    return out
+
+
+def itl_values(result: SimulationResult) -> tuple[np.ndarray, np.ndarray | None]:
+    """The pooled ITL sample as (values in ms, weights): step durations stand for their gaps."""
+    dur_ms = result.steps["duration_s"].to_numpy(dtype=np.float64) * 1e3
+    if result.itl is None:
+        return dur_ms, None
+    weights, gaps = result.itl
+    values = np.concatenate([dur_ms, np.asarray(gaps, dtype=np.float64) * 1e3])
+    w = np.concatenate([np.asarray(weights, dtype=np.float64), np.ones(len(gaps))])
+    return values, w
+
+
+def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[Series]:
+    """Queue, batch, KV usage, tokens per step (with the budget), preemptions and throughput."""
+    st = result.steps
+    if not len(st):
+        return []
+    t = st["start_s"].to_numpy(dtype=np.float64)
+    end = t + st["duration_s"].to_numpy(dtype=np.float64)
+    out = [
+        series(
+            "num_waiting",
+            "waiting queue",
+            t,
+            st["num_waiting"].to_numpy(),
+            y_label="requests",
+            kind="step",
+            max_points=max_points,
+            help=define("num_waiting"),
+        ),
+        series(
+            "num_running",
+            "running batch",
+            t,
+            st["num_running"].to_numpy(),
+            y_label="requests",
+            kind="step",
+            max_points=max_points,
+            reference=float(result.config.max_num_seqs),
+            reference_label="max_num_seqs",
+            help=define("num_running"),
+        ),
+        series(
+            "kv_usage",
+            "KV-cache usage",
+            t,
+            st["kv_usage"].to_numpy(),
+            y_label="share of blocks",
+            kind="step",
+            max_points=max_points,
+            reference=1.0,
+            help=define("kv_usage"),
+        ),
+        series(
+            "num_tokens",
+            "tokens per step",
+            t,
+            st["num_tokens"].to_numpy(),
+            y_label="tokens",
+            y_unit="tokens",
+            kind="step",
+            max_points=max_points,
+            reference=float(result.config.max_num_batched_tokens),
+            reference_label="max_num_batched_tokens",
+            help=define("num_tokens"),
+        ),
+    ]
+    bins = min(max(10, max_points // 4), max(1, len(st)))
+    t0, t1 = float(t[0]), float(end[-1])
+    width = (t1 - t0) / bins if t1 > t0 else 1.0
+    x, pre = time_binned(t, st["num_preempted"].to_numpy(), t0, t1, bins)
+    out.append(
+        series(
+            "preemptions",
+            "preemptions per time bin",
+            x,
+            pre,
+            y_label="preemptions",
+            kind="bar",
+            max_points=max_points,
+            help=define("preemptions"),
+        )
+    )
+    x, toks = time_binned(end, st["num_decodes"].to_numpy(), t0, t1, bins)
+    out.append(
+        series(
+            "output_tokens_per_s",
+            "output tokens per second",
+            x,
+            toks / width,
+            y_label="tokens/s",
+            y_unit="tok/s",
+            max_points=max_points,
+            help=define("output_token_throughput"),
+        )
+    )
+    req = result.requests
+    split = latency_split(req)
+    out.append(
+        Series(
+            key="latency_split",
+            title="where a request's time goes (mean)",
+            x_label="phase",
+            x_unit=None,
+            y_label="mean",
+            y_unit="ms",
+            x=[0.0, 1.0, 2.0],
+            y=split,
+            kind="bar",
+            help="queue = first scheduled - arrival; prefill = first token - first scheduled; "
+            "decode = last token - first token (finished requests).",
+        )
+    )
+    return out
+
+
+def latency_split(requests: Any) -> list[float]:
+    """Mean queue, prefill and decode time (ms) of the finished requests."""
+    fin = requests["finish_s"].notna().to_numpy()
+    if not fin.any():
+        return [0.0, 0.0, 0.0]
+    arr = requests["arrival_s"].to_numpy(dtype=np.float64)[fin]
+    sch = requests["first_scheduled_s"].to_numpy(dtype=np.float64)[fin]
+    ft = requests["first_token_s"].to_numpy(dtype=np.float64)[fin]
+    end = requests["finish_s"].to_numpy(dtype=np.float64)[fin]
+    return [round(float(np.mean(x)) * 1e3, 3) for x in (sch - arr, ft - sch, end - ft)]
+
+
+def bottleneck(result: SimulationResult) -> Verdict:
+    """What limits this run, from the step series: KV blocks, the token budget, max_num_seqs,
+    queueing from a rate beyond capacity, or nothing (compute-bound at this load)."""
+    s = result.summary
+    st = result.steps
+    cfg = result.config
+    if not len(st) or s.busy_s <= 0:
+        return Verdict(
+            key="bottleneck", label="bottleneck", status="info", text="no traffic: nothing limits it"
+        )
+    dur = st["duration_s"].to_numpy(dtype=np.float64)
+    queued = st["num_waiting"].to_numpy() > 0
+    share_queued = float(dur[queued].sum() / s.busy_s)
+    if share_queued < 0.05:
+        return Verdict(
+            key="bottleneck",
+            label="bottleneck",
+            status="pass",
+            text=f"none at this load: requests waited in only {share_queued:.1%} of the busy time; "
+            "latency is the model's compute (a faster GPU or more TP lowers it)",
+        )
+    at_seqs = queued & (st["num_running"].to_numpy() >= cfg.max_num_seqs)
+    at_budget = queued & (st["num_tokens"].to_numpy() >= 0.95 * cfg.max_num_batched_tokens)
+    at_kv = queued & ((st["kv_usage"].to_numpy() >= 0.95) | (st["num_preempted"].to_numpy() > 0))
+    queued_s = float(dur[queued].sum())
+    shares = {  # of the time requests waited, the share in which each limit was binding
+        "KV cache": float(dur[at_kv].sum() / queued_s),
+        "max_num_batched_tokens": float(dur[at_budget].sum() / queued_s),
+        "max_num_seqs": float(dur[at_seqs].sum() / queued_s),
+    }
+    name, share = max(shares.items(), key=lambda kv: kv[1])
+    actions = {
+        "KV cache": "more KV blocks (higher --gpu-memory-utilization, more TP, FP8 KV) or fewer sequences",
+        "max_num_batched_tokens": "a larger --max-num-batched-tokens (longer steps, fewer of them)",
+        "max_num_seqs": "a larger --max-num-seqs if the KV cache has room",
+    }
+    if share < 0.5:
+        return Verdict(
+            key="bottleneck",
+            label="bottleneck",
+            status="warn",
+            text=f"queueing: requests waited in {share_queued:.1%} of the busy time with no scheduler limit "
+            "binding; the arrival rate is beyond this replica's compute: add replicas or GPUs",
+        )
+    return Verdict(
+        key="bottleneck",
+        label="bottleneck",
+        status="warn",
+        text=f"{name}: requests waited in {share_queued:.1%} of the busy time, and {name} was the binding "
+        f"limit in {share:.0%} of that; try {actions[name]}",
+    )
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+__all__ = [
+    "LATENCIES",
+    "bottleneck",
+    "class_table",
+    "config_table",
+    "itl_values",
+    "kpis",
+    "latency_histograms",
+    "latency_table",
+    "simulation_view",
+    "summary_view",
+    "time_series",
+    "totals_table",
+]
