@@ -31,7 +31,7 @@ from servesim.engine import (
     StepTimeModel,
     simulate,
 )
-from servesim.live import LiveClusterRun, LiveRun, Notice, ReplicaState, RequestTimeline, RunSnapshot, Slot
+from servesim.live import LiveClusterRun, LiveRun, ReplicaState, RequestTimeline, RunSnapshot, Slot
 from servesim.traces import (
     GeneratorSpec,
     RequestRecord,
@@ -59,7 +59,6 @@ __all__ = [
     "LinearStepTime",
     "LiveClusterRun",
     "LiveRun",
-    "Notice",
     "RecoveryContext",
     "Replica",
     "ReplicaState",

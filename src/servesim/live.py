@@ -10,9 +10,9 @@ same inputs (tests/live check the summary JSON and the per-request frame).
 (their counters are brought up to date on the fly, never by changing engine state): the running
 batch with each request's phase and progress, the waiting queue in scheduling order, KV usage,
 prefix-cache hit rate, rolling TTFT/TPOT percentiles over the last ``window_s`` simulated seconds
-and token throughput. ``notices()`` returns what happened since the previous call (preemptions,
-STARVED flags, rejections, node losses and recoveries, each recovery decision) from the engines'
-own records.
+and token throughput. ``events()`` returns the ``servesim.events`` since the previous call
+(preemptions, STARVED flags, rejections, node losses and recoveries, each recovery decision),
+read from the engines' own records at no cost to the engine; ``observers`` get the full stream.
 """
 
 from __future__ import annotations
@@ -49,6 +49,18 @@ from servesim.engine.request import (
 )
 from servesim.engine.simulate import build_result, describe_model
 from servesim.errors import InputError
+from servesim.events import (
+    Event,
+    Observer,
+    RecoveryDecision,
+    RejectReason,
+    ReplicaDown,
+    ReplicaUp,
+    ReplicaWarning,
+    RequestPreempted,
+    RequestRejected,
+    RequestStarved,
+)
 from servesim.resched import InterruptedRequest, RescheduleInput, ReschedulePlan, reschedule
 from servesim.traces.schema import Trace
 
@@ -161,20 +173,6 @@ class RunSnapshot:
         return sum(rates) / len(rates) if rates else None
 
 
-NoticeKind = Literal["preempted", "starved", "rejected", "node_warning", "node_down", "node_up", "recovery"]
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Something a person watching the run should see, with its time (for an event log)."""
-
-    time_s: float
-    kind: NoticeKind
-    replica: str | None
-    req_id: str | None
-    text: str
-
-
 @dataclass(frozen=True, slots=True)
 class RequestTimeline:
     """One request's story so far: where it is now and what happened to it, in time order."""
@@ -204,6 +202,14 @@ class _Watch:
     rejected: np.ndarray | None = None  # requests whose rejection was reported
     moves: int = 0
     nodes: int = 0
+    preemptions: dict[int, int] = field(default_factory=dict)  # trace position -> preemptions so far
+
+
+_ORDER = {ReplicaWarning: 0, ReplicaDown: 1, RecoveryDecision: 2, RequestPreempted: 3, RequestStarved: 4}
+
+
+def _event_order(e: Event) -> tuple[float, int]:
+    return (e.time_s, _ORDER.get(type(e), 5))  # type: ignore[union-attr]
 
 
 class _Base:
@@ -424,36 +430,39 @@ class _Base:
             parked,
         )
 
-    def _engine_notices(self) -> list[Notice]:
+    def _engine_events(self) -> list[Event]:
         """Preemptions, STARVED flags and rejections since the last call, from the records."""
-        out: list[Notice] = []
-        ids = self.trace.df["req_id"].astype(str).tolist() if self._watch.rejected is None else None
-        if ids is not None:
-            self._ids = ids
+        out: list[Event] = []
+        if self._watch.rejected is None:
+            self._ids = self.trace.df["req_id"].astype(str).tolist()
             self._watch.rejected = np.zeros(len(self.trace), dtype=bool)
+        rejected = self._watch.rejected
         names = {id(e): name for name, e, _a, _c in self._replicas()}
+        preempted: list[tuple[float, int, str | None, int]] = []
         for engine in self._engines():
             cur = self._watch.cursors.setdefault(id(engine), _Cursor())
             rec = engine.rec
-            name = names.get(id(engine))
+            name = names.get(id(engine)) or self._engine_name(engine)
             for t, _step, i, lost in rec.preemption_events[cur.preemptions :]:
-                out.append(
-                    Notice(t, "preempted", name, self._ids[i], f"preempted ({lost:,} tokens lost)")
-                )
+                preempted.append((t, i, name, lost))
             cur.preemptions = len(rec.preemption_events)
             for t, _step, i, _lost in rec.starvation_events[cur.starvations :]:
-                n = engine.scheduler.starvation_threshold
-                out.append(Notice(t, "starved", name, self._ids[i], f"STARVED after {n} preemptions"))
+                out.append(RequestStarved(t, self._ids[i], name, engine.scheduler.starvation_threshold))
             cur.starvations = len(rec.starvation_events)
             code = np.frombuffer(rec.outcome, dtype=np.int64)
-            assert self._watch.rejected is not None
-            new = np.flatnonzero((code >= OUTCOME_REJECTED_TOO_LONG) & ~self._watch.rejected)
+            new = np.flatnonzero((code >= OUTCOME_REJECTED_TOO_LONG) & ~rejected)
             if len(new):
-                self._watch.rejected[new] = True
+                rejected[new] = True
                 fin = np.frombuffer(rec.finish, dtype=np.float64)
                 for i in new.tolist():
-                    why = "queue timeout" if code[i] == OUTCOME_REJECTED_TIMEOUT else "prompt too long"
-                    out.append(Notice(float(fin[i]), "rejected", name, self._ids[i], f"rejected: {why}"))
+                    why: RejectReason = (
+                        "queue_timeout" if code[i] == OUTCOME_REJECTED_TIMEOUT else "prompt_too_long"
+                    )
+                    out.append(RequestRejected(float(fin[i]), self._ids[i], name, why))
+        counts = self._watch.preemptions
+        for t, i, name, lost in sorted(preempted, key=lambda e: e[0]):
+            counts[i] = counts.get(i, 0) + 1
+            out.append(RequestPreempted(t, self._ids[i], name, lost, counts[i]))
         return out
 
     _ids: list[str]
@@ -532,13 +541,14 @@ class LiveRun(_Base):
         step_time: StepTimeModel | None = None,
         *,
         slo: SLO | None = None,
+        observers: Sequence[Observer] = (),
         window_s: float = 30.0,
     ) -> None:
         self._setup(trace, window_s)
         self.config = config or EngineConfig()
         self.step_time = step_time or LinearStepTime()
         self.slo = slo
-        self.engine = Engine(trace, self.config, self.step_time)
+        self.engine = Engine(trace, self.config, self.step_time, observers=observers)
         self._samples = []
         self._result: SimulationResult | None = None
 
@@ -601,9 +611,12 @@ class LiveRun(_Base):
     def _num_arrived(self) -> int:
         return self.engine._next
 
-    def notices(self) -> list[Notice]:
-        """What happened since the previous call, in time order."""
-        return sorted(self._engine_notices(), key=lambda x: x.time_s)
+    def events(self) -> list[Event]:
+        """What happened since the previous call, in time order: the ``servesim.events`` a
+        watcher needs (preemptions, STARVED flags, rejections), read from the engine's own
+        records, so that watching costs the engine nothing (an observer of every event slows
+        it about threefold; pass ``observers`` for the full stream)."""
+        return sorted(self._engine_events(), key=_event_order)
 
     def finish(self) -> SimulationResult:
         """Run to the end and return the result ``simulate()`` gives for the same inputs."""
@@ -633,12 +646,20 @@ class LiveClusterRun(_Base):
         *,
         kv_checkpointing: KVCheckpointing = "continuous",
         slo: SLO | None = None,
+        observers: Sequence[Observer] = (),
         window_s: float = 30.0,
     ) -> None:
         self._setup(trace, window_s)
         self.slo = slo
         self.sim: ClusterSimulator = cluster_simulator(
-            trace, replicas, router, failures, recovery, context, kv_checkpointing=kv_checkpointing
+            trace,
+            replicas,
+            router,
+            failures,
+            recovery,
+            context,
+            kv_checkpointing=kv_checkpointing,
+            observers=observers,
         )
         self._samples = []
         self._clock = 0.0
@@ -791,33 +812,35 @@ class LiveClusterRun(_Base):
             self._steps, self.sim._next_arrival, self.done, len(self.sim._parked), waiting_shown
         )
 
-    def notices(self) -> list[Notice]:
-        """What happened since the previous call, in time order."""
-        out = self._engine_notices()
+    def events(self) -> list[Event]:
+        """What happened since the previous call, in time order (as ``LiveRun.events``), plus the
+        cluster's: warnings, node losses and recoveries, each recovery decision."""
+        out = self._engine_events()
         sim = self.sim
         watch = self._watch
         for t, kind, node, taken in sim.node_events[watch.nodes :]:
             if kind == "fail":
-                out.append(Notice(t, "node_down", node, None, f"lost; {taken} requests taken off it"))
+                out.append(ReplicaDown(t, node, taken))
             elif kind == "recover":
-                out.append(Notice(t, "node_up", node, None, "back, empty (cold prefix cache)"))
+                out.append(ReplicaUp(t, node))
             else:
-                out.append(Notice(t, "node_warning", node, None, "announced: no new requests"))
+                out.append(ReplicaWarning(t, node))
         watch.nodes = len(sim.node_events)
         for m in sim.moves[watch.moves :]:
-            cost = f"{m.tokens_moved:,} tokens moved in {m.delay_s * 1e3:,.0f} ms, " if m.tokens_moved else ""
             out.append(
-                Notice(
+                RecoveryDecision(
                     m.time_s,
-                    "recovery",
-                    m.to_node,
                     m.req_id,
-                    f"{m.strategy} {m.from_node}->{m.to_node}: {cost}{m.recompute_tokens:,} to recompute",
+                    m.from_node,
+                    m.to_node,
+                    m.strategy,
+                    m.tokens_moved,
+                    m.recompute_tokens,
+                    m.delay_s,
                 )
             )
         watch.moves = len(sim.moves)
-        order = {"node_warning": 0, "node_down": 1, "recovery": 2}
-        return sorted(out, key=lambda x: (x.time_s, order.get(x.kind, 2)))
+        return sorted(out, key=_event_order)
 
     def finish(self) -> ClusterResult:
         """Run to the end and return the result ``simulate_cluster()`` gives for the same inputs."""
@@ -831,4 +854,4 @@ class LiveClusterRun(_Base):
             raise InputError("this run is finished; start a new LiveClusterRun to run again")
 
 
-__all__ = ["LiveClusterRun", "LiveRun", "Notice", "ReplicaState", "RequestTimeline", "RunSnapshot", "Slot"]
+__all__ = ["LiveClusterRun", "LiveRun", "ReplicaState", "RequestTimeline", "RunSnapshot", "Slot"]

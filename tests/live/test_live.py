@@ -11,11 +11,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import configs, step_models, traces
 
-from servesim import SLO, EngineConfig, LinearStepTime, LiveClusterRun, LiveRun, Notice, open_trace, simulate
+from servesim import SLO, EngineConfig, LinearStepTime, LiveClusterRun, LiveRun, open_trace, simulate
 from servesim.cluster import FailureEvent, Replica, simulate_cluster
 from servesim.engine import ConstantStepTime
 from servesim.engine.engine import Engine
 from servesim.errors import InputError
+from servesim.events import (
+    Event,
+    EventRecorder,
+    RecoveryDecision,
+    ReplicaDown,
+    ReplicaUp,
+    ReplicaWarning,
+    RequestPreempted,
+    RequestRejected,
+    RequestStarved,
+)
 from servesim.traces import Trace
 
 
@@ -25,10 +36,10 @@ def assert_same(live: object, batch: object) -> None:
     pd.testing.assert_frame_equal(live.requests, batch.requests)  # type: ignore[attr-defined]
 
 
-def drive(run: LiveRun | LiveClusterRun, plan: list[tuple[str, float]]) -> list[Notice]:
+def drive(run: LiveRun | LiveClusterRun, plan: list[tuple[str, float]]) -> list[Event]:
     """Advance by a plan of ('steps', n) and ('time', dt) moves, reading snapshots between."""
     t = 0.0
-    notices: list[Notice] = []
+    notices: list[Event] = []
     for kind, x in plan:
         if run.done:
             break
@@ -38,7 +49,7 @@ def drive(run: LiveRun | LiveClusterRun, plan: list[tuple[str, float]]) -> list[
             t = max(t, run.now) + x
             run.advance_until(t)
         run.snapshot()
-        notices += run.notices()
+        notices += run.events()
     return notices
 
 
@@ -128,13 +139,13 @@ def test_rolling_figures_and_notices_follow_the_run() -> None:
     while not run.done:
         run.advance_until(run.now + 2.0)
         snap = run.snapshot()
-        kinds += [n.kind for n in run.notices()]
+        kinds += [type(e).__name__ for e in run.events()]
         if snap.ttft_p50_ms is not None:
             assert snap.ttft_p50_ms <= snap.ttft_p99_ms  # type: ignore[operator]
     result = run.finish()
     s = result.summary
-    assert kinds.count("preempted") == s.num_preemptions
-    assert kinds.count("rejected") == s.num_rejected_queue_timeout
+    assert kinds.count("RequestPreempted") == s.num_preemptions
+    assert kinds.count("RequestRejected") == s.num_rejected_queue_timeout
     assert s.num_preemptions and s.num_rejected_queue_timeout
     assert snap.num_closed == len(trace) and snap.done
     with pytest.raises(InputError):
@@ -158,9 +169,9 @@ def test_a_cluster_driven_live_with_an_injected_failure_equals_simulate_cluster(
     event = run.inject_failure("n1", recover_after_s=1.5)
     assert event.time_s == 2.5
     notices = drive(run, [("time", 0.2), ("steps", 3)] * 50)
-    kinds = [(n.kind, n.replica) for n in notices if n.kind.startswith("node")]
-    assert kinds == [("node_down", "n1"), ("node_up", "n1")]
-    assert sum(n.kind == "recovery" for n in notices) == len(run.sim.moves) > 0
+    nodes = [(type(e).__name__, e.replica) for e in notices if isinstance(e, ReplicaDown | ReplicaUp)]
+    assert nodes == [("ReplicaDown", "n1"), ("ReplicaUp", "n1")]
+    assert sum(isinstance(e, RecoveryDecision) for e in notices) == len(run.sim.moves) > 0
     result = run.finish()
     batch = simulate_cluster(
         trace,
@@ -234,3 +245,34 @@ def test_the_interrupted_jobs_come_in_the_reschedulers_sla_aware_order() -> None
     assert plan is not None and plan.policy == "sla-aware"
     assert set(plan.rescheduled_queue) == victims
     assert all(p.violates == (p.slack_ms < 0) for p in plan.requests)
+
+
+WATCHED = (RequestPreempted, RequestStarved, RequestRejected, ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
+
+
+def test_the_events_read_from_the_records_are_the_ones_the_engine_emits() -> None:
+    """events() (free: read from the records) against an observer of the same run (the
+    engine's own emission): the same events, in time order."""
+    trace = open_trace("bursty", num_requests=300, seed=3)
+    config = EngineConfig(num_gpu_blocks=500, max_num_seqs=32, queue_timeout_s=20.0, starvation_threshold=2)
+    seen = EventRecorder(*WATCHED)
+    run = LiveRun(trace, config, LinearStepTime(), observers=[seen])
+    got = drive(run, [("time", 0.7), ("steps", 5)] * 400)
+    run.finish()
+    got += run.events()
+    assert sorted(got, key=repr) == sorted(seen.events, key=repr)
+    assert [e.time_s for e in got] == sorted(e.time_s for e in got)  # type: ignore[union-attr]
+    assert {type(e) for e in got} == {RequestPreempted, RequestStarved, RequestRejected}
+
+
+def test_the_cluster_events_read_from_the_records_are_the_ones_it_emits() -> None:
+    trace = open_trace("poisson_40_rps", num_requests=300, seed=5)
+    fail = [FailureEvent(node="n0", time_s=1.0, warning_s=0.2, recover_after_s=1.0)]
+    seen = EventRecorder(*WATCHED)
+    run = LiveClusterRun(trace, _replicas(3), failures=fail, kv_checkpointing="on_warning", observers=[seen])
+    got = drive(run, [("time", 0.3), ("steps", 7)] * 100)
+    run.inject_failure("n2")
+    run.finish()
+    got += run.events()
+    assert sorted(got, key=repr) == sorted(seen.events, key=repr)
+    assert {ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision} <= {type(e) for e in got}

@@ -36,7 +36,7 @@ def _main(
 
 def _register() -> None:
     # Imported here so that each command module stays independent of the others.
-    from servesim.cli import advise_cmd, cluster_cmd, resched_cmd, schema_cmd, simulate_cmd
+    from servesim.cli import advise_cmd, cluster_cmd, dashboard_cmd, resched_cmd, schema_cmd, simulate_cmd
     from servesim.cli.perf_cmd import register as register_perf_commands
     from servesim.cli.recover_cmd import register as register_recover_commands
     from servesim.cli.trace_cmd import register as register_trace_commands
@@ -46,6 +46,7 @@ def _register() -> None:
     simulate_cmd.register(app)
     resched_cmd.register(app)
     cluster_cmd.register(app)
+    dashboard_cmd.register(app)
     advise_cmd.register(app)
     register_trace_commands(app)
     register_perf_commands(app)

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.cli.engine_flags import engine_flags
 from servesim.engine import (
     SLO,
     ConstantStepTime,
@@ -39,17 +40,6 @@ TRACE_HELP = (
     "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
     "(default, poisson_100_rps, bursty, ...; see `servesim generate --list-presets`)."
 )
-
-
-class Policy(StrEnum):
-    fcfs = "fcfs"
-    priority = "priority"
-
-
-class Mitigation(StrEnum):
-    none = "none"
-    protect = "protect"
-    boost = "boost"
 
 
 def _file_keys(path: Path | None) -> set[str]:
@@ -166,6 +156,14 @@ def run_and_report(
     finally:
         if writer is not None:
             writer.close()
+    report_result(result, as_json=as_json, out=out, include_requests=include_requests, title=title)
+    return result
+
+
+def report_result(
+    result: SimulationResult, *, as_json: bool, out: Path | None, include_requests: bool, title: str
+) -> None:
+    """The summary view (or with ``--json`` the report alone on stdout); ``out``: the JSON file."""
     report = result.report(include_requests=include_requests)
     if out is not None:
         write_text_atomic(out, report.model_dump_json(indent=2) + "\n")
@@ -179,37 +177,14 @@ def run_and_report(
         print_section(summary_view(result.summary, title=title), console)
         if out is not None:
             console.print(f"report written to {out}")
-    return result
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
+    @engine_flags
     def simulate_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        max_num_seqs: int | None = typer.Option(None, help="Most requests in the running batch."),
-        max_num_batched_tokens: int | None = typer.Option(None, help="Token budget of one engine step."),
-        block_size: int | None = typer.Option(None, help="Tokens per KV block."),
-        num_gpu_blocks: int | None = typer.Option(None, help="KV blocks in the pool (incl. the null block)."),
-        enable_chunked_prefill: bool | None = typer.Option(
-            None,
-            "--enable-chunked-prefill/--no-enable-chunked-prefill",
-            help="Split long prompts across steps.",
-        ),
-        enable_prefix_caching: bool | None = typer.Option(
-            None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Reuse KV of identical prefixes."
-        ),
-        long_prefill_token_threshold: int | None = typer.Option(None, help="Per-request token cap per step."),
-        policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
-        max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
-        watermark: float | None = typer.Option(None, help="Fraction of blocks kept free for admissions."),
-        queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
-        starvation_threshold: int | None = typer.Option(
-            None, help="Preemptions that flag a request STARVED."
-        ),
-        starvation_mitigation: Mitigation | None = typer.Option(
-            None, help="Spare STARVED requests as victims (protect) and raise their priority (boost)."
-        ),
         step_time_ms: float | None = typer.Option(
             None, help="Every step takes this long (for step-by-step comparison); default: linear model."
         ),
@@ -233,27 +208,12 @@ def register(app: typer.Typer) -> None:
             False, help="Check block/token conservation every step (slow)."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
+        *,
+        flags: dict[str, Any],
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
         try:
-            cfg = engine_config(
-                config,
-                {
-                    "max_num_seqs": max_num_seqs,
-                    "max_num_batched_tokens": max_num_batched_tokens,
-                    "block_size": block_size,
-                    "num_gpu_blocks": num_gpu_blocks,
-                    "enable_chunked_prefill": enable_chunked_prefill,
-                    "enable_prefix_caching": enable_prefix_caching,
-                    "long_prefill_token_threshold": long_prefill_token_threshold,
-                    "policy": policy,
-                    "max_model_len": max_model_len,
-                    "watermark": watermark,
-                    "queue_timeout_s": queue_timeout_s,
-                    "starvation_threshold": starvation_threshold,
-                    "starvation_mitigation": starvation_mitigation,
-                },
-            )
+            cfg = engine_config(config, flags)
             goal = SLO.parse(slo) if slo else None
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
             step_model = step_time_model(step_time_ms)
@@ -268,7 +228,8 @@ def register(app: typer.Typer) -> None:
                     tp=tp,
                     gpu_memory_utilization=gpu_memory_utilization,
                     profile=profile,
-                    blocks_given=num_gpu_blocks is not None or "num_gpu_blocks" in _file_keys(config),
+                    blocks_given=flags["num_gpu_blocks"] is not None
+                    or "num_gpu_blocks" in _file_keys(config),
                 )
             run_and_report(
                 tr,

@@ -11,15 +11,17 @@ from collections import deque
 from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Static
 
 from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
 from servesim.errors import describe, user_errors
+from servesim.events import ReplicaDown
 from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
 from servesim.tui.spec import DashboardSpec
 from servesim.tui.widgets import (
@@ -43,7 +45,7 @@ class DashboardApp(App[None]):
 
     CSS_PATH = "dashboard.tcss"
     TITLE = "servesim dashboard"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_pause", "Pause"),
         Binding("s", "step", "Step"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
@@ -73,7 +75,7 @@ class DashboardApp(App[None]):
     ) -> None:
         super().__init__()
         self.spec = spec
-        self.run: LiveRun | LiveClusterRun = spec.start()
+        self.live: LiveRun | LiveClusterRun = spec.start()
         self.speed = min(max(speed, SPEEDS[0]), SPEEDS[1])
         self.paused = paused
         self.start_at = start_at
@@ -121,13 +123,13 @@ class DashboardApp(App[None]):
     def tick(self) -> None:
         now = perf_counter()
         dt, self._last = min(now - self._last, 0.5), now
-        if not self.paused and not self.run.done:
+        if not self.paused and not self.live.done:
             self.advance_to(self.clock + self.speed * dt, deadline=now + self.budget_s)
         self.refresh_view()
 
     def advance_to(self, target: float, deadline: float | None = None) -> None:
         """Move the simulated clock to ``target`` (or as far as the deadline allows)."""
-        run = self.run
+        run = self.live
         self.lagging = False
         while not run.done:
             if run.advance_until(target, max_steps=STEP_CHUNK) < STEP_CHUNK:
@@ -143,9 +145,9 @@ class DashboardApp(App[None]):
     def fast_forward(self, t: float) -> None:
         """Advance to ``t`` at once, sampling the figures as the timer would (deterministic)."""
         dt = self.spec.window_s / 10
-        while self.clock < t and not self.run.done:
+        while self.clock < t and not self.live.done:
             self.advance_to(min(t, self.clock + dt))
-            self._sample(self.run.snapshot(waiting_shown=0))
+            self._sample(self.live.snapshot(waiting_shown=0))
 
     def _sample(self, snap: RunSnapshot) -> None:
         if self.clock > self._spark_t:
@@ -154,7 +156,7 @@ class DashboardApp(App[None]):
 
     # ------------------------------------------------------------------ rendering
     def refresh_view(self) -> None:
-        run = self.run
+        run = self.live
         snap = run.snapshot(waiting_shown=WAITING_SHOWN)
         self.snap = snap
         self._sample(snap)
@@ -170,14 +172,17 @@ class DashboardApp(App[None]):
             t.append(" (engine-bound)", style="yellow")
         t.append(f" · step {snap.step:,} · done {snap.num_closed:,}/{snap.num_requests:,}")
         t.append(
-            f" · seqs {cfg.max_num_seqs} · chunked {'on' if cfg.enable_chunked_prefill else 'off'}", style="dim"
+            f" · seqs {cfg.max_num_seqs} · chunked {'on' if cfg.enable_chunked_prefill else 'off'}",
+            style="dim",
         )
         self.query_one("#status", Static).update(t)
         if self.spec.is_cluster:
             self.query_one("#replicas", ReplicaStrip).show(reps, self.selected)
         batch = self.query_one("#batch", BatchTable)
         where = f" {rep.name}" if self.spec.is_cluster else ""
-        batch.border_title = f"batch{where} {len(rep.running)}/{rep.max_num_seqs}" + ("" if rep.alive else " DOWN")
+        batch.border_title = f"batch{where} {len(rep.running)}/{rep.max_num_seqs}" + (
+            "" if rep.alive else " DOWN"
+        )
         batch.show(rep.running, self.clock)
         queue = self.query_one("#queue", QueueTable)
         shown = f" (first {len(rep.waiting)})" if rep.num_waiting > len(rep.waiting) else ""
@@ -187,10 +192,10 @@ class DashboardApp(App[None]):
         self.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
         self.query_one("#tput", Throughput).show(snap)
         self.query_one("#spark", ThroughputSpark).data = list(self.spark)
-        notices = run.notices()
+        events = run.events()
         log = self.query_one("#events", EventLog)
-        log.add(notices)
-        if isinstance(run, LiveClusterRun) and any(n.kind == "node_down" for n in notices):
+        log.add(events, replicated=self.spec.is_cluster)
+        if isinstance(run, LiveClusterRun) and any(isinstance(e, ReplicaDown) for e in events):
             self._show_recovery_order(run, log)
         self.renders += 1
 
@@ -201,11 +206,11 @@ class DashboardApp(App[None]):
         bounded = self.spec.slo is not None and self.spec.slo.e2e_ms is not None
         has_sla = bounded or bool(self.spec.trace.df["sla_e2e_ms"].notna().any())
         head = f"          re-admission order ({plan.policy}), {plan.num_violations} projected SLA misses"
-        log._write(Text(head, style="bold cyan"), head)
+        log.note(head, "bold cyan")
         for p in plan.requests[:8]:
             verdict = ("MISS" if p.violates else "ok") if has_sla else "-"
             line = f"          {p.position + 1}. {p.req_id} done in {p.completion_ms:,.0f} ms {verdict}"
-            log._write(Text(line, style="red" if p.violates and has_sla else "cyan"), line)
+            log.note(line, "red" if p.violates and has_sla else "cyan")
 
     # ------------------------------------------------------------------ actions
     def action_toggle_pause(self) -> None:
@@ -216,8 +221,8 @@ class DashboardApp(App[None]):
     def action_step(self) -> None:
         """Exactly one engine step (and pause, so that it can be looked at)."""
         self.paused = True
-        if self.run.advance_steps(1):
-            self.clock = max(self.clock, self.run.now)
+        if self.live.advance_steps(1):
+            self.clock = max(self.clock, self.live.now)
         self.refresh_view()
 
     def action_faster(self) -> None:
@@ -255,7 +260,7 @@ class DashboardApp(App[None]):
         self.notify(f"screenshot saved: {path}")
 
     def action_fail(self) -> None:
-        run = self.run
+        run = self.live
         if not isinstance(run, LiveClusterRun):
             self.notify("failures need a cluster: start with --replicas 2 (or more)", severity="warning")
             return
@@ -266,15 +271,15 @@ class DashboardApp(App[None]):
         self.push_screen(FailScreen(alive), self._fail_chosen)
 
     def _fail_chosen(self, choice: tuple[str, float | None] | None) -> None:
-        if choice is None or not isinstance(self.run, LiveClusterRun):
+        if choice is None or not isinstance(self.live, LiveClusterRun):
             return
         name, back = choice
         try:
-            self.injected.append(self.run.inject_failure(name, recover_after_s=back))
+            self.injected.append(self.live.inject_failure(name, recover_after_s=back))
         except user_errors() as e:
             self.notify(describe(e), severity="error")
             return
-        self.run.advance_until(self.clock + 1e-9)  # process the failure now, even paused
+        self.live.advance_until(self.clock + 1e-9)  # process the failure now, even paused
         self.refresh_view()
 
     def action_toggle_chunked(self) -> None:
@@ -293,18 +298,20 @@ class DashboardApp(App[None]):
         try:
             spec = self.spec.with_flags(**flags)
             if spec.is_cluster:
-                spec = replace(spec, failures=tuple(sorted([*spec.failures, *self.injected], key=lambda f: f.time_s)))
+                spec = replace(
+                    spec, failures=tuple(sorted([*spec.failures, *self.injected], key=lambda f: f.time_s))
+                )
             run = spec.start()
         except user_errors() as e:
             self.notify(f"not restarted: {describe(e)}", severity="error")
             return
-        self.spec, self.run, self.injected = spec, run, []
+        self.spec, self.live, self.injected = spec, run, []
         self.clock, self._spark_t = 0.0, -1.0
         self.spark.clear()
         log = self.query_one("#events", EventLog)
         what = ", ".join(f"{k} {v}" for k, v in flags.items())
         line = f"{t:8.2f}s restarted with {what}"
-        log._write(Text(line, style="bold"), line)
+        log.note(line, "bold")
         self.fast_forward(t)
         self.refresh_view()
 
@@ -314,5 +321,4 @@ class DashboardApp(App[None]):
             return
         slot = table.selected()
         if slot is not None:
-            self.push_screen(DetailScreen(self.run.timeline(slot.req_id)))
-
+            self.push_screen(DetailScreen(self.live.timeline(slot.req_id)))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
@@ -38,7 +40,7 @@ HELP = """\
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
@@ -51,7 +53,7 @@ class HelpScreen(ModalScreen[None]):
 class DetailScreen(ModalScreen[None]):
     """One request's story: its figures now and what happened to it."""
 
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,enter,q", "dismiss", "Close")]
 
     def __init__(self, timeline: RequestTimeline) -> None:
         super().__init__()
@@ -83,7 +85,7 @@ class DetailScreen(ModalScreen[None]):
 class FailScreen(ModalScreen[tuple[str, float | None] | None]):
     """Pick the replica to fail: it goes down now, for good or for a while."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
     BACK_AFTER_S = 30.0
 
     def __init__(self, names: list[str]) -> None:
@@ -110,7 +112,7 @@ class FailScreen(ModalScreen[tuple[str, float | None] | None]):
 class SeqsScreen(ModalScreen[int | None]):
     """A new max_num_seqs (the run restarts with it)."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, current: int) -> None:
         super().__init__()

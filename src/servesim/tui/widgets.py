@@ -8,7 +8,17 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable, RichLog, Sparkline, Static
 
-from servesim import SLO, Notice, ReplicaState, RunSnapshot, Slot
+from servesim import SLO, ReplicaState, RunSnapshot, Slot
+from servesim.events import (
+    Event,
+    RecoveryDecision,
+    ReplicaDown,
+    ReplicaUp,
+    ReplicaWarning,
+    RequestPreempted,
+    RequestRejected,
+    RequestStarved,
+)
 
 PREFILL = "bold cyan"
 DECODE = "green"
@@ -218,15 +228,25 @@ class ReplicaStrip(Static):
         self.update(t)
 
 
-NOTICE_STYLE = {
-    "preempted": "yellow",
-    "starved": STARVED,
-    "rejected": "magenta",
-    "node_warning": "bold yellow",
-    "node_down": "bold red",
-    "node_up": "bold green",
-    "recovery": "cyan",
-}
+def describe_event(e: Event) -> tuple[str, str] | None:
+    """An event as one log line and its style (None: not for the log)."""
+    if isinstance(e, RequestPreempted):
+        return f"{e.req_id} preempted (#{e.num_preemptions}, {e.lost_tokens:,} tok lost)", "yellow"
+    if isinstance(e, RequestStarved):
+        return f"{e.req_id} STARVED after {e.num_preemptions} preemptions", STARVED
+    if isinstance(e, RequestRejected):
+        return f"{e.req_id} rejected: {e.reason.replace('_', ' ')}", "magenta"
+    if isinstance(e, ReplicaWarning):
+        return f"{e.replica} failure announced: no new requests", "bold yellow"
+    if isinstance(e, ReplicaDown):
+        return f"{e.replica} LOST, {e.num_interrupted} requests taken off", "bold red"
+    if isinstance(e, ReplicaUp):
+        return f"{e.replica} back (empty, cold cache)", "bold green"
+    if isinstance(e, RecoveryDecision):
+        cost = f"{e.tokens_moved:,} tok in {e.delay_s * 1e3:,.0f} ms, " if e.tokens_moved else ""
+        move = f"{e.req_id} {e.strategy} {e.from_replica}->{e.to_replica}"
+        return f"{move}: {cost}{e.recompute_tokens:,} to recompute", "cyan"
+    return None
 
 
 class EventLog(RichLog):
@@ -238,23 +258,29 @@ class EventLog(RichLog):
         super().__init__(max_lines=400, wrap=True, markup=False, min_width=20, **kwargs)  # type: ignore[arg-type]
         self.lines_written: list[str] = []
 
-    def add(self, notices: Sequence[Notice]) -> None:
-        counts: dict[str, int] = {}
+    def add(self, events: Sequence[Event], replicated: bool) -> None:
+        counts: dict[type, int] = {}
         skipped: dict[str, int] = {}
-        for n in notices:
-            counts[n.kind] = counts.get(n.kind, 0) + 1
-            if counts[n.kind] > self.PER_KIND and n.kind in ("preempted", "rejected"):
-                skipped[n.kind] = skipped.get(n.kind, 0) + 1
+        for e in events:
+            kind = type(e)
+            counts[kind] = counts.get(kind, 0) + 1
+            if counts[kind] > self.PER_KIND and kind in (RequestPreempted, RequestRejected):
+                name = "preemptions" if kind is RequestPreempted else "rejections"
+                skipped[name] = skipped.get(name, 0) + 1
                 continue
-            where = f" {n.replica}" if n.replica else ""
-            who = f" {n.req_id}" if n.req_id else ""
-            line = f"{n.time_s:8.2f}s{where}{who} {n.text}"
-            self._write(Text(line, style=NOTICE_STYLE.get(n.kind, "")), line)
-        for kind, k in skipped.items():
-            line = f"          … and {k:,} more {kind}"
-            self._write(Text(line, style=NOTICE_STYLE.get(kind, "")), line)
+            told = describe_event(e)
+            if told is None:
+                continue
+            text, style = told
+            where = (
+                getattr(e, "replica", None) if replicated and not isinstance(e, RecoveryDecision) else None
+            )
+            prefix = f"{where} " if where and not text.startswith(where) else ""
+            self.note(f"{e.time_s:8.2f}s {prefix}{text}", style)  # type: ignore[union-attr]
+        for name, k in skipped.items():
+            self.note(f"          … and {k:,} more {name}", "yellow")
 
-    def _write(self, text: Text, plain: str) -> None:
-        self.lines_written.append(plain)
+    def note(self, line: str, style: str = "") -> None:
+        self.lines_written.append(line)
         del self.lines_written[:-400]
-        self.write(text)
+        self.write(Text(line, style=style))
