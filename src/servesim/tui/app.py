@@ -17,6 +17,8 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
@@ -92,6 +94,11 @@ class DashboardApp(App[None]):
         self._last = 0.0
         self.renders = 0
 
+    @property
+    def main(self) -> Screen[None]:
+        """The dashboard screen (queries go there even while a dialog is on top)."""
+        return self.screen_stack[0]  # type: ignore[return-value]
+
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -110,22 +117,27 @@ class DashboardApp(App[None]):
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
-        self.query_one("#side").border_title = "KV · latency · tok/s"
-        self.query_one("#events").border_title = "events"
+        self.main.query_one("#side").border_title = "KV · latency · tok/s"
+        self.main.query_one("#events").border_title = "events"
         if self.start_at > 0:
             self.fast_forward(self.start_at)
         self.refresh_view()
         self._last = perf_counter()
         self.set_interval(1 / self.fps, self.tick)
-        self.query_one("#batch").focus()
+        self.main.query_one("#batch").focus()
 
     # ------------------------------------------------------------------ the clock
     def tick(self) -> None:
         now = perf_counter()
         dt, self._last = min(now - self._last, 0.5), now
+        if len(self.screen_stack) > 1:
+            return  # a dialog is open: the run waits for it
         if not self.paused and not self.live.done:
             self.advance_to(self.clock + self.speed * dt, deadline=now + self.budget_s)
-        self.refresh_view()
+        try:
+            self.refresh_view()
+        except NoMatches:  # the app is shutting down: its widgets are gone
+            return
 
     def advance_to(self, target: float, deadline: float | None = None) -> None:
         """Move the simulated clock to ``target`` (or as far as the deadline allows)."""
@@ -175,25 +187,25 @@ class DashboardApp(App[None]):
             f" · seqs {cfg.max_num_seqs} · chunked {'on' if cfg.enable_chunked_prefill else 'off'}",
             style="dim",
         )
-        self.query_one("#status", Static).update(t)
+        self.main.query_one("#status", Static).update(t)
         if self.spec.is_cluster:
-            self.query_one("#replicas", ReplicaStrip).show(reps, self.selected)
-        batch = self.query_one("#batch", BatchTable)
+            self.main.query_one("#replicas", ReplicaStrip).show(reps, self.selected)
+        batch = self.main.query_one("#batch", BatchTable)
         where = f" {rep.name}" if self.spec.is_cluster else ""
         batch.border_title = f"batch{where} {len(rep.running)}/{rep.max_num_seqs}" + (
             "" if rep.alive else " DOWN"
         )
         batch.show(rep.running, self.clock)
-        queue = self.query_one("#queue", QueueTable)
+        queue = self.main.query_one("#queue", QueueTable)
         shown = f" (first {len(rep.waiting)})" if rep.num_waiting > len(rep.waiting) else ""
         queue.border_title = f"waiting{where} {rep.num_waiting:,}{shown}"
         queue.show(rep.waiting, self.clock)
-        self.query_one("#kv", KvGauge).show(rep)
-        self.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
-        self.query_one("#tput", Throughput).show(snap)
-        self.query_one("#spark", ThroughputSpark).data = list(self.spark)
+        self.main.query_one("#kv", KvGauge).show(rep)
+        self.main.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
+        self.main.query_one("#tput", Throughput).show(snap)
+        self.main.query_one("#spark", ThroughputSpark).data = list(self.spark)
         events = run.events()
-        log = self.query_one("#events", EventLog)
+        log = self.main.query_one("#events", EventLog)
         log.add(events, replicated=self.spec.is_cluster)
         if isinstance(run, LiveClusterRun) and any(isinstance(e, ReplicaDown) for e in events):
             self._show_recovery_order(run, log)
@@ -242,9 +254,9 @@ class DashboardApp(App[None]):
         self.push_screen(HelpScreen())
 
     def action_zoom(self) -> None:
-        widget = self.focused or self.query_one("#batch")
+        widget = self.focused or self.main.query_one("#batch")
         if not self.screen.maximize(widget):
-            self.screen.maximize(self.query_one("#batch"))
+            self.screen.maximize(self.main.query_one("#batch"))
 
     def action_unzoom(self) -> None:
         self.screen.minimize()
@@ -308,7 +320,7 @@ class DashboardApp(App[None]):
         self.spec, self.live, self.injected = spec, run, []
         self.clock, self._spark_t = 0.0, -1.0
         self.spark.clear()
-        log = self.query_one("#events", EventLog)
+        log = self.main.query_one("#events", EventLog)
         what = ", ".join(f"{k} {v}" for k, v in flags.items())
         line = f"{t:8.2f}s restarted with {what}"
         log.note(line, "bold")
