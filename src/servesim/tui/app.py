@@ -48,17 +48,17 @@ class DashboardApp(App[None]):
     CSS_PATH = "dashboard.tcss"
     TITLE = "servesim dashboard"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_pause", "Pause"),
+        Binding("space", "toggle_pause", "Pause", key_display="␣"),
         Binding("s", "step", "Step"),
-        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
-        Binding("minus", "slower", "Slower", key_display="-"),
+        Binding("plus,equals_sign", "faster", "Fast", key_display="+"),
+        Binding("minus", "slower", "Slow", key_display="-"),
         Binding("f", "fail", "Fail"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
-        Binding("c", "toggle_chunked", "Chunked"),
+        Binding("c", "toggle_chunked", "Chunk"),
         Binding("m", "max_num_seqs", "Seqs"),
         Binding("z", "zoom", "Zoom"),
         Binding("p", "screenshot_svg", "Shot"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
         Binding("left_square_bracket", "replica(-1)", "Prev", show=False, key_display="["),
         Binding("right_square_bracket", "replica(1)", "Next", show=False, key_display="]"),
         Binding("escape", "unzoom", "Restore", show=False),
@@ -114,7 +114,7 @@ class DashboardApp(App[None]):
         with Horizontal(id="bottom"):
             yield QueueTable(id="queue")
             yield EventLog(id="events")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.main.query_one("#side").border_title = "KV · latency · tok/s"
@@ -200,7 +200,9 @@ class DashboardApp(App[None]):
         shown = f" (first {len(rep.waiting)})" if rep.num_waiting > len(rep.waiting) else ""
         queue.border_title = f"waiting{where} {rep.num_waiting:,}{shown}"
         queue.show(rep.waiting, self.clock)
-        self.main.query_one("#kv", KvGauge).show(rep)
+        if self.spec.is_cluster:
+            self.main.query_one("#side").border_title = "KV · latency · tok/s (all)"
+        self.main.query_one("#kv", KvGauge).show(rep, rep.name if self.spec.is_cluster else None)
         self.main.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
         self.main.query_one("#tput", Throughput).show(snap)
         self.main.query_one("#spark", ThroughputSpark).data = list(self.spark)
@@ -217,11 +219,12 @@ class DashboardApp(App[None]):
             return
         bounded = self.spec.slo is not None and self.spec.slo.e2e_ms is not None
         has_sla = bounded or bool(self.spec.trace.df["sla_e2e_ms"].notna().any())
-        head = f"          re-admission order ({plan.policy}), {plan.num_violations} projected SLA misses"
+        misses = f"{plan.num_violations} projected SLA misses" if has_sla else "no e2e SLA (--slo e2e_ms=...)"
+        head = f"       re-admission order ({plan.policy}), {misses}"
         log.note(head, "bold cyan")
         for p in plan.requests[:8]:
             verdict = ("MISS" if p.violates else "ok") if has_sla else "-"
-            line = f"          {p.position + 1}. {p.req_id} done in {p.completion_ms:,.0f} ms {verdict}"
+            line = f"       {p.position + 1}. {p.req_id} done in {p.completion_ms:,.0f} ms {verdict}"
             log.note(line, "red" if p.violates and has_sla else "cyan")
 
     # ------------------------------------------------------------------ actions
@@ -291,7 +294,12 @@ class DashboardApp(App[None]):
         except user_errors() as e:
             self.notify(describe(e), severity="error")
             return
+        moves = len(self.live.sim.moves)
         self.live.advance_until(self.clock + 1e-9)  # process the failure now, even paused
+        targets = [m.to_node for m in self.live.sim.moves[moves:]]
+        if targets:  # show where most of its jobs went
+            busiest = max(set(targets), key=lambda n: (targets.count(n), n))
+            self.selected = self.live.replica_names.index(busiest)
         self.refresh_view()
 
     def action_toggle_chunked(self) -> None:
@@ -322,7 +330,7 @@ class DashboardApp(App[None]):
         self.spark.clear()
         log = self.main.query_one("#events", EventLog)
         what = ", ".join(f"{k} {v}" for k, v in flags.items())
-        line = f"{t:8.2f}s restarted with {what}"
+        line = f"{t:7.2f}s restarted with {what}"
         log.note(line, "bold")
         self.fast_forward(t)
         self.refresh_view()

@@ -169,11 +169,11 @@ def verdict_style(value: float | None, slo: float | None) -> str:
 class KvGauge(Static):
     """KV-cache usage of the shown replica, and its prefix-cache hit rate."""
 
-    def show(self, rep: ReplicaState) -> None:
+    def show(self, rep: ReplicaState, name: str | None = None) -> None:
         usage = rep.kv_usage
         style = GOOD if usage < 0.8 else AMBER if usage < 0.95 else BAD
-        t = Text("KV ", style="bold")
-        t.append_text(bar(usage, 14, style))
+        t = Text(f"KV {name} " if name else "KV ", style="bold")
+        t.append_text(bar(usage, 14 - (len(name) + 1 if name else 0), style))
         t.append(f" {usage:4.0%}\n", style=style)
         t.append(f"{rep.kv_blocks_used:,}/{rep.kv_blocks_usable:,} blocks\n")
         hit = "off" if rep.prefix_hit_rate is None else f"{rep.prefix_hit_rate:.1%}"
@@ -231,7 +231,7 @@ class ReplicaStrip(Static):
 def describe_event(e: Event) -> tuple[str, str] | None:
     """An event as one log line and its style (None: not for the log)."""
     if isinstance(e, RequestPreempted):
-        return f"{e.req_id} preempted (#{e.num_preemptions}, {e.lost_tokens:,} tok lost)", "yellow"
+        return f"{e.req_id} preempted #{e.num_preemptions}, -{e.lost_tokens:,} tok", "yellow"
     if isinstance(e, RequestStarved):
         return f"{e.req_id} STARVED after {e.num_preemptions} preemptions", STARVED
     if isinstance(e, RequestRejected):
@@ -276,9 +276,9 @@ class EventLog(RichLog):
                 getattr(e, "replica", None) if replicated and not isinstance(e, RecoveryDecision) else None
             )
             prefix = f"{where} " if where and not text.startswith(where) else ""
-            self.note(f"{e.time_s:8.2f}s {prefix}{text}", style)  # type: ignore[union-attr]
+            self.note(f"{e.time_s:7.2f}s {prefix}{text}", style)  # type: ignore[union-attr]
         for name, k in skipped.items():
-            self.note(f"          … and {k:,} more {name}", "yellow")
+            self.note(f"        … and {k:,} more {name}", "yellow")
 
     def note(self, line: str, style: str = "") -> None:
         self.lines_written.append(line)
