@@ -93,6 +93,7 @@ class Slot:
     first_token_s: float | None
     chunk: int
     chunks: int
+    moved: bool = False  # taken off a lost replica at least once
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,7 @@ class _Base:
         self._arrival = np.asarray(trace.df["arrival_time_s"], dtype=np.float64)
         self._watch = _Watch()
         self._held: set[int] = set()  # trace positions of requests ever preempted or moved
+        self._moved: set[int] = set()  # of those, the moved ones
         self._held_seen: dict[int, int] = {}  # id(engine) -> preemption events already read
 
     # ------------------------------------------------------------------ to override
@@ -277,6 +279,7 @@ class _Base:
             r.first_token if r.first_token >= 0 else None,
             chunk,
             chunks,
+            r.idx in self._moved,
         )
 
     def _replica_state(
@@ -406,11 +409,11 @@ class _Base:
         self, step: int, num_arrived: int, done: bool, parked: int, waiting_shown: int
     ) -> RunSnapshot:
         now = self.now
+        lat, out_rate, total_rate, closed, finished = self._figures(now)  # notes moved requests first
         reps = tuple(
             self._replica_state(name, e, alive, acc, waiting_shown)
             for name, e, alive, acc in self._replicas()
         )
-        lat, out_rate, total_rate, closed, finished = self._figures(now)
         return RunSnapshot(
             now,
             step,
@@ -754,6 +757,7 @@ class LiveClusterRun(_Base):
                 self._index = {rid: i for i, rid in enumerate(self.sim.arrays.req_id)}
             for m in moves[self._moves_seen :]:
                 self._held.add(self._index[m.req_id])
+                self._moved.add(self._index[m.req_id])
             self._moves_seen = len(moves)
 
     def recovery_queue(self, slo: SLO | None = None) -> ReschedulePlan | None:

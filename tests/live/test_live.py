@@ -247,7 +247,15 @@ def test_the_interrupted_jobs_come_in_the_reschedulers_sla_aware_order() -> None
     assert all(p.violates == (p.slack_ms < 0) for p in plan.requests)
 
 
-WATCHED = (RequestPreempted, RequestStarved, RequestRejected, ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
+WATCHED = (
+    RequestPreempted,
+    RequestStarved,
+    RequestRejected,
+    ReplicaWarning,
+    ReplicaDown,
+    ReplicaUp,
+    RecoveryDecision,
+)
 
 
 def test_the_events_read_from_the_records_are_the_ones_the_engine_emits() -> None:

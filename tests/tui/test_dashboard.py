@@ -22,7 +22,9 @@ SIZES = [(80, 24), (160, 48)]
 CONFIG = EngineConfig(num_gpu_blocks=800, max_num_seqs=32)
 
 
-def spec(replicas: int = 1, config: EngineConfig = CONFIG, trace: Trace | None = None, **kw: Any) -> DashboardSpec:
+def spec(
+    replicas: int = 1, config: EngineConfig = CONFIG, trace: Trace | None = None, **kw: Any
+) -> DashboardSpec:
     tr = trace if trace is not None else open_trace("bursty", num_requests=400, seed=3)
     return DashboardSpec(
         tr, "bursty", config, LinearStepTime(), replicas=replicas, slo=SLO(ttft_ms=2000, tpot_ms=50), **kw
@@ -30,7 +32,9 @@ def spec(replicas: int = 1, config: EngineConfig = CONFIG, trace: Trace | None =
 
 
 def drive(
-    app: DashboardApp, body: Callable[[Pilot[None], DashboardApp], Awaitable[None]], size: tuple[int, int] = (80, 24)
+    app: DashboardApp,
+    body: Callable[[Pilot[None], DashboardApp], Awaitable[None]],
+    size: tuple[int, int] = (80, 24),
 ) -> None:
     async def main() -> None:
         async with app.run_test(size=size) as pilot:
@@ -108,7 +112,9 @@ def test_space_runs_the_clock_and_speed_keys_change_it() -> None:
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_an_injected_failure_reroutes_the_replicas_jobs_with_the_planners_strategies(size: tuple[int, int]) -> None:
+def test_an_injected_failure_reroutes_the_replicas_jobs_with_the_planners_strategies(
+    size: tuple[int, int],
+) -> None:
     app = DashboardApp(spec(replicas=3), paused=True, start_at=6.0)
 
     async def body(pilot: Pilot[None], app: DashboardApp) -> None:
@@ -151,7 +157,13 @@ def test_failures_need_a_cluster() -> None:
 def starvation_trace() -> Trace:
     """Long low-priority jobs preempted again and again by bursts of short urgent ones."""
     rows = [
-        {"req_id": f"long{i}", "arrival_time_s": 0.1 * i, "prompt_len": 3000, "output_len": 800, "priority": 5}
+        {
+            "req_id": f"long{i}",
+            "arrival_time_s": 0.1 * i,
+            "prompt_len": 3000,
+            "output_len": 800,
+            "priority": 5,
+        }
         for i in range(6)
     ]
     rows += [
@@ -192,7 +204,9 @@ def test_the_starvation_scenario_flags_a_request_starved_after_three_preemption_
 
 
 def test_changing_max_num_seqs_restarts_with_the_new_limit_at_the_same_time() -> None:
-    app = DashboardApp(spec(config=EngineConfig(num_gpu_blocks=4000, max_num_seqs=32)), paused=True, start_at=8.0)
+    app = DashboardApp(
+        spec(config=EngineConfig(num_gpu_blocks=4000, max_num_seqs=32)), paused=True, start_at=8.0
+    )
 
     async def body(pilot: Pilot[None], app: DashboardApp) -> None:
         assert app.snap is not None and app.snap.num_running > 8
@@ -206,7 +220,9 @@ def test_changing_max_num_seqs_restarts_with_the_new_limit_at_the_same_time() ->
         assert any("restarted with max_num_seqs 8" in line for line in log_lines(app))
         await pilot.press("c")  # refused: this trace's prompts exceed the 2048-token step budget
         assert app.spec.config.enable_chunked_prefill and "chunked on" in status(app)
-        assert any("not restarted" in n.message and "max_num_batched_tokens" in n.message for n in app._notifications)
+        assert any(
+            "not restarted" in n.message and "max_num_batched_tokens" in n.message for n in app._notifications
+        )
 
     drive(app, body)
 

@@ -48,7 +48,7 @@ class DashboardApp(App[None]):
     CSS_PATH = "dashboard.tcss"
     TITLE = "servesim dashboard"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_pause", "Pause", key_display="␣"),
+        Binding("space", "toggle_pause", "Pause", key_display="spc"),
         Binding("s", "step", "Step"),
         Binding("plus,equals_sign", "faster", "Fast", key_display="+"),
         Binding("minus", "slower", "Slow", key_display="-"),
@@ -56,7 +56,7 @@ class DashboardApp(App[None]):
         Binding("c", "toggle_chunked", "Chunk"),
         Binding("m", "max_num_seqs", "Seqs"),
         Binding("z", "zoom", "Zoom"),
-        Binding("p", "screenshot_svg", "Shot"),
+        Binding("p", "screenshot_svg", "SVG"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("left_square_bracket", "replica(-1)", "Prev", show=False, key_display="["),
@@ -97,7 +97,7 @@ class DashboardApp(App[None]):
     @property
     def main(self) -> Screen[None]:
         """The dashboard screen (queries go there even while a dialog is on top)."""
-        return self.screen_stack[0]  # type: ignore[return-value]
+        return self.screen_stack[0]
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:

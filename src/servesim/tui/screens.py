@@ -32,7 +32,8 @@ HELP = """\
   batch      requests holding a slot: prefill chunk k/n (at the per-step token cap) or
              decode tokens done/total; cyan prefill, green decode, yellow ×N preempted N
              times, red STARVED (preempted starvation_threshold times)
-  waiting    the queue in scheduling order; ↑ marks a request that jumped ahead
+  waiting    the queue in scheduling order; ↑ marks a request that jumped ahead, "pre"
+             its preemptions, mv one moved here from a lost replica
   KV / lat.  KV-cache blocks in use, prefix-cache hit rate; rolling p50/p99 TTFT and TPOT
              of the last window: green within 80 % of the SLO, amber up to it, red past it
   events     preemptions, STARVED flags, rejections, node losses, recovery decisions

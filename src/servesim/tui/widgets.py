@@ -144,7 +144,11 @@ class QueueTable(SlotTable):
             mark,
             req_text(s),
             f"{max(0.0, now - s.arrival_s):,.1f}s",
-            Text(str(s.num_preemptions), style=PREEMPTED) if s.num_preemptions else "0",
+            Text(str(s.num_preemptions), style=PREEMPTED)
+            if s.num_preemptions
+            else Text("mv", style="bold cyan")
+            if s.moved
+            else "0",
             class_text(s),
         ]
 
