@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 
 from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
 from servesim.errors import describe, user_errors
@@ -33,6 +33,7 @@ from servesim.tui.widgets import (
     LatencyGauges,
     QueueTable,
     ReplicaStrip,
+    SlotTable,
     Throughput,
     ThroughputSpark,
 )
@@ -335,10 +336,5 @@ class DashboardApp(App[None]):
         self.fast_forward(t)
         self.refresh_view()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        table = event.data_table
-        if not isinstance(table, BatchTable | QueueTable):
-            return
-        slot = table.selected()
-        if slot is not None:
-            self.push_screen(DetailScreen(self.live.timeline(slot.req_id)))
+    def on_slot_table_chosen(self, event: SlotTable.Chosen) -> None:
+        self.push_screen(DetailScreen(self.live.timeline(event.slot.req_id)))

@@ -4,9 +4,17 @@ of them knows how the run advances."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import DataTable, RichLog, Sparkline, Static
+from textual.binding import Binding, BindingType
+from textual.events import Click
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import RichLog, Sparkline, Static
 
 from servesim import SLO, ReplicaState, RunSnapshot, Slot
 from servesim.events import (
@@ -47,66 +55,168 @@ def class_text(s: Slot) -> str:
     return f"{s.priority}" + (f"/{s.tenant}" if s.tenant else "")
 
 
-class SlotTable(DataTable[Text | str | int]):
-    """A table of requests, re-filled from each snapshot; click a header to sort by it."""
+class SlotTable(ScrollView, can_focus=True):
+    """A table of requests, re-filled from each snapshot, drawn line by line: only the rows on
+    screen are rendered, so a batch of a thousand requests costs what the visible ones cost.
+    Up/down/page keys move the cursor, enter (or a double click) opens the row, a click on a
+    header sorts by that column (again: reversed)."""
 
-    COLUMNS: tuple[tuple[str, str], ...] = ()
+    COLUMNS: tuple[tuple[str, str, int], ...] = ()  # key, label, minimum width
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "move(-1000000000)", "First", show=False),
+        Binding("end", "move(1000000000)", "Last", show=False),
+        Binding("enter", "choose", "Open", show=False),
+    ]
+
+    class Chosen(Message):
+        """A row was opened (enter or double click)."""
+
+        def __init__(self, table: SlotTable, slot: Slot) -> None:
+            super().__init__()
+            self.table = table
+            self.slot = slot
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self.sort_key: str | None = None
         self.sort_reverse = False
         self.slots: list[Slot] = []
+        self.cursor_row = 0
+        self._now = 0.0
+        self._widths = [w for _k, _l, w in self.COLUMNS]
 
-    def on_mount(self) -> None:
-        for key, label in self.COLUMNS:
-            self.add_column(label, key=key)
+    # ------------------------------------------------------------------ data
+    @property
+    def row_count(self) -> int:
+        return len(self.slots)
 
-    def sort_value(self, s: Slot, key: str) -> object:
-        return {
-            "req": s.req_id,
+    def get_row_at(self, i: int) -> list[Text | str]:
+        return self.row_cells(self.slots[i], self._now)
+
+    def row_cells(self, s: Slot, now: float) -> list[Text | str]:
+        raise NotImplementedError
+
+    def sort_value(self, s: Slot, key: str) -> tuple[float | str, ...]:
+        values: dict[str, tuple[float | str, ...]] = {
+            "req": (s.req_id,),
             "phase": (s.phase, s.computed_tokens),
-            "ctx": s.context_len,
+            "ctx": (s.context_len,),
             "cls": (s.priority, s.tenant or ""),
-            "pre": s.num_preemptions,
-            "wait": s.arrival_s,
-        }.get(key, 0)
+            "pre": (s.num_preemptions,),
+            "wait": (s.arrival_s,),
+        }
+        return values.get(key, (0,))
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        key = str(event.column_key.value)
+    def sort_by(self, key: str) -> None:
         self.sort_reverse = not self.sort_reverse if self.sort_key == key else False
         self.sort_key = key
         self.show(self.slots, self._now)
-
-    _now = 0.0
-
-    def row_cells(self, s: Slot, now: float) -> list[Text | str | int]:
-        raise NotImplementedError
 
     def show(self, slots: Sequence[Slot], now: float) -> None:
         rows = list(slots)
         if self.sort_key is not None:
             key = self.sort_key
-            rows.sort(key=lambda s: self.sort_value(s, key), reverse=self.sort_reverse)  # type: ignore[arg-type,return-value]
+            rows.sort(key=lambda s: self.sort_value(s, key), reverse=self.sort_reverse)
         self.slots, self._now = rows, now
-        keep = self.cursor_row
-        self.clear()
-        self.add_rows(self.row_cells(s, now) for s in rows)
-        if rows:
-            self.move_cursor(row=min(keep, len(rows) - 1), animate=False, scroll=False)
+        longest = max((len(s.req_id) for s in rows), default=0)
+        self._widths = [max(w, longest + 4) if k == "req" else w for k, _l, w in self.COLUMNS]
+        self.cursor_row = min(self.cursor_row, max(len(rows) - 1, 0))
+        self.virtual_size = Size(sum(self._widths) + len(self._widths), len(rows) + 1)
+        self.refresh()
 
     def selected(self) -> Slot | None:
-        if 0 <= self.cursor_row < len(self.slots):
-            return self.slots[self.cursor_row]
-        return None
+        return self.slots[self.cursor_row] if 0 <= self.cursor_row < len(self.slots) else None
+
+    # ------------------------------------------------------------------ drawing
+    def _line(self, cells: Sequence[Text | str], style: Style | None) -> Strip:
+        line = Text(no_wrap=True, overflow="crop")
+        for cell, width in zip(cells, self._widths, strict=False):
+            t = cell if isinstance(cell, Text) else Text(cell)
+            t = t.copy()
+            t.truncate(width, overflow="ellipsis", pad=True)
+            line.append_text(t)
+            line.append(" ")
+        width = max(self.size.width, self.virtual_size.width)
+        line.truncate(width, overflow="crop", pad=True)  # every row spans the panel (one background)
+        x = int(self.scroll_offset.x)
+        strip = Strip(line.render(self.app.console)).crop_extend(x, x + self.size.width, self.rich_style)
+        return strip.apply_style(style) if style is not None else strip
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y == 0:
+            labels = []
+            for k, label, _w in self.COLUMNS:
+                mark = ("▼" if self.sort_reverse else "▲") if k == self.sort_key else ""
+                labels.append(Text(label + mark, style="bold"))
+            return self._line(labels, Style(bgcolor="grey23"))
+        i = int(self.scroll_offset.y) + y - 1
+        if i >= len(self.slots):
+            return Strip.blank(width, self.rich_style)
+        style = None
+        if i == self.cursor_row:
+            style = Style(reverse=True, bold=True) if self.has_focus else Style(bgcolor="grey30")
+        return self._line(self.row_cells(self.slots[i], self._now), style)
+
+    # ------------------------------------------------------------------ keys and mouse
+    def _visible(self) -> int:
+        return max(self.size.height - 1, 1)
+
+    def action_move(self, delta: int) -> None:
+        if not self.slots:
+            return
+        self.cursor_row = min(max(self.cursor_row + delta, 0), len(self.slots) - 1)
+        top = int(self.scroll_offset.y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False)
+        elif self.cursor_row >= top + self._visible():
+            self.scroll_to(y=self.cursor_row - self._visible() + 1, animate=False)
+        self.refresh()
+
+    def action_page(self, direction: int) -> None:
+        self.action_move(direction * self._visible())
+
+    def action_choose(self) -> None:
+        slot = self.selected()
+        if slot is not None:
+            self.post_message(self.Chosen(self, slot))
+
+    def on_click(self, event: Click) -> None:
+        at = event.get_content_offset(self)
+        if at is None:
+            return
+        if at.y == 0:
+            x = -int(self.scroll_offset.x)
+            for (key, _label, _w), width in zip(self.COLUMNS, self._widths, strict=False):
+                if at.x < x + width + 1:
+                    self.sort_by(key)
+                    return
+                x += width + 1
+            return
+        i = int(self.scroll_offset.y) + at.y - 1
+        if 0 <= i < len(self.slots):
+            self.cursor_row = i
+            self.refresh()
+            if event.chain >= 2:
+                self.action_choose()
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
 
 
 class BatchTable(SlotTable):
     """The running batch: who holds a slot, what it computes, how far it is."""
 
-    COLUMNS = (("req", "request"), ("phase", "phase"), ("ctx", "context"), ("cls", "prio"))
+    COLUMNS = (("req", "request", 8), ("phase", "phase", 15), ("ctx", "context", 7), ("cls", "prio", 6))
 
-    def row_cells(self, s: Slot, now: float) -> list[Text | str | int]:
+    def row_cells(self, s: Slot, now: float) -> list[Text | str]:
         return [req_text(s), phase_text(s), f"{s.context_len:,}", class_text(s)]
 
 
@@ -114,7 +224,13 @@ class QueueTable(SlotTable):
     """The waiting queue in scheduling order; preempted requests and requests that jumped ahead
     (a re-prioritisation) stand out."""
 
-    COLUMNS = (("pos", "#"), ("req", "request"), ("wait", "waited"), ("pre", "pre"), ("cls", "prio"))
+    COLUMNS = (
+        ("pos", "#", 4),
+        ("req", "request", 8),
+        ("wait", "waited", 7),
+        ("pre", "pre", 3),
+        ("cls", "prio", 6),
+    )
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
@@ -137,7 +253,7 @@ class QueueTable(SlotTable):
         self._ranks = {s.req_id: i for i, s in enumerate(slots)}
         super().show(slots, now)
 
-    def row_cells(self, s: Slot, now: float) -> list[Text | str | int]:
+    def row_cells(self, s: Slot, now: float) -> list[Text | str]:
         pos = self._ranks.get(s.req_id, 0) + 1
         mark = Text(f"↑{pos}", style="bold magenta") if s.req_id in self.jumped else Text(str(pos))
         return [
