@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from servesim.perf.fit import levenberg_marquardt
+from servesim.perf.fit import fit_log_coefficients
 
 GPUS = {"h100": (989.5e12, 3.35e12), "a100": (312e12, 2.039e12)}
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -68,7 +68,7 @@ def main() -> None:
             print(f"{gpu}: no data under {args.vidur_dir}")
             continue
         meas = df["time"].to_numpy()
-        res = levenberg_marquardt(
+        res = fit_log_coefficients(
             lambda x, df=df, peak=peak, bw=bw, meas=meas: np.log(predict(x, df, peak, bw) / meas),
             np.log([0.7, 0.85, 4.0, 2e-6]),
             lower=np.log([0.05, 0.05, 1.0, 1e-8]),

@@ -42,7 +42,7 @@ def test_events_match_the_results_and_the_naive_loop(data: st.DataObject) -> Non
     model = data.draw(step_models)
     fast_rec, naive_rec = EventRecorder(), EventRecorder()
     fast = simulate(trace, config, model, observers=[fast_rec])
-    naive = simulate(trace, config, model, fast=False, observers=[naive_rec])
+    simulate(trace, config, model, fast=False, observers=[naive_rec])
     assert fast_rec.events == naive_rec.events  # the stream does not depend on the fast path
     unobserved = simulate(trace, config, model)
     pd.testing.assert_frame_equal(unobserved.requests, fast.requests)  # watching changes nothing

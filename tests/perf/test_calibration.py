@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from calibration_helpers import synthetic_steps, write_bench_result, write_step_csv
 
 from servesim.engine import EngineConfig
 from servesim.perf import (
@@ -20,19 +21,13 @@ from servesim.perf import (
     load_catalog,
     read_bench_result,
     read_step_csv,
-    synthetic_steps,
 )
-from servesim.perf.calibrate import (
-    bench_arrivals,
-    default_step_fit,
-    predict_workloads,
-    soft_l1,
-    workload_jacobian,
-    write_bench_result,
-    write_step_csv,
-)
-from servesim.perf.fit import levenberg_marquardt
+from servesim.perf.bench_io import bench_arrivals
+from servesim.perf.fit import fit_log_coefficients
 from servesim.perf.replay import RequestSet
+from servesim.perf.step_fit import default_step_fit
+from servesim.perf.workload_case import predict_workloads
+from servesim.perf.workload_fit import workload_jacobian
 
 TRUE = HardwareProfile(
     gemm_compute_efficiency=0.61,
@@ -51,17 +46,56 @@ def _close(report_value: float, true_value: float) -> bool:
     return abs(report_value / true_value - 1) <= 0.02
 
 
-def test_lm_solves_a_known_problem() -> None:
+def test_log_fit_recovers_a_decay_and_the_prior_holds_what_data_cannot_see() -> None:
+    """y = a exp(-b x) recovered from exact data; a third coefficient the residuals do not depend
+    on stays at its prior centre (and is reported undetermined: infinite standard error)."""
     xs = np.linspace(0, 1, 50)
     ys = 2.0 * np.exp(-1.5 * xs)
-    res = levenberg_marquardt(
+    res = fit_log_coefficients(
         lambda p: np.exp(p[0]) * np.exp(-np.exp(p[1]) * xs) - ys,
-        np.log([1.0, 0.5]),
-        lower=np.array([-5.0, -5.0]),
-        upper=np.array([5.0, 5.0]),
+        np.log([1.0, 0.5, 3.0]),
+        lower=np.full(3, -5.0),
+        upper=np.full(3, 5.0),
+        prior_weight=1e-6,
+        prior_center=np.log([1.0, 0.5, 0.7]),
     )
     assert res.converged
-    assert np.exp(res.x) == pytest.approx([2.0, 1.5], rel=1e-6)
+    assert np.exp(res.x) == pytest.approx([2.0, 1.5, 0.7], rel=1e-5)
+    assert not np.isfinite(res.relative_std_errors()[2])
+
+
+def test_log_fit_bounds_and_iteration_limit() -> None:
+    """A bound the optimum lies beyond holds; max_iter stops the solver and says so."""
+    xs = np.linspace(0, 1, 20)
+    res = fit_log_coefficients(
+        lambda p: np.exp(p[0]) * xs - 4.0 * xs, np.zeros(1), lower=np.array([-1.0]), upper=np.array([1.0])
+    )
+    assert np.exp(res.x[0]) == pytest.approx(math.e, rel=1e-6)
+    slow = fit_log_coefficients(
+        lambda p: np.exp(p[0]) * xs - 2.0 * xs,
+        np.array([-4.0]),
+        lower=np.array([-5.0]),
+        upper=np.array([5.0]),
+        max_iter=1,
+    )
+    assert slow.iterations == 1 and not slow.converged and slow.message == "maximum iterations reached"
+
+
+def test_cauchy_loss_leaves_an_outlier_out() -> None:
+    """Nine points on y = 2x and one tenfold off: plain least squares is dragged, Cauchy is not."""
+    xs = np.linspace(1, 10, 10)
+    ys = 2.0 * xs
+    ys[-1] *= 10
+
+    def fun(p: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.log(np.exp(p[0]) * xs / ys)
+        return out
+
+    bounds = {"lower": np.array([-5.0]), "upper": np.array([5.0])}
+    plain = fit_log_coefficients(fun, np.zeros(1), **bounds)
+    robust = fit_log_coefficients(fun, np.zeros(1), loss="cauchy", loss_scale=0.1, **bounds)
+    assert np.exp(plain.x[0]) > 2.5
+    assert np.exp(robust.x[0]) == pytest.approx(2.0, rel=1e-3)
 
 
 def test_step_calibration_recovers_all_coefficients() -> None:
@@ -316,14 +350,3 @@ def test_bench_arrivals_follow_vllm() -> None:
     t = bench_arrivals(1000, 10.0, 1.0, 0)
     assert t[0] == 0 and t[-1] == pytest.approx(100.0) and np.all(np.diff(t) >= 0)
     assert np.all(bench_arrivals(5, math.inf, 1.0, 0) == 0)
-
-
-def test_soft_l1_is_quadratic_then_linear() -> None:
-    r = np.array([0.0, 0.001, -0.001, 1.0, -3.0])
-    g, d = soft_l1(r, 0.1)
-    assert g[1] == pytest.approx(0.001, rel=1e-3) and g[2] == pytest.approx(-0.001, rel=1e-3)
-    assert g[3] ** 2 < r[3] ** 2 and abs(g[4]) < abs(r[4])
-    assert d[0] == 1.0
-    eps = 1e-7
-    num = (soft_l1(r + eps, 0.1)[0] - g) / eps
-    assert np.allclose(num[1:], d[1:], rtol=1e-4)

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from calibration_helpers import synthetic_steps, write_step_csv
 from typer.testing import CliRunner
 
 from servesim.cli.main import app
-from servesim.perf import HardwareProfile, load_catalog, synthetic_steps
-from servesim.perf.calibrate import write_step_csv
+from servesim.perf import HardwareProfile, load_catalog
 
 runner = CliRunner()
 

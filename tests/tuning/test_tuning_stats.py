@@ -2,27 +2,41 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 from tuning_helpers import poisson_workload
 
 from servesim.engine import LinearStepTime
 from servesim.tuning import Deployment, FixedHardware, QueueTestSettings, Spread, queue_trend, run_once
-from servesim.tuning.stats import betainc, t_sf
+
+#: Student's t survival function in closed form for 1 and 2 degrees of freedom.
+CLOSED_T_SF = {
+    1: lambda t: 0.5 - math.atan(t) / math.pi,
+    2: lambda t: 0.5 - t / (2.0 * math.sqrt(t * t + 2.0)),
+}
 
 
-@given(t=st.floats(-40, 40), df=st.integers(1, 60))
+@given(depth=st.lists(st.floats(0, 50), min_size=12, max_size=12), df=st.sampled_from([1, 2]))
 @settings(max_examples=200, deadline=None)
-def test_t_survival_matches_scipy(t: float, df: int) -> None:
-    assert t_sf(t, df) == pytest.approx(float(sps.t.sf(t, df)), rel=1e-9, abs=1e-13)
-
-
-def test_betainc_edges() -> None:
-    assert betainc(2, 3, 0.0) == 0.0 and betainc(2, 3, 1.0) == 1.0
-    assert betainc(2.5, 0.5, 0.3) == pytest.approx(float(sps.beta.cdf(0.3, 2.5, 0.5)), rel=1e-12)
+def test_slope_t_test_p_value_is_the_closed_form(depth: list[float], df: int) -> None:
+    """With 3 (4) batch means the slope's t statistic has 1 (2) degrees of freedom, whose tail
+    has a closed form; the statistic itself is the ordinary least-squares one (linregress)."""
+    batches = df + 2
+    n = 3 * batches
+    arrival = np.arange(n, dtype=np.float64)
+    y = np.asarray(depth[:n])
+    groups = np.array_split(np.arange(n), batches)
+    reg = sps.linregress([arrival[g].mean() for g in groups], [y[g].mean() for g in groups])
+    assume(reg.slope != 0 and reg.stderr > 1e-6 * max(1.0, float(np.abs(y).max())))
+    trend = queue_trend(arrival, y, QueueTestSettings(warmup_fraction=0, batches=batches, min_requests=3))
+    assert trend.batches == batches
+    assert trend.t_stat == pytest.approx(reg.slope / reg.stderr, rel=1e-9)
+    assert trend.p_value == pytest.approx(CLOSED_T_SF[df](trend.t_stat), rel=1e-9, abs=1e-15)
 
 
 def test_linear_growth_is_unstable_and_noise_is_not() -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import typer
 
 from servesim import __version__
+from servesim.cli.common import ErrorMappingGroup
 
 app = typer.Typer(
+    cls=ErrorMappingGroup,
     name="servesim",
     help=(
         "Simulate vLLM-style LLM serving without a GPU: read or generate traffic, replay it "

@@ -20,7 +20,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from servesim.cli.common import fail, print_json, write_text_atomic
 from servesim.cluster.recovery import (
@@ -30,7 +29,6 @@ from servesim.cluster.recovery import (
     JobDecision,
     RecoveryInputError,
     RecoveryPlan,
-    Strategy,
     TargetSpec,
     export_decision_matrix,
     failure_log_json,
@@ -65,57 +63,13 @@ def _ms(x: float | None) -> str:
     return "?" if x is None else f"{x:,.1f}"
 
 
-def decision_table(plan: RecoveryPlan, title: str) -> Table:
-    """The decision matrix as a Rich table (reasons are printed under it: they are long)."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("job")
-    table.add_column("strategy")
-    table.add_column("target")
-    for col in ("tokens", "recompute", "MB moved", "cold ms", "migrate ms", "est ms", "break-even Gbps"):
-        table.add_column(col, justify="right")
-    for d in plan.scheduled_migrations:
-        style = "green" if d.strategy is Strategy.MIGRATE_STATE else "yellow"
-        table.add_row(
-            d.job_id,
-            f"[{style}]{d.strategy.value}[/{style}]",
-            d.target or "-",
-            f"{d.num_tokens:,}",
-            f"{d.recompute_tokens:,}",
-            f"{d.bytes_to_move / 1e6:,.1f}",
-            _ms(d.cold_restart_ms),
-            _ms(d.migrate_ms) if d.migrate_ms is not None else "-",
-            ("[red]waits[/red] " if d.waits_for_capacity else "") + _ms(d.est_recovery_ms),
-            "never" if d.break_even_gbps is None else f"{d.break_even_gbps:,.2f}",
-        )
-    return table
-
-
 def _show_plan(console: Console, plan: RecoveryPlan, manifests: list[Path]) -> None:
-    where = f"{plan.interrupted_node} @ {plan.preemption_timestamp}" + (
-        f" ({plan.batch_id})" if plan.batch_id else ""
-    )
-    console.print(decision_table(plan, f"recovery plan for {where}"))
-    for d in plan.scheduled_migrations:
-        console.print(f"  {d.job_id}: {d.reason}", highlight=False)
-    if plan.invalid_jobs:
-        bad = Table(title="invalid jobs (excluded from the plan and the totals)", title_justify="left")
-        bad.add_column("#", justify="right")
-        bad.add_column("job_id")
-        bad.add_column("reason")
-        for j in plan.invalid_jobs:
-            bad.add_row(str(j.index), j.job_id or "-", j.reason)
-        console.print(bad)
-    cap = plan.capacity_status.value
-    console.print(
-        f"capacity {'[green]' + cap + '[/green]' if cap == 'SUFFICIENT' else '[red]' + cap + '[/red]'}; "
-        f"{plan.num_migrations} MIGRATE_STATE, {plan.num_cold_restarts} COLD_RESTART; "
-        f"total_recompute_tokens {plan.total_recompute_tokens:,}; "
-        f"bytes to move {plan.total_bytes_to_move / 1e9:,.3f} GB"
-    )
-    for w in plan.waiting_jobs:
-        console.print(f"  waiting: {w.job_id} ({w.blocks_needed} blocks) - {w.reason}")
+    from servesim.cli.render import print_section
+    from servesim.views.recovery import recovery_view
+
+    print_section(recovery_view(plan), console)
     for m in manifests:
-        console.print(f"manifest (requires human review, not sent): {m}")
+        console.print(f"manifest (requires human review, not sent): {m}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,7 +2,8 @@
 
 Numbers are formatted from each column's kind and decimals; a numeric column is never narrower
 than its widest value (Rich wraps text columns and headers instead), so at 80 columns a table
-wraps words but never cuts a number.
+wraps words but never cuts a number; a table too wide for the terminal is split into parts that
+each repeat its first column.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rich.table import Table as RichTable
 
 from servesim.views.model import Cell, Column, Kpi, Section, Table, Verdict
 
+TEXT_MIN_WIDTH = 16  # a text column is never squeezed below its values up to this many characters
 VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "red", "info": "cyan"}
 
 
@@ -38,17 +40,65 @@ def header(col: Column) -> str:
     return f"{col.label} {col.unit}" if col.unit and col.kind != "pct" else col.label
 
 
+def _min_width(table: Table, j: int, cells: list[list[str]]) -> int:
+    """A column's narrowest readable width: its widest number (or up to TEXT_MIN_WIDTH of text)
+    and its header's longest word, plus Rich's padding and border."""
+    col = table.columns[j]
+    widest = max((len(r[j]) for r in cells), default=0)
+    if col.kind == "str":
+        widest = min(widest, TEXT_MIN_WIDTH)
+    word = max((len(w) for w in header(col).split()), default=0)
+    return max(widest, word) + 3
+
+
+def split_columns(table: Table, width: int) -> list[Table]:
+    """The table as one or more tables that each fit ``width``: columns packed left to right,
+    each part repeating the first (key) column, so no number is ever cut."""
+    cells = [[fmt(v, c) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
+    widths = [_min_width(table, j, cells) for j in range(len(table.columns))]
+    if sum(widths) + 1 <= width or len(table.columns) <= 2:
+        return [table]
+    # The key: the leading columns up to the first text column (e.g. "#" and "req_id").
+    kinds = [c.kind for c in table.columns]
+    nkey = kinds.index("str") + 1 if "str" in kinds[:2] else 1
+    key_width = sum(widths[:nkey]) + 1
+    parts: list[list[int]] = []
+    current: list[int] = []
+    used = key_width
+    for j in range(nkey, len(widths)):
+        if current and used + widths[j] > width:
+            parts.append(current)
+            current, used = [], key_width
+        current.append(j)
+        used += widths[j]
+    parts.append(current)
+    out = []
+    for k, cols in enumerate(parts):
+        keep = [*range(nkey), *cols]
+        out.append(
+            table.model_copy(
+                update={
+                    "title": table.title if k == 0 else f"(continued {k + 1}/{len(parts)})",
+                    "columns": [table.columns[j] for j in keep],
+                    "rows": [[row[j] for j in keep] for row in table.rows],
+                    "notes": table.notes if k == len(parts) - 1 else [],
+                }
+            )
+        )
+    return out
+
+
 def rich_table(table: Table, *, show_header: bool = True) -> RichTable:
     out = RichTable(title=escape(table.title), title_justify="left", show_header=show_header)
     cells = [[fmt(v, c) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
     for j, col in enumerate(table.columns):
-        numeric = col.kind in ("int", "float", "pct")
+        numeric = col.kind in ("int", "float", "pct", "bool")
         widest = max((len(r[j]) for r in cells), default=0)
+        # Numbers keep their width; text keeps up to TEXT_MIN_WIDTH and wraps beyond; headers wrap.
         out.add_column(
             escape(header(col)),
             justify="right" if numeric else "left",
-            no_wrap=numeric,
-            min_width=widest if numeric else None,
+            min_width=widest if numeric else min(widest, TEXT_MIN_WIDTH),
             overflow="fold",
             style="bold" if j == 0 and not numeric else None,
         )
@@ -92,9 +142,10 @@ def print_section(
     for t in section.tables:
         if tables is not None and t.key not in tables:
             continue
-        console.print(rich_table(t, show_header=t.key not in key_value))
-        for note in t.notes:
-            console.print(f"note: {escape(note)}")
+        for part in split_columns(t, console.width):
+            console.print(rich_table(part, show_header=t.key not in key_value))
+            for note in part.notes:
+                console.print(f"note: {escape(note)}")
     if verdicts:
         for v in section.verdicts:
             console.print(verdict_line(v))
@@ -103,4 +154,4 @@ def print_section(
             console.print(escape(line), soft_wrap=True)
 
 
-__all__ = ["fmt", "print_section", "rich_table"]
+__all__ = ["fmt", "print_section", "rich_table", "split_columns"]

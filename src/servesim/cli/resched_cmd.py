@@ -11,36 +11,9 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from servesim.cli.common import fail, print_json
-from servesim.resched import Policy, RescheduleInputError, ReschedulePlan, parse_input, reschedule
-
-
-def plan_table(plan: ReschedulePlan, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("#", justify="right")
-    longest = max((len(p.req_id) + (7 if p.aged else 0) for p in plan.requests), default=6)
-    table.add_column("req_id", min_width=min(longest, 24))
-    for col in ("start ms", "done ms", "SLA ms", "slack ms"):
-        table.add_column(col, justify="right")
-    table.add_column("violates")
-    table.add_column("reused", justify="right")
-    table.add_column("recomputed", justify="right")
-    for p in plan.requests:
-        table.add_row(
-            str(p.position + 1),
-            p.req_id + (" (aged)" if p.aged else ""),
-            f"{p.admitted_ms:,.1f}",
-            f"{p.completion_ms:,.1f}",
-            f"{p.sla_budget_ms:,.1f}",
-            f"{p.slack_ms:,.1f}",
-            "[red]yes[/red]" if p.violates else "no",
-            f"{p.reused_tokens:,}",
-            f"{p.recomputed_tokens:,}",
-        )
-    return table
+from servesim.resched import Policy, RescheduleInputError, parse_input, reschedule
 
 
 def register(app: typer.Typer) -> None:
@@ -92,22 +65,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(plan.model_dump(mode="json"))
             return
-        console = Console()
-        console.print(plan_table(plan, f"{file.name}: re-admission order ({plan.policy.value})"))
-        verdict = (
-            f"[red]{plan.num_violations} of {len(plan.requests)} projected to miss their SLA[/red]"
-            if plan.sla_violation_projected
-            else "no SLA violation projected"
-        )
-        console.print(
-            f"prefix-cache savings {plan.prefix_cache_savings_tokens:,} tokens, "
-            f"{plan.recomputed_tokens:,} recomputed; {verdict}; last completion {plan.makespan_ms:,.1f} ms"
-        )
-        timing = plan.step_time_model
-        shown = {k: v for k, v in timing.items() if k != "kind" and not isinstance(v, dict | list)}
-        if isinstance(timing.get("profile"), dict):
-            shown["profile"] = timing["profile"].get("name")
-        params = ", ".join(f"{k}={v}" for k, v in shown.items())
-        console.print(f"step time: {timing.get('kind', 'custom')} model ({params})")
-        for a in plan.assumptions:
-            console.print(f"assumed: {a}")
+        from servesim.cli.render import print_section
+        from servesim.views.resched import resched_view
+
+        print_section(resched_view(plan, f"{file.name}: re-admission order ({plan.policy.value})"))

@@ -17,20 +17,14 @@ Public API::
 Module map: ``catalog`` (ModelSpec, GPUSpec, YAML catalogs, HF config loader) · ``memory``
 (weights, reserve, KV capacity) · ``profile`` (calibration coefficients) · ``roofline`` (the
 StepTimeModel) · ``replay`` (client closed loops, async lag, front-end latency) · ``workload``
-(inference-perf shared-prefix load) · ``fit`` (Levenberg-Marquardt) · ``calibrate`` · ``sim2real``.
+(inference-perf shared-prefix load) · ``fit`` (SciPy least squares over ln-coefficients) ·
+``calibration`` (the report, fit bounds) · ``step_io`` / ``step_fit`` (step CSVs and their fit) ·
+``workload_case`` / ``workload_fit`` (re-simulated runs and their fit) · ``bench_io``
+(``vllm bench serve`` results) · ``sim2real``.
 """
 
-from servesim.perf.calibrate import (
-    CalibrationReport,
-    ErrorStats,
-    StepGroup,
-    WorkloadCase,
-    calibrate_steps,
-    calibrate_workloads,
-    read_bench_result,
-    read_step_csv,
-    synthetic_steps,
-)
+from servesim.perf.bench_io import read_bench_result
+from servesim.perf.calibration import CalibrationReport, ErrorStats
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, model_from_hf_config
 from servesim.perf.errors import (
     CalibrationError,
@@ -63,6 +57,10 @@ from servesim.perf.roofline import (
     extrapolation_warnings,
 )
 from servesim.perf.setup import DeploymentSetup, deployment_setup
+from servesim.perf.step_fit import calibrate_steps
+from servesim.perf.step_io import StepGroup, read_step_csv
+from servesim.perf.workload_case import WorkloadCase
+from servesim.perf.workload_fit import calibrate_workloads
 
 __all__ = [
     "CalibrationError",
@@ -100,7 +98,6 @@ __all__ = [
     "read_bench_result",
     "read_step_csv",
     "resolve_profile",
-    "synthetic_steps",
     "weight_breakdown",
     "weight_bytes_per_gpu",
 ]

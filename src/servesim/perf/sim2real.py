@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.engine import EngineConfig
-from servesim.perf.calibrate import CalibrationReport, WorkloadCase, calibrate_workloads, workload_jacobian
+from servesim.perf.calibration import CalibrationReport
 from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
 from servesim.perf.errors import PerfError
 from servesim.perf.memory import kv_capacity
@@ -37,6 +37,8 @@ from servesim.perf.profile import HardwareProfile
 from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
 from servesim.perf.roofline import RooflineStepTime
 from servesim.perf.workload import SharedPrefixWorkload, shared_prefix_requests
+from servesim.perf.workload_case import WorkloadCase
+from servesim.perf.workload_fit import calibrate_workloads, workload_jacobian
 
 METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
 

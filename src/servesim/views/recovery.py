@@ -9,56 +9,60 @@ from servesim.views.model import Column, Kpi, Section, Table, Verdict
 
 
 def decision_table(plan: RecoveryPlan) -> Table:
+    """The decision matrix: one row per job (the reasons are the view's text: they are long)."""
     cols = [
         Column(key="job_id", label="job", kind="str"),
         Column(key="strategy", label="strategy", kind="str"),
         Column(key="target", label="target", kind="str"),
+        Column(key="num_tokens", label="tokens", kind="int", help="Prompt plus generated tokens."),
         Column(
             key="recompute_tokens",
             label="recompute",
-            unit="tokens",
             kind="int",
             help="Tokens whose KV the target computes again.",
         ),
         Column(
-            key="moved_tokens",
-            label="moved",
-            unit="tokens",
-            kind="int",
-            help="Tokens whose KV is transferred (0 for COLD_RESTART).",
+            key="mb_moved", label="moved", unit="MB", help="KV bytes transferred, all TP ranks (0: restart)."
+        ),
+        Column(
+            key="cold_restart_ms",
+            label="cold",
+            unit="ms",
+            help="COLD_RESTART once admitted: queue + prefill.",
         ),
         Column(
             key="migrate_ms", label="migrate", unit="ms", help="MIGRATE_STATE: setup + transfer + the rest."
         ),
-        Column(key="cold_restart_ms", label="restart", unit="ms", help="COLD_RESTART: queue + prefill."),
-        Column(
-            key="est_recovery_ms", label="chosen", unit="ms", help="Estimated time of the chosen strategy."
-        ),
+        Column(key="est_recovery_ms", label="est", unit="ms", help="Estimated time of the chosen strategy."),
+        Column(key="waits", label="waits", kind="bool", help="Waits for capacity on the target."),
         Column(
             key="break_even_gbps",
             label="break-even",
-            unit="Gb/s",
+            unit="Gbps",
             decimals=2,
-            help="Link speed above which migrating beats recomputing.",
+            help="Link speed above which migrating beats recomputing (none: never).",
         ),
-        Column(key="reason", label="why", kind="str"),
     ]
     rows: list[list[Any]] = [
         [
             d.job_id,
             str(d.strategy),
             d.target,
+            d.num_tokens,
             d.recompute_tokens,
-            d.moved_tokens,
-            d.migrate_ms,
+            d.bytes_to_move / 1e6,
             d.cold_restart_ms,
+            d.migrate_ms,
             d.est_recovery_ms,
+            d.waits_for_capacity,
             d.break_even_gbps,
-            d.reason,
         ]
         for d in plan.scheduled_migrations
     ]
-    return Table(key="decisions", title=f"jobs of {plan.interrupted_node}", columns=cols, rows=rows)
+    where = f"{plan.interrupted_node} @ {plan.preemption_timestamp}" + (
+        f" ({plan.batch_id})" if plan.batch_id else ""
+    )
+    return Table(key="decisions", title=f"recovery plan for {where}", columns=cols, rows=rows)
 
 
 def recovery_view(plan: RecoveryPlan) -> Section:
@@ -67,7 +71,7 @@ def recovery_view(plan: RecoveryPlan) -> Section:
         tables.append(
             Table(
                 key="invalid_jobs",
-                title="jobs left out",
+                title="invalid jobs (excluded from the plan and the totals)",
                 columns=[
                     Column(key="index", label="#", kind="int"),
                     Column(key="job_id", label="job", kind="str"),
@@ -91,7 +95,13 @@ def recovery_view(plan: RecoveryPlan) -> Section:
                 rows=[[w.job_id, w.target, w.blocks_needed, w.wait_ms, w.reason] for w in plan.waiting_jobs],
             )
         )
-    status = "pass" if str(plan.capacity_status) == "SUFFICIENT" else "warn"
+    cap = str(plan.capacity_status)
+    status = "pass" if cap == "SUFFICIENT" else "fail"
+    totals = (
+        f"{cap}; {plan.num_migrations} MIGRATE_STATE, {plan.num_cold_restarts} COLD_RESTART; "
+        f"total_recompute_tokens {plan.total_recompute_tokens:,}; "
+        f"bytes to move {plan.total_bytes_to_move / 1e9:,.3f} GB"
+    )
     return Section(
         key="recovery",
         title=f"recovery of {plan.interrupted_node}",
@@ -119,8 +129,8 @@ def recovery_view(plan: RecoveryPlan) -> Section:
             ),
         ],
         tables=tables,
-        verdicts=[Verdict(key="capacity", label="capacity", status=status, text=str(plan.capacity_status))],
-        text=list(plan.assumptions),
+        verdicts=[Verdict(key="capacity", label="capacity", status=status, text=totals)],
+        text=[f"{d.job_id}: {d.reason}" for d in plan.scheduled_migrations],
     )
 
 
