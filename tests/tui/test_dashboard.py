@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_starvation import bursty_trace
 from textual.pilot import Pilot
 
-from servesim import SLO, EngineConfig, LinearStepTime, Trace, open_trace, simulate
+from servesim import SLO, BatchComposition, EngineConfig, LinearStepTime, Trace, open_trace, simulate
 from servesim.cluster import planner_policy
 from servesim.tui.app import DashboardApp
 from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
@@ -154,35 +155,9 @@ def test_failures_need_a_cluster() -> None:
     drive(app, body)
 
 
-def starvation_trace() -> Trace:
-    """Long low-priority jobs preempted again and again by bursts of short urgent ones."""
-    rows = [
-        {
-            "req_id": f"long{i}",
-            "arrival_time_s": 0.1 * i,
-            "prompt_len": 3000,
-            "output_len": 800,
-            "priority": 5,
-        }
-        for i in range(6)
-    ]
-    rows += [
-        {
-            "req_id": f"s{b}-{j}",
-            "arrival_time_s": 1.0 + 2.5 * b + 0.01 * j,
-            "prompt_len": 600,
-            "output_len": 150,
-            "priority": 0,
-        }
-        for b in range(8)
-        for j in range(24)
-    ]
-    return Trace.from_records(rows)
-
-
 def test_the_starvation_scenario_flags_a_request_starved_after_three_preemption_cycles() -> None:
     config = EngineConfig(num_gpu_blocks=1200, policy="priority", max_num_seqs=64, starvation_threshold=3)
-    trace = starvation_trace()
+    trace = bursty_trace()  # the engine's starvation scenario (tests/engine/test_starvation.py)
     first = simulate(trace, config, LinearStepTime()).starvation.iloc[0]
     app = DashboardApp(spec(config=config, trace=trace), paused=True, start_at=float(first["time_s"]) - 0.05)
 
@@ -295,3 +270,18 @@ def test_clicking_a_header_sorts_the_batch() -> None:
         assert isinstance(app.screen, DetailScreen) and app.screen.timeline.req_id == batch.slots[1].req_id
 
     drive(app, body)
+
+
+def test_a_restart_with_model_redoes_the_deployment_setup() -> None:
+    """With --model, a changed flag re-derives KV blocks and step times as `simulate` would."""
+    from servesim.cli.engine_flags import DeploymentFlags
+    from servesim.cli.simulate_cmd import deploy
+
+    trace = open_trace("bursty", num_requests=50, seed=1)
+    dep = DeploymentFlags("llama-3.1-8b", "h100", 1, 0.9, None, None)
+    cfg, step, rebuild = deploy(dep, EngineConfig(), trace, None, {})
+    s = DashboardSpec(trace, "bursty", cfg, step, rebuild=rebuild).with_flags(max_num_batched_tokens=16384)
+    want, want_step = deploy(dep, EngineConfig(max_num_batched_tokens=16384), trace, None, {})[:2]
+    batch = BatchComposition(8, 8000, [], 0)
+    assert s.config == want and s.step_time.step_time(batch) == want_step.step_time(batch)
+    assert s.config.num_gpu_blocks is not None and s.config.max_num_batched_tokens == 16384

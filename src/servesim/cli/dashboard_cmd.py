@@ -15,15 +15,8 @@ import typer
 
 from servesim.cli.cluster_cmd import LinkSpec, outcome, parse_fail, print_comparison
 from servesim.cli.common import fail
-from servesim.cli.engine_flags import engine_flags
-from servesim.cli.simulate_cmd import (
-    TRACE_HELP,
-    _file_keys,
-    engine_config,
-    hardware_setup,
-    report_result,
-    step_time_model,
-)
+from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
+from servesim.cli.simulate_cmd import TRACE_HELP, deploy, engine_config, report_result
 from servesim.errors import user_errors
 
 
@@ -41,18 +34,11 @@ def parse_speed(text: str) -> float:
 
 def register(app: typer.Typer) -> None:
     @app.command("dashboard")
+    @deployment_flags
     @engine_flags
     def dashboard_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        model: str | None = typer.Option(
-            None, help="Served model (catalog name or config.json): roofline step times and KV blocks."
-        ),
-        gpu: str = typer.Option("h100", help="GPU of a replica (with --model)."),
-        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel degree."),
-        gpu_memory_utilization: float = typer.Option(0.9, help="vLLM's memory share (with --model)."),
-        profile: str | None = typer.Option(None, help="Calibrated hardware profile (JSON path or name)."),
-        step_time_ms: float | None = typer.Option(None, help="Constant step time; default: linear model."),
         replicas: int = typer.Option(1, "--replicas", min=1, help="Identical replicas n0..n{N-1}."),
         router: str | None = typer.Option(
             None, help="Router policy of a cluster (default least_outstanding)."
@@ -77,6 +63,7 @@ def register(app: typer.Typer) -> None:
         ),
         *,
         flags: dict[str, Any],
+        deployment: DeploymentFlags,
     ) -> None:
         """Watch a trace run live: batch slots, the waiting queue, KV, latency against the SLO."""
         from servesim import SLO, RouterSpec, open_trace
@@ -89,30 +76,15 @@ def register(app: typer.Typer) -> None:
                 raise ValueError(f"--ui {ui!r}: use full or simple")
             cfg = engine_config(config, flags)
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
-            step = step_time_model(step_time_ms)
-            rebuild = None
-            if model is not None:
-                if step_time_ms is not None:
-                    raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
-                blocks_given = flags["num_gpu_blocks"] is not None or "num_gpu_blocks" in _file_keys(config)
-
-                def rebuild(c: Any) -> Any:
-                    return hardware_setup(
-                        c,
-                        tr,
-                        model=model,
-                        gpu=gpu,
-                        tp=tp,
-                        gpu_memory_utilization=gpu_memory_utilization,
-                        profile=profile,
-                        blocks_given=blocks_given,
-                    )
-
-                cfg, step = rebuild(cfg)
+            cfg, step, rebuild = deploy(deployment, cfg, tr, config, flags)
             events = sorted((parse_fail(x) for x in fail_at), key=lambda e: (e.time_s, e.node))
             FailurePlan(events=events)
             link = LinkSpec.model_validate(
-                {"kv_checkpointing": kv_checkpointing, "tp": tp, **({"model": model} if model else {})}
+                {
+                    "kv_checkpointing": kv_checkpointing,
+                    "tp": deployment.tp,
+                    **({"model": deployment.model} if deployment.model else {}),
+                }
             )
             route = (
                 RouterSpec.model_validate({"policy": router, "seed": seed}) if router is not None else None

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from servesim.cli.common import fail, print_json, write_text_atomic
-from servesim.cli.engine_flags import engine_flags
+from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
 from servesim.engine import (
     SLO,
     ConstantStepTime,
@@ -99,6 +99,37 @@ def hardware_setup(
         config = config.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
     step = setup.step_time
     return EngineConfig.model_validate(config.model_dump()), step
+
+
+Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
+
+
+def deploy(
+    dep: DeploymentFlags, config: EngineConfig, trace: Trace, config_file: Path | None, flags: dict[str, Any]
+) -> tuple[EngineConfig, StepTimeModel, Rebuild | None]:
+    """The engine config and step times of the deployment flags (the KV cache sized for
+    ``--model`` unless ``--num-gpu-blocks`` was given), and how to redo it after a flag change."""
+    if dep.model is None:
+        return config, step_time_model(dep.step_time_ms), None
+    if dep.step_time_ms is not None:
+        raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
+    model = dep.model
+    blocks_given = flags.get("num_gpu_blocks") is not None or "num_gpu_blocks" in _file_keys(config_file)
+
+    def rebuild(cfg: EngineConfig) -> tuple[EngineConfig, StepTimeModel]:
+        return hardware_setup(
+            cfg,
+            trace,
+            model=model,
+            gpu=dep.gpu,
+            tp=dep.tp,
+            gpu_memory_utilization=dep.gpu_memory_utilization,
+            profile=dep.profile,
+            blocks_given=blocks_given,
+        )
+
+    cfg, step = rebuild(config)
+    return cfg, step, rebuild
 
 
 @contextmanager
@@ -181,20 +212,11 @@ def report_result(
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
+    @deployment_flags
     @engine_flags
     def simulate_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        step_time_ms: float | None = typer.Option(
-            None, help="Every step takes this long (for step-by-step comparison); default: linear model."
-        ),
-        model: str | None = typer.Option(
-            None, help="Served model (catalog name or config.json): roofline step times and KV blocks."
-        ),
-        gpu: str = typer.Option("h100", help="GPU of the replica (with --model)."),
-        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel degree."),
-        gpu_memory_utilization: float = typer.Option(0.9, help="vLLM's memory share (with --model)."),
-        profile: str | None = typer.Option(None, help="Calibrated hardware profile (JSON path or name)."),
         slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=20000."),
         seed: int = typer.Option(0, help="Seed for generated traces and seed-JSON arrivals."),
         num_requests: int | None = typer.Option(
@@ -210,27 +232,14 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
         *,
         flags: dict[str, Any],
+        deployment: DeploymentFlags,
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
         try:
             cfg = engine_config(config, flags)
             goal = SLO.parse(slo) if slo else None
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
-            step_model = step_time_model(step_time_ms)
-            if model is not None:
-                if step_time_ms is not None:
-                    raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
-                cfg, step_model = hardware_setup(
-                    cfg,
-                    tr,
-                    model=model,
-                    gpu=gpu,
-                    tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization,
-                    profile=profile,
-                    blocks_given=flags["num_gpu_blocks"] is not None
-                    or "num_gpu_blocks" in _file_keys(config),
-                )
+            cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags)
             run_and_report(
                 tr,
                 cfg,
