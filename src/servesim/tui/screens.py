@@ -15,28 +15,35 @@ from textual.widgets.option_list import Option
 from servesim import RequestTimeline
 
 HELP = """\
-[b]servesim dashboard[/b]: a simulated vLLM replica (or cluster) running a trace, live.
+[b]servesim dashboard[/b]: a simulated vLLM replica (or cluster) running a trace.
 
 [b]Keys[/b]
-  space      pause / resume           s    one engine step (pauses)
-  + / -      faster / slower          [ ]  previous / next replica
-  f          fail a replica (cluster): watch the recovery planner route its jobs
-  c          toggle chunked prefill and restart at the same simulated time
-  m          change max_num_seqs and restart at the same simulated time
-  enter      the selected request's timeline (click a row, or move with ↑ ↓)
-  tab        next panel               z    maximise the panel, esc restores it
-  p          save a screenshot (SVG)  ?    this help            q  quit
-  Click a column header to sort a table by it.
+  space     pause / resume
+  s         exactly one engine step (and pause)
+  + / -     faster / slower (double / halve the speed)
+  f         fail a replica (cluster): watch the planner route its jobs
+  [ / ]     previous / next replica in the panels
+  c         toggle chunked prefill, restart at the same simulated time
+  m         change max_num_seqs, restart at the same simulated time
+  enter     the selected request's timeline (or double-click a row)
+  ↑ ↓ PgUp PgDn Home End   move in a table; click a header to sort
+  tab       next panel
+  z / esc   maximise the focused panel / restore it
+  p         save a screenshot (SVG) in the current folder
+  ?         this help (esc closes)
+  q         quit
 
-[b]Panels[/b]
-  batch      requests holding a slot: prefill chunk k/n (at the per-step token cap) or
-             decode tokens done/total; cyan prefill, green decode, yellow ×N preempted N
-             times, red STARVED (preempted starvation_threshold times)
-  waiting    the queue in scheduling order; ↑ marks a request that jumped ahead, "pre"
-             its preemptions, mv one moved here from a lost replica
-  KV / lat.  KV-cache blocks in use, prefix-cache hit rate; rolling p50/p99 TTFT and TPOT
-             of the last window: green within 80 % of the SLO, amber up to it, red past it
-  events     preemptions, STARVED flags, rejections, node losses, recovery decisions
+[b]Batch[/b]: the requests holding a slot. prefill k/n = chunk k of n at
+  the per-step token cap (re: recompute after a preemption), cyan;
+  decode done/total, green; ×N preempted N times (yellow); STARVED
+  (red): preempted starvation_threshold times.
+[b]Waiting[/b]: the queue in scheduling order. ↑ jumped ahead (a
+  re-prioritisation); pre: preemptions; mv: moved from a lost replica.
+[b]KV / latency[/b]: KV blocks in use, prefix-cache hit rate; rolling
+  p50/p99 TTFT and TPOT of the last window against the SLO: green
+  within 80 % of it, amber up to it, red past it; tokens per second.
+[b]Events[/b]: preemptions, STARVED, rejections, node losses, each
+  recovery decision and the rescheduler's re-admission order.
 """
 
 
