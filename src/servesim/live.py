@@ -17,9 +17,11 @@ read from the engines' own records at no cost to the engine; ``observers`` get t
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,6 +54,7 @@ from servesim.errors import InputError
 from servesim.events import (
     Event,
     Observer,
+    Progress,
     RecoveryDecision,
     RejectReason,
     ReplicaDown,
@@ -206,6 +209,19 @@ class _Watch:
     preemptions: dict[int, int] = field(default_factory=dict)  # trace position -> preemptions so far
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic collector paused while the engine runs, as ``Engine.run`` does (the engine makes
+    no cycles; collections triggered by its many small objects would cost as much as the run)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 _ORDER = {ReplicaWarning: 0, ReplicaDown: 1, RecoveryDecision: 2, RequestPreempted: 3, RequestStarved: 4}
 
 
@@ -214,7 +230,23 @@ def _event_order(e: Event) -> tuple[float, int]:
 
 
 class _Base:
-    """What a single-replica and a cluster run share: snapshots and notices over engines."""
+    """What a single-replica and a cluster run share: advancing, snapshots and events."""
+
+    def advance_steps(self, n: int = 1) -> int:
+        """Run exactly ``n`` engine steps (fewer only when the run ends); returns how many ran."""
+        with _gc_paused():
+            return self._advance_steps(n)
+
+    def advance_until(self, t_s: float, max_steps: int = sys.maxsize) -> int:
+        """Advance to ``t_s`` (or by about ``max_steps`` steps); returns the steps run."""
+        with _gc_paused():
+            return self._advance_until(t_s, max_steps)
+
+    def _advance_steps(self, n: int) -> int:
+        raise NotImplementedError
+
+    def _advance_until(self, t_s: float, max_steps: int) -> int:
+        raise NotImplementedError
 
     trace: Trace
     window_s: float
@@ -390,6 +422,8 @@ class _Base:
                 if r2 is not None and i not in seen:
                     out.append((engine, r2))
                     seen.add(i)
+        closed = [i for i in self._held if i not in seen and any(e.rec.outcome[i] for e in self._engines())]
+        self._held.difference_update(closed)  # closed for good: its outputs are in the records now
         return out
 
     _samples: list[tuple[float, int]]
@@ -575,7 +609,7 @@ class LiveRun(_Base):
     def _replicas(self) -> list[tuple[str | None, Engine, bool, bool]]:
         return [(None, self.engine, True, True)]
 
-    def advance_steps(self, n: int = 1) -> int:
+    def _advance_steps(self, n: int = 1) -> int:
         """Run exactly ``n`` engine steps (fewer only when the run ends); returns how many ran.
 
         Multi-step decode stretches are switched off meanwhile, so that each one is one step;
@@ -595,7 +629,7 @@ class LiveRun(_Base):
             engine.stretch = stretch
         return done
 
-    def advance_until(self, t_s: float, max_steps: int = sys.maxsize) -> int:
+    def _advance_until(self, t_s: float, max_steps: int = sys.maxsize) -> int:
         """Run every step that starts before ``t_s`` (or about ``max_steps`` of them: a decode
         stretch counts whole); returns the steps run."""
         self._check_open()
@@ -624,8 +658,11 @@ class LiveRun(_Base):
     def finish(self) -> SimulationResult:
         """Run to the end and return the result ``simulate()`` gives for the same inputs."""
         if self._result is None:
-            self.advance_until(math.inf)
+            with _gc_paused():
+                self._advance_until(math.inf)
             self.engine.finish()
+            if self.engine.emit is not None:  # as Engine.run ends: the last progress
+                self.engine.emit(Progress(self.engine.num_closed, self.engine.trace.n, self.now, self.step))
             self._result = build_result(self.engine, self.trace, self.slo, describe_model(self.step_time))
         return self._result
 
@@ -704,7 +741,7 @@ class LiveClusterRun(_Base):
             (spec.name, sim.current[k], sim.alive[k], sim.accepting[k]) for k, spec in enumerate(sim.replicas)
         ]
 
-    def advance_steps(self, n: int = 1) -> int:
+    def _advance_steps(self, n: int = 1) -> int:
         """Run exactly ``n`` engine steps (on whichever replicas end one next); returns how many."""
         self._check_open()
         engines = self.sim.current
@@ -722,7 +759,7 @@ class LiveClusterRun(_Base):
         self._clock = max(self._clock, self.sim.now)
         return done
 
-    def advance_until(self, t_s: float, max_steps: int = sys.maxsize) -> int:
+    def _advance_until(self, t_s: float, max_steps: int = sys.maxsize) -> int:
         """Process every step end and event before ``t_s`` (or ``max_steps`` step ends)."""
         self._check_open()
         done = self.sim.advance(t_s, max_steps)
@@ -849,7 +886,8 @@ class LiveClusterRun(_Base):
     def finish(self) -> ClusterResult:
         """Run to the end and return the result ``simulate_cluster()`` gives for the same inputs."""
         if self._result is None:
-            self.advance_until(math.inf)
+            with _gc_paused():
+                self._advance_until(math.inf)
             self._result = build_cluster_result(self.sim.close(), self.slo)
         return self._result
 

@@ -84,6 +84,7 @@ class DashboardApp(App[None]):
         self.start_at = start_at
         self.fps = fps
         self.budget_s = budget_s
+        self._budget = budget_s
         self.screenshot_dir = screenshot_dir
         self.clock = 0.0  # the simulated time shown
         self.lagging = False
@@ -131,10 +132,14 @@ class DashboardApp(App[None]):
     def tick(self) -> None:
         now = perf_counter()
         dt, self._last = min(now - self._last, 0.5), now
+        # Keep the display at fps: when ticks come late (the terminal paints slowly, the host is
+        # busy) the engine gets less of each tick, and more again when they are on time.
+        period = 1 / self.fps
+        self._budget = self._budget * 0.8 if dt > 1.05 * period else min(self._budget * 1.05, self.budget_s)
         if len(self.screen_stack) > 1:
             return  # a dialog is open: the run waits for it
         if not self.paused and not self.live.done:
-            self.advance_to(self.clock + self.speed * dt, deadline=now + self.budget_s)
+            self.advance_to(self.clock + self.speed * dt, deadline=now + self._budget)
         try:
             self.refresh_view()
         except NoMatches:  # the app is shutting down: its widgets are gone
