@@ -203,14 +203,49 @@ def test_planner_migrates_on_fast_links_and_restarts_on_slow_ones() -> None:
     trace = open_trace("poisson_30_rps", num_requests=1500, seed=8)
     fail = [FailureEvent(node="n1", time_s=20.0)]
     base = default_context()  # Llama-3.1-8B: 128 KiB of KV per token
-    strategies = {}
+    counts = {}
     for gbps in (1.0, 800.0):
         ctx = dataclasses.replace(base, bandwidth_gbps=gbps)
         moves = simulate_cluster(trace, replicas(3), failures=fail, recovery="planner", context=ctx).moves
         assert len(moves) > 5
-        strategies[gbps] = set(moves["strategy"])
-    assert strategies[1.0] == {"COLD_RESTART"}
-    assert "MIGRATE_STATE" in strategies[800.0]
+        counts[gbps] = moves["strategy"].value_counts().to_dict()
+    # At 1 Gbit/s a transfer takes about a second per 1,000 tokens: most jobs recompute; only the
+    # ones whose recompute would stall a busy survivor's decodes for longer are still migrated.
+    assert counts[1.0].get("COLD_RESTART", 0) > 3 * counts[1.0].get("MIGRATE_STATE", 0)
+    assert set(counts[800.0]) == {"MIGRATE_STATE"}
+
+
+def test_transfers_to_one_survivor_share_its_link() -> None:
+    from servesim.cluster import default_context
+
+    trace = open_trace("poisson_30_rps", num_requests=900, seed=3)
+    ctx = dataclasses.replace(default_context(), bandwidth_gbps=5.0)
+    res = simulate_cluster(
+        trace, replicas(3), failures=[FailureEvent(node="n1", time_s=15.0)], recovery="migrate", context=ctx
+    )
+    moves = res.moves[res.moves["strategy"] == "MIGRATE_STATE"]
+    assert len(moves) > 4
+    for _, group in moves.groupby("to_node", sort=True):
+        landed = 0.0  # seconds after the failure when the previous transfer to this node landed
+        for _, m in group.iterrows():  # in the order the jobs were placed
+            own = ctx.setup_latency_s + ctx.transfer_s(int(m["tokens_moved"]))
+            assert m["delay_s"] == pytest.approx(landed + own)  # it waited for the link, then moved
+            landed = m["delay_s"]
+
+
+def test_planner_is_never_worse_than_the_best_fixed_policy() -> None:
+    """The README's case: the planner weighs the load a recompute puts on busy survivors."""
+    trace = open_trace("poisson_30_rps", num_requests=2000, seed=0)
+    fail = [FailureEvent(node="n1", time_s=30.0, recover_after_s=20.0)]
+    tails = {}
+    for policy in ("planner", "migrate", "restart"):
+        c = simulate_cluster(
+            trace, replicas(3, EngineConfig()), failures=fail, recovery=policy
+        ).summary.cluster
+        tails[policy] = (c.ttft_ms.p99, c.e2e_ms.p99)
+    for i in (0, 1):  # TTFT p99, E2E p99: within 3 % (the noise benchmarks/recovery_policies.py measures)
+        best = min(tails["migrate"][i], tails["restart"][i])
+        assert tails["planner"][i] <= 1.03 * best, tails
 
 
 def test_planner_uses_the_survivors_prefix_cache() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 from pydantic import ValidationError
@@ -12,11 +14,13 @@ from servesim.tuning import (
     Deployment,
     FixedHardware,
     PercentileSLO,
+    PerfHardware,
     SaturationSettings,
     SchedulerRecommendation,
     recommend,
 )
-from servesim.tuning.recommend import _ms
+from servesim.views.tuning import _ms_unit as _ms
+from servesim.views.tuning import reason_text
 
 SLO = PercentileSLO.parse("ttft_p99_ms=400,tpot_p99_ms=40")
 FAST = SaturationSettings(rtol=0.05, curve_fractions=())
@@ -82,7 +86,9 @@ def test_a_candidate_failing_fresh_seeds_is_not_recommended() -> None:
     only_bad = recommend(wl, hw, SLO, [bad], target_rate=5.0, saturation=FAST)
     assert only_bad.meets_slo is False and only_bad.deployment == bad
     assert any(v.slo_violations for v in only_bad.verification)
-    assert "misses the SLO" in only_bad.rationale[0]
+    assert only_bad.reasons[0].kind == "prediction" and only_bad.reasons[0].facts["slo_violations"]
+    assert "misses the SLO" in reason_text(only_bad.reasons[0])
+    assert only_bad.verdict == "change" and only_bad.capacity is None  # no capacity search unless asked
 
 
 def test_validators_reject_false_claims_and_invalid_flags() -> None:
@@ -103,24 +109,141 @@ def test_validators_reject_false_claims_and_invalid_flags() -> None:
         SchedulerRecommendation.model_validate({**data, "deployment": unchunked})
 
 
-def test_rationale_is_derived_from_the_measured_ablations() -> None:
+def test_reasons_are_the_measured_ablations() -> None:
     wl = poisson_workload(n=150)
     hw = FixedHardware(LinearStepTime(), 3000)
     d = Deployment(
         max_num_seqs=32, max_num_batched_tokens=1024, replicas=2, max_model_len=wl.default_max_model_len()
     )
     rec = recommend(wl, hw, SLO, [d], target_rate=5.0, saturation=FAST)
-    by_change = {a.change: a for a in rec.ablations}
-    off = by_change["chunked prefill off"]
-    # 1,024 tokens per step < max_model_len: vLLM would refuse chunking off, and the rationale says so.
+    by_knob = {a.knob: a for a in rec.ablations}
+    off = by_knob["enable_chunked_prefill"]
+    # 1,024 tokens per step < max_model_len: vLLM would refuse chunking off, and the reason says so.
     assert not off.valid and "max_model_len" in (off.reason or "")
-    assert any(r.startswith("chunked prefill must stay on") for r in rec.rationale)
-    half = by_change["max_num_seqs 16"]
-    assert half.valid and half.ttft_p99_ms is not None
-    line = next(r for r in rec.rationale if r.startswith("max_num_seqs 32"))
-    assert _ms(half.ttft_p99_ms) in line
-    one = by_change["1 replica(s)"]
-    assert one.valid and one.ttft_p99_ms is not None
-    assert any(_ms(one.ttft_p99_ms) in r for r in rec.rationale if r.startswith("with 1 replica"))
+    refused = next(r for r in rec.reasons if r.kind == "refused")
+    assert refused.knob == "enable_chunked_prefill" and refused.alternative is False
+    assert reason_text(refused).startswith("chunked prefill must stay on")
+    half = by_knob["max_num_seqs"]
+    assert half.valid and half.ttft_p99_ms is not None and half.alternative == 16
+    seqs = next(r for r in rec.reasons if r.kind == "ablation" and r.knob == "max_num_seqs")
+    ttft = next(e for e in seqs.effects if e.metric == "ttft_p99_ms")
+    assert ttft.alternative == half.ttft_p99_ms and ttft.change == pytest.approx(
+        half.ttft_p99_ms - ttft.recommended
+    )
+    first = rec.verification[0]
+    assert ttft.recommended == first.ttft_p99_ms and seqs.facts["seed"] == first.seed  # on the same seed
+    assert _ms(half.ttft_p99_ms) in reason_text(seqs) and reason_text(seqs).startswith("max_num_seqs 32")
+    one = next(r for r in rec.reasons if r.kind == "ablation" and r.knob == "replicas")
+    assert one.alternative == 1 and one.alternative_slo_ok == by_knob["replicas"].slo_ok
     assert rec.replicas == 2 and rec.gpus == 2 and rec.router == "least_outstanding"
     assert "run 2 of them" in rec.config_yaml
+
+
+def test_never_worse_than_the_baseline() -> None:
+    wl = poisson_workload(n=150)
+    hw = FixedHardware(LinearStepTime(), 3000)
+    mml = wl.default_max_model_len()
+    mine = Deployment(max_num_seqs=32, max_num_batched_tokens=1024, max_model_len=mml)
+    slower = Deployment(max_num_seqs=4, max_num_batched_tokens=1024, max_model_len=mml)  # queues more
+    rec = recommend(wl, hw, SLO, [slower], target_rate=5.0, saturation=FAST, baseline=mine)
+    assert rec.verdict == "keep" and rec.deployment == mine
+    assert rec.baseline is not None and rec.best_alternative is not None
+    assert rec.best_alternative.deployment == slower
+    assert rec.best_alternative.ttft_p99_ms > rec.baseline.ttft_p99_ms  # the evidence: it is worse
+    keep = next(r for r in rec.reasons if r.kind == "versus_baseline")
+    assert [(c.knob, c.recommended, c.alternative) for c in keep.changes] == [("max_num_seqs", 32, 4)]
+    ttft = next(e for e in keep.effects if e.metric == "ttft_p99_ms")
+    assert ttft.verdict == "worse" and ttft.alternative == rec.best_alternative.ttft_p99_ms
+    assert reason_text(keep).startswith("keep what you have")
+    # A baseline that misses the SLO is replaced, and the comparison says what changed.
+    bad = Deployment(max_num_seqs=1, max_num_batched_tokens=256, max_model_len=mml)
+    better = recommend(wl, hw, SLO, [mine], target_rate=5.0, saturation=FAST, baseline=bad)
+    assert better.verdict == "change" and better.deployment == mine and better.meets_slo
+    assert better.baseline is not None and better.baseline.meets_slo is False
+    cmp = next(r for r in better.reasons if r.kind == "versus_baseline")
+    assert cmp.against == "baseline" and {c.knob for c in cmp.changes} == {
+        "max_num_seqs",
+        "max_num_batched_tokens",
+    }
+    assert cmp.alternative_slo_ok is False
+
+
+def test_an_overload_gets_the_capacity_that_meets_the_slo() -> None:
+    wl = poisson_workload(n=300, rate=5.0)
+    hw = FixedHardware(LinearStepTime(), 3000)
+    d = Deployment(max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=wl.default_max_model_len())
+    one = recommend(wl, hw, SLO, [d], target_rate=60.0, saturation=FAST)
+    assert one.meets_slo is False  # far beyond one replica
+    rec = recommend(wl, hw, SLO, [d], target_rate=60.0, saturation=FAST, add_capacity=True)
+    assert rec.verdict == "add_capacity" and rec.meets_slo is True
+    cap = rec.capacity
+    assert cap is not None and cap.replicas == rec.replicas > 1 and cap.gpus == rec.gpus
+    tried = {t.replicas: t.meets for t in cap.tried}
+    assert tried[cap.replicas] and (cap.replicas - 1 == 1 or tried[cap.replicas - 1] is False)  # the fewest
+    assert all(ok == (n >= cap.replicas) for n, ok in tried.items())
+    assert rec.deployment.max_num_seqs == 64  # same flags, more replicas
+    why = next(r for r in rec.reasons if r.kind == "capacity")
+    assert why.value == cap.replicas and "capacity is what is missing" in reason_text(why)
+
+
+def test_error_bars_follow_the_measured_sim2real_error() -> None:
+    from servesim.tuning.uncertainty import Z80, error_bars, sigma_ln
+
+    # sigma from the LOO table of docs/perf.md (TTFT p99 column), by hand:
+    apes = [26.9, 9.8, 27.8, 63.3, 12.9, 19.7, 9.5, 24.2]
+    s = math.sqrt(sum(math.log1p(a / 100) ** 2 for a in apes) / len(apes))
+    assert sigma_ln("ttft_p99") == pytest.approx(s)
+    slo = PercentileSLO.parse("ttft_p99_ms=200,tpot_p99_ms=50")
+    eb = error_bars({"ttft": 200.0, "tpot": 5.0, "e2e": 1000.0}, slo, "h100")
+    ttft = eb.metrics[0]
+    assert ttft.probability_within_cap == pytest.approx(0.5)  # predicted exactly at the cap
+    assert ttft.low_80 == pytest.approx(200 * math.exp(-Z80 * s)) and ttft.high_80 > 200
+    assert ttft.max_predicted_for_90 == pytest.approx(200 * math.exp(-Z80 * s))
+    # at that predicted p99 the cap holds with 90 %
+    at90 = error_bars({"ttft": ttft.max_predicted_for_90, "tpot": 5.0, "e2e": 1000.0}, slo, "h100")
+    assert at90.metrics[0].probability_within_cap == pytest.approx(0.9)
+    assert eb.within_model_error and eb.probability_slo_holds == pytest.approx(0.5, abs=1e-6)
+    assert error_bars({"ttft": 50.0, "tpot": 5.0, "e2e": 1.0}, slo, "h100").within_model_error is False
+    assert any("generic priors" in n for n in error_bars({"ttft": 1, "tpot": 1, "e2e": 1}, slo, "a100").notes)
+
+
+def test_a_recommendation_on_the_calibrated_model_carries_its_error_bars() -> None:
+    wl = poisson_workload(n=120)
+    hw = PerfHardware()
+    d = Deployment(max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=wl.default_max_model_len())
+    rec = recommend(wl, hw, SLO, [d], target_rate=5.0, saturation=FAST)
+    eb = rec.error_bars
+    assert eb is not None and eb.runs == 8 and eb.probability_slo_holds is not None
+    ttft = next(m for m in eb.metrics if m.metric == "ttft_p99_ms")
+    assert ttft.predicted == rec.predicted_ttft_ms.p99.max and ttft.low_80 < ttft.predicted < ttft.high_80
+    # a user-given step-time model has no measured error: no bars, rather than made-up ones
+    fixed = recommend(wl, FixedHardware(LinearStepTime(), 3000), SLO, [d], target_rate=5.0, saturation=FAST)
+    assert fixed.error_bars is None
+
+
+def test_when_both_miss_the_closer_one_is_kept_and_capacity_starts_there() -> None:
+    from servesim.tuning.explain import RunSummary, beats
+
+    wl = poisson_workload(n=150)
+    mml = wl.default_max_model_len()
+    far = Deployment(max_num_seqs=1, max_num_batched_tokens=256, max_model_len=mml)
+    near = Deployment(max_num_seqs=32, max_num_batched_tokens=1024, replicas=2, max_model_len=mml)
+
+    def summary(d: Deployment, ttft: float) -> RunSummary:
+        return RunSummary(
+            deployment=d,
+            gpus=d.gpus,
+            runs=3,
+            ttft_p99_ms=ttft,
+            tpot_p99_ms=10,
+            e2e_p99_ms=1000,
+            good_fraction=0.5,
+            saturated_runs=0,
+            meets_slo=False,
+            slo_pressure=ttft / 400,
+            violations=["x"],
+        )
+
+    # More GPUs, but far closer to the SLO: it wins, although neither meets it.
+    assert beats(summary(near, 450), summary(far, 4000))
+    assert not beats(summary(far, 4000), summary(near, 450))

@@ -13,6 +13,7 @@ from tuning_helpers import SMALL_SPACE, poisson_workload
 
 from servesim.engine import LinearStepTime
 from servesim.tuning import (
+    Deployment,
     FixedHardware,
     PercentileSLO,
     TuneResult,
@@ -41,26 +42,105 @@ def _signature(res: TuneResult) -> list[tuple[int, str, dict[str, object], list[
     return [(t.number, t.state, t.params, t.values) for t in res.trials]
 
 
-def test_invalid_combinations_are_pruned_with_the_reason() -> None:
+def test_impossible_combinations_are_never_sampled() -> None:
     wl = poisson_workload(n=120)  # max_model_len 1801: chunking off needs a 1801-token budget
-    res = _tune(wl, 10)
-    pruned = [t for t in res.trials if t.state == "PRUNED"]
-    assert pruned and res.n_pruned == len(pruned) and res.n_complete + res.n_pruned == 10
-    for t in pruned:
-        assert t.invalid_reason and t.outcome is not None and not t.outcome.valid
-        p = t.params
-        if p["max_num_batched_tokens"] < p["max_num_seqs"]:
-            assert "at least one token per sequence" in t.invalid_reason
-        elif not p["enable_chunked_prefill"]:
-            assert "max_model_len (1801)" in t.invalid_reason
-    assert sum(r.count for r in res.invalid_reasons.values()) == len(pruned)
-    # ... and Optuna records the reason on the trial itself.
-    assert all(t.outcome is not None for t in res.trials)
-    # Valid trials satisfy vLLM's rules; feasible ones meet the SLO on every seed.
+    res = _tune(wl, 12)
+    assert res.n_pruned == 0 and res.n_complete == 12 and not res.invalid_reasons
+    unchunked = [t.params for t in res.trials if not t.params["enable_chunked_prefill"]]
+    assert unchunked, "chunked prefill off is still searched"
+    for p in unchunked:
+        assert p["max_num_batched_tokens"] >= 1801 and p["long_prefill_token_threshold"] == 0
     for t in res.trials:
-        if t.feasible:
+        assert t.params["max_num_batched_tokens"] >= t.params["max_num_seqs"]
+        if t.feasible:  # feasible ones meet the SLO on every seed
             assert t.outcome is not None and not t.outcome.violations
             assert t.outcome.ttft_p99_ms is not None and t.outcome.ttft_p99_ms.max <= 400
+
+
+def test_the_grid_holds_exactly_the_valid_combinations() -> None:
+    sp = space_from_mapping(
+        {
+            **SMALL_SPACE,
+            "enable_prefix_caching": [True],
+            "gpu_memory_utilization": [0.9],
+            "tensor_parallel_size": [1],
+        }
+    )
+    grid = sp.grid(1801, max_gpus=1)
+    assert len(grid) == sp.size(1801, max_gpus=1) == len({str(sorted(g.items())) for g in grid})
+    # chunked: 3 budgets x 3 seqs (all <= the budget) x 2 thresholds; unchunked: only 4096 (3 seqs)
+    flags = 3 * 3 * 2 + 3
+    assert len(grid) == flags * 2 * 2  # x block sizes x timeouts; replicas 2 exceed the 1-GPU budget
+    for g in grid:
+        d = Deployment.model_validate({**g, "max_model_len": 1801})  # vLLM would start every one
+        assert d.gpus == 1
+    assert sp.size(1801, max_gpus=1) == len(sp.grid(1801, max_gpus=1))
+
+
+def test_a_small_space_is_searched_exhaustively() -> None:
+    wl = poisson_workload(n=120)
+    small = {
+        **SMALL_SPACE,
+        "max_num_seqs": [16, 64],
+        "block_size": [16],
+        "queue_timeout_s": [None],
+        "long_prefill_token_threshold": [0],
+        "replicas": [1, 2],
+    }
+    res = tune(
+        wl,
+        FixedHardware(LinearStepTime(), 3000),
+        SLO,
+        space=space_from_mapping(small),
+        settings=TuneSettings(n_trials=5, seeds=[0]),
+        executor="local",
+        baseline=Deployment(
+            max_num_seqs=16, max_num_batched_tokens=1024, max_model_len=wl.default_max_model_len()
+        ),
+    )
+    # 2 seqs x (3 chunked budgets + the one unchunked budget >= max_model_len) x prefix on/off x 2 replicas
+    assert res.space_size == 2 * 4 * 2 * 2
+    assert res.exhaustive and res.space_size == res.n_trials  # every combination, whatever --trials says
+    assert res.trials[0].params == res.baseline.params if res.baseline else False
+    assert "every one is evaluated" in res.budget_notes[0]
+
+
+def test_the_baseline_and_the_cheapest_candidates_come_first() -> None:
+    wl = poisson_workload(n=120)
+    current = Deployment(max_num_seqs=48, max_num_batched_tokens=3000, replicas=2, max_model_len=1801)
+    res = _tune(wl, 6, baseline=current)
+    first = res.trials[0].params
+    assert first["max_num_seqs"] == 48 and first["max_num_batched_tokens"] == 3000 and first["replicas"] == 2
+    assert res.baseline is not None and res.baseline.number == 0
+    roles = [(s.role, s.number) for s in res.seeded]
+    assert roles[0] == ("baseline", 0)
+    cheapest = next(t for t in res.trials if t.number == dict(roles)["cheapest"])
+    assert cheapest.params["replicas"] == 1 and cheapest.params["max_num_seqs"] == 48  # its flags, 1 GPU
+    assert "48" in res.space["max_num_seqs"]  # the space was widened to hold the user's setting
+    assert any("valid combinations" in n for n in res.budget_notes)
+
+
+def test_no_feasible_trial_comes_with_what_each_trial_broke() -> None:
+    wl = poisson_workload(n=120, rate=40.0)
+    tight = PercentileSLO.parse("ttft_p99_ms=5,tpot_p99_ms=40")
+    res = tune(
+        wl,
+        FixedHardware(LinearStepTime(), 3000),
+        tight,
+        space=space_from_mapping(SMALL_SPACE),
+        settings=TuneSettings(n_trials=4, seed=0, n_startup_trials=2, seeds=[0]),
+        executor="local",
+    )
+    assert res.best is None and res.n_feasible == 0
+    assert len(res.infeasible) == res.n_complete and res.nearest_miss == res.infeasible[0]
+    for row in res.infeasible:
+        trial = next(t for t in res.trials if t.number == row.number)
+        assert trial.outcome is not None and trial.outcome.ttft_p99_ms is not None
+        ttft = next(b for b in row.breaches if b.constraint == "ttft_p99")
+        assert ttft.measured == trial.outcome.ttft_p99_ms.max and ttft.limit == 5
+        assert abs(ttft.excess - (ttft.measured / 5 - 1)) < 1e-9
+        assert row.distance == max(b.excess for b in row.breaches)
+    assert [r.distance for r in res.infeasible] == sorted(r.distance for r in res.infeasible)
 
 
 def test_same_seed_same_study_and_best_trial() -> None:

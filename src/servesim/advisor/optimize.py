@@ -8,6 +8,7 @@ import optuna
 from servesim.advisor.cases import BatchingCase
 from servesim.advisor.models import BatchingAdvice
 from servesim.tuning import (
+    Deployment,
     FixedHardware,
     Knob,
     PercentileSLO,
@@ -42,6 +43,9 @@ def optimizer_best(case: BatchingCase, n_trials: int = 12, seed: int = 0) -> Bat
         settings=TuneSettings(n_trials=n_trials, seed=seed, seeds=[0], n_startup_trials=min(10, n_trials)),
         max_model_len=case.max_model_len,
         executor="local",
+        baseline=Deployment.from_engine_config(
+            cur, max_model_len=case.max_model_len, replicas=case.replicas
+        ),  # the study starts from the case's current setting
     )
     if result.best is None:
         return None

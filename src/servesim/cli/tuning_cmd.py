@@ -148,14 +148,20 @@ def print_tune(res: TuneResult, top: int = 8) -> None:
     from servesim.cli.render import print_section
     from servesim.views.tuning import trials_view
 
-    print_section(trials_view(res, top), tables=["best_trials"])
+    print_section(trials_view(res, top), tables=["best_trials"] if res.ranked else ["infeasible"])
 
 
 def print_recommendation(rec: SchedulerRecommendation) -> None:
     from servesim.cli.render import print_section
     from servesim.views.tuning import recommendation_view
 
-    print_section(recommendation_view(rec), tables=["predicted"])
+    shown = [
+        "predicted",
+        *(["error_bars"] if rec.error_bars else []),
+        *(["baseline"] if rec.baseline else []),
+        *(["capacity"] if rec.capacity else []),
+    ]
+    print_section(recommendation_view(rec), tables=shown)
 
 
 def write_outbox(rec: SchedulerRecommendation, out_dir: Path) -> list[Path]:
@@ -330,6 +336,13 @@ def register(app: typer.Typer) -> None:
             None, help="YAML/JSON search space (knob: choices or {low, high})."
         ),
         max_gpus: int | None = typer.Option(None, min=1, help="GPU budget: replicas x TP at most this."),
+        config: Path | None = typer.Option(
+            None,
+            "--config",
+            "-c",
+            help="Your current vLLM config (YAML/JSON of vLLM keys): evaluated first, and the answer is "
+            "never worse than it (default: vllm serve's defaults).",
+        ),
         max_model_len: int | None = typer.Option(
             None, help="vLLM --max-model-len (default: longest request + 1)."
         ),
@@ -396,6 +409,15 @@ def register(app: typer.Typer) -> None:
                 max_gpus=max_gpus,
             )
             ev = EvalSettings(router=RouterSpec(policy=router.value))
+            mml = max_model_len or wl.default_max_model_len()
+            current = None
+            if config is not None:
+                current = Deployment.from_engine_config(
+                    engine_config(config, {"max_model_len": mml, "policy": policy.value}),
+                    max_model_len=mml,
+                    tensor_parallel_size=tp,
+                    gpu_memory_utilization=gpu_memory_utilization,
+                )
             ctx = EvalContext(wl, hw, goal, ev)
             rec: SchedulerRecommendation | None = None
             with make_executor(executor.value, ctx, n_jobs=jobs, address=address) as ex:
@@ -415,18 +437,18 @@ def register(app: typer.Typer) -> None:
                         storage=url,
                         study_name=study_name,
                         progress=hook,
+                        baseline=current,
                     )
                 if do_recommend:
-                    if res.best is None:
+                    picks = res.ranked[:3] or ([res.nearest_miss.number] if res.nearest_miss else [])
+                    if not picks:
                         raise ValueError(
-                            f"no feasible trial in study {res.study_name} after {res.n_trials} trials: "
-                            "relax the SLO, "
-                            "widen the search space (more replicas, --max-gpus) or run more --trials"
+                            f"no trial of study {res.study_name} could run ({res.n_trials} trials, all "
+                            "invalid): widen the search space (more replicas, --max-gpus)"
                         )
                     by_number = {r.number: r for r in res.trials}
-                    mml = max_model_len or wl.default_max_model_len()
                     candidates = []
-                    for n in res.ranked[:3]:
+                    for n in picks:
                         o = by_number[n].outcome
                         assert o is not None
                         candidates.append(
@@ -448,9 +470,17 @@ def register(app: typer.Typer) -> None:
                                 "study": res.study_name,
                                 "storage": url,
                                 "objective": res.objective,
-                                "trials": res.ranked[:3],
+                                "trials": picks,
+                                "baseline_trial": res.baseline.number if res.baseline else None,
+                                "baseline_origin": "config" if current is not None else "vllm defaults",
                             },
                             progress=hook,
+                            baseline=Deployment.model_validate(
+                                {"max_model_len": mml, "policy": policy.value, **res.baseline.params}
+                            )
+                            if res.baseline is not None
+                            else current,
+                            add_capacity=True,
                         )
             files = write_outbox(rec, out_dir) if (rec is not None and out_dir is not None) else []
             if as_json:
@@ -503,4 +533,11 @@ def register(app: typer.Typer) -> None:
                 f"context: {d.get('hardware', {}).get('model')} on {d.get('hardware', {}).get('gpu')}, "
                 f"{d.get('num_gpu_blocks'):,} KV blocks, max_model_len {d.get('max_model_len')}"
             )
+        if not isinstance(result, BatchScenarioResult):
+            from rich.markup import escape
+
+            from servesim.views.tuning import reason_text
+
+            for r in result.reasons:
+                console.print(f"  - {escape(reason_text(r))}")
         sys.stdout.flush()

@@ -12,7 +12,7 @@ from servesim.engine.engine import Engine
 from servesim.engine.request import Request
 
 
-def target_state(engine: Engine, name: str, job: Request) -> TargetState:
+def target_state(engine: Engine, name: str, job: Request, link_wait_s: float = 0.0) -> TargetState:
     """A survivor as the planner sees it: free blocks and slots, its decode batch, the prefill
     work queued ahead of a new arrival, and how much of ``job``'s prefix its cache holds."""
     sched = engine.scheduler
@@ -38,13 +38,16 @@ def target_state(engine: Engine, name: str, job: Request) -> TargetState:
         decode_ctx_sum=ctx,
         queued_prefill_tokens=queued,
         cached_prefix_tokens={job.req_id: cached_prefix_blocks(engine, job) * bs},
+        link_wait_s=link_wait_s,
     )
 
 
 def planner_policy(
     job: Interrupted, engines: Sequence[Engine], eligible: Sequence[int], ctx: RecoveryContext, router: Router
 ) -> Decision:
-    """MIGRATE_STATE or COLD_RESTART, and where, whichever gets the request back soonest."""
+    """MIGRATE_STATE or COLD_RESTART, and where: whichever costs least in the request's own time
+    plus the delay it adds to the survivor's running decodes (``costs`` module), with transfers
+    queued on the target's inbound link."""
     r = job.request
     ckpt = job.checkpointed_tokens
     spec = JobSpec(
@@ -54,8 +57,9 @@ def planner_policy(
         kv_cache_checkpointed=ckpt > 0,
         checkpoint_offset_tokens=ckpt if ckpt > 0 else None,
     )
-    targets = [target_state(engines[k], str(k), r) for k in eligible]
-    d = decide_job(spec, ctx, targets)
+    waits = job.link_wait_s or (0.0,) * len(engines)
+    targets = [target_state(engines[k], str(k), r, waits[k]) for k in eligible]
+    d = decide_job(spec, ctx, targets, weigh_load=True)
     target = int(d.target) if d.target is not None else eligible[0]
     if d.strategy == "MIGRATE_STATE" and d.moved_tokens > 0:
         covered = d.prefix_hit_tokens + d.moved_tokens

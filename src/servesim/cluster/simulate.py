@@ -11,7 +11,9 @@ node. Each interrupted request either restarts cold on a survivor (it recomputes
 generated tokens, minus what that survivor's prefix cache holds) or, when its KV survived
 (``RecoveryContext.kv_checkpointing``), has it migrated: it reaches the target after the transfer
 time with that KV in place and recomputes only what the checkpoint lacks. Which one is decided
-per request by a ``RecoveryPolicy``.
+per request by a ``RecoveryPolicy``. Transfers bound for one replica share its inbound link: each
+starts when the previous one to that replica has landed (``Interrupted.link_wait_s`` tells the
+policy how long that is).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Interrupted:
     time_s: float
     computed_tokens: int  # KV the request had on the lost node
     checkpointed_tokens: int  # of those, KV that survived (0: cold restart only)
+    link_wait_s: tuple[float, ...] = ()  # per replica: until transfers already bound for it land
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ class ClusterSimulator:
             if f.recover_after_s is not None:
                 self._push(f.time_s + f.recover_after_s, 3, ("recover", f))
         self._snapshots: dict[int, int] = {}  # request idx -> KV tokens snapshotted at a warning
+        self._link_free = [0.0] * len(replicas)  # when each replica's inbound link is free again
         self._parked: list[Request] = []  # waiting for any replica to come back
         # Node events as processed: (time, "warn" | "fail" | "recover", node, requests taken off).
         self.node_events: list[tuple[float, str, str, int]] = []
@@ -385,10 +389,15 @@ class ClusterSimulator:
             if computed == 0:
                 self._dispatch(r, t, moved_from=node)  # it held no KV here: just route it again
                 continue
-            job = Interrupted(r, node, t, computed, ckpt)
+            waits = tuple(max(0.0, f - t) for f in self._link_free)
+            job = Interrupted(r, node, t, computed, ckpt, waits)
             self.interrupted.append(job)
             d = self.recovery(job, self.current, eligible, self.context, self.router)
             moved = d.tokens_moved if d.strategy == "MIGRATE_STATE" else 0
+            delay = d.delay_s
+            if moved > 0:  # the transfer queues behind those already bound for the target
+                delay += waits[d.target]
+                self._link_free[d.target] = t + delay
             self.moves.append(
                 Move(
                     r.req_id,
@@ -398,7 +407,7 @@ class ClusterSimulator:
                     d.strategy,
                     moved,
                     r.prompt_len + r.num_output - moved,
-                    d.delay_s,
+                    delay,
                 )
             )
             r.external_tokens = moved
@@ -406,11 +415,11 @@ class ClusterSimulator:
                 m = self.moves[-1]
                 self.emit(
                     RecoveryDecision(
-                        t, r.req_id, node, m.to_node, d.strategy, moved, m.recompute_tokens, d.delay_s
+                        t, r.req_id, node, m.to_node, d.strategy, moved, m.recompute_tokens, delay
                     )
                 )
-            if d.delay_s > 0:
-                self._push(t + d.delay_s, 0, _Transit(d.target, r))
+            if delay > 0:
+                self._push(t + delay, 0, _Transit(d.target, r))
             else:
                 self.current[d.target].submit(r, t)
         gone = {r.idx for r, _ in victims}

@@ -348,7 +348,7 @@ def peer_predictions(
 #: the MoE coefficients down either; fitted, they ran to implausible values (1.5 % of peak) to
 #: absorb run 48, so they stay at their priors too.
 #: The TP all-reduce latency is fitted: the runs span TP 1, 2 and 4, which separates it from the
-#: per-layer overhead (it lands near 2-3 µs per peer: vLLM's custom all-reduce on NVLink under
+#: per-layer overhead (it lands near 3 µs per peer: vLLM's custom all-reduce on NVLink under
 #: CUDA graphs). The attention KV-read efficiency is not: only Llama-2-7B (full multi-head
 #: attention, 512 KiB of KV per token) reads enough KV to show it. Fitted on all eight runs it
 #: goes to its bound (1.0); fitted without Llama-2-7B, the other seven trade it against the

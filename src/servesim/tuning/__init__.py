@@ -17,15 +17,19 @@ Module map: ``slo`` (percentile vs per-request SLOs) · ``stats`` (queue-instabi
 spreads) · ``hardware`` (step times and KV blocks) · ``deployment`` (flags, validation, vllm serve)
 · ``workload`` (rate scaling, seeds) · ``evaluate`` (one run, statuses, KV exhaustion) · ``jobs``
 and ``executors`` (local / process pool / Ray) · ``saturation`` · ``space`` and ``search``
-(Optuna) · ``recommend`` · ``scenario``. See docs/tuning.md.
+(Optuna) · ``recommend`` (``explain``: ablations and structured ``reasons``; ``capacity``) ·
+``scenario``. See docs/tuning.md.
 """
 
+from servesim.tuning.capacity import CapacityAnswer, CapacityTry, find_capacity
 from servesim.tuning.deployment import VLLM_BLOCK_SIZES, Deployment, deployment_problems, resolve_deployment
 from servesim.tuning.evaluate import EvalSettings, LatencySpread, RatePoint, RunMetrics, Status, run_once
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
+from servesim.tuning.explain import Ablation, RunSummary
 from servesim.tuning.hardware import FixedHardware, Hardware, PerfHardware, ResolvedHardware
 from servesim.tuning.jobs import EvalContext, TrialOutcome, TrialSpec
-from servesim.tuning.recommend import Ablation, SchedulerRecommendation, VerificationRun, recommend
+from servesim.tuning.reasons import Effect, KnobChange, Reason
+from servesim.tuning.recommend import SchedulerRecommendation, VerificationRun, recommend
 from servesim.tuning.saturation import SaturationReport, SaturationSettings, find_saturation, scan_rates
 from servesim.tuning.scenario import (
     NO_TRAFFIC,
@@ -50,7 +54,10 @@ __all__ = [
     "Ablation",
     "BatchScenario",
     "BatchScenarioResult",
+    "CapacityAnswer",
+    "CapacityTry",
     "Deployment",
+    "Effect",
     "EvalContext",
     "EvalSettings",
     "Executor",
@@ -58,6 +65,7 @@ __all__ = [
     "FixedHardware",
     "Hardware",
     "Knob",
+    "KnobChange",
     "LatencySpread",
     "LoadScenario",
     "LoadScenarioResult",
@@ -66,8 +74,10 @@ __all__ = [
     "QueueTestSettings",
     "QueueTrend",
     "RatePoint",
+    "Reason",
     "ResolvedHardware",
     "RunMetrics",
+    "RunSummary",
     "SaturationReport",
     "SaturationSettings",
     "SchedulerRecommendation",
@@ -82,6 +92,7 @@ __all__ = [
     "VerificationRun",
     "Workload",
     "deployment_problems",
+    "find_capacity",
     "find_saturation",
     "load_scenario_file",
     "make_executor",

@@ -199,6 +199,43 @@ def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
     return out
 
 
+def vllm_serve_defaults(gpu: str | None) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of ``vllm serve`` on this GPU (vLLM 0.33's
+    ``get_batch_defaults``, docs/vllm-scheduling.md §1): 1024 / 8192 on non-A100 GPUs of at
+    least 70 GiB (16384 tokens from 160 GiB), else 256 / 2048."""
+    if gpu is None:
+        return 256, 2048
+    try:
+        from servesim.perf import load_catalog
+
+        spec = load_catalog().gpu(gpu)
+    except (ImportError, ValueError):
+        return 256, 2048
+    gib = spec.memory_bytes / 2**30
+    if gib >= 70 and "a100" not in spec.name.lower():
+        return 1024, (16384 if gib >= 160 else 8192)
+    return 256, 2048
+
+
+def vllm_default_deployment(hardware: Hardware, max_model_len: int, **fixed: Any) -> Deployment:
+    """What ``vllm serve MODEL`` runs with no scheduler flags on this hardware: the baseline a
+    study starts from when the user gives no configuration (docs/vllm-scheduling.md §1)."""
+    gpu = getattr(hardware, "gpu", None)
+    mns, mbt = vllm_serve_defaults(gpu if isinstance(gpu, str) else None)
+    return Deployment(
+        max_num_seqs=mns,
+        max_num_batched_tokens=max(mbt, mns),
+        enable_chunked_prefill=True,
+        enable_prefix_caching=True,
+        block_size=16,
+        gpu_memory_utilization=hardware.default_gpu_memory_utilization,
+        tensor_parallel_size=hardware.default_tensor_parallel_size,
+        replicas=1,
+        max_model_len=max_model_len,
+        **fixed,
+    )
+
+
 def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig, ResolvedHardware]:
     """The engine config and step-time model of one replica (``ValueError`` with the reason when
     the hardware or vLLM would refuse it)."""

@@ -25,15 +25,25 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from servesim.traces.inspect import inspect_trace
+from servesim.tuning.capacity import CapacityAnswer, find_capacity, runs_meet
 from servesim.tuning.deployment import Deployment, resolve_deployment
 from servesim.tuning.evaluate import EvalSettings, LatencySpread, RatePoint, RunMetrics, Status
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
+from servesim.tuning.explain import (
+    Ablation,
+    RunSummary,
+    beats,
+    build_reasons,
+    comparison_reason,
+    run_ablations,
+)
 from servesim.tuning.hardware import Hardware
-from servesim.tuning.jobs import EvalContext, RunJob, reason_of
+from servesim.tuning.jobs import EvalContext, RunJob
+from servesim.tuning.reasons import Reason
 from servesim.tuning.saturation import RateSearch, SaturationReport, SaturationSettings, _search
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import Spread
+from servesim.tuning.uncertainty import ErrorBars, error_bars
 from servesim.tuning.workload import FRESH_SEED_BASE, Workload
 
 Progress = Callable[[int, int], None]
@@ -51,19 +61,6 @@ class VerificationRun(BaseModel):
     kv_exhaustion_events: int
     status: Status
     slo_violations: list[str]
-
-
-class Ablation(BaseModel):
-    """One setting changed, one fresh seed: what it would do."""
-
-    change: str
-    valid: bool
-    reason: str | None = None
-    ttft_p99_ms: float | None = None
-    tpot_p99_ms: float | None = None
-    e2e_p99_ms: float | None = None
-    status: Status | None = None
-    slo_ok: bool | None = None
 
 
 class SchedulerRecommendation(BaseModel):
@@ -95,7 +92,21 @@ class SchedulerRecommendation(BaseModel):
     goodput_knee_rps: float | None = Field(description="Highest rate meeting the SLO on every fresh seed.")
     headroom: float | None = Field(description="saturation_rps / target_rate - 1.")
     knee_headroom: float | None = Field(description="goodput_knee_rps / target_rate - 1.")
-    rationale: list[str]
+    verdict: Literal["change", "keep", "add_capacity"] = Field(
+        description="change: run these flags; keep: nothing beat the baseline, keep it; add_capacity: "
+        "no scheduler setting meets the SLO on the GPUs searched, these replicas do."
+    )
+    baseline: RunSummary | None = Field(None, description="The user's configuration on the same fresh seeds.")
+    best_alternative: RunSummary | None = Field(
+        None, description="With verdict keep: the best candidate that did not beat the baseline."
+    )
+    capacity: CapacityAnswer | None = Field(None, description="With verdict add_capacity: the search.")
+    error_bars: ErrorBars | None = Field(
+        None,
+        description="Predicted p99s with the step-time model's measured sim2real error: 80 % intervals, "
+        "P(SLO holds), the headroom for 90 % (None: a user-given step-time model, error unknown).",
+    )
+    reasons: list[Reason] = Field(description="The measured statements behind it (views.tuning words them).")
     ablations: list[Ablation]
     vllm_serve_command: str = Field(description="One replica; run `replicas` of them behind the router.")
     config_yaml: str = Field(description="The same flags for vllm serve --config.")
@@ -144,9 +155,7 @@ def verify(ex: Executor, deployment: Deployment, rate: float, seeds: Sequence[in
     return runs
 
 
-def _verified(runs: list[RunMetrics], slo: PercentileSLO | None) -> bool:
-    """Every run has a stable queue and (with an SLO) meets it."""
-    return not any(r.queue_saturated for r in runs) and (slo is None or all(r.slo_ok for r in runs))
+_verified = runs_meet
 
 
 def recommend(
@@ -165,10 +174,21 @@ def recommend(
     address: str | None = None,
     source: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    baseline: Deployment | None = None,
+    add_capacity: bool = False,
+    max_replicas: int = 64,
 ) -> SchedulerRecommendation:
-    """Verify, measure headroom, explain and render the first candidate that holds up."""
-    if not candidates:
+    """Verify, measure headroom, explain and render the first candidate that holds up.
+
+    With a ``baseline`` (the user's configuration) the answer is never worse than it at the
+    target load: the baseline runs on the same fresh seeds, and unless the candidate beats it
+    (``explain.beats``) the verdict is *keep*, with the candidate's numbers as the evidence. With
+    ``add_capacity`` (the candidates are the best a search found), when nothing verified meets
+    the SLO replicas of the best flags are added until they do (up to ``max_replicas``): verdict
+    *add_capacity*, with every replica count tried."""
+    if not candidates and baseline is None:
         raise ValueError("no candidate deployment to recommend (no feasible trial?)")
+    candidates = list(candidates) or [baseline]  # type: ignore[list-item]
     ev = eval_settings or EvalSettings()
     rate = target_rate or workload.base_rate
     if rate is None:
@@ -189,11 +209,25 @@ def recommend(
                 break
         assert first is not None
         d, runs, index = chosen or first
+        verdict: Literal["change", "keep", "add_capacity"] = "change"
+        base_sum = alt_sum = None
+        if baseline is not None:
+            b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
+            base_sum = RunSummary.of(baseline, b_runs, slo)
+            cand_sum = RunSummary.of(d, runs, slo)
+            if baseline == d or not beats(cand_sum, base_sum):
+                alt_sum = None if baseline == d else cand_sum
+                d, runs, verdict = baseline, b_runs, "keep"
+        cap: CapacityAnswer | None = None
+        if add_capacity and not _verified(runs, slo):
+            cap, more, more_runs = find_capacity(ex, d, rate, seeds, slo, max_replicas=max_replicas)
+            if more is not None and more_runs is not None:
+                d, runs, verdict = more, more_runs, "add_capacity"
         config, res = resolve_deployment(d, hardware)
         search = RateSearch(workload, d, hardware, slo, sat_settings, ev, ex, rate, progress)
         search.points[0] = RatePoint.of(rate, runs, ev, slo is not None)  # the runs just made
         sat = _search(search, workload, d, hardware, slo, sat_settings, rate, config.num_gpu_blocks, res)
-        ablations = run_ablations(ex, d, workload, hardware, rate, seeds[0], slo, runs)
+        ablations = run_ablations(ex, d, workload, hardware, rate, seeds[0], slo)
     finally:
         if owned:
             ex.close()
@@ -205,249 +239,44 @@ def recommend(
         )
     elif index > 0:
         notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
-    return build_recommendation(
+    rec = build_recommendation(
         workload, hardware, slo, d, runs, sat, ablations, config.num_gpu_blocks, rate, ev, source or {}, notes
     )
-
-
-# ---------------------------------------------------------------------- ablations
-def _variants(d: Deployment, workload_has_prefixes: bool) -> list[tuple[str, dict[str, Any]]]:
-    out: list[tuple[str, dict[str, Any]]] = []
-    if d.enable_chunked_prefill:
-        out.append(
-            ("chunked prefill off", {"enable_chunked_prefill": False, "long_prefill_token_threshold": 0})
-        )
-    else:
-        out.append(("chunked prefill on", {"enable_chunked_prefill": True}))
-    if d.long_prefill_token_threshold > 0:
-        out.append(("no long-prefill cap", {"long_prefill_token_threshold": 0}))
-    if d.max_num_seqs >= 2:
-        out.append((f"max_num_seqs {d.max_num_seqs // 2}", {"max_num_seqs": d.max_num_seqs // 2}))
-    if d.max_num_batched_tokens >= 2:
-        out.append(
-            (
-                f"max_num_batched_tokens {d.max_num_batched_tokens // 2}",
-                {"max_num_batched_tokens": d.max_num_batched_tokens // 2},
-            )
-        )
-    if workload_has_prefixes:
-        flip = not d.enable_prefix_caching
-        out.append((f"prefix caching {'on' if flip else 'off'}", {"enable_prefix_caching": flip}))
-    if d.replicas > 1:
-        out.append((f"{d.replicas - 1} replica(s)", {"replicas": d.replicas - 1}))
-    return out
-
-
-def run_ablations(
-    ex: Executor,
-    d: Deployment,
-    workload: Workload,
-    hardware: Hardware,
-    rate: float,
-    seed: int,
-    slo: PercentileSLO | None,
-    runs: list[RunMetrics],
-) -> list[Ablation]:
-    stats = inspect_trace(workload.sample())
-    variants = _variants(d, stats.prefix_reuse_ratio is not None and stats.prefix_reuse_ratio > 0)
-    out: list[Ablation] = []
-    jobs: list[RunJob] = []
-    slots: list[int] = []
-    for change, update in variants:
-        try:
-            v = Deployment.model_validate({**d.model_dump(), **update})
-            resolve_deployment(v, hardware)
-        except ValueError as exc:
-            out.append(Ablation(change=change, valid=False, reason=reason_of(exc)))
-            continue
-        slots.append(len(out))
-        out.append(Ablation(change=change, valid=True))
-        jobs.append(RunJob(v, rate, seed))
-    results: list[RunMetrics] = ex.map(jobs) if jobs else []
-    for i, m in zip(slots, results, strict=True):
-        out[i] = out[i].model_copy(
-            update={
-                "ttft_p99_ms": m.ttft_ms.p99,
-                "tpot_p99_ms": m.tpot_ms.p99,
-                "e2e_p99_ms": m.e2e_ms.p99,
-                "status": m.status,
-                "slo_ok": m.slo_ok if slo is not None else None,
-            }
-        )
-    return out
-
-
-# ---------------------------------------------------------------------- rationale
-def _ms(x: float) -> str:
-    return f"{x:,.0f} ms" if x >= 100 else f"{x:,.1f} ms"
-
-
-def _rate(x: float) -> str:
-    return f"{x:,.3g} req/s"
-
-
-def _compare(a: Ablation, base: dict[str, float], metric: str) -> str:
-    got = getattr(a, f"{metric}_p99_ms")
-    assert got is not None
-    ref = base[metric]
-    word = "rises" if got > ref * 1.02 else ("falls" if got < ref * 0.98 else "stays")
-    if word == "stays":
-        return f"{metric.upper()} p99 stays at about {_ms(ref)}"
-    return f"{metric.upper()} p99 {word} from {_ms(ref)} to {_ms(got)}"
-
-
-def _verdict(a: Ablation) -> str:
-    parts = []
-    if a.slo_ok is not None:
-        parts.append("still within the SLO" if a.slo_ok else "missing the SLO")
-    if a.status is not None and a.status != "STABLE":
-        parts.append(a.status)
-    return f" ({', '.join(parts)})" if parts else ""
-
-
-def build_rationale(
-    workload: Workload,
-    hardware: Hardware,
-    slo: PercentileSLO | None,
-    d: Deployment,
-    runs: list[RunMetrics],
-    sat: SaturationReport,
-    ablations: list[Ablation],
-    blocks: int,
-    rate: float,
-) -> list[str]:
-    stats = inspect_trace(workload.sample())
-    n = len(runs)
-    base = {
-        "ttft": Spread.of([r.ttft_ms.p99 for r in runs]).mean,
-        "tpot": Spread.of([r.tpot_ms.p99 for r in runs]).mean,
-        "e2e": Spread.of([r.e2e_ms.p99 for r in runs]).mean,
-    }
-    worst = {
-        "ttft": max(r.ttft_ms.p99 for r in runs),
-        "tpot": max(r.tpot_ms.p99 for r in runs),
-        "e2e": max(r.e2e_ms.p99 for r in runs),
-    }
-    out: list[str] = []
-    line = (
-        f"at {_rate(rate)} on {d.replicas} replica(s) x TP {d.tensor_parallel_size} = {d.gpus} GPU(s): "
-        f"TTFT p99 {_ms(worst['ttft'])}, TPOT p99 {_ms(worst['tpot'])}, E2E p99 {_ms(worst['e2e'])} "
-        f"(worst of {n} fresh seeds)"
+    reasons = list(rec.reasons)
+    mine = RunSummary.of(d, runs, slo)
+    if base_sum is not None and verdict != "keep":
+        reasons.insert(1, comparison_reason(mine, base_sum, "baseline"))
+    if alt_sum is not None:
+        reasons.insert(1, comparison_reason(mine, alt_sum, "candidate"))
+    if cap is not None:
+        reasons.insert(1, capacity_reason(cap))
+    return rec.model_copy(
+        update={
+            "verdict": verdict,
+            "baseline": base_sum,
+            "best_alternative": alt_sum,
+            "capacity": cap,
+            "reasons": reasons,
+        }
     )
-    if slo is not None:
-        bad = list(dict.fromkeys(v for r in runs for v in r.slo_violations))
-        line += "; within the SLO " + slo.describe() if not bad else "; misses the SLO: " + "; ".join(bad)
-    out.append(line)
-    if sat.saturation_rps is not None and sat.headroom is not None:
-        out.append(
-            f"the queue stays stable up to {_rate(sat.max_stable_rps or 0.0)} and grows without bound from "
-            f"{_rate(sat.saturation_rps)}: {sat.headroom:+.0%} headroom over the target"
-        )
-    elif sat.saturation_rps is None:
-        out.append(
-            "the queue stayed stable at every rate tried, up to " + _rate(max(p.rate_rps for p in sat.points))
-        )
-    if sat.goodput_knee_rps is not None and sat.knee_headroom is not None:
-        out.append(
-            f"the SLOs hold up to {_rate(sat.goodput_knee_rps)} ({sat.knee_headroom:+.0%} over the target)"
-        )
-    by_change = {a.change: a for a in ablations}
-    pr = stats.prompt
-    prompts = f"prompts of up to {pr.max:,} tokens (p99 {pr.p99:,.0f}, median {pr.p50:,.0f})"
-    if d.enable_chunked_prefill:
-        a = by_change.get("chunked prefill off")
-        if a is not None and a.valid:
-            tpot_worse = (a.tpot_p99_ms or 0.0) > base["tpot"] * 1.02
-            what = (
-                "decodes no longer wait behind whole prompts"
-                if tpot_worse
-                else "decodes are not held up by it at this load"
-            )
-            out.append(
-                f"chunked prefill at {d.max_num_batched_tokens:,} tokens per step splits {prompts}, "
-                f"so {what}: "
-                f"without it {_compare(a, base, 'tpot')} and {_compare(a, base, 'ttft')}{_verdict(a)}"
-            )
-        else:
-            out.append(
-                f"chunked prefill must stay on: with it off vLLM needs max_num_batched_tokens "
-                f"({d.max_num_batched_tokens:,}) >= max_model_len ({d.max_model_len:,}) for {prompts}"
-            )
-    else:
-        a = by_change.get("chunked prefill on")
-        tail = (
-            f"; with chunking on {_compare(a, base, 'ttft')} and {_compare(a, base, 'tpot')}{_verdict(a)}"
-            if (a is not None and a.valid)
-            else ""
-        )
-        out.append(
-            f"chunked prefill off: the {d.max_num_batched_tokens:,}-token budget (>= max_model_len "
-            f"{d.max_model_len:,}) prefills every prompt in one step{tail}"
-        )
-    a = by_change.get("no long-prefill cap")
-    if a is not None and a.valid:
-        out.append(
-            f"long_prefill_token_threshold {d.long_prefill_token_threshold:,} caps one prompt's share of "
-            "a step; "
-            f"without the cap {_compare(a, base, 'ttft')}{_verdict(a)}"
-        )
-    mean_running = Spread.of([r.mean_running for r in runs]).mean
-    a = by_change.get(f"max_num_seqs {d.max_num_seqs // 2}")
-    seqs = f"max_num_seqs {d.max_num_seqs}: the batch held {mean_running:,.1f} requests on average"
-    if a is not None and a.valid:
-        seqs += (
-            f"; at {d.max_num_seqs // 2} {_compare(a, base, 'ttft')} and {_compare(a, base, 'e2e')}"
-            + _verdict(a)
-        )
-    out.append(seqs)
-    a = by_change.get(f"max_num_batched_tokens {d.max_num_batched_tokens // 2}")
-    if a is not None and a.valid:
-        out.append(
-            f"max_num_batched_tokens {d.max_num_batched_tokens:,}: at half the budget "
-            f"{_compare(a, base, 'ttft')} "
-            f"and {_compare(a, base, 'tpot')}{_verdict(a)}"
-        )
-    max_kv = Spread.of([r.max_kv_usage for r in runs]).max
-    ppr = Spread.of([r.preemptions_per_request for r in runs]).mean
-    events = Spread.of([float(r.kv_exhaustion_events) for r in runs]).mean
-    hw = hardware.describe()
-    if hw.get("kind") == "perf" and hw.get("num_gpu_blocks") is None:
-        origin = (
-            f"{hw['model']} on {d.tensor_parallel_size} x {hw['gpu']} at gpu_memory_utilization "
-            f"{d.gpu_memory_utilization:g}"
-        )
-    else:
-        origin = "as given by the hardware context"
-    out.append(
-        f"KV cache: {blocks:,} blocks of {d.block_size} tokens per replica "
-        f"({(blocks - 1) * d.block_size:,} tokens, "
-        f"{origin}); peak use {max_kv:.0%}, {ppr:.3f} preemptions per request, {events:.1f} KV-exhaustion "
-        "events per run"
+
+
+def capacity_reason(cap: CapacityAnswer) -> Reason:
+    """The capacity search as a reason: the flags' GPUs against the replicas that meet the SLO."""
+    return Reason(
+        kind="capacity",
+        knob="replicas",
+        value=cap.replicas,
+        alternative=cap.flags_replicas,
+        against="capacity",
+        facts={
+            "flags_gpus": cap.flags_gpus,
+            "gpus": cap.gpus,
+            "max_replicas": cap.max_replicas,
+            "found": cap.replicas is not None,
+            "tried": ", ".join(f"{t.replicas}:{'ok' if t.meets else 'miss'}" for t in cap.tried),
+        },
     )
-    if stats.prefix_reuse_ratio:
-        flip = "prefix caching off" if d.enable_prefix_caching else "prefix caching on"
-        a = by_change.get(flip)
-        if a is not None and a.valid:
-            out.append(
-                f"{stats.prefix_reuse_ratio:.0%} of prompt tokens repeat earlier prefixes; "
-                f"with {flip.split()[-1]} "
-                f"prefix caching {_compare(a, base, 'ttft')}{_verdict(a)}"
-            )
-    else:
-        out.append(
-            "the traffic shares no prompt prefixes, so prefix caching neither helps nor hurts here "
-            f"(left {'on' if d.enable_prefix_caching else 'off'})"
-        )
-    a = by_change.get(f"{d.replicas - 1} replica(s)")
-    if a is not None and a.valid:
-        out.append(f"with {d.replicas - 1} replica(s) {_compare(a, base, 'ttft')}{_verdict(a)}")
-    if d.queue_timeout_s is not None:
-        shed = Spread.of([r.shed_fraction for r in runs]).mean
-        out.append(
-            f"queue_timeout_s {d.queue_timeout_s:g} is not a vLLM flag: enforce it in the gateway or client "
-            f"(at the target rate it rejected {shed:.2%} of requests)"
-        )
-    return out
 
 
 def build_recommendation(
@@ -482,7 +311,13 @@ def build_recommendation(
     ]
     if d.queue_timeout_s is not None:
         header.append(f"queue_timeout_s {d.queue_timeout_s:g} is not a vLLM flag: set it in the gateway.")
+    hw = hardware.describe()
+    bars = None
+    if hw.get("kind") == "perf":
+        worst = {m: max(r.p99()[m] for r in runs) for m in ("ttft", "tpot", "e2e")}
+        bars = error_bars(worst, slo, str(hw.get("gpu")) if hw.get("gpu") else None)
     return SchedulerRecommendation(
+        error_bars=bars,
         model=model,
         hardware=hardware.describe(),
         deployment=d,
@@ -519,7 +354,8 @@ def build_recommendation(
         goodput_knee_rps=sat.goodput_knee_rps,
         headroom=sat.headroom,
         knee_headroom=sat.knee_headroom,
-        rationale=build_rationale(workload, hardware, slo, d, runs, sat, ablations, blocks, rate),
+        verdict="change",
+        reasons=build_reasons(workload, hardware, slo, d, runs, sat, ablations, blocks, rate),
         ablations=ablations,
         vllm_serve_command=d.vllm_serve_command(model),
         config_yaml=d.vllm_config_yaml(model, header),

@@ -31,11 +31,14 @@ of the default model/GPU and vLLM's ``vllm serve`` scheduler defaults for that G
   the cache refused the next waiting request or forced a preemption);
 * ``status``: the queue-instability verdict (``QUEUE_SATURATED`` / ``STABLE``; ``KV_THRASHING``
   when preemptions per request exceed the threshold);
-* ``recommended_max_num_seqs``: the smallest power of two (4 to 1,024) whose p99 TTFT is within
-  5 % of the best of them: more sequences than that buy nothing (the cache or the compute is the
-  limit), fewer make requests wait;
+* ``recommended_max_num_seqs``: the smallest power of two (4 to 1,024) whose p99 TTFT is no higher
+  than with ``vllm serve``'s default (never worse than what runs without flags): more sequences
+  than that buy nothing (the cache or the compute is the limit), fewer make requests wait;
 * ``recommended_chunked_prefill``: on, unless turning it off (with a budget of at least
-  ``max_model_len``) lowers both TTFT p99 and TPOT p99 by more than 2 %.
+  ``max_model_len``) lowers both TTFT p99 and TPOT p99 by more than 2 %;
+* ``reasons``: both choices as measured statements; ``capacity``: when the queue is not stable,
+  the fewest replicas (each with this cache) and the fewest KV blocks on one replica that make it
+  stable (``scenario_explain``) -- no scheduler flag fixes an overload.
 """
 
 from __future__ import annotations
@@ -54,8 +57,11 @@ from servesim.traces.arrivals import PoissonArrivals, sample_arrivals, stream_rn
 from servesim.traces.generate import GeneratorSpec, generate_trace
 from servesim.traces.lengths import LogNormalLength
 from servesim.traces.schema import Trace
+from servesim.tuning.deployment import vllm_serve_defaults
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, Status, measure
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
+from servesim.tuning.reasons import Reason
+from servesim.tuning.scenario_explain import ScenarioCapacity, explain_load, scenario_capacity
 
 NO_TRAFFIC = "No traffic detected; queue parameters unaffected"
 #: A batch-config change may raise mean TPOT by this factor at most to count as better.
@@ -129,6 +135,10 @@ class LoadScenarioResult(BaseModel):
     recommended_max_num_seqs: int
     recommended_chunked_prefill: bool
     details: dict[str, Any] = Field(default_factory=dict)
+    reasons: list[Reason] = Field(default_factory=list, description="Why (views.tuning words them).")
+    capacity: ScenarioCapacity | None = Field(
+        None, description="When the queue is not stable: the replicas or KV blocks that make it stable."
+    )
 
 
 def _hardware(s: _Context, blocks: int | None = None, block_size: int = 16) -> PerfHardware:
@@ -276,22 +286,6 @@ def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -
 
 
 # ---------------------------------------------------------------------- load scenario
-def vllm_serve_defaults(gpu: str) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) of ``vllm serve`` on this GPU (vLLM 0.33's
-    ``get_batch_defaults``, docs/vllm-scheduling.md §1): 1024 / 8192 on non-A100 GPUs of at
-    least 70 GiB (16384 tokens from 160 GiB), else 256 / 2048."""
-    try:
-        from servesim.perf import load_catalog
-
-        spec = load_catalog().gpu(gpu)
-    except (ImportError, ValueError):
-        return 256, 2048
-    gib = spec.memory_bytes / 2**30
-    if gib >= 70 and "a100" not in spec.name.lower():
-        return 1024, (16384 if gib >= 160 else 8192)
-    return 256, 2048
-
-
 def load_scenario_trace(s: LoadScenario, max_total: int) -> Trace:
     """Poisson at the rate; log-normal lengths with the given means, clipped to fit the cache."""
     prompt_max, output_max = 8192, 2048
@@ -335,12 +329,36 @@ def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> 
         mns = 2**k
         m = base if mns == mns0 else _run(trace, config(mns, True), hw, ev)[0]
         sweep.append((mns, m))
-    best_ttft = min(m.ttft_ms.p99 for _, m in sweep)
-    rec_mns = next(mns for mns, m in sweep if m.ttft_ms.p99 <= 1.05 * best_ttft)
+    # Never worse than what vllm serve runs by default: the smallest max_num_seqs whose TTFT p99 is
+    # no higher than the default's (same trace; more sequences than that buy nothing).
+    rec_mns = next(mns for mns, m in sweep if m.ttft_ms.p99 <= base.ttft_ms.p99)
     on = dict(sweep)[rec_mns]
     off, _ = _run(trace, config(rec_mns, False), hw, ev)
     chunked = not (off.ttft_ms.p99 < 0.98 * on.ttft_ms.p99 and off.tpot_ms.p99 < 0.98 * on.tpot_ms.p99)
     mean_tokens = float((trace.df["prompt_len"] + trace.df["output_len"]).mean())
+    holds = math.floor(kv_tokens / mean_tokens)
+    capacity = scenario_capacity(trace, config(mns0, True), hw, ev, base) if base.status != "STABLE" else None
+    prompts = trace.df["prompt_len"]
+    prompt_facts = {
+        "prompt_max": int(prompts.max()),
+        "prompt_p99": float(prompts.quantile(0.99)),
+        "prompt_p50": float(prompts.median()),
+        "max_num_batched_tokens": config(rec_mns, chunked).max_num_batched_tokens,
+        "max_model_len": mml,
+    }
+    reasons = explain_load(
+        sweep,
+        mns0,
+        rec_mns,
+        chunked,
+        on,
+        off,
+        holds,
+        capacity,
+        s.simulated_qps,
+        s.kv_cache_blocks_available,
+        prompt_facts,
+    )
     return LoadScenarioResult(
         simulated_p99_ttft_ms=base.ttft_ms.p99,
         cache_exhaustion_events=base.kv_exhaustion_events,
@@ -358,7 +376,7 @@ def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> 
             },
             "num_requests": len(trace),
             "kv_tokens": kv_tokens,
-            "sequences_the_cache_holds": math.floor(kv_tokens / mean_tokens),
+            "sequences_the_cache_holds": holds,
             "mean_running": base.mean_running,
             "max_kv_usage": base.max_kv_usage,
             "kv_blocked_time_fraction": base.kv_blocked_time_fraction,
@@ -372,6 +390,8 @@ def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> 
             "chunked_prefill_off": {"ttft_p99_ms": off.ttft_ms.p99, "tpot_p99_ms": off.tpot_ms.p99},
             "chunked_prefill_on": {"ttft_p99_ms": on.ttft_ms.p99, "tpot_p99_ms": on.tpot_ms.p99},
         },
+        reasons=reasons,
+        capacity=capacity,
     )
 
 

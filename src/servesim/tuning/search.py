@@ -43,6 +43,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.tuning.deployment import Deployment, vllm_default_deployment
 from servesim.tuning.evaluate import EvalSettings
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
 from servesim.tuning.hardware import Hardware
@@ -56,7 +57,7 @@ from servesim.tuning.jobs import (
     constraint_names,
 )
 from servesim.tuning.slo import PercentileSLO
-from servesim.tuning.space import SearchSpace
+from servesim.tuning.space import KNOBS, SearchSpace
 from servesim.tuning.workload import Workload
 
 Progress = Callable[[int, int], None]
@@ -79,6 +80,9 @@ class TuneSettings(BaseModel):
     max_gpus: int | None = Field(None, ge=1, description="GPU budget (replicas x TP).")
     batch: int | None = Field(None, ge=1, description="Trials asked per round (default: n_jobs).")
     n_startup_trials: int = Field(10, ge=1, description="TPE: random trials before modelling.")
+    exhaustive_limit: int = Field(
+        64, ge=0, description="Evaluate every combination when the space has at most max(this, n_trials)."
+    )
     population_size: int = Field(16, ge=2, description="NSGA-II population.")
 
 
@@ -99,6 +103,42 @@ class InvalidRule(BaseModel):
     example: str
 
 
+class Breach(BaseModel):
+    """One constraint a trial broke, and by how much."""
+
+    constraint: str = Field(
+        description="ttft_p99, tpot_p99, e2e_p99, good_fraction, queue_saturated, kv_thrashing."
+    )
+    measured: float = Field(
+        description="Worst seed's p99 (ms), lowest good fraction, saturated seeds, preemptions/request."
+    )
+    limit: float = Field(
+        description="The cap (ms), the minimum good fraction, 0 saturated seeds, the thrash threshold."
+    )
+    excess: float = Field(
+        description="How far beyond the limit, relative (0.25: 25 % over; seeds: share saturated)."
+    )
+
+
+class InfeasibleTrial(BaseModel):
+    """A trial that ran but missed: what it was and which constraints it broke."""
+
+    number: int
+    params: dict[str, Any]
+    gpus: int
+    breaches: list[Breach]
+    distance: float = Field(description="The largest relative excess: how far it is from feasible.")
+
+
+class SeededTrial(BaseModel):
+    """A trial evaluated before any sampling: the baseline or a cheapest candidate."""
+
+    number: int | None = Field(description="Its trial (None: it could not be placed in the space).")
+    role: str = Field(description="baseline | cheapest | cheapest-large-batch | grid")
+    params: dict[str, Any]
+    note: str | None = None
+
+
 class TuneResult(BaseModel):
     """The study after this run: every trial, the best, the Pareto front, why trials were pruned."""
 
@@ -117,6 +157,20 @@ class TuneResult(BaseModel):
     best: TrialRecord | None = Field(description="Best feasible trial (see the ranking rule).")
     pareto_front: list[TrialRecord] = Field(description="Feasible non-dominated trials (pareto objective).")
     ranked: list[int] = Field(description="Feasible trial numbers, best first.")
+    space_size: int | None = Field(None, description="Valid combinations in the space (None: continuous).")
+    exhaustive: bool = Field(False, description="Every combination of the space was evaluated.")
+    budget_notes: list[str] = Field(
+        default_factory=list, description="What the budget covers, said up front."
+    )
+    seeded: list[SeededTrial] = Field(
+        default_factory=list, description="Evaluated before sampling, in order."
+    )
+    baseline: TrialRecord | None = Field(None, description="The user's configuration (or vLLM's defaults).")
+    reused: int = Field(0, description="Trials that repeated an evaluated combination (not simulated again).")
+    infeasible: list[InfeasibleTrial] = Field(
+        default_factory=list, description="Trials that ran and missed, nearest first (when none is feasible)."
+    )
+    nearest_miss: InfeasibleTrial | None = Field(None, description="The trial closest to feasible.")
     trials: list[TrialRecord]
 
 
@@ -282,6 +336,7 @@ def tune(
     storage: str | None = None,
     study_name: str | None = None,
     progress: Progress | None = None,
+    baseline: Deployment | None = None,
 ) -> TuneResult:
     """Run ``settings.n_trials`` more trials of the study and return the whole study's result.
 
@@ -291,22 +346,177 @@ def tune(
     ``EvalContext`` (kept open, e.g. to reuse it for ``recommend``). ``storage`` is an Optuna RDB
     URL (``sqlite:///study.db``) or None (in memory); ``study_name`` defaults to a name derived
     from everything that defines the study, so the same command resumes the same study.
+
+    ``baseline`` is the user's current deployment (default: ``vllm serve``'s defaults on this
+    hardware): the space is widened to hold it, and it is the study's first trial, followed by the
+    cheapest candidates (fewest GPUs), before the sampler draws anything. A space of at most
+    ``max(exhaustive_limit, n_trials)`` combinations is evaluated exhaustively instead.
     """
     st = settings or TuneSettings()
     ev = eval_settings or EvalSettings()
-    sp = (space or SearchSpace()).effective(hardware)
     spec = trial_spec(workload, st, target_rate=target_rate, max_model_len=max_model_len, fixed=fixed)
+    mml = int(spec.fixed["max_model_len"])
+    base = baseline or vllm_default_deployment(hardware, mml, **(fixed or {}))
+    sp = (space or SearchSpace()).effective(hardware).including(knob_values(base, hardware))
     fp = study_fingerprint(workload, hardware, slo, sp, spec, ev)
     name = study_name or f"servesim-tune-{fp}"
     ctx = EvalContext(workload, hardware, slo, ev)
     study = open_study(storage, name, st.objective, st.seed, st, fp)
+    plan = seed_study(study, sp, base, hardware, spec, st)
     if isinstance(executor, str):
         with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
-            _run_trials(study, ex, sp, spec, st, slo, st.batch or n_jobs, progress)
+            reused = _run_trials(study, ex, sp, spec, st, slo, st.batch or n_jobs, progress, plan.n_trials)
     else:
         check_executor(executor, ctx)
-        _run_trials(study, executor, sp, spec, st, slo, st.batch or n_jobs, progress)
-    return summarize_study(study, name, storage, st.objective, spec.target_rate, sp, slo)
+        reused = _run_trials(study, executor, sp, spec, st, slo, st.batch or n_jobs, progress, plan.n_trials)
+    res = summarize_study(study, name, storage, st.objective, spec.target_rate, sp, slo)
+    return finish_summary(res, plan, reused)
+
+
+class SeedPlan(BaseModel):
+    """What a run evaluates before sampling, and how its budget relates to the space."""
+
+    seeded: list[SeededTrial]
+    n_trials: int
+    space_size: int | None
+    exhaustive: bool
+    notes: list[str]
+
+
+def knob_values(d: Deployment, hardware: Hardware) -> dict[str, Any]:
+    """A deployment's searched knobs (TP and memory share at the hardware's when it fixes them)."""
+    v = {k: getattr(d, k) for k in KNOBS}
+    if "tensor_parallel_size" not in hardware.varies:
+        v["tensor_parallel_size"] = hardware.default_tensor_parallel_size
+    if "gpu_memory_utilization" not in hardware.varies:
+        v["gpu_memory_utilization"] = hardware.default_gpu_memory_utilization
+    return v
+
+
+def cheapest_candidates(sp: SearchSpace, base: dict[str, Any], mml: int) -> list[tuple[str, dict[str, Any]]]:
+    """The baseline's flags on the fewest GPUs the space allows, and the largest batch there
+    (the most sequences and tokens per step, chunked prefill on): the first places a cheaper
+    answer can be."""
+    tp = int(
+        min(v for v in (sp.tensor_parallel_size.choices or [sp.tensor_parallel_size.low]) if v is not None)
+    )
+    reps = int(min(v for v in (sp.replicas.choices or [sp.replicas.low]) if v is not None))
+    low = {**base, "tensor_parallel_size": tp, "replicas": reps}
+    seqs = [int(v) for v in (sp.max_num_seqs.choices or [sp.max_num_seqs.high]) if v is not None]
+    toks = [
+        int(v)
+        for v in (sp.max_num_batched_tokens.choices or [sp.max_num_batched_tokens.high])
+        if v is not None
+    ]
+    big = {
+        **low,
+        "max_num_seqs": max(s for s in seqs if s <= max(toks)),
+        "max_num_batched_tokens": max(toks),
+        "enable_chunked_prefill": True,
+    }
+    return [("cheapest", low), ("cheapest-large-batch", big)]
+
+
+def seed_study(
+    study: optuna.Study,
+    sp: SearchSpace,
+    base: Deployment,
+    hardware: Hardware,
+    spec: TrialSpec,
+    st: TuneSettings,
+) -> SeedPlan:
+    """Enqueue the baseline and the cheapest candidates (or the whole grid of a small space)."""
+    mml = int(spec.fixed["max_model_len"])
+    size = sp.size(mml, spec.max_gpus)
+    n = st.n_trials
+    notes: list[str] = []
+    seeded: list[SeededTrial] = []
+    exhaustive = size is not None and size <= max(st.exhaustive_limit, n)
+    bvals = knob_values(base, hardware)
+    if exhaustive and size is not None:
+        grid = sp.grid(mml, spec.max_gpus)
+        done = {
+            _key(TrialOutcome.model_validate(t.user_attrs["outcome"]).params)
+            for t in study.get_trials(deepcopy=False)
+            if "outcome" in t.user_attrs
+        }
+        order = sorted(grid, key=lambda v: not _same(v, bvals))  # the baseline first
+        todo = [v for v in order if _key(v) not in done]
+        for values in todo:
+            role = "baseline" if _same(values, bvals) else "grid"
+            study.enqueue_trial(
+                sp.encode(values, max_model_len=mml, max_gpus=spec.max_gpus),
+                user_attrs={"seeded_as": role},
+                skip_if_exists=True,
+            )
+        notes.append(
+            f"the space holds {size:,} valid combinations: every one is evaluated "
+            f"({len(todo)} new trials), so the pick is the space's best on the search seeds"
+        )
+        seeded.append(SeededTrial(number=None, role="baseline", params=bvals))
+        seeded.append(SeededTrial(number=None, role="grid", params={}, note=f"{size} combinations"))
+        return SeedPlan(seeded=seeded, n_trials=len(todo), space_size=size, exhaustive=True, notes=notes)
+    wanted = [("baseline", bvals), *cheapest_candidates(sp, bvals, mml)]
+    seen: list[dict[str, Any]] = []
+    for role, values in wanted:
+        if values in seen:
+            continue
+        seen.append(values)
+        try:
+            params = sp.encode(values, max_model_len=mml, max_gpus=spec.max_gpus)
+        except ValueError as exc:
+            seeded.append(SeededTrial(number=None, role=role, params=values, note=str(exc)))
+            continue
+        study.enqueue_trial(params, user_attrs={"seeded_as": role}, skip_if_exists=True)
+        seeded.append(SeededTrial(number=None, role=role, params=values))
+    placed = sum(s.note is None for s in seeded)
+    if size is None:
+        notes.append(f"{n} trials over a space with a continuous range; {placed} seeded first")
+    else:
+        share = n / size if size else 0.0
+        notes.append(
+            f"{n} trials for {size:,} valid combinations ({share:.1%} of the space): the baseline and "
+            f"{placed - 1} cheapest candidate(s) first, then {st.n_startup_trials} random draws before TPE "
+            "models the space"
+        )
+        if n < placed + st.n_startup_trials + 10:
+            notes.append(
+                f"the budget is too small for the sampler to learn the space (fewer than {placed} seeded + "
+                f"{st.n_startup_trials} random + 10 modelled trials): the pick is the best of a few "
+                f"probes, not a searched optimum; give --trials {placed + st.n_startup_trials + 10} or more"
+            )
+    return SeedPlan(seeded=seeded, n_trials=n, space_size=size, exhaustive=False, notes=notes)
+
+
+def finish_summary(res: TuneResult, plan: SeedPlan, reused: int) -> TuneResult:
+    """The study's summary with the seeding plan, the baseline trial and the budget notes."""
+    seeded: list[SeededTrial] = []
+    baseline: TrialRecord | None = None
+    for s in plan.seeded:
+        hit = next(
+            (t for t in res.trials if s.note is None and s.role != "grid" and _same(t.params, s.params)), None
+        )
+        seeded.append(s.model_copy(update={"number": hit.number if hit else None}))
+        if s.role == "baseline" and hit is not None:
+            baseline = hit
+    return res.model_copy(
+        update={
+            "seeded": seeded,
+            "baseline": baseline,
+            "space_size": plan.space_size,
+            "exhaustive": plan.exhaustive,
+            "budget_notes": plan.notes,
+            "reused": reused,
+        }
+    )
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in KNOBS)
+
+
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps({k: params.get(k) for k in KNOBS}, sort_keys=True, default=str)
 
 
 def _run_trials(
@@ -318,17 +528,40 @@ def _run_trials(
     slo: PercentileSLO | None,
     batch: int,
     progress: Progress | None,
-) -> None:
-    """Ask a batch, evaluate it, tell it in trial order; until ``st.n_trials`` are done."""
+    n_trials: int,
+) -> int:
+    """Ask a batch, evaluate it, tell it in trial order; until ``n_trials`` are done. A
+    combination already evaluated in this study is not simulated again: its outcome is told
+    once more (returns how many were reused)."""
     cnames = constraint_names(slo)
-    done = 0
+    mml = int(spec.fixed["max_model_len"])
+    known: dict[str, TrialOutcome] = {}
+    for ft in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        raw = ft.user_attrs.get("outcome")
+        if raw is not None:
+            o = TrialOutcome.model_validate(raw)
+            known.setdefault(_key(o.params), o)
+    done = reused = 0
     if progress is not None:
-        progress(0, st.n_trials)
-    while done < st.n_trials:
-        k = min(batch, st.n_trials - done)
+        progress(0, n_trials)
+    while done < n_trials:
+        k = min(batch, n_trials - done)
         asked = [study.ask() for _ in range(k)]
-        jobs = [TrialJob(t.number, sp.suggest(t), spec) for t in asked]
-        outcomes: list[TrialOutcome] = ex.map(jobs)
+        params = [sp.suggest(t, max_model_len=mml, max_gpus=spec.max_gpus) for t in asked]
+        fresh: dict[str, TrialJob] = {}
+        for t, p in zip(asked, params, strict=True):
+            key = _key(p)
+            if key not in known and key not in fresh:
+                fresh[key] = TrialJob(t.number, p, spec)
+        results: list[TrialOutcome] = ex.map(list(fresh.values())) if fresh else []
+        known.update(zip(fresh.keys(), results, strict=True))
+        outcomes = []
+        for t, p in zip(asked, params, strict=True):
+            o = known[_key(p)]
+            if o.number != t.number:
+                reused += 1
+                o = o.model_copy(update={"number": t.number})
+            outcomes.append(o)
         for trial, out in zip(asked, outcomes, strict=True):
             trial.set_user_attr("outcome", out.model_dump(mode="json"))
             trial.set_user_attr("constraints", out.constraints)
@@ -343,7 +576,8 @@ def _run_trials(
                 study.tell(trial, state=TrialState.PRUNED)
         done += k
         if progress is not None:
-            progress(done, st.n_trials)
+            progress(done, n_trials)
+    return reused
 
 
 def _record(t: FrozenTrial) -> TrialRecord:
@@ -408,6 +642,7 @@ def summarize_study(
     if objective == "pareto":  # the front first, then every other feasible trial
         rest = sorted((r for r in feasible if r not in front), key=rank_key)
         ranked += rest
+    infeasible = [] if feasible else infeasibility(records, slo)
     reasons: dict[str, InvalidRule] = {}
     for r in records:
         if r.outcome is not None and not r.outcome.valid:
@@ -432,5 +667,64 @@ def summarize_study(
         best=ranked[0] if ranked else None,
         pareto_front=front,
         ranked=[r.number for r in ranked],
+        infeasible=infeasible,
+        nearest_miss=infeasible[0] if infeasible else None,
         trials=records,
     )
+
+
+def breaches(o: TrialOutcome, slo: PercentileSLO | None) -> list[Breach]:
+    """The constraints a valid trial broke, with the measured value, the limit and the excess."""
+    out: list[Breach] = []
+    cons = list(o.constraints)
+    i = 0
+    for m, cap in (slo.caps() if slo else {}).items():
+        spread = getattr(o, f"{m}_p99_ms")
+        if cons[i] > 0 and spread is not None:
+            out.append(Breach(constraint=f"{m}_p99", measured=spread.max, limit=cap, excess=cons[i]))
+        i += 1
+    if slo is not None and slo.min_good_fraction is not None:
+        if cons[i] > 0 and o.good_fraction is not None:
+            lim = slo.min_good_fraction
+            out.append(
+                Breach(
+                    constraint="good_fraction", measured=o.good_fraction.min, limit=lim, excess=cons[i] / lim
+                )
+            )
+        i += 1
+    seeds = max(1, o.ttft_p99_ms.n if o.ttft_p99_ms is not None else 1)
+    if cons[i] > 0:
+        out.append(Breach(constraint="queue_saturated", measured=cons[i], limit=0.0, excess=cons[i] / seeds))
+    i += 1
+    if cons[i] > 0 and o.preemptions_per_request is not None:
+        ppr = o.preemptions_per_request.mean
+        lim = ppr - cons[i]
+        out.append(
+            Breach(
+                constraint="kv_thrashing",
+                measured=ppr,
+                limit=lim,
+                excess=cons[i] / lim if lim > 0 else cons[i],
+            )
+        )
+    return out
+
+
+def infeasibility(records: list[TrialRecord], slo: PercentileSLO | None) -> list[InfeasibleTrial]:
+    """Every trial that ran, with the constraints it broke, nearest to feasible first."""
+    rows = []
+    for r in records:
+        o = r.outcome
+        if o is None or not o.valid or o.gpus is None:
+            continue
+        b = breaches(o, slo)
+        rows.append(
+            InfeasibleTrial(
+                number=r.number,
+                params=o.params,
+                gpus=o.gpus,
+                breaches=b,
+                distance=max((x.excess for x in b), default=0.0),
+            )
+        )
+    return sorted(rows, key=lambda x: (x.distance, x.gpus, x.number))

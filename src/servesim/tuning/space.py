@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import optuna
@@ -141,16 +142,146 @@ class SearchSpace(BaseModel):
             fixed["gpu_memory_utilization"] = _c(hardware.default_gpu_memory_utilization)
         return self.with_overrides(fixed) if fixed else self
 
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        """Sample one deployment's knobs (define-by-run: the threshold only with chunking on)."""
-        params: dict[str, Any] = {}
-        for name, kind in KNOBS.items():
-            knob: Knob = getattr(self, name)
-            if name == "long_prefill_token_threshold" and not params["enable_chunked_prefill"]:
-                params[name] = 0
+    def suggest(
+        self, trial: optuna.Trial, *, max_model_len: int | None = None, max_gpus: int | None = None
+    ) -> dict[str, Any]:
+        """Sample one deployment's knobs, never an impossible combination.
+
+        Define-by-run, in dependency order: chunked prefill first, then a token budget of at least
+        ``max_model_len`` when it is off, ``max_num_seqs`` no larger than the budget, the
+        long-prefill threshold only with chunking on, and replicas within ``max_gpus / TP``. A knob
+        whose choices a constraint narrows is sampled under its own name (``name:choices``): Optuna
+        does not allow one name two value sets."""
+        return self._draw(_OptunaPick(trial), max_model_len, max_gpus)
+
+    def encode(
+        self, values: dict[str, Any], *, max_model_len: int | None = None, max_gpus: int | None = None
+    ) -> dict[str, Any]:
+        """Optuna's parameter names and values for a deployment's knobs (``study.enqueue_trial``):
+        the names ``suggest`` would sample them under. ``ValueError`` when the values are outside
+        the space or break a constraint."""
+        pick = _FixedPick(values)
+        self._draw(pick, max_model_len, max_gpus)
+        return pick.named
+
+    def _draw(self, pick: _Pick, max_model_len: int | None, max_gpus: int | None) -> dict[str, Any]:
+        sp = self.constrained(max_model_len, max_gpus)
+        p: dict[str, Any] = {}
+
+        def draw(name: str, knob: Knob, narrowed: Knob | None = None) -> None:
+            k = knob if narrowed is None else narrowed
+            p[name] = pick(_param_name(name, k, k is not knob), KNOBS[name], k)
+
+        draw("enable_chunked_prefill", sp.enable_chunked_prefill)
+        mbt = sp.max_num_batched_tokens
+        if not p["enable_chunked_prefill"] and max_model_len is not None:
+            draw("max_num_batched_tokens", mbt, _narrow(mbt, low=max_model_len))
+        else:
+            draw("max_num_batched_tokens", mbt)
+        draw("max_num_seqs", sp.max_num_seqs, _narrow(sp.max_num_seqs, high=p["max_num_batched_tokens"]))
+        if p["enable_chunked_prefill"]:
+            draw("long_prefill_token_threshold", sp.long_prefill_token_threshold)
+        else:
+            p["long_prefill_token_threshold"] = 0
+        for name in ("enable_prefix_caching", "block_size", "gpu_memory_utilization", "tensor_parallel_size"):
+            draw(name, getattr(sp, name))
+        if max_gpus is not None:
+            draw(
+                "replicas", sp.replicas, _narrow(sp.replicas, high=max_gpus // int(p["tensor_parallel_size"]))
+            )
+        else:
+            draw("replicas", sp.replicas)
+        draw("queue_timeout_s", sp.queue_timeout_s)
+        return {name: p[name] for name in KNOBS}
+
+    def grid(self, max_model_len: int | None = None, max_gpus: int | None = None) -> list[dict[str, Any]]:
+        """Every valid deployment of a discrete space, in a fixed order (``ValueError`` when a
+        range is continuous). Enumerated by replaying ``suggest``'s draws, so it holds exactly
+        the combinations ``suggest`` can return."""
+        out: list[dict[str, Any]] = []
+        path: list[int] = []
+        while True:
+            pick = _EnumPick(path)
+            out.append(self._draw(pick, max_model_len, max_gpus))
+            sizes = pick.sizes
+            i = len(sizes) - 1
+            while i >= 0 and pick.path[i] + 1 >= sizes[i]:
+                i -= 1
+            if i < 0:
+                return out
+            path = [*pick.path[:i], pick.path[i] + 1]
+
+    def constrained(self, max_model_len: int | None = None, max_gpus: int | None = None) -> SearchSpace:
+        """This space without the values no valid combination can use: chunked prefill off when no
+        budget reaches ``max_model_len``, budgets below the smallest ``max_num_seqs``, TP degrees
+        whose smallest replica count exceeds ``max_gpus``. ``ValueError`` when nothing is left."""
+        upd: dict[str, Knob] = {}
+        seqs_low = _low(self.max_num_seqs)
+        mbt = _narrow(self.max_num_batched_tokens, low=seqs_low)
+        upd["max_num_batched_tokens"] = mbt
+        if max_model_len is not None and _high(mbt) < max_model_len:
+            upd["enable_chunked_prefill"] = _narrow_bool(self.enable_chunked_prefill, True)
+        if max_gpus is not None:
+            upd["tensor_parallel_size"] = _narrow(
+                self.tensor_parallel_size, high=max_gpus // max(1, int(_low(self.replicas)))
+            )
+        return self.with_overrides(upd)
+
+    def size(self, max_model_len: int | None = None, max_gpus: int | None = None) -> int | None:
+        """How many distinct valid deployments the space holds (None: a continuous range)."""
+        try:
+            sp = self.constrained(max_model_len, max_gpus)
+        except ValueError:
+            return 0
+        vals = {n: _values(getattr(sp, n), KNOBS[n]) for n in KNOBS}
+        if any(v is None for v in vals.values()):
+            return None
+        v: dict[str, list[Value]] = {n: x or [] for n, x in vals.items()}
+        flags = 0
+        for chunked in v["enable_chunked_prefill"]:
+            for mbt in v["max_num_batched_tokens"]:
+                if not chunked and max_model_len is not None and _num(mbt) < max_model_len:
+                    continue
+                seqs = [x for x in v["max_num_seqs"] if _num(x) <= _num(mbt)]
+                flags += len(seqs) * (len(v["long_prefill_token_threshold"]) if chunked else 1)
+        gpus = sum(
+            1
+            for tp in v["tensor_parallel_size"]
+            for r in v["replicas"]
+            if max_gpus is None or _num(r) * _num(tp) <= max_gpus
+        )
+        total = flags * gpus
+        for n in ("enable_prefix_caching", "block_size", "gpu_memory_utilization", "queue_timeout_s"):
+            total *= len(v[n])
+        return total
+
+    def including(self, values: dict[str, Any]) -> SearchSpace:
+        """This space widened to hold ``values`` (a deployment's knobs): the user's current
+        configuration is always a point of the search."""
+        upd: dict[str, Knob] = {}
+        for name in KNOBS:
+            if name not in values:
                 continue
-            params[name] = _sample(trial, name, kind, knob)
-        return params
+            v = values[name]
+            knob: Knob = getattr(self, name)
+            if knob.choices is not None:
+                if v not in knob.choices:
+                    upd[name] = Knob(choices=[*knob.choices, v])
+            elif v is not None:
+                assert knob.low is not None and knob.high is not None
+                low, high = min(knob.low, float(v)), max(knob.high, float(v))
+                on_grid = (
+                    knob.step is None
+                    or abs((float(v) - knob.low) / knob.step - round((float(v) - knob.low) / knob.step))
+                    < 1e-8
+                )
+                if (low, high) != (knob.low, knob.high) or not on_grid:
+                    if on_grid:
+                        upd[name] = knob.model_copy(update={"low": low, "high": high})
+                    else:  # off the step grid: the range becomes its grid points plus the value
+                        pts = sorted({*(_values(knob) or []), v})
+                        upd[name] = Knob(choices=pts)
+        return self.with_overrides(upd) if upd else self
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
@@ -168,6 +299,134 @@ def _check_type(name: str, kind: str, v: Value) -> None:
     }[kind]
     if not ok:
         raise ValueError(f"{name}: {v!r} is not a valid {kind.replace('_', ' ')} value")
+
+
+class _Pick:
+    """Draws one knob's value (from Optuna, or from given values)."""
+
+    def __call__(self, name: str, kind: str, knob: Knob) -> Any:
+        raise NotImplementedError
+
+
+def _param_name(name: str, knob: Knob, narrowed: bool) -> str:
+    return f"{name}:{knob.describe()}" if narrowed else name
+
+
+class _OptunaPick(_Pick):
+    def __init__(self, trial: optuna.Trial) -> None:
+        self.trial = trial
+
+    def __call__(self, name: str, kind: str, knob: Knob) -> Any:
+        return _sample(self.trial, name, kind, knob)
+
+
+class _FixedPick(_Pick):
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+        self.named: dict[str, Any] = {}
+
+    def __call__(self, name: str, kind: str, knob: Knob) -> Any:
+        base = name.split(":")[0]
+        v = self.values[base]
+        if knob.choices is not None:
+            if v not in knob.choices:
+                raise ValueError(f"{base}={v!r} is not among the allowed values {knob.describe()}")
+        elif v is None or not (knob.low is not None and knob.high is not None and knob.low <= v <= knob.high):
+            raise ValueError(f"{base}={v!r} is outside {knob.describe()}")
+        if not knob.is_fixed:
+            self.named[name] = v
+        return v
+
+
+class _EnumPick(_Pick):
+    """Takes the ``path[i]``-th value at the ``i``-th non-fixed draw (0 past the path's end)."""
+
+    def __init__(self, path: list[int]) -> None:
+        self.path = list(path)
+        self.sizes: list[int] = []
+
+    def __call__(self, name: str, kind: str, knob: Knob) -> Any:
+        if knob.is_fixed:
+            v = knob.first
+            return int(v) if kind == "int" and v is not None else v
+        values = _values(knob, kind)
+        if values is None:
+            raise ValueError(f"{name.split(':')[0]} is a continuous range: the space has no grid")
+        i = len(self.sizes)
+        if i >= len(self.path):
+            self.path.append(0)
+        self.sizes.append(len(values))
+        v = values[self.path[i]]
+        return int(v) if kind == "int" and v is not None else v
+
+
+def _values(knob: Knob, kind: str = "float") -> list[Value] | None:
+    """Every value of a knob (None: a continuous range); an int range steps by 1 by default."""
+    if knob.choices is not None:
+        return list(knob.choices)
+    assert knob.low is not None and knob.high is not None
+    if knob.low == knob.high:
+        return [int(knob.low) if kind == "int" else knob.low]
+    if kind == "int":
+        if knob.log:
+            return None  # Optuna's log-int draws: not enumerated here
+        return list(range(int(knob.low), int(knob.high) + 1, int(knob.step or 1)))
+    if knob.step is None:
+        return None
+    n = round((knob.high - knob.low) / knob.step + 1e-9)
+    return [round(knob.low + i * knob.step, 6) for i in range(n + 1)]
+
+
+def _num(v: Value) -> float:
+    return 0.0 if v is None else float(v)
+
+
+def _count(knob: Knob, kind: str = "float") -> int | None:
+    v = _values(knob, kind)
+    return None if v is None else len(v)
+
+
+def _low(knob: Knob) -> float:
+    if knob.choices is not None:
+        nums = [float(c) for c in knob.choices if c is not None]
+        return min(nums) if nums else 0.0
+    assert knob.low is not None
+    return knob.low
+
+
+def _high(knob: Knob) -> float:
+    if knob.choices is not None:
+        nums = [float(c) for c in knob.choices if c is not None]
+        return max(nums) if nums else 0.0
+    assert knob.high is not None
+    return knob.high
+
+
+def _narrow(knob: Knob, *, low: float | None = None, high: float | None = None) -> Knob:
+    """``knob`` restricted to ``low <= v <= high`` (the knob itself when nothing is cut)."""
+    lo = -float("inf") if low is None else low
+    hi = float("inf") if high is None else high
+    if knob.choices is not None:
+        kept = [c for c in knob.choices if c is not None and lo <= float(c) <= hi]
+        if not kept:
+            raise ValueError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
+        return knob if len(kept) == len(knob.choices) else Knob(choices=kept)
+    assert knob.low is not None and knob.high is not None
+    new_low, new_high = max(knob.low, lo), min(knob.high, hi)
+    if new_low > new_high:
+        raise ValueError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
+    if (new_low, new_high) == (knob.low, knob.high):
+        return knob
+    if knob.step is not None:  # stay on the grid
+        k = math.ceil((new_low - knob.low) / knob.step - 1e-9)
+        new_low = knob.low + k * knob.step
+    return knob.model_copy(update={"low": new_low, "high": new_high})
+
+
+def _narrow_bool(knob: Knob, value: bool) -> Knob:
+    if knob.choices is None or value not in knob.choices:
+        raise ValueError(f"{value} is not a choice of {knob.describe()}")
+    return Knob(choices=[value])
 
 
 def _sample(trial: optuna.Trial, name: str, kind: str, knob: Knob) -> Any:

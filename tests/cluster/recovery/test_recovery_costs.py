@@ -270,3 +270,30 @@ def test_plan_accepts_cluster_context_from_the_record() -> None:
     )
     assert [t.name for t in plan.targets] == ["x", "y"]
     assert plan.targets[0].free_slots_before == 128 - 3
+
+
+def test_the_cluster_planner_weighs_the_stall_a_recompute_puts_on_busy_decodes() -> None:
+    """Hand-worked: a cold restart's 1,500-token prefill rides with 100 running decodes, each of
+    which waits for those longer steps; a migration's one-token resume barely slows them."""
+    ctx = RecoveryContext(load_catalog().model("llama-3.1-8b"), bandwidth_gbps=10.0)
+    busy = linear_target("busy", max_num_batched_tokens=2048, running_decodes=100, decode_ctx_sum=100 * 800)
+    j = JobSpec(job_id="j", prompt_tokens=1400, generated_tokens=100, kv_cache_checkpointed=True)
+    cold, mig = cold_restart_cost(j, busy), migrate_cost(j, ctx, busy)
+    assert mig is not None
+    lin = LinearStepTime()
+    alone = lin.step_time(BatchComposition(100, 80_000, []))
+    with_chunk = lin.step_time(BatchComposition(100, 80_000, [(1500, 0)]))  # 1,948 tokens of budget left
+    assert cold.prefill_s == pytest.approx(with_chunk)
+    assert cold.load_s == pytest.approx(100 * (with_chunk - alone))
+    resume = lin.step_time(BatchComposition(101, 80_000 + 1500, []))  # the resumed token is a decode
+    assert mig.load_s == pytest.approx(100 * (resume - alone))
+    # On its own time the recompute is sooner; counting the stall on the others, migration wins.
+    assert cold.total_s < mig.total_s and mig.score_s < cold.score_s
+    alone_plan = decide_job(j, ctx, [busy])
+    weighed = decide_job(j, ctx, [busy], weigh_load=True)
+    assert alone_plan.strategy is Strategy.COLD_RESTART and weighed.strategy is Strategy.MIGRATE_STATE
+    assert weighed.cold_restart_load_ms == pytest.approx(1000 * cold.load_s, abs=1e-5)
+    assert "stalling the survivor's decodes" in weighed.reason
+    # An idle survivor has no decodes to stall: both ways choose the same.
+    idle = linear_target("idle", max_num_batched_tokens=2048)
+    assert decide_job(j, ctx, [idle]).strategy == decide_job(j, ctx, [idle], weigh_load=True).strategy

@@ -14,7 +14,19 @@ Every term is named after what it models (docs/recovery.md, "Cost model"):
 * ``capacity_wait`` — time until the target has a free slot and the job's KV blocks.
 
 COLD_RESTART  = capacity_wait + queue_wait + prefill(N − prefix hit)
-MIGRATE_STATE = capacity_wait + queue_wait + setup + transfer + prefill(max(1, N − covered))
+MIGRATE_STATE = capacity_wait + queue_wait + link_wait + setup + transfer + prefill(max(1, N − covered))
+
+``link_wait`` — transfers to one target share its inbound link: a job waits for the ones placed
+there before it.
+
+**The load an option puts on the survivor** (``load_s``): the job's own time is not the whole
+cost. Every step that carries its recomputed (or resumed) tokens also carries the target's
+running decodes, and lasts longer than their decode-only step would: each of them is delayed by
+the difference. ``load = running decodes x (prefill − steps x decode-only step)``. A cold restart
+of a long sequence on a busy survivor stalls all its decodes for a few hundred milliseconds; a
+migration's one-token resume costs them nearly nothing. The cluster simulation's planner chooses
+by own time + load (``StrategyCost.score_s``, ``decide_job(weigh_load=True)``); on idle survivors
+the load is 0 and the choice is the job's own time, which is what the stand-alone plan uses.
 
 ``covered`` = max(prefix hit, checkpoint offset). The ``max(1, ...)``: vLLM never takes the last
 token's KV from outside — it recomputes it to get the logits of the next token (docs §5, §9) —
@@ -116,6 +128,7 @@ class TargetState:
     queued_prefill_tokens: int = 0
     cached_prefix_tokens: Mapping[str, int] = field(default_factory=dict)
     releases: tuple[Release, ...] = ()
+    link_wait_s: float = 0.0  # until transfers already bound for this target have landed
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.max_num_batched_tokens < 1:
@@ -173,6 +186,15 @@ class Timeline:
     queue_wait_s: float
     prefill_s: float
     steps: int
+    job_steps: int = 0  # the steps that carry the job's tokens
+
+
+def decode_load_s(target: TargetState, tl: Timeline) -> float:
+    """Delay the job's steps add to the target's running decodes, summed over them."""
+    if target.running_decodes == 0 or tl.job_steps == 0:
+        return 0.0
+    alone = _step(target, [])
+    return target.running_decodes * max(0.0, tl.prefill_s - tl.job_steps * alone)
 
 
 def prefill_timeline(target: TargetState, tokens: int, start_ctx: int, ahead: int) -> Timeline:
@@ -190,6 +212,7 @@ def prefill_timeline(target: TargetState, tokens: int, start_ctx: int, ahead: in
     prefill = 0.0
     done = 0
     first = True
+    job_steps = 0
     while done < tokens:
         room = budget - rest if first else budget
         c = min(room, tokens - done)
@@ -197,8 +220,9 @@ def prefill_timeline(target: TargetState, tokens: int, start_ctx: int, ahead: in
         prefill += _step(target, chunks)
         done += c
         steps += 1
+        job_steps += 1
         first = False
-    return Timeline(wait, prefill, steps)
+    return Timeline(wait, prefill, steps, job_steps)
 
 
 @dataclass(frozen=True)
@@ -214,11 +238,18 @@ class StrategyCost:
     setup_s: float
     transfer_s: float
     prefill_s: float
+    link_wait_s: float = 0.0
+    load_s: float = 0.0  # delay added to the target's running decodes, summed (module docstring)
 
     @property
     def total_s(self) -> float:
         """From admission (capacity available) until the job is back at the token it had reached."""
-        return self.queue_wait_s + self.setup_s + self.transfer_s + self.prefill_s
+        return self.queue_wait_s + self.link_wait_s + self.setup_s + self.transfer_s + self.prefill_s
+
+    @property
+    def score_s(self) -> float:
+        """What the planner minimises: the job's own time plus the load on the survivor's decodes."""
+        return self.total_s + self.load_s
 
     @property
     def reused_tokens(self) -> int:
@@ -230,7 +261,16 @@ def cold_restart_cost(job: JobSpec, target: TargetState) -> StrategyCost:
     n = job.num_tokens
     tl = prefill_timeline(target, n - hit, hit, target.queued_prefill_tokens)
     return StrategyCost(
-        Strategy.COLD_RESTART, hit, 0, n - hit, n - hit, tl.queue_wait_s, 0.0, 0.0, tl.prefill_s
+        Strategy.COLD_RESTART,
+        hit,
+        0,
+        n - hit,
+        n - hit,
+        tl.queue_wait_s,
+        0.0,
+        0.0,
+        tl.prefill_s,
+        load_s=decode_load_s(target, tl),
     )
 
 
@@ -262,22 +302,33 @@ def migrate_cost(job: JobSpec, context: RecoveryContext, target: TargetState) ->
         setup,
         context.transfer_s(moved),
         tl.prefill_s,
+        link_wait_s=target.link_wait_s if moved else 0.0,
+        load_s=decode_load_s(resumed, tl),
     )
 
 
 def break_even_gbps(
-    context: RecoveryContext, cold: StrategyCost, migrate: StrategyCost | None
+    context: RecoveryContext, cold: StrategyCost, migrate: StrategyCost | None, *, weigh_load: bool = False
 ) -> float | None:
     """The bandwidth at which both strategies take equally long; MIGRATE_STATE wins above it.
 
     Closed form: ``setup + bits/(bw x eff) + prefill_m = prefill_c`` (queue and capacity waits are
-    the same for both), so ``bw* = bits / (eff x (prefill_c − prefill_m − setup))``. None when
+    the same for both), so ``bw* = bits / (eff x (prefill_c − prefill_m − link_wait − setup))``;
+    ``weigh_load`` adds ``load_c − load_m`` to the saving (the planner's choice in a cluster). None when
     migration never wins: no snapshot, a snapshot that adds nothing to the target's prefix cache
     (nothing to move), or compute saved that does not pay for the setup.
     """
     if migrate is None or migrate.moved_tokens == 0:
         return None
-    saving = cold.prefill_s + cold.queue_wait_s - migrate.prefill_s - migrate.queue_wait_s - migrate.setup_s
+    saving = (
+        cold.prefill_s
+        + cold.queue_wait_s
+        + (cold.load_s - migrate.load_s if weigh_load else 0.0)
+        - migrate.prefill_s
+        - migrate.queue_wait_s
+        - migrate.link_wait_s
+        - migrate.setup_s
+    )
     bits = context.wire_bits(migrate.moved_tokens)
     if saving <= 0:
         return None

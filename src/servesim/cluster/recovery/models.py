@@ -459,6 +459,13 @@ class JobDecision(BaseModel):
     setup_ms: float = Field(ge=0)
     transfer_ms: float = Field(ge=0)
     prefill_ms: float = Field(ge=0, description="Target's steps that compute the chosen strategy's tokens.")
+    link_wait_ms: float = Field(0.0, ge=0, description="Wait for transfers already bound for the target.")
+    cold_restart_load_ms: float = Field(
+        0.0, ge=0, description="COLD_RESTART's delay to the target's running decodes, summed over them."
+    )
+    migrate_load_ms: float | None = Field(
+        None, ge=0, description="MIGRATE_STATE's delay to the target's running decodes (None: no snapshot)."
+    )
     break_even_gbps: float | None = Field(
         ge=0, description="Bandwidth above which MIGRATE_STATE wins; None: it never does."
     )

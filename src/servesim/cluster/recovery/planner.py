@@ -150,6 +150,7 @@ def _reason(
     mig: StrategyCost | None,
     be: float | None,
     covered: int,
+    weigh_load: bool = False,
 ) -> str:
     n = job.num_tokens
     bw = _gbps(context.bandwidth_gbps) + (" per rank" if context.nic_per_rank and context.tp > 1 else "")
@@ -168,34 +169,48 @@ def _reason(
             f"{cold.prefix_hit_tokens} cached): recompute {cold.recompute_tokens} tokens {_s(cold.total_s)}"
         )
     moved = _bytes(context.bytes_total(mig.moved_tokens))
+    link = f"link wait {_s(mig.link_wait_s)} + " if mig.link_wait_s > 0 else ""
     mig_terms = (
-        f"setup {_s(mig.setup_s)} + transfer {_s(mig.transfer_s)} ({moved} at {bw}) + "
+        f"{link}setup {_s(mig.setup_s)} + transfer {_s(mig.transfer_s)} ({moved} at {bw}) + "
         f"{mig.forward_tokens}-token resume {_s(mig.prefill_s)}"
     )
+    loaded = weigh_load and (cold.load_s > 0 or mig.load_s > 0)
+    c_load = f" + {_s(cold.load_s)} stalling the survivor's decodes" if loaded else ""
+    m_load = f" + {_s(mig.load_s)} stalling its decodes" if loaded else ""
     if chosen.strategy is Strategy.MIGRATE_STATE:
         return (
-            f"migrate {_s(mig.total_s)} ({mig_terms}) < recompute {cold.recompute_tokens} tokens{hit} "
-            f"{_s(cold.total_s)}; {be_text}{stale}"
+            f"migrate {_s(mig.total_s)} ({mig_terms}){m_load} < recompute {cold.recompute_tokens} "
+            f"tokens{hit} {_s(cold.total_s)}{c_load}; {be_text}{stale}"
         )
     return (
-        f"recompute {cold.recompute_tokens} tokens{hit} {_s(cold.total_s)} <= migrate {_s(mig.total_s)} "
-        f"({mig_terms}); {be_text}{stale}"
+        f"recompute {cold.recompute_tokens} tokens{hit} {_s(cold.total_s)}{c_load} <= migrate "
+        f"{_s(mig.total_s)} ({mig_terms}){m_load}; {be_text}{stale}"
     )
 
 
-def _choose(cold: StrategyCost, mig: StrategyCost | None) -> StrategyCost:
-    if mig is not None and mig.moved_tokens > 0 and mig.total_s < cold.total_s:
-        return mig
-    return cold
+def _choose(cold: StrategyCost, mig: StrategyCost | None, weigh_load: bool = False) -> StrategyCost:
+    """The option that gets the job back sooner; with ``weigh_load``, the lower own time + load
+    on the survivor's decodes (``StrategyCost.score_s``)."""
+    if mig is None or mig.moved_tokens == 0:
+        return cold
+    if weigh_load:
+        return mig if mig.score_s < cold.score_s else cold
+    return mig if mig.total_s < cold.total_s else cold
 
 
-def decide_job(job: JobSpec, context: RecoveryContext, targets: Sequence[TargetState]) -> JobDecision:
+def decide_job(
+    job: JobSpec, context: RecoveryContext, targets: Sequence[TargetState], *, weigh_load: bool = False
+) -> JobDecision:
     """Strategy and survivor for one interrupted job, from the survivors' current state.
 
     For every survivor both strategies are costed; the job goes where it is back soonest (a free
     slot and its blocks now, else the earliest release that frees them: ``capacity_wait``), ties
     to the earlier survivor in ``targets``. If no survivor can ever fit it, it is costed on the one
     closest to fitting and ``est_recovery_ms`` is None. Pure: ``targets`` are not changed.
+
+    ``weigh_load`` (what the cluster simulation's planner uses) adds to each option the delay it
+    puts on the survivor's running decodes (``StrategyCost.load_s``), both for the strategy and for
+    the survivor; without it (the stand-alone plan) each job is simply back as soon as it can be.
     """
     if not targets:
         raise ValueError("no survivor to recover onto: targets is empty")
@@ -209,10 +224,10 @@ def decide_job(job: JobSpec, context: RecoveryContext, targets: Sequence[TargetS
         wait = t.capacity_wait_s(need)
         cold = cold_restart_cost(job, t)
         mig = migrate_cost(job, context, t)
-        chosen = _choose(cold, mig)
+        chosen = _choose(cold, mig, weigh_load)
         costed.append((wait, chosen, cold, mig, need))
         if wait is not None:
-            key = (wait + chosen.total_s, i)
+            key = (wait + (chosen.score_s if weigh_load else chosen.total_s), i)
             if best is None or key < best:
                 best, pick = key, i
     if best is None:  # nowhere, ever: report it against the survivor closest to fitting
@@ -222,8 +237,8 @@ def decide_job(job: JobSpec, context: RecoveryContext, targets: Sequence[TargetS
         )
     wait, chosen, cold, mig, need = costed[pick]
     target = targets[pick]
-    be = break_even_gbps(context, cold, mig)
-    reason = _reason(job, context, chosen, cold, mig, be, covered)
+    be = break_even_gbps(context, cold, mig, weigh_load=weigh_load)
+    reason = _reason(job, context, chosen, cold, mig, be, covered, weigh_load)
     if wait is None:
         reason = (
             f"waits for capacity: needs {need} blocks and a slot, no survivor has them and no known "
@@ -254,6 +269,9 @@ def decide_job(job: JobSpec, context: RecoveryContext, targets: Sequence[TargetS
         setup_ms=_ms(chosen.setup_s),
         transfer_ms=_ms(chosen.transfer_s),
         prefill_ms=_ms(chosen.prefill_s),
+        link_wait_ms=_ms(chosen.link_wait_s),
+        cold_restart_load_ms=_ms(cold.load_s),
+        migrate_load_ms=None if mig is None else _ms(mig.load_s),
         break_even_gbps=None if be is None else round(be, 6),
         waits_for_capacity=wait is None or wait > 0,
         reason=reason,
@@ -264,8 +282,12 @@ def place(target: TargetState, job: JobSpec, decision: JobDecision) -> TargetSta
     """The survivor after taking ``job``: its blocks and slot are taken (possibly going negative
     for a job that waits for releases), the tokens it computes join the queue ahead of later
     arrivals, and it becomes one of the running decodes."""
+    link = target.link_wait_s
+    if decision.strategy is Strategy.MIGRATE_STATE and decision.moved_tokens > 0:
+        link += (decision.setup_ms + decision.transfer_ms) / 1000.0
     return dataclasses.replace(
         target,
+        link_wait_s=link,
         free_blocks=target.free_blocks - decision.blocks_needed,
         free_slots=target.free_slots - 1,
         running_decodes=target.running_decodes + 1,

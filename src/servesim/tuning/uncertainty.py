@@ -1,0 +1,125 @@
+"""Error bars from the step-time model's measured error (sim2real leave-one-out).
+
+The simulation is exact given its step times; the step times are a model, and its error on real
+vLLM runs was measured out of sample (``docs/perf.md``, Results: each H100 run predicted by a
+profile fitted without it; ``data/perf/sim2real_loo.json``). Signs are not recorded, so the real
+value of a predicted p99 is taken as ``predicted x exp(e)`` with ``e ~ Normal(0, sigma)``, sigma the
+root mean square of ``ln(1 + APE)`` over the runs, per metric. Then:
+
+* the 80 % interval of a p99: ``predicted x exp(+-1.2816 sigma)``;
+* the probability that a cap holds: ``Phi(ln(cap / predicted) / sigma)``; for several caps their
+  product (the errors taken as independent; the smallest single probability is an upper bound);
+* the headroom for >= 90 %: the predicted p99 must be at most ``cap x exp(-1.2816 sigma)``.
+
+The predicted p99 is the worst fresh seed's (seed noise is already in it). Off the H100 the
+profile is a generic prior and the error is larger than measured here: the result says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from importlib import resources
+
+from pydantic import BaseModel, Field
+
+from servesim.tuning.slo import PercentileSLO
+
+Z80 = 1.2815515655446004  # the 90th percentile of the standard normal
+
+
+class MetricErrorBar(BaseModel):
+    metric: str = Field(description="ttft_p99_ms, tpot_p99_ms, e2e_p99_ms.")
+    predicted: float = Field(description="Worst fresh seed, ms.")
+    sigma_ln: float = Field(description="Measured model error: RMS of ln(1 + APE) over the sim2real runs.")
+    low_80: float = Field(description="80 % interval, ms.")
+    high_80: float
+    cap: float | None = None
+    probability_within_cap: float | None = Field(
+        None, description="P(real p99 <= cap) under the error model."
+    )
+    max_predicted_for_90: float | None = Field(
+        None, description="The predicted p99 that keeps P >= 90 %: cap x exp(-1.28 sigma)."
+    )
+
+
+class ErrorBars(BaseModel):
+    """The recommendation's predictions with the step-time model's measured error."""
+
+    source: str
+    runs: int = Field(description="sim2real runs the error was measured on.")
+    metrics: list[MetricErrorBar]
+    probability_slo_holds: float | None = Field(
+        None, description="Product over the caps (independent errors); None: no SLO."
+    )
+    within_model_error: bool = Field(
+        False, description="Meets the SLO as predicted, but with probability below 90 % under the error."
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+@cache
+def _loo() -> dict[str, object]:
+    text = (resources.files("servesim") / "data" / "perf" / "sim2real_loo.json").read_text(encoding="utf-8")
+    data: dict[str, object] = json.loads(text)
+    return data
+
+
+def sigma_ln(metric: str) -> float:
+    """RMS of ln(1 + APE) of ``metric`` (ttft_p99, tpot_p99, e2e_p99) over the LOO runs."""
+    apes = _loo()["ape_percent"]
+    assert isinstance(apes, dict)
+    vals = [math.log1p(float(a) / 100.0) for a in apes[metric]]
+    return math.sqrt(sum(v * v for v in vals) / len(vals))
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def error_bars(worst: dict[str, float], slo: PercentileSLO | None, gpu: str | None) -> ErrorBars:
+    """Intervals, the probability the SLO holds and the headroom for 90 %, from worst-seed p99s."""
+    caps = slo.caps() if slo is not None else {}
+    out: list[MetricErrorBar] = []
+    probs: list[float] = []
+    for m in ("ttft", "tpot", "e2e"):
+        s = sigma_ln(f"{m}_p99")
+        pred = worst[m]
+        cap = caps.get(m)
+        p = None
+        limit = None
+        if cap is not None:
+            p = 1.0 if s == 0 else (_phi(math.log(cap / pred) / s) if pred > 0 else 1.0)
+            limit = cap * math.exp(-Z80 * s)
+            probs.append(p)
+        out.append(
+            MetricErrorBar(
+                metric=f"{m}_p99_ms",
+                predicted=pred,
+                sigma_ln=s,
+                low_80=pred * math.exp(-Z80 * s),
+                high_80=pred * math.exp(Z80 * s),
+                cap=cap,
+                probability_within_cap=p,
+                max_predicted_for_90=limit,
+            )
+        )
+    joint = math.prod(probs) if probs else None
+    meets = all(worst[m] <= c for m, c in caps.items()) if caps else False
+    notes = []
+    if gpu is not None and gpu.lower() != str(_loo()["gpu"]):
+        notes.append(
+            f"the error was measured on H100 runs; on {gpu} the step-time model runs on generic priors "
+            "and its error is larger than these intervals"
+        )
+    runs = _loo()["runs"]
+    assert isinstance(runs, list)
+    return ErrorBars(
+        source=str(_loo()["source"]),
+        runs=len(runs),
+        metrics=out,
+        probability_slo_holds=joint,
+        within_model_error=bool(meets and joint is not None and joint < 0.9),
+        notes=notes,
+    )
