@@ -67,11 +67,13 @@ def main() -> None:
     bare_wall = time.perf_counter() - t0
     n = len(render_s)
     print(f"trace: {args.requests:,} requests at {args.rate:g} req/s; terminal {cols}x{rows}")
-    print(f"watched {wall:.1f} s wall: {n / wall:.1f} renders/s, {1e3 * sum(render_s) / max(n, 1):.1f} ms per render")
+    per_render = 1e3 * sum(render_s) / max(n, 1)
+    print(f"watched {wall:.1f} s wall: {n / wall:.1f} renders/s, {per_render:.1f} ms per render")
     done = "the whole trace" if app.live.done else f"to t={sim_t:,.1f} s simulated"
     print(f"watched: {steps:,} engine steps ({done}) in {wall:.2f} s wall, {steps / wall:,.0f} steps/s")
     print(f"bare, same span: {bare.step:,} steps in {bare_wall:.2f} s, {bare.step / bare_wall:,.0f} steps/s")
-    print(f"watching runs at {100 * (steps / wall) / (bare.step / bare_wall):.0f} % of the bare engine's speed")
+    share = 100 * (steps / wall) / (bare.step / bare_wall)
+    print(f"watching runs at {share:.0f} % of the bare engine's speed")
 
 
 if __name__ == "__main__":
