@@ -10,6 +10,14 @@ The public API is small on purpose; interfaces (CLI, web, TUI, reports) call onl
     result.to_pandas()                                    # one row per request
 """
 
+from servesim.cluster import (
+    ClusterResult,
+    FailureEvent,
+    RecoveryContext,
+    Replica,
+    RouterSpec,
+    simulate_cluster,
+)
 from servesim.engine import (
     SLO,
     BatchComposition,
@@ -23,6 +31,7 @@ from servesim.engine import (
     StepTimeModel,
     simulate,
 )
+from servesim.live import LiveClusterRun, LiveRun, ReplicaState, RequestTimeline, RunSnapshot, Slot
 from servesim.traces import (
     GeneratorSpec,
     RequestRecord,
@@ -36,21 +45,31 @@ from servesim.traces import (
     preset_spec,
     write_trace,
 )
-
-__version__ = "0.1.0"
+from servesim.version import __version__
 
 __all__ = [
     "SLO",
     "BatchComposition",
+    "ClusterResult",
     "ConstantStepTime",
     "EngineConfig",
+    "FailureEvent",
     "GeneratorSpec",
     "LatencyStats",
     "LinearStepTime",
+    "LiveClusterRun",
+    "LiveRun",
+    "RecoveryContext",
+    "Replica",
+    "ReplicaState",
     "RequestRecord",
+    "RequestTimeline",
+    "RouterSpec",
+    "RunSnapshot",
     "SimulationReport",
     "SimulationResult",
     "SimulationSummary",
+    "Slot",
     "StepTimeModel",
     "Trace",
     "TraceError",
@@ -62,5 +81,6 @@ __all__ = [
     "open_trace",
     "preset_spec",
     "simulate",
+    "simulate_cluster",
     "write_trace",
 ]

@@ -230,16 +230,30 @@ def register(app: typer.Typer) -> None:
                 )
         except (TraceError, ValidationError, ValueError, OSError, PerfError) as exc:
             fail(exc)
-        if as_json:
-            print_json(cluster_document(events, link, route, rows))
-            return
-        Console().print(
-            comparison_table(
-                rows,
-                f"{trace}: {len(tr):,} requests on {len(reps)} replicas, {len(events)} failures, "
-                f"{link.model} KV over {link.bandwidth_gbps:g} Gbit/s, checkpointing {link.kv_checkpointing}",
-            )
+        print_comparison(
+            rows, events, link, route, as_json, f"{trace}: {len(tr):,} requests on {len(reps)} replicas"
         )
+
+
+def print_comparison(
+    rows: list[StrategyOutcome],
+    events: list[FailureEvent],
+    link: LinkSpec,
+    route: RouterSpec,
+    as_json: bool,
+    title: str,
+) -> None:
+    """The strategies' outcomes: the table, or with ``--json`` the comparison alone on stdout."""
+    if as_json:
+        print_json(cluster_document(events, link, route, rows))
+        return
+    Console().print(
+        comparison_table(
+            rows,
+            f"{title}, {len(events)} failures, "
+            f"{link.model} KV over {link.bandwidth_gbps:g} Gbit/s, checkpointing {link.kv_checkpointing}",
+        )
+    )
 
 
 def _on_hardware(rep: Replica, trace: Trace, model: str, gpu: str, tp: int) -> Replica:

@@ -41,6 +41,7 @@ def _register() -> None:
     from servesim.cli import (
         advise_cmd,
         cluster_cmd,
+        dashboard_cmd,
         demo_cmd,
         log_cmd,
         report_cmd,
@@ -59,6 +60,7 @@ def _register() -> None:
     simulate_cmd.register(app)
     resched_cmd.register(app)
     cluster_cmd.register(app)
+    dashboard_cmd.register(app)
     advise_cmd.register(app)
     log_cmd.register(app)
     demo_cmd.register(app)

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from servesim.cli.common import fail, print_json, write_text_atomic
+from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
 from servesim.engine import (
     SLO,
     ConstantStepTime,
@@ -40,17 +41,6 @@ TRACE_HELP = (
     "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
     "(default, poisson_100_rps, bursty, ...; see `servesim generate --list-presets`)."
 )
-
-
-class Policy(StrEnum):
-    fcfs = "fcfs"
-    priority = "priority"
-
-
-class Mitigation(StrEnum):
-    none = "none"
-    protect = "protect"
-    boost = "boost"
 
 
 def _file_keys(path: Path | None) -> set[str]:
@@ -112,6 +102,37 @@ def hardware_setup(
     return EngineConfig.model_validate(config.model_dump()), step
 
 
+Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
+
+
+def deploy(
+    dep: DeploymentFlags, config: EngineConfig, trace: Trace, config_file: Path | None, flags: dict[str, Any]
+) -> tuple[EngineConfig, StepTimeModel, Rebuild | None]:
+    """The engine config and step times of the deployment flags (the KV cache sized for
+    ``--model`` unless ``--num-gpu-blocks`` was given), and how to redo it after a flag change."""
+    if dep.model is None:
+        return config, step_time_model(dep.step_time_ms), None
+    if dep.step_time_ms is not None:
+        raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
+    model = dep.model
+    blocks_given = flags.get("num_gpu_blocks") is not None or "num_gpu_blocks" in _file_keys(config_file)
+
+    def rebuild(cfg: EngineConfig) -> tuple[EngineConfig, StepTimeModel]:
+        return hardware_setup(
+            cfg,
+            trace,
+            model=model,
+            gpu=dep.gpu,
+            tp=dep.tp,
+            gpu_memory_utilization=dep.gpu_memory_utilization,
+            profile=dep.profile,
+            blocks_given=blocks_given,
+        )
+
+    cfg, step = rebuild(config)
+    return cfg, step, rebuild
+
+
 @contextmanager
 def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
     """A Rich progress bar on stderr (only for humans: never with --json or without a terminal);
@@ -168,6 +189,25 @@ def run_and_report(
     finally:
         if writer is not None:
             writer.close()
+    report_result(
+        result, trace, as_json=as_json, out=out, include_requests=include_requests, title=title, views=views
+    )
+    return result
+
+
+def report_result(
+    result: SimulationResult,
+    trace: Trace,
+    *,
+    as_json: bool,
+    out: Path | None,
+    include_requests: bool,
+    title: str,
+    views: bool = True,
+) -> None:
+    """The summary view (or with ``--json`` the result document alone on stdout); ``out``: the
+    same document as a file (the report's input)."""
+    doc: dict[str, Any] = {}
     if out is not None or as_json:
         from servesim.report.documents import simulation_document
         from servesim.traces import inspect_trace
@@ -192,47 +232,15 @@ def run_and_report(
         print_section(summary_view(result.summary, title=title), console)
         if out is not None:
             console.print(f"report written to {out}")
-    return result
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
+    @deployment_flags
+    @engine_flags
     def simulate_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        max_num_seqs: int | None = typer.Option(None, help="Most requests in the running batch."),
-        max_num_batched_tokens: int | None = typer.Option(None, help="Token budget of one engine step."),
-        block_size: int | None = typer.Option(None, help="Tokens per KV block."),
-        num_gpu_blocks: int | None = typer.Option(None, help="KV blocks in the pool (incl. the null block)."),
-        enable_chunked_prefill: bool | None = typer.Option(
-            None,
-            "--enable-chunked-prefill/--no-enable-chunked-prefill",
-            help="Split long prompts across steps.",
-        ),
-        enable_prefix_caching: bool | None = typer.Option(
-            None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Reuse KV of identical prefixes."
-        ),
-        long_prefill_token_threshold: int | None = typer.Option(None, help="Per-request token cap per step."),
-        policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
-        max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
-        watermark: float | None = typer.Option(None, help="Fraction of blocks kept free for admissions."),
-        queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
-        starvation_threshold: int | None = typer.Option(
-            None, help="Preemptions that flag a request STARVED."
-        ),
-        starvation_mitigation: Mitigation | None = typer.Option(
-            None, help="Spare STARVED requests as victims (protect) and raise their priority (boost)."
-        ),
-        step_time_ms: float | None = typer.Option(
-            None, help="Every step takes this long (for step-by-step comparison); default: linear model."
-        ),
-        model: str | None = typer.Option(
-            None, help="Served model (catalog name or config.json): roofline step times and KV blocks."
-        ),
-        gpu: str = typer.Option("h100", help="GPU of the replica (with --model)."),
-        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel degree."),
-        gpu_memory_utilization: float = typer.Option(0.9, help="vLLM's memory share (with --model)."),
-        profile: str | None = typer.Option(None, help="Calibrated hardware profile (JSON path or name)."),
         slo: str | None = typer.Option(None, help="Goodput SLOs, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=20000."),
         seed: int = typer.Option(0, help="Seed for generated traces and seed-JSON arrivals."),
         num_requests: int | None = typer.Option(
@@ -249,43 +257,16 @@ def register(app: typer.Typer) -> None:
             False, help="Check block/token conservation every step (slow)."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
+        *,
+        flags: dict[str, Any],
+        deployment: DeploymentFlags,
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
         try:
-            cfg = engine_config(
-                config,
-                {
-                    "max_num_seqs": max_num_seqs,
-                    "max_num_batched_tokens": max_num_batched_tokens,
-                    "block_size": block_size,
-                    "num_gpu_blocks": num_gpu_blocks,
-                    "enable_chunked_prefill": enable_chunked_prefill,
-                    "enable_prefix_caching": enable_prefix_caching,
-                    "long_prefill_token_threshold": long_prefill_token_threshold,
-                    "policy": policy,
-                    "max_model_len": max_model_len,
-                    "watermark": watermark,
-                    "queue_timeout_s": queue_timeout_s,
-                    "starvation_threshold": starvation_threshold,
-                    "starvation_mitigation": starvation_mitigation,
-                },
-            )
+            cfg = engine_config(config, flags)
             goal = SLO.parse(slo) if slo else None
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
-            step_model = step_time_model(step_time_ms)
-            if model is not None:
-                if step_time_ms is not None:
-                    raise ValueError("give --model (roofline step times) or --step-time-ms, not both")
-                cfg, step_model = hardware_setup(
-                    cfg,
-                    tr,
-                    model=model,
-                    gpu=gpu,
-                    tp=tp,
-                    gpu_memory_utilization=gpu_memory_utilization,
-                    profile=profile,
-                    blocks_given=num_gpu_blocks is not None or "num_gpu_blocks" in _file_keys(config),
-                )
+            cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags)
             run_and_report(
                 tr,
                 cfg,

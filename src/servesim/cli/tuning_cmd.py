@@ -26,7 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from servesim.cli.common import fail, print_json, write_text_atomic
-from servesim.cli.simulate_cmd import Policy, engine_config, progress_bar
+from servesim.cli.engine_flags import Policy
+from servesim.cli.simulate_cmd import engine_config, progress_bar
 from servesim.cluster import RouterSpec
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.traces import TraceError
