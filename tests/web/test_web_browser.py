@@ -19,19 +19,11 @@ import httpx
 import pytest
 
 from conftest import GOOD_CSV, SEED_RECOVERY, SMALL_SPACE
+from servesim.report.pdf import CHROMIUM_ARGS
 
 pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+ARGS = CHROMIUM_ARGS  # the flags the BRIEF asks for, kept once (servesim.report.pdf)
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 TIMEOUT_MS = 90_000
 
