@@ -48,3 +48,11 @@ def test_secrets_never_reach_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert secret not in text
     (rec,) = read_log(tmp_path)
     assert rec.parameters["model"] == "m" and rec.outputs == [str(tmp_path / "out.json")]
+
+
+def test_integers_beyond_64_bits_are_logged_as_text(tmp_path: Path) -> None:
+    huge = -(2**63) - 1  # what a fuzzer (or a typo) sends: orjson cannot write it as a number
+    with record_action("recover", {"n": huge, "items": [2**70, 1]}, folder=tmp_path):
+        pass
+    (rec,) = read_log(tmp_path)
+    assert rec.parameters == {"n": str(huge), "items": [str(2**70), 1]}

@@ -12,11 +12,19 @@ The public API is small on purpose; interfaces (CLI, web, TUI, reports) call onl
 
 from typing import TYPE_CHECKING, Any
 
-from servesim._version import __version__
+from servesim.version import __version__
 
 # The public API, imported on first use (PEP 562): `import servesim` stays cheap, so the CLI
 # starts fast and each interface pays only for what it touches. Type checkers see the imports.
 if TYPE_CHECKING:
+    from servesim.cluster import (
+        ClusterResult,
+        FailureEvent,
+        RecoveryContext,
+        Replica,
+        RouterSpec,
+        simulate_cluster,
+    )
     from servesim.engine import (
         SLO,
         BatchComposition,
@@ -30,6 +38,7 @@ if TYPE_CHECKING:
         StepTimeModel,
         simulate,
     )
+    from servesim.live import LiveClusterRun, LiveRun, ReplicaState, RequestTimeline, RunSnapshot, Slot
     from servesim.perf.setup import ReplicaSetup, default_deployment, replica_setup
     from servesim.traces import (
         GeneratorSpec,
@@ -46,6 +55,18 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
+    "ClusterResult": "servesim.cluster",
+    "FailureEvent": "servesim.cluster",
+    "RecoveryContext": "servesim.cluster",
+    "Replica": "servesim.cluster",
+    "RouterSpec": "servesim.cluster",
+    "simulate_cluster": "servesim.cluster",
+    "LiveClusterRun": "servesim.live",
+    "LiveRun": "servesim.live",
+    "ReplicaState": "servesim.live",
+    "RequestTimeline": "servesim.live",
+    "RunSnapshot": "servesim.live",
+    "Slot": "servesim.live",
     "SLO": "servesim.engine",
     "BatchComposition": "servesim.engine",
     "ConstantStepTime": "servesim.engine",
@@ -92,16 +113,27 @@ def __dir__() -> list[str]:
 __all__ = [
     "SLO",
     "BatchComposition",
+    "ClusterResult",
     "ConstantStepTime",
     "EngineConfig",
+    "FailureEvent",
     "GeneratorSpec",
     "LatencyStats",
     "LinearStepTime",
+    "LiveClusterRun",
+    "LiveRun",
+    "RecoveryContext",
+    "Replica",
     "ReplicaSetup",
+    "ReplicaState",
     "RequestRecord",
+    "RequestTimeline",
+    "RouterSpec",
+    "RunSnapshot",
     "SimulationReport",
     "SimulationResult",
     "SimulationSummary",
+    "Slot",
     "StepTimeModel",
     "Trace",
     "TraceError",
@@ -115,5 +147,6 @@ __all__ = [
     "preset_spec",
     "replica_setup",
     "simulate",
+    "simulate_cluster",
     "write_trace",
 ]

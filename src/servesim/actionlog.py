@@ -66,6 +66,13 @@ def log_path(folder: str | Path | None = None) -> Path:
     return data_dir(folder) / LOG_NAME
 
 
+def _plain(v: Any) -> Any:
+    """A JSON-line-safe scalar: integers beyond 64 bits (orjson's range) are written as text."""
+    if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**64:
+        return str(v)
+    return v
+
+
 def is_secret_name(name: str) -> bool:
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
     return bool(words) and (words[-1] in SECRET_WORDS or "".join(words[-2:]) == "apikey")
@@ -91,18 +98,13 @@ def scrub(params: Mapping[str, Any], _secrets: list[str] | None = None) -> dict[
         name = str(k)
         if is_secret_name(name):
             out[name] = REDACTED
-        elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
-            out[name] = _clean(str(v), secrets)  # JSON writers refuse integers past 64 bits
         elif v is None or isinstance(v, bool | int | float):
-            out[name] = v
+            out[name] = _plain(v)
         elif isinstance(v, Mapping):
             out[name] = scrub(v, secrets)
         elif isinstance(v, list | tuple):
             out[name] = [
-                x
-                if isinstance(x, bool | float) or (isinstance(x, int) and -(2**63) <= x < 2**63)
-                else _clean(str(x), secrets)
-                for x in v
+                _plain(x) if isinstance(x, bool | int | float) else _clean(str(x), secrets) for x in v
             ][:100]
         else:
             out[name] = _clean(str(v.value if isinstance(v, Enum) else v), secrets)

@@ -33,6 +33,7 @@ from servesim.perf import PerfError, load_catalog
 from servesim.perf.catalog import resolve_model
 from servesim.perf.setup import DEFAULT_GPU, ReplicaSetup, replica_setup
 from servesim.traces import Trace, TraceError
+from servesim.traces.schema import TraceProvenance
 
 
 class LinkSpec(BaseModel):
@@ -269,6 +270,31 @@ def register(app: typer.Typer) -> None:
                 f"{link.model} KV over {link.bandwidth_gbps:g} Gbit/s, checkpointing {link.kv_checkpointing}",
             )
         )
+
+
+def print_comparison(
+    rows: list[StrategyOutcome],
+    events: list[FailureEvent],
+    link: LinkSpec,
+    route: RouterSpec,
+    as_json: bool,
+    title: str,
+    provenance: TraceProvenance | None = None,
+) -> None:
+    """The strategies' outcomes: the table, or with ``--json`` the comparison alone on stdout
+    (with the trace's provenance: every row dropped while reading it)."""
+    if as_json:
+        print_json(
+            {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
+        )
+        return
+    Console().print(
+        comparison_table(
+            rows,
+            f"{title}, {len(events)} failures, "
+            f"{link.model} KV over {link.bandwidth_gbps:g} Gbit/s, checkpointing {link.kv_checkpointing}",
+        )
+    )
 
 
 def _on_hardware(rep: Replica, trace: Trace, model: str, gpu: str | None, tp: int) -> ReplicaSetup:

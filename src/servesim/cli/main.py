@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from servesim._version import __version__
+from servesim.version import __version__
 
 #: Plain Click help (no Rich panels): starts in a fraction of the time (Rich's help pulls in
 #: markdown-it and pygments), wraps at the terminal's width without cutting words, and shows
@@ -85,6 +85,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "report": ("servesim.cli.report_cmd", "Write a self-contained HTML report from servesim JSON results."),
     "log": ("servesim.cli.log_cmd", "Show the action log: what was run, with what inputs, what it wrote."),
+    "dashboard": (
+        "servesim.cli.dashboard_cmd",
+        "Watch a run live in the terminal: the batch, the queue, KV and latencies.",
+    ),
+    "serve": ("servesim.cli.serve_cmd", "The web workbench on http://127.0.0.1:8000/ (a token elsewhere)."),
     "schema": (
         "servesim.cli.schema_cmd",
         "Print the JSON Schema of servesim's input/output objects (JSON on stdout).",

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from servesim.cli.common import fail, json_bytes, parse_slo, print_json
+from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.engine import (
     SLO,
@@ -33,24 +34,13 @@ from servesim.engine import (
 from servesim.events import Observer, ProgressCallback, StepLogWriter
 from servesim.io import write_bytes_atomic
 from servesim.perf import PerfError
-from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL, ReplicaSetup, replica_setup
+from servesim.perf.setup import ReplicaSetup, replica_setup
 from servesim.traces import Trace, TraceError
 
 TRACE_HELP = (
     "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
     "(default, poisson_100_rps, bursty, ...; see `servesim generate --list-presets`)."
 )
-
-
-class Policy(StrEnum):
-    fcfs = "fcfs"
-    priority = "priority"
-
-
-class Mitigation(StrEnum):
-    none = "none"
-    protect = "protect"
-    boost = "boost"
 
 
 def _file_keys(path: Path | None) -> set[str]:
@@ -76,6 +66,47 @@ def say_setup(setup: ReplicaSetup, as_json: bool) -> None:
         typer.echo(f"warning: {note}", err=True)
     if not as_json:
         typer.echo(f"timed as: {setup.timed_as}")
+
+
+Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
+
+
+def deploy(
+    dep: DeploymentFlags,
+    config: EngineConfig,
+    trace: Trace,
+    config_file: Path | None,
+    flags: dict[str, Any],
+    *,
+    as_json: bool = True,
+) -> tuple[EngineConfig, StepTimeModel, Rebuild | None]:
+    """The engine config and step times of the deployment flags through ``servesim.replica_setup``
+    (the default deployment unless the flags say otherwise; the KV cache sized unless
+    ``--num-gpu-blocks`` was given), said on the first line unless ``as_json``, and how to redo it
+    after a flag change."""
+    blocks_given = flags.get("num_gpu_blocks") is not None or "num_gpu_blocks" in _file_keys(config_file)
+
+    def setup_of(cfg: EngineConfig) -> ReplicaSetup:
+        return replica_setup(
+            cfg,
+            model=dep.model,
+            gpu=dep.gpu,
+            tp=dep.tp,
+            gpu_memory_utilization=dep.gpu_memory_utilization,
+            profile=dep.profile,
+            max_model_len=cfg.max_model_len or trace.default_max_model_len(),
+            num_gpu_blocks_given=blocks_given,
+            step_time_ms=dep.step_time_ms,
+            linear=dep.linear_step_time,
+        )
+
+    def rebuild(cfg: EngineConfig) -> tuple[EngineConfig, StepTimeModel]:
+        s = setup_of(cfg)
+        return s.config, s.step_time
+
+    setup = setup_of(config)
+    say_setup(setup, as_json)
+    return setup.config, setup.step_time, rebuild
 
 
 @contextmanager
@@ -134,6 +165,25 @@ def run_and_report(
     finally:
         if writer is not None:
             writer.close()
+    report_result(
+        result, trace, as_json=as_json, out=out, include_requests=include_requests, title=title, views=views
+    )
+    return result
+
+
+def report_result(
+    result: SimulationResult,
+    trace: Trace,
+    *,
+    as_json: bool,
+    out: Path | None,
+    include_requests: bool,
+    title: str,
+    views: bool = True,
+) -> None:
+    """The summary view (or with ``--json`` the result document alone on stdout); ``out``: the
+    same document as a file (the report's input)."""
+    doc: dict[str, Any] = {}
     if out is not None or as_json:
         from servesim.report.documents import simulation_document
         from servesim.traces import inspect_trace
@@ -158,54 +208,15 @@ def run_and_report(
         print_section(summary_view(result.summary, title=title), console)
         if out is not None:
             console.print(f"report written to {out}")
-    return result
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
+    @deployment_flags
+    @engine_flags
     def simulate_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        max_num_seqs: int | None = typer.Option(None, help="Most requests in the running batch."),
-        max_num_batched_tokens: int | None = typer.Option(None, help="Token budget of one engine step."),
-        block_size: int | None = typer.Option(None, help="Tokens per KV block."),
-        num_gpu_blocks: int | None = typer.Option(None, help="KV blocks in the pool (incl. the null block)."),
-        enable_chunked_prefill: bool | None = typer.Option(
-            None,
-            "--enable-chunked-prefill/--no-enable-chunked-prefill",
-            help="Split long prompts across steps.",
-        ),
-        enable_prefix_caching: bool | None = typer.Option(
-            None, "--enable-prefix-caching/--no-enable-prefix-caching", help="Reuse KV of identical prefixes."
-        ),
-        long_prefill_token_threshold: int | None = typer.Option(None, help="Per-request token cap per step."),
-        policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
-        max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
-        watermark: float | None = typer.Option(None, help="Fraction of blocks kept free for admissions."),
-        queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
-        starvation_threshold: int | None = typer.Option(
-            None, help="Preemptions that flag a request STARVED."
-        ),
-        starvation_mitigation: Mitigation | None = typer.Option(
-            None, help="Spare STARVED requests as victims (protect) and raise their priority (boost)."
-        ),
-        step_time_ms: float | None = typer.Option(
-            None, help="Every step takes this long (for step-by-step comparison) instead of the model's."
-        ),
-        linear_step_time: bool = typer.Option(
-            False, help="servesim's linear step model (uncalibrated) instead of the model's."
-        ),
-        model: str | None = typer.Option(
-            None, help=f"Served model (catalog name or config.json); default {DEFAULT_MODEL}."
-        ),
-        gpu: str | None = typer.Option(None, help=f"GPU of the replica; default {DEFAULT_GPU}."),
-        tp: int | None = typer.Option(
-            None, "--tp", "--tensor-parallel-size", min=1, max=64, help="Tensor-parallel degree; default 1."
-        ),
-        gpu_memory_utilization: float = typer.Option(
-            0.9, min=0.01, max=1.0, help="vLLM's memory share (sizes the KV cache)."
-        ),
-        profile: str | None = typer.Option(None, help="Calibrated hardware profile (JSON path or name)."),
         slo: str | None = typer.Option(
             None,
             help="p99 caps, also per-request goodput thresholds: "
@@ -228,45 +239,18 @@ def register(app: typer.Typer) -> None:
             False, help="Check block/token conservation every step (slow)."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
+        *,
+        flags: dict[str, Any],
+        deployment: DeploymentFlags,
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
         try:
-            cfg = engine_config(
-                config,
-                {
-                    "max_num_seqs": max_num_seqs,
-                    "max_num_batched_tokens": max_num_batched_tokens,
-                    "block_size": block_size,
-                    "num_gpu_blocks": num_gpu_blocks,
-                    "enable_chunked_prefill": enable_chunked_prefill,
-                    "enable_prefix_caching": enable_prefix_caching,
-                    "long_prefill_token_threshold": long_prefill_token_threshold,
-                    "policy": policy,
-                    "max_model_len": max_model_len,
-                    "watermark": watermark,
-                    "queue_timeout_s": queue_timeout_s,
-                    "starvation_threshold": starvation_threshold,
-                    "starvation_mitigation": starvation_mitigation,
-                },
-            )
+            cfg = engine_config(config, flags)
             goal = parse_slo(slo)
             tr = read_trace(
                 trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
             )
-            setup = replica_setup(
-                cfg,
-                model=model,
-                gpu=gpu,
-                tp=tp,
-                gpu_memory_utilization=gpu_memory_utilization,
-                profile=profile,
-                max_model_len=cfg.max_model_len or tr.default_max_model_len(),
-                num_gpu_blocks_given=num_gpu_blocks is not None or "num_gpu_blocks" in _file_keys(config),
-                step_time_ms=step_time_ms,
-                linear=linear_step_time,
-            )
-            say_setup(setup, as_json)
-            cfg, step_model = setup.config, setup.step_time
+            cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags, as_json=as_json)
             if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
                 typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
                 return

@@ -25,7 +25,8 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import fail, print_json, print_timed_as, timed_as, write_text_atomic
-from servesim.cli.simulate_cmd import Policy, engine_config, progress_bar
+from servesim.cli.engine_flags import Policy
+from servesim.cli.simulate_cmd import engine_config, progress_bar
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec

@@ -56,6 +56,33 @@ def simulate_cluster(
 ) -> ClusterResult:
     """Run ``trace`` over ``replicas`` on one clock, with failures and per-request recovery.
     ``observers`` receive every replica's events (tagged with its name) and the cluster's."""
+    sim = cluster_simulator(
+        trace,
+        replicas,
+        router,
+        failures,
+        recovery,
+        context,
+        kv_checkpointing=kv_checkpointing,
+        fast=fast,
+        observers=observers,
+    )
+    return build_cluster_result(sim.run(), slo)
+
+
+def cluster_simulator(
+    trace: Trace,
+    replicas: Sequence[Replica],
+    router: RouterSpec | None = None,
+    failures: Sequence[FailureEvent] = (),
+    recovery: str | RecoveryPolicy = "planner",
+    context: RecoveryContext | None = None,
+    *,
+    kv_checkpointing: KVCheckpointing = "continuous",
+    fast: bool = True,
+    observers: Sequence[Observer] = (),
+) -> ClusterSimulator:
+    """The simulator ``simulate_cluster`` runs (a recovery policy by name, failures validated)."""
     if isinstance(recovery, str):
         if recovery not in POLICIES:
             raise ValueError(f"unknown recovery policy {recovery!r}; known: {', '.join(POLICIES)}")
@@ -63,7 +90,7 @@ def simulate_cluster(
     else:
         policy = recovery
     FailurePlan(events=list(failures))  # validates the sequence
-    run = ClusterSimulator(
+    return ClusterSimulator(
         trace,
         replicas,
         router,
@@ -73,8 +100,7 @@ def simulate_cluster(
         kv_checkpointing=kv_checkpointing,
         fast=fast,
         observers=observers,
-    ).run()
-    return build_cluster_result(run, slo)
+    )
 
 
 __all__ = [
@@ -93,6 +119,8 @@ __all__ = [
     "Replica",
     "Router",
     "RouterSpec",
+    "build_cluster_result",
+    "cluster_simulator",
     "default_context",
     "failure_schedule",
     "migrate_policy",

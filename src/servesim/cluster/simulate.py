@@ -21,17 +21,19 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
+from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
 from servesim.engine.request import Request
 from servesim.engine.step_time import StepTimeModel
+from servesim.errors import InputError
 from servesim.events import (
     Observer,
     Progress,
@@ -190,6 +192,11 @@ class ClusterSimulator:
         self._snapshots: dict[int, int] = {}  # request idx -> KV tokens snapshotted at a warning
         self._link_free = [0.0] * len(replicas)  # when each replica's inbound link is free again
         self._parked: list[Request] = []  # waiting for any replica to come back
+        # Node events as processed: (time, "warn" | "fail" | "recover", node, requests taken off).
+        self.node_events: list[tuple[float, str, str, int]] = []
+        self.interrupted: list[Interrupted] = []  # every job taken off a lost node with KV on it
+        self._next_arrival = 0  # next trace row to route
+        self.now = 0.0  # time of the latest step end or event processed
 
     def _new_engine(self, k: int) -> Engine:
         spec = self.replicas[k]
@@ -217,10 +224,14 @@ class ClusterSimulator:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            self._loop()
+            self.advance()
         finally:
             if gc_was_enabled:
                 gc.enable()
+        return self.close()
+
+    def close(self) -> ClusterRun:
+        """Finish every current engine and gather the raw outcome (after ``advance()`` ran out)."""
         for engine in self.current:
             engine.finish()
         if self.emit is not None:
@@ -236,22 +247,31 @@ class ClusterSimulator:
             len(self._parked),
         )
 
-    def _loop(self) -> None:
+    def advance(self, until: float = math.inf, max_steps: int = sys.maxsize) -> int:
+        """Process steps and external events in time order; returns the engine steps ended.
+
+        Stops before the first step end or event at or after ``until`` (a step that starts
+        before it stays in flight), after ``max_steps`` step ends, or when nothing is left.
+        Stopping and resuming changes nothing: the same comparisons order the same events, so
+        a run advanced piecewise (``servesim.live``) equals one advanced in one go.
+        """
         arrival = self.arrays.arrival
         n = self.arrays.n
-        nxt = 0
+        steps = 0
         while True:
+            nxt = self._next_arrival
             t_arr = arrival[nxt] if nxt < n else math.inf
             t_ev = self._events[0][0] if self._events else math.inf
             t_ext = min(t_arr, t_ev)
+            horizon = t_ext if t_ext < until else until
             for k, engine in enumerate(self.current):
                 if self.alive[k] and self.inflight[k] is None:
-                    self.inflight[k] = engine.begin_step(t_ext)
+                    self.inflight[k] = engine.begin_step(horizon)
             k_step, t_step = -1, math.inf
             for k, p in enumerate(self.inflight):
                 if p is not None and p.end < t_step:
                     k_step, t_step = k, p.end
-            if k_step >= 0 and t_step <= t_ext:
+            if k_step >= 0 and t_step <= t_ext and t_step < until:
                 p = self.inflight[k_step]
                 assert p is not None
                 self.current[k_step].end_step(p)
@@ -260,18 +280,41 @@ class ClusterSimulator:
                     self._steps_done += 1
                     if self._steps_done % PROGRESS_EVERY_STEPS == 0:
                         self._progress()
+                self.now = t_step
+                steps += 1
+                if steps >= max_steps:
+                    return steps
                 continue
-            if t_ext == math.inf:
-                return
+            if t_ext == math.inf or t_ext >= until:
+                return steps
+            self.now = t_ext
             if t_arr <= t_ev:
                 r = self.arrays.make_request(nxt)
-                nxt += 1
+                self._next_arrival = nxt + 1
                 if self.emit is not None:
                     self.emit(RequestArrived(t_arr, r.req_id, None))
                 self._dispatch(r, t_arr)
             else:
                 t, _kind, _seq, payload = heapq.heappop(self._events)
                 self._handle(t, payload)
+
+    def inject_failure(self, node: str, time_s: float, recover_after_s: float | None = None) -> FailureEvent:
+        """Add a failure of ``node`` at ``time_s`` (not before any event already processed)."""
+        names = [r.name for r in self.replicas]
+        if node not in names:
+            raise InputError(f"no replica {node!r}; replicas: {', '.join(names)}")
+        if time_s < self.now:
+            raise InputError(f"a failure at {time_s} s is in the past (the cluster is at {self.now} s)")
+        event = FailureEvent(node=node, time_s=time_s, recover_after_s=recover_after_s)
+        try:
+            FailurePlan(events=[*self.failures, event])
+        except ValueError as e:
+            raise InputError(f"cannot fail {node!r} at {time_s:g} s: {e}") from None
+        self.failures = sorted([*self.failures, event], key=lambda f: (f.time_s, f.node))
+        self._push(time_s, 2, ("fail", event))
+        if recover_after_s is not None:
+            self._push(time_s + recover_after_s, 3, ("recover", event))
+        return event
 
     def _progress(self) -> None:
         assert self.emit is not None
@@ -302,6 +345,8 @@ class ClusterSimulator:
             return
         kind, f = payload
         k = [x.name for x in self.replicas].index(f.node)
+        if kind != "fail":
+            self.node_events.append((t, kind, f.node, 0))
         if self.emit is not None:
             if kind == "warn":
                 self.emit(ReplicaWarning(t, f.node))
@@ -329,6 +374,7 @@ class ClusterSimulator:
         engine = self.current[k]
         self.inflight[k] = None  # the step in flight is lost with the node
         victims = engine.evict_all()
+        self.node_events.append((t, "fail", self.replicas[k].name, len(victims)))
         self.alive[k] = False
         self.accepting[k] = False
         node = self.replicas[k].name
@@ -345,6 +391,7 @@ class ClusterSimulator:
                 continue
             waits = tuple(max(0.0, f - t) for f in self._link_free)
             job = Interrupted(r, node, t, computed, ckpt, waits)
+            self.interrupted.append(job)
             d = self.recovery(job, self.current, eligible, self.context, self.router)
             moved = d.tokens_moved if d.strategy == "MIGRATE_STATE" else 0
             delay = d.delay_s

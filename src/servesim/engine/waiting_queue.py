@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 
 from servesim.engine.request import REJECTED, Request
 
@@ -19,6 +20,10 @@ class FCFSQueue(deque[Request]):
 
     def peek(self) -> Request:
         return self[0]
+
+    def head(self, k: int) -> list[Request]:
+        """The first ``k`` requests in scheduling order (for live views; the queue is unchanged)."""
+        return list(islice(self, k))
 
 
 class PriorityQueue:
@@ -59,6 +64,11 @@ class PriorityQueue:
     def remove(self, r: Request) -> None:
         # The caller marks r REJECTED first; its heap entry is dropped when it reaches the top.
         self._n -= 1
+
+    def head(self, k: int) -> list[Request]:
+        """The first ``k`` requests in scheduling order, in O(n log k) (the heap is unchanged)."""
+        live = (e for e in self._heap if e[3].status != REJECTED)
+        return [e[3] for e in heapq.nsmallest(k, live, key=lambda e: e[:3])]
 
     def __iter__(self) -> Iterator[Request]:
         return (e[3] for e in sorted(self._heap, key=lambda e: e[:3]) if e[3].status != REJECTED)

@@ -563,21 +563,31 @@ def _run_trials(
                 o = o.model_copy(update={"number": t.number})
             outcomes.append(o)
         for trial, out in zip(asked, outcomes, strict=True):
-            trial.set_user_attr("outcome", out.model_dump(mode="json"))
-            trial.set_user_attr("constraints", out.constraints)
-            if _SET_CONSTRAINT:
-                for cname, value in zip(cnames, out.constraints, strict=True):
-                    trial.set_constraint(cname, value)
-            if out.valid:
-                assert out.values is not None
-                study.tell(trial, out.values)
-            else:
-                trial.set_user_attr("invalid_reason", out.reason)
-                study.tell(trial, state=TrialState.PRUNED)
+            try:
+                _tell(study, trial, out, cnames)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                # Another worker sharing the study took the same enqueued trial (SQLite has no
+                # row locks) and finished it first; its outcome is this one (same params, seeds).
+                continue
         done += k
         if progress is not None:
             progress(done, n_trials)
     return reused
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, out: TrialOutcome, cnames: list[str]) -> None:
+    """Record one trial's outcome in the study (values, or PRUNED with the reason)."""
+    trial.set_user_attr("outcome", out.model_dump(mode="json"))
+    trial.set_user_attr("constraints", out.constraints)
+    if _SET_CONSTRAINT:
+        for cname, value in zip(cnames, out.constraints, strict=True):
+            trial.set_constraint(cname, value)
+    if out.valid:
+        assert out.values is not None
+        study.tell(trial, out.values, skip_if_finished=True)
+    else:
+        trial.set_user_attr("invalid_reason", out.reason)
+        study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
 
 
 def _record(t: FrozenTrial) -> TrialRecord:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from servesim import __version__
 from servesim.cluster.recovery.models import RecoveryPlan
 from servesim.io import write_text_atomic
+from servesim.version import __version__
 
 MANIFEST_KIND = "servesim.recovery.handoff-manifest"
 MANIFEST_VERSION = 1

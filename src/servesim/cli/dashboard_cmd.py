@@ -1,0 +1,147 @@
+"""``servesim dashboard``: a trace replayed live in the terminal, on one replica or a cluster.
+
+The engine flags, the trace, the deployment (``--model/--gpu/--tp``), the cluster (``--replicas``,
+``--router``, ``--fail``) and ``--slo`` mean what they mean for ``simulate`` and ``cluster``: the same
+parsing and setup code. Textual is imported only when the full-screen dashboard starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from servesim.cli.cluster_cmd import LinkSpec, outcome, parse_fail, print_comparison
+from servesim.cli.common import fail, parse_slo
+from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
+from servesim.cli.simulate_cmd import TRACE_HELP, deploy, engine_config, report_result
+from servesim.errors import user_errors
+
+
+def parse_speed(text: str) -> float:
+    """``10x``, ``10`` or ``0.5x``: simulated seconds per wall-clock second."""
+    raw = text.strip().lower().removesuffix("x")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"--speed {text!r}: give a positive factor such as 10x or 0.5x")
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("dashboard")
+    @deployment_flags
+    @engine_flags
+    def dashboard_cmd(
+        trace: str = typer.Argument(..., help=TRACE_HELP),
+        config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
+        replicas: int = typer.Option(1, "--replicas", min=1, help="Identical replicas n0..n{N-1}."),
+        router: str | None = typer.Option(
+            None, help="Router policy of a cluster (default least_outstanding)."
+        ),
+        fail_at: list[str] = typer.Option([], "--fail", help="NODE@TIME[+RECOVER_AFTER], repeatable."),
+        recovery: str = typer.Option(
+            "planner", help="Recovery of interrupted jobs: planner, migrate or restart."
+        ),
+        kv_checkpointing: str = typer.Option("continuous", help="none | on_warning | continuous."),
+        slo: str | None = typer.Option(
+            None, help="SLOs for the gauges, e.g. ttft_p99_ms=500,tpot_p99_ms=50."
+        ),
+        seed: int = typer.Option(0, help="Seed for generated traces and random routers."),
+        num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
+        speed: str = typer.Option(
+            "1x", help="Simulated seconds per wall second (10x, 0.5x); + and - change it."
+        ),
+        ui: str = typer.Option("full", help="full (the dashboard) or simple (progress lines)."),
+        headless: bool = typer.Option(False, help="No display: run to the end, print simulate's summary."),
+        start_at: float = typer.Option(0.0, min=0, help="Open at this simulated time (fast-forwarded)."),
+        paused: bool = typer.Option(False, help="Open paused."),
+        as_json: bool = typer.Option(
+            False, "--json", help="With --headless: the JSON result alone on stdout."
+        ),
+        *,
+        flags: dict[str, Any],
+        deployment: DeploymentFlags,
+    ) -> None:
+        """Watch a trace run live: batch slots, the waiting queue, KV, latency against the SLO."""
+        from servesim import RouterSpec, open_trace
+        from servesim.cluster import FailurePlan
+        from servesim.tui.spec import DashboardSpec
+
+        try:
+            rate = parse_speed(speed)
+            if ui not in ("full", "simple"):
+                raise ValueError(f"--ui {ui!r}: use full or simple")
+            cfg = engine_config(config, flags)
+            tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            cfg, step, rebuild = deploy(deployment, cfg, tr, config, flags, as_json=as_json or not headless)
+            events = sorted((parse_fail(x) for x in fail_at), key=lambda e: (e.time_s, e.node))
+            FailurePlan(events=events)
+            link = LinkSpec.model_validate(
+                {
+                    "kv_checkpointing": kv_checkpointing,
+                    "tp": deployment.tp or 1,
+                    **({"model": deployment.model} if deployment.model else {}),
+                }
+            )
+            route = (
+                RouterSpec.model_validate({"policy": router, "seed": seed}) if router is not None else None
+            )
+            spec = DashboardSpec(
+                tr,
+                trace,
+                cfg,
+                step,
+                replicas=replicas,
+                router=route,
+                failures=tuple(events),
+                recovery=recovery,
+                context=link.context() if replicas > 1 or events or route else None,
+                kv_checkpointing=link.kv_checkpointing,
+                slo=parse_slo(slo),
+                rebuild=rebuild,
+            )
+            if spec.is_cluster and any(e.node not in {f"n{i}" for i in range(replicas)} for e in events):
+                raise ValueError(f"--fail names a replica that does not exist; replicas: n0..n{replicas - 1}")
+            title = f"{trace}: {len(tr):,} requests"
+            if headless or ui == "simple":
+                _run_plain(spec, headless=headless, speed=rate, as_json=as_json, link=link, title=title)
+                return
+            if as_json:
+                raise ValueError("--json needs --headless (the dashboard is for people)")
+        except user_errors() as exc:
+            fail(exc)
+        from servesim.tui.app import DashboardApp
+
+        DashboardApp(spec, speed=rate, paused=paused, start_at=start_at).run()
+
+
+def _run_plain(spec: Any, *, headless: bool, speed: float, as_json: bool, link: Any, title: str) -> None:
+    """``--headless`` (straight to the end) or ``--ui simple`` (progress lines), then the summary."""
+    from servesim import ClusterResult, RouterSpec
+    from servesim.tui.simple import run_simple
+
+    live = spec.start()
+    if headless:
+        result = live.finish()
+    else:
+        result = run_simple(live, sys.stderr if as_json else sys.stdout, speed=speed)
+    if isinstance(result, ClusterResult):
+        rows = [outcome(spec.recovery, result, spec.context)]
+        route = spec.router or RouterSpec()
+        failures = list(live.sim.failures)
+        print_comparison(
+            rows,
+            failures,
+            link,
+            route,
+            as_json,
+            f"{title} on {spec.replicas} replicas",
+            provenance=spec.trace.provenance,
+        )
+        return
+    report_result(result, spec.trace, as_json=as_json, out=None, include_requests=True, title=title)

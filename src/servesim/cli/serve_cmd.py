@@ -1,0 +1,86 @@
+"""``servesim serve``: the web workbench (FastAPI under uvicorn), on 127.0.0.1:8000 by default.
+
+FastAPI, uvicorn and SQLAlchemy are imported only when the command runs (``servesim --help``
+stays fast). Anything but loopback needs a token; the token is never printed or logged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from servesim.cli.common import fail
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve_cmd(
+        host: str = typer.Option(
+            "127.0.0.1", help="Address to listen on (anything but loopback needs a token)."
+        ),
+        port: int = typer.Option(8000, min=0, max=65535, help="Port."),
+        data_dir: Path | None = typer.Option(
+            None, help="Data folder (database, traces, runs); default $SERVESIM_DATA_DIR or the user's."
+        ),
+        db: str | None = typer.Option(
+            None, "--db", help="SQLAlchemy URL (default: SQLite in the data folder)."
+        ),
+        token: str | None = typer.Option(
+            None, help="Require this token on every request (prefer --token-file: argv is visible to others)."
+        ),
+        token_file: Path | None = typer.Option(None, help="Read the token from this file (first line)."),
+        max_upload_mb: float = typer.Option(200.0, min=0.001, help="Largest trace upload, MB."),
+        max_jobs: int = typer.Option(2, min=1, help="Jobs running at once (one worker process each)."),
+        job_timeout_s: float = typer.Option(1800.0, min=1, help="A job running longer is stopped."),
+        max_trials: int = typer.Option(200, min=1, help="Most trials one tuning job may add."),
+        tune_executor: str = typer.Option(
+            "local", help="Where a tuning job's trials run: local | process | ray."
+        ),
+    ) -> None:
+        """Start the web workbench: upload traces, simulate, sweep, tune, plan recovery, compare runs."""
+        import logging
+
+        from pydantic import SecretStr
+
+        from servesim.paths import data_dir as resolve_data_dir
+
+        try:
+            if token is not None and token_file is not None:
+                raise ValueError("give --token or --token-file, not both")
+            secret = token
+            if token_file is not None:
+                lines = token_file.read_text(encoding="utf-8").splitlines()
+                secret = lines[0].strip() if lines else ""
+                if not secret:
+                    raise ValueError(f"{token_file}: the token file is empty")
+            from servesim.web.settings import WebSettings
+
+            settings = WebSettings(
+                data_dir=resolve_data_dir(data_dir),
+                db_url=db,
+                host=host,
+                port=port,
+                token=SecretStr(secret) if secret else None,
+                max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+                max_concurrent_jobs=max_jobs,
+                job_timeout_s=job_timeout_s,
+                max_trials=max_trials,
+                tune_executor=tune_executor,
+            )
+            problem = settings.startup_problem()
+            if problem is not None:
+                raise ValueError(problem)
+            import uvicorn
+
+            from servesim.web.app import create_app
+
+            web_app = create_app(settings)
+        except (ValueError, OSError) as exc:
+            fail(exc)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        shown = f"[{host}]" if ":" in host else host
+        typer.echo(f"servesim workbench on http://{shown}:{port}/ (data: {settings.data_dir})", err=True)
+        if settings.token is not None:
+            typer.echo("every request needs the token: open the page once as /?token=<your token>", err=True)
+        uvicorn.run(web_app, host=host, port=port, access_log=False, log_level="info")

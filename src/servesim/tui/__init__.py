@@ -1,0 +1,1 @@
+"""The terminal dashboard (``servesim dashboard``): a live run rendered with Textual."""

@@ -1,0 +1,345 @@
+"""The dashboard app: a live run on a timer, sampled for display (never every step at speed).
+
+Each tick (10 a second by default) advances the simulated clock by ``speed`` × the wall time
+since the previous tick, within a wall-time budget so that keys stay responsive; if the engine
+cannot keep up the clock lags and the status line says so. Then one snapshot is rendered.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from time import perf_counter
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
+from servesim.errors import describe, user_errors
+from servesim.events import ReplicaDown
+from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
+from servesim.tui.spec import DashboardSpec
+from servesim.tui.widgets import (
+    BatchTable,
+    EventLog,
+    KvGauge,
+    LatencyGauges,
+    QueueTable,
+    ReplicaStrip,
+    SlotTable,
+    Throughput,
+    ThroughputSpark,
+)
+
+STEP_CHUNK = 256  # engine steps between wall-clock checks while catching up
+WAITING_SHOWN = 200  # queue rows rendered (the count shown is always exact)
+SPEEDS = (1 / 64, 100_000.0)
+
+
+class DashboardApp(App[None]):
+    """``servesim dashboard``: the continuous batch, the queue, KV, latency against the SLO."""
+
+    CSS_PATH = "dashboard.tcss"
+    TITLE = "servesim dashboard"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_pause", "Pause", key_display="spc"),
+        Binding("s", "step", "Step"),
+        Binding("plus,equals_sign", "faster", "Fast", key_display="+"),
+        Binding("minus", "slower", "Slow", key_display="-"),
+        Binding("f", "fail", "Fail"),
+        Binding("c", "toggle_chunked", "Chunk"),
+        Binding("m", "max_num_seqs", "Seqs"),
+        Binding("z", "zoom", "Zoom"),
+        Binding("p", "screenshot_svg", "SVG"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+        Binding("left_square_bracket", "replica(-1)", "Prev", show=False, key_display="["),
+        Binding("right_square_bracket", "replica(1)", "Next", show=False, key_display="]"),
+        Binding("escape", "unzoom", "Restore", show=False),
+    ]
+
+    def __init__(
+        self,
+        spec: DashboardSpec,
+        *,
+        speed: float = 1.0,
+        paused: bool = False,
+        start_at: float = 0.0,
+        fps: float = 10.0,
+        budget_s: float = 0.06,
+        screenshot_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.spec = spec
+        self.live: LiveRun | LiveClusterRun = spec.start()
+        self.speed = min(max(speed, SPEEDS[0]), SPEEDS[1])
+        self.paused = paused
+        self.start_at = start_at
+        self.fps = fps
+        self.budget_s = budget_s
+        self._budget = budget_s
+        self.screenshot_dir = screenshot_dir
+        self.clock = 0.0  # the simulated time shown
+        self.lagging = False
+        self.selected = 0
+        self.injected: list[FailureEvent] = []
+        self.spark: deque[float] = deque(maxlen=120)
+        self._spark_t = -1.0
+        self.snap: RunSnapshot | None = None
+        self._last = 0.0
+        self.renders = 0
+
+    @property
+    def main(self) -> Screen[None]:
+        """The dashboard screen (queries go there even while a dialog is on top)."""
+        return self.screen_stack[0]
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield Static(id="status")
+        if self.spec.is_cluster:
+            yield ReplicaStrip(id="replicas")
+        with Horizontal(id="top"):
+            yield BatchTable(id="batch")
+            with Vertical(id="side"):
+                yield KvGauge(id="kv")
+                yield LatencyGauges(id="latency")
+                yield Throughput(id="tput")
+                yield ThroughputSpark([], id="spark")
+        with Horizontal(id="bottom"):
+            yield QueueTable(id="queue")
+            yield EventLog(id="events")
+        yield Footer(show_command_palette=False, compact=True)
+
+    def on_mount(self) -> None:
+        self.main.query_one("#side").border_title = "KV · latency · tok/s"
+        self.main.query_one("#events").border_title = "events"
+        if self.start_at > 0:
+            self.fast_forward(self.start_at)
+        self.refresh_view()
+        self._last = perf_counter()
+        self.set_interval(1 / self.fps, self.tick)
+        self.main.query_one("#batch").focus()
+
+    # ------------------------------------------------------------------ the clock
+    def tick(self) -> None:
+        now = perf_counter()
+        dt, self._last = min(now - self._last, 0.5), now
+        # Keep the display at fps: when ticks come late (the terminal paints slowly, the host is
+        # busy) the engine gets less of each tick, and more again when they are on time.
+        period = 1 / self.fps
+        self._budget = self._budget * 0.8 if dt > 1.05 * period else min(self._budget * 1.05, self.budget_s)
+        if len(self.screen_stack) > 1:
+            return  # a dialog is open: the run waits for it
+        if not self.paused and not self.live.done:
+            self.advance_to(self.clock + self.speed * dt, deadline=now + self._budget)
+        try:
+            self.refresh_view()
+        except NoMatches:  # the app is shutting down: its widgets are gone
+            return
+
+    def advance_to(self, target: float, deadline: float | None = None) -> None:
+        """Move the simulated clock to ``target`` (or as far as the deadline allows)."""
+        run = self.live
+        self.lagging = False
+        while not run.done:
+            if run.advance_until(target, max_steps=STEP_CHUNK) < STEP_CHUNK:
+                self.clock = max(self.clock, target)
+                break
+            if deadline is not None and perf_counter() > deadline:
+                self.clock = max(self.clock, min(run.now, target))
+                self.lagging = True
+                break
+        if run.done:
+            self.clock = max(self.clock, run.now)
+
+    def fast_forward(self, t: float) -> None:
+        """Advance to ``t`` at once, sampling the figures as the timer would (deterministic)."""
+        dt = self.spec.window_s / 10
+        while self.clock < t and not self.live.done:
+            self.advance_to(min(t, self.clock + dt))
+            self._sample(self.live.snapshot(waiting_shown=0))
+
+    def _sample(self, snap: RunSnapshot) -> None:
+        if self.clock > self._spark_t:
+            self.spark.append(snap.total_tokens_per_s)
+            self._spark_t = self.clock
+
+    # ------------------------------------------------------------------ rendering
+    def refresh_view(self) -> None:
+        run = self.live
+        snap = run.snapshot(waiting_shown=WAITING_SHOWN)
+        self.snap = snap
+        self._sample(snap)
+        reps = snap.replicas
+        self.selected = min(self.selected, len(reps) - 1)
+        rep = reps[self.selected]
+        cfg = self.spec.config
+        state = "done" if snap.done else "paused" if self.paused else "running"
+        t = Text()
+        t.append(f" {'■' if snap.done else '‖' if self.paused else '▶'} {state} ", style="bold reverse")
+        t.append(f" t {self.clock:,.2f}s ×{self.speed:g}", style="bold")
+        if self.lagging and not self.paused:
+            t.append(" (engine-bound)", style="yellow")
+        t.append(f" · step {snap.step:,} · done {snap.num_closed:,}/{snap.num_requests:,}")
+        t.append(
+            f" · seqs {cfg.max_num_seqs} · chunked {'on' if cfg.enable_chunked_prefill else 'off'}",
+            style="dim",
+        )
+        self.main.query_one("#status", Static).update(t)
+        if self.spec.is_cluster:
+            self.main.query_one("#replicas", ReplicaStrip).show(reps, self.selected)
+        batch = self.main.query_one("#batch", BatchTable)
+        where = f" {rep.name}" if self.spec.is_cluster else ""
+        batch.border_title = f"batch{where} {len(rep.running)}/{rep.max_num_seqs}" + (
+            "" if rep.alive else " DOWN"
+        )
+        batch.show(rep.running, self.clock)
+        queue = self.main.query_one("#queue", QueueTable)
+        shown = f" (first {len(rep.waiting)})" if rep.num_waiting > len(rep.waiting) else ""
+        queue.border_title = f"waiting{where} {rep.num_waiting:,}{shown}"
+        queue.show(rep.waiting, self.clock)
+        if self.spec.is_cluster:
+            self.main.query_one("#side").border_title = "KV · latency · tok/s (all)"
+        self.main.query_one("#kv", KvGauge).show(rep, rep.name if self.spec.is_cluster else None)
+        self.main.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
+        self.main.query_one("#tput", Throughput).show(snap)
+        self.main.query_one("#spark", ThroughputSpark).data = list(self.spark)
+        events = run.events()
+        log = self.main.query_one("#events", EventLog)
+        log.add(events, replicated=self.spec.is_cluster)
+        if isinstance(run, LiveClusterRun) and any(isinstance(e, ReplicaDown) for e in events):
+            self._show_recovery_order(run, log)
+        self.renders += 1
+
+    def _show_recovery_order(self, run: LiveClusterRun, log: EventLog) -> None:
+        plan = run.recovery_queue()
+        if plan is None:
+            return
+        bounded = self.spec.slo is not None and self.spec.slo.e2e_ms is not None
+        has_sla = bounded or bool(self.spec.trace.df["sla_e2e_ms"].notna().any())
+        misses = f"{plan.num_violations} projected SLA misses" if has_sla else "no e2e SLA (--slo e2e_ms=...)"
+        head = f"       re-admission order ({plan.policy}), {misses}"
+        log.note(head, "bold cyan")
+        for p in plan.requests[:8]:
+            verdict = ("MISS" if p.violates else "ok") if has_sla else "-"
+            line = f"       {p.position + 1}. {p.req_id} done in {p.completion_ms:,.0f} ms {verdict}"
+            log.note(line, "red" if p.violates and has_sla else "cyan")
+
+    # ------------------------------------------------------------------ actions
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self._last = perf_counter()
+        self.refresh_view()
+
+    def action_step(self) -> None:
+        """Exactly one engine step (and pause, so that it can be looked at)."""
+        self.paused = True
+        if self.live.advance_steps(1):
+            self.clock = max(self.clock, self.live.now)
+        self.refresh_view()
+
+    def action_faster(self) -> None:
+        self.speed = min(self.speed * 2, SPEEDS[1])
+        self.refresh_view()
+
+    def action_slower(self) -> None:
+        self.speed = max(self.speed / 2, SPEEDS[0])
+        self.refresh_view()
+
+    def action_replica(self, delta: int) -> None:
+        if self.snap is not None:
+            self.selected = (self.selected + delta) % len(self.snap.replicas)
+            self.refresh_view()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_zoom(self) -> None:
+        widget = self.focused or self.main.query_one("#batch")
+        if not self.screen.maximize(widget):
+            self.screen.maximize(self.main.query_one("#batch"))
+
+    def action_unzoom(self) -> None:
+        self.screen.minimize()
+
+    def action_screenshot_svg(self) -> None:
+        folder = self.screenshot_dir or Path.cwd()
+        name = f"servesim-dashboard-{self.clock:.2f}s.svg"
+        try:
+            path = self.save_screenshot(name, str(folder))
+        except OSError as e:
+            self.notify(f"screenshot not saved: {describe(e)}", severity="error")
+            return
+        self.notify(f"screenshot saved: {path}")
+
+    def action_fail(self) -> None:
+        run = self.live
+        if not isinstance(run, LiveClusterRun):
+            self.notify("failures need a cluster: start with --replicas 2 (or more)", severity="warning")
+            return
+        alive = [n for n, a in zip(run.replica_names, run.sim.alive, strict=True) if a]
+        if not alive:
+            self.notify("every replica is down", severity="warning")
+            return
+        self.push_screen(FailScreen(alive), self._fail_chosen)
+
+    def _fail_chosen(self, choice: tuple[str, float | None] | None) -> None:
+        if choice is None or not isinstance(self.live, LiveClusterRun):
+            return
+        name, back = choice
+        try:
+            self.injected.append(self.live.inject_failure(name, recover_after_s=back))
+        except user_errors() as e:
+            self.notify(describe(e), severity="error")
+            return
+        moves = len(self.live.sim.moves)
+        self.live.advance_until(self.clock + 1e-9)  # process the failure now, even paused
+        targets = [m.to_node for m in self.live.sim.moves[moves:]]
+        if targets:  # show where most of its jobs went
+            busiest = max(set(targets), key=lambda n: (targets.count(n), n))
+            self.selected = self.live.replica_names.index(busiest)
+        self.refresh_view()
+
+    def action_toggle_chunked(self) -> None:
+        self.restart(enable_chunked_prefill=not self.spec.config.enable_chunked_prefill)
+
+    def action_max_num_seqs(self) -> None:
+        self.push_screen(SeqsScreen(self.spec.config.max_num_seqs), self._seqs_chosen)
+
+    def _seqs_chosen(self, value: int | None) -> None:
+        if value is not None:
+            self.restart(max_num_seqs=value)
+
+    def restart(self, **flags: object) -> None:
+        """Run the same trace again with changed flags, fast-forwarded to the same time."""
+        t = self.clock
+        try:
+            spec = self.spec.with_flags(**flags)
+            if spec.is_cluster:
+                spec = replace(
+                    spec, failures=tuple(sorted([*spec.failures, *self.injected], key=lambda f: f.time_s))
+                )
+            run = spec.start()
+        except user_errors() as e:
+            self.notify(f"not restarted: {describe(e)}", severity="error")
+            return
+        self.spec, self.live, self.injected = spec, run, []
+        self.clock, self._spark_t = 0.0, -1.0
+        self.spark.clear()
+        log = self.main.query_one("#events", EventLog)
+        what = ", ".join(f"{k} {v}" for k, v in flags.items())
+        line = f"{t:7.2f}s restarted with {what}"
+        log.note(line, "bold")
+        self.fast_forward(t)
+        self.refresh_view()
+
+    def on_slot_table_chosen(self, event: SlotTable.Chosen) -> None:
+        self.push_screen(DetailScreen(self.live.timeline(event.slot.req_id)))

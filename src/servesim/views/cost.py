@@ -1,0 +1,68 @@
+"""What a run costs at a GPU price the user gives (never a hard-coded price): $/1M tokens, goodput per $.
+
+The rates are the run's own (first arrival to last completion), so the figures assume the GPUs
+serve this traffic at this rate for as long as they are paid for.
+"""
+
+from __future__ import annotations
+
+from servesim.engine import SimulationSummary
+from servesim.views.model import Kpi, Section
+
+
+def cost_view(summary: SimulationSummary, *, gpus: int, usd_per_gpu_hour: float) -> Section:
+    """Cost KPIs: the deployment's $/h, $ per 1M output and total tokens, (good) requests per $."""
+    if gpus < 1 or not usd_per_gpu_hour > 0:
+        raise ValueError("cost needs gpus >= 1 and a GPU price > 0 $/h")
+    usd_per_s = gpus * usd_per_gpu_hour / 3600.0
+
+    def per_million(tok_per_s: float) -> float | None:
+        return usd_per_s / tok_per_s * 1e6 if tok_per_s > 0 else None
+
+    kpis = [
+        Kpi(
+            key="usd_per_hour",
+            label="deployment",
+            value=usd_per_s * 3600,
+            unit="$/h",
+            decimals=2,
+            help=f"{gpus} GPU(s) x {usd_per_gpu_hour:g} $/GPU-hour (the price you entered).",
+        ),
+        Kpi(
+            key="usd_per_m_output_tokens",
+            label="$ per 1M output tokens",
+            value=per_million(summary.output_token_throughput),
+            unit="$",
+            decimals=3,
+            help="Deployment $/s divided by output tokens/s of the run, times one million.",
+        ),
+        Kpi(
+            key="usd_per_m_total_tokens",
+            label="$ per 1M tokens (prompt + output)",
+            value=per_million(summary.total_token_throughput),
+            unit="$",
+            decimals=3,
+            help="Deployment $/s divided by total tokens/s (prompt and output of finished requests).",
+        ),
+        Kpi(
+            key="requests_per_usd",
+            label="requests per $",
+            value=summary.request_throughput / usd_per_s,
+            unit="req/$",
+            decimals=0,
+            help="Finished requests per second divided by deployment $/s.",
+        ),
+        Kpi(
+            key="goodput_per_usd",
+            label="good requests per $",
+            value=summary.goodput / usd_per_s if summary.slo is not None else None,
+            unit="req/$",
+            decimals=0,
+            help="Goodput (requests meeting every SLO per second) divided by deployment $/s; needs an SLO.",
+        ),
+    ]
+    text = [
+        f"at {usd_per_gpu_hour:g} $/GPU-hour for {gpus} GPU(s), serving this traffic at the run's rates "
+        f"({summary.request_throughput:,.2f} req/s, {summary.output_token_throughput:,.0f} output tok/s)"
+    ]
+    return Section(key="cost", title="cost", kpis=kpis, text=text)

@@ -1,0 +1,92 @@
+"""Two simulation runs side by side: what differs in their settings, and how each metric moved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
+PERCENTILES = ("p50", "p90", "p99")
+#: Summary figures compared beside the latency percentiles; True when higher is better.
+FIGURES = {
+    "request_throughput": True,
+    "output_token_throughput": True,
+    "total_token_throughput": True,
+    "goodput": True,
+    "num_preemptions": False,
+    "mean_kv_usage": False,
+    "mean_waiting": False,
+}
+
+
+def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def settings_of(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The run's effective engine config (with the KV blocks it got) and its request's other settings."""
+    flat: dict[str, Any] = {}
+    _flat(
+        "", {k: v for k, v in job.get("params", {}).items() if k not in ("engine", "trace_id", "label")}, flat
+    )
+    _flat("", result.get("config", {}), flat)
+    return flat
+
+
+def _label(key: str) -> tuple[str, str | None]:
+    from servesim.views.glossary import METRICS
+
+    d = METRICS.get(key)
+    return (d.label, d.unit) if d is not None else (key.replace("_", " "), None)
+
+
+def compare_runs(
+    job_a: dict[str, Any], res_a: dict[str, Any], job_b: dict[str, Any], res_b: dict[str, Any]
+) -> dict[str, Any]:
+    sa, sb = settings_of(job_a, res_a), settings_of(job_b, res_b)
+    diff = [
+        {"key": k, "a": sa.get(k), "b": sb.get(k)}
+        for k in sorted(set(sa) | set(sb))
+        if sa.get(k) != sb.get(k)
+    ]
+    ma, mb = res_a.get("summary", {}), res_b.get("summary", {})
+    rows = []
+    for metric in LATENCIES:
+        label, unit = _label(metric)
+        for p in PERCENTILES:
+            rows.append(
+                _row(
+                    f"{metric}.{p}",
+                    f"{label} {p}",
+                    unit,
+                    ma.get(metric, {}).get(p),
+                    mb.get(metric, {}).get(p),
+                    False,
+                )
+            )
+    for metric, higher_better in FIGURES.items():
+        label, unit = _label(metric)
+        rows.append(_row(metric, label, unit, ma.get(metric), mb.get(metric), higher_better))
+    return {"a": job_a, "b": job_b, "config_diff": diff, "metrics": rows}
+
+
+def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: bool) -> dict[str, Any]:
+    delta = pct = None
+    better = None
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        delta = b - a
+        pct = (delta / a) if a else None
+        better = None if delta == 0 else (delta > 0) == higher_better
+    return {
+        "key": key,
+        "label": label,
+        "unit": unit,
+        "a": a,
+        "b": b,
+        "delta": delta,
+        "pct": pct,
+        "better": better,
+    }

@@ -1,0 +1,99 @@
+"""Turn an uploaded file or a generator preset into a stored trace (Parquet + a database row)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servesim.actionlog import file_digest, record_action
+from servesim.traces import (
+    Trace,
+    TraceError,
+    generate_trace,
+    inspect_trace,
+    load_trace,
+    preset_spec,
+    write_trace,
+)
+from servesim.web.db import TraceRow, now_iso
+from servesim.web.problems import Problem
+from servesim.web.settings import WebSettings
+from servesim.web.storage import Storage, new_id
+
+
+def _dropped(trace: Trace) -> list[dict[str, Any]]:
+    return [d.model_dump(mode="json") for d in trace.provenance.dropped]
+
+
+def summary_section(trace: Trace, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trace's statistics and its summary view (rate over time, lengths, prefix sharing)."""
+    from servesim.views.workload import workload_view
+
+    stats = inspect_trace(trace).model_copy(update={"source": name})
+    return stats.model_dump(mode="json"), workload_view(trace, stats).model_dump(mode="json")
+
+
+def store(trace: Trace, name: str, origin: str, digest: str, storage: Storage) -> TraceRow:
+    trace_id = new_id()
+    write_trace(trace, storage.trace_file(trace_id))
+    stats, section = summary_section(trace, name)
+    return TraceRow(
+        id=trace_id,
+        name=name,
+        created_at=now_iso(),
+        origin=origin,
+        num_requests=len(trace),
+        num_dropped=trace.provenance.num_dropped,
+        digest=digest,
+        stats=stats,
+        dropped=_dropped(trace),
+        summary=section,
+    )
+
+
+def ingest_upload(
+    path: Path, name: str, fmt: str | None, settings: WebSettings, storage: Storage
+) -> TraceRow:
+    """Validate an uploaded file: bad rows are listed; a file with no usable row is a 422."""
+    params = {"name": name, "format": fmt, "bytes": path.stat().st_size}
+    with record_action("ingest", params, interface="web", folder=settings.data_dir) as act:
+        digest = file_digest(path)
+        act.inputs["trace"] = digest
+        try:
+            trace = load_trace(path, format=fmt)
+        except TraceError as exc:  # say it with the user's file name, never the server's path
+            raise TraceError(name, exc.reason, row=exc.row, field=exc.field) from None
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{name}: {str(exc).replace(str(path), name)}") from None
+        if len(trace) == 0:
+            rows = _dropped(trace)
+            raise Problem(
+                422,
+                f"{name}: no usable request: all {trace.provenance.rows_read:,} rows were rejected"
+                if rows
+                else f"{name}: the file holds no request",
+                errors=rows,
+            )
+        if len(trace) > settings.max_requests_per_trace:
+            raise Problem(
+                413,
+                f"{name}: {len(trace):,} requests; "
+                f"this server takes at most {settings.max_requests_per_trace:,}",
+            )
+        return store(trace, name, "upload", digest, storage)
+
+
+def generate(
+    preset: str, num_requests: int, seed: int, name: str | None, settings: WebSettings, storage: Storage
+) -> TraceRow:
+    if num_requests > settings.max_requests_per_trace:
+        raise Problem(
+            422,
+            f"num_requests {num_requests:,}: this server takes at most {settings.max_requests_per_trace:,}",
+        )
+    params = {"preset": preset, "num_requests": num_requests, "seed": seed}
+    with record_action("generate", params, interface="web", folder=settings.data_dir):
+        spec = preset_spec(preset).model_copy(update={"num_requests": num_requests, "seed": seed})
+        trace = generate_trace(spec)
+        label = name or f"{preset} ({num_requests:,} requests, seed {seed})"
+        return store(trace, label, "generated", f"generator:{preset}:{num_requests}:{seed}", storage)

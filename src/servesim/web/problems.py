@@ -1,0 +1,99 @@
+"""RFC 9457 problem details for every error the API answers (``application/problem+json``).
+
+One mapping: ``servesim.errors.user_errors()`` -> 422 with ``describe(exc)`` (a trace error adds
+its row and field); request validation -> 422 with each field's complaint; HTTP errors keep their
+status. Nothing else reaches the client but a bare 500 (logged without the request's secrets).
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from servesim.errors import describe, user_errors
+from servesim.traces import TraceError
+from servesim.web.security import BodyTooLarge
+
+MEDIA_TYPE = "application/problem+json"
+log = logging.getLogger("servesim.web")
+
+
+class Problem(Exception):
+    """An error answered as problem details: ``status``, a ``detail`` sentence and extra members."""
+
+    def __init__(self, status: int, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.extra = extra
+
+
+def problem_response(status: int, detail: str, instance: str | None = None, **extra: Any) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if instance:
+        body["instance"] = instance
+    body.update(extra)
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE)
+
+
+def user_error_extra(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, TraceError):
+        return {"errors": [{"row": exc.row, "field": exc.field, "reason": exc.reason}]}
+    return {}
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    async def on_problem(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, Problem)
+        return problem_response(exc.status, exc.detail, request.url.path, **exc.extra)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
+        resp = problem_response(exc.status_code, detail, request.url.path)
+        for k, v in (exc.headers or {}).items():
+            resp.headers[k] = v
+        return resp
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = []
+        for e in exc.errors():
+            loc = [str(x) for x in e.get("loc", ())]
+            errors.append(
+                {"field": ".".join(loc), "reason": str(e.get("msg", "")).removeprefix("Value error, ")}
+            )
+        detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors)[:1000] or "invalid request"
+        return problem_response(422, detail, request.url.path, errors=errors)
+
+    async def on_too_large(request: Request, exc: Exception) -> JSONResponse:
+        return problem_response(413, str(exc), request.url.path)
+
+    async def on_user_error(request: Request, exc: Exception) -> JSONResponse:
+        return problem_response(422, describe(exc)[:1000], request.url.path, **user_error_extra(exc))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path)
+        return problem_response(500, "the server hit an unexpected error; see its log", request.url.path)
+
+    app.add_exception_handler(Problem, on_problem)
+    app.add_exception_handler(BodyTooLarge, on_too_large)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    for cls in user_errors():
+        if issubclass(cls, Exception):
+            app.add_exception_handler(cls, on_user_error)
+    app.add_exception_handler(Exception, on_unexpected)

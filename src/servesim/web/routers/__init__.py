@@ -1,0 +1,1 @@
+"""One router per resource: traces, runs (simulate, saturate, tune, advise), jobs, plans, catalog, pages."""

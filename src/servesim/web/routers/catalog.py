@@ -1,0 +1,75 @@
+"""``/api/catalog``: what the forms offer: models, GPUs, vLLM flags with defaults and help, presets."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from fastapi import APIRouter
+
+from servesim.engine import SLO, EngineConfig
+from servesim.traces import FORMAT_NAMES, PRESETS
+from servesim.tuning import PercentileSLO
+from servesim.web.schemas import HardwareBody
+
+router = APIRouter(prefix="/api", tags=["catalog"])
+#: Settings servesim adds for analysis (vLLM has no such flag); the page marks them.
+SERVESIM_ONLY = frozenset({"starvation_threshold", "starvation_mitigation", "queue_timeout_s"})
+#: Set from the model, GPU and memory share (or --num-gpu-blocks-override), never typed here.
+SIZED = frozenset({"num_gpu_blocks"})
+
+
+def flag_specs(model: type[Any], skip: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Each field as a form input: its ``--kebab-case`` flag, type, default, bounds, choices, help."""
+    schema = model.model_json_schema()
+    out = []
+    for name, prop in schema["properties"].items():
+        if name in skip:
+            continue
+        options = prop.get("anyOf", [prop])
+        main = next((o for o in options if o.get("type") != "null"), options[0])
+        out.append(
+            {
+                "name": name,
+                "flag": "--" + name.replace("_", "-"),
+                "type": main.get("type", "string"),
+                "enum": main.get("enum"),
+                "default": prop.get("default"),
+                "nullable": any(o.get("type") == "null" for o in options),
+                "minimum": main.get("minimum", main.get("exclusiveMinimum")),
+                "maximum": main.get("maximum", main.get("exclusiveMaximum")),
+                "help": prop.get("description", ""),
+                "vllm": name not in SERVESIM_ONLY,
+            }
+        )
+    return out
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, Any]:
+    from servesim.perf import load_catalog
+    from servesim.views.glossary import METRICS
+
+    cat = load_catalog()
+    return {
+        "models": [
+            {"name": m.name, "hf_id": m.hf_id, "architecture": m.architecture, "dtype": m.dtype}
+            for m in cat.models.values()
+        ],
+        "gpus": [
+            {"name": g.name, "description": g.description, "memory_gb": g.memory_bytes / 1e9}
+            for g in cat.gpus.values()
+        ],
+        "engine_flags": flag_specs(EngineConfig, SIZED),
+        "hardware_flags": flag_specs(HardwareBody),
+        "slo_fields": flag_specs(SLO),
+        "percentile_slo_fields": flag_specs(PercentileSLO),
+        "presets": list(PRESETS),
+        "formats": list(FORMAT_NAMES),
+        "glossary": {k: v._asdict() for k, v in METRICS.items()},
+    }
+
+
+@router.get("/catalog", summary="Models, GPUs, vLLM flags (defaults, help), SLO fields, presets, glossary")
+def catalog() -> dict[str, Any]:
+    return _catalog()

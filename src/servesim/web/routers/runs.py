@@ -1,0 +1,234 @@
+"""Work that runs as a background job (simulate, saturate, tune, advise), its history and downloads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+
+from servesim.web.app import Workbench, workbench
+from servesim.web.compare import compare_runs
+from servesim.web.db import JobRow
+from servesim.web.problems import Problem
+from servesim.web.schemas import (
+    ID_PATTERN,
+    AdviseBody,
+    HardwareBody,
+    JobOut,
+    SaturateBody,
+    SimulateBody,
+    TuneBody,
+)
+
+router = APIRouter(prefix="/api", tags=["runs"])
+WB = Annotated[Workbench, Depends(workbench)]
+RunId = Annotated[str, Path(pattern=ID_PATTERN, description="A run (job) id.")]
+ACCEPTED: dict[int | str, dict[str, Any]] = {
+    202: {"description": "Queued: follow /api/jobs/{id}/events"},
+    404: {"description": "No such trace"},
+    422: {"description": "Invalid settings"},
+    429: {"description": "Too many jobs waiting"},
+}
+
+
+def job_out(row: JobRow) -> JobOut:
+    return JobOut.model_validate(row, from_attributes=True)
+
+
+def _trace_name(wb: Workbench, trace_id: str) -> str:
+    row = wb.db.trace(trace_id)
+    if row is None:
+        raise Problem(404, f"no trace {trace_id}: upload or generate one first")
+    return row.name
+
+
+def _check_hardware(hw: HardwareBody) -> None:
+    from servesim.perf import load_catalog
+
+    catalog = load_catalog()
+    catalog.model(hw.model)  # UnknownModelError (a user error: 422) names the known ones
+    catalog.gpu(hw.gpu)
+
+
+def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | None) -> JSONResponse:
+    row = wb.jobs.submit(kind, title, body.model_dump(mode="json"), trace_id)
+    return JSONResponse(job_out(row).model_dump(mode="json"), status_code=202)
+
+
+@router.post("/simulate", status_code=202, responses=ACCEPTED, summary="Simulate one replica or a cluster")
+def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
+    name = _trace_name(wb, body.trace_id)
+    _check_hardware(body.hardware)
+    shape = (
+        f"{body.replicas} replicas, {len(body.failures)} failures"
+        if body.replicas > 1 or body.failures
+        else "1 replica"
+    )
+    title = body.label or f"{name}: max_num_seqs {body.engine.max_num_seqs}, {shape}"
+    return _submit(wb, "simulate", title, body, body.trace_id)
+
+
+@router.post(
+    "/saturate", status_code=202, responses=ACCEPTED, summary="Sweep the arrival rate: knee, saturation"
+)
+def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
+    name = _trace_name(wb, body.trace_id)
+    _check_hardware(body.hardware)
+    return _submit(wb, "saturate", body.label or f"{name}: saturation sweep", body, body.trace_id)
+
+
+@router.post(
+    "/tune", status_code=202, responses=ACCEPTED, summary="An Optuna study with a verified recommendation"
+)
+def tune(body: TuneBody, wb: WB) -> JSONResponse:
+    name = _trace_name(wb, body.trace_id)
+    _check_hardware(body.hardware)
+    if body.n_trials > wb.settings.max_trials:
+        raise Problem(
+            422, f"n_trials {body.n_trials}: this server runs at most {wb.settings.max_trials} per job"
+        )
+    return _submit(
+        wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id
+    )
+
+
+@router.post("/advise", status_code=202, responses=ACCEPTED, summary="Advice (Claude or rules), re-checked")
+def advise(body: AdviseBody, wb: WB) -> JSONResponse:
+    if body.task == "batching":
+        if body.trace_id is None:
+            raise Problem(
+                422, "batching advice needs trace_id", errors=[{"field": "trace_id", "reason": "required"}]
+            )
+        name = _trace_name(wb, body.trace_id)
+    elif body.data is None:
+        raise Problem(422, f"{body.task} advice needs data", errors=[{"field": "data", "reason": "required"}])
+    else:
+        name = "record"
+    return _submit(wb, "advise", f"{name}: {body.task} advice", body, body.trace_id)
+
+
+@router.get("/runs", summary="History: every job, newest first")
+def list_runs(
+    wb: WB,
+    kind: Annotated[str | None, Query(pattern=r"^[a-z]{1,20}$")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> list[JobOut]:
+    return [job_out(r) for r in wb.db.jobs(kind, limit)]
+
+
+@router.get("/runs/{run_id}", summary="One job with its result (views) when done")
+def get_run(run_id: RunId, wb: WB) -> dict[str, Any]:
+    row = _run(wb, run_id)
+    return {"job": job_out(row).model_dump(mode="json"), "result": row.result}
+
+
+@router.get("/runs/{run_id}/result.json", summary="Download the result as JSON")
+def download_json(run_id: RunId, wb: WB) -> JSONResponse:
+    row = _done(wb, run_id)
+    body = {"job": job_out(row).model_dump(mode="json"), "result": row.result}
+    return JSONResponse(
+        body, headers={"Content-Disposition": f'attachment; filename="servesim-{row.kind}-{row.id[:8]}.json"'}
+    )
+
+
+@router.get("/runs/{run_id}/requests.csv", summary="Download the per-request records as CSV")
+def download_csv(run_id: RunId, wb: WB) -> StreamingResponse:
+    row = _done(wb, run_id)
+    path = wb.storage.requests_file(row.id)
+    if not path.exists():
+        raise Problem(404, f"{row.kind} job {run_id} has no per-request records (only simulations do)")
+    import pyarrow.parquet as pq
+
+    def chunks() -> Iterator[bytes]:
+        pf = pq.ParquetFile(path)
+        header = True
+        for batch in pf.iter_batches(batch_size=20_000):
+            yield batch.to_pandas().to_csv(index=False, header=header).encode()
+            header = False
+
+    return StreamingResponse(
+        chunks(),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="servesim-requests-{row.id[:8]}.csv"'},
+    )
+
+
+@router.get("/runs/{run_id}/cost", summary="Cost of a simulation run at a GPU price you enter")
+def run_cost(
+    run_id: RunId,
+    wb: WB,
+    usd_per_gpu_hour: Annotated[
+        float, Query(gt=0, le=10_000, allow_inf_nan=False, description="$ per GPU-hour.")
+    ],
+) -> dict[str, Any]:
+    from servesim.engine import SimulationSummary
+    from servesim.views.cost import cost_view
+
+    row = _done(wb, run_id)
+    if row.kind != "simulate" or not row.result:
+        raise Problem(422, "cost takes a simulation run")
+    hw = row.params.get("hardware", {})
+    gpus = int(hw.get("tensor_parallel_size", 1)) * int(row.params.get("replicas", 1))
+    summary = SimulationSummary.model_validate(row.result["summary"])
+    view = cost_view(summary, gpus=gpus, usd_per_gpu_hour=usd_per_gpu_hour)
+    return {"gpus": gpus, "sections": [view.model_dump(mode="json")]}
+
+
+@router.get("/runs/{run_id}/report.html", summary="Download the run's report (servesim.report, HTML)")
+def download_report(run_id: RunId, wb: WB) -> HTMLResponse:
+    from servesim.web.reports import report_html
+
+    row = _done(wb, run_id)
+    return _attachment(report_html([row]), f"servesim-report-{row.kind}-{row.id[:8]}.html")
+
+
+@router.get("/compare/report.html", summary="Download the report's diff of two runs of one kind (HTML)")
+def download_compare_report(
+    wb: WB,
+    a: Annotated[str, Query(pattern=ID_PATTERN)],
+    b: Annotated[str, Query(pattern=ID_PATTERN)],
+) -> HTMLResponse:
+    from servesim.web.reports import report_html
+
+    ra, rb = _done(wb, a), _done(wb, b)
+    if ra.kind != rb.kind:
+        raise Problem(422, f"a report compares two runs of one kind ({ra.kind} and {rb.kind} given)")
+    return _attachment(report_html([ra, rb]), f"servesim-diff-{ra.id[:8]}-{rb.id[:8]}.html")
+
+
+def _attachment(html: str, filename: str) -> HTMLResponse:
+    # A download, never shown from this origin: the report carries its own (inline) scripts.
+    return HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+@router.get("/compare", summary="Two runs side by side: configuration diff and metric deltas")
+def compare(
+    wb: WB,
+    a: Annotated[str, Query(pattern=ID_PATTERN, description="The baseline run.")],
+    b: Annotated[str, Query(pattern=ID_PATTERN, description="The run compared with it.")],
+) -> dict[str, Any]:
+    ra, rb = _done(wb, a), _done(wb, b)
+    if ra.kind != "simulate" or rb.kind != "simulate":
+        raise Problem(422, "compare takes two simulation runs")
+    return compare_runs(
+        job_out(ra).model_dump(mode="json"),
+        ra.result or {},
+        job_out(rb).model_dump(mode="json"),
+        rb.result or {},
+    )
+
+
+def _run(wb: Workbench, run_id: str) -> JobRow:
+    row = wb.db.job(run_id)
+    if row is None:
+        raise Problem(404, f"no run {run_id}")
+    return row
+
+
+def _done(wb: Workbench, run_id: str) -> JobRow:
+    row = _run(wb, run_id)
+    if row.status != "done":
+        raise Problem(409, f"run {run_id} is {row.status}: it has no result")
+    return row

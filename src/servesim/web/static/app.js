@@ -1,0 +1,658 @@
+/* The workbench page: forms, jobs (server-sent events), and the tabs. No inline script (CSP). */
+"use strict";
+
+(function () {
+  const SS = window.SS;
+  const el = SS.el;
+  const $ = (id) => document.getElementById(id);
+  const state = { catalog: null, traceId: localStorage.getItem("servesim.trace") || null, traces: [] };
+
+  /* ------------------------------------------------------------------ API */
+  class ApiError extends Error {
+    constructor(problem) {
+      super(problem.detail || problem.title || "request failed");
+      this.problem = problem;
+    }
+  }
+  async function api(path, opts) {
+    opts = opts || {};
+    const init = { method: opts.method || "GET", headers: {}, credentials: "same-origin" };
+    if (opts.json !== undefined) {
+      init.body = JSON.stringify(opts.json);
+      init.headers["content-type"] = "application/json";
+    } else if (opts.body !== undefined) {
+      init.body = opts.body;
+      init.headers["content-type"] = opts.type || "application/octet-stream";
+    }
+    const r = await fetch(path, init);
+    if (r.status === 204) return null;
+    const ctype = r.headers.get("content-type") || "";
+    const data = ctype.includes("json") ? await r.json() : await r.text();
+    if (!r.ok) throw new ApiError(typeof data === "object" ? data : { status: r.status, detail: String(data).slice(0, 300) });
+    return data;
+  }
+  function toast(message) {
+    const t = $("toast");
+    t.textContent = message;
+    t.hidden = false;
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(() => (t.hidden = true), 6000);
+  }
+  function clear(node, ...children) {
+    node.replaceChildren(...children);
+    return node;
+  }
+  function problemBlock(err) {
+    const p = err.problem || { detail: String(err) };
+    const box = el("div", { class: "section", role: "alert" }, el("p", { class: "error-text" }, el("strong", {}, `${p.status || ""} ${p.title || "Error"}: `), p.detail || ""));
+    const rows = (p.errors || []).filter((e) => e && (e.row !== undefined || e.field !== undefined));
+    if (rows.length) {
+      const hasRow = rows.some((e) => e.row !== undefined && e.row !== null);
+      box.append(SS.table({
+        key: "errors", title: hasRow ? "Rejected rows" : "Problems", notes: [],
+        columns: [
+          ...(hasRow ? [{ key: "row", label: "row", unit: null, kind: "int", decimals: 0 }] : []),
+          { key: "field", label: "field", unit: null, kind: "str", decimals: 0 },
+          { key: "reason", label: "reason", unit: null, kind: "str", decimals: 0 },
+        ],
+        rows: rows.map((e) => [...(hasRow ? [e.row] : []), e.field ?? "–", e.reason ?? ""]),
+      }));
+    }
+    return box;
+  }
+
+  /* ------------------------------------------------------------------ tabs */
+  const tabs = Array.from(document.querySelectorAll('[role="tab"]'));
+  function showTab(tab, focus) {
+    for (const t of tabs) {
+      const on = t === tab;
+      t.setAttribute("aria-selected", String(on));
+      t.tabIndex = on ? 0 : -1;
+      $(t.getAttribute("aria-controls")).hidden = !on;
+    }
+    if (focus) tab.focus();
+    location.hash = tab.id.replace("tab-", "");
+    // Plotly sizes charts when they become visible.
+    if (window.Plotly) for (const c of $(tab.getAttribute("aria-controls")).querySelectorAll(".js-plotly-plot")) window.Plotly.Plots.resize(c);
+    if (tab.id === "tab-history") loadHistory();
+    if (tab.id === "tab-compare") loadCompareChoices();
+  }
+  tabs.forEach((t, i) => {
+    t.addEventListener("click", () => showTab(t));
+    t.addEventListener("keydown", (e) => {
+      const d = e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0;
+      if (d) showTab(tabs[(i + d + tabs.length) % tabs.length], true);
+      if (e.key === "Home") showTab(tabs[0], true);
+      if (e.key === "End") showTab(tabs[tabs.length - 1], true);
+    });
+  });
+
+  /* ------------------------------------------------------------------ form fields from the catalog */
+  function inputFor(spec, prefix, override) {
+    const id = `${prefix}-${spec.name}`;
+    const value = override !== undefined ? override : spec.default;
+    const help = el("p", { class: "field-help", id: `${id}-help` }, spec.help + (spec.vllm === false ? " (servesim only)" : "") + (spec.default !== null && spec.default !== undefined ? ` Default: ${spec.default}.` : ""));
+    if (spec.type === "boolean") {
+      const box = el("input", { type: "checkbox", id, name: spec.name, "aria-describedby": `${id}-help`, "data-type": "boolean" });
+      box.checked = !!value;
+      return el("div", {}, el("label", { class: "check", for: id }, box, el("code", {}, spec.flag)), help);
+    }
+    let input;
+    if (spec.enum) {
+      input = el("select", { id, name: spec.name, "aria-describedby": `${id}-help`, "data-type": "string" }, spec.enum.map((v) => el("option", { value: v, selected: v === value }, v)));
+    } else {
+      const numeric = spec.type === "integer" || spec.type === "number";
+      input = el("input", {
+        id, name: spec.name, "aria-describedby": `${id}-help`,
+        type: numeric ? "number" : "text", step: spec.type === "number" ? "any" : null,
+        min: spec.minimum ?? null, max: spec.maximum ?? null,
+        placeholder: spec.nullable ? "not set" : null, "data-type": spec.type, "data-nullable": spec.nullable ? "1" : null,
+      });
+      input.value = value === null || value === undefined ? "" : String(value);
+    }
+    return el("div", {}, el("label", { for: id }, el("code", {}, spec.flag)), input, help);
+  }
+  function readFields(container) {
+    const out = {};
+    for (const input of container.querySelectorAll("input[name], select[name]")) {
+      const t = input.dataset.type;
+      if (t === "boolean") out[input.name] = input.checked;
+      else if (input.value === "") { if (input.dataset.nullable) out[input.name] = null; }
+      else if (t === "integer") out[input.name] = parseInt(input.value, 10);
+      else if (t === "number") out[input.name] = parseFloat(input.value);
+      else out[input.name] = input.value;
+    }
+    return out;
+  }
+  function fillSelect(select, items, value) {
+    clear(select, ...items.map((it) => el("option", { value: it.value, selected: it.value === value }, it.label)));
+  }
+
+  function buildForms(cat) {
+    const hw = $("hardware-fields");
+    for (const spec of cat.hardware_flags) {
+      if (spec.name === "model") {
+        const sel = el("select", { id: "hw-model", name: "model", "data-type": "string" });
+        fillSelect(sel, cat.models.map((m) => ({ value: m.name, label: `${m.name} (${m.dtype})` })), spec.default);
+        hw.append(el("div", {}, el("label", { for: "hw-model" }, "Model (", el("code", {}, "--model"), ")"), sel));
+      } else if (spec.name === "gpu") {
+        const sel = el("select", { id: "hw-gpu", name: "gpu", "data-type": "string" });
+        fillSelect(sel, cat.gpus.map((g) => ({ value: g.name, label: `${g.name}: ${g.description}` })), spec.default);
+        hw.append(el("div", {}, el("label", { for: "hw-gpu" }, "GPU"), sel));
+      } else hw.append(inputFor(spec, "hw"));
+    }
+    const eng = $("engine-fields");
+    for (const spec of cat.engine_flags) eng.append(inputFor(spec, "eng"));
+    const slo = $("slo-fields");
+    const defaults = { ttft_ms: 1000, tpot_ms: 100, e2e_ms: null };
+    for (const spec of cat.slo_fields) slo.append(inputFor(Object.assign({}, spec, { flag: spec.name, nullable: true }), "slo", defaults[spec.name]));
+    const pdefaults = { ttft_p99_ms: 1000, tpot_p99_ms: 100 };
+    for (const [box, prefix] of [[$("sweep-slo-fields"), "sweep-slo"], [$("tune-slo-fields"), "tune-slo"]]) {
+      for (const spec of cat.percentile_slo_fields) box.append(inputFor(Object.assign({}, spec, { flag: spec.name, nullable: true }), prefix, pdefaults[spec.name] ?? null));
+    }
+    fillSelect($("gen-preset"), cat.presets.map((p) => ({ value: p, label: p })), "default");
+    fillSelect($("upload-format"), [{ value: "", label: "auto-detect" }, ...cat.formats.map((f) => ({ value: f, label: f }))], "");
+    SS.glossary = cat.glossary || {};
+  }
+  function nonNull(obj) {
+    const out = {};
+    for (const [k, v] of Object.entries(obj)) if (v !== null && v !== undefined) out[k] = v;
+    return Object.keys(out).length ? out : null;
+  }
+  function runSettings() {
+    return {
+      engine: readFields($("engine-fields")),
+      hardware: readFields($("hardware-fields")),
+      slo: nonNull(readFields($("slo-fields"))),
+    };
+  }
+  function requireTrace() {
+    if (!state.traceId) throw new ApiError({ status: 422, title: "No trace", detail: "choose or upload a trace on the Traces tab first" });
+    return state.traceId;
+  }
+
+  /* ------------------------------------------------------------------ jobs */
+  const streams = {};
+  function jobBox(slot) {
+    return $(`${slot}-job`);
+  }
+  function showProgress(slot, job, st) {
+    const box = jobBox(slot);
+    const pct = st.total ? Math.min(100, (100 * st.done) / st.total) : st.status === "done" ? 100 : 3;
+    const running = st.status === "queued" || st.status === "running";
+    const cancel = running ? el("button", { type: "button", class: "secondary small", onclick: () => cancelJob(job.id) }, "Cancel") : null;
+    clear(box,
+      el("div", { class: "bar", role: "progressbar", "aria-label": `${slot} progress`, "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(Math.round(pct)) }, el("div", { style: null })),
+      el("div", { class: `line ${st.status === "failed" ? "error" : ""}`, "data-status": st.status }, `${st.status}${st.total ? ` · ${st.done} / ${st.total}` : ""}${st.error ? ": " + st.error : ""}`, cancel));
+    box.querySelector(".bar div").style.width = pct + "%";
+  }
+  async function cancelJob(id) {
+    try { await api(`/api/jobs/${id}`, { method: "DELETE" }); } catch (e) { toast(e.message); }
+  }
+  function follow(slot, job, onDone) {
+    localStorage.setItem(`servesim.job.${slot}`, job.id);
+    if (streams[slot]) streams[slot].close();
+    showProgress(slot, job, { status: job.status, done: job.progress_done || 0, total: job.progress_total || 0 });
+    const es = new EventSource(`/api/jobs/${job.id}/events`);
+    streams[slot] = es;
+    es.addEventListener("progress", (e) => {
+      const st = JSON.parse(e.data);
+      showProgress(slot, job, st);
+      if (slot === "tune" && st.extra && st.extra.trials) liveTrials(st.extra);
+    });
+    es.addEventListener("end", async (e) => {
+      es.close();
+      const st = JSON.parse(e.data);
+      showProgress(slot, job, st);
+      if (st.status === "done") {
+        const run = await api(`/api/runs/${job.id}`);
+        onDone(run);
+      }
+    });
+    es.onerror = () => { /* the browser reconnects on its own (retry: 2000) */ };
+  }
+  async function resume(slot, onDone) {
+    const id = localStorage.getItem(`servesim.job.${slot}`);
+    if (!id) return;
+    try {
+      const run = await api(`/api/runs/${id}`);
+      if (run.job.status === "done") { showProgress(slot, run.job, { status: "done", done: run.job.progress_done, total: run.job.progress_total }); onDone(run); }
+      else follow(slot, run.job, onDone);
+    } catch (e) { localStorage.removeItem(`servesim.job.${slot}`); }
+  }
+  async function submit(slot, path, body, onDone) {
+    try {
+      const job = await api(path, { method: "POST", json: body });
+      follow(slot, job, onDone);
+    } catch (e) {
+      clear(jobBox(slot), problemBlock(e));
+    }
+  }
+
+  /* ------------------------------------------------------------------ traces */
+  function setTrace(row) {
+    state.traceId = row ? row.id : null;
+    if (row) localStorage.setItem("servesim.trace", row.id); else localStorage.removeItem("servesim.trace");
+    $("current-trace").textContent = row ? `${row.name} (${row.num_requests.toLocaleString("en-US")} requests)` : "none selected";
+  }
+  async function loadTraces() {
+    state.traces = await api("/api/traces");
+    const list = $("trace-list");
+    if (!state.traces.length) { clear(list, el("p", { class: "empty" }, "No trace yet: upload or generate one.")); setTrace(null); return; }
+    const table = el("table", { id: "traces-table" }, el("caption", {}, "Click a trace's name to use it"),
+      el("thead", {}, el("tr", {}, ["name", "requests", "dropped rows", "origin", "added", ""].map((h) => el("th", { scope: "col" }, h)))));
+    const body = el("tbody");
+    for (const t of state.traces) {
+      body.append(el("tr", { class: t.id === state.traceId ? "selected" : null },
+        el("td", {}, el("button", { type: "button", class: "small secondary", onclick: () => selectTrace(t.id) }, t.name)),
+        el("td", { class: "num" }, t.num_requests.toLocaleString("en-US")),
+        el("td", { class: `num ${t.num_dropped ? "bad" : ""}` }, t.num_dropped.toLocaleString("en-US")),
+        el("td", {}, t.origin), el("td", {}, t.created_at.replace("T", " ").slice(0, 19)),
+        el("td", {}, el("button", { type: "button", class: "small secondary", "aria-label": `Delete ${t.name}`, onclick: () => deleteTrace(t) }, "Delete"))));
+    }
+    table.append(body);
+    clear(list, table);
+    const current = state.traces.find((t) => t.id === state.traceId);
+    setTrace(current || state.traces[0]);
+  }
+  async function selectTrace(id) {
+    const data = await api(`/api/traces/${id}/summary`);
+    setTrace(data.trace);
+    const box = clear($("trace-summary"));
+    const t = data.trace;
+    if (t.dropped.length) {
+      box.append(el("div", { class: "section" }, el("h2", {}, `${t.name}: ${t.num_dropped} rows were rejected (the rest were kept)`),
+        SS.table({ key: "dropped", title: "Rejected rows", notes: [], columns: [
+          { key: "row", label: "row", kind: "int" }, { key: "field", label: "field", kind: "str" }, { key: "reason", label: "reason", kind: "str" }],
+          rows: t.dropped.map((d) => [d.row, d.field ?? "–", d.reason]) })));
+    }
+    for (const s of data.sections) SS.section(box, s);
+  }
+  async function deleteTrace(t) {
+    if (!window.confirm(`Delete ${t.name}?`)) return;
+    try { await api(`/api/traces/${t.id}`, { method: "DELETE" }); if (state.traceId === t.id) setTrace(null); clear($("trace-summary")); await loadTraces(); }
+    catch (e) { toast(e.message); }
+  }
+  async function upload(file) {
+    const status = $("trace-status");
+    clear($("upload-errors"));
+    status.className = "status";
+    status.textContent = `Uploading ${file.name} (${(file.size / 1e6).toFixed(1)} MB)…`;
+    const fmt = $("upload-format").value;
+    try {
+      const row = await api(`/api/traces?name=${encodeURIComponent(file.name)}${fmt ? "&format=" + encodeURIComponent(fmt) : ""}`, { method: "POST", body: file });
+      status.textContent = `${row.name}: ${row.num_requests.toLocaleString("en-US")} requests stored${row.num_dropped ? `, ${row.num_dropped} rows rejected (listed below)` : ""}.`;
+      await loadTraces();
+      await selectTrace(row.id);
+    } catch (e) {
+      status.className = "status error";
+      status.textContent = `${file.name} was not stored.`;
+      clear($("upload-errors"), problemBlock(e));
+    }
+  }
+  function setupUpload() {
+    const zone = $("dropzone");
+    const input = $("upload-file");
+    zone.addEventListener("click", () => input.click());
+    zone.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); input.click(); } });
+    zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+    zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+    zone.addEventListener("drop", (e) => { e.preventDefault(); zone.classList.remove("over"); if (e.dataTransfer.files[0]) upload(e.dataTransfer.files[0]); });
+    input.addEventListener("change", () => { if (input.files[0]) upload(input.files[0]); input.value = ""; });
+    $("generate-form").addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const status = $("trace-status");
+      status.className = "status";
+      status.textContent = "Generating…";
+      try {
+        const row = await api("/api/traces/generate", { method: "POST", json: { preset: $("gen-preset").value, num_requests: parseInt($("gen-n").value, 10), seed: parseInt($("gen-seed").value, 10) } });
+        status.textContent = `${row.name} stored.`;
+        await loadTraces();
+        await selectTrace(row.id);
+      } catch (err) { status.className = "status error"; status.textContent = ""; clear($("upload-errors"), problemBlock(err)); }
+    });
+  }
+
+  /* ------------------------------------------------------------------ run */
+  function parseFailures(text) {
+    return text.split(",").map((s) => s.trim()).filter(Boolean).map((s) => {
+      const m = /^([^@]+)@([0-9.]+)(?:\+([0-9.]+))?$/.exec(s);
+      if (!m) throw new ApiError({ status: 422, title: "Bad failure", detail: `${s}: use NODE@SECONDS or NODE@SECONDS+RECOVER_AFTER` });
+      return { node: m[1], time_s: parseFloat(m[2]), recover_after_s: m[3] ? parseFloat(m[3]) : null };
+    });
+  }
+  function renderRun(run) {
+    const box = clear($("run-results"));
+    const r = run.result;
+    const toolbar = el("div", { class: "toolbar" },
+      el("strong", {}, run.job.title),
+      el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"),
+      el("a", { href: `/api/runs/${run.job.id}/requests.csv`, download: "" }, "Download per-request CSV"),
+      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
+      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"));
+    box.append(toolbar);
+    for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
+    costBox(box, run.job.id);
+    r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { before: (sec) => percentileSwitcher(sec, r.kpis) } : {}));
+  }
+  /* $/1M tokens and goodput per $ at the GPU price the user enters (the server has no price). */
+  function costBox(box, runId) {
+    const out = el("div", { id: "cost-result" });
+    const price = el("input", { id: "cost-price", type: "number", min: "0.01", step: "any", placeholder: "e.g. 2.50", value: localStorage.getItem("servesim.price") || "" });
+    const form = el("form", { class: "inline", id: "cost-form" }, el("label", { for: "cost-price" }, "GPU price ($ per GPU-hour)"), price, el("button", { type: "submit", class: "secondary small" }, "Cost"));
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      try {
+        localStorage.setItem("servesim.price", price.value);
+        const d = await api(`/api/runs/${runId}/cost?usd_per_gpu_hour=${encodeURIComponent(price.value)}`);
+        clear(out);
+        for (const s of d.sections) SS.section(out, s);
+      } catch (err) { clear(out, problemBlock(err)); }
+    });
+    box.append(form, out);
+  }
+  /* KPI tiles at p50 / p90 / p95 / p99: the server sent each set (views.simulation.kpis). */
+  function percentileSwitcher(box, byPercentile) {
+    const grid = box.querySelector(".kpis");
+    if (!grid) return;
+    const bar = el("div", { class: "switcher", role: "group", "aria-label": "Latency percentile of the tiles" });
+    const apply = (p) => {
+      for (const b of bar.children) b.setAttribute("aria-pressed", String(b.dataset.p === p));
+      clear(grid, ...byPercentile[p].map(SS.kpi));
+    };
+    for (const p of Object.keys(byPercentile)) bar.append(el("button", { type: "button", "data-p": p, "aria-pressed": String(p === "p99"), onclick: () => apply(p) }, p));
+    grid.before(bar);
+  }
+  function setupRun() {
+    $("run-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      try {
+        const body = Object.assign({ trace_id: requireTrace() }, runSettings(), {
+          replicas: parseInt($("run-replicas").value, 10) || 1,
+          router: $("run-router").value,
+          failures: parseFailures($("run-failures").value),
+          recovery: $("run-recovery").value,
+        });
+        submit("run", "/api/simulate", body, renderRun);
+      } catch (err) { clear(jobBox("run"), problemBlock(err)); }
+    });
+  }
+
+  /* ------------------------------------------------------------------ sweep */
+  function renderSweep(run) {
+    const box = clear($("sweep-results"));
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report")));
+    for (const s of run.result.sections) SS.section(box, s);
+    rateSlider(box, run.result.report);
+  }
+  /* Reads every metric of the sweep at the chosen rate (the measured points; no interpolation). */
+  function rateSlider(box, rep) {
+    const pts = (rep && rep.points) || [];
+    if (pts.length < 2) return;
+    const out = el("div", { class: "kv", "aria-live": "polite" });
+    const input = el("input", { type: "range", id: "rate-slider", min: "0", max: String(pts.length - 1), step: "1", value: String(pts.length - 1) });
+    const show = () => {
+      const p = pts[parseInt(input.value, 10)];
+      clear(out, ...[["rate", `${SS.fmt(p.rate_rps)} req/s`], ["status", p.status], ["throughput", `${SS.fmt(p.throughput_rps.mean)} req/s`], ["goodput", `${SS.fmt(p.goodput_rps.mean)} req/s`],
+        ["TTFT p99 (worst seed)", `${SS.fmt(p.ttft_ms.p99.max)} ms`], ["TPOT p99 (worst seed)", `${SS.fmt(p.tpot_ms.p99.max)} ms`], ["E2E p99 (worst seed)", `${SS.fmt(p.e2e_ms.p99.max)} ms`]]
+        .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+    };
+    input.addEventListener("input", show);
+    box.append(el("div", { class: "section" }, el("h2", {}, "Read the sweep at one rate"), el("div", { class: "slider" }, el("label", { for: "rate-slider" }, "Measured rate"), input), out));
+    show();
+  }
+  function setupSweep() {
+    $("sweep-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      try {
+        const s = runSettings();
+        submit("sweep", "/api/saturate", { trace_id: requireTrace(), engine: s.engine, hardware: s.hardware, slo: nonNull(readFields($("sweep-slo-fields"))), seeds: parseInt($("sweep-seeds").value, 10), replicas: parseInt($("sweep-replicas").value, 10) }, renderSweep);
+      } catch (err) { clear(jobBox("sweep"), problemBlock(err)); }
+    });
+  }
+
+  /* ------------------------------------------------------------------ tune */
+  function renderTune(run) {
+    const box = clear($("tune-results"));
+    const r = run.result;
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report")));
+    if (r.no_recommendation) box.append(SS.verdict({ key: "none", label: "No recommendation", status: "warn", text: r.no_recommendation }));
+    if (r.recommendation) {
+      const cmd = r.recommendation.vllm_serve_command;
+      const pre = el("pre", { class: "cmd", id: "vllm-command" }, cmd);
+      const copy = el("button", { type: "button", id: "copy-command", onclick: async () => {
+        try { await navigator.clipboard.writeText(cmd); toast("Copied the vllm serve command"); }
+        catch (err) { const range = document.createRange(); range.selectNodeContents(pre); const sel = getSelection(); sel.removeAllRanges(); sel.addRange(range); toast("Selected: press Ctrl+C to copy"); }
+      } }, "Copy the vllm serve command");
+      box.append(el("div", { class: "section", id: "recommendation-card" }, el("h2", {}, "Recommendation (review before use)"), pre, copy));
+    }
+    trialLoader(box, r);
+    for (const s of r.sections) SS.section(box, s);
+  }
+  /* The study's trials as they finish (read from the Optuna storage by the job while it runs). */
+  function liveTrials(extra) {
+    const box = $("tune-results");
+    let live = $("tune-live");
+    if (!live) {
+      clear(box, el("div", { class: "section", id: "tune-live-box" }, el("h2", {}, `Trials so far (study ${extra.study})`), el("div", { class: "chart", id: "tune-live", role: "img", "aria-label": "trials so far" })));
+      live = $("tune-live");
+    }
+    const done = extra.trials.filter((t) => t.ttft_p99_ms !== null && t.goodput_per_gpu !== null);
+    const trace = (ok) => ({
+      type: "scatter", mode: "markers", name: ok ? "feasible" : "infeasible",
+      x: done.filter((t) => t.feasible === ok).map((t) => t.ttft_p99_ms),
+      y: done.filter((t) => t.feasible === ok).map((t) => t.goodput_per_gpu),
+      text: done.filter((t) => t.feasible === ok).map((t) => `trial ${t.number}`),
+      marker: { color: ok ? "#1a7f37" : "#c62828", size: 8 }, hovertemplate: "%{text}: %{x:.4g} ms, %{y:.4g}<extra></extra>",
+    });
+    window.Plotly.react(live, [trace(true), trace(false)], {
+      margin: { l: 52, r: 12, t: 30, b: 40 }, font: { size: 11 }, showlegend: true,
+      title: { text: `${extra.trials.length} trials: goodput per GPU against TTFT p99`, font: { size: 12 } },
+      xaxis: { title: { text: "TTFT p99 (ms)" } }, yaxis: { title: { text: "goodput per GPU (req/s)" } },
+    }, { displaylogo: false, responsive: true });
+  }
+  /* Load a trial's configuration (the best ones, the Pareto front) into the Run tab's form. */
+  function trialLoader(box, r) {
+    const byNumber = {};
+    for (const t of r.trials || []) if (t.feasible) byNumber[t.number] = t;
+    const front = new Set(((r.study && r.study.pareto_front) || []).map((t) => t.number));
+    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n]);
+    if (!ranked.length) return;
+    const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
+      `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
+    const load = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => {
+      const p = byNumber[sel.value].params;
+      for (const [k, v] of Object.entries(p)) {
+        const input = $(`eng-${k}`) || $(`hw-${k}`);
+        if (!input) continue;
+        if (input.type === "checkbox") input.checked = !!v; else input.value = v === null ? "" : String(v);
+      }
+      if (p.replicas) $("run-replicas").value = String(p.replicas);
+      showTab($("tab-run"));
+      toast(`Loaded trial ${sel.value} into the Run tab: press Run simulation`);
+    } }, "Load into the Run tab");
+    box.append(el("div", { class: "section" }, el("h2", {}, "Try a trial's configuration"), el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, load)));
+  }
+  function setupTune() {
+    $("tune-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      try {
+        const s = runSettings();
+        const maxg = $("tune-maxgpus").value;
+        submit("tune", "/api/tune", {
+          trace_id: requireTrace(), hardware: s.hardware, slo: nonNull(readFields($("tune-slo-fields"))),
+          n_trials: parseInt($("tune-trials").value, 10), objective: $("tune-objective").value,
+          verify_seeds: parseInt($("tune-verify").value, 10), max_gpus: maxg ? parseInt(maxg, 10) : null,
+          study_name: $("tune-study").value || null,
+          space: $("tune-space").value.trim() ? readJson("tune-space") : null,
+        }, renderTune);
+      } catch (err) { clear(jobBox("tune"), problemBlock(err)); }
+    });
+  }
+
+  /* ------------------------------------------------------------------ recovery, rescheduling */
+  const EXAMPLES = {
+    recover: {
+      interrupted_node: "node-3", preemption_timestamp: "2026-01-01T00:00:00Z", network_bandwidth_gbps: 10,
+      active_jobs: [
+        { job_id: "job-801", prompt_tokens: 1024, generated_tokens: 128, kv_cache_checkpointed: true },
+        { job_id: "job-802", prompt_tokens: 2048, generated_tokens: 64, kv_cache_checkpointed: false },
+        { job_id: "job-803", prompt_tokens: 8192, generated_tokens: 900, kv_cache_checkpointed: true },
+      ],
+    },
+    resched: {
+      batch_capacity: 4,
+      interrupted_requests: [
+        { req_id: "req-101", tokens_processed: 512, tokens_remaining: 16, sla_budget_ms: 150 },
+        { req_id: "req-102", tokens_processed: 64, tokens_remaining: 400, sla_budget_ms: 1200 },
+        { req_id: "req-103", tokens_processed: 2048, tokens_remaining: 128, sla_budget_ms: 600 },
+      ],
+    },
+  };
+  function readJson(id) {
+    try { return JSON.parse($(id).value); }
+    catch (err) { throw new ApiError({ status: 422, title: "Not JSON", detail: `the input is not valid JSON: ${err.message}` }); }
+  }
+  function setupPlan(slot, path, wrap) {
+    $(`${slot}-example`).addEventListener("click", () => { $(`${slot}-input`).value = JSON.stringify(EXAMPLES[slot], null, 2); });
+    $(`${slot}-form`).addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const box = $(`${slot}-results`);
+      try {
+        const data = await api(path, { method: "POST", json: wrap(readJson(`${slot}-input`)) });
+        clear(box);
+        for (const s of data.sections) SS.section(box, s);
+        $(`${slot}-status`).textContent = "Planned (stored in the history).";
+      } catch (err) { clear(box, problemBlock(err)); $(`${slot}-status`).textContent = ""; }
+    });
+  }
+
+  /* ------------------------------------------------------------------ advisor */
+  function renderAdvice(run) {
+    const box = clear($("advise-results"));
+    const r = run.result;
+    const a = r.advice;
+    const v = a.verification || {};
+    box.append(el("div", { class: "section", id: "advice-card" },
+      el("h2", {}, `Answered by: ${r.advisor === "claude" ? "Claude" : "the rules advisor"}`),
+      a.notice ? SS.verdict({ key: "notice", label: "Notice", status: "warn", text: a.notice }) : null,
+      SS.verdict({ key: "verification", label: v.accepted ? "Accepted by the simulator" : "Rejected by the simulator", status: v.accepted ? "pass" : "fail", text: v.reason || "" }),
+      el("h3", {}, "Advice"), kvList(a.advice),
+      v.candidates && v.candidates.length ? SS.table({
+        key: "candidates", title: "Re-checked candidates", notes: [],
+        columns: [{ key: "label", label: "candidate", kind: "str" }, ...Object.keys(v.candidates[0].metrics).map((k) => ({ key: k, label: k.replace(/_/g, " "), kind: "float" }))],
+        rows: v.candidates.map((c) => [c.label, ...Object.values(c.metrics).map((x) => (typeof x === "number" && Number.isInteger(x) ? x.toLocaleString("en-US") : x))]),
+      }) : null,
+      el("p", { class: "help" }, "Requires human review: nothing is applied.")));
+  }
+  function kvList(obj) {
+    const dl = el("dl", { class: "kv" });
+    for (const [k, v] of Object.entries(obj || {})) {
+      let shown;
+      if (Array.isArray(v) && v.length && v.every((x) => x && typeof x === "object" && !Array.isArray(x))) {
+        const keys = Object.keys(v[0]);
+        shown = SS.table({ key: k, title: "", notes: [], columns: keys.map((c) => ({ key: c, label: c.replace(/_/g, " "), kind: "str" })),
+          rows: v.map((x) => keys.map((c) => (typeof x[c] === "object" && x[c] !== null ? JSON.stringify(x[c]) : x[c] === null || x[c] === undefined ? "–" : String(x[c])))) });
+      } else if (Array.isArray(v)) shown = v.map((x) => (typeof x === "object" ? JSON.stringify(x) : String(x))).join(", ");
+      else if (v && typeof v === "object") shown = kvList(v);
+      else shown = SS.fmt(v);
+      dl.append(el("dt", {}, k.replace(/_/g, " ")), el("dd", {}, shown));
+    }
+    return dl;
+  }
+  function setupAdvise() {
+    $("advise-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      try {
+        const task = $("advise-task").value;
+        const body = { task, advisor: $("advise-advisor").value, optimize: parseInt($("advise-optimize").value, 10) || 0 };
+        if (task === "batching") Object.assign(body, { trace_id: requireTrace(), engine: runSettings().engine, slo: runSettings().slo });
+        else body.data = readJson(task === "reschedule" ? "resched-input" : "recover-input");
+        submit("advise", "/api/advise", body, renderAdvice);
+      } catch (err) { clear(jobBox("advise"), problemBlock(err)); }
+    });
+  }
+
+  /* ------------------------------------------------------------------ compare, history */
+  async function loadCompareChoices() {
+    const runs = (await api("/api/runs?kind=simulate")).filter((r) => r.status === "done");
+    const items = runs.map((r) => ({ value: r.id, label: `${r.created_at.slice(11, 19)} ${r.title}` }));
+    fillSelect($("compare-a"), items, localStorage.getItem("servesim.compare.a") || (items[1] || items[0] || {}).value);
+    fillSelect($("compare-b"), items, localStorage.getItem("servesim.compare.b") || (items[0] || {}).value);
+  }
+  function setupCompare() {
+    $("compare-form").addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const box = $("compare-results");
+      try {
+        const a = $("compare-a").value, b = $("compare-b").value;
+        localStorage.setItem("servesim.compare.a", a); localStorage.setItem("servesim.compare.b", b);
+        const d = await api(`/api/compare?a=${a}&b=${b}`);
+        clear(box, el("div", { class: "section" }, el("h2", {}, `A: ${d.a.title} · B: ${d.b.title}`),
+          el("p", {}, el("a", { href: `/api/compare/report.html?a=${a}&b=${b}`, download: "" }, "Download the report's diff (HTML)")),
+          SS.table({ key: "config_diff", title: d.config_diff.length ? "Settings that differ" : "Same settings", notes: [],
+            columns: [{ key: "key", label: "setting", kind: "str" }, { key: "a", label: "A", kind: "str" }, { key: "b", label: "B", kind: "str" }],
+            rows: d.config_diff.map((r) => [r.key, JSON.stringify(r.a), JSON.stringify(r.b)]) }),
+          deltaTable(d.metrics)));
+      } catch (err) { clear(box, problemBlock(err)); }
+    });
+  }
+  function deltaTable(rows) {
+    const table = el("table", { id: "metric-deltas" }, el("caption", {}, "Metric deltas (B − A)"),
+      el("thead", {}, el("tr", {}, ["metric", "A", "B", "Δ", "Δ %"].map((h, i) => el("th", { scope: "col", class: i ? "num" : null }, h)))));
+    const body = el("tbody");
+    for (const r of rows) {
+      const cls = r.better === null ? null : r.better ? "good" : "bad";
+      body.append(el("tr", {}, el("td", {}, r.label + (r.unit ? ` (${r.unit})` : "")), el("td", { class: "num" }, SS.fmt(r.a)), el("td", { class: "num" }, SS.fmt(r.b)),
+        el("td", { class: `num ${cls || ""}` }, r.delta === null ? "–" : (r.delta > 0 ? "+" : "") + SS.fmt(r.delta)),
+        el("td", { class: `num ${cls || ""}` }, r.pct === null ? "–" : (r.pct > 0 ? "+" : "") + (100 * r.pct).toFixed(1) + " %")));
+    }
+    table.append(body);
+    return el("div", { class: "table-wrap" }, table);
+  }
+  const OPENERS = { simulate: ["tab-run", renderRun], saturate: ["tab-sweep", renderSweep], tune: ["tab-tune", renderTune], advise: ["tab-advise", renderAdvice] };
+  async function openRun(row) {
+    const run = await api(`/api/runs/${row.id}`);
+    if (OPENERS[row.kind]) { OPENERS[row.kind][1](run); showTab($(OPENERS[row.kind][0])); return; }
+    const target = row.kind === "recover" ? "recover" : "resched";
+    const box = clear($(`${target}-results`));
+    for (const s of run.result.sections) SS.section(box, s);
+    showTab($(`tab-${target}`));
+  }
+  async function loadHistory() {
+    const rows = await api("/api/runs");
+    const table = el("table", { id: "history-table" }, el("caption", {}, `${rows.length} jobs, newest first (kept in the workbench database)`),
+      el("thead", {}, el("tr", {}, ["when (UTC)", "kind", "what", "status", "seconds", ""].map((h) => el("th", { scope: "col" }, h)))));
+    const body = el("tbody");
+    for (const r of rows) {
+      body.append(el("tr", {}, el("td", {}, r.created_at.replace("T", " ").slice(0, 19)), el("td", {}, r.kind), el("td", {}, r.title),
+        el("td", { class: r.status === "failed" ? "bad" : null, title: r.error || null }, r.status + (r.error ? `: ${r.error.slice(0, 120)}` : "")),
+        el("td", { class: "num" }, r.duration_s === null ? "–" : SS.fmt(r.duration_s)),
+        el("td", {}, r.status === "done" ? el("button", { type: "button", class: "small secondary", onclick: () => openRun(r) }, "Open") : null)));
+    }
+    table.append(body);
+    clear($("history-list"), table);
+  }
+
+  /* ------------------------------------------------------------------ start */
+  async function start() {
+    try {
+      state.catalog = await api("/api/catalog");
+      buildForms(state.catalog);
+    } catch (e) { toast(`cannot load the catalog: ${e.message}`); return; }
+    setupUpload(); setupRun(); setupSweep(); setupTune(); setupCompare(); setupAdvise();
+    setupPlan("recover", "/api/recover", (record) => ({ record }));
+    setupPlan("resched", "/api/reschedule", (data) => ({ data, policy: $("resched-policy").value || null }));
+    $("history-refresh").addEventListener("click", loadHistory);
+    await loadTraces();
+    if (state.traceId) await selectTrace(state.traceId);
+    resume("run", renderRun); resume("sweep", renderSweep); resume("tune", renderTune); resume("advise", renderAdvice);
+    const wanted = tabs.find((t) => t.id === "tab-" + location.hash.slice(1));
+    if (wanted) showTab(wanted);
+    document.body.dataset.ready = "1";
+  }
+  document.addEventListener("DOMContentLoaded", start);
+})();

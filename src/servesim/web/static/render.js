@@ -1,0 +1,206 @@
+/* Renders servesim.views Sections (KPIs, verdicts, histograms, series, tables) into the page.
+   Everything drawn here was binned and down-sampled by the server; this file only draws. */
+"use strict";
+
+const SS = (window.SS = window.SS || {});
+
+SS.el = function (tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+};
+const el = SS.el;
+
+SS.fmt = function (value, kind, decimals) {
+  if (value === null || value === undefined) return "–";
+  if (kind === "bool" || typeof value === "boolean") return value ? "yes" : "no";
+  if (kind === "str" || typeof value === "string") return String(value);
+  if (kind === "pct") return (value * 100).toFixed(decimals ?? 1) + " %";
+  if (kind === "int") return Math.round(value).toLocaleString("en-US");
+  const d = decimals ?? (Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2);
+  return Number(value).toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+};
+
+SS.unitText = (unit) => (unit ? " " + unit : "");
+
+let chartCount = 0;
+const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+const LAYOUT = {
+  margin: { l: 52, r: 12, t: 30, b: 40 },
+  font: { size: 11, family: "system-ui, sans-serif" },
+  paper_bgcolor: "#fff",
+  plot_bgcolor: "#fff",
+  showlegend: false,
+};
+
+function axisTitle(label, unit) {
+  return unit ? `${label} (${unit})` : label || "";
+}
+
+function newChart(container, title) {
+  const div = el("div", { class: "chart", id: `chart-${++chartCount}`, role: "img", "aria-label": title });
+  container.append(div);
+  return div;
+}
+
+SS.plot = function (div, traces, layout) {
+  if (!window.Plotly) {
+    div.textContent = "Plotly.js did not load";
+    return;
+  }
+  window.Plotly.newPlot(div, traces, Object.assign({}, LAYOUT, layout), PLOT_CONFIG);
+};
+
+SS.histogram = function (container, h) {
+  const div = newChart(container, h.title);
+  const centers = [];
+  const widths = [];
+  for (let i = 0; i + 1 < h.edges.length; i++) {
+    centers.push((h.edges[i] + h.edges[i + 1]) / 2);
+    widths.push(h.edges[i + 1] - h.edges[i]);
+  }
+  const shapes = [];
+  const annotations = [];
+  const lo = h.edges[0];
+  const hi = h.edges[h.edges.length - 1];
+  if (h.slo !== null && h.slo !== undefined) {
+    if (h.slo >= lo && h.slo <= hi) {
+      shapes.push({ type: "line", x0: h.slo, x1: h.slo, yref: "paper", y0: 0, y1: 1, line: { color: "#c62828", width: 2, dash: "dash" } });
+      annotations.push({ x: h.slo, yref: "paper", y: 1, text: `SLO ${SS.fmt(h.slo)}`, showarrow: false, xanchor: "left", font: { color: "#c62828" } });
+    } else {
+      // Off the axis: keep the axis on the data and say where the SLO is.
+      const above = h.slo > hi;
+      annotations.push({ xref: "paper", x: above ? 1 : 0, yref: "paper", y: 1, xanchor: above ? "right" : "left", showarrow: false,
+        text: above ? `SLO ${SS.fmt(h.slo)} → (every sample below it)` : `← SLO ${SS.fmt(h.slo)} (every sample above it)`, font: { color: "#c62828" }, bgcolor: "rgba(255,255,255,0.85)" });
+    }
+  }
+  const sub = !h.count ? " · no samples" : h.p50 !== null && h.p50 !== undefined ? ` · p50 ${SS.fmt(h.p50)} · p99 ${SS.fmt(h.p99)}` : ` · ${h.count.toLocaleString("en-US")} requests`;
+  SS.plot(
+    div,
+    [{ type: "bar", x: centers, y: h.counts, width: widths, marker: { color: "#2457c5" }, hovertemplate: "%{x:.4g}: %{y}<extra></extra>" }],
+    {
+      title: { text: h.title + sub, font: { size: 12 } },
+      xaxis: { title: { text: h.unit || "" }, range: h.edges.length > 1 ? [lo, hi] : undefined },
+      yaxis: { title: { text: "requests" } },
+      bargap: 0.02,
+      shapes,
+      annotations,
+    }
+  );
+  return div;
+};
+
+SS.series = function (container, s, extra) {
+  const div = newChart(container, s.title);
+  const trace = { x: s.x, y: s.y, name: s.y_label, hovertemplate: "%{x:.4g}, %{y:.4g}<extra></extra>" };
+  if (s.kind === "bar") trace.type = "bar";
+  else if (s.kind === "scatter") Object.assign(trace, { type: "scatter", mode: "markers" });
+  else Object.assign(trace, { type: "scatter", mode: "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5 } });
+  const traces = [trace, ...((extra && extra.traces) || [])];
+  const shapes = [];
+  const annotations = [];
+  if (s.reference !== null && s.reference !== undefined) {
+    shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: s.reference, y1: s.reference, line: { color: "#c62828", width: 1.5, dash: "dash" } });
+    annotations.push({ xref: "paper", x: 1, y: s.reference, text: s.reference_label || "limit", showarrow: false, xanchor: "right", yanchor: "bottom", font: { color: "#c62828" } });
+  }
+  SS.plot(div, traces, Object.assign({
+    shapes, annotations,
+    title: { text: s.title, font: { size: 12 } },
+    xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) } },
+    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) } },
+  }, (extra && extra.layout) || {}));
+  return div;
+};
+
+SS.table = function (t) {
+  const wrap = el("div", { class: "table-wrap" });
+  const table = el("table", { "data-key": t.key });
+  if (t.title) table.append(el("caption", { text: t.title }));
+  const head = el("tr");
+  for (const c of t.columns) {
+    const numeric = c.kind !== "str" && c.kind !== "bool";
+    head.append(el("th", { scope: "col", class: numeric ? "num" : null, title: c.help || null }, c.label + (c.unit ? ` (${c.unit})` : "")));
+  }
+  table.append(el("thead", {}, head));
+  const body = el("tbody");
+  for (const row of t.rows) {
+    const tr = el("tr");
+    row.forEach((v, i) => {
+      const c = t.columns[i] || { kind: "str" };
+      const numeric = c.kind !== "str" && c.kind !== "bool";
+      const cls = [numeric ? "num" : null, v === false && c.kind === "bool" ? "bad" : null].filter(Boolean).join(" ") || null;
+      tr.append(el("td", { class: cls }, SS.fmt(v, c.kind, c.decimals)));
+    });
+    body.append(tr);
+  }
+  table.append(body);
+  wrap.append(table);
+  if (t.notes && t.notes.length) wrap.append(el("ul", { class: "notes" }, t.notes.map((n) => el("li", { text: n }))));
+  return wrap;
+};
+
+SS.kpi = function (k) {
+  const defId = `def-${k.key}-${++chartCount}`;
+  const pctUnit = k.unit === "%";
+  const def = el("div", { class: "def", id: defId, hidden: true, text: k.help || (SS.glossary[k.key] || {}).definition || "" });
+  const tile = el(
+    "div",
+    { class: `kpi ${k.verdict === "pass" ? "pass" : k.verdict === "fail" ? "fail" : ""}`, "data-key": k.key },
+    el("div", { class: "label" }, k.label),
+    el("div", { class: "value" }, pctUnit ? SS.fmt(k.value, "pct", k.decimals).replace(" %", "") : SS.fmt(k.value, "float", k.decimals), el("span", { class: "unit" }, k.value === null ? "" : SS.unitText(k.unit))),
+    k.slo !== null && k.slo !== undefined
+      ? el("div", { class: "slo" }, `SLO ${SS.fmt(k.slo, "float", k.decimals)}${SS.unitText(k.unit)} · ${k.verdict === "pass" ? "met" : k.verdict === "fail" ? "missed" : ""}`)
+      : null,
+    el("button", {
+      class: "q", type: "button", "aria-label": `What is ${k.label}?`, "aria-expanded": "false", "aria-controls": defId,
+      onclick: (e) => {
+        def.hidden = !def.hidden;
+        e.currentTarget.setAttribute("aria-expanded", String(!def.hidden));
+      },
+    }, "?"),
+    def
+  );
+  return tile;
+};
+
+SS.verdict = function (v) {
+  return el("div", { class: `verdict ${v.status}`, "data-key": v.key }, el("strong", {}, v.label), v.text);
+};
+
+/* A Section: title, text, verdicts, KPI tiles, histograms, series, tables (in that order). */
+SS.section = function (container, s, opts) {
+  opts = opts || {};
+  const box = el("section", { class: "section", "data-section": s.key, "aria-label": s.title });
+  box.append(el("h2", { text: s.title }));
+  for (const t of s.text || []) box.append(el("p", { class: "text", text: t }));
+  for (const v of s.verdicts || []) box.append(SS.verdict(v));
+  if (s.kpis && s.kpis.length) {
+    const kpis = el("div", { class: "kpis" });
+    for (const k of s.kpis) kpis.append(SS.kpi(k));
+    box.append(kpis);
+  }
+  container.append(box);
+  if (opts.before) opts.before(box, s);
+  const hist = (s.histograms || []).filter((h) => !(opts.skipHistograms || []).includes(h.key));
+  const series = (s.series || []).filter((x) => !(opts.skipSeries || []).includes(x.key));
+  if (hist.length || series.length) {
+    const charts = el("div", { class: "charts" });
+    box.append(charts);
+    for (const h of hist) SS.histogram(charts, h);
+    for (const x of series) SS.series(charts, x, opts.seriesExtra && opts.seriesExtra[x.key]);
+  }
+  for (const t of s.tables || []) if (!(opts.skipTables || []).includes(t.key)) box.append(SS.table(t));
+  return box;
+};
+
+SS.glossary = {};

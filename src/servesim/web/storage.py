@@ -1,0 +1,62 @@
+"""Files under the data folder, named by the server only (no client string ever becomes a path)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+_ID = re.compile(r"^[0-9a-f]{32}$")
+#: Upload names are kept for display only; their extension picks the reader.
+UPLOAD_SUFFIXES = (
+    ".csv",
+    ".jsonl",
+    ".json",
+    ".parquet",
+    ".csv.gz",
+    ".jsonl.gz",
+    ".json.gz",
+)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def check_id(value: str) -> str:
+    if not _ID.fullmatch(value):
+        raise ValueError(f"not an id: {value[:40]!r}")
+    return value
+
+
+def upload_suffix(name: str) -> str | None:
+    """The reader-relevant suffix of an upload's name (``.csv``, ``.jsonl.gz`` ...), or None."""
+    low = name.lower()
+    return next((s for s in sorted(UPLOAD_SUFFIXES, key=len, reverse=True) if low.endswith(s)), None)
+
+
+def display_name(name: str) -> str:
+    """A file name fit to show: the last path part, printable characters only, at most 120."""
+    base = re.split(r"[\\/]", name)[-1]
+    cleaned = "".join(c for c in base if c.isprintable()).strip()
+    return cleaned[:120] or "upload"
+
+
+class Storage:
+    """``traces/<id>.parquet``, ``runs/<id>.parquet`` (per-request records), ``uploads/`` (scratch)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "web"
+        for sub in ("traces", "runs", "uploads"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    def trace_file(self, trace_id: str) -> Path:
+        return self.root / "traces" / f"{check_id(trace_id)}.parquet"
+
+    def requests_file(self, job_id: str) -> Path:
+        return self.root / "runs" / f"{check_id(job_id)}.parquet"
+
+    def scratch(self, suffix: str) -> Path:
+        if suffix not in UPLOAD_SUFFIXES:
+            raise ValueError(f"unsupported suffix {suffix!r}")
+        return self.root / "uploads" / f"{new_id()}{suffix}"

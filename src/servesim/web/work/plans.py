@@ -1,0 +1,73 @@
+"""Planning answers: recovery of interrupted jobs, rescheduling of interrupted requests, advice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servesim.web.schemas import AdviseBody, RecoverBody, RescheduleBody
+from servesim.web.work import Env, Report, trace_path
+
+
+def recover(body: RecoverBody) -> dict[str, Any]:
+    """The per-job MIGRATE_STATE / COLD_RESTART plan of one node-interruption record (fast: inline)."""
+    from servesim.cluster.recovery import plan_recovery
+    from servesim.views.recovery import recovery_view
+
+    plan = plan_recovery(body.record)
+    return {"plan": plan.model_dump(mode="json"), "sections": [recovery_view(plan).model_dump(mode="json")]}
+
+
+def reschedule(body: RescheduleBody) -> dict[str, Any]:
+    """The re-admission order with projected completions and SLA verdicts (fast: inline)."""
+    from servesim.resched import parse_input
+    from servesim.resched import reschedule as plan_reschedule
+    from servesim.views.resched import resched_view
+
+    plan = plan_reschedule(parse_input(body.data, policy=body.policy))
+    return {"plan": plan.model_dump(mode="json"), "sections": [resched_view(plan).model_dump(mode="json")]}
+
+
+def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
+    """Advice from Claude (when the server has ANTHROPIC_API_KEY) or the rules, re-checked."""
+    from servesim.advisor import BatchingCase, ClaudeAdvisor, FallbackCase, RescheduleCase, advise
+    from servesim.advisor.optimize import optimizer_best
+    from servesim.cluster.recovery import plan_recovery
+    from servesim.resched import parse_input
+    from servesim.traces import load_trace
+    from servesim.web.schemas import HardwareBody
+    from servesim.web.work.runs import deployment
+
+    body = AdviseBody.model_validate(params)
+    report(0, 1)
+    case: Any
+    if body.task == "batching":
+        if body.trace_id is None:
+            raise ValueError("batching advice needs trace_id")
+        trace = load_trace(trace_path(env, body.trace_id))
+        hw = HardwareBody()
+        cfg, step, _ = deployment(body.engine, hw, trace)
+        case = BatchingCase(
+            trace, cfg, step, slo=body.slo, replicas=1, hardware=f"{hw.model} on one {hw.gpu}"
+        )
+        if body.optimize > 0:
+            case.optimizer_best = optimizer_best(case, body.optimize, 0)
+    elif body.data is None:
+        raise ValueError(f"{body.task} advice needs data (the reschedule input or recovery record)")
+    elif body.task == "reschedule":
+        case = RescheduleCase(parse_input(body.data), None)
+    else:
+        case = FallbackCase(plan_recovery(body.data))
+    claude = None
+    if body.advisor == "claude" or (body.advisor == "auto" and ClaudeAdvisor.available()):
+        claude = ClaudeAdvisor()
+    result = advise(case, body.advisor, claude=claude)
+    report(1, 1)
+    out = result.model_dump(mode="json")
+    calls = out.pop("action_log", [])  # per-call records stay on the server (the action log)
+    usage = {
+        "advisor": result.advisor,
+        "model": next((c["model"] for c in calls if c.get("model")), None),
+        "input_tokens": sum(int(c.get("input_tokens") or 0) for c in calls),
+        "output_tokens": sum(int(c.get("output_tokens") or 0) for c in calls),
+    }
+    return {"advice": out, "advisor": result.advisor, "advisor_usage": usage, "sections": []}

@@ -1,0 +1,287 @@
+"""The terminal dashboard driven with Textual's pilot: what a person sees after each key."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_starvation import bursty_trace
+from textual.pilot import Pilot
+
+from servesim import SLO, BatchComposition, EngineConfig, LinearStepTime, Trace, open_trace, simulate
+from servesim.cluster import planner_policy
+from servesim.tui.app import DashboardApp
+from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
+from servesim.tui.spec import DashboardSpec
+from servesim.tui.widgets import BatchTable, EventLog, QueueTable
+
+SIZES = [(80, 24), (160, 48)]
+CONFIG = EngineConfig(num_gpu_blocks=800, max_num_seqs=32)
+
+
+def spec(
+    replicas: int = 1, config: EngineConfig = CONFIG, trace: Trace | None = None, **kw: Any
+) -> DashboardSpec:
+    tr = trace if trace is not None else open_trace("bursty", num_requests=400, seed=3)
+    return DashboardSpec(
+        tr, "bursty", config, LinearStepTime(), replicas=replicas, slo=SLO(ttft_ms=2000, tpot_ms=50), **kw
+    )
+
+
+def drive(
+    app: DashboardApp,
+    body: Callable[[Pilot[None], DashboardApp], Awaitable[None]],
+    size: tuple[int, int] = (80, 24),
+) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await body(pilot, app)
+
+    asyncio.run(main())
+
+
+def status(app: DashboardApp) -> str:
+    return str(app.query_one("#status").render())
+
+
+def log_lines(app: DashboardApp) -> list[str]:
+    return app.query_one("#events", EventLog).lines_written
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_slots_fill_and_the_queue_drains(size: tuple[int, int]) -> None:
+    app = DashboardApp(spec(), paused=True, start_at=12.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        batch = app.query_one("#batch", BatchTable)
+        queue = app.query_one("#queue", QueueTable)
+        snap = app.snap
+        assert snap is not None and snap.num_running > 0 and snap.num_waiting > 0
+        assert batch.row_count == snap.num_running
+        assert queue.row_count == snap.num_waiting
+        assert batch.border_title == f"batch {snap.num_running}/32"
+        first = batch.get_row_at(0)
+        assert str(first[0]) == snap.running[0].req_id
+        assert str(first[1]).startswith(("decode ", "prefill "))
+        assert "t 12.00s" in status(app) and "paused" in status(app)
+        app.fast_forward(math.inf)
+        app.refresh_view()
+        await pilot.pause()
+        assert app.live.done and batch.row_count == 0 and queue.row_count == 0
+        assert "done 400/400" in status(app)
+
+    drive(app, body, size)
+
+
+def test_a_single_step_advances_exactly_one_engine_step() -> None:
+    app = DashboardApp(spec(), paused=True, start_at=3.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        before = app.live.step
+        await pilot.press("s")
+        assert app.live.step == before + 1
+        assert f"step {before + 1:,}" in status(app)
+        await pilot.press("s", "s", "s")
+        assert app.live.step == before + 4
+        assert app.paused
+
+    drive(app, body)
+
+
+def test_space_runs_the_clock_and_speed_keys_change_it() -> None:
+    app = DashboardApp(spec(), paused=True, speed=8.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        await pilot.press("plus")
+        assert app.speed == 16.0 and "×16" in status(app)
+        await pilot.press("minus", "minus")
+        assert app.speed == 4.0
+        await pilot.press("space")
+        await pilot.pause(0.5)
+        assert app.clock > 0 and "running" in status(app)
+        await pilot.press("space")
+        t = app.clock
+        await pilot.pause(0.3)
+        assert app.clock == t
+
+    drive(app, body)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_an_injected_failure_reroutes_the_replicas_jobs_with_the_planners_strategies(
+    size: tuple[int, int],
+) -> None:
+    app = DashboardApp(spec(replicas=3), paused=True, start_at=6.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        victims = {s.req_id for s in app.live.snapshot().replicas[0].running if s.computed_tokens}
+        assert victims
+        await pilot.press("f")
+        assert isinstance(app.screen, FailScreen)
+        await pilot.press("enter")  # the first choice: n0, lost now
+        await pilot.pause()
+        assert not isinstance(app.screen, FailScreen)
+        sim = app.live.sim  # type: ignore[union-attr]
+        assert not sim.alive[0] and "n0 DOWN" in str(app.query_one("#replicas").render())
+        assert {m.req_id for m in sim.moves} == victims
+        lines = log_lines(app)
+        assert any("n0 LOST" in line for line in lines)
+        for m in sim.moves:  # each decision shown as the planner made it
+            assert any(f"{m.req_id} {m.strategy} n0->{m.to_node}" in line for line in lines)
+        assert sim.recovery is planner_policy
+        assert any("re-admission order (sla-aware)" in line for line in lines)
+        shown = app.live.replica_names[app.selected]  # type: ignore[union-attr]
+        assert shown in {m.to_node for m in sim.moves}  # the panels follow the jobs
+        await pilot.press("right_square_bracket")
+        nxt = app.live.replica_names[app.selected]  # type: ignore[union-attr]
+        assert nxt != shown and app.query_one("#batch").border_title.startswith(f"batch {nxt}")
+
+    drive(app, body, size)
+
+
+def test_failures_need_a_cluster() -> None:
+    app = DashboardApp(spec(), paused=True)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        await pilot.press("f")
+        assert not isinstance(app.screen, FailScreen)
+        assert any("failures need a cluster" in n.message for n in app._notifications)
+
+    drive(app, body)
+
+
+def test_the_starvation_scenario_flags_a_request_starved_after_three_preemption_cycles() -> None:
+    config = EngineConfig(num_gpu_blocks=1200, policy="priority", max_num_seqs=64, starvation_threshold=3)
+    trace = bursty_trace()  # the engine's starvation scenario (tests/engine/test_starvation.py)
+    first = simulate(trace, config, LinearStepTime()).starvation.iloc[0]
+    app = DashboardApp(spec(config=config, trace=trace), paused=True, start_at=float(first["time_s"]) - 0.05)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        who = str(first["req_id"])
+        assert not any("STARVED" in line for line in log_lines(app))
+        while not any("STARVED" in line for line in log_lines(app)):
+            await pilot.press("s")
+        line = next(line for line in log_lines(app) if "STARVED" in line)
+        assert f"{who} STARVED after 3 preemptions" in line
+        three = [ln for ln in log_lines(app) if f"{who} preempted" in ln]
+        assert len(three) == 3 and "preempted #3," in three[-1]
+        batch, queue = app.query_one("#batch", BatchTable), app.query_one("#queue", QueueTable)
+        shown = [str(batch.get_row_at(i)[0]) for i in range(batch.row_count)]
+        shown += [str(queue.get_row_at(i)[1]) for i in range(queue.row_count)]
+        assert f"{who} STARVED" in shown  # its row says so, wherever it is
+
+    drive(app, body, (120, 40))
+
+
+def test_changing_max_num_seqs_restarts_with_the_new_limit_at_the_same_time() -> None:
+    app = DashboardApp(
+        spec(config=EngineConfig(num_gpu_blocks=4000, max_num_seqs=32)), paused=True, start_at=8.0
+    )
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        assert app.snap is not None and app.snap.num_running > 8
+        await pilot.press("m")
+        assert isinstance(app.screen, SeqsScreen)
+        await pilot.press(*"\b\b", "8", "enter")
+        await pilot.pause()
+        assert app.spec.config.max_num_seqs == 8 and app.live.config.max_num_seqs == 8  # type: ignore[union-attr]
+        assert app.clock == 8.0 and "seqs 8" in status(app)
+        assert app.snap.num_running <= 8 and app.query_one("#batch").border_title.endswith("/8")
+        assert any("restarted with max_num_seqs 8" in line for line in log_lines(app))
+        await pilot.press("c")  # refused: this trace's prompts exceed the 2048-token step budget
+        assert app.spec.config.enable_chunked_prefill and "chunked on" in status(app)
+        assert any(
+            "not restarted" in n.message and "max_num_batched_tokens" in n.message for n in app._notifications
+        )
+
+    drive(app, body)
+
+
+def test_toggling_chunked_prefill_restarts_without_it() -> None:
+    config = EngineConfig(num_gpu_blocks=4000, max_num_seqs=32, max_num_batched_tokens=16384)
+    app = DashboardApp(spec(config=config), paused=True, start_at=5.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        await pilot.press("c")
+        assert not app.spec.config.enable_chunked_prefill and "chunked off" in status(app)
+        assert app.clock == 5.0 and app.live.config.enable_chunked_prefill is False  # type: ignore[union-attr]
+        await pilot.press("c")
+        assert app.spec.config.enable_chunked_prefill
+
+    drive(app, body)
+
+
+def test_bad_max_num_seqs_is_refused_in_the_prompt() -> None:
+    app = DashboardApp(spec(), paused=True)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        await pilot.press("m", "\b", "\b", "0", "enter")
+        assert isinstance(app.screen, SeqsScreen)
+        assert "≥ 1" in str(app.screen.query_one("#seqs-error").render())
+        await pilot.press("escape")
+        assert app.spec.config.max_num_seqs == 32
+
+    drive(app, body)
+
+
+def test_help_zoom_detail_and_screenshot(tmp_path: Path) -> None:
+    app = DashboardApp(spec(), paused=True, start_at=12.0, screenshot_dir=tmp_path)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("z")
+        assert app.screen.maximized is app.query_one("#batch")
+        await pilot.press("escape")
+        assert app.screen.maximized is None
+        req = app.query_one("#batch", BatchTable).selected()
+        assert req is not None
+        await pilot.press("enter")
+        assert isinstance(app.screen, DetailScreen)
+        tl = app.screen.timeline
+        assert tl.req_id == req.req_id and tl.state == "running" and tl.events[0][1] == "arrived"
+        await pilot.press("escape")
+        await pilot.press("p")
+        shot = tmp_path / "servesim-dashboard-12.00s.svg"
+        assert shot.exists() and "<svg" in shot.read_text()[:200]
+
+    drive(app, body)
+
+
+def test_clicking_a_header_sorts_the_batch() -> None:
+    app = DashboardApp(spec(), paused=True, start_at=12.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        batch = app.query_one("#batch", BatchTable)
+        await pilot.click(BatchTable, offset=(1 + 9 + 16 + 2, 1))  # the "context" header (inside the border)
+        ctx = [s.context_len for s in batch.slots]
+        assert batch.sort_key == "ctx" and ctx == sorted(ctx) and len(ctx) > 2
+        await pilot.click(BatchTable, offset=(1 + 9 + 16 + 2, 1))
+        assert [s.context_len for s in batch.slots] == sorted(ctx, reverse=True)
+        await pilot.press("down", "down")
+        assert batch.selected() is batch.slots[2]
+        await pilot.click(BatchTable, offset=(2, 3), times=2)  # double click opens the row
+        assert isinstance(app.screen, DetailScreen) and app.screen.timeline.req_id == batch.slots[1].req_id
+
+    drive(app, body)
+
+
+def test_a_restart_with_model_redoes_the_deployment_setup() -> None:
+    """With --model, a changed flag re-derives KV blocks and step times as `simulate` would."""
+    from servesim.cli.engine_flags import DeploymentFlags
+    from servesim.cli.simulate_cmd import deploy
+
+    trace = open_trace("bursty", num_requests=50, seed=1)
+    dep = DeploymentFlags("llama-3.1-8b", "h100", 1, 0.9, None, None)
+    cfg, step, rebuild = deploy(dep, EngineConfig(), trace, None, {})
+    s = DashboardSpec(trace, "bursty", cfg, step, rebuild=rebuild).with_flags(max_num_batched_tokens=16384)
+    want, want_step = deploy(dep, EngineConfig(max_num_batched_tokens=16384), trace, None, {})[:2]
+    batch = BatchComposition(8, 8000, [], 0)
+    assert s.config == want and s.step_time.step_time(batch) == want_step.step_time(batch)
+    assert s.config.num_gpu_blocks is not None and s.config.max_num_batched_tokens == 16384

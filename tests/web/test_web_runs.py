@@ -1,0 +1,219 @@
+"""Jobs over the API: simulate (one replica, a cluster with failures), saturate, tune, advise,
+compare, downloads; each error answered as problem details."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from conftest import SMALL_SPACE, run_job, section, settings_for, wait_job
+from servesim.actionlog import read_log
+from servesim.web.app import create_app
+
+
+def test_simulation_has_histograms_series_kpis_and_a_bottleneck(client: TestClient, trace_id: str) -> None:
+    run = run_job(client, "/api/simulate", {"trace_id": trace_id, "slo": {"ttft_ms": 800, "tpot_ms": 80}})
+    res = run["result"]
+    view = section(res, "simulation")
+    hists = {h["key"]: h for h in view["histograms"]}
+    assert {"ttft", "tpot", "e2e", "queue"} <= {k.removesuffix("_ms") for k in hists}
+    ttft = next(h for k, h in hists.items() if k.startswith("ttft"))
+    assert sum(ttft["counts"]) == 300 and ttft["slo"] == 800
+    assert len(ttft["edges"]) == len(ttft["counts"]) + 1
+    keys = {s["key"] for s in view["series"]}
+    assert {"num_running", "num_waiting", "kv_usage"} <= keys
+    assert all(len(s["x"]) <= 600 for s in view["series"])  # down-sampled on the server
+    assert any(v["key"] == "bottleneck" for v in view["verdicts"])
+    assert set(res["kpis"]) == {"p50", "p90", "p95", "p99"}
+    p50 = {k["key"]: k["value"] for k in res["kpis"]["p50"]}
+    p99 = {k["key"]: k["value"] for k in res["kpis"]["p99"]}
+    assert p50["ttft_ms_p50"] <= p99["ttft_ms_p99"]
+    assert res["config"]["num_gpu_blocks"] > 1000  # sized by the memory model of the default H100
+    assert run["job"]["progress_done"] == run["job"]["progress_total"] > 0
+
+
+def test_max_num_seqs_changes_the_p99(client: TestClient, trace_id: str) -> None:
+    wide = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 128}})
+    narrow = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 2}})
+    assert narrow["result"]["summary"]["ttft_ms"]["p99"] > 2 * wide["result"]["summary"]["ttft_ms"]["p99"]
+    cmp = client.get(f"/api/compare?a={wide['job']['id']}&b={narrow['job']['id']}").json()
+    diff = {d["key"]: (d["a"], d["b"]) for d in cmp["config_diff"]}
+    assert diff["max_num_seqs"] == (128, 2)
+    ttft = next(m for m in cmp["metrics"] if m["key"] == "ttft_ms.p99")
+    assert ttft["delta"] > 0 and ttft["better"] is False
+    assert ttft["b"] == narrow["result"]["summary"]["ttft_ms"]["p99"]
+
+
+def test_downloads_json_and_csv(client: TestClient, trace_id: str) -> None:
+    run = run_job(client, "/api/simulate", {"trace_id": trace_id})
+    rid = run["job"]["id"]
+    j = client.get(f"/api/runs/{rid}/result.json")
+    assert j.status_code == 200 and "attachment" in j.headers["content-disposition"]
+    assert j.json()["result"]["summary"]["num_requests"] == 300
+    c = client.get(f"/api/runs/{rid}/requests.csv")
+    assert c.status_code == 200 and c.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(c.text)))
+    assert len(rows) == 300 and {"req_id", "ttft_ms", "e2e_ms", "outcome"} <= set(rows[0])
+    rep = client.get(f"/api/runs/{rid}/report.html")
+    assert rep.status_code == 200 and rep.headers["content-type"].startswith("text/html")
+    assert "attachment" in rep.headers["content-disposition"] and "<html" in rep.text.lower()
+    other = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 4}})["job"][
+        "id"
+    ]
+    diff = client.get(f"/api/compare/report.html?a={rid}&b={other}")
+    assert diff.status_code == 200 and "max_num_seqs" in diff.text
+
+
+def test_cluster_with_a_failure(client: TestClient, trace_id: str) -> None:
+    body = {
+        "trace_id": trace_id,
+        "replicas": 2,
+        "failures": [{"node": "n0", "time_s": 2.0}],
+        "recovery": "planner",
+    }
+    res = run_job(client, "/api/simulate", body)["result"]
+    assert res["cluster"]["num_failures"] == 1
+    assert res["summary"]["num_requests"] == 300
+    assert [s["key"] for s in res["sections"]].count("simulation") == 3  # the cluster and each replica
+    timeline = section(res, "timeline")["tables"][0]
+    events = [row[1] for row in timeline["rows"]]
+    assert events[0] == "down" and timeline["rows"][0][0] == 2.0 and timeline["rows"][0][2] == "n0"
+    interrupted = int(timeline["rows"][0][3].split()[0].replace(",", ""))
+    assert events.count("MIGRATE_STATE") + events.count("COLD_RESTART") <= interrupted
+    r = client.post("/api/simulate", json={**body, "failures": [{"node": "n9", "time_s": 1}]})
+    st = wait_job(client, r.json()["id"])
+    assert st["status"] == "failed" and "n9" in st["error"]
+
+
+def test_saturation_sweep_marks_knee_and_saturation(client: TestClient, trace_id: str) -> None:
+    res = run_job(
+        client, "/api/saturate", {"trace_id": trace_id, "slo": {"ttft_p99_ms": 1000}, "seeds": 1, "rtol": 0.2}
+    )["result"]
+    view = section(res, "saturation")
+    assert res["report"]["saturation_rps"] is None or res["report"]["saturation_rps"] > 0
+    assert view["verdicts"] and view["series"]
+    assert len(res["report"]["points"]) >= 3
+
+
+def test_tuning_study_gives_a_recommendation_and_resumes(client: TestClient, trace_id: str) -> None:
+    body = {
+        "trace_id": trace_id,
+        "slo": {"ttft_p99_ms": 2000, "tpot_p99_ms": 200},
+        "n_trials": 3,
+        "verify_seeds": 1,
+        "space": SMALL_SPACE,
+    }
+    first = run_job(client, "/api/tune", body)["result"]
+    assert first["study"]["n_trials"] == 3
+    assert first["recommendation"]["vllm_serve_command"].startswith("vllm serve")
+    assert [s["key"] for s in first["sections"]][:2] == ["recommendation", "tuning"]
+    job = client.post("/api/tune", json=body).json()
+    with client.stream("GET", f"/api/jobs/{job['id']}/events") as s:
+        events = [json.loads(x[5:]) for x in s.iter_lines() if x.startswith("data:")]
+    live = [e["extra"] for e in events if e.get("extra")]
+    assert live and live[-1]["study"] == first["study"]["study_name"]
+    assert len(live[-1]["trials"]) >= 4  # the stored three, then this run's as they finish
+    again = client.get(f"/api/runs/{job['id']}").json()["result"]
+    assert again["study"]["study_name"] == first["study"]["study_name"]
+    assert again["study"]["n_trials"] == 6  # the stored study was resumed
+    report = client.get(f"/api/runs/{job['id']}/report.html")
+    assert report.status_code == 200 and "vllm serve" in report.text
+    importance = section(again, "importance")["tables"][0]
+    assert importance["rows"] and abs(sum(r[1] for r in importance["rows"]) - 1) < 1e-6
+
+
+def test_advisor_says_which_advisor_answered(client: TestClient, trace_id: str) -> None:
+    from conftest import SEED_RECOVERY, SEED_RESCHED
+
+    res = run_job(client, "/api/advise", {"task": "reschedule", "data": SEED_RESCHED, "advisor": "rules"})[
+        "result"
+    ]
+    assert res["advisor"] == "rules" and res["advice"]["verification"]["accepted"] in (True, False)
+    assert "action_log" not in res["advice"]
+    res = run_job(client, "/api/advise", {"task": "fallback", "data": SEED_RECOVERY, "advisor": "rules"})
+    assert res["result"]["advisor"] == "rules" and res["result"]["advice"]["task"] == "fallback"
+
+
+def test_job_errors_are_problem_details(client: TestClient, trace_id: str) -> None:
+    missing = "0" * 32
+    r = client.post("/api/simulate", json={"trace_id": missing})
+    assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
+    r = client.post("/api/simulate", json={"trace_id": trace_id, "hardware": {"model": "gpt-17"}})
+    assert r.status_code == 422 and "unknown model" in r.json()["detail"]
+    r = client.post("/api/simulate", json={"trace_id": trace_id, "engine": {"max_num_seqs": 0}})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body.engine.max_num_seqs"
+    r = client.post("/api/simulate", json={"trace_id": trace_id, "engine": {"no_such_flag": 1}})
+    assert r.status_code == 422
+    r = client.post("/api/tune", json={"trace_id": trace_id, "n_trials": 10_000})
+    assert r.status_code == 422 and "at most 200" in r.json()["detail"]
+    r = client.post("/api/advise", json={"task": "batching"})
+    assert r.status_code == 422
+    r = client.post("/api/advise", json={"task": "fallback"})
+    assert r.status_code == 422
+    assert client.get(f"/api/runs/{missing}").status_code == 404
+    assert client.get(f"/api/jobs/{missing}").status_code == 404
+    assert client.get(f"/api/jobs/{missing}/events").status_code == 404
+    assert client.delete(f"/api/jobs/{missing}").status_code == 404
+    r = client.post("/api/simulate", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+
+
+def test_a_job_that_fails_says_why_and_is_logged(client: TestClient, trace_id: str, data_dir: Path) -> None:
+    r = client.post(
+        "/api/simulate", json={"trace_id": trace_id, "hardware": {"model": "llama-3.1-405b", "gpu": "l4"}}
+    )
+    st = wait_job(client, r.json()["id"])
+    assert st["status"] == "failed" and st["error"]
+    assert "Traceback" not in st["error"]
+    assert client.get(f"/api/runs/{r.json()['id']}/result.json").status_code == 409
+    logged = [a for a in read_log(data_dir) if a.parameters.get("job") == r.json()["id"]]
+    assert logged and logged[0].outcome == "error" and logged[0].interface == "web"
+
+
+def test_events_stream_progress_then_end(client: TestClient, trace_id: str) -> None:
+    r = client.post("/api/simulate", json={"trace_id": trace_id})
+    with client.stream("GET", f"/api/jobs/{r.json()['id']}/events") as s:
+        assert s.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in s.iter_lines() if line.startswith("event:")]
+    assert lines[-1] == "event: end"
+
+
+def test_history_lists_every_job(client: TestClient, trace_id: str) -> None:
+    from conftest import SEED_RECOVERY
+
+    sim = run_job(client, "/api/simulate", {"trace_id": trace_id})["job"]["id"]
+    plan = client.post("/api/recover", json={"record": SEED_RECOVERY}).json()["id"]
+    rows = client.get("/api/runs").json()
+    assert {sim, plan} <= {r["id"] for r in rows}
+    assert [r["created_at"] for r in rows] == sorted((r["created_at"] for r in rows), reverse=True)
+    only = client.get("/api/runs?kind=recover").json()
+    assert plan in {r["id"] for r in only} and all(r["kind"] == "recover" for r in only)
+    assert client.get("/api/runs?limit=0").status_code == 422
+
+
+def test_cancel_time_limit_and_queue_bound(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path, max_concurrent_jobs=1, max_queued_jobs=1, job_timeout_s=3.0)
+    with TestClient(create_app(settings)) as c:
+        tid = c.post("/api/traces/generate", json={"num_requests": 300}).json()["id"]
+        long = {"trace_id": tid, "n_trials": 200, "trial_seeds": 3}
+        first = c.post("/api/tune", json=long).json()["id"]  # runs until the time limit
+        second = c.post("/api/tune", json=long).json()["id"]  # waits for the worker
+        third = c.post("/api/tune", json=long)
+        assert third.status_code == 429 and "waiting" in third.json()["detail"]
+        assert c.delete(f"/api/jobs/{second}").status_code == 202
+        assert wait_job(c, second)["status"] == "cancelled"
+        st = wait_job(c, first)
+        assert st["status"] == "failed" and "time limit of 3 s" in st["error"]
+        assert c.delete(f"/api/jobs/{first}").status_code == 409
+        running = c.post("/api/tune", json=long).json()["id"]
+        while c.get(f"/api/jobs/{running}").json()["status"] != "running":
+            time.sleep(0.05)
+        assert c.delete(f"/api/jobs/{running}").status_code == 202
+        assert wait_job(c, running)["status"] == "cancelled"
+        after = c.post("/api/simulate", json={"trace_id": tid}).json()["id"]
+        assert wait_job(c, after)["status"] == "done"  # a fresh worker replaced the stopped one
