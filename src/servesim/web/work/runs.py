@@ -25,25 +25,23 @@ from servesim.web.work import Env, Report, trace_path
 def deployment(
     engine: EngineConfig, hw: HardwareBody, trace: Trace
 ) -> tuple[EngineConfig, StepTimeModel, list[str]]:
-    """Step times and KV blocks of the chosen model/GPU/TP (the catalog's roofline, vLLM's sizing)."""
-    from servesim.perf import deployment_setup
+    """Step times and KV blocks of the chosen model/GPU/TP: ``servesim.replica_setup``, the one
+    deployment setup every interface uses (the catalog's roofline, vLLM's KV sizing)."""
+    from servesim.perf.setup import replica_setup
 
-    mml = engine.max_model_len or trace.default_max_model_len()
-    setup = deployment_setup(
-        hw.model,
-        hw.gpu,
-        hw.tensor_parallel_size,
-        None,
-        max_num_seqs=engine.max_num_seqs,
-        max_num_batched_tokens=engine.max_num_batched_tokens,
-        block_size=engine.block_size,
+    given = hw.num_gpu_blocks_override is not None
+    if given:
+        engine = engine.model_copy(update={"num_gpu_blocks": hw.num_gpu_blocks_override})
+    setup = replica_setup(
+        engine,
+        model=hw.model,
+        gpu=hw.gpu,
+        tp=hw.tensor_parallel_size,
         gpu_memory_utilization=hw.gpu_memory_utilization,
-        max_model_len=mml,
-        size_kv_cache=hw.num_gpu_blocks_override is None,
+        max_model_len=engine.max_model_len or trace.default_max_model_len(),
+        num_gpu_blocks_given=given,
     )
-    blocks = hw.num_gpu_blocks_override or setup.num_gpu_blocks
-    config = engine.model_copy(update={"num_gpu_blocks": blocks})
-    return EngineConfig.model_validate(config.model_dump()), setup.step_time, list(setup.notes)
+    return setup.config, setup.step_time, [setup.timed_as, *setup.notes]
 
 
 def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
