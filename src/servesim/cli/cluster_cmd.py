@@ -10,11 +10,10 @@ import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from servesim.cli.common import fail, parse_slo, print_json
 from servesim.cli.simulate_cmd import TRACE_HELP
-from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster import (
     POLICIES,
@@ -130,35 +129,6 @@ def cluster_document(
     }
 
 
-def comparison_table(rows: list[StrategyOutcome], title: str) -> Table:
-    table = FitTable(title=title, title_justify="left", caption="latencies in ms; hit = requests interrupted")
-    for col in (
-        "recovery",
-        "done",
-        "TTFT p99",
-        "E2E p99",
-        "hit",
-        "hit E2E p99",
-        "mig/rst",
-        "recomputed",
-        "GB",
-    ):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            r.strategy,
-            f"{r.num_finished:,}" + (f"+{r.num_unfinished}?" if r.num_unfinished else ""),
-            f"{r.ttft_p99_ms:,.0f}",
-            f"{r.e2e_p99_ms:,.0f}",
-            f"{r.interrupted:,}",
-            f"{r.interrupted_e2e_p99_ms:,.0f}",
-            f"{r.migrated}/{r.restarted}",
-            f"{r.tokens_recomputed:,}",
-            f"{r.gb_moved:,.2f}",
-        )
-    return table
-
-
 def _load_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -254,21 +224,16 @@ def register(app: typer.Typer) -> None:
                 )
         except (TraceError, ValidationError, ValueError, OSError, PerfError) as exc:
             fail(exc)
-        if as_json:
-            print_json(
-                {
-                    **cluster_document(events, link, route, rows),
-                    "trace_provenance": provenance_json(tr.provenance),
-                }
-            )
-            return
-        typer.echo(f"timed as: {timed_as}")
-        Console().print(
-            comparison_table(
-                rows,
-                f"{trace}: {len(tr):,} requests on {len(reps)} replicas, {len(events)} failures, "
-                f"{link.model} KV over {link.bandwidth_gbps:g} Gbit/s, checkpointing {link.kv_checkpointing}",
-            )
+        if not as_json:
+            typer.echo(f"timed as: {timed_as}")
+        print_comparison(
+            rows,
+            events,
+            link,
+            route,
+            as_json,
+            f"{trace}: {len(tr):,} requests on {len(reps)} replicas",
+            tr.provenance,
         )
 
 
@@ -288,13 +253,12 @@ def print_comparison(
             {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
         )
         return
-    Console().print(
-        comparison_table(
-            rows,
-            f"{title}, {len(events)} failures, "
-            f"{link.model} KV over {link.bandwidth_gbps:g} Gbit/s, checkpointing {link.kv_checkpointing}",
-        )
-    )
+    from servesim.cli.render import print_section
+    from servesim.views.cluster import cluster_view
+
+    console = Console()
+    console.print(escape(title), highlight=False)
+    print_section(cluster_view(cluster_document(events, link, route, rows)), console)
 
 
 def _on_hardware(rep: Replica, trace: Trace, model: str, gpu: str | None, tp: int) -> ReplicaSetup:

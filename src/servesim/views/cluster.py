@@ -52,13 +52,20 @@ DECISION_COLUMNS = [
 ]
 
 
+def _strategy_cell(row: Mapping[str, Any], key: str) -> Any:
+    """A strategy row's value; the interrupted requests' latency is missing when none was."""
+    if key == "interrupted_e2e_p99_ms" and not row.get("interrupted"):
+        return None
+    return row.get(key)
+
+
 def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
     rows = list(doc.get("strategies", []))
     table = Table(
         key="strategies",
         title="recovery strategies compared (same trace, same failures)",
         columns=STRATEGY_COLUMNS,
-        rows=[[r.get(c.key) for c in STRATEGY_COLUMNS] for r in rows],
+        rows=[[_strategy_cell(r, c.key) for c in STRATEGY_COLUMNS] for r in rows],
     )
     failures = list(doc.get("failures", []))
     text = [
