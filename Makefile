@@ -18,7 +18,10 @@ sync: $(UV) .venv/.bytecode
 
 # Byte-compile the locked dependencies once per lock (uv does not by default), so the first
 # `servesim` run does not spend seconds compiling pandas & co. (benchmarks/startup.py).
-.venv/.bytecode: uv.lock | $(UV)
+# The editable install also builds the engine's compiled core (setup.py, Cython): it is rebuilt
+# whenever one of its modules changes, so tests never run a stale extension.
+ENGINE_CORE := setup.py $(wildcard src/servesim/engine/*.py src/servesim/engine/*.pxd)
+.venv/.bytecode: uv.lock $(ENGINE_CORE) | $(UV)
 	$(UV) sync --frozen --quiet --compile-bytecode
 	@touch $@
 
@@ -40,8 +43,10 @@ lint: sync
 typecheck: sync
 	$(UV_RUN) mypy src
 
-unit: sync
-	.venv/bin/python -m pytest -n 2  # not under uv run: Ray would start its workers through uv
+unit: sync  # not under uv run: Ray would start its workers through uv
+	.venv/bin/python -m pytest -n 2
+	# the engine's oracle and fast == naive tests again, on the pure-Python reference core
+	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n 2 tests/engine
 
 test: lint typecheck unit
 

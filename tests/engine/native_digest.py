@@ -1,0 +1,64 @@
+"""Run by test_native_core.py in a subprocess: simulate a fixed set of runs and print one digest
+of every byte they produce (records, step series, preemptions, summary, step log).
+
+The runs are hypothesis-drawn (derandomized, so every process draws the same ones) plus two
+larger generated traces, one with shared prefixes and a tight KV pool (preemptions), so the
+compiled core and the pure-Python reference can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import configs, step_models, traces
+
+from servesim.engine import EngineConfig, LinearStepTime, SimulationResult, _native, simulate
+from servesim.traces import FixedLength, GeneratorSpec, PoissonArrivals, generate_trace
+from servesim.traces.prefixes import PrefixSpec
+
+DIGEST = hashlib.sha256()
+
+
+def absorb(result: SimulationResult, log: list[dict[str, object]]) -> None:
+    for frame in (result.requests, result.steps, result.preemptions):
+        DIGEST.update(frame.to_csv(index=False, float_format="%.17g").encode())
+    DIGEST.update(result.summary.model_dump_json().encode())
+    DIGEST.update(json.dumps(log, sort_keys=True, default=str).encode())
+
+
+@settings(max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def drawn_runs(data: st.DataObject) -> None:
+    trace = data.draw(traces())
+    config = data.draw(configs(trace))
+    model = data.draw(step_models)
+    fast = data.draw(st.booleans())
+    log: list[dict[str, object]] = []
+    absorb(simulate(trace, config, model, fast=fast, step_log=log.append), log)
+
+
+def generated_runs() -> None:
+    spec = GeneratorSpec(
+        num_requests=3000,
+        seed=7,
+        arrival=PoissonArrivals(rate=40.0),
+        prefix=PrefixSpec(num_groups=8, prefix_len=FixedLength(value=700), fraction=0.6),
+    )
+    trace = generate_trace(spec)
+    for config in (
+        EngineConfig(num_gpu_blocks=30_000, max_num_seqs=256, max_num_batched_tokens=8192),
+        EngineConfig(num_gpu_blocks=900, max_num_seqs=64, max_num_batched_tokens=2048, policy="priority"),
+    ):
+        for fast in (True, False):
+            log: list[dict[str, object]] = []
+            absorb(simulate(trace, config, LinearStepTime(), fast=fast, step_log=log.append), log)
+
+
+if __name__ == "__main__":
+    drawn_runs()
+    generated_runs()
+    json.dump({"core": _native.core(), "digest": DIGEST.hexdigest()}, sys.stdout)
