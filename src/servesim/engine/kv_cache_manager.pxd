@@ -1,0 +1,33 @@
+# Cython declarations for kv_cache_manager.py (the compiled core; the .py stays the reference).
+cimport cython
+
+from servesim.engine.block_pool cimport BlockPool
+from servesim.engine.request cimport Request
+
+
+cdef class KVCacheManager:
+    cdef public long long block_size, max_model_len, watermark_blocks
+    cdef public bint caching, full_sequence_must_fit
+    cdef public BlockPool pool
+
+    cpdef block_key(self, Request r, long long i)
+    cpdef init_request(self, Request r)
+    @cython.locals(n=cython.longlong, hit=list)
+    cpdef list lookup(self, Request r)
+    @cython.locals(full=cython.longlong, start=cython.longlong, shared=cython.longlong, end=cython.longlong)
+    cpdef cache_blocks(self, Request r, long long num_tokens)
+    @cython.locals(need=cython.longlong)
+    cpdef long long blocks_needed_running(self, Request r, long long n) except? -1
+    @cython.locals(need=cython.longlong, pool=BlockPool, t=cython.longlong, nt=cython.longlong)
+    cpdef bint allocate_running(self, Request r, long long n) except -1
+    @cython.locals(
+        pool=BlockPool, bs=cython.longlong, mml=cython.longlong, num_tokens=cython.longlong,
+        num_hit=cython.longlong, room=cython.longlong, beyond_hit=cython.longlong,
+        total=cython.longlong, more=cython.longlong,
+    )
+    cpdef bint allocate_admission(
+        self, Request r, long long n, list hit, bint has_running, long long external=*
+    ) except -1
+    cpdef free(self, Request r)
+    @cython.locals(lo=cython.longlong, hi=cython.longlong)
+    cpdef free_preempted(self, Request r)

@@ -1,0 +1,59 @@
+# Cython declarations for scheduler.py (the compiled core; scheduler.py stays the reference).
+cimport cython
+
+from servesim.engine.decode_group cimport DecodeGroup
+from servesim.engine.kv_cache_manager cimport KVCacheManager
+from servesim.engine.request cimport Request
+
+
+cdef class StepPlan:
+    cdef public list scheduled, preempted, new, resumed, prefix_hits
+    cdef public long long num_group_decodes, group_ctx_sum
+
+    @cython.locals(decodes=cython.longlong, ctx=cython.longlong, prefill=cython.longlong,
+                   r=Request, n=cython.longlong)
+    cpdef batch(self)
+
+
+cdef class Scheduler:
+    cdef public KVCacheManager kv
+    cdef public long long budget, max_num_seqs, threshold, max_model_len, _admit_seq
+    cdef public long long total_preemptions
+    cdef public bint chunked, priority, protect_starved, boost_starved
+    cdef public list running, explicit
+    cdef public object waiting, starvation_threshold
+    cdef public DecodeGroup group
+
+    @cython.locals(plan=StepPlan, n_eligible=cython.longlong, thr=cython.longlong, budget=cython.longlong)
+    cpdef StepPlan schedule(self, long long step, double now)
+    @cython.locals(running=list, kv=KVCacheManager, budget=cython.longlong, mml=cython.longlong,
+                   scheduled=list, i=cython.Py_ssize_t, r=Request, n=cython.longlong, ok=cython.bint,
+                   victim=Request, vi=cython.Py_ssize_t, j=cython.Py_ssize_t, s=Request,
+                   sn=cython.longlong)
+    cpdef long long _running_pass(self, StepPlan plan, long long thr) except? -1
+    @cython.locals(group=DecodeGroup, budget=cython.longlong, mml=cython.longlong, kv=KVCacheManager,
+                   explicit=list, running=list, chunks=list, group_blocks=cython.longlong,
+                   blocks=cython.longlong, left=cython.longlong, used=cython.longlong,
+                   j=cython.Py_ssize_t, r=Request, members_before=cython.longlong,
+                   avail=cython.longlong, n=cython.longlong)
+    cpdef long long _fast_running_pass(self, StepPlan plan, long long step, long long thr) except? -2
+    @cython.locals(running=list, kv=KVCacheManager, r=Request, hit=list, hit_tokens=cython.longlong,
+                   num_tokens=cython.longlong, ext=cython.longlong, n=cython.longlong,
+                   lost=cython.longlong, reused=cython.longlong, moved=cython.longlong)
+    cpdef _waiting_pass(self, StepPlan plan, long long budget, long long thr, double now)
+    cpdef Request _victim(self, Request r)
+    cpdef _preempt(self, Request r)
+    @cython.locals(group=DecodeGroup, r=Request)
+    cpdef materialize_all(self, long long step, double now)
+    @cython.locals(mml=cython.longlong, finished=list, r=Request, n=cython.longlong, c=cython.longlong,
+                   o=cython.longlong, seg=list, group=DecodeGroup, done=list)
+    cpdef list update(self, StepPlan plan, long long step, double t_end)
+    @cython.locals(running=list, r=Request)
+    cpdef retire(self, list finished, double t_end)
+    @cython.locals(group=DecodeGroup, candidates=list, keep=list, r=Request, seg=list)
+    cpdef _regroup(self, StepPlan plan, long long next_step)
+
+
+@cython.locals(n=cython.longlong, cap=cython.longlong)
+cpdef long long running_tokens(Request r, long long thr, long long budget, long long max_model_len) except? -1
+cpdef Py_ssize_t running_index(list running, Request r) except -1
