@@ -1,0 +1,69 @@
+# Cython declarations for engine.py (the compiled core; engine.py stays the reference).
+cimport cython
+
+from servesim.engine.block_pool cimport BlockPool
+from servesim.engine.decode_group cimport DecodeGroup
+from servesim.engine.kv_cache_manager cimport KVCacheManager
+from servesim.engine.request cimport Request
+from servesim.engine.scheduler cimport Scheduler, StepPlan
+
+
+cdef class TraceArrays:
+    cdef public long long n
+    cdef public list req_id, arrival, prompt_len, output_len, priority, prefix_len, group, hash_ids
+    cdef public object hash_block_size, num_shared_ids
+
+    cpdef Request make_request(self, long long i)
+
+
+cdef class Recorder:
+    cdef public object steps, step_end, itl_run_first, itl_run_last, itl_gaps
+    cdef public object first_scheduled, first_token, finish, num_output, preemptions, recomputed
+    cdef public object reused, prefix_hit, outcome, token_steps
+    cdef public list preemption_events, starvation_events
+    cdef public long long prefix_queries, prefix_hits
+
+    @cython.locals(i=cython.longlong)
+    cpdef close_request(self, Request r)
+    @cython.locals(seg=list, c=cython.longlong, prev=cython.longlong, j=cython.Py_ssize_t,
+                   s=cython.longlong)
+    cpdef flush_tokens(self, Request r)
+
+
+cdef class PendingStep:
+    cdef public StepPlan plan
+    cdef public object batch
+    cdef public double start, duration
+    cdef public long long num_running, num_waiting, kv_used
+
+
+cdef class Engine:
+    cdef public object config, name, emit, _step_time, step_time, _timeouts
+    cdef public long long num_closed, _next_progress, _empty_steps, max_model_len, step, _next
+    cdef public bint stretch, check_invariants, external_arrivals
+    cdef public TraceArrays trace
+    cdef public BlockPool pool
+    cdef public KVCacheManager kv
+    cdef public Scheduler scheduler
+    cdef public Recorder rec
+    cdef public double now
+    cdef public dict live
+
+    cpdef run_until(self, double limit)
+    @cython.locals(sched=Scheduler, running=list, arrival=list, n=cython.longlong, timeouts=cython.bint,
+                   now=cython.double, step=cython.longlong, plan=StepPlan)
+    cpdef PendingStep begin_step(self, double limit=*)
+    @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,
+                   t_end=cython.double, finished=list, r=Request, prefill=cython.longlong)
+    cpdef list end_step(self, PendingStep p)
+    @cython.locals(sched=Scheduler, group=DecodeGroup, step=cython.longlong, t=cython.double,
+                   next_arrival=cython.double, n=cython.longlong, end=cython.longlong, pool=BlockPool,
+                   free=cython.longlong, usable=cython.longlong, buckets=list, bs=cython.longlong,
+                   ctx=cython.longlong, running=list, n_running=cython.longlong,
+                   n_waiting=cython.longlong, first=cython.longlong, pops=cython.longlong,
+                   dt=cython.double, t_end=cython.double, taken=cython.longlong, done=list, r=Request)
+    cpdef bint _decode_stretch(self, double limit) except -1
+    @cython.locals(arrival=list, n=cython.longlong, now=cython.double, mml=cython.longlong,
+                   timeouts=cython.bint, live=dict, i=cython.longlong, r=Request)
+    cpdef _arrive(self)
+    cpdef _close(self, Request r)
