@@ -30,7 +30,9 @@ def absorb(result: SimulationResult, log: list[dict[str, object]]) -> None:
     DIGEST.update(json.dumps(log, sort_keys=True, default=str).encode())
 
 
-@settings(max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+)
 @given(data=st.data())
 def drawn_runs(data: st.DataObject) -> None:
     trace = data.draw(traces())
