@@ -9,34 +9,28 @@ hashes each extension was built from, so a stale build (a ``.py`` edited since) 
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ENGINE = Path("src/servesim/engine")
-# Keep in step with servesim/engine/_native.py: COMPILED_MODULES.
-COMPILED_MODULES = (
-    "request",
-    "waiting_queue",
-    "block_pool",
-    "kv_cache_manager",
-    "decode_group",
-    "scheduler",
-    "engine",
-)
 
 
-def source_digest(module: str) -> str:
-    """What an extension is built from: its module, plus its .pxd when there is one."""
-    h = hashlib.sha256((ENGINE / f"{module}.py").read_bytes())
-    pxd = ENGINE / f"{module}.pxd"
-    if pxd.exists():
-        h.update(pxd.read_bytes())
-    return h.hexdigest()
+def _core_sources() -> ModuleType:
+    """servesim/engine/_core_sources.py, loaded on its own (the package is not importable yet)."""
+    spec = importlib.util.spec_from_file_location("_core_sources", ENGINE / "_core_sources.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SOURCES = _core_sources()
 
 
 class BuildEngineCore(build_ext):
@@ -49,14 +43,16 @@ class BuildEngineCore(build_ext):
         for ext in self.extensions:
             path = Path(self.get_ext_fullpath(ext.name))
             if path.exists():
-                built[ext.name.rsplit(".", 1)[1]] = source_digest(ext.name.rsplit(".", 1)[1])
+                module = ext.name.rsplit(".", 1)[1]
+                built[module] = SOURCES.source_digest(ENGINE, module)
                 target_dir = path.parent
         if target_dir is not None:
             (target_dir / "_native_build.json").write_text(json.dumps(built, indent=1, sort_keys=True) + "\n")
 
 
 extensions = [
-    Extension(f"servesim.engine.{m}", [str(ENGINE / f"{m}.py")], optional=True) for m in COMPILED_MODULES
+    Extension(f"servesim.engine.{m}", [str(ENGINE / f"{m}.py")], optional=True)
+    for m in SOURCES.COMPILED_MODULES
 ]
 
 setup(

@@ -16,7 +16,6 @@ modules from their ``.py`` source.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -29,27 +28,15 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-# Keep in step with setup.py: COMPILED_MODULES.
-COMPILED_MODULES = (
-    "request",
-    "waiting_queue",
-    "block_pool",
-    "kv_cache_manager",
-    "decode_group",
-    "scheduler",
-    "engine",
-)
+from servesim.engine._core_sources import COMPILED_MODULES, source_digest
+
 ENV_PURE = "SERVESIM_PURE_PYTHON"
 _PACKAGE = __name__.rsplit(".", 1)[0]
 _HERE = Path(__file__).parent
 
 
 def _digest(module: str) -> str:
-    h = hashlib.sha256((_HERE / f"{module}.py").read_bytes())
-    pxd = _HERE / f"{module}.pxd"
-    if pxd.exists():
-        h.update(pxd.read_bytes())
-    return h.hexdigest()
+    return source_digest(_HERE, module)
 
 
 def _has_extension(module: str) -> bool:

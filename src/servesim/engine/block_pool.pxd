@@ -15,9 +15,9 @@ cdef class BlockPool:
     cpdef _evict_duplicate(self, b, h)
     @cython.locals(block_hash=dict, ref=dict, cached=dict)
     cpdef register(self, list blocks, list keys)
-    @cython.locals(ref=dict, head_taken=cython.bint)
+    @cython.locals(ref=dict, head_taken=cython.bint, c=cython.longlong)
     cpdef touch(self, list blocks)
     @cython.locals(ref=dict, n=cython.longlong)
     cpdef long long num_evictable_among(self, list blocks) except? -1
-    @cython.locals(freed=cython.longlong, ref=dict)
+    @cython.locals(freed=cython.longlong, ref=dict, c=cython.longlong)
     cpdef free(self, list blocks, long long num_live, long long num_hashed)

@@ -31,3 +31,8 @@ cdef class KVCacheManager:
     cpdef free(self, Request r)
     @cython.locals(lo=cython.longlong, hi=cython.longlong)
     cpdef free_preempted(self, Request r)
+
+
+@cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t, w=cython.Py_ssize_t,
+               out=list, width=list, chain=list, alive=list, count=dict, hashes=list, survivors=list)
+cpdef list shared_id_prefixes(hash_ids, prompt_len, long long hash_block_size)

@@ -73,25 +73,41 @@ def shared_id_prefixes(
     by a chained hash of their ids: a collision can only count a prefix as shared when it is not,
     which costs speed, never a hit. Ids past the end of the prompt describe no token: not counted.
     """
-    count: dict[int, int] = {}
-    get = count.get
-    for ids, plen in zip(hash_ids, prompt_len, strict=True):
+    # Level by level: the prefix of length j+1 can only be shared if the prefix of length j is,
+    # so only the requests still sharing take part in the next level (the work is the shared
+    # prefixes, not every id). Each level counts its own chains.
+    n = len(hash_ids)
+    if len(prompt_len) != n:
+        raise ValueError(f"{n} hash_ids lists for {len(prompt_len)} prompts")
+    out = [0] * n
+    width = [0] * n  # ids describing tokens of the prompt
+    chain = [0] * n  # the chained hash of the shared prefix so far
+    alive: list[int] = []
+    for i in range(n):
+        ids = hash_ids[i]
         if ids is not None:
-            h = 0
-            for x in ids[: -(-plen // hash_block_size)]:
-                h = hash((h, x))
-                count[h] = get(h, 0) + 1
-    out: list[int] = []  # a second walk, each only as far as its shared prefix: no chains kept
-    for ids, plen in zip(hash_ids, prompt_len, strict=True):
-        k = 0
-        if ids is not None:
-            h = 0
-            for x in ids[: -(-plen // hash_block_size)]:
-                h = hash((h, x))
-                if count[h] < 2:
-                    break
-                k += 1
-        out.append(k)
+            w = min(len(ids), -(-prompt_len[i] // hash_block_size))
+            if w > 0:
+                width[i] = w
+                alive.append(i)
+    j = 0
+    while alive:
+        count: dict[int, int] = {}
+        get = count.get
+        hashes: list[int] = []
+        for i in alive:
+            h = hash((chain[i], hash_ids[i][j]))  # type: ignore[index]  # alive: ids not None
+            hashes.append(h)
+            count[h] = get(h, 0) + 1
+        j += 1
+        survivors: list[int] = []
+        for i, h in zip(alive, hashes, strict=True):
+            if count[h] >= 2:
+                out[i] = j
+                if j < width[i]:
+                    chain[i] = h
+                    survivors.append(i)
+        alive = survivors
     return out
 
 
