@@ -36,3 +36,7 @@ cdef class KVCacheManager:
 @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t, w=cython.Py_ssize_t,
                out=list, width=list, chain=list, alive=list, count=dict, hashes=list, survivors=list)
 cpdef list shared_id_prefixes(hash_ids, prompt_len, long long hash_block_size)
+@cython.locals(covered=cython.Py_ssize_t, per=cython.Py_ssize_t, step=cython.Py_ssize_t, out=list,
+               j=cython.Py_ssize_t, keys=list, i=cython.Py_ssize_t, first=cython.Py_ssize_t,
+               last=cython.Py_ssize_t)
+cpdef list hash_id_keys(hash_ids, long long hash_block_size, long long block_size, long long prompt_len)
