@@ -66,10 +66,10 @@ def create_app(settings: WebSettings) -> FastAPI:
     )
     app.state.workbench = Workbench(settings, db, storage, jobs)
     problems.install(app)
-    from servesim.web.routers import catalog, pages, plans, runs, traces
+    from servesim.web.routers import bench, catalog, pages, plans, runs, traces
     from servesim.web.routers import jobs as jobs_router
 
-    for module in (traces, runs, jobs_router, plans, catalog, pages):
+    for module in (traces, runs, bench, jobs_router, plans, catalog, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(BodyLimitMiddleware, upload_limit=settings.max_upload_bytes)

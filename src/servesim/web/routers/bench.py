@@ -1,0 +1,157 @@
+"""``/api/bench``: upload a ``vllm bench serve`` result, then overlay it with servesim's run of it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from servesim.actionlog import record_action
+from servesim.web.app import Workbench, workbench
+from servesim.web.db import BenchRow, now_iso
+from servesim.web.problems import Problem
+from servesim.web.routers.runs import ACCEPTED, _check_hardware, _done, job_out
+from servesim.web.schemas import ID_PATTERN, BenchOut, BenchSimulateBody
+from servesim.web.storage import display_name, new_id
+
+router = APIRouter(prefix="/api/bench", tags=["measured"])
+WB = Annotated[Workbench, Depends(workbench)]
+BenchId = Annotated[str, Path(pattern=ID_PATTERN, description="A stored benchmark result.")]
+#: A --save-detailed result of 10,000 prompts is a few MB; the generated texts make it larger.
+JSON_TYPES = {"", "application/json", "application/octet-stream", "text/plain"}
+
+
+def bench_out(row: BenchRow) -> BenchOut:
+    return BenchOut.model_validate(row, from_attributes=True)
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    """What the page lists of a stored result (the statistics it reports, the workload's shape)."""
+    return {
+        "model_id": result.model_id,
+        "num_prompts": result.num_prompts,
+        "completed": result.completed,
+        "failed": result.failed,
+        "request_rate": result.request_rate,
+        "burstiness": result.burstiness,
+        "max_concurrency": result.max_concurrency,
+        "detailed": result.detailed,
+        "stats": result.stats(),
+    }
+
+
+@router.post(
+    "",
+    status_code=201,
+    summary="Upload a `vllm bench serve --save-result` JSON file (the file's bytes as the body)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+    responses={
+        413: {"description": "Over the size limit"},
+        415: {"description": "Not a JSON file"},
+        422: {"description": "Not a usable benchmark result (each field's problem listed)"},
+    },
+)
+async def upload_bench(
+    request: Request,
+    wb: WB,
+    name: Annotated[str, Query(min_length=1, max_length=300, description="The file's name.")],
+) -> BenchOut:
+    import orjson
+
+    from servesim.perf.bench_io import bench_requests, parse_bench_result
+
+    shown = display_name(name)
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not shown.lower().endswith(".json") or ctype not in JSON_TYPES:
+        raise Problem(415, f"{shown}: a vllm bench serve result is a .json file (--save-result)")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > wb.settings.max_upload_bytes:
+            raise Problem(413, f"{shown}: over the upload limit of {wb.settings.max_upload_bytes:,} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise Problem(422, f"{shown}: not JSON: {e}", errors=[{"field": None, "reason": str(e)}]) from None
+    result = parse_bench_result(data, shown)
+    bench_requests(result, shown)  # the workload can be re-created (lengths, count)
+    if len(result.stats()) == 0:
+        raise Problem(
+            422,
+            f"{shown}: no latency statistic to compare (mean_ttft_ms, p99_e2el_ms, ...)",
+            errors=[{"field": "mean_ttft_ms", "reason": "missing: the file reports no latency"}],
+        )
+    with record_action(
+        "bench-upload", {"name": shown, "bytes": size}, interface="web", folder=wb.settings.data_dir
+    ):
+        row = BenchRow(id=new_id(), name=shown, created_at=now_iso(), summary=_summary(result))
+        from servesim.io import write_bytes_atomic
+
+        write_bytes_atomic(wb.storage.bench_file(row.id), raw)
+        with wb.db.session() as s:
+            s.add(row)
+    return bench_out(row)
+
+
+@router.get("", summary="Stored benchmark results, newest first")
+def list_bench(wb: WB) -> list[BenchOut]:
+    return [bench_out(r) for r in wb.db.benches()]
+
+
+@router.get("/{bench_id}", summary="A stored benchmark result's summary")
+def get_bench(bench_id: BenchId, wb: WB) -> BenchOut:
+    return bench_out(_row(wb, bench_id))
+
+
+@router.delete("/{bench_id}", status_code=204, summary="Delete a benchmark result")
+def delete_bench(bench_id: BenchId, wb: WB) -> Response:
+    with wb.db.session() as s:
+        row = s.get(BenchRow, bench_id)
+        if row is None:
+            raise Problem(404, f"no benchmark result {bench_id}")
+        s.delete(row)
+    wb.storage.bench_file(bench_id).unlink(missing_ok=True)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{bench_id}/simulate",
+    status_code=202,
+    responses=ACCEPTED,
+    summary="Simulate the benchmark's workload (or take a stored run) and overlay measured vs simulated",
+)
+def simulate_bench(bench_id: BenchId, body: BenchSimulateBody, wb: WB) -> JSONResponse:
+    row = _row(wb, bench_id)
+    if body.bench_id != bench_id:
+        raise Problem(
+            422,
+            "bench_id in the body differs from the path",
+            errors=[{"field": "bench_id", "reason": "must match the path"}],
+        )
+    if body.run_id is not None:
+        run = _done(wb, body.run_id)
+        if run.kind != "simulate":
+            raise Problem(422, f"run {body.run_id} is a {run.kind} job: choose a simulation run")
+        what = f"run {run.title}"
+    else:
+        _check_hardware(body.hardware)
+        what = f"{body.hardware.model}, max_num_seqs {body.engine.max_num_seqs}"
+    title = body.label or f"{row.name} measured vs simulated ({what})"
+    job = wb.jobs.submit("overlay", title, body.model_dump(mode="json"), None)
+    return JSONResponse(job_out(job).model_dump(mode="json"), status_code=202)
+
+
+def _row(wb: Workbench, bench_id: str) -> BenchRow:
+    row = wb.db.bench(bench_id)
+    if row is None:
+        raise Problem(404, f"no benchmark result {bench_id}: upload one first")
+    return row
