@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench_sample import bench_result
 
 from conftest import GOOD_CSV, SEED_RECOVERY, SMALL_SPACE
 from servesim.report.pdf import CHROMIUM_ARGS
@@ -157,6 +158,12 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert (
         page.locator("#run-results [data-section='simulation'] .verdict[data-key='bottleneck']").count() == 1
     )
+    spark = page.get_attribute("#run-results .kpi[data-key='ttft_ms_p99'] svg.spark polyline", "points") or ""
+    assert len(spark.split()) > 1  # the tile's sparkline: TTFT p99 over the run's time
+    stacked = page.eval_on_selector(
+        "#run-results [data-group='queue_by_reason']", "e => e.data.map(t => t.name)"
+    )
+    assert len(stacked) == 4 and stacked[0] == "KV blocks"  # queue length by reason, one trace each
     shot(page, "run.png")
     page.fill("#cost-price", "2.5")
     page.click("#cost-form button")
@@ -166,6 +173,7 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert narrow != wide and narrow > wide  # one request at a time queues everybody else
     page.click(".switcher button[data-p='p50']")
     assert page.locator(".kpi[data-key='ttft_ms_p50']").count() == 1
+    assert page.locator(".kpi[data-key='ttft_ms_p50'] svg.spark").count() == 1
     page.click(".kpi[data-key='ttft_ms_p50'] .q")
     assert "Time to first token" in (page.text_content(".kpi[data-key='ttft_ms_p50'] .def") or "")
     page.reload()  # the last run survives a reload
@@ -287,3 +295,37 @@ def test_two_browsers_follow_their_own_jobs(browser: Any, server: str) -> None:
         pg.click("#tab-run")
         pg.wait_for_selector(f"#run-results .toolbar:has-text('max_num_seqs {n}')")
         ctx.close()
+
+
+def test_measured_vs_simulated_overlay_and_a_bad_benchmark_file(page: Any) -> None:
+    import json
+
+    EXPECTED.append("status of 422 (Unprocessable Entity)")  # the refused file itself
+    page.click("#tab-measured")
+    bad = {"num_prompts": -1, "mean_ttft_ms": 5.0}
+    page.set_input_files(
+        "#bench-file",
+        files=[{"name": "bad.json", "mimeType": "application/json", "buffer": json.dumps(bad).encode()}],
+    )
+    page.wait_for_selector("#bench-errors table")
+    assert "num_prompts" in (page.text_content("#bench-errors tbody") or "")
+    good = json.dumps(bench_result(60)).encode()
+    page.set_input_files(
+        "#bench-file", files=[{"name": "bench.json", "mimeType": "application/json", "buffer": good}]
+    )
+    page.wait_for_selector("#bench-status:has-text('bench.json stored')")
+    assert page.locator("#bench-errors table").count() == 0
+    page.click("#bench-submit")
+    page.wait_for_selector("#bench-results [data-section='overlay'] [data-overlay] .main-svg")
+    overlays = page.eval_on_selector_all(
+        "#bench-results [data-overlay]", "els => els.map(e => [e.dataset.overlay, e.data.length])"
+    )
+    assert overlays == [["ttft_ms", 2], ["tpot_ms", 2], ["itl_ms", 2], ["e2e_ms", 2]]  # measured + simulated
+    rows = page.eval_on_selector_all(
+        "#bench-results table[data-key='measured_vs_simulated'] tbody tr", "rs => rs.map(r => r.innerText)"
+    )
+    ttft = next(r for r in rows if r.startswith("TTFT mean"))
+    assert ttft.strip().endswith("%")  # the error column
+    assert page.locator("#bench-results .kpi[data-key='ttft_ms_mean_error']").count() == 1
+    page.evaluate("window.scrollTo(0, 0)")
+    shot(page, "measured.png")

@@ -137,7 +137,7 @@ def overlay_view(
                 Kpi(
                     key=f"{key}_mean_error",
                     label=f"{label} mean error",
-                    value=None if err is None else err * 100,
+                    value=err,
                     unit="%",
                     decimals=1,
                     help="(simulated - measured) / measured, of the benchmark's mean " + label,

@@ -76,6 +76,7 @@
     if (window.Plotly) for (const c of $(tab.getAttribute("aria-controls")).querySelectorAll(".js-plotly-plot")) window.Plotly.Plots.resize(c);
     if (tab.id === "tab-history") loadHistory();
     if (tab.id === "tab-compare") loadCompareChoices();
+    if (tab.id === "tab-measured") loadBenches($("bench-pick").value);
   }
   tabs.forEach((t, i) => {
     t.addEventListener("click", () => showTab(t));
@@ -334,7 +335,8 @@
     box.append(toolbar);
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
     costBox(box, run.job.id);
-    r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { before: (sec) => percentileSwitcher(sec, r.kpis) } : {}));
+    const sparks = r.sparklines || {};
+    r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { sparklines: sparks, before: (sec) => percentileSwitcher(sec, r.kpis, sparks) } : {}));
   }
   /* $/1M tokens and goodput per $ at the GPU price the user enters (the server has no price). */
   function costBox(box, runId) {
@@ -353,13 +355,13 @@
     box.append(form, out);
   }
   /* KPI tiles at p50 / p90 / p95 / p99: the server sent each set (views.simulation.kpis). */
-  function percentileSwitcher(box, byPercentile) {
+  function percentileSwitcher(box, byPercentile, sparks) {
     const grid = box.querySelector(".kpis");
     if (!grid) return;
     const bar = el("div", { class: "switcher", role: "group", "aria-label": "Latency percentile of the tiles" });
     const apply = (p) => {
       for (const b of bar.children) b.setAttribute("aria-pressed", String(b.dataset.p === p));
-      clear(grid, ...byPercentile[p].map(SS.kpi));
+      clear(grid, ...byPercentile[p].map((k) => SS.kpi(k, sparks[k.key])));
     };
     for (const p of Object.keys(byPercentile)) bar.append(el("button", { type: "button", "data-p": p, "aria-pressed": String(p === "p99"), onclick: () => apply(p) }, p));
     grid.before(bar);
@@ -493,6 +495,47 @@
     });
   }
 
+  /* ------------------------------------------------------------------ measured vs simulated */
+  async function loadBenches(selected) {
+    const rows = await api("/api/bench");
+    fillSelect($("bench-pick"), rows.map((b) => ({ value: b.id, label: `${b.name}: ${b.summary.num_prompts ?? b.summary.completed} prompts at ${b.summary.request_rate} req/s${b.summary.detailed ? "" : " (summary only)"}` })), selected || (rows[0] || {}).value);
+    const runs = (await api("/api/runs?kind=simulate")).filter((r) => r.status === "done");
+    fillSelect($("bench-against"), [{ value: "", label: "its workload, with the Run tab's settings" }, ...runs.map((r) => ({ value: r.id, label: `run ${r.created_at.slice(11, 19)} ${r.title}` }))], $("bench-against").value);
+  }
+  async function uploadBench(file) {
+    const status = $("bench-status");
+    clear($("bench-errors"));
+    status.className = "status";
+    status.textContent = `Uploading ${file.name}…`;
+    try {
+      const row = await api(`/api/bench?name=${encodeURIComponent(file.name)}`, { method: "POST", body: file, type: "application/json" });
+      status.textContent = `${row.name} stored: ${Object.keys(row.summary.stats).length} latency metrics${row.summary.detailed ? " with per-request lists" : ""}.`;
+      await loadBenches(row.id);
+    } catch (e) {
+      status.className = "status error";
+      status.textContent = `${file.name} was not stored.`;
+      clear($("bench-errors"), problemBlock(e));
+    }
+  }
+  function renderOverlay(run) {
+    const box = clear($("bench-results"));
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON")));
+    for (const n of run.result.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
+    for (const s of run.result.sections) SS.section(box, s);
+  }
+  function setupBench() {
+    const input = $("bench-file");
+    input.addEventListener("change", () => { if (input.files[0]) uploadBench(input.files[0]); input.value = ""; });
+    $("bench-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const id = $("bench-pick").value;
+      if (!id) { clear(jobBox("bench"), problemBlock(new ApiError({ status: 422, title: "No benchmark", detail: "upload a vllm bench serve result first" }))); return; }
+      const s = runSettings();
+      const against = $("bench-against").value;
+      submit("bench", `/api/bench/${id}/simulate`, { bench_id: id, engine: s.engine, hardware: s.hardware, seed: parseInt($("bench-seed").value, 10) || 0, run_id: against || null }, renderOverlay);
+    });
+  }
+
   /* ------------------------------------------------------------------ recovery, rescheduling */
   const EXAMPLES = {
     recover: {
@@ -613,7 +656,7 @@
     table.append(body);
     return el("div", { class: "table-wrap" }, table);
   }
-  const OPENERS = { simulate: ["tab-run", renderRun], saturate: ["tab-sweep", renderSweep], tune: ["tab-tune", renderTune], advise: ["tab-advise", renderAdvice] };
+  const OPENERS = { overlay: ["tab-measured", renderOverlay], simulate: ["tab-run", renderRun], saturate: ["tab-sweep", renderSweep], tune: ["tab-tune", renderTune], advise: ["tab-advise", renderAdvice] };
   async function openRun(row) {
     const run = await api(`/api/runs/${row.id}`);
     if (OPENERS[row.kind]) { OPENERS[row.kind][1](run); showTab($(OPENERS[row.kind][0])); return; }
@@ -643,13 +686,13 @@
       state.catalog = await api("/api/catalog");
       buildForms(state.catalog);
     } catch (e) { toast(`cannot load the catalog: ${e.message}`); return; }
-    setupUpload(); setupRun(); setupSweep(); setupTune(); setupCompare(); setupAdvise();
+    setupUpload(); setupRun(); setupSweep(); setupTune(); setupCompare(); setupAdvise(); setupBench();
     setupPlan("recover", "/api/recover", (record) => ({ record }));
     setupPlan("resched", "/api/reschedule", (data) => ({ data, policy: $("resched-policy").value || null }));
     $("history-refresh").addEventListener("click", loadHistory);
     await loadTraces();
     if (state.traceId) await selectTrace(state.traceId);
-    resume("run", renderRun); resume("sweep", renderSweep); resume("tune", renderTune); resume("advise", renderAdvice);
+    resume("run", renderRun); resume("sweep", renderSweep); resume("tune", renderTune); resume("advise", renderAdvice); resume("bench", renderOverlay);
     const wanted = tabs.find((t) => t.id === "tab-" + location.hash.slice(1));
     if (wanted) showTab(wanted);
     document.body.dataset.ready = "1";

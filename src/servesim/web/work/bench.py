@@ -85,7 +85,7 @@ def _replayed(
     text = [
         f"simulated: the benchmark's {len(rs):,} requests at {bench.request_rate} req/s "
         f"(burstiness {bench.burstiness or 1.0}{conc}), send times seeded {body.seed}; "
-        f"replayed as the client saw it ({out.rounds} rounds)"
+        f"replayed as the client saw it ({out.rounds} round{'s' if out.rounds != 1 else ''})"
     ]
     if not bench.detailed:
         text.append("the file has no per-request lists (--save-detailed): lengths are the mean lengths")

@@ -70,14 +70,18 @@ def kpis_by_percentile(summary: SimulationSummary) -> dict[str, list[dict[str, A
 
 def run_result(result: SimulationResult, notes: list[str]) -> dict[str, Any]:
     """The stored answer of one run: its config, summary and the views the page draws."""
-    from servesim.views.simulation import simulation_view
+    from servesim.views.simulation import queue_by_reason, simulation_view
+    from servesim.views.sparklines import kpi_sparklines
 
+    view = simulation_view(result)
+    view = view.model_copy(update={"series": [*view.series, *queue_by_reason(result)]})
     return {
         "config": result.config.model_dump(mode="json"),
         "step_time_model": _jsonable(result.step_time_model),
         "summary": result.summary.model_dump(mode="json"),
-        "sections": [simulation_view(result).model_dump(mode="json")],
+        "sections": [view.model_dump(mode="json")],
         "kpis": kpis_by_percentile(result.summary),
+        "sparklines": {k: v.model_dump(mode="json") for k, v in kpi_sparklines(result).items()},
         "notes": notes,
     }
 
