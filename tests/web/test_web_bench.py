@@ -45,7 +45,10 @@ def test_upload_then_overlay_gives_paired_histograms_and_errors(client: TestClie
     assert "request throughput (req/s)" in rows
     kpis = {k["key"]: k for k in view["kpis"]}
     assert set(kpis) >= {"ttft_ms_mean_error", "e2e_ms_mean_error"}
-    assert kpis["ttft_ms_mean_error"]["value"] == pytest.approx(err) and kpis["ttft_ms_mean_error"]["unit"] == "%"
+    assert (
+        kpis["ttft_ms_mean_error"]["value"] == pytest.approx(err)
+        and kpis["ttft_ms_mean_error"]["unit"] == "%"
+    )
     assert view["verdicts"][0]["key"] == "overlay_error"
     assert out["result"]["config"]["max_num_seqs"] == 64  # the deployment the body asked for
 

@@ -214,9 +214,36 @@ def test_tuning_shows_progress_and_the_recommendation(page: Any) -> None:
     assert all(n > 0 for n in plotted_points(page, "#tune-results"))  # the trials scatter
     assert page.locator("#tune-results [data-section='recommendation']").count() == 1
     shot(page, "tune.png")
-    page.click("#trial-load")
+    # click a point of the trials scatter (as a person does, with the mouse on the marker)
+    scatter = "#tune-results [data-section='tuning'] [data-key='trials']"
+    page.locator(scatter).scroll_into_view_if_needed()
+    x, y, near = page.eval_on_selector(
+        scatter,
+        """gd => { const l = gd._fullLayout, r = gd.getBoundingClientRect(), t = gd.data[0];
+                   const px = (i) => [l.xaxis.l2p(t.x[i]), l.yaxis.l2p(t.y[i])];
+                   const d = (i, j) => Math.hypot(px(i)[0] - px(j)[0], px(i)[1] - px(j)[1]);
+                   const alone = (k) => t.x.every((_, j) => j === k || d(k, j) > 25);
+                   const i = Math.max(0, t.x.findIndex((_, k) => alone(k)));
+                   const here = t.text.filter((_, j) => d(i, j) <= 25);  // drawn on (or next to) it
+                   return [r.left + l._size.l + px(i)[0], r.top + l._size.t + px(i)[1], here]; }""",
+    )
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.wait_for_selector("#trial-config h3")
+    shown = (page.text_content("#trial-config h3") or "").split()[1]
+    assert shown in [n.split()[1] for n in near]  # the trial under the mouse (or one drawn on it)
+    shot(page, "tune-pareto.png")
+    wanted = page.eval_on_selector_all(
+        "#trial-config tbody tr", "rs => rs.map(r => r.innerText.split('\\t'))"
+    )
+    seqs = next(v for k, v in wanted if k == "max_num_seqs")
+    page.click("#trial-config-load")
     assert page.is_visible("#panel-run")
-    assert page.input_value("#eng-max_num_seqs") != ""  # the trial's flags are in the form
+    assert page.input_value("#eng-max_num_seqs") == seqs  # the clicked trial's flags are in the form
+    page.click("#tab-tune")
+    page.click("#trial-load")  # the keyboard path: the list of feasible trials
+    assert page.is_visible("#panel-run")
+    assert page.input_value("#eng-max_num_seqs") != ""
 
 
 def test_recovery_matrix_and_history(page: Any) -> None:

@@ -431,8 +431,8 @@
       } }, "Copy the vllm serve command");
       box.append(el("div", { class: "section", id: "recommendation-card" }, el("h2", {}, "Recommendation (review before use)"), pre, copy));
     }
-    trialLoader(box, r);
     for (const s of r.sections) SS.section(box, s);
+    trialLoader(box, r);
   }
   /* The study's trials as they finish (read from the Optuna storage by the job while it runs). */
   function liveTrials(extra) {
@@ -456,17 +456,16 @@
       xaxis: { title: { text: "TTFT p99 (ms)" } }, yaxis: { title: { text: "goodput per GPU (req/s)" } },
     }, { displaylogo: false, responsive: true });
   }
-  /* Load a trial's configuration (the best ones, the Pareto front) into the Run tab's form. */
+  /* Load a trial's configuration (the best ones, the Pareto front) into the Run tab's form: pick it
+     in the list (keyboard) or click its point in the trials scatter (the Pareto front is marked). */
   function trialLoader(box, r) {
     const byNumber = {};
-    for (const t of r.trials || []) if (t.feasible) byNumber[t.number] = t;
+    for (const t of r.trials || []) byNumber[t.number] = t;
     const front = new Set(((r.study && r.study.pareto_front) || []).map((t) => t.number));
-    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n]);
-    if (!ranked.length) return;
-    const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
-      `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
-    const load = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => {
-      const p = byNumber[sel.value].params;
+    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n] && byNumber[n].feasible);
+    const card = el("div", { id: "trial-config", "aria-live": "polite" });
+    const load = (n) => {
+      const p = byNumber[n].params;
       for (const [k, v] of Object.entries(p)) {
         const input = $(`eng-${k}`) || $(`hw-${k}`);
         if (!input) continue;
@@ -474,9 +473,45 @@
       }
       if (p.replicas) $("run-replicas").value = String(p.replicas);
       showTab($("tab-run"));
-      toast(`Loaded trial ${sel.value} into the Run tab: press Run simulation`);
-    } }, "Load into the Run tab");
-    box.append(el("div", { class: "section" }, el("h2", {}, "Try a trial's configuration"), el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, load)));
+      toast(`Loaded trial ${n} into the Run tab: press Run simulation`);
+    };
+    const show = (n) => {
+      const t = byNumber[n];
+      const o = t.outcome || {};
+      clear(card, el("h3", {}, `Trial ${n}${front.has(n) ? " (Pareto front)" : ""}${t.feasible ? "" : " (infeasible)"}`),
+        SS.table({ key: "trial_params", title: "", notes: [], columns: [{ key: "flag", label: "setting", kind: "str" }, { key: "value", label: "value", kind: "str" }],
+          rows: [...Object.entries(t.params).map(([k, v]) => [k, v === null ? "not set" : String(v)]),
+            ["TTFT p99 (ms, worst seed)", o.ttft_p99_ms ? SS.fmt(o.ttft_p99_ms.max) : "–"], ["goodput per GPU (req/s)", SS.fmt(o.goodput_per_gpu ?? null)]] }),
+        el("button", { type: "button", id: "trial-config-load", class: "secondary small", onclick: () => load(n) }, `Load trial ${n} into the Run tab`));
+    };
+    const points = r.scatter_trials || [];
+    const scatter = box.querySelector("[data-section='tuning'] [data-key='trials']");
+    if (scatter && window.Plotly && points.length) {
+      window.Plotly.restyle(scatter, {
+        "marker.color": [points.map((n) => (front.has(n) ? "#1a7f37" : byNumber[n] && byNumber[n].feasible ? "#2457c5" : "#c62828"))],
+        "marker.size": [points.map((n) => (front.has(n) ? 11 : 7))],
+        text: [points.map((n) => `trial ${n}${front.has(n) ? " (Pareto front)" : ""}`)],
+        hovertemplate: "%{text}: %{x:.4g} ms, %{y:.4g} req/s per GPU<extra>click to see it</extra>",
+      });
+      scatter.on("plotly_click", (ev) => {
+        const n = points[ev.points[0].pointIndex];
+        if (n === undefined) return;
+        show(n);
+        if (ranked.includes(n)) $("trial-pick").value = String(n);
+      });
+    }
+    const help = el("p", { class: "help" }, "Click a point of the trials scatter (green: the Pareto front) to see its configuration, or pick a feasible trial:");
+    const parts = [el("h2", {}, "Try a trial's configuration"), help];
+    if (ranked.length) {
+      const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
+        `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
+      sel.addEventListener("change", () => show(parseInt(sel.value, 10)));
+      const btn = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => load(parseInt(sel.value, 10)) }, "Load into the Run tab");
+      parts.push(el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, btn));
+    }
+    parts.push(card);
+    const chooser = el("div", { class: "section", id: "trial-chooser" }, ...parts);
+    if (scatter) scatter.parentElement.after(chooser); else box.append(chooser);
   }
   function setupTune() {
     $("tune-form").addEventListener("submit", (e) => {

@@ -160,6 +160,7 @@ SS.series = function (container, s, extra) {
   if (s.kind === "bar") trace.type = "bar";
   else if (s.kind === "scatter") Object.assign(trace, { type: "scatter", mode: "markers" });
   else Object.assign(trace, { type: "scatter", mode: measured ? "lines+markers" : "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5, color: measured ? "#c05600" : undefined } });
+  div.dataset.key = s.key;
   const traces = [trace, ...((extra && extra.traces) || [])];
   const shapes = [];
   const annotations = [];
