@@ -169,8 +169,10 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     page.click("#cost-form button")
     page.wait_for_selector("#cost-result .kpi[data-key='usd_per_m_output_tokens']")
     assert "2.50" in (page.text_content("#cost-result .kpi[data-key='usd_per_hour'] .value") or "")
+    page.click("#basket-add")  # the wide run: the basket's first run is its baseline
     narrow = run_simulation(page, 1)
     assert narrow != wide and narrow > wide  # one request at a time queues everybody else
+    page.click("#basket-add")
     page.click(".switcher button[data-p='p50']")
     assert page.locator(".kpi[data-key='ttft_ms_p50']").count() == 1
     assert page.locator(".kpi[data-key='ttft_ms_p50'] svg.spark").count() == 1
@@ -185,6 +187,17 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     page.click("#compare-form button[type='submit']")
     page.wait_for_selector("#metric-deltas")
     assert "max_num_seqs" in (page.text_content("#compare-results") or "")
+    page.wait_for_selector("#basket-table tbody tr >> nth=1")
+    assert page.is_checked("#basket-base-0")  # the wide run is the baseline
+    page.click("#basket-compare")
+    page.wait_for_selector("#basket-results table[data-key='basket']")
+    ttft = page.locator("#basket-results table[data-key='basket'] tbody tr", has_text="p99").first
+    cells = ttft.locator("td").all_inner_texts()
+    assert cells[0].startswith("TT") or "first token" in cells[0].lower()
+    assert cells[1] == "lower" and cells[-1].startswith("+") and cells[-1].endswith("%")
+    assert float(cells[-1].replace("%", "").replace(",", "")) > 0  # TTFT p99 rose against the baseline
+    assert "bad" in (ttft.locator("td").last.get_attribute("class") or "")  # and that is worse
+    page.locator("#basket-box").scroll_into_view_if_needed()
     shot(page, "compare.png")
 
 

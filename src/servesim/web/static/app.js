@@ -331,7 +331,8 @@
       el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"),
       el("a", { href: `/api/runs/${run.job.id}/requests.csv`, download: "" }, "Download per-request CSV"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
-      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"));
+      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
+      el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket"));
     box.append(toolbar);
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
     costBox(box, run.job.id);
@@ -678,6 +679,67 @@
       } catch (err) { clear(box, problemBlock(err)); }
     });
   }
+  /* The comparison basket: runs kept in this browser (localStorage), one of them the baseline. */
+  const basket = {
+    get: () => JSON.parse(localStorage.getItem("servesim.basket") || "[]"),
+    set: (items) => localStorage.setItem("servesim.basket", JSON.stringify(items.slice(-13))),
+    baseline: () => localStorage.getItem("servesim.basket.baseline"),
+  };
+  function addToBasket(job) {
+    const items = basket.get().filter((x) => x.id !== job.id);
+    items.push({ id: job.id, title: `${job.created_at.slice(11, 19)} ${job.title}` });
+    basket.set(items);
+    if (!basket.baseline()) localStorage.setItem("servesim.basket.baseline", job.id);
+    toast(`Added to the basket (${items.length} run${items.length === 1 ? "" : "s"}): compare them on the Compare tab`);
+    renderBasketList();
+  }
+  function renderBasketList() {
+    const items = basket.get();
+    const list = $("basket-list");
+    if (!items.length) { clear(list, el("p", { class: "empty" }, "The basket is empty.")); return; }
+    let base = basket.baseline();
+    if (!items.some((x) => x.id === base)) { base = items[0].id; localStorage.setItem("servesim.basket.baseline", base); }
+    const body = el("tbody");
+    items.forEach((x, i) => {
+      const radio = el("input", { type: "radio", name: "basket-baseline", id: `basket-base-${i}`, value: x.id, checked: x.id === base,
+        onchange: () => localStorage.setItem("servesim.basket.baseline", x.id) });
+      body.append(el("tr", {}, el("td", {}, el("label", { class: "check", for: `basket-base-${i}` }, radio, "baseline")), el("td", {}, x.title),
+        el("td", {}, el("button", { type: "button", class: "small secondary", "aria-label": `Remove ${x.title} from the basket`,
+          onclick: () => { basket.set(basket.get().filter((y) => y.id !== x.id)); renderBasketList(); } }, "Remove"))));
+    });
+    clear(list, el("table", { id: "basket-table" }, el("caption", {}, `${items.length} run(s) in the basket`),
+      el("thead", {}, el("tr", {}, ["", "run", ""].map((h) => el("th", { scope: "col" }, h)))), body));
+  }
+  async function compareBasket() {
+    const box = $("basket-results");
+    const items = basket.get();
+    const base = basket.baseline();
+    const others = items.filter((x) => x.id !== base);
+    if (!base || !others.length) { clear(box, problemBlock(new ApiError({ status: 422, title: "Basket", detail: "add at least two runs to the basket" }))); return; }
+    try {
+      const d = await api(`/api/compare/basket?baseline=${base}&${others.map((x) => "runs=" + x.id).join("&")}`);
+      clear(box);
+      if (d.config_diff.length) box.append(SS.table({ key: "basket_config", title: "Settings that differ from the baseline", notes: [],
+        columns: [{ key: "key", label: "setting", kind: "str" }, { key: "baseline", label: "baseline", kind: "str" }, ...d.runs.map((r, i) => ({ key: `r${i}`, label: r.title, kind: "str" }))],
+        rows: d.config_diff.map((c) => [c.key, JSON.stringify(c.baseline), ...c.runs.map((v) => JSON.stringify(v))]) }));
+      for (const s of d.sections) SS.section(box, s);
+      // colour each change by whether it is an improvement (the table says which direction is better)
+      const t = d.sections[0].tables[0];
+      box.querySelectorAll("table[data-key='basket'] tbody tr").forEach((tr, i) => {
+        const row = t.rows[i];
+        for (let j = 4; j < row.length; j += 2) {
+          if (row[j] === null || row[j] === 0) continue;
+          tr.children[j].classList.add((row[j] > 0) === (row[1] === "higher") ? "good" : "bad");
+          if (row[j] > 0) tr.children[j].textContent = "+" + tr.children[j].textContent;
+        }
+      });
+    } catch (err) { clear(box, problemBlock(err)); }
+  }
+  function setupBasket() {
+    $("basket-compare").addEventListener("click", compareBasket);
+    $("basket-clear").addEventListener("click", () => { basket.set([]); localStorage.removeItem("servesim.basket.baseline"); clear($("basket-results")); renderBasketList(); });
+    renderBasketList();
+  }
   function deltaTable(rows) {
     const table = el("table", { id: "metric-deltas" }, el("caption", {}, "Metric deltas (B − A)"),
       el("thead", {}, el("tr", {}, ["metric", "A", "B", "Δ", "Δ %"].map((h, i) => el("th", { scope: "col", class: i ? "num" : null }, h)))));
@@ -709,7 +771,8 @@
       body.append(el("tr", {}, el("td", {}, r.created_at.replace("T", " ").slice(0, 19)), el("td", {}, r.kind), el("td", {}, r.title),
         el("td", { class: r.status === "failed" ? "bad" : null, title: r.error || null }, r.status + (r.error ? `: ${r.error.slice(0, 120)}` : "")),
         el("td", { class: "num" }, r.duration_s === null ? "–" : SS.fmt(r.duration_s)),
-        el("td", {}, r.status === "done" ? el("button", { type: "button", class: "small secondary", onclick: () => openRun(r) }, "Open") : null)));
+        el("td", {}, r.status === "done" ? el("button", { type: "button", class: "small secondary", onclick: () => openRun(r) }, "Open") : null,
+          r.status === "done" && r.kind === "simulate" ? el("button", { type: "button", class: "small secondary", onclick: () => addToBasket(r) }, "Add to basket") : null)));
     }
     table.append(body);
     clear($("history-list"), table);
@@ -721,7 +784,7 @@
       state.catalog = await api("/api/catalog");
       buildForms(state.catalog);
     } catch (e) { toast(`cannot load the catalog: ${e.message}`); return; }
-    setupUpload(); setupRun(); setupSweep(); setupTune(); setupCompare(); setupAdvise(); setupBench();
+    setupUpload(); setupRun(); setupSweep(); setupTune(); setupCompare(); setupAdvise(); setupBench(); setupBasket();
     setupPlan("recover", "/api/recover", (record) => ({ record }));
     setupPlan("resched", "/api/reschedule", (data) => ({ data, policy: $("resched-policy").value || null }));
     $("history-refresh").addEventListener("click", loadHistory);
