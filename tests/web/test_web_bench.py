@@ -107,6 +107,8 @@ def test_bad_bench_files_are_422_with_the_field(
 
 def test_bench_upload_refuses_other_files_and_unknown_ids(client: TestClient) -> None:
     assert upload(client, bench_result(5), "bench.csv").status_code == 415
+    huge = {"num_prompts": 10**12, "total_input_tokens": 5, "total_output_tokens": 5, "mean_ttft_ms": 1.0}
+    assert upload(client, huge).status_code == 413  # bounded before anything is allocated
     assert client.post(f"/api/bench/{'0' * 32}/simulate", json={"bench_id": "0" * 32}).status_code == 404
     bench = upload(client, bench_result(5)).json()
     other = {"bench_id": "1" * 32}

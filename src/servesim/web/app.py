@@ -40,6 +40,7 @@ def create_app(settings: WebSettings) -> FastAPI:
     problem = settings.startup_problem()
     if problem is not None:
         raise ValueError(problem)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)  # the default SQLite file lives there
     db = Database(settings.database_url)
     db.interrupt_unfinished()
     storage = Storage(settings.data_dir)

@@ -83,6 +83,13 @@ async def upload_bench(
     except orjson.JSONDecodeError as e:
         raise Problem(422, f"{shown}: not JSON: {e}", errors=[{"field": None, "reason": str(e)}]) from None
     result = parse_bench_result(data, shown)
+    n = len(result.input_lens or ()) or result.num_prompts or result.completed or 0
+    if n > wb.settings.max_requests_per_trace:
+        raise Problem(
+            413,
+            f"{shown}: {n:,} requests; this server re-runs at most {wb.settings.max_requests_per_trace:,}",
+            errors=[{"field": "num_prompts", "reason": "too many requests for this server"}],
+        )
     bench_requests(result, shown)  # the workload can be re-created (lengths, count)
     if len(result.stats()) == 0:
         raise Problem(

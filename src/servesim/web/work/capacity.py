@@ -196,6 +196,7 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     if rec is not None:
         sections.insert(0, recommendation_view(rec).model_dump(mode="json"))
     return {
+        "executor": ex.kind,  # where the trials ran (--tune-executor)
         "study": res.model_dump(mode="json", exclude={"trials"}),
         "trials": [t.model_dump(mode="json") for t in res.trials],
         "scatter_trials": [t.number for t in scatter_trials(res)],  # the scatter's points, in order
