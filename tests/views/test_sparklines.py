@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import servesim
-from servesim.views.sparklines import kpi_sparklines
 from servesim.views.simulation import kpis
+from servesim.views.sparklines import kpi_sparklines
 
 
 @pytest.fixture(scope="module")
