@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +118,32 @@ def test_bench_upload_refuses_other_files_and_unknown_ids(client: TestClient) ->
     assert r.status_code == 404
     assert client.delete(f"/api/bench/{bench['id']}").status_code == 204
     assert client.get(f"/api/bench/{bench['id']}").status_code == 404
+
+
+SIM2REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sim2real"
+
+
+def test_a_sim2real_experiment_is_rerun_as_servesim_sim2real_does(client: TestClient) -> None:
+    from servesim.perf.sim2real import default_experiment_profile, load_experiments, run_experiment
+
+    raw = (SIM2REAL / "62.json").read_bytes()
+    bench = upload(client, raw, "62.json").json()
+    assert bench["summary"]["format"] == "sim2real" and bench["summary"]["experiment"] == "62"
+    out = run_job(client, f"/api/bench/{bench['id']}/simulate", {"bench_id": bench["id"]})
+    rows = {r[0]: r for r in section(out["result"], "overlay")["tables"][0]["rows"]}
+    (exp,) = load_experiments(SIM2REAL / "62.json")
+    pred, _, _ = run_experiment(exp, default_experiment_profile([exp]))
+    for ours, theirs in (("E2E mean", "e2e_mean"), ("E2E p99", "e2e_p99"), ("TTFT p90", "ttft_p90")):
+        measured, simulated, err = rows[ours][1:]
+        assert measured == exp.actual["-1"][theirs]  # the file's measurement
+        assert simulated == pytest.approx(pred["-1"][theirs], rel=1e-9)  # servesim sim2real's prediction
+        assert err == pytest.approx((simulated - measured) / measured)
+    itl = next(r for k, r in rows.items() if k.startswith("ITL mean"))
+    assert itl[1] == exp.actual["-1"]["itl_mean"] and itl[2] == pytest.approx(pred["-1"]["itl_mean"])
+
+
+def test_a_broken_sim2real_experiment_names_the_field(client: TestClient) -> None:
+    data = json.loads((SIM2REAL / "62.json").read_text())
+    data["tp"] = 0
+    r = upload(client, data, "62-broken.json")
+    assert r.status_code == 422 and "tp" in [e["field"] for e in r.json()["errors"]]

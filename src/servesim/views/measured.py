@@ -117,8 +117,10 @@ def overlay_view(
     title: str = "measured vs simulated",
     text: list[str] | None = None,
     bins: int = 40,
+    extra_rows: Mapping[str, tuple[float | None, float | None]] | None = None,
 ) -> Section:
-    """The comparison as one Section (table of errors, KPI per metric's mean error, overlays)."""
+    """The comparison as one Section (table of errors, KPI per metric's mean error, overlays).
+    ``extra_rows``: further (measured, simulated) figures with their own definition, by label."""
     rows: list[list[Any]] = []
     kpis: list[Kpi] = []
     errors: list[float] = []
@@ -152,6 +154,11 @@ def overlay_view(
         if err is not None:
             errors.append(abs(err))
         rows.append([f"{ours.replace('_', ' ')} ({unit})", m, s, err])
+    for label, (m, sv) in (extra_rows or {}).items():
+        err = _error(m, sv)
+        if err is not None:
+            errors.append(abs(err))
+        rows.append([label, m, sv, err])
     table = Table(
         key="measured_vs_simulated",
         title="measured vs simulated (ms unless stated)",

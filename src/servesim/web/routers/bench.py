@@ -1,4 +1,5 @@
-"""``/api/bench``: upload a ``vllm bench serve`` result, then overlay it with servesim's run of it."""
+"""``/api/bench``: upload a measured run (a ``vllm bench serve`` result or a sim2real experiment),
+then overlay it with servesim's run of the same workload."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def bench_out(row: BenchRow) -> BenchOut:
 def _summary(result: Any) -> dict[str, Any]:
     """What the page lists of a stored result (the statistics it reports, the workload's shape)."""
     return {
+        "format": "vllm-bench",
         "model_id": result.model_id,
         "num_prompts": result.num_prompts,
         "completed": result.completed,
@@ -65,11 +67,12 @@ async def upload_bench(
     import orjson
 
     from servesim.perf.bench_io import bench_requests, parse_bench_result
+    from servesim.perf.sim2real import experiment_stats, is_experiment, parse_experiment
 
     shown = display_name(name)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if not shown.lower().endswith(".json") or ctype not in JSON_TYPES:
-        raise Problem(415, f"{shown}: a vllm bench serve result is a .json file (--save-result)")
+        raise Problem(415, f"{shown}: a measured run is a .json file (vllm bench serve --save-result)")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -82,6 +85,19 @@ async def upload_bench(
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise Problem(422, f"{shown}: not JSON: {e}", errors=[{"field": None, "reason": str(e)}]) from None
+    if is_experiment(data):
+        exp = parse_experiment(data, shown)
+        exp.model_spec(), exp.gpu_spec(), exp.spec  # the deployment and workload can be re-created
+        summary = {
+            "format": "sim2real",
+            "model_id": exp.model,
+            "experiment": exp.id,
+            "num_prompts": None,
+            "request_rate": None,
+            "detailed": False,
+            "stats": experiment_stats(exp),
+        }
+        return _store(wb, shown, raw, summary)
     result = parse_bench_result(data, shown)
     n = len(result.input_lens or ()) or result.num_prompts or result.completed or 0
     if n > wb.settings.max_requests_per_trace:
@@ -97,12 +113,15 @@ async def upload_bench(
             f"{shown}: no latency statistic to compare (mean_ttft_ms, p99_e2el_ms, ...)",
             errors=[{"field": "mean_ttft_ms", "reason": "missing: the file reports no latency"}],
         )
-    with record_action(
-        "bench-upload", {"name": shown, "bytes": size}, interface="web", folder=wb.settings.data_dir
-    ):
-        row = BenchRow(id=new_id(), name=shown, created_at=now_iso(), summary=_summary(result))
-        from servesim.io import write_bytes_atomic
+    return _store(wb, shown, raw, _summary(result))
 
+
+def _store(wb: Workbench, shown: str, raw: bytes, summary: dict[str, Any]) -> BenchOut:
+    from servesim.io import write_bytes_atomic
+
+    params = {"name": shown, "bytes": len(raw), "format": summary["format"]}
+    with record_action("bench-upload", params, interface="web", folder=wb.settings.data_dir):
+        row = BenchRow(id=new_id(), name=shown, created_at=now_iso(), summary=summary)
         write_bytes_atomic(wb.storage.bench_file(row.id), raw)
         with wb.db.session() as s:
             s.add(row)

@@ -534,7 +534,9 @@
   /* ------------------------------------------------------------------ measured vs simulated */
   async function loadBenches(selected) {
     const rows = await api("/api/bench");
-    fillSelect($("bench-pick"), rows.map((b) => ({ value: b.id, label: `${b.name}: ${b.summary.num_prompts ?? b.summary.completed} prompts at ${b.summary.request_rate} req/s${b.summary.detailed ? "" : " (summary only)"}` })), selected || (rows[0] || {}).value);
+    const what = (b) => (b.summary.format === "sim2real" ? `sim2real experiment ${b.summary.experiment} (${b.summary.model_id})`
+      : `${b.summary.num_prompts ?? b.summary.completed} prompts at ${b.summary.request_rate} req/s${b.summary.detailed ? "" : " (summary only)"}`);
+    fillSelect($("bench-pick"), rows.map((b) => ({ value: b.id, label: `${b.name}: ${what(b)}` })), selected || (rows[0] || {}).value);
     const runs = (await api("/api/runs?kind=simulate")).filter((r) => r.status === "done");
     fillSelect($("bench-against"), [{ value: "", label: "its workload, with the Run tab's settings" }, ...runs.map((r) => ({ value: r.id, label: `run ${r.created_at.slice(11, 19)} ${r.title}` }))], $("bench-against").value);
   }

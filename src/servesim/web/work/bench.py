@@ -32,7 +32,12 @@ def load_bench(path: Path, name: str) -> BenchServeResult:
 
 
 def overlay_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
+    from servesim.perf.sim2real import is_experiment
+
     body = BenchSimulateBody.model_validate(params)
+    data = json.loads(bench_file(env, body.bench_id).read_text(encoding="utf-8"))
+    if is_experiment(data) and body.run_id is None:
+        return _experiment_job(data, report)
     bench = load_bench(bench_file(env, body.bench_id), "the benchmark")
     report(0, 1)
     if body.run_id is not None:
@@ -100,3 +105,44 @@ def _stored_run(env: Env, run_id: str) -> tuple[dict[str, Sample], dict[str, flo
         raise ValueError(f"run {run_id}: no per-request records (choose a finished simulation run)")
     sim, throughput = records_samples(pd.read_parquet(path))
     return sim, throughput, ["ITL is not compared: a stored run keeps no per-step record"]
+
+
+def _experiment_job(data: dict[str, Any], report: Report) -> dict[str, Any]:
+    """A sim2real experiment (a measured inference-perf run): re-run exactly as ``servesim sim2real``
+    does (its model, GPU, TP, limits and workload; the same default profile), overlaid with its
+    whole-run measurements."""
+    from servesim.perf.sim2real import (
+        default_experiment_profile,
+        experiment_stats,
+        parse_experiment,
+        run_experiment,
+    )
+
+    exp = parse_experiment(data, "the experiment")
+    report(0, 1)
+    pred, out, info = run_experiment(exp, default_experiment_profile([exp]))
+    sim, throughput = replay_samples(out)
+    itl_label = "ITL mean (inference-perf: (E2E - TTFT) / (outputs - 1))"
+    view = overlay_view(
+        experiment_stats(exp),
+        {},
+        sim,
+        simulated_throughput=throughput,
+        extra_rows={itl_label: (exp.actual.get("-1", {}).get("itl_mean"), pred["-1"].get("itl_mean"))},
+        text=[
+            f"sim2real experiment {exp.id}: {exp.model} on {exp.tp} x {exp.hardware}, max_num_seqs "
+            f"{exp.max_num_seqs}, max_num_batched_tokens {exp.max_num_batched_tokens}; its inference-perf "
+            f"workload re-created as servesim sim2real does ({info['num_requests']:,} requests, "
+            f"{info['rounds']} rounds); the Run tab's settings are not used",
+            "measured: the whole run (stage -1) as the experiment file reports it (means, p90, p99)",
+        ],
+    )
+    report(1, 1)
+    return {
+        "config": None,
+        "bench": {"experiment": exp.id, "model_id": exp.model, "detailed": False},
+        "sections": [view.model_dump(mode="json")],
+        "notes": [
+            f"KV blocks: {info['num_gpu_blocks']:,} (memory model); the run logged {exp.total_kv_blocks:,}"
+        ],
+    }
