@@ -173,6 +173,9 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     narrow = run_simulation(page, 1)
     assert narrow != wide and narrow > wide  # one request at a time queues everybody else
     page.click("#basket-add")
+    queue = page.locator("#run-results [data-group='queue_by_reason']")
+    queue.scroll_into_view_if_needed()
+    queue.screenshot(path=str(IMAGES / "queue-by-reason.png"))  # one request at a time: max_num_seqs
     page.click(".switcher button[data-p='p50']")
     assert page.locator(".kpi[data-key='ttft_ms_p50']").count() == 1
     assert page.locator(".kpi[data-key='ttft_ms_p50'] svg.spark").count() == 1
