@@ -90,11 +90,14 @@ def test_bad_requests_get_400_with_the_reason(make_server: Any) -> None:
 def test_requests_beyond_the_stream_cap_get_429(make_server: Any) -> None:
     srv = make_server(time_scale=20.0, max_streams=2)
     body = {"model": MODEL, "prompt": "hi", "max_tokens": 200, "stream": True}
-    with httpx.Client(timeout=30) as c, c.stream("POST", srv.url + "/v1/completions", json=body) as a:
-        with c.stream("POST", srv.url + "/v1/completions", json=body) as b:
-            assert a.status_code == b.status_code == 200
-            third = c.post(srv.url + "/v1/completions", json=body)
-            assert (
+    with (
+        httpx.Client(timeout=30) as c,
+        c.stream("POST", srv.url + "/v1/completions", json=body) as a,
+        c.stream("POST", srv.url + "/v1/completions", json=body) as b,
+    ):
+        assert a.status_code == b.status_code == 200
+        third = c.post(srv.url + "/v1/completions", json=body)
+        assert (
                 third.status_code == 429 and "limit (--max-streams) is 2" in third.json()["error"]["message"]
             )
 
