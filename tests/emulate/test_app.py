@@ -97,9 +97,7 @@ def test_requests_beyond_the_stream_cap_get_429(make_server: Any) -> None:
     ):
         assert a.status_code == b.status_code == 200
         third = c.post(srv.url + "/v1/completions", json=body)
-        assert (
-                third.status_code == 429 and "limit (--max-streams) is 2" in third.json()["error"]["message"]
-            )
+        assert third.status_code == 429 and "limit (--max-streams) is 2" in third.json()["error"]["message"]
 
 
 def test_a_token_guards_the_api_and_is_never_echoed(make_server: Any) -> None:

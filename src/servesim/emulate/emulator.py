@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from servesim import OnlineFleet, OnlineRequest, Replica, RouterSpec
+from servesim import OnlineFleet, OnlineRequest, RecoveryContext, Replica, RouterSpec
 from servesim.emulate.tokens import HASH_BLOCK, block_hashes
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), seconds.
@@ -106,10 +106,11 @@ class Emulator:
         max_streams: int = 1024,
         recovery: str = "planner",
         failures: Sequence[tuple[str, float, float | None]] = (),
+        context: RecoveryContext | None = None,
     ) -> None:
         if not time_scale > 0 or math.isinf(time_scale):
             raise ValueError(f"--time-scale must be a positive number, not {time_scale}")
-        self.fleet = OnlineFleet(replicas, router, recovery)
+        self.fleet = OnlineFleet(replicas, router, recovery, context)
         self.model = model
         self.time_scale = time_scale
         self.max_streams = max_streams

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from servesim import Replica, RouterSpec
+from servesim import RecoveryContext, Replica, RouterSpec
 
 APP_NAME = "servesim-emulate"
 
@@ -34,6 +34,7 @@ class EmulatorSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     failures: tuple[tuple[str, float, float | None], ...] = ()  # (replica, at simulated s, recover after)
+    context: RecoveryContext | None = None  # the model's KV size and the link, for the planner
 
 
 def _ingress_class() -> Any:
@@ -55,6 +56,7 @@ def _ingress_class() -> Any:
                 time_scale=settings.time_scale,
                 max_streams=settings.max_streams,
                 failures=settings.failures,
+                context=settings.context,
             )
 
         def __serve_build_asgi_app__(self) -> Any:
@@ -79,7 +81,9 @@ def start(settings: EmulatorSettings, *, address: str | None = None, num_cpus: i
             kwargs["num_cpus"] = num_cpus if num_cpus is not None else 2
         ray.init(**kwargs)
     serve.start(http_options={"host": settings.host, "port": settings.port})
-    ingress = _ingress_class()
+    # Serve queues requests beyond max_ongoing_requests (default 5) at the proxy: let the
+    # emulator's own cap (429 beyond it) be the limit, and a few health/metrics/admin calls more.
+    ingress = _ingress_class().options(max_ongoing_requests=settings.max_streams + 32)
     serve.run(ingress.bind(settings), name=APP_NAME, route_prefix="/", blocking=False)
     _wait_ready(settings.host, settings.port)
 
