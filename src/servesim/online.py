@@ -15,6 +15,7 @@ request's token count is exact after each step, which is what a token stream nee
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -206,6 +207,28 @@ class OnlineFleet:
                 )
             )
         return out
+
+    def step_in_flight_at_arrival(self, req: OnlineRequest) -> float:
+        """The duration of the step its replica was running when ``req`` arrived, if it had to
+        wait for it (0 otherwise): what vLLM's asynchronous scheduling adds to its latencies (a
+        request arriving during step n joins step n+2; ``servesim.perf.replay.async_lag``)."""
+        r = req._r
+        if r.first_scheduled < 0:
+            return 0.0
+        for engine in self.sim.engines:
+            rec = engine.rec
+            here = engine.live.get(r.idx) is r or (
+                r.idx < len(rec.first_scheduled) and rec.first_scheduled[r.idx] == r.first_scheduled
+            )
+            if not here:
+                continue
+            k = bisect_right(rec.step_end, r.arrival)
+            if k >= len(rec.step_end):
+                return 0.0
+            start, duration = rec.step_row(k)[:2]
+            running = start <= r.arrival < start + duration and r.first_scheduled > r.arrival
+            return duration if running else 0.0
+        return 0.0
 
     def check_invariants(self) -> None:
         """Block and token conservation on every live replica (tests)."""

@@ -128,8 +128,8 @@ def test_a_client_disconnect_aborts_the_request_and_frees_its_kv(make_server: An
                 got.append(line)
             if len(got) == 3:
                 break
+        kv_during = metrics(srv.url)["vllm:kv_cache_usage_perc"][0].value  # streaming: KV held
     assert len(got) == 3
-    kv_during = metrics(srv.url)["vllm:kv_cache_usage_perc"][0].value
     deadline = time.monotonic() + 20
     while True:  # the abort is applied at the end of the simulated step in flight
         m = metrics(srv.url)

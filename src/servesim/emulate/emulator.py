@@ -107,6 +107,8 @@ class Emulator:
         recovery: str = "planner",
         failures: Sequence[tuple[str, float, float | None]] = (),
         context: RecoveryContext | None = None,
+        frontend_latency_s: float | None = None,
+        async_scheduling: bool | None = None,
     ) -> None:
         if not time_scale > 0 or math.isinf(time_scale):
             raise ValueError(f"--time-scale must be a positive number, not {time_scale}")
@@ -115,6 +117,15 @@ class Emulator:
         self.time_scale = time_scale
         self.max_streams = max_streams
         self.max_model_len = self.fleet.max_model_len
+        # What a client sees on top of the engine's times, as the calibrated profile (the step
+        # model's) says and the offline replay adds: the front end, and asynchronous scheduling.
+        profile = getattr(replicas[0].step_time, "profile", None)
+        if frontend_latency_s is None:
+            frontend_latency_s = float(getattr(profile, "frontend_latency_s", 0.0))
+        if async_scheduling is None:
+            async_scheduling = bool(getattr(profile, "async_scheduling", False))
+        self.frontend_latency_s = frontend_latency_s
+        self.async_scheduling = async_scheduling
         self._streams: dict[int, _Stream] = {}
         self._next_id = 0
         self._wake = asyncio.Event()
@@ -259,22 +270,39 @@ class Emulator:
     def request(self, key: int) -> OnlineRequest:
         return self._streams[key].req
 
+    def client_delay_s(self, req: OnlineRequest) -> float:
+        """Simulated seconds a client sees each token after the engine produced it."""
+        lag = self.fleet.step_in_flight_at_arrival(req) if self.async_scheduling else 0.0
+        return self.frontend_latency_s + lag
+
+    async def _sleep_until(self, sim_t: float) -> None:
+        wait = (sim_t - self.sim_now()) * self.time_scale
+        if wait > 0:
+            await asyncio.sleep(wait)
+
     async def tokens(self, key: int) -> AsyncIterator[Tokens]:
-        """The request's output as it is produced; aborts the request if the consumer leaves
-        (a client disconnect cancels the iteration) before it is done."""
+        """The request's output as it is produced (each token ``client_delay_s`` after the
+        engine produced it); aborts the request if the consumer leaves (a client disconnect
+        cancels the iteration) before it is done."""
         s = self._streams[key]
         sent = 0
+        delay: float | None = None
         try:
             while True:
                 await s.changed.wait()
                 s.changed.clear()
                 r = s.req
-                n = r.num_output
-                if n > sent or r.done:
-                    yield Tokens(sent, n - sent, r.done, r.outcome)
+                n, done, outcome = r.num_output, r.done, r.outcome
+                if n > sent or done:
+                    if delay is None and r.first_token_s is not None:
+                        delay = self.client_delay_s(r)
+                    t = r.finish_s if done else r.last_token_s
+                    if delay and t is not None:
+                        await self._sleep_until(t + delay)  # later tokens wait for the next turn
+                    yield Tokens(sent, n - sent, done, outcome)
                     sent = n
-                if r.done:
-                    return
+                    if done:
+                        return
         finally:
             self._close(key)
 
