@@ -111,7 +111,8 @@ def main() -> None:
     t = time.perf_counter()
     pred, out, info = run_experiment(exp, profile, settings)  # what `servesim sim2real` predicts
     print(
-        f"offline replay of {exp.id} ({exp.model}, {info['num_requests']} requests): {time.perf_counter() - t:.1f} s"
+        f"offline replay of {exp.id} ({exp.model}, {info['num_requests']} requests): "
+        f"{time.perf_counter() - t:.1f} s"
     )
     rs = experiment_requests(exp, settings)
     from servesim.perf.sim2real import experiment_setup
@@ -160,12 +161,14 @@ def main() -> None:
         f"all complete: {bool(np.all(nout == outs))}"
     )
     print(
-        f"{'metric':<10} {'emulator':>10} {'offline':>10} {'err %':>7} {'real(-1)':>10} {'err %':>7} {'offline(-1)':>12}"
+        f"{'metric':<10} {'emulator':>10} {'offline':>10} {'err %':>7} "
+        f"{'real(-1)':>10} {'err %':>7} {'offline(-1)':>12}"
     )
     for m in ("ttft_mean", "itl_mean", "e2e_mean"):
         e, o, r, p = emulated[m], offline[m], real.get(m, math.nan), pred["-1"].get(m, math.nan)
         print(
-            f"{m:<10} {e:>10.2f} {o:>10.2f} {100 * (e - o) / o:>+7.2f} {r:>10.2f} {100 * (e - r) / r:>+7.2f} {p:>12.2f}"
+            f"{m:<10} {e:>10.2f} {o:>10.2f} {100 * (e - o) / o:>+7.2f} "
+            f"{r:>10.2f} {100 * (e - r) / r:>+7.2f} {p:>12.2f}"
         )
     print(
         "(ms; offline = the sim2real replay's figures for the same requests; real/offline(-1): the whole run)"
