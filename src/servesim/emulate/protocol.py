@@ -68,95 +68,60 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+def _envelope(
+    rid: str, obj: str, model: str, created: int, choices: list[dict[str, Any]], usage_: dict[str, int] | None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}
+    if usage_ is not None:
+        out["usage"] = usage_
+    return out
+
+
+def _choice(key: str, value: Any, finish_reason: str | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "index": 0,
+        key: value,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+        **extra,
+    }
+
+
 def completion_chunk(
     rid: str, model: str, created: int, text: str, finish_reason: str | None
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
-        ],
-    }
+    return _envelope(rid, "text_completion", model, created, [_choice("text", text, finish_reason)], None)
 
 
 def chat_chunk(
     rid: str, model: str, created: int, delta: dict[str, Any], finish_reason: str | None
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "delta": delta,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-            }
-        ],
-    }
+    return _envelope(
+        rid, "chat.completion.chunk", model, created, [_choice("delta", delta, finish_reason)], None
+    )
 
 
 def usage_chunk(
     rid: str, model: str, created: int, obj: str, prompt_tokens: int, completion_tokens: int
 ) -> dict[str, Any]:
     """The last chunk with ``stream_options.include_usage``: no choices, the usage."""
-    return {
-        "id": rid,
-        "object": obj,
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage(prompt_tokens, completion_tokens),
-    }
+    return _envelope(rid, obj, model, created, [], usage(prompt_tokens, completion_tokens))
 
 
 def completion_response(
     rid: str, model: str, created: int, text: str, finish_reason: str, prompt_tokens: int, n_out: int
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-                "prompt_logprobs": None,
-            }
-        ],
-        "usage": usage(prompt_tokens, n_out),
-    }
+    choice = _choice("text", text, finish_reason, prompt_logprobs=None)
+    return _envelope(rid, "text_completion", model, created, [choice], usage(prompt_tokens, n_out))
 
 
 def chat_response(
     rid: str, model: str, created: int, text: str, finish_reason: str, prompt_tokens: int, n_out: int
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-            }
-        ],
-        "usage": usage(prompt_tokens, n_out),
-    }
+    message = {"role": "assistant", "content": text, "tool_calls": []}
+    choice = _choice("message", message, finish_reason)
+    return _envelope(rid, "chat.completion", model, created, [choice], usage(prompt_tokens, n_out))
 
 
 def error_body(
