@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -29,4 +32,21 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     return target
 
 
-__all__ = ["write_bytes_atomic", "write_text_atomic"]
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock (``flock``) on ``path`` (created if missing): processes
+    that must not interleave a read-then-write take turns on it."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["file_lock", "write_bytes_atomic", "write_text_atomic"]
