@@ -26,6 +26,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -86,6 +87,28 @@ async def _replay(
         return list(await asyncio.gather(*tasks))
 
 
+def _in_process(
+    replica: Any, sends: np.ndarray, prompts: list[list[int]], outs: list[int], frontend_s: float
+) -> dict[str, float]:
+    """The same requests through ``servesim.OnlineFleet`` directly (no clock, no HTTP, no Ray),
+    with the client delays the emulator adds: separates the engine's fidelity from serving's."""
+    from servesim import OnlineFleet
+    from servesim.emulate.tokens import HASH_BLOCK, block_hashes
+
+    fleet = OnlineFleet([replica])
+    reqs = []
+    for i, (t, p, o) in enumerate(zip(sends, prompts, outs, strict=True)):
+        fleet.advance_until(float(t))
+        reqs.append(
+            fleet.submit(str(i), float(t), len(p), o, hash_ids=block_hashes(p), hash_block_size=HASH_BLOCK)
+        )
+    fleet.advance_until(math.inf)
+    extra = np.array([frontend_s + fleet.step_in_flight_at_arrival(r) for r in reqs])
+    ttft = np.array([r.first_token_s - r.arrival_s for r in reqs]) + extra  # type: ignore[operator]
+    e2e = np.array([r.finish_s - r.arrival_s for r in reqs]) + extra  # type: ignore[operator]
+    return _means(ttft, e2e, np.array([r.num_output for r in reqs], dtype=np.float64))
+
+
 def _means(ttft: np.ndarray, e2e: np.ndarray, nout: np.ndarray) -> dict[str, float]:
     """inference-perf's means (ms): itl = (mean e2e - mean ttft) / (mean outputs - 1)."""
     t, e = float(np.mean(ttft)) * 1e3, float(np.mean(e2e)) * 1e3
@@ -127,6 +150,9 @@ def main() -> None:
     ]
     outs = [int(rs.output_len[i]) for i in order]
 
+    in_process = _in_process(
+        Replica("replica-0", config, step), out.send[order], prompts, outs, profile.frontend_latency_s
+    )
     port = 8765
     emu = ray_serve.EmulatorSettings(
         replicas=[Replica("replica-0", config, step)],
@@ -162,13 +188,14 @@ def main() -> None:
     )
     print(
         f"{'metric':<10} {'emulator':>10} {'offline':>10} {'err %':>7} "
-        f"{'real(-1)':>10} {'err %':>7} {'offline(-1)':>12}"
+        f"{'real(-1)':>10} {'err %':>7} {'offline(-1)':>12} {'no-HTTP':>9}"
     )
     for m in ("ttft_mean", "itl_mean", "e2e_mean"):
         e, o, r, p = emulated[m], offline[m], real.get(m, math.nan), pred["-1"].get(m, math.nan)
+        q = in_process[m]
         print(
             f"{m:<10} {e:>10.2f} {o:>10.2f} {100 * (e - o) / o:>+7.2f} "
-            f"{r:>10.2f} {100 * (e - r) / r:>+7.2f} {p:>12.2f}"
+            f"{r:>10.2f} {100 * (e - r) / r:>+7.2f} {p:>12.2f} {q:>9.2f}"
         )
     print(
         "(ms; offline = the sim2real replay's figures for the same requests; real/offline(-1): the whole run)"
