@@ -375,8 +375,7 @@ class _Base:
             ends = np.frombuffer(rec.step_end, dtype=np.float64)
             k0 = int(np.searchsorted(ends, lo, side="right"))
             if k0 < len(ends):
-                w = len(rec.STEP_FIELDS)
-                step_tokens += float(np.frombuffer(rec.steps, dtype=np.float64)[k0 * w + 2 :: w].sum())
+                step_tokens += float(rec.step_table()["num_tokens"][k0:].sum(dtype=np.int64))
             self._note_held(engine)
         for engine, r in self._open_requests():
             if r.first_token >= lo:

@@ -93,7 +93,7 @@ def arrow_schema(requests: pd.DataFrame, *, extra: bool = False) -> pa.Schema:
         info = RequestResult.model_fields.get(name)
         if info is None:  # a column beyond the record's (a cluster's replica name)
             dtype = requests[name].dtype
-            fields.append(pa.field(name, pa.string() if dtype == object else pa.from_numpy_dtype(dtype)))
+            fields.append(pa.field(name, pa.string() if dtype.kind == "O" else pa.from_numpy_dtype(dtype)))
             continue
         args = get_args(info.annotation) or (info.annotation,)
         base = next(a for a in args if a is not type(None))

@@ -96,12 +96,20 @@ class LatencyStats(BaseModel):
             )
         w = np.asarray(weights, dtype=np.int64)
         keep = w > 0
-        v, w = v[keep], w[keep]
+        return cls.of_positive_weights(v[keep], w[keep])
+
+    @classmethod
+    def of_positive_weights(cls, v: np.ndarray, w: np.ndarray) -> LatencyStats:
+        """``of(v, w)`` when every weight is > 0 (float64 values, int64 weights). Pass arrays
+        nobody else holds: each is dropped as soon as its sorted copy exists (a run of millions
+        of steps pools millions of ITL values)."""
         total = int(w.sum())
         if total == 0:
             return cls()
         order = np.argsort(v, kind="stable")
-        v, w = v[order], w[order]
+        v = v[order]
+        w = w[order]
+        del order
         cum = np.cumsum(w)
         wp = [_weighted_percentile(v, cum, total, q) for q in PERCENTILES]
         return cls(
@@ -372,6 +380,19 @@ def good_mask(
     return np.asarray(ok, dtype=bool)
 
 
+def itl_stats(step_durations_s: np.ndarray, step_weights: np.ndarray, gaps_s: np.ndarray) -> LatencyStats:
+    """Pooled ITL in ms: each step's duration counted as many times as the gaps it stands for,
+    plus the explicit gaps. Equal to ``LatencyStats.of`` of the concatenated sample, without
+    building the unfiltered concatenation (millions of steps)."""
+    w = np.asarray(step_weights, dtype=np.int64)
+    keep = w > 0
+    gaps = np.asarray(gaps_s, dtype=np.float64)
+    values = np.concatenate([np.asarray(step_durations_s, dtype=np.float64)[keep] * 1e3, gaps * 1e3])
+    weights = np.concatenate([w[keep], np.ones(len(gaps), dtype=np.int64)])
+    del keep, w
+    return LatencyStats.of_positive_weights(values, weights)
+
+
 def summarize(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
@@ -382,7 +403,10 @@ def summarize(
     prefix_hits: int,
     prefix_caching: bool,
     max_model_len: int,
+    itl_ms: LatencyStats | None = None,
 ) -> SimulationSummary:
+    """The summary of a run (``itl_ms``: the pooled ITL figures when already computed, by
+    ``itl_stats`` on the same steps, before the request records took their memory)."""
     outcome = requests["outcome"].to_numpy()
     finished = (outcome == OUTCOME_FINISHED) | (outcome == OUTCOME_LENGTH_CAPPED)
     n_fin = int(finished.sum())
@@ -400,9 +424,6 @@ def summarize(
             return 0.0
         return float(np.dot(steps[col].to_numpy(dtype=np.float64), dur) / busy)
 
-    step_durations_ms = dur * 1e3
-    itl_values = np.concatenate([step_durations_ms, np.asarray(itl_gaps_s, dtype=np.float64) * 1e3])
-    itl_weights = np.concatenate([itl_step_weights, np.ones(len(itl_gaps_s), dtype=np.int64)])
     preempt = requests["num_preemptions"].to_numpy()
     by_priority = class_metrics(requests, "priority")
     by_tenant = class_metrics(requests, "tenant")
@@ -423,7 +444,7 @@ def summarize(
         busy_s=busy,
         ttft_ms=LatencyStats.of(requests["ttft_ms"].to_numpy(dtype=np.float64)),
         tpot_ms=LatencyStats.of(requests["tpot_ms"].to_numpy(dtype=np.float64)),
-        itl_ms=LatencyStats.of(itl_values, itl_weights),
+        itl_ms=itl_ms if itl_ms is not None else itl_stats(dur, itl_step_weights, itl_gaps_s),
         e2e_ms=LatencyStats.of(requests["e2e_ms"].to_numpy(dtype=np.float64)),
         queue_ms=LatencyStats.of(requests["queue_ms"].to_numpy(dtype=np.float64)),
         request_throughput=rate(n_fin),
@@ -465,5 +486,6 @@ __all__ = [
     "SimulationResult",
     "SimulationSummary",
     "good_mask",
+    "itl_stats",
     "summarize",
 ]

@@ -11,7 +11,7 @@ import pandas as pd
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
-from servesim.engine.results import SLO, SimulationResult, good_mask, summarize
+from servesim.engine.results import SLO, SimulationResult, good_mask, itl_stats, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.events import Observer
 from servesim.traces.schema import Trace
@@ -68,9 +68,11 @@ def build_result(
     engine: Engine, trace: Trace, slo: SLO | None, model_desc: dict[str, Any]
 ) -> SimulationResult:
     """Turn a finished engine's records into a ``SimulationResult``."""
-    requests = requests_frame([engine], trace, slo)
+    # The steps first: their ITL figures' temporaries are gone before the request records exist.
     steps = steps_frame(engine)
     weights, gaps = itl_samples(engine)
+    itl = itl_stats(steps["duration_s"].to_numpy(dtype=np.float64), weights, gaps)
+    requests = requests_frame([engine], trace, slo)
     rec = engine.rec
     preemptions = event_frame(rec.preemption_events, engine.trace)
     starvation = event_frame(rec.starvation_events, engine.trace)
@@ -85,6 +87,7 @@ def build_result(
         rec.prefix_hits,
         engine.config.enable_prefix_caching,
         engine.max_model_len,
+        itl_ms=itl,
     )
     token_steps = None
     if rec.token_steps is not None:
@@ -170,15 +173,21 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
 
 
 def steps_frame(engine: Engine) -> pd.DataFrame:
-    """The engine's per-step time series (plus KV usage as a fraction of its usable blocks)."""
-    table = np.frombuffer(engine.rec.steps, dtype=np.float64).reshape(-1, len(Recorder.STEP_FIELDS))
+    """The engine's per-step time series (plus KV usage as a fraction of its usable blocks).
+
+    The counts are views of the recorder's packed rows (int32), not copies: a million-request
+    run has millions of steps."""
+    table = engine.rec.step_table()
+    # Times are copied to contiguous arrays (numpy sums a strided view in another order: the last
+    # bits of busy_s would move); the counts stay views (integers sum exactly).
     steps = pd.DataFrame(
         {
-            name: table[:, j] if name.endswith("_s") else table[:, j].astype(np.int64)
-            for j, name in enumerate(Recorder.STEP_FIELDS)
-        }
+            name: np.ascontiguousarray(table[name]) if name.endswith("_s") else table[name]
+            for name in Recorder.STEP_FIELDS
+        },
+        copy=False,
     )
-    steps["kv_usage"] = steps["kv_blocks_used"] / engine.pool.usable_blocks
+    steps["kv_usage"] = table["kv_blocks_used"] / engine.pool.usable_blocks
     return steps
 
 
