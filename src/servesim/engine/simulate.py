@@ -68,10 +68,11 @@ def build_result(
     engine: Engine, trace: Trace, slo: SLO | None, model_desc: dict[str, Any]
 ) -> SimulationResult:
     """Turn a finished engine's records into a ``SimulationResult``."""
-    # The steps first: their ITL figures' temporaries are gone before the request records exist.
-    steps = steps_frame(engine)
+    # The pooled ITL figures first, from the recorded rows: their sorting temporaries are gone
+    # before the steps frame and the request records take their memory (millions of steps).
     weights, gaps = itl_samples(engine)
-    itl = itl_stats(steps["duration_s"].to_numpy(dtype=np.float64), weights, gaps)
+    itl = itl_stats(engine.rec.step_table()["duration_s"], weights, gaps)
+    steps = steps_frame(engine)
     requests = requests_frame([engine], trace, slo)
     rec = engine.rec
     preemptions = event_frame(rec.preemption_events, engine.trace)
@@ -156,7 +157,8 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
             "reused_tokens": cols["reused"],
             "prefix_hit_tokens": cols["prefix_hit"],
             "outcome": pd.Series(np.asarray(OUTCOMES, dtype=object)[codes], dtype=object),
-        }
+        },
+        copy=False,  # one block per column: no consolidated copy of a million rows
     )
     df = trace.df
     requests["good"] = good_mask(
