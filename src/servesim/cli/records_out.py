@@ -42,13 +42,13 @@ def records_format(path: Path | None, given: str | None) -> str | None:
         return fmt
     if path is None:
         return None
-    fmt = format_for(path)
-    if fmt is None:
+    implied = format_for(path)
+    if implied is None:
         raise InputError(
             f"--requests-out {shown(str(path))}: the suffix names no format; end the name in .jsonl "
             "or .parquet, or add --requests-format jsonl|parquet"
         )
-    return fmt
+    return implied
 
 
 __all__ = ["records_format", "requests_format_option", "requests_out_option"]

@@ -239,9 +239,9 @@ def report_result(
     console = Console()
     print_section(summary_view(result.summary, title=title), console)
     if out is not None:
-        console.print(f"report written to {out}")
+        console.print(f"report written to {out}", soft_wrap=True)  # a path is never cut
     if requests_out is not None:
-        console.print(f"per-request records written to {requests_out}")
+        console.print(f"per-request records written to {requests_out}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -165,7 +165,7 @@ class Recorder:
         self.prefix_hits = 0
 
     def step_row(self, k: int) -> tuple[float, ...]:
-        return self.unpack_step(self.steps, k * self.step_size)  # type: ignore[no-any-return]
+        return self.unpack_step(self.steps, k * self.step_size)
 
     def step_table(self) -> np.ndarray:
         """The steps as a structured array over the recorded bytes (no copy; fields as STEP_FIELDS)."""
