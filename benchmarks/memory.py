@@ -2,9 +2,8 @@
 (issue 16: 1,000,000 requests with per-request output in <= 1.5 GiB peak RSS).
 
 Each case runs the CLI in a subprocess and reads its peak RSS from ``resource.getrusage``
-(``RUSAGE_CHILDREN``'s ``ru_maxrss``, the largest child so far: the cases run from the smallest
-expected peak up, and each one's figure is its own only if it is at least the previous one's, so
-every case also runs in a fresh helper process of its own).
+(``RUSAGE_CHILDREN``'s ``ru_maxrss``: the largest child's, so each case runs in a fresh helper
+process of its own, whose only child is that command).
 
 Run: ``.venv/bin/python benchmarks/memory.py [--requests 1000000] [--preset default]``.
 """
@@ -70,7 +69,7 @@ def main() -> None:
             verdict = "meets" if peak <= 1.5 * GIB else "MISSES"
             print(f"{label:<48} peak RSS {peak / GIB:5.2f} GiB ({verdict} <= 1.5 GiB), wall {wall:6.1f} s")
         for name in ("r.parquet", "r.jsonl"):
-            print(f"  {name}: {(d / name).stat().st_size / 1e6:,.1f} MB")
+            print(f"  {name}: {(d / name).stat().st_size / 1e6:,.1f} MB")  # written, whole
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
         closed_by[mine] = k
         for name, dtype in _REQUEST_ARRAYS:
             arr = np.frombuffer(getattr(rec, name), dtype=dtype)
-            cols[name] = arr.copy() if name not in cols else np.where(mine, arr, cols[name])
+            # A view of the first engine's column (closed: never written again), merged by np.where.
+            cols[name] = arr if name not in cols else np.where(mine, arr, cols[name])
     t = engines[0].trace
     codes = cols["outcome"]
     first_tok, finish, num_output = cols["first_token"], cols["finish"], cols["num_output"]
@@ -177,14 +178,14 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
 def steps_frame(engine: Engine) -> pd.DataFrame:
     """The engine's per-step time series (plus KV usage as a fraction of its usable blocks).
 
-    The counts are views of the recorder's packed rows (int32), not copies: a million-request
-    run has millions of steps."""
+    The start times and counts (int32) are views of the recorder's packed rows, not copies: a
+    million-request run has millions of steps."""
     table = engine.rec.step_table()
-    # Times are copied to contiguous arrays (numpy sums a strided view in another order: the last
-    # bits of busy_s would move); the counts stay views (integers sum exactly).
+    # Durations are copied to a contiguous array (numpy sums a strided view in another order: the
+    # last bits of busy_s would move); start times (never summed) and counts stay views.
     steps = pd.DataFrame(
         {
-            name: np.ascontiguousarray(table[name]) if name.endswith("_s") else table[name]
+            name: np.ascontiguousarray(table[name]) if name == "duration_s" else table[name]
             for name in Recorder.STEP_FIELDS
         },
         copy=False,
