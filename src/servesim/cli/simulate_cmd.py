@@ -16,27 +16,24 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from servesim.cli.common import fail, json_bytes, parse_slo
+from servesim.cli.common import json_bytes, parse_slo
 from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
 from servesim.cli.records_out import records_format, requests_format_option, requests_out_option
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.engine import (
     SLO,
     EngineConfig,
-    EngineStallError,
     SimulationResult,
     StepTimeModel,
     simulate,
 )
 from servesim.events import Observer, ProgressCallback, StepLogWriter
 from servesim.io import atomic_file
-from servesim.perf import PerfError
 from servesim.perf.setup import ReplicaSetup, replica_setup
-from servesim.traces import Trace, TraceError
+from servesim.traces import Trace
 
 TRACE_HELP = (
     "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
@@ -284,32 +281,29 @@ def register(app: typer.Typer) -> None:
         deployment: DeploymentFlags,
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
-        try:
-            cfg = engine_config(config, flags)
-            goal = parse_slo(slo)
-            records_format(requests_out, requests_format)  # a bad name fails before the run
-            tr = read_trace(
-                trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
-            )
-            cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags, as_json=as_json)
-            if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
-                typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
-                return
-            run_and_report(
-                tr,
-                cfg,
-                step_model,
-                slo=goal,
-                as_json=as_json,
-                out=out,
-                step_log=step_log,
-                include_requests=requests if requests is not None else requests_out is None,
-                naive=naive,
-                check_invariants=check_invariants,
-                title=f"{trace}: {len(tr):,} requests",
-                views=views,
-                requests_out=requests_out,
-                requests_format=requests_format,
-            )
-        except (TraceError, ValidationError, ValueError, OSError, EngineStallError, PerfError) as exc:
-            fail(exc)
+        cfg = engine_config(config, flags)
+        goal = parse_slo(slo)
+        records_format(requests_out, requests_format)  # a bad name fails before the run
+        tr = read_trace(
+            trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+        )
+        cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags, as_json=as_json)
+        if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
+            typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
+            return
+        run_and_report(
+            tr,
+            cfg,
+            step_model,
+            slo=goal,
+            as_json=as_json,
+            out=out,
+            step_log=step_log,
+            include_requests=requests if requests is not None else requests_out is None,
+            naive=naive,
+            check_invariants=check_invariants,
+            title=f"{trace}: {len(tr):,} requests",
+            views=views,
+            requests_out=requests_out,
+            requests_format=requests_format,
+        )
