@@ -50,7 +50,7 @@ from servesim.engine.request import (
     Request,
 )
 from servesim.engine.simulate import build_result, describe_model
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
 from servesim.events import (
     Event,
     Observer,
@@ -513,7 +513,7 @@ class _Base:
         try:
             i = ids.index(req_id)
         except ValueError:
-            raise InputError(f"no request {req_id!r} in the trace") from None
+            raise InputError(f"no request {shown(req_id)} in the trace") from None
         row = self.trace.df.iloc[i]
         ev: list[tuple[float, str]] = [(float(row["arrival_time_s"]), "arrived")]
         state, where, slot = "not arrived", None, None

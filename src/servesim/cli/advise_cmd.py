@@ -36,6 +36,7 @@ from servesim.cli.trace_input import hash_block_size_option, provenance_json, re
 from servesim.cluster.recovery import plan_recovery
 from servesim.engine import ConstantStepTime, EngineConfig
 from servesim.engine.simulate import describe_model
+from servesim.errors import shown
 from servesim.paths import data_dir
 from servesim.perf.setup import replica_setup
 from servesim.resched import parse_input, reschedule
@@ -79,7 +80,7 @@ def build_case(
         record = data[0] if isinstance(data, list) else data
         return FallbackCase(plan_recovery(record))
     if kind != "batching":
-        raise ValueError(f"unknown task {kind!r}: use batching, reschedule or fallback")
+        raise ValueError(f"unknown task {shown(kind)}: use batching, reschedule or fallback")
     trace = read_trace(
         source, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
     )

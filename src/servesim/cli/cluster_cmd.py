@@ -28,6 +28,7 @@ from servesim.cluster import (
     simulate_cluster,
 )
 from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime, StepTimeModel
+from servesim.errors import shown
 from servesim.perf import load_catalog
 from servesim.perf.catalog import resolve_model
 from servesim.perf.setup import DEFAULT_GPU, ReplicaSetup, replica_setup
@@ -85,12 +86,12 @@ def parse_fail(text: str) -> FailureEvent:
     """``NODE@TIME`` or ``NODE@TIME+RECOVER_AFTER`` (seconds)."""
     node, sep, rest = text.partition("@")
     if not sep or not node:
-        raise ValueError(f"--fail {text!r}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
+        raise ValueError(f"--fail {shown(text)}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
     when, plus, back = rest.partition("+")
     try:
         return FailureEvent(node=node, time_s=float(when), recover_after_s=float(back) if plus else None)
     except ValueError as e:
-        raise ValueError(f"--fail {text!r}: {e}") from None
+        raise ValueError(f"--fail {shown(text)}: {e}") from None
 
 
 def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyOutcome:
@@ -209,7 +210,9 @@ def register(app: typer.Typer) -> None:
         events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
         goal = parse_slo(slo)
         if recovery != "compare" and recovery not in POLICIES:
-            raise ValueError(f"unknown recovery {recovery!r}; use compare or one of {', '.join(POLICIES)}")
+            raise ValueError(
+                f"unknown recovery {shown(recovery)}; use compare or one of {', '.join(POLICIES)}"
+            )
         names = list(POLICIES) if recovery == "compare" else [recovery]
         rows: list[StrategyOutcome] = []
         common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": goal}

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
+from servesim.errors import shown
 from servesim.traces.schema import TraceProvenance
 
 OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT = OUTCOMES[1:]
@@ -46,15 +47,15 @@ class SLO(BaseModel):
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, val = part.partition("=")
             if not sep:
-                raise ValueError(f"SLO term {part!r} must look like name=value")
+                raise ValueError(f"SLO term {shown(part)} must look like name=value")
             name = key.strip().lower()
             base = name.removesuffix("_ms")
             metric, _, pct = base.partition("_")
             if metric not in ("ttft", "tpot", "e2e"):
-                raise ValueError(f"unknown SLO {name!r}: use ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
+                raise ValueError(f"unknown SLO {shown(name)}: use ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
             if pct not in ("p99", ""):  # the one syntax of every command: a bare ttft_ms is the p99
                 raise ValueError(
-                    f"SLO {name!r}: servesim caps the p99 (write {metric}_p99_ms); other percentiles "
+                    f"SLO {shown(name)}: servesim caps the p99 (write {metric}_p99_ms); other percentiles "
                     "are reported, not capped"
                 )
             try:

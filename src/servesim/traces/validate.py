@@ -309,7 +309,7 @@ def _hash_ids_column(chk: _Checker, s: pd.Series, column: str) -> np.ndarray:
         ids = []
         for h in v:
             if isinstance(h, bool | np.bool_) or not isinstance(h, int | np.integer):
-                wrong[i] = f"hash id {h!r} is not an integer"
+                wrong[i] = f"hash id {shown(h)} is not an integer"
                 break
             if not -_INT64_MAX - 1 <= int(h) <= _INT64_MAX:
                 wrong[i] = f"hash id {h} is out of the int64 range"
