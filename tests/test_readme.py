@@ -84,8 +84,8 @@ def test_every_readme_command_runs_as_typed(tmp_path: Path) -> None:
     before = {p.relative_to(work) for p in work.rglob("*")}
     asked: set[Path] = set()
     for cmd in commands():
-        if cmd.startswith(("servesim serve", "servesim dashboard")):
-            continue  # a server and a live terminal UI run until stopped (tested in tests/web, tests/tui)
+        if cmd.startswith(("servesim serve", "servesim dashboard", "servesim emulate")):
+            continue  # servers and a live terminal UI run until stopped (tests/web, tests/tui, tests/emulate)
         if cmd.startswith("make "):
             targets = [w for w in shlex.split(cmd.split("&&")[0])[1:] if not w.startswith("-")]
             assert set(targets) <= _make_targets(), cmd

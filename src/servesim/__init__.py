@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         simulate,
     )
     from servesim.live import LiveClusterRun, LiveRun, ReplicaState, RequestTimeline, RunSnapshot, Slot
+    from servesim.online import OnlineFleet, OnlineRequest, ReplicaMetrics
     from servesim.perf.setup import ReplicaSetup, default_deployment, replica_setup
     from servesim.traces import (
         GeneratorSpec,
@@ -67,6 +68,9 @@ _LAZY: dict[str, str] = {
     "RequestTimeline": "servesim.live",
     "RunSnapshot": "servesim.live",
     "Slot": "servesim.live",
+    "OnlineFleet": "servesim.online",
+    "OnlineRequest": "servesim.online",
+    "ReplicaMetrics": "servesim.online",
     "SLO": "servesim.engine",
     "BatchComposition": "servesim.engine",
     "ConstantStepTime": "servesim.engine",
@@ -122,8 +126,11 @@ __all__ = [
     "LinearStepTime",
     "LiveClusterRun",
     "LiveRun",
+    "OnlineFleet",
+    "OnlineRequest",
     "RecoveryContext",
     "Replica",
+    "ReplicaMetrics",
     "ReplicaSetup",
     "ReplicaState",
     "RequestRecord",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -40,4 +41,21 @@ def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
         raise
 
 
-__all__ = ["atomic_file", "write_bytes_atomic", "write_text_atomic"]
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock (``flock``) on ``path`` (created if missing): processes
+    that must not interleave a read-then-write take turns on it."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["atomic_file", "file_lock", "write_bytes_atomic", "write_text_atomic"]

@@ -15,7 +15,18 @@ import pytest
 
 from servesim.cli.main import COMMANDS, load_module_commands
 
-HEAVY = ("pandas", "numpy", "optuna", "anthropic", "pydantic_ai", "scipy", "fastapi", "textual", "rich")
+HEAVY = (
+    "pandas",
+    "numpy",
+    "optuna",
+    "anthropic",
+    "pydantic_ai",
+    "scipy",
+    "fastapi",
+    "textual",
+    "rich",
+    "ray",
+)
 
 PROBE = """
 import json, sys
@@ -70,6 +81,7 @@ def test_help_lists_every_command() -> None:
         (["simulate", "--help"], ("optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
         (["reschedule", "--help"], ("optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
         (["recover", "--help"], ("optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
+        (["emulate", "--help"], ("ray", "optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
     ],
 )
 def test_a_command_imports_only_its_own_stack(args: list[str], absent: tuple[str, ...]) -> None:

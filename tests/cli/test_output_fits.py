@@ -24,13 +24,20 @@ def _at_80(args: list[str]) -> str:
     [
         ["recover", str(EXAMPLES / "failure.json"), "--no-manifests"],
         ["reschedule", str(EXAMPLES / "interrupted.json")],
+        ["reschedule", str(EXAMPLES / "inputs" / "s002_a.input.json"), "--model", "llama-3.2-1b"],
         ["trace", "inspect", str(EXAMPLES / "trace.jsonl")],
         ["perf", "models"],
+        ["perf", "gpus"],
     ],
 )
 def test_tables_at_80_columns_never_cut_a_word(args: list[str]) -> None:
     out = _at_80(args)
     assert "…" not in out, out  # a cut cell ends in an ellipsis
+    # A table whose columns just fit used to lose its last column's right edge: every table is
+    # closed, and none is wider than the terminal.
+    for line in out.splitlines():
+        if line.startswith(("┏", "┃", "└")):
+            assert len(line) <= 80 and line.endswith(("┓", "┃", "┘")), line
 
 
 def test_the_recovery_plan_keeps_every_number_whole() -> None:

@@ -208,11 +208,6 @@ WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race (issue 20 follow-up): two workers enqueueing the same seed trials on SQLite can "
-    "leave one enqueued trial unfinished; see the closing note of this stop",
-)
 def test_two_worker_processes_share_one_study(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     helpers = str(Path(__file__).parent)

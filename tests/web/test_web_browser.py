@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bench_sample import bench_result
 
 from conftest import GOOD_CSV, SEED_RECOVERY, SMALL_SPACE
 from servesim.report.pdf import CHROMIUM_ARGS
@@ -157,15 +158,27 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert (
         page.locator("#run-results [data-section='simulation'] .verdict[data-key='bottleneck']").count() == 1
     )
+    spark = page.get_attribute("#run-results .kpi[data-key='ttft_ms_p99'] svg.spark polyline", "points") or ""
+    assert len(spark.split()) > 1  # the tile's sparkline: TTFT p99 over the run's time
+    stacked = page.eval_on_selector(
+        "#run-results [data-group='queue_by_reason']", "e => e.data.map(t => t.name)"
+    )
+    assert len(stacked) == 4 and stacked[0] == "KV blocks"  # queue length by reason, one trace each
     shot(page, "run.png")
     page.fill("#cost-price", "2.5")
     page.click("#cost-form button")
     page.wait_for_selector("#cost-result .kpi[data-key='usd_per_m_output_tokens']")
     assert "2.50" in (page.text_content("#cost-result .kpi[data-key='usd_per_hour'] .value") or "")
+    page.click("#basket-add")  # the wide run: the basket's first run is its baseline
     narrow = run_simulation(page, 1)
     assert narrow != wide and narrow > wide  # one request at a time queues everybody else
+    page.click("#basket-add")
+    queue = page.locator("#run-results [data-group='queue_by_reason']")
+    queue.scroll_into_view_if_needed()
+    queue.screenshot(path=str(IMAGES / "queue-by-reason.png"))  # one request at a time: max_num_seqs
     page.click(".switcher button[data-p='p50']")
     assert page.locator(".kpi[data-key='ttft_ms_p50']").count() == 1
+    assert page.locator(".kpi[data-key='ttft_ms_p50'] svg.spark").count() == 1
     page.click(".kpi[data-key='ttft_ms_p50'] .q")
     assert "Time to first token" in (page.text_content(".kpi[data-key='ttft_ms_p50'] .def") or "")
     page.reload()  # the last run survives a reload
@@ -177,6 +190,17 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     page.click("#compare-form button[type='submit']")
     page.wait_for_selector("#metric-deltas")
     assert "max_num_seqs" in (page.text_content("#compare-results") or "")
+    page.wait_for_selector("#basket-table tbody tr >> nth=1")
+    assert page.is_checked("#basket-base-0")  # the wide run is the baseline
+    page.click("#basket-compare")
+    page.wait_for_selector("#basket-results table[data-key='basket']")
+    ttft = page.locator("#basket-results table[data-key='basket'] tbody tr", has_text="p99").first
+    cells = ttft.locator("td").all_inner_texts()
+    assert cells[0].startswith("TT") or "first token" in cells[0].lower()
+    assert cells[1] == "lower" and cells[-1].startswith("+") and cells[-1].endswith("%")
+    assert float(cells[-1].replace("%", "").replace(",", "")) > 0  # TTFT p99 rose against the baseline
+    assert "bad" in (ttft.locator("td").last.get_attribute("class") or "")  # and that is worse
+    page.locator("#basket-box").scroll_into_view_if_needed()
     shot(page, "compare.png")
 
 
@@ -206,9 +230,36 @@ def test_tuning_shows_progress_and_the_recommendation(page: Any) -> None:
     assert all(n > 0 for n in plotted_points(page, "#tune-results"))  # the trials scatter
     assert page.locator("#tune-results [data-section='recommendation']").count() == 1
     shot(page, "tune.png")
-    page.click("#trial-load")
+    # click a point of the trials scatter (as a person does, with the mouse on the marker)
+    scatter = "#tune-results [data-section='tuning'] [data-key='trials']"
+    page.locator(scatter).scroll_into_view_if_needed()
+    x, y, near = page.eval_on_selector(
+        scatter,
+        """gd => { const l = gd._fullLayout, r = gd.getBoundingClientRect(), t = gd.data[0];
+                   const px = (i) => [l.xaxis.l2p(t.x[i]), l.yaxis.l2p(t.y[i])];
+                   const d = (i, j) => Math.hypot(px(i)[0] - px(j)[0], px(i)[1] - px(j)[1]);
+                   const alone = (k) => t.x.every((_, j) => j === k || d(k, j) > 25);
+                   const i = Math.max(0, t.x.findIndex((_, k) => alone(k)));
+                   const here = t.text.filter((_, j) => d(i, j) <= 25);  // drawn on (or next to) it
+                   return [r.left + l._size.l + px(i)[0], r.top + l._size.t + px(i)[1], here]; }""",
+    )
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.wait_for_selector("#trial-config h3")
+    shown = (page.text_content("#trial-config h3") or "").split()[1]
+    assert shown in [n.split()[1] for n in near]  # the trial under the mouse (or one drawn on it)
+    shot(page, "tune-pareto.png")
+    wanted = page.eval_on_selector_all(
+        "#trial-config tbody tr", "rs => rs.map(r => r.innerText.split('\\t'))"
+    )
+    seqs = next(v for k, v in wanted if k == "max_num_seqs")
+    page.click("#trial-config-load")
     assert page.is_visible("#panel-run")
-    assert page.input_value("#eng-max_num_seqs") != ""  # the trial's flags are in the form
+    assert page.input_value("#eng-max_num_seqs") == seqs  # the clicked trial's flags are in the form
+    page.click("#tab-tune")
+    page.click("#trial-load")  # the keyboard path: the list of feasible trials
+    assert page.is_visible("#panel-run")
+    assert page.input_value("#eng-max_num_seqs") != ""
 
 
 def test_recovery_matrix_and_history(page: Any) -> None:
@@ -287,3 +338,37 @@ def test_two_browsers_follow_their_own_jobs(browser: Any, server: str) -> None:
         pg.click("#tab-run")
         pg.wait_for_selector(f"#run-results .toolbar:has-text('max_num_seqs {n}')")
         ctx.close()
+
+
+def test_measured_vs_simulated_overlay_and_a_bad_benchmark_file(page: Any) -> None:
+    import json
+
+    EXPECTED.append("status of 422 (Unprocessable Entity)")  # the refused file itself
+    page.click("#tab-measured")
+    bad = {"num_prompts": -1, "mean_ttft_ms": 5.0}
+    page.set_input_files(
+        "#bench-file",
+        files=[{"name": "bad.json", "mimeType": "application/json", "buffer": json.dumps(bad).encode()}],
+    )
+    page.wait_for_selector("#bench-errors table")
+    assert "num_prompts" in (page.text_content("#bench-errors tbody") or "")
+    good = json.dumps(bench_result(60)).encode()
+    page.set_input_files(
+        "#bench-file", files=[{"name": "bench.json", "mimeType": "application/json", "buffer": good}]
+    )
+    page.wait_for_selector("#bench-status:has-text('bench.json stored')")
+    assert page.locator("#bench-errors table").count() == 0
+    page.click("#bench-submit")
+    page.wait_for_selector("#bench-results [data-section='overlay'] [data-overlay] .main-svg")
+    overlays = page.eval_on_selector_all(
+        "#bench-results [data-overlay]", "els => els.map(e => [e.dataset.overlay, e.data.length])"
+    )
+    assert overlays == [["ttft_ms", 2], ["tpot_ms", 2], ["itl_ms", 2], ["e2e_ms", 2]]  # measured + simulated
+    rows = page.eval_on_selector_all(
+        "#bench-results table[data-key='measured_vs_simulated'] tbody tr", "rs => rs.map(r => r.innerText)"
+    )
+    ttft = next(r for r in rows if r.startswith("TTFT mean"))
+    assert ttft.strip().endswith("%")  # the error column
+    assert page.locator("#bench-results .kpi[data-key='ttft_ms_mean_error']").count() == 1
+    page.evaluate("window.scrollTo(0, 0)")
+    shot(page, "measured.png")

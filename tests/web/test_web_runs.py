@@ -33,6 +33,13 @@ def test_simulation_has_histograms_series_kpis_and_a_bottleneck(client: TestClie
     p50 = {k["key"]: k["value"] for k in res["kpis"]["p50"]}
     p99 = {k["key"]: k["value"] for k in res["kpis"]["p99"]}
     assert p50["ttft_ms_p50"] <= p99["ttft_ms_p99"]
+    # queue length by reason (derived from the steps) and a sparkline for every tile, any percentile
+    reasons = [s["key"] for s in view["series"] if s["key"].startswith("queue_by_reason.")]
+    assert reasons == [f"queue_by_reason.{r}" for r in ("kv_cache", "max_num_seqs", "token_budget", "other")]
+    for p in ("p50", "p99"):
+        for k in res["kpis"][p]:
+            line = res["sparklines"][k["key"]]
+            assert 0 < len(line["x"]) == len(line["y"]) <= 24
     assert res["config"]["num_gpu_blocks"] > 1000  # sized by the memory model of the default H100
     assert run["job"]["progress_done"] == run["job"]["progress_total"] > 0
 

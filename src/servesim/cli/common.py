@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -102,3 +103,16 @@ __all__ = [
     "timed_as",
     "write_text_atomic",
 ]
+
+
+def read_token(token: str | None, token_file: Path | None) -> str | None:
+    """``--token`` or the first line of ``--token-file`` (a server's; never printed)."""
+    if token is not None and token_file is not None:
+        raise ValueError("give --token or --token-file, not both")
+    if token_file is None:
+        return token or None
+    lines = token_file.read_text(encoding="utf-8").splitlines()
+    secret = lines[0].strip() if lines else ""
+    if not secret:
+        raise ValueError(f"{token_file}: the token file is empty")
+    return secret

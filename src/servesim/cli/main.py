@@ -90,6 +90,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Watch a run live in the terminal: the batch, the queue, KV and latencies.",
     ),
     "serve": ("servesim.cli.serve_cmd", "The web workbench on http://127.0.0.1:8000/ (a token elsewhere)."),
+    "emulate": (
+        "servesim.cli.emulate_cmd",
+        "Serve an OpenAI-compatible emulated vLLM fleet (Ray Serve) timed by servesim's engine.",
+    ),
     "schema": (
         "servesim.cli.schema_cmd",
         "Print the JSON Schema of servesim's input/output objects (JSON on stdout).",

@@ -43,11 +43,11 @@ from servesim.perf.sim2real import (
     RunSettings,
     ape_table,
     calibrate_experiments,
+    default_experiment_profile,
     load_experiments,
     mape_summary,
     peer_predictions,
     predict_experiments,
-    sim2real_base_profile,
 )
 
 GiB = 1 << 30
@@ -473,11 +473,11 @@ def register(app: typer.Typer) -> None:
                 if save_profile is not None:
                     cal.full.profile.save(save_profile)
                 prof: Any = cal.fold_profiles() if calibrate is CalibrateMode.loo else cal.full.profile
+            elif profile is None:
+                prof = default_experiment_profile(exps)
             else:
                 gpus = {e.gpu_spec().name for e in exps}
                 prof = resolve_profile(profile, gpus.pop() if len(gpus) == 1 else None)
-                if profile is None and prof.gpu is None:
-                    prof = sim2real_base_profile()
             preds, infos = predict_experiments(exps, prof, settings, workers=workers)
             out.write_text(json.dumps(preds, indent=1, sort_keys=True) + "\n", encoding="utf-8")
             apes = ape_table(preds, exps)

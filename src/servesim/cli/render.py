@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from servesim.cli.tables import fit_widths
 from servesim.views.format import fmt, header, kpi_value
 from servesim.views.model import Kpi, Section, Table, Verdict
 
@@ -67,9 +68,27 @@ def split_columns(table: Table, width: int) -> list[Table]:
     return out
 
 
-def rich_table(table: Table, *, show_header: bool = True) -> RichTable:
+def _natural_width(table: Table, j: int, cells: list[list[str]]) -> int:
+    """A column's width with its header on one line and its text unwrapped, plus padding and
+    border."""
+    widest = max((len(r[j]) for r in cells), default=0)
+    return max(widest, len(header(table.columns[j]))) + 3
+
+
+def column_widths(table: Table, width: int) -> list[int] | None:
+    """Each column's content width for a table that fits ``width`` (``fit_widths``), or None."""
+    cells = [[fmt(v, c) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
+    lo = [_min_width(table, j, cells) for j in range(len(table.columns))]
+    hi = [_natural_width(table, j, cells) for j in range(len(table.columns))]
+    sizes = fit_widths(lo, hi, width)
+    return None if sizes is None else [w - 3 for w in sizes]
+
+
+def rich_table(table: Table, *, show_header: bool = True, width: int | None = None) -> RichTable:
+    """The Rich table of a view's table; with ``width``, its columns sized to fit it."""
     out = RichTable(title=escape(table.title), title_justify="left", show_header=show_header)
     cells = [[fmt(v, c) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
+    sizes = column_widths(table, width) if width is not None else None
     for j, col in enumerate(table.columns):
         numeric = col.kind in ("int", "float", "pct", "bool")
         widest = max((len(r[j]) for r in cells), default=0)
@@ -78,6 +97,7 @@ def rich_table(table: Table, *, show_header: bool = True) -> RichTable:
             escape(header(col)),
             justify="right" if numeric else "left",
             min_width=widest if numeric else min(widest, TEXT_MIN_WIDTH),
+            width=sizes[j] if sizes is not None else None,
             overflow="fold",
             style="bold" if j == 0 and not numeric else None,
         )
@@ -119,7 +139,7 @@ def print_section(
         if tables is not None and t.key not in tables:
             continue
         for part in split_columns(t, console.width):
-            console.print(rich_table(part, show_header=t.key not in key_value))
+            console.print(rich_table(part, show_header=t.key not in key_value, width=console.width))
             for note in part.notes:
                 console.print(f"note: {escape(note)}")
     if verdicts:
@@ -130,4 +150,4 @@ def print_section(
             console.print(escape(line), soft_wrap=True)
 
 
-__all__ = ["fmt", "print_section", "rich_table", "split_columns"]
+__all__ = ["column_widths", "fmt", "print_section", "rich_table", "split_columns"]

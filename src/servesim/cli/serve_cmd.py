@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from servesim.cli.common import read_token
+
 
 def register(app: typer.Typer) -> None:
     @app.command("serve")
@@ -43,14 +45,7 @@ def register(app: typer.Typer) -> None:
 
         from servesim.paths import data_dir as resolve_data_dir
 
-        if token is not None and token_file is not None:
-            raise ValueError("give --token or --token-file, not both")
-        secret = token
-        if token_file is not None:
-            lines = token_file.read_text(encoding="utf-8").splitlines()
-            secret = lines[0].strip() if lines else ""
-            if not secret:
-                raise ValueError(f"{token_file}: the token file is empty")
+        secret = read_token(token, token_file)
         from servesim.web.settings import WebSettings
 
         settings = WebSettings(

@@ -72,7 +72,7 @@ Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
 def deploy(
     dep: DeploymentFlags,
     config: EngineConfig,
-    trace: Trace,
+    trace: Trace | None,
     config_file: Path | None,
     flags: dict[str, Any],
     *,
@@ -81,7 +81,8 @@ def deploy(
     """The engine config and step times of the deployment flags through ``servesim.replica_setup``
     (the default deployment unless the flags say otherwise; the KV cache sized unless
     ``--num-gpu-blocks`` was given), said on the first line unless ``as_json``, and how to redo it
-    after a flag change."""
+    after a flag change. Without a trace (a server: ``emulate``) the config's ``max_model_len``
+    stands."""
     blocks_given = flags.get("num_gpu_blocks") is not None or "num_gpu_blocks" in _file_keys(config_file)
 
     def setup_of(cfg: EngineConfig) -> ReplicaSetup:
@@ -92,7 +93,7 @@ def deploy(
             tp=dep.tp,
             gpu_memory_utilization=dep.gpu_memory_utilization,
             profile=dep.profile,
-            max_model_len=cfg.max_model_len or trace.default_max_model_len(),
+            max_model_len=cfg.max_model_len or (trace.default_max_model_len() if trace is not None else None),
             num_gpu_blocks_given=blocks_given,
             step_time_ms=dep.step_time_ms,
             linear=dep.linear_step_time,

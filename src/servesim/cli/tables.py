@@ -15,9 +15,28 @@ from rich.table import Table
 from rich.text import Text
 
 
+def _plain(cell: Any) -> str:
+    return cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+
+
 def _longest_word(cell: Any) -> int:
-    text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
-    return max((len(w) for w in text.split()), default=0)
+    return max((len(w) for w in _plain(cell).split()), default=0)
+
+
+def fit_widths(lo: list[int], hi: list[int], width: int) -> list[int] | None:
+    """Column widths (padding and border included) that fit ``width``: each column's minimum
+    ``lo`` plus the room left, given first to the columns that need least to reach their natural
+    width ``hi``; None when the minimums do not fit. Rich's own layout cut the last column of a
+    table whose minimum was exactly the terminal's width, so servesim sizes the columns."""
+    if sum(lo) + 1 > width:
+        return None
+    room = width - 1 - sum(lo)
+    out = list(lo)
+    for j in sorted(range(len(lo)), key=lambda j: (hi[j] - lo[j], j)):
+        extra = min(room, max(0, hi[j] - lo[j]))
+        out[j] += extra
+        room -= extra
+    return out
 
 
 class FitTable(Table):
@@ -35,8 +54,12 @@ class FitTable(Table):
             col.min_width = max(col.min_width or 0, _longest_word(cell))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        need = sum((c.min_width or 1) + 3 for c in self.columns) + 1
-        if need <= options.max_width or not self.show_header:
+        lo = [(c.min_width or 1) + 3 for c in self.columns]
+        hi = [max(len(_plain(x)) for x in (c.header, *c._cells)) + 3 for c in self.columns]
+        sizes = fit_widths(lo, hi, options.max_width)
+        if sizes is not None or not self.show_header:
+            for c, w in zip(self.columns, sizes or [], strict=False):
+                c.width = w - 3
             yield from super().__rich_console__(console, options)
             return
         if self.title:
@@ -53,4 +76,4 @@ class FitTable(Table):
             yield Text.from_markup(str(self.caption), style="dim")
 
 
-__all__ = ["FitTable"]
+__all__ = ["FitTable", "fit_widths"]

@@ -31,7 +31,8 @@ from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
-from servesim.engine.request import Request
+from servesim.engine.request import FINISHED, OUTCOME_ABORTED, OUTCOME_UNFINISHED, Request
+from servesim.engine.request import RUNNING as RUNNING_STATUS
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import InputError, shown
 from servesim.events import (
@@ -43,6 +44,7 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
     RequestArrived,
+    RequestFinished,
     fan_out,
 )
 from servesim.traces.schema import Trace
@@ -106,6 +108,19 @@ def migrate_policy(
 class _Transit:
     target: int
     request: Request
+
+
+@dataclass(frozen=True)
+class _Arrival:
+    request: Request
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request: Request
+
+
+Payload = _Transit | _Arrival | _Abort | tuple[str, FailureEvent]
 
 
 @dataclass
@@ -181,7 +196,7 @@ class ClusterSimulator:
         self.failures = sorted(failures, key=lambda f: (f.time_s, f.node))
         # External events: (time, kind, seq, payload); at equal times transfers land first, then
         # warnings, failures, recoveries.
-        self._events: list[tuple[float, int, int, _Transit | tuple[str, FailureEvent]]] = []
+        self._events: list[tuple[float, int, int, Payload]] = []
         self._seq = 0
         for f in self.failures:
             if f.warning_s > 0:
@@ -197,6 +212,11 @@ class ClusterSimulator:
         self.interrupted: list[Interrupted] = []  # every job taken off a lost node with KV on it
         self._next_arrival = 0  # next trace row to route
         self.now = 0.0  # time of the latest step end or event processed
+        # Online runs (``submit``/``abort``): the next request index, and aborts waiting for the
+        # step in flight on their replica to end (per replica) or for their transfer to land.
+        self._next_idx = self.arrays.n
+        self._aborts_after_step: list[list[Request]] = [[] for _ in replicas]
+        self._abort_on_landing: set[int] = set()
 
     def _new_engine(self, k: int) -> Engine:
         spec = self.replicas[k]
@@ -213,7 +233,7 @@ class ClusterSimulator:
         self.engine_replica.append(k)
         return engine
 
-    def _push(self, t: float, kind: int, payload: _Transit | tuple[str, FailureEvent]) -> None:
+    def _push(self, t: float, kind: int, payload: Payload) -> None:
         heapq.heappush(self._events, (t, kind, self._seq, payload))
         self._seq += 1
 
@@ -276,6 +296,8 @@ class ClusterSimulator:
                 assert p is not None
                 self.current[k_step].end_step(p)
                 self.inflight[k_step] = None
+                if self._aborts_after_step[k_step]:
+                    self._apply_aborts(k_step, t_step)
                 if self.emit is not None:
                     self._steps_done += 1
                     if self._steps_done % PROGRESS_EVERY_STEPS == 0:
@@ -316,6 +338,89 @@ class ClusterSimulator:
             self._push(time_s + recover_after_s, 3, ("recover", event))
         return event
 
+    # ------------------------------------------------------------------ online runs
+    def make_request(
+        self,
+        req_id: str,
+        arrival_s: float,
+        prompt_len: int,
+        max_tokens: int,
+        *,
+        priority: int = 0,
+        hash_ids: list[int] | None = None,
+        hash_block_size: int = 0,
+        group: int = -1,
+        prefix_len: int = 0,
+    ) -> Request:
+        """A request that is not in the trace, for ``submit`` (the next free request index)."""
+        r = Request(
+            self._next_idx,
+            req_id,
+            arrival_s,
+            prompt_len,
+            max_tokens,
+            priority,
+            group,
+            prefix_len,
+            hash_ids,
+            hash_block_size,
+        )
+        self._next_idx += 1
+        return r
+
+    def submit(self, r: Request) -> None:
+        """An online arrival at ``r.arrival`` (not before the cluster's time): routed as a trace
+        row arriving then would be (same tie order: before transfers and node events)."""
+        if r.arrival < self.now:
+            raise InputError(f"an arrival at {r.arrival} s is in the past (the cluster is at {self.now} s)")
+        self._push(r.arrival, -1, _Arrival(r))
+
+    def abort(self, r: Request, time_s: float) -> None:
+        """The client of ``r`` went away at ``time_s``: finish it as aborted and free its KV
+        (``Engine.abort``). vLLM applies aborts between engine steps: one whose request is in a
+        step in flight takes effect when that step ends; one in transit, when it lands."""
+        self._push(max(time_s, self.now), 4, _Abort(r))
+
+    def next_time(self) -> float:
+        """When the next step ends or the next event is due (inf when nothing is pending)."""
+        t = self._events[0][0] if self._events else math.inf
+        for p in self.inflight:
+            if p is not None and p.end < t:
+                t = p.end
+        nxt = self._next_arrival
+        if nxt < self.arrays.n:
+            t = min(t, self.arrays.arrival[nxt])
+        return t
+
+    def _abort(self, r: Request, t: float) -> None:
+        if r.outcome != OUTCOME_UNFINISHED:
+            return  # finished (or rejected) before the abort took effect
+        for k, engine in enumerate(self.current):
+            if engine.live.get(r.idx) is r:
+                if self.inflight[k] is not None and r.status == RUNNING_STATUS:
+                    self._aborts_after_step[k].append(r)
+                else:
+                    engine.abort(r, t)
+                return
+        if r in self._parked:
+            self._parked.remove(r)
+            self._close_aborted(r, t)
+        else:  # on its way to a survivor
+            self._abort_on_landing.add(r.idx)
+
+    def _apply_aborts(self, k: int, t: float) -> None:
+        aborts, self._aborts_after_step[k] = self._aborts_after_step[k], []
+        for r in aborts:
+            self.current[k].abort(r, t)  # False when it finished in that very step
+
+    def _close_aborted(self, r: Request, t: float) -> None:
+        """Abort a request held by no engine (parked, in transit, or on a node just lost)."""
+        r.status = FINISHED
+        r.outcome = OUTCOME_ABORTED
+        r.finish_time = t
+        if self.emit is not None:
+            self.emit(RequestFinished(t, r.req_id, None, "aborted", r.num_output, t - r.arrival))
+
     def _progress(self) -> None:
         assert self.emit is not None
         done = sum(e.num_closed for e in self.engines)
@@ -334,9 +439,21 @@ class ClusterSimulator:
             self.emit(Redispatched(t, r.req_id, moved_from, self.replicas[k].name))
         self.current[k].submit(r, t)
 
-    def _handle(self, t: float, payload: _Transit | tuple[str, FailureEvent]) -> None:
+    def _handle(self, t: float, payload: Payload) -> None:
+        if isinstance(payload, _Arrival):
+            if self.emit is not None:
+                self.emit(RequestArrived(t, payload.request.req_id, None))
+            self._dispatch(payload.request, t)
+            return
+        if isinstance(payload, _Abort):
+            self._abort(payload.request, t)
+            return
         if isinstance(payload, _Transit):  # a migrated request reaching its target
             k, r = payload.target, payload.request
+            if r.idx in self._abort_on_landing:
+                self._abort_on_landing.discard(r.idx)
+                self._close_aborted(r, t)
+                return
             if self.alive[k]:
                 self.current[k].submit(r, t)
             else:  # the target died meanwhile, and the KV on its way with it
@@ -373,7 +490,13 @@ class ClusterSimulator:
     def _fail(self, k: int, t: float) -> None:
         engine = self.current[k]
         self.inflight[k] = None  # the step in flight is lost with the node
+        aborting = {r.idx for r in self._aborts_after_step[k]}
+        self._aborts_after_step[k] = []
         victims = engine.evict_all()
+        for r, _ in victims:
+            if r.idx in aborting:
+                self._close_aborted(r, t)
+        victims = [(r, c) for r, c in victims if r.idx not in aborting]
         self.node_events.append((t, "fail", self.replicas[k].name, len(victims)))
         self.alive[k] = False
         self.accepting[k] = False

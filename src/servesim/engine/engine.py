@@ -25,6 +25,8 @@ from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_cache_manager import KVCacheManager, shared_id_prefixes
 from servesim.engine.request import (
+    FINISHED,
+    OUTCOME_ABORTED,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
@@ -35,7 +37,7 @@ from servesim.engine.request import (
     WAITING,
     Request,
 )
-from servesim.engine.scheduler import Scheduler, StepPlan
+from servesim.engine.scheduler import Scheduler, StepPlan, running_index
 from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.errors import EngineStallError
 from servesim.events import (
@@ -173,6 +175,8 @@ class Recorder:
 
     def close_request(self, r: Request) -> None:
         i = r.idx
+        if i >= len(self.outcome):
+            self.grow(i + 1)
         if r.first_scheduled >= 0:
             self.first_scheduled[i] = r.first_scheduled
         if r.first_token >= 0:
@@ -191,6 +195,16 @@ class Recorder:
             self.prefix_hit[i] = r.prefix_hit_tokens
         if r.segments:
             self.flush_tokens(r)
+
+    def grow(self, n: int) -> None:
+        """Make room for request index ``n - 1``: online runs (``ClusterSimulator.submit``) add
+        requests beyond the trace the recorder was sized for. Doubles, so appends stay cheap."""
+        extra = max(n, 2 * len(self.outcome), 64) - len(self.outcome)
+        for col in ("first_scheduled", "first_token", "finish"):
+            getattr(self, col).extend(array("d", [math.nan]) * extra)
+        for col in ("num_output", "preemptions", "recomputed", "reused", "prefix_hit"):
+            getattr(self, col).extend(array("q", [0]) * extra)
+        self.outcome.extend(array("q", [OUTCOME_UNFINISHED]) * extra)
 
     def flush_tokens(self, r: Request) -> None:
         """Add a request's inter-token gaps on this replica to the pooled ITL figures."""
@@ -690,6 +704,35 @@ class Engine:
         sched.waiting.add(r)  # appended: to this replica it is a new arrival
         if self.config.queue_timeout_s is not None and r.status == WAITING:
             self._timeouts.append(r)
+
+    def abort(self, r: Request, t: float) -> bool:
+        """Finish ``r`` as aborted at ``t``: its client went away (vLLM's ``finish_requests(...,
+        FINISHED_ABORTED)``). It leaves the running list or the waiting queue and its KV blocks go
+        back to the pool (hashed ones stay in the prefix cache, as for a finished request). Call
+        between steps, never while a step that schedules ``r`` is in flight. False if ``r`` is
+        not live here (already finished, or never here)."""
+        if self.live.get(r.idx) is not r:
+            return False
+        sched = self.scheduler
+        if r.status == RUNNING:
+            if r.sync_step >= 0:  # a decode-group member: make the group explicit first
+                sched.materialize_all(self.step, self.now)
+            del sched.running[running_index(sched.running, r)]
+            if r in sched.explicit:
+                sched.explicit.remove(r)
+            self.kv.free(r)
+            r.status = FINISHED
+        else:  # waiting (new or preempted): REJECTED also makes the priority queue drop its entry
+            r.status = REJECTED
+            sched.waiting.remove(r)
+        r.outcome = OUTCOME_ABORTED
+        r.finish_time = t
+        self._close(r)
+        if self.emit is not None:
+            self.emit(RequestFinished(t, r.req_id, self.name, "aborted", r.num_output, t - r.arrival))
+        if self.check_invariants:
+            self.assert_invariants()
+        return True
 
     def computed_tokens(self, r: Request) -> int:
         """Tokens of ``r`` whose KV is on this replica now (exact for decode-group members too)."""

@@ -21,12 +21,14 @@ OUTCOMES = (
     "finished_max_model_len",
     "rejected_prompt_too_long",
     "rejected_queue_timeout",
+    "aborted",
 )
 OUTCOME_UNFINISHED = 0
 OUTCOME_FINISHED = 1
 OUTCOME_LENGTH_CAPPED = 2
 OUTCOME_REJECTED_TOO_LONG = 3
 OUTCOME_REJECTED_TIMEOUT = 4
+OUTCOME_ABORTED = 5  # the client went away (vLLM: FINISHED_ABORTED); online runs only
 
 
 class Request:

@@ -31,3 +31,12 @@ class MemoryFitError(PerfError):
 
 class CalibrationError(PerfError):
     """Calibration input that cannot be fitted (empty, inconsistent, degenerate)."""
+
+
+class BenchResultError(CalibrationError):
+    """A ``vllm bench serve`` result file that cannot be used; ``errors`` lists each field's problem
+    as ``{"field", "reason"}`` (what an interface shows in a table)."""
+
+    def __init__(self, message: str, errors: list[dict[str, str | None]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []

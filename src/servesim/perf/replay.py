@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from servesim.engine import EngineConfig, simulate
+from servesim.engine import EngineConfig, SimulationResult, simulate
 from servesim.engine.step_time import StepTimeModel
 from servesim.perf.profile import HardwareProfile
 from servesim.traces.schema import Trace, TraceProvenance
@@ -64,6 +64,8 @@ class ReplayOutcome:
     mean_shift_s: float
     num_steps: int
     extras: dict[str, float] = field(default_factory=dict)
+    #: The engine's last round (steps, per-request records): what the views draw from.
+    result: SimulationResult | None = field(default=None, repr=False)
 
 
 def _trace(rs: RequestSet, send: np.ndarray) -> Trace:
@@ -220,6 +222,7 @@ def replay(
         mean_shift_s=shift,
         num_steps=len(res.steps),
         extras={"mean_async_lag_s": float(np.mean(lag)) if n else 0.0},
+        result=res,
     )
 
 

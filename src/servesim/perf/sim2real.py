@@ -31,9 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servesim.engine import EngineConfig
 from servesim.perf.calibration import CalibrationReport
 from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
-from servesim.perf.errors import PerfError
+from servesim.perf.errors import BenchResultError, PerfError
 from servesim.perf.memory import kv_capacity
-from servesim.perf.profile import HardwareProfile
+from servesim.perf.profile import HardwareProfile, resolve_profile
 from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
 from servesim.perf.roofline import RooflineStepTime
 from servesim.perf.workload import SharedPrefixWorkload, shared_prefix_requests
@@ -108,6 +108,31 @@ class Sim2RealExperiment(BaseModel):
         return out
 
 
+def is_experiment(data: Any) -> bool:
+    """Whether a parsed JSON file looks like a sim2real experiment (not, say, a vllm bench result)."""
+    return isinstance(data, dict) and "hf_config" in data and "actual" in data and "workload" in data
+
+
+def parse_experiment(data: Any, source: str) -> Sim2RealExperiment:
+    """One experiment from its parsed JSON; a bad file names the field (``BenchResultError.errors``)."""
+    if not isinstance(data, dict) or "id" not in data:
+        raise BenchResultError(
+            f"{source}: not a sim2real experiment (no 'id')", [{"field": "id", "reason": "missing"}]
+        )
+    data = {**data, "id": str(data["id"])}
+    try:
+        exp = Sim2RealExperiment.model_validate(data)
+    except ValidationError as e:
+        errors: list[dict[str, str | None]] = [
+            {"field": ".".join(str(x) for x in err["loc"]) or None, "reason": str(err["msg"])}
+            for err in e.errors()
+        ][:50]
+        first = errors[0]
+        raise BenchResultError(f"{source}: {first['field']}: {first['reason']}", errors) from e
+    exp.raw = data
+    return exp
+
+
 def load_experiments(path: str | Path) -> list[Sim2RealExperiment]:
     """Every ``*.json`` experiment in a folder (or one file), sorted by id."""
     p = Path(path)
@@ -120,19 +145,34 @@ def load_experiments(path: str | Path) -> list[Sim2RealExperiment]:
             data = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise PerfError(f"{f}: cannot read experiment: {e}") from e
-        if not isinstance(data, dict) or "id" not in data:
-            raise PerfError(f"{f}: not a sim2real experiment (no 'id')")
-        data["id"] = str(data["id"])
-        try:
-            exp = Sim2RealExperiment.model_validate(data)
-        except ValidationError as e:
-            first = e.errors()[0]
-            raise PerfError(f"{f}: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from e
-        exp.raw = data
-        out.append(exp)
+        out.append(parse_experiment(data, str(f)))
     if not out:
         raise PerfError(f"{p}: no experiment files (*.json)")
     return sorted(out, key=lambda e: e.id)
+
+
+def default_experiment_profile(exps: Sequence[Sim2RealExperiment]) -> HardwareProfile:
+    """The profile ``servesim sim2real`` predicts with when given none: the experiments' GPU's shipped
+    profile, else the sim2real base profile."""
+    gpus = {e.gpu_spec().name for e in exps}
+    prof = resolve_profile(None, gpus.pop() if len(gpus) == 1 else None)
+    return prof if prof.gpu is not None else sim2real_base_profile()
+
+
+#: sim2real metric name -> (servesim's metric, statistic); itl_mean is inference-perf's own
+#: ``(e2e_mean - ttft_mean) / (mean output - 1)``, compared on its own row.
+_STAT_NAMES = {f"{m}_{s}": (f"{m}_ms", s) for m in ("e2e", "ttft") for s in ("mean", "p90", "p99")}
+
+
+def experiment_stats(exp: Sim2RealExperiment, stage: str = "-1") -> dict[str, dict[str, float]]:
+    """The measured latencies of one stage as ``{metric: {stat: ms}}`` (``views.measured``'s shape)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, value in exp.actual.get(stage, {}).items():
+        v = _finite(value)
+        if name in _STAT_NAMES and v is not None:
+            metric, stat = _STAT_NAMES[name]
+            out.setdefault(metric, {})[stat] = v
+    return out
 
 
 class RunSettings(BaseModel):

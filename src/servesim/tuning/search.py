@@ -36,6 +36,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 import numpy as np
@@ -44,6 +45,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import shown
+from servesim.io import file_lock
 from servesim.tuning.deployment import Deployment, vllm_default_deployment
 from servesim.tuning.evaluate import EvalSettings
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
@@ -231,6 +233,21 @@ def rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
     raise AssertionError("unreachable")
 
 
+def seeding_lock(storage: str | None) -> AbstractContextManager[None]:
+    """Workers sharing a SQLite study take turns to open and seed it. Optuna's
+    ``enqueue_trial(skip_if_exists=True)`` reads then writes, and SQLite has no row locks: two
+    workers seeding together each enqueued the baseline, and the duplicate was left waiting for
+    ever. A server database (PostgreSQL, MySQL) is not locked here."""
+    if storage is None or not storage.startswith("sqlite"):
+        return nullcontext()
+    from sqlalchemy.engine import make_url
+
+    db = make_url(storage).database
+    if not db or db == ":memory:":
+        return nullcontext()
+    return file_lock(f"{db}.servesim-lock")
+
+
 def open_study(
     storage: str | None,
     study_name: str,
@@ -362,8 +379,9 @@ def tune(
     fp = study_fingerprint(workload, hardware, slo, sp, spec, ev)
     name = study_name or f"servesim-tune-{fp}"
     ctx = EvalContext(workload, hardware, slo, ev)
-    study = open_study(storage, name, st.objective, st.seed, st, fp)
-    plan = seed_study(study, sp, base, hardware, spec, st)
+    with seeding_lock(storage):
+        study = open_study(storage, name, st.objective, st.seed, st, fp)
+        plan = seed_study(study, sp, base, hardware, spec, st)
     if isinstance(executor, str):
         with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
             reused = _run_trials(study, ex, sp, spec, st, slo, st.batch or n_jobs, progress, plan.n_trials)

@@ -27,8 +27,10 @@ def histogram(
     slo: float | None = None,
     help: str | None = None,
     percentiles: tuple[float | None, float | None, float | None] = (None, None, None),
+    value_range: tuple[float, float] | None = None,
 ) -> Histogram:
-    """A histogram of the finite values (weighted when ``weights`` is given); 1..``bins`` bins."""
+    """A histogram of the finite values (weighted when ``weights`` is given); 1..``bins`` bins.
+    ``value_range`` fixes the bins' span (two histograms drawn on the same bins)."""
     v = np.asarray(values, dtype=np.float64)
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     keep = np.isfinite(v) if w is None else np.isfinite(v) & (w > 0)
@@ -36,7 +38,7 @@ def histogram(
     w = None if w is None else w[keep]
     if v.size == 0:
         return Histogram(key=key, title=title, unit=unit, edges=[], counts=[], count=0, slo=slo, help=help)
-    lo, hi = float(v.min()), float(v.max())
+    lo, hi = (float(v.min()), float(v.max())) if value_range is None else value_range
     if hi - lo <= max(abs(lo), abs(hi)) * 1e-9:  # one value (up to rounding): one narrow range
         hi = lo + max(abs(lo) * 1e-3, 1e-9)
     counts, edges = np.histogram(v, bins=max(1, bins), range=(lo, hi), weights=w)

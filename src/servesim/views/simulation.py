@@ -412,6 +412,62 @@ def latency_split(requests: Any) -> list[float]:
     return [round(float(np.mean(x)) * 1e3, 3) for x in (sch - arr, ft - sch, end - ft)]
 
 
+def binding_limits(steps: Any, config: EngineConfig) -> dict[str, np.ndarray]:
+    """Per step, whether each scheduler limit was binding (the bottleneck's rule): ``max_num_seqs``
+    when the batch is full, ``token_budget`` when the step used >= 95 % of max_num_batched_tokens,
+    ``kv_cache`` when >= 95 % of the KV blocks were in use or the step preempted a request."""
+    return {
+        "max_num_seqs": steps["num_running"].to_numpy() >= config.max_num_seqs,
+        "token_budget": steps["num_tokens"].to_numpy() >= 0.95 * config.max_num_batched_tokens,
+        "kv_cache": (steps["kv_usage"].to_numpy() >= 0.95) | (steps["num_preempted"].to_numpy() > 0),
+    }
+
+
+#: Why requests wait, in the order a step's waiting queue is attributed (first binding limit wins).
+QUEUE_REASONS = (
+    ("kv_cache", "KV blocks"),
+    ("max_num_seqs", "max_num_seqs"),
+    ("token_budget", "token budget"),
+    ("other", "no limit binding (arrived during the step)"),
+)
+
+
+def queue_by_reason(result: SimulationResult, max_points: int = MAX_POINTS) -> list[Series]:
+    """The waiting queue over time split by why it waits, derived from the step records (the engine
+    records no reason): a step's ``num_waiting`` goes to its first binding limit in
+    ``QUEUE_REASONS`` order (``binding_limits``: KV blocks, then max_num_seqs, then the token
+    budget), else to "other" (the queue was not held back by a limit: requests that arrived while
+    the step ran and join the next one). One series per reason (key ``queue_by_reason.<reason>``),
+    the mean queue per time bin; the series add up to the binned ``num_waiting``."""
+    st = result.steps
+    if not len(st):
+        return []
+    t = st["start_s"].to_numpy(dtype=np.float64)
+    end = t + st["duration_s"].to_numpy(dtype=np.float64)
+    waiting = st["num_waiting"].to_numpy(dtype=np.float64)
+    limits = binding_limits(st, result.config)
+    left = np.ones(len(st), dtype=bool)
+    bins = min(max(10, max_points // 4), max(1, len(st)))
+    out = []
+    for key, label in QUEUE_REASONS:
+        mine = left & limits[key] if key in limits else left
+        left &= ~mine
+        x, y = time_binned(t, np.where(mine, waiting, 0.0), float(t[0]), float(end[-1]), bins, how="mean")
+        out.append(
+            series(
+                f"queue_by_reason.{key}",
+                f"waiting queue by reason: {label}",
+                x,
+                y,
+                y_label="requests waiting (mean per bin)",
+                kind="step",
+                max_points=max_points,
+                help=f"Requests waiting while {label} held them back (views.simulation.queue_by_reason).",
+            )
+        )
+    return out
+
+
 def bottleneck(result: SimulationResult) -> Verdict:
     """What limits this run, from the step series: KV blocks, the token budget, max_num_seqs,
     queueing from a rate beyond capacity, or nothing (compute-bound at this load)."""
@@ -433,9 +489,8 @@ def bottleneck(result: SimulationResult) -> Verdict:
             text=f"none at this load: requests waited in only {share_queued:.1%} of the busy time; "
             "latency is the model's compute (a faster GPU or more TP lowers it)",
         )
-    at_seqs = queued & (st["num_running"].to_numpy() >= cfg.max_num_seqs)
-    at_budget = queued & (st["num_tokens"].to_numpy() >= 0.95 * cfg.max_num_batched_tokens)
-    at_kv = queued & ((st["kv_usage"].to_numpy() >= 0.95) | (st["num_preempted"].to_numpy() > 0))
+    limits = binding_limits(st, cfg)
+    at_seqs, at_budget, at_kv = (queued & limits[k] for k in ("max_num_seqs", "token_budget", "kv_cache"))
     queued_s = float(dur[queued].sum())
     shares = {  # of the time requests waited, the share in which each limit was binding
         "KV cache": float(dur[at_kv].sum() / queued_s),
@@ -471,6 +526,8 @@ def _cell(v: Any) -> str:
 
 __all__ = [
     "LATENCIES",
+    "QUEUE_REASONS",
+    "binding_limits",
     "bottleneck",
     "class_table",
     "config_table",
@@ -478,6 +535,7 @@ __all__ = [
     "kpis",
     "latency_histograms",
     "latency_table",
+    "queue_by_reason",
     "simulation_view",
     "summary_view",
     "time_series",

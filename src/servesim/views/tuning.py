@@ -9,7 +9,7 @@ from typing import Any
 
 from servesim.tuning.reasons import Effect, Reason
 from servesim.tuning.recommend import SchedulerRecommendation
-from servesim.tuning.search import TuneResult
+from servesim.tuning.search import TrialRecord, TuneResult
 from servesim.views.glossary import define
 from servesim.views.model import Column, Kpi, Section, Series, Table, Verdict
 
@@ -56,6 +56,11 @@ def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> T
     return Table(key=key, title=title, columns=cols, rows=rows)
 
 
+def scatter_trials(res: TuneResult) -> list[TrialRecord]:
+    """The trials the scatter draws, in its point order (an interface maps a clicked point back)."""
+    return [r for r in res.trials if r.outcome is not None and r.outcome.ttft_p99_ms is not None]
+
+
 def trials_view(res: TuneResult, top: int = 8) -> Section:
     """The study: counts, why trials were pruned, the best trials, the Pareto front and a scatter."""
     text = [
@@ -78,7 +83,7 @@ def trials_view(res: TuneResult, top: int = 8) -> Section:
             f"no feasible trial: the nearest miss is trial {m.number} on {m.gpus} GPU(s), "
             + "; ".join(breach_text(b.constraint, b.measured, b.limit, b.excess) for b in m.breaches)
         )
-    done = [r for r in res.trials if r.outcome is not None and r.outcome.ttft_p99_ms is not None]
+    done = scatter_trials(res)
     scatter = Series(
         key="trials",
         title="trials: goodput per GPU against TTFT p99",
@@ -621,6 +626,7 @@ __all__ = [
     "reason_text",
     "recommendation_lines",
     "recommendation_view",
+    "scatter_trials",
     "trials_table",
     "trials_view",
     "verdict_text",

@@ -40,6 +40,7 @@ def create_app(settings: WebSettings) -> FastAPI:
     problem = settings.startup_problem()
     if problem is not None:
         raise ValueError(problem)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)  # the default SQLite file lives there
     db = Database(settings.database_url)
     db.interrupt_unfinished()
     storage = Storage(settings.data_dir)
@@ -66,10 +67,10 @@ def create_app(settings: WebSettings) -> FastAPI:
     )
     app.state.workbench = Workbench(settings, db, storage, jobs)
     problems.install(app)
-    from servesim.web.routers import catalog, pages, plans, runs, traces
+    from servesim.web.routers import bench, catalog, pages, plans, runs, traces
     from servesim.web.routers import jobs as jobs_router
 
-    for module in (traces, runs, jobs_router, plans, catalog, pages):
+    for module in (traces, runs, bench, jobs_router, plans, catalog, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(BodyLimitMiddleware, upload_limit=settings.max_upload_bytes)

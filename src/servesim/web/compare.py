@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
-PERCENTILES = ("p50", "p90", "p99")
-#: Summary figures compared beside the latency percentiles; True when higher is better.
-FIGURES = {
-    "request_throughput": True,
-    "output_token_throughput": True,
-    "total_token_throughput": True,
-    "goodput": True,
-    "num_preemptions": False,
-    "mean_kv_usage": False,
-    "mean_waiting": False,
-}
+from servesim.views.compare import FIGURES, LATENCIES, PERCENTILES
+from servesim.views.compare import metric_label as _label
 
 
 def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
@@ -34,13 +24,6 @@ def settings_of(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     )
     _flat("", result.get("config", {}), flat)
     return flat
-
-
-def _label(key: str) -> tuple[str, str | None]:
-    from servesim.views.glossary import METRICS
-
-    d = METRICS.get(key)
-    return (d.label, d.unit) if d is not None else (key.replace("_", " "), None)
 
 
 def compare_runs(

@@ -43,6 +43,16 @@ class TraceRow(Base):
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
+class BenchRow(Base):
+    """An uploaded ``vllm bench serve`` result (the file lives in ``web/bench/<id>.json``)."""
+
+    __tablename__ = "bench_results"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[str] = mapped_column(String(32))
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
 class JobRow(Base):
     """One piece of work (simulate, cluster, saturate, tune, recover, reschedule, advise)."""
 
@@ -113,6 +123,14 @@ class Database:
     def traces(self) -> list[TraceRow]:
         with self.session() as s:
             return list(s.scalars(select(TraceRow).order_by(TraceRow.created_at.desc())))
+
+    def bench(self, bench_id: str) -> BenchRow | None:
+        with self.session() as s:
+            return s.get(BenchRow, bench_id)
+
+    def benches(self) -> list[BenchRow]:
+        with self.session() as s:
+            return list(s.scalars(select(BenchRow).order_by(BenchRow.created_at.desc())))
 
     def dispose(self) -> None:
         self.engine.dispose()

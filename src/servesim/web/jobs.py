@@ -32,6 +32,7 @@ PRELOAD = [
     "servesim.web.work.runs",
     "servesim.web.work.capacity",
     "servesim.web.work.plans",
+    "servesim.web.work.bench",
     "servesim.views.simulation",
     "servesim.views.saturation",
     "servesim.views.tuning",

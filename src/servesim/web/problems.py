@@ -50,6 +50,9 @@ def problem_response(status: int, detail: str, instance: str | None = None, **ex
 def user_error_extra(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, TraceError):
         return {"errors": [{"row": exc.row, "field": exc.field, "reason": exc.reason}]}
+    listed = getattr(exc, "errors", None)  # e.g. BenchResultError: one entry per field
+    if isinstance(listed, list) and listed:
+        return {"errors": listed[:200]}
     return {}
 
 

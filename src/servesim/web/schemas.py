@@ -107,6 +107,26 @@ class AdviseBody(Strict):
     optimize: int = Field(6, ge=0, le=40, description="Optuna trials for the optimizer's best (batching).")
 
 
+class BenchSimulateBody(Strict):
+    """Re-run a stored ``vllm bench serve`` result's workload (or compare it with a stored run)."""
+
+    bench_id: str = Field(pattern=ID_PATTERN)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    hardware: HardwareBody = Field(default_factory=HardwareBody)
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the re-created send times.")
+    run_id: str | None = Field(
+        None, pattern=ID_PATTERN, description="Compare with this finished simulation run instead."
+    )
+    label: str | None = Field(None, max_length=200)
+
+
+class BenchOut(BaseModel):
+    id: str
+    name: str
+    created_at: str
+    summary: dict[str, Any]
+
+
 class GenerateBody(Strict):
     preset: str = Field("default", min_length=1, max_length=100, description="Preset or arrival name.")
     num_requests: int = Field(500, ge=1)

@@ -138,6 +138,8 @@ async def _unauthorized(send: Send) -> None:
 #: Bodies of every other request (JSON records, settings) are bounded too.
 MAX_JSON_BYTES = 8 * 1024 * 1024
 UPLOAD_PATH = "/api/traces"
+#: Raw-file uploads (traces, vllm bench results): the upload limit, checked while streaming.
+UPLOAD_PATHS = frozenset({UPLOAD_PATH, "/api/bench"})
 
 
 class BodyTooLarge(Exception):
@@ -160,7 +162,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        upload = scope.get("path") == UPLOAD_PATH and scope.get("method") == "POST"
+        upload = scope.get("path") in UPLOAD_PATHS and scope.get("method") == "POST"
         limit = self.upload_limit if upload else MAX_JSON_BYTES
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")

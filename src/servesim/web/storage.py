@@ -45,11 +45,12 @@ def display_name(name: str) -> str:
 
 
 class Storage:
-    """``traces/<id>.parquet``, ``runs/<id>.parquet`` (per-request records), ``uploads/`` (scratch)."""
+    """``traces/<id>.parquet``, ``runs/<id>.parquet`` (per-request records), ``bench/<id>.json``
+    (vllm bench serve results), ``uploads/`` (scratch)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root / "web"
-        for sub in ("traces", "runs", "uploads"):
+        for sub in ("traces", "runs", "uploads", "bench"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     def trace_file(self, trace_id: str) -> Path:
@@ -57,6 +58,9 @@ class Storage:
 
     def requests_file(self, job_id: str) -> Path:
         return self.root / "runs" / f"{check_id(job_id)}.parquet"
+
+    def bench_file(self, bench_id: str) -> Path:
+        return self.root / "bench" / f"{check_id(bench_id)}.json"
 
     def scratch(self, suffix: str) -> Path:
         if suffix not in UPLOAD_SUFFIXES:

@@ -220,6 +220,42 @@ def compare(
     )
 
 
+@router.get("/compare/basket", summary="A basket of runs against a baseline: metric changes for each")
+def compare_basket(
+    wb: WB,
+    baseline: Annotated[str, Query(pattern=ID_PATTERN, description="The baseline run.")],
+    runs: Annotated[
+        list[Annotated[str, Query(pattern=ID_PATTERN)]],
+        Query(min_length=1, max_length=12, description="The runs compared with it (1 to 12)."),
+    ],
+) -> dict[str, Any]:
+    from servesim.engine import SimulationSummary
+    from servesim.views.compare import basket_view
+    from servesim.web.compare import settings_of
+
+    rows = [_done(wb, i) for i in [baseline, *runs]]
+    for r in rows:
+        if r.kind != "simulate":
+            raise Problem(422, f"run {r.id} is a {r.kind} job: a basket compares simulation runs")
+    jobs = [job_out(r).model_dump(mode="json") for r in rows]
+    labels = [f"{j['created_at'][11:19]} {j['title']}"[:80] for j in jobs]
+    summaries = [SimulationSummary.model_validate((r.result or {})["summary"]) for r in rows]
+    view = basket_view((labels[0], summaries[0]), list(zip(labels[1:], summaries[1:], strict=True)))
+    settings = [settings_of(j, r.result or {}) for j, r in zip(jobs, rows, strict=True)]
+    keys = sorted(set().union(*settings))
+    differ = [
+        {"key": k, "baseline": settings[0].get(k), "runs": [s.get(k) for s in settings[1:]]}
+        for k in keys
+        if any(s.get(k) != settings[0].get(k) for s in settings[1:])
+    ]
+    return {
+        "baseline": jobs[0],
+        "runs": jobs[1:],
+        "config_diff": differ,
+        "sections": [view.model_dump(mode="json")],
+    }
+
+
 def _run(wb: Workbench, run_id: str) -> JobRow:
     row = wb.db.job(run_id)
     if row is None:

@@ -76,6 +76,7 @@
     if (window.Plotly) for (const c of $(tab.getAttribute("aria-controls")).querySelectorAll(".js-plotly-plot")) window.Plotly.Plots.resize(c);
     if (tab.id === "tab-history") loadHistory();
     if (tab.id === "tab-compare") loadCompareChoices();
+    if (tab.id === "tab-measured") loadBenches($("bench-pick").value);
   }
   tabs.forEach((t, i) => {
     t.addEventListener("click", () => showTab(t));
@@ -330,11 +331,13 @@
       el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"),
       el("a", { href: `/api/runs/${run.job.id}/requests.csv`, download: "" }, "Download per-request CSV"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
-      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"));
+      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
+      el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket"));
     box.append(toolbar);
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
     costBox(box, run.job.id);
-    r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { before: (sec) => percentileSwitcher(sec, r.kpis) } : {}));
+    const sparks = r.sparklines || {};
+    r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { sparklines: sparks, before: (sec) => percentileSwitcher(sec, r.kpis, sparks) } : {}));
   }
   /* $/1M tokens and goodput per $ at the GPU price the user enters (the server has no price). */
   function costBox(box, runId) {
@@ -353,13 +356,13 @@
     box.append(form, out);
   }
   /* KPI tiles at p50 / p90 / p95 / p99: the server sent each set (views.simulation.kpis). */
-  function percentileSwitcher(box, byPercentile) {
+  function percentileSwitcher(box, byPercentile, sparks) {
     const grid = box.querySelector(".kpis");
     if (!grid) return;
     const bar = el("div", { class: "switcher", role: "group", "aria-label": "Latency percentile of the tiles" });
     const apply = (p) => {
       for (const b of bar.children) b.setAttribute("aria-pressed", String(b.dataset.p === p));
-      clear(grid, ...byPercentile[p].map(SS.kpi));
+      clear(grid, ...byPercentile[p].map((k) => SS.kpi(k, sparks[k.key])));
     };
     for (const p of Object.keys(byPercentile)) bar.append(el("button", { type: "button", "data-p": p, "aria-pressed": String(p === "p99"), onclick: () => apply(p) }, p));
     grid.before(bar);
@@ -429,8 +432,8 @@
       } }, "Copy the vllm serve command");
       box.append(el("div", { class: "section", id: "recommendation-card" }, el("h2", {}, "Recommendation (review before use)"), pre, copy));
     }
-    trialLoader(box, r);
     for (const s of r.sections) SS.section(box, s);
+    trialLoader(box, r);
   }
   /* The study's trials as they finish (read from the Optuna storage by the job while it runs). */
   function liveTrials(extra) {
@@ -454,17 +457,16 @@
       xaxis: { title: { text: "TTFT p99 (ms)" } }, yaxis: { title: { text: "goodput per GPU (req/s)" } },
     }, { displaylogo: false, responsive: true });
   }
-  /* Load a trial's configuration (the best ones, the Pareto front) into the Run tab's form. */
+  /* Load a trial's configuration (the best ones, the Pareto front) into the Run tab's form: pick it
+     in the list (keyboard) or click its point in the trials scatter (the Pareto front is marked). */
   function trialLoader(box, r) {
     const byNumber = {};
-    for (const t of r.trials || []) if (t.feasible) byNumber[t.number] = t;
+    for (const t of r.trials || []) byNumber[t.number] = t;
     const front = new Set(((r.study && r.study.pareto_front) || []).map((t) => t.number));
-    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n]);
-    if (!ranked.length) return;
-    const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
-      `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
-    const load = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => {
-      const p = byNumber[sel.value].params;
+    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n] && byNumber[n].feasible);
+    const card = el("div", { id: "trial-config", "aria-live": "polite" });
+    const load = (n) => {
+      const p = byNumber[n].params;
       for (const [k, v] of Object.entries(p)) {
         const input = $(`eng-${k}`) || $(`hw-${k}`);
         if (!input) continue;
@@ -472,9 +474,45 @@
       }
       if (p.replicas) $("run-replicas").value = String(p.replicas);
       showTab($("tab-run"));
-      toast(`Loaded trial ${sel.value} into the Run tab: press Run simulation`);
-    } }, "Load into the Run tab");
-    box.append(el("div", { class: "section" }, el("h2", {}, "Try a trial's configuration"), el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, load)));
+      toast(`Loaded trial ${n} into the Run tab: press Run simulation`);
+    };
+    const show = (n) => {
+      const t = byNumber[n];
+      const o = t.outcome || {};
+      clear(card, el("h3", {}, `Trial ${n}${front.has(n) ? " (Pareto front)" : ""}${t.feasible ? "" : " (infeasible)"}`),
+        SS.table({ key: "trial_params", title: "", notes: [], columns: [{ key: "flag", label: "setting", kind: "str" }, { key: "value", label: "value", kind: "str" }],
+          rows: [...Object.entries(t.params).map(([k, v]) => [k, v === null ? "not set" : String(v)]),
+            ["TTFT p99 (ms, worst seed)", o.ttft_p99_ms ? SS.fmt(o.ttft_p99_ms.max) : "–"], ["goodput per GPU (req/s)", SS.fmt(o.goodput_per_gpu ?? null)]] }),
+        el("button", { type: "button", id: "trial-config-load", class: "secondary small", onclick: () => load(n) }, `Load trial ${n} into the Run tab`));
+    };
+    const points = r.scatter_trials || [];
+    const scatter = box.querySelector("[data-section='tuning'] [data-key='trials']");
+    if (scatter && window.Plotly && points.length) {
+      window.Plotly.restyle(scatter, {
+        "marker.color": [points.map((n) => (front.has(n) ? "#1a7f37" : byNumber[n] && byNumber[n].feasible ? "#2457c5" : "#c62828"))],
+        "marker.size": [points.map((n) => (front.has(n) ? 11 : 7))],
+        text: [points.map((n) => `trial ${n}${front.has(n) ? " (Pareto front)" : ""}`)],
+        hovertemplate: "%{text}: %{x:.4g} ms, %{y:.4g} req/s per GPU<extra>click to see it</extra>",
+      });
+      scatter.on("plotly_click", (ev) => {
+        const n = points[ev.points[0].pointIndex];
+        if (n === undefined) return;
+        show(n);
+        if (ranked.includes(n)) $("trial-pick").value = String(n);
+      });
+    }
+    const help = el("p", { class: "help" }, "Click a point of the trials scatter (green: the Pareto front) to see its configuration, or pick a feasible trial:");
+    const parts = [el("h2", {}, "Try a trial's configuration"), help];
+    if (ranked.length) {
+      const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
+        `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
+      sel.addEventListener("change", () => show(parseInt(sel.value, 10)));
+      const btn = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => load(parseInt(sel.value, 10)) }, "Load into the Run tab");
+      parts.push(el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, btn));
+    }
+    parts.push(card);
+    const chooser = el("div", { class: "section", id: "trial-chooser" }, ...parts);
+    if (scatter) scatter.parentElement.after(chooser); else box.append(chooser);
   }
   function setupTune() {
     $("tune-form").addEventListener("submit", (e) => {
@@ -490,6 +528,49 @@
           space: $("tune-space").value.trim() ? readJson("tune-space") : null,
         }, renderTune);
       } catch (err) { clear(jobBox("tune"), problemBlock(err)); }
+    });
+  }
+
+  /* ------------------------------------------------------------------ measured vs simulated */
+  async function loadBenches(selected) {
+    const rows = await api("/api/bench");
+    const what = (b) => (b.summary.format === "sim2real" ? `sim2real experiment ${b.summary.experiment} (${b.summary.model_id})`
+      : `${b.summary.num_prompts ?? b.summary.completed} prompts at ${b.summary.request_rate} req/s${b.summary.detailed ? "" : " (summary only)"}`);
+    fillSelect($("bench-pick"), rows.map((b) => ({ value: b.id, label: `${b.name}: ${what(b)}` })), selected || (rows[0] || {}).value);
+    const runs = (await api("/api/runs?kind=simulate")).filter((r) => r.status === "done");
+    fillSelect($("bench-against"), [{ value: "", label: "its workload, with the Run tab's settings" }, ...runs.map((r) => ({ value: r.id, label: `run ${r.created_at.slice(11, 19)} ${r.title}` }))], $("bench-against").value);
+  }
+  async function uploadBench(file) {
+    const status = $("bench-status");
+    clear($("bench-errors"));
+    status.className = "status";
+    status.textContent = `Uploading ${file.name}…`;
+    try {
+      const row = await api(`/api/bench?name=${encodeURIComponent(file.name)}`, { method: "POST", body: file, type: "application/json" });
+      status.textContent = `${row.name} stored: ${Object.keys(row.summary.stats).length} latency metrics${row.summary.detailed ? " with per-request lists" : ""}.`;
+      await loadBenches(row.id);
+    } catch (e) {
+      status.className = "status error";
+      status.textContent = `${file.name} was not stored.`;
+      clear($("bench-errors"), problemBlock(e));
+    }
+  }
+  function renderOverlay(run) {
+    const box = clear($("bench-results"));
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON")));
+    for (const n of run.result.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
+    for (const s of run.result.sections) SS.section(box, s);
+  }
+  function setupBench() {
+    const input = $("bench-file");
+    input.addEventListener("change", () => { if (input.files[0]) uploadBench(input.files[0]); input.value = ""; });
+    $("bench-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const id = $("bench-pick").value;
+      if (!id) { clear(jobBox("bench"), problemBlock(new ApiError({ status: 422, title: "No benchmark", detail: "upload a vllm bench serve result first" }))); return; }
+      const s = runSettings();
+      const against = $("bench-against").value;
+      submit("bench", `/api/bench/${id}/simulate`, { bench_id: id, engine: s.engine, hardware: s.hardware, seed: parseInt($("bench-seed").value, 10) || 0, run_id: against || null }, renderOverlay);
     });
   }
 
@@ -600,6 +681,67 @@
       } catch (err) { clear(box, problemBlock(err)); }
     });
   }
+  /* The comparison basket: runs kept in this browser (localStorage), one of them the baseline. */
+  const basket = {
+    get: () => JSON.parse(localStorage.getItem("servesim.basket") || "[]"),
+    set: (items) => localStorage.setItem("servesim.basket", JSON.stringify(items.slice(-13))),
+    baseline: () => localStorage.getItem("servesim.basket.baseline"),
+  };
+  function addToBasket(job) {
+    const items = basket.get().filter((x) => x.id !== job.id);
+    items.push({ id: job.id, title: `${job.created_at.slice(11, 19)} ${job.title}` });
+    basket.set(items);
+    if (!basket.baseline()) localStorage.setItem("servesim.basket.baseline", job.id);
+    toast(`Added to the basket (${items.length} run${items.length === 1 ? "" : "s"}): compare them on the Compare tab`);
+    renderBasketList();
+  }
+  function renderBasketList() {
+    const items = basket.get();
+    const list = $("basket-list");
+    if (!items.length) { clear(list, el("p", { class: "empty" }, "The basket is empty.")); return; }
+    let base = basket.baseline();
+    if (!items.some((x) => x.id === base)) { base = items[0].id; localStorage.setItem("servesim.basket.baseline", base); }
+    const body = el("tbody");
+    items.forEach((x, i) => {
+      const radio = el("input", { type: "radio", name: "basket-baseline", id: `basket-base-${i}`, value: x.id, checked: x.id === base,
+        onchange: () => localStorage.setItem("servesim.basket.baseline", x.id) });
+      body.append(el("tr", {}, el("td", {}, el("label", { class: "check", for: `basket-base-${i}` }, radio, "baseline")), el("td", {}, x.title),
+        el("td", {}, el("button", { type: "button", class: "small secondary", "aria-label": `Remove ${x.title} from the basket`,
+          onclick: () => { basket.set(basket.get().filter((y) => y.id !== x.id)); renderBasketList(); } }, "Remove"))));
+    });
+    clear(list, el("table", { id: "basket-table" }, el("caption", {}, `${items.length} run(s) in the basket`),
+      el("thead", {}, el("tr", {}, ["", "run", ""].map((h) => el("th", { scope: "col" }, h)))), body));
+  }
+  async function compareBasket() {
+    const box = $("basket-results");
+    const items = basket.get();
+    const base = basket.baseline();
+    const others = items.filter((x) => x.id !== base);
+    if (!base || !others.length) { clear(box, problemBlock(new ApiError({ status: 422, title: "Basket", detail: "add at least two runs to the basket" }))); return; }
+    try {
+      const d = await api(`/api/compare/basket?baseline=${base}&${others.map((x) => "runs=" + x.id).join("&")}`);
+      clear(box);
+      if (d.config_diff.length) box.append(SS.table({ key: "basket_config", title: "Settings that differ from the baseline", notes: [],
+        columns: [{ key: "key", label: "setting", kind: "str" }, { key: "baseline", label: "baseline", kind: "str" }, ...d.runs.map((r, i) => ({ key: `r${i}`, label: r.title, kind: "str" }))],
+        rows: d.config_diff.map((c) => [c.key, JSON.stringify(c.baseline), ...c.runs.map((v) => JSON.stringify(v))]) }));
+      for (const s of d.sections) SS.section(box, s);
+      // colour each change by whether it is an improvement (the table says which direction is better)
+      const t = d.sections[0].tables[0];
+      box.querySelectorAll("table[data-key='basket'] tbody tr").forEach((tr, i) => {
+        const row = t.rows[i];
+        for (let j = 4; j < row.length; j += 2) {
+          if (row[j] === null || row[j] === 0) continue;
+          tr.children[j].classList.add((row[j] > 0) === (row[1] === "higher") ? "good" : "bad");
+          if (row[j] > 0) tr.children[j].textContent = "+" + tr.children[j].textContent;
+        }
+      });
+    } catch (err) { clear(box, problemBlock(err)); }
+  }
+  function setupBasket() {
+    $("basket-compare").addEventListener("click", compareBasket);
+    $("basket-clear").addEventListener("click", () => { basket.set([]); localStorage.removeItem("servesim.basket.baseline"); clear($("basket-results")); renderBasketList(); });
+    renderBasketList();
+  }
   function deltaTable(rows) {
     const table = el("table", { id: "metric-deltas" }, el("caption", {}, "Metric deltas (B − A)"),
       el("thead", {}, el("tr", {}, ["metric", "A", "B", "Δ", "Δ %"].map((h, i) => el("th", { scope: "col", class: i ? "num" : null }, h)))));
@@ -613,7 +755,7 @@
     table.append(body);
     return el("div", { class: "table-wrap" }, table);
   }
-  const OPENERS = { simulate: ["tab-run", renderRun], saturate: ["tab-sweep", renderSweep], tune: ["tab-tune", renderTune], advise: ["tab-advise", renderAdvice] };
+  const OPENERS = { overlay: ["tab-measured", renderOverlay], simulate: ["tab-run", renderRun], saturate: ["tab-sweep", renderSweep], tune: ["tab-tune", renderTune], advise: ["tab-advise", renderAdvice] };
   async function openRun(row) {
     const run = await api(`/api/runs/${row.id}`);
     if (OPENERS[row.kind]) { OPENERS[row.kind][1](run); showTab($(OPENERS[row.kind][0])); return; }
@@ -631,7 +773,8 @@
       body.append(el("tr", {}, el("td", {}, r.created_at.replace("T", " ").slice(0, 19)), el("td", {}, r.kind), el("td", {}, r.title),
         el("td", { class: r.status === "failed" ? "bad" : null, title: r.error || null }, r.status + (r.error ? `: ${r.error.slice(0, 120)}` : "")),
         el("td", { class: "num" }, r.duration_s === null ? "–" : SS.fmt(r.duration_s)),
-        el("td", {}, r.status === "done" ? el("button", { type: "button", class: "small secondary", onclick: () => openRun(r) }, "Open") : null)));
+        el("td", {}, r.status === "done" ? el("button", { type: "button", class: "small secondary", onclick: () => openRun(r) }, "Open") : null,
+          r.status === "done" && r.kind === "simulate" ? el("button", { type: "button", class: "small secondary", onclick: () => addToBasket(r) }, "Add to basket") : null)));
     }
     table.append(body);
     clear($("history-list"), table);
@@ -643,13 +786,13 @@
       state.catalog = await api("/api/catalog");
       buildForms(state.catalog);
     } catch (e) { toast(`cannot load the catalog: ${e.message}`); return; }
-    setupUpload(); setupRun(); setupSweep(); setupTune(); setupCompare(); setupAdvise();
+    setupUpload(); setupRun(); setupSweep(); setupTune(); setupCompare(); setupAdvise(); setupBench(); setupBasket();
     setupPlan("recover", "/api/recover", (record) => ({ record }));
     setupPlan("resched", "/api/reschedule", (data) => ({ data, policy: $("resched-policy").value || null }));
     $("history-refresh").addEventListener("click", loadHistory);
     await loadTraces();
     if (state.traceId) await selectTrace(state.traceId);
-    resume("run", renderRun); resume("sweep", renderSweep); resume("tune", renderTune); resume("advise", renderAdvice);
+    resume("run", renderRun); resume("sweep", renderSweep); resume("tune", renderTune); resume("advise", renderAdvice); resume("bench", renderOverlay);
     const wanted = tabs.find((t) => t.id === "tab-" + location.hash.slice(1));
     if (wanted) showTab(wanted);
     document.body.dataset.ready = "1";

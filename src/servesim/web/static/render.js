@@ -100,12 +100,67 @@ SS.histogram = function (container, h) {
   return div;
 };
 
+const LEGEND_INSIDE = { x: 1, xanchor: "right", y: 1, yanchor: "top", bgcolor: "rgba(255,255,255,0.8)" };
+
+/* Measured and simulated on shared bins (views.measured): two bar traces, overlaid. */
+SS.overlayHistogram = function (container, m, sim) {
+  const div = newChart(container, m.title.split(":")[0] + ": measured vs simulated");
+  const bars = (h, name, color) => {
+    const x = [];
+    const width = [];
+    for (let i = 0; i + 1 < h.edges.length; i++) {
+      x.push((h.edges[i] + h.edges[i + 1]) / 2);
+      width.push(h.edges[i + 1] - h.edges[i]);
+    }
+    const total = h.counts.reduce((a, b) => a + b, 0) || 1;
+    return { type: "bar", name, x, width, y: h.counts.map((c) => c / total), opacity: 0.55, marker: { color }, hovertemplate: `${name} %{x:.4g}: %{y:.1%}<extra></extra>` };
+  };
+  SS.plot(div, [bars(m, "measured", "#c05600"), bars(sim, "simulated", "#2457c5")], {
+    title: { text: `${m.title.split(":")[0]}: measured (${m.count.toLocaleString("en-US")}) vs simulated (${sim.count.toLocaleString("en-US")})`, font: { size: 12 } },
+    barmode: "overlay", bargap: 0.02, showlegend: true, legend: LEGEND_INSIDE,
+    xaxis: { title: { text: m.unit || "" } }, yaxis: { title: { text: "share of the sample" }, tickformat: ".0%" },
+  });
+  div.dataset.overlay = m.key.split(".")[0];
+  return div;
+};
+
+/* Items keyed "<metric>.measured" / "<metric>.simulated" as [measured, simulated] pairs; the rest alone. */
+function pairUp(items) {
+  const byKey = Object.fromEntries(items.map((x) => [x.key, x]));
+  const out = [];
+  for (const x of items) {
+    if (x.key.endsWith(".simulated") && byKey[x.key.replace(/\.simulated$/, ".measured")]) continue;
+    const twin = x.key.endsWith(".measured") ? byKey[x.key.replace(/\.measured$/, ".simulated")] : null;
+    out.push(twin ? [x, twin] : [x]);
+  }
+  return out;
+}
+
+/* Series keyed "<group>.<part>" (e.g. queue_by_reason.kv_cache) as one stacked chart. */
+SS.stacked = function (container, name, members) {
+  const title = members[0].title.split(":")[0];
+  const div = newChart(container, title);
+  const colors = ["#c62828", "#6a1b9a", "#2457c5", "#9e9e9e", "#1a7f37"];
+  SS.plot(div, members.map((s, i) => ({
+    type: "scatter", mode: "lines", stackgroup: name, line: { shape: "hv", width: 0.5, color: colors[i % colors.length] },
+    name: s.title.split(": ").slice(1).join(": ") || s.key, x: s.x, y: s.y, hovertemplate: "%{x:.4g} s: %{y:.3g}<extra>%{fullData.name}</extra>",
+  })), {
+    title: { text: title, font: { size: 12 } }, showlegend: true, legend: LEGEND_INSIDE,
+    xaxis: { title: { text: axisTitle(members[0].x_label, members[0].x_unit) } }, yaxis: { title: { text: members[0].y_label } },
+  });
+  div.dataset.group = name;
+  return div;
+};
+
 SS.series = function (container, s, extra) {
   const div = newChart(container, s.title);
-  const trace = { x: s.x, y: s.y, name: s.y_label, hovertemplate: "%{x:.4g}, %{y:.4g}<extra></extra>" };
+  const measured = s.key.endsWith(".measured");
+  const trace = { x: s.x, y: s.y, name: measured ? "measured" : s.y_label, hovertemplate: "%{x:.4g}, %{y:.4g}<extra></extra>" };
+  if (measured) trace.marker = { color: "#c05600" };
   if (s.kind === "bar") trace.type = "bar";
   else if (s.kind === "scatter") Object.assign(trace, { type: "scatter", mode: "markers" });
-  else Object.assign(trace, { type: "scatter", mode: "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5 } });
+  else Object.assign(trace, { type: "scatter", mode: measured ? "lines+markers" : "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5, color: measured ? "#c05600" : undefined } });
+  div.dataset.key = s.key;
   const traces = [trace, ...((extra && extra.traces) || [])];
   const shapes = [];
   const annotations = [];
@@ -149,7 +204,28 @@ SS.table = function (t) {
   return wrap;
 };
 
-SS.kpi = function (k) {
+/* A sparkline (the KPI over the run's time): an SVG polyline, drawn without Plotly. */
+SS.sparkline = function (line, label) {
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 100 24");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
+  const ys = line.y;
+  const lo = Math.min(...ys), hi = Math.max(...ys);
+  const x0 = line.x[0], x1 = line.x[line.x.length - 1];
+  const px = (x) => (x1 > x0 ? ((x - x0) / (x1 - x0)) * 100 : 50);
+  const py = (y) => (hi > lo ? 22 - ((y - lo) / (hi - lo)) * 20 : 12);
+  svg.setAttribute("aria-label", `${label} over time: from ${SS.fmt(ys[0])} to ${SS.fmt(ys[ys.length - 1])}, between ${SS.fmt(lo)} and ${SS.fmt(hi)}`);
+  const poly = document.createElementNS(NS, "polyline");
+  poly.setAttribute("points", line.x.map((x, i) => `${px(x).toFixed(2)},${py(ys[i]).toFixed(2)}`).join(" "));
+  poly.setAttribute("vector-effect", "non-scaling-stroke");
+  svg.append(poly);
+  return svg;
+};
+
+SS.kpi = function (k, spark) {
   const defId = `def-${k.key}-${++chartCount}`;
   const pctUnit = k.unit === "%";
   const def = el("div", { class: "def", id: defId, hidden: true, text: k.help || (SS.glossary[k.key] || {}).definition || "" });
@@ -170,6 +246,7 @@ SS.kpi = function (k) {
     }, "?"),
     def
   );
+  if (spark && spark.y && spark.y.length > 1) tile.append(SS.sparkline(spark, k.label));
   return tile;
 };
 
@@ -186,7 +263,7 @@ SS.section = function (container, s, opts) {
   for (const v of s.verdicts || []) box.append(SS.verdict(v));
   if (s.kpis && s.kpis.length) {
     const kpis = el("div", { class: "kpis" });
-    for (const k of s.kpis) kpis.append(SS.kpi(k));
+    for (const k of s.kpis) kpis.append(SS.kpi(k, (opts.sparklines || {})[k.key]));
     box.append(kpis);
   }
   container.append(box);
@@ -196,8 +273,18 @@ SS.section = function (container, s, opts) {
   if (hist.length || series.length) {
     const charts = el("div", { class: "charts" });
     box.append(charts);
-    for (const h of hist) SS.histogram(charts, h);
-    for (const x of series) SS.series(charts, x, opts.seriesExtra && opts.seriesExtra[x.key]);
+    for (const [h, twin] of pairUp(hist)) twin ? SS.overlayHistogram(charts, h, twin) : SS.histogram(charts, h);
+    const groups = {};
+    for (const x of series) {
+      const m = /^([a-z_]+)\.(?!measured$|simulated$)[a-z_]+$/.exec(x.key);
+      if (m) (groups[m[1]] = groups[m[1]] || []).push(x);
+    }
+    for (const [name, members] of Object.entries(groups)) SS.stacked(charts, name, members);
+    for (const [x, twin] of pairUp(series.filter((x) => !/^([a-z_]+)\.(?!measured$|simulated$)[a-z_]+$/.test(x.key)))) {
+      if (!twin) { SS.series(charts, x, opts.seriesExtra && opts.seriesExtra[x.key]); continue; }
+      const div = SS.series(charts, x, { traces: [{ type: "scatter", mode: "lines+markers", name: "simulated", x: twin.x, y: twin.y, line: { color: "#2457c5" } }], layout: { showlegend: true, legend: LEGEND_INSIDE } });
+      div.dataset.overlay = x.key.split(".")[0];
+    }
   }
   for (const t of s.tables || []) if (!(opts.skipTables || []).includes(t.key)) box.append(SS.table(t));
   return box;

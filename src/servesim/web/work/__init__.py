@@ -88,11 +88,18 @@ def _advise(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     return advise_job(params, env, report)
 
 
+def _overlay(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
+    from servesim.web.work.bench import overlay_job
+
+    return overlay_job(params, env, report)
+
+
 JOBS: dict[str, Callable[[dict[str, Any], Env, Report], dict[str, Any]]] = {
     "simulate": _simulate,
     "saturate": _saturate,
     "tune": _tune,
     "advise": _advise,
+    "overlay": _overlay,
 }
 
 

@@ -130,7 +130,7 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     """Trials into the stored study (resumable), then the re-verified recommendation of the best."""
     import optuna
 
-    from servesim.views.tuning import recommendation_view, trials_view
+    from servesim.views.tuning import recommendation_view, scatter_trials, trials_view
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the job's progress says enough
     body = TuneBody.model_validate(params)
@@ -196,8 +196,10 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     if rec is not None:
         sections.insert(0, recommendation_view(rec).model_dump(mode="json"))
     return {
+        "executor": ex.kind,  # where the trials ran (--tune-executor)
         "study": res.model_dump(mode="json", exclude={"trials"}),
         "trials": [t.model_dump(mode="json") for t in res.trials],
+        "scatter_trials": [t.number for t in scatter_trials(res)],  # the scatter's points, in order
         "recommendation": rec.model_dump(mode="json") if rec is not None else None,
         "no_recommendation": None
         if rec is not None

@@ -21,10 +21,11 @@ from servesim.web.work import Env, Report, trace_path
 
 
 def deployment(
-    engine: EngineConfig, hw: HardwareBody, trace: Trace
+    engine: EngineConfig, hw: HardwareBody, trace: Trace | int
 ) -> tuple[EngineConfig, StepTimeModel, list[str]]:
     """Step times and KV blocks of the chosen model/GPU/TP: ``servesim.replica_setup``, the one
-    deployment setup every interface uses (the catalog's roofline, vLLM's KV sizing)."""
+    deployment setup every interface uses (the catalog's roofline, vLLM's KV sizing). ``trace``
+    (or the longest request's length + 1) gives ``max_model_len`` when the engine sets none."""
     from servesim.perf.setup import replica_setup
 
     given = hw.num_gpu_blocks_override is not None
@@ -36,7 +37,8 @@ def deployment(
         gpu=hw.gpu,
         tp=hw.tensor_parallel_size,
         gpu_memory_utilization=hw.gpu_memory_utilization,
-        max_model_len=engine.max_model_len or trace.default_max_model_len(),
+        max_model_len=engine.max_model_len
+        or (trace if isinstance(trace, int) else trace.default_max_model_len()),
         num_gpu_blocks_given=given,
     )
     return setup.config, setup.step_time, [setup.timed_as, *setup.notes]
@@ -66,14 +68,18 @@ def kpis_by_percentile(summary: SimulationSummary) -> dict[str, list[dict[str, A
 
 def run_result(result: SimulationResult, notes: list[str]) -> dict[str, Any]:
     """The stored answer of one run: its config, summary and the views the page draws."""
-    from servesim.views.simulation import simulation_view
+    from servesim.views.simulation import queue_by_reason, simulation_view
+    from servesim.views.sparklines import kpi_sparklines
 
+    view = simulation_view(result)
+    view = view.model_copy(update={"series": [*view.series, *queue_by_reason(result)]})
     return {
         "config": result.config.model_dump(mode="json"),
         "step_time_model": _jsonable(result.step_time_model),
         "summary": result.summary.model_dump(mode="json"),
-        "sections": [simulation_view(result).model_dump(mode="json")],
+        "sections": [view.model_dump(mode="json")],
         "kpis": kpis_by_percentile(result.summary),
+        "sparklines": {k: v.model_dump(mode="json") for k, v in kpi_sparklines(result).items()},
         "notes": notes,
     }
 

@@ -1,0 +1,122 @@
+"""``servesim emulate``: an OpenAI-compatible vLLM fleet on Ray Serve, timed by the engine.
+
+Ray is imported only when the command runs (``servesim --help`` stays fast). Loopback by
+default; any other address needs a token (``--token``/``--token-file``), never printed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from servesim.cli.common import fail, read_token
+from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
+
+DEFAULT_MAX_MODEL_LEN = 8192  # the context the emulated replicas serve unless --max-model-len says
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("emulate")
+    @deployment_flags
+    @engine_flags
+    def emulate_cmd(
+        config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
+        replicas: int = typer.Option(
+            1, "--replicas", min=1, max=64, help="Replicas replica-0..replica-{N-1}."
+        ),
+        router: str = typer.Option("least_outstanding", help="Router policy (servesim's routers)."),
+        time_scale: float = typer.Option(
+            1.0, min=0.001, help="Wall seconds per simulated second (10: the GPU runs ten times slower)."
+        ),
+        fail_at: list[str] = typer.Option(
+            [], "--fail", help="REPLICA@TIME[+RECOVER_AFTER] (simulated s from start), repeatable."
+        ),
+        host: str = typer.Option(
+            "127.0.0.1", help="Address to listen on (anything but loopback needs a token)."
+        ),
+        port: int = typer.Option(8000, min=1, max=65535, help="Port."),
+        served_model_name: str | None = typer.Option(
+            None, help="The model name clients send (default: the --model, or llama-3.1-8b)."
+        ),
+        max_streams: int = typer.Option(1024, min=1, help="Open requests at once; beyond it, 429."),
+        token: str | None = typer.Option(
+            None, help="Require this bearer token on /v1 (prefer --token-file: argv is visible to others)."
+        ),
+        token_file: Path | None = typer.Option(None, help="Read the token from this file (first line)."),
+        address: str | None = typer.Option(
+            None, help="Join this Ray cluster instead of starting Ray locally."
+        ),
+        num_cpus: int = typer.Option(2, min=1, help="CPUs of the local Ray instance."),
+        duration_s: float | None = typer.Option(
+            None, min=0.1, help="Stop after this many wall seconds (default: serve until interrupted)."
+        ),
+        *,
+        flags: dict[str, Any],
+        deployment: DeploymentFlags,
+    ) -> None:
+        """Serve an OpenAI-compatible emulated vLLM fleet (Ray Serve) timed by servesim's engine."""
+        from pydantic import ValidationError
+
+        from servesim import RouterSpec
+        from servesim.cli.cluster_cmd import LinkSpec, parse_fail
+        from servesim.cli.simulate_cmd import deploy, engine_config
+        from servesim.cluster import Replica
+        from servesim.emulate.app import is_loopback
+        from servesim.errors import user_errors
+        from servesim.perf.setup import DEFAULT_MODEL
+
+        caught: tuple[type[BaseException], ...] = (ValidationError, OSError, *user_errors())
+        try:
+            secret = read_token(token, token_file)
+            if not is_loopback(host) and secret is None:
+                raise ValueError(f"--host {host} is not loopback: give --token or --token-file")
+            cfg = engine_config(config, flags)
+            if cfg.max_model_len is None:
+                cfg = cfg.model_copy(update={"max_model_len": DEFAULT_MAX_MODEL_LEN})
+            cfg, step, _ = deploy(deployment, cfg, None, config, flags, as_json=False)
+            names = [f"replica-{k}" for k in range(replicas)]
+            failures = []
+            for text in fail_at:
+                f = parse_fail(text)
+                if f.node not in names:
+                    raise ValueError(f"--fail {text!r}: no replica {f.node!r}; replicas: {', '.join(names)}")
+                failures.append((f.node, f.time_s, f.recover_after_s))
+            route = RouterSpec.model_validate({"policy": router})
+            model = deployment.model or DEFAULT_MODEL
+            context = LinkSpec(model=model, tp=deployment.tp or 1).context()
+            from servesim.emulate.ray_serve import EmulatorSettings
+
+            settings = EmulatorSettings(
+                replicas=[Replica(n, cfg, step) for n in names],
+                model=served_model_name or model,
+                router=route,
+                time_scale=time_scale,
+                max_streams=max_streams,
+                api_key=secret,
+                host=host,
+                port=port,
+                failures=tuple(failures),
+                context=context,
+            )
+        except caught as exc:
+            fail(exc)
+        from servesim.emulate import ray_serve
+
+        try:
+            ray_serve.start(settings, address=address, num_cpus=num_cpus)
+            typer.echo(
+                f"emulating {replicas} x {settings.model} on http://{host}:{port}/v1 "
+                f"(time scale {time_scale:g}; Ctrl-C stops)"
+            )
+            deadline = None if duration_s is None else time.monotonic() + duration_s
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        except (TimeoutError, OSError) as exc:
+            fail(exc)
+        finally:
+            ray_serve.stop()

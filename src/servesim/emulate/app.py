@@ -1,0 +1,204 @@
+"""The HTTP face of the emulator: vLLM's OpenAI-compatible endpoints as a FastAPI app.
+
+``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (JSON or SSE streams in vLLM's chunk
+shapes, a final usage chunk with ``stream_options.include_usage``), ``/health``, ``/metrics``
+(Prometheus text, vLLM's metric names). With a token, ``/v1/*`` needs ``Authorization: Bearer``
+(as ``vllm serve --api-key``). ``/admin/fail`` and ``/admin/moves`` (failure injection, the
+recovery decisions) answer loopback clients only. Bad bodies get 400 with the reason, requests
+beyond the open-stream cap 429; the token is never logged or echoed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.emulate import protocol as p
+from servesim.emulate.emulator import BadRequest, Emulator, Overloaded
+from servesim.emulate.tokens import chat_text, output_text, text_tokens
+
+
+class FailRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    replica: str
+    recover_after_s: float | None = Field(None, gt=0)
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _error(message: str, code: int, kind: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse(p.error_body(message, code, kind), status_code=code)
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def build_app(emulator: Emulator, *, api_key: str | None = None, bind_host: str = "127.0.0.1") -> FastAPI:
+    """The app serving ``emulator``. ``bind_host``: where the server listens (the admin
+    endpoints trust a client address only where the server saw one; else the bind address)."""
+    app = FastAPI(title="servesim emulate", docs_url=None, redoc_url=None, openapi_url=None)
+    model = emulator.model
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return _error(f"{where or 'body'}: {first.get('msg', 'invalid request')}", 400)
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next: Any) -> Any:
+        if api_key is not None and request.url.path.startswith("/v1"):
+            given = request.headers.get("authorization", "")
+            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return _error("Unauthorized", 401, "AuthenticationError")
+        return await call_next(request)
+
+    def _check_model(name: str | None) -> None:
+        if name is not None and name != model:
+            raise BadRequest(f"The model `{name}` does not exist.")
+
+    @app.get("/health")
+    async def health() -> Response:
+        emulator.start()  # the simulated clock starts when the server first answers
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model,
+                    "object": "model",
+                    "created": p.now_s(),
+                    "owned_by": "servesim",
+                    "root": model,
+                    "parent": None,
+                    "max_model_len": emulator.max_model_len,
+                }
+            ],
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(emulator.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def _admit(rid: str, tokens: list[int], max_tokens: int | None, priority: int) -> int:
+        return emulator.submit(rid, tokens, max_tokens, priority)
+
+    async def _serve(
+        body: p.CompletionRequest | p.ChatCompletionRequest,
+        tokens: list[int],
+        max_tokens: int | None,
+        chat: bool,
+    ) -> Response:
+        rid = p.new_id("chatcmpl" if chat else "cmpl")
+        created = p.now_s()
+        try:
+            _check_model(body.model)
+            key = _admit(rid, tokens, max_tokens, body.priority)
+        except Overloaded as e:
+            return _error(str(e), 429, "TooManyRequests")
+        except BadRequest as e:
+            return _error(str(e), 400)
+        n_prompt = len(tokens)
+        if not body.stream:
+            n_out, outcome = 0, "unfinished"
+            async for t in emulator.tokens(key):
+                n_out, outcome = t.start + t.count, t.outcome
+            text = "".join(output_text(i) for i in range(n_out))
+            make = p.chat_response if chat else p.completion_response
+            if outcome == "aborted":
+                return _error("the request was aborted", 500, "InternalServerError")
+            return JSONResponse(make(rid, model, created, text, "length", n_prompt, n_out))
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        async def events() -> AsyncIterator[bytes]:
+            n_out = 0
+            if chat:
+                yield _sse(p.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
+            async for t in emulator.tokens(key):
+                text = "".join(output_text(i) for i in range(t.start, t.start + t.count))
+                n_out = t.start + t.count
+                finish = "length" if t.done and t.outcome != "aborted" else None
+                if t.count:
+                    if chat:
+                        yield _sse(p.chat_chunk(rid, model, created, {"content": text}, None))
+                    else:
+                        yield _sse(p.completion_chunk(rid, model, created, text, None))
+                if t.done:
+                    if chat:
+                        yield _sse(p.chat_chunk(rid, model, created, {}, finish))
+                    else:
+                        yield _sse(p.completion_chunk(rid, model, created, "", finish))
+            if include_usage:
+                yield _sse(p.usage_chunk(rid, model, created, obj, n_prompt, n_out))
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(body: p.CompletionRequest) -> Response:
+        prompt: Any = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+            if len(prompt) != 1:
+                return _error("prompt: the emulator takes one prompt per request", 400)
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            tokens = text_tokens(prompt)
+        else:
+            tokens = [int(x) for x in prompt]
+            if not tokens:
+                return _error("prompt: the prompt is empty", 400)
+            if any(t < 0 for t in tokens):
+                return _error("prompt: token ids must be non-negative", 400)
+        return await _serve(body, tokens, body.max_tokens, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: p.ChatCompletionRequest) -> Response:
+        tokens = text_tokens(chat_text([(m.role, m.text()) for m in body.messages]))
+        return await _serve(body, tokens, body.max_completion_tokens or body.max_tokens, chat=True)
+
+    def _admin_allowed(request: Request) -> bool:
+        client = request.client.host if request.client is not None else None
+        return is_loopback(client) if client else is_loopback(bind_host)
+
+    @app.post("/admin/fail")
+    async def admin_fail(request: Request, body: FailRequest) -> Response:
+        if not _admin_allowed(request):
+            return _error("the admin endpoints answer loopback clients only", 403, "PermissionDenied")
+        try:
+            t = emulator.fail(body.replica, body.recover_after_s)
+        except BadRequest as e:
+            return _error(str(e), 400)
+        return JSONResponse({"replica": body.replica, "time_s": t})
+
+    @app.get("/admin/moves")
+    async def admin_moves(request: Request) -> Response:
+        if not _admin_allowed(request):
+            return _error("the admin endpoints answer loopback clients only", 403, "PermissionDenied")
+        return JSONResponse({"moves": emulator.moves()})
+
+    return app

@@ -1,0 +1,358 @@
+"""The simulated fleet on a wall clock: what the HTTP app calls (no Ray, no HTTP here).
+
+Simulated time is wall time since start divided by ``time_scale`` (``--time-scale 10``: the
+simulated GPU runs ten times slower than real time). One asyncio task drives the
+``servesim.OnlineFleet``: it sleeps until the next step end (or a submission wakes it), advances
+the fleet to now, and wakes every stream whose request produced tokens or finished, so a token
+reaches its client when the simulated scheduler emits it. Requests arrive at the simulated time
+of their receipt; a disconnect aborts the request (its KV freed); ``fail`` loses a replica and its
+requests follow the recovery planner's decision (their streams resume on the survivor).
+
+Latency histograms on /metrics are in simulated seconds: what the emulated vLLM would report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from servesim import OnlineFleet, OnlineRequest, RecoveryContext, Replica, RouterSpec
+from servesim.emulate.tokens import HASH_BLOCK, block_hashes
+
+# vLLM's buckets (vllm/v1/metrics/loggers.py), seconds.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0)
+
+
+class Overloaded(Exception):
+    """More open requests than ``max_streams`` (answered 429)."""
+
+
+class BadRequest(ValueError):
+    """A request vLLM would refuse (answered 400 with this message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """What a stream sends next: ``count`` new output tokens, and whether the request is done."""
+
+    start: int  # index of the first new token
+    count: int
+    done: bool
+    outcome: str
+
+
+class _Stream:
+    __slots__ = ("changed", "first_seen", "last_token_s", "req", "seen")
+
+    def __init__(self, req: OnlineRequest) -> None:
+        self.req = req
+        self.changed = asyncio.Event()
+        self.seen = 0  # tokens published to metrics
+        self.first_seen = False
+        self.last_token_s: float | None = None
+
+
+class _FleetCollector(Collector):
+    """The per-replica gauges and counters, read from the fleet at scrape time."""
+
+    def __init__(self, emulator: Emulator) -> None:
+        self.emulator = emulator
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        model = self.emulator.model
+        labels = ["model_name", "engine"]
+        running = GaugeMetricFamily(
+            "vllm:num_requests_running", "Requests in the running batch.", labels=labels
+        )
+        waiting = GaugeMetricFamily(
+            "vllm:num_requests_waiting", "Requests waiting to be scheduled.", labels=labels
+        )
+        kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage (1 = 100 percent).", labels=labels)
+        queries = CounterMetricFamily(
+            "vllm:prefix_cache_queries", "Prefix-cache queries, in tokens.", labels=labels
+        )
+        hits = CounterMetricFamily("vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.", labels=labels)
+        preempt = CounterMetricFamily("vllm:num_preemptions", "Preemptions.", labels=labels)
+        for m in self.emulator.fleet.replica_metrics():
+            lv = [model, m.name]
+            running.add_metric(lv, m.num_running)
+            waiting.add_metric(lv, m.num_waiting)
+            kv.add_metric(lv, m.kv_usage)
+            queries.add_metric(lv, m.prefix_cache_queries)
+            hits.add_metric(lv, m.prefix_cache_hits)
+            preempt.add_metric(lv, m.num_preemptions)
+        yield from (running, waiting, kv, queries, hits, preempt)
+
+
+class Emulator:
+    """A simulated vLLM fleet served in wall time; see the module docstring."""
+
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        *,
+        model: str,
+        router: RouterSpec | None = None,
+        time_scale: float = 1.0,
+        max_streams: int = 1024,
+        recovery: str = "planner",
+        failures: Sequence[tuple[str, float, float | None]] = (),
+        context: RecoveryContext | None = None,
+        frontend_latency_s: float | None = None,
+        async_scheduling: bool | None = None,
+    ) -> None:
+        if not time_scale > 0 or math.isinf(time_scale):
+            raise ValueError(f"--time-scale must be a positive number, not {time_scale}")
+        self.fleet = OnlineFleet(replicas, router, recovery, context)
+        self.model = model
+        self.time_scale = time_scale
+        self.max_streams = max_streams
+        self.max_model_len = self.fleet.max_model_len
+        # What a client sees on top of the engine's times, as the calibrated profile (the step
+        # model's) says and the offline replay adds: the front end, and asynchronous scheduling.
+        profile = getattr(replicas[0].step_time, "profile", None)
+        if frontend_latency_s is None:
+            frontend_latency_s = float(getattr(profile, "frontend_latency_s", 0.0))
+        if async_scheduling is None:
+            async_scheduling = bool(getattr(profile, "async_scheduling", False))
+        self.frontend_latency_s = frontend_latency_s
+        self.async_scheduling = async_scheduling
+        self._streams: dict[int, _Stream] = {}
+        self._next_id = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._t0 = 0.0
+        for node, at, back in failures:  # scheduled: (replica, simulated s from start, recover after)
+            self.fleet.fail(node, at, back)
+        self.registry = CollectorRegistry()
+        self.registry.register(_FleetCollector(self))
+        lab = ["model_name"]
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "TTFT.", lab, registry=self.registry, buckets=TTFT_BUCKETS
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Inter-token latency.",
+            lab,
+            registry=self.registry,
+            buckets=ITL_BUCKETS,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "E2E latency.",
+            lab,
+            registry=self.registry,
+            buckets=E2E_BUCKETS,
+        )
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds",
+            "Time waiting.",
+            lab,
+            registry=self.registry,
+            buckets=E2E_BUCKETS,
+        )
+        self.success = Counter(
+            "vllm:request_success", "Finished requests.", [*lab, "finished_reason"], registry=self.registry
+        )
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens.", lab, registry=self.registry)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Output tokens.", lab, registry=self.registry
+        )
+
+    # ------------------------------------------------------------------ the clock
+    def sim_now(self) -> float:
+        """The simulated time now: wall seconds since start / time scale."""
+        return (asyncio.get_running_loop().time() - self._t0) / self.time_scale
+
+    def start(self) -> None:
+        """Start the clock and the driver (inside the serving event loop)."""
+        if self._task is None:
+            self._t0 = asyncio.get_running_loop().time()
+            self._task = asyncio.get_running_loop().create_task(self._drive())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _drive(self) -> None:
+        while True:
+            self.fleet.advance_until(self.sim_now())
+            self._publish()
+            t_next = self.fleet.next_time()
+            timeout = None if math.isinf(t_next) else max(0.0, (t_next - self.sim_now()) * self.time_scale)
+            # Just past the step end, so that advance_until (strictly before) includes it.
+            if timeout is not None:
+                timeout += 1e-6 * self.time_scale
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+
+    def _publish(self) -> None:
+        """Wake the streams that changed; observe their latencies (simulated seconds)."""
+        for s in self._streams.values():
+            r = s.req
+            n = r.num_output
+            if n == s.seen and not r.done:
+                continue
+            if n > s.seen:
+                if not s.first_seen and r.first_token_s is not None:
+                    s.first_seen = True
+                    self.ttft.labels(self.model).observe(r.first_token_s - r.arrival_s)
+                    s.last_token_s = r.first_token_s
+                    new = n - s.seen - 1
+                else:
+                    new = n - s.seen
+                last = r.last_token_s
+                if new > 0 and last is not None and s.last_token_s is not None:
+                    gap = (last - s.last_token_s) / new  # exact when one token a step is seen
+                    for _ in range(new):
+                        self.itl.labels(self.model).observe(gap)
+                s.last_token_s = last
+                self.generation_tokens.labels(self.model).inc(n - s.seen)
+                s.seen = n
+            s.changed.set()
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def num_open(self) -> int:
+        return len(self._streams)
+
+    def submit(
+        self, req_id: str, prompt_tokens: Sequence[int], max_tokens: int | None, priority: int = 0
+    ) -> int:
+        """Admit a request now; returns its stream key. Raises ``Overloaded`` (429) beyond
+        ``max_streams`` open requests and ``BadRequest`` for what vLLM refuses."""
+        if len(self._streams) >= self.max_streams:
+            raise Overloaded(
+                f"{len(self._streams)} requests are open, the limit (--max-streams) is {self.max_streams}"
+            )
+        n_prompt = len(prompt_tokens)
+        mml = self.max_model_len
+        if max_tokens is None:
+            max_tokens = mml - n_prompt  # vLLM: whatever the context has left
+        if n_prompt + max_tokens > mml:
+            raise BadRequest(
+                f"This model's maximum context length is {mml} tokens. However, you requested "
+                f"{n_prompt + max_tokens} tokens ({n_prompt} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion."
+            )
+        if max_tokens < 1:
+            raise BadRequest(f"the prompt ({n_prompt} tokens) leaves no room to generate in {mml} tokens")
+        self.start()
+        key = self._next_id
+        self._next_id += 1
+        req = self.fleet.submit(
+            req_id,
+            self.sim_now(),
+            n_prompt,
+            max_tokens,
+            priority=priority,
+            hash_ids=block_hashes(prompt_tokens),
+            hash_block_size=HASH_BLOCK,
+        )
+        self._streams[key] = _Stream(req)
+        self.prompt_tokens.labels(self.model).inc(n_prompt)
+        self._wake.set()
+        return key
+
+    def request(self, key: int) -> OnlineRequest:
+        return self._streams[key].req
+
+    def client_delay_s(self, req: OnlineRequest) -> float:
+        """Simulated seconds a client sees each token after the engine produced it."""
+        lag = self.fleet.step_in_flight_at_arrival(req) if self.async_scheduling else 0.0
+        return self.frontend_latency_s + lag
+
+    async def _sleep_until(self, sim_t: float) -> None:
+        wait = (sim_t - self.sim_now()) * self.time_scale
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    async def tokens(self, key: int) -> AsyncIterator[Tokens]:
+        """The request's output as it is produced (each token ``client_delay_s`` after the
+        engine produced it); aborts the request if the consumer leaves (a client disconnect
+        cancels the iteration) before it is done."""
+        s = self._streams[key]
+        sent = 0
+        delay: float | None = None
+        try:
+            while True:
+                await s.changed.wait()
+                s.changed.clear()
+                r = s.req
+                n, done, outcome = r.num_output, r.done, r.outcome
+                if n > sent or done:
+                    if delay is None and r.first_token_s is not None:
+                        delay = self.client_delay_s(r)
+                    t = r.finish_s if done else r.last_token_s
+                    if delay and t is not None:
+                        await self._sleep_until(t + delay)  # later tokens wait for the next turn
+                    yield Tokens(sent, n - sent, done, outcome)
+                    sent = n
+                    if done:
+                        return
+        finally:
+            self._close(key)
+
+    def _close(self, key: int) -> None:
+        s = self._streams.pop(key, None)
+        if s is None:
+            return
+        r = s.req
+        if not r.done:
+            self.fleet.abort(r, self.sim_now())
+            self.success.labels(self.model, "abort").inc()
+            self._wake.set()
+            return
+        reason = {"finished": "length", "finished_max_model_len": "length", "aborted": "abort"}.get(
+            r.outcome, "error"
+        )
+        self.success.labels(self.model, reason).inc()
+        if r.finish_s is not None:
+            self.e2e.labels(self.model).observe(r.finish_s - r.arrival_s)
+        if r.first_scheduled_s is not None:
+            self.queue.labels(self.model).observe(r.first_scheduled_s - r.arrival_s)
+
+    # ------------------------------------------------------------------ failures
+    def fail(self, replica: str, recover_after_s: float | None = None) -> float:
+        """Lose ``replica`` now (simulated seconds; ``recover_after_s`` later it comes back
+        empty); returns the simulated time of the failure. Raises ``BadRequest`` for a name
+        that is not a replica or one already down."""
+        if replica not in self.fleet.names:
+            raise BadRequest(f"no replica {replica!r}; replicas: {', '.join(self.fleet.names)}")
+        self.start()
+        t = max(self.sim_now(), self.fleet.now)
+        try:
+            self.fleet.fail(replica, t, recover_after_s)
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
+        self._wake.set()
+        return t
+
+    def moves(self) -> list[dict[str, object]]:
+        """The recovery decisions taken so far, one per interrupted request."""
+        return [
+            {
+                "request": m.req_id,
+                "time_s": m.time_s,
+                "from": m.from_node,
+                "to": m.to_node,
+                "strategy": m.strategy,
+                "tokens_moved": m.tokens_moved,
+                "recompute_tokens": m.recompute_tokens,
+                "delay_s": m.delay_s,
+            }
+            for m in self.fleet.moves
+        ]

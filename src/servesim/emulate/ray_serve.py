@@ -1,0 +1,116 @@
+"""The emulator on Ray Serve: one ingress deployment serving the FastAPI app (``serve.ingress``).
+
+The fleet's replicas share one simulated clock, so they live in the ingress replica's process:
+routing reads every replica's scheduler state at the arrival time and the recovery planner reads
+the survivors' when a node fails, exactly as ``servesim cluster`` does offline; tokens reach the
+streams through the event loop, not one Ray message each (on a small machine the 200+ concurrent
+streams a test holds would otherwise cost a cross-actor call per token). A failure kills the
+simulated replica (its engine, KV and step in flight) and the planner moves its requests.
+
+Ray is imported here only (and this module only by ``servesim emulate``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from servesim import RecoveryContext, Replica, RouterSpec
+
+APP_NAME = "servesim-emulate"
+
+
+@dataclass(frozen=True)
+class EmulatorSettings:
+    """Everything the ingress replica needs to build its emulator (pickled to the Ray actor)."""
+
+    replicas: list[Replica]
+    model: str
+    router: RouterSpec = field(default_factory=RouterSpec)
+    time_scale: float = 1.0
+    max_streams: int = 1024
+    api_key: str | None = field(default=None, repr=False)  # never in logs
+    host: str = "127.0.0.1"
+    port: int = 8000
+    failures: tuple[tuple[str, float, float | None], ...] = ()  # (replica, at simulated s, recover after)
+    context: RecoveryContext | None = None  # the model's KV size and the link, for the planner
+
+
+def _ingress_class() -> Any:
+    from ray import serve
+
+    @serve.deployment(name="EmulatorIngress", num_replicas=1, ray_actor_options={"num_cpus": 0})
+    @serve.ingress()
+    class EmulatorIngress:
+        """Builds the emulator and its app inside the Serve replica."""
+
+        def __init__(self, settings: EmulatorSettings) -> None:
+            from servesim.emulate.emulator import Emulator
+
+            self.settings = settings
+            self.emulator = Emulator(
+                settings.replicas,
+                model=settings.model,
+                router=settings.router,
+                time_scale=settings.time_scale,
+                max_streams=settings.max_streams,
+                failures=settings.failures,
+                context=settings.context,
+            )
+
+        def __serve_build_asgi_app__(self) -> Any:
+            from servesim.emulate.app import build_app
+
+            return build_app(self.emulator, api_key=self.settings.api_key, bind_host=self.settings.host)
+
+    return EmulatorIngress
+
+
+def start(settings: EmulatorSettings, *, address: str | None = None, num_cpus: int | None = None) -> None:
+    """Start Ray (or join ``address``), Serve on ``settings.host:port``, and the ingress; returns
+    once it answers. ``stop()`` undoes it."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if address is not None:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = num_cpus if num_cpus is not None else 2
+        ray.init(**kwargs)
+    serve.start(http_options={"host": settings.host, "port": settings.port})
+    # Serve queues requests beyond max_ongoing_requests (default 5) at the proxy: let the
+    # emulator's own cap (429 beyond it) be the limit, and a few health/metrics/admin calls more.
+    ingress = _ingress_class().options(max_ongoing_requests=settings.max_streams + 32)
+    serve.run(ingress.bind(settings), name=APP_NAME, route_prefix="/", blocking=False)
+    _wait_ready(settings.host, settings.port)
+
+
+def _wait_ready(host: str, port: int, timeout_s: float = 60.0) -> None:
+    import httpx
+
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/health"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the emulator did not answer {url} within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
+def stop() -> None:
+    """Shut Serve and Ray down (what ``start`` started)."""
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()  # type: ignore[no-untyped-call]
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()

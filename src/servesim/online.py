@@ -1,0 +1,240 @@
+"""A fleet served online: requests arrive, stream and leave at times the caller gives.
+
+``servesim.live`` drives a run whose requests are all known up front; an emulator (``servesim
+emulate``) learns them one by one from clients. ``OnlineFleet`` is the cluster simulator fed that
+way: ``submit`` routes a request at its arrival time exactly as a trace row arriving then would be
+(tests/live check that a trace submitted online gives the batch run's records), ``abort`` finishes a
+request whose client went away (vLLM's ``FINISHED_ABORTED``: its KV blocks go back to the pool),
+``fail`` loses a replica (its requests are recovered by the recovery planner's decision), and
+``advance_until`` moves the shared clock. No wall clock here: the caller maps real time to
+simulated time, so this module is deterministic and testable without a server.
+
+The engines run the naive loop (``fast=False``, results identical to the fast path): every
+request's token count is exact after each step, which is what a token stream needs.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from servesim.cluster import (
+    ClusterSimulator,
+    KVCheckpointing,
+    RecoveryContext,
+    Replica,
+    RouterSpec,
+    cluster_simulator,
+)
+from servesim.cluster.simulate import Move
+from servesim.engine.request import FINISHED, OUTCOME_UNFINISHED, OUTCOMES, REJECTED, Request
+from servesim.errors import ConfigError
+from servesim.traces.schema import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMetrics:
+    """One replica's gauges and counters as vLLM's /metrics reports them."""
+
+    name: str
+    alive: bool
+    num_running: int
+    num_waiting: int
+    kv_usage: float  # 0..1
+    prefix_cache_queries: int  # prompt tokens looked up
+    prefix_cache_hits: int  # of those, tokens found cached
+    num_preemptions: int
+
+
+class OnlineRequest:
+    """A submitted request as its client sees it: tokens so far, timings, outcome (read-only)."""
+
+    __slots__ = ("_r",)
+
+    def __init__(self, r: Request) -> None:
+        self._r = r
+
+    @property
+    def req_id(self) -> str:
+        return self._r.req_id
+
+    @property
+    def prompt_len(self) -> int:
+        return self._r.prompt_len
+
+    @property
+    def max_tokens(self) -> int:
+        return self._r.max_tokens
+
+    @property
+    def num_output(self) -> int:
+        return self._r.num_output
+
+    @property
+    def arrival_s(self) -> float:
+        return self._r.arrival
+
+    @property
+    def first_scheduled_s(self) -> float | None:
+        return self._r.first_scheduled if self._r.first_scheduled >= 0 else None
+
+    @property
+    def first_token_s(self) -> float | None:
+        return self._r.first_token if self._r.first_token >= 0 else None
+
+    @property
+    def last_token_s(self) -> float | None:
+        return self._r.last_token if self._r.last_token >= 0 else None
+
+    @property
+    def finish_s(self) -> float | None:
+        return self._r.finish_time if self._r.finish_time >= 0 else None
+
+    @property
+    def done(self) -> bool:
+        return self._r.outcome != OUTCOME_UNFINISHED or self._r.status in (FINISHED, REJECTED)
+
+    @property
+    def outcome(self) -> str:
+        """unfinished | finished | finished_max_model_len | rejected_prompt_too_long | aborted ..."""
+        return OUTCOMES[self._r.outcome]
+
+    @property
+    def num_preemptions(self) -> int:
+        return self._r.num_preemptions
+
+
+class OnlineFleet:
+    """Replicas on one simulated clock, fed online; see the module docstring."""
+
+    def __init__(
+        self,
+        replicas: Sequence[Replica],
+        router: RouterSpec | None = None,
+        recovery: str = "planner",
+        context: RecoveryContext | None = None,
+        *,
+        kv_checkpointing: KVCheckpointing = "continuous",
+        fast: bool = False,
+    ) -> None:
+        unsized = [r.name for r in replicas if r.config.max_model_len is None]
+        if unsized:  # a batch run derives it from the trace; online there is none
+            raise ConfigError(f"replicas {', '.join(unsized)}: an online fleet needs max_model_len set")
+        self.sim: ClusterSimulator = cluster_simulator(
+            Trace.empty("<online>"),
+            replicas,
+            router,
+            (),
+            recovery,
+            context,
+            kv_checkpointing=kv_checkpointing,
+            fast=fast,
+        )
+        self.names = [r.name for r in replicas]
+
+    @property
+    def now(self) -> float:
+        """The simulated time the fleet has been advanced to (the latest step end or event)."""
+        return self.sim.now
+
+    @property
+    def max_model_len(self) -> int:
+        return min(e.max_model_len for e in self.sim.current)
+
+    def submit(
+        self,
+        req_id: str,
+        time_s: float,
+        prompt_len: int,
+        max_tokens: int,
+        *,
+        priority: int = 0,
+        hash_ids: list[int] | None = None,
+        hash_block_size: int = 0,
+    ) -> OnlineRequest:
+        """A request arriving at ``time_s`` (clamped to the fleet's time). ``hash_ids``: one id per
+        ``hash_block_size`` prompt tokens identifying the prefix up to there (prefix caching)."""
+        r = self.sim.make_request(
+            req_id,
+            max(time_s, self.sim.now),
+            prompt_len,
+            max_tokens,
+            priority=priority,
+            hash_ids=hash_ids,
+            hash_block_size=hash_block_size,
+        )
+        self.sim.submit(r)
+        return OnlineRequest(r)
+
+    def abort(self, req: OnlineRequest, time_s: float) -> None:
+        """The client went away at ``time_s``: the request finishes as aborted, its KV freed."""
+        self.sim.abort(req._r, time_s)
+
+    def fail(self, node: str, time_s: float, recover_after_s: float | None = None) -> None:
+        """Lose ``node`` at ``time_s`` (optionally back, empty, ``recover_after_s`` later)."""
+        self.sim.inject_failure(node, max(time_s, self.sim.now), recover_after_s)
+
+    def advance_until(self, time_s: float) -> int:
+        """Apply every step end and event before ``time_s``; returns the steps ended."""
+        return self.sim.advance(time_s)
+
+    def next_time(self) -> float:
+        """When the next step ends or event is due (inf: nothing to do until a submission)."""
+        return self.sim.next_time()
+
+    @property
+    def moves(self) -> list[Move]:
+        """Every recovery decision so far (request, from, to, strategy, tokens moved, delay)."""
+        return self.sim.moves
+
+    def replica_metrics(self) -> list[ReplicaMetrics]:
+        """Per replica, over all its incarnations (a recovered node starts a new engine)."""
+        out = []
+        for k, name in enumerate(self.names):
+            engine = self.sim.current[k]
+            past = [e for e, j in zip(self.sim.engines, self.sim.engine_replica, strict=True) if j == k]
+            out.append(
+                ReplicaMetrics(
+                    name=name,
+                    alive=self.sim.alive[k],
+                    num_running=len(engine.scheduler.running) if self.sim.alive[k] else 0,
+                    num_waiting=len(engine.scheduler.waiting) if self.sim.alive[k] else 0,
+                    kv_usage=engine.pool.usage() if self.sim.alive[k] else 0.0,
+                    prefix_cache_queries=sum(e.rec.prefix_queries for e in past),
+                    prefix_cache_hits=sum(e.rec.prefix_hits for e in past),
+                    num_preemptions=sum(len(e.rec.preemption_events) for e in past),
+                )
+            )
+        return out
+
+    def step_in_flight_at_arrival(self, req: OnlineRequest) -> float:
+        """The duration of the step its replica was running when ``req`` arrived, if it had to
+        wait for it (0 otherwise): what vLLM's asynchronous scheduling adds to its latencies (a
+        request arriving during step n joins step n+2; ``servesim.perf.replay.async_lag``)."""
+        r = req._r
+        if r.first_scheduled < 0:
+            return 0.0
+        for engine in self.sim.engines:
+            rec = engine.rec
+            here = engine.live.get(r.idx) is r or (
+                r.idx < len(rec.first_scheduled) and rec.first_scheduled[r.idx] == r.first_scheduled
+            )
+            if not here:
+                continue
+            k = bisect_right(rec.step_end, r.arrival)
+            if k >= len(rec.step_end):
+                return 0.0
+            start, duration = rec.step_row(k)[:2]
+            running = start <= r.arrival < start + duration and r.first_scheduled > r.arrival
+            return duration if running else 0.0
+        return 0.0
+
+    def check_invariants(self) -> None:
+        """Block and token conservation on every live replica (tests)."""
+        for k, engine in enumerate(self.sim.current):
+            if self.sim.alive[k] and self.sim.inflight[k] is None:
+                engine.assert_invariants()
+
+
+__all__ = ["OnlineFleet", "OnlineRequest", "ReplicaMetrics"]

@@ -1,0 +1,183 @@
+"""``/api/bench``: upload a measured run (a ``vllm bench serve`` result or a sim2real experiment),
+then overlay it with servesim's run of the same workload."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from servesim.actionlog import record_action
+from servesim.web.app import Workbench, workbench
+from servesim.web.db import BenchRow, now_iso
+from servesim.web.problems import Problem
+from servesim.web.routers.runs import ACCEPTED, _check_hardware, _done, job_out
+from servesim.web.schemas import ID_PATTERN, BenchOut, BenchSimulateBody
+from servesim.web.storage import display_name, new_id
+
+router = APIRouter(prefix="/api/bench", tags=["measured"])
+WB = Annotated[Workbench, Depends(workbench)]
+BenchId = Annotated[str, Path(pattern=ID_PATTERN, description="A stored benchmark result.")]
+#: A --save-detailed result of 10,000 prompts is a few MB; the generated texts make it larger.
+JSON_TYPES = {"", "application/json", "application/octet-stream", "text/plain"}
+
+
+def bench_out(row: BenchRow) -> BenchOut:
+    return BenchOut.model_validate(row, from_attributes=True)
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    """What the page lists of a stored result (the statistics it reports, the workload's shape)."""
+    return {
+        "format": "vllm-bench",
+        "model_id": result.model_id,
+        "num_prompts": result.num_prompts,
+        "completed": result.completed,
+        "failed": result.failed,
+        "request_rate": result.request_rate,
+        "burstiness": result.burstiness,
+        "max_concurrency": result.max_concurrency,
+        "detailed": result.detailed,
+        "stats": result.stats(),
+    }
+
+
+@router.post(
+    "",
+    status_code=201,
+    summary="Upload a `vllm bench serve --save-result` JSON file (the file's bytes as the body)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+    responses={
+        413: {"description": "Over the size limit"},
+        415: {"description": "Not a JSON file"},
+        422: {"description": "Not a usable benchmark result (each field's problem listed)"},
+    },
+)
+async def upload_bench(
+    request: Request,
+    wb: WB,
+    name: Annotated[str, Query(min_length=1, max_length=300, description="The file's name.")],
+) -> BenchOut:
+    import orjson
+
+    from servesim.perf.bench_io import bench_requests, parse_bench_result
+    from servesim.perf.sim2real import experiment_stats, is_experiment, parse_experiment
+
+    shown = display_name(name)
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not shown.lower().endswith(".json") or ctype not in JSON_TYPES:
+        raise Problem(415, f"{shown}: a measured run is a .json file (vllm bench serve --save-result)")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > wb.settings.max_upload_bytes:
+            raise Problem(413, f"{shown}: over the upload limit of {wb.settings.max_upload_bytes:,} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise Problem(422, f"{shown}: not JSON: {e}", errors=[{"field": None, "reason": str(e)}]) from None
+    if is_experiment(data):
+        exp = parse_experiment(data, shown)
+        exp.model_spec(), exp.gpu_spec(), exp.spec  # the deployment and workload can be re-created
+        summary = {
+            "format": "sim2real",
+            "model_id": exp.model,
+            "experiment": exp.id,
+            "num_prompts": None,
+            "request_rate": None,
+            "detailed": False,
+            "stats": experiment_stats(exp),
+        }
+        return _store(wb, shown, raw, summary)
+    result = parse_bench_result(data, shown)
+    n = len(result.input_lens or ()) or result.num_prompts or result.completed or 0
+    if n > wb.settings.max_requests_per_trace:
+        raise Problem(
+            413,
+            f"{shown}: {n:,} requests; this server re-runs at most {wb.settings.max_requests_per_trace:,}",
+            errors=[{"field": "num_prompts", "reason": "too many requests for this server"}],
+        )
+    bench_requests(result, shown)  # the workload can be re-created (lengths, count)
+    if len(result.stats()) == 0:
+        raise Problem(
+            422,
+            f"{shown}: no latency statistic to compare (mean_ttft_ms, p99_e2el_ms, ...)",
+            errors=[{"field": "mean_ttft_ms", "reason": "missing: the file reports no latency"}],
+        )
+    return _store(wb, shown, raw, _summary(result))
+
+
+def _store(wb: Workbench, shown: str, raw: bytes, summary: dict[str, Any]) -> BenchOut:
+    from servesim.io import write_bytes_atomic
+
+    params = {"name": shown, "bytes": len(raw), "format": summary["format"]}
+    with record_action("bench-upload", params, interface="web", folder=wb.settings.data_dir):
+        row = BenchRow(id=new_id(), name=shown, created_at=now_iso(), summary=summary)
+        write_bytes_atomic(wb.storage.bench_file(row.id), raw)
+        with wb.db.session() as s:
+            s.add(row)
+    return bench_out(row)
+
+
+@router.get("", summary="Stored benchmark results, newest first")
+def list_bench(wb: WB) -> list[BenchOut]:
+    return [bench_out(r) for r in wb.db.benches()]
+
+
+@router.get("/{bench_id}", summary="A stored benchmark result's summary")
+def get_bench(bench_id: BenchId, wb: WB) -> BenchOut:
+    return bench_out(_row(wb, bench_id))
+
+
+@router.delete("/{bench_id}", status_code=204, summary="Delete a benchmark result")
+def delete_bench(bench_id: BenchId, wb: WB) -> Response:
+    with wb.db.session() as s:
+        row = s.get(BenchRow, bench_id)
+        if row is None:
+            raise Problem(404, f"no benchmark result {bench_id}")
+        s.delete(row)
+    wb.storage.bench_file(bench_id).unlink(missing_ok=True)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{bench_id}/simulate",
+    status_code=202,
+    responses=ACCEPTED,
+    summary="Simulate the benchmark's workload (or take a stored run) and overlay measured vs simulated",
+)
+def simulate_bench(bench_id: BenchId, body: BenchSimulateBody, wb: WB) -> JSONResponse:
+    row = _row(wb, bench_id)
+    if body.bench_id != bench_id:
+        raise Problem(
+            422,
+            "bench_id in the body differs from the path",
+            errors=[{"field": "bench_id", "reason": "must match the path"}],
+        )
+    if body.run_id is not None:
+        run = _done(wb, body.run_id)
+        if run.kind != "simulate":
+            raise Problem(422, f"run {body.run_id} is a {run.kind} job: choose a simulation run")
+        what = f"run {run.title}"
+    else:
+        _check_hardware(body.hardware)
+        what = f"{body.hardware.model}, max_num_seqs {body.engine.max_num_seqs}"
+    title = body.label or f"{row.name} measured vs simulated ({what})"
+    job = wb.jobs.submit("overlay", title, body.model_dump(mode="json"), None)
+    return JSONResponse(job_out(job).model_dump(mode="json"), status_code=202)
+
+
+def _row(wb: Workbench, bench_id: str) -> BenchRow:
+    row = wb.db.bench(bench_id)
+    if row is None:
+        raise Problem(404, f"no benchmark result {bench_id}: upload one first")
+    return row

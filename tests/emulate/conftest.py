@@ -1,0 +1,96 @@
+"""A real emulator server on loopback for the tests: uvicorn in a thread (fast tests) or Ray
+Serve (``ray`` marker); both stop by themselves at the end of the test."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import uvicorn
+
+from servesim import EngineConfig, Replica, replica_setup
+from servesim.emulate.app import build_app
+from servesim.emulate.emulator import Emulator
+
+MODEL = "llama-3.1-8b"
+
+
+def replicas(n: int = 2, *, max_num_seqs: int = 256, max_model_len: int = 4096) -> list[Replica]:
+    """The default deployment (calibrated Llama-3.1-8B on one H100), ``n`` replicas."""
+    setup = replica_setup(EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len))
+    return [Replica(f"replica-{k}", setup.config, setup.step_time) for k in range(n)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    emulator: Emulator
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def call(self, fn: object) -> object:
+        """Run ``fn()`` on the server's event loop (the emulator is not thread-safe)."""
+        assert self.loop is not None
+        fut = asyncio.run_coroutine_threadsafe(_call(fn), self.loop)
+        return fut.result(timeout=10)
+
+
+async def _call(fn: object) -> object:
+    return fn()  # type: ignore[operator]
+
+
+@pytest.fixture
+def make_server() -> Iterator[object]:
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(
+        n_replicas: int = 2,
+        *,
+        time_scale: float = 1.0,
+        max_streams: int = 1024,
+        api_key: str | None = None,
+        **kw: object,
+    ) -> Server:
+        emulator = Emulator(
+            replicas(n_replicas, **kw),  # type: ignore[arg-type]
+            model=MODEL,
+            time_scale=time_scale,
+            max_streams=max_streams,
+        )
+        port = free_port()
+        app = build_app(emulator, api_key=api_key)
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        server = uvicorn.Server(config)
+        box = Server(f"http://127.0.0.1:{port}", emulator)
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            box.loop = loop
+            loop.run_until_complete(server.serve())
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the test server did not start")
+            time.sleep(0.02)
+        assert httpx.get(box.url + "/health", timeout=5).status_code == 200
+        return box
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,220 @@
+"""The emulator's HTTP app on loopback (uvicorn in a thread, no Ray): the official openai client
+streams from it, bad requests get 4xx with the reason, disconnects abort, /metrics parses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import openai
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import MODEL, replicas
+from servesim.emulate.app import build_app, is_loopback
+from servesim.emulate.emulator import Emulator
+
+
+def metrics(url: str) -> dict[str, list[Any]]:
+    text = httpx.get(url + "/metrics", timeout=5).text
+    out: dict[str, list[Any]] = {}
+    for fam in text_string_to_metric_families(text):
+        out[fam.name] = fam.samples
+    return out
+
+
+def test_the_openai_client_streams_a_completion_with_the_usage_chunk(make_server: Any) -> None:
+    srv = make_server(time_scale=1.0)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    stream = client.completions.create(
+        model=MODEL, prompt="Hello " * 200, max_tokens=12, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text.split() == ["tok"] * 12  # one filler word per output token
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 12
+    assert chunks[-1].usage.prompt_tokens == 300  # 1,200 characters at 4 a token
+
+
+def test_the_openai_client_streams_a_chat_and_gets_plain_answers(make_server: Any) -> None:
+    srv = make_server(time_scale=1.0)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say something."}],
+        max_tokens=7,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(content.split()) == 7
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
+    done = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5
+    )
+    assert done.choices[0].finish_reason == "length" and done.usage is not None
+    assert done.usage.completion_tokens == 5 and len((done.choices[0].message.content or "").split()) == 5
+    plain = client.completions.create(model=MODEL, prompt=[1, 2, 3, 4, 5], max_tokens=3)
+    assert plain.usage is not None and plain.usage.prompt_tokens == 5  # token ids count exactly
+
+
+def test_bad_requests_get_400_with_the_reason(make_server: Any) -> None:
+    srv = make_server(max_model_len=2048)
+    url = srv.url + "/v1/completions"
+    cases = [
+        ({"model": MODEL}, "prompt"),
+        ({"model": MODEL, "prompt": "hi", "max_tokens": 0}, "max_tokens"),
+        ({"model": MODEL, "prompt": "x" * 9000, "max_tokens": 10}, "maximum context length is 2048"),
+        ({"model": "gpt-9", "prompt": "hi"}, "gpt-9"),
+        ({"model": MODEL, "prompt": "hi", "n": 2}, "n"),
+        ({"model": MODEL, "prompt": ["a", "b"]}, "one prompt per request"),
+        ({"model": MODEL, "prompt": []}, "empty"),
+    ]
+    for body, reason in cases:
+        r = httpx.post(url, json=body, timeout=10)
+        assert r.status_code == 400, body
+        assert reason in r.json()["error"]["message"], (body, r.json())
+    r = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}, timeout=10)
+    assert r.status_code == 400
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"model": MODEL, "messages": []}, timeout=10)
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+
+
+def test_requests_beyond_the_stream_cap_get_429(make_server: Any) -> None:
+    srv = make_server(time_scale=20.0, max_streams=2)
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 200, "stream": True}
+    with (
+        httpx.Client(timeout=30) as c,
+        c.stream("POST", srv.url + "/v1/completions", json=body) as a,
+        c.stream("POST", srv.url + "/v1/completions", json=body) as b,
+    ):
+        assert a.status_code == b.status_code == 200
+        third = c.post(srv.url + "/v1/completions", json=body)
+        assert third.status_code == 429 and "limit (--max-streams) is 2" in third.json()["error"]["message"]
+
+
+def test_a_token_guards_the_api_and_is_never_echoed(make_server: Any) -> None:
+    srv = make_server(api_key="s3cret-token")
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    r = httpx.post(srv.url + "/v1/completions", json=body, timeout=10)
+    assert r.status_code == 401 and "s3cret" not in r.text
+    wrong = httpx.post(
+        srv.url + "/v1/completions", json=body, headers={"Authorization": "Bearer nope"}, timeout=10
+    )
+    assert wrong.status_code == 401 and "s3cret" not in wrong.text
+    ok = httpx.post(
+        srv.url + "/v1/completions", json=body, headers={"Authorization": "Bearer s3cret-token"}, timeout=10
+    )
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+    assert httpx.get(srv.url + "/health", timeout=5).status_code == 200  # as vllm serve --api-key
+
+
+def test_a_client_disconnect_aborts_the_request_and_frees_its_kv(make_server: Any) -> None:
+    srv = make_server(n_replicas=1, time_scale=5.0)
+    body = {"model": MODEL, "prompt": "word " * 400, "max_tokens": 3000, "stream": True}
+    with httpx.Client(timeout=30) as c, c.stream("POST", srv.url + "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        got: list[str] = []
+        for line in lines:
+            if line.startswith("data: "):
+                got.append(line)
+            if len(got) == 3:
+                break
+        kv_during = metrics(srv.url)["vllm:kv_cache_usage_perc"][0].value  # streaming: KV held
+    assert len(got) == 3
+    deadline = time.monotonic() + 20
+    while True:  # the abort is applied at the end of the simulated step in flight
+        m = metrics(srv.url)
+        aborted = [s.value for s in m["vllm:request_success"] if s.labels.get("finished_reason") == "abort"]
+        if aborted == [1.0] and m["vllm:kv_cache_usage_perc"][0].value == 0.0:
+            break
+        assert time.monotonic() < deadline, m
+        time.sleep(0.1)
+    assert kv_during > 0.0
+    assert srv.emulator.num_open == 0
+    srv.call(srv.emulator.fleet.check_invariants)
+
+
+def test_metrics_parse_with_vllms_names(make_server: Any) -> None:
+    srv = make_server(n_replicas=1, time_scale=1.0)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    for _ in range(2):  # the same prompt twice: the second hits the prefix cache
+        client.completions.create(model=MODEL, prompt="The same long prefix. " * 40, max_tokens=4)
+    m = metrics(srv.url)
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "vllm:num_preemptions",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+    ):
+        assert name in m, name
+    count = {s.name: s.value for s in m["vllm:time_to_first_token_seconds"]}
+    assert count["vllm:time_to_first_token_seconds_count"] == 2
+    itl = {s.name: s.value for s in m["vllm:inter_token_latency_seconds"]}
+    assert itl["vllm:inter_token_latency_seconds_count"] == 6  # 3 gaps a request
+    hits = sum(s.value for s in m["vllm:prefix_cache_hits"] if s.name.endswith("_total"))
+    queries = sum(s.value for s in m["vllm:prefix_cache_queries"] if s.name.endswith("_total"))
+    assert queries == 2 * 220 and hits == 208  # the second finds 13 of its 13.75 blocks cached
+
+
+def test_the_admin_endpoints_refuse_non_loopback_clients() -> None:
+    emulator = Emulator(replicas(2), model=MODEL)
+    app = build_app(emulator, bind_host="0.0.0.0")
+
+    async def ask(client_host: str) -> tuple[int, int]:
+        transport = httpx.ASGITransport(app=app, client=(client_host, 5555))
+        async with httpx.AsyncClient(transport=transport, base_url="http://emulator") as c:
+            fail = await c.post("/admin/fail", json={"replica": "replica-0"})
+            moves = await c.get("/admin/moves")
+            return fail.status_code, moves.status_code
+
+    assert asyncio.run(ask("10.1.2.3")) == (403, 403)
+    assert asyncio.run(ask("127.0.0.1")) == (200, 200)
+    assert is_loopback("::1") and is_loopback("127.0.0.5") and not is_loopback("192.168.0.1")
+    assert not is_loopback(None)
+
+
+def test_an_injected_failure_mid_stream_follows_the_planner(make_server: Any) -> None:
+    srv = make_server(n_replicas=2, time_scale=4.0)
+    results: dict[str, list[str]] = {}
+
+    async def stream(c: httpx.AsyncClient, i: int) -> None:
+        body = {"model": MODEL, "prompt": f"request {i} " * 300, "max_tokens": 60, "stream": True}
+        async with c.stream("POST", srv.url + "/v1/completions", json=body) as r:
+            rid, words = None, []
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    rid = chunk["id"]
+                    words.extend(chunk["choices"][0]["text"].split())
+            assert rid is not None
+            results[rid] = words
+
+    async def main() -> None:
+        async with httpx.AsyncClient(timeout=60) as c:
+            tasks = [asyncio.create_task(stream(c, i)) for i in range(8)]
+            await asyncio.sleep(1.5)  # all decoding now
+            r = await c.post(srv.url + "/admin/fail", json={"replica": "replica-0"})
+            assert r.status_code == 200
+            await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    moves = httpx.get(srv.url + "/admin/moves", timeout=5).json()["moves"]
+    assert moves and {m["from"] for m in moves} == {"replica-0"} and {m["to"] for m in moves} == {"replica-1"}
+    assert {m["strategy"] for m in moves} <= {"MIGRATE_STATE", "COLD_RESTART"}
+    assert {m["request"] for m in moves} <= set(results)
+    assert all(len(w) == 60 for w in results.values())  # every stream resumed and completed, no token twice
