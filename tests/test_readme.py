@@ -49,7 +49,8 @@ def _make_targets() -> set[str]:
 def _asked_for(cmd: str) -> set[str]:
     """Files a command line names as its output."""
     words = shlex.split(cmd)
-    named = {words[i + 1] for i, w in enumerate(words[:-1]) if w in (">", "--out", "-o", "--step-log")}
+    outputs = (">", "--out", "-o", "--step-log", "--requests-out")
+    named = {words[i + 1] for i, w in enumerate(words[:-1]) if w in outputs}
     if words[:2] == ["servesim", "report"] and "--out" not in words and "-o" not in words:
         fmts = words[words.index("--format") + 1].split(",") if "--format" in words else ["html", "md"]
         named |= {f"report.{f}" for f in fmts}  # a report is written where you are: what it is for

@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -17,19 +18,27 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """``write_text_atomic`` for bytes (a temporary file in the same folder, fsync, rename)."""
+    with atomic_file(path) as f:
+        f.write(data)
+    return Path(path)
+
+
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file to stream into that appears at ``path`` only when the block ends without an
+    error (a temporary file in the same folder, fsync, rename); on an error nothing is left."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
 
 
 @contextmanager
@@ -49,4 +58,4 @@ def file_lock(path: str | Path) -> Iterator[None]:
         os.close(fd)
 
 
-__all__ = ["file_lock", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["atomic_file", "file_lock", "write_bytes_atomic", "write_text_atomic"]

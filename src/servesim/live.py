@@ -50,7 +50,7 @@ from servesim.engine.request import (
     Request,
 )
 from servesim.engine.simulate import build_result, describe_model
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
 from servesim.events import (
     Event,
     Observer,
@@ -375,8 +375,7 @@ class _Base:
             ends = np.frombuffer(rec.step_end, dtype=np.float64)
             k0 = int(np.searchsorted(ends, lo, side="right"))
             if k0 < len(ends):
-                w = len(rec.STEP_FIELDS)
-                step_tokens += float(np.frombuffer(rec.steps, dtype=np.float64)[k0 * w + 2 :: w].sum())
+                step_tokens += float(rec.step_table()["num_tokens"][k0:].sum(dtype=np.int64))
             self._note_held(engine)
         for engine, r in self._open_requests():
             if r.first_token >= lo:
@@ -514,7 +513,7 @@ class _Base:
         try:
             i = ids.index(req_id)
         except ValueError:
-            raise InputError(f"no request {req_id!r} in the trace") from None
+            raise InputError(f"no request {shown(req_id)} in the trace") from None
         row = self.trace.df.iloc[i]
         ev: list[tuple[float, str]] = [(float(row["arrival_time_s"]), "arrived")]
         state, where, slot = "not arrived", None, None

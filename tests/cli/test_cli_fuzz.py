@@ -7,6 +7,7 @@ draws the hostile values a first-contact user produces: NaN, 1e14, 1e18, negativ
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -175,3 +176,92 @@ def test_config_files(tmp_path: Path, text: str) -> None:
     _ok_or_clean_error(
         ["simulate", str(_trace(tmp_path)), "--config", str(cfg), "--step-time-ms", "5", "--json"]
     )
+
+
+# --- optional trace fields: a NaN or a wrong type is a reported bad row, never the default ---
+
+#: Good values of the optional fields (row 1 keeps them: only row 2 is mutated).
+OPTIONAL_FIELDS: dict[str, Any] = {
+    "priority": 1,
+    "tenant": "t",
+    "sla_ttft_ms": 500.0,
+    "sla_e2e_ms": 9000.0,
+    "prefix_group": "g",
+    "prefix_len": 16,
+    "hash_ids": [1, 2],
+}
+NUMERIC_FIELDS = ("priority", "sla_ttft_ms", "sla_e2e_ms", "prefix_len")
+#: Per container, the bad values a user's tool writes into an optional field (all but hash_ids,
+#: which is a list, and the labels, which take any text, are numbers).
+NAN_TEXT = st.sampled_from(["nan", "NaN", "NAN", "-nan"])
+BAD_JSON_NUMBER = st.sampled_from([math.nan, "NaN", "nan", True, False, [], {}, "fast", [1]])
+BAD_JSON_LABEL = st.sampled_from([math.nan, True, [], {}, 1.5, ["t"]])
+BAD_JSON_HASH_IDS = st.sampled_from([math.nan, "NaN", True, 3, 1.5, {}, [1.5], [True], ["x"]])
+
+
+def _rows(field: str, bad: Any) -> list[dict[str, Any]]:
+    """Two requests; prefix fields and hash_ids exclude each other, so each case keeps its own."""
+    keep = ("hash_ids",) if field == "hash_ids" else tuple(k for k in OPTIONAL_FIELDS if k != "hash_ids")
+    base = {k: v for k, v in OPTIONAL_FIELDS.items() if k in keep}
+    one = {"req_id": "a", "arrival_time_s": 0.0, "prompt_len": 64, "output_len": 4, **base}
+    two = {"req_id": "b", "arrival_time_s": 0.5, "prompt_len": 64, "output_len": 3, **base, field: bad}
+    return [one, two]
+
+
+def _write(tmp: Path, container: str, rows: list[dict[str, Any]]) -> Path:
+    if container == "csv":
+        cols = list(rows[0])
+        path = tmp / "t.csv"
+        with path.open("w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(cols)
+            for r in rows:
+                out.writerow(json.dumps(r[c]) if isinstance(r[c], list) else r[c] for c in cols)
+    elif container == "jsonl":
+        path = tmp / "t.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # NaN as JSON's NaN literal
+    elif container == "json":
+        path = tmp / "t.json"
+        path.write_text(json.dumps({"hash_block_size": 32, "requests": rows}))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp / "t.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), path)  # a float column: NaN stays NaN, not null
+    return path
+
+
+@st.composite
+def _bad_optional_field(draw: st.DrawFn) -> tuple[str, str, Any]:
+    container = draw(st.sampled_from(["csv", "jsonl", "json", "parquet"]))
+    if container == "parquet":  # a typed column: the bad value is a float NaN of a numeric field
+        return container, draw(st.sampled_from(NUMERIC_FIELDS)), math.nan
+    field = draw(st.sampled_from(sorted(OPTIONAL_FIELDS)))
+    if container == "csv":
+        if field in ("tenant", "prefix_group"):  # CSV text: "nan" is a name like any other
+            field = draw(st.sampled_from(NUMERIC_FIELDS))
+        return container, field, draw(NAN_TEXT if field != "hash_ids" else st.sampled_from(["NaN", "[1.5]"]))
+    if field == "hash_ids":
+        return container, field, draw(BAD_JSON_HASH_IDS)
+    if field in ("tenant", "prefix_group"):
+        return container, field, draw(BAD_JSON_LABEL)
+    return container, field, draw(BAD_JSON_NUMBER)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=_bad_optional_field())
+def test_bad_optional_fields_are_reported_never_defaulted(tmp_path: Path, case: tuple[str, str, Any]) -> None:
+    container, field, bad = case
+    trace = _write(tmp_path, container, _rows(field, bad))
+    args = ["simulate", str(trace), *FAST, "--hash-block-size", "32", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, (case, res.output[-500:])
+    report = json.loads(res.stdout)
+    dropped = [(d["row"], d["field"]) for d in report["trace_provenance"]["dropped"]]
+    assert dropped == [(2, field)], (case, report["trace_provenance"])
+    assert [r["req_id"] for r in report["requests"]] == ["a"]  # row 1 still runs
+    assert f"row 2, {field}" in res.stderr, res.stderr
+    strict = runner.invoke(app, [*args, "--strict"])
+    assert strict.exit_code == 2 and "row 2" in strict.stderr and repr(field) in strict.stderr, strict.output
+    assert "Traceback" not in strict.output

@@ -4,6 +4,7 @@ CLI maps the error root once (cli.common.ErrorMappingGroup), never a traceback."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import typer
@@ -49,3 +50,40 @@ def test_a_user_error_is_one_line_and_exit_2(exc: BaseException, shown: str) -> 
 def test_the_servesim_app_maps_errors_too() -> None:
     res = CliRunner().invoke(app, ["simulate", "bursty", "-n", "10", "--max-num-seqs", "0"])
     assert res.exit_code == 2 and "max_num_seqs" in res.stderr and "Traceback" not in res.stderr
+
+
+#: Commands that leave their errors to the root group (no catch of their own): the line a user
+#: sees is the one they printed when each caught its own tuple (exit 2, the file or flag named).
+ROOT_MAPPED = [
+    (["simulate", "{tmp}/missing.csv"], "error: {tmp}/missing.csv: no such file, bundled trace or generator"),
+    (["simulate", "{tmp}/bad.json"], "error: {tmp}/bad.json: invalid JSON (Expecting property name"),
+    (
+        ["simulate", "bursty", "-n", "5", "--max-num-seqs", "0"],
+        "error: max_num_seqs: Input should be greater",
+    ),
+    (["cluster", "bursty", "-n", "5", "--slo", "ttft_ms=5"], "error: --slo 'ttft_ms' names no percentile"),
+    (["trace", "inspect", "{tmp}/bad.json"], "error: {tmp}/bad.json: invalid JSON (Expecting property"),
+    (["trace", "convert", "{tmp}/ok.csv", "{tmp}/out.xyz"], "error: cannot tell the output format from"),
+    (["generate", "nosuchpreset", "-o", "{tmp}/o.csv"], "error: unknown preset 'nosuchpreset'; known:"),
+    (["recover", "{tmp}/bad.json"], "error: {tmp}/bad.json: not valid JSON (Expecting property name"),
+    (["reschedule", "{tmp}/missing.json"], "error: {tmp}/missing.json: No such file or directory"),
+    (
+        ["generate-failures", "--jobs-mean", "-3"],
+        "error: jobs_mean: Input should be greater than or equal to 1",
+    ),
+    (["log", "--since", "yesterday-ish"], "error: --since 'yesterday-ish': give an ISO time"),
+    (["advise", "bursty", "-n", "5", "--advisor", "rules", "--slo", "ttft_ms=5"], "error: --slo 'ttft_ms'"),
+]
+
+
+@pytest.mark.parametrize(("args", "line"), ROOT_MAPPED, ids=[" ".join(a[:2]) for a, _ in ROOT_MAPPED])
+def test_commands_without_their_own_catch_say_the_same_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], line: str
+) -> None:
+    monkeypatch.setenv("SERVESIM_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "bad.json").write_text("{")
+    (tmp_path / "ok.csv").write_text("req_id,arrival_time_s,prompt_len,output_len\na,0,1,1\n")
+    res = CliRunner().invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(line.replace("{tmp}", str(tmp_path))), res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.output

@@ -155,3 +155,63 @@ def test_hash_block_size_lets_every_command_read_native_hash_ids(tmp_path: Path)
     )
     assert report["trace_provenance"]["hash_block_size"] == 32
     assert report["summary"]["prefix_cache_hit_rate"] > 0  # the shared 2x32-token prefix is reused
+
+
+#: Each reader's file with a NaN in row 2 (as its users' tools write one), and the field named.
+NAN_ROWS: dict[str, tuple[str, str, str]] = {
+    "mooncake hash_ids": (
+        "mc.jsonl",
+        '{"timestamp": 0, "input_length": 64, "output_length": 4, "hash_ids": [1]}\n'
+        '{"timestamp": 10, "input_length": 64, "output_length": 4, "hash_ids": NaN}\n',
+        "hash_ids",
+    ),
+    "burstgpt tokens": (
+        "bg.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "0,ChatGPT,50,4,54,Conversation log\n1,ChatGPT,nan,4,54,Conversation log\n",
+        "Request tokens",
+    ),
+    "azure tokens": (
+        "az.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,50,4\n2023-11-16 18:15:47.6805900,50,NaN\n",
+        "GeneratedTokens",
+    ),
+    "seed req_id": (
+        "seed.json",
+        '{"arrival_distribution": "poisson_5_rps", "requests": [{"req_id": "s1", "prompt_len": 50, '
+        '"expected_out": 4}, {"req_id": NaN, "prompt_len": 50, "expected_out": 4}]}',
+        "req_id",
+    ),
+    "native priority": (
+        "n.csv",
+        "req_id,arrival_time_s,prompt_len,output_len,priority\na,0,50,4,1\nb,0.5,50,4,NaN\n",
+        "priority",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NAN_ROWS))
+def test_a_nan_is_a_skipped_row_in_every_reader(tmp_path: Path, case: str) -> None:
+    name, text, field = NAN_ROWS[case]
+    path = tmp_path / name
+    path.write_text(text)
+    res = runner.invoke(app, ["simulate", str(path), *FAST, "--json"])
+    assert res.exit_code == 0, res.output
+    assert f"row 2, {field}:" in _skipped_line(res.stderr)
+    prov = json.loads(res.stdout)["trace_provenance"]
+    assert [(d["row"], d["field"]) for d in prov["dropped"]] == [(2, field)]
+    strict = runner.invoke(app, ["simulate", str(path), *FAST, "--strict"])
+    assert strict.exit_code == 2 and "row 2" in strict.stderr and f"'{field}'" in strict.stderr
+
+
+def test_a_huge_bad_value_is_shown_truncated(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    rows = [
+        {"req_id": "a", "arrival_time_s": 0, "prompt_len": 50, "output_len": 4},
+        {"req_id": "b", "arrival_time_s": 1, "prompt_len": 50, "output_len": 4, "priority": "x" * 100_000},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = runner.invoke(app, ["simulate", str(path), *FAST, "--strict"])
+    assert res.exit_code == 2 and "row 2" in res.stderr and "'priority'" in res.stderr
+    assert "100,002 characters" in res.stderr and len(res.stderr) < 400

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -31,16 +30,16 @@ from servesim.advisor import (
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
 from servesim.cli.actions import note_advisor, note_output
-from servesim.cli.common import fail, parse_slo, print_json, print_timed_as, timed_as
+from servesim.cli.common import parse_slo, print_json, print_timed_as, timed_as
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
-from servesim.cluster.recovery import RecoveryInputError, plan_recovery
+from servesim.cluster.recovery import plan_recovery
 from servesim.engine import ConstantStepTime, EngineConfig
 from servesim.engine.simulate import describe_model
+from servesim.errors import shown
 from servesim.paths import data_dir
 from servesim.perf.setup import replica_setup
-from servesim.resched import RescheduleInputError, parse_input, reschedule
-from servesim.traces import TraceError
+from servesim.resched import parse_input, reschedule
 
 
 def _read_json(path: str) -> Any:
@@ -81,7 +80,7 @@ def build_case(
         record = data[0] if isinstance(data, list) else data
         return FallbackCase(plan_recovery(record))
     if kind != "batching":
-        raise ValueError(f"unknown task {kind!r}: use batching, reschedule or fallback")
+        raise ValueError(f"unknown task {shown(kind)}: use batching, reschedule or fallback")
     trace = read_trace(
         source, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
     )
@@ -171,46 +170,36 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the checked advice as JSON only."),
     ) -> None:
         """Get scheduling, rescheduling or fallback advice, re-checked by simulation."""
+        case = build_case(
+            source,
+            task,
+            config=config,
+            replicas=replicas,
+            slo=slo,
+            step_time_ms=step_time_ms,
+            seed=seed,
+            num_requests=num_requests,
+            strict=strict,
+            hash_block_size=hash_block_size,
+        )
+        if isinstance(case, BatchingCase) and optimize > 0:
+            case.optimizer_best = optimizer_best(case, optimize, seed)
+        claude = None
+        if advisor == "claude" or (advisor == "auto" and ClaudeAdvisor.available()):
+            claude = ClaudeAdvisor(claude_model, timeout_s=timeout_s)
+        log_file = action_log.open("a", encoding="utf-8") if action_log is not None else None
+
+        def log_entry(entry: ActionLogEntry) -> None:
+            if log_file is not None:
+                log_file.write(entry.model_dump_json() + "\n")
+
         try:
-            case = build_case(
-                source,
-                task,
-                config=config,
-                replicas=replicas,
-                slo=slo,
-                step_time_ms=step_time_ms,
-                seed=seed,
-                num_requests=num_requests,
-                strict=strict,
-                hash_block_size=hash_block_size,
-            )
-            if isinstance(case, BatchingCase) and optimize > 0:
-                case.optimizer_best = optimizer_best(case, optimize, seed)
-            claude = None
-            if advisor == "claude" or (advisor == "auto" and ClaudeAdvisor.available()):
-                claude = ClaudeAdvisor(claude_model, timeout_s=timeout_s)
-            log_file = action_log.open("a", encoding="utf-8") if action_log is not None else None
-
-            def log_entry(entry: ActionLogEntry) -> None:
-                if log_file is not None:
-                    log_file.write(entry.model_dump_json() + "\n")
-
-            try:
-                result = advise(case, advisor, claude=claude, rounds=rounds, on_log=log_entry)
-            finally:
-                if log_file is not None:
-                    log_file.close()
-            written = write_outbox(result, case, outbox or data_dir() / "outbox") if apply else []
-            note_advice(result, written)
-        except (
-            TraceError,
-            ValidationError,
-            ValueError,
-            OSError,
-            RescheduleInputError,
-            RecoveryInputError,
-        ) as exc:
-            fail(exc)
+            result = advise(case, advisor, claude=claude, rounds=rounds, on_log=log_entry)
+        finally:
+            if log_file is not None:
+                log_file.close()
+        written = write_outbox(result, case, outbox or data_dir() / "outbox") if apply else []
+        note_advice(result, written)
         if as_json:
             out = result.model_dump(mode="json")
             out["outbox_files"] = [str(p) for p in written]

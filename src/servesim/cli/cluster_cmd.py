@@ -8,11 +8,11 @@ from typing import Any
 
 import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 
-from servesim.cli.common import fail, parse_slo, print_json
+from servesim.cli.common import parse_slo, print_json
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster import (
@@ -28,10 +28,11 @@ from servesim.cluster import (
     simulate_cluster,
 )
 from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime, StepTimeModel
-from servesim.perf import PerfError, load_catalog
+from servesim.errors import shown
+from servesim.perf import load_catalog
 from servesim.perf.catalog import resolve_model
 from servesim.perf.setup import DEFAULT_GPU, ReplicaSetup, replica_setup
-from servesim.traces import Trace, TraceError
+from servesim.traces import Trace
 from servesim.traces.schema import TraceProvenance
 
 
@@ -85,12 +86,12 @@ def parse_fail(text: str) -> FailureEvent:
     """``NODE@TIME`` or ``NODE@TIME+RECOVER_AFTER`` (seconds)."""
     node, sep, rest = text.partition("@")
     if not sep or not node:
-        raise ValueError(f"--fail {text!r}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
+        raise ValueError(f"--fail {shown(text)}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
     when, plus, back = rest.partition("+")
     try:
         return FailureEvent(node=node, time_s=float(when), recover_after_s=float(back) if plus else None)
     except ValueError as e:
-        raise ValueError(f"--fail {text!r}: {e}") from None
+        raise ValueError(f"--fail {shown(text)}: {e}") from None
 
 
 def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyOutcome:
@@ -175,55 +176,52 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON only."),
     ) -> None:
         """Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E."""
-        try:
-            tr = read_trace(
-                trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+        tr = read_trace(
+            trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+        )
+        fixed = step_time_ms is not None or linear_step_time
+        reps, route, link = _cluster_setup(cluster, config, replicas, step_time_ms, linear_step_time)
+        if router is not None:
+            route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
+        updates = {
+            k: v
+            for k, v in (
+                ("kv_checkpointing", kv_checkpointing),
+                ("model", model),
+                ("tp", tp),
+                ("bandwidth_gbps", bandwidth_gbps),
             )
-            fixed = step_time_ms is not None or linear_step_time
-            reps, route, link = _cluster_setup(cluster, config, replicas, step_time_ms, linear_step_time)
-            if router is not None:
-                route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
-            updates = {
-                k: v
-                for k, v in (
-                    ("kv_checkpointing", kv_checkpointing),
-                    ("model", model),
-                    ("tp", tp),
-                    ("bandwidth_gbps", bandwidth_gbps),
-                )
-                if v is not None
-            }
-            link = LinkSpec.model_validate({**link.model_dump(), **updates})
-            ctx = link.context()
-            if fixed and (model is not None or gpu is not None):
-                raise ValueError(
-                    "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
-                    "replace them: give one or the other"
-                )
-            timed_as = fixed_timing(step_time_ms, linear_step_time)
-            if not fixed:
-                setups = [_on_hardware(r, tr, link.model, gpu, link.tp) for r in reps]
-                reps = [Replica(r.name, s.config, s.step_time) for r, s in zip(reps, setups, strict=True)]
-                for note in dict.fromkeys(n for s in setups for n in s.notes):
-                    typer.echo(f"warning: {note}", err=True)
-                timed_as = setups[0].timed_as + ("" if len(setups) == 1 else " (each replica)")
-            events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
-            goal = parse_slo(slo)
-            if recovery != "compare" and recovery not in POLICIES:
-                raise ValueError(
-                    f"unknown recovery {recovery!r}; use compare or one of {', '.join(POLICIES)}"
-                )
-            names = list(POLICIES) if recovery == "compare" else [recovery]
-            rows: list[StrategyOutcome] = []
-            common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": goal}
-            if recovery == "compare":
-                rows.append(outcome("no failure", simulate_cluster(tr, reps, route, (), **common), ctx))
-            for name in names:
-                rows.append(
-                    outcome(name, simulate_cluster(tr, reps, route, events, recovery=name, **common), ctx)
-                )
-        except (TraceError, ValidationError, ValueError, OSError, PerfError) as exc:
-            fail(exc)
+            if v is not None
+        }
+        link = LinkSpec.model_validate({**link.model_dump(), **updates})
+        ctx = link.context()
+        if fixed and (model is not None or gpu is not None):
+            raise ValueError(
+                "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
+                "replace them: give one or the other"
+            )
+        timed_as = fixed_timing(step_time_ms, linear_step_time)
+        if not fixed:
+            setups = [_on_hardware(r, tr, link.model, gpu, link.tp) for r in reps]
+            reps = [Replica(r.name, s.config, s.step_time) for r, s in zip(reps, setups, strict=True)]
+            for note in dict.fromkeys(n for s in setups for n in s.notes):
+                typer.echo(f"warning: {note}", err=True)
+            timed_as = setups[0].timed_as + ("" if len(setups) == 1 else " (each replica)")
+        events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
+        goal = parse_slo(slo)
+        if recovery != "compare" and recovery not in POLICIES:
+            raise ValueError(
+                f"unknown recovery {shown(recovery)}; use compare or one of {', '.join(POLICIES)}"
+            )
+        names = list(POLICIES) if recovery == "compare" else [recovery]
+        rows: list[StrategyOutcome] = []
+        common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": goal}
+        if recovery == "compare":
+            rows.append(outcome("no failure", simulate_cluster(tr, reps, route, (), **common), ctx))
+        for name in names:
+            rows.append(
+                outcome(name, simulate_cluster(tr, reps, route, events, recovery=name, **common), ctx)
+            )
         if not as_json:
             typer.echo(f"timed as: {timed_as}")
         print_comparison(

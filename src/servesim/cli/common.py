@@ -9,7 +9,7 @@ import typer
 from typer.core import TyperGroup
 
 from servesim.cli.actions import note_failure
-from servesim.errors import describe, user_errors
+from servesim.errors import describe, shown, user_errors
 from servesim.io import write_text_atomic
 
 
@@ -76,7 +76,7 @@ def parse_slo(text: str | None) -> Any:
         metric = key.removesuffix("_ms").partition("_")[0]
         if key in ("ttft_ms", "tpot_ms", "e2e_ms", "ttft", "tpot", "e2e"):
             raise ValueError(
-                f"--slo {key!r} names no percentile: write {metric}_p99_ms (the cap on the run's p99, "
+                f"--slo {shown(key)} names no percentile: write {metric}_p99_ms (the cap on the run's p99, "
                 "also each request's goodput threshold), as in saturate and tune"
             )
     return SLO.parse(text)

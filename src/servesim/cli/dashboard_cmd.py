@@ -17,7 +17,7 @@ from servesim.cli.cluster_cmd import LinkSpec, outcome, parse_fail, print_compar
 from servesim.cli.common import fail, parse_slo
 from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
 from servesim.cli.simulate_cmd import TRACE_HELP, deploy, engine_config, report_result
-from servesim.errors import user_errors
+from servesim.errors import shown, user_errors
 
 
 def parse_speed(text: str) -> float:
@@ -28,7 +28,7 @@ def parse_speed(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise ValueError(f"--speed {text!r}: give a positive factor such as 10x or 0.5x")
+        raise ValueError(f"--speed {shown(text)}: give a positive factor such as 10x or 0.5x")
     return value
 
 
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         try:
             rate = parse_speed(speed)
             if ui not in ("full", "simple"):
-                raise ValueError(f"--ui {ui!r}: use full or simple")
+                raise ValueError(f"--ui {shown(ui)}: use full or simple")
             cfg = engine_config(config, flags)
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
             cfg, step, rebuild = deploy(deployment, cfg, tr, config, flags, as_json=as_json or not headless)

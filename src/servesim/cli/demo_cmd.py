@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from servesim.cli.actions import current_action, note_output
 from servesim.cli.common import fail, print_json
+from servesim.errors import shown
 from servesim.paths import data_dir
 
 DEMO_DIR = "demo"
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
         from servesim.report import check_formats
 
         if advisor not in ("auto", "claude", "rules"):
-            fail(f"--advisor {advisor!r}: use claude, rules or auto")
+            fail(f"--advisor {shown(advisor)}: use claude, rules or auto")
         try:
             fmts = check_formats(formats.split(","))
         except user_errors() as exc:

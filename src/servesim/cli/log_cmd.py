@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from servesim.actionlog import ActionRecord, log_path, read_log
-from servesim.cli.common import fail, print_json
+from servesim.cli.common import print_json
+from servesim.errors import shown
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -30,7 +31,7 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
         when = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(
-            f"--since {text!r}: give an ISO time (2026-12-01T10:00Z) or an age (30m, 2h, 7d)"
+            f"--since {shown(text)}: give an ISO time (2026-12-01T10:00Z) or an age (30m, 2h, 7d)"
         ) from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
@@ -90,11 +91,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the matching records as a JSON list."),
     ) -> None:
         """List the action log: every command run, its inputs' digests, outputs, duration and outcome."""
-        try:
-            when = parse_since(since) if since else None
-            records = select(read_log(data_dir), action, when)
-        except (ValueError, OSError) as exc:
-            fail(exc)
+        when = parse_since(since) if since else None
+        records = select(read_log(data_dir), action, when)
         if last is not None:
             records = records[-last:]
         if as_json:

@@ -23,6 +23,7 @@ from rich.console import Console
 
 from servesim.cli.tables import FitTable
 from servesim.engine.step_time import BatchComposition
+from servesim.errors import shown
 from servesim.perf import (
     ExtrapolationWarning,
     HardwareProfile,
@@ -254,7 +255,7 @@ def register(app: typer.Typer) -> None:
                 try:
                     chunks.append((int(c), int(cached or 0)))
                 except ValueError:
-                    raise PerfError(f"--prefill {p!r}: use TOKENS or TOKENS:CACHED") from None
+                    raise PerfError(f"--prefill {shown(p)}: use TOKENS or TOKENS:CACHED") from None
             if decodes < 0 or any(c <= 0 or k < 0 for c, k in chunks) or (decodes == 0 and not chunks):
                 raise PerfError("a step needs --decodes N > 0 and/or --prefill TOKENS[:CACHED] chunks")
             st = build_step_time_model(

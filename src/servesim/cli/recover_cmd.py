@@ -21,13 +21,12 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from servesim.cli.common import fail, print_json, print_timed_as, write_text_atomic
+from servesim.cli.common import print_json, print_timed_as, write_text_atomic
 from servesim.cluster.recovery import (
     MANIFEST_HEADER,
     ClusterSpec,
     FailureLogSpec,
     JobDecision,
-    RecoveryInputError,
     RecoveryPlan,
     TargetSpec,
     export_decision_matrix,
@@ -39,7 +38,7 @@ from servesim.cluster.recovery import (
     write_manifests,
 )
 from servesim.paths import data_dir
-from servesim.perf import PerfError, load_catalog
+from servesim.perf import load_catalog
 
 
 def _read_json(path: Path) -> Any:
@@ -133,48 +132,44 @@ def register(app: typer.Typer) -> None:
             "max_num_batched_tokens": max_num_batched_tokens,
             "max_num_seqs": max_num_seqs,
         }
-        try:
-            cat = load_catalog(catalog) if catalog is not None else load_catalog()
-            data = _read_json(events)
-            single = not isinstance(data, list)
-            overrides: dict[str, Any] = {"context": context, "network_bandwidth_gbps": bandwidth_gbps}
-            if cluster is not None:
-                overrides["cluster"] = _read_cluster(cluster)
-            inputs = parse_events(data, **overrides)
-            num_jobs = sum(len(i.active_jobs) for i in inputs)
-            console = Console(stderr=as_json, quiet=as_json)
-            if not as_json:
-                c = inputs[0].context
-                print_timed_as(f"{c.model} on {c.tp} x {c.gpu}, roofline step times")
-            plans: list[RecoveryPlan] = []
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                console=console,
-                disable=as_json,
-            ) as progress:
-                task = progress.add_task("planning recovery", total=num_jobs)
+        cat = load_catalog(catalog) if catalog is not None else load_catalog()
+        data = _read_json(events)
+        single = not isinstance(data, list)
+        overrides: dict[str, Any] = {"context": context, "network_bandwidth_gbps": bandwidth_gbps}
+        if cluster is not None:
+            overrides["cluster"] = _read_cluster(cluster)
+        inputs = parse_events(data, **overrides)
+        num_jobs = sum(len(i.active_jobs) for i in inputs)
+        console = Console(stderr=as_json, quiet=as_json)
+        if not as_json:
+            c = inputs[0].context
+            print_timed_as(f"{c.model} on {c.tp} x {c.gpu}, roofline step times")
+        plans: list[RecoveryPlan] = []
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=console,
+            disable=as_json,
+        ) as progress:
+            task = progress.add_task("planning recovery", total=num_jobs)
 
-                def step(d: JobDecision) -> None:
-                    progress.advance(task)
-                    waits = ", waits for capacity" if d.waits_for_capacity else ""
-                    progress.console.print(
-                        f"  {d.job_id}: {d.strategy.value} -> {d.target} "
-                        f"(est {_ms(d.est_recovery_ms)} ms{waits})"
-                    )
+            def step(d: JobDecision) -> None:
+                progress.advance(task)
+                waits = ", waits for capacity" if d.waits_for_capacity else ""
+                progress.console.print(
+                    f"  {d.job_id}: {d.strategy.value} -> {d.target} (est {_ms(d.est_recovery_ms)} ms{waits})"
+                )
 
-                for inp in inputs:
-                    plans.append(plan_recovery(inp, catalog=cat, on_decision=step))
-            if outbox is None:
-                outbox = data_dir() / "recovery-outbox"
-            if not no_manifests:
-                manifest_paths(plans, outbox)  # refuses two events that would share a file name
-            written: list[list[Path]] = [[] if no_manifests else write_manifests(p, outbox) for p in plans]
-            if matrix is not None:
-                export_decision_matrix(plans[0] if single else plans, matrix)
-        except (RecoveryInputError, PerfError, ValueError, OSError) as exc:
-            fail(exc)
+            for inp in inputs:
+                plans.append(plan_recovery(inp, catalog=cat, on_decision=step))
+        if outbox is None:
+            outbox = data_dir() / "recovery-outbox"
+        if not no_manifests:
+            manifest_paths(plans, outbox)  # refuses two events that would share a file name
+        written: list[list[Path]] = [[] if no_manifests else write_manifests(p, outbox) for p in plans]
+        if matrix is not None:
+            export_decision_matrix(plans[0] if single else plans, matrix)
         if as_json:
             for path in (p for w in written for p in w):
                 typer.echo(f"manifest written for review: {path}", err=True)
@@ -242,34 +237,31 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="With --out: print a JSON summary only."),
     ) -> None:
         """Write a seeded synthetic failure log (input for `servesim recover`)."""
-        try:
-            bws = [float(x) for x in bandwidths.split(",") if x.strip()]
-            spec = FailureLogSpec(
-                seed=seed,
-                num_events=events,
-                num_nodes=nodes,
-                mtbf_hours=mtbf_hours,
-                start=start,
-                warning_probability=warning_probability,
-                warning_lead_s=warning_lead_s,
-                jobs_mean=jobs_mean,
-                prompt_median=prompt_median,
-                prompt_sigma=prompt_sigma,
-                generated_median=generated_median,
-                generated_sigma=generated_sigma,
-                max_model_len=max_model_len,
-                checkpoint_probability=checkpoint_probability,
-                checkpoint_interval_s=checkpoint_interval_s,
-                decode_tokens_per_s=decode_tokens_per_s,
-                bandwidths_gbps=bws,
-                invalid_job_probability=invalid_rate,
-            )
-            records = generate_failures(spec)
-            text = failure_log_json(records)
-            if out is not None:
-                write_text_atomic(out, text)
-        except (ValidationError, ValueError, OSError) as exc:
-            fail(exc)
+        bws = [float(x) for x in bandwidths.split(",") if x.strip()]
+        spec = FailureLogSpec(
+            seed=seed,
+            num_events=events,
+            num_nodes=nodes,
+            mtbf_hours=mtbf_hours,
+            start=start,
+            warning_probability=warning_probability,
+            warning_lead_s=warning_lead_s,
+            jobs_mean=jobs_mean,
+            prompt_median=prompt_median,
+            prompt_sigma=prompt_sigma,
+            generated_median=generated_median,
+            generated_sigma=generated_sigma,
+            max_model_len=max_model_len,
+            checkpoint_probability=checkpoint_probability,
+            checkpoint_interval_s=checkpoint_interval_s,
+            decode_tokens_per_s=decode_tokens_per_s,
+            bandwidths_gbps=bws,
+            invalid_job_probability=invalid_rate,
+        )
+        records = generate_failures(spec)
+        text = failure_log_json(records)
+        if out is not None:
+            write_text_atomic(out, text)
         if out is None:
             typer.echo(text, nl=False)
             return

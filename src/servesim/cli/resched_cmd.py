@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
-from servesim.cli.common import fail, print_json, print_timed_as, timed_as
-from servesim.resched import Policy, RescheduleInputError, parse_input, reschedule
+from servesim.cli.common import print_json, print_timed_as, timed_as
+from servesim.resched import Policy, parse_input, reschedule
 
 
 def register(app: typer.Typer) -> None:
@@ -43,25 +43,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Re-admission order of interrupted requests, prefix-cache savings and projected SLA misses."""
         try:
-            try:
-                data = json.loads(file.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-            inp = parse_input(
-                data,
-                policy=policy,
-                batch_capacity=batch_capacity,
-                block_size=block_size,
-                max_num_batched_tokens=max_num_batched_tokens,
-                cache_survives=cache_survives,
-                step_time_ms=step_time_ms,
-                model=model,
-                gpu=gpu,
-                tp=tp,
-            )
-            plan = reschedule(inp)
-        except (RescheduleInputError, ValueError, OSError) as exc:
-            fail(exc)
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        inp = parse_input(
+            data,
+            policy=policy,
+            batch_capacity=batch_capacity,
+            block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens,
+            cache_survives=cache_survives,
+            step_time_ms=step_time_ms,
+            model=model,
+            gpu=gpu,
+            tp=tp,
+        )
+        plan = reschedule(inp)
         if as_json:
             print_json(plan.model_dump(mode="json"))
             return

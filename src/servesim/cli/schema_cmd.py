@@ -18,6 +18,7 @@ from servesim.cluster.recovery import (
     RecoveryPlan,
 )
 from servesim.engine import SLO, EngineConfig, SimulationReport
+from servesim.errors import shown
 from servesim.perf import CalibrationReport, GPUSpec, HardwareProfile, KVCapacity, ModelSpec
 from servesim.resched import InterruptedRequest, ProjectedRequest, RescheduleInput, ReschedulePlan
 from servesim.traces.generate import GeneratorSpec
@@ -86,7 +87,7 @@ def register(app: typer.Typer) -> None:
         models = boundary_models()
         if name is not None:
             if name not in models:
-                raise typer.BadParameter(f"unknown model {name!r}; known: {', '.join(sorted(models))}")
+                raise typer.BadParameter(f"unknown model {shown(name)}; known: {', '.join(sorted(models))}")
             out: Any = models[name].model_json_schema()
         else:
             out = {n: m.model_json_schema() for n, m in sorted(models.items())}

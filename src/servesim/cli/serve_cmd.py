@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from servesim.cli.common import fail, read_token
+from servesim.cli.common import read_token
 
 
 def register(app: typer.Typer) -> None:
@@ -45,32 +45,29 @@ def register(app: typer.Typer) -> None:
 
         from servesim.paths import data_dir as resolve_data_dir
 
-        try:
-            secret = read_token(token, token_file)
-            from servesim.web.settings import WebSettings
+        secret = read_token(token, token_file)
+        from servesim.web.settings import WebSettings
 
-            settings = WebSettings(
-                data_dir=resolve_data_dir(data_dir),
-                db_url=db,
-                host=host,
-                port=port,
-                token=SecretStr(secret) if secret else None,
-                max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-                max_concurrent_jobs=max_jobs,
-                job_timeout_s=job_timeout_s,
-                max_trials=max_trials,
-                tune_executor=tune_executor,
-            )
-            problem = settings.startup_problem()
-            if problem is not None:
-                raise ValueError(problem)
-            import uvicorn
+        settings = WebSettings(
+            data_dir=resolve_data_dir(data_dir),
+            db_url=db,
+            host=host,
+            port=port,
+            token=SecretStr(secret) if secret else None,
+            max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+            max_concurrent_jobs=max_jobs,
+            job_timeout_s=job_timeout_s,
+            max_trials=max_trials,
+            tune_executor=tune_executor,
+        )
+        problem = settings.startup_problem()
+        if problem is not None:
+            raise ValueError(problem)
+        import uvicorn
 
-            from servesim.web.app import create_app
+        from servesim.web.app import create_app
 
-            web_app = create_app(settings)
-        except (ValueError, OSError) as exc:
-            fail(exc)
+        web_app = create_app(settings)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"servesim workbench on http://{shown}:{port}/ (data: {settings.data_dir})", err=True)

@@ -16,26 +16,24 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from servesim.cli.common import fail, json_bytes, parse_slo, print_json
+from servesim.cli.common import json_bytes, parse_slo
 from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
+from servesim.cli.records_out import records_format, requests_format_option, requests_out_option
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.engine import (
     SLO,
     EngineConfig,
-    EngineStallError,
     SimulationResult,
     StepTimeModel,
     simulate,
 )
 from servesim.events import Observer, ProgressCallback, StepLogWriter
-from servesim.io import write_bytes_atomic
-from servesim.perf import PerfError
+from servesim.io import atomic_file
 from servesim.perf.setup import ReplicaSetup, replica_setup
-from servesim.traces import Trace, TraceError
+from servesim.traces import Trace
 
 TRACE_HELP = (
     "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
@@ -147,6 +145,8 @@ def run_and_report(
     title: str,
     check_invariants: bool = False,
     views: bool = True,
+    requests_out: Path | None = None,
+    requests_format: str | None = None,
 ) -> SimulationResult:
     writer = StepLogWriter(str(step_log)) if step_log is not None else None
     try:
@@ -167,7 +167,15 @@ def run_and_report(
         if writer is not None:
             writer.close()
     report_result(
-        result, trace, as_json=as_json, out=out, include_requests=include_requests, title=title, views=views
+        result,
+        trace,
+        as_json=as_json,
+        out=out,
+        include_requests=include_requests,
+        title=title,
+        views=views,
+        requests_out=requests_out,
+        requests_format=requests_format,
     )
     return result
 
@@ -181,10 +189,18 @@ def report_result(
     include_requests: bool,
     title: str,
     views: bool = True,
+    requests_out: Path | None = None,
+    requests_format: str | None = None,
 ) -> None:
     """The summary view (or with ``--json`` the result document alone on stdout); ``out``: the
-    same document as a file (the report's input)."""
-    doc: dict[str, Any] = {}
+    same document as a file (the report's input); ``requests_out``: the per-request records as a
+    JSON-lines or Parquet file. Records are streamed from the result's columns a chunk at a time
+    (``servesim.engine.records``), never built all at once."""
+    fmt = records_format(requests_out, requests_format)
+    if requests_out is not None and fmt is not None:
+        from servesim.engine.records import write_records
+
+        write_records(requests_out, result.requests, "parquet" if fmt == "parquet" else "jsonl")
     if out is not None or as_json:
         from servesim.report.documents import simulation_document
         from servesim.traces import inspect_trace
@@ -194,21 +210,36 @@ def report_result(
             trace=trace,
             stats=inspect_trace(trace),
             title=title,
-            include_requests=include_requests,
+            include_requests=False,
             sections=views,
         )
-        if out is not None:
-            write_bytes_atomic(out, json_bytes(doc) + b"\n")
-    if as_json:
-        print_json(doc)
-    else:
-        from servesim.cli.render import print_section
-        from servesim.views.simulation import summary_view
 
-        console = Console()
-        print_section(summary_view(result.summary, title=title), console)
+        def pieces() -> Iterator[bytes]:
+            if not include_requests:
+                yield json_bytes(doc)
+                return
+            from servesim.engine.records import document_chunks
+
+            yield from document_chunks(doc, result.requests, json_bytes)
+
         if out is not None:
-            console.print(f"report written to {out}")
+            with atomic_file(out) as fh:
+                fh.writelines(pieces())
+                fh.write(b"\n")
+        if as_json:
+            for piece in pieces():  # click writes bytes to the binary stdout
+                typer.echo(piece, nl=False)
+            typer.echo(b"")
+            return
+    from servesim.cli.render import print_section
+    from servesim.views.simulation import summary_view
+
+    console = Console()
+    print_section(summary_view(result.summary, title=title), console)
+    if out is not None:
+        console.print(f"report written to {out}", soft_wrap=True)  # a path is never cut
+    if requests_out is not None:
+        console.print(f"per-request records written to {requests_out}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -231,7 +262,13 @@ def register(app: typer.Typer) -> None:
         hash_block_size: int | None = hash_block_size_option(),
         step_log: Path | None = typer.Option(None, help="Write one JSON line per engine step here."),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
-        requests: bool = typer.Option(True, "--requests/--no-requests", help="Per-request records in JSON."),
+        requests: bool | None = typer.Option(
+            None,
+            "--requests/--no-requests",
+            help="Per-request records in the JSON document (default: yes, unless --requests-out takes them).",
+        ),
+        requests_out: Path | None = requests_out_option(),
+        requests_format: str | None = requests_format_option(),
         views: bool = typer.Option(
             True, "--views/--no-views", help="Charts' data (workload, histograms, per-step series) in JSON."
         ),
@@ -245,29 +282,29 @@ def register(app: typer.Typer) -> None:
         deployment: DeploymentFlags,
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
-        try:
-            cfg = engine_config(config, flags)
-            goal = parse_slo(slo)
-            tr = read_trace(
-                trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
-            )
-            cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags, as_json=as_json)
-            if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
-                typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
-                return
-            run_and_report(
-                tr,
-                cfg,
-                step_model,
-                slo=goal,
-                as_json=as_json,
-                out=out,
-                step_log=step_log,
-                include_requests=requests,
-                naive=naive,
-                check_invariants=check_invariants,
-                title=f"{trace}: {len(tr):,} requests",
-                views=views,
-            )
-        except (TraceError, ValidationError, ValueError, OSError, EngineStallError, PerfError) as exc:
-            fail(exc)
+        cfg = engine_config(config, flags)
+        goal = parse_slo(slo)
+        records_format(requests_out, requests_format)  # a bad name fails before the run
+        tr = read_trace(
+            trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+        )
+        cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags, as_json=as_json)
+        if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
+            typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
+            return
+        run_and_report(
+            tr,
+            cfg,
+            step_model,
+            slo=goal,
+            as_json=as_json,
+            out=out,
+            step_log=step_log,
+            include_requests=requests if requests is not None else requests_out is None,
+            naive=naive,
+            check_invariants=check_invariants,
+            title=f"{trace}: {len(tr):,} requests",
+            views=views,
+            requests_out=requests_out,
+            requests_format=requests_format,
+        )

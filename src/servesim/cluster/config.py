@@ -7,6 +7,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servesim.errors import shown
+
 RouterPolicy = Literal[
     "round_robin",
     "random",
@@ -97,6 +99,6 @@ class FailurePlan(BaseModel):
         down_until: dict[str, float] = {}
         for e in sorted(self.events, key=lambda e: e.time_s):
             if e.time_s < down_until.get(e.node, -1.0):
-                raise ValueError(f"node {e.node!r} fails at {e.time_s} s while already down")
+                raise ValueError(f"node {shown(e.node)} fails at {e.time_s} s while already down")
             down_until[e.node] = float("inf") if e.recover_after_s is None else e.time_s + e.recover_after_s
         return self

@@ -34,7 +34,7 @@ from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, Tr
 from servesim.engine.request import FINISHED, OUTCOME_ABORTED, OUTCOME_UNFINISHED, Request
 from servesim.engine.request import RUNNING as RUNNING_STATUS
 from servesim.engine.step_time import StepTimeModel
-from servesim.errors import InputError
+from servesim.errors import InputError, shown
 from servesim.events import (
     Observer,
     Progress,
@@ -324,14 +324,14 @@ class ClusterSimulator:
         """Add a failure of ``node`` at ``time_s`` (not before any event already processed)."""
         names = [r.name for r in self.replicas]
         if node not in names:
-            raise InputError(f"no replica {node!r}; replicas: {', '.join(names)}")
+            raise InputError(f"no replica {shown(node)}; replicas: {', '.join(names)}")
         if time_s < self.now:
             raise InputError(f"a failure at {time_s} s is in the past (the cluster is at {self.now} s)")
         event = FailureEvent(node=node, time_s=time_s, recover_after_s=recover_after_s)
         try:
             FailurePlan(events=[*self.failures, event])
         except ValueError as e:
-            raise InputError(f"cannot fail {node!r} at {time_s:g} s: {e}") from None
+            raise InputError(f"cannot fail {shown(node)} at {time_s:g} s: {e}") from None
         self.failures = sorted([*self.failures, event], key=lambda f: (f.time_s, f.node))
         self._push(time_s, 2, ("fail", event))
         if recover_after_s is not None:

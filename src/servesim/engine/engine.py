@@ -111,7 +111,7 @@ class TraceArrays:
 
 
 class Recorder:
-    """Per-step time series and per-request records as tuples in lists (arrays at the end)."""
+    """Per-step time series and per-request records in compact arrays (numpy reads them in place)."""
 
     STEP_FIELDS = (
         "start_s",
@@ -127,13 +127,21 @@ class Recorder:
         "num_finished",
     )
 
-    # Packs one step row: array.frombytes(pack(...)) is twice as fast as array.extend(tuple).
-    pack_step = Struct(f"{len(STEP_FIELDS)}d").pack
+    # One step row: two times (float64) then nine counts (int32), 52 bytes; the results read the
+    # rows in place as a numpy structured array (``STEP_DTYPE``), so 9 million steps take 470 MB
+    # once instead of 800 MB twice. bytearray.extend(pack(...)) is twice as fast as array.extend(tuple).
+    STEP_FORMAT = "<2d9i"
+    STEP_DTYPE = np.dtype(
+        [(name, "<f8") for name in STEP_FIELDS[:2]] + [(name, "<i4") for name in STEP_FIELDS[2:]]
+    )
+    _step_struct = Struct(STEP_FORMAT)
+    pack_step = _step_struct.pack
+    unpack_step = _step_struct.unpack_from
+    step_size = _step_struct.size
 
     def __init__(self, n_requests: int) -> None:
-        # One row of STEP_FIELDS per step, flattened; compact (8 bytes a value) and read back by
-        # numpy without a copy.
-        self.steps = array("d")
+        # One packed row of STEP_FIELDS per step (``STEP_FORMAT``), read back by numpy without a copy.
+        self.steps = bytearray()
         self.step_end = array("d")
         # Pooled inter-token latencies: a run of c consecutive outputs starting at step s
         # contributes the durations of steps s+1 .. s+c-1; every other gap (after a preemption
@@ -159,8 +167,11 @@ class Recorder:
         self.prefix_hits = 0
 
     def step_row(self, k: int) -> tuple[float, ...]:
-        w = len(self.STEP_FIELDS)
-        return tuple(self.steps[k * w : (k + 1) * w])
+        return self.unpack_step(self.steps, k * self.step_size)
+
+    def step_table(self) -> np.ndarray:
+        """The steps as a structured array over the recorded bytes (no copy; fields as STEP_FIELDS)."""
+        return np.frombuffer(self.steps, dtype=self.STEP_DTYPE)
 
     def close_request(self, r: Request) -> None:
         i = r.idx
@@ -418,7 +429,7 @@ class Engine:
                 rec.prefix_queries += r.prompt_len
         batch = p.batch
         prefill = batch.num_prefill_tokens
-        rec.steps.frombytes(
+        rec.steps.extend(
             rec.pack_step(
                 now,
                 p.duration,
@@ -474,7 +485,7 @@ class Engine:
         bs = group.block_size
         ctx = group.ctx_base
         step_time = self._step_time
-        add_row = self.rec.steps.frombytes
+        add_row = self.rec.steps.extend
         pack = self.rec.pack_step
         step_end = self.rec.step_end
         running = sched.running

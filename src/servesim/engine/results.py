@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
+from servesim.errors import shown
 from servesim.traces.schema import TraceProvenance
 
 OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT = OUTCOMES[1:5]
@@ -46,15 +47,15 @@ class SLO(BaseModel):
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, val = part.partition("=")
             if not sep:
-                raise ValueError(f"SLO term {part!r} must look like name=value")
+                raise ValueError(f"SLO term {shown(part)} must look like name=value")
             name = key.strip().lower()
             base = name.removesuffix("_ms")
             metric, _, pct = base.partition("_")
             if metric not in ("ttft", "tpot", "e2e"):
-                raise ValueError(f"unknown SLO {name!r}: use ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
+                raise ValueError(f"unknown SLO {shown(name)}: use ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
             if pct not in ("p99", ""):  # the one syntax of every command: a bare ttft_ms is the p99
                 raise ValueError(
-                    f"SLO {name!r}: servesim caps the p99 (write {metric}_p99_ms); other percentiles "
+                    f"SLO {shown(name)}: servesim caps the p99 (write {metric}_p99_ms); other percentiles "
                     "are reported, not capped"
                 )
             try:
@@ -96,12 +97,20 @@ class LatencyStats(BaseModel):
             )
         w = np.asarray(weights, dtype=np.int64)
         keep = w > 0
-        v, w = v[keep], w[keep]
+        return cls.of_positive_weights(v[keep], w[keep])
+
+    @classmethod
+    def of_positive_weights(cls, v: np.ndarray, w: np.ndarray) -> LatencyStats:
+        """``of(v, w)`` when every weight is > 0 (float64 values, int64 weights). Sorts both
+        arrays in place (pass arrays of your own): a run of millions of steps pools millions of
+        ITL values, and sorted copies would double them."""
         total = int(w.sum())
         if total == 0:
             return cls()
         order = np.argsort(v, kind="stable")
-        v, w = v[order], w[order]
+        v.sort(kind="stable")  # the same values as v[order]
+        np.take(w, order, out=w)  # buffered by numpy: safe in place
+        del order
         cum = np.cumsum(w)
         wp = [_weighted_percentile(v, cum, total, q) for q in PERCENTILES]
         return cls(
@@ -339,19 +348,10 @@ class SimulationResult:
     def request_rows(self) -> list[dict[str, Any]]:
         """The per-request records as JSON-ready dicts (``RequestResult``'s fields; NaN -> None).
 
-        Column by column (``tolist``), not row by row through pandas: 100,000 requests in a
-        fraction of a second, for writers that stream JSON."""
-        names = list(RequestResult.model_fields)
-        columns: list[list[Any]] = []
-        for name in names:
-            col = self.requests[name]
-            values = col.tolist()
-            if col.dtype.kind == "f" and bool(col.isna().any()):
-                values = [None if v != v else v for v in values]
-            elif col.dtype == object:
-                values = [None if (v is None or v != v) else v for v in values]
-            columns.append(values)
-        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+        All at once: a large run's writers stream them instead (``servesim.engine.records``)."""
+        from servesim.engine.records import REQUEST_FIELDS, rows_of
+
+        return rows_of(self.requests, REQUEST_FIELDS)
 
     def report(self, include_requests: bool = False) -> SimulationReport:
         rows = _REQUEST_LIST.validate_python(self.request_rows()) if include_requests else None
@@ -381,6 +381,24 @@ def good_mask(
     return np.asarray(ok, dtype=bool)
 
 
+def itl_stats(step_durations_s: np.ndarray, step_weights: np.ndarray, gaps_s: np.ndarray) -> LatencyStats:
+    """Pooled ITL in ms: each step's duration counted as many times as the gaps it stands for,
+    plus the explicit gaps. Equal to ``LatencyStats.of`` of the concatenated sample, without
+    building the unfiltered concatenation (millions of steps)."""
+    w = np.asarray(step_weights, dtype=np.int64)
+    keep = w > 0
+    gaps = np.asarray(gaps_s, dtype=np.float64)
+    nk = int(np.count_nonzero(keep))
+    values = np.empty(nk + len(gaps), dtype=np.float64)
+    np.compress(keep, np.asarray(step_durations_s, dtype=np.float64), out=values[:nk])
+    values[:nk] *= 1e3  # in place: the same products as ``durations[keep] * 1e3``
+    values[nk:] = gaps * 1e3
+    weights = np.ones(nk + len(gaps), dtype=np.int64)
+    np.compress(keep, w, out=weights[:nk])
+    del keep, w
+    return LatencyStats.of_positive_weights(values, weights)
+
+
 def summarize(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
@@ -391,7 +409,10 @@ def summarize(
     prefix_hits: int,
     prefix_caching: bool,
     max_model_len: int,
+    itl_ms: LatencyStats | None = None,
 ) -> SimulationSummary:
+    """The summary of a run (``itl_ms``: the pooled ITL figures when already computed, by
+    ``itl_stats`` on the same steps, before the request records took their memory)."""
     outcome = requests["outcome"].to_numpy()
     finished = (outcome == OUTCOME_FINISHED) | (outcome == OUTCOME_LENGTH_CAPPED)
     n_fin = int(finished.sum())
@@ -409,9 +430,6 @@ def summarize(
             return 0.0
         return float(np.dot(steps[col].to_numpy(dtype=np.float64), dur) / busy)
 
-    step_durations_ms = dur * 1e3
-    itl_values = np.concatenate([step_durations_ms, np.asarray(itl_gaps_s, dtype=np.float64) * 1e3])
-    itl_weights = np.concatenate([itl_step_weights, np.ones(len(itl_gaps_s), dtype=np.int64)])
     preempt = requests["num_preemptions"].to_numpy()
     by_priority = class_metrics(requests, "priority")
     by_tenant = class_metrics(requests, "tenant")
@@ -432,7 +450,7 @@ def summarize(
         busy_s=busy,
         ttft_ms=LatencyStats.of(requests["ttft_ms"].to_numpy(dtype=np.float64)),
         tpot_ms=LatencyStats.of(requests["tpot_ms"].to_numpy(dtype=np.float64)),
-        itl_ms=LatencyStats.of(itl_values, itl_weights),
+        itl_ms=itl_ms if itl_ms is not None else itl_stats(dur, itl_step_weights, itl_gaps_s),
         e2e_ms=LatencyStats.of(requests["e2e_ms"].to_numpy(dtype=np.float64)),
         queue_ms=LatencyStats.of(requests["queue_ms"].to_numpy(dtype=np.float64)),
         request_throughput=rate(n_fin),
@@ -474,5 +492,6 @@ __all__ = [
     "SimulationResult",
     "SimulationSummary",
     "good_mask",
+    "itl_stats",
     "summarize",
 ]

@@ -11,7 +11,7 @@ import pandas as pd
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
-from servesim.engine.results import SLO, SimulationResult, good_mask, summarize
+from servesim.engine.results import SLO, SimulationResult, good_mask, itl_stats, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.events import Observer
 from servesim.traces.schema import Trace
@@ -68,9 +68,12 @@ def build_result(
     engine: Engine, trace: Trace, slo: SLO | None, model_desc: dict[str, Any]
 ) -> SimulationResult:
     """Turn a finished engine's records into a ``SimulationResult``."""
-    requests = requests_frame([engine], trace, slo)
-    steps = steps_frame(engine)
+    # The pooled ITL figures first, from the recorded rows: their sorting temporaries are gone
+    # before the steps frame and the request records take their memory (millions of steps).
     weights, gaps = itl_samples(engine)
+    itl = itl_stats(engine.rec.step_table()["duration_s"], weights, gaps)
+    steps = steps_frame(engine)
+    requests = requests_frame([engine], trace, slo)
     rec = engine.rec
     preemptions = event_frame(rec.preemption_events, engine.trace)
     starvation = event_frame(rec.starvation_events, engine.trace)
@@ -85,6 +88,7 @@ def build_result(
         rec.prefix_hits,
         engine.config.enable_prefix_caching,
         engine.max_model_len,
+        itl_ms=itl,
     )
     token_steps = None
     if rec.token_steps is not None:
@@ -126,7 +130,8 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
         closed_by[mine] = k
         for name, dtype in _REQUEST_ARRAYS:
             arr = np.frombuffer(getattr(rec, name), dtype=dtype)
-            cols[name] = arr.copy() if name not in cols else np.where(mine, arr, cols[name])
+            # A view of the first engine's column (closed: never written again), merged by np.where.
+            cols[name] = arr if name not in cols else np.where(mine, arr, cols[name])
     t = engines[0].trace
     codes = cols["outcome"]
     first_tok, finish, num_output = cols["first_token"], cols["finish"], cols["num_output"]
@@ -153,7 +158,8 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
             "reused_tokens": cols["reused"],
             "prefix_hit_tokens": cols["prefix_hit"],
             "outcome": pd.Series(np.asarray(OUTCOMES, dtype=object)[codes], dtype=object),
-        }
+        },
+        copy=False,  # one block per column: no consolidated copy of a million rows
     )
     df = trace.df
     requests["good"] = good_mask(
@@ -170,15 +176,21 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
 
 
 def steps_frame(engine: Engine) -> pd.DataFrame:
-    """The engine's per-step time series (plus KV usage as a fraction of its usable blocks)."""
-    table = np.frombuffer(engine.rec.steps, dtype=np.float64).reshape(-1, len(Recorder.STEP_FIELDS))
+    """The engine's per-step time series (plus KV usage as a fraction of its usable blocks).
+
+    The start times and counts (int32) are views of the recorder's packed rows, not copies: a
+    million-request run has millions of steps."""
+    table = engine.rec.step_table()
+    # Durations are copied to a contiguous array (numpy sums a strided view in another order: the
+    # last bits of busy_s would move); start times (never summed) and counts stay views.
     steps = pd.DataFrame(
         {
-            name: table[:, j] if name.endswith("_s") else table[:, j].astype(np.int64)
-            for j, name in enumerate(Recorder.STEP_FIELDS)
-        }
+            name: np.ascontiguousarray(table[name]) if name == "duration_s" else table[name]
+            for name in Recorder.STEP_FIELDS
+        },
+        copy=False,
     )
-    steps["kv_usage"] = steps["kv_blocks_used"] / engine.pool.usable_blocks
+    steps["kv_usage"] = table["kv_blocks_used"] / engine.pool.usable_blocks
     return steps
 
 

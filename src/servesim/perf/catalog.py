@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servesim.errors import shown
 from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
 
 DType = Literal["bfloat16", "float16", "float32"]
@@ -289,7 +290,8 @@ class Catalog:
         found = self._model_keys.get(key) or self._model_keys.get(_norm(name.split("/")[-1]))
         if found is None:
             raise UnknownModelError(
-                f"unknown model {name!r}; known models: {', '.join(sorted(self.models))}; {_ADD_MODEL_HINT}"
+                f"unknown model {shown(name)}; known models: {', '.join(sorted(self.models))}; "
+                f"{_ADD_MODEL_HINT}"
             )
         return self.models[found]
 
@@ -297,7 +299,7 @@ class Catalog:
         found = self._gpu_keys.get(_norm(name))
         if found is None:
             raise UnknownGPUError(
-                f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(self.gpus))}; {_ADD_GPU_HINT}"
+                f"unknown GPU {shown(name)}; known GPUs: {', '.join(sorted(self.gpus))}; {_ADD_GPU_HINT}"
             )
         return self.gpus[found]
 
@@ -328,14 +330,14 @@ def _parse_section(section: Any, cls: type[ModelSpec] | type[GPUSpec], where: st
     out: dict[str, Any] = {}
     for name, fields in section.items():
         if not isinstance(fields, dict):
-            raise CatalogError(f"{where}: entry {name!r} must be a mapping of fields")
+            raise CatalogError(f"{where}: entry {shown(name)} must be a mapping of fields")
         data = {"name": str(name).lower(), **fields}
         try:
             out[data["name"]] = cls.model_validate(data)
         except ValidationError as e:
             first = e.errors()[0]
             loc = ".".join(str(x) for x in first["loc"]) or "entry"
-            raise CatalogError(f"{where}: entry {name!r}: {loc}: {first['msg']}") from e
+            raise CatalogError(f"{where}: entry {shown(name)}: {loc}: {first['msg']}") from e
     return out
 
 

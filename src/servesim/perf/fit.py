@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servesim.errors import shown
 from servesim.perf.errors import CalibrationError
 
 #: SciPy's robust losses (``least_squares(loss=...)``).
@@ -86,7 +87,7 @@ def fit_log_coefficients(
     from scipy.optimize import least_squares
 
     if loss not in LOSSES:
-        raise CalibrationError(f"unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
+        raise CalibrationError(f"unknown loss {shown(loss)}: use one of {', '.join(LOSSES)}")
     lower = np.asarray(lower, dtype=np.float64)
     upper = np.asarray(upper, dtype=np.float64)
     start = np.clip(np.asarray(x0, dtype=np.float64), lower, upper)

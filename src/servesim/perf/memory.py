@@ -25,6 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.errors import shown
 from servesim.perf.catalog import DTYPE_BYTES, Catalog, GPUSpec, ModelSpec, resolve_gpu, resolve_model
 from servesim.perf.errors import MemoryFitError, PerfError
 
@@ -49,7 +50,9 @@ def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
     try:
         return _KV_DTYPE_BYTES[kv_dtype]
     except KeyError:
-        raise PerfError(f"unknown kv_dtype {kv_dtype!r}; use auto, {', '.join(_KV_DTYPE_BYTES)}") from None
+        raise PerfError(
+            f"unknown kv_dtype {shown(kv_dtype)}; use auto, {', '.join(_KV_DTYPE_BYTES)}"
+        ) from None
 
 
 def check_tp(model: ModelSpec, tp: int) -> None:

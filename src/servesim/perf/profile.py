@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from servesim.errors import shown
 from servesim.perf.errors import PerfError
 
 #: Coefficients ``servesim calibrate`` can fit, with the bounds the fit keeps them in.
@@ -199,4 +200,6 @@ def resolve_profile(profile: str | Path | HardwareProfile | None, gpu: str | Non
     names = builtin_profile_names()
     if str(profile) in names:
         return default_profile(str(profile))
-    raise PerfError(f"unknown profile {profile!r}: give a JSON file or one of the shipped profiles {names}")
+    raise PerfError(
+        f"unknown profile {shown(profile)}: give a JSON file or one of the shipped profiles {names}"
+    )

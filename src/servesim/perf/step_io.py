@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from servesim.engine.step_time import BatchComposition
+from servesim.errors import shown
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
 from servesim.perf.errors import CalibrationError
 from servesim.perf.profile import HardwareProfile
@@ -91,7 +92,8 @@ def _parse_chunks(text: Any, where: str) -> list[tuple[int, int]]:
         return out
     except (ValueError, TypeError) as e:
         raise CalibrationError(
-            f"{where}: prefill_chunks {s!r} must be 'tokens:cached;tokens:cached' or a JSON list of pairs"
+            f"{where}: prefill_chunks {shown(s)} must be 'tokens:cached;tokens:cached' "
+            "or a JSON list of pairs"
         ) from e
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from servesim.errors import shown
 from servesim.perf.calibration import (
     CalibrationReport,
     ErrorStats,
@@ -110,7 +111,7 @@ def calibrate_workloads(
                 f"frozen_jacobian has shape {chord.shape}, expected {(n_targets, len(names))}"
             )
     if loss not in LOSSES:
-        raise CalibrationError(f"unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
+        raise CalibrationError(f"unknown loss {shown(loss)}: use one of {', '.join(LOSSES)}")
     ev = CaseEvaluator(cases, workers)
     count = 0
     raw_at: dict[bytes, np.ndarray] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from servesim.errors import shown
 from servesim.io import write_text_atomic
 from servesim.report.build import Report, build_report, read_inputs
 from servesim.report.documents import Document, ReportInputError, read_document, simulation_document
@@ -26,7 +27,7 @@ def check_formats(formats: Sequence[str]) -> list[str]:
         name = f.strip().lower().removeprefix(".")
         name = {"markdown": "md", "htm": "html"}.get(name, name)
         if name not in FORMATS:
-            raise ReportInputError(f"--format {f!r}: use html, md or pdf (comma-separated)")
+            raise ReportInputError(f"--format {shown(f)}: use html, md or pdf (comma-separated)")
         if name not in out:
             out.append(name)
     if not out:

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servesim.engine.config import MAX_BLOCK_SIZE, MAX_SEQS, MAX_TOKENS
-from servesim.errors import InputError, reject_bool
+from servesim.errors import InputError, reject_bool, shown
 from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL  # one default deployment for every command
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM 0.33's default token budget of one step
@@ -191,7 +191,7 @@ class RescheduleInput(BaseModel):
         for i, r in enumerate(self.interrupted_requests):
             if r.req_id in seen:
                 raise ValueError(
-                    f"duplicate req_id {r.req_id!r} at interrupted_requests[{seen[r.req_id]}] and [{i}]"
+                    f"duplicate req_id {shown(r.req_id)} at interrupted_requests[{seen[r.req_id]}] and [{i}]"
                 )
             seen[r.req_id] = i
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.batch_capacity:
@@ -295,7 +295,7 @@ def _duplicate_ids(reqs: Any) -> str:
             continue
         key = str(rid)
         if key in seen:
-            return f"duplicate req_id {key!r} at interrupted_requests[{seen[key]}] and [{i}]"
+            return f"duplicate req_id {shown(key)} at interrupted_requests[{seen[key]}] and [{i}]"
         seen[key] = i
     return ""
 
@@ -313,12 +313,12 @@ def describe_errors(exc: ValidationError, raw: Mapping[str, Any]) -> str:
             rid = None
             if isinstance(reqs, list) and i < len(reqs) and isinstance(reqs[i], Mapping):
                 rid = reqs[i].get("req_id")
-            who = f"request {str(rid)!r}" if rid not in (None, "") else "request without req_id"
+            who = f"request {shown(str(rid))}" if rid not in (None, "") else "request without req_id"
             field = ".".join(map(str, loc[2:]))
             where = f"{who} (interrupted_requests[{i}])" + (f": {field}" if field else "")
         if err["type"] == "missing":
             msg = "required field missing"
         elif err["type"] != "value_error" and not isinstance(err.get("input"), dict | list):
-            msg = f"{msg} (got {err.get('input')!r})"
+            msg = f"{msg} (got {shown(err.get('input'))})"
         parts.append(f"{where}: {msg}" if where else msg)
     return "; ".join(parts)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from servesim.errors import shown
+
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 
 #: Short name -> path relative to ``servesim/data/traces``.
@@ -24,7 +26,7 @@ def bundled_trace_path(name: str) -> Path:
         rel = BUNDLED_TRACES[name]
     except KeyError:
         raise KeyError(
-            f"unknown bundled trace {name!r}; known: {', '.join(sorted(BUNDLED_TRACES))}"
+            f"unknown bundled trace {shown(name)}; known: {', '.join(sorted(BUNDLED_TRACES))}"
         ) from None
     return _DATA_DIR / rel
 

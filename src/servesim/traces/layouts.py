@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servesim.errors import shown
 from servesim.traces.errors import TraceError
 from servesim.traces.schema import COLUMNS
 
@@ -107,7 +108,7 @@ def _convert_azure(frame: pd.DataFrame, rows: np.ndarray, state: dict[str, Any])
     ns = parsed.dt.tz_convert(None).astype("datetime64[ns]").to_numpy().view(np.int64)
     ok = ~np.asarray(parsed.isna(), dtype=bool)
     issues: list[PreIssue] = [
-        (int(i), "arrival_time_s", f"unparsable timestamp ({raw.iloc[i]!r})")
+        (int(i), "arrival_time_s", f"unparsable timestamp ({shown(raw.iloc[i])})")
         for i in np.flatnonzero(~ok & np.asarray(raw.notna(), dtype=bool)).tolist()
     ]
     if "ref_ns" not in state and ok.any():
@@ -295,8 +296,8 @@ def detect_layout(columns: Sequence[str], display: str) -> Layout:
     best = max(DETECTABLE, key=lambda lay: len(cols & set(lay.required)))
     if not cols & set(best.required):
         known = "; ".join(f"{lay.name}: {lay.help}" for lay in DETECTABLE)
-        shown = ", ".join(repr(c) for c in list(columns)[:12]) or "none"
-        raise TraceError(display, f"unrecognised columns ({shown}); expected one of these formats - {known}")
+        found = ", ".join(shown(c) for c in list(columns)[:12]) or "none"
+        raise TraceError(display, f"unrecognised columns ({found}); expected one of these formats - {known}")
     return best
 
 

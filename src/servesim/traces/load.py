@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servesim.errors import shown
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import sample_arrivals, stream_rng
 from servesim.traces.bundled import resolve_trace_path
@@ -105,7 +106,7 @@ def _plan(path: Path, display: str, format: str | None) -> tuple[Container, Layo
         return detect_container(path, display), None
     name = format.strip().lower()
     if name not in FORMAT_NAMES:
-        raise TraceError(display, f"unknown format {format!r}; known: {', '.join(FORMAT_NAMES)}")
+        raise TraceError(display, f"unknown format {shown(format)}; known: {', '.join(FORMAT_NAMES)}")
     if name in _CONTAINERS:
         return name, None
     if name.startswith("native-"):
@@ -258,7 +259,9 @@ def _meta_block_size(meta: dict[str, Any], display: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise TraceError(
-            display, f"hash_block_size must be a positive integer (got {value!r})", field="hash_block_size"
+            display,
+            f"hash_block_size must be a positive integer (got {shown(value)})",
+            field="hash_block_size",
         )
     return value
 
@@ -287,7 +290,7 @@ def _duplicates(ids: pd.Series, rows: np.ndarray, layout: Layout) -> list[Issue]
     first_row = dict(zip(ids[firsts].tolist(), rows[firsts].tolist(), strict=True))
     field = layout.names.get("req_id", "req_id")
     return [
-        (int(row), field, f"duplicate req_id {rid!r} (first at row {first_row[rid]})")
+        (int(row), field, f"duplicate req_id {shown(rid)} (first at row {first_row[rid]})")
         for rid, row in zip(ids[dup].tolist(), rows[dup].tolist(), strict=True)
     ]
 
@@ -333,7 +336,9 @@ def _fix_arrivals(
     name = meta.get("arrival_distribution")
     if not isinstance(name, str):
         raise TraceError(
-            display, f"'arrival_distribution' must be a name (got {name!r})", field="arrival_distribution"
+            display,
+            f"'arrival_distribution' must be a name (got {shown(name)})",
+            field="arrival_distribution",
         )
     try:
         model = parse_arrival_name(name)

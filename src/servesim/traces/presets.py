@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from servesim.errors import shown
 from servesim.traces.arrival_names import GRAMMAR_HELP, parse_arrival_name
 from servesim.traces.arrivals import (
     BurstArrivals,
@@ -101,5 +102,5 @@ def preset_spec(name: str) -> GeneratorSpec:
         return _from_name(name)
     except ValueError:
         raise ValueError(
-            f"unknown preset {name!r}; known: {', '.join(PRESETS)}; or an arrival name ({GRAMMAR_HELP})"
+            f"unknown preset {shown(name)}; known: {', '.join(PRESETS)}; or an arrival name ({GRAMMAR_HELP})"
         ) from None

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from servesim.traces.errors import TraceError
 from servesim.traces.layouts import Layout
 from servesim.traces.sources import Container, is_gzip, open_text, utf8_error
-from servesim.traces.validate import NA_TEXTS, Issue
+from servesim.traces.validate import MISSING_TEXTS, Issue
 
 #: Rows per chunk: large enough to amortise per-chunk overhead, small enough for bounded memory.
 DEFAULT_CHUNK_ROWS = 200_000
@@ -76,8 +76,9 @@ def _open_csv(path: Path, display: str, chunk_rows: int) -> Opened:
 
     def chunks(layout: Layout) -> Iterator[RawChunk]:
         text = [c for c in header if c in layout.text_columns]
-        # Text columns: only an empty cell is missing; numeric columns: the usual NA spellings.
-        na_values: Any = {i: ([""] if c in text else sorted(NA_TEXTS)) for i, c in enumerate(header)}
+        # Text columns: only an empty cell is missing; numeric columns: the usual NA spellings,
+        # except NaN's, which stay text for the checks (a NaN priority is a bad row, not 0).
+        na_values: Any = {i: ([""] if c in text else sorted(MISSING_TEXTS)) for i, c in enumerate(header)}
         reader = pd.read_csv(
             path,
             header=0,
@@ -94,6 +95,7 @@ def _open_csv(path: Path, display: str, chunk_rows: int) -> Opened:
             with reader:
                 for frame in reader:
                     frame.columns = header
+                    _empty_cells_as_none(frame)
                     rows = frame.index.to_numpy(dtype=np.int64) + 1
                     yield RawChunk(frame.reset_index(drop=True), rows)
         except UnicodeDecodeError:
@@ -102,6 +104,15 @@ def _open_csv(path: Path, display: str, chunk_rows: int) -> Opened:
             raise _csv_parser_error(display, exc) from None
 
     return Opened(header, {}, chunks)
+
+
+def _empty_cells_as_none(frame: pd.DataFrame) -> None:
+    """pandas gives an empty cell of a text column as a float NaN: make it None, so that the
+    checks tell it (the field's default) from a literal NaN (a bad value; NaN text stays text)."""
+    for name in frame.columns:
+        col = frame[name]
+        if col.dtype.kind not in "biufcmM" and bool(col.isna().any()):  # object or str dtype
+            frame[name] = col.astype(object).where(col.notna(), None)
 
 
 def _csv_parser_error(display: str, exc: Exception) -> TraceError:
@@ -227,6 +238,20 @@ def _open_json(path: Path, display: str, chunk_rows: int) -> Opened:
 # --- Parquet --------------------------------------------------------------------------------
 
 
+def _keep_as_objects(col: pa.Array) -> bool:
+    """Lists, text with nulls and float columns holding a NaN (pandas would make NaN and null
+    the same value: a NaN is a bad value, a null the field's default) are read as Python objects."""
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        return True
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        return bool(col.null_count > 0)  # pandas would give a null as NaN: None is "no value"
+    if pa.types.is_floating(col.type):
+        import pyarrow.compute as pc
+
+        return bool(pc.any(pc.is_nan(col)).as_py())
+    return False
+
+
 def _open_parquet(path: Path, display: str, chunk_rows: int) -> Opened:
     if is_gzip(path):
         raise TraceError(display, "gzip-compressed Parquet is not supported (Parquet compresses internally)")
@@ -253,7 +278,7 @@ def _open_parquet(path: Path, display: str, chunk_rows: int) -> Opened:
             for batch in pf.iter_batches(batch_size=chunk_rows, columns=wanted):
                 data = {
                     name: pd.Series(col.to_pylist(), dtype=object)
-                    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
+                    if _keep_as_objects(col)
                     else col.to_pandas(integer_object_nulls=True)  # ints with nulls stay exact
                     for name, col in zip(batch.schema.names, batch.columns, strict=True)
                 }

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servesim.errors import shown
+
 #: Canonical column order of ``Trace.df``.
 COLUMNS: tuple[str, ...] = (
     "req_id",
@@ -180,7 +182,7 @@ class Trace:
         ids = [r.req_id for r in recs]
         if len(set(ids)) != len(ids):
             dup = next(i for i, n in Counter(ids).items() if n > 1)
-            raise ValueError(f"duplicate req_id {dup!r}")
+            raise ValueError(f"duplicate req_id {shown(dup)}")
         df = pd.DataFrame(
             {
                 "req_id": pd.Series(ids, dtype=object),

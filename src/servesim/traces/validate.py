@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype, is_bool_dtype, is_float_dtype, is_integer_dtype
 
+from servesim.errors import shown
 from servesim.traces.frame import canonical_frame
 
 #: (row, field, reason): one dropped row, before it becomes a ``DroppedRow``.
@@ -26,6 +27,13 @@ Issue = tuple[int, str | None, str]
 
 #: Texts that mean "no value" in numeric columns (CSV cells are matched exactly, JSON strings too).
 NA_TEXTS = frozenset({"", "nan", "NaN", "NAN", "NA", "N/A", "n/a", "null", "NULL", "None", "-nan", "#N/A"})
+#: Of those, the spellings of a literal NaN: an optional field given NaN is a bad row, never its
+#: default (a required one given NaN is a missing value); an empty cell or null is the default.
+NAN_TEXTS = frozenset({"nan", "NaN", "NAN", "-nan"})
+#: What a CSV reader may turn into a missing cell (NaN spellings stay text, checked here).
+MISSING_TEXTS = NA_TEXTS - NAN_TEXTS
+
+NAN_REASON = "not a number ({}): leave the field empty (or out) for its default"
 
 _INT64_MAX = 2**63 - 1
 _TWO_63 = 2.0**63
@@ -57,9 +65,10 @@ class _Numbers:
     values: np.ndarray  # float64; NaN where missing or not a number
     exact: np.ndarray  # int64 exact value where ``is_exact``
     is_exact: np.ndarray  # bool: the input was an integer that fits int64
-    missing: np.ndarray  # bool: empty / null / NaN
+    missing: np.ndarray  # bool: empty / null (NaN in a float column: an empty cell)
     not_number: np.ndarray  # bool: text or another type that is not a number
     raw: np.ndarray | None  # object values, for messages (None for numeric dtypes)
+    nan: np.ndarray | None = None  # bool: a literal NaN (a float NaN value or NaN text), not missing
 
 
 def _numbers(s: pd.Series) -> _Numbers:
@@ -82,10 +91,22 @@ def _numbers(s: pd.Series) -> _Numbers:
     return _numbers_object(s.to_numpy(dtype=object))
 
 
+def _literal_nans(raw: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """Which of the values pandas calls missing are a literal NaN (a float), not None/null."""
+    nan = np.zeros(len(raw), dtype=bool)
+    idx = np.flatnonzero(missing)
+    if idx.size:
+        nan[idx] = [isinstance(v, float | np.floating) for v in raw[idx].tolist()]
+    return nan
+
+
 def _numbers_object(raw: np.ndarray) -> _Numbers:
     """Object columns: whole-array conversion when the values are all ints or all floats."""
     n = len(raw)
     missing = np.asarray(pd.isna(raw), dtype=bool)
+    nan = _literal_nans(raw, missing)
+    if nan.any():
+        return _numbers_slow(raw)
     present = raw[~missing]
     kind = infer_dtype(present, skipna=False)
     no = np.zeros(n, dtype=bool)
@@ -116,9 +137,13 @@ def _numbers_slow(raw: np.ndarray) -> _Numbers:
     is_exact = np.zeros(n, dtype=bool)
     missing = np.zeros(n, dtype=bool)
     not_number = np.zeros(n, dtype=bool)
+    nan = np.zeros(n, dtype=bool)
     for i, v in enumerate(raw.tolist()):
         if isinstance(v, str):
             t = v.strip()
+            if t in NAN_TEXTS:
+                nan[i] = True
+                continue
             if t in NA_TEXTS:
                 missing[i] = True
                 continue
@@ -133,7 +158,9 @@ def _numbers_slow(raw: np.ndarray) -> _Numbers:
                 except ValueError:
                     not_number[i] = True
                     continue
-        if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
+        if isinstance(v, float | np.floating) and math.isnan(v):
+            nan[i] = True
+        elif v is None or v is pd.NA or v is pd.NaT:
             missing[i] = True
         elif isinstance(v, bool | np.bool_):
             not_number[i] = True
@@ -147,11 +174,22 @@ def _numbers_slow(raw: np.ndarray) -> _Numbers:
             values[i] = float(v)
         else:
             not_number[i] = True
-    return _Numbers(values, exact, is_exact, missing, not_number, raw)
+    return _Numbers(values, exact, is_exact, missing, not_number, raw, nan)
 
 
 def _value_text(num: _Numbers, i: int) -> str:
-    return repr(num.raw[i]) if num.raw is not None else repr(float(num.values[i]))
+    return shown(num.raw[i]) if num.raw is not None else shown(float(num.values[i]))
+
+
+def _check_nan(chk: _Checker, num: _Numbers, column: str, required: bool) -> None:
+    """A literal NaN: a missing value where the field is required, else a bad row of its own."""
+    if num.nan is None:
+        return
+    if required:
+        chk.flag(num.nan, column, "missing value")
+    else:
+        chk.flag(num.nan, column, lambda i: NAN_REASON.format(_value_text(num, i)))
+    num.missing = num.missing | num.nan  # flagged: no later check looks at them
 
 
 def _int_column(
@@ -159,6 +197,7 @@ def _int_column(
 ) -> np.ndarray:
     """Integers (``12`` and ``12.0`` accepted, ``1.5`` not); ``default=None`` means required."""
     num = _numbers(s)
+    _check_nan(chk, num, column, required=default is None)
     if default is None:
         chk.flag(num.missing, column, "missing value")
     chk.flag(num.not_number, column, lambda i: f"not a number ({_value_text(num, i)})")
@@ -197,6 +236,7 @@ def _float_column(
 ) -> np.ndarray:
     """Finite floats ``>= 0`` (``> 0`` when ``positive``); missing -> NaN unless ``required``."""
     num = _numbers(s)
+    _check_nan(chk, num, column, required=required)
     if required:
         chk.flag(num.missing, column, "missing value")
     chk.flag(num.not_number, column, lambda i: f"not a number ({_value_text(num, i)})")
@@ -217,6 +257,10 @@ def _label_column(chk: _Checker, s: pd.Series, column: str, *, required: bool) -
     if is_integer_dtype(s.dtype) and isinstance(s.dtype, np.dtype):
         return np.array([str(v) for v in arr.tolist()], dtype=object)
     missing = np.asarray(pd.isna(arr), dtype=bool)
+    nan = _literal_nans(arr, missing)
+    if nan.any():  # a float NaN is a value of the wrong type, not an empty label
+        chk.flag(nan, column, lambda i: f"not a string ({shown(arr[i])})")
+        missing &= ~nan
     if infer_dtype(arr, skipna=True) in ("string", "empty"):
         with np.errstate(invalid="ignore"):
             missing |= arr == ""
@@ -228,13 +272,13 @@ def _label_column(chk: _Checker, s: pd.Series, column: str, *, required: bool) -
                 missing[i] = missing[i] or v == ""
             elif isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_):
                 arr[i] = str(int(v))
-            else:
+            elif not nan[i]:
                 wrong[i] = True
-        chk.flag(wrong, column, lambda i: f"not a string ({arr[i]!r})")
+        chk.flag(wrong, column, lambda i: f"not a string ({shown(arr[i])})")
     if required:
         chk.flag(missing, column, "missing value")
     out = arr.copy()
-    out[missing] = None
+    out[missing | nan] = None
     return out
 
 
@@ -243,7 +287,11 @@ def _hash_ids_column(chk: _Checker, s: pd.Series, column: str) -> np.ndarray:
     raw = s.to_numpy(dtype=object)
     out = np.full(len(raw), None, dtype=object)
     wrong: dict[int, str] = {}
-    for i in np.flatnonzero(~np.asarray(pd.isna(raw), dtype=bool)).tolist():  # only rows with ids
+    na = np.asarray(pd.isna(raw), dtype=bool)
+    nan = _literal_nans(raw, na)
+    for i in np.flatnonzero(nan).tolist():  # NaN is not "no ids": the prefix sharing would be lost
+        wrong[i] = f"not a list of integers ({shown(raw[i])}): leave the field empty (or out) for none"
+    for i in np.flatnonzero(~na).tolist():  # only rows with ids
         v = raw[i]
         if isinstance(v, str):
             if v.strip() == "":
@@ -261,7 +309,7 @@ def _hash_ids_column(chk: _Checker, s: pd.Series, column: str) -> np.ndarray:
         ids = []
         for h in v:
             if isinstance(h, bool | np.bool_) or not isinstance(h, int | np.integer):
-                wrong[i] = f"hash id {h!r} is not an integer"
+                wrong[i] = f"hash id {shown(h)} is not an integer"
                 break
             if not -_INT64_MAX - 1 <= int(h) <= _INT64_MAX:
                 wrong[i] = f"hash id {h} is out of the int64 range"
@@ -275,9 +323,8 @@ def _hash_ids_column(chk: _Checker, s: pd.Series, column: str) -> np.ndarray:
     return out
 
 
-def _short(v: Any, limit: int = 40) -> str:
-    text = repr(v)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(v: Any) -> str:
+    return shown(v)
 
 
 def validate_chunk(

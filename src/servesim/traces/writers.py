@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from servesim.errors import shown
 from servesim.traces.readers import PARQUET_META_KEY
 from servesim.traces.schema import COLUMNS, Trace
 
@@ -66,14 +67,16 @@ def _resolve_format(path: Path, format: str | None) -> WriteFormat:
     if format is not None:
         name = format.lower().removeprefix("native-")
         if name not in ("csv", "jsonl", "json", "parquet"):
-            raise ValueError(f"unknown output format {format!r}; known: csv, jsonl, json, parquet")
+            raise ValueError(f"unknown output format {shown(format)}; known: csv, jsonl, json, parquet")
         return name  # type: ignore[return-value]
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
     if suffixes and suffixes[-1] in _BY_EXTENSION:
         return _BY_EXTENSION[suffixes[-1]]
-    raise ValueError(f"cannot tell the output format from {path.name!r}; use .csv, .jsonl, .json or .parquet")
+    raise ValueError(
+        f"cannot tell the output format from {shown(path.name)}; use .csv, .jsonl, .json or .parquet"
+    )
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
+from servesim.errors import shown
 from servesim.tuning.jobs import EvalContext, Job, execute
 
 ExecutorKind = Literal["local", "process", "ray"]
@@ -167,4 +168,4 @@ def make_executor(
         return ProcessExecutor(ctx, n_jobs)
     if kind == "ray":
         return RayExecutor(ctx, n_jobs, address)
-    raise ValueError(f"unknown executor {kind!r}; use local, process or ray")
+    raise ValueError(f"unknown executor {shown(kind)}; use local, process or ray")

@@ -44,6 +44,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.errors import shown
 from servesim.io import file_lock
 from servesim.tuning.deployment import Deployment, vllm_default_deployment
 from servesim.tuning.evaluate import EvalSettings
@@ -265,14 +266,14 @@ def open_study(
         )
         if list(probe.directions) != [_direction(d) for d in directions(objective)]:
             raise ValueError(
-                f"study {study_name!r} in {storage} has other objectives; use another --study-name"
+                f"study {shown(study_name)} in {storage} has other objectives; use another --study-name"
             )
         stored = probe.user_attrs.get("servesim_fingerprint")
         if stored is None:
             probe.set_user_attr("servesim_fingerprint", fingerprint)
         elif stored != fingerprint:
             raise ValueError(
-                f"study {study_name!r} in {storage} was created for another workload, SLO, space or "
+                f"study {shown(study_name)} in {storage} was created for another workload, SLO, space or "
                 "objective; use another --study-name (or the same settings) to resume it"
             )
         existing = len(probe.get_trials(deepcopy=False))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servesim.engine.results import SLO
+from servesim.errors import shown
 
 _METRICS = ("ttft", "tpot", "e2e")
 
@@ -49,7 +50,7 @@ class PercentileSLO(BaseModel):
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, val = part.partition("=")
             if not sep:
-                raise ValueError(f"SLO term {part!r} must look like name=value")
+                raise ValueError(f"SLO term {shown(part)} must look like name=value")
             key = key.strip().lower()
             if key in ("good", "goodput", "min_good_fraction", "good_fraction"):
                 values["min_good_fraction"] = float(val)
@@ -58,17 +59,17 @@ class PercentileSLO(BaseModel):
             metric, _, pct = base.partition("_")
             if metric not in _METRICS or pct not in ("p99", ""):
                 raise ValueError(
-                    f"unknown SLO {key!r}: use ttft_p99_ms, tpot_p99_ms, e2e_p99_ms (milliseconds) "
+                    f"unknown SLO {shown(key)}: use ttft_p99_ms, tpot_p99_ms, e2e_p99_ms (milliseconds) "
                     "and optionally good=FRACTION"
                 )
             if pct == "":
                 raise ValueError(
-                    f"SLO {key!r} names no percentile: saturate/tune cap the p99, write {metric}_p99_ms"
+                    f"SLO {shown(key)} names no percentile: saturate/tune cap the p99, write {metric}_p99_ms"
                 )
             try:
                 values[f"{metric}_p99_ms"] = float(val)
             except ValueError:
-                raise ValueError(f"SLO {key!r}: {val!r} is not a number") from None
+                raise ValueError(f"SLO {shown(key)}: {shown(val)} is not a number") from None
         if not values:
             raise ValueError("empty SLO: give e.g. ttft_p99_ms=500,tpot_p99_ms=50")
         return cls.model_validate(values)

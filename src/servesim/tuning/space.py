@@ -31,6 +31,7 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servesim.errors import shown
 from servesim.tuning.hardware import Hardware
 
 Value = int | float | bool | None
@@ -298,7 +299,7 @@ def _check_type(name: str, kind: str, v: Value) -> None:
         "optional_float": v is None or (isinstance(v, int | float) and not isinstance(v, bool)),
     }[kind]
     if not ok:
-        raise ValueError(f"{name}: {v!r} is not a valid {kind.replace('_', ' ')} value")
+        raise ValueError(f"{name}: {shown(v)} is not a valid {kind.replace('_', ' ')} value")
 
 
 class _Pick:
@@ -330,9 +331,9 @@ class _FixedPick(_Pick):
         v = self.values[base]
         if knob.choices is not None:
             if v not in knob.choices:
-                raise ValueError(f"{base}={v!r} is not among the allowed values {knob.describe()}")
+                raise ValueError(f"{base}={shown(v)} is not among the allowed values {knob.describe()}")
         elif v is None or not (knob.low is not None and knob.high is not None and knob.low <= v <= knob.high):
-            raise ValueError(f"{base}={v!r} is outside {knob.describe()}")
+            raise ValueError(f"{base}={shown(v)} is outside {knob.describe()}")
         if not knob.is_fixed:
             self.named[name] = v
         return v
@@ -450,13 +451,13 @@ def _parse_value(name: str, kind: str, text: str) -> Value:
             return True
         if t in ("false", "off", "no", "0"):
             return False
-        raise ValueError(f"{name}: {text!r} is not true/false")
+        raise ValueError(f"{name}: {shown(text)} is not true/false")
     if kind == "optional_float" and t in ("none", "null", "off"):
         return None
     try:
         return int(t) if kind == "int" else float(t)
     except ValueError:
-        raise ValueError(f"{name}: {text!r} is not a valid {kind.replace('_', ' ')}") from None
+        raise ValueError(f"{name}: {shown(text)} is not a valid {kind.replace('_', ' ')}") from None
 
 
 def parse_knob(text: str) -> tuple[str, Knob]:
@@ -464,13 +465,13 @@ def parse_knob(text: str) -> tuple[str, Knob]:
     name, sep, spec = text.partition("=")
     name = name.strip().replace("-", "_")
     if not sep or not spec.strip():
-        raise ValueError(f"--space {text!r}: expected name=choices or name=low..high")
+        raise ValueError(f"--space {shown(text)}: expected name=choices or name=low..high")
     if name not in KNOBS:
-        raise ValueError(f"--space {text!r}: unknown knob {name!r}; known: {', '.join(KNOBS)}")
+        raise ValueError(f"--space {shown(text)}: unknown knob {shown(name)}; known: {', '.join(KNOBS)}")
     kind = KNOBS[name]
     if ".." in spec:
         if kind == "bool":
-            raise ValueError(f"--space {text!r}: {name} takes a list of choices, not a range")
+            raise ValueError(f"--space {shown(text)}: {name} takes a list of choices, not a range")
         rng, _, extra = spec.partition(":")
         lo, _, hi = rng.partition("..")
         numeric = "float" if kind == "optional_float" else kind

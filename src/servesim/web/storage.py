@@ -6,6 +6,8 @@ import re
 import uuid
 from pathlib import Path
 
+from servesim.errors import shown
+
 _ID = re.compile(r"^[0-9a-f]{32}$")
 #: Upload names are kept for display only; their extension picks the reader.
 UPLOAD_SUFFIXES = (
@@ -62,5 +64,5 @@ class Storage:
 
     def scratch(self, suffix: str) -> Path:
         if suffix not in UPLOAD_SUFFIXES:
-            raise ValueError(f"unsupported suffix {suffix!r}")
+            raise ValueError(f"unsupported suffix {shown(suffix)}")
         return self.root / "uploads" / f"{new_id()}{suffix}"

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servesim.errors import shown
+
 
 class FailureLogSpec(BaseModel):
     """Parameters of a synthetic failure log."""
@@ -73,7 +75,7 @@ def _start(text: str) -> datetime:
     try:
         dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"start {text!r} is not an ISO-8601 time") from None
+        raise ValueError(f"start {shown(text)} is not an ISO-8601 time") from None
     return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 
 

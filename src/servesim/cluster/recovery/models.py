@@ -26,7 +26,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servesim.engine.config import MAX_TOKENS
-from servesim.errors import InputError, reject_bool
+from servesim.errors import InputError, reject_bool, shown
 from servesim.perf.setup import DEFAULT_GPU as DEFAULT_GPU
 from servesim.perf.setup import DEFAULT_MODEL as DEFAULT_MODEL
 
@@ -124,7 +124,7 @@ class JobSpec(BaseModel):
             )
         if self.checkpoint_timestamp is not None and parse_timestamp(self.checkpoint_timestamp) is None:
             raise ValueError(
-                f"checkpoint_timestamp {self.checkpoint_timestamp!r} is not ISO-8601 or a number"
+                f"checkpoint_timestamp {shown(self.checkpoint_timestamp)} is not ISO-8601 or a number"
             )
         return self
 
@@ -224,7 +224,7 @@ class TargetSpec(BaseModel):
             raise ValueError("give decode_ctx_sum or mean_decode_ctx, not both")
         for job, n in self.cached_prefix_tokens.items():
             if n < 0:
-                raise ValueError(f"cached_prefix_tokens[{job!r}] is negative ({n})")
+                raise ValueError(f"cached_prefix_tokens[{shown(job)}] is negative ({n})")
         return self
 
     @property
@@ -286,7 +286,7 @@ class RecoveryInput(BaseModel):
             raise ValueError(f"duplicate job_id(s) among active_jobs: {', '.join(dup)} (use parse_input)")
         if parse_timestamp(self.preemption_timestamp) is None:
             raise ValueError(
-                f"preemption_timestamp {self.preemption_timestamp!r} is not ISO-8601 or a number"
+                f"preemption_timestamp {shown(self.preemption_timestamp)} is not ISO-8601 or a number"
             )
         if self.cluster is not None:
             names = [t.name for t in self.cluster]
@@ -306,8 +306,8 @@ def _job_errors(exc: ValidationError) -> str:
             parts.append(f"unknown field {loc}")
         else:
             got = e.get("input")
-            shown = f" (got {got!r})" if loc and not isinstance(got, dict | list) else ""
-            parts.append(f"{loc + ': ' if loc else ''}{msg}{shown}")
+            got_text = f" (got {shown(got)})" if loc and not isinstance(got, dict | list) else ""
+            parts.append(f"{loc + ': ' if loc else ''}{msg}{got_text}")
     return "; ".join(parts)
 
 
@@ -411,8 +411,8 @@ def parse_input(data: Any, *, where: str = "", **overrides: Any) -> RecoveryInpu
                     InvalidJob(
                         index=_index_of(jobs_raw, job.job_id, i),
                         job_id=job.job_id,
-                        reason=f"checkpoint_timestamp {job.checkpoint_timestamp!r} is after the "
-                        f"preemption_timestamp {pre!r}",
+                        reason=f"checkpoint_timestamp {shown(job.checkpoint_timestamp)} is after the "
+                        f"preemption_timestamp {shown(pre)}",
                     )
                 )
             else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pandas as pd
@@ -16,7 +15,6 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
 )
-from servesim.io import write_bytes_atomic
 from servesim.traces import Trace, load_trace
 from servesim.web.schemas import HardwareBody, SimulateBody
 from servesim.web.work import Env, Report, trace_path
@@ -87,10 +85,12 @@ def run_result(result: SimulationResult, notes: list[str]) -> dict[str, Any]:
 
 
 def save_requests(requests: pd.DataFrame, env: Env) -> None:
-    """Per-request records for the CSV download (Parquet: small, typed)."""
-    buf = io.BytesIO()
-    requests.to_parquet(buf, index=False)
-    write_bytes_atomic(env["requests_file"], buf.getvalue())
+    """Per-request records for the CSV download: Parquet (small, typed) streamed in row groups
+    by the CLI's writer (``servesim.engine.records``: the ``--json`` fields, plus a cluster's
+    ``replica``), which the download turns into CSV a batch at a time."""
+    from servesim.engine.records import write_records
+
+    write_records(env["requests_file"], requests, "parquet", extra=True)
 
 
 def _cluster(
