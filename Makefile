@@ -46,8 +46,7 @@ typecheck: sync
 unit: sync  # not under uv run: Ray would start its workers through uv
 	.venv/bin/python -m pytest -n 2
 	# the engine's oracle and fast == naive tests again, on the pure-Python reference core
-	# (test_events is left to the first pass: see docs/engine.md, "The compiled core")
-	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n 2 tests/engine --deselect tests/engine/test_events.py
+	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n 2 tests/engine
 
 test: lint typecheck unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from servesim.engine import EngineConfig, LinearStepTime, simulate
+from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime, simulate
 from servesim.traces import Trace
 
 
@@ -82,3 +82,44 @@ def test_per_tenant_metrics_and_fairness() -> None:
     assert t.num_requests == 8 * 24 and t.num_finished == t.num_requests
     assert s.fairness_tenant is None  # one class: nothing to compare
     assert 0 < s.fairness_priority <= 1  # type: ignore[operator]
+
+
+ROWS_TWO_STARVED = [  # hypothesis found it: q3 and q10 each need 39-40 of the 40 usable blocks
+    ("q0", 0.0593, 193, 5, 2), ("q1", 0.0593, 392, 58, 0), ("q2", 0.1093, 157, 61, 2),
+    ("q3", 0.1093, 550, 62, 0), ("q4", 0.2324, 254, 18, 1), ("q5", 0.3863, 108, 53, 0),
+    ("q6", 0.3863, 355, 17, 1), ("q7", 0.492, 178, 18, 1), ("q8", 0.492, 399, 14, 1),
+    ("q9", 0.6013, 75, 43, 0), ("q10", 0.6113, 599, 32, 0), ("q11", 0.6707, 189, 58, 0),
+    ("q12", 0.8139, 283, 27, 0), ("q13", 0.8139, 44, 68, 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mitigation", ["protect", "boost"])
+def test_two_starved_requests_that_fill_the_cache_both_finish(mitigation: str) -> None:
+    """Once everyone running is STARVED, vLLM's rule picks the victim among them: the older
+    request keeps its blocks and finishes (sparing all of them used to livelock the run)."""
+    trace = Trace.from_records(
+        [
+            {"req_id": q, "arrival_time_s": t, "prompt_len": p, "output_len": o, "priority": pr}
+            for q, t, p, o, pr in ROWS_TWO_STARVED
+        ]
+    )
+    config = EngineConfig(
+        max_num_seqs=4,
+        max_num_batched_tokens=632,
+        block_size=16,
+        num_gpu_blocks=41,
+        enable_chunked_prefill=False,
+        enable_prefix_caching=False,
+        long_prefill_token_threshold=64,
+        policy="priority",
+        watermark=0.0,
+        scheduler_reserve_full_isl=False,
+        starvation_threshold=2,
+        starvation_mitigation=mitigation,
+    )
+    for fast in (True, False):
+        s = simulate(
+            trace, config, ConstantStepTime(step_time_s=0.015625), fast=fast, check_invariants=True
+        ).summary
+        assert s.num_finished == len(ROWS_TWO_STARVED)
+        assert s.num_starved >= 1

@@ -260,14 +260,13 @@ class Scheduler:
     def _victim(self, r: Request) -> Request:
         """Whom vLLM preempts so that ``r`` can allocate: FCFS the last admitted, priority the
         largest (priority, arrival). With starvation mitigation, STARVED requests are spared
-        unless nobody else is left (then ``r`` itself goes, as in vLLM)."""
+        while anyone else runs; when everyone running is STARVED, vLLM's own rule picks among
+        them. (Sparing none of them by preempting ``r`` itself let two starved requests that
+        each nearly fill the cache evict each other for ever: neither ever finished.)"""
         running = self.running
+        candidates = running
         if self.protect_starved:
-            candidates = [x for x in running if not x.starved]
-            if not candidates:
-                return r
-        else:
-            candidates = running
+            candidates = [x for x in running if not x.starved] or running
         return max(candidates, key=_priority_key) if self.priority else candidates[-1]
 
     def _preempt(self, r: Request) -> None:
