@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import MODEL, replicas
@@ -136,7 +137,8 @@ def test_a_client_disconnect_aborts_the_request_and_frees_its_kv(make_server: An
         aborted = [s.value for s in m["vllm:request_success"] if s.labels.get("finished_reason") == "abort"]
         if aborted == [1.0] and m["vllm:kv_cache_usage_perc"][0].value == 0.0:
             break
-        assert time.monotonic() < deadline, m
+        if time.monotonic() > deadline:
+            pytest.fail(f"the abort was not applied within 20 s: {m}")
         time.sleep(0.1)
     assert kv_during > 0.0
     assert srv.emulator.num_open == 0
