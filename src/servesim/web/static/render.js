@@ -25,7 +25,10 @@ SS.fmt = function (value, kind, decimals) {
   if (value === null || value === undefined) return "–";
   if (kind === "bool" || typeof value === "boolean") return value ? "yes" : "no";
   if (kind === "str" || typeof value === "string") return String(value);
-  if (kind === "pct") return (value * 100).toFixed(decimals ?? 1) + " %";
+  if (kind === "pct") {
+    const d = decimals ?? 1;  // thousands separated, like every other number: "+108,083.5 %"
+    return (value * 100).toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d }) + " %";
+  }
   if (kind === "int") return Math.round(value).toLocaleString("en-US");
   const d = decimals ?? (Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2);
   return Number(value).toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
