@@ -14,17 +14,23 @@ inference-perf's sessions send a round when the previous one finished), limited 
 ``--window-s`` simulated seconds (the whole run is 1,200 s). Prompts are token-id lists: each
 session's shared system prompt, then tokens no other request has (what the predictor assumes).
 
+``--server uvicorn`` serves the same app under plain uvicorn in a subprocess (no Ray): the
+difference between the two is Ray Serve's share of the serving path.
+
 Run: ``.venv/bin/python benchmarks/emulate_vs_sim2real.py [--experiment 20260217-155451]
-[--window-s 40] [--time-scale 5]``. Prints figures; asserts nothing.
+[--window-s 40] [--time-scale 5] [--server ray|uvicorn]``. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
+import multiprocessing
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +115,46 @@ def _in_process(
     return _means(ttft, e2e, np.array([r.num_output for r in reqs], dtype=np.float64))
 
 
+def _uvicorn(replica: Any, model: str, scale: float, port: int) -> None:
+    """The emulator's app under plain uvicorn (the ``--server uvicorn`` subprocess)."""
+    import uvicorn
+
+    from servesim.emulate.app import build_app
+    from servesim.emulate.emulator import Emulator
+
+    emulator = Emulator([replica], model=model, time_scale=scale, max_streams=4096)
+    uvicorn.run(build_app(emulator), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+
+
+@contextlib.contextmanager
+def _serving(server: str, replica: Any, model: str, scale: float, port: int) -> Iterator[None]:
+    """The emulator listening on ``port`` for the block (Ray Serve, or uvicorn without Ray)."""
+    if server == "ray":
+        from servesim.emulate import ray_serve
+
+        settings = ray_serve.EmulatorSettings(
+            replicas=[replica], model=model, time_scale=scale, port=port, max_streams=4096
+        )
+        ray_serve.start(settings, num_cpus=2)
+        try:
+            yield
+        finally:
+            ray_serve.stop()
+        return
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_uvicorn, args=(replica, model, scale, port), daemon=True
+    )
+    proc.start()
+    try:
+        from servesim.emulate.ray_serve import wait_ready
+
+        wait_ready("127.0.0.1", port)
+        yield
+    finally:
+        proc.terminate()
+        proc.join(10)
+
+
 def _means(ttft: np.ndarray, e2e: np.ndarray, nout: np.ndarray) -> dict[str, float]:
     """inference-perf's means (ms): itl = (mean e2e - mean ttft) / (mean outputs - 1)."""
     t, e = float(np.mean(ttft)) * 1e3, float(np.mean(e2e)) * 1e3
@@ -120,10 +166,10 @@ def main() -> None:
     ap.add_argument("--experiment", default="20260217-155451", help="sim2real experiment id")
     ap.add_argument("--window-s", type=float, default=40.0, help="simulated seconds of the run to replay")
     ap.add_argument("--time-scale", type=float, default=5.0, help="wall seconds per simulated second")
+    ap.add_argument("--server", choices=("ray", "uvicorn"), default="ray", help="Ray Serve, or plain uvicorn")
     args = ap.parse_args()
 
     from servesim.cluster import Replica
-    from servesim.emulate import ray_serve
     from servesim.perf.profile import resolve_profile
     from servesim.perf.replay import summarize_latencies
     from servesim.perf.sim2real import RunSettings, experiment_requests, load_experiments, run_experiment
@@ -154,22 +200,12 @@ def main() -> None:
         Replica("replica-0", config, step), out.send[order], prompts, outs, profile.frontend_latency_s
     )
     port = 8765
-    emu = ray_serve.EmulatorSettings(
-        replicas=[Replica("replica-0", config, step)],
-        model=exp.model,
-        time_scale=args.time_scale,
-        port=port,
-        max_streams=4096,
-    )
-    ray_serve.start(emu, num_cpus=2)
-    try:
+    with _serving(args.server, Replica("replica-0", config, step), exp.model, args.time_scale, port):
         t = time.perf_counter()
         got = asyncio.run(
             _replay(f"http://127.0.0.1:{port}", exp.model, out.send[order], prompts, outs, args.time_scale)
         )
         wall = time.perf_counter() - t
-    finally:
-        ray_serve.stop()
     sent = np.array([g[0] for g in got])
     first = np.array([g[1] for g in got])
     last = np.array([g[2] for g in got])
@@ -182,7 +218,8 @@ def main() -> None:
     offline = summarize_latencies(out, mask)
     real = exp.actual.get("-1", {})
     print(
-        f"emulated: {len(order)} requests sent over the first {args.window_s:g} simulated s at time scale "
+        f"emulated ({args.server}): {len(order)} requests sent over the first {args.window_s:g} simulated s "
+        "at time scale "
         f"{scale:g} ({wall:.0f} s wall); send-time slip mean {np.mean(np.abs(slip)) * 1e3:.1f} ms simulated; "
         f"all complete: {bool(np.all(nout == outs))}"
     )

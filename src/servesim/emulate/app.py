@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.emulate import protocol as p
+from servesim.emulate.edge import received_at
 from servesim.emulate.emulator import BadRequest, Emulator, Overloaded
 from servesim.emulate.tokens import chat_text, output_text, text_tokens
 
@@ -47,13 +49,45 @@ def _error(message: str, code: int, kind: str = "BadRequestError") -> JSONRespon
     return JSONResponse(p.error_body(message, code, kind), status_code=code)
 
 
+RECEIVED = "servesim.received"  # the ASGI scope key: when the request reached the server (monotonic s)
+
+
 def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
-def build_app(emulator: Emulator, *, api_key: str | None = None, bind_host: str = "127.0.0.1") -> FastAPI:
+class _Gate:
+    """Pure ASGI middleware (a ``BaseHTTPMiddleware`` would relay every streamed chunk through a
+    memory stream and a task): stamps each request's receipt, checks the token on ``/v1``."""
+
+    def __init__(self, app: Any, *, api_key: str | None, trust_edge_stamp: bool) -> None:
+        self.app = app
+        self.expected = None if api_key is None else f"Bearer {api_key}".encode()
+        self.trust_edge_stamp = trust_edge_stamp
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            here = time.monotonic()  # the event loop's clock (asyncio: time.monotonic)
+            scope[RECEIVED] = received_at(scope["headers"], here) if self.trust_edge_stamp else here
+            if self.expected is not None and scope["path"].startswith("/v1"):
+                given = dict(scope["headers"]).get(b"authorization", b"")
+                if not secrets.compare_digest(given, self.expected):
+                    await _error("Unauthorized", 401, "AuthenticationError")(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+def build_app(
+    emulator: Emulator,
+    *,
+    api_key: str | None = None,
+    bind_host: str = "127.0.0.1",
+    trust_edge_stamp: bool = False,
+) -> FastAPI:
     """The app serving ``emulator``. ``bind_host``: where the server listens (the admin
-    endpoints trust a client address only where the server saw one; else the bind address)."""
+    endpoints trust a client address only where the server saw one; else the bind address).
+    ``trust_edge_stamp``: a proxy in front stamps each request's receipt (``servesim.emulate.edge``);
+    the request arrives then rather than when the app sees it."""
     app = FastAPI(title="servesim emulate", docs_url=None, redoc_url=None, openapi_url=None)
     model = emulator.model
 
@@ -64,13 +98,7 @@ def build_app(emulator: Emulator, *, api_key: str | None = None, bind_host: str 
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
         return _error(f"{where or 'body'}: {first.get('msg', 'invalid request')}", 400)
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Any) -> Any:
-        if api_key is not None and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return _error("Unauthorized", 401, "AuthenticationError")
-        return await call_next(request)
+    app.add_middleware(_Gate, api_key=api_key, trust_edge_stamp=trust_edge_stamp)
 
     def _check_model(name: str | None) -> None:
         if name is not None and name != model:
@@ -104,10 +132,8 @@ def build_app(emulator: Emulator, *, api_key: str | None = None, bind_host: str 
 
         return Response(generate_latest(emulator.registry), media_type=CONTENT_TYPE_LATEST)
 
-    def _admit(rid: str, tokens: list[int], max_tokens: int | None, priority: int) -> int:
-        return emulator.submit(rid, tokens, max_tokens, priority)
-
     async def _serve(
+        request: Request,
         body: p.CompletionRequest | p.ChatCompletionRequest,
         tokens: list[int],
         max_tokens: int | None,
@@ -117,7 +143,8 @@ def build_app(emulator: Emulator, *, api_key: str | None = None, bind_host: str 
         created = p.now_s()
         try:
             _check_model(body.model)
-            key = _admit(rid, tokens, max_tokens, body.priority)
+            received = request.scope.get(RECEIVED)
+            key = emulator.submit(rid, tokens, max_tokens, body.priority, received_at=received)
         except Overloaded as e:
             return _error(str(e), 429, "TooManyRequests")
         except BadRequest as e:
@@ -160,7 +187,7 @@ def build_app(emulator: Emulator, *, api_key: str | None = None, bind_host: str 
         return StreamingResponse(events(), media_type="text/event-stream")
 
     @app.post("/v1/completions")
-    async def completions(body: p.CompletionRequest) -> Response:
+    async def completions(request: Request, body: p.CompletionRequest) -> Response:
         prompt: Any = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
             if len(prompt) != 1:
@@ -174,12 +201,13 @@ def build_app(emulator: Emulator, *, api_key: str | None = None, bind_host: str 
                 return _error("prompt: the prompt is empty", 400)
             if any(t < 0 for t in tokens):
                 return _error("prompt: token ids must be non-negative", 400)
-        return await _serve(body, tokens, body.max_tokens, chat=False)
+        return await _serve(request, body, tokens, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: p.ChatCompletionRequest) -> Response:
+    async def chat_completions(request: Request, body: p.ChatCompletionRequest) -> Response:
         tokens = text_tokens(chat_text([(m.role, m.text()) for m in body.messages]))
-        return await _serve(body, tokens, body.max_completion_tokens or body.max_tokens, chat=True)
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        return await _serve(request, body, tokens, max_tokens, chat=True)
 
     def _admin_allowed(request: Request) -> bool:
         client = request.client.host if request.client is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -109,6 +110,7 @@ class Emulator:
         context: RecoveryContext | None = None,
         frontend_latency_s: float | None = None,
         async_scheduling: bool | None = None,
+        lag_s: float | None = None,
     ) -> None:
         if not time_scale > 0 or math.isinf(time_scale):
             raise ValueError(f"--time-scale must be a positive number, not {time_scale}")
@@ -126,6 +128,15 @@ class Emulator:
             async_scheduling = bool(getattr(profile, "async_scheduling", False))
         self.frontend_latency_s = frontend_latency_s
         self.async_scheduling = async_scheduling
+        # The engine runs this many simulated seconds behind the clock, so that a request stamped
+        # at its receipt joins the step it would have joined although the ingress sees it a few
+        # wall milliseconds later; tokens still reach clients on time, since each is delivered
+        # the front-end latency (more than the lag) after the engine produced it.
+        if lag_s is None:
+            lag_s = frontend_latency_s / 2
+        if not 0 <= lag_s <= frontend_latency_s:
+            raise ValueError(f"lag_s must be within [0, {frontend_latency_s}] (the front-end latency)")
+        self.lag_s = lag_s
         self._streams: dict[int, _Stream] = {}
         self._next_id = 0
         self._wake = asyncio.Event()
@@ -171,12 +182,16 @@ class Emulator:
     # ------------------------------------------------------------------ the clock
     def sim_now(self) -> float:
         """The simulated time now: wall seconds since start / time scale."""
-        return (asyncio.get_running_loop().time() - self._t0) / self.time_scale
+        return self.sim_time(time.monotonic())
+
+    def sim_time(self, wall: float) -> float:
+        """The simulated time at ``wall`` (``time.monotonic()`` seconds)."""
+        return (wall - self._t0) / self.time_scale
 
     def start(self) -> None:
         """Start the clock and the driver (inside the serving event loop)."""
         if self._task is None:
-            self._t0 = asyncio.get_running_loop().time()
+            self._t0 = time.monotonic()
             self._task = asyncio.get_running_loop().create_task(self._drive())
 
     async def stop(self) -> None:
@@ -188,9 +203,9 @@ class Emulator:
 
     async def _drive(self) -> None:
         while True:
-            self.fleet.advance_until(self.sim_now())
+            self.fleet.advance_until(self.sim_now() - self.lag_s)
             self._publish()
-            t_next = self.fleet.next_time()
+            t_next = self.fleet.next_time() + self.lag_s
             timeout = None if math.isinf(t_next) else max(0.0, (t_next - self.sim_now()) * self.time_scale)
             # Just past the step end, so that advance_until (strictly before) includes it.
             if timeout is not None:
@@ -230,9 +245,16 @@ class Emulator:
         return len(self._streams)
 
     def submit(
-        self, req_id: str, prompt_tokens: Sequence[int], max_tokens: int | None, priority: int = 0
+        self,
+        req_id: str,
+        prompt_tokens: Sequence[int],
+        max_tokens: int | None,
+        priority: int = 0,
+        *,
+        received_at: float | None = None,
     ) -> int:
-        """Admit a request now; returns its stream key. Raises ``Overloaded`` (429) beyond
+        """Admit a request that reached the server at ``received_at`` (``time.monotonic()``
+        seconds; default now); returns its stream key. Raises ``Overloaded`` (429) beyond
         ``max_streams`` open requests and ``BadRequest`` for what vLLM refuses."""
         if len(self._streams) >= self.max_streams:
             raise Overloaded(
@@ -253,9 +275,12 @@ class Emulator:
         self.start()
         key = self._next_id
         self._next_id += 1
+        now = self.sim_now()
+        # Received before the engine's clock (more than the lag ago)? Then it arrives now.
+        arrival = now if received_at is None else min(now, self.sim_time(received_at))
         req = self.fleet.submit(
             req_id,
-            self.sim_now(),
+            arrival,
             n_prompt,
             max_tokens,
             priority=priority,
