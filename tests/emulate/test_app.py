@@ -131,18 +131,38 @@ def test_a_client_disconnect_aborts_the_request_and_frees_its_kv(make_server: An
                 break
         kv_during = metrics(srv.url)["vllm:kv_cache_usage_perc"][0].value  # streaming: KV held
     assert len(got) == 3
-    deadline = time.monotonic() + 20
-    while True:  # the abort is applied at the end of the simulated step in flight
-        m = metrics(srv.url)
-        aborted = [s.value for s in m["vllm:request_success"] if s.labels.get("finished_reason") == "abort"]
-        if aborted == [1.0] and m["vllm:kv_cache_usage_perc"][0].value == 0.0:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"the abort was not applied within 20 s: {m}")
-        time.sleep(0.1)
+    _wait_for_the_abort(srv.url)
     assert kv_during > 0.0
     assert srv.emulator.num_open == 0
     srv.call(srv.emulator.fleet.check_invariants)
+
+
+def _wait_for_the_abort(url: str) -> dict[str, list[Any]]:
+    """/metrics once one request was aborted and the KV cache is empty again (the abort is
+    applied at the end of the simulated step in flight); fails the test after 20 s."""
+    deadline = time.monotonic() + 20
+    while True:
+        m = metrics(url)
+        aborted = [s.value for s in m["vllm:request_success"] if s.labels.get("finished_reason") == "abort"]
+        if aborted == [1.0] and m["vllm:kv_cache_usage_perc"][0].value == 0.0:
+            return m
+        if time.monotonic() > deadline:
+            pytest.fail(f"the abort was not applied within 20 s: {m}")
+        time.sleep(0.1)
+
+
+def test_a_client_leaving_a_non_streaming_request_aborts_it_and_frees_its_kv(make_server: Any) -> None:
+    srv = make_server(n_replicas=1, time_scale=5.0)
+    body = {"model": MODEL, "prompt": "word " * 400, "max_tokens": 3000}  # ~100 s of wall time
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(srv.url + "/v1/completions", json=body, timeout=httpx.Timeout(10, read=1.5))
+    m = _wait_for_the_abort(srv.url)
+    assert [s.value for s in m["vllm:num_requests_running"]] == [0.0]
+    assert srv.emulator.num_open == 0
+    srv.call(srv.emulator.fleet.check_invariants)
+    # The server is none the worse: the next request is answered in full.
+    ok = httpx.post(srv.url + "/v1/completions", json={**body, "max_tokens": 3}, timeout=30)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
 
 
 def test_metrics_parse_with_vllms_names(make_server: Any) -> None:

@@ -10,11 +10,13 @@ beyond the open-stream cap 429; the token is never logged or echoed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import secrets
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
@@ -49,6 +51,7 @@ def _error(message: str, code: int, kind: str = "BadRequestError") -> JSONRespon
     return JSONResponse(p.error_body(message, code, kind), status_code=code)
 
 
+T = TypeVar("T")
 RECEIVED = "servesim.received"  # the ASGI scope key: when the request reached the server (monotonic s)
 
 
@@ -75,6 +78,33 @@ class _Gate:
                     await _error("Unauthorized", 401, "AuthenticationError")(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client has disconnected (the ASGI server's ``http.disconnect``); never if
+    the server cannot tell (its receive fails): then the request runs to its end."""
+    try:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+    except Exception:  # whatever the ASGI server raised: no news of the client
+        await asyncio.Event().wait()
+
+
+async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) -> T | None:
+    """``work``'s result, or None if the client disconnects first; then ``work`` is cancelled
+    (for a request: its token iteration ends, which aborts it in the engine). A streamed response
+    needs none of this: the server cancels the stream when it cannot write to the client."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        return await task
+    return None
 
 
 def build_app(
@@ -132,6 +162,13 @@ def build_app(
 
         return Response(generate_latest(emulator.registry), media_type=CONTENT_TYPE_LATEST)
 
+    async def _collect(key: int) -> tuple[int, str]:
+        """A non-streaming request's output: (tokens, outcome) once it is done."""
+        n_out, outcome = 0, "unfinished"
+        async for t in emulator.tokens(key):
+            n_out, outcome = t.start + t.count, t.outcome
+        return n_out, outcome
+
     async def _serve(
         request: Request,
         body: p.CompletionRequest | p.ChatCompletionRequest,
@@ -151,9 +188,10 @@ def build_app(
             return _error(str(e), 400)
         n_prompt = len(tokens)
         if not body.stream:
-            n_out, outcome = 0, "unfinished"
-            async for t in emulator.tokens(key):
-                n_out, outcome = t.start + t.count, t.outcome
+            answer = await _unless_client_leaves(request, _collect(key))
+            if answer is None:  # the client went away: the request was aborted, its KV freed
+                return Response(status_code=499)
+            n_out, outcome = answer
             text = "".join(output_text(i) for i in range(n_out))
             make = p.chat_response if chat else p.completion_response
             if outcome == "aborted":
