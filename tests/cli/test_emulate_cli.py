@@ -48,3 +48,14 @@ def test_an_empty_token_file_is_refused_and_the_token_never_printed(tmp_path: Pa
     secret.write_text("hunter2-token\n", encoding="utf-8")
     res = _run("--host", "0.0.0.0", "--token-file", str(secret), "--router", "nope")
     assert res.returncode == 2 and "hunter2" not in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"), [(["--time-scale", "0"], "--time-scale"), (["--port", "0"], "--port")]
+)
+def test_a_bad_value_is_one_error_line_naming_the_flag(args: list[str], flag: str) -> None:
+    res = _run(*args)
+    assert res.returncode == 2
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and f"'{flag}'" in errors[0], res.stderr
+    assert "Traceback" not in res.stderr
