@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.emulate import protocol as p
-from servesim.emulate.edge import received_at
+from servesim.emulate.edge import DUE, received_at
 from servesim.emulate.emulator import BadRequest, Emulator, Overloaded
 from servesim.emulate.tokens import chat_text, output_text, text_tokens
 
@@ -78,6 +78,32 @@ class _Gate:
                     await _error("Unauthorized", 401, "AuthenticationError")(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+class _TimedStream(StreamingResponse):
+    """An SSE response whose messages each come with the time the client is due to see them:
+    sent as they come (the emulator paced them), or, with ``edge_paces``, tagged with that time
+    (``servesim.emulate.edge.DUE``) for the proxy in front to hold them until then."""
+
+    def __init__(self, chunks: AsyncIterator[tuple[bytes, float | None]], *, edge_paces: bool) -> None:
+        super().__init__(_nothing(), media_type="text/event-stream")
+        self.chunks = chunks
+        self.edge_paces = edge_paces
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk, due in self.chunks:
+            message: dict[str, Any] = {"type": "http.response.body", "body": chunk, "more_body": True}
+            if due is not None and self.edge_paces:
+                message[DUE] = due
+            await send(message)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    """No body: ``_TimedStream`` streams its own chunks."""
+    return
+    yield b""  # an async generator
 
 
 async def _client_gone(request: Request) -> None:
@@ -200,29 +226,33 @@ def build_app(
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        async def events() -> AsyncIterator[bytes]:
-            n_out = 0
+        async def events() -> AsyncIterator[tuple[bytes, float | None]]:
+            """The SSE stream, one message per engine update (the tokens, and with the last the
+            finish chunk, usage and [DONE]), each with the time the client is due to see it."""
             if chat:
-                yield _sse(p.chat_chunk(rid, model, created, {"role": "assistant", "content": ""}, None))
-            async for t in emulator.tokens(key):
+                role = {"role": "assistant", "content": ""}
+                yield _sse(p.chat_chunk(rid, model, created, role, None)), None
+            async for t in emulator.tokens(key, paced=not trust_edge_stamp):
                 text = "".join(output_text(i) for i in range(t.start, t.start + t.count))
-                n_out = t.start + t.count
-                finish = "length" if t.done and t.outcome != "aborted" else None
+                parts = []
                 if t.count:
                     if chat:
-                        yield _sse(p.chat_chunk(rid, model, created, {"content": text}, None))
+                        parts.append(_sse(p.chat_chunk(rid, model, created, {"content": text}, None)))
                     else:
-                        yield _sse(p.completion_chunk(rid, model, created, text, None))
+                        parts.append(_sse(p.completion_chunk(rid, model, created, text, None)))
                 if t.done:
+                    n_out = t.start + t.count
+                    finish = "length" if t.outcome != "aborted" else None
                     if chat:
-                        yield _sse(p.chat_chunk(rid, model, created, {}, finish))
+                        parts.append(_sse(p.chat_chunk(rid, model, created, {}, finish)))
                     else:
-                        yield _sse(p.completion_chunk(rid, model, created, "", finish))
-            if include_usage:
-                yield _sse(p.usage_chunk(rid, model, created, obj, n_prompt, n_out))
-            yield b"data: [DONE]\n\n"
+                        parts.append(_sse(p.completion_chunk(rid, model, created, "", finish)))
+                    if include_usage:
+                        parts.append(_sse(p.usage_chunk(rid, model, created, obj, n_prompt, n_out)))
+                    parts.append(b"data: [DONE]\n\n")
+                yield b"".join(parts), t.due
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return _TimedStream(events(), edge_paces=trust_edge_stamp)
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: p.CompletionRequest) -> Response:

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from servesim import OnlineFleet, OnlineRequest, RecoveryContext, Replica, RouterSpec
+from servesim.emulate.edge import sleep_until
 from servesim.emulate.tokens import HASH_BLOCK, block_hashes
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), seconds.
@@ -49,6 +50,7 @@ class Tokens:
     count: int
     done: bool
     outcome: str
+    due: float | None = None  # when the client should see them (time.monotonic() s); None: now
 
 
 class _Stream:
@@ -300,15 +302,12 @@ class Emulator:
         lag = self.fleet.step_in_flight_at_arrival(req) if self.async_scheduling else 0.0
         return self.frontend_latency_s + lag
 
-    async def _sleep_until(self, sim_t: float) -> None:
-        wait = (sim_t - self.sim_now()) * self.time_scale
-        if wait > 0:
-            await asyncio.sleep(wait)
-
-    async def tokens(self, key: int) -> AsyncIterator[Tokens]:
-        """The request's output as it is produced (each token ``client_delay_s`` after the
-        engine produced it); aborts the request if the consumer leaves (a client disconnect
-        cancels the iteration) before it is done."""
+    async def tokens(self, key: int, *, paced: bool = True) -> AsyncIterator[Tokens]:
+        """The request's output as it is produced, each token due ``client_delay_s`` after the
+        engine produced it: ``paced``, yielded when due; else as soon as known, with its due
+        time (for a consumer that paces them nearer the client: ``servesim.emulate.edge``).
+        Aborts the request if the consumer leaves (a client disconnect cancels the iteration)
+        before it is done."""
         s = self._streams[key]
         sent = 0
         delay: float | None = None
@@ -322,9 +321,10 @@ class Emulator:
                     if delay is None and r.first_token_s is not None:
                         delay = self.client_delay_s(r)
                     t = r.finish_s if done else r.last_token_s
-                    if delay and t is not None:
-                        await self._sleep_until(t + delay)  # later tokens wait for the next turn
-                    yield Tokens(sent, n - sent, done, outcome)
+                    due = None if not delay or t is None else self._t0 + (t + delay) * self.time_scale
+                    if paced and due is not None:  # later tokens wait for the next turn
+                        await sleep_until(due)
+                    yield Tokens(sent, n - sent, done, outcome, due)
                     sent = n
                     if done:
                         return
