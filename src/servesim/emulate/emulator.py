@@ -278,8 +278,9 @@ class Emulator:
         key = self._next_id
         self._next_id += 1
         now = self.sim_now()
-        # Received before the engine's clock (more than the lag ago)? Then it arrives now.
-        arrival = now if received_at is None else min(now, self.sim_time(received_at))
+        # Received before the engine's clock (more than the lag ago)? Then it arrives at that
+        # clock, the earliest it can still join a step.
+        arrival = now if received_at is None else min(now, max(now - self.lag_s, self.sim_time(received_at)))
         req = self.fleet.submit(
             req_id,
             arrival,
