@@ -5,8 +5,10 @@ simulated GPU runs ten times slower than real time). One asyncio task drives the
 ``servesim.OnlineFleet``: it sleeps until the next step end (or a submission wakes it), advances
 the fleet to now, and wakes every stream whose request produced tokens or finished, so a token
 reaches its client when the simulated scheduler emits it. Requests arrive at the simulated time
-of their receipt; a disconnect aborts the request (its KV freed); ``fail`` loses a replica and its
-requests follow the recovery planner's decision (their streams resume on the survivor).
+the server received them (``submit(received_at=)``; the engine runs ``lag_s`` behind the clock so
+that a request the ingress sees a little after its receipt still joins its step); a disconnect
+aborts the request (its KV freed); ``fail`` loses a replica and its requests follow the recovery
+planner's decision (their streams resume on the survivor).
 
 Latency histograms on /metrics are in simulated seconds: what the emulated vLLM would report.
 """
