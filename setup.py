@@ -34,7 +34,15 @@ SOURCES = _core_sources()
 
 
 class BuildEngineCore(build_ext):
-    """build_ext that also writes the source hashes next to the extensions it built."""
+    """build_ext that also writes the source hashes next to the extensions it built, and that
+    leaves the pure-Python module in place of any extension it cannot build: setuptools'
+    ``optional`` covers compile errors but not a missing compiler (an ``OSError``)."""
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # any failure at all: the reference module stays
+            self.warn(f"{ext.name} not compiled ({exc}); the engine runs its pure-Python core")
 
     def run(self) -> None:
         super().run()

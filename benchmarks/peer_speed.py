@@ -17,6 +17,11 @@ without it servesim's figures are printed alone.
     uv run python benchmarks/peer_speed.py                                  # 10k and 100k requests
     AISIMULATE=VENV/bin/aisimulate uv run python benchmarks/peer_speed.py --repeat 3
     uv run python benchmarks/peer_speed.py --sizes 10000 --json
+    uv run python benchmarks/peer_speed.py --sizes none --trace conversation_trace.jsonl   # a real one
+
+``--trace`` adds Mooncake-format traces of your own (e.g. Mooncake's public
+``FAST25-release/traces/conversation_trace.jsonl``: 12,031 multi-turn requests, 512-token
+``hash_ids``, prompts of ~12k tokens on average), replayed the same way.
 
 Timings are printed, never asserted.
 """
@@ -116,7 +121,18 @@ def find_peer(given: str | None) -> str | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="10000,100000", help="requests per trace, comma-separated")
+    ap.add_argument(
+        "--sizes",
+        default="10000,100000",
+        help="requests per generated trace, comma-separated ('none': no generated trace)",
+    )
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=[],
+        help="a Mooncake-format trace to replay as well (repeatable)",
+    )
     ap.add_argument("--repeat", type=int, default=2, help="runs of each engine per trace (interleaved)")
     ap.add_argument("--rate", type=float, default=13.5, help="arrivals per second (near saturation)")
     ap.add_argument("--aisimulate", help="AISimulate's executable (default: $AISIMULATE; none: skip it)")
@@ -130,10 +146,22 @@ def main() -> None:
     say = (lambda *a: None) if args.json else print
     if peer is None:
         say("AISimulate not given (--aisimulate or $AISIMULATE): servesim's figures only")
-    for n in (int(s) for s in args.sizes.split(",")):
+    jobs: list[tuple[str, Path]] = []
+    for size in [] if args.sizes == "none" else args.sizes.split(","):
+        try:
+            n = int(size)
+        except ValueError:
+            raise SystemExit(f"--sizes: {size!r} is not a number of requests") from None
         path = work / f"mooncake-{n}.jsonl"
         write_prefix_trace(path, n, rate=args.rate)
+        jobs.append(("generated, 30 % reuse", path))
+    for path in args.trace:
+        if not path.is_file():
+            raise SystemExit(f"--trace: {path} is not a file")
+        jobs.append((path.name, path.resolve()))
+    for label, path in jobs:
         trace = load_trace(path)
+        n = len(trace)
         setup = deployment_setup(
             MODEL,
             GPU,
@@ -158,6 +186,7 @@ def main() -> None:
                 theirs.append(run_peer(peer, path, setup.num_gpu_blocks, work))
         walls = [r["wall_s"] for r in ours]
         row: dict[str, Any] = {
+            "trace": label,
             "requests": n,
             "num_gpu_blocks": setup.num_gpu_blocks,
             "servesim_wall_s": walls,
@@ -170,7 +199,7 @@ def main() -> None:
         rows.append(row)
         cpu = row["servesim_cpu_s"]
         say(
-            f"{n:>9,} requests  {row['servesim_steps']:>9,} steps  "
+            f"{label}: {n:,} requests  {row['servesim_steps']:,} steps  "
             f"servesim {min(walls):.2f}-{max(walls):.2f} s "
             f"(cpu {min(cpu):.2f}-{max(cpu):.2f} s, {n / statistics.median(walls):,.0f} req/s, "
             f"{statistics.median(walls) / row['servesim_steps'] * 1e6:.0f} us/step, "

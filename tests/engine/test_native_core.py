@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,13 @@ from servesim.engine import _native
 
 HERE = Path(__file__).parent
 PURE_FORCED = os.environ.get(_native.ENV_PURE, "").strip() not in ("", "0")
+
+
+def c_compiler() -> str | None:
+    """The C compiler setuptools would build the core with (``$CC``, else Python's own), if any."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    words = shlex.split(cc)
+    return shutil.which(words[0]) if words else None
 
 
 def digest(pure: bool) -> dict[str, str]:
@@ -39,6 +49,7 @@ def digest(pure: bool) -> dict[str, str]:
 
 
 @pytest.mark.skipif(PURE_FORCED, reason="this run tests the pure-Python reference")
+@pytest.mark.skipif(c_compiler() is None, reason="no C compiler here: setup installs the pure-Python core")
 def test_the_installed_build_runs_the_compiled_core() -> None:
     assert _native.core() == "compiled", (
         f"the engine runs as {_native.describe()}: the build did not compile it (`make sync`)"

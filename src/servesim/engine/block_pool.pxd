@@ -1,23 +1,32 @@
 # Cython declarations for block_pool.py (the compiled core; block_pool.py stays the reference).
+# The queue links, dead counts and reference counts are typed memoryviews over the .py's
+# array('q'): C integer cells, no Python object per block. (Indexed through ``self``: a local
+# copy of a memoryview costs an atomic acquisition.)
 cimport cython
 
 
 cdef class BlockPool:
-    cdef public list _blank
-    cdef public object _lru
-    cdef public long long _next_run, num_free, num_gpu_blocks
-    cdef public dict block_hash, cached, _dups, ref
+    cdef public list _blank, _dead, content
+    cdef public long long[::1] _next, _prev, dead_before, ref
+    cdef public long long num_free, num_gpu_blocks, num_live_queued, dead_tail
+    cdef public dict cached, _dups
     cdef public bint enable_caching
 
-    @cython.locals(blank=list, need=cython.longlong, ref=dict, cached=dict, block_hash=dict)
+    @cython.locals(tail=cython.longlong)
+    cdef inline void _append_live(self, long long b)
+    @cython.locals(p=cython.longlong, s=cython.longlong)
+    cdef void _remove_live(self, long long b)
+    @cython.locals(h=cython.longlong, k=cython.longlong, m=cython.Py_ssize_t, dead=list)
+    cdef long long _take_leading_dead(self, list out, long long need) except -1
+    @cython.locals(blank=list, out=list, need=cython.longlong, have=cython.Py_ssize_t, b=cython.longlong,
+                   s=cython.longlong, content=list, cached=dict, dups=dict)
     cpdef list get_new_blocks(self, long long n)
-    cpdef _blank_leading_dead_runs(self)
-    cpdef _evict_duplicate(self, b, h)
-    @cython.locals(block_hash=dict, ref=dict, cached=dict, i=cython.Py_ssize_t)
+    cpdef _evict_duplicate(self, long long b, h)
+    @cython.locals(content=list, cached=dict, i=cython.Py_ssize_t, b=cython.longlong)
     cpdef register(self, list blocks, list keys)
-    @cython.locals(ref=dict, head_taken=cython.bint, c=cython.longlong)
+    @cython.locals(c=cython.longlong, b=cython.longlong)
     cpdef touch(self, list blocks)
-    @cython.locals(ref=dict, n=cython.longlong)
+    @cython.locals(n=cython.longlong, b=cython.longlong)
     cpdef long long num_evictable_among(self, list blocks) except? -1
-    @cython.locals(freed=cython.longlong, ref=dict, c=cython.longlong, i=cython.Py_ssize_t)
+    @cython.locals(freed=cython.longlong, c=cython.longlong, i=cython.Py_ssize_t, b=cython.longlong)
     cpdef free(self, list blocks, long long num_live, long long num_hashed)

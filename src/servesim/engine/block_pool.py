@@ -1,4 +1,4 @@
-"""The KV block pool: vLLM's free-block queue and prefix-cache hash table, with bulk moves.
+"""The KV block pool: vLLM's free-block queue and prefix-cache hash table, over flat arrays.
 
 vLLM keeps free blocks in one doubly linked list: allocation pops the head; a freed block is
 *prepended* when it has no hash (reused first) and *appended* when it has one (an evictable
@@ -7,26 +7,37 @@ out of the middle. Since only unhashed blocks go to the head and only hashed one
 the list is always [unhashed...][hashed, least recently released first...]. Here:
 
 * ``_blank`` is a stack of free blocks no lookup can hit (the top is the head of vLLM's list);
-* ``_lru`` holds the hashed free blocks in LRU order, as entries of two kinds:
-  - a *live* block (key = block id): its hash is in the table and a lookup can hit it;
-  - a *dead run* (key < 0, value = block ids, the next to evict last): blocks vLLM keeps hashed
-    but that no lookup can ever hit again (content unique to a request that finished). They
-    keep their place in the eviction order, which decides when live blocks behind them are
-    evicted, but move in bulk.
+* the *LRU* holds the hashed free blocks in release order. Its blocks are of two kinds:
+  - *live* (``content[b]`` is its content key): in the hash table, a lookup can hit it;
+  - *dead*: blocks vLLM keeps hashed but that no lookup can ever hit again (content unique to a
+    request that finished). They keep their place in the eviction order, which decides when the
+    live blocks behind them are evicted, but they are interchangeable, so only their *number*
+    at each place matters.
+  The live blocks form vLLM's doubly linked list (``_next``/``_prev`` arrays indexed by block id,
+  the null block 0 -- never handed out -- the sentinel: ``_next[0]`` is the head, ``_prev[0]``
+  the tail); ``dead_before[b]`` counts the dead blocks queued just ahead of live block ``b`` and
+  ``dead_tail`` those behind the last one; the dead blocks' ids wait in ``_dead``. A request's
+  dead blocks therefore move in bulk, whatever their number.
 
-A dead run with no live block ahead of it is popped before any live block, exactly like a
-blank block, so it *is* one: the LRU never starts with a dead run (such runs join
-``_blank``). Without shared content (no live block anywhere) every free block is blank and
-allocation is one slice of a list.
+Dead blocks with no live block ahead of them are popped before any live block, exactly like
+blank ones, so they *are* blank: the LRU never starts with dead blocks (they join ``_blank``),
+and without a live block queued it holds none. Without shared content every free block is
+blank and allocation is one slice of a list.
 
-Reference counts exist only for live blocks (``ref``); every other held block has exactly one
-owner. Which physical block id goes where never changes an observable result: blocks are
+Per block, the queue and the reference counts are array cells (C integers in the compiled
+core): only publishing, looking up and evicting content keys touch a dictionary. Reference
+counts mean something only for live blocks; every other held block has exactly one owner.
+Which physical block id goes where never changes an observable result: blocks are
 interchangeable until they carry content.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from array import array
+
+
+def _zeros(n: int) -> array[int]:
+    return array("q", bytes(8 * n))
 
 
 class BlockPool:
@@ -34,14 +45,18 @@ class BlockPool:
 
     __slots__ = (
         "_blank",
+        "_dead",
         "_dups",
-        "_lru",
-        "_next_run",
-        "block_hash",
+        "_next",
+        "_prev",
         "cached",
+        "content",
+        "dead_before",
+        "dead_tail",
         "enable_caching",
         "num_free",
         "num_gpu_blocks",
+        "num_live_queued",
         "ref",
     )
 
@@ -49,13 +64,17 @@ class BlockPool:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self._blank = list(range(num_gpu_blocks - 1, 0, -1))  # head (block 1) on top
-        self._lru: OrderedDict[int, list[int] | None] = OrderedDict()
-        self._next_run = -1
+        self._next = _zeros(num_gpu_blocks)  # the live blocks of the LRU, linked through block 0
+        self._prev = _zeros(num_gpu_blocks)
+        self.num_live_queued = 0
+        self.dead_before = _zeros(num_gpu_blocks)  # live queued block -> dead blocks just ahead
+        self.dead_tail = 0  # dead blocks queued behind the last live one
+        self._dead: list[int] = []  # the dead blocks' ids (any order: they are interchangeable)
         self.num_free = num_gpu_blocks - 1  # vLLM counts evictable cached blocks as free
-        self.ref: dict[int, int] = {}  # live block -> requests holding it
-        self.block_hash: dict[int, int] = {}  # live block -> its content hash
-        # hash -> first live block registered with it; duplicates (same content computed twice
-        # before either was registered) in _dups, in registration order, as vLLM keeps them.
+        self.ref = _zeros(num_gpu_blocks)  # live block -> requests holding it
+        self.content: list[int | None] = [None] * num_gpu_blocks  # live block -> its content key
+        # content key -> first live block registered with it; duplicates (same content computed
+        # twice before either was registered) in _dups, in registration order, as vLLM keeps them.
         self.cached: dict[int, int] = {}
         self._dups: dict[int, list[int]] = {}
 
@@ -67,6 +86,57 @@ class BlockPool:
         """vLLM's ``kv_cache_usage_perc``: 1 - free / (num_gpu_blocks - 1)."""
         return 1.0 - self.num_free / (self.num_gpu_blocks - 1)
 
+    # ------------------------------------------------------------------ the LRU
+    def _append_live(self, b: int) -> None:
+        """Queue live block ``b`` at the tail, behind the dead blocks queued since the last one."""
+        tail = self._prev[0]
+        self._next[tail] = b
+        self._prev[b] = tail
+        self._next[b] = 0
+        self._prev[0] = b
+        self.dead_before[b] = self.dead_tail
+        self.dead_tail = 0
+        self.num_live_queued += 1
+
+    def _remove_live(self, b: int) -> None:
+        """Pull queued live block ``b`` out of the LRU (a prefix hit); the dead blocks ahead of
+        it stay where they were, now ahead of its successor."""
+        p = self._prev[b]
+        s = self._next[b]
+        self._next[p] = s
+        self._prev[s] = p
+        if s:
+            self.dead_before[s] += self.dead_before[b]
+        else:
+            self.dead_tail += self.dead_before[b]
+        self.num_live_queued -= 1
+        if p == 0:  # b was the head: whatever dead blocks its successor had ahead now lead
+            self._take_leading_dead(self._blank, -1)
+
+    def _take_leading_dead(self, out: list[int], need: int) -> int:
+        """Move the dead blocks ahead of the first live one (all of them without one) to
+        ``out``: at most ``need`` (all if negative), the rest to the blank stack. Returns how many
+        went to ``out``."""
+        h = self._next[0]
+        if h:
+            k = self.dead_before[h]
+            self.dead_before[h] = 0
+        else:
+            k = self.dead_tail
+            self.dead_tail = 0
+        if not k:
+            return 0
+        dead = self._dead
+        m = len(dead) - k
+        if 0 <= need < k:
+            self._blank.extend(dead[m + need :])
+            out.extend(dead[m : m + need])
+            k = need
+        else:
+            out.extend(dead[m:])
+        del dead[m:]
+        return k
+
     # ------------------------------------------------------------------ allocation
     def get_new_blocks(self, n: int) -> list[int]:
         """Pop ``n`` blocks from the head of the free queue, evicting cached blocks it reaches."""
@@ -74,9 +144,10 @@ class BlockPool:
             return []
         blank = self._blank
         self.num_free -= n
-        if n <= len(blank):
-            out = blank[-n:]
-            del blank[-n:]
+        have = len(blank)
+        if n <= have:
+            out = blank[have - n :]
+            del blank[have - n :]
             out.reverse()
             return out
         if blank:
@@ -84,80 +155,58 @@ class BlockPool:
             blank.clear()
         else:
             out = []
-        need = n - len(out)
-        lru = self._lru
-        block_hash = self.block_hash
-        ref = self.ref
+        need = n - have
+        content = self.content
         cached = self.cached
+        dups = self._dups
         while need:
-            key, run = lru.popitem(False)  # the head (positional: a cheaper call)
-            if run is None:  # a live cached block: evict its hash
-                h = block_hash.pop(key)
-                del ref[key]
-                if cached[h] == key and h not in self._dups:
-                    del cached[h]
-                else:
-                    self._evict_duplicate(key, h)
-                out.append(key)
-                need -= 1
-            elif len(run) <= need:  # a whole dead run (stored last-to-evict first)
-                run.reverse()
-                out.extend(run)
-                need -= len(run)
+            b = self._next[0]  # the head: live, as no dead block leads
+            if b == 0:
+                raise RuntimeError(f"{n} blocks taken from the free queue, {n - need} were free")
+            h = content[b]  # evict its content key
+            content[b] = None
+            if dups and h in dups:
+                self._evict_duplicate(b, h)
             else:
-                take = run[-need:]
-                del run[-need:]
-                take.reverse()
-                out.extend(take)
-                need = 0
-                # The rest of the run is now the head of the free queue: dead blocks carry no
-                # content anyone can hit, so they can simply become blank blocks there.
-                blank.extend(run)
-        self._blank_leading_dead_runs()
+                del cached[h]  # type: ignore[arg-type]  # a live block has a key
+            s = self._next[b]
+            self._next[0] = s
+            self._prev[s] = 0
+            self.num_live_queued -= 1
+            out.append(b)
+            need -= 1
+            if need:
+                need -= self._take_leading_dead(out, need)
+            else:
+                self._take_leading_dead(blank, -1)
         return out
 
-    def _blank_leading_dead_runs(self) -> None:
-        """Keep the invariant that the LRU starts with a live block (or is empty)."""
-        lru = self._lru
-        while lru:
-            key = next(iter(lru))
-            if key >= 0:
-                return
-            self._blank.extend(lru.pop(key))  # type: ignore[arg-type]  # dead runs hold lists
-
     def _evict_duplicate(self, b: int, h: int) -> None:
-        """Drop evicted block ``b`` (hash ``h``, already unhashed) from the table when other
-        blocks carry the same content: the next registered one takes its place."""
+        """Drop evicted block ``b`` (content ``h``) from the table when other blocks carry the
+        same content: the next registered one takes its place."""
         cached = self.cached
+        dups = self._dups[h]
         if cached[h] == b:
-            dups = self._dups.get(h)
-            if dups:
-                cached[h] = dups.pop(0)
-                if not dups:
-                    del self._dups[h]
-            else:
-                del cached[h]
+            cached[h] = dups.pop(0)
         else:
-            dups = self._dups[h]
             dups.remove(b)
-            if not dups:
-                del self._dups[h]
+        if not dups:
+            del self._dups[h]
 
     # ------------------------------------------------------------------ prefix cache
     def register(self, blocks: list[int], keys: list[int]) -> None:
         """Publish held blocks (one holder each) in the prefix cache under their content keys,
         in order: a key already in the table keeps its first block, the new one waits in
         ``_dups``. (An indexed loop: the compiled core runs it in C.)"""
-        block_hash = self.block_hash
-        ref = self.ref
+        content = self.content
         cached = self.cached
         if len(blocks) != len(keys):
             raise ValueError(f"{len(blocks)} blocks for {len(keys)} keys")
         for i in range(len(blocks)):
             b = blocks[i]
             h = keys[i]
-            block_hash[b] = h
-            ref[b] = 1
+            content[b] = h
+            self.ref[b] = 1
             if h in cached:
                 self._dups.setdefault(h, []).append(b)
             else:
@@ -165,25 +214,17 @@ class BlockPool:
 
     def touch(self, blocks: list[int]) -> None:
         """Take a reference on prefix-hit (live) blocks, pulling free ones out of the queue."""
-        ref = self.ref
-        lru = self._lru
-        head_taken = False
         for b in blocks:
-            c = ref[b]
+            c = self.ref[b]
             if c == 0:
-                if not head_taken and next(iter(lru)) == b:
-                    head_taken = True
-                del lru[b]
+                self._remove_live(b)
                 self.num_free -= 1
-            ref[b] = c + 1
-        if head_taken:
-            self._blank_leading_dead_runs()
+            self.ref[b] = c + 1
 
     def num_evictable_among(self, blocks: list[int]) -> int:
-        ref = self.ref
         n = 0
         for b in blocks:
-            if ref[b] == 0:
+            if self.ref[b] == 0:
                 n += 1
         return n
 
@@ -194,60 +235,77 @@ class BlockPool:
         ``blocks[:num_live]`` are live (ref-counted, hashed), ``blocks[num_live:num_hashed]`` are
         hashed with content no lookup can hit again, the rest are unhashed (the partial tail).
         """
-        lru = self._lru
-        if not num_live and not lru:  # none of these is live and none is queued ahead: all blank
+        if not num_live and not self.num_live_queued:  # nothing live here nor queued: all blank
             self._blank.extend(blocks)
             self.num_free += len(blocks)
             return
         if num_hashed < len(blocks):
             self._blank.extend(blocks[num_hashed:])  # prepended, the tail block first
         if num_live < num_hashed:
-            if lru:
-                # Tail first into the LRU: blocks[num_hashed-1] is evicted first, i.e. it goes
-                # last in the stored run.
-                lru[self._next_run] = blocks[num_live:num_hashed]
-                self._next_run -= 1
-            else:  # nothing live ahead of it: the run is as good as blank
+            if self.num_live_queued:  # queued behind live blocks: they count for eviction
+                self._dead.extend(blocks[num_live:num_hashed])
+                self.dead_tail += num_hashed - num_live
+            else:  # nothing live ahead of them: as good as blank
                 self._blank.extend(blocks[num_live:num_hashed])
         freed = len(blocks) - num_live
-        if num_live:
-            ref = self.ref
-            for i in range(num_live - 1, -1, -1):  # tail first
-                b = blocks[i]
-                c = ref[b] - 1
-                ref[b] = c
-                if c == 0:
-                    lru[b] = None
-                    freed += 1
+        for i in range(num_live - 1, -1, -1):  # tail first
+            b = blocks[i]
+            c = self.ref[b] - 1
+            self.ref[b] = c
+            if c == 0:
+                self._append_live(b)
+                freed += 1
         self.num_free += freed
 
     # ------------------------------------------------------------------ invariants
+    def live_queue(self) -> list[int]:
+        """The LRU's live blocks, head (next evicted) first."""
+        out: list[int] = []
+        b = self._next[0]
+        while b:
+            out.append(b)
+            b = self._next[b]
+        return out
+
     def check(self, held: dict[int, int]) -> None:
         """Assert the pool's invariants given ``held``: block -> number of holders."""
         blank = self._blank
-        in_lru: list[int] = []
-        assert not self._lru or next(iter(self._lru)) >= 0, "the LRU starts with a dead run"
-        for key, run in self._lru.items():
-            if run is None:
-                in_lru.append(key)
-                assert self.ref.get(key) == 0, f"live free block {key} has ref {self.ref.get(key)}"
-            else:
-                assert key < 0 and run, "malformed dead run"
-                in_lru.extend(reversed(run))
-        free = blank + in_lru
+        live = self.live_queue()
+        assert len(live) == self.num_live_queued, f"{self.num_live_queued} live counted, {len(live)} linked"
+        prev = 0
+        for b in live:
+            assert self._prev[b] == prev, f"LRU block {b} is linked back to {self._prev[b]}, not {prev}"
+            assert self.content[b] is not None, f"dead block {b} linked in the LRU"
+            assert self.ref[b] == 0, f"live free block {b} has ref {self.ref[b]}"
+            prev = b
+        assert self._prev[0] == prev, "the LRU's tail is not its last block"
+        dead = sum(self.dead_before[b] for b in live) + self.dead_tail
+        assert dead == len(self._dead), f"{dead} dead blocks counted in the LRU, {len(self._dead)} held there"
+        if live:
+            assert self.dead_before[live[0]] == 0, "the LRU starts with dead blocks"
+        else:
+            assert not self._dead, "dead blocks queued with no live block: they are blank"
+        free = blank + live + self._dead
         assert len(free) == self.num_free, f"free count {self.num_free} but {len(free)} blocks queued"
         assert len(set(free)) == len(free), "a free block is queued twice"
         assert not set(free) & held.keys(), "a block is both free and held"
         assert 0 not in free and 0 not in held, "the null block was handed out"
         assert len(free) + len(held) == self.num_gpu_blocks - 1, "blocks lost or invented"
+        for b in blank + self._dead:
+            assert self.content[b] is None, f"blank or dead block {b} carries content"
         for b, n in held.items():
-            if b in self.ref:
+            if self.content[b] is not None:
                 assert self.ref[b] == n, f"live block {b}: ref {self.ref[b]} but {n} holders"
             else:
                 assert n == 1, f"block {b} without a hash has {n} holders"
+        registered = 0
         for h, b in self.cached.items():
-            assert self.block_hash.get(b) == h, f"hash table points at block {b} which no longer has it"
+            assert self.content[b] == h, f"hash table points at block {b} which no longer has it"
+            registered += 1
         for h, bs in self._dups.items():
+            assert h in self.cached and bs, f"duplicates of {h} without a first block"
             for b in bs:
-                assert self.block_hash.get(b) == h
-        assert self.block_hash.keys() == self.ref.keys()
+                assert self.content[b] == h
+            registered += len(bs)
+        carrying = sum(1 for c in self.content if c is not None)
+        assert registered == carrying, f"{carrying} blocks carry content, {registered} are in the table"
