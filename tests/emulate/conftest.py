@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ import uvicorn
 
 from servesim import EngineConfig, Replica, replica_setup
 from servesim.emulate.app import build_app
+from servesim.emulate.edge import Edge
 from servesim.emulate.emulator import Emulator
 
 MODEL = "llama-3.1-8b"
@@ -60,8 +62,10 @@ def make_server() -> Iterator[object]:
         time_scale: float = 1.0,
         max_streams: int = 1024,
         api_key: str | None = None,
+        edge: bool = False,
         **kw: object,
     ) -> Server:
+        """``edge``: the app behind ``servesim.emulate.edge.Edge``, as the Ray proxy runs it."""
         emulator = Emulator(
             replicas(n_replicas, **kw),  # type: ignore[arg-type]
             model=MODEL,
@@ -69,7 +73,9 @@ def make_server() -> Iterator[object]:
             max_streams=max_streams,
         )
         port = free_port()
-        app = build_app(emulator, api_key=api_key)
+        app: Any = build_app(emulator, api_key=api_key, trust_edge_stamp=edge)
+        if edge:
+            app = Edge(app)
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
         server = uvicorn.Server(config)
         box = Server(f"http://127.0.0.1:{port}", emulator)

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import MODEL, replicas
 from servesim.emulate.app import build_app, is_loopback
+from servesim.emulate.edge import HEADER
 from servesim.emulate.emulator import Emulator
 
 
@@ -64,6 +65,32 @@ def test_the_openai_client_streams_a_chat_and_gets_plain_answers(make_server: An
     assert done.usage.completion_tokens == 5 and len((done.choices[0].message.content or "").split()) == 5
     plain = client.completions.create(model=MODEL, prompt=[1, 2, 3, 4, 5], max_tokens=3)
     assert plain.usage is not None and plain.usage.prompt_tokens == 5  # token ids count exactly
+
+
+@pytest.mark.parametrize("edge", [False, True])
+def test_streams_behind_the_edge_are_whole_and_a_forged_receipt_is_ignored(
+    make_server: Any, edge: bool
+) -> None:
+    srv = make_server(n_replicas=1, time_scale=2.0, edge=edge)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    sent = time.monotonic()
+    # "Received a moment before it was sent", within the engine's lag: believed if not dropped.
+    forged = {HEADER.decode(): repr(sent - 0.5 * srv.emulator.lag_s * srv.emulator.time_scale)}
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt="Hello " * 40,
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers=forged,
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices).split() == ["tok"] * 8
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
+    # The engine was idle: the request was scheduled on arrival, which was not before the send.
+    scheduled = srv.call(lambda: srv.emulator.fleet.sim.engines[0].rec.first_scheduled[0])
+    assert scheduled >= srv.emulator.sim_time(sent)
 
 
 def test_bad_requests_get_400_with_the_reason(make_server: Any) -> None:

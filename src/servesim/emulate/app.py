@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.emulate import protocol as p
-from servesim.emulate.edge import DUE, received_at
+from servesim.emulate.edge import DUE, HEADER, received_at
 from servesim.emulate.emulator import BadRequest, Emulator, Overloaded
 from servesim.emulate.tokens import chat_text, output_text, text_tokens
 
@@ -53,6 +53,7 @@ def _error(message: str, code: int, kind: str = "BadRequestError") -> JSONRespon
 
 T = TypeVar("T")
 RECEIVED = "servesim.received"  # the ASGI scope key: when the request reached the server (monotonic s)
+EDGE = "servesim.edge"  # the ASGI scope key: True where ``servesim.emulate.edge.Edge`` is in front
 
 
 def _sse(data: dict[str, Any]) -> bytes:
@@ -71,7 +72,9 @@ class _Gate:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             here = time.monotonic()  # the event loop's clock (asyncio: time.monotonic)
-            scope[RECEIVED] = received_at(scope["headers"], here) if self.trust_edge_stamp else here
+            edge = self.trust_edge_stamp and any(k == HEADER for k, _ in scope["headers"])
+            scope[RECEIVED] = received_at(scope["headers"], here) if edge else here
+            scope[EDGE] = edge  # the proxy's Edge is in front of this request: it paces the tokens
             if self.expected is not None and scope["path"].startswith("/v1"):
                 given = dict(scope["headers"]).get(b"authorization", b"")
                 if not secrets.compare_digest(given, self.expected):
@@ -142,8 +145,8 @@ def build_app(
 ) -> FastAPI:
     """The app serving ``emulator``. ``bind_host``: where the server listens (the admin
     endpoints trust a client address only where the server saw one; else the bind address).
-    ``trust_edge_stamp``: a proxy in front stamps each request's receipt (``servesim.emulate.edge``);
-    the request arrives then rather than when the app sees it."""
+    ``trust_edge_stamp``: a proxy in front runs ``servesim.emulate.edge.Edge``; a request it
+    stamped arrives at its receipt there, and its tokens are released there when due."""
     app = FastAPI(title="servesim emulate", docs_url=None, redoc_url=None, openapi_url=None)
     model = emulator.model
 
@@ -223,6 +226,7 @@ def build_app(
             if outcome == "aborted":
                 return _error("the request was aborted", 500, "InternalServerError")
             return JSONResponse(make(rid, model, created, text, "length", n_prompt, n_out))
+        edge = bool(request.scope.get(EDGE))
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -232,7 +236,7 @@ def build_app(
             if chat:
                 role = {"role": "assistant", "content": ""}
                 yield _sse(p.chat_chunk(rid, model, created, role, None)), None
-            async for t in emulator.tokens(key, paced=not trust_edge_stamp):
+            async for t in emulator.tokens(key, paced=not edge):
                 text = "".join(output_text(i) for i in range(t.start, t.start + t.count))
                 parts = []
                 if t.count:
@@ -252,7 +256,7 @@ def build_app(
                     parts.append(b"data: [DONE]\n\n")
                 yield b"".join(parts), t.due
 
-        return _TimedStream(events(), edge_paces=trust_edge_stamp)
+        return _TimedStream(events(), edge_paces=edge)
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: p.CompletionRequest) -> Response:
