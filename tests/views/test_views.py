@@ -77,3 +77,13 @@ def test_downsample_keeps_the_extremes_within_the_budget(ys: list[float], budget
 def test_weighted_histogram_counts_the_weights() -> None:
     h = histogram("x", "x", np.array([1.0, 2.0, 3.0, np.nan]), "ms", bins=3, weights=np.array([1, 0, 5, 9]))
     assert h.count == 6 and sum(h.counts) == 6
+
+
+def test_percentages_read_like_every_other_number_in_text_renderers() -> None:
+    from servesim.views.format import fmt, kpi_value
+    from servesim.views.model import Column, Kpi
+
+    change = Column(key="d", label="change", kind="pct")
+    assert fmt(1080.835, change) == "+108,083.5%"  # a TTFT that rose a thousandfold: separated
+    assert fmt(-0.155, change) == "-15.5%"
+    assert kpi_value(Kpi(key="hit", label="prefix hits", value=12.5, unit="%")) == "1,250.0%"

@@ -7,6 +7,7 @@ views (1366x768) are written to docs/images/ for the README.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -189,7 +190,11 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     page.wait_for_selector("#compare-a option", state="attached")
     page.click("#compare-form button[type='submit']")
     page.wait_for_selector("#metric-deltas")
-    assert "max_num_seqs" in (page.text_content("#compare-results") or "")
+    settings = page.locator("#compare-results table[data-key='config_diff'] tbody tr")
+    seqs = settings.filter(has_text="max_num_seqs")
+    assert seqs.first.locator("td").all_inner_texts() == ["max_num_seqs", "256", "1"]  # A's value, B's value
+    blocks = settings.filter(has_text="num_gpu_blocks")
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})+", c) for c in blocks.first.locator("td").all_inner_texts()[1:])
     page.wait_for_selector("#basket-table tbody tr >> nth=1")
     assert page.is_checked("#basket-base-0")  # the wide run is the baseline
     page.click("#basket-compare")

@@ -20,7 +20,7 @@ def fmt(value: Cell, col: Column) -> str:
     if col.kind == "int":
         return f"{int(value):,}"
     if col.kind == "pct":
-        return f"{float(value):+.1%}"
+        return f"{float(value):+,.1%}"
     x = float(value)
     if col.decimals >= 3:  # significant digits for rates and ratios
         return f"{x:,.{col.decimals}g}"
@@ -37,7 +37,7 @@ def kpi_value(k: Kpi) -> str:
     if k.value is None:
         return "-"
     if k.unit == "%":
-        return f"{k.value:.{k.decimals}%}"
+        return f"{k.value:,.{k.decimals}%}"
     return f"{k.value:,.{k.decimals}f}" + (f" {k.unit}" if k.unit else "")
 
 

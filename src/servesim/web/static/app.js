@@ -676,11 +676,21 @@
           el("p", {}, el("a", { href: `/api/compare/report.html?a=${a}&b=${b}`, download: "" }, "Download the report's diff (HTML)")),
           SS.table({ key: "config_diff", title: d.config_diff.length ? "Settings that differ" : "Same settings", notes: [],
             columns: [{ key: "key", label: "setting", kind: "str" }, { key: "a", label: "A", kind: "str" }, { key: "b", label: "B", kind: "str" }],
-            rows: d.config_diff.map((r) => [r.key, JSON.stringify(r.a), JSON.stringify(r.b)]) }),
+            rows: d.config_diff.map((r) => [r.key, settingText(r.a), settingText(r.b)]) }),
           deltaTable(d.metrics)));
       } catch (err) { clear(box, problemBlock(err)); }
     });
   }
+  /* A setting's value as a person reads it: integers thousands-separated (27,819 blocks), text as
+     is, unset as a dash, anything structured as JSON. */
+  function settingText(v) {
+    if (v === null || v === undefined) return "–";
+    if (typeof v === "number") return Number.isInteger(v) ? v.toLocaleString("en-US") : String(v);
+    if (typeof v === "string") return v;
+    if (typeof v === "boolean") return v ? "yes" : "no";
+    return JSON.stringify(v);
+  }
+
   /* The comparison basket: runs kept in this browser (localStorage), one of them the baseline. */
   const basket = {
     get: () => JSON.parse(localStorage.getItem("servesim.basket") || "[]"),
@@ -723,7 +733,7 @@
       clear(box);
       if (d.config_diff.length) box.append(SS.table({ key: "basket_config", title: "Settings that differ from the baseline", notes: [],
         columns: [{ key: "key", label: "setting", kind: "str" }, { key: "baseline", label: "baseline", kind: "str" }, ...d.runs.map((r, i) => ({ key: `r${i}`, label: r.title, kind: "str" }))],
-        rows: d.config_diff.map((c) => [c.key, JSON.stringify(c.baseline), ...c.runs.map((v) => JSON.stringify(v))]) }));
+        rows: d.config_diff.map((c) => [c.key, settingText(c.baseline), ...c.runs.map(settingText)]) }));
       for (const s of d.sections) SS.section(box, s);
       // colour each change by whether it is an improvement (the table says which direction is better)
       const t = d.sections[0].tables[0];
