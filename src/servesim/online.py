@@ -9,6 +9,10 @@ request whose client went away (vLLM's ``FINISHED_ABORTED``: its KV blocks go ba
 ``advance_until`` moves the shared clock. No wall clock here: the caller maps real time to
 simulated time, so this module is deterministic and testable without a server.
 
+``rolling_records=True`` (what the emulator uses) keeps only each engine's latest step rows and
+request columns, so a server that runs for days holds bounded memory; no batch result can be
+built from such a fleet (tests compare records, so they leave it off).
+
 The engines run the naive loop (``fast=False``, results identical to the fast path): every
 request's token count is exact after each step, which is what a token stream needs.
 """
@@ -31,6 +35,11 @@ from servesim.cluster.simulate import Move
 from servesim.engine.request import FINISHED, OUTCOME_UNFINISHED, OUTCOMES, REJECTED, Request
 from servesim.errors import ConfigError
 from servesim.traces.schema import Trace
+
+# ``rolling_records``: per replica, the engine records kept (between these and twice these):
+# at most ~8 MB of step rows and ~10 MB of request columns, whatever the server's uptime.
+ROLLING_STEPS = 1 << 16
+ROLLING_REQUESTS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +126,7 @@ class OnlineFleet:
         *,
         kv_checkpointing: KVCheckpointing = "continuous",
         fast: bool = False,
+        rolling_records: bool = False,
     ) -> None:
         unsized = [r.name for r in replicas if r.config.max_model_len is None]
         if unsized:  # a batch run derives it from the trace; online there is none
@@ -132,6 +142,9 @@ class OnlineFleet:
             fast=fast,
         )
         self.names = [r.name for r in replicas]
+        self.rolling_records = rolling_records
+        if rolling_records:  # a server that runs for days: hold the latest records only
+            self.sim.roll_records(ROLLING_STEPS, ROLLING_REQUESTS)
 
     @property
     def now(self) -> float:
@@ -177,7 +190,10 @@ class OnlineFleet:
 
     def advance_until(self, time_s: float) -> int:
         """Apply every step end and event before ``time_s``; returns the steps ended."""
-        return self.sim.advance(time_s)
+        steps = self.sim.advance(time_s)
+        if self.rolling_records:
+            self.sim.trim_records()
+        return steps
 
     def next_time(self) -> float:
         """When the next step ends or event is due (inf: nothing to do until a submission)."""
@@ -203,7 +219,7 @@ class OnlineFleet:
                     kv_usage=engine.pool.usage() if self.sim.alive[k] else 0.0,
                     prefix_cache_queries=sum(e.rec.prefix_queries for e in past),
                     prefix_cache_hits=sum(e.rec.prefix_hits for e in past),
-                    num_preemptions=sum(len(e.rec.preemption_events) for e in past),
+                    num_preemptions=sum(e.rec.num_preemption_events() for e in past),
                 )
             )
         return out
@@ -217,15 +233,16 @@ class OnlineFleet:
             return 0.0
         for engine in self.sim.engines:
             rec = engine.rec
+            i = r.idx - rec.request_base  # the recorder keeps the latest requests (roll_records)
             here = engine.live.get(r.idx) is r or (
-                r.idx < len(rec.first_scheduled) and rec.first_scheduled[r.idx] == r.first_scheduled
+                0 <= i < len(rec.first_scheduled) and rec.first_scheduled[i] == r.first_scheduled
             )
             if not here:
                 continue
-            k = bisect_right(rec.step_end, r.arrival)
+            k = bisect_right(rec.step_end, r.arrival)  # among the steps kept
             if k >= len(rec.step_end):
                 return 0.0
-            start, duration = rec.step_row(k)[:2]
+            start, duration = rec.step_row(rec.step_base + k)[:2]
             running = start <= r.arrival < start + duration and r.first_scheduled > r.arrival
             return duration if running else 0.0
         return 0.0

@@ -14,7 +14,7 @@ from servesim import ConstantStepTime, EngineConfig, LinearStepTime, open_trace
 from servesim.cluster import FailureEvent, Replica, cluster_simulator
 from servesim.engine.engine import Engine, TraceArrays
 from servesim.engine.request import RUNNING, WAITING, Request
-from servesim.online import OnlineFleet
+from servesim.online import OnlineFleet, OnlineRequest
 from servesim.traces import Trace
 
 RECORD_COLUMNS = ("first_scheduled", "first_token", "finish", "num_output", "outcome", "preemptions")
@@ -150,3 +150,64 @@ def test_a_failure_recovers_online_requests_by_the_planner() -> None:
     submit_trace_online(fleet, trace)
     assert fleet.moves and {m.from_node for m in fleet.moves} == {"n1"}
     assert {m.strategy for m in fleet.moves} <= {"MIGRATE_STATE", "COLD_RESTART"}
+
+
+def test_rolling_records_bound_memory_and_change_nothing_a_client_sees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The emulator's fleet runs for days: with ``rolling_records`` each engine keeps only its
+    latest step rows, request columns and events, and every request still streams, finishes and
+    counts exactly as with the whole record kept (preemptions included)."""
+    import servesim.online as online
+
+    monkeypatch.setattr(online, "ROLLING_STEPS", 256)
+    monkeypatch.setattr(online, "ROLLING_REQUESTS", 16)
+    trace = open_trace("bursty", num_requests=400, seed=5)
+    cfg = EngineConfig(max_num_seqs=16, num_gpu_blocks=300, max_model_len=4096)
+    step = LinearStepTime(base_s=0.004, per_token_s=2e-5, per_ctx_token_s=1e-7)
+
+    def run(rolling: bool) -> tuple[OnlineFleet, list[tuple[float | None, float | None, int, str, float]]]:
+        fleet = OnlineFleet([Replica("n0", cfg, step), Replica("n1", cfg, step)], rolling_records=rolling)
+        fleet.fail("n1", 5.0, 2.0)  # a past incarnation's recorder is trimmed too
+        arrays = TraceArrays(trace)
+        reqs: list[OnlineRequest] = []
+        lag: dict[int, float] = {}
+        pending: set[int] = set()
+
+        def advance(t: float) -> None:
+            """Step by step, as the emulator's loop wakes, asking the async lag at the first token."""
+            while True:
+                nt = fleet.next_time()
+                fleet.advance_until(t if nt >= t else math.nextafter(nt, math.inf))
+                for j in [j for j in pending if reqs[j].first_token_s is not None]:
+                    lag[j] = fleet.step_in_flight_at_arrival(reqs[j])
+                    pending.discard(j)
+                if nt >= t:
+                    return
+
+        for i in range(arrays.n):
+            advance(arrays.arrival[i])
+            reqs.append(
+                fleet.submit(arrays.req_id[i], arrays.arrival[i], arrays.prompt_len[i], arrays.output_len[i])
+            )
+            pending.add(i)
+        advance(math.inf)
+        seen = [
+            (q.first_token_s, q.finish_s, q.num_output, q.outcome, lag.get(j, 0.0))
+            for j, q in enumerate(reqs)
+        ]
+        return fleet, seen
+
+    whole, seen_whole = run(False)
+    rolled, seen_rolled = run(True)
+    assert seen_rolled == seen_whole  # every client's view, request by request
+    assert rolled.replica_metrics() == whole.replica_metrics()  # /metrics counters and gauges
+    assert sum(m.num_preemptions for m in whole.replica_metrics()) > 16  # events were dropped and counted
+    steps_whole = sum(len(e.rec.step_end) for e in whole.sim.engines)
+    for e in rolled.sim.engines:
+        assert len(e.rec.step_end) <= 2 * 256 and len(e.rec.steps) == len(e.rec.step_end) * e.rec.step_size
+        assert e.rec.request_top - e.rec.request_base <= 2 * 16
+        assert len(e.rec.preemption_events) <= 2 * 16
+    assert steps_whole > 4 * 2 * 256 * len(rolled.sim.engines)  # the whole record is far longer
+    with pytest.raises(RuntimeError, match="no result"):
+        rolled.sim.close()

@@ -185,6 +185,7 @@ class ClusterSimulator:
         self.emit = fan_out(self.observers)
         self._steps_done = 0
         self.engines: list[Engine] = []
+        self._rolling: tuple[int, int] | None = None  # (steps, requests) kept: roll_records
         self.current: list[Engine] = []
         self.engine_replica: list[int] = []
         for k in range(len(replicas)):
@@ -229,9 +230,37 @@ class ClusterSimulator:
             observers=self.observers,
             name=spec.name,
         )
+        if self._rolling is not None:
+            engine.rec.trim(*self._rolling)
         self.engines.append(engine)
         self.engine_replica.append(k)
         return engine
+
+    def roll_records(self, keep_steps: int, keep_requests: int) -> None:
+        """Keep only the latest records on every engine from now on (``Recorder.trim``): an
+        online run that never ends holds bounded memory. No result can be built afterwards."""
+        if keep_steps < 1 or keep_requests < 1:
+            raise ValueError("roll_records keeps at least one step and one request")
+        self._rolling = (keep_steps, keep_requests)
+        self.trim_records()
+
+    def trim_records(self) -> None:
+        """Apply ``roll_records`` to every engine, past incarnations included (cheap until due)."""
+        if self._rolling is not None:
+            steps, requests = self._rolling
+            due = [e for e in self.engines if e.rec.trim_due(steps, requests)]
+            if due:  # every step since the oldest request still in the fleet stays
+                oldest = self._oldest_arrival()
+                for engine in due:
+                    engine.rec.trim(steps, requests, oldest)
+
+    def _oldest_arrival(self) -> float:
+        """The earliest arrival of a request still in the fleet: on a replica, waiting for one,
+        or in transit between two."""
+        times = [r.arrival for e in self.current for r in e.live.values()]
+        times += [r.arrival for r in self._parked]
+        times += [p.request.arrival for *_, p in self._events if isinstance(p, _Transit)]
+        return min(times, default=math.inf)
 
     def _push(self, t: float, kind: int, payload: Payload) -> None:
         heapq.heappush(self._events, (t, kind, self._seq, payload))
@@ -252,6 +281,8 @@ class ClusterSimulator:
 
     def close(self) -> ClusterRun:
         """Finish every current engine and gather the raw outcome (after ``advance()`` ran out)."""
+        if self._rolling is not None:
+            raise RuntimeError("roll_records kept the latest records only: this run has no result")
         for engine in self.current:
             engine.finish()
         if self.emit is not None:

@@ -118,7 +118,7 @@ class Emulator:
     ) -> None:
         if not time_scale > 0 or math.isinf(time_scale):
             raise ValueError(f"--time-scale must be a positive number, not {time_scale}")
-        self.fleet = OnlineFleet(replicas, router, recovery, context)
+        self.fleet = OnlineFleet(replicas, router, recovery, context, rolling_records=True)
         self.model = model
         self.time_scale = time_scale
         self.max_streams = max_streams

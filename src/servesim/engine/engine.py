@@ -14,6 +14,7 @@ import gc
 import heapq
 import math
 from array import array
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from struct import Struct
@@ -110,6 +111,20 @@ class TraceArrays:
         )
 
 
+# The recorder's per-request columns (floats first, then counts, the outcome last).
+REQUEST_COLUMNS = (
+    "first_scheduled",
+    "first_token",
+    "finish",
+    "num_output",
+    "preemptions",
+    "recomputed",
+    "reused",
+    "prefix_hit",
+    "outcome",
+)
+
+
 class Recorder:
     """Per-step time series and per-request records in compact arrays (numpy reads them in place)."""
 
@@ -165,16 +180,65 @@ class Recorder:
         self.starvation_events: list[tuple[float, int, int, int]] = []  # same shape
         self.prefix_queries = 0
         self.prefix_hits = 0
+        # A rolling recorder (an online fleet that runs for days: ``ClusterSimulator.roll_records``)
+        # keeps the latest steps and requests only: step k is row k - step_base, request i is
+        # column i - request_base; it pools no inter-token gaps (the online layer measures its own).
+        self.rolling = False
+        self.step_base = 0
+        self.request_base = 0
+        self.request_top = 0  # 1 + the highest request index closed here
+        self.events_dropped = 0  # preemption events no longer kept (rolling)
 
     def step_row(self, k: int) -> tuple[float, ...]:
-        return self.unpack_step(self.steps, k * self.step_size)
+        return self.unpack_step(self.steps, (k - self.step_base) * self.step_size)
+
+    def num_preemption_events(self) -> int:
+        """Preemptions recorded here, including those a rolling recorder no longer keeps."""
+        return self.events_dropped + len(self.preemption_events)
+
+    def trim_due(self, keep_steps: int, keep_requests: int) -> bool:
+        return (
+            len(self.step_end) > 2 * keep_steps
+            or self.request_top - self.request_base > 2 * keep_requests
+            or len(self.preemption_events) > 2 * keep_requests
+            or len(self.starvation_events) > 2 * keep_requests
+        )
+
+    def trim(self, keep_steps: int, keep_requests: int, oldest_arrival: float = math.inf) -> None:
+        """Rolling: forget all but the latest ``keep_steps`` steps and ``keep_requests`` request
+        columns (and preemption/starvation events) once twice as many are held: amortised O(1)
+        per step and per request, memory bounded whatever the run's length. The step in flight
+        at ``oldest_arrival`` (of the requests still here) and every later one are kept."""
+        self.rolling = True
+        n = len(self.step_end)
+        if n > 2 * keep_steps:
+            drop = min(n - keep_steps, bisect_right(self.step_end, oldest_arrival))
+            del self.step_end[:drop]
+            del self.steps[: drop * self.step_size]
+            self.step_base += drop
+        used = self.request_top - self.request_base
+        if used > 2 * keep_requests:
+            drop = used - keep_requests
+            for col in REQUEST_COLUMNS:
+                del getattr(self, col)[:drop]
+            self.request_base += drop
+        if len(self.preemption_events) > 2 * keep_requests:
+            drop = len(self.preemption_events) - keep_requests
+            del self.preemption_events[:drop]
+            self.events_dropped += drop
+        if len(self.starvation_events) > 2 * keep_requests:
+            del self.starvation_events[: len(self.starvation_events) - keep_requests]
 
     def step_table(self) -> np.ndarray:
         """The steps as a structured array over the recorded bytes (no copy; fields as STEP_FIELDS)."""
         return np.frombuffer(self.steps, dtype=self.STEP_DTYPE)
 
     def close_request(self, r: Request) -> None:
-        i = r.idx
+        if r.idx >= self.request_top:
+            self.request_top = r.idx + 1
+        i = r.idx - self.request_base
+        if i < 0:  # rolling, and older than the requests kept: the online layer has its outcome
+            return
         if i >= len(self.outcome):
             self.grow(i + 1)
         if r.first_scheduled >= 0:
@@ -200,16 +264,16 @@ class Recorder:
         """Make room for request index ``n - 1``: online runs (``ClusterSimulator.submit``) add
         requests beyond the trace the recorder was sized for. Doubles, so appends stay cheap."""
         extra = max(n, 2 * len(self.outcome), 64) - len(self.outcome)
-        for col in ("first_scheduled", "first_token", "finish"):
+        for col in REQUEST_COLUMNS[:3]:
             getattr(self, col).extend(array("d", [math.nan]) * extra)
-        for col in ("num_output", "preemptions", "recomputed", "reused", "prefix_hit"):
+        for col in REQUEST_COLUMNS[3:8]:
             getattr(self, col).extend(array("q", [0]) * extra)
         self.outcome.extend(array("q", [OUTCOME_UNFINISHED]) * extra)
 
     def flush_tokens(self, r: Request) -> None:
         """Add a request's inter-token gaps on this replica to the pooled ITL figures."""
         seg = r.segments
-        if not seg:
+        if not seg or self.rolling:
             return
         if r.moved_token_time >= 0:  # the gap across a move from a lost replica
             self.itl_gaps.append(self.step_end[seg[0]] - r.moved_token_time)

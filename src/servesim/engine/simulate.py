@@ -68,6 +68,8 @@ def build_result(
     engine: Engine, trace: Trace, slo: SLO | None, model_desc: dict[str, Any]
 ) -> SimulationResult:
     """Turn a finished engine's records into a ``SimulationResult``."""
+    if engine.rec.rolling:
+        raise RuntimeError("a rolling recorder kept the latest records only: this run has no result")
     # The pooled ITL figures first, from the recorded rows: their sorting temporaries are gone
     # before the steps frame and the request records take their memory (millions of steps).
     weights, gaps = itl_samples(engine)
