@@ -43,6 +43,7 @@ from typing import Any
 from prefix_trace import write_prefix_trace
 
 from servesim.engine import EngineConfig, simulate
+from servesim.errors import describe, user_errors
 from servesim.perf import deployment_setup
 from servesim.traces import load_trace
 
@@ -160,7 +161,10 @@ def main() -> None:
             raise SystemExit(f"--trace: {path} is not a file")
         jobs.append((path.name, path.resolve()))
     for label, path in jobs:
-        trace = load_trace(path)
+        try:
+            trace = load_trace(path)
+        except user_errors() as exc:
+            raise SystemExit(describe(exc)) from None
         n = len(trace)
         setup = deployment_setup(
             MODEL,
