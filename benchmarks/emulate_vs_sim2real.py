@@ -172,7 +172,13 @@ def main() -> None:
     from servesim.cluster import Replica
     from servesim.perf.profile import resolve_profile
     from servesim.perf.replay import summarize_latencies
-    from servesim.perf.sim2real import RunSettings, experiment_requests, load_experiments, run_experiment
+    from servesim.perf.sim2real import (
+        RunSettings,
+        experiment_requests,
+        itl_divisors,
+        load_experiments,
+        run_experiment,
+    )
 
     (exp,) = [e for e in load_experiments(FIXTURES) if e.id == args.experiment]
     profile = resolve_profile(None, exp.gpu_spec().name)
@@ -221,6 +227,12 @@ def main() -> None:
     first_stage_end = exp.spec.stages[0].duration
     stage = "0" if len(exp.spec.stages) > 1 and math.isclose(args.window_s, first_stage_end) else "-1"
     real = exp.actual.get(stage, {})
+    # inference-perf's itl_mean divides by the output tokens its client counted (re-tokenizing the
+    # text), not by the tokens generated: against the real run, the emulator's is divided likewise.
+    counted = itl_divisors(exp, settings).get(stage)
+    as_measured = dict(emulated)
+    if counted is not None and counted > 1:
+        as_measured["itl_mean"] = (emulated["e2e_mean"] - emulated["ttft_mean"]) / (counted - 1)
     print(
         f"emulated ({args.server}): {len(order)} requests sent over the first {args.window_s:g} simulated s "
         "at time scale "
@@ -233,14 +245,15 @@ def main() -> None:
     )
     for m in ("ttft_mean", "itl_mean", "e2e_mean"):
         e, o, r, p = emulated[m], offline[m], real.get(m, math.nan), pred[stage].get(m, math.nan)
-        q = in_process[m]
+        q, em = in_process[m], as_measured[m]
         print(
             f"{m:<10} {e:>10.2f} {o:>10.2f} {100 * (e - o) / o:>+7.2f} "
-            f"{r:>10.2f} {100 * (e - r) / r:>+7.2f} {p:>12.2f} {100 * (p - r) / r:>+7.2f} {q:>9.2f}"
+            f"{r:>10.2f} {100 * (em - r) / r:>+7.2f} {p:>12.2f} {100 * (p - r) / r:>+7.2f} {q:>9.2f}"
         )
     print(
         "(ms; offline = the sim2real replay's figures for the same requests; real/offline(S): the measured "
         "run and its offline prediction for stage S, -1 = the whole run, with the prediction's own error; "
+        "against the real run itl_mean divides by the client's counted tokens, as inference-perf does; "
         f"--window-s {first_stage_end:g} replays exactly stage 0)"
     )
 
