@@ -681,14 +681,11 @@
       } catch (err) { clear(box, problemBlock(err)); }
     });
   }
-  /* A setting's value as a person reads it: integers thousands-separated (27,819 blocks), text as
-     is, unset as a dash, anything structured as JSON. */
+  /* A setting's value as a person reads it: SS.fmt's integers (27,819 blocks), text, dash and
+     yes/no; other numbers exactly as set (0.9, not 0.90); anything structured as JSON. */
   function settingText(v) {
-    if (v === null || v === undefined) return "–";
-    if (typeof v === "number") return Number.isInteger(v) ? v.toLocaleString("en-US") : String(v);
-    if (typeof v === "string") return v;
-    if (typeof v === "boolean") return v ? "yes" : "no";
-    return JSON.stringify(v);
+    if (typeof v === "number") return Number.isInteger(v) ? SS.fmt(v, "int") : String(v);
+    return v !== null && typeof v === "object" ? JSON.stringify(v) : SS.fmt(v, "str");
   }
 
   /* The comparison basket: runs kept in this browser (localStorage), one of them the baseline. */
@@ -715,12 +712,12 @@
     items.forEach((x, i) => {
       const radio = el("input", { type: "radio", name: "basket-baseline", id: `basket-base-${i}`, value: x.id, checked: x.id === base,
         onchange: () => localStorage.setItem("servesim.basket.baseline", x.id) });
-      body.append(el("tr", {}, el("td", {}, el("label", { class: "check", for: `basket-base-${i}` }, radio, "baseline")), el("td", {}, x.title),
+      body.append(el("tr", {}, el("td", {}, el("label", { class: "check", for: `basket-base-${i}`, "aria-label": `${x.title} as the baseline` }, radio)), el("td", {}, x.title),
         el("td", {}, el("button", { type: "button", class: "small secondary", "aria-label": `Remove ${x.title} from the basket`,
           onclick: () => { basket.set(basket.get().filter((y) => y.id !== x.id)); renderBasketList(); } }, "Remove"))));
     });
     clear(list, el("table", { id: "basket-table" }, el("caption", {}, `${items.length} run(s) in the basket`),
-      el("thead", {}, el("tr", {}, ["", "run", ""].map((h) => el("th", { scope: "col" }, h)))), body));
+      el("thead", {}, el("tr", {}, ["baseline", "run", ""].map((h) => el("th", { scope: "col" }, h)))), body));
   }
   async function compareBasket() {
     const box = $("basket-results");
