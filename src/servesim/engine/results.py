@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
+from servesim.engine.sums import sum_of_products
 from servesim.errors import shown
 from servesim.traces.schema import TraceProvenance
 
@@ -115,7 +116,7 @@ class LatencyStats(BaseModel):
         wp = [_weighted_percentile(v, cum, total, q) for q in PERCENTILES]
         return cls(
             count=total,
-            mean=float(np.dot(v, w) / total),
+            mean=sum_of_products(v, w) / total,
             p50=wp[0],
             p90=wp[1],
             p95=wp[2],
@@ -428,7 +429,7 @@ def summarize(
     def tw_mean(col: str) -> float:
         if busy <= 0:
             return 0.0
-        return float(np.dot(steps[col].to_numpy(dtype=np.float64), dur) / busy)
+        return sum_of_products(steps[col].to_numpy(dtype=np.float64), dur) / busy
 
     preempt = requests["num_preemptions"].to_numpy()
     by_priority = class_metrics(requests, "priority")
@@ -477,7 +478,7 @@ def summarize(
         max_running=int(steps["num_running"].max()) if len(steps) else 0,
         mean_waiting=tw_mean("num_waiting"),
         max_waiting=int(steps["num_waiting"].max()) if len(steps) else 0,
-        mean_kv_usage=float(np.dot(kv_usage, dur) / busy) if busy > 0 else 0.0,
+        mean_kv_usage=sum_of_products(kv_usage, dur) / busy if busy > 0 else 0.0,
         max_kv_usage=float(kv_usage.max()) if len(kv_usage) else 0.0,
         max_model_len=max_model_len,
     )

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.engine.sums import sum_of_products
+
 
 class QueueTestSettings(BaseModel):
     """Parameters of the queue-instability test (see the module docstring)."""
@@ -89,13 +91,13 @@ def queue_trend(
     x = np.array([arrival[g].mean() for g in groups])
     y = np.array([y_all[g].mean() for g in groups])
     xc = x - x.mean()
-    sxx = float(np.dot(xc, xc))
+    sxx = sum_of_products(xc, xc)
     if sxx <= 0.0:
         return flat.model_copy(update={"batches": k})
-    slope = float(np.dot(xc, y - y.mean()) / sxx)
+    slope = sum_of_products(xc, y - y.mean()) / sxx
     resid = y - y.mean() - slope * xc
     df = k - 2
-    s2 = float(np.dot(resid, resid)) / df
+    s2 = sum_of_products(resid, resid) / df
     se = math.sqrt(s2 / sxx)
     scale = max(1e-12, float(np.abs(y).max()))
     if se <= 1e-12 * scale:
