@@ -88,7 +88,7 @@ def make_server() -> Iterator[object]:
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         servers.append((server, thread))
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a generous bound: a busy host starts threads slowly
         while not server.started:
             if time.monotonic() > deadline:
                 raise TimeoutError("the test server did not start")

@@ -166,15 +166,15 @@ def test_a_client_disconnect_aborts_the_request_and_frees_its_kv(make_server: An
 
 def _wait_for_the_abort(url: str) -> dict[str, list[Any]]:
     """/metrics once one request was aborted and the KV cache is empty again (the abort is
-    applied at the end of the simulated step in flight); fails the test after 20 s."""
-    deadline = time.monotonic() + 20
+    applied at the end of the simulated step in flight); fails the test after 60 s."""
+    deadline = time.monotonic() + 60
     while True:
         m = metrics(url)
         aborted = [s.value for s in m["vllm:request_success"] if s.labels.get("finished_reason") == "abort"]
         if aborted == [1.0] and m["vllm:kv_cache_usage_perc"][0].value == 0.0:
             return m
         if time.monotonic() > deadline:
-            pytest.fail(f"the abort was not applied within 20 s: {m}")
+            pytest.fail(f"the abort was not applied within 60 s: {m}")
         time.sleep(0.1)
 
 
