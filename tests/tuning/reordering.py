@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Literal
+from unittest import mock
 
 from servesim.tuning.executors import _Base, _init_worker, _run_in_worker
 from servesim.tuning.jobs import EvalContext, Job
@@ -31,9 +32,7 @@ class ReorderingExecutor(_Base):
         self.order = order
         self._rng = random.Random(seed)
         self.finished: list[list[int]] = []  # per map call: job indices in the order they finished
-        saved = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-        os.environ.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-        try:
+        with mock.patch.dict(os.environ, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}):
             self._pool = ProcessPoolExecutor(
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),
@@ -41,12 +40,6 @@ class ReorderingExecutor(_Base):
                 initargs=(ctx,),
             )
             self._pool.submit(int).result()  # start the worker now, under that environment
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
     def _permutation(self, n: int) -> list[int]:
         idx = list(range(n))
