@@ -184,6 +184,7 @@ def print_recommendation(rec: SchedulerRecommendation) -> None:
         "predicted",
         *(["error_bars"] if rec.error_bars else []),
         *(["baseline"] if rec.baseline else []),
+        *(["changes"] if rec.changes else []),
         *(["capacity"] if rec.capacity else []),
     ]
     print_section(recommendation_view(rec), tables=shown)
@@ -439,6 +440,9 @@ def register(app: typer.Typer) -> None:
         out_dir: Path | None = typer.Option(
             None, help="Write the recommendation (JSON, YAML, command) here."
         ),
+        gpu_hour_usd: float | None = typer.Option(
+            None, min=0.0, help="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print {study, recommendation} alone on stdout."),
     ) -> None:
         """Search vLLM flags, TP and replicas with Optuna; recommend, re-verified on fresh seeds."""
@@ -501,7 +505,7 @@ def register(app: typer.Typer) -> None:
                         baseline=current,
                     )
                 if do_recommend:
-                    picks = res.ranked[:3] or ([res.nearest_miss.number] if res.nearest_miss else [])
+                    picks = res.shortlist(3) or ([res.nearest_miss.number] if res.nearest_miss else [])
                     if not picks:
                         raise ValueError(
                             f"no trial of study {res.study_name} could run ({res.n_trials} trials, all "
@@ -533,6 +537,7 @@ def register(app: typer.Typer) -> None:
                             if res.baseline is not None
                             else current,
                             add_capacity=True,
+                            usd_per_gpu_hour=gpu_hour_usd,
                         )
             files = write_outbox(rec, out_dir) if (rec is not None and out_dir is not None) else []
             if url is not None and as_json:
