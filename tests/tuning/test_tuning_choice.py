@@ -162,7 +162,8 @@ def test_recommendation_deploys_n_replicas_with_cost_and_knee_headroom() -> None
 def test_tune_human_and_json_show_the_replicas_the_plan_and_the_changes() -> None:
     args = [
         "tune", "poisson_5_rps", "-n", "120", "--linear-step-time", "--num-gpu-blocks", "3000",
-        "--executor", "local", "--slo", "ttft_p99_ms=600,tpot_p99_ms=60", "--trials", "4", "--target-rate", "20",
+        "--executor", "local", "--slo", "ttft_p99_ms=600,tpot_p99_ms=60", "--trials", "4",
+        "--target-rate", "20",
         "--trial-seeds", "1", "--verify-seeds", "1", "--space", "replicas=2", "--space",
         "max_num_seqs=32", "--space", "max_num_batched_tokens=2048", "--storage", "memory",
         "--gpu-hour-usd", "3",
@@ -180,3 +181,19 @@ def test_tune_human_and_json_show_the_replicas_the_plan_and_the_changes() -> Non
     assert "is the trace's longest request" in out and "48 GPU-hours a day, $144.00 a day" in out
     assert "headroom: the SLO holds up to" in out
     assert "each change alone" in out and "replicas" in out
+
+
+def test_scenario_states_the_tolerance_of_its_max_num_seqs_pick() -> None:
+    from pathlib import Path
+
+    inp = Path(__file__).resolve().parents[2] / "examples" / "inputs" / "s001_stable.input.json"
+    data = json.loads(CliRunner().invoke(app, ["scenario", str(inp), "--json"]).stdout)
+    sweep = data["details"]["max_num_seqs_sweep"]
+    tol = data["details"]["ttft_p99_tolerance"]
+    assert tol == 1 / model_tolerance().latency_ratio("ttft") - 1
+    # 256 had the lowest TTFT p99 by under 2 %: the smallest within the error is taken instead.
+    assert data["recommended_max_num_seqs"] < 256
+    assert sweep[str(data["recommended_max_num_seqs"])] <= sweep["1024"] * (1 + tol)
+    out = CliRunner().invoke(app, ["scenario", str(inp)]).output
+    assert f"within {tol:.0%} of the default's" in " ".join(out.split())
+    assert "measured TTFT p99 error" in " ".join(out.split())

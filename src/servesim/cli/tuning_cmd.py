@@ -442,7 +442,9 @@ def register(app: typer.Typer) -> None:
             None, help="Write the recommendation (JSON, YAML, command) here."
         ),
         gpu_hour_usd: float | None = typer.Option(
-            None, min=0.0, help="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only)."
+            None,
+            min=0.0,
+            help="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only).",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print {study, recommendation} alone on stdout."),
     ) -> None:
