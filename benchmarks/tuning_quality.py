@@ -18,9 +18,12 @@ each under a loose and a tight SLO. For each case:
   evaluated: what the study costs on this machine with ``--executor local``.
 
 Printed per case: the grid's best (GPUs, goodput per GPU), the tuner's pick at each budget with
-its regret (goodput per GPU relative to the best; GPUs against the best's) and wall time; at the
-end how many cases meet the target (no more GPUs than the best and within 5 % of its goodput
-per GPU at the default budget).
+its regret (goodput per GPU relative to the best; GPUs against the best's), the flags it changes
+from the baseline (vLLM's defaults) and wall time; at the end how many cases meet the target (no
+more GPUs than the best and within 5 % of its goodput per GPU at the default budget). The pick
+is the one ``servesim tune`` recommends: the fewest changes among the trials within the
+step-time model's measured error of the study's best (``tuning.choice``); "flags" shows its
+changes and, in brackets, those of the study's best by the ranking rule alone.
 
     uv run python benchmarks/tuning_quality.py                # 12 cases, 200 requests each
     uv run python benchmarks/tuning_quality.py --requests 200 --only azure-conv
@@ -211,10 +214,12 @@ def main() -> None:
     only = {x for x in args.only.split(",") if x}
     print(
         "| case | SLO | grid best (GPUs, goodput/GPU) | grid size (sim s) | budget | search | pick GPUs "
-        "| regret goodput/GPU | wall s |"
+        "| regret goodput/GPU | flags changed (best's) | wall s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     met = total = tpe_met = tpe_total = 0
+    n_changes: list[int] = []
+    n_best_changes: list[int] = []
     for c in cases(args.requests):
         if only and c.name not in only:
             continue
@@ -255,7 +260,13 @@ def main() -> None:
                     storage=None,
                 )
                 wall = time.perf_counter() - t1 + run_ex.sim_s
-                pick = res.best.outcome if res.best is not None else None
+                by_number = {r.number: r for r in res.trials}
+                ch = res.choice
+                pick = by_number[ch.chosen].outcome if ch is not None else None
+                flags = f"{len(ch.chosen_changes)} ({len(ch.best_changes)})" if ch is not None else "-"
+                if ch is not None:
+                    n_changes.append(len(ch.chosen_changes))
+                    n_best_changes.append(len(ch.best_changes))
                 if best is None or best.goodput_per_gpu is None:
                     verdict = "no feasible trial in the grid" + (
                         "" if pick is None else " (tuner found one?)"
@@ -278,11 +289,17 @@ def main() -> None:
                 print(
                     f"| {c.name} | {slo_name} | {head} | {len(grid)} ({grid_s:.0f} s) | {budget} | "
                     f"{'grid' if res.exhaustive else 'TPE'} | {gpus} | "
-                    f"{verdict} | {wall:.1f} |",
+                    f"{verdict} | {flags} | {wall:.1f} |",
                     flush=True,
                 )
     print(f"\nat the default budget: {met} of {total} cases meet the target (<= the best's GPUs, within 5 %)")
     print(f"TPE alone at 40 trials (exhaustive search off): {tpe_met} of {tpe_total}")
+    if n_changes:
+        print(
+            f"flags changed by the pick: {sum(n_changes)} over {len(n_changes)} runs "
+            f"(mean {sum(n_changes) / len(n_changes):.2f}); by the study's best alone: "
+            f"{sum(n_best_changes)} (mean {sum(n_best_changes) / len(n_best_changes):.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def main() -> None:
         )
         by_number = {r.number: r for r in res.trials}
         cands = []
-        for n in res.ranked[:3]:
+        for n in res.shortlist(3):
             o = by_number[n].outcome
             assert o is not None
             cands.append(Deployment.model_validate({"max_model_len": mml, **o.params}))

@@ -73,7 +73,7 @@ def test_tune_json_study_and_recommendation(tmp_path: Path) -> None:
     rec = SchedulerRecommendation.model_validate(data["recommendation"])
     assert study.n_trials == 4 and study.storage is None and study.best is not None
     assert rec.requires_human_review and rec.meets_slo and rec.verification_seeds == [1000, 1001]
-    assert rec.source["trials"][0] == study.best.number
+    assert study.choice is not None and rec.source["trials"][0] == study.choice.chosen == study.shortlist()[0]
     files = sorted(p.name for p in out.iterdir())
     assert files == ["recommendation.json", "vllm-config.yaml", "vllm-serve-command.txt"]
     assert SchedulerRecommendation.model_validate_json((out / "recommendation.json").read_text()) == rec

@@ -48,16 +48,20 @@ def test_seed_load_scenarios_reproduce_the_verdicts() -> None:
     assert heavy.simulated_p99_ttft_ms > 10 * light.simulated_p99_ttft_ms
     assert isinstance(heavy.recommended_chunked_prefill, bool)
     for res in (heavy, light):
-        # Never worse than vllm serve's default (1,024 on an H100), and the smallest such setting.
+        # No worse than vllm serve's default (1,024 on an H100) beyond the step-time model's
+        # measured TTFT p99 error, and the smallest such setting (fewest changes that hold).
         sweep = res.details["max_num_seqs_sweep"]
         rec = res.recommended_max_num_seqs
-        assert sweep[str(rec)] <= sweep["1024"]
-        assert all(v > sweep["1024"] for k, v in sweep.items() if int(k) < rec)
+        allowed = sweep["1024"] * (1 + res.details["ttft_p99_tolerance"])
+        assert res.details["ttft_p99_allowed_ms"] == pytest.approx(allowed)
+        assert 0.2 < res.details["ttft_p99_tolerance"] < 0.35
+        assert sweep[str(rec)] <= allowed
+        assert all(v > allowed for k, v in sweep.items() if int(k) < rec)
         why = next(r for r in res.reasons if r.knob == "max_num_seqs")
         assert why.value == rec and why.alternative == 1024 and why.against == "baseline"
         ttft = next(e for e in why.effects if e.metric == "ttft_p99_ms")
         assert ttft.recommended == sweep[str(rec)] and ttft.alternative == sweep["1024"]
-        assert ttft.verdict in ("same", "worse")  # the default is no better than the pick
+        assert ttft.recommended <= allowed  # the default is no better than the pick beyond the error
     # 25 req/s on 1,024 blocks: no flag helps, capacity does; 5 req/s needs none.
     assert light.capacity is None
     cap = heavy.capacity

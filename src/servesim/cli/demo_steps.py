@@ -220,7 +220,7 @@ def tune(run: DemoRun) -> None:
                 wl,
                 hw,
                 goal,
-                trial_deployments(res, res.ranked[:3], wl.default_max_model_len(), "fcfs"),
+                trial_deployments(res, res.shortlist(3), wl.default_max_model_len(), "fcfs"),
                 target_rate=res.target_rate_rps,
                 verify_seeds=[1000, 1001],
                 executor="local",
@@ -228,7 +228,7 @@ def tune(run: DemoRun) -> None:
                     "study": res.study_name,
                     "storage": None,
                     "objective": res.objective,
-                    "trials": res.ranked[:3],
+                    "trials": res.shortlist(3),
                 },
             )
             for p in write_outbox(rec, run.outbox / "recommendation"):

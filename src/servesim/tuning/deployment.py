@@ -135,6 +135,20 @@ class Deployment(BaseModel):
                 parts += [f"--{name}", _fmt(value)]
         return shlex.join(parts)
 
+    def replica_commands(self, model: str, first_port: int = 8000, gpus_per_node: int = 8) -> list[str]:
+        """One ``vllm serve`` line per replica: its GPUs (``CUDA_VISIBLE_DEVICES``, numbered within a
+        node of ``gpus_per_node``) and its port; the router sends to these ports."""
+        one = self.vllm_serve_command(model)
+        lines = []
+        for i in range(self.replicas):
+            first = (i * self.tensor_parallel_size) % gpus_per_node
+            ids = ",".join(str(first + j) for j in range(self.tensor_parallel_size))
+            node = (i * self.tensor_parallel_size) // gpus_per_node
+            port = first_port + i % max(1, gpus_per_node // self.tensor_parallel_size)
+            where = f"  # replica {i + 1} of {self.replicas}" + (f", node {node + 1}" if node else "")
+            lines.append(f"CUDA_VISIBLE_DEVICES={ids} {one} --port {port}{where}")
+        return lines
+
     def vllm_config_yaml(self, model: str, header: list[str] | None = None) -> str:
         """The same settings as a ``vllm serve --config`` YAML (long flag names as keys).
 

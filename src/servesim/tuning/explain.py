@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from servesim.traces.inspect import inspect_trace
+from servesim.tuning.choice import Tolerance, binding_metric, model_tolerance, pressure_clearly_lower
 from servesim.tuning.deployment import Deployment, resolve_deployment
 from servesim.tuning.evaluate import RunMetrics, Status
 from servesim.tuning.executors import Executor
@@ -58,6 +59,7 @@ class RunSummary(BaseModel):
     saturated_runs: int
     meets_slo: bool | None
     slo_pressure: float | None = Field(description="Worst seed's max over capped metrics of p99 / cap.")
+    binding: str | None = Field(None, description="The capped metric behind slo_pressure (ttft/tpot/e2e).")
     violations: list[str]
 
     @classmethod
@@ -76,6 +78,7 @@ class RunSummary(BaseModel):
             saturated_runs=saturated,
             meets_slo=None if slo is None else (saturated == 0 and all(r.slo_ok for r in runs)),
             slo_pressure=max((worst[m] / c for m, c in caps.items()), default=None),
+            binding=binding_metric(worst, caps),
             violations=list(dict.fromkeys(v for r in runs for v in r.slo_violations)),
         )
 
@@ -83,23 +86,26 @@ class RunSummary(BaseModel):
         return {"ttft": self.ttft_p99_ms, "tpot": self.tpot_p99_ms, "e2e": self.e2e_p99_ms}
 
 
-def beats(cand: RunSummary, base: RunSummary) -> bool:
-    """``cand`` is better than the baseline at the target load: it meets the SLO where the
-    baseline does not; or neither does and it is clearly closer (worst p99 / cap lower by more
-    than 2 %); or both meet it and it uses fewer GPUs, or the same GPUs with a clearly lower worst
-    p99 against the caps."""
+def beats(cand: RunSummary, base: RunSummary, tol: Tolerance | None = None) -> bool:
+    """``cand`` is better than the baseline at the target load by more than the step-time model's
+    measured error (``choice.model_tolerance``): it meets the SLO where the baseline does not; or
+    neither does and its worst p99 / cap is lower beyond the error of the metric binding the
+    baseline; or both meet it and it uses fewer GPUs, or the same GPUs with a worst p99 / cap lower
+    beyond that error. Inside the error the baseline stays: "keep what you have"."""
+    tol = tol or model_tolerance()
     if cand.meets_slo is not None and base.meets_slo is not None and cand.meets_slo != base.meets_slo:
         return cand.meets_slo
+    binding = base.binding or "ttft"
     # Neither is an answer (capacity is searched next, from the winner): the closer to the SLO.
     both_miss = cand.meets_slo is False and base.meets_slo is False
     if both_miss and cand.slo_pressure is not None and base.slo_pressure is not None:
-        return cand.slo_pressure < base.slo_pressure * (1 - 0.02)
+        return pressure_clearly_lower(cand.slo_pressure, base.slo_pressure, binding, tol)
     if cand.saturated_runs != base.saturated_runs:
         return cand.saturated_runs < base.saturated_runs
     if cand.gpus != base.gpus:
         return cand.gpus < base.gpus
     if cand.slo_pressure is not None and base.slo_pressure is not None:
-        return cand.slo_pressure < base.slo_pressure * (1 - 0.02)
+        return pressure_clearly_lower(cand.slo_pressure, base.slo_pressure, binding, tol)
     worse = [Effect.of(m, cand.p99()[m], base.p99()[m]) for m in ("ttft", "e2e")]
     return all(e.verdict != "better" for e in worse) and any(e.verdict == "worse" for e in worse)
 

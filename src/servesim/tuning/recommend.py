@@ -26,6 +26,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from servesim.tuning.capacity import CapacityAnswer, find_capacity, runs_meet
+from servesim.tuning.changes import FlagChange, measure_changes
+from servesim.tuning.choice import Tolerance, model_tolerance
+from servesim.tuning.deploy import DeployPlan, deploy_plan
 from servesim.tuning.deployment import Deployment, resolve_deployment
 from servesim.tuning.evaluate import EvalSettings, LatencySpread, RatePoint, RunMetrics, Status
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
@@ -108,6 +111,17 @@ class SchedulerRecommendation(BaseModel):
     )
     reasons: list[Reason] = Field(description="The measured statements behind it (views.tuning words them).")
     ablations: list[Ablation]
+    tolerance: Tolerance = Field(
+        default_factory=model_tolerance,
+        description="The step-time model's measured error: a change must beat the baseline by more.",
+    )
+    changes: list[FlagChange] = Field(
+        default_factory=list,
+        description="Each knob changed from the baseline, measured alone (baseline + it, first fresh seed).",
+    )
+    deploy: DeployPlan | None = Field(
+        None, description="N replicas x the command, router, gateway timeout, cost, headroom to the knee."
+    )
     vllm_serve_command: str = Field(description="One replica; run `replicas` of them behind the router.")
     config_yaml: str = Field(description="The same flags for vllm serve --config.")
     source: dict[str, Any] = Field(default_factory=dict, description="Where the candidate came from.")
@@ -177,6 +191,7 @@ def recommend(
     baseline: Deployment | None = None,
     add_capacity: bool = False,
     max_replicas: int = 64,
+    usd_per_gpu_hour: float | None = None,
 ) -> SchedulerRecommendation:
     """Verify, measure headroom, explain and render the first candidate that holds up.
 
@@ -185,7 +200,9 @@ def recommend(
     (``explain.beats``) the verdict is *keep*, with the candidate's numbers as the evidence. With
     ``add_capacity`` (the candidates are the best a search found), when nothing verified meets
     the SLO replicas of the best flags are added until they do (up to ``max_replicas``): verdict
-    *add_capacity*, with every replica count tried."""
+    *add_capacity*, with every replica count tried. A candidate beats the baseline only by more
+    than the step-time model's measured error (``choice.model_tolerance``); each knob it changes
+    is then re-simulated alone on the baseline (``changes``). ``usd_per_gpu_hour`` prices the plan."""
     if not candidates and baseline is None:
         raise ValueError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
@@ -211,6 +228,7 @@ def recommend(
         d, runs, index = chosen or first
         verdict: Literal["change", "keep", "add_capacity"] = "change"
         base_sum = alt_sum = None
+        b_runs: list[RunMetrics] = []
         if baseline is not None:
             b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
             base_sum = RunSummary.of(baseline, b_runs, slo)
@@ -228,6 +246,11 @@ def recommend(
         search.points[0] = RatePoint.of(rate, runs, ev, slo is not None)  # the runs just made
         sat = _search(search, workload, d, hardware, slo, sat_settings, rate, config.num_gpu_blocks, res)
         ablations = run_ablations(ex, d, workload, hardware, rate, seeds[0], slo)
+        changes = (
+            measure_changes(ex, baseline, b_runs[0], d, hardware, rate, slo)
+            if baseline is not None and b_runs and d != baseline
+            else []
+        )
     finally:
         if owned:
             ex.close()
@@ -241,6 +264,22 @@ def recommend(
         notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
     rec = build_recommendation(
         workload, hardware, slo, d, runs, sat, ablations, config.num_gpu_blocks, rate, ev, source or {}, notes
+    )
+    sample = workload.sample().df
+    plan = deploy_plan(
+        d,
+        rec.model,
+        rec.router,
+        longest_request_tokens=workload.max_request_tokens(),
+        rate=rate,
+        throughput_rps=rec.predicted_throughput_rps.mean,
+        output_tokens_per_s=rec.predicted_output_tokens_per_s.mean,
+        mean_request_tokens=float((sample["prompt_len"] + sample["output_len"]).mean()),
+        knee_rps=rec.goodput_knee_rps,
+        knee_headroom=rec.knee_headroom,
+        unstable_rps=rec.saturation_rps,
+        headroom=rec.headroom,
+        usd_per_gpu_hour=usd_per_gpu_hour,
     )
     reasons = list(rec.reasons)
     mine = RunSummary.of(d, runs, slo)
@@ -257,6 +296,8 @@ def recommend(
             "best_alternative": alt_sum,
             "capacity": cap,
             "reasons": reasons,
+            "changes": changes,
+            "deploy": plan,
         }
     )
 

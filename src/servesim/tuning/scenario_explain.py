@@ -106,6 +106,7 @@ def explain_load(
     rate: float,
     blocks: int,
     prompt_facts: dict[str, float | int],
+    tolerance: dict[str, float | str] | None = None,
 ) -> list[Reason]:
     """The scenario's answers as measured statements (rendered by ``servesim.views.tuning``)."""
     runs = dict(sweep)
@@ -123,8 +124,10 @@ def explain_load(
             facts={
                 "mean_running": mine.mean_running,
                 "sequences_the_cache_holds": holds,
-                "rule": "smallest power of two whose TTFT p99 is no worse than vllm serve's default",
+                "rule": "smallest power of two whose TTFT p99 is within the step-time model's measured "
+                "error of vllm serve's default",
                 "sweep": ", ".join(f"{k}: {m.ttft_ms.p99:,.0f} ms" for k, m in sweep),
+                **(tolerance or {}),
             },
         ),
         Reason(

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import shown
 from servesim.io import file_lock
+from servesim.tuning.choice import Candidate, Choice, binding_metric, choose, model_tolerance
 from servesim.tuning.deployment import Deployment, vllm_default_deployment
 from servesim.tuning.evaluate import EvalSettings
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
@@ -174,7 +175,18 @@ class TuneResult(BaseModel):
         default_factory=list, description="Trials that ran and missed, nearest first (when none is feasible)."
     )
     nearest_miss: InfeasibleTrial | None = Field(None, description="The trial closest to feasible.")
+    choice: Choice | None = Field(
+        None,
+        description="Fewest changes first: the trial to recommend among those the best does not beat "
+        "beyond the step-time model's error (tuning.choice); None: no feasible trial.",
+    )
     trials: list[TrialRecord]
+
+    def shortlist(self, n: int = 3) -> list[int]:
+        """The first ``n`` trials to verify: the choice's order (fewest changes among the
+        equivalent first), else the ranking."""
+        order = self.choice.order if self.choice is not None else self.ranked
+        return order[:n]
 
 
 def directions(objective: Objective) -> list[Direction]:
@@ -389,7 +401,7 @@ def tune(
         check_executor(executor, ctx)
         reused = _run_trials(study, executor, sp, spec, st, slo, st.batch or n_jobs, progress, plan.n_trials)
     res = summarize_study(study, name, storage, st.objective, spec.target_rate, sp, slo)
-    return finish_summary(res, plan, reused)
+    return finish_summary(res, plan, reused, slo)
 
 
 class SeedPlan(BaseModel):
@@ -507,8 +519,11 @@ def seed_study(
     return SeedPlan(seeded=seeded, n_trials=n, space_size=size, exhaustive=False, notes=notes)
 
 
-def finish_summary(res: TuneResult, plan: SeedPlan, reused: int) -> TuneResult:
-    """The study's summary with the seeding plan, the baseline trial and the budget notes."""
+def finish_summary(
+    res: TuneResult, plan: SeedPlan, reused: int, slo: PercentileSLO | None = None
+) -> TuneResult:
+    """The study's summary with the seeding plan, the baseline trial, the budget notes and the
+    fewest-changes choice."""
     seeded: list[SeededTrial] = []
     baseline: TrialRecord | None = None
     for s in plan.seeded:
@@ -526,8 +541,37 @@ def finish_summary(res: TuneResult, plan: SeedPlan, reused: int) -> TuneResult:
             "exhaustive": plan.exhaustive,
             "budget_notes": plan.notes,
             "reused": reused,
+            "choice": fewest_changes(res, plan, baseline, slo),
         }
     )
+
+
+def fewest_changes(
+    res: TuneResult, plan: SeedPlan, baseline: TrialRecord | None, slo: PercentileSLO | None
+) -> Choice | None:
+    """``choice.choose`` over the ranked feasible trials, against the seeded baseline."""
+    by_number = {r.number: r for r in res.trials}
+    caps = slo.caps() if slo is not None else {}
+    cands: list[Candidate] = []
+    for n in res.ranked:
+        o = by_number[n].outcome
+        if o is None or o.gpus is None or o.goodput_per_gpu is None or o.capacity_per_gpu is None:
+            continue
+        spreads = {"ttft": o.ttft_p99_ms, "tpot": o.tpot_p99_ms, "e2e": o.e2e_p99_ms}
+        p99 = {m: (s.max if s is not None else 0.0) for m, s in spreads.items()}
+        cands.append(
+            Candidate(
+                number=n,
+                params=o.params,
+                gpus=o.gpus,
+                goodput_per_gpu=o.goodput_per_gpu,
+                capacity_per_gpu=o.capacity_per_gpu,
+                slo_pressure=o.slo_pressure if caps else None,
+                binding=binding_metric(p99, caps),
+            )
+        )
+    base = next((s.params for s in plan.seeded if s.role == "baseline"), None)
+    return choose(cands, base, baseline.number if baseline is not None else None, model_tolerance())
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

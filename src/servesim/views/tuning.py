@@ -10,6 +10,7 @@ from typing import Any
 from servesim.tuning.reasons import Effect, Reason
 from servesim.tuning.recommend import SchedulerRecommendation
 from servesim.tuning.search import TrialRecord, TuneResult
+from servesim.views.deploy import changes_table, deploy_lines, tolerance_text, value_text
 from servesim.views.glossary import define
 from servesim.views.model import Column, Kpi, Section, Series, Table, Verdict
 
@@ -342,7 +343,15 @@ def recommendation_view(rec: SchedulerRecommendation) -> Section:
         key="recommendation",
         title="recommendation",
         kpis=kpis,
-        tables=[predicted, error_bars_table(rec), flags, baseline_table(rec), capacity_table(rec), ablations],
+        tables=[
+            predicted,
+            error_bars_table(rec),
+            flags,
+            baseline_table(rec),
+            *([changes_table(rec)] if rec.changes else []),
+            capacity_table(rec),
+            ablations,
+        ],
         verdicts=[
             Verdict(key="recommendation", label="recommendation", status=status, text=headline),
             Verdict(
@@ -365,7 +374,10 @@ def recommendation_view(rec: SchedulerRecommendation) -> Section:
             else []
         )
         + [Verdict(key="warning", label="note", status="warn", text=w) for w in rec.warnings],
-        text=[*(reason_text(r) for r in rec.reasons), rec.vllm_serve_command],
+        text=[
+            *(reason_text(r) for r in rec.reasons),
+            *(deploy_lines(rec.deploy) if rec.deploy is not None else [rec.vllm_serve_command]),
+        ],
     )
 
 
@@ -459,10 +471,17 @@ def _ablation(r: Reason) -> str:
             f"{_effects(r, ('ttft_p99_ms',))}{_verdict(r)}"
         )
     if k == "max_num_seqs":
-        return (
+        line = (
             f"max_num_seqs {r.value}: the batch held {f.get('mean_running', 0):,.1f} requests on average; at "
             f"{r.alternative} {_effects(r, ('ttft_p99_ms', 'e2e_p99_ms'))}{_verdict(r)}"
         )
+        if f.get("ttft_p99_tolerance") is not None:
+            line += (
+                f" (the fewest sequences whose TTFT p99 is within {_f(f, 'ttft_p99_tolerance'):.0%} of the "
+                f"default's, at most {_ms_unit(_f(f, 'ttft_p99_allowed_ms'))}: the step-time model's "
+                f"measured TTFT p99 error; sweep {f.get('sweep')})"
+            )
+        return line
     if k == "max_num_batched_tokens":
         return (
             f"max_num_batched_tokens {r.value:,}: at half the budget "
@@ -609,9 +628,17 @@ _VERDICT = {
 
 
 def verdict_text(rec: SchedulerRecommendation) -> str:
+    """The verdict with the margin a change had to beat, and how many flags it changes."""
     text = _VERDICT[rec.verdict]
     if rec.verdict == "keep" and rec.source.get("baseline_origin") == "vllm defaults":
         text = "keep vllm serve's defaults: nothing tried beat them at the target load"
+    if rec.verdict == "keep":
+        text += f" by more than the step-time model's measured error ({tolerance_text(rec.tolerance)})"
+    elif rec.changes:
+        names = ", ".join(
+            f"{c.flag} {value_text(c.baseline_value)} -> {value_text(c.value)}" for c in rec.changes
+        )
+        text += f": {len(rec.changes)} change(s) from your configuration ({names})"
     return text
 
 

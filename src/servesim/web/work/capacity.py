@@ -171,7 +171,7 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
             by_number = {r.number: r for r in res.trials}
             mml = wl.default_max_model_len()
             candidates = []
-            for num in res.ranked[:3]:
+            for num in res.shortlist(3):
                 o = by_number[num].outcome
                 if o is not None:
                     candidates.append(Deployment.model_validate({"max_model_len": mml, **o.params}))
@@ -184,7 +184,7 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
                 verify_seeds=[1000 + i for i in range(body.verify_seeds)],
                 eval_settings=ev,
                 executor=ex,
-                source={"study": res.study_name, "objective": res.objective, "trials": res.ranked[:3]},
+                source={"study": res.study_name, "objective": res.objective, "trials": res.shortlist(3)},
                 progress=lambda done, total: report(
                     n + done * body.verify_seeds // max(total, 1), n + body.verify_seeds
                 ),
