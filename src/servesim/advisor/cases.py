@@ -28,8 +28,8 @@ from servesim.advisor.models import (
     FallbackAdvice,
     RescheduleAdvice,
     Task,
-    Verification,
     VerdictWord,
+    Verification,
 )
 from servesim.cluster import Replica, simulate_cluster
 from servesim.cluster.recovery import RecoveryPlan
