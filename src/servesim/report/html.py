@@ -168,6 +168,7 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
     labels = CATEGORIES.get(s.key)
     x: list[Any] = labels if labels and len(labels) == len(s.x) else s.x
     trace: dict[str, Any] = {"x": x, "y": s.y, "name": s.y_label, "marker": {"color": color}}
+    shapes: list[Any] = []
     if s.kind == "bar":
         trace["type"] = "bar"
     else:
@@ -175,7 +176,6 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
         trace["mode"] = "markers" if s.kind == "scatter" else "lines"
         if s.kind == "step":
             trace["line"] = {"shape": "hv", "color": color}
-    shapes = []
     if s.reference is not None:
         shapes.append(
             {
@@ -188,10 +188,69 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
                 "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
             }
         )
+    data = [trace]
+    for j, ln in enumerate(s.lines):
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": x,
+                "y": ln.y,
+                "name": ln.label,
+                "line": {"color": COLORS[(j + 3) % len(COLORS)], "dash": "dot", "width": 1.5},
+            }
+        )
+    annotations = []
+    if s.reference is not None and s.reference_label:
+        annotations.append(
+            {
+                "xref": "paper",
+                "x": 1,
+                "y": s.reference,
+                "text": s.reference_label,
+                "showarrow": False,
+                "xanchor": "right",
+                "yanchor": "bottom",
+                "font": {"color": "#cf222e", "size": 11},
+            }
+        )
+    for m in s.marks:
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": m.x,
+                "x1": m.x,
+                "line": {"color": "#5b6475", "dash": "dot", "width": 1.2},
+            }
+        )
+        annotations.append(
+            {
+                "yref": "paper",
+                "y": 1,
+                "x": m.x,
+                "text": m.label,
+                "showarrow": False,
+                "textangle": -90,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"size": 10, "color": "#5b6475"},
+            }
+        )
     y_axis = _axis(s.y_label, s.y_unit)
-    if min(s.y) >= 0:
+    if s.log_y:
+        y_axis["type"] = "log"
+    elif min(s.y) >= 0:
         y_axis["rangemode"] = "tozero"
-    return {"data": [trace], "layout": _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)}
+    layout = _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)
+    layout["annotations"] = annotations
+    if s.lines:
+        layout["showlegend"] = True
+        layout["legend"] = {"orientation": "h", "y": -0.25, "font": {"size": 10}}
+        layout["margin"] = {**layout["margin"], "b": 80}
+    return {"data": data, "layout": layout}
 
 
 def histogram_spec(h: Histogram, color: str) -> dict[str, Any]:
