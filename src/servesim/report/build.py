@@ -335,7 +335,9 @@ def headline(parts: Sequence[ReportPart], documents: Sequence[Document] = ()) ->
                 )
                 for key in ("goodput_knee_rps", "saturation_rps")
             ]
-            groups.append(KpiGroup(title=f"saturation sweep of the simulated configuration ({doc.name})", kpis=kpis))
+            groups.append(
+                KpiGroup(title=f"saturation sweep of the simulated configuration ({doc.name})", kpis=kpis)
+            )
     return groups
 
 

@@ -74,9 +74,9 @@ code { font-size: 12.5px; }
   main { max-width: none; padding: 0; } h2 { break-before: page; border-top: none; }
   .charts { grid-template-columns: 1fr; } figure, .kpi, .lead { break-inside: avoid; }
   .plot { height: 260px; width: 100%; } .q { display: none; } nav { display: none; }
-  .tablewrap { overflow: visible; } table { width: 100%; font-size: 9.5px; table-layout: auto; }
-  th { white-space: normal; } th, td { padding: 2px 4px; overflow-wrap: anywhere; }
-  td.t { min-width: 0; } pre { white-space: pre-wrap; word-break: normal; overflow-wrap: normal; }
+  .tablewrap { overflow: visible; } table { width: 100%; font-size: 8.5px; table-layout: auto; }
+  th, th.n, td.n { white-space: normal; } th, td { padding: 2px 3px; }
+  td.t { min-width: 0; } td code { overflow-wrap: anywhere; word-break: break-all; } pre { white-space: pre-wrap; word-break: normal; overflow-wrap: normal; }
 }
 """
 

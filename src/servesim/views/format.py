@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from servesim.views.model import Cell, Column, Kpi
 
-
 #: Python reprs a stored result may still hold in a text cell, as a reader writes them.
 _PY_REPR = {"True": "on", "False": "off", "None": "-"}
 

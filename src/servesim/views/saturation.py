@@ -230,14 +230,14 @@ def saturation_view(rep: SaturationReport) -> Section:
     )
     throughput = Series(
         key="throughput_curve",
-        title="throughput against offered load",
+        title="throughput against offered load (window: completions 10th-90th pct)",
         x_label="offered load",
         x_unit="req/s",
-        y_label=f"throughput ({WINDOW.split(' between')[0]} 10th-90th pct)",
+        y_label="throughput",
         y_unit="req/s",
         x=offered,
         y=[p.throughput_rps.mean for p in rep.points],
-        lines=[Line(label="offered (throughput = offered while the engine keeps up)", y=offered)],
+        lines=[Line(label="offered", y=offered)],
         marks=marks,
         help=f"Finished requests per second over the {WINDOW}.",
     )

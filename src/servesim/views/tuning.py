@@ -656,7 +656,9 @@ def lead_clauses(rec: SchedulerRecommendation) -> list[str]:
     ]
     base = baseline_name(rec)
     if rec.verdict == "keep":
-        what = f"Keep {'vLLM' if base.startswith('vLLM') else 'your'} current settings: nothing tried beat them"
+        what = (
+            f"Keep {'vLLM' if base.startswith('vLLM') else 'your'} current settings: nothing tried beat them"
+        )
     elif rec.verdict == "add_capacity":
         what = "Add capacity: no scheduler setting meets the SLO on the GPUs searched"
     elif changes:
@@ -694,8 +696,8 @@ def recommendation_lines(rec: SchedulerRecommendation) -> list[str]:
 
 
 __all__ = [
-    "effect_text",
     "baseline_name",
+    "effect_text",
     "infeasibility_table",
     "lead_clauses",
     "lead_sentence",
