@@ -73,7 +73,8 @@ def test_no_chart_or_table_past_the_printable_width(printed) -> None:
         page.wait_for_function("window.servesimChartsReady !== undefined", timeout=60_000)
         too_wide = page.evaluate(
             """(w) => Array.from(document.querySelectorAll('figure, table, pre, .plot svg.main-svg'))
-                 .map(e => [e.tagName + (e.dataset.table || e.dataset.chart || ''), e.getBoundingClientRect().right])
+                 .map(e => [e.tagName + (e.dataset.table || e.dataset.chart || ''),
+                            e.getBoundingClientRect().right])
                  .filter(([_, right]) => right > w + 1)""",
             PRINT_WIDTH_PX,
         )

@@ -76,7 +76,8 @@ code { font-size: 12.5px; }
   .plot { height: 260px; width: 100%; } .q { display: none; } nav { display: none; }
   .tablewrap { overflow: visible; } table { width: 100%; font-size: 8.5px; table-layout: auto; }
   th, th.n, td.n { white-space: normal; } th, td { padding: 2px 3px; }
-  td.t { min-width: 0; } td code { overflow-wrap: anywhere; word-break: break-all; } pre { white-space: pre-wrap; word-break: normal; overflow-wrap: normal; }
+  td.t { min-width: 0; } td code { overflow-wrap: anywhere; word-break: break-all; }
+  pre { white-space: pre-wrap; word-break: normal; overflow-wrap: normal; }
 }
 """
 
