@@ -2,8 +2,9 @@
 
 For each task a *case* holds the question; ``summary()`` is the compact, normalised view an LLM
 gets (numbers and ids, never whole traces; bounded in size); ``verify()`` re-checks a proposal
-with servesim's own models next to the current setting and the optimizer's best, and rejects a
-proposal that makes the objective worse:
+with servesim's own models next to the current setting and the optimizer's best, and words the
+outcome (``VerdictWord``): rejected when it misses the SLO or makes the objective worse, "no
+change" when it is the current setting, accepted only for a change that meets the SLO and improves:
 
 * batching: the trace is re-simulated with the proposed flags (goodput under the SLO, or p99
   E2E without one);
@@ -27,6 +28,7 @@ from servesim.advisor.models import (
     FallbackAdvice,
     RescheduleAdvice,
     Task,
+    VerdictWord,
     Verification,
 )
 from servesim.cluster import Replica, simulate_cluster
@@ -42,6 +44,46 @@ TOLERANCE = 0.005  # relative: re-simulation noise below this is not "worse"
 
 def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(float(x), nd)
+
+
+def _compare(new: float, cur: float, *, higher_is_better: bool) -> tuple[bool, bool]:
+    """(better, worse) beyond re-simulation noise (``TOLERANCE``, relative)."""
+    up, down = new > cur * (1 + TOLERANCE), new < cur * (1 - TOLERANCE)
+    if cur == 0:
+        up, down = new > 0, new < 0
+    return (up, down) if higher_is_better else (down, up)
+
+
+def _moves(better: bool, worse: bool, up: str, down: str) -> str:
+    return up if better else (down if worse else "holds")
+
+
+def _word(same: bool, better: bool, worse: bool) -> VerdictWord:
+    """The verdict of a proposal that breaks no hard limit, from how it compares with now."""
+    if same:
+        return "no_change"
+    if worse:
+        return "rejected"
+    return "accepted" if better else "no_gain"
+
+
+def _flags(a: BatchingAdvice) -> dict[str, Any]:
+    return a.model_dump(exclude={"rationale", "expected_effect"})
+
+
+def slo_misses(s: SimulationSummary, slo: SLO | None) -> list[str]:
+    """Each p99 cap of ``slo`` that ``s`` breaks, as 'TTFT p99 412 ms > 400 ms'."""
+    if slo is None:
+        return []
+    out = []
+    for name, cap, got in (
+        ("TTFT", slo.ttft_ms, s.ttft_ms.p99),
+        ("TPOT", slo.tpot_ms, s.tpot_ms.p99),
+        ("E2E", slo.e2e_ms, s.e2e_ms.p99),
+    ):
+        if cap is not None and got > cap:
+            out.append(f"{name} p99 {got:,.1f} ms > {cap:,.5g} ms")
+    return out
 
 
 def _bounded(data: dict[str, Any]) -> str:
@@ -172,19 +214,32 @@ class BatchingCase:
             candidates.append(
                 Comparison(label="optimizer_best", metrics=self.metrics(best, self.optimizer_best.replicas))
             )
+        same = _flags(proposal) == _flags(self.current_advice())
+        misses = slo_misses(new, self.slo)
         if self.slo is not None:
-            ok = new.goodput >= cur.goodput * (1 - TOLERANCE)
-            reason = (
-                f"goodput under the SLO {'holds' if ok else 'drops'}: {new.goodput:.3f} req/s proposed vs "
-                f"{cur.goodput:.3f} now ({new.num_good} vs {cur.num_good} requests meet it)"
+            better, worse = _compare(new.goodput, cur.goodput, higher_is_better=True)
+            measured = (
+                f"goodput under the SLO {_moves(better, worse, 'rises', 'drops')}: {new.goodput:.3f} req/s "
+                f"proposed vs {cur.goodput:.3f} now ({new.num_good} vs {cur.num_good} requests meet it)"
             )
         else:
-            ok = new.e2e_ms.p99 <= cur.e2e_ms.p99 * (1 + TOLERANCE)
-            reason = (
-                f"p99 E2E {'not worse' if ok else 'worse'}: {new.e2e_ms.p99:.0f} ms proposed vs "
+            better, worse = _compare(new.e2e_ms.p99, cur.e2e_ms.p99, higher_is_better=False)
+            measured = (
+                f"p99 E2E {_moves(better, worse, 'better', 'worse')}: {new.e2e_ms.p99:.0f} ms proposed vs "
                 f"{cur.e2e_ms.p99:.0f} ms now"
             )
-        return Verification(accepted=ok, reason=reason, candidates=candidates)
+        if misses:
+            verdict: VerdictWord = "rejected_slo"
+            head = "the current setting misses the SLO" if same else "the proposal misses the SLO"
+            reason = f"{head}: {'; '.join(misses)}; {measured}"
+        else:
+            verdict = _word(same, better, worse)
+            reason = {
+                "no_change": f"the proposal is the current setting: nothing to change; {measured}",
+                "no_gain": f"a change no better than now (within {TOLERANCE:.1%}): {measured}",
+                "accepted": f"meets the SLO and improves: {measured}" if self.slo else measured,
+            }.get(verdict, measured)
+        return Verification.judged(verdict, reason, candidates)
 
 
 # ------------------------------------------------------------------------------------- reschedule
@@ -245,10 +300,13 @@ class RescheduleCase:
         current = self.project([r.req_id for r in self.problem.interrupted_requests])
         proposed = self.project(proposal.order)
         best = self.project(self.best_order())
-        ok = int(proposed["violations"] or 0) <= int(current["violations"] or 0)
-        return Verification(
-            accepted=ok,
-            reason=(
+        same = proposal.order == [r.req_id for r in self.problem.interrupted_requests]
+        better, worse = _compare(
+            float(proposed["violations"] or 0), float(current["violations"] or 0), higher_is_better=False
+        )
+        return Verification.judged(
+            _word(same, better, worse),
+            (
                 f"{proposed['violations']} projected SLA violations with the proposed order vs "
                 f"{current['violations']} in arrival order ({best['violations']} with the SLA-aware policy)"
             ),
@@ -330,10 +388,13 @@ class FallbackCase:
         restart = {d.job_id: "COLD_RESTART" for d in self.plan.scheduled_migrations}
         planner = {d.job_id: str(d.strategy.value) for d in self.plan.scheduled_migrations}
         cur, new, best = self.cost(restart), self.cost(chosen), self.cost(planner)
-        ok = float(new["total_recovery_ms"] or 0) <= float(cur["total_recovery_ms"] or 0) * (1 + TOLERANCE)
-        return Verification(
-            accepted=ok,
-            reason=(
+        same = chosen == restart
+        better, worse = _compare(
+            float(new["total_recovery_ms"] or 0), float(cur["total_recovery_ms"] or 0), higher_is_better=False
+        )
+        return Verification.judged(
+            _word(same, better, worse),
+            (
                 f"jobs back after {new['total_recovery_ms']} ms in total with the proposal vs "
                 f"{cur['total_recovery_ms']} ms restarting all "
                 f"({best['total_recovery_ms']} ms with the planner)"

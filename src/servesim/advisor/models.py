@@ -178,12 +178,38 @@ class Comparison(BaseModel):
     metrics: dict[str, float | int | None]
 
 
+#: The simulator's word on a proposal, most severe first (views word them; ``accepted`` only for a
+#: real change that meets the SLO and improves the objective).
+VerdictWord = Literal["rejected_slo", "rejected", "no_change", "no_gain", "accepted"]
+
+
 class Verification(BaseModel):
     """The proposal re-simulated next to the current setting and the optimizer's best."""
 
-    accepted: bool
+    accepted: bool = Field(description="Not rejected: the answer may be used (the advisor loop stops).")
+    verdict: VerdictWord = Field(
+        description="rejected_slo: misses the SLO; rejected: worse; no_change: the current setting; "
+        "no_gain: a change within re-simulation noise; accepted: a change that meets the SLO and improves."
+    )
     reason: str
     candidates: list[Comparison]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _verdict_of_old_results(cls, data: Any) -> Any:
+        """Results written before ``verdict`` existed: the word their ``accepted`` meant."""
+        if isinstance(data, dict) and "verdict" not in data and "accepted" in data:
+            return {**data, "verdict": "accepted" if data["accepted"] else "rejected"}
+        return data
+
+    @classmethod
+    def judged(cls, verdict: VerdictWord, reason: str, candidates: list[Comparison]) -> Verification:
+        return cls(
+            accepted=verdict not in ("rejected", "rejected_slo"),
+            verdict=verdict,
+            reason=reason,
+            candidates=candidates,
+        )
 
 
 class RejectedProposal(BaseModel):

@@ -81,7 +81,8 @@ def advise(
             )
         else:
             notice = (
-                f"all {len(rejected)} of Claude's proposals made the objective worse on re-simulation "
+                f"all {len(rejected)} of Claude's proposals missed the SLO or made the objective worse on "
+                "re-simulation "
                 "(see rejected); the rules advisor answered instead"
             )
     answer = rules_answer(case)

@@ -116,9 +116,11 @@ def note_advice(result: AdviceResult, written: list[Path]) -> None:
 
 
 def result_table(result: AdviceResult) -> Table:
+    from servesim.views.advisor import verdict_words
+
     v = result.verification
     table = FitTable(
-        title=f"{result.task} advice by {result.advisor}: {'ACCEPTED' if v.accepted else 'REJECTED'}",
+        title=f"{result.task} advice by {result.advisor}: {verdict_words(v)[0].upper()}",
         title_justify="left",
         caption=v.reason,
     )

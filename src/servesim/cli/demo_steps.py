@@ -462,8 +462,10 @@ def advise(run: DemoRun) -> None:
         doc = result.model_dump(mode="json")
         doc["outbox_files"] = [str(p.relative_to(run.out)) for p in written]
         h.output(run.write("advise.json", doc))
+    from servesim.views.advisor import verdict_words
+
     v = result.verification
-    run.say(f"advise: {result.advisor} advisor, {'accepted' if v.accepted else 'rejected'}: {v.reason}")
+    run.say(f"advise: {result.advisor} advisor, {verdict_words(v)[0]}: {v.reason}")
 
 
 def report(run: DemoRun) -> None:

@@ -69,9 +69,20 @@ class KpiGroup(BaseModel):
     kpis: list[Kpi]
 
 
+class Lead(BaseModel):
+    """What the report opens with: the verdict in one sentence, then the command to run."""
+
+    model_config = ConfigDict(frozen=True)
+    sentence: str
+    status: str = Field(description="pass | fail | info: the colour of the verdict.")
+    command: str | None = None
+    source: str
+
+
 class Report(BaseModel):
     model_config = ConfigDict(frozen=True)
     title: str
+    lead: Lead | None = None
     kpis: list[KpiGroup]
     parts: list[ReportPart]
     provenance: Provenance
@@ -89,7 +100,14 @@ def _simulate(doc: Document) -> ReportPart:
     summary = SimulationSummary.model_validate(data["summary"])
     config = EngineConfig.model_validate(data["config"])
     if data.get("sections"):
+        from servesim.views.simulation import config_table
+
         sections = [Section.model_validate(s) for s in data["sections"]]
+        fixed = config_table(config, summary.max_model_len)  # as the command pins it
+        sections = [
+            s.model_copy(update={"tables": [fixed if t.key == "config" else t for t in s.tables]})
+            for s in sections
+        ]
     else:
         sections = [summary_view(summary, config, title=str(data.get("title", "simulation")))]
     step = data.get("step_time_model") or {}
@@ -274,12 +292,16 @@ BUILDERS: dict[str, Callable[[Document], ReportPart]] = {
 #: The KPI strip: which figures of which view, in this order (the rest stay in their sections).
 HEADLINE: dict[str, list[str]] = {
     "simulation": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
-    "recommendation": ["gpus", "headroom"],
+    "recommendation": ["gpus", "knee_headroom", "headroom"],
     "cluster": ["best_recovery_e2e_p99_ms", "starved"],
 }
 
 
-GROUP_TITLES = {"simulation": "simulation", "recommendation": "recommendation", "cluster": "node failure"}
+GROUP_TITLES = {
+    "simulation": "simulated configuration",
+    "recommendation": "recommended configuration",
+    "cluster": "node failure",
+}
 
 
 def headline(parts: Sequence[ReportPart], documents: Sequence[Document] = ()) -> list[KpiGroup]:
@@ -296,8 +318,9 @@ def headline(parts: Sequence[ReportPart], documents: Sequence[Document] = ()) ->
                 continue
             seen.add(s.key)
             kpis = [k for key in keys for k in s.kpis if k.key == key]
-            if kpis:
-                groups.append(KpiGroup(title=GROUP_TITLES.get(s.key, s.title), kpis=kpis))
+            if kpis:  # each card group says which configuration (and which input) it is about
+                name = GROUP_TITLES.get(s.key, s.title)
+                groups.append(KpiGroup(title=f"{name} ({part.source})", kpis=kpis))
         doc = next((d for d in documents if d.name == part.source and d.kind == "saturate"), None)
         if doc is not None and "saturation" not in seen:
             seen.add("saturation")
@@ -312,8 +335,26 @@ def headline(parts: Sequence[ReportPart], documents: Sequence[Document] = ()) ->
                 )
                 for key in ("goodput_knee_rps", "saturation_rps")
             ]
-            groups.append(KpiGroup(title="saturation sweep", kpis=kpis))
+            groups.append(
+                KpiGroup(title=f"saturation sweep of the simulated configuration ({doc.name})", kpis=kpis)
+            )
     return groups
+
+
+def lead_of(documents: Sequence[Document]) -> Lead | None:
+    """The verdict the report opens with: the (first) recommendation's sentence and command."""
+    from servesim.tuning import SchedulerRecommendation
+    from servesim.views.tuning import lead_sentence
+
+    for doc in sorted(documents, key=lambda d: ORDER.index(d.kind)):
+        data = doc.data.get("recommendation") if doc.kind == "tune" else doc.data
+        if doc.kind in ("tune", "recommendation") and isinstance(data, dict):
+            rec = SchedulerRecommendation.model_validate(data)
+            status = "info" if rec.meets_slo is None else ("pass" if rec.meets_slo else "fail")
+            return Lead(
+                sentence=lead_sentence(rec), status=status, command=rec.vllm_serve_command, source=doc.name
+            )
+    return None
 
 
 def seeds_of(doc: Document) -> list[int]:
@@ -364,6 +405,7 @@ def build_report(
         parts = [BUILDERS[d.kind](d) for d in ranked]
     return Report(
         title=title or "servesim schedule recommendation report",
+        lead=lead_of(documents),
         kpis=headline(parts, documents),
         parts=parts,
         provenance=Provenance(
@@ -403,12 +445,14 @@ def all_tables(report: Report) -> list[Table]:
 __all__ = [
     "InputRef",
     "KpiGroup",
+    "Lead",
     "Provenance",
     "Report",
     "ReportPart",
     "all_tables",
     "build_report",
     "headline",
+    "lead_of",
     "read_inputs",
     "seeds_of",
     "serve_command",

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from html import escape
 from importlib import resources
 from typing import Any
 
 from servesim.report.build import Report, ReportPart
 from servesim.report.glossary_terms import definition
-from servesim.views.format import fmt, header, kpi_value
+from servesim.views.format import command_lines, fmt, header, kpi_value
 from servesim.views.model import Histogram, Kpi, Section, Series, Table
 
 CSS = """
@@ -58,17 +59,25 @@ td.t { min-width: 22em; }
 .verdict.warn b { color: var(--warn); }
 .verdict.fail b { color: var(--fail); } .verdict.info b { color: var(--info); }
 pre { background: #0f1420; color: #e6edf3; padding: 12px 14px; border-radius: 8px; overflow-x: auto;
-      white-space: pre-wrap; word-break: break-all; font-size: 13px; }
+      white-space: pre-wrap; overflow-wrap: anywhere; font-size: 13px; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 14px; }
 figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 8px; }
 .plot { height: 300px; } figcaption { font-size: 12.5px; color: var(--muted); }
 .caveats li, .text { color: var(--fg); }
 .source { color: var(--muted); font-size: 13px; }
 code { font-size: 12.5px; }
+.lead { border: 1px solid var(--line); border-left: 6px solid var(--info); border-radius: 8px;
+        padding: 12px 16px; margin: 12px 0 18px; background: var(--soft); }
+.lead.pass { border-left-color: var(--pass); } .lead.fail { border-left-color: var(--fail); }
+.nw { white-space: nowrap; } .verdict-sentence { font-size: 18px; font-weight: 600; margin: 0 0 10px; }
 @media print {
   main { max-width: none; padding: 0; } h2 { break-before: page; border-top: none; }
-  .charts { grid-template-columns: 1fr 1fr; } figure, table, .kpi { break-inside: avoid; }
-  .plot { height: 240px; } .q { display: none; } nav { display: none; }
+  .charts { grid-template-columns: 1fr; } figure, .kpi, .lead { break-inside: avoid; }
+  .plot { height: 260px; width: 100%; } .q { display: none; } nav { display: none; }
+  .tablewrap { overflow: visible; } table { width: 100%; font-size: 8.5px; table-layout: auto; }
+  th, th.n, td.n { white-space: normal; } th, td { padding: 2px 3px; }
+  td.t { min-width: 0; } td code { overflow-wrap: anywhere; word-break: break-all; }
+  pre { white-space: pre-wrap; word-break: normal; overflow-wrap: normal; }
 }
 """
 
@@ -118,6 +127,8 @@ def kpi_strip(kpis: list[Kpi]) -> str:
 
 
 def table_html(t: Table) -> str:
+    if not t.rows:  # never an empty table: one line says so
+        return f'<p class="note none" data-table="{escape(t.key)}">{escape(t.title)}: none</p>'
     numeric = [c.kind in ("int", "float", "pct") for c in t.columns]
     long_text = [
         c.kind == "str" and any(len(str(r[j])) > 40 for r in t.rows if isinstance(r[j], str))
@@ -168,6 +179,7 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
     labels = CATEGORIES.get(s.key)
     x: list[Any] = labels if labels and len(labels) == len(s.x) else s.x
     trace: dict[str, Any] = {"x": x, "y": s.y, "name": s.y_label, "marker": {"color": color}}
+    shapes: list[Any] = []
     if s.kind == "bar":
         trace["type"] = "bar"
     else:
@@ -175,7 +187,6 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
         trace["mode"] = "markers" if s.kind == "scatter" else "lines"
         if s.kind == "step":
             trace["line"] = {"shape": "hv", "color": color}
-    shapes = []
     if s.reference is not None:
         shapes.append(
             {
@@ -188,10 +199,69 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
                 "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
             }
         )
+    data = [trace]
+    for j, ln in enumerate(s.lines):
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": x,
+                "y": ln.y,
+                "name": ln.label,
+                "line": {"color": COLORS[(j + 3) % len(COLORS)], "dash": "dot", "width": 1.5},
+            }
+        )
+    annotations = []
+    if s.reference is not None and s.reference_label:
+        annotations.append(
+            {
+                "xref": "paper",
+                "x": 1,
+                "y": s.reference,
+                "text": s.reference_label,
+                "showarrow": False,
+                "xanchor": "right",
+                "yanchor": "bottom",
+                "font": {"color": "#cf222e", "size": 11},
+            }
+        )
+    for m in s.marks:
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": m.x,
+                "x1": m.x,
+                "line": {"color": "#5b6475", "dash": "dot", "width": 1.2},
+            }
+        )
+        annotations.append(
+            {
+                "yref": "paper",
+                "y": 1,
+                "x": m.x,
+                "text": m.label,
+                "showarrow": False,
+                "textangle": -90,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"size": 10, "color": "#5b6475"},
+            }
+        )
     y_axis = _axis(s.y_label, s.y_unit)
-    if min(s.y) >= 0:
+    if s.log_y:
+        y_axis["type"] = "log"
+    elif min(s.y) >= 0:
         y_axis["rangemode"] = "tozero"
-    return {"data": [trace], "layout": _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)}
+    layout = _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)
+    layout["annotations"] = annotations
+    if s.lines:
+        layout["showlegend"] = True
+        layout["legend"] = {"orientation": "h", "y": -0.25, "font": {"size": 10}}
+        layout["margin"] = {**layout["margin"], "b": 80}
+    return {"data": data, "layout": layout}
 
 
 def histogram_spec(h: Histogram, color: str) -> dict[str, Any]:
@@ -289,7 +359,7 @@ def part_html(i: int, p: ReportPart, charts: _Charts) -> str:
     ]
     if p.commands:
         out.append("<h3>configuration as a vllm serve command</h3>")
-        out += [f"<pre>{escape(c)}</pre>" for c in p.commands]
+        out += [f"<pre>{escape(command_lines(c))}</pre>" for c in p.commands]
     out += [section_html(s, charts) for s in p.sections]
     if p.caveats:
         out.append(
@@ -326,6 +396,24 @@ def headline_html(report: Report) -> str:
     )
 
 
+_FLAG = re.compile(r"(--[a-z0-9-]+(?: [0-9.]+)?)")  # a flag and its value never break apart
+
+
+def lead_html(report: Report) -> str:
+    """The verdict first: one sentence, then the command (the first screen answers "what do I change")."""
+    ld = report.lead
+    if ld is None:
+        return ""
+    cmd = f"<pre>{escape(command_lines(ld.command))}</pre>" if ld.command else ""
+    sentence = _FLAG.sub(r"<span class=nw>\1</span>", escape(ld.sentence))
+    return (
+        f'<section id="lead" class="lead {escape(ld.status)}"><p class="verdict-sentence">'
+        f"{sentence}</p>{cmd}"
+        f'<p class="source">from <code>{escape(ld.source)}</code>; run the command on each replica '
+        "behind the router (details below)</p></section>"
+    )
+
+
 def render_html(report: Report) -> str:
     charts = _Charts()
     parts = "".join(part_html(i, p, charts) for i, p in enumerate(report.parts, 1))
@@ -352,6 +440,7 @@ def render_html(report: Report) -> str:
         f'<p class="sub">servesim {escape(report.provenance.servesim_version)} · '
         f"{len(report.parts)} results · "
         "simulated, not measured: review before use</p>"
+        f"{lead_html(report)}"
         f'<section id="kpis">{headline_html(report)}</section>'
         "<noscript><p class=note>Charts need JavaScript; every figure is also in the tables.</p></noscript>"
         f"{nav}{parts}{provenance_html(report)}</main>{scripts}</body></html>\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from servesim.report.build import Report, ReportPart
 from servesim.report.glossary_terms import definition
-from servesim.views.format import fmt, header, kpi_value
+from servesim.views.format import command_lines, fmt, header, kpi_value
 from servesim.views.model import Histogram, Kpi, Section, Series, Table
 
 MARK = {"pass": "✓", "fail": "✗", "none": ""}
@@ -51,6 +51,8 @@ def kpi_strip(kpis: list[Kpi], terms: _Terms) -> list[str]:
 
 
 def table_md(t: Table, terms: _Terms) -> list[str]:
+    if not t.rows:  # never an empty table
+        return [f"{_cell(t.title)}: none", ""]
     out = [f"**{_cell(t.title)}**", ""]
     heads = [_cell(terms.use(header(c), c.key, c.help)) for c in t.columns]
     align = ["---:" if c.kind in ("int", "float", "pct") else "---" for c in t.columns]
@@ -105,7 +107,7 @@ def section_md(s: Section, terms: _Terms) -> list[str]:
 def part_md(i: int, p: ReportPart, terms: _Terms) -> list[str]:
     out = [f"## {i}. {p.title}", "", f"From `{p.source}` ({p.kind}).", ""]
     for cmd in p.commands:
-        out += ["```bash", cmd, "```", ""]
+        out += ["```bash", command_lines(cmd), "```", ""]
     for s in p.sections:
         out += section_md(s, terms)
     if p.caveats:
@@ -116,6 +118,10 @@ def part_md(i: int, p: ReportPart, terms: _Terms) -> list[str]:
 def render_markdown(report: Report) -> str:
     terms = _Terms()
     out = [f"# {report.title}", ""]
+    if report.lead is not None:  # the verdict first, then the command
+        out += [f"**{_cell(report.lead.sentence)}**", ""]
+        if report.lead.command:
+            out += ["```bash", command_lines(report.lead.command), "```", ""]
     for g in report.kpis:
         out += [f"**{_cell(g.title)}**", "", *kpi_strip(g.kpis, terms)]
     out += ["Contents: " + " · ".join(f"{i}. {p.title}" for i, p in enumerate(report.parts, 1)), ""]

@@ -25,6 +25,11 @@ CHROMIUM_ARGS = [
 ]
 
 
+#: A4 less the margins below, in CSS pixels (96 per inch): the page lays out (and Plotly sizes
+#: every chart) at the printable width, so nothing is cut at the right edge.
+PRINT_WIDTH_PX = round((210 - 24) / 25.4 * 96)
+
+
 class BrowserMissingError(ServesimError):
     """No Chromium to print with."""
 
@@ -46,11 +51,11 @@ def print_pdf(html_path: Path, pdf_path: Path, *, timeout_s: float = 60.0) -> Pa
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page = browser.new_page(viewport={"width": PRINT_WIDTH_PX, "height": 900})
+            page.emulate_media(media="print")
             page.goto(html_path.resolve().as_uri(), timeout=timeout_s * 1000)
             if page.locator("#chart-data").count():
                 page.wait_for_function("window.servesimChartsReady !== undefined", timeout=timeout_s * 1000)
-            page.emulate_media(media="print")
             tmp = pdf_path.with_name(f".{pdf_path.name}.tmp")
             page.pdf(
                 path=str(tmp),
@@ -64,4 +69,4 @@ def print_pdf(html_path: Path, pdf_path: Path, *, timeout_s: float = 60.0) -> Pa
     return pdf_path
 
 
-__all__ = ["CHROMIUM_ARGS", "BrowserMissingError", "chromium_path", "print_pdf"]
+__all__ = ["CHROMIUM_ARGS", "PRINT_WIDTH_PX", "BrowserMissingError", "chromium_path", "print_pdf"]

@@ -5,8 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.advisor import AdviceResult, BatchingAdvice, FallbackAdvice, RescheduleAdvice
-from servesim.views.model import Column, Kpi, Section, Table, Verdict
+from servesim.advisor import AdviceResult, BatchingAdvice, FallbackAdvice, RescheduleAdvice, Verification
+from servesim.views.model import Column, Kpi, Section, Table, Verdict, VerdictStatus
+
+#: The simulator's verdict as words and a colour: green only for a real change that improves.
+VERDICT_WORDS: dict[str, tuple[str, VerdictStatus]] = {
+    "accepted": ("accepted", "pass"),
+    "no_change": ("no change", "info"),
+    "no_gain": ("no gain", "info"),
+    "rejected": ("rejected", "fail"),
+    "rejected_slo": ("rejected: still misses the SLO", "fail"),
+}
+
+
+def verdict_words(v: Verification) -> tuple[str, VerdictStatus]:
+    """What the re-simulation says of a proposal, in words, and its colour."""
+    return VERDICT_WORDS[v.verdict]
+
+
+def verification_verdict(v: Verification) -> Verdict:
+    words, status = verdict_words(v)
+    return Verdict(key="verification", label="simulator check", status=status, text=f"{words}: {v.reason}")
 
 
 def advice_table(advice: BatchingAdvice | RescheduleAdvice | FallbackAdvice) -> Table:
@@ -19,7 +38,7 @@ def advice_table(advice: BatchingAdvice | RescheduleAdvice | FallbackAdvice) -> 
                 Column(key="setting", label="setting", kind="str"),
                 Column(key="value", label="value", kind="str"),
             ],
-            rows=[[k, "-" if v is None else str(v)] for k, v in data.items()],
+            rows=[[k, _setting(v)] for k, v in data.items()],
         )
     if isinstance(advice, RescheduleAdvice):
         why = {r.req_id: r.reason for r in advice.reasons}
@@ -43,6 +62,14 @@ def advice_table(advice: BatchingAdvice | RescheduleAdvice | FallbackAdvice) -> 
         ],
         rows=[[d.job_id, d.strategy, d.reason] for d in advice.decisions],
     )
+
+
+def _setting(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return f"{v:,}" if isinstance(v, int) else str(v)
 
 
 def advice_view(result: AdviceResult) -> Section:
@@ -84,16 +111,9 @@ def advice_view(result: AdviceResult) -> Section:
         title=f"advisor: {result.task}",
         kpis=kpis,
         tables=[advice_table(result.advice), check],
-        verdicts=[
-            Verdict(
-                key="verification",
-                label="simulator check",
-                status="pass" if v.accepted else "fail",
-                text=("accepted: " if v.accepted else "rejected: ") + v.reason,
-            )
-        ],
+        verdicts=[verification_verdict(v)],
         text=text,
     )
 
 
-__all__ = ["advice_table", "advice_view"]
+__all__ = ["VERDICT_WORDS", "advice_table", "advice_view", "verdict_words", "verification_verdict"]

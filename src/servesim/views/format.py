@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from servesim.views.model import Cell, Column, Kpi
 
+#: Python reprs a stored result may still hold in a text cell, as a reader writes them.
+_PY_REPR = {"True": "on", "False": "off", "None": "-"}
+
 
 def fmt(value: Cell, col: Column) -> str:
     """A cell as text: thousands separators, the column's decimals, '-' for missing values."""
@@ -16,7 +19,7 @@ def fmt(value: Cell, col: Column) -> str:
     if isinstance(value, bool) or col.kind == "bool":
         return "on" if value else "off"
     if col.kind == "str" or isinstance(value, str):
-        return str(value)
+        return _PY_REPR.get(str(value), str(value))
     if col.kind == "int":
         return f"{int(value):,}"
     if col.kind == "pct":
@@ -41,4 +44,10 @@ def kpi_value(k: Kpi) -> str:
     return f"{k.value:,.{k.decimals}f}" + (f" {k.unit}" if k.unit else "")
 
 
-__all__ = ["fmt", "header", "kpi_value"]
+def command_lines(command: str) -> str:
+    """A shell command wrapped at flag boundaries (``\\`` continuations), never mid-word."""
+    head, *flags = command.split(" --")
+    return " \\\n    --".join([head, *flags])
+
+
+__all__ = ["command_lines", "fmt", "header", "kpi_value"]

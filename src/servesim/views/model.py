@@ -44,6 +44,20 @@ class Table(_Frozen):
         return [row[j] for row in self.rows]
 
 
+class Line(_Frozen):
+    """Another y over a series' x (p50 and p90 next to the p99 of the same rates)."""
+
+    label: str
+    y: list[float]
+
+
+class Mark(_Frozen):
+    """A vertical line at ``x`` with its label (the SLO knee, the unstable rate)."""
+
+    x: float
+    label: str
+
+
 class Series(_Frozen):
     """y against x (already down-sampled: renderers draw every point)."""
 
@@ -59,6 +73,9 @@ class Series(_Frozen):
     reference: float | None = Field(None, description="A horizontal line to draw (a limit or an SLO).")
     reference_label: str | None = None
     help: str | None = None
+    lines: list[Line] = Field(default_factory=list, description="More y over the same x, labelled.")
+    marks: list[Mark] = Field(default_factory=list, description="Vertical lines at x, labelled.")
+    log_y: bool = Field(False, description="Draw y on a log axis (latencies over decades).")
 
 
 class Histogram(_Frozen):
@@ -132,4 +149,4 @@ def _by_key(items: list[_T], key: str) -> _T:
     raise KeyError(f"no {key!r} in this view (has: {', '.join(i.key for i in items)})")
 
 
-__all__ = ["Cell", "Column", "Histogram", "Kpi", "Section", "Series", "Table", "Verdict"]
+__all__ = ["Cell", "Column", "Histogram", "Kpi", "Line", "Mark", "Section", "Series", "Table", "Verdict"]

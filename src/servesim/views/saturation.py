@@ -1,18 +1,45 @@
-"""The view of a saturation sweep: the throughput-latency curve, the knee and the unstable rate."""
+"""The capacity view of a saturation sweep: latency percentiles against offered load with the SLO
+line, the SLO knee (highest rate where the SLO holds) and the unstable rate marked, throughput
+against offered load over its measurement window, and the headroom stated against the knee.
+
+A rate is only called stable where the engine keeps up: throughput below the offered rate while
+the queue grows is "overloaded" even before the queue test calls it saturated."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from servesim.tuning.evaluate import RatePoint
 from servesim.tuning.saturation import SaturationReport
 from servesim.views.glossary import define
-from servesim.views.model import Column, Section, Series, Table, Verdict
+from servesim.views.model import Column, Line, Mark, Section, Series, Table, Verdict
+
+#: Throughput this far below the offered rate, with a growing queue, is not "stable" (the
+#: 10th-90th percentile completion window measures within about 1 % at stable rates).
+KEEPS_UP = 0.02
+WINDOW = "completions between the 10th and 90th percentile finish times"
+
+
+def point_state(p: RatePoint) -> str:
+    """The load state a reader acts on: stable, overloaded (falling behind), unstable, thrashing."""
+    if p.status == "QUEUE_SATURATED":
+        return "unstable"
+    if p.status == "KV_THRASHING":
+        return "KV thrashing"
+    if p.throughput_rps.mean < p.offered_rps.mean * (1 - KEEPS_UP) and p.queue_slope.mean > 0:
+        return "overloaded"
+    return "stable"
+
+
+def _slo_word(ok: bool | None) -> str:
+    return "-" if ok is None else ("meets" if ok else "misses")
 
 
 def curve_table(rep: SaturationReport) -> Table:
     cols = [
         Column(key="rate_rps", label="rate", unit="req/s", decimals=3, help=define("offered_rps")),
-        Column(key="status", label="status", kind="str"),
+        Column(key="state", label="load state", kind="str"),
+        Column(key="slo", label="SLO", kind="str"),
         Column(
             key="throughput_rps",
             label="throughput",
@@ -49,7 +76,8 @@ def curve_table(rep: SaturationReport) -> Table:
     rows: list[list[Any]] = [
         [
             p.rate_rps,
-            p.status,
+            point_state(p),
+            _slo_word(p.slo_ok),
             p.throughput_rps.mean,
             p.goodput_rps.mean,
             p.output_tokens_per_s.mean,
@@ -67,12 +95,40 @@ def curve_table(rep: SaturationReport) -> Table:
         title="throughput-latency curve (mean over seeds; p99 of the worst seed)",
         columns=cols,
         rows=rows,
-        notes=list(rep.notes),
+        notes=[
+            f"throughput: finished requests per second over the {WINDOW}",
+            "load state: overloaded = throughput more than "
+            f"{KEEPS_UP:.0%} below the offered rate while the queue grows; unstable = the queue grows "
+            "without bound on most seeds",
+            *rep.notes,
+        ],
     )
 
 
 def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:,.3g}"
+
+
+def headroom_text(
+    target: float,
+    knee: float | None,
+    knee_headroom: float | None,
+    unstable: float | None,
+    headroom: float | None,
+    has_slo: bool,
+) -> str:
+    """Headroom against the SLO knee first, then against queue instability (one wording everywhere)."""
+    parts = []
+    if has_slo:
+        if knee is None:
+            parts.append("the SLO holds at no rate tried")
+        elif knee_headroom is not None:
+            parts.append(f"headroom to the SLO knee {knee_headroom:+.0%} ({_rate(knee)} req/s)")
+    if unstable is not None and headroom is not None:
+        parts.append(f"queue unstable from {_rate(unstable)} req/s ({headroom:+.0%})")
+    elif unstable is None:
+        parts.append("queue stable at every rate tried")
+    return f"{target:,.3g} req/s: " + "; ".join(parts)
 
 
 def saturation_verdicts(rep: SaturationReport) -> list[Verdict]:
@@ -86,7 +142,7 @@ def saturation_verdicts(rep: SaturationReport) -> list[Verdict]:
         out.append(
             Verdict(
                 key="goodput_knee",
-                label="goodput knee",
+                label="SLO knee",
                 status="info" if rep.goodput_knee_rps is not None else "fail",
                 text=f"SLO {rep.slo.describe()} holds on every seed up to "
                 f"{_rate(rep.goodput_knee_rps)} req/s{nxt}",
@@ -95,21 +151,32 @@ def saturation_verdicts(rep: SaturationReport) -> list[Verdict]:
     out.append(
         Verdict(
             key="saturation",
-            label="saturation",
+            label="unstable",
             status="info",
             text=f"the queue grows without bound from {_rate(rep.saturation_rps)} req/s "
-            f"(stable at {_rate(rep.max_stable_rps)} req/s)",
+            f"(the queue test passes at {_rate(rep.max_stable_rps)} req/s)",
         )
     )
     if rep.target_rate_rps is not None:
-        head = f", headroom {rep.headroom:+.0%}" if rep.headroom is not None else ""
-        status = "pass" if rep.status_at_target == "STABLE" else "fail"
+        at = min(rep.points, key=lambda p: abs(p.rate_rps - (rep.target_rate_rps or 0)), default=None)
+        state = point_state(at) if at is not None else str(rep.status_at_target)
+        slo_ok = at.slo_ok if at is not None else None
+        good = state == "stable" and slo_ok is not False
+        words = state + ("" if slo_ok is None else f", {_slo_word(slo_ok)} the SLO")
+        text = headroom_text(
+            rep.target_rate_rps,
+            rep.goodput_knee_rps,
+            rep.knee_headroom,
+            rep.saturation_rps,
+            rep.headroom,
+            rep.slo is not None,
+        )
         out.append(
             Verdict(
                 key="target",
                 label="at the target rate",
-                status=status,
-                text=f"{rep.target_rate_rps:,.3g} req/s: {rep.status_at_target}{head}",
+                status="pass" if good else "fail",
+                text=text.replace(": ", f": {words}; ", 1),
             )
         )
     return out
@@ -136,21 +203,58 @@ def saturation_view(rep: SaturationReport) -> Section:
         )
 
     ttft_cap = rep.slo.caps().get("ttft") if rep.slo is not None else None
+    marks = []
+    if knee is not None:
+        marks.append(Mark(x=knee, label=f"SLO knee {knee:,.3g}"))
+    if rep.saturation_rps is not None:
+        marks.append(Mark(x=rep.saturation_rps, label=f"unstable {rep.saturation_rps:,.3g}"))
+    offered = [p.offered_rps.mean for p in rep.points]
+    latency = Series(
+        key="ttft_ms_curve",
+        title="TTFT against offered load (worst seed)",
+        x_label="offered load",
+        x_unit="req/s",
+        y_label="TTFT p99",
+        y_unit="ms",
+        x=offered,
+        y=[p.ttft_ms.p99.max for p in rep.points],
+        lines=[
+            Line(label="TTFT p90", y=[p.ttft_ms.p90.max for p in rep.points]),
+            Line(label="TTFT p50", y=[p.ttft_ms.p50.max for p in rep.points]),
+        ],
+        reference=ttft_cap,
+        reference_label=None if ttft_cap is None else f"SLO TTFT p99 {ttft_cap:,g} ms",
+        marks=marks,
+        log_y=True,
+        help=define("ttft_ms"),
+    )
+    throughput = Series(
+        key="throughput_curve",
+        title="throughput against offered load (window: completions 10th-90th pct)",
+        x_label="offered load",
+        x_unit="req/s",
+        y_label="throughput",
+        y_unit="req/s",
+        x=offered,
+        y=[p.throughput_rps.mean for p in rep.points],
+        lines=[Line(label="offered", y=offered)],
+        marks=marks,
+        help=f"Finished requests per second over the {WINDOW}.",
+    )
     series = [
+        latency,
+        throughput,
+        curve("goodput_curve", "goodput", [p.goodput_rps.mean for p in rep.points], "req/s"),
         curve(
             "output_token_throughput_curve",
             "output tokens/s",
             [p.output_tokens_per_s.mean for p in rep.points],
             "tok/s",
         ),
-        curve("goodput_curve", "goodput", [p.goodput_rps.mean for p in rep.points], "req/s"),
-        curve(
-            "ttft_ms_curve", "TTFT p99 (worst seed)", [p.ttft_ms.p99.max for p in rep.points], "ms", ttft_cap
-        ),
     ]
     text = [f"{rep.num_simulations} simulations; KV blocks per replica {rep.num_gpu_blocks:,}"]
     if knee is not None:
-        text.append(f"goodput knee at {knee:,.3g} req/s")
+        text.append(f"SLO knee (highest rate where the SLO holds) at {knee:,.3g} req/s")
     if rep.saturation_rps is not None:
         text.append(f"unstable from {rep.saturation_rps:,.3g} req/s")
     return Section(
@@ -163,4 +267,11 @@ def saturation_view(rep: SaturationReport) -> Section:
     )
 
 
-__all__ = ["curve_table", "saturation_verdicts", "saturation_view"]
+__all__ = [
+    "KEEPS_UP",
+    "curve_table",
+    "headroom_text",
+    "point_state",
+    "saturation_verdicts",
+    "saturation_view",
+]

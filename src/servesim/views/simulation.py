@@ -187,9 +187,15 @@ def class_table(label: str, classes: dict[str, ClassMetrics]) -> Table:
     return Table(key=f"by_{label}", title=f"by {label}", columns=cols, rows=rows)
 
 
-def config_table(config: EngineConfig) -> Table:
-    """The engine settings under vLLM's names."""
-    rows: list[list[Any]] = [[k, _cell(v)] for k, v in config.model_dump(mode="json").items()]
+def config_table(config: EngineConfig, max_model_len: int | None = None) -> Table:
+    """The engine settings under vLLM's names; an unset max_model_len shows the value the run used
+    (the trace's longest request), as the ``vllm serve`` command pins it."""
+    rows: list[list[Any]] = [
+        [k, _cell(v)]
+        if not (k == "max_model_len" and v is None and max_model_len)
+        else [k, f"{max_model_len:,} (the trace's longest request)"]
+        for k, v in config.model_dump(mode="json").items()
+    ]
     return Table(
         key="config",
         title="engine settings",
@@ -214,7 +220,7 @@ def summary_view(
         if len(classes) > 1:
             tables.append(class_table(label, classes))
     if config is not None:
-        tables.append(config_table(config))
+        tables.append(config_table(config, summary.max_model_len))
     verdicts = [slo_verdict(summary)] if summary.slo is not None else []
     text = [] if summary.num_requests else ["no requests: nothing to measure"]
     return Section(
@@ -521,6 +527,8 @@ def bottleneck(result: SimulationResult) -> Verdict:
 
 
 def _cell(v: Any) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
     return "-" if v is None else str(v)
 
 

@@ -166,7 +166,7 @@ def baseline_table(rec: SchedulerRecommendation) -> Table:
     ]
     rows: list[list[Any]] = []
     for label, s in (
-        ("your configuration", rec.baseline),
+        (baseline_name(rec), rec.baseline),
         ("best candidate (not adopted)", rec.best_alternative),
     ):
         if s is not None:
@@ -186,7 +186,7 @@ def baseline_table(rec: SchedulerRecommendation) -> Table:
             ]
         )
     return Table(
-        key="baseline", title="against your configuration (worst fresh seed)", columns=cols, rows=rows
+        key="baseline", title=f"against {baseline_name(rec)} (worst fresh seed)", columns=cols, rows=rows
     )
 
 
@@ -336,7 +336,22 @@ def recommendation_view(rec: SchedulerRecommendation) -> Section:
             decimals=3,
             help=define("saturation_rps"),
         ),
-        Kpi(key="headroom", label="headroom", value=rec.headroom, unit="%", decimals=0),
+        Kpi(
+            key="knee_headroom",
+            label="headroom to SLO knee",
+            value=rec.knee_headroom,
+            unit="%",
+            decimals=0,
+            help="goodput knee (highest rate where the SLO holds) / target rate - 1",
+        ),
+        Kpi(
+            key="headroom",
+            label="headroom to unstable",
+            value=rec.headroom,
+            unit="%",
+            decimals=0,
+            help="rate where the queue grows without bound / target rate - 1",
+        ),
     ]
     status = "info" if rec.meets_slo is None else ("pass" if rec.meets_slo else "fail")
     return Section(
@@ -642,14 +657,77 @@ def verdict_text(rec: SchedulerRecommendation) -> str:
     return text
 
 
+def _flag(knob: str, value: Any) -> str:
+    flag = f"--{knob.replace('_', '-')}"
+    if isinstance(value, bool):
+        return flag if value else f"--no-{knob.replace('_', '-')}"
+    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
+
+
+def baseline_name(rec: SchedulerRecommendation) -> str:
+    """Whose configuration the recommendation was compared with."""
+    if rec.source.get("baseline_origin") == "vllm defaults":
+        return "vLLM defaults (baseline)"
+    return "your configuration"
+
+
+def lead_clauses(rec: SchedulerRecommendation) -> list[str]:
+    """The verdict sentence's parts, in reading order: what to change (or keep), the size, the
+    headroom to the SLO knee, the probability the SLO holds. New recommendation fields (cost,
+    per-flag effects) add a clause here."""
+    versus = next((r for r in rec.reasons if r.kind == "versus_baseline" and r.against == "baseline"), None)
+    changes = [
+        _flag(c.knob, c.recommended)
+        for c in (versus.changes if versus else [])
+        if c.knob not in ("queue_timeout_s", "replicas", "tensor_parallel_size")
+    ]
+    base = baseline_name(rec)
+    if rec.verdict == "keep":
+        what = (
+            f"Keep {'vLLM' if base.startswith('vLLM') else 'your'} current settings: nothing tried beat them"
+        )
+    elif rec.verdict == "add_capacity":
+        what = "Add capacity: no scheduler setting meets the SLO on the GPUs searched"
+    elif changes:
+        n = len(changes)
+        what = f"Change {n} flag{'s' if n > 1 else ''} from {base}: {', '.join(changes)}"
+    else:
+        what = "Run the settings below"
+    slo = {None: "", True: " meets the SLO", False: " does NOT meet the SLO"}[rec.meets_slo]
+    out = [
+        what,
+        f"{rec.replicas} replica(s) x TP {rec.deployment.tensor_parallel_size} ({rec.gpus} GPU(s)){slo} "
+        f"at {_rate(rec.target_rate_rps)}",
+    ]
+    if rec.goodput_knee_rps is not None and rec.knee_headroom is not None:
+        out.append(f"headroom to the SLO knee {rec.knee_headroom:+.0%} ({_rate(rec.goodput_knee_rps)})")
+    elif rec.slo is not None and rec.goodput_knee_rps is None:
+        out.append("the SLO knee was not found")
+    if rec.error_bars is not None and rec.error_bars.probability_slo_holds is not None:
+        out.append(
+            f"the SLO holds with probability {rec.error_bars.probability_slo_holds:.0%} "
+            "counting the step-time model's measured error"
+        )
+    return out
+
+
+def lead_sentence(rec: SchedulerRecommendation) -> str:
+    """The one sentence a report opens with."""
+    first, *rest = lead_clauses(rec)
+    return f"{first}. " + "; ".join(rest) + "."
+
+
 def recommendation_lines(rec: SchedulerRecommendation) -> list[str]:
     """The verdict, then one sentence per reason, in the recommendation's order."""
     return [verdict_text(rec), *(reason_text(r) for r in rec.reasons)]
 
 
 __all__ = [
+    "baseline_name",
     "effect_text",
     "infeasibility_table",
+    "lead_clauses",
+    "lead_sentence",
     "reason_text",
     "recommendation_lines",
     "recommendation_view",

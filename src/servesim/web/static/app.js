@@ -620,7 +620,7 @@
     box.append(el("div", { class: "section", id: "advice-card" },
       el("h2", {}, `Answered by: ${r.advisor === "claude" ? "Claude" : "the rules advisor"}`),
       a.notice ? SS.verdict({ key: "notice", label: "Notice", status: "warn", text: a.notice }) : null,
-      SS.verdict({ key: "verification", label: v.accepted ? "Accepted by the simulator" : "Rejected by the simulator", status: v.accepted ? "pass" : "fail", text: v.reason || "" }),
+      SS.verdict(a.verdict || { key: "verification", label: "simulator check", status: v.accepted ? "info" : "fail", text: v.reason || "" }),
       el("h3", {}, "Advice"), kvList(a.advice),
       v.candidates && v.candidates.length ? SS.table({
         key: "candidates", title: "Re-checked candidates", notes: [],

@@ -164,9 +164,14 @@ SS.series = function (container, s, extra) {
   else if (s.kind === "scatter") Object.assign(trace, { type: "scatter", mode: "markers" });
   else Object.assign(trace, { type: "scatter", mode: measured ? "lines+markers" : "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5, color: measured ? "#c05600" : undefined } });
   div.dataset.key = s.key;
-  const traces = [trace, ...((extra && extra.traces) || [])];
+  const lines = (s.lines || []).map((ln) => ({ type: "scatter", mode: "lines", x: s.x, y: ln.y, name: ln.label, line: { dash: "dot", width: 1.5 } }));
+  const traces = [trace, ...lines, ...((extra && extra.traces) || [])];
   const shapes = [];
   const annotations = [];
+  for (const m of s.marks || []) {
+    shapes.push({ type: "line", yref: "paper", y0: 0, y1: 1, x0: m.x, x1: m.x, line: { color: "#5b6475", width: 1.2, dash: "dot" } });
+    annotations.push({ yref: "paper", y: 1, x: m.x, text: m.label, showarrow: false, textangle: -90, xanchor: "right", yanchor: "top", font: { size: 10, color: "#5b6475" } });
+  }
   if (s.reference !== null && s.reference !== undefined) {
     shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: s.reference, y1: s.reference, line: { color: "#c62828", width: 1.5, dash: "dash" } });
     annotations.push({ xref: "paper", x: 1, y: s.reference, text: s.reference_label || "limit", showarrow: false, xanchor: "right", yanchor: "bottom", font: { color: "#c62828" } });
@@ -175,7 +180,8 @@ SS.series = function (container, s, extra) {
     shapes, annotations,
     title: { text: s.title, font: { size: 12 } },
     xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) } },
-    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) } },
+    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined },
+    showlegend: lines.length > 0 || undefined,
   }, (extra && extra.layout) || {}));
   return div;
 };

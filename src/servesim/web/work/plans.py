@@ -62,7 +62,10 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
         claude = ClaudeAdvisor()
     result = advise(case, body.advisor, claude=claude)
     report(1, 1)
+    from servesim.views.advisor import verification_verdict
+
     out = result.model_dump(mode="json")
+    out["verdict"] = verification_verdict(result.verification).model_dump(mode="json")  # the words
     calls = out.pop("action_log", [])  # per-call records stay on the server (the action log)
     usage = {
         "advisor": result.advisor,
