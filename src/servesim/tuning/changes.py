@@ -17,6 +17,7 @@ from servesim.tuning.choice import changed_knobs
 from servesim.tuning.deployment import Deployment, resolve_deployment
 from servesim.tuning.evaluate import RunMetrics, Status
 from servesim.tuning.executors import Executor
+from servesim.tuning.explain import measured
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import RunJob, reason_of
 from servesim.tuning.slo import PercentileSLO
@@ -98,16 +99,4 @@ def measure_changes(
         slots.append(len(out))
         out.append(FlagChange(**head, valid=True, gpus=v.gpus))
         jobs.append(RunJob(v, rate, seed))
-    results: list[RunMetrics] = ex.map(jobs) if jobs else []
-    for i, m in zip(slots, results, strict=True):
-        out[i] = out[i].model_copy(
-            update={
-                "ttft_p99_ms": m.ttft_ms.p99,
-                "tpot_p99_ms": m.tpot_ms.p99,
-                "e2e_p99_ms": m.e2e_ms.p99,
-                "good_fraction": m.good_fraction,
-                "status": m.status,
-                "slo_ok": m.slo_ok if slo is not None else None,
-            }
-        )
-    return out
+    return measured(ex, out, slots, jobs, slo)

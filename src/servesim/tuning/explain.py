@@ -10,7 +10,7 @@ each measured difference against the recommendation; nothing is worded here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -177,6 +177,29 @@ def _variants(d: Deployment, workload_has_prefixes: bool) -> list[tuple[str, str
     return out
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def measured(
+    ex: Executor, out: list[M], slots: list[int], jobs: list[RunJob], slo: PercentileSLO | None
+) -> list[M]:
+    """``out`` with the runs of ``jobs`` (in order) written into the entries at ``slots``: the
+    p99 latencies, good fraction, load status and SLO verdict each variant measured."""
+    results: list[RunMetrics] = ex.map(jobs) if jobs else []
+    for i, m in zip(slots, results, strict=True):
+        out[i] = out[i].model_copy(
+            update={
+                "ttft_p99_ms": m.ttft_ms.p99,
+                "tpot_p99_ms": m.tpot_ms.p99,
+                "e2e_p99_ms": m.e2e_ms.p99,
+                "good_fraction": m.good_fraction,
+                "status": m.status,
+                "slo_ok": m.slo_ok if slo is not None else None,
+            }
+        )
+    return out
+
+
 def run_ablations(
     ex: Executor,
     d: Deployment,
@@ -202,19 +225,7 @@ def run_ablations(
         slots.append(len(out))
         out.append(Ablation(**base, valid=True))
         jobs.append(RunJob(v, rate, seed))
-    results: list[RunMetrics] = ex.map(jobs) if jobs else []
-    for i, m in zip(slots, results, strict=True):
-        out[i] = out[i].model_copy(
-            update={
-                "ttft_p99_ms": m.ttft_ms.p99,
-                "tpot_p99_ms": m.tpot_ms.p99,
-                "e2e_p99_ms": m.e2e_ms.p99,
-                "good_fraction": m.good_fraction,
-                "status": m.status,
-                "slo_ok": m.slo_ok if slo is not None else None,
-            }
-        )
-    return out
+    return measured(ex, out, slots, jobs, slo)
 
 
 # ---------------------------------------------------------------------- reasons
