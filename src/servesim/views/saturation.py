@@ -151,7 +151,7 @@ def saturation_verdicts(rep: SaturationReport) -> list[Verdict]:
     out.append(
         Verdict(
             key="saturation",
-            label="unstable",
+            label="saturation",
             status="info",
             text=f"the queue grows without bound from {_rate(rep.saturation_rps)} req/s "
             f"(the queue test passes at {_rate(rep.max_stable_rps)} req/s)",
