@@ -146,3 +146,23 @@ def test_advise_accepts_the_recovery_records_verbatim(tmp_path: Path, name: str)
 def test_advise_accepts_the_reschedule_inputs_verbatim(tmp_path: Path) -> None:
     out = _run("advise", _input("s002_a"), "--advisor", "rules", "--outbox", str(tmp_path))
     assert out["task"] == "reschedule"
+
+
+#: The command examples/inputs/README.md gives for each file, as a person types it (no --json).
+HUMAN = {"s000": "scenario", "s001": "scenario", "s002": "reschedule", "s003": "recover"}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name.removesuffix(".input.json") for p in EXAMPLES.glob("*.input.json"))
+)
+def test_every_example_reads_as_a_table_in_human_output(name: str) -> None:
+    """The human form of each README command (s000_poisson's was a TypeError in the timed-as line
+    when the memory model sized the KV blocks): exit 0, no traceback, the file's answer shown."""
+    res = runner.invoke(app, [HUMAN[name.split("_")[0]], _input(name)])
+    assert res.exit_code == 0, res.output
+    assert "Traceback" not in res.output and res.exception is None
+    if HUMAN[name.split("_")[0]] == "scenario":
+        timed = [ln for ln in res.stdout.splitlines() if ln.startswith("timed as: ")]
+        assert all("KV blocks" in ln and "None" not in ln for ln in timed)
+        assert bool(timed) == (name != "s000_empty")  # an empty request list is not timed
+        assert "status" in res.stdout

@@ -586,9 +586,12 @@ def register(app: typer.Typer) -> None:
             return
         hw_info = result.details.get("hardware", {}) if result.details else {}
         if hw_info:
+            # The memory model sizes the blocks when the scenario states none: the count it found.
+            blocks = result.details.get("num_gpu_blocks") or hw_info.get("num_gpu_blocks")
+            kv = f"{blocks:,} KV blocks" if isinstance(blocks, int) else "KV blocks as vLLM sizes them"
             print_timed_as(
                 f"{hw_info.get('model')} on {hw_info.get('tensor_parallel_size', 1)} x {hw_info.get('gpu')}, "
-                f"roofline step times; {hw_info.get('num_gpu_blocks'):,} KV blocks"
+                f"roofline step times; {kv}"
             )
         console = Console()
         t = FitTable(show_header=False, title=str(file), title_justify="left")

@@ -61,7 +61,9 @@ class SaturationReport(BaseModel):
     settings: SaturationSettings
     reference_rate_rps: float = Field(description="r_ref of the lattice.")
     target_rate_rps: float | None
-    goodput_knee_rps: float | None = Field(description="Highest rate meeting the SLOs on every seed.")
+    goodput_knee_rps: float | None = Field(
+        description="Highest rate meeting the SLOs on every seed with a stable queue."
+    )
     knee_first_failing_rps: float | None = Field(description="The next lattice rate (fails).")
     saturation_rps: float | None = Field(description="Lowest rate at which the queue is unstable.")
     max_stable_rps: float | None = Field(description="The lattice rate below it (stable).")
@@ -169,7 +171,10 @@ def stable(p: RatePoint) -> bool:
 
 
 def slo_holds(p: RatePoint) -> bool:
-    return bool(p.slo_ok)
+    """The SLO holds at a rate when its p99s meet the caps *and* the queue is stable: where the
+    queue grows without bound the tail only reflects how long the run lasted, so a knee above the
+    unstable rate would promise headroom that a longer burst takes away."""
+    return bool(p.slo_ok) and stable(p)
 
 
 def find_saturation(

@@ -78,10 +78,10 @@ def deploy_lines(p: DeployPlan) -> list[str]:
         if p.gateway_queue_timeout_s is not None
         else "no gateway queue timeout"
     )
-    router = f"behind a {p.router} router" if p.replicas > 1 else "(one replica, no router)"
+    router = f", behind a {p.router} router," if p.replicas > 1 else " (one replica, no router)"
     head = (
-        f"deploy: {p.replicas} replica(s) x TP {p.tensor_parallel_size} = {p.gpus} GPU(s) of this command, "
-        f"{router}, with {gateway}:"
+        f"deploy: {p.replicas} replica(s) x TP {p.tensor_parallel_size} = {p.gpus} GPU(s) of this command"
+        f"{router} with {gateway}:"
     )
     return [head, *p.commands, max_model_len_text(p), cost_text(p), headroom_text(p)]
 
