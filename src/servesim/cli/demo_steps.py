@@ -117,7 +117,8 @@ def simulate_real(run: DemoRun) -> None:
     )
     slo = SLO(ttft_ms=1000, tpot_ms=100)
     with record_action(
-        "simulate", {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": "ttft_ms=1000,tpot_ms=100"}
+        "simulate",
+        {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": "ttft_p99_ms=1000,tpot_p99_ms=100"},
     ) as h:
         result = simulate(trace, cfg, setup.step_time, slo=slo)
         doc = simulation_document(
@@ -128,7 +129,8 @@ def simulate_real(run: DemoRun) -> None:
             notes=list(setup.notes),
             model=MODEL,
             command=f"servesim simulate {REAL_TRACE} --model {MODEL} --gpu {GPU} --max-num-seqs 1024 "
-            "--max-num-batched-tokens 8192 --max-model-len 16384 --slo ttft_ms=1000,tpot_ms=100 --json",
+            "--max-num-batched-tokens 8192 --max-model-len 16384 "
+            "--slo ttft_p99_ms=1000,tpot_p99_ms=100 --json",
         )
         h.output(run.write("simulate.json", doc))
     s = result.summary
