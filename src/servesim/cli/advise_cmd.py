@@ -30,16 +30,17 @@ from servesim.advisor import (
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
 from servesim.cli.actions import note_advisor, note_output
-from servesim.cli.common import parse_slo, print_json, print_timed_as, timed_as
+from servesim.cli.common import print_json, print_timed_as, request_slo, timed_as
+from servesim.cli.engine_flags import file_settings
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster.recovery import plan_recovery
-from servesim.engine import ConstantStepTime, EngineConfig
+from servesim.engine import ConstantStepTime
 from servesim.engine.simulate import describe_model
 from servesim.errors import shown
 from servesim.paths import data_dir
-from servesim.perf.setup import replica_setup
 from servesim.resched import parse_input, reschedule
+from servesim.spec import DeploymentSpec, resolve
 
 
 def _read_json(path: str) -> Any:
@@ -84,20 +85,15 @@ def build_case(
     trace = read_trace(
         source, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
     )
-    cfg = EngineConfig.from_file(config) if config is not None else EngineConfig()
-    setup = replica_setup(
-        cfg,
-        max_model_len=cfg.max_model_len or trace.default_max_model_len(),
-        num_gpu_blocks_given="num_gpu_blocks" in cfg.model_fields_set,
-        step_time_ms=step_time_ms,
-    )
+    spec = DeploymentSpec(step_time_ms=step_time_ms, engine=file_settings(config))
+    setup = resolve(spec, max_model_len=trace.default_max_model_len())
     for note in setup.notes:
         typer.echo(f"warning: {note}", err=True)
     return BatchingCase(
         trace,
         setup.config,
         setup.step_time,
-        slo=parse_slo(slo),
+        slo=request_slo(slo),
         replicas=replicas,
         hardware=setup.timed_as,
     )

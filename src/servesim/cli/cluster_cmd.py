@@ -8,11 +8,12 @@ from typing import Any
 
 import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from servesim.cli.common import parse_slo, print_json
+from servesim.cli.common import print_json, request_slo
+from servesim.cli.engine_flags import file_settings
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
 from servesim.cluster import (
@@ -27,11 +28,11 @@ from servesim.cluster import (
     failure_schedule,
     simulate_cluster,
 )
-from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime, StepTimeModel
-from servesim.errors import shown
+from servesim.errors import ConfigError, InputError, describe, shown
 from servesim.perf import load_catalog
 from servesim.perf.catalog import resolve_model
-from servesim.perf.setup import DEFAULT_GPU, ReplicaSetup, replica_setup
+from servesim.perf.setup import DEFAULT_GPU
+from servesim.spec import DeploymentSpec, resolve
 from servesim.traces import Trace
 from servesim.traces.schema import TraceProvenance
 
@@ -179,8 +180,7 @@ def register(app: typer.Typer) -> None:
         tr = read_trace(
             trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
         )
-        fixed = step_time_ms is not None or linear_step_time
-        reps, route, link = _cluster_setup(cluster, config, replicas, step_time_ms, linear_step_time)
+        reps_keys, route, link = _cluster_setup(cluster, config, replicas)
         if router is not None:
             route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
         updates = {
@@ -195,24 +195,31 @@ def register(app: typer.Typer) -> None:
         }
         link = LinkSpec.model_validate({**link.model_dump(), **updates})
         ctx = link.context()
-        if fixed and (model is not None or gpu is not None):
+        if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
             raise ValueError(
                 "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
                 "replace them: give one or the other"
             )
-        timed_as = fixed_timing(step_time_ms, linear_step_time)
-        if not fixed:
-            setups = [_on_hardware(r, tr, link.model, gpu, link.tp) for r in reps]
-            reps = [Replica(r.name, s.config, s.step_time) for r, s in zip(reps, setups, strict=True)]
-            for note in dict.fromkeys(n for s in setups for n in s.notes):
-                typer.echo(f"warning: {note}", err=True)
-            timed_as = setups[0].timed_as + ("" if len(setups) == 1 else " (each replica)")
+        # Each replica through servesim.spec.resolve: vllm serve's defaults on the GPU, KV sized.
+        hardware = DeploymentSpec(
+            model=None if step_time_ms is not None or linear_step_time else link.model,
+            gpu=gpu,
+            tp=None if step_time_ms is not None or linear_step_time else link.tp,
+            step_time_ms=step_time_ms,
+            linear_step_time=linear_step_time,
+        )
+        setups = [_resolve_replica(hardware, name, keys, tr) for name, keys in reps_keys]
+        reps = [Replica(name, s.config, s.step_time) for (name, _), s in zip(reps_keys, setups, strict=True)]
+        timed_as = setups[0].timed_as + ("" if len(setups) == 1 else " (each replica)")
+        defaults_line = setups[0].defaults_line
         events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
-        goal = parse_slo(slo)
+        goal = request_slo(slo)
         if recovery != "compare" and recovery not in POLICIES:
             raise ValueError(
                 f"unknown recovery {shown(recovery)}; use compare or one of {', '.join(POLICIES)}"
             )
+        for note in dict.fromkeys(n for s in setups for n in s.notes):  # once the input is known good
+            typer.echo(f"warning: {note}", err=True)
         names = list(POLICIES) if recovery == "compare" else [recovery]
         rows: list[StrategyOutcome] = []
         common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": goal}
@@ -224,6 +231,8 @@ def register(app: typer.Typer) -> None:
             )
         if not as_json:
             typer.echo(f"timed as: {timed_as}")
+            if defaults_line:
+                typer.echo(defaults_line)
         print_comparison(
             rows,
             events,
@@ -259,41 +268,33 @@ def print_comparison(
     print_section(cluster_view(cluster_document(events, link, route, rows)), console)
 
 
-def _on_hardware(rep: Replica, trace: Trace, model: str, gpu: str | None, tp: int) -> ReplicaSetup:
-    return replica_setup(
-        rep.config,
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        max_model_len=rep.config.max_model_len or trace.default_max_model_len(),
-        num_gpu_blocks_given="num_gpu_blocks" in rep.config.model_fields_set,
-    )
-
-
-def fixed_timing(step_time_ms: float | None, linear: bool) -> str:
-    """``timed as`` for a constant or linear step model (the roofline's comes from replica_setup)."""
-    if step_time_ms is not None:
-        return f"every engine step {step_time_ms:g} ms (constant step time, as asked)"
-    return "servesim's linear step model (an uncalibrated stand-in, as asked)"
+def _resolve_replica(hardware: DeploymentSpec, name: str, keys: dict[str, Any], trace: Trace) -> Any:
+    """One replica through ``servesim.spec.resolve`` (an error names the replica)."""
+    try:
+        spec = DeploymentSpec.model_validate({**hardware.model_dump(), "engine": keys})
+        return resolve(spec, max_model_len=trace.default_max_model_len())
+    except (ConfigError, ValidationError) as e:
+        raise ConfigError(f"replica {shown(name)}: {describe(e)}") from None
 
 
 def _cluster_setup(
-    cluster: Path | None, config: Path | None, n: int, step_time_ms: float | None, linear: bool
-) -> tuple[list[Replica], RouterSpec, LinkSpec]:
-    """Replicas with a placeholder step model (the roofline replaces it unless one is fixed)."""
-    model: StepTimeModel = (
-        ConstantStepTime(step_time_s=step_time_ms / 1000.0) if step_time_ms is not None else LinearStepTime()
-    )
+    cluster: Path | None, config: Path | None, n: int
+) -> tuple[list[tuple[str, dict[str, Any]]], RouterSpec, LinkSpec]:
+    """Each replica's name and the vLLM keys it sets (a ``--cluster`` file's, else ``--config``'s
+    for ``n`` identical replicas), the router and the link."""
     if cluster is not None:
         spec = ClusterFile.model_validate(_load_yaml(cluster))
         reps = []
         for i, r in enumerate(spec.replicas):
             keys = dict(r)
             name = str(keys.pop("name", f"n{i}"))
-            reps.append(Replica(name, EngineConfig.model_validate(keys.get("config", keys)), model))
+            settings = keys.get("config", keys)
+            if not isinstance(settings, dict):
+                raise InputError(f"{cluster}: replica {shown(name)}: config must be a mapping of vLLM keys")
+            reps.append((name, {str(k).replace("-", "_"): v for k, v in settings.items()}))
         return reps, spec.router, spec.link
-    cfg = EngineConfig.from_file(config) if config is not None else EngineConfig()
-    return [Replica(f"n{i}", cfg, model) for i in range(n)], RouterSpec(), LinkSpec()
+    keys = file_settings(config)
+    return [(f"n{i}", dict(keys)) for i in range(n)], RouterSpec(), LinkSpec()
 
 
 def _failure_events(

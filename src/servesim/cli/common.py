@@ -9,7 +9,7 @@ import typer
 from typer.core import TyperGroup
 
 from servesim.cli.actions import note_failure
-from servesim.errors import describe, shown, user_errors
+from servesim.errors import InputError, describe, user_errors
 from servesim.io import write_text_atomic
 
 
@@ -63,23 +63,31 @@ def timed_as(step_time_model: dict[str, Any], num_gpu_blocks: int | None = None)
     return text if num_gpu_blocks is None else f"{text}; {num_gpu_blocks:,} KV blocks"
 
 
-def parse_slo(text: str | None) -> Any:
-    """``--slo`` of simulate/cluster/advise in the syntax every command shares: the percentile
-    explicit (``ttft_p99_ms=500,tpot_p99_ms=50``, as saturate/tune). Each cap is also the
-    per-request threshold that goodput counts; a bare ``ttft_ms`` is refused with the spelling."""
-    if not text:
-        return None
-    from servesim.engine import SLO
+def cli_slo(text: str | None) -> Any:
+    """``--slo`` of every command: ``servesim.spec.parse_slo``, its error worded for the flag
+    (the same line whichever command was given it)."""
+    from servesim.spec import parse_slo
 
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key = part.partition("=")[0].strip().lower()
-        metric = key.removesuffix("_ms").partition("_")[0]
-        if key in ("ttft_ms", "tpot_ms", "e2e_ms", "ttft", "tpot", "e2e"):
-            raise ValueError(
-                f"--slo {shown(key)} names no percentile: write {metric}_p99_ms (the cap on the run's p99, "
-                "also each request's goodput threshold), as in saturate and tune"
-            )
-    return SLO.parse(text)
+    try:
+        return parse_slo(text)
+    except InputError as e:
+        raise InputError(str(e).replace("SLO ", "--slo ", 1)) from None
+
+
+def request_slo(text: str | None) -> Any:
+    """``--slo`` of simulate/cluster/dashboard/advise: ``servesim.spec.parse_slo`` (the one parser
+    and wording of every command), as the engine's per-request thresholds (each p99 cap is also
+    each request's goodput threshold). ``good=FRACTION`` is a requirement across a sweep or a
+    study, so a single run refuses it rather than ignore it."""
+    goal = cli_slo(text)
+    if goal is None:
+        return None
+    if goal.min_good_fraction is not None:
+        raise InputError(
+            "--slo good=FRACTION is judged by saturate and tune; a single run reports the good "
+            "fraction it measured: leave good= out here"
+        )
+    return goal.request_slo()
 
 
 def print_timed_as(text: str) -> None:
@@ -97,9 +105,10 @@ __all__ = [
     "fail",
     "json_bytes",
     "one_line",
-    "parse_slo",
     "print_json",
     "print_timed_as",
+    "cli_slo",
+    "request_slo",
     "timed_as",
     "write_text_atomic",
 ]

@@ -14,10 +14,11 @@ from typing import Any
 import typer
 
 from servesim.cli.cluster_cmd import LinkSpec, outcome, parse_fail, print_comparison
-from servesim.cli.common import fail, parse_slo
-from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
-from servesim.cli.simulate_cmd import TRACE_HELP, deploy, engine_config, report_result
+from servesim.cli.common import fail, request_slo
+from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
+from servesim.cli.simulate_cmd import TRACE_HELP, deploy, report_result
 from servesim.errors import shown, user_errors
+from servesim.spec import DeploymentSpec
 
 
 def parse_speed(text: str) -> float:
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
         ),
         *,
         flags: dict[str, Any],
-        deployment: DeploymentFlags,
+        deployment: DeploymentSpec,
     ) -> None:
         """Watch a trace run live: batch slots, the waiting queue, KV, latency against the SLO."""
         from servesim import RouterSpec, open_trace
@@ -76,9 +77,10 @@ def register(app: typer.Typer) -> None:
             rate = parse_speed(speed)
             if ui not in ("full", "simple"):
                 raise ValueError(f"--ui {shown(ui)}: use full or simple")
-            cfg = engine_config(config, flags)
+            dep = deployment_spec(deployment, config, flags)
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
-            cfg, step, rebuild = deploy(deployment, cfg, tr, config, flags, as_json=as_json or not headless)
+            setup, rebuild = deploy(dep, tr, as_json=as_json or not headless)
+            cfg, step = setup.config, setup.step_time
             events = sorted((parse_fail(x) for x in fail_at), key=lambda e: (e.time_s, e.node))
             FailurePlan(events=events)
             link = LinkSpec.model_validate(
@@ -102,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 recovery=recovery,
                 context=link.context() if replicas > 1 or events or route else None,
                 kv_checkpointing=link.kv_checkpointing,
-                slo=parse_slo(slo),
+                slo=request_slo(slo),
                 rebuild=rebuild,
             )
             if spec.is_cluster and any(e.node not in {f"n{i}" for i in range(replicas)} for e in events):

@@ -13,7 +13,8 @@ from typing import Any
 import typer
 
 from servesim.cli.common import fail, read_token
-from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
+from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
+from servesim.spec import DeploymentSpec
 
 DEFAULT_MAX_MODEL_LEN = 8192  # the context the emulated replicas serve unless --max-model-len says
 
@@ -55,14 +56,14 @@ def register(app: typer.Typer) -> None:
         ),
         *,
         flags: dict[str, Any],
-        deployment: DeploymentFlags,
+        deployment: DeploymentSpec,
     ) -> None:
         """Serve an OpenAI-compatible emulated vLLM fleet (Ray Serve) timed by servesim's engine."""
         from pydantic import ValidationError
 
         from servesim import RouterSpec
         from servesim.cli.cluster_cmd import LinkSpec, parse_fail
-        from servesim.cli.simulate_cmd import deploy, engine_config
+        from servesim.cli.simulate_cmd import deploy
         from servesim.cluster import Replica
         from servesim.emulate.app import is_loopback
         from servesim.errors import user_errors
@@ -73,10 +74,13 @@ def register(app: typer.Typer) -> None:
             secret = read_token(token, token_file)
             if not is_loopback(host) and secret is None:
                 raise ValueError(f"--host {host} is not loopback: give --token or --token-file")
-            cfg = engine_config(config, flags)
-            if cfg.max_model_len is None:
-                cfg = cfg.model_copy(update={"max_model_len": DEFAULT_MAX_MODEL_LEN})
-            cfg, step, _ = deploy(deployment, cfg, None, config, flags, as_json=False)
+            dep = deployment_spec(deployment, config, flags)
+            if dep.engine.get("max_model_len") is None:
+                dep = dep.model_copy(
+                    update={"engine": {**dep.engine, "max_model_len": DEFAULT_MAX_MODEL_LEN}}
+                )
+            setup, _ = deploy(dep, None, as_json=False)
+            cfg, step = setup.config, setup.step_time
             names = [f"replica-{k}" for k in range(replicas)]
             failures = []
             for text in fail_at:

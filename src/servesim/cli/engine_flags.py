@@ -1,134 +1,109 @@
-"""The vLLM engine flags, declared once for every command that runs an engine.
+"""The CLI's engine and deployment options, derived from the spec's fields (one declaration).
 
-``@engine_flags`` adds them to a Typer command as keyword options (``--max-num-seqs``,
-``--enable-chunked-prefill/--no-enable-chunked-prefill``, ...) and hands the command one
-``flags`` dict of the values given (None: not given), ready for ``engine_config(file, flags)``.
+Why: every command that runs an engine takes the same ``vllm serve`` flags. Their names, types,
+bounds, help and defaults are ``EngineConfig``'s and ``DeploymentSpec``'s fields (the library's one
+declaration of each setting); this module only spells them as options: ``max_num_seqs`` becomes
+``--max-num-seqs``, a boolean ``--x/--no-x``, a ``Literal`` a choice; values are checked by the
+spec's own validation (one line naming the setting, as for a ``--config`` file's). A new engine setting is a
+new ``EngineConfig`` field and nothing here.
+
+``@engine_flags`` hands the command one ``flags`` dict of the values given (None: not given);
+``@deployment_flags`` one ``DeploymentSpec`` (no engine keys yet); ``deployment_spec`` joins them
+with a ``--config`` file's keys (flags win).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import types
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import typer
+from pydantic.fields import FieldInfo
+
+from servesim.engine.config import EngineConfig
+from servesim.errors import ConfigError, describe
+from servesim.spec import DeploymentSpec, engine_values
+
+#: What each defaulted engine setting starts from, said in its help (the rest say their value).
+DEFAULT_NOTES = {
+    "max_num_seqs": "default: what vllm serve runs on the GPU (1024 on H100, 256 on smaller GPUs)",
+    "max_num_batched_tokens": "default: what vllm serve runs on the GPU (8192 on H100, 2048 on smaller GPUs)",
+    "num_gpu_blocks": "default: sized from GPU memory as vLLM does",
+    "max_model_len": "",  # its description says it
+    "queue_timeout_s": "default: none",
+}
+
+#: The deployment options every engine command takes (replicas and router: cluster commands).
+HARDWARE_FIELDS = (
+    "model",
+    "gpu",
+    "tp",
+    "gpu_memory_utilization",
+    "profile",
+    "step_time_ms",
+    "linear_step_time",
+)
+#: Extra spellings (vLLM's own long name for TP).
+ALIASES = {"tp": ("--tp", "--tensor-parallel-size")}
 
 
-class Policy(StrEnum):
-    fcfs = "fcfs"
-    priority = "priority"
+def _base(annotation: Any) -> Any:
+    """``int | None`` -> ``int``."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (typing.Union, types.UnionType) and args:
+        return args[0]
+    return annotation
 
 
-class Mitigation(StrEnum):
-    none = "none"
-    protect = "protect"
-    boost = "boost"
+def _help(name: str, field: FieldInfo) -> str:
+    text = (field.description or name).rstrip(".")
+    note = DEFAULT_NOTES.get(name)
+    if note is None:
+        default = field.default
+        note = f"default: {default}"
+        if isinstance(default, bool):
+            note = f"default: {'on' if default else 'off'}"
+    return f"{text}; {note}." if note else f"{text}."
 
 
-def _flags() -> dict[str, tuple[Any, Any]]:
-    """name -> (annotation, typer.Option): built per command (Typer copies, but keep them apart)."""
-    return {
-        "max_num_seqs": (int | None, typer.Option(None, help="Most requests in the running batch.")),
-        "max_num_batched_tokens": (int | None, typer.Option(None, help="Token budget of one engine step.")),
-        "block_size": (int | None, typer.Option(None, help="Tokens per KV block.")),
-        "num_gpu_blocks": (
-            int | None,
-            typer.Option(None, help="KV blocks in the pool (incl. the null block)."),
-        ),
-        "enable_chunked_prefill": (
-            bool | None,
-            typer.Option(
-                None,
-                "--enable-chunked-prefill/--no-enable-chunked-prefill",
-                help="Split long prompts across steps.",
-            ),
-        ),
-        "enable_prefix_caching": (
-            bool | None,
-            typer.Option(
-                None,
-                "--enable-prefix-caching/--no-enable-prefix-caching",
-                help="Reuse KV of identical prefixes.",
-            ),
-        ),
-        "long_prefill_token_threshold": (
-            int | None,
-            typer.Option(None, help="Per-request token cap per step."),
-        ),
-        "policy": (Policy | None, typer.Option(None, help="Waiting-queue order.")),
-        "max_model_len": (
-            int | None,
-            typer.Option(None, help="Context limit (default: longest request + 1)."),
-        ),
-        "watermark": (float | None, typer.Option(None, help="Fraction of blocks kept free for admissions.")),
-        "queue_timeout_s": (float | None, typer.Option(None, help="Reject requests unscheduled this long.")),
-        "starvation_threshold": (
-            int | None,
-            typer.Option(None, help="Preemptions that flag a request STARVED."),
-        ),
-        "starvation_mitigation": (
-            Mitigation | None,
-            typer.Option(
-                None, help="Spare STARVED requests as victims (protect) and raise their priority (boost)."
-            ),
-        ),
-    }
+def option(name: str, field: FieldInfo, *, keep_default: bool = False) -> tuple[Any, Any]:
+    """``(annotation, typer.Option)`` for one spec field (``None`` = not given, unless
+    ``keep_default``: then the field's default is the option's)."""
+    kebab = name.replace("_", "-")
+    base = _base(field.annotation)
+    help_text = _help(name, field)
+    default = field.default if keep_default else None
+    if base is bool:
+        if keep_default:
+            return bool, typer.Option(bool(default), f"--{kebab}/--no-{kebab}", help=help_text)
+        return bool | None, typer.Option(None, f"--{kebab}/--no-{kebab}", help=help_text)
+    if get_origin(base) is Literal:  # a choice (Typer lists the values and names the flag)
+        return (base if keep_default else base | None), typer.Option(default, help=help_text)
+    names = ALIASES.get(name, ())
+    return (base if keep_default else base | None), typer.Option(default, *names, help=help_text)
 
 
-FLAG_NAMES = tuple(_flags())
+def _engine_options() -> dict[str, tuple[Any, Any]]:
+    """name -> (annotation, typer.Option) of every engine setting (built per command: Typer
+    keeps a reference to each option)."""
+    return {name: option(name, f) for name, f in EngineConfig.model_fields.items()}
 
 
-@dataclass(frozen=True)
-class DeploymentFlags:
-    """``--model/--gpu/--tp/--gpu-memory-utilization/--profile`` or ``--step-time-ms``: what times
-    the steps and sizes the KV cache (``simulate_cmd.deployment`` turns them into both)."""
-
-    model: str | None
-    gpu: str | None
-    tp: int | None
-    gpu_memory_utilization: float
-    profile: str | None
-    step_time_ms: float | None
-    linear_step_time: bool = False
+FLAG_NAMES = tuple(EngineConfig.model_fields)
 
 
-def _deployment_flags() -> dict[str, tuple[Any, Any]]:
-    return {
-        "step_time_ms": (
-            float | None,
-            typer.Option(
-                None, help="Every step takes this long (for step-by-step comparison) instead of the model's."
-            ),
-        ),
-        "linear_step_time": (
-            bool,
-            typer.Option(False, help="servesim's linear step model (uncalibrated) instead of the model's."),
-        ),
-        "model": (
-            str | None,
-            typer.Option(None, help="Served model (catalog name or config.json); default llama-3.1-8b."),
-        ),
-        "gpu": (str | None, typer.Option(None, help="GPU of a replica; default h100.")),
-        "tp": (
-            int | None,
-            typer.Option(
-                None,
-                "--tp",
-                "--tensor-parallel-size",
-                min=1,
-                max=64,
-                help="Tensor-parallel degree; default 1.",
-            ),
-        ),
-        "gpu_memory_utilization": (
-            float,
-            typer.Option(0.9, min=0.01, max=1.0, help="vLLM's memory share (sizes the KV cache)."),
-        ),
-        "profile": (str | None, typer.Option(None, help="Calibrated hardware profile (JSON path or name).")),
-    }
+def _deployment_options(fields: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    specs = DeploymentSpec.model_fields
+    out = {}
+    for name in fields:
+        keep = name in ("linear_step_time", "replicas", "router")
+        out[name] = option(name, specs[name], keep_default=keep)
+    return out
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -146,8 +121,8 @@ def _with_options(
     sig = inspect.signature(func, eval_str=True)
     params = [p for p in sig.parameters.values() if p.name != name]
     extra = [
-        inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
-        for key, (annotation, option) in options.items()
+        inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=annotation)
+        for key, (annotation, opt) in options.items()
     ]
     # Typer passes every parameter by name: all keyword-only, so the options can sit after the
     # command's argument (``--help`` lists them there).
@@ -168,13 +143,53 @@ def _with_options(
 
 
 def engine_flags(func: F) -> F:
-    """Give ``func`` (which takes ``flags: dict[str, Any]``) every engine flag as an option."""
-    return _with_options(func, _flags(), "flags", dict, "config")  # after --config FILE, which they override
+    """Give ``func`` (which takes ``flags: dict[str, Any]``) every engine setting as an option."""
+    return _with_options(func, _engine_options(), "flags", dict, "config")
+
+
+def _deployment(func: F, fields: tuple[str, ...]) -> F:
+    return _with_options(
+        func, _deployment_options(fields), "deployment", DeploymentSpec.model_validate, "config"
+    )
 
 
 def deployment_flags(func: F) -> F:
-    """Give ``func`` (which takes ``deployment: DeploymentFlags``) the deployment options."""
-    return _with_options(func, _deployment_flags(), "deployment", lambda d: DeploymentFlags(**d), "config")
+    """Give ``func`` (which takes ``deployment: DeploymentSpec``) the deployment options."""
+    return _deployment(func, HARDWARE_FIELDS)
 
 
-__all__ = ["FLAG_NAMES", "DeploymentFlags", "Mitigation", "Policy", "deployment_flags", "engine_flags"]
+def cluster_deployment_flags(func: F) -> F:
+    """``deployment_flags`` plus ``--replicas`` and ``--router``."""
+    return _deployment(func, (*HARDWARE_FIELDS, "replicas", "router"))
+
+
+def file_settings(path: Path | None) -> dict[str, Any]:
+    """The vLLM keys of a ``--config`` file (unknown keys are an error naming the file)."""
+    if path is None:
+        return {}
+    return EngineConfig.read_file(path)
+
+
+def deployment_spec(
+    deployment: DeploymentSpec, config_file: Path | None, flags: dict[str, Any]
+) -> DeploymentSpec:
+    """The command's deployment: its options, with the ``--config`` file's vLLM keys overridden by
+    the flags given."""
+    engine = {**file_settings(config_file), **{k: v for k, v in flags.items() if v is not None}}
+    spec = deployment.model_copy(update={"engine": engine})
+    try:  # checked before any work (the trace is not read yet): vLLM's own rules, named
+        engine_values(spec)
+    except ConfigError as e:
+        raise ConfigError(f"{config_file}: {describe(e)}" if config_file is not None else str(e)) from None
+    return spec
+
+
+__all__ = [
+    "FLAG_NAMES",
+    "cluster_deployment_flags",
+    "deployment_flags",
+    "deployment_spec",
+    "engine_flags",
+    "file_settings",
+    "option",
+]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from servesim.cli.common import json_bytes, parse_slo
-from servesim.cli.engine_flags import DeploymentFlags, deployment_flags, engine_flags
+from servesim.cli.common import json_bytes, request_slo
+from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.cli.records_out import records_format, requests_format_option, requests_out_option
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.engine import (
@@ -32,7 +31,7 @@ from servesim.engine import (
 )
 from servesim.events import Observer, ProgressCallback, StepLogWriter
 from servesim.io import atomic_file
-from servesim.perf.setup import ReplicaSetup, replica_setup
+from servesim.spec import DeploymentSpec, Rebuild, ResolvedDeployment, resolve
 from servesim.traces import Trace
 
 TRACE_HELP = (
@@ -41,71 +40,36 @@ TRACE_HELP = (
 )
 
 
-def _file_keys(path: Path | None) -> set[str]:
-    if path is None:
-        return set()
-    import yaml
-
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return {str(k).replace("-", "_") for k in data} if isinstance(data, dict) else set()
-
-
-def engine_config(config_file: Path | None, flags: dict[str, Any]) -> EngineConfig:
-    """The engine config from a vLLM-keyed file plus flag overrides (flags win)."""
-    given = {k: (v.value if isinstance(v, StrEnum) else v) for k, v in flags.items() if v is not None}
-    if config_file is not None:
-        return EngineConfig.from_file(config_file, **given)
-    return EngineConfig(**given)
-
-
-def say_setup(setup: ReplicaSetup, as_json: bool) -> None:
-    """The first line of a human-readable output: what times the steps; warnings on stderr."""
-    for note in setup.notes:  # extrapolation notes: one line each on stderr, never on --json's stdout
+def say_setup(setup: ResolvedDeployment, as_json: bool) -> None:
+    """The first lines of a human-readable output: what times the steps, and the vllm serve
+    defaults applied; extrapolation warnings on stderr (never on --json's stdout)."""
+    for note in setup.notes:
         typer.echo(f"warning: {note}", err=True)
     if not as_json:
         typer.echo(f"timed as: {setup.timed_as}")
-
-
-Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
+        if setup.defaults_line:
+            typer.echo(setup.defaults_line)
 
 
 def deploy(
-    dep: DeploymentFlags,
-    config: EngineConfig,
-    trace: Trace | None,
-    config_file: Path | None,
-    flags: dict[str, Any],
-    *,
-    as_json: bool = True,
-) -> tuple[EngineConfig, StepTimeModel, Rebuild | None]:
-    """The engine config and step times of the deployment flags through ``servesim.replica_setup``
-    (the default deployment unless the flags say otherwise; the KV cache sized unless
-    ``--num-gpu-blocks`` was given), said on the first line unless ``as_json``, and how to redo it
-    after a flag change. Without a trace (a server: ``emulate``) the config's ``max_model_len``
-    stands."""
-    blocks_given = flags.get("num_gpu_blocks") is not None or "num_gpu_blocks" in _file_keys(config_file)
-
-    def setup_of(cfg: EngineConfig) -> ReplicaSetup:
-        return replica_setup(
-            cfg,
-            model=dep.model,
-            gpu=dep.gpu,
-            tp=dep.tp,
-            gpu_memory_utilization=dep.gpu_memory_utilization,
-            profile=dep.profile,
-            max_model_len=cfg.max_model_len or (trace.default_max_model_len() if trace is not None else None),
-            num_gpu_blocks_given=blocks_given,
-            step_time_ms=dep.step_time_ms,
-            linear=dep.linear_step_time,
-        )
+    spec: DeploymentSpec, trace: Trace | None, *, as_json: bool = True
+) -> tuple[ResolvedDeployment, Rebuild]:
+    """``servesim.spec.resolve`` of the command's deployment (the KV cache sized for the trace's
+    longest request unless the config sets ``max_model_len``; without a trace, a server's, the
+    config's stands), said on the first lines unless ``as_json``, and how to redo it after a flag
+    change (the dashboard's restart)."""
+    mml = trace.default_max_model_len() if trace is not None else None
+    resolved = resolve(spec, max_model_len=mml)
 
     def rebuild(cfg: EngineConfig) -> tuple[EngineConfig, StepTimeModel]:
-        s = setup_of(cfg)
-        return s.config, s.step_time
+        changed = {k: v for k, v in cfg.model_dump().items() if v != getattr(resolved.config, k)}
+        if "num_gpu_blocks" not in spec.engine:
+            changed.pop("num_gpu_blocks", None)
+        again = resolve(spec.model_copy(update={"engine": {**spec.engine, **changed}}), max_model_len=mml)
+        return again.config, again.step_time
 
-    setup = setup_of(config)
-    say_setup(setup, as_json)
-    return setup.config, setup.step_time, rebuild
+    say_setup(resolved, as_json)
+    return resolved, rebuild
 
 
 @contextmanager
@@ -147,6 +111,7 @@ def run_and_report(
     views: bool = True,
     requests_out: Path | None = None,
     requests_format: str | None = None,
+    setup: ResolvedDeployment | None = None,
 ) -> SimulationResult:
     writer = StepLogWriter(str(step_log)) if step_log is not None else None
     try:
@@ -176,6 +141,7 @@ def run_and_report(
         views=views,
         requests_out=requests_out,
         requests_format=requests_format,
+        setup=setup,
     )
     return result
 
@@ -191,6 +157,7 @@ def report_result(
     views: bool = True,
     requests_out: Path | None = None,
     requests_format: str | None = None,
+    setup: ResolvedDeployment | None = None,
 ) -> None:
     """The summary view (or with ``--json`` the result document alone on stdout); ``out``: the
     same document as a file (the report's input); ``requests_out``: the per-request records as a
@@ -212,6 +179,7 @@ def report_result(
             title=title,
             include_requests=False,
             sections=views,
+            setup=setup.describe() if setup is not None else None,
         )
 
         def pieces() -> Iterator[bytes]:
@@ -279,16 +247,17 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
         *,
         flags: dict[str, Any],
-        deployment: DeploymentFlags,
+        deployment: DeploymentSpec,
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
-        cfg = engine_config(config, flags)
-        goal = parse_slo(slo)
+        spec = deployment_spec(deployment, config, flags)
+        goal = request_slo(slo)
         records_format(requests_out, requests_format)  # a bad name fails before the run
         tr = read_trace(
             trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
         )
-        cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags, as_json=as_json)
+        setup, _ = deploy(spec, tr, as_json=as_json)
+        cfg, step_model = setup.config, setup.step_time
         if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
             typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
             return
@@ -307,4 +276,5 @@ def register(app: typer.Typer) -> None:
             views=views,
             requests_out=requests_out,
             requests_format=requests_format,
+            setup=setup,
         )

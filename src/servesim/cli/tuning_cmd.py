@@ -24,15 +24,24 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from servesim.cli.common import fail, print_json, print_timed_as, timed_as, write_text_atomic
-from servesim.cli.engine_flags import Policy
-from servesim.cli.simulate_cmd import engine_config, progress_bar
+from servesim.cli.common import cli_slo, fail, json_bytes, print_json, print_timed_as, timed_as, write_text_atomic
+from servesim.cli.engine_flags import (
+    cluster_deployment_flags,
+    deployment_spec,
+    engine_flags,
+    file_settings,
+)
+from servesim.cli.simulate_cmd import progress_bar
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec
+from servesim.cluster.config import RouterPolicy
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
+from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
 from servesim.paths import data_dir
+from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION
+from servesim.spec import DeploymentSpec, engine_values
 from servesim.traces import TraceError
 from servesim.tuning import (
     Deployment,
@@ -40,7 +49,6 @@ from servesim.tuning import (
     EvalSettings,
     FixedHardware,
     Hardware,
-    PercentileSLO,
     SaturationReport,
     SaturationSettings,
     SchedulerRecommendation,
@@ -82,16 +90,6 @@ class Metric(StrEnum):
     ttft = "ttft"
     tpot = "tpot"
     e2e = "e2e"
-
-
-class Router(StrEnum):
-    round_robin = "round_robin"
-    random = "random"
-    least_outstanding = "least_outstanding"
-    least_kv = "least_kv"
-    power_of_two = "power_of_two"
-    prefix_aware = "prefix_aware"
-    vllm_dp = "vllm_dp"
 
 
 # ---------------------------------------------------------------------- shared options
@@ -149,8 +147,27 @@ def hardware_from(
     )
 
 
-def parse_slo(text: str | None) -> PercentileSLO | None:
-    return PercentileSLO.parse(text) if text else None
+def hardware_of(spec: DeploymentSpec) -> Hardware:
+    """The tuner's hardware context of a deployment spec (its ``num_gpu_blocks`` overrides the
+    memory model, as in every command)."""
+    return hardware_from(
+        spec.model,
+        spec.gpu,
+        spec.tp or 1,
+        spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+        spec.profile,
+        spec.engine.get("num_gpu_blocks"),
+        spec.step_time_ms,
+        spec.linear_step_time,
+    )
+
+
+def defaults_line(applied: dict[str, Any], spec: DeploymentSpec) -> str:
+    """``defaults: ...``: the vllm serve defaults a run started from (as ``simulate`` says it)."""
+    values = ", ".join(f"{k} {v:,}" for k, v in applied.items())
+    gpu = spec.timing_gpu
+    where = f"on {gpu}" if gpu else "with no GPU timing the steps (small-GPU row)"
+    return f"defaults: {values} (what vllm serve runs {where})"
 
 
 def _fmt_rate(x: float | None) -> str:
@@ -240,6 +257,8 @@ ERRORS = (TraceError, ValidationError, ValueError, OSError, optuna.exceptions.Op
 
 def register(app: typer.Typer) -> None:
     @app.command("saturate")
+    @cluster_deployment_flags
+    @engine_flags
     def saturate_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
         slo: str | None = typer.Option(
@@ -249,37 +268,6 @@ def register(app: typer.Typer) -> None:
             None, help="Load to judge headroom at (default: the trace's rate)."
         ),
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        max_num_seqs: int | None = typer.Option(None, help="vLLM --max-num-seqs."),
-        max_num_batched_tokens: int | None = typer.Option(None, help="vLLM --max-num-batched-tokens."),
-        block_size: int | None = typer.Option(None, help="vLLM --block-size."),
-        enable_chunked_prefill: bool | None = typer.Option(
-            None, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="vLLM chunked prefill."
-        ),
-        enable_prefix_caching: bool | None = typer.Option(
-            None, "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM prefix caching."
-        ),
-        long_prefill_token_threshold: int | None = typer.Option(
-            None, help="vLLM --long-prefill-token-threshold."
-        ),
-        policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
-        max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
-        queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
-        replicas: int = typer.Option(1, min=1, help="Identical replicas behind the router."),
-        router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
-        model: str | None = typer.Option(
-            None, help=f"Model (servesim perf catalog); default {DEFAULT_MODEL}."
-        ),
-        gpu: str | None = typer.Option(None, help=f"GPU (servesim perf catalog); default {DEFAULT_GPU}."),
-        tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1, help="Tensor-parallel size."),
-        gpu_memory_utilization: float = typer.Option(0.9, help="vLLM --gpu-memory-utilization."),
-        profile: str | None = typer.Option(None, help="Calibration profile of the step-time model."),
-        num_gpu_blocks: int | None = typer.Option(
-            None, help="KV blocks per replica (override the memory model)."
-        ),
-        step_time_ms: float | None = typer.Option(None, help="Constant step time instead of the roofline."),
-        linear_step_time: bool = typer.Option(
-            False, help="servesim's linear step model instead of the roofline."
-        ),
         seed: int = typer.Option(0, min=0, help="Seed of generated traces (seeds are offsets from it)."),
         num_requests: int | None = typer.Option(
             None, "--num-requests", "-n", help="Requests to generate (presets)."
@@ -297,47 +285,29 @@ def register(app: typer.Typer) -> None:
         address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
+        *,
+        flags: dict[str, Any],
+        deployment: DeploymentSpec,
     ) -> None:
         """Scale the arrival rate: goodput knee, saturation rate, curve and status per rate."""
         try:
-            goal = parse_slo(slo)
-            hw = hardware_from(
-                model,
-                gpu,
-                tp,
-                gpu_memory_utilization,
-                profile,
-                num_gpu_blocks,
-                step_time_ms,
-                linear_step_time,
-            )
+            goal = cli_slo(slo)
+            spec = deployment_spec(deployment, config, flags)
+            hw = hardware_of(spec)
             wl = Workload.from_source(
                 trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
             )
             say_drops(wl.provenance)
-            cfg = engine_config(
-                config,
-                {
-                    "max_num_seqs": max_num_seqs,
-                    "max_num_batched_tokens": max_num_batched_tokens,
-                    "block_size": block_size,
-                    "enable_chunked_prefill": enable_chunked_prefill,
-                    "enable_prefix_caching": enable_prefix_caching,
-                    "long_prefill_token_threshold": long_prefill_token_threshold,
-                    "policy": policy,
-                    "max_model_len": max_model_len,
-                    "queue_timeout_s": queue_timeout_s,
-                },
-            )
+            cfg, applied = engine_values(spec, wl.default_max_model_len())
             dep = Deployment.from_engine_config(
                 cfg,
                 max_model_len=wl.default_max_model_len(),
-                replicas=replicas,
-                tensor_parallel_size=tp,
-                gpu_memory_utilization=gpu_memory_utilization,
+                replicas=spec.replicas,
+                tensor_parallel_size=spec.tp or 1,
+                gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
             )
             st = SaturationSettings(seeds=list(range(seeds)), rtol=rtol, min_rate=min_rate, max_rate=max_rate)
-            ev = EvalSettings(router=RouterSpec(policy=router.value))
+            ev = EvalSettings(router=RouterSpec(policy=spec.router))
             with progress_bar(not as_json, "rates") as hook:
                 rep = find_saturation(
                     wl,
@@ -359,7 +329,9 @@ def register(app: typer.Typer) -> None:
                     {**rep.model_dump(mode="json"), "trace_provenance": provenance_json(wl.provenance)}
                 )
             else:
-                print_timed_as(hardware_timed_as(hw, model is not None))
+                print_timed_as(hardware_timed_as(hw, spec.model is not None))
+                if applied:
+                    typer.echo(defaults_line(applied, spec))
                 print_saturation(rep)
         except ERRORS as exc:
             fail(exc)
@@ -399,8 +371,8 @@ def register(app: typer.Typer) -> None:
         max_model_len: int | None = typer.Option(
             None, help="vLLM --max-model-len (default: longest request + 1)."
         ),
-        policy: Policy = typer.Option(Policy.fcfs, help="Waiting-queue order (not searched)."),
-        router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
+        policy: SchedulingPolicy = typer.Option("fcfs", help="Waiting-queue order (not searched)."),
+        router: RouterPolicy = typer.Option("least_outstanding", help="Router policy for several replicas."),
         model: str | None = typer.Option(
             None, help=f"Model (servesim perf catalog); default {DEFAULT_MODEL}."
         ),
@@ -446,13 +418,16 @@ def register(app: typer.Typer) -> None:
             min=0.0,
             help="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only).",
         ),
+        out: Path | None = typer.Option(
+            None, help="Write {study, recommendation} (the --json document, the report's input) here."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print {study, recommendation} alone on stdout."),
     ) -> None:
         """Search vLLM flags, TP and replicas with Optuna; recommend, re-verified on fresh seeds."""
         url = _storage(storage)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is too much
         try:
-            goal = parse_slo(slo)
+            goal = cli_slo(slo)
             hw = hardware_from(
                 model,
                 gpu,
@@ -476,12 +451,18 @@ def register(app: typer.Typer) -> None:
                 latency_metric=latency_metric.value,
                 max_gpus=max_gpus,
             )
-            ev = EvalSettings(router=RouterSpec(policy=router.value))
+            ev = EvalSettings(router=RouterSpec(policy=router))
             mml = max_model_len or wl.default_max_model_len()
             current = None
             if config is not None:
+                current_spec = DeploymentSpec(
+                    gpu=gpu,
+                    step_time_ms=step_time_ms,
+                    linear_step_time=linear_step_time,
+                    engine={**file_settings(config), "max_model_len": mml, "policy": policy},
+                )
                 current = Deployment.from_engine_config(
-                    engine_config(config, {"max_model_len": mml, "policy": policy.value}),
+                    engine_values(current_spec, mml)[0],
                     max_model_len=mml,
                     tensor_parallel_size=tp,
                     gpu_memory_utilization=gpu_memory_utilization,
@@ -499,7 +480,7 @@ def register(app: typer.Typer) -> None:
                         settings=settings,
                         eval_settings=ev,
                         max_model_len=max_model_len,
-                        fixed={"policy": policy.value},
+                        fixed={"policy": policy},
                         executor=ex,
                         n_jobs=jobs,
                         storage=url,
@@ -514,7 +495,7 @@ def register(app: typer.Typer) -> None:
                             f"no trial of study {res.study_name} could run ({res.n_trials} trials, all "
                             "invalid): widen the search space (more replicas, --max-gpus)"
                         )
-                    candidates = trial_deployments(res, picks, mml, policy.value)
+                    candidates = trial_deployments(res, picks, mml, policy)
                     with progress_bar(not as_json, "verifying") as hook:
                         rec = recommend(
                             wl,
@@ -535,7 +516,7 @@ def register(app: typer.Typer) -> None:
                             },
                             progress=hook,
                             baseline=Deployment.model_validate(
-                                {"max_model_len": mml, "policy": policy.value, **res.baseline.params}
+                                {"max_model_len": mml, "policy": policy, **res.baseline.params}
                             )
                             if res.baseline is not None
                             else current,
@@ -545,14 +526,16 @@ def register(app: typer.Typer) -> None:
             files = write_outbox(rec, out_dir) if (rec is not None and out_dir is not None) else []
             if url is not None and as_json:
                 typer.echo(f"study {res.study_name} stored in {url}", err=True)
+            document = {
+                "study": res.model_dump(mode="json"),
+                "recommendation": rec.model_dump(mode="json") if rec is not None else None,
+                "trace_provenance": provenance_json(wl.provenance),
+            }
+            if out is not None:
+                write_text_atomic(out, json_bytes(document).decode() + "\n")
+                files.append(out)
             if as_json:
-                print_json(
-                    {
-                        "study": res.model_dump(mode="json"),
-                        "recommendation": rec.model_dump(mode="json") if rec is not None else None,
-                        "trace_provenance": provenance_json(wl.provenance),
-                    }
-                )
+                print_json(document)
             else:
                 print_timed_as(hardware_timed_as(hw, model is not None))
                 print_tune(res)

@@ -26,6 +26,10 @@ MAX_BLOCK_SIZE = 1 << 12
 MAX_GPU_BLOCKS = 1 << 22  # 4,194,304 KV blocks (67M tokens at 16 per block): ~0.4 GB of block table
 
 
+#: vLLM's ``--scheduling-policy`` values.
+SchedulingPolicy = Literal["fcfs", "priority"]
+
+
 class EngineConfig(BaseModel):
     """One vLLM replica's scheduler and KV-cache settings (``vllm serve`` flag names)."""
 
@@ -47,7 +51,7 @@ class EngineConfig(BaseModel):
     long_prefill_token_threshold: int = Field(
         0, ge=0, le=MAX_TOKENS, description="Cap on one request's tokens per step (0 = no cap)."
     )
-    policy: Literal["fcfs", "priority"] = Field("fcfs", description="Waiting-queue order.")
+    policy: SchedulingPolicy = Field("fcfs", description="Waiting-queue order.")
     max_model_len: int | None = Field(
         None, ge=2, le=MAX_TOKENS, description="Context limit; default: the trace's longest request + 1."
     )
@@ -112,8 +116,9 @@ class EngineConfig(BaseModel):
             )
 
     @classmethod
-    def from_file(cls, path: str | Path, **overrides: Any) -> EngineConfig:
-        """Load a YAML or JSON file of vLLM keys (unknown keys are an error), then apply overrides."""
+    def read_file(cls, path: str | Path) -> dict[str, Any]:
+        """The vLLM keys of a YAML or JSON file (``-`` spellings normalised), unknown keys and
+        non-mappings refused with the file named; values are checked where they are used."""
         p = Path(path)
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
@@ -134,6 +139,13 @@ class EngineConfig(BaseModel):
             raise ConfigError(
                 f"{p}: unknown engine key(s) {', '.join(hints)}; known: {', '.join(cls.model_fields)}"
             )
+        return data
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> EngineConfig:
+        """Load a YAML or JSON file of vLLM keys (unknown keys are an error), then apply overrides."""
+        p = Path(path)
+        data = cls.read_file(p)
         data.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls.model_validate(data)

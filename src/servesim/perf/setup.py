@@ -18,6 +18,7 @@ from servesim.errors import ConfigError
 from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile
 from servesim.perf.roofline import RooflineStepTime, build_step_time_model
+from servesim.perf.serve_defaults import apply_serve_defaults
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,11 @@ def replica_setup(
     only when asked. KV blocks come from the memory model at ``gpu_memory_utilization`` unless
     ``num_gpu_blocks_given`` (the config's count is kept). ``max_model_len``: the context the KV
     cache must hold (default: the config's). Raises ``ConfigError`` / ``PerfError`` subclasses."""
-    cfg = config if config is not None else EngineConfig()
+    if config is None:  # what vllm serve runs on this GPU (servesim.perf.serve_defaults)
+        fixed = step_time_ms is not None or linear
+        values, _ = apply_serve_defaults({}, None if fixed else (gpu or DEFAULT_GPU))
+        config = EngineConfig(**values)
+    cfg = config
     if step_time_ms is not None or linear:
         given = [f"--{k}" for k, v in (("model", model), ("gpu", gpu), ("tp", tp)) if v is not None]
         if step_time_ms is not None and linear:

@@ -109,6 +109,7 @@ def simulation_document(
     command: str | None = None,
     include_requests: bool = False,
     sections: bool = True,
+    setup: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``servesim simulate --json``: the report plus the views (workload, simulation) and caveats."""
     from servesim.views.simulation import simulation_view
@@ -126,6 +127,8 @@ def simulation_document(
             views.append(workload_view(trace, stats).model_dump(mode="json"))
         views.append(simulation_view(result, title=title).model_dump(mode="json"))
         doc["sections"] = views
+    if setup is not None:  # how the run was set up: the spec and the vllm serve defaults applied
+        doc["setup"] = setup
     if notes:
         doc["notes"] = list(notes)
     if model:

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servesim.engine.config import EngineConfig
+from servesim.perf.serve_defaults import vllm_serve_defaults
 from servesim.tuning.hardware import Hardware, ResolvedHardware
 
 #: vLLM's ``CacheConfig.block_size`` choices (``BlockSize`` literal).
@@ -211,24 +212,6 @@ def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
             )
         )
     return out
-
-
-def vllm_serve_defaults(gpu: str | None) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) of ``vllm serve`` on this GPU (vLLM 0.33's
-    ``get_batch_defaults``, docs/vllm-scheduling.md §1): 1024 / 8192 on non-A100 GPUs of at
-    least 70 GiB (16384 tokens from 160 GiB), else 256 / 2048."""
-    if gpu is None:
-        return 256, 2048
-    try:
-        from servesim.perf import load_catalog
-
-        spec = load_catalog().gpu(gpu)
-    except (ImportError, ValueError):
-        return 256, 2048
-    gib = spec.memory_bytes / 2**30
-    if gib >= 70 and "a100" not in spec.name.lower():
-        return 1024, (16384 if gib >= 160 else 8192)
-    return 256, 2048
 
 
 def vllm_default_deployment(hardware: Hardware, max_model_len: int, **fixed: Any) -> Deployment:

@@ -54,13 +54,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from servesim.engine import EngineConfig, simulate
 from servesim.engine.results import SimulationResult
+from servesim.perf.serve_defaults import vllm_serve_defaults
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import PoissonArrivals, sample_arrivals, stream_rng
 from servesim.traces.generate import GeneratorSpec, generate_trace
 from servesim.traces.lengths import LogNormalLength
 from servesim.traces.schema import Trace
 from servesim.tuning.choice import model_tolerance
-from servesim.tuning.deployment import vllm_serve_defaults
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, Status, measure
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
 from servesim.tuning.reasons import Reason

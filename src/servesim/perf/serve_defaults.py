@@ -1,0 +1,63 @@
+"""The one set of defaults: what ``vllm serve MODEL`` runs on the chosen GPU.
+
+vLLM fills the batch limits it was not given from a table keyed by the GPU's memory and the entry
+point (``get_batch_defaults`` / ``_set_default_max_num_seqs_and_batched_tokens_args`` in
+``vllm/engine/arg_utils.py``, 0.33; docs/vllm-scheduling.md §1). For the OpenAI API server:
+
+* a GPU of at least 70 GiB that is not an A100 (H100, H200, B200, MI300X): ``max_num_seqs`` 1024 and
+  ``max_num_batched_tokens`` 8192 (16384 from 160 GiB);
+* any other GPU: 256 and 2048.
+
+Each limit the user left unset gets its default on its own, then vLLM's clamps apply: the token
+budget is at least ``max_num_seqs`` (vLLM refuses a smaller one) and, with chunked prefill off, at
+least ``max_model_len``. A run timed without a GPU (``--step-time-ms``, ``--linear-step-time``, a
+fixed step-time model) gets the "any other GPU" row. Every other engine setting keeps vLLM's
+dataclass default (``EngineConfig``). Every command, web tab, the dashboard, the emulator, the
+demo and the tuner's baseline start here, and results say which defaults were applied.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: (max_num_seqs, max_num_batched_tokens) of ``vllm serve`` on a GPU below 70 GiB or an A100.
+SMALL_GPU_DEFAULTS = (256, 2048)
+
+
+def vllm_serve_defaults(gpu: str | None) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of ``vllm serve`` on this GPU (catalog name; None:
+    no GPU, the small-GPU row)."""
+    if gpu is None:
+        return SMALL_GPU_DEFAULTS
+    try:
+        from servesim.perf.catalog import load_catalog
+
+        spec = load_catalog().gpu(gpu)
+    except (ImportError, ValueError):
+        return SMALL_GPU_DEFAULTS
+    gib = spec.memory_bytes / 2**30
+    if gib >= 70 and "a100" not in spec.name.lower():
+        return 1024, (16384 if gib >= 160 else 8192)
+    return SMALL_GPU_DEFAULTS
+
+
+def apply_serve_defaults(
+    given: dict[str, Any], gpu: str | None, max_model_len: int | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``given`` (vLLM keys the user set) with ``vllm serve``'s batch defaults for ``gpu`` filled
+    in where unset, and the defaults that were applied (``{key: value}``, for the result to say)."""
+    mns, mbt = vllm_serve_defaults(gpu)
+    values = dict(given)
+    applied: dict[str, Any] = {}
+    if values.get("max_num_seqs") is None:
+        values["max_num_seqs"] = applied["max_num_seqs"] = mns
+    if values.get("max_num_batched_tokens") is None:
+        budget = max(mbt, int(values["max_num_seqs"]))
+        chunked = values.get("enable_chunked_prefill")
+        if chunked is False and max_model_len is not None:
+            budget = max(budget, max_model_len)
+        values["max_num_batched_tokens"] = applied["max_num_batched_tokens"] = budget
+    return values, applied
+
+
+__all__ = ["SMALL_GPU_DEFAULTS", "apply_serve_defaults", "vllm_serve_defaults"]

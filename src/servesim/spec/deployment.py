@@ -1,0 +1,193 @@
+"""``DeploymentSpec``: what a user asks to run, and ``resolve``: the one way it becomes an engine.
+
+Why: a run is "this model on these GPUs, with these ``vllm serve`` flags, N replicas behind this
+router". Every interface (CLI flags, the web's forms, the dashboard, the emulator) builds this one
+spec and calls ``resolve``, which fills what the user left unset with what ``vllm serve`` itself
+would run on that GPU (``servesim.perf.serve_defaults``), sizes the KV cache as vLLM would, builds the
+step-time model and words the ``timed as`` line. So the same question gets the same starting point
+wherever it is asked, and the result says which defaults were applied.
+
+``engine`` holds only the vLLM keys the user set (a ``--config`` file's and the flags'); their
+names, types, bounds and help are ``EngineConfig``'s, the one declaration of every engine setting.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from servesim.cluster.config import RouterPolicy
+from servesim.engine.config import MAX_GPU_BLOCKS, EngineConfig
+from servesim.engine.step_time import StepTimeModel
+from servesim.errors import ConfigError, describe, shown
+from servesim.perf.setup import (
+    DEFAULT_GPU,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MODEL,
+    DEFAULT_TP,
+    replica_setup,
+)
+from servesim.perf.serve_defaults import apply_serve_defaults
+
+#: Most replicas one simulated deployment may have (each is a whole engine in memory).
+MAX_REPLICAS = 1024
+
+
+class DeploymentSpec(BaseModel):
+    """One deployment as the user states it; unset fields take the defaults ``resolve`` says."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = Field(
+        None, description=f"Served model (catalog name or config.json); default {DEFAULT_MODEL}."
+    )
+    gpu: str | None = Field(None, description=f"GPU of a replica; default {DEFAULT_GPU}.")
+    tp: int | None = Field(None, ge=1, le=64, description=f"Tensor-parallel degree; default {DEFAULT_TP}.")
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description=f"vLLM's memory share (sizes the KV cache); default {DEFAULT_GPU_MEMORY_UTILIZATION:g}.",
+    )
+    profile: str | None = Field(None, description="Calibrated hardware profile (JSON path or name).")
+    step_time_ms: float | None = Field(
+        None,
+        gt=0,
+        le=3_600_000,
+        allow_inf_nan=False,
+        description="Every step takes this long (for step-by-step comparison) instead of the model's.",
+    )
+    linear_step_time: bool = Field(
+        False, description="servesim's linear step model (uncalibrated) instead of the model's."
+    )
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Identical replicas behind the router.")
+    router: RouterPolicy = Field("least_outstanding", description="How arrivals are spread over replicas.")
+    engine: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The vLLM keys set (EngineConfig names); the rest are vllm serve's defaults.",
+    )
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _known_keys(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        given = {str(k).replace("-", "_"): v for k, v in value.items() if v is not None}
+        unknown = [k for k in given if k not in EngineConfig.model_fields]
+        if unknown:
+            hints = []
+            for k in unknown:
+                close = difflib.get_close_matches(k, list(EngineConfig.model_fields), n=1)
+                hints.append(shown(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ValueError(f"unknown engine key(s) {', '.join(hints)}")
+        return given
+
+    @property
+    def fixed_timing(self) -> bool:
+        """Steps timed by a constant or the linear model (no GPU, no memory model)."""
+        return self.step_time_ms is not None or self.linear_step_time
+
+    @property
+    def timing_gpu(self) -> str | None:
+        """The GPU whose ``vllm serve`` defaults apply (None when no GPU times the steps)."""
+        return None if self.fixed_timing else (self.gpu or DEFAULT_GPU)
+
+
+@dataclass(frozen=True)
+class ResolvedDeployment:
+    """A spec made concrete: one replica's engine config (KV blocks sized), its step-time model,
+    the ``timed as`` line, the extrapolation notes and the defaults that were applied."""
+
+    spec: DeploymentSpec
+    config: EngineConfig
+    step_time: StepTimeModel
+    timed_as: str
+    notes: tuple[str, ...]
+    defaults_applied: dict[str, Any]
+    model: str | None
+    gpu: str | None
+    tp: int
+
+    @property
+    def defaults_line(self) -> str | None:
+        """``defaults: max_num_seqs 1024, ... (vllm serve on h100)`` or None when all were given."""
+        if not self.defaults_applied:
+            return None
+        values = ", ".join(f"{k} {v:,}" for k, v in self.defaults_applied.items())
+        where = f"on {self.gpu}" if self.spec.timing_gpu else "with no GPU timing the steps (small-GPU row)"
+        return f"defaults: {values} (what vllm serve runs {where})"
+
+    def describe(self) -> dict[str, Any]:
+        """The facts a result document carries about how it was set up."""
+        return {
+            "spec": self.spec.model_dump(mode="json"),
+            "defaults_applied": dict(self.defaults_applied),
+            "timed_as": self.timed_as,
+        }
+
+    def rebuild(self, engine: dict[str, Any]) -> ResolvedDeployment:
+        """The same deployment with these vLLM keys changed (the dashboard's restart)."""
+        return resolve(
+            self.spec.model_copy(update={"engine": {**self.spec.engine, **engine}}),
+            max_model_len=self.config.max_model_len,
+        )
+
+
+def engine_values(
+    spec: DeploymentSpec, max_model_len: int | None = None
+) -> tuple[EngineConfig, dict[str, Any]]:
+    """The engine config of ``spec`` before KV sizing (vllm serve's defaults filled in) and the
+    defaults applied; ``ConfigError`` naming the field when vLLM would refuse the values."""
+    values, applied = apply_serve_defaults(
+        spec.engine, spec.timing_gpu, spec.engine.get("max_model_len") or max_model_len
+    )
+    if "num_gpu_blocks" not in values and not spec.fixed_timing:
+        # sized from GPU memory by ``replica_setup``: no stand-in count may refuse a long context
+        values["num_gpu_blocks"] = MAX_GPU_BLOCKS
+    try:
+        return EngineConfig.model_validate(values), applied
+    except ValidationError as e:
+        raise ConfigError(describe(e)) from None
+
+
+def resolve(spec: DeploymentSpec, *, max_model_len: int | None = None) -> ResolvedDeployment:
+    """The one way a spec becomes a replica: defaults, KV blocks, step times, ``timed as``.
+
+    ``max_model_len``: the context the KV cache must hold when the spec sets none (a trace's
+    longest request + 1); without either, vLLM's would come from the model (a server).
+    Raises ``ConfigError`` / ``PerfError`` (both ``ServesimError``) with the reason.
+    """
+    config, applied = engine_values(spec, max_model_len)
+    setup = replica_setup(
+        config,
+        model=spec.model,
+        gpu=spec.gpu,
+        tp=spec.tp,
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        profile=spec.profile,
+        max_model_len=config.max_model_len or max_model_len,
+        num_gpu_blocks_given="num_gpu_blocks" in spec.engine,
+        step_time_ms=spec.step_time_ms,
+        linear=spec.linear_step_time,
+    )
+    return ResolvedDeployment(
+        spec=spec,
+        config=setup.config,
+        step_time=setup.step_time,
+        timed_as=setup.timed_as,
+        notes=setup.notes,
+        defaults_applied=applied,
+        model=setup.model,
+        gpu=setup.gpu,
+        tp=setup.tp,
+    )
+
+
+Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
+
+__all__ = ["MAX_REPLICAS", "DeploymentSpec", "Rebuild", "ResolvedDeployment", "engine_values", "resolve"]
