@@ -59,7 +59,7 @@ ROOT_MAPPED = [
     (["simulate", "{tmp}/bad.json"], "error: {tmp}/bad.json: invalid JSON (Expecting property name"),
     (
         ["simulate", "bursty", "-n", "5", "--max-num-seqs", "0"],
-        "error: max_num_seqs: Input should be greater",
+        "error: --max-num-seqs: Input should be greater",
     ),
     (["cluster", "bursty", "-n", "5", "--slo", "ttft_ms=5"], "error: --slo 'ttft_ms' names no percentile"),
     (["trace", "inspect", "{tmp}/bad.json"], "error: {tmp}/bad.json: invalid JSON (Expecting property"),

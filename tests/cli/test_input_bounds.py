@@ -34,7 +34,7 @@ def _error(args: list[str]) -> str:
 
 def test_a_huge_block_count_is_refused_before_the_pool_is_built(tmp_path: Path) -> None:
     line = _error(["simulate", _trace(tmp_path), "--num-gpu-blocks", "100000000000000"])
-    assert "num_gpu_blocks" in line and "4194304" in line
+    assert "--num-gpu-blocks" in line and "4194304" in line
 
 
 def test_reschedule_refuses_1e11_tokens_instead_of_looping(tmp_path: Path) -> None:

@@ -274,14 +274,17 @@ def test_clicking_a_header_sorts_the_batch() -> None:
 
 def test_a_restart_with_model_redoes_the_deployment_setup() -> None:
     """With --model, a changed flag re-derives KV blocks and step times as `simulate` would."""
-    from servesim.cli.engine_flags import DeploymentFlags
     from servesim.cli.simulate_cmd import deploy
+    from servesim.spec import DeploymentSpec
 
     trace = open_trace("bursty", num_requests=50, seed=1)
-    dep = DeploymentFlags("llama-3.1-8b", "h100", 1, 0.9, None, None)
-    cfg, step, rebuild = deploy(dep, EngineConfig(), trace, None, {})
-    s = DashboardSpec(trace, "bursty", cfg, step, rebuild=rebuild).with_flags(max_num_batched_tokens=16384)
-    want, want_step = deploy(dep, EngineConfig(max_num_batched_tokens=16384), trace, None, {})[:2]
+    dep = DeploymentSpec(model="llama-3.1-8b", gpu="h100", tp=1, gpu_memory_utilization=0.9)
+    resolved, rebuild = deploy(dep, trace)
+    s = DashboardSpec(trace, "bursty", resolved.config, resolved.step_time, rebuild=rebuild).with_flags(
+        max_num_batched_tokens=16384
+    )
+    again = deploy(dep.model_copy(update={"engine": {"max_num_batched_tokens": 16384}}), trace)[0]
+    want, want_step = again.config, again.step_time
     batch = BatchComposition(8, 8000, [], 0)
     assert s.config == want and s.step_time.step_time(batch) == want_step.step_time(batch)
     assert s.config.num_gpu_blocks is not None and s.config.max_num_batched_tokens == 16384

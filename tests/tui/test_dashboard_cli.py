@@ -53,7 +53,7 @@ def test_simple_ui_prints_progress_lines_then_the_summary() -> None:
         (["--ui", "fancy"], "--ui 'fancy'"),
         (["--replicas", "2", "--fail", "n7@1"], "replicas: n0..n1"),
         (["--fail", "n0"], "NODE@TIME"),
-        (["--max-num-seqs", "0"], "max_num_seqs"),
+        (["--max-num-seqs", "0"], "--max-num-seqs"),
         (["--json"], "--json needs --headless"),
     ],
 )

@@ -39,6 +39,7 @@ from servesim.engine import ConstantStepTime
 from servesim.engine.simulate import describe_model
 from servesim.errors import shown
 from servesim.paths import data_dir
+from servesim.report.documents import stamped
 from servesim.resched import parse_input, reschedule
 from servesim.spec import DeploymentSpec, resolve
 
@@ -203,7 +204,7 @@ def register(app: typer.Typer) -> None:
             out["outbox_files"] = [str(p) for p in written]
             if isinstance(case, BatchingCase):
                 out["trace_provenance"] = provenance_json(case.trace.provenance)
-            print_json(out)
+            print_json(stamped("advise", out))
             return
         if isinstance(case, BatchingCase):
             print_timed_as(case.hardware)

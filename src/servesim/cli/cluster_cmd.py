@@ -32,6 +32,7 @@ from servesim.errors import ConfigError, InputError, describe, shown
 from servesim.perf import load_catalog
 from servesim.perf.catalog import resolve_model
 from servesim.perf.setup import DEFAULT_GPU
+from servesim.report.documents import stamped
 from servesim.spec import DeploymentSpec, resolve
 from servesim.traces import Trace
 from servesim.traces.schema import TraceProvenance
@@ -256,9 +257,8 @@ def print_comparison(
     """The strategies' outcomes: the table, or with ``--json`` the comparison alone on stdout
     (with the trace's provenance: every row dropped while reading it)."""
     if as_json:
-        print_json(
-            {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
-        )
+        doc = {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
+        print_json(stamped("cluster", doc))
         return
     from servesim.cli.render import print_section
     from servesim.views.cluster import cluster_view

@@ -102,12 +102,12 @@ def print_json(data: Any) -> None:
 
 __all__ = [
     "ErrorMappingGroup",
+    "cli_slo",
     "fail",
     "json_bytes",
     "one_line",
     "print_json",
     "print_timed_as",
-    "cli_slo",
     "request_slo",
     "timed_as",
     "write_text_atomic",

@@ -111,7 +111,9 @@ def register(app: typer.Typer) -> None:
                 raise ValueError(f"--fail names a replica that does not exist; replicas: n0..n{replicas - 1}")
             title = f"{trace}: {len(tr):,} requests"
             if headless or ui == "simple":
-                _run_plain(spec, headless=headless, speed=rate, as_json=as_json, link=link, title=title)
+                _run_plain(
+                    spec, headless=headless, speed=rate, as_json=as_json, link=link, title=title, setup=setup
+                )
                 return
             if as_json:
                 raise ValueError("--json needs --headless (the dashboard is for people)")
@@ -122,7 +124,9 @@ def register(app: typer.Typer) -> None:
         DashboardApp(spec, speed=rate, paused=paused, start_at=start_at).run()
 
 
-def _run_plain(spec: Any, *, headless: bool, speed: float, as_json: bool, link: Any, title: str) -> None:
+def _run_plain(
+    spec: Any, *, headless: bool, speed: float, as_json: bool, link: Any, title: str, setup: Any = None
+) -> None:
     """``--headless`` (straight to the end) or ``--ui simple`` (progress lines), then the summary."""
     from servesim import ClusterResult, RouterSpec
     from servesim.tui.simple import run_simple
@@ -146,4 +150,6 @@ def _run_plain(spec: Any, *, headless: bool, speed: float, as_json: bool, link: 
             provenance=spec.trace.provenance,
         )
         return
-    report_result(result, spec.trace, as_json=as_json, out=None, include_requests=True, title=title)
+    report_result(
+        result, spec.trace, as_json=as_json, out=None, include_requests=True, title=title, setup=setup
+    )

@@ -20,9 +20,10 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import typer
+from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from servesim.engine.config import EngineConfig
@@ -69,6 +70,32 @@ def _help(name: str, field: FieldInfo) -> str:
         if isinstance(default, bool):
             note = f"default: {'on' if default else 'off'}"
     return f"{text}; {note}." if note else f"{text}."
+
+
+def _annotated(field: FieldInfo) -> Any:
+    """The field's type with its constraints (``Annotated[int, Ge(1)]``), for a ``TypeAdapter``."""
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+
+
+def _checked(
+    options: dict[str, tuple[Any, Any]], fields: dict[str, FieldInfo]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Check each given value against its field's bounds and type, naming the flag
+    (``error: --max-num-seqs: Input should be greater than or equal to 1``), before any work."""
+    adapters = {key: TypeAdapter(_annotated(fields[key])) for key in options}
+
+    def check(values: dict[str, Any]) -> dict[str, Any]:
+        for key, value in values.items():
+            if value is None:
+                continue
+            try:
+                adapters[key].validate_python(value)
+            except ValidationError as e:
+                msg = e.errors()[0]["msg"]
+                raise ConfigError(f"--{key.replace('_', '-')}: {msg}") from None
+        return values
+
+    return check
 
 
 def option(name: str, field: FieldInfo, *, keep_default: bool = False) -> tuple[Any, Any]:
@@ -144,12 +171,15 @@ def _with_options(
 
 def engine_flags(func: F) -> F:
     """Give ``func`` (which takes ``flags: dict[str, Any]``) every engine setting as an option."""
-    return _with_options(func, _engine_options(), "flags", dict, "config")
+    options = _engine_options()
+    return _with_options(func, options, "flags", _checked(options, EngineConfig.model_fields), "config")
 
 
 def _deployment(func: F, fields: tuple[str, ...]) -> F:
+    options = _deployment_options(fields)
+    check = _checked(options, DeploymentSpec.model_fields)
     return _with_options(
-        func, _deployment_options(fields), "deployment", DeploymentSpec.model_validate, "config"
+        func, options, "deployment", lambda v: DeploymentSpec.model_validate(check(v)), "config"
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from servesim.cli.common import print_json, print_timed_as, timed_as
+from servesim.report.documents import stamped
 from servesim.resched import Policy, parse_input, reschedule
 
 
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
         )
         plan = reschedule(inp)
         if as_json:
-            print_json(plan.model_dump(mode="json"))
+            print_json(stamped("reschedule", plan.model_dump(mode="json")))
             return
         print_timed_as(timed_as(plan.step_time_model))
         from servesim.cli.render import print_section

@@ -21,6 +21,7 @@ from rich.table import Table
 from servesim.cli.common import fail, print_json
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, say_drops, strict_option
+from servesim.report.documents import stamped
 from servesim.traces import (
     BUNDLED_TRACES,
     FORMAT_NAMES,
@@ -114,7 +115,7 @@ def register(app: typer.Typer) -> None:
         say_drops(trace.provenance)
         stats = inspect_trace(trace)
         if as_json:
-            print_json(stats.model_dump(mode="json"))
+            print_json(stamped("trace", stats.model_dump(mode="json")))
         else:
             Console().print(_stats_table(stats, f"{file}"))
             for note in trace.provenance.notes:

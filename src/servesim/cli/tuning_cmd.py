@@ -24,7 +24,15 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from servesim.cli.common import cli_slo, fail, json_bytes, print_json, print_timed_as, timed_as, write_text_atomic
+from servesim.cli.common import (
+    cli_slo,
+    fail,
+    json_bytes,
+    print_json,
+    print_timed_as,
+    timed_as,
+    write_text_atomic,
+)
 from servesim.cli.engine_flags import (
     cluster_deployment_flags,
     deployment_spec,
@@ -41,6 +49,7 @@ from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
 from servesim.paths import data_dir
 from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION
+from servesim.report.documents import stamped
 from servesim.spec import DeploymentSpec, engine_values
 from servesim.traces import TraceError
 from servesim.tuning import (
@@ -322,12 +331,14 @@ def register(app: typer.Typer) -> None:
                     address=address,
                     progress=hook,
                 )
+            doc = stamped(
+                "saturate",
+                {**rep.model_dump(mode="json"), "trace_provenance": provenance_json(wl.provenance)},
+            )
             if out is not None:
-                write_text_atomic(out, rep.model_dump_json(indent=2) + "\n")
+                write_text_atomic(out, json_bytes(doc).decode() + "\n")
             if as_json:
-                print_json(
-                    {**rep.model_dump(mode="json"), "trace_provenance": provenance_json(wl.provenance)}
-                )
+                print_json(doc)
             else:
                 print_timed_as(hardware_timed_as(hw, spec.model is not None))
                 if applied:
@@ -526,11 +537,14 @@ def register(app: typer.Typer) -> None:
             files = write_outbox(rec, out_dir) if (rec is not None and out_dir is not None) else []
             if url is not None and as_json:
                 typer.echo(f"study {res.study_name} stored in {url}", err=True)
-            document = {
-                "study": res.model_dump(mode="json"),
-                "recommendation": rec.model_dump(mode="json") if rec is not None else None,
-                "trace_provenance": provenance_json(wl.provenance),
-            }
+            document = stamped(
+                "tune",
+                {
+                    "study": res.model_dump(mode="json"),
+                    "recommendation": rec.model_dump(mode="json") if rec is not None else None,
+                    "trace_provenance": provenance_json(wl.provenance),
+                },
+            )
             if out is not None:
                 write_text_atomic(out, json_bytes(document).decode() + "\n")
                 files.append(out)

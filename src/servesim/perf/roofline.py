@@ -41,6 +41,10 @@ from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_p
 from servesim.perf.profile import HardwareProfile, resolve_profile
 
 
+#: How the note on a token budget past the calibrated step sizes starts (``perf.setup`` finds it).
+BUDGET_NOTE = "max_num_batched_tokens"
+
+
 class ExtrapolationWarning(UserWarning):
     """A profile is used far outside the measurements it was calibrated on."""
 
@@ -384,7 +388,7 @@ def extrapolation_warnings(
     tps = r.tokens_per_step
     if tps is not None and max_num_batched_tokens is not None and max_num_batched_tokens > 2 * tps[1]:
         out.append(
-            f"max_num_batched_tokens {max_num_batched_tokens} allows steps far above the "
+            f"{BUDGET_NOTE} {max_num_batched_tokens} allows steps far above the "
             f"{tps[1]:.0f} tokens the {r.gpu or 'generic'} profile was calibrated on: large prefill "
             "steps are extrapolated on the roofline (compute-bound, usually well modelled)"
         )

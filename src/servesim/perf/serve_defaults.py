@@ -8,9 +8,9 @@ point (``get_batch_defaults`` / ``_set_default_max_num_seqs_and_batched_tokens_a
   ``max_num_batched_tokens`` 8192 (16384 from 160 GiB);
 * any other GPU: 256 and 2048.
 
-Each limit the user left unset gets its default on its own, then vLLM's clamps apply: the token
-budget is at least ``max_num_seqs`` (vLLM refuses a smaller one) and, with chunked prefill off, at
-least ``max_model_len``. A run timed without a GPU (``--step-time-ms``, ``--linear-step-time``, a
+Each limit the user left unset gets its default on its own, then vLLM's clamps apply to the
+defaulted ones only: the token budget is at least ``max_model_len`` with chunked prefill off and at
+most ``max_num_seqs`` × ``max_model_len``; ``max_num_seqs`` is at most the token budget. A run timed without a GPU (``--step-time-ms``, ``--linear-step-time``, a
 fixed step-time model) gets the "any other GPU" row. Every other engine setting keeps vLLM's
 dataclass default (``EngineConfig``). Every command, web tab, the dashboard, the emulator, the
 demo and the tuner's baseline start here, and results say which defaults were applied.
@@ -49,14 +49,22 @@ def apply_serve_defaults(
     mns, mbt = vllm_serve_defaults(gpu)
     values = dict(given)
     applied: dict[str, Any] = {}
-    if values.get("max_num_seqs") is None:
-        values["max_num_seqs"] = applied["max_num_seqs"] = mns
+    seqs_unset = values.get("max_num_seqs") is None
+    if seqs_unset:
+        values["max_num_seqs"] = mns
     if values.get("max_num_batched_tokens") is None:
-        budget = max(mbt, int(values["max_num_seqs"]))
-        chunked = values.get("enable_chunked_prefill")
-        if chunked is False and max_model_len is not None:
-            budget = max(budget, max_model_len)
-        values["max_num_batched_tokens"] = applied["max_num_batched_tokens"] = budget
+        budget = mbt
+        if max_model_len is not None:
+            if values.get("enable_chunked_prefill") is False:
+                budget = max(budget, max_model_len)
+            budget = min(budget, int(values["max_num_seqs"]) * max_model_len)
+        values["max_num_batched_tokens"] = budget
+    if seqs_unset:
+        values["max_num_seqs"] = applied["max_num_seqs"] = min(
+            int(values["max_num_seqs"]), int(values["max_num_batched_tokens"])
+        )
+    if given.get("max_num_batched_tokens") is None:
+        applied["max_num_batched_tokens"] = values["max_num_batched_tokens"]
     return values, applied
 
 

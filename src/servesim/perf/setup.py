@@ -17,7 +17,7 @@ from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTime
 from servesim.errors import ConfigError
 from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile
-from servesim.perf.roofline import RooflineStepTime, build_step_time_model
+from servesim.perf.roofline import BUDGET_NOTE, RooflineStepTime, build_step_time_model
 from servesim.perf.serve_defaults import apply_serve_defaults
 
 
@@ -111,13 +111,17 @@ def replica_setup(
     num_gpu_blocks_given: bool = False,
     step_time_ms: float | None = None,
     linear: bool = False,
+    budget_defaulted: bool = False,
 ) -> ReplicaSetup:
     """The one way a command turns its flags into a replica: the calibrated Llama-3.1-8B on one
     H100 unless ``model``/``gpu``/``tp`` say otherwise (``gpu``/``tp`` alone keep the default
     model, and ``timed_as`` says so); a constant (``step_time_ms``) or the linear step model
     only when asked. KV blocks come from the memory model at ``gpu_memory_utilization`` unless
     ``num_gpu_blocks_given`` (the config's count is kept). ``max_model_len``: the context the KV
-    cache must hold (default: the config's). Raises ``ConfigError`` / ``PerfError`` subclasses."""
+    cache must hold (default: the config's). ``budget_defaulted``: the token budget is vllm serve's
+    default, not the user's choice: that it reaches past the profile's calibrated step sizes is
+    said in ``timed_as`` rather than warned about on every run.
+    Raises ``ConfigError`` / ``PerfError`` subclasses."""
     if config is None:  # what vllm serve runs on this GPU (servesim.perf.serve_defaults)
         fixed = step_time_ms is not None or linear
         values, _ = apply_serve_defaults({}, None if fixed else (gpu or DEFAULT_GPU))
@@ -174,13 +178,18 @@ def replica_setup(
         origin = " (the default deployment; --model/--gpu/--tp change it)"
     else:
         origin = ""
-    kind = (
-        "calibrated roofline step times"
-        if not setup.notes
-        else "roofline step times (extrapolated: see warnings)"
-    )
+    notes = setup.notes
+    beyond = [n for n in notes if n.startswith(BUDGET_NOTE)]
+    if budget_defaulted and beyond:
+        notes = tuple(n for n in notes if n not in beyond)
+    if notes:
+        kind = "roofline step times (extrapolated: see warnings)"
+    elif budget_defaulted and beyond:
+        kind = "calibrated roofline step times (steps above the calibrated sizes extrapolated)"
+    else:
+        kind = "calibrated roofline step times"
     timed = f"{name} on {degree} x {where}, {kind}{prof}; {blocks}{origin}"
-    return ReplicaSetup(cfg, setup.step_time, timed, setup.notes, name, where, degree)
+    return ReplicaSetup(cfg, setup.step_time, timed, notes, name, where, degree)
 
 
 #: The name the interfaces' contract (SEAMS) uses for ``replica_setup``.

@@ -44,6 +44,17 @@ SHAPES: list[tuple[Kind, frozenset[str], str]] = [
 ]
 
 
+#: The version of the documents' layout; a document says it beside its ``kind``.
+SCHEMA_VERSION = 1
+KINDS: frozenset[str] = frozenset(k for k, _, _ in SHAPES)
+
+
+def stamped(kind: Kind, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its ``kind`` and ``schema_version``: how the report (and anyone else) tells
+    what a saved result is without guessing from its keys."""
+    return {**doc, "kind": kind, "schema_version": SCHEMA_VERSION}
+
+
 class ReportInputError(InputError):
     """A file the report cannot use (names the file and what was expected)."""
 
@@ -59,9 +70,13 @@ class Document:
 
 
 def detect(data: Any) -> Kind | None:
-    """The kind of a document by its keys (None: not a servesim result)."""
+    """The kind a document says it is, or for an older one without ``kind`` the kind its keys
+    show (None: not a servesim result)."""
     if not isinstance(data, dict):
         return None
+    said = data.get("kind")
+    if isinstance(said, str) and said in KINDS and isinstance(data.get("schema_version"), int):
+        return said  # type: ignore[return-value]
     keys = set(data)
     for kind, needed, _ in SHAPES:
         if needed <= keys:
@@ -89,6 +104,17 @@ def read_document(path: str | Path, name: str | None = None) -> Document:
         ) from None
     if isinstance(data, dict) and isinstance(data.get("plans"), list) and data["plans"]:
         data = data["plans"][0] if len(data["plans"]) == 1 else data
+    said = data.get("kind") if isinstance(data, dict) else None
+    if isinstance(said, str) and said not in KINDS and "schema_version" in data:
+        raise ReportInputError(
+            f"{p}: a document of kind {said!r}, which this servesim does not know "
+            f"(it reads {', '.join(sorted(KINDS))}); a newer servesim wrote it?"
+        )
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise ReportInputError(
+            f"{p}: schema_version {version} is newer than this servesim reads ({SCHEMA_VERSION})"
+        )
     kind = detect(data)
     if kind is None:
         found = ", ".join(sorted(data)[:8]) if isinstance(data, dict) else type(data).__name__
@@ -135,10 +161,12 @@ def simulation_document(
         doc["model"] = model
     if command:
         doc["command"] = command
-    return doc
+    return stamped("simulate", doc)
 
 
 __all__ = [
+    "KINDS",
+    "SCHEMA_VERSION",
     "SHAPES",
     "Document",
     "Kind",
@@ -147,4 +175,5 @@ __all__ = [
     "known_shapes",
     "read_document",
     "simulation_document",
+    "stamped",
 ]

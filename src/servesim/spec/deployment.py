@@ -174,6 +174,7 @@ def resolve(spec: DeploymentSpec, *, max_model_len: int | None = None) -> Resolv
         num_gpu_blocks_given="num_gpu_blocks" in spec.engine,
         step_time_ms=spec.step_time_ms,
         linear=spec.linear_step_time,
+        budget_defaulted="max_num_batched_tokens" in applied,
     )
     return ResolvedDeployment(
         spec=spec,
