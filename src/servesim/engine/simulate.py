@@ -10,6 +10,7 @@ import pandas as pd
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import SLO, SimulationResult, good_mask, itl_stats, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
@@ -38,6 +39,7 @@ def simulate(
     check_invariants: bool = False,
     record_token_times: bool = False,
     observers: Sequence[Observer] = (),
+    kv_connector: OffloadingConnector | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` through one vLLM V1 replica and measure it.
 
@@ -46,6 +48,8 @@ def simulate(
     (``servesim.events``: steps, request lifecycle, progress); ``step_log`` receives each step's
     log record as a dict (``StepEvent.log_record``).
     ``check_invariants`` checks block and token conservation after every step (slow).
+    ``kv_connector`` plugs vLLM's KV connector seam (``kv_connector.OffloadingConnector``: a CPU
+    tier); None, the default, is the engine without one.
     ``record_token_times`` keeps every output token's time (``SimulationResult.token_times``).
     """
     config = config or EngineConfig()
@@ -59,6 +63,7 @@ def simulate(
         check_invariants=check_invariants,
         record_token_times=record_token_times,
         observers=observers,
+        kv_connector=kv_connector,
     )
     engine.run()
     return build_result(engine, trace, slo, describe_model(model))
