@@ -4,7 +4,9 @@ The cases were produced by ``tools/oracle/make_offload_cases.py``: vLLM's real s
 OffloadingConnector's scheduler side (CPU backend, LRU) and a fake worker that reports each load
 or store finished a chosen number of steps (0-3) after it was issued. Families: KV pressure with
 repeated prefixes (``offload_reuse``), a CPU tier smaller than the prefixes in play
-(``offload_small``), preemptions resumed from offloaded prefixes (``offload_preempt``). Every
+(``offload_small``), preemptions resumed from offloaded prefixes (``offload_preempt``), the
+priority policy (``offload_priority``), offload chunks of 2-4 blocks with chunked prefill off or a
+watermark (``offload_mixed``). Every
 step's scheduled tokens, preemptions, finishes, KV blocks in use, hits at admission (GPU +
 loaded), queue sizes, requests in WAITING_FOR_REMOTE_KVS and GPU blocks loaded and stored must
 match, with the invariants checked after every step.

@@ -49,6 +49,8 @@ def trace(rng: random.Random, fam: str) -> list[dict]:
         }
         if rng.random() < 0.15:  # an unrelated prompt
             del row["prefix_group"], row["prefix_len"]
+        if fam == "offload_priority":
+            row["priority"] = rng.randint(0, 3)
         rows.append(row)
     rows.sort(key=lambda r: r["arrival_step"])
     return rows
@@ -80,16 +82,29 @@ def config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
     if fam == "offload_preempt":  # decodes outgrow the pool: preemptions, resumed from the CPU tier
         cfg["num_gpu_blocks"] = need + rng.randint(0, need // 3 + 1)
         cfg["max_num_seqs"] = rng.choice([8, 16, 64])
+    if fam == "offload_priority":  # the priority policy: its victims and queue order
+        cfg["policy"] = "priority"
+        cfg["num_gpu_blocks"] = need + rng.randint(0, need // 2 + 1)
+    if fam == "offload_mixed":  # bigger offload chunks, chunked prefill off, a watermark
+        cfg["kv_offload_blocks_per_chunk"] = rng.choice([2, 4])
+        cfg["kv_offload_chunks"] = max(2, cfg["kv_offload_chunks"] // rng.choice([1, 4, 8]))
+        if rng.random() < 0.5:
+            cfg["enable_chunked_prefill"] = False
+            cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], mml)
+            cfg["long_prefill_token_threshold"] = 0
+        if rng.random() < 0.5:
+            cfg["watermark"] = rng.choice([0.01, 0.05])
     return cfg
 
 
-FAMILIES = ["offload_reuse", "offload_small", "offload_preempt"]
+FAMILIES = ["offload_reuse", "offload_small", "offload_preempt", "offload_priority", "offload_mixed"]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=6)
+    ap.add_argument("--families", nargs="*", default=FAMILIES, help="only these families (the others are skipped)")
     args = ap.parse_args()
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"  # vLLM warns on every store the full tier refuses
     sys.path.insert(0, str(HERE))
@@ -101,7 +116,9 @@ def main() -> int:
     for fam in FAMILIES:
         for k in range(args.per_family):
             rows = trace(rng, fam)
-            cases.append((f"{fam}_{k:02d}", rows, config(rng, fam, rows)))
+            cfg = config(rng, fam, rows)
+            if fam in args.families:
+                cases.append((f"{fam}_{k:02d}", rows, cfg))
     with tempfile.TemporaryDirectory() as td:
         for name, rows, cfg in cases:
             tp, cp, op, sp = (Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json"))

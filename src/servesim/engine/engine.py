@@ -529,6 +529,8 @@ class Engine:
         )
         if self.emit is not None:
             self._emit_step(plan, p.duration, finished, t_end)
+        if self.kv_connector is not None:
+            self.kv_connector.step_loaded = []
         for r in finished:
             self._close(r)
         self.now = t_end
@@ -719,6 +721,11 @@ class Engine:
             if r.num_preemptions == self.scheduler.starvation_threshold:
                 emit(RequestStarved(now, r.req_id, name, r.num_preemptions))
         hits = {id(r): h for r, h in plan.prefix_hits}
+        step_hits = {r.req_id: h for r, h in plan.prefix_hits}
+        conn = self.kv_connector
+        if conn is not None and conn.step_loaded:  # hits at admission: GPU cache + CPU tier
+            for r, h in conn.step_loaded:
+                step_hits[r.req_id] = step_hits.get(r.req_id, 0) + h
         for r in plan.new:
             emit(RequestAdmitted(now, r.req_id, name, hits.get(id(r), 0)))
         for r in plan.resumed:
@@ -754,7 +761,7 @@ class Engine:
                 tuple(r.req_id for r in plan.resumed),
                 tuple(r.req_id for r in plan.preempted),
                 tuple(r.req_id for r in finished),
-                {r.req_id: h for r, h in plan.prefix_hits},
+                step_hits,
                 int(row[5]),
                 int(row[6]),
                 int(row[7]),

@@ -102,6 +102,7 @@ class OffloadStats:
 
     __slots__ = (
         "chunks_evicted",
+        "hit_tokens",
         "load_jobs",
         "loaded_blocks",
         "loaded_tokens",
@@ -113,8 +114,10 @@ class OffloadStats:
     )
 
     def __init__(self) -> None:
-        self.queried_tokens = 0  # tokens asked of the CPU tier (beyond the GPU hit), at admission
-        self.loaded_tokens = 0  # of those, tokens the CPU tier supplied
+        # vLLM's connector prefix-cache stats (first admissions only, like the GPU hit rate):
+        self.queried_tokens = 0  # tokens beyond the GPU hit asked of the CPU tier
+        self.hit_tokens = 0  # of those, tokens the CPU tier supplied
+        self.loaded_tokens = 0  # tokens loaded from the CPU tier, resumed requests included
         self.stored_tokens = 0
         self.loaded_blocks = 0  # GPU blocks written by loads / read by stores
         self.stored_blocks = 0
@@ -158,6 +161,8 @@ class OffloadingConnector:
         self._being_loaded: set[int] | None = set() if prefix_caching else None
         self.finished_recving: set[int] = set()  # request idx whose load has been reported done
         self.inflight_prefills: dict[int, Request] = {}
+        self.gpu_hit: dict[int, int] = {}  # loading request -> its GPU prefix hit at admission
+        self.step_loaded: list[tuple[Request, int]] = []  # this step's admissions: tokens loaded
         self.stats = OffloadStats()
 
     def attach(self, holding: Any, key_of: Callable[[Request, int], int]) -> None:
@@ -460,14 +465,14 @@ def waiting_pass(sched: Any, plan: Any, budget: int, thr: int, now: float, end: 
         if not ok:
             break
         conn.update_state_after_alloc(r, ext, now, end)
-        if fresh:
+        if fresh and r.num_preemptions == 0:
             conn.stats.queried_tokens += num_tokens - hit_tokens
+            conn.stats.hit_tokens += ext
         if load_async:
             r.status = WAITING_FOR_REMOTE_KVS
             r.num_computed = computed
             conn.inflight_prefills[r.idx] = r
-            if hit_tokens and r.num_preemptions == 0:
-                r.prefix_hit_tokens = hit_tokens
+            conn.gpu_hit[r.idx] = hit_tokens
             q.pop()
             skipped_holding.append(r)
             continue
@@ -475,10 +480,10 @@ def waiting_pass(sched: Any, plan: Any, budget: int, thr: int, now: float, end: 
         running.append(r)
         r.admit_seq = sched._admit_seq
         sched._admit_seq += 1
+        gpu = hit_tokens if fresh else conn.gpu_hit.pop(r.idx, 0)
         if r.status == WAITING:
             plan.new.append(r)
-            if fresh:
-                r.prefix_hit_tokens = hit_tokens
+            r.prefix_hit_tokens = gpu
             r.first_scheduled = now
         else:
             plan.resumed.append(r)
@@ -486,8 +491,10 @@ def waiting_pass(sched: Any, plan: Any, budget: int, thr: int, now: float, end: 
             reused = computed if computed < lost else lost
             r.reused_tokens += reused
             r.recomputed_tokens += lost - reused
-        if computed:
-            plan.prefix_hits.append((r, computed))
+        if gpu:
+            plan.prefix_hits.append((r, gpu))
+        if computed > gpu:
+            conn.step_loaded.append((r, computed - gpu))  # tokens the CPU tier brought
         r.status = RUNNING
         r.num_computed = computed
         if computed + n < num_tokens:
