@@ -94,7 +94,11 @@ def offload_connector(case: dict[str, Any]) -> OffloadingConnector:
     c = case["config"]
     timing = StepCountTiming(case["step_s"], c["load_delay_steps"], c["store_delay_steps"])
     return OffloadingConnector(
-        c["kv_offload_chunks"], timing, c["block_size"], c["kv_offload_blocks_per_chunk"], c["enable_prefix_caching"]
+        c["kv_offload_chunks"],
+        timing,
+        c["block_size"],
+        c["kv_offload_blocks_per_chunk"],
+        c["enable_prefix_caching"],
     )
 
 
@@ -127,14 +131,36 @@ def replay_offload(case: dict[str, Any], invariants_every_step: bool = True) -> 
         d = ours.pop(step, None)
         if d is None:
             if tokens or loads or stores:
-                diffs.append(f"step {step}: vLLM scheduled {tokens} (loads {loads}, stores {stores}), servesim ran no step")
+                diffs.append(
+                    f"step {step}: vLLM scheduled {tokens} (loads {loads}, stores {stores}), "
+                    "servesim ran no step"
+                )
             continue
-        got = [d["scheduled_tokens"], sorted(d["preempted"]), sorted(d["finished"]), d["kv_blocks_used"],
-               d["prefix_hit_tokens"], d["num_running"], d["num_waiting"], d["loaded_blocks"], d["stored_blocks"],
-               d["waiting_for_kv"]]
+        got = [
+            d["scheduled_tokens"],
+            sorted(d["preempted"]),
+            sorted(d["finished"]),
+            d["kv_blocks_used"],
+            d["prefix_hit_tokens"],
+            d["num_running"],
+            d["num_waiting"],
+            d["loaded_blocks"],
+            d["stored_blocks"],
+            d["waiting_for_kv"],
+        ]
         want = [tokens, sorted(preempted), sorted(finished), kv_used, hits, n_run, n_wait, loads, stores, wfk]
-        names = ["tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting", "loaded_blocks",
-                 "stored_blocks", "waiting_for_kv"]
+        names = [
+            "tokens",
+            "preempted",
+            "finished",
+            "kv_used",
+            "hits",
+            "running",
+            "waiting",
+            "loaded_blocks",
+            "stored_blocks",
+            "waiting_for_kv",
+        ]
         for k, g, w in zip(names, got, want, strict=True):
             if g != w:
                 diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")

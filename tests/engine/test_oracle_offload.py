@@ -17,7 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from oracle_replay import OFFLOAD_CASES_DIR, case_config, case_trace, load_case, offload_connector, replay_offload
+from oracle_replay import (
+    OFFLOAD_CASES_DIR,
+    case_config,
+    case_trace,
+    load_case,
+    offload_connector,
+    replay_offload,
+)
 
 from servesim.engine import ConstantStepTime, simulate
 
@@ -43,11 +50,15 @@ def test_the_cpu_tier_changes_the_schedule() -> None:
     """Not a no-op: without the connector the same case schedules differently (fewer hits)."""
     case = load_case(OFFLOAD_CASES_DIR / "offload_reuse_00.json.gz")
     log: list[dict] = []
-    simulate(case_trace(case), case_config(case), ConstantStepTime(step_time_s=case["step_s"]), step_log=log.append)
+    simulate(
+        case_trace(case), case_config(case), ConstantStepTime(step_time_s=case["step_s"]), step_log=log.append
+    )
     plain_hits = sum(sum(d["prefix_hit_tokens"].values()) for d in log)
     vllm_hits = sum(sum(s[5].values()) for s in case["steps"])
     assert vllm_hits > plain_hits
     conn = offload_connector(case)
-    simulate(case_trace(case), case_config(case), ConstantStepTime(step_time_s=case["step_s"]), kv_connector=conn)
+    simulate(
+        case_trace(case), case_config(case), ConstantStepTime(step_time_s=case["step_s"]), kv_connector=conn
+    )
     assert conn.stats.loaded_blocks == case["offload_totals"]["blocks_loaded"]
     assert conn.stats.stored_blocks == case["offload_totals"]["blocks_stored"]

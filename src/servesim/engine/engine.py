@@ -42,7 +42,7 @@ from servesim.engine.request import (
 from servesim.engine.scheduler import Scheduler, StepPlan, running_index
 from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
-from servesim.errors import EngineStallError
+from servesim.errors import ConfigError, EngineStallError
 from servesim.events import (
     Emit,
     FirstToken,
@@ -351,6 +351,13 @@ class Engine:
         # vLLM's KV connector (kv_connector.py): None is the plain engine. With one, every step
         # runs the plain (naive) path: the fast path's proofs assume no connector.
         self.kv_connector = kv_connector
+        if config.kv_offloading_size is not None and kv_connector is None:
+            raise ConfigError(
+                f"kv_offloading_size {config.kv_offloading_size} GiB needs the model's KV bytes per block "
+                "and the GPU's host link to size and time the CPU tier: build the connector with "
+                "servesim.perf.offload.offloading_connector(config, model, gpu, tp) and pass it as "
+                "kv_connector"
+            )
         if kv_connector is not None:
             fast = False
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
@@ -377,7 +384,9 @@ class Engine:
             self.pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl
         )
         if kv_connector is not None:
-            holding: FCFSQueue | PriorityQueue = PriorityQueue() if config.policy == "priority" else FCFSQueue()
+            holding: FCFSQueue | PriorityQueue = (
+                PriorityQueue() if config.policy == "priority" else FCFSQueue()
+            )
             kv_connector.attach(holding, self.kv.block_key)
         self.scheduler = Scheduler(config, self.kv, mml, fast, kv_connector)
         self.check_invariants = check_invariants
@@ -487,7 +496,9 @@ class Engine:
         if conn is not None:
             conn.build_connector_meta(plan, now, now + dt)
             n_waiting += len(conn.holding)
-        return PendingStep(plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free)
+        return PendingStep(
+            plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
+        )
 
     def end_step(self, p: PendingStep) -> list[Request]:
         """Apply a step's results at its end time; returns the requests that finished."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from servesim.engine.kv_offload import HIT, HIT_PENDING, MISS, CPUOffloadManager, RequestAccess
+from servesim.engine.kv_offload import HIT_PENDING, MISS, CPUOffloadManager, RequestAccess
 from servesim.engine.request import FINISHED, PREEMPTED, RUNNING, WAITING, Request
 
 WAITING_FOR_REMOTE_KVS = 6  # vLLM's RequestStatus of that name (servesim's other codes are 0-5)
@@ -101,7 +101,6 @@ class OffloadStats:
     """The offload figures of a run (vLLM's connector metrics and prefix-cache split)."""
 
     __slots__ = (
-        "chunks_evicted",
         "hit_tokens",
         "load_jobs",
         "loaded_blocks",
@@ -124,7 +123,6 @@ class OffloadStats:
         self.load_jobs = 0
         self.store_jobs = 0
         self.store_failures = 0
-        self.chunks_evicted = 0
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -273,9 +271,9 @@ class OffloadingConnector:
                 st.block_ids.extend(new)
                 self._allocated.update(new)
         for r in plan.preempted:
-            st = self._states.get(r.idx)
-            if st is not None and st.jobs:
-                self._flush.update(j for j in st.jobs if j not in self._new_loads)
+            pst = self._states.get(r.idx)
+            if pst is not None and pst.jobs:
+                self._flush.update(j for j in pst.jobs if j not in self._new_loads)
         if self._fenced and self._allocated:
             for b in self._allocated:
                 jobs = self._fenced.get(b)
@@ -294,12 +292,12 @@ class OffloadingConnector:
         for r in finished:
             self._store(r, r.prompt_len, start, end, True)
         for r in finished:
-            st = self._states.get(r.idx)
-            if st is None:
+            fst = self._states.get(r.idx)
+            if fst is None:
                 continue
-            st.finished = True
-            self.manager.on_request_finished(st.acc)
-            if not st.jobs:
+            fst.finished = True
+            self.manager.on_request_finished(fst.acc)
+            if not fst.jobs:
                 del self._states[r.idx]
         for jid in self._flush:
             job = self._jobs.get(jid)

@@ -86,7 +86,12 @@ class Scheduler:
     """Running list, waiting queue and the step logic; knows nothing about time or I/O."""
 
     def __init__(
-        self, config: EngineConfig, kv: KVCacheManager, max_model_len: int, fast: bool, connector: object = None
+        self,
+        config: EngineConfig,
+        kv: KVCacheManager,
+        max_model_len: int,
+        fast: bool,
+        connector: object = None,
     ) -> None:
         self.kv = kv
         # vLLM's KV connector (kv_connector.py); None: no connector, the plain scheduler below.

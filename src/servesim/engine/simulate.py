@@ -12,7 +12,7 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
-from servesim.engine.results import SLO, SimulationResult, good_mask, itl_stats, summarize
+from servesim.engine.results import SLO, OffloadSummary, SimulationResult, good_mask, itl_stats, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.events import Observer
 from servesim.traces.schema import Trace
@@ -100,7 +100,7 @@ def build_result(
     token_steps = None
     if rec.token_steps is not None:
         token_steps = {engine.trace.req_id[i]: s for i, s in rec.token_steps.items()}
-    return SimulationResult(
+    result = SimulationResult(
         engine.config,
         model_desc,
         summary,
@@ -111,6 +111,24 @@ def build_result(
         token_steps,
         (weights, gaps),
     )
+    conn = engine.kv_connector
+    if conn is not None:
+        st = conn.stats
+        result.offload = OffloadSummary(
+            cpu_chunks=conn.manager.num_chunks,
+            blocks_per_chunk=conn.bpc,
+            gpu_hit_rate=summary.prefix_cache_hit_rate,
+            cpu_hit_rate=st.hit_tokens / st.queried_tokens if st.queried_tokens else None,
+            loaded_tokens=st.loaded_tokens,
+            stored_tokens=st.stored_tokens,
+            recomputed_tokens=summary.recomputed_tokens,
+            load_jobs=st.load_jobs,
+            store_jobs=st.store_jobs,
+            store_failures=st.store_failures,
+            chunks_evicted=conn.manager.evicted_chunks,
+            cpu_chunks_stored_at_end=conn.manager.num_stored(),
+        )
+    return result
 
 
 _REQUEST_ARRAYS = (
