@@ -12,16 +12,12 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 from servesim.engine import EngineConfig, LinearStepTime, simulate
 from servesim.perf.catalog import load_catalog
 from servesim.perf.offload import offloading_connector
 from servesim.traces.schema import Trace
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def multi_turn(n_conv: int = 60, turns: int = 5, seed_gap: float = 0.07) -> Trace:
@@ -48,8 +44,10 @@ def seam_cost() -> None:
     cfg = EngineConfig(num_gpu_blocks=4000)
     best = min(_timed(lambda: simulate(trace, cfg, LinearStepTime())) for _ in range(3))
     res = simulate(trace, cfg, LinearStepTime())
-    print(f"plain engine, no connector: {res.summary.num_steps} steps in {best:.3f} s "
-          f"({res.summary.num_steps / best:,.0f} steps/s; compare with the parent commit)")
+    print(
+        f"plain engine, no connector: {res.summary.num_steps} steps in {best:.3f} s "
+        f"({res.summary.num_steps / best:,.0f} steps/s; compare with the parent commit)"
+    )
 
 
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]
@@ -65,17 +63,24 @@ def offload_table() -> None:
     step = LinearStepTime()
     print("\n| setup | TTFT p50 ms | TTFT p99 ms | GPU hit | CPU hit | loaded tok | prefill tok |")
     print("|---|---|---|---|---|---|---|")
-    for label, blocks, gib in [("1 GPU, no offload", 1200, None), ("1 GPU + 4 GiB", 1200, 4.0),
-                               ("1 GPU + 16 GiB", 1200, 16.0), ("1 GPU + 64 GiB", 1200, 64.0),
-                               ("one more GPU (2x blocks)", 2400, None)]:
+    for label, blocks, gib in [
+        ("1 GPU, no offload", 1200, None),
+        ("1 GPU + 4 GiB", 1200, 4.0),
+        ("1 GPU + 16 GiB", 1200, 16.0),
+        ("1 GPU + 64 GiB", 1200, 64.0),
+        ("one more GPU (2x blocks)", 2400, None),
+    ]:
         cfg = EngineConfig(num_gpu_blocks=blocks, kv_offloading_size=gib)
         conn = offloading_connector(cfg, model, gpu)
         r = simulate(trace, cfg, step, kv_connector=conn)
         s = r.summary
         off = r.offload
         cpu = f"{off.cpu_hit_rate:.2f}" if off and off.cpu_hit_rate is not None else "-"
-        print(f"| {label} | {s.ttft_ms.p50:.0f} | {s.ttft_ms.p99:.0f} | {s.prefix_cache_hit_rate or 0:.2f} | {cpu} | "
-              f"{off.loaded_tokens if off else 0} | {int(r.steps['num_prefill_tokens'].sum())} |")
+        print(
+            f"| {label} | {s.ttft_ms.p50:.0f} | {s.ttft_ms.p99:.0f} | "
+            f"{s.prefix_cache_hit_rate or 0:.2f} | {cpu} | "
+            f"{off.loaded_tokens if off else 0} | {int(r.steps['num_prefill_tokens'].sum())} |"
+        )
 
 
 if __name__ == "__main__":
