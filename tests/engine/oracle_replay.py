@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from servesim.engine import ConstantStepTime, EngineConfig, simulate
+from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS, OffloadingConnector, StepCountTiming
 from servesim.traces.schema import Trace
 
 CASES_DIR = Path(__file__).parent / "oracle_cases"
+OFFLOAD_CASES_DIR = Path(__file__).parent / "oracle_offload_cases"
 
 
 def load_case(path: Path) -> dict[str, Any]:
@@ -83,5 +85,86 @@ def replay(case: dict[str, Any], fast: bool = True, invariants_every_step: bool 
                 diffs.append(f"step {step} {k}: vLLM {want[k]} servesim {got[k]}")
     for step, d in sorted(ours.items()):
         if d["scheduled_tokens"]:
+            diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
+    return diffs
+
+
+def offload_connector(case: dict[str, Any]) -> OffloadingConnector:
+    """The CPU tier and fake worker of an offload case, as the oracle ran them."""
+    c = case["config"]
+    timing = StepCountTiming(case["step_s"], c["load_delay_steps"], c["store_delay_steps"])
+    return OffloadingConnector(
+        c["kv_offload_chunks"],
+        timing,
+        c["block_size"],
+        c["kv_offload_blocks_per_chunk"],
+        c["enable_prefix_caching"],
+    )
+
+
+def replay_offload(case: dict[str, Any], invariants_every_step: bool = True) -> list[str]:
+    """Run an offload case; return every difference from vLLM's schedule and transfers."""
+    conn = offload_connector(case)
+    log: list[dict[str, Any]] = []
+    seen = [0, 0]
+
+    def on_step(d: dict[str, Any]) -> None:
+        st = conn.stats
+        d["loaded_blocks"] = st.loaded_blocks - seen[0]
+        d["stored_blocks"] = st.stored_blocks - seen[1]
+        seen[:] = [st.loaded_blocks, st.stored_blocks]
+        d["waiting_for_kv"] = sorted(r.req_id for r in conn.holding if r.status == WAITING_FOR_REMOTE_KVS)
+        log.append(d)
+
+    simulate(
+        case_trace(case),
+        case_config(case),
+        ConstantStepTime(step_time_s=case["step_s"]),
+        fast=False,
+        step_log=on_step,
+        check_invariants=invariants_every_step,
+        kv_connector=conn,
+    )
+    ours = {round(d["start_s"] / case["step_s"]): d for d in log}
+    diffs: list[str] = []
+    for step, tokens, preempted, finished, kv_used, hits, n_run, n_wait, loads, stores, wfk in case["steps"]:
+        d = ours.pop(step, None)
+        if d is None:
+            if tokens or loads or stores:
+                diffs.append(
+                    f"step {step}: vLLM scheduled {tokens} (loads {loads}, stores {stores}), "
+                    "servesim ran no step"
+                )
+            continue
+        got = [
+            d["scheduled_tokens"],
+            sorted(d["preempted"]),
+            sorted(d["finished"]),
+            d["kv_blocks_used"],
+            d["prefix_hit_tokens"],
+            d["num_running"],
+            d["num_waiting"],
+            d["loaded_blocks"],
+            d["stored_blocks"],
+            d["waiting_for_kv"],
+        ]
+        want = [tokens, sorted(preempted), sorted(finished), kv_used, hits, n_run, n_wait, loads, stores, wfk]
+        names = [
+            "tokens",
+            "preempted",
+            "finished",
+            "kv_used",
+            "hits",
+            "running",
+            "waiting",
+            "loaded_blocks",
+            "stored_blocks",
+            "waiting_for_kv",
+        ]
+        for k, g, w in zip(names, got, want, strict=True):
+            if g != w:
+                diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")
+    for step, d in sorted(ours.items()):
+        if d["scheduled_tokens"] or d["loaded_blocks"] or d["stored_blocks"]:
             diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
     return diffs

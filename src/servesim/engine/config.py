@@ -66,6 +66,16 @@ class EngineConfig(BaseModel):
         allow_inf_nan=False,
         description="Reject requests still unscheduled after this long (never silently).",
     )
+    kv_offloading_size: float | None = Field(
+        None,
+        gt=0,
+        le=1 << 20,
+        allow_inf_nan=False,
+        description="GiB of host memory for offloaded KV blocks, summed over TP ranks (None = no offload).",
+    )
+    kv_offloading_backend: Literal["native"] = Field(
+        "native", description="KV offloading backend: vLLM's OffloadingConnector with a CPU tier."
+    )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(
         3, ge=1, le=MAX_SEQS, description="A request preempted this many times is flagged STARVED (an event)."

@@ -43,7 +43,7 @@ cdef class PendingStep:
 
 
 cdef class Engine:
-    cdef public object config, name, emit, _step_time, step_time, _timeouts
+    cdef public object config, name, emit, _step_time, step_time, _timeouts, kv_connector
     cdef public long long num_closed, _next_progress, _empty_steps, max_model_len, step, _next
     cdef public bint stretch, check_invariants, external_arrivals
     cdef public TraceArrays trace
@@ -56,7 +56,8 @@ cdef class Engine:
 
     cpdef run_until(self, double limit)
     @cython.locals(sched=Scheduler, running=list, arrival=list, n=cython.longlong, timeouts=cython.bint,
-                   now=cython.double, step=cython.longlong, plan=StepPlan)
+                   now=cython.double, step=cython.longlong, plan=StepPlan, conn=object,
+                   n_waiting=cython.longlong)
     cpdef PendingStep begin_step(self, double limit=*)
     @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,
                    t_end=cython.double, finished=list, r=Request, prefill=cython.longlong)

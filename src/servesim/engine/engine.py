@@ -25,6 +25,7 @@ import numpy as np
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_cache_manager import KVCacheManager, shared_id_prefixes
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.request import (
     FINISHED,
     OUTCOME_ABORTED,
@@ -40,7 +41,8 @@ from servesim.engine.request import (
 )
 from servesim.engine.scheduler import Scheduler, StepPlan, running_index
 from servesim.engine.step_time import BatchComposition, StepTimeModel
-from servesim.errors import EngineStallError
+from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
+from servesim.errors import ConfigError, EngineStallError
 from servesim.events import (
     Emit,
     FirstToken,
@@ -343,8 +345,21 @@ class Engine:
         observers: Sequence[Observer] = (),
         external_arrivals: bool = False,
         name: str | None = None,
+        kv_connector: OffloadingConnector | None = None,
     ) -> None:
         self.config = config
+        # vLLM's KV connector (kv_connector.py): None is the plain engine. With one, every step
+        # runs the plain (naive) path: the fast path's proofs assume no connector.
+        self.kv_connector = kv_connector
+        if config.kv_offloading_size is not None and kv_connector is None:
+            raise ConfigError(
+                f"kv_offloading_size {config.kv_offloading_size} GiB needs the model's KV bytes per block "
+                "and the GPU's host link to size and time the CPU tier: build the connector with "
+                "servesim.perf.offload.offloading_connector(config, model, gpu, tp) and pass it as "
+                "kv_connector"
+            )
+        if kv_connector is not None:
+            fast = False
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
         self.name = name  # the replica's name in events (None stand-alone)
         observers = [*observers, *([StepLogObserver(step_log)] if step_log is not None else [])]
@@ -368,7 +383,12 @@ class Engine:
         self.kv = KVCacheManager(
             self.pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl
         )
-        self.scheduler = Scheduler(config, self.kv, mml, fast)
+        if kv_connector is not None:
+            holding: FCFSQueue | PriorityQueue = (
+                PriorityQueue() if config.policy == "priority" else FCFSQueue()
+            )
+            kv_connector.attach(holding, self.kv.block_key)
+        self.scheduler = Scheduler(config, self.kv, mml, fast, kv_connector)
         self.check_invariants = check_invariants
         self.rec = Recorder(t.n)
         if record_token_times:
@@ -425,12 +445,15 @@ class Engine:
         arrival = self.trace.arrival
         n = self.trace.n
         timeouts = self.config.queue_timeout_s is not None
+        conn = self.kv_connector
         while True:
+            if conn is not None:
+                conn.complete_due(self.now)  # transfers that ended while the engine idled
             if self._next < n and arrival[self._next] <= self.now:
                 self._arrive()
             if timeouts:
                 self._expire()
-            if not running and not len(waiting):  # idle: jump to the next arrival
+            if not running and not len(waiting) and (conn is None or not len(conn.holding)):  # idle
                 if self._next >= n or arrival[self._next] >= limit:
                     return None
                 self.now = max(self.now, arrival[self._next])
@@ -451,23 +474,30 @@ class Engine:
         step = self.step
         plan = sched.schedule(step, now)
         if plan.num_group_decodes == 0 and not plan.scheduled:
-            if not plan.preempted:
-                # Impossible for a config vLLM accepts (checked up front); say so loudly.
-                raise EngineStallError(
-                    f"step {step}: nothing could be scheduled ({len(running)} running, "
-                    f"{len(waiting)} waiting, {self.pool.num_free} free blocks)"
-                )
-            self._empty_steps += 1
-            if self._empty_steps > 1000:
-                raise EngineStallError(f"step {step}: 1000 steps in a row scheduled nothing")
+            if conn is not None and len(conn.holding):
+                self._empty_steps = 0  # only KV loads in flight: vLLM steps on until they are done
+            else:
+                if not plan.preempted:
+                    # Impossible for a config vLLM accepts (checked up front); say so loudly.
+                    raise EngineStallError(
+                        f"step {step}: nothing could be scheduled ({len(running)} running, "
+                        f"{len(waiting)} waiting, {self.pool.num_free} free blocks)"
+                    )
+                self._empty_steps += 1
+                if self._empty_steps > 1000:
+                    raise EngineStallError(f"step {step}: 1000 steps in a row scheduled nothing")
         else:
             self._empty_steps = 0
         batch = plan.batch()
         dt = self._step_time(batch)
         if not dt > 0:
             raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
+        n_waiting = len(waiting)
+        if conn is not None:
+            conn.build_connector_meta(plan, now, now + dt)
+            n_waiting += len(conn.holding)
         return PendingStep(
-            plan, batch, now, dt, len(running), len(waiting), self.pool.usable_blocks - self.pool.num_free
+            plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
 
     def end_step(self, p: PendingStep) -> list[Request]:
@@ -510,6 +540,8 @@ class Engine:
         )
         if self.emit is not None:
             self._emit_step(plan, p.duration, finished, t_end)
+        if self.kv_connector is not None:
+            self.kv_connector.step_loaded = []
         for r in finished:
             self._close(r)
         self.now = t_end
@@ -700,6 +732,11 @@ class Engine:
             if r.num_preemptions == self.scheduler.starvation_threshold:
                 emit(RequestStarved(now, r.req_id, name, r.num_preemptions))
         hits = {id(r): h for r, h in plan.prefix_hits}
+        step_hits = {r.req_id: h for r, h in plan.prefix_hits}
+        conn = self.kv_connector
+        if conn is not None and conn.step_loaded:  # hits at admission: GPU cache + CPU tier
+            for r, h in conn.step_loaded:
+                step_hits[r.req_id] = step_hits.get(r.req_id, 0) + h
         for r in plan.new:
             emit(RequestAdmitted(now, r.req_id, name, hits.get(id(r), 0)))
         for r in plan.resumed:
@@ -735,7 +772,7 @@ class Engine:
                 tuple(r.req_id for r in plan.resumed),
                 tuple(r.req_id for r in plan.preempted),
                 tuple(r.req_id for r in finished),
-                {r.req_id: h for r, h in plan.prefix_hits},
+                step_hits,
                 int(row[5]),
                 int(row[6]),
                 int(row[7]),
@@ -877,6 +914,11 @@ class Engine:
             held[b] = held.get(b, 0) + 1
         for r in sched.waiting:
             assert not r.blocks, f"waiting request {r.req_id} holds blocks"
+        if self.kv_connector is not None:
+            for r in self.kv_connector.holding:
+                assert r.blocks, f"KV-holding request {r.req_id} holds no blocks"
+                for b in r.blocks:
+                    held[b] = held.get(b, 0) + 1
         self.pool.check(held)
         if final:
             assert not sched.running and not len(sched.waiting), "requests left in the engine"

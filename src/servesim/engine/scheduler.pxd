@@ -21,10 +21,11 @@ cdef class Scheduler:
     cdef public long long total_preemptions
     cdef public bint chunked, priority, protect_starved, boost_starved
     cdef public list running, explicit
-    cdef public object waiting, starvation_threshold
+    cdef public object waiting, starvation_threshold, connector
     cdef public DecodeGroup group
 
-    @cython.locals(plan=StepPlan, n_eligible=cython.longlong, thr=cython.longlong, budget=cython.longlong)
+    @cython.locals(plan=StepPlan, n_eligible=cython.longlong, thr=cython.longlong, budget=cython.longlong,
+                   connector=object)
     cpdef StepPlan schedule(self, long long step, double now)
     @cython.locals(running=list, kv=KVCacheManager, budget=cython.longlong, mml=cython.longlong,
                    scheduled=list, i=cython.Py_ssize_t, r=Request, n=cython.longlong, ok=cython.bint,
@@ -46,7 +47,7 @@ cdef class Scheduler:
     @cython.locals(group=DecodeGroup, r=Request)
     cpdef materialize_all(self, long long step, double now)
     @cython.locals(mml=cython.longlong, finished=list, r=Request, n=cython.longlong, c=cython.longlong,
-                   o=cython.longlong, seg=list, group=DecodeGroup, done=list)
+                   o=cython.longlong, seg=list, group=DecodeGroup, done=list, connector=object)
     cpdef list update(self, StepPlan plan, long long step, double t_end)
     @cython.locals(running=list, r=Request)
     cpdef retire(self, list finished, double t_end)

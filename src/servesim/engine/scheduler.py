@@ -29,6 +29,7 @@ from operator import attrgetter
 from servesim.engine.config import EngineConfig
 from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.kv_connector import waiting_pass as connector_waiting_pass
 from servesim.engine.request import (
     FINISHED,
     OUTCOME_FINISHED,
@@ -84,8 +85,17 @@ class StepPlan:
 class Scheduler:
     """Running list, waiting queue and the step logic; knows nothing about time or I/O."""
 
-    def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int, fast: bool) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        kv: KVCacheManager,
+        max_model_len: int,
+        fast: bool,
+        connector: object = None,
+    ) -> None:
         self.kv = kv
+        # vLLM's KV connector (kv_connector.py); None: no connector, the plain scheduler below.
+        self.connector = connector
         self.budget = config.max_num_batched_tokens
         self.max_num_seqs = config.max_num_seqs
         self.chunked = config.enable_chunked_prefill
@@ -107,6 +117,9 @@ class Scheduler:
     def schedule(self, step: int, now: float) -> StepPlan:
         plan = StepPlan()
         n_eligible = len(self.running) + len(self.waiting)
+        connector = self.connector
+        if connector is not None:
+            n_eligible += len(connector.holding)  # type: ignore[attr-defined]
         thr = self.threshold if n_eligible > 1 else 0
         group = self.group
         if group is not None and group.n:
@@ -117,7 +130,10 @@ class Scheduler:
         else:
             budget = self._running_pass(plan, thr)
         if not plan.preempted:
-            self._waiting_pass(plan, budget, thr, now)
+            if connector is None:
+                self._waiting_pass(plan, budget, thr, now)
+            else:
+                connector_waiting_pass(self, plan, budget, thr, now, now)
         return plan
 
     def _running_pass(self, plan: StepPlan, thr: int) -> int:
@@ -326,7 +342,13 @@ class Scheduler:
                 else:
                     finished = done
         if finished:
+            connector = self.connector
+            if connector is not None:
+                for r in finished:
+                    connector.request_finished(r)  # type: ignore[attr-defined]
             self.retire(finished, t_end)
+        if self.connector is not None:
+            self.connector.complete_due(t_end)  # type: ignore[attr-defined]
         if group is not None:
             self._regroup(plan, step + 1)
         return finished

@@ -10,8 +10,9 @@ import pandas as pd
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
-from servesim.engine.results import SLO, SimulationResult, good_mask, itl_stats, summarize
+from servesim.engine.results import SLO, OffloadSummary, SimulationResult, good_mask, itl_stats, summarize
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.events import Observer
 from servesim.traces.schema import Trace
@@ -38,6 +39,7 @@ def simulate(
     check_invariants: bool = False,
     record_token_times: bool = False,
     observers: Sequence[Observer] = (),
+    kv_connector: OffloadingConnector | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` through one vLLM V1 replica and measure it.
 
@@ -46,6 +48,8 @@ def simulate(
     (``servesim.events``: steps, request lifecycle, progress); ``step_log`` receives each step's
     log record as a dict (``StepEvent.log_record``).
     ``check_invariants`` checks block and token conservation after every step (slow).
+    ``kv_connector`` plugs vLLM's KV connector seam (``kv_connector.OffloadingConnector``: a CPU
+    tier); None, the default, is the engine without one.
     ``record_token_times`` keeps every output token's time (``SimulationResult.token_times``).
     """
     config = config or EngineConfig()
@@ -59,6 +63,7 @@ def simulate(
         check_invariants=check_invariants,
         record_token_times=record_token_times,
         observers=observers,
+        kv_connector=kv_connector,
     )
     engine.run()
     return build_result(engine, trace, slo, describe_model(model))
@@ -95,7 +100,7 @@ def build_result(
     token_steps = None
     if rec.token_steps is not None:
         token_steps = {engine.trace.req_id[i]: s for i, s in rec.token_steps.items()}
-    return SimulationResult(
+    result = SimulationResult(
         engine.config,
         model_desc,
         summary,
@@ -106,6 +111,24 @@ def build_result(
         token_steps,
         (weights, gaps),
     )
+    conn = engine.kv_connector
+    if conn is not None:
+        st = conn.stats
+        result.offload = OffloadSummary(
+            cpu_chunks=conn.manager.num_chunks,
+            blocks_per_chunk=conn.bpc,
+            gpu_hit_rate=summary.prefix_cache_hit_rate,
+            cpu_hit_rate=st.hit_tokens / st.queried_tokens if st.queried_tokens else None,
+            loaded_tokens=st.loaded_tokens,
+            stored_tokens=st.stored_tokens,
+            recomputed_tokens=summary.recomputed_tokens,
+            load_jobs=st.load_jobs,
+            store_jobs=st.store_jobs,
+            store_failures=st.store_failures,
+            chunks_evicted=conn.manager.evicted_chunks,
+            cpu_chunks_stored_at_end=conn.manager.num_stored(),
+        )
+    return result
 
 
 _REQUEST_ARRAYS = (

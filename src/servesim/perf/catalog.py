@@ -235,6 +235,12 @@ class ModelSpec(BaseModel):
         return f"{self.num_params / 1e9:.1f}B params, {kind}, {prec}"
 
 
+#: Default per-job overhead of a GPU<->host KV copy (servesim's estimate, not a vendor figure): a
+#: cudaMemcpyAsync batch launch is a few microseconds and vLLM's worker polls completion once per
+#: step; 20 us per job. Override per GPU with ``host_link_overhead_s`` in a catalog entry.
+HOST_LINK_OVERHEAD_S = 20e-6
+
+
 class GPUSpec(BaseModel):
     """One accelerator: peak dense throughput, memory, bandwidths. Every number has a source."""
 
@@ -253,6 +259,13 @@ class GPUSpec(BaseModel):
         gt=0, description="GPU-to-GPU bandwidth per GPU, one direction, bytes/s."
     )
     pcie_bandwidth: float = Field(gt=0, description="Host link bandwidth, one direction, bytes/s.")
+    host_link_overhead_s: float = Field(
+        HOST_LINK_OVERHEAD_S,
+        ge=0,
+        le=1.0,
+        description="Fixed cost of one GPU<->host KV transfer job (launch + DMA set-up + completion "
+        "poll), seconds; the CPU offload tier's copies take this plus bytes / pcie_bandwidth.",
+    )
     sources: dict[str, str] = Field(description="Field name -> where the number comes from.")
 
     @model_validator(mode="after")

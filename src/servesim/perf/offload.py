@@ -1,0 +1,56 @@
+"""Sizing and timing vLLM's CPU KV-offload tier (``--kv-offloading-size``) for one deployment.
+
+The engine simulates the OffloadingConnector (``servesim.engine.kv_connector``) but cannot know
+bytes: this module turns GiB into CPU chunks as vLLM's ``CPUOffloadingSpec`` does and times the
+copies over the GPU's host link from the catalog.
+
+vLLM (``vllm/v1/kv_offload/cpu/spec.py``): ``cpu_bytes_to_use = kv_offloading_size * 2**30``
+(summed over TP ranks); a chunk holds ``blocks_per_chunk`` blocks of every rank, its size rounded
+up to the page size (4096 B); ``num_chunks = cpu_bytes_to_use // aligned_chunk_bytes``. Each rank
+copies its own shard over its own link, in parallel, so a transfer of ``n`` blocks takes
+``overhead + n * kv_bytes_per_block_per_rank / pcie_bandwidth``.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.config import EngineConfig
+from servesim.engine.kv_connector import HostLinkTiming, OffloadingConnector
+from servesim.perf.catalog import GPUSpec, ModelSpec
+from servesim.perf.memory import kv_bytes_per_token
+
+PAGE_BYTES = 4096  # vLLM's BLOCK_SIZE_ALIGNMENT: mmap.PAGESIZE
+GiB = 1 << 30
+
+
+def cpu_chunks(
+    config: EngineConfig, model: ModelSpec, tp: int = 1, kv_dtype: str = "auto", blocks_per_chunk: int = 1
+) -> int:
+    """CPU offload chunks that ``config.kv_offloading_size`` GiB hold (0 without offload)."""
+    if config.kv_offloading_size is None:
+        return 0
+    per_block = kv_bytes_per_token(model, tp, kv_dtype) * config.block_size
+    chunk = per_block * tp * blocks_per_chunk
+    aligned = -(-chunk // PAGE_BYTES) * PAGE_BYTES
+    return int(config.kv_offloading_size * GiB) // aligned
+
+
+def offloading_connector(
+    config: EngineConfig,
+    model: ModelSpec,
+    gpu: GPUSpec,
+    tp: int = 1,
+    kv_dtype: str = "auto",
+    blocks_per_chunk: int = 1,
+) -> OffloadingConnector | None:
+    """The engine's CPU offload connector for this deployment, or None when offload is off."""
+    if config.kv_offloading_size is None:
+        return None
+    per_block = kv_bytes_per_token(model, tp, kv_dtype) * config.block_size
+    timing = HostLinkTiming(per_block, gpu.pcie_bandwidth, gpu.host_link_overhead_s)
+    return OffloadingConnector(
+        cpu_chunks(config, model, tp, kv_dtype, blocks_per_chunk),
+        timing,
+        config.block_size,
+        blocks_per_chunk,
+        config.enable_prefix_caching,
+    )

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Generate CPU-offload regression cases from vLLM's real scheduler + OffloadingConnector. Not run in CI.
+
+Like ``make_cases.py``, but through ``tools/oracle/vllm_oracle.py`` (the shared oracle extended
+with vLLM 0.33's OffloadingConnector, scheduler side, and a fake worker that reports every load
+or store finished a chosen number of steps after it was issued). Cases are stored gzipped under
+``tests/engine/oracle_offload_cases/``; ``tests/engine/test_oracle_offload.py`` replays them.
+
+Usage (with the oracle's virtualenv python):
+    $VENV/bin/python tools/oracle/make_offload_cases.py [--seed 0] [--per-family 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STEP_S = 1 / 64
+OUT = HERE.parents[1] / "tests" / "engine" / "oracle_offload_cases"
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def trace(rng: random.Random, fam: str) -> list[dict]:
+    """Multi-turn-like traffic: a few long shared prefixes, requests coming back to them."""
+    n = rng.randint(10, 60)
+    groups = [f"g{i}" for i in range(rng.randint(2, 6))]
+    glen = {g: rng.choice([64, 128, 200, 256, 400, 512]) for g in groups}
+    rows = []
+    for i in range(n):
+        g = rng.choice(groups)
+        plen = glen[g] + rng.randint(1, 200)
+        row = {
+            "req_id": f"r{i:03d}",
+            "arrival_step": rng.randint(0, 400 if fam != "offload_preempt" else 120),
+            "prompt_len": plen,
+            "output_len": rng.randint(1, 60 if fam != "offload_preempt" else 150),
+            "prefix_group": g,
+            "prefix_len": glen[g],
+        }
+        if rng.random() < 0.15:  # an unrelated prompt
+            del row["prefix_group"], row["prefix_len"]
+        if fam == "offload_priority":
+            row["priority"] = rng.randint(0, 3)
+        rows.append(row)
+    rows.sort(key=lambda r: r["arrival_step"])
+    return rows
+
+
+def config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
+    mml = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
+    bs = rng.choice([16, 16, 32])
+    need = cdiv(mml, bs) + 1
+    prefix_blocks = sum({r.get("prefix_group"): r.get("prefix_len", 0) for r in rows}.values()) // bs
+    cfg = {
+        "block_size": bs,
+        "max_num_seqs": rng.choice([4, 8, 16, 64]),
+        "max_num_batched_tokens": rng.choice([256, 512, 1024, 2048]),
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "long_prefill_token_threshold": rng.choice([0, 0, 64]),
+        "policy": "fcfs",
+        "max_model_len": mml,
+        "num_gpu_blocks": need + rng.randint(0, need),  # KV pressure: prefixes fall out of the GPU
+        "kv_offload_chunks": prefix_blocks * 4 + 50,
+        "kv_offload_blocks_per_chunk": rng.choice([1, 1, 2]),
+        "load_delay_steps": rng.randint(0, 3),
+        "store_delay_steps": rng.randint(0, 3),
+    }
+    cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], cfg["max_num_seqs"])
+    if fam == "offload_small":  # the CPU tier holds less than the prefixes in play
+        cfg["kv_offload_chunks"] = max(1, prefix_blocks // (3 * cfg["kv_offload_blocks_per_chunk"]))
+    if fam == "offload_preempt":  # decodes outgrow the pool: preemptions, resumed from the CPU tier
+        cfg["num_gpu_blocks"] = need + rng.randint(0, need // 3 + 1)
+        cfg["max_num_seqs"] = rng.choice([8, 16, 64])
+    if fam == "offload_priority":  # the priority policy: its victims and queue order
+        cfg["policy"] = "priority"
+        cfg["num_gpu_blocks"] = need + rng.randint(0, need // 2 + 1)
+    if fam == "offload_mixed":  # bigger offload chunks, chunked prefill off, a watermark
+        cfg["kv_offload_blocks_per_chunk"] = rng.choice([2, 4])
+        cfg["kv_offload_chunks"] = max(2, cfg["kv_offload_chunks"] // rng.choice([1, 4, 8]))
+        if rng.random() < 0.5:
+            cfg["enable_chunked_prefill"] = False
+            cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], mml)
+            cfg["long_prefill_token_threshold"] = 0
+        if rng.random() < 0.5:
+            cfg["watermark"] = rng.choice([0.01, 0.05])
+    return cfg
+
+
+FAMILIES = ["offload_reuse", "offload_small", "offload_preempt", "offload_priority", "offload_mixed"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-family", type=int, default=6)
+    ap.add_argument("--families", nargs="*", default=FAMILIES, help="only these families (the others are skipped)")
+    args = ap.parse_args()
+    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"  # vLLM warns on every store the full tier refuses
+    sys.path.insert(0, str(HERE))
+    import vllm_oracle  # type: ignore[import-not-found]
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    cases = []
+    for fam in FAMILIES:
+        for k in range(args.per_family):
+            rows = trace(rng, fam)
+            cfg = config(rng, fam, rows)
+            if fam in args.families:
+                cases.append((f"{fam}_{k:02d}", rows, cfg))
+    with tempfile.TemporaryDirectory() as td:
+        for name, rows, cfg in cases:
+            tp, cp, op, sp = (Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json"))
+            tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
+            ocfg = vllm_oracle.load_config(str(cp), [])
+            otrace = vllm_oracle.load_trace(str(tp), ocfg)
+            try:
+                summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
+            except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
+                print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+                continue
+            steps = []
+            for line in op.read_text().splitlines():
+                d = json.loads(line)
+                off = d["offload"]
+                steps.append(
+                    [
+                        d["step"],
+                        d["num_scheduled_tokens"],
+                        d["preempted"],
+                        sorted(d["finished"]),
+                        d["kv_blocks_used"],
+                        d["prefix_hit_tokens"],
+                        d["num_running"],
+                        d["num_waiting"],
+                        sum(x[2] for x in off["loads"]),
+                        sum(x[2] for x in off["stores"]),
+                        d["waiting_for_kv"],
+                    ]
+                )
+            case = {
+                "name": name,
+                "vllm_version": summary["vllm_version"],
+                "step_s": STEP_S,
+                "config": cfg,
+                "trace": rows,
+                "steps": steps,
+                "total_preemptions": summary["total_preemptions"],
+                "prefix_cache_totals": summary["prefix_cache_totals"],
+                "offload_totals": summary["offload_totals"],
+            }
+            with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
+                json.dump(case, f, separators=(",", ":"))
+            print(
+                f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
+                f"preemptions, offload {summary['offload_totals']}",
+                file=sys.stderr,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

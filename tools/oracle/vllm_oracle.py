@@ -1,0 +1,762 @@
+#!/usr/bin/env python3
+"""Drive vLLM's real V1 scheduler (and its KV cache manager) from a request
+trace, on a CPU-only machine with no model, and record every scheduling step.
+
+The output is meant as an oracle for a separate scheduler simulator: same
+trace + same config in, per-step decisions out.
+
+What is real and what is faked
+------------------------------
+* Real: ``vllm.v1.core.sched.scheduler.Scheduler`` (queues, token budget,
+  chunked prefill, preemption, priority policy) and the KV cache manager /
+  block pool / prefix cache it builds from a ``KVCacheConfig``.
+* Faked: the model. After each ``schedule()`` we build a ``ModelRunnerOutput``
+  the way the GPU model runner would: a request gets exactly one sampled token
+  when the step finishes all of its known tokens (end of prefill, or a decode
+  step), and no token while a prefill chunk is still partial. The request then
+  finishes through vLLM's own stop check: ``max_tokens=output_len`` with
+  ``ignore_eos`` (default), or the fake model emits EOS as its
+  ``output_len``-th token (``finish_mode: "eos"``).
+* The model itself is only a local ``config.json`` (Llama-like, tiny) written
+  into a temp dir, so ``ModelConfig`` can be built without any download.
+  The KV layout is one full-attention group with ``num_gpu_blocks`` blocks of
+  ``block_size`` tokens; byte sizes are irrelevant to the scheduler.
+
+Clock
+-----
+The clock is the scheduler step. At step ``k`` the harness first adds every
+trace request with ``arrival_step <= k`` (trace order breaks ties), then calls
+``schedule()``, feeds the fake output to ``update_from_output()``, and writes
+one JSONL line. ``arrival_time_s`` is mapped to steps with a fixed
+``step_time_s`` (config, default 0.01 s): a request arriving at ``t`` is added
+at step ``ceil(t / step_time_s)`` (the first step starting at or after ``t``).
+When no request is in the system the clock jumps to the next arrival; such
+idle steps are not written (their indices are simply skipped).
+
+Usage
+-----
+    python vllm_oracle.py --trace trace.jsonl --config cfg.json \
+        --out steps.jsonl --summary summary.json [--set key=value ...]
+
+See README.md next to this file for the trace/config/output formats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+# Never touch the network: any model config is written locally.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "block_size": 16,
+    "num_gpu_blocks": 10000,
+    "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048,
+    "enable_chunked_prefill": True,
+    "enable_prefix_caching": False,
+    "long_prefill_token_threshold": 0,
+    "policy": "fcfs",  # or "priority" (trace field "priority", lower first)
+    # --- less common knobs (vLLM defaults unless noted) ---
+    "max_model_len": None,  # None: max(prompt_len + output_len) + 1 over trace
+    "scheduler_reserve_full_isl": None,  # None: keep vLLM's default
+    "watermark": None,  # None: keep vLLM's default (0.0)
+    "max_num_partial_prefills": None,  # only passed if this vLLM knows it
+    "step_time_s": 0.01,  # maps arrival_time_s to steps
+    "finish_mode": "max_tokens",  # or "eos"
+    "sampled_token_id": 100,  # what the fake model "samples"
+    "eos_token_id": 2,
+    "vocab_size": 32000,
+    "max_steps": 10_000_000,
+    "stall_steps": 1000,  # abort after this many empty steps in a row
+    # --- CPU KV offload (vLLM's OffloadingConnector, scheduler side; servesim addition) ---
+    "kv_offload_chunks": None,  # None: no connector; else CPU tier size in offload chunks
+    "kv_offload_blocks_per_chunk": 1,  # GPU blocks per offload chunk (vLLM's default 1)
+    "load_delay_steps": 1,  # a load issued in step k is reported finished in step k + this
+    "store_delay_steps": 1,  # a store issued in step k is reported finished in step k + this
+}
+
+_BOOL_KEYS = {"enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl"}
+
+
+# ----------------------------------------------------------------------------
+# config / trace
+# ----------------------------------------------------------------------------
+def _parse_value(key: str, raw: str) -> Any:
+    if key in _BOOL_KEYS:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        if raw.lower() in ("none", "null"):
+            return None
+        raise ValueError(f"{key}: not a boolean: {raw!r}")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def load_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
+    cfg = dict(DEFAULT_CONFIG)
+    if path:
+        with open(path) as f:
+            user = json.load(f)
+        unknown = set(user) - set(cfg)
+        if unknown:
+            raise SystemExit(f"unknown config keys: {sorted(unknown)}")
+        cfg.update(user)
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        if key not in cfg:
+            raise SystemExit(f"unknown config key in --set: {key}")
+        cfg[key] = _parse_value(key, raw)
+    if cfg["policy"] not in ("fcfs", "priority"):
+        raise SystemExit("policy must be 'fcfs' or 'priority'")
+    if cfg["finish_mode"] not in ("max_tokens", "eos"):
+        raise SystemExit("finish_mode must be 'max_tokens' or 'eos'")
+    return cfg
+
+
+def _rng_tokens(seed: str, n: int, vocab: int, avoid: set[int]) -> list[int]:
+    rng = random.Random(seed)
+    out: list[int] = []
+    while len(out) < n:
+        t = rng.randrange(10, vocab)
+        if t not in avoid:
+            out.append(t)
+    return out
+
+
+def load_trace(path: str, cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Read the JSONL trace and normalise every request.
+
+    Prompt tokens: ``prompt_token_ids`` if given; else, with ``prefix_group``,
+    the first ``prefix_len`` tokens (default: the whole prompt) come from a
+    deterministic per-group stream and the rest are unique to the request;
+    else all tokens are unique to the request (no accidental cache hits).
+    """
+    dt = float(cfg["step_time_s"])
+    avoid = {int(cfg["eos_token_id"]), int(cfg["sampled_token_id"])}
+    vocab = int(cfg["vocab_size"])
+    reqs: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            r = json.loads(line)
+            rid = str(r["req_id"])
+            if rid in seen:
+                raise SystemExit(f"trace line {lineno}: duplicate req_id {rid}")
+            seen.add(rid)
+            output_len = int(r["output_len"])
+            if output_len < 1:
+                raise SystemExit(f"trace line {lineno}: output_len must be >= 1")
+            if "prompt_token_ids" in r:
+                toks = [int(t) for t in r["prompt_token_ids"]]
+                prompt_len = int(r.get("prompt_len", len(toks)))
+                if prompt_len != len(toks):
+                    raise SystemExit(f"trace line {lineno}: prompt_len != len(prompt_token_ids)")
+            else:
+                prompt_len = int(r["prompt_len"])
+                if r.get("prefix_group") is not None:
+                    plen = min(int(r.get("prefix_len", prompt_len)), prompt_len)
+                    toks = _rng_tokens(f"group:{r['prefix_group']}", plen, vocab, avoid)
+                    toks += _rng_tokens(f"req:{rid}", prompt_len - plen, vocab, avoid)
+                else:
+                    toks = _rng_tokens(f"req:{rid}", prompt_len, vocab, avoid)
+            if prompt_len < 1:
+                raise SystemExit(f"trace line {lineno}: prompt_len must be >= 1")
+            if "arrival_step" in r:
+                astep = int(r["arrival_step"])
+                atime = astep * dt
+            elif "arrival_time_s" in r:
+                atime = float(r["arrival_time_s"])
+                astep = max(0, math.ceil(atime / dt - 1e-9))
+            else:
+                astep, atime = 0, 0.0
+            reqs.append(
+                {
+                    "req_id": rid,
+                    "arrival_step": astep,
+                    "arrival_time": atime,
+                    "prompt_len": prompt_len,
+                    "output_len": output_len,
+                    "prompt_token_ids": toks,
+                    "priority": int(r.get("priority", 0)),
+                    "order": len(reqs),
+                }
+            )
+    # stable: same arrival step keeps trace order
+    reqs.sort(key=lambda x: (x["arrival_step"], x["order"]))
+    return reqs
+
+
+# ----------------------------------------------------------------------------
+# building the real scheduler
+# ----------------------------------------------------------------------------
+def _write_model_dir(max_model_len: int, cfg: dict[str, Any]) -> str:
+    d = tempfile.mkdtemp(prefix="vllm-oracle-model-")
+    model_cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": int(cfg["vocab_size"]),
+        "max_position_embeddings": max_model_len,
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": "float16",
+        "bos_token_id": 1,
+        "eos_token_id": int(cfg["eos_token_id"]),
+        "tie_word_embeddings": False,
+    }
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(model_cfg, f)
+    return d
+
+
+def _accepted_fields(cls) -> set[str]:
+    import dataclasses
+
+    try:
+        return {f.name for f in dataclasses.fields(cls)} | set(
+            getattr(cls, "__dataclass_fields__", {}).keys()
+        )
+    except TypeError:
+        return set()
+
+
+def build_scheduler(cfg: dict[str, Any], max_model_len: int):
+    import torch
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+    )
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model_dir = _write_model_dir(max_model_len, cfg)
+    model_config = ModelConfig(
+        model=model_dir,
+        tokenizer=model_dir,
+        skip_tokenizer_init=True,
+        dtype="float16",
+        seed=0,
+        max_model_len=max_model_len,
+    )
+
+    sched_fields = _accepted_fields(SchedulerConfig)
+    skw: dict[str, Any] = dict(
+        max_num_seqs=int(cfg["max_num_seqs"]),
+        max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),
+        max_model_len=max_model_len,
+        enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
+        long_prefill_token_threshold=int(cfg["long_prefill_token_threshold"]),
+        policy=cfg["policy"],
+    )
+    # InitVar in newer vLLM; plain field (or absent) in older ones.
+    skw["is_encoder_decoder"] = False
+    if "async_scheduling" in sched_fields:
+        skw["async_scheduling"] = False  # the synchronous Scheduler, not AsyncScheduler
+    for key in ("scheduler_reserve_full_isl", "watermark", "max_num_partial_prefills"):
+        if cfg.get(key) is not None:
+            if key not in sched_fields:
+                raise SystemExit(f"this vLLM's SchedulerConfig has no '{key}'")
+            skw[key] = cfg[key]
+    try:
+        scheduler_config = SchedulerConfig(**skw)
+    except TypeError:
+        skw.pop("is_encoder_decoder", None)
+        scheduler_config = SchedulerConfig(**skw)
+
+    cache_config = CacheConfig(
+        block_size=int(cfg["block_size"]),
+        enable_prefix_caching=bool(cfg["enable_prefix_caching"]),
+    )
+    kv_transfer_config = None
+    if cfg.get("kv_offload_chunks") is not None:
+        from vllm.config import KVTransferConfig
+
+        bpc = int(cfg["kv_offload_blocks_per_chunk"])
+        kv_transfer_config = KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config={
+                # one page (4096 B) per chunk: the fake KV spec's chunks are far smaller
+                "cpu_bytes_to_use": int(cfg["kv_offload_chunks"]) * 4096,
+                **({"blocks_per_chunk": bpc} if bpc != 1 else {}),
+            },
+        )
+    vllm_config = VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        kv_transfer_config=kv_transfer_config,
+        # No accelerator here: say "cpu" explicitly instead of letting vLLM
+        # probe a platform (the CPU platform would rewrite block_size etc.).
+        device_config=DeviceConfig(device="cpu"),
+    )
+    # VllmConfig.__post_init__ may adjust things; put the requested values back
+    # and fail loudly if something we cannot override has moved.
+    sc, cc = vllm_config.scheduler_config, vllm_config.cache_config
+    for key, want in (
+        ("max_num_seqs", int(cfg["max_num_seqs"])),
+        ("max_num_batched_tokens", int(cfg["max_num_batched_tokens"])),
+        ("enable_chunked_prefill", bool(cfg["enable_chunked_prefill"])),
+        ("long_prefill_token_threshold", int(cfg["long_prefill_token_threshold"])),
+        ("policy", cfg["policy"]),
+    ):
+        if getattr(sc, key) != want:
+            raise SystemExit(f"vLLM changed scheduler_config.{key}: {getattr(sc, key)!r} != {want!r}")
+    if cc.block_size != int(cfg["block_size"]):
+        raise SystemExit(f"vLLM changed block_size to {cc.block_size}")
+    if bool(cc.enable_prefix_caching) != bool(cfg["enable_prefix_caching"]):
+        raise SystemExit(f"vLLM changed enable_prefix_caching to {cc.enable_prefix_caching}")
+    if getattr(sc, "async_scheduling", False):
+        raise SystemExit("async scheduling got enabled; the oracle needs the sync Scheduler")
+
+    block_size = int(cfg["block_size"])
+    num_blocks = int(cfg["num_gpu_blocks"])
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)],
+    )
+    cc.num_gpu_blocks = num_blocks
+
+    # Mirror what EngineCore does before it builds the scheduler.
+    hash_block_size = block_size
+    try:
+        from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+
+        block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    except ImportError:
+        pass
+    if hasattr(kv_cache_config, "hash_block_size"):
+        kv_cache_config.hash_block_size = hash_block_size
+    try:
+        from vllm.v1.core.kv_cache_utils import resolve_cache_hit_alignment_tokens
+
+        if hasattr(kv_cache_config, "cache_hit_alignment_tokens"):
+            kv_cache_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+                kv_cache_config, vllm_config, block_size, hash_block_size
+            )
+    except ImportError:
+        pass
+
+    import inspect
+
+    sched_params = inspect.signature(Scheduler.__init__).parameters
+    kwargs: dict[str, Any] = dict(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        log_stats=True,  # needed for prefix-cache hit stats
+    )
+    if "block_size" in sched_params:
+        kwargs["block_size"] = block_size
+    if "hash_block_size" in sched_params:
+        kwargs["hash_block_size"] = hash_block_size
+    scheduler = Scheduler(**kwargs)
+    if cfg.get("kv_offload_chunks") is not None:
+        n = scheduler.connector.connector_scheduler.manager._num_chunks
+        if n != int(cfg["kv_offload_chunks"]):
+            raise SystemExit(f"vLLM sized the CPU tier at {n} chunks, not {cfg['kv_offload_chunks']}")
+
+    block_hasher = None
+    if cc.enable_prefix_caching:
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        try:
+            from vllm.utils.hashing import get_hash_fn_by_name
+        except ImportError:  # older layout
+            from vllm.utils import get_hash_fn_by_name  # type: ignore
+        hash_fn = get_hash_fn_by_name(cc.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        lookahead = getattr(vllm_config, "num_hash_lookahead_tokens", 0) or 0
+        try:
+            block_hasher = get_request_block_hasher(hash_block_size, hash_fn, lookahead)
+        except TypeError:
+            block_hasher = get_request_block_hasher(hash_block_size, hash_fn)
+    return scheduler, block_hasher, vllm_config
+
+
+def make_request(r: dict[str, Any], cfg: dict[str, Any], block_hasher):
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    if cfg["finish_mode"] == "eos":
+        sp = SamplingParams(max_tokens=r["output_len"] + 1, ignore_eos=False)
+        sp.update_from_generation_config({}, int(cfg["eos_token_id"]))
+    else:
+        sp = SamplingParams(max_tokens=r["output_len"], ignore_eos=True)
+    kwargs: dict[str, Any] = dict(
+        request_id=r["req_id"],
+        prompt_token_ids=list(r["prompt_token_ids"]),
+        sampling_params=sp,
+        pooling_params=None,
+        # tiny per-order offset keeps trace order as the tie-break (priority policy)
+        arrival_time=r["arrival_time"] + 1e-9 * r["order"],
+        priority=r["priority"],
+        block_hasher=block_hasher,
+    )
+    try:
+        return Request(**kwargs)
+    except TypeError:  # older signatures want eos_token_id on the Request
+        kwargs["eos_token_id"] = int(cfg["eos_token_id"]) if cfg["finish_mode"] == "eos" else None
+        return Request(**kwargs)
+
+
+# ----------------------------------------------------------------------------
+# the step loop
+# ----------------------------------------------------------------------------
+def _event_line(rec: dict[str, Any]) -> str:
+    """One compact human-readable line for a step where something changed."""
+    parts = [f"step {rec['step']:>6}"]
+    sched = rec["num_scheduled_tokens"]
+    prefill = {k: v for k, v in sched.items() if v > 1}
+    parts.append(f"tokens={rec['total_scheduled_tokens']} (decode x{len(sched) - len(prefill)}"
+                 + (f", chunks {prefill}" if prefill else "") + ")")
+    for key in ("arrived", "new_reqs", "resumed_reqs", "preempted"):
+        if rec[key]:
+            parts.append(f"{key}={rec[key]}")
+    if rec["finished"]:
+        parts.append(f"finished={sorted(rec['finished'])}")
+    if rec["prefix_hit_tokens"]:
+        parts.append(f"prefix_hits={rec['prefix_hit_tokens']}")
+    parts.append(f"run={rec['num_running']} wait={rec['num_waiting']} "
+                 f"kv_used={rec['kv_blocks_used']}/{rec['kv_blocks_total']}")
+    return " ".join(parts)
+
+
+def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary_path: str | None,
+        quiet: bool = False, events=None) -> dict[str, Any]:
+    t_setup = time.perf_counter()
+    import torch
+    import vllm
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    max_model_len = cfg["max_model_len"] or (
+        max(r["prompt_len"] + r["output_len"] for r in trace) + 1 if trace else 2048
+    )
+    max_model_len = int(max_model_len)
+    for r in trace:
+        need = r["prompt_len"] + r["output_len"] + (1 if cfg["finish_mode"] == "eos" else 0)
+        if need > max_model_len:
+            raise SystemExit(f"request {r['req_id']} needs {need} tokens > max_model_len {max_model_len}")
+
+    scheduler, block_hasher, vllm_config = build_scheduler(cfg, max_model_len)
+    kvm = scheduler.kv_cache_manager
+    pool = kvm.block_pool
+    usable_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's reserved null block
+    setup_s = time.perf_counter() - t_setup
+
+    prefix_caching = bool(vllm_config.cache_config.enable_prefix_caching)
+    sampled_tok = int(cfg["sampled_token_id"])
+    eos_tok = int(cfg["eos_token_id"])
+    eos_mode = cfg["finish_mode"] == "eos"
+    by_id = {r["req_id"]: r for r in trace}
+    per_req: dict[str, dict[str, Any]] = {
+        r["req_id"]: {
+            "arrival_step": r["arrival_step"],
+            "prompt_len": r["prompt_len"],
+            "output_len": r["output_len"],
+            "added_step": None,
+            "first_scheduled_step": None,
+            "first_token_step": None,
+            "finish_step": None,
+            "finish_reason": None,
+            "num_preemptions": 0,
+            "prefix_hit_tokens_first": None,
+            "output_tokens": 0,
+        }
+        for r in trace
+    }
+
+    pending = list(trace)
+    nxt = 0
+    step = 0
+    steps_written = 0
+    total_preemptions = 0
+    empty_streak = 0
+    step_times: list[float] = []
+    pc_tot = {"queries": 0, "hits": 0, "preempted_queries": 0, "preempted_hits": 0}
+    xfer_jobs: dict[int, tuple[int, str, bool]] = {}  # job id -> (due step, request, is load)
+    load_delay = int(cfg["load_delay_steps"])
+    store_delay = int(cfg["store_delay_steps"])
+    offload_totals = {"loads": 0, "stores": 0, "blocks_loaded": 0, "blocks_stored": 0}
+    out = open(out_path, "w")
+    t_loop = time.perf_counter()
+    try:
+        while True:
+            unfinished = scheduler.get_num_unfinished_requests()
+            if unfinished == 0 and not xfer_jobs:
+                if nxt >= len(pending):
+                    break
+                step = max(step, pending[nxt]["arrival_step"])  # idle: jump the clock
+            if step >= cfg["max_steps"]:
+                raise SystemExit(f"max_steps ({cfg['max_steps']}) reached")
+            arrived = []
+            while nxt < len(pending) and pending[nxt]["arrival_step"] <= step:
+                r = pending[nxt]
+                scheduler.add_request(make_request(r, cfg, block_hasher))
+                per_req[r["req_id"]]["added_step"] = step
+                arrived.append(r["req_id"])
+                nxt += 1
+
+            t0 = time.perf_counter()
+            xfer_log: dict[str, Any] = {"loads": [], "stores": [], "flushed": [], "done": []}
+            so = scheduler.schedule()
+            # ---- fake model runner --------------------------------------
+            sched = so.num_scheduled_tokens
+            req_ids = list(sched.keys())
+            sampled: list[list[int]] = []
+            got_token: list[str] = []
+            for rid in req_ids:
+                req = scheduler.requests[rid]
+                # schedule() already advanced num_computed_tokens by this step.
+                if req.num_computed_tokens >= req.num_tokens:
+                    tok = sampled_tok
+                    if eos_mode and req.num_output_tokens + 1 >= by_id[rid]["output_len"]:
+                        tok = eos_tok
+                    sampled.append([tok])
+                    got_token.append(rid)
+                else:  # partial prefill chunk: the runner discards its sample
+                    sampled.append([])
+            mro = ModelRunnerOutput(
+                req_ids=req_ids,
+                req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+                sampled_token_ids=sampled,
+            )
+            # ---- fake offload worker: every transfer ends a chosen number of steps later ----
+            xfer = None
+            meta = getattr(so, "kv_connector_metadata", None)
+            if meta is not None:
+                for jid, job in meta.load_jobs.items():
+                    xfer_jobs[jid] = (step + load_delay, job.req_id, True)
+                    xfer_log["loads"].append([jid, job.req_id, len(job.dst_spec.block_ids)])
+                for jid, job in meta.store_jobs.items():
+                    xfer_jobs[jid] = (step + store_delay, job.req_id, False)
+                    xfer_log["stores"].append([jid, job.req_id, len(job.src_spec.block_ids)])
+                for jid in meta.jobs_to_flush or ():  # the worker waits for them in this step
+                    if jid in xfer_jobs:
+                        xfer_jobs[jid] = (step,) + xfer_jobs[jid][1:]
+                        xfer_log["flushed"].append(jid)
+                done = sorted(j for j, (due, _, _) in xfer_jobs.items() if due <= step)
+                if done:
+                    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+                        OffloadingWorkerMetadata,
+                    )
+                    from vllm.v1.outputs import KVConnectorOutput
+
+                    recv = {xfer_jobs[j][1] for j in done if xfer_jobs[j][2]}
+                    xfer = KVConnectorOutput(
+                        finished_recving=recv or None,
+                        kv_connector_worker_meta=OffloadingWorkerMetadata(
+                            completed_jobs={j: 1 for j in done}
+                        ),
+                    )
+                    xfer_log["done"] = done
+                    for j in done:
+                        del xfer_jobs[j]
+                mro.kv_connector_output = xfer
+            # snapshot state as seen during this step (after allocation)
+            num_running, num_waiting = scheduler.get_request_counts()
+            free_during = pool.get_num_free_blocks()
+            pcs = kvm.make_prefix_cache_stats()
+            engine_outs = scheduler.update_from_output(so, mro)
+            step_times.append(time.perf_counter() - t0)
+            # ---------------------------------------------------------------
+
+            finished: dict[str, str] = {}
+            for eco in engine_outs.values():
+                for o in eco.outputs:
+                    info = per_req[o.request_id]
+                    if o.new_token_ids:
+                        info["output_tokens"] += len(o.new_token_ids)
+                        if info["first_token_step"] is None:
+                            info["first_token_step"] = step
+                    if o.finish_reason is not None:
+                        reason = str(getattr(o.finish_reason, "name", o.finish_reason)).lower()
+                        finished[o.request_id] = reason
+                        info["finish_step"] = step
+                        info["finish_reason"] = reason
+
+            # vLLM re-sends a request resumed after preemption as "new" data
+            # (or flags it in resumed_req_ids, depending on the version): split
+            # first-time admissions from resumptions ourselves.
+            new_ids: list[str] = []
+            resumed: list[str] = []
+            hit_tokens: dict[str, int] = {}
+            for nr in so.scheduled_new_reqs:
+                if nr.num_computed_tokens:
+                    hit_tokens[nr.req_id] = nr.num_computed_tokens
+                info = per_req[nr.req_id]
+                if info["first_scheduled_step"] is None:
+                    info["first_scheduled_step"] = step
+                    info["prefix_hit_tokens_first"] = nr.num_computed_tokens
+                    new_ids.append(nr.req_id)
+                else:
+                    resumed.append(nr.req_id)
+            cached = so.scheduled_cached_reqs
+            flagged = getattr(cached, "resumed_req_ids", None) or ()
+            if flagged:
+                idx = {rid: i for i, rid in enumerate(cached.req_ids)}
+                for rid in flagged:
+                    resumed.append(rid)
+                    n = cached.num_computed_tokens[idx[rid]]
+                    if n:
+                        hit_tokens[rid] = n
+            preempted = sorted(so.preempted_req_ids or [])
+            for rid in preempted:
+                per_req[rid]["num_preemptions"] += 1
+            total_preemptions += len(preempted)
+            pc = None
+            if pcs is not None and prefix_caching:
+                pc = {
+                    "queries": pcs.queries,
+                    "hits": pcs.hits,
+                    "preempted_queries": getattr(pcs, "preempted_queries", 0),
+                    "preempted_hits": getattr(pcs, "preempted_hits", 0),
+                }
+                for k in pc_tot:
+                    pc_tot[k] += pc[k]
+
+            rec = {
+                "step": step,
+                "arrived": arrived,
+                "num_scheduled_tokens": dict(sched),
+                "total_scheduled_tokens": so.total_num_scheduled_tokens,
+                "new_reqs": new_ids,
+                "resumed_reqs": sorted(resumed),
+                "sampled": got_token,
+                "preempted": preempted,
+                "finished": finished,
+                "num_running": num_running,
+                "num_waiting": num_waiting,
+                "kv_blocks_total": usable_blocks,
+                "kv_blocks_used": usable_blocks - free_during,
+                "kv_blocks_free": free_during,
+                "kv_blocks_free_after_update": pool.get_num_free_blocks(),
+                "prefix_hit_tokens": hit_tokens,
+                "prefix_cache": pc,
+            }
+            if scheduler.connector is not None:
+                rec["offload"] = xfer_log
+                rec["waiting_for_kv"] = sorted(
+                    r.request_id for r in scheduler.requests.values()
+                    if r.status.name == "WAITING_FOR_REMOTE_KVS"
+                )
+                offload_totals["loads"] += len(xfer_log["loads"])
+                offload_totals["stores"] += len(xfer_log["stores"])
+                offload_totals["blocks_loaded"] += sum(x[2] for x in xfer_log["loads"])
+                offload_totals["blocks_stored"] += sum(x[2] for x in xfer_log["stores"])
+            out.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            steps_written += 1
+            if events and (arrived or new_ids or resumed or preempted or finished):
+                print(_event_line(rec), file=events)
+
+            if so.total_num_scheduled_tokens == 0:
+                empty_streak += 1
+                if empty_streak >= cfg["stall_steps"]:
+                    raise SystemExit(
+                        f"stalled: {empty_streak} steps in a row scheduled nothing at step {step} "
+                        f"(running={num_running}, waiting={num_waiting}); a request probably "
+                        "cannot fit in the KV cache"
+                    )
+            else:
+                empty_streak = 0
+            step += 1
+    finally:
+        out.close()
+    loop_s = time.perf_counter() - t_loop
+
+    ms = [t * 1e3 for t in step_times]
+    summary = {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "config": {**cfg, "max_model_len": max_model_len},
+        "num_requests": len(trace),
+        "total_steps": steps_written,
+        "last_step": step - 1 if steps_written else None,
+        "total_preemptions": total_preemptions,
+        "prefix_cache_totals": pc_tot if prefix_caching else None,
+        "offload_totals": offload_totals if scheduler.connector is not None else None,
+        "timing": {
+            "setup_s": round(setup_s, 3),
+            "loop_s": round(loop_s, 3),
+            "sched_ms_per_step_mean": round(statistics.fmean(ms), 4) if ms else None,
+            "sched_ms_per_step_p50": round(statistics.median(ms), 4) if ms else None,
+            "sched_ms_per_step_max": round(max(ms), 4) if ms else None,
+            "loop_ms_per_step_mean": round(loop_s * 1e3 / steps_written, 4) if steps_written else None,
+        },
+        "per_request": per_req,
+    }
+    unfinished_ids = [rid for rid, i in per_req.items() if i["finish_step"] is None]
+    if unfinished_ids:
+        summary["unfinished"] = unfinished_ids
+    if summary_path:
+        with open(summary_path, "w") as f:
+            json.dump(summary, f, indent=1)
+    if not quiet:
+        t = summary["timing"]
+        print(
+            f"vllm {summary['vllm_version']}: {len(trace)} requests, {steps_written} steps, "
+            f"{total_preemptions} preemptions, {t['sched_ms_per_step_mean']} ms/step "
+            f"(schedule+update), {t['loop_ms_per_step_mean']} ms/step (loop), setup {t['setup_s']} s",
+            file=sys.stderr,
+        )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", required=True, help="JSONL, one request per line")
+    ap.add_argument("--config", help="JSON object with scheduler/cache settings")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one config key (repeatable)")
+    ap.add_argument("--out", required=True, help="per-step JSONL output")
+    ap.add_argument("--summary", help="summary JSON output")
+    ap.add_argument("--events", action="store_true",
+                    help="print one line per step where a request arrived, was admitted, "
+                         "resumed, preempted or finished (to stdout)")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, args.set)
+    trace = load_trace(args.trace, cfg)
+    run(cfg, trace, args.out, args.summary, quiet=args.quiet,
+        events=sys.stdout if args.events else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
