@@ -102,3 +102,36 @@ def test_the_p99_syntax_is_the_goodput_threshold_in_simulate(tmp_path: Path) -> 
         _ok(["simulate", _trace(tmp_path), "--slo", "ttft_p99_ms=100,tpot_p99_ms=50", "--json"])
     )
     assert report["summary"]["slo"] == {"ttft_ms": 100.0, "tpot_ms": 50.0, "e2e_ms": None}
+
+
+# ------------------------------------------------------------------ one set of engine defaults
+def _limits(config: dict[str, object]) -> tuple[object, object]:
+    return config["max_num_seqs"], config["max_num_batched_tokens"]
+
+
+@pytest.mark.parametrize(("gpu", "want"), [("h100", (1024, 8192)), ("l4", (256, 2048)), ("a100-80gb", (256, 2048))])
+def test_every_command_starts_from_what_vllm_serve_runs_on_the_gpu(
+    tmp_path: Path, gpu: str, want: tuple[int, int]
+) -> None:
+    """simulate, dashboard, cluster, saturate and tune's baseline: vLLM 0.33's batch defaults for the
+    GPU (1024/8192 on a >= 70 GiB non-A100, 256/2048 otherwise), and the results say so."""
+    trace = _trace(tmp_path)
+    g = ["--gpu", gpu]
+    sim = json.loads(_ok(["simulate", trace, *g, "--json"]))
+    assert _limits(sim["config"]) == want
+    assert sim["setup"]["defaults_applied"] == {"max_num_seqs": want[0], "max_num_batched_tokens": want[1]}
+    dash = json.loads(_ok(["dashboard", trace, *g, "--headless", "--json"]))
+    assert _limits(dash["config"]) == want
+    line = f"defaults: max_num_seqs {want[0]:,}, max_num_batched_tokens {want[1]:,} (what vllm serve runs on {gpu})"
+    clus = _ok(["cluster", trace, *g, "--replicas", "2", "--recovery", "restart"]).splitlines()
+    assert clus[1] == line
+    sat = json.loads(_ok(["saturate", trace, *g, "--rates", "5", "--seeds", "1", "--json"]))
+    dep = sat["deployment"]
+    assert (dep["max_num_seqs"], dep["max_num_batched_tokens"]) == want
+    assert _ok(["simulate", trace, *g]).splitlines()[1] == line
+
+
+def test_a_flag_given_is_kept_and_only_the_other_limit_is_defaulted(tmp_path: Path) -> None:
+    sim = json.loads(_ok(["simulate", _trace(tmp_path), "--max-num-seqs", "64", "--json"]))
+    assert _limits(sim["config"]) == (64, 8192)
+    assert sim["setup"]["defaults_applied"] == {"max_num_batched_tokens": 8192}

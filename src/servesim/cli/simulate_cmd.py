@@ -127,6 +127,7 @@ def run_and_report(
                 fast=not naive,
                 observers=observers,
                 check_invariants=check_invariants,
+                kv_connector=setup.kv_connector() if setup is not None else None,
             )
     finally:
         if writer is not None:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from servesim.cluster.config import RouterPolicy
 from servesim.engine.config import MAX_GPU_BLOCKS, EngineConfig
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import ConfigError, describe, shown
 from servesim.perf.setup import (
@@ -129,6 +130,22 @@ class ResolvedDeployment:
             "defaults_applied": dict(self.defaults_applied),
             "timed_as": self.timed_as,
         }
+
+    def kv_connector(self) -> OffloadingConnector | None:
+        """A fresh CPU-offload connector when ``kv_offloading_size`` is set (None otherwise):
+        sized and timed for this model on this GPU (``servesim.perf.offload``)."""
+        if self.config.kv_offloading_size is None:
+            return None
+        if self.model is None or self.gpu is None:
+            raise ConfigError(
+                "kv_offloading_size needs a model on a GPU (the CPU tier is sized in its KV bytes "
+                "and timed on its host link), not a fixed or linear step time"
+            )
+        from servesim.perf.catalog import load_catalog
+        from servesim.perf.offload import offloading_connector
+
+        cat = load_catalog()
+        return offloading_connector(self.config, cat.model(self.model), cat.gpu(self.gpu), self.tp)
 
     def rebuild(self, engine: dict[str, Any]) -> ResolvedDeployment:
         """The same deployment with these vLLM keys changed (the dashboard's restart)."""
