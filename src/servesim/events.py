@@ -13,6 +13,7 @@ start time, then its first tokens and finishes at its end time, then the ``StepE
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -272,10 +273,8 @@ class StepLogWriter:
         if self._cm is not None:
             cm, self._cm = self._cm, None
             error = OSError("step log abandoned")
-            try:
+            with contextlib.suppress(OSError):
                 cm.__exit__(type(error), error, None)
-            except OSError:
-                pass
 
     def __enter__(self) -> StepLogWriter:
         return self

@@ -18,7 +18,7 @@ import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,10 +157,8 @@ def _make_parents(folder: Path) -> list[Path]:
 
 def _remove_dirs(dirs: list[Path]) -> None:
     for d in dirs:  # deepest first; only if empty (another writer may have used it)
-        try:
+        with suppress(OSError):
             d.rmdir()
-        except OSError:
-            pass
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

@@ -44,7 +44,15 @@ ACTIONS: dict[str, str] = {
 }
 #: Parameters that name files a command writes.
 OUTPUT_PARAMS = (
-    "out", "out_dir", "outbox", "step_log", "matrix", "action_log", "requests_out", "save_profile", "dst"
+    "out",
+    "out_dir",
+    "outbox",
+    "step_log",
+    "matrix",
+    "action_log",
+    "requests_out",
+    "save_profile",
+    "dst",
 )
 #: How an output parameter is spelled on the command line when it is not ``--kebab-name``.
 FLAG_NAMES = {"dst": "DST"}

@@ -29,6 +29,7 @@ from servesim.advisor import (
 )
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
+from servesim.bounds import MAX_REPLICAS
 from servesim.cli.actions import note_advisor, note_output
 from servesim.cli.common import parse_slo, print_json, print_timed_as, timed_as
 from servesim.cli.tables import FitTable
@@ -145,7 +146,7 @@ def register(app: typer.Typer) -> None:
         rounds: int = typer.Option(3, min=1, max=10, help="Propose-simulate-refine rounds with Claude."),
         timeout_s: float = typer.Option(60.0, min=1, help="Per Claude call."),
         config: Path | None = typer.Option(None, "--config", "-c", help="Current vLLM keys (batching)."),
-        replicas: int = typer.Option(1, min=1, help="Current replicas (batching)."),
+        replicas: int = typer.Option(1, min=1, max=MAX_REPLICAS, help="Current replicas (batching)."),
         slo: str | None = typer.Option(
             None,
             help="p99 caps, also per-request goodput thresholds: ttft_p99_ms=500,tpot_p99_ms=50 (batching).",

@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
+from servesim.bounds import MAX_REPLICAS
 from servesim.cli.common import fail, print_json, print_timed_as, timed_as, write_text_atomic
 from servesim.cli.engine_flags import Policy
 from servesim.cli.simulate_cmd import engine_config, progress_bar
@@ -262,7 +263,9 @@ def register(app: typer.Typer) -> None:
         policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
         max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
         queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
-        replicas: int = typer.Option(1, min=1, help="Identical replicas behind the router."),
+        replicas: int = typer.Option(
+            1, min=1, max=MAX_REPLICAS, help="Identical replicas behind the router."
+        ),
         router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
         model: str | None = typer.Option(
             None, help=f"Model (servesim perf catalog); default {DEFAULT_MODEL}."
@@ -578,9 +581,11 @@ def register(app: typer.Typer) -> None:
             return
         hw_info = result.details.get("hardware", {}) if result.details else {}
         if hw_info:
+            blocks = hw_info.get("num_gpu_blocks")  # None: sized from GPU memory per config
             print_timed_as(
                 f"{hw_info.get('model')} on {hw_info.get('tensor_parallel_size', 1)} x {hw_info.get('gpu')}, "
-                f"roofline step times; {hw_info.get('num_gpu_blocks'):,} KV blocks"
+                "roofline step times"
+                + (f"; {blocks:,} KV blocks" if isinstance(blocks, int) else "; KV blocks as vLLM sizes them")
             )
         console = Console()
         t = FitTable(show_header=False, title=str(file), title_justify="left")
