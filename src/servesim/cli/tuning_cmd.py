@@ -33,6 +33,7 @@ from servesim.cli.trace_input import hash_block_size_option, provenance_json, sa
 from servesim.cluster import RouterSpec
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.engine.simulate import describe_model
+from servesim.errors import InternalError
 from servesim.paths import data_dir
 from servesim.traces import TraceError
 from servesim.tuning import (
@@ -198,7 +199,8 @@ def trial_deployments(
     out = []
     for n in numbers:
         o = by_number[n].outcome
-        assert o is not None
+        if o is None:
+            raise InternalError("invariant broken: o is None")
         out.append(Deployment.model_validate({"max_model_len": max_model_len, "policy": policy, **o.params}))
     return out
 
