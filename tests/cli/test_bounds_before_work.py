@@ -148,3 +148,18 @@ def test_readme_bounds_table_is_the_codes() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert tool["with_table"](text) == text
     assert bounds_table() in text
+
+
+def test_advise_and_recover_agree_on_invalid_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "inv.json"
+    res = runner.invoke(
+        app, ["generate-failures", "-n", "1", "--invalid-rate", "0.5", "--seed", "3", "--out", str(path)]
+    )
+    assert res.exit_code == 0, res.output
+    rec = runner.invoke(app, ["recover", str(path), "--no-manifests", "--json"])
+    listed = json.loads(rec.stdout)["plans"][0]["invalid_jobs"]
+    assert listed
+    adv = runner.invoke(app, ["advise", str(path), "--advisor", "rules", "--json"])
+    assert adv.exit_code == 0, adv.output
+    assert json.loads(adv.stdout)["invalid_jobs"] == listed
+    assert adv.stderr.count("warning: invalid job") == len(listed)

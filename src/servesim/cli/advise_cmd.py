@@ -201,9 +201,16 @@ def register(app: typer.Typer) -> None:
                 log_file.close()
         written = write_outbox(result, case, outbox or data_dir() / "outbox") if apply else []
         note_advice(result, written)
+        invalid = case.plan.invalid_jobs if isinstance(case, FallbackCase) else []
+        for j in invalid:  # as `recover` lists them: excluded from the advice, never dropped silently
+            typer.echo(
+                f"warning: invalid job {j.index} ({j.job_id or 'no job_id'}) excluded: {j.reason}", err=True
+            )
         if as_json:
             out = result.model_dump(mode="json")
             out["outbox_files"] = [str(p) for p in written]
+            if isinstance(case, FallbackCase):
+                out["invalid_jobs"] = [j.model_dump(mode="json") for j in invalid]
             if isinstance(case, BatchingCase):
                 out["trace_provenance"] = provenance_json(case.trace.provenance)
             print_json(out)
