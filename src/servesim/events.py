@@ -254,9 +254,12 @@ class StepLogWriter:
     nothing. Use as a context manager, or call ``close()``/``abort()``."""
 
     def __init__(self, path: str) -> None:
+        from contextlib import AbstractContextManager
+        from typing import BinaryIO
+
         from servesim.io import atomic_file
 
-        self._cm = atomic_file(path)
+        self._cm: AbstractContextManager[BinaryIO] | None = atomic_file(path)
         self._f = self._cm.__enter__()
 
     def on_event(self, event: Event) -> None:
