@@ -100,7 +100,7 @@ def test_bad_requests_get_400_with_the_reason(make_server: Any) -> None:
         ({"model": MODEL}, "prompt"),
         ({"model": MODEL, "prompt": "hi", "max_tokens": 0}, "max_tokens"),
         ({"model": MODEL, "prompt": "x" * 9000, "max_tokens": 10}, "maximum context length is 2048"),
-        ({"model": "gpt-9", "prompt": "hi"}, "gpt-9"),
+        ({"model": MODEL, "prompt": "hi", "priority": 2**64}, "priority"),
         ({"model": MODEL, "prompt": "hi", "n": 2}, "n"),
         ({"model": MODEL, "prompt": ["a", "b"]}, "one prompt per request"),
         ({"model": MODEL, "prompt": []}, "empty"),
@@ -113,6 +113,18 @@ def test_bad_requests_get_400_with_the_reason(make_server: Any) -> None:
     assert r.status_code == 400
     r = httpx.post(srv.url + "/v1/chat/completions", json={"model": MODEL, "messages": []}, timeout=10)
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+
+
+def test_an_unknown_model_is_404_as_in_vllm(make_server: Any) -> None:
+    srv = make_server(max_model_len=2048)
+    for path, extra in (
+        ("/v1/completions", {"prompt": "hi"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ):
+        r = httpx.post(srv.url + path, json={"model": "gpt-9", **extra}, timeout=10)
+        assert r.status_code == 404, r.text
+        err = r.json()["error"]
+        assert err["type"] == "NotFoundError" and err["code"] == 404 and "gpt-9" in err["message"]
 
 
 def test_requests_beyond_the_stream_cap_get_429(make_server: Any) -> None:

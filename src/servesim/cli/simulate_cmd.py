@@ -163,9 +163,12 @@ def run_and_report(
                 observers=observers,
                 check_invariants=check_invariants,
             )
-    finally:
+    except BaseException:
         if writer is not None:
-            writer.close()
+            writer.abort()  # a failed run leaves no step log
+        raise
+    if writer is not None:
+        writer.close()
     report_result(
         result,
         trace,
@@ -235,7 +238,10 @@ def report_result(
     from servesim.views.simulation import summary_view
 
     console = Console()
-    print_section(summary_view(result.summary, title=title), console)
+    if len(trace):
+        print_section(summary_view(result.summary, title=title), console)
+    else:  # nothing to measure: no 0.0 ms latencies; the files hold the empty run's result
+        console.print(f"{title}: no requests, nothing to measure", soft_wrap=True)
     if out is not None:
         console.print(f"report written to {out}", soft_wrap=True)  # a path is never cut
     if requests_out is not None:
@@ -289,7 +295,7 @@ def register(app: typer.Typer) -> None:
             trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
         )
         cfg, step_model, _ = deploy(deployment, cfg, tr, config, flags, as_json=as_json)
-        if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
+        if len(tr) == 0 and not as_json and out is None and requests_out is None and step_log is None:
             typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
             return
         run_and_report(

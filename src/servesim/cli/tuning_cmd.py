@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
+from servesim.bounds import MAX_REPLICAS
 from servesim.cli.common import fail, print_json, print_timed_as, timed_as, write_text_atomic
 from servesim.cli.engine_flags import Policy
 from servesim.cli.simulate_cmd import engine_config, progress_bar
@@ -32,6 +33,7 @@ from servesim.cli.trace_input import hash_block_size_option, provenance_json, sa
 from servesim.cluster import RouterSpec
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.engine.simulate import describe_model
+from servesim.errors import InternalError
 from servesim.paths import data_dir
 from servesim.traces import TraceError
 from servesim.tuning import (
@@ -198,7 +200,8 @@ def trial_deployments(
     out = []
     for n in numbers:
         o = by_number[n].outcome
-        assert o is not None
+        if o is None:
+            raise InternalError("invariant broken: o is None")
         out.append(Deployment.model_validate({"max_model_len": max_model_len, "policy": policy, **o.params}))
     return out
 
@@ -264,7 +267,9 @@ def register(app: typer.Typer) -> None:
         policy: Policy | None = typer.Option(None, help="Waiting-queue order."),
         max_model_len: int | None = typer.Option(None, help="Context limit (default: longest request + 1)."),
         queue_timeout_s: float | None = typer.Option(None, help="Reject requests unscheduled this long."),
-        replicas: int = typer.Option(1, min=1, help="Identical replicas behind the router."),
+        replicas: int = typer.Option(
+            1, min=1, max=MAX_REPLICAS, help="Identical replicas behind the router."
+        ),
         router: Router = typer.Option(Router.least_outstanding, help="Router policy for several replicas."),
         model: str | None = typer.Option(
             None, help=f"Model (servesim perf catalog); default {DEFAULT_MODEL}."

@@ -34,7 +34,7 @@ from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, Tr
 from servesim.engine.request import FINISHED, OUTCOME_ABORTED, OUTCOME_UNFINISHED, Request
 from servesim.engine.request import RUNNING as RUNNING_STATUS
 from servesim.engine.step_time import StepTimeModel
-from servesim.errors import InputError, shown
+from servesim.errors import InputError, InternalError, shown
 from servesim.events import (
     Observer,
     Progress,
@@ -324,7 +324,8 @@ class ClusterSimulator:
                     k_step, t_step = k, p.end
             if k_step >= 0 and t_step <= t_ext and t_step < until:
                 p = self.inflight[k_step]
-                assert p is not None
+                if p is None:
+                    raise InternalError("invariant broken: p is None")
                 self.current[k_step].end_step(p)
                 self.inflight[k_step] = None
                 if self._aborts_after_step[k_step]:
@@ -453,7 +454,8 @@ class ClusterSimulator:
             self.emit(RequestFinished(t, r.req_id, None, "aborted", r.num_output, t - r.arrival))
 
     def _progress(self) -> None:
-        assert self.emit is not None
+        if self.emit is None:
+            raise InternalError("invariant broken: self.emit is None")
         done = sum(e.num_closed for e in self.engines)
         now = max((e.now for e in self.current), default=0.0)
         self.emit(Progress(done, self.arrays.n, now, self._steps_done))

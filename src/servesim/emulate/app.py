@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.emulate import protocol as p
 from servesim.emulate.edge import DUE, HEADER, received_at
-from servesim.emulate.emulator import BadRequest, Emulator, Overloaded
+from servesim.emulate.emulator import BadRequest, Emulator, Overloaded, UnknownModel
 from servesim.emulate.tokens import chat_text, output_text, text_tokens
 
 
@@ -161,7 +161,7 @@ def build_app(
 
     def _check_model(name: str | None) -> None:
         if name is not None and name != model:
-            raise BadRequest(f"The model `{name}` does not exist.")
+            raise UnknownModel(f"The model `{name}` does not exist.")
 
     @app.get("/health")
     async def health() -> Response:
@@ -213,6 +213,8 @@ def build_app(
             key = emulator.submit(rid, tokens, max_tokens, body.priority, received_at=received)
         except Overloaded as e:
             return _error(str(e), 429, "TooManyRequests")
+        except UnknownModel as e:
+            return _error(str(e), 404, "NotFoundError")
         except BadRequest as e:
             return _error(str(e), 400)
         n_prompt = len(tokens)

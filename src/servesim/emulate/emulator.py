@@ -44,6 +44,10 @@ class BadRequest(ValueError):
     """A request vLLM would refuse (answered 400 with this message)."""
 
 
+class UnknownModel(BadRequest):
+    """A model this server does not serve (vLLM answers 404 ``NotFoundError``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Tokens:
     """What a stream sends next: ``count`` new output tokens, and whether the request is done."""

@@ -20,6 +20,8 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from servesim.errors import InternalError
+
 COOKIE = "servesim_token"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
@@ -71,7 +73,8 @@ class SecurityMiddleware:
             )
 
     def _matches(self, given: str) -> bool:
-        assert self.token is not None
+        if self.token is None:
+            raise InternalError("invariant broken: self.token is None")
         return hmac.compare_digest(given.encode(), self.token)
 
     def _authorized(self, scope: Scope) -> bool:
@@ -101,7 +104,8 @@ class SecurityMiddleware:
         return None
 
     async def _set_cookie_and_redirect(self, scope: Scope, query: list[tuple[str, str]], send: Send) -> None:
-        assert self.token is not None
+        if self.token is None:
+            raise InternalError("invariant broken: self.token is None")
         location = scope.get("path", "/") + (("?" + urlencode(query)) if query else "")
         cookie = f"{COOKIE}={self.token.decode()}; HttpOnly; SameSite=Strict; Path=/"
         await send(
