@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="servesim-bench-"))
-    app = create_app(WebSettings(data_dir=data_dir, job_timeout_s=7200, max_trace_rows=2_000_000))
+    app = create_app(WebSettings(data_dir=data_dir, job_timeout_s=7200, max_requests_per_trace=2_000_000))
     with TestClient(app, base_url="http://127.0.0.1") as c:
         for n in args.requests or [100_000]:
             one(c, data_dir, n, args.repeat)
