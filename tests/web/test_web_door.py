@@ -92,7 +92,7 @@ def test_a_prompt_over_the_token_bound_is_refused_at_upload(client: TestClient) 
     r = client.post("/api/traces?name=big.csv", content=body)
     assert r.status_code == 422
     problem = r.json()
-    assert "16,777,216" in problem["detail"] and "r1" in problem["detail"]
+    assert "16,777,216" in problem["detail"] and "row 2" in problem["detail"]
     assert problem["errors"][0]["field"] == "prompt_len"
 
 

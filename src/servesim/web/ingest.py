@@ -77,23 +77,23 @@ def too_many_rows(path: Path, limit: int) -> bool:
 
 
 def check_token_bounds(trace: Trace, name: str) -> None:
-    """Every prompt and output within the engine's bound (16,777,216 tokens): the first row over
-    it is named (a run would be refused anyway; now the upload is)."""
-    import numpy as np
+    """A row over the token bound (16,777,216, servesim.bounds) refuses the upload, naming the
+    row: the reader drops such rows as it drops any bad row, but a run of the rest would not be
+    the file the user meant. The reader's own check (every format) decides which rows are over."""
+    from servesim.bounds import MAX_TOKENS
 
-    from servesim.engine.config import MAX_TOKENS
-
-    for column in ("prompt_len", "output_len"):
-        values = trace.df[column].to_numpy()
-        over = np.flatnonzero(values > MAX_TOKENS)
-        if len(over):
-            i = int(over[0])
-            raise TraceError(
-                name,
-                f"request {trace.df['req_id'].iloc[i]}: {column} {int(values[i]):,} is over the bound "
-                f"of {MAX_TOKENS:,} tokens ({len(over):,} request(s) are)",
-                field=column,
-            )
+    bound = f"over the bound of {MAX_TOKENS:,}"
+    over = [
+        d for d in trace.provenance.dropped if d.field in ("prompt_len", "output_len") and bound in d.reason
+    ]
+    if over:
+        first = over[0]
+        raise TraceError(
+            name,
+            f"{first.reason} tokens ({len(over):,} row(s) are)",
+            row=first.row,
+            field=first.field,
+        )
 
 
 def ingest_upload(
@@ -116,6 +116,7 @@ def ingest_upload(
             raise TraceError(name, exc.reason, row=exc.row, field=exc.field) from None
         except (OSError, ValueError) as exc:
             raise ValueError(f"{name}: {str(exc).replace(str(path), name)}") from None
+        check_token_bounds(trace, name)
         if len(trace) == 0:
             rows = _dropped(trace)
             raise Problem(
@@ -125,7 +126,6 @@ def ingest_upload(
                 else f"{name}: the file holds no request",
                 errors=rows,
             )
-        check_token_bounds(trace, name)
         if len(trace) > settings.max_requests_per_trace:
             raise Problem(
                 413,
