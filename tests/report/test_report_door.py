@@ -71,3 +71,19 @@ def test_the_error_names_the_field(results: dict[str, dict[str, Any]], tmp_path:
     res = runner.invoke(app, ["report", str(path), "-o", str(tmp_path / "rep")])
     assert res.exit_code == 2 and "run.json" in res.output and "summary.ttft_ms" in res.output
     assert not (tmp_path / "rep").exists()
+
+
+def test_a_tune_document_is_checked_part_by_part(tmp_path: Path) -> None:
+    """``tune --json`` is {study, recommendation}: the committed demo's passes (the door checked
+    it as one TuneResult and refused every real tune document), a study lacking a field does not."""
+    demo = json.loads((Path(__file__).parents[2] / "examples" / "demo" / "tune.json").read_text())
+    good = tmp_path / "tune.json"
+    good.write_text(json.dumps(demo))
+    res = runner.invoke(app, ["report", str(good), "-o", str(tmp_path / "ok"), "-f", "md"])
+    assert res.exit_code == 0, res.output
+    study = {k: v for k, v in demo["study"].items() if k != "trials"}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**demo, "study": study}))
+    res = runner.invoke(app, ["report", str(bad), "-o", str(tmp_path / "rep"), "-f", "md"])
+    assert res.exit_code == 2 and "bad.json" in res.output and "trials" in res.output, res.output
+    assert not (tmp_path / "rep").exists()

@@ -113,7 +113,7 @@ def _result_models() -> dict[str, type[Any]]:
         "simulate": SimulationReport,
         "trace": TraceStats,
         "saturate": SaturationReport,
-        "tune": TuneResult,
+        "tune study": TuneResult,
         "recommendation": SchedulerRecommendation,
         "recover": RecoveryPlan,
         "reschedule": ReschedulePlan,
@@ -126,9 +126,16 @@ def check_schema(kind: str, data: Any, path: Path) -> None:
     Keys the model does not know (a document's views, manifests) are left to their readers."""
     from pydantic import BaseModel, ValidationError
 
-    model = _result_models().get(kind)
-    if model is None or not isinstance(data, dict) or not issubclass(model, BaseModel):
+    if kind == "tune" and isinstance(data, dict):  # ``tune --json``: {study, recommendation}
+        check_schema("tune study", data.get("study"), path)
+        if data.get("recommendation") is not None:
+            check_schema("recommendation", data["recommendation"], path)
         return
+    model = _result_models().get(kind)
+    if model is None or not issubclass(model, BaseModel):
+        return
+    if not isinstance(data, dict):
+        raise ReportInputError(f"{path}: not a valid {kind} result: an object is needed")
     known = {k: v for k, v in data.items() if k in model.model_fields}
     try:
         model.model_validate(known)
