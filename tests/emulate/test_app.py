@@ -338,3 +338,42 @@ def test_a_prompt_is_length_checked_before_and_tokenised_off_the_event_loop(
         r = httpx.post(srv.url + path, json={"model": MODEL, "max_tokens": 2, **extra}, timeout=10)
         assert r.status_code == 200, r.text
     assert len(seen) == 2 and loop_thread not in seen  # tokenised in a worker thread
+
+
+def test_histograms_have_vllms_current_buckets(make_server: Any) -> None:
+    srv = make_server(n_replicas=1, time_scale=5.0)
+    httpx.post(
+        srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 3}, timeout=30
+    )
+    m = metrics(srv.url)
+
+    def bounds(name: str) -> list[float]:
+        return [
+            float(s.labels["le"]) for s in m[name] if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+        ]
+
+    # vllm/v1/metrics/loggers.py (V1 engine), written out here independently of the emulator's.
+    ttft = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
+    itl = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
+    e2e = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0]
+    assert bounds("vllm:time_to_first_token_seconds") == [*ttft, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+    assert bounds("vllm:inter_token_latency_seconds") == [*itl, 20.0, 40.0, 80.0]
+    for name in ("vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"):
+        assert bounds(name) == [*e2e, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+
+
+def test_waiting_requests_stay_visible_while_no_replica_is_up(make_server: Any) -> None:
+    """Every replica down: a request waits for one to come back; it used to vanish from
+    ``vllm:num_requests_waiting`` (each dead replica reports 0)."""
+    srv = make_server(n_replicas=1, time_scale=1.0)
+    r = httpx.post(srv.url + "/admin/fail", json={"replica": "replica-0"}, timeout=10)
+    assert r.status_code == 200
+    srv.call(lambda: srv.emulator.submit("parked-1", [1, 2, 3, 4], 4, 0))
+    deadline = time.monotonic() + 10
+    waiting: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        waiting = {s.labels["engine"]: s.value for s in metrics(srv.url)["vllm:num_requests_waiting"]}
+        if sum(waiting.values()) >= 1:
+            break
+        time.sleep(0.1)
+    assert waiting == {"replica-0": 0.0, "unrouted": 1.0}

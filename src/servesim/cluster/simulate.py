@@ -254,6 +254,11 @@ class ClusterSimulator:
                 for engine in due:
                     engine.rec.trim(steps, requests, oldest)
 
+    @property
+    def num_parked(self) -> int:
+        """Requests waiting for any replica to come back (none is up to take them)."""
+        return len(self._parked)
+
     def _oldest_arrival(self) -> float:
         """The earliest arrival of a request still in the fleet: on a replica, waiting for one,
         or in transit between two."""
