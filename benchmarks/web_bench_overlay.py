@@ -29,7 +29,7 @@ def main() -> None:
     args = ap.parse_args()
     body = json.dumps(bench_result(args.prompts, rate=args.rate)).encode()
     app = create_app(WebSettings(data_dir=Path(tempfile.mkdtemp(prefix="servesim-bench-"))))
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         t0 = time.perf_counter()
         r = c.post("/api/bench?name=b.json", content=body, headers={"content-type": "application/json"})
         t_up = time.perf_counter() - t0

@@ -36,6 +36,13 @@ class EngineStallError(ServesimError, RuntimeError):
     """The engine cannot make progress (a configuration vLLM would also hang on)."""
 
 
+class InternalError(AssertionError):
+    """An invariant that guards a result broke: a bug in servesim, never the user's input (so not
+    a ``ServesimError``: the CLI lets it through with its traceback, to be reported). Raised by
+    explicit checks, which ``python -O`` keeps (an ``assert`` would be stripped); an
+    ``AssertionError`` subclass so that existing callers that expect one still catch it."""
+
+
 def shown(value: object, limit: int = MAX_SHOWN_VALUE) -> str:
     """``repr(value)`` cut to ``limit`` characters (with the full length said), for messages."""
     text = repr(value)
@@ -95,6 +102,7 @@ __all__ = [
     "ConfigError",
     "EngineStallError",
     "InputError",
+    "InternalError",
     "ServesimError",
     "describe",
     "reject_bool",

@@ -13,6 +13,7 @@ start time, then its first tokens and finishes at its end time, then the ``StepE
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -248,23 +249,44 @@ class StepLogObserver:
 class StepLogWriter:
     """The ``--step-log`` file: one JSON line per engine step (the records the oracle compares).
 
-    Use as a context manager, or call ``close()``."""
+    Streamed to a temporary name beside ``path`` (``servesim.io.atomic_file``): ``close()``
+    puts the whole file in place, ``abort()`` (or leaving the ``with`` block on an error) leaves
+    nothing. Use as a context manager, or call ``close()``/``abort()``."""
 
     def __init__(self, path: str) -> None:
-        self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()/__exit__
+        from contextlib import AbstractContextManager
+        from typing import BinaryIO
+
+        from servesim.io import atomic_file
+
+        self._cm: AbstractContextManager[BinaryIO] | None = atomic_file(path)
+        self._f = self._cm.__enter__()
 
     def on_event(self, event: Event) -> None:
         if type(event) is StepEvent:
-            self._f.write(json.dumps(event.log_record(), separators=(",", ":")) + "\n")
+            self._f.write(json.dumps(event.log_record(), separators=(",", ":")).encode() + b"\n")
 
     def close(self) -> None:
-        self._f.close()
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            cm.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        """Drop the file: nothing is left at the path (or at the temporary name)."""
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            error = OSError("step log abandoned")
+            with contextlib.suppress(OSError):
+                cm.__exit__(type(error), error, None)
 
     def __enter__(self) -> StepLogWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 class ProgressCallback:

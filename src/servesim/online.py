@@ -204,6 +204,10 @@ class OnlineFleet:
         """Every recovery decision so far (request, from, to, strategy, tokens moved, delay)."""
         return self.sim.moves
 
+    def num_parked(self) -> int:
+        """Requests no replica holds: they wait for one to come back (every replica is down)."""
+        return self.sim.num_parked
+
     def replica_metrics(self) -> list[ReplicaMetrics]:
         """Per replica, over all its incarnations (a recovered node starts a new engine)."""
         out = []

@@ -109,7 +109,9 @@ def _limits(config: dict[str, object]) -> tuple[object, object]:
     return config["max_num_seqs"], config["max_num_batched_tokens"]
 
 
-@pytest.mark.parametrize(("gpu", "want"), [("h100", (1024, 8192)), ("l4", (256, 2048)), ("a100-80gb", (256, 2048))])
+@pytest.mark.parametrize(
+    ("gpu", "want"), [("h100", (1024, 8192)), ("l4", (256, 2048)), ("a100-80gb", (256, 2048))]
+)
 def test_every_command_starts_from_what_vllm_serve_runs_on_the_gpu(
     tmp_path: Path, gpu: str, want: tuple[int, int]
 ) -> None:
@@ -122,7 +124,10 @@ def test_every_command_starts_from_what_vllm_serve_runs_on_the_gpu(
     assert sim["setup"]["defaults_applied"] == {"max_num_seqs": want[0], "max_num_batched_tokens": want[1]}
     dash = json.loads(_ok(["dashboard", trace, *g, "--headless", "--json"]))
     assert _limits(dash["config"]) == want
-    line = f"defaults: max_num_seqs {want[0]:,}, max_num_batched_tokens {want[1]:,} (what vllm serve runs on {gpu})"
+    line = (
+        f"defaults: max_num_seqs {want[0]:,}, max_num_batched_tokens {want[1]:,} "
+        f"(what vllm serve runs on {gpu})"
+    )
     clus = _ok(["cluster", trace, *g, "--replicas", "2", "--recovery", "restart"]).splitlines()
     assert clus[1] == line
     sat = json.loads(_ok(["saturate", trace, *g, "--rates", "5", "--seeds", "1", "--json"]))

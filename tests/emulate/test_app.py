@@ -38,6 +38,10 @@ def test_the_openai_client_streams_a_completion_with_the_usage_chunk(make_server
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text.split() == ["tok"] * 12  # one filler word per output token
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    # As vLLM: the finish reason is on the chunk with the last token, no empty chunk after it.
+    last = [c for c in chunks if c.choices][-1]
+    assert last.choices[0].text.endswith("tok") and last.choices[0].finish_reason == "length"
+    assert all(c.choices[0].text for c in chunks if c.choices)
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 12
     assert chunks[-1].usage.prompt_tokens == 300  # 1,200 characters at 4 a token
@@ -57,6 +61,8 @@ def test_the_openai_client_streams_a_chat_and_gets_plain_answers(make_server: An
     assert chunks[0].choices[0].delta.role == "assistant"
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(content.split()) == 7
+    last = [c for c in chunks if c.choices][-1]
+    assert (last.choices[0].delta.content or "").endswith("tok") and last.choices[0].finish_reason == "length"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
     done = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5
@@ -100,7 +106,7 @@ def test_bad_requests_get_400_with_the_reason(make_server: Any) -> None:
         ({"model": MODEL}, "prompt"),
         ({"model": MODEL, "prompt": "hi", "max_tokens": 0}, "max_tokens"),
         ({"model": MODEL, "prompt": "x" * 9000, "max_tokens": 10}, "maximum context length is 2048"),
-        ({"model": "gpt-9", "prompt": "hi"}, "gpt-9"),
+        ({"model": MODEL, "prompt": "hi", "priority": 2**64}, "priority"),
         ({"model": MODEL, "prompt": "hi", "n": 2}, "n"),
         ({"model": MODEL, "prompt": ["a", "b"]}, "one prompt per request"),
         ({"model": MODEL, "prompt": []}, "empty"),
@@ -113,6 +119,18 @@ def test_bad_requests_get_400_with_the_reason(make_server: Any) -> None:
     assert r.status_code == 400
     r = httpx.post(srv.url + "/v1/chat/completions", json={"model": MODEL, "messages": []}, timeout=10)
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+
+
+def test_an_unknown_model_is_404_as_in_vllm(make_server: Any) -> None:
+    srv = make_server(max_model_len=2048)
+    for path, extra in (
+        ("/v1/completions", {"prompt": "hi"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ):
+        r = httpx.post(srv.url + path, json={"model": "gpt-9", **extra}, timeout=10)
+        assert r.status_code == 404, r.text
+        err = r.json()["error"]
+        assert err["type"] == "NotFoundError" and err["code"] == 404 and "gpt-9" in err["message"]
 
 
 def test_requests_beyond_the_stream_cap_get_429(make_server: Any) -> None:
@@ -267,3 +285,95 @@ def test_an_injected_failure_mid_stream_follows_the_planner(make_server: Any) ->
     assert {m["strategy"] for m in moves} <= {"MIGRATE_STATE", "COLD_RESTART"}
     assert {m["request"] for m in moves} <= set(results)
     assert all(len(w) == 60 for w in results.values())  # every stream resumed and completed, no token twice
+
+
+def test_a_body_longer_than_any_prompt_is_413_before_it_is_read(make_server: Any) -> None:
+    """A 10 MB prompt used to be parsed and tokenised on the event loop (2.9 s with every other
+    stream stalled) before the length check; now the body's bytes are bounded at the door, with
+    a Content-Length or without one (chunked), in the OpenAI error shape."""
+    from servesim.emulate.app import body_limit
+
+    srv = make_server(max_model_len=2048)
+    url = srv.url + "/v1/completions"
+    body = json.dumps({"model": MODEL, "prompt": "x" * (body_limit(2048) + 10)}).encode()
+    r = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=10)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["code"] == 413 and "bytes" in r.json()["error"]["message"]
+
+    def pieces() -> Any:
+        for i in range(0, len(body), 1 << 16):
+            yield body[i : i + (1 << 16)]
+
+    r = httpx.post(url, content=pieces(), headers={"content-type": "application/json"}, timeout=10)
+    assert r.status_code == 413, r.text
+    ok = httpx.post(url, json={"model": MODEL, "prompt": "hi", "max_tokens": 2}, timeout=10)
+    assert ok.status_code == 200  # the bound leaves ordinary requests alone
+
+
+def test_a_prompt_is_length_checked_before_and_tokenised_off_the_event_loop(
+    make_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import servesim.emulate.app as app_module
+
+    seen: list[int] = []
+    real = app_module.text_tokens
+
+    def recording(text: str) -> list[int]:
+        seen.append(threading.get_ident())
+        return real(text)
+
+    monkeypatch.setattr(app_module, "text_tokens", recording)
+    srv = make_server(max_model_len=2048)
+    loop_thread = srv.call(threading.get_ident)
+    url = srv.url + "/v1/completions"
+    r = httpx.post(url, json={"model": MODEL, "prompt": "x" * (2048 * 4 + 1), "max_tokens": 1}, timeout=10)
+    assert r.status_code == 400 and "maximum context length is 2048" in r.json()["error"]["message"]
+    assert seen == []  # refused by its length before any tokenising
+    for path, extra in (
+        ("/v1/completions", {"prompt": "hello " * 50}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}]}),
+    ):
+        r = httpx.post(srv.url + path, json={"model": MODEL, "max_tokens": 2, **extra}, timeout=10)
+        assert r.status_code == 200, r.text
+    assert len(seen) == 2 and loop_thread not in seen  # tokenised in a worker thread
+
+
+def test_histograms_have_vllms_current_buckets(make_server: Any) -> None:
+    srv = make_server(n_replicas=1, time_scale=5.0)
+    httpx.post(
+        srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 3}, timeout=30
+    )
+    m = metrics(srv.url)
+
+    def bounds(name: str) -> list[float]:
+        return [
+            float(s.labels["le"]) for s in m[name] if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+        ]
+
+    # vllm/v1/metrics/loggers.py (V1 engine), written out here independently of the emulator's.
+    ttft = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
+    itl = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0]
+    e2e = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0]
+    assert bounds("vllm:time_to_first_token_seconds") == [*ttft, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+    assert bounds("vllm:inter_token_latency_seconds") == [*itl, 20.0, 40.0, 80.0]
+    for name in ("vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"):
+        assert bounds(name) == [*e2e, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+
+
+def test_waiting_requests_stay_visible_while_no_replica_is_up(make_server: Any) -> None:
+    """Every replica down: a request waits for one to come back; it used to vanish from
+    ``vllm:num_requests_waiting`` (each dead replica reports 0)."""
+    srv = make_server(n_replicas=1, time_scale=1.0)
+    r = httpx.post(srv.url + "/admin/fail", json={"replica": "replica-0"}, timeout=10)
+    assert r.status_code == 200
+    srv.call(lambda: srv.emulator.submit("parked-1", [1, 2, 3, 4], 4, 0))
+    deadline = time.monotonic() + 10
+    waiting: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        waiting = {s.labels["engine"]: s.value for s in metrics(srv.url)["vllm:num_requests_waiting"]}
+        if sum(waiting.values()) >= 1:
+            break
+        time.sleep(0.1)
+    assert waiting == {"replica-0": 0.0, "unrouted": 1.0}

@@ -42,6 +42,9 @@ GOOD_CSV = b"req_id,arrival_time_s,prompt_len,output_len\n" + b"".join(
 
 
 def settings_for(folder: Path, **kw: Any) -> WebSettings:
+    """Settings of a test server: TestClient's requests carry ``Host: testserver``, which a
+    loopback server refuses unless it is allowed (as ``--allowed-host testserver`` would)."""
+    kw.setdefault("allowed_hosts", frozenset({"testserver"}))
     return WebSettings(data_dir=folder, **kw)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import typer
 
 from servesim.actionlog import ActionHandle, AdvisorUsage, record_action
+from servesim.io import check_output, check_outputs, output_transaction
 
 #: Command path (as typed) -> the action name in the log. Commands not listed are not logged.
 ACTIONS: dict[str, str] = {
@@ -42,7 +43,23 @@ ACTIONS: dict[str, str] = {
     "demo": "demo",
 }
 #: Parameters that name files a command writes.
-OUTPUT_PARAMS = ("out", "out_dir", "outbox", "step_log", "matrix", "action_log")
+OUTPUT_PARAMS = (
+    "out",
+    "out_dir",
+    "outbox",
+    "step_log",
+    "matrix",
+    "action_log",
+    "requests_out",
+    "save_profile",
+    "dst",
+)
+#: How an output parameter is spelled on the command line when it is not ``--kebab-name``.
+FLAG_NAMES = {"dst": "DST"}
+#: Output parameters that name a folder (the files go inside it), by name or (command, name).
+FOLDER_PARAMS = {"out_dir", "outbox", ("report", "out"), ("demo", "out")}
+#: Commands whose writes are not held back to the end: ``demo`` reads its own outputs back.
+UNSTAGED = {"demo"}
 
 _current: ContextVar[ActionHandle | None] = ContextVar("servesim_action", default=None)
 _failure: ContextVar[str | None] = ContextVar("servesim_failure", default=None)
@@ -79,13 +96,21 @@ def note_advisor(
         )
 
 
+def _is_file(path: str | Path) -> bool:
+    """``Path.is_file`` that says no for a name the system refuses (too long, a NUL)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _input_files(params: dict[str, Any]) -> Iterator[tuple[str, Path]]:
     for name, value in params.items():
         if name in OUTPUT_PARAMS:
             continue
         values = value if isinstance(value, list | tuple) else [value]
         for i, v in enumerate(values):
-            if isinstance(v, str | Path) and str(v) and Path(v).is_file():
+            if isinstance(v, str | Path) and str(v) and _is_file(v):
                 yield (name if len(values) == 1 else f"{name}[{i}] {Path(v).name}"), Path(v)
 
 
@@ -108,19 +133,38 @@ def logged_action(action: str, params: dict[str, Any]) -> Iterator[ActionHandle]
                 _current.reset(previous)
                 for name in OUTPUT_PARAMS:
                     value = params.get(name)
-                    if isinstance(value, str | Path) and Path(value).is_file():
+                    if isinstance(value, str | Path) and _is_file(value):
                         note_output(value, handle)
     finally:
         _failure.reset(token)
 
 
-def _wrap(action: str, callback: Callable[..., Any]) -> Callable[..., Any]:
+def check_command_outputs(command: str, params: dict[str, Any]) -> None:
+    """The one rule for outputs, before any work: every path the command will write (``--out``,
+    ``--step-log``, ``--matrix``, ``--outbox``, ...) can be written, and no two name one file."""
+    files: dict[str, Any] = {}
+    for name in OUTPUT_PARAMS:
+        value = params.get(name)
+        if not isinstance(value, str | Path):
+            continue
+        flag = FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+        if name in FOLDER_PARAMS or (command, name) in FOLDER_PARAMS:
+            check_output(value, flag, folder=True)
+        else:
+            files[flag] = value
+    check_outputs(files)
+
+
+def _wrap(action: str, callback: Callable[..., Any], command: str) -> Callable[..., Any]:
     @functools.wraps(callback)
     def run(*args: Any, **kwargs: Any) -> Any:
         name = "apply-to-outbox" if action == "advise" and kwargs.get("apply") else action
+        staged = nullcontext() if command in UNSTAGED else output_transaction()
         try:
             with logged_action(name, dict(kwargs)):
-                return callback(*args, **kwargs)
+                check_command_outputs(command, kwargs)
+                with staged:  # the command's files appear together at its end, or none does
+                    return callback(*args, **kwargs)
         except CommandFailed as exc:
             cause = exc.__cause__
             raise cause if isinstance(cause, typer.Exit) else typer.Exit(2) from None
@@ -136,7 +180,7 @@ def log_commands(app: typer.Typer, prefix: str = "") -> None:
         path = f"{prefix}{info.name or info.callback.__name__}"
         action = ACTIONS.get(path)
         if action is not None and not getattr(info.callback, "_servesim_logged", False):
-            info.callback = _wrap(action, info.callback)
+            info.callback = _wrap(action, info.callback, path)
             info.callback._servesim_logged = True  # type: ignore[attr-defined]
     for group in app.registered_groups:
         if group.typer_instance is not None and group.name:
@@ -146,6 +190,7 @@ def log_commands(app: typer.Typer, prefix: str = "") -> None:
 __all__ = [
     "ACTIONS",
     "CommandFailed",
+    "check_command_outputs",
     "current_action",
     "log_commands",
     "logged_action",

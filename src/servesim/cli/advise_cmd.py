@@ -29,6 +29,7 @@ from servesim.advisor import (
 )
 from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
+from servesim.bounds import MAX_REPLICAS
 from servesim.cli.actions import note_advisor, note_output
 from servesim.cli.common import print_json, print_timed_as, request_slo, timed_as
 from servesim.cli.engine_flags import file_settings
@@ -144,7 +145,7 @@ def register(app: typer.Typer) -> None:
         rounds: int = typer.Option(3, min=1, max=10, help="Propose-simulate-refine rounds with Claude."),
         timeout_s: float = typer.Option(60.0, min=1, help="Per Claude call."),
         config: Path | None = typer.Option(None, "--config", "-c", help="Current vLLM keys (batching)."),
-        replicas: int = typer.Option(1, min=1, help="Current replicas (batching)."),
+        replicas: int = typer.Option(1, min=1, max=MAX_REPLICAS, help="Current replicas (batching)."),
         slo: str | None = typer.Option(
             None,
             help="p99 caps, also per-request goodput thresholds: ttft_p99_ms=500,tpot_p99_ms=50 (batching).",
@@ -199,9 +200,16 @@ def register(app: typer.Typer) -> None:
                 log_file.close()
         written = write_outbox(result, case, outbox or data_dir() / "outbox") if apply else []
         note_advice(result, written)
+        invalid = case.plan.invalid_jobs if isinstance(case, FallbackCase) else []
+        for j in invalid:  # as `recover` lists them: excluded from the advice, never dropped silently
+            typer.echo(
+                f"warning: invalid job {j.index} ({j.job_id or 'no job_id'}) excluded: {j.reason}", err=True
+            )
         if as_json:
             out = result.model_dump(mode="json")
             out["outbox_files"] = [str(p) for p in written]
+            if isinstance(case, FallbackCase):
+                out["invalid_jobs"] = [j.model_dump(mode="json") for j in invalid]
             if isinstance(case, BatchingCase):
                 out["trace_provenance"] = provenance_json(case.trace.provenance)
             print_json(stamped("advise", out))

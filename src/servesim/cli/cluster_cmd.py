@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from servesim.bounds import MAX_REPLICAS
 from servesim.cli.common import print_json, request_slo
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.simulate_cmd import TRACE_HELP
@@ -63,7 +64,9 @@ class ClusterFile(BaseModel):
     """``--cluster FILE``: replicas (vLLM keys each), router, and the link for KV migration."""
 
     model_config = ConfigDict(extra="forbid")
-    replicas: list[dict[str, Any]] = Field(min_length=1, description="Each: name, and vLLM keys (config).")
+    replicas: list[dict[str, Any]] = Field(
+        min_length=1, max_length=MAX_REPLICAS, description="Each: name, and vLLM keys (config)."
+    )
     router: RouterSpec = Field(default_factory=RouterSpec)
     link: LinkSpec = Field(default_factory=LinkSpec)
 
@@ -143,7 +146,9 @@ def register(app: typer.Typer) -> None:
     @app.command("cluster")
     def cluster_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
-        replicas: int = typer.Option(2, "--replicas", min=1, help="Identical replicas n0..n{N-1}."),
+        replicas: int = typer.Option(
+            2, "--replicas", min=1, max=MAX_REPLICAS, help="Identical replicas n0..n{N-1}."
+        ),
         config: Path | None = typer.Option(None, "--config", "-c", help="vLLM keys for every replica."),
         cluster: Path | None = typer.Option(None, help="YAML/JSON with replicas, router and context."),
         router: str | None = typer.Option(None, help="Router policy (default least_outstanding)."),

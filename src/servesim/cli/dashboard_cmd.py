@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_cmd import LinkSpec, outcome, parse_fail, print_comparison
 from servesim.cli.common import fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
@@ -40,7 +41,9 @@ def register(app: typer.Typer) -> None:
     def dashboard_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        replicas: int = typer.Option(1, "--replicas", min=1, help="Identical replicas n0..n{N-1}."),
+        replicas: int = typer.Option(
+            1, "--replicas", min=1, max=MAX_REPLICAS, help="Identical replicas n0..n{N-1}."
+        ),
         router: str | None = typer.Option(
             None, help="Router policy of a cluster (default least_outstanding)."
         ),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.actionlog import AdvisorUsage, record_action
+from servesim.errors import InternalError
 from servesim.io import write_text_atomic
 from servesim.traces import Trace
 
@@ -303,7 +304,8 @@ def cluster(run: DemoRun) -> None:
             rows.append(outcome(name, res, ctx))
             if name == "planner":
                 planner = res
-        assert planner is not None
+        if planner is None:
+            raise InternalError("invariant broken: planner is None")
         starved = int(planner.requests["starved"].sum())
         extra = {
             "decisions": planner.moves.to_dict(orient="records"),

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from servesim.errors import InternalError
 from servesim.version import __version__
 
 #: Plain Click help (no Rich panels): starts in a fraction of the time (Rich's help pulls in
@@ -114,7 +115,8 @@ def load_module_commands(module: str) -> dict[str, Any]:
     importlib.import_module(module).register(sub)
     log_commands(sub)  # every action goes through the action log (servesim.cli.actions)
     group = typer.main.get_command(sub)
-    assert isinstance(group, TyperGroup)
+    if not isinstance(group, TyperGroup):
+        raise InternalError("invariant broken: isinstance(group, TyperGroup)")
     return dict(group.commands)
 
 

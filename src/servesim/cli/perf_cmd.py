@@ -24,6 +24,7 @@ from rich.console import Console
 from servesim.cli.tables import FitTable
 from servesim.engine.step_time import BatchComposition
 from servesim.errors import shown
+from servesim.io import write_text_atomic
 from servesim.perf import (
     ExtrapolationWarning,
     HardwareProfile,
@@ -479,7 +480,7 @@ def register(app: typer.Typer) -> None:
                 gpus = {e.gpu_spec().name for e in exps}
                 prof = resolve_profile(profile, gpus.pop() if len(gpus) == 1 else None)
             preds, infos = predict_experiments(exps, prof, settings, workers=workers)
-            out.write_text(json.dumps(preds, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            write_text_atomic(out, json.dumps(preds, indent=1, sort_keys=True) + "\n")
             apes = ape_table(preds, exps)
             summary = mape_summary(apes)
             peers = {

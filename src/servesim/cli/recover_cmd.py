@@ -119,6 +119,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print only the plan(s) as JSON on stdout."),
     ) -> None:
         """Plan the recovery of jobs interrupted by a node failure: MIGRATE_STATE or COLD_RESTART each."""
+        from servesim.cluster.recovery.manifests import matrix_format
+
+        if matrix is not None:
+            matrix_format(matrix)  # a bad name fails before any planning or manifest
         context = {
             "model": model,
             "gpu": gpu,

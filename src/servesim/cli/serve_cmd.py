@@ -30,6 +30,9 @@ def register(app: typer.Typer) -> None:
             None, help="Require this token on every request (prefer --token-file: argv is visible to others)."
         ),
         token_file: Path | None = typer.Option(None, help="Read the token from this file (first line)."),
+        allowed_host: list[str] = typer.Option(
+            [], "--allowed-host", help="Also answer to this Host name (repeatable; loopback names always)."
+        ),
         max_upload_mb: float = typer.Option(200.0, min=0.001, help="Largest trace upload, MB."),
         max_jobs: int = typer.Option(2, min=1, help="Jobs running at once (one worker process each)."),
         job_timeout_s: float = typer.Option(1800.0, min=1, help="A job running longer is stopped."),
@@ -54,6 +57,7 @@ def register(app: typer.Typer) -> None:
             host=host,
             port=port,
             token=SecretStr(secret) if secret else None,
+            allowed_hosts=frozenset(allowed_host),
             max_upload_bytes=int(max_upload_mb * 1024 * 1024),
             max_concurrent_jobs=max_jobs,
             job_timeout_s=job_timeout_s,

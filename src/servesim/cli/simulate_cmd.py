@@ -129,9 +129,12 @@ def run_and_report(
                 check_invariants=check_invariants,
                 kv_connector=setup.kv_connector() if setup is not None else None,
             )
-    finally:
+    except BaseException:
         if writer is not None:
-            writer.close()
+            writer.abort()  # a failed run leaves no step log
+        raise
+    if writer is not None:
+        writer.close()
     report_result(
         result,
         trace,
@@ -204,7 +207,10 @@ def report_result(
     from servesim.views.simulation import summary_view
 
     console = Console()
-    print_section(summary_view(result.summary, title=title), console)
+    if len(trace):
+        print_section(summary_view(result.summary, title=title), console)
+    else:  # nothing to measure: no 0.0 ms latencies; the files hold the empty run's result
+        console.print(f"{title}: no requests, nothing to measure", soft_wrap=True)
     if out is not None:
         console.print(f"report written to {out}", soft_wrap=True)  # a path is never cut
     if requests_out is not None:
@@ -259,7 +265,7 @@ def register(app: typer.Typer) -> None:
         )
         setup, _ = deploy(spec, tr, as_json=as_json)
         cfg, step_model = setup.config, setup.step_time
-        if len(tr) == 0 and not as_json:  # nothing to measure: no 0.0 ms latencies
+        if len(tr) == 0 and not as_json and out is None and requests_out is None and step_log is None:
             typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
             return
         run_and_report(

@@ -21,6 +21,7 @@ from rich.table import Table
 from servesim.cli.common import fail, print_json
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, say_drops, strict_option
+from servesim.errors import InternalError
 from servesim.report.documents import stamped
 from servesim.traces import (
     BUNDLED_TRACES,
@@ -374,12 +375,14 @@ def _length_overrides(spec: GeneratorSpec, opts: dict[str, Any]) -> dict[str, An
     defaults = GeneratorSpec()
     out: dict[str, Any] = {}
     if opts.get("prompt_mean") is not None or opts.get("prompt_sigma") is not None:
-        assert isinstance(defaults.prompt, LogNormalLength)
+        if not isinstance(defaults.prompt, LogNormalLength):
+            raise InternalError("invariant broken: isinstance(defaults.prompt, LogNormalLength)")
         out["prompt"] = _lognormal(
             spec.prompt, opts.get("prompt_mean"), opts.get("prompt_sigma"), defaults.prompt
         )
     if opts.get("output_mean") is not None or opts.get("output_sigma") is not None:
-        assert isinstance(defaults.output, LogNormalLength)
+        if not isinstance(defaults.output, LogNormalLength):
+            raise InternalError("invariant broken: isinstance(defaults.output, LogNormalLength)")
         out["output"] = _lognormal(
             spec.output, opts.get("output_mean"), opts.get("output_sigma"), defaults.output
         )

@@ -47,6 +47,7 @@ from servesim.cluster.config import RouterPolicy
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
+from servesim.errors import InternalError
 from servesim.paths import data_dir
 from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION
 from servesim.report.documents import stamped
@@ -224,7 +225,8 @@ def trial_deployments(
     out = []
     for n in numbers:
         o = by_number[n].outcome
-        assert o is not None
+        if o is None:
+            raise InternalError("invariant broken: o is None")
         out.append(Deployment.model_validate({"max_model_len": max_model_len, "policy": policy, **o.params}))
     return out
 

@@ -34,7 +34,7 @@ from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, Tr
 from servesim.engine.request import FINISHED, OUTCOME_ABORTED, OUTCOME_UNFINISHED, Request
 from servesim.engine.request import RUNNING as RUNNING_STATUS
 from servesim.engine.step_time import StepTimeModel
-from servesim.errors import InputError, shown
+from servesim.errors import InputError, InternalError, shown
 from servesim.events import (
     Observer,
     Progress,
@@ -254,6 +254,11 @@ class ClusterSimulator:
                 for engine in due:
                     engine.rec.trim(steps, requests, oldest)
 
+    @property
+    def num_parked(self) -> int:
+        """Requests waiting for any replica to come back (none is up to take them)."""
+        return len(self._parked)
+
     def _oldest_arrival(self) -> float:
         """The earliest arrival of a request still in the fleet: on a replica, waiting for one,
         or in transit between two."""
@@ -324,7 +329,8 @@ class ClusterSimulator:
                     k_step, t_step = k, p.end
             if k_step >= 0 and t_step <= t_ext and t_step < until:
                 p = self.inflight[k_step]
-                assert p is not None
+                if p is None:
+                    raise InternalError("invariant broken: p is None")
                 self.current[k_step].end_step(p)
                 self.inflight[k_step] = None
                 if self._aborts_after_step[k_step]:
@@ -453,7 +459,8 @@ class ClusterSimulator:
             self.emit(RequestFinished(t, r.req_id, None, "aborted", r.num_output, t - r.arrival))
 
     def _progress(self) -> None:
-        assert self.emit is not None
+        if self.emit is None:
+            raise InternalError("invariant broken: self.emit is None")
         done = sum(e.num_closed for e in self.engines)
         now = max((e.now for e in self.current), default=0.0)
         self.emit(Progress(done, self.arrays.n, now, self._steps_done))

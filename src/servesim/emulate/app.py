@@ -26,8 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.emulate import protocol as p
 from servesim.emulate.edge import DUE, HEADER, received_at
-from servesim.emulate.emulator import BadRequest, Emulator, Overloaded
-from servesim.emulate.tokens import chat_text, output_text, text_tokens
+from servesim.emulate.emulator import BadRequest, Emulator, Overloaded, UnknownModel
+from servesim.emulate.tokens import CHARS_PER_TOKEN, chat_text, output_text, text_tokens
+
+#: Bytes of a request body per token of context (a token id in a JSON list is at most ~21 bytes;
+#: text is 4 bytes a token, up to 6 per byte when JSON-escaped), plus 1 MiB for the rest: a body
+#: longer than any prompt the context can hold is refused before it is read or parsed.
+BODY_BYTES_PER_TOKEN = 24
+BODY_SLACK_BYTES = 1 << 20
+
+
+def body_limit(max_model_len: int) -> int:
+    return max_model_len * BODY_BYTES_PER_TOKEN + BODY_SLACK_BYTES
 
 
 class FailRequest(BaseModel):
@@ -64,10 +74,19 @@ class _Gate:
     """Pure ASGI middleware (a ``BaseHTTPMiddleware`` would relay every streamed chunk through a
     memory stream and a task): stamps each request's receipt, checks the token on ``/v1``."""
 
-    def __init__(self, app: Any, *, api_key: str | None, trust_edge_stamp: bool) -> None:
+    def __init__(self, app: Any, *, api_key: str | None, trust_edge_stamp: bool, max_body: int) -> None:
         self.app = app
         self.expected = None if api_key is None else f"Bearer {api_key}".encode()
         self.trust_edge_stamp = trust_edge_stamp
+        self.max_body = max_body
+
+    def _too_large(self) -> JSONResponse:
+        return _error(
+            f"the request body is over {self.max_body:,} bytes, more than any prompt this model's "
+            "context can hold (refused before parsing it)",
+            413,
+            "RequestEntityTooLarge",
+        )
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -80,6 +99,37 @@ class _Gate:
                 if not secrets.compare_digest(given, self.expected):
                     await _error("Unauthorized", 401, "AuthenticationError")(scope, receive, send)
                     return
+            length = dict(scope["headers"]).get(b"content-length", b"")
+            if length.isdigit() and int(length) > self.max_body:
+                await self._too_large()(scope, receive, send)
+                return
+            # A body without a Content-Length is counted as it arrives: past the bound, the app
+            # is told the client left (it answers nothing that is sent) and the 413 goes out.
+            seen, over, started = 0, False, False
+
+            async def bounded_receive() -> Any:
+                nonlocal seen, over
+                if over:
+                    return {"type": "http.disconnect"}
+                message = await receive()
+                if message["type"] == "http.request":
+                    seen += len(message.get("body", b""))
+                    if seen > self.max_body:
+                        over = True
+                        return {"type": "http.disconnect"}
+                return message
+
+            async def watched_send(message: Any) -> None:
+                nonlocal started
+                if over:
+                    return
+                started = started or message["type"] == "http.response.start"
+                await send(message)
+
+            await self.app(scope, bounded_receive, watched_send)
+            if over and not started:
+                await self._too_large()(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -157,11 +207,27 @@ def build_app(
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
         return _error(f"{where or 'body'}: {first.get('msg', 'invalid request')}", 400)
 
-    app.add_middleware(_Gate, api_key=api_key, trust_edge_stamp=trust_edge_stamp)
+    app.add_middleware(
+        _Gate, api_key=api_key, trust_edge_stamp=trust_edge_stamp, max_body=body_limit(emulator.max_model_len)
+    )
+
+    async def _text_tokens(text: str) -> list[int] | Response:
+        """The prompt's tokens, tokenised in a worker thread (a long prompt stalls no other
+        stream); a text longer than the context in characters (bytes are at least as many) is
+        refused before tokenising, with vLLM's message."""
+        mml = emulator.max_model_len
+        if len(text) > mml * CHARS_PER_TOKEN:
+            return _error(
+                f"This model's maximum context length is {mml} tokens. However, your prompt is at "
+                f"least {-(-len(text) // CHARS_PER_TOKEN)} tokens ({len(text):,} characters). "
+                "Please reduce the length of the messages or completion.",
+                400,
+            )
+        return await asyncio.to_thread(text_tokens, text)
 
     def _check_model(name: str | None) -> None:
         if name is not None and name != model:
-            raise BadRequest(f"The model `{name}` does not exist.")
+            raise UnknownModel(f"The model `{name}` does not exist.")
 
     @app.get("/health")
     async def health() -> Response:
@@ -213,6 +279,8 @@ def build_app(
             key = emulator.submit(rid, tokens, max_tokens, body.priority, received_at=received)
         except Overloaded as e:
             return _error(str(e), 429, "TooManyRequests")
+        except UnknownModel as e:
+            return _error(str(e), 404, "NotFoundError")
         except BadRequest as e:
             return _error(str(e), 400)
         n_prompt = len(tokens)
@@ -239,18 +307,17 @@ def build_app(
             async for t in emulator.tokens(key, paced=not edge):
                 text = "".join(output_text(i) for i in range(t.start, t.start + t.count))
                 parts = []
-                if t.count:
+                # As vLLM: the finish reason rides on the last token's chunk; an empty chunk
+                # carries it only when the end brings no token (an abort).
+                finish = "length" if t.done and t.outcome != "aborted" else None
+                if t.count or t.done:
                     if chat:
-                        parts.append(_sse(p.chat_chunk(rid, model, created, {"content": text}, None)))
+                        delta = {"content": text} if t.count else {}
+                        parts.append(_sse(p.chat_chunk(rid, model, created, delta, finish)))
                     else:
-                        parts.append(_sse(p.completion_chunk(rid, model, created, text, None)))
+                        parts.append(_sse(p.completion_chunk(rid, model, created, text, finish)))
                 if t.done:
                     n_out = t.start + t.count
-                    finish = "length" if t.outcome != "aborted" else None
-                    if chat:
-                        parts.append(_sse(p.chat_chunk(rid, model, created, {}, finish)))
-                    else:
-                        parts.append(_sse(p.completion_chunk(rid, model, created, "", finish)))
                     if include_usage:
                         parts.append(_sse(p.usage_chunk(rid, model, created, obj, n_prompt, n_out)))
                     parts.append(b"data: [DONE]\n\n")
@@ -266,7 +333,10 @@ def build_app(
                 return _error("prompt: the emulator takes one prompt per request", 400)
             prompt = prompt[0]
         if isinstance(prompt, str):
-            tokens = text_tokens(prompt)
+            counted = await _text_tokens(prompt)
+            if isinstance(counted, Response):
+                return counted
+            tokens = counted
         else:
             tokens = [int(x) for x in prompt]
             if not tokens:
@@ -277,7 +347,10 @@ def build_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: p.ChatCompletionRequest) -> Response:
-        tokens = text_tokens(chat_text([(m.role, m.text()) for m in body.messages]))
+        counted = await _text_tokens(chat_text([(m.role, m.text()) for m in body.messages]))
+        if isinstance(counted, Response):
+            return counted
+        tokens = counted
         max_tokens = body.max_completion_tokens or body.max_tokens
         return await _serve(request, body, tokens, max_tokens, chat=True)
 

@@ -30,10 +30,21 @@ from servesim import OnlineFleet, OnlineRequest, RecoveryContext, Replica, Route
 from servesim.emulate.edge import sleep_until
 from servesim.emulate.tokens import HASH_BLOCK, block_hashes
 
-# vLLM's buckets (vllm/v1/metrics/loggers.py), seconds.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0)
+# vLLM's buckets (vllm/v1/metrics/loggers.py, V1 engine), seconds: TTFT to 2560 s, inter-token
+# latency to 80 s, request latencies (e2e, queue) to 7680 s.
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)  # fmt: skip
+E2E_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+UNROUTED = "unrouted"  # the engine label of requests waiting for any replica to come back
 
 
 class Overloaded(Exception):
@@ -42,6 +53,10 @@ class Overloaded(Exception):
 
 class BadRequest(ValueError):
     """A request vLLM would refuse (answered 400 with this message)."""
+
+
+class UnknownModel(BadRequest):
+    """A model this server does not serve (vLLM answers 404 ``NotFoundError``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +110,9 @@ class _FleetCollector(Collector):
             queries.add_metric(lv, m.prefix_cache_queries)
             hits.add_metric(lv, m.prefix_cache_hits)
             preempt.add_metric(lv, m.num_preemptions)
+        # Requests no replica holds (every replica down): still waiting, so counted as waiting,
+        # under engine="unrouted" (a sum over engines is the fleet's whole queue).
+        waiting.add_metric([model, UNROUTED], self.emulator.fleet.num_parked())
         yield from (running, waiting, kv, queries, hits, preempt)
 
 

@@ -27,7 +27,7 @@ class _Common(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
-    priority: int = 0
+    priority: int = Field(0, ge=-(2**63), le=2**63 - 1)  # vLLM's int64: beyond is a 400, not a 500
     n: Literal[1] = 1  # one choice per request (the emulator schedules one sequence)
     user: str | None = None
 

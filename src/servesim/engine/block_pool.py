@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from array import array
 
+from servesim.errors import InternalError
+
 
 def _zeros(n: int) -> array[int]:
     return array("q", bytes(8 * n))
@@ -271,41 +273,61 @@ class BlockPool:
         """Assert the pool's invariants given ``held``: block -> number of holders."""
         blank = self._blank
         live = self.live_queue()
-        assert len(live) == self.num_live_queued, f"{self.num_live_queued} live counted, {len(live)} linked"
+        if not (len(live) == self.num_live_queued):
+            raise InternalError(f"{self.num_live_queued} live counted, {len(live)} linked")
         prev = 0
         for b in live:
-            assert self._prev[b] == prev, f"LRU block {b} is linked back to {self._prev[b]}, not {prev}"
-            assert self.content[b] is not None, f"dead block {b} linked in the LRU"
-            assert self.ref[b] == 0, f"live free block {b} has ref {self.ref[b]}"
+            if not (self._prev[b] == prev):
+                raise InternalError(f"LRU block {b} is linked back to {self._prev[b]}, not {prev}")
+            if self.content[b] is None:
+                raise InternalError(f"dead block {b} linked in the LRU")
+            if not (self.ref[b] == 0):
+                raise InternalError(f"live free block {b} has ref {self.ref[b]}")
             prev = b
-        assert self._prev[0] == prev, "the LRU's tail is not its last block"
+        if not (self._prev[0] == prev):
+            raise InternalError("the LRU's tail is not its last block")
         dead = sum(self.dead_before[b] for b in live) + self.dead_tail
-        assert dead == len(self._dead), f"{dead} dead blocks counted in the LRU, {len(self._dead)} held there"
+        if not (dead == len(self._dead)):
+            raise InternalError(f"{dead} dead blocks counted in the LRU, {len(self._dead)} held there")
         if live:
-            assert self.dead_before[live[0]] == 0, "the LRU starts with dead blocks"
+            if not (self.dead_before[live[0]] == 0):
+                raise InternalError("the LRU starts with dead blocks")
         else:
-            assert not self._dead, "dead blocks queued with no live block: they are blank"
+            if self._dead:
+                raise InternalError("dead blocks queued with no live block: they are blank")
         free = blank + live + self._dead
-        assert len(free) == self.num_free, f"free count {self.num_free} but {len(free)} blocks queued"
-        assert len(set(free)) == len(free), "a free block is queued twice"
-        assert not set(free) & held.keys(), "a block is both free and held"
-        assert 0 not in free and 0 not in held, "the null block was handed out"
-        assert len(free) + len(held) == self.num_gpu_blocks - 1, "blocks lost or invented"
+        if not (len(free) == self.num_free):
+            raise InternalError(f"free count {self.num_free} but {len(free)} blocks queued")
+        if not (len(set(free)) == len(free)):
+            raise InternalError("a free block is queued twice")
+        if set(free) & held.keys():
+            raise InternalError("a block is both free and held")
+        if not (0 not in free and 0 not in held):
+            raise InternalError("the null block was handed out")
+        if not (len(free) + len(held) == self.num_gpu_blocks - 1):
+            raise InternalError("blocks lost or invented")
         for b in blank + self._dead:
-            assert self.content[b] is None, f"blank or dead block {b} carries content"
+            if self.content[b] is not None:
+                raise InternalError(f"blank or dead block {b} carries content")
         for b, n in held.items():
             if self.content[b] is not None:
-                assert self.ref[b] == n, f"live block {b}: ref {self.ref[b]} but {n} holders"
+                if not (self.ref[b] == n):
+                    raise InternalError(f"live block {b}: ref {self.ref[b]} but {n} holders")
             else:
-                assert n == 1, f"block {b} without a hash has {n} holders"
+                if not (n == 1):
+                    raise InternalError(f"block {b} without a hash has {n} holders")
         registered = 0
         for h, b in self.cached.items():
-            assert self.content[b] == h, f"hash table points at block {b} which no longer has it"
+            if not (self.content[b] == h):
+                raise InternalError(f"hash table points at block {b} which no longer has it")
             registered += 1
         for h, bs in self._dups.items():
-            assert h in self.cached and bs, f"duplicates of {h} without a first block"
+            if not (h in self.cached and bs):
+                raise InternalError(f"duplicates of {h} without a first block")
             for b in bs:
-                assert self.content[b] == h
+                if not (self.content[b] == h):
+                    raise InternalError("invariant broken: self.content[b] == h")
             registered += len(bs)
         carrying = sum(1 for c in self.content if c is not None)
-        assert registered == carrying, f"{carrying} blocks carry content, {registered} are in the table"
+        if not (registered == carrying):
+            raise InternalError(f"{carrying} blocks carry content, {registered} are in the table")

@@ -16,15 +16,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+#: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
+#: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
+from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS
 from servesim.errors import ConfigError, describe, reject_bool, shown
-
-#: Bounds no real deployment exceeds (docs/engine.md, "Input bounds"): checked before any work, so a
-#: typo such as 1e14 blocks is an error naming the field, not a MemoryError in the block pool.
-MAX_SEQS = 1 << 20  # running requests
-MAX_TOKENS = 1 << 24  # tokens per step, per request, per context (16,777,216)
-MAX_BLOCK_SIZE = 1 << 12
-MAX_GPU_BLOCKS = 1 << 22  # 4,194,304 KV blocks (67M tokens at 16 per block): ~0.4 GB of block table
-
 
 #: vLLM's ``--scheduling-policy`` values.
 SchedulingPolicy = Literal["fcfs", "priority"]

@@ -42,7 +42,7 @@ from servesim.engine.request import (
 from servesim.engine.scheduler import Scheduler, StepPlan, running_index
 from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
-from servesim.errors import ConfigError, EngineStallError
+from servesim.errors import ConfigError, EngineStallError, InternalError
 from servesim.events import (
     Emit,
     FirstToken,
@@ -562,7 +562,8 @@ class Engine:
         Returns False when not even one such step is ahead."""
         sched = self.scheduler
         group = sched.group
-        assert group is not None
+        if group is None:
+            raise InternalError("invariant broken: group is None")
         step = self.step
         t = self.now
         next_arrival = self.trace.arrival[self._next] if self._next < self.trace.n else math.inf
@@ -644,7 +645,8 @@ class Engine:
     def _emit_stretch_step(self, step: int, finished: list[Request]) -> None:
         """The events of a stretch step (every running request decodes one token)."""
         emit = self.emit
-        assert emit is not None
+        if emit is None:
+            raise InternalError("invariant broken: emit is None")
         row = self.rec.step_row(step)
         t_end = row[0] + row[1]
         for r in finished:
@@ -707,7 +709,8 @@ class Engine:
     def _expire(self) -> None:
         """Reject requests unscheduled for longer than ``queue_timeout_s`` (at a step start)."""
         limit = self.config.queue_timeout_s
-        assert limit is not None
+        if limit is None:
+            raise InternalError("invariant broken: limit is None")
         q = self._timeouts
         while q and self.now - q[0].arrival > limit:
             r = q.popleft()
@@ -724,7 +727,8 @@ class Engine:
     def _emit_step(self, plan: StepPlan, dt: float, finished: list[Request], t_end: float) -> None:
         """The events of one full step: scheduling outcomes, first tokens, finishes, the step."""
         emit = self.emit
-        assert emit is not None
+        if emit is None:
+            raise InternalError("invariant broken: emit is None")
         now = self.now
         name = self.name
         for r in plan.preempted:
@@ -897,38 +901,54 @@ class Engine:
         held: dict[int, int] = {}
         bs = self.kv.block_size
         seqs = [r.admit_seq for r in sched.running]
-        assert seqs == sorted(set(seqs)), "running list out of admission order"
+        if not (seqs == sorted(set(seqs))):
+            raise InternalError("running list out of admission order")
         for r in sched.running:
-            assert r.status == RUNNING, f"{r.req_id} in running with status {r.status}"
-            assert r.num_output >= 0 and r.num_computed >= 0, f"{r.req_id} has a negative count"
-            assert r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)
+            if not (r.status == RUNNING):
+                raise InternalError(f"{r.req_id} in running with status {r.status}")
+            if not (r.num_output >= 0 and r.num_computed >= 0):
+                raise InternalError(f"{r.req_id} has a negative count")
+            if not (r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)):
+                raise InternalError(
+                    "invariant broken: r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)"
+                )
             for b in r.blocks:
                 held[b] = held.get(b, 0) + 1
             if r.sync_step < 0:
-                assert r.num_computed <= r.prompt_len + r.num_output, f"{r.req_id} computed past its tokens"
-                assert len(r.blocks) * bs >= r.num_computed, f"{r.req_id} lacks blocks"
-                assert r.num_cached_blocks == min(r.num_computed, r.prompt_len + r.num_output) // bs or (
-                    not self.kv.caching and r.num_cached_blocks == 0
-                ), f"{r.req_id}: hashed blocks out of step with computed tokens"
+                if not (r.num_computed <= r.prompt_len + r.num_output):
+                    raise InternalError(f"{r.req_id} computed past its tokens")
+                if not (len(r.blocks) * bs >= r.num_computed):
+                    raise InternalError(f"{r.req_id} lacks blocks")
+                if not (
+                    r.num_cached_blocks == min(r.num_computed, r.prompt_len + r.num_output) // bs
+                    or (not self.kv.caching and r.num_cached_blocks == 0)
+                ):
+                    raise InternalError(f"{r.req_id}: hashed blocks out of step with computed tokens")
         for b in group.limbo if group is not None else ():
             held[b] = held.get(b, 0) + 1
         for r in sched.waiting:
-            assert not r.blocks, f"waiting request {r.req_id} holds blocks"
+            if r.blocks:
+                raise InternalError(f"waiting request {r.req_id} holds blocks")
         if self.kv_connector is not None:
             for r in self.kv_connector.holding:
-                assert r.blocks, f"KV-holding request {r.req_id} holds no blocks"
+                if not r.blocks:
+                    raise InternalError(f"KV-holding request {r.req_id} holds no blocks")
                 for b in r.blocks:
                     held[b] = held.get(b, 0) + 1
         self.pool.check(held)
         if final:
-            assert not sched.running and not len(sched.waiting), "requests left in the engine"
-            assert not held, "blocks still held at the end"
-            assert self.pool.num_free == self.pool.usable_blocks, "KV blocks not returned to the pool"
+            if not (not sched.running and not len(sched.waiting)):
+                raise InternalError("requests left in the engine")
+            if held:
+                raise InternalError("blocks still held at the end")
+            if not (self.pool.num_free == self.pool.usable_blocks):
+                raise InternalError("KV blocks not returned to the pool")
             if self.external_arrivals:
                 return  # a cluster replica sees only some requests; the cluster checks them all
             outcomes = self.rec.outcome
             for i in range(self.trace.n):
-                assert outcomes[i] != OUTCOME_UNFINISHED, f"request {self.trace.req_id[i]} has no outcome"
+                if not (outcomes[i] != OUTCOME_UNFINISHED):
+                    raise InternalError(f"request {self.trace.req_id[i]} has no outcome")
 
 
 def _admit_seq(r: Request) -> int:

@@ -37,14 +37,16 @@ class SLO(BaseModel):
     """Latency objectives a request must meet to count towards goodput (any subset)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    ttft_ms: float | None = Field(None, gt=0)
-    tpot_ms: float | None = Field(None, gt=0)
-    e2e_ms: float | None = Field(None, gt=0)
+    ttft_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
+    tpot_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
+    e2e_ms: float | None = Field(None, gt=0, allow_inf_nan=False)
 
     @classmethod
     def parse(cls, text: str) -> SLO:
         """Parse ``ttft_ms=500,tpot_ms=50`` (also ``ttft=500``; units are milliseconds)."""
         values: dict[str, float] = {}
+        if text.strip() and not any(p.strip() for p in text.split(",")):
+            raise ValueError(f"SLO {shown(text)} names no cap: write ttft_p99_ms=500,tpot_p99_ms=50")
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, val = part.partition("=")
             if not sep:
@@ -61,9 +63,11 @@ class SLO(BaseModel):
                 )
             try:
                 values[f"{metric}_ms"] = float(val)
+                if not math.isfinite(values[f"{metric}_ms"]):
+                    raise ValueError
             except ValueError:
                 raise ValueError(
-                    f"SLO {name!r}: {val.strip()[:40]!r} is not a number of milliseconds"
+                    f"SLO {name!r}: {val.strip()[:40]!r} is not a finite number of milliseconds"
                 ) from None
         return cls.model_validate(values)
 

@@ -41,6 +41,7 @@ from servesim.engine.request import (
 )
 from servesim.engine.step_time import BatchComposition
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
+from servesim.errors import InternalError
 
 
 class StepPlan:
@@ -180,7 +181,8 @@ class Scheduler:
         """Phase A when every decode-group member provably gets its token and no allocation can
         fail. Returns the budget left, or -1 when that cannot be shown (nothing is changed then)."""
         group = self.group
-        assert group is not None
+        if group is None:
+            raise InternalError("invariant broken: group is None")
         budget = self.budget
         mml = self.max_model_len
         kv = self.kv
@@ -302,7 +304,8 @@ class Scheduler:
     def materialize_all(self, step: int, now: float) -> None:
         """Make every decode-group member explicit (state as of the start of ``step``)."""
         group = self.group
-        assert group is not None
+        if group is None:
+            raise InternalError("invariant broken: group is None")
         for r in self.running:
             if r.sync_step >= 0:
                 group.materialize(r, step, now)
@@ -368,7 +371,8 @@ class Scheduler:
     def _regroup(self, plan: StepPlan, next_step: int) -> None:
         """After a step, explicit requests that now decode join the group."""
         group = self.group
-        assert group is not None
+        if group is None:
+            raise InternalError("invariant broken: group is None")
         candidates = self.explicit
         if not candidates and not plan.new and not plan.resumed:
             return

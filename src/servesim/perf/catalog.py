@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servesim.errors import shown
+from servesim.errors import InternalError, shown
 from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
 
 DType = Literal["bfloat16", "float16", "float32"]
@@ -483,7 +483,8 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
         name = name or (p.parent.name if p.name == "config.json" else p.stem)
     top = config
     text = top.get("text_config") if isinstance(top.get("text_config"), dict) else top
-    assert isinstance(text, Mapping)
+    if not isinstance(text, Mapping):
+        raise InternalError("invariant broken: isinstance(text, Mapping)")
     if text.get("kv_lora_rank"):
         raise CatalogError(
             f"{where}: MLA attention (kv_lora_rank) is not supported: its KV cache is one latent vector "

@@ -151,11 +151,10 @@ class HardwareProfile(BaseModel):
         return self.model_copy(update={k: float(v) for k, v in values.items()})
 
     def save(self, path: str | Path) -> Path:
-        p = Path(path)
-        p.write_text(
-            json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
-        return p
+        from servesim.io import write_text_atomic
+
+        text = json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        return write_text_atomic(path, text)
 
     @classmethod
     def load(cls, path: str | Path) -> HardwareProfile:

@@ -40,7 +40,6 @@ from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, res
 from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_per_token, kv_heads_per_rank
 from servesim.perf.profile import HardwareProfile, resolve_profile
 
-
 #: How the note on a token budget past the calibrated step sizes starts (``perf.setup`` finds it).
 BUDGET_NOTE = "max_num_batched_tokens"
 

@@ -10,10 +10,11 @@ point (``get_batch_defaults`` / ``_set_default_max_num_seqs_and_batched_tokens_a
 
 Each limit the user left unset gets its default on its own, then vLLM's clamps apply to the
 defaulted ones only: the token budget is at least ``max_model_len`` with chunked prefill off and at
-most ``max_num_seqs`` × ``max_model_len``; ``max_num_seqs`` is at most the token budget. A run timed without a GPU (``--step-time-ms``, ``--linear-step-time``, a
-fixed step-time model) gets the "any other GPU" row. Every other engine setting keeps vLLM's
-dataclass default (``EngineConfig``). Every command, web tab, the dashboard, the emulator, the
-demo and the tuner's baseline start here, and results say which defaults were applied.
+most ``max_num_seqs`` × ``max_model_len``; ``max_num_seqs`` is at most the token budget. A run timed
+without a GPU (``--step-time-ms``, ``--linear-step-time``, a fixed step-time model) gets the "any
+other GPU" row. Every other engine setting keeps vLLM's dataclass default (``EngineConfig``). Every
+command, web tab, the dashboard, the emulator, the demo and the tuner's baseline start here, and
+results say which defaults were applied.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.engine import EngineConfig
+from servesim.errors import InternalError
 from servesim.perf.calibration import CalibrationReport
 from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
 from servesim.perf.errors import BenchResultError, PerfError
@@ -273,7 +274,8 @@ def run_experiment(
     config, st, info = experiment_setup(exp, profile, settings)
     rs = experiment_requests(exp, settings)
     out = replay(rs, config, st, profile, max_rounds=settings.max_rounds)
-    assert rs.stage is not None
+    if rs.stage is None:
+        raise InternalError("invariant broken: rs.stage is None")
     counted = itl_divisors(exp, settings)
     pred: dict[str, dict[str, float]] = {}
     for key in exp.stage_keys:

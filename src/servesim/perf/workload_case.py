@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from servesim.engine import EngineConfig
+from servesim.errors import InternalError
 from servesim.perf.catalog import GPUSpec, ModelSpec
 from servesim.perf.profile import HardwareProfile
 from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
@@ -74,7 +75,8 @@ class WorkloadCase:
             if ":" not in k and k in base:
                 res[k] = base[k]
         for s in stages:
-            assert self.requests.stage is not None, f"{self.name}: stage targets need requests.stage"
+            if self.requests.stage is None:
+                raise InternalError(f"{self.name}: stage targets need requests.stage")
             sm = summarize_latencies(out, self.requests.stage == int(s), counted_output_tokens=counted.get(s))
             for k in self.targets:
                 st, _, metric = k.partition(":")

@@ -39,25 +39,34 @@ def write_rendered(
     report: Report, out_dir: str | Path, formats: Sequence[str], name: str = BASENAME
 ) -> list[Path]:
     """Write ``report`` in each format into ``out_dir`` (the PDF is printed from the HTML)."""
+    from servesim.io import output_transaction
+
+    fmts = check_formats(formats)
+    with output_transaction():  # all the formats, or none when one fails
+        return _write_formats(report, Path(out_dir), fmts, name)
+
+
+def _write_formats(report: Report, folder: Path, fmts: Sequence[str], name: str) -> list[Path]:
     from servesim.report.html import render_html
     from servesim.report.markdown import render_markdown
 
-    fmts = check_formats(formats)
-    folder = Path(out_dir)
     written = []
-    html_path = folder / f"{name}.html"
-    if "html" in fmts or "pdf" in fmts:
-        write_text_atomic(html_path, render_html(report))
-        if "html" in fmts:
-            written.append(html_path)
+    html = render_html(report) if "html" in fmts or "pdf" in fmts else ""
+    if "html" in fmts:
+        written.append(write_text_atomic(folder / f"{name}.html", html))
     if "md" in fmts:
         written.append(write_text_atomic(folder / f"{name}.md", render_markdown(report)))
     if "pdf" in fmts:
+        import tempfile
+
         from servesim.report.pdf import print_pdf
 
-        written.append(print_pdf(html_path, folder / f"{name}.pdf"))
-        if "html" not in fmts:
-            html_path.unlink(missing_ok=True)
+        # Chromium prints from a private copy of the HTML: the report's own files may still be
+        # staged (``servesim.io.output_transaction``), and a failed print leaves no HTML behind.
+        with tempfile.TemporaryDirectory(prefix="servesim-report-") as tmp:
+            source = Path(tmp) / f"{name}.html"
+            source.write_text(html, encoding="utf-8")
+            written.append(print_pdf(source, folder / f"{name}.pdf"))
     return written
 
 

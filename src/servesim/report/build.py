@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.report.documents import Document, Kind, read_document
+from servesim.errors import ServesimError, describe
+from servesim.report.documents import Document, Kind, ReportInputError, read_document
 from servesim.views.model import Kpi, Section, Table
 
 #: What each part of a report is about, in reading order.
@@ -376,6 +377,24 @@ def seeds_of(doc: Document) -> list[int]:
     return found
 
 
+def _part(doc: Document) -> ReportPart:
+    """The document's part; a document its kind's model does not cover (cluster, advise) that
+    lacks a field or has one of the wrong type is one error naming the file, not a traceback."""
+    try:
+        return BUILDERS[doc.kind](doc)
+    except ServesimError:
+        raise
+    except KeyError as exc:
+        raise ReportInputError(
+            f"{doc.name}: not a valid {doc.kind} result: field {exc.args[0]!r} is missing"
+        ) from None
+    except (TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise ReportInputError(
+            f"{doc.name}: not a valid {doc.kind} result: a field is of the wrong type or shape "
+            f"({describe(exc)})"
+        ) from None
+
+
 def build_report(
     documents: Sequence[Document],
     *,
@@ -393,7 +412,7 @@ def build_report(
         from servesim.report.diff import diff_part
 
         a, b = documents
-        pa, pb = BUILDERS[a.kind](a), BUILDERS[b.kind](b)
+        pa, pb = _part(a), _part(b)
         parts = [
             diff_part(a, b, pa, pb),
             pa.model_copy(update={"title": f"A: {pa.title}"}),
@@ -402,7 +421,7 @@ def build_report(
         title = title or f"servesim report: {a.name} against {b.name}"
     else:
         ranked = sorted(documents, key=lambda d: ORDER.index(d.kind))
-        parts = [BUILDERS[d.kind](d) for d in ranked]
+        parts = [_part(d) for d in ranked]
     return Report(
         title=title or "servesim schedule recommendation report",
         lead=lead_of(documents),

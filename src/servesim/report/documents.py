@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from servesim.errors import InputError
+from servesim.errors import InputError, describe
 
 if TYPE_CHECKING:
     from servesim.engine import SimulationResult
@@ -121,7 +121,52 @@ def read_document(path: str | Path, name: str | None = None) -> Document:
         raise ReportInputError(
             f"{p}: not a servesim result (found {found}); the report reads the output of {known_shapes()}"
         )
+    check_schema(kind, data, p)
     return Document(kind, name or p.name, "sha256:" + hashlib.sha256(raw).hexdigest(), data)
+
+
+def _result_models() -> dict[str, type[Any]]:
+    """Each kind's published model (``servesim schema NAME``): what its document must satisfy."""
+    from servesim.cluster.recovery.models import RecoveryPlan
+    from servesim.engine.results import SimulationReport
+    from servesim.resched.models import ReschedulePlan
+    from servesim.traces.inspect import TraceStats
+    from servesim.tuning.recommend import SchedulerRecommendation
+    from servesim.tuning.saturation import SaturationReport
+    from servesim.tuning.search import TuneResult
+
+    return {
+        "simulate": SimulationReport,
+        "trace": TraceStats,
+        "saturate": SaturationReport,
+        "tune study": TuneResult,
+        "recommendation": SchedulerRecommendation,
+        "recover": RecoveryPlan,
+        "reschedule": ReschedulePlan,
+    }
+
+
+def check_schema(kind: str, data: Any, path: Path) -> None:
+    """Validate a result document against its kind's model at the door: a field removed or of the
+    wrong type is one error naming the file and the field, never a KeyError deep in a view.
+    Keys the model does not know (a document's views, manifests) are left to their readers."""
+    from pydantic import BaseModel, ValidationError
+
+    if kind == "tune" and isinstance(data, dict):  # ``tune --json``: {study, recommendation}
+        check_schema("tune study", data.get("study"), path)
+        if data.get("recommendation") is not None:
+            check_schema("recommendation", data["recommendation"], path)
+        return
+    model = _result_models().get(kind)
+    if model is None or not issubclass(model, BaseModel):
+        return
+    if not isinstance(data, dict):
+        raise ReportInputError(f"{path}: not a valid {kind} result: an object is needed")
+    known = {k: v for k, v in data.items() if k in model.model_fields}
+    try:
+        model.model_validate(known)
+    except ValidationError as exc:
+        raise ReportInputError(f"{path}: not a valid {kind} result: {describe(exc)}") from None
 
 
 def simulation_document(

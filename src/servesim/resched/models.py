@@ -19,7 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from servesim.engine.config import MAX_BLOCK_SIZE, MAX_SEQS, MAX_TOKENS
+from servesim.bounds import (
+    MAX_BLOCK_SIZE,
+    MAX_REMAINING,
+    MAX_RESCHEDULE_REQUESTS,
+    MAX_SEQS,
+    MAX_TOKENS,
+    MAX_TOTAL_REMAINING,
+)
 from servesim.errors import InputError, reject_bool, shown
 from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL  # one default deployment for every command
 
@@ -31,9 +38,7 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM 0.33's default token budget of one
 
 #: Bounds that keep a projection's step loop short (docs/resched.md, "Input bounds"): one
 #: request's remaining output, and all of them together (the loop runs one step per token).
-MAX_REMAINING = 1 << 20
-MAX_TOTAL_REMAINING = 1 << 21
-MAX_REQUESTS = 100_000
+MAX_REQUESTS = MAX_RESCHEDULE_REQUESTS
 
 
 class RescheduleInputError(InputError):
@@ -137,7 +142,9 @@ class RescheduleInput(BaseModel):
     """A rescheduling problem: the free batch slots, the interrupted requests, and the context."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    _no_bool = field_validator("batch_capacity", "block_size", mode="before")(lambda v: reject_bool(v))
+    _no_bool = field_validator("batch_capacity", "block_size", "max_num_batched_tokens", "tp", mode="before")(
+        lambda v: reject_bool(v)
+    )
 
     batch_capacity: int = Field(
         ge=1, le=MAX_SEQS, description="Most requests running at once (vLLM max_num_seqs)."
@@ -154,6 +161,7 @@ class RescheduleInput(BaseModel):
     max_num_batched_tokens: int | None = Field(
         None,
         ge=1,
+        le=MAX_TOKENS,
         description="Token budget of one step; default max(2048, batch_capacity). Must be >= batch_capacity.",
     )
     step_time_ms: float | None = Field(

@@ -20,11 +20,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servesim.bounds import MAX_REPLICAS
 from servesim.cluster.config import RouterPolicy
 from servesim.engine.config import MAX_GPU_BLOCKS, EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import ConfigError, describe, shown
+from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.perf.setup import (
     DEFAULT_GPU,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -32,10 +34,6 @@ from servesim.perf.setup import (
     DEFAULT_TP,
     replica_setup,
 )
-from servesim.perf.serve_defaults import apply_serve_defaults
-
-#: Most replicas one simulated deployment may have (each is a whole engine in memory).
-MAX_REPLICAS = 1024
 
 
 class DeploymentSpec(BaseModel):

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servesim.errors import InternalError
 from servesim.traces.schema import COLUMNS
 
 _INT_COLUMNS = ("prompt_len", "output_len", "priority", "prefix_len")
@@ -60,17 +61,27 @@ def canonical_frame(columns: Mapping[str, Any], n: int) -> pd.DataFrame:
 
 def check_frame(df: pd.DataFrame) -> None:
     """Raise ``AssertionError`` unless ``df`` satisfies every ``Trace.df`` invariant."""
-    assert tuple(df.columns) == COLUMNS, f"columns {tuple(df.columns)} != {COLUMNS}"
+    if not (tuple(df.columns) == COLUMNS):
+        raise InternalError(f"columns {tuple(df.columns)} != {COLUMNS}")
     for col in _INT_COLUMNS:
-        assert df[col].dtype == np.int64, f"{col} dtype {df[col].dtype}"
+        if not (df[col].dtype == np.int64):
+            raise InternalError(f"{col} dtype {df[col].dtype}")
     for col in _FLOAT_COLUMNS:
-        assert df[col].dtype == np.float64, f"{col} dtype {df[col].dtype}"
+        if not (df[col].dtype == np.float64):
+            raise InternalError(f"{col} dtype {df[col].dtype}")
     for col in _OBJECT_COLUMNS:
-        assert df[col].dtype == object, f"{col} dtype {df[col].dtype}"
-    assert isinstance(df.index, pd.RangeIndex) and df.index.start == 0, "index is not 0..n-1"
+        if not (df[col].dtype == object):
+            raise InternalError(f"{col} dtype {df[col].dtype}")
+    if not (isinstance(df.index, pd.RangeIndex) and df.index.start == 0):
+        raise InternalError("index is not 0..n-1")
     arrival = df["arrival_time_s"].to_numpy()
-    assert np.all(np.isfinite(arrival)) and np.all(arrival >= 0), "bad arrival times"
-    assert np.all(np.diff(arrival) >= 0), "not sorted by arrival"
-    assert not df["req_id"].duplicated().any(), "duplicate req_id"
-    assert (df["prompt_len"] >= 1).all() and (df["output_len"] >= 1).all(), "token counts < 1"
-    assert (df["prefix_len"] >= 0).all() and (df["prefix_len"] <= df["prompt_len"]).all(), "bad prefix_len"
+    if not (np.all(np.isfinite(arrival)) and np.all(arrival >= 0)):
+        raise InternalError("bad arrival times")
+    if not np.all(np.diff(arrival) >= 0):
+        raise InternalError("not sorted by arrival")
+    if df["req_id"].duplicated().any():
+        raise InternalError("duplicate req_id")
+    if not ((df["prompt_len"] >= 1).all() and (df["output_len"] >= 1).all()):
+        raise InternalError("token counts < 1")
+    if not ((df["prefix_len"] >= 0).all() and (df["prefix_len"] <= df["prompt_len"]).all()):
+        raise InternalError("bad prefix_len")

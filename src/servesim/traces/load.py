@@ -9,8 +9,10 @@ with ``strict=True``); nothing is dropped silently.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,13 +80,23 @@ def load_trace(
     """
     path, display = resolve_trace_path(source), str(source)
     container, layout = _plan(path, display, format)
-    opened = open_container(container, path, display, chunk_rows)
-    layout = _choose_layout(opened, layout, container, display)
-    if layout is VIDUR_LENGTHS:
-        raise length_only_error(display)
-    return _read(
-        path, display, container, layout, opened, strict=strict, hash_block_size=hash_block_size, seed=seed
-    )
+    try:
+        opened = open_container(container, path, display, chunk_rows)
+        layout = _choose_layout(opened, layout, container, display)
+        if layout is VIDUR_LENGTHS:
+            raise length_only_error(display)
+        return _read(
+            path,
+            display,
+            container,
+            layout,
+            opened,
+            strict=strict,
+            hash_block_size=hash_block_size,
+            seed=seed,
+        )
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a cut-off .gz: one line naming the file
+        raise TraceError(display, f"the compressed file is damaged or cut short ({exc})") from None
 
 
 def load_length_source(source: str | os.PathLike[str]) -> Trace:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype, is_bool_dtype, is_float_dtype, is_integer_dtype
 
+from servesim.bounds import MAX_TOKENS
 from servesim.errors import shown
 from servesim.traces.frame import canonical_frame
 
@@ -193,7 +194,14 @@ def _check_nan(chk: _Checker, num: _Numbers, column: str, required: bool) -> Non
 
 
 def _int_column(
-    chk: _Checker, s: pd.Series, column: str, *, what: str, minimum: int | None, default: int | None
+    chk: _Checker,
+    s: pd.Series,
+    column: str,
+    *,
+    what: str,
+    minimum: int | None,
+    default: int | None,
+    maximum: int | None = None,
 ) -> np.ndarray:
     """Integers (``12`` and ``12.0`` accepted, ``1.5`` not); ``default=None`` means required."""
     num = _numbers(s)
@@ -218,6 +226,12 @@ def _int_column(
             present & (out < minimum),
             column,
             lambda i: f"{what} must be at least {minimum} (got {int(out[i])})",
+        )
+    if maximum is not None:  # the bound of every format (servesim.bounds), --strict or not
+        chk.flag(
+            present & in_range & (out > maximum),
+            column,
+            lambda i: f"{what} {int(out[i]):,} is over the bound of {maximum:,}",
         )
     if default is not None:
         out[num.missing] = default
@@ -363,7 +377,9 @@ def validate_chunk(
         negative_ok=relative_arrivals,
     )
     for col in ("prompt_len", "output_len"):
-        out[col] = _int_column(chk, columns[col], col, what="token count", minimum=1, default=None)
+        out[col] = _int_column(
+            chk, columns[col], col, what="token count", minimum=1, default=None, maximum=MAX_TOKENS
+        )
     if "priority" in columns:
         out["priority"] = _int_column(
             chk, columns["priority"], "priority", what="priority", minimum=None, default=0
@@ -377,7 +393,13 @@ def validate_chunk(
         out["prefix_group"] = _label_column(chk, columns["prefix_group"], "prefix_group", required=False)
     if "prefix_len" in columns:
         out["prefix_len"] = _int_column(
-            chk, columns["prefix_len"], "prefix_len", what="prefix length", minimum=0, default=0
+            chk,
+            columns["prefix_len"],
+            "prefix_len",
+            what="prefix length",
+            minimum=0,
+            default=0,
+            maximum=MAX_TOKENS,
         )
     if "hash_ids" in columns:
         out["hash_ids"] = _hash_ids_column(chk, columns["hash_ids"], "hash_ids")

@@ -20,7 +20,6 @@ import gzip
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servesim.errors import shown
+from servesim.io import staged_path
 from servesim.traces.readers import PARQUET_META_KEY
 from servesim.traces.schema import COLUMNS, Trace
 
@@ -54,7 +54,7 @@ def write_trace(trace: Trace, path: str | os.PathLike[str], format: str | None =
     if compress and fmt == "parquet":
         raise ValueError("Parquet compresses internally; do not add .gz")
     writers = {"csv": _write_csv, "jsonl": _write_jsonl, "json": _write_json}
-    with _atomic(target) as tmp:
+    with staged_path(target) as tmp:  # atomic, the user's umask, all-or-nothing
         if fmt == "parquet":
             _write_parquet(trace, tmp)
         else:
@@ -77,26 +77,6 @@ def _resolve_format(path: Path, format: str | None) -> WriteFormat:
     raise ValueError(
         f"cannot tell the output format from {shown(path.name)}; use .csv, .jsonl, .json or .parquet"
     )
-
-
-@contextlib.contextmanager
-def _atomic(target: Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``target``; on success fsync it and rename it over ``target``."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        with tmp.open("rb+") as f:
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
-from servesim.errors import shown
+from servesim.errors import InternalError, shown
 from servesim.tuning.jobs import EvalContext, Job, execute
 
 ExecutorKind = Literal["local", "process", "ray"]
@@ -72,7 +72,8 @@ def _init_worker(ctx: EvalContext) -> None:
 
 
 def _run_in_worker(job: Job) -> Any:
-    assert _WORKER_CTX is not None, "worker started without a context"
+    if _WORKER_CTX is None:
+        raise InternalError("worker started without a context")
     return execute(_WORKER_CTX, job)
 
 

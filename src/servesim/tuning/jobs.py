@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from servesim.errors import InternalError
 from servesim.tuning.deployment import Deployment, deployment_problems, resolve_deployment
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, probe_capacity, run_once
 from servesim.tuning.hardware import Hardware
@@ -261,5 +262,6 @@ def execute(ctx: EvalContext, job: Job) -> Any:
         return run_once(
             trace, job.deployment, ctx.hardware, ctx.slo, ctx.settings, seed=job.seed, rate=job.rate
         )
-    assert isinstance(job, ProbeJob)
+    if not isinstance(job, ProbeJob):
+        raise InternalError("invariant broken: isinstance(job, ProbeJob)")
     return probe_capacity(ctx.workload.trace(job.rate, job.seed), job.deployment, ctx.hardware, ctx.settings)

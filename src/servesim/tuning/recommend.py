@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from servesim.errors import InternalError
 from servesim.tuning.capacity import CapacityAnswer, find_capacity, runs_meet
 from servesim.tuning.changes import FlagChange, measure_changes
 from servesim.tuning.choice import Tolerance, model_tolerance
@@ -143,7 +144,8 @@ class SchedulerRecommendation(BaseModel):
                 raise ValueError(
                     f"meets_slo claimed but re-verification shows: {'; '.join(bad) or 'no runs'}"
                 )
-            assert self.slo is not None
+            if self.slo is None:
+                raise InternalError("invariant broken: self.slo is None")
             worst = {
                 "ttft": self.predicted_ttft_ms.p99.max,
                 "tpot": self.predicted_tpot_ms.p99.max,
@@ -224,7 +226,8 @@ def recommend(
             if _verified(runs, slo):
                 chosen = (d, runs, i)
                 break
-        assert first is not None
+        if first is None:
+            raise InternalError("invariant broken: first is None")
         d, runs, index = chosen or first
         verdict: Literal["change", "keep", "add_capacity"] = "change"
         base_sum = alt_sum = None

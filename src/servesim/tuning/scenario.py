@@ -52,8 +52,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from servesim.bounds import (
+    MAX_BLOCK_SIZE,
+    MAX_GPU_BLOCKS,
+    MAX_RATE,
+    MAX_SCENARIO_OUTPUT,
+    MAX_SCENARIO_PROMPT,
+    MAX_SCENARIO_REQUESTS,
+    MAX_SEQS,
+    MAX_TOKENS,
+)
 from servesim.engine import EngineConfig, simulate
 from servesim.engine.results import SimulationResult
+from servesim.errors import InputError, reject_bool, shown
 from servesim.perf.serve_defaults import vllm_serve_defaults
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import PoissonArrivals, sample_arrivals, stream_rng
@@ -86,15 +97,21 @@ class _Context(BaseModel):
 class ScenarioRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     req_id: str | None = None
-    prompt_len: int = Field(ge=1)
-    expected_out: int = Field(ge=1)
+    prompt_len: int = Field(ge=1, le=MAX_TOKENS)
+    expected_out: int = Field(ge=1, le=MAX_TOKENS)
+
+    _no_bool = field_validator("prompt_len", "expected_out", mode="before")(lambda v: reject_bool(v))
 
 
 class BatchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    max_num_seqs: int = Field(ge=1)
-    max_num_batched_tokens: int = Field(ge=1)
+    max_num_seqs: int = Field(ge=1, le=MAX_SEQS)
+    max_num_batched_tokens: int = Field(ge=1, le=MAX_TOKENS)
     enable_chunked_prefill: bool = True
+
+    _no_bool = field_validator("max_num_seqs", "max_num_batched_tokens", mode="before")(
+        lambda v: reject_bool(v)
+    )
 
 
 class BatchScenario(_Context):
@@ -123,12 +140,28 @@ class BatchScenarioResult(BaseModel):
 class LoadScenario(_Context):
     """A load level on a given KV cache (the seed files' second shape)."""
 
-    simulated_qps: float = Field(gt=0, allow_inf_nan=False)
-    mean_input_tokens: float = Field(gt=0, allow_inf_nan=False)
-    mean_output_tokens: float = Field(gt=0, allow_inf_nan=False)
-    kv_cache_blocks_available: int = Field(ge=1, description="Usable KV blocks (vLLM adds its null block).")
-    block_size: int = Field(16, ge=1)
-    num_requests: int = Field(1000, ge=1, le=100_000)
+    simulated_qps: float = Field(gt=0, le=MAX_RATE, allow_inf_nan=False)
+    mean_input_tokens: float = Field(
+        gt=0,
+        le=MAX_SCENARIO_PROMPT,
+        allow_inf_nan=False,
+        description="Drawn log-normal, capped at the bound.",
+    )
+    mean_output_tokens: float = Field(
+        gt=0,
+        le=MAX_SCENARIO_OUTPUT,
+        allow_inf_nan=False,
+        description="Drawn log-normal, capped at the bound.",
+    )
+    kv_cache_blocks_available: int = Field(
+        ge=1, le=MAX_GPU_BLOCKS - 1, description="Usable KV blocks (vLLM adds its null block)."
+    )
+    block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE)
+    num_requests: int = Field(1000, ge=1, le=MAX_SCENARIO_REQUESTS)
+
+    _no_bool = field_validator("kv_cache_blocks_available", "block_size", "num_requests", mode="before")(
+        lambda v: reject_bool(v)
+    )
 
 
 class LoadScenarioResult(BaseModel):
@@ -171,6 +204,33 @@ def _run(
     return m, result
 
 
+def _check_fits(s: BatchScenario, hw: PerfHardware) -> None:
+    """Refuse up front a request that can never fit the KV cache (it would wait forever: minutes
+    of simulation for no answer), with the numbers."""
+    bc = s.batch_config
+    blocks = hw.resolve(
+        tensor_parallel_size=s.tensor_parallel_size,
+        gpu_memory_utilization=s.gpu_memory_utilization,
+        block_size=16,
+        max_num_seqs=bc.max_num_seqs,
+        max_num_batched_tokens=bc.max_num_batched_tokens,
+        max_model_len=2,
+    ).num_gpu_blocks
+    if blocks is None:
+        return
+    capacity = (blocks - 1) * 16
+    longest = max(s.requests, key=lambda r: r.prompt_len + r.expected_out)
+    need = longest.prompt_len + longest.expected_out
+    if need > capacity:
+        name = longest.req_id if longest.req_id is not None else str(s.requests.index(longest))
+        raise InputError(
+            f"request {shown(name)} needs {need:,} tokens of KV cache (prompt_len {longest.prompt_len:,} + "
+            f"expected_out {longest.expected_out:,}) but {s.model} on {s.tensor_parallel_size} x {s.gpu} "
+            f"at gpu_memory_utilization {s.gpu_memory_utilization:g} holds {capacity:,} "
+            f"({blocks - 1:,} blocks of 16): it can never run"
+        )
+
+
 # ---------------------------------------------------------------------- batch scenario
 def batch_trace(s: BatchScenario) -> Trace:
     n = len(s.requests)
@@ -201,6 +261,7 @@ def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -
     mml = trace.default_max_model_len()
     hw = _hardware(s)
     bc = s.batch_config
+    _check_fits(s, hw)
 
     def config(mns: int, mbt: int) -> EngineConfig:
         blocks = hw.resolve(
@@ -291,10 +352,17 @@ def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -
 # ---------------------------------------------------------------------- load scenario
 def load_scenario_trace(s: LoadScenario, max_total: int) -> Trace:
     """Poisson at the rate; log-normal lengths with the given means, clipped to fit the cache."""
-    prompt_max, output_max = 8192, 2048
+    prompt_max, output_max = MAX_SCENARIO_PROMPT, MAX_SCENARIO_OUTPUT
     if prompt_max + output_max > max_total:
         f = max_total / (prompt_max + output_max)
         prompt_max, output_max = max(1, int(prompt_max * f)), max(1, int(output_max * f))
+    if s.mean_input_tokens > prompt_max or s.mean_output_tokens > output_max:
+        raise InputError(
+            f"mean_input_tokens {s.mean_input_tokens:g} + mean_output_tokens {s.mean_output_tokens:g} cannot "
+            f"be drawn on this KV cache: {s.kv_cache_blocks_available:,} blocks x {s.block_size} tokens "
+            f"holds {max_total + 1:,} tokens, so lengths are capped at {prompt_max:,} prompt + "
+            f"{output_max:,} output tokens; give more kv_cache_blocks_available or shorter means"
+        )
     spec = GeneratorSpec(
         name="load-scenario",
         num_requests=s.num_requests,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from servesim.engine import EngineConfig
+from servesim.errors import InternalError
 from servesim.traces.schema import Trace
 from servesim.tuning.deployment import Deployment
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, run_once
@@ -65,7 +66,10 @@ def scenario_capacity(
     max_blocks_factor: int = 64,
 ) -> ScenarioCapacity:
     """Replicas and KV blocks that give a STABLE status at the scenario's rate."""
-    assert config.max_model_len is not None and hw.num_gpu_blocks is not None
+    if not (config.max_model_len is not None and hw.num_gpu_blocks is not None):
+        raise InternalError(
+            "invariant broken: config.max_model_len is not None and hw.num_gpu_blocks is not None"
+        )
     d = Deployment.from_engine_config(config, max_model_len=config.max_model_len)
     runs: dict[tuple[str, int], RunMetrics] = {}
 

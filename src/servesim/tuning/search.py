@@ -44,7 +44,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.errors import shown
+from servesim.errors import InternalError, shown
 from servesim.io import file_lock
 from servesim.tuning.choice import Candidate, Choice, binding_metric, choose, model_tolerance
 from servesim.tuning.deployment import Deployment, vllm_default_deployment
@@ -646,7 +646,8 @@ def _tell(study: optuna.Study, trial: optuna.Trial, out: TrialOutcome, cnames: l
         for cname, value in zip(cnames, out.constraints, strict=True):
             trial.set_constraint(cname, value)
     if out.valid:
-        assert out.values is not None
+        if out.values is None:
+            raise InternalError("invariant broken: out.values is None")
         study.tell(trial, out.values, skip_if_finished=True)
     else:
         trial.set_user_attr("invalid_reason", out.reason)
@@ -679,7 +680,8 @@ def rank_key(r: TrialRecord) -> tuple[float, float, float, int]:
     GPU (3 significant figures), then the SLO margin at the target (the lowest worst-seed p99 /
     cap), then the earlier trial."""
     o = r.outcome
-    assert o is not None and o.goodput_per_gpu is not None and o.capacity_per_gpu is not None
+    if not (o is not None and o.goodput_per_gpu is not None and o.capacity_per_gpu is not None):
+        raise InternalError("invariant broken: a ranked trial without goodput or capacity per GPU")
     return (-o.goodput_rank, -_sig(o.capacity_per_gpu), o.slo_pressure, r.number)
 
 

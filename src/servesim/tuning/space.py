@@ -31,7 +31,7 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servesim.errors import shown
+from servesim.errors import InternalError, shown
 from servesim.tuning.hardware import Hardware
 
 Value = int | float | bool | None
@@ -269,7 +269,8 @@ class SearchSpace(BaseModel):
                 if v not in knob.choices:
                     upd[name] = Knob(choices=[*knob.choices, v])
             elif v is not None:
-                assert knob.low is not None and knob.high is not None
+                if not (knob.low is not None and knob.high is not None):
+                    raise InternalError("invariant broken: knob.low is not None and knob.high is not None")
                 low, high = min(knob.low, float(v)), max(knob.high, float(v))
                 on_grid = (
                     knob.step is None
@@ -365,7 +366,8 @@ def _values(knob: Knob, kind: str = "float") -> list[Value] | None:
     """Every value of a knob (None: a continuous range); an int range steps by 1 by default."""
     if knob.choices is not None:
         return list(knob.choices)
-    assert knob.low is not None and knob.high is not None
+    if not (knob.low is not None and knob.high is not None):
+        raise InternalError("invariant broken: knob.low is not None and knob.high is not None")
     if knob.low == knob.high:
         return [int(knob.low) if kind == "int" else knob.low]
     if kind == "int":
@@ -391,7 +393,8 @@ def _low(knob: Knob) -> float:
     if knob.choices is not None:
         nums = [float(c) for c in knob.choices if c is not None]
         return min(nums) if nums else 0.0
-    assert knob.low is not None
+    if knob.low is None:
+        raise InternalError("invariant broken: knob.low is None")
     return knob.low
 
 
@@ -399,7 +402,8 @@ def _high(knob: Knob) -> float:
     if knob.choices is not None:
         nums = [float(c) for c in knob.choices if c is not None]
         return max(nums) if nums else 0.0
-    assert knob.high is not None
+    if knob.high is None:
+        raise InternalError("invariant broken: knob.high is None")
     return knob.high
 
 
@@ -412,7 +416,8 @@ def _narrow(knob: Knob, *, low: float | None = None, high: float | None = None) 
         if not kept:
             raise ValueError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
         return knob if len(kept) == len(knob.choices) else Knob(choices=kept)
-    assert knob.low is not None and knob.high is not None
+    if not (knob.low is not None and knob.high is not None):
+        raise InternalError("invariant broken: knob.low is not None and knob.high is not None")
     new_low, new_high = max(knob.low, lo), min(knob.high, hi)
     if new_low > new_high:
         raise ValueError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
@@ -436,7 +441,8 @@ def _sample(trial: optuna.Trial, name: str, kind: str, knob: Knob) -> Any:
         return int(value) if kind == "int" and value is not None else value
     if knob.choices is not None:
         return trial.suggest_categorical(name, knob.choices)
-    assert knob.low is not None and knob.high is not None
+    if not (knob.low is not None and knob.high is not None):
+        raise InternalError("invariant broken: knob.low is not None and knob.high is not None")
     if kind == "int":
         step = int(knob.step) if knob.step is not None else 1
         return trial.suggest_int(name, int(knob.low), int(knob.high), step=step, log=knob.log)
@@ -476,7 +482,10 @@ def parse_knob(text: str) -> tuple[str, Knob]:
         lo, _, hi = rng.partition("..")
         numeric = "float" if kind == "optional_float" else kind
         low, high = _parse_value(name, numeric, lo), _parse_value(name, numeric, hi)
-        assert isinstance(low, int | float) and isinstance(high, int | float)
+        if not (isinstance(low, int | float) and isinstance(high, int | float)):
+            raise InternalError(
+                "invariant broken: isinstance(low, int | float) and isinstance(high, int | float)"
+            )
         if extra.strip().lower() == "log":
             return name, Knob(low=low, high=high, log=True)
         step = float(_parse_value(name, "float", extra)) if extra.strip() else None  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from importlib import resources
 
 from pydantic import BaseModel, Field
 
+from servesim.errors import InternalError
 from servesim.tuning.slo import PercentileSLO
 
 Z80 = 1.2815515655446004  # the 90th percentile of the standard normal
@@ -69,7 +70,8 @@ def _loo() -> dict[str, object]:
 def sigma_ln(metric: str) -> float:
     """RMS of ln(1 + APE) of ``metric`` (ttft_p99, tpot_p99, e2e_p99) over the LOO runs."""
     apes = _loo()["ape_percent"]
-    assert isinstance(apes, dict)
+    if not isinstance(apes, dict):
+        raise InternalError("invariant broken: isinstance(apes, dict)")
     vals = [math.log1p(float(a) / 100.0) for a in apes[metric]]
     return math.sqrt(sum(v * v for v in vals) / len(vals))
 
@@ -114,7 +116,8 @@ def error_bars(worst: dict[str, float], slo: PercentileSLO | None, gpu: str | No
             "and its error is larger than these intervals"
         )
     runs = _loo()["runs"]
-    assert isinstance(runs, list)
+    if not isinstance(runs, list):
+        raise InternalError("invariant broken: isinstance(runs, list)")
     return ErrorBars(
         source=str(_loo()["source"]),
         runs=len(runs),

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from servesim.errors import InternalError
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import (
     ArrivalModel,
@@ -88,7 +89,8 @@ def scale_arrival(model: ArrivalModel, rate: float) -> ArrivalModel:
         return model.model_copy(update={"rate_on": model.rate_on * f, "rate_off": model.rate_off * f})
     if isinstance(model, RampArrivals):
         return model.model_copy(update={"rate_start": model.rate_start * f, "rate_end": model.rate_end * f})
-    assert isinstance(model, DiurnalArrivals)
+    if not isinstance(model, DiurnalArrivals):
+        raise InternalError("invariant broken: isinstance(model, DiurnalArrivals)")
     return model.model_copy(update={"mean_rate": rate})
 
 
@@ -107,7 +109,8 @@ def _length_bound(model: LengthModel) -> int | None:
         return model.max
     if isinstance(model, LogNormalLength):
         return model.max
-    assert isinstance(model, ResampledLength)
+    if not isinstance(model, ResampledLength):
+        raise InternalError("invariant broken: isinstance(model, ResampledLength)")
     return _source_bound(model.source)
 
 
@@ -137,15 +140,18 @@ class Workload:
         self._arrival = arrival
         self._seed = seed
         if kind == "trace":
-            assert trace is not None
+            if trace is None:
+                raise InternalError("invariant broken: trace is None")
             self.base_rate = trace_rate(trace)
             self.num_requests = len(trace)
         elif kind == "generator":
-            assert spec is not None
+            if spec is None:
+                raise InternalError("invariant broken: spec is None")
             self.base_rate = arrival_rate(spec.arrival)
             self.num_requests = spec.num_requests
         else:
-            assert trace is not None and arrival is not None
+            if not (trace is not None and arrival is not None):
+                raise InternalError("invariant broken: trace is not None and arrival is not None")
             self.base_rate = arrival_rate(arrival)
             self.num_requests = len(trace)
 
@@ -216,21 +222,25 @@ class Workload:
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
         if self.kind == "generator":
-            assert self._spec is not None
+            if self._spec is None:
+                raise InternalError("invariant broken: self._spec is None")
             update: dict[str, Any] = {"seed": self._spec.seed + seed}
             if rate is not None:
                 update["arrival"] = scale_arrival(self._spec.arrival, rate)
             return generate_trace(self._spec.model_copy(update=update))
-        assert self._trace is not None
+        if self._trace is None:
+            raise InternalError("invariant broken: self._trace is None")
         if self.kind == "requests":
-            assert self._arrival is not None
+            if self._arrival is None:
+                raise InternalError("invariant broken: self._arrival is None")
             model = self._arrival if rate is None else scale_arrival(self._arrival, rate)
             times = sample_arrivals(model, len(self._trace), stream_rng(self._seed + seed, "arrivals"))
             return _with_arrivals(self._trace, np.arange(len(self._trace)), times)
         return self._real_trace(rate, seed)
 
     def _real_trace(self, rate: float | None, seed: int) -> Trace:
-        assert self._trace is not None
+        if self._trace is None:
+            raise InternalError("invariant broken: self._trace is None")
         t = self._trace.df["arrival_time_s"].to_numpy(dtype=np.float64)
         n = len(t)
         if rate is not None and self.base_rate is None:
@@ -247,7 +257,8 @@ class Workload:
             order = (k + np.arange(n)) % n
             times = t[0] + np.concatenate([[0.0], np.cumsum(g[order[:-1]])])
         if rate is not None:
-            assert self.base_rate is not None
+            if self.base_rate is None:
+                raise InternalError("invariant broken: self.base_rate is None")
             times = times * (self.base_rate / rate)
         return _with_arrivals(self._trace, order, times)
 
@@ -255,13 +266,15 @@ class Workload:
     def max_request_tokens(self) -> int:
         """The longest prompt + output the workload can hold (a bound for generators)."""
         if self.kind == "generator":
-            assert self._spec is not None
+            if self._spec is None:
+                raise InternalError("invariant broken: self._spec is None")
             bp, bo = _length_bound(self._spec.prompt), _length_bound(self._spec.output)
             if bp is not None and bo is not None:
                 return bp + bo
             t = self.trace(None, 0)
         else:
-            assert self._trace is not None
+            if self._trace is None:
+                raise InternalError("invariant broken: self._trace is None")
             t = self._trace
         if len(t) == 0:
             return 1

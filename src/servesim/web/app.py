@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from servesim import __version__
@@ -73,7 +74,8 @@ def create_app(settings: WebSettings) -> FastAPI:
     for module in (traces, runs, bench, jobs_router, plans, catalog, pages):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(GZipMiddleware, minimum_size=1024)  # the 4.8 MB Plotly bundle, JSON; not SSE
     app.add_middleware(BodyLimitMiddleware, upload_limit=settings.max_upload_bytes)
     token = settings.token.get_secret_value() if settings.token is not None else None
-    app.add_middleware(SecurityMiddleware, token=token)
+    app.add_middleware(SecurityMiddleware, token=token, allowed_hosts=settings.allowed_hosts)
     return app

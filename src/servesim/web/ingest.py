@@ -51,6 +51,51 @@ def store(trace: Trace, name: str, origin: str, digest: str, storage: Storage) -
     )
 
 
+def too_many_rows(path: Path, limit: int) -> bool:
+    """True when the file surely holds more than ``limit`` requests: read before any parsing, in
+    bounded memory, and stopped as soon as it is known (Parquet: its footer; a line-based file,
+    gzipped or not: its newlines counted in 1 MiB pieces). A JSON array is left to the reader."""
+    import gzip
+
+    with path.open("rb") as raw:
+        magic = raw.read(4)
+    if magic == b"PAR1":
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows) > limit
+    opener = gzip.open if magic[:2] == b"\x1f\x8b" else open
+    lines = 0
+    try:
+        with opener(path, "rb") as f:
+            while piece := f.read(1 << 20):
+                lines += piece.count(b"\n")
+                if lines > limit + 1:  # + a header line
+                    return True
+    except (OSError, EOFError):
+        return False  # a broken file: the reader says what is wrong with it
+    return False
+
+
+def check_token_bounds(trace: Trace, name: str) -> None:
+    """A row over the token bound (16,777,216, servesim.bounds) refuses the upload, naming the
+    row: the reader drops such rows as it drops any bad row, but a run of the rest would not be
+    the file the user meant. The reader's own check (every format) decides which rows are over."""
+    from servesim.bounds import MAX_TOKENS
+
+    bound = f"over the bound of {MAX_TOKENS:,}"
+    over = [
+        d for d in trace.provenance.dropped if d.field in ("prompt_len", "output_len") and bound in d.reason
+    ]
+    if over:
+        first = over[0]
+        raise TraceError(
+            name,
+            f"{first.reason} tokens ({len(over):,} row(s) are)",
+            row=first.row,
+            field=first.field,
+        )
+
+
 def ingest_upload(
     path: Path, name: str, fmt: str | None, settings: WebSettings, storage: Storage
 ) -> TraceRow:
@@ -59,12 +104,19 @@ def ingest_upload(
     with record_action("ingest", params, interface="web", folder=settings.data_dir) as act:
         digest = file_digest(path)
         act.inputs["trace"] = digest
+        if too_many_rows(path, settings.max_requests_per_trace):
+            raise Problem(
+                413,
+                f"{name}: more than {settings.max_requests_per_trace:,} requests; "
+                f"this server takes at most {settings.max_requests_per_trace:,} (refused before parsing)",
+            )
         try:
             trace = load_trace(path, format=fmt)
         except TraceError as exc:  # say it with the user's file name, never the server's path
             raise TraceError(name, exc.reason, row=exc.row, field=exc.field) from None
         except (OSError, ValueError) as exc:
             raise ValueError(f"{name}: {str(exc).replace(str(path), name)}") from None
+        check_token_bounds(trace, name)
         if len(trace) == 0:
             rows = _dropped(trace)
             raise Problem(

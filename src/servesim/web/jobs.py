@@ -56,6 +56,7 @@ class LiveJob:
     total: int = 0
     version: int = 0
     extra: dict[str, Any] | None = None
+    started: float | None = None  # time.monotonic() when it began running
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -125,6 +126,7 @@ class JobManager:
                 "total": live.total,
                 "version": live.version,
                 "extra": live.extra,
+                "eta_s": eta_s(live.done, live.total, live.started),
             }
         row = self.db.job(job_id)
         if row is None:
@@ -199,7 +201,7 @@ class JobManager:
             self._finish(live, "cancelled", None, "cancelled before it started", 0.0)
             return
         started = now_iso()
-        self._set(live, status="running")
+        self._set(live, status="running", started=time.monotonic())
         self._update_row(live.id, status="running", started_at=started)
         t0 = time.monotonic()
         outcome: tuple[str, dict[str, Any] | None, str | None] = ("failed", None, "no result")
@@ -337,6 +339,16 @@ class _Worker:
             self.proc.join(1)
         self.inbox.close()
         self.outbox.close()
+
+
+def eta_s(done: int, total: int, started: float | None) -> float | None:
+    """Seconds left at the rate so far (None before there is a rate to go by)."""
+    if started is None or total <= 0 or done <= 0 or done >= total:
+        return None
+    elapsed = time.monotonic() - started
+    if elapsed < 0.5:
+        return None
+    return round(elapsed * (total - done) / done, 1)
 
 
 def _next(q: Any, timeout: float) -> tuple[Any, ...] | None:

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from servesim.errors import describe, user_errors
+from servesim.errors import InternalError, describe, user_errors
 from servesim.traces import TraceError
 from servesim.web.security import BodyTooLarge
 
@@ -60,11 +60,13 @@ def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, Problem)
+        if not isinstance(exc, Problem):
+            raise InternalError("invariant broken: isinstance(exc, Problem)")
         return problem_response(exc.status, exc.detail, request.url.path, **exc.extra)
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
+        if not isinstance(exc, StarletteHTTPException):
+            raise InternalError("invariant broken: isinstance(exc, StarletteHTTPException)")
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).description
         resp = problem_response(exc.status_code, detail, request.url.path)
         for k, v in (exc.headers or {}).items():
@@ -72,7 +74,8 @@ def install(app: FastAPI) -> None:
         return resp
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
+        if not isinstance(exc, RequestValidationError):
+            raise InternalError("invariant broken: isinstance(exc, RequestValidationError)")
         errors = []
         for e in exc.errors():
             loc = [str(x) for x in e.get("loc", ())]

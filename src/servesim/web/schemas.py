@@ -67,6 +67,10 @@ class SaturateBody(Strict):
 class TuneBody(Strict):
     trace_id: str = Field(pattern=ID_PATTERN)
     hardware: HardwareBody = Field(default_factory=HardwareBody)
+    engine: EngineConfig | None = Field(
+        None,
+        description="Your configuration (the Run tab's): the study's baseline. None: vllm serve's defaults.",
+    )
     slo: PercentileSLO | None = None
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
@@ -101,6 +105,7 @@ class AdviseBody(Strict):
     task: Literal["batching", "reschedule", "fallback"] = "batching"
     trace_id: str | None = Field(None, pattern=ID_PATTERN)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    hardware: HardwareBody = Field(default_factory=HardwareBody)
     slo: SLO | None = None
     data: dict[str, Any] | None = Field(None, description="The reschedule input or recovery record.")
     advisor: Literal["auto", "rules", "claude"] = "auto"

@@ -4,7 +4,16 @@ With a token, every request needs ``Authorization: Bearer <token>`` or the ``ser
 cookie; a browser opens ``/?token=<token>`` once and is redirected to the same page without it,
 holding an HttpOnly, SameSite=Strict cookie (the token never stays in the address bar, a page
 script or a log). Every response carries a CSP without inline script, no framing, and nosniff.
-The access log is written here, without query strings (uvicorn's own is off: it logs them).
+The access log is written here, without query strings (uvicorn's own is off: it logs them),
+control characters escaped (a ``%0a`` in a URL cannot forge a line).
+
+Two browser attacks are refused before any route runs:
+- DNS rebinding: a page on another name that resolves to 127.0.0.1. The ``Host`` header must be
+  a loopback name (or one given with ``--allowed-host``) unless a token guards the server (421).
+- Cross-site requests (CSRF): a state-changing request (POST, PUT, PATCH, DELETE) whose
+  ``Origin`` is not this server's own, or that the browser marks ``Sec-Fetch-Site: cross-site``
+  or ``same-site``, is refused (403). Browsers send one of them on every cross-origin POST,
+  simple ``text/plain`` and form uploads included; clients that are not browsers send neither.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from servesim.errors import InternalError
+
 COOKIE = "servesim_token"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
@@ -34,12 +45,31 @@ HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
 access_log = logging.getLogger("servesim.web.access")
+#: Names a loopback-only server answers to (with any port).
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def log_safe(text: str) -> str:
+    """``text`` with control characters (CR, LF, ESC ...) and backslashes escaped, for a log line."""
+    return "".join(
+        c if (" " <= c < "\x7f" and c != "\\") else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
+def host_name(host: str) -> str:
+    """The name of a ``Host`` header without its port (``[::1]:8000`` -> ``[::1]``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 class SecurityMiddleware:
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, allowed_hosts: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,24 +84,45 @@ class SecurityMiddleware:
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
 
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
         try:
-            if self.token is None or self._authorized(scope):
+            if not self._host_allowed(host):
+                await _refuse(
+                    send_with_headers,
+                    421,
+                    f"this server answers to {', '.join(sorted(LOOPBACK_NAMES | self.allowed_hosts))} "
+                    f"only, not {log_safe(host_name(host))[:100]!r} "
+                    "(start it with --allowed-host to add a name)",
+                )
+            elif scope.get("method") in UNSAFE_METHODS and (why := _cross_site(headers, host)):
+                await _refuse(send_with_headers, 403, why)
+            elif self.token is None or self._authorized(scope):
                 await self.app(scope, receive, send_with_headers)
             elif (query := self._token_in_query(scope)) is not None:
                 await self._set_cookie_and_redirect(scope, query, send_with_headers)
             else:
-                await _unauthorized(send_with_headers)
+                await _unauthorized(send_with_headers, b"text/html" in headers.get(b"accept", b""))
         finally:
             access_log.info(
                 "%s %s %s %.1f ms",
-                scope.get("method"),
-                scope.get("path"),
+                log_safe(str(scope.get("method"))),
+                log_safe(str(scope.get("path"))),
                 status["code"],
                 (time.perf_counter() - t0) * 1000,
             )
 
+    def _host_allowed(self, host: str) -> bool:
+        name = host_name(host)
+        if name in self.allowed_hosts:
+            return True
+        if self.token is not None and not self.allowed_hosts:
+            return True  # a token guards it (it may listen anywhere); --allowed-host narrows it
+        return name in LOOPBACK_NAMES
+
     def _matches(self, given: str) -> bool:
-        assert self.token is not None
+        if self.token is None:
+            raise InternalError("invariant broken: self.token is None")
         return hmac.compare_digest(given.encode(), self.token)
 
     def _authorized(self, scope: Scope) -> bool:
@@ -101,7 +152,8 @@ class SecurityMiddleware:
         return None
 
     async def _set_cookie_and_redirect(self, scope: Scope, query: list[tuple[str, str]], send: Send) -> None:
-        assert self.token is not None
+        if self.token is None:
+            raise InternalError("invariant broken: self.token is None")
         location = scope.get("path", "/") + (("?" + urlencode(query)) if query else "")
         cookie = f"{COOKIE}={self.token.decode()}; HttpOnly; SameSite=Strict; Path=/"
         await send(
@@ -114,7 +166,55 @@ class SecurityMiddleware:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def _unauthorized(send: Send) -> None:
+def _cross_site(headers: dict[bytes, bytes], host: str) -> str | None:
+    """Why a state-changing request is a cross-site one (None when it is not)."""
+    site = headers.get(b"sec-fetch-site", b"").decode("latin-1").lower()
+    if site in ("cross-site", "same-site"):
+        return f"a {site} request may not change anything here (it came from another site's page)"
+    origin = headers.get(b"origin")
+    if origin is not None:
+        given = origin.decode("latin-1").strip().lower()
+        own = {f"http://{host.lower()}", f"https://{host.lower()}"}
+        if given not in own:
+            return (
+                f"the request's Origin {log_safe(given)[:100]!r} is not this server's: a page on another "
+                "site may not change anything here"
+            )
+    return None
+
+
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    body = {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail}
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/problem+json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+UNAUTHORIZED_HTML = b"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>servesim: token needed</title></head>
+<body><h1>This workbench needs its token</h1>
+<p>Open this page once as <code>/?token=&lt;your token&gt;</code> (the server's <code>--token</code> or
+<code>--token-file</code>); the browser then keeps it in a cookie and the address bar drops it.</p>
+</body></html>
+"""
+
+
+async def _unauthorized(send: Send, html: bool = False) -> None:
+    if html:  # a person at a browser: a page, not a JSON document
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [(b"content-type", b"text/html; charset=utf-8"), (b"www-authenticate", b"Bearer")],
+            }
+        )
+        await send({"type": "http.response.body", "body": UNAUTHORIZED_HTML})
+        return
     body: dict[str, Any] = {
         "type": "about:blank",
         "title": "Unauthorized",

@@ -19,6 +19,9 @@ class WebSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     token: SecretStr | None = Field(None, description="Every request must carry it (Bearer or cookie).")
+    allowed_hosts: frozenset[str] = Field(
+        frozenset(), description="Host names the server answers to besides loopback (--allowed-host)."
+    )
     max_upload_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Largest trace upload.")
     max_requests_per_trace: int = Field(2_000_000, ge=1, description="Most requests in one trace.")
     max_trials: int = Field(200, ge=1, description="Most trials one tuning job may add.")

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from servesim.cluster.recovery.models import RecoveryPlan
+from servesim.errors import InputError
 from servesim.io import write_text_atomic
 from servesim.version import __version__
 
@@ -138,16 +139,23 @@ def decision_matrix(plans: RecoveryPlan | Sequence[RecoveryPlan]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
+def matrix_format(path: str | Path) -> str:
+    """``csv`` or ``json`` from the decision matrix's file name; an error for any other (checked
+    before planning, so a bad name costs no work and leaves no manifest)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".json"):
+        raise InputError(f"--matrix {Path(path)}: decision matrix export needs a .csv or .json file name")
+    return suffix[1:]
+
+
 def export_decision_matrix(plans: RecoveryPlan | Sequence[RecoveryPlan], path: str | Path) -> Path:
     """Write the decision matrix as CSV (``.csv``) or JSON records (``.json``), atomically."""
     p = Path(path)
+    fmt = matrix_format(p)
     df = decision_matrix(plans)
-    suffix = p.suffix.lower()
-    if suffix == ".csv":
+    if fmt == "csv":
         text = df.to_csv(index=False, lineterminator="\n")
-    elif suffix == ".json":
+    else:
         records = json.loads(df.to_json(orient="records"))
         text = json.dumps(records, indent=2) + "\n"
-    else:
-        raise ValueError(f"{p}: decision matrix export needs a .csv or .json file name")
     return write_text_atomic(p, text)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from servesim.engine.config import MAX_TOKENS
+from servesim.bounds import MAX_BLOCK_SIZE, MAX_SEQS, MAX_SURVIVORS, MAX_TOKENS
 from servesim.errors import InputError, reject_bool, shown
 from servesim.perf.setup import DEFAULT_GPU as DEFAULT_GPU
 from servesim.perf.setup import DEFAULT_MODEL as DEFAULT_MODEL
@@ -175,14 +175,25 @@ class ContextSpec(BaseModel):
         description="Each TP rank has its own link of network_bandwidth_gbps and moves its shard in "
         "parallel (one NIC per GPU); false: all ranks share one link.",
     )
-    block_size: int = Field(16, ge=1, description="Tokens per KV block (vLLM's default 16).")
-    max_num_batched_tokens: int = Field(2048, ge=1, description="Token budget of one engine step.")
-    max_num_seqs: int = Field(128, ge=1, description="Most running sequences per replica.")
+    block_size: int = Field(
+        16, ge=1, le=MAX_BLOCK_SIZE, description="Tokens per KV block (vLLM's default 16)."
+    )
+    max_num_batched_tokens: int = Field(
+        2048, ge=1, le=MAX_TOKENS, description="Token budget of one engine step."
+    )
+    max_num_seqs: int = Field(128, ge=1, le=MAX_SEQS, description="Most running sequences per replica.")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="For the KV capacity of a survivor.")
     survivors: int = Field(
-        DEFAULT_SURVIVORS, ge=1, description="Idle survivors assumed when no cluster is given."
+        DEFAULT_SURVIVORS,
+        ge=1,
+        le=MAX_SURVIVORS,
+        description="Idle survivors assumed when no cluster is given.",
     )
     profile: str | None = Field(None, description="Hardware profile name or JSON path (default: the GPU's).")
+
+    _no_bool = field_validator(
+        "tp", "block_size", "max_num_batched_tokens", "max_num_seqs", "survivors", mode="before"
+    )(lambda v: reject_bool(v))
 
 
 class ReleaseSpec(BaseModel):
@@ -239,7 +250,7 @@ class ClusterSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    targets: list[TargetSpec] = Field(min_length=1)
+    targets: list[TargetSpec] = Field(min_length=1, max_length=MAX_SURVIVORS)
 
     @model_validator(mode="after")
     def _unique(self) -> ClusterSpec:

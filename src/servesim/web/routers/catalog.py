@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from servesim.engine import SLO, EngineConfig
 from servesim.traces import FORMAT_NAMES, PRESETS
@@ -73,3 +73,12 @@ def _catalog() -> dict[str, Any]:
 @router.get("/catalog", summary="Models, GPUs, vLLM flags (defaults, help), SLO fields, presets, glossary")
 def catalog() -> dict[str, Any]:
     return _catalog()
+
+
+@router.get("/defaults", summary="The engine defaults a run on this GPU gets (what `vllm serve` applies)")
+def defaults(gpu: str = Query("h100", min_length=1, max_length=100)) -> dict[str, Any]:
+    from servesim.web.defaults import engine_defaults
+    from servesim.web.routers.runs import _check_hardware
+
+    _check_hardware(HardwareBody(gpu=gpu))
+    return {"gpu": gpu, "engine": engine_defaults(gpu), "source": "vllm serve (usage-context defaults)"}

@@ -21,6 +21,7 @@ from servesim.web.schemas import (
     SimulateBody,
     TuneBody,
 )
+from servesim.web.validate import check_advisor, check_tune, defaulted
 
 router = APIRouter(prefix="/api", tags=["runs"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -53,6 +54,8 @@ def _check_hardware(hw: HardwareBody) -> None:
 
 
 def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | None) -> JSONResponse:
+    """Queue the job with the settings it will run (the GPU's defaults filled in), so the run
+    stored is the run made and the form can be restored from it."""
     row = wb.jobs.submit(kind, title, body.model_dump(mode="json"), trace_id)
     return JSONResponse(job_out(row).model_dump(mode="json"), status_code=202)
 
@@ -61,6 +64,7 @@ def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | Non
 def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
+    body = defaulted(body, body.hardware.gpu)
     shape = (
         f"{body.replicas} replicas, {len(body.failures)} failures"
         if body.replicas > 1 or body.failures
@@ -76,6 +80,7 @@ def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
 def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
+    body = defaulted(body, body.hardware.gpu)
     return _submit(wb, "saturate", body.label or f"{name}: saturation sweep", body, body.trace_id)
 
 
@@ -85,10 +90,9 @@ def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
 def tune(body: TuneBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
-    if body.n_trials > wb.settings.max_trials:
-        raise Problem(
-            422, f"n_trials {body.n_trials}: this server runs at most {wb.settings.max_trials} per job"
-        )
+    if body.engine is not None:
+        body = body.model_copy(update={"engine": defaulted(body, body.hardware.gpu).engine})
+    check_tune(body, wb.settings.max_trials)
     return _submit(
         wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id
     )
@@ -96,6 +100,9 @@ def tune(body: TuneBody, wb: WB) -> JSONResponse:
 
 @router.post("/advise", status_code=202, responses=ACCEPTED, summary="Advice (Claude or rules), re-checked")
 def advise(body: AdviseBody, wb: WB) -> JSONResponse:
+    _check_hardware(body.hardware)
+    check_advisor(body)
+    body = defaulted(body, body.hardware.gpu)
     if body.task == "batching":
         if body.trace_id is None:
             raise Problem(

@@ -113,17 +113,70 @@
     }
     return el("div", {}, el("label", { for: id }, el("code", {}, spec.flag)), input, help);
   }
+  /* A field the browser cannot read as its type ("abc" in a number) is a form error, never a
+     silent default: the field is marked and the error names it. */
+  function fieldError(input) {
+    const v = input.validity;
+    if (!v || v.valid) return null;
+    if (v.badInput) return input.dataset.type === "integer" ? "not a whole number" : "not a number";
+    if (v.rangeUnderflow) return `below the minimum ${input.min}`;
+    if (v.rangeOverflow) return `above the maximum ${input.max}`;
+    if (v.stepMismatch) return "not a whole number";
+    return input.validationMessage || "invalid";
+  }
   function readFields(container) {
     const out = {};
+    const errors = [];
     for (const input of container.querySelectorAll("input[name], select[name]")) {
       const t = input.dataset.type;
+      const bad = fieldError(input);
+      input.toggleAttribute("aria-invalid", !!bad);
+      if (bad) { errors.push({ field: input.name, reason: bad }); continue; }
+      if (t === "integer" && input.value !== "" && !/^-?\d+$/.test(input.value.trim())) { errors.push({ field: input.name, reason: "not a whole number" }); input.setAttribute("aria-invalid", "true"); continue; }
       if (t === "boolean") out[input.name] = input.checked;
       else if (input.value === "") { if (input.dataset.nullable) out[input.name] = null; }
       else if (t === "integer") out[input.name] = parseInt(input.value, 10);
       else if (t === "number") out[input.name] = parseFloat(input.value);
       else out[input.name] = input.value;
     }
+    if (errors.length) throw new ApiError({ status: 422, title: "Invalid settings", detail: errors.map((e) => `${e.field}: ${e.reason}`).join("; "), errors });
     return out;
+  }
+  /* The GPU's defaults (what vllm serve applies there, GET /api/defaults) go into the fields the
+     user has not typed in, and into their help text, so the form shows what a run will use. */
+  async function showGpuDefaults() {
+    const gpu = $("hw-gpu") && $("hw-gpu").value;
+    if (!gpu) return;
+    let d;
+    try { d = await api(`/api/defaults?gpu=${encodeURIComponent(gpu)}`); } catch (e) { return; }
+    for (const [name, value] of Object.entries(d.engine)) {
+      const input = $(`eng-${name}`);
+      if (!input) continue;
+      if (!input.dataset.touched) input.value = String(value);
+      const help = $(`eng-${name}-help`);
+      if (help) help.textContent = help.textContent.replace(/ Default: .*$/, "") + ` Default: ${SS.fmt(value, "int")} (vllm serve on ${gpu}).`;
+    }
+  }
+  /* Put a run's settings back into the Run tab's form (after a reload, or "Load these settings"). */
+  function fillFields(prefix, values) {
+    for (const [k, v] of Object.entries(values || {})) {
+      const input = $(`${prefix}-${k}`);
+      if (!input) continue;
+      if (input.type === "checkbox") input.checked = !!v;
+      else input.value = v === null || v === undefined ? "" : String(v);
+      input.dataset.touched = "1";
+      input.removeAttribute("aria-invalid");
+    }
+  }
+  function loadSettings(params) {
+    if (!params) return;
+    fillFields("eng", params.engine);
+    fillFields("hw", params.hardware);
+    if (params.slo !== undefined) { for (const i of $("slo-fields").querySelectorAll("input[name]")) i.value = ""; fillFields("slo", params.slo); }
+    if (params.replicas && $("run-replicas")) $("run-replicas").value = String(params.replicas);
+    if (params.router && $("run-router")) $("run-router").value = params.router;
+    if (params.recovery && $("run-recovery")) $("run-recovery").value = params.recovery;
+    if (params.failures && $("run-failures")) $("run-failures").value = params.failures.map((f) => `${f.node}@${f.time_s}${f.recover_after_s != null ? "+" + f.recover_after_s : ""}`).join(", ");
   }
   function fillSelect(select, items, value) {
     clear(select, ...items.map((it) => el("option", { value: it.value, selected: it.value === value }, it.label)));
@@ -144,6 +197,8 @@
     }
     const eng = $("engine-fields");
     for (const spec of cat.engine_flags) eng.append(inputFor(spec, "eng"));
+    eng.addEventListener("input", (e) => { if (e.target.name) e.target.dataset.touched = "1"; });
+    $("hw-gpu").addEventListener("change", showGpuDefaults);
     const slo = $("slo-fields");
     const defaults = { ttft_ms: 1000, tpot_ms: 100, e2e_ms: null };
     for (const spec of cat.slo_fields) slo.append(inputFor(Object.assign({}, spec, { flag: spec.name, nullable: true }), "slo", defaults[spec.name]));
@@ -184,8 +239,12 @@
     const cancel = running ? el("button", { type: "button", class: "secondary small", onclick: () => cancelJob(job.id) }, "Cancel") : null;
     clear(box,
       el("div", { class: "bar", role: "progressbar", "aria-label": `${slot} progress`, "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(Math.round(pct)) }, el("div", { style: null })),
-      el("div", { class: `line ${st.status === "failed" ? "error" : ""}`, "data-status": st.status }, `${st.status}${st.total ? ` · ${st.done} / ${st.total}` : ""}${st.error ? ": " + st.error : ""}`, cancel));
+      el("div", { class: `line ${st.status === "failed" ? "error" : ""}`, "data-status": st.status }, `${st.status}${st.total ? ` · ${SS.fmt(st.done)} / ${SS.fmt(st.total)}` : ""}${st.eta_s != null && running ? ` · about ${etaText(st.eta_s)} left` : ""}${st.error ? ": " + st.error : ""}`, cancel));
     box.querySelector(".bar div").style.width = pct + "%";
+  }
+  function etaText(s) {
+    if (s < 60) return `${Math.max(1, Math.round(s))} s`;
+    return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
   }
   async function cancelJob(id) {
     try { await api(`/api/jobs/${id}`, { method: "DELETE" }); } catch (e) { toast(e.message); }
@@ -217,11 +276,15 @@
     if (!id) return;
     try {
       const run = await api(`/api/runs/${id}`);
+      if (slot === "run") loadSettings(run.job.params);  // the form shows what the shown run used
       if (run.job.status === "done") { showProgress(slot, run.job, { status: "done", done: run.job.progress_done, total: run.job.progress_total }); onDone(run); }
       else follow(slot, run.job, onDone);
     } catch (e) { localStorage.removeItem(`servesim.job.${slot}`); }
   }
   async function submit(slot, path, body, onDone) {
+    const results = $(`${slot}-results`);
+    if (results) clear(results);  // the last run's answer must not pass for this one's
+    clear(jobBox(slot));
     try {
       const job = await api(path, { method: "POST", json: body });
       follow(slot, job, onDone);
@@ -332,7 +395,8 @@
       el("a", { href: `/api/runs/${run.job.id}/requests.csv`, download: "" }, "Download per-request CSV"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
-      el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket"));
+      el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket"),
+      el("button", { type: "button", class: "secondary small", id: "load-settings", onclick: () => { loadSettings(run.job.params); toast("The form now holds this run's settings"); } }, "Load these settings"));
     box.append(toolbar);
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
     costBox(box, run.job.id);
@@ -521,7 +585,7 @@
         const s = runSettings();
         const maxg = $("tune-maxgpus").value;
         submit("tune", "/api/tune", {
-          trace_id: requireTrace(), hardware: s.hardware, slo: nonNull(readFields($("tune-slo-fields"))),
+          trace_id: requireTrace(), hardware: s.hardware, engine: s.engine, slo: nonNull(readFields($("tune-slo-fields"))),
           n_trials: parseInt($("tune-trials").value, 10), objective: $("tune-objective").value,
           verify_seeds: parseInt($("tune-verify").value, 10), max_gpus: maxg ? parseInt(maxg, 10) : null,
           study_name: $("tune-study").value || null,
@@ -650,7 +714,7 @@
       try {
         const task = $("advise-task").value;
         const body = { task, advisor: $("advise-advisor").value, optimize: parseInt($("advise-optimize").value, 10) || 0 };
-        if (task === "batching") Object.assign(body, { trace_id: requireTrace(), engine: runSettings().engine, slo: runSettings().slo });
+        if (task === "batching") { const s = runSettings(); Object.assign(body, { trace_id: requireTrace(), engine: s.engine, hardware: s.hardware, slo: s.slo }); }
         else body.data = readJson(task === "reschedule" ? "resched-input" : "recover-input");
         submit("advise", "/api/advise", body, renderAdvice);
       } catch (err) { clear(jobBox("advise"), problemBlock(err)); }
@@ -799,6 +863,7 @@
     $("history-refresh").addEventListener("click", loadHistory);
     await loadTraces();
     if (state.traceId) await selectTrace(state.traceId);
+    showGpuDefaults();
     resume("run", renderRun); resume("sweep", renderSweep); resume("tune", renderTune); resume("advise", renderAdvice); resume("bench", renderOverlay);
     const wanted = tabs.find((t) => t.id === "tab-" + location.hash.slice(1));
     if (wanted) showTab(wanted);

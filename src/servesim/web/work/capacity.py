@@ -148,6 +148,16 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     n = body.n_trials
     name = body.study_name or derived_study_name(wl, hw, body.slo, space, settings, body.target_rate, ev)
 
+    mml = wl.default_max_model_len()
+    current = None  # the user's configuration (the Run tab's), the study's baseline
+    if body.engine is not None:
+        current = Deployment.from_engine_config(
+            body.engine,
+            max_model_len=body.engine.max_model_len or mml,
+            tensor_parallel_size=body.hardware.tensor_parallel_size,
+            gpu_memory_utilization=body.hardware.gpu_memory_utilization,
+        )
+
     def trial_progress(done: int, total: int) -> None:
         report(done, total + body.verify_seeds, {"study": name, "trials": live_trials(env["db_url"], name)})
 
@@ -165,11 +175,11 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
             storage=env["db_url"],
             study_name=name,
             progress=trial_progress,
+            baseline=current,
         )
         rec = None
         if res.best is not None:
             by_number = {r.number: r for r in res.trials}
-            mml = wl.default_max_model_len()
             candidates = []
             for num in res.shortlist(3):
                 o = by_number[num].outcome
@@ -184,7 +194,15 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
                 verify_seeds=[1000 + i for i in range(body.verify_seeds)],
                 eval_settings=ev,
                 executor=ex,
-                source={"study": res.study_name, "objective": res.objective, "trials": res.shortlist(3)},
+                source={
+                    "study": res.study_name,
+                    "objective": res.objective,
+                    "trials": res.shortlist(3),
+                    "baseline_origin": "config" if current is not None else "vllm defaults",
+                },
+                baseline=Deployment.model_validate({"max_model_len": mml, **res.baseline.params})
+                if res.baseline is not None
+                else current,
                 progress=lambda done, total: report(
                     n + done * body.verify_seeds // max(total, 1), n + body.verify_seeds
                 ),

@@ -34,7 +34,6 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
     from servesim.cluster.recovery import plan_recovery
     from servesim.resched import parse_input
     from servesim.traces import load_trace
-    from servesim.web.schemas import HardwareBody
     from servesim.web.work.runs import deployment
 
     body = AdviseBody.model_validate(params)
@@ -44,10 +43,15 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
         if body.trace_id is None:
             raise ValueError("batching advice needs trace_id")
         trace = load_trace(trace_path(env, body.trace_id))
-        hw = HardwareBody()
+        hw = body.hardware  # the Run tab's model, GPU and TP
         cfg, step, _ = deployment(body.engine, hw, trace)
         case = BatchingCase(
-            trace, cfg, step, slo=body.slo, replicas=1, hardware=f"{hw.model} on one {hw.gpu}"
+            trace,
+            cfg,
+            step,
+            slo=body.slo,
+            replicas=1,
+            hardware=f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}",
         )
         if body.optimize > 0:
             case.optimizer_best = optimizer_best(case, body.optimize, 0)

@@ -50,7 +50,7 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     config, step, notes = deployment(body.engine, body.hardware, trace)
     if body.replicas > 1 or body.failures:
         return _cluster(body, trace, config, step, notes, env, report)
-    result = simulate(trace, config, step, slo=body.slo, observers=[ProgressCallback(report)])
+    result = simulate(trace, config, step, slo=body.slo, progress=report)  # counters, not per-step events
     save_requests(result.to_pandas(), env)
     return run_result(result, notes)
 
