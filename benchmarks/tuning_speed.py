@@ -39,7 +39,6 @@ import optuna
 
 import servesim.tuning.evaluate as evaluate
 import servesim.tuning.executors as executors
-import servesim.tuning.jobs as jobs
 import servesim.tuning.search as search
 import servesim.tuning.workload as workload_mod
 from servesim.traces import Trace, load_trace
@@ -57,7 +56,9 @@ from servesim.tuning import (
     tune,
 )
 
-engine_simulate = importlib.import_module("servesim.engine.simulate")  # the package exports a function of that name
+engine_simulate = importlib.import_module(
+    "servesim.engine.simulate"
+)  # the package exports a function of that name
 
 # ---------------------------------------------------------------- timers (driver and workers)
 _TIMES: dict[str, float] = defaultdict(float)
@@ -122,7 +123,7 @@ class TimedProcessExecutor(executors.ProcessExecutor):
             initargs=(ctx,),
         )
 
-    def map(self, jobs_: Sequence[Any]) -> list[Any]:
+    def _run(self, jobs_: Sequence[Any]) -> list[Any]:
         out = []
         for job in jobs_:
             self.jobs_by_kind[type(job).__name__] += 1
@@ -188,7 +189,9 @@ def main() -> None:
         install_worker_timers()
     install_driver_timers()
     t0 = time.perf_counter()
-    ex: Any = TimedProcessExecutor(ctx, args.jobs) if args.executor == "process" else make_executor("local", ctx)
+    ex: Any = (
+        TimedProcessExecutor(ctx, args.jobs) if args.executor == "process" else make_executor("local", ctx)
+    )
     if args.executor == "process":  # spawn the workers now, as the pool's first map would
         ex._pool.submit(os.getpid).result()
     t_start = time.perf_counter() - t0
@@ -204,7 +207,7 @@ def main() -> None:
             )
         driver0 = dict(_TIMES)
         map_time = [0.0]
-        inner_map = ex.map
+        inner_map = ex._run
 
         def timed_map(js: Sequence[Any]) -> list[Any]:
             t = time.perf_counter()
@@ -213,7 +216,7 @@ def main() -> None:
             finally:
                 map_time[0] += time.perf_counter() - t
 
-        ex.map = timed_map
+        ex._run = timed_map
         t2 = time.perf_counter()
         st = TuneSettings(n_trials=args.trials)
         res = tune(wl, hw, slo, settings=st, eval_settings=ev, executor=ex, n_jobs=args.jobs, storage=url)
@@ -224,6 +227,7 @@ def main() -> None:
         worker_cpu_tune = getattr(ex, "worker_cpu", 0.0)
         tune_jobs = dict(getattr(ex, "jobs_by_kind", {}))
         tune_counts = dict(getattr(ex, "worker_counts", _COUNTS))
+        tune_hits = ex.hits
         t_rec = 0.0
         rec = None
         if not args.no_recommend:
@@ -262,7 +266,9 @@ def main() -> None:
         f"pruned as invalid, {res.n_feasible} feasible; {res.reused} repeated a combination and were not "
         f"simulated again: {distinct} evaluated) = {t_tune / max(res.n_trials, 1):.2f} s a trial"
     )
-    print(f"  jobs sent to the workers: {tune_jobs or 'local'}")
+    print(
+        f"  jobs sent to the workers: {tune_jobs or 'local'}; runs found in the executor's cache {tune_hits}"
+    )
     print("where the study's time goes (driver wall time):")
     opt = tune_driver.get("optuna ask", 0.0) + tune_driver.get("optuna suggest", 0.0)
     tell = tune_driver.get("optuna tell + storage", 0.0)
@@ -293,8 +299,11 @@ def main() -> None:
         print(f"recommend (3 fresh seeds, saturation, ablations, flag changes): {t_rec:.1f} s")
         all_jobs = dict(getattr(ex, "jobs_by_kind", {}))
         more = {k: v - tune_jobs.get(k, 0) for k, v in all_jobs.items() if v - tune_jobs.get(k, 0)}
-        print(f"  jobs sent to the workers: {more or 'local'}")
-    print(f"executor start-up {t_start:.1f} s; total {total:.1f} s (study + recommendation {t_tune + t_rec:.1f} s)")
+        print(f"  jobs sent to the workers: {more or 'local'}; runs found in the cache {ex.hits - tune_hits}")
+    print(
+        f"executor start-up {t_start:.1f} s; total {total:.1f} s "
+        f"(study + recommendation {t_tune + t_rec:.1f} s)"
+    )
     print(
         f"CPU: driver {cpu.ru_utime + cpu.ru_stime:.1f} s, workers {kids.ru_utime + kids.ru_stime:.1f} s; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
