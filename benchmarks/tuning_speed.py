@@ -1,21 +1,46 @@
-"""Capacity planning on a 1,000-request trace: wall time of `saturate` and of `tune` + recommend.
+"""Search speed: a 200-trial study on 10,000 requests, then the recommendation, as `servesim tune`
+runs them, with where the time goes.
 
-    uv run python benchmarks/tuning_speed.py                      # Azure conv slice, 40 trials, process pool
-    uv run python benchmarks/tuning_speed.py --source default --trials 20 --executor local
+    .venv/bin/python benchmarks/tuning_speed.py                   # issue 28's case: 200 trials, 10k requests
+    .venv/bin/python benchmarks/tuning_speed.py --requests 1000 --trials 40 --saturate
+    .venv/bin/python benchmarks/tuning_speed.py --storage memory --executor local --trials 20
 
-The trace is the first 1,000 requests of the bundled Azure conversation trace (real arrivals and
-lengths; ``--source default`` uses the generator preset instead) on the default hardware context
-(llama-3.1-8b on one H100, roofline step times). Timings are printed, never asserted.
+The trace is the first ``--requests`` requests of the bundled Azure conversation trace (real
+arrivals and lengths; ``--source default`` uses the generator preset instead) on the default
+hardware context (llama-3.1-8b on one H100, roofline step times). Like ``servesim tune`` it runs a
+process pool of ``--jobs`` workers (spawned once, each given the workload once by its
+initializer), keeps the study in a fresh SQLite file (``--storage memory``: Optuna's in-memory
+storage), and verifies the first three of ``TuneResult.shortlist`` on three fresh seeds.
+
+The breakdown: the driver's time in Optuna (ask + the sampler's suggestions), in telling results
+(the storage's writes), waiting for the workers, and in ``recommend``; inside the workers, summed
+over workers, the engine (``simulate`` less its results), turning its records into results
+(``simulate.build_result``), judging a run (``evaluate.measure``: queue test, KV events,
+percentiles), building the seeded traces, and the rest of a job; the gap between the
+workers' busy time and (workers x waiting time) is the pool's idle time and overhead (pickling,
+IPC, a batch waiting for its slowest trial). Timings are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import resource
+import tempfile
 import time
 import warnings
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import optuna
 
+import servesim.tuning.evaluate as evaluate
+import servesim.tuning.executors as executors
+import servesim.tuning.search as search
+import servesim.tuning.workload as workload_mod
 from servesim.traces import Trace, load_trace
 from servesim.tuning import (
     Deployment,
@@ -31,6 +56,94 @@ from servesim.tuning import (
     tune,
 )
 
+engine_simulate = importlib.import_module(
+    "servesim.engine.simulate"
+)  # the package exports a function of that name
+
+# ---------------------------------------------------------------- timers (driver and workers)
+_TIMES: dict[str, float] = defaultdict(float)
+_COUNTS: dict[str, int] = defaultdict(int)
+
+
+def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _TIMES[name] += time.perf_counter() - t0
+            _COUNTS[name] += 1
+
+    return wrapper
+
+
+def _patch(obj: Any, attr: str, name: str) -> None:
+    setattr(obj, attr, _timed(name, getattr(obj, attr)))
+
+
+def install_worker_timers() -> None:
+    """Time the phases of a job where it runs (nested timers: the engine is inside simulate)."""
+    _patch(evaluate, "simulate", "simulate")
+    _patch(evaluate, "simulate_cluster", "simulate")
+    _patch(engine_simulate, "build_result", "engine results")
+    _patch(evaluate, "measure", "measure")
+    _patch(workload_mod.Workload, "trace", "traces")
+    _patch(executors, "execute", "job")
+
+
+def _init_timed_worker(ctx: EvalContext) -> None:
+    executors._init_worker(ctx)
+    install_worker_timers()
+
+
+def _run_timed(job: Any) -> tuple[Any, dict[str, float], dict[str, int], float]:
+    _TIMES.clear()
+    _COUNTS.clear()
+    c0 = time.process_time()
+    out = executors._run_in_worker(job)
+    return out, dict(_TIMES), dict(_COUNTS), time.process_time() - c0
+
+
+class TimedProcessExecutor(executors.ProcessExecutor):
+    """``servesim``'s process pool, with the workers' phase times sent back with each result."""
+
+    def __init__(self, ctx: EvalContext, n_jobs: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.ctx = ctx
+        self.worker_times: dict[str, float] = defaultdict(float)
+        self.worker_counts: dict[str, int] = defaultdict(int)
+        self.worker_cpu = 0.0
+        self.jobs_by_kind: dict[str, int] = defaultdict(int)
+        self._pool = ProcessPoolExecutor(
+            max_workers=n_jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_timed_worker,
+            initargs=(ctx,),
+        )
+
+    def _run(self, jobs_: Sequence[Any]) -> list[Any]:
+        out = []
+        for job in jobs_:
+            self.jobs_by_kind[type(job).__name__] += 1
+        for res, times, counts, cpu in self._pool.map(_run_timed, jobs_):
+            for k, v in times.items():
+                self.worker_times[k] += v
+            for k, n in counts.items():
+                self.worker_counts[k] += n
+            self.worker_cpu += cpu
+            out.append(res)
+        return out
+
+
+def install_driver_timers() -> None:
+    """Optuna's ask and the space's suggestions, telling results, the executor's map."""
+    _patch(optuna.Study, "ask", "optuna ask")
+    _patch(search.SearchSpace, "suggest", "optuna suggest")
+    _patch(search, "_tell", "optuna tell + storage")
+    _patch(search, "summarize_study", "summarize")
+
 
 def workload(source: str, n: int) -> Workload:
     if source == "default":
@@ -40,14 +153,22 @@ def workload(source: str, n: int) -> Workload:
     return Workload.from_trace(head, name=f"{source} (first {n})")
 
 
+def row(label: str, seconds: float, total: float, note: str = "") -> None:
+    share = f"{100 * seconds / total:5.1f} %" if total > 0 else ""
+    print(f"  {label:<34} {seconds:8.1f} s  {share}  {note}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", default="azure-conv", help="bundled trace name, or 'default' (generator)")
-    ap.add_argument("--requests", type=int, default=1000)
-    ap.add_argument("--trials", type=int, default=40)
-    ap.add_argument("--executor", default="process", choices=["local", "process", "ray"])
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--executor", default="process", choices=["local", "process"])
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--storage", default="sqlite", help="'sqlite' (a fresh file, as servesim tune), 'memory'")
     ap.add_argument("--slo", default="ttft_p99_ms=2000,tpot_p99_ms=80")
+    ap.add_argument("--saturate", action="store_true", help="also time `saturate` on vLLM-like flags")
+    ap.add_argument("--no-recommend", action="store_true", help="the study alone")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -59,46 +180,143 @@ def main() -> None:
     rate = wl.base_rate
     assert rate is not None
     print(f"workload: {wl.name}, {wl.num_requests} requests at {rate:.2f} req/s; {hw.model} on {hw.gpu}")
-    print(f"SLO {slo.describe()}; executor {args.executor} x {args.jobs}")
+    print(f"SLO {slo.describe()}; executor {args.executor} x {args.jobs}; storage {args.storage}")
 
+    tmp = tempfile.TemporaryDirectory()
+    url = None if args.storage == "memory" else f"sqlite:///{Path(tmp.name) / 'study.db'}"
     ctx = EvalContext(wl, hw, slo, ev)
+    if args.executor == "local":
+        install_worker_timers()
+    install_driver_timers()
     t0 = time.perf_counter()
-    with make_executor(args.executor, ctx, n_jobs=args.jobs) as ex:
-        t_start = time.perf_counter() - t0
-        mml = wl.default_max_model_len()
-        d = Deployment(max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=mml)
-        t1 = time.perf_counter()
-        rep = find_saturation(wl, d, hw, slo, target_rate=rate, eval_settings=ev, executor=ex)
-        t_sat = time.perf_counter() - t1
-        print(
-            f"saturate: {t_sat:.1f} s, {rep.num_simulations} simulations, {len(rep.points)} rates; "
-            f"knee {rep.goodput_knee_rps} req/s, saturation {rep.saturation_rps} req/s"
-        )
+    ex: Any = (
+        TimedProcessExecutor(ctx, args.jobs) if args.executor == "process" else make_executor("local", ctx)
+    )
+    if args.executor == "process":  # spawn the workers now, as the pool's first map would
+        ex._pool.submit(os.getpid).result()
+    t_start = time.perf_counter() - t0
+    mml = wl.default_max_model_len()
+    with ex:
+        if args.saturate:
+            d = Deployment(max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=mml)
+            t1 = time.perf_counter()
+            rep = find_saturation(wl, d, hw, slo, target_rate=rate, eval_settings=ev, executor=ex)
+            print(
+                f"saturate: {time.perf_counter() - t1:.1f} s, {rep.num_simulations} simulations, "
+                f"{len(rep.points)} rates; knee {rep.goodput_knee_rps} req/s, saturation {rep.saturation_rps}"
+            )
+        driver0 = dict(_TIMES)
+        map_time = [0.0]
+        inner_map = ex._run
+
+        def timed_map(js: Sequence[Any]) -> list[Any]:
+            t = time.perf_counter()
+            try:
+                return inner_map(js)
+            finally:
+                map_time[0] += time.perf_counter() - t
+
+        ex._run = timed_map
         t2 = time.perf_counter()
         st = TuneSettings(n_trials=args.trials)
-        res = tune(wl, hw, slo, settings=st, eval_settings=ev, executor=ex, n_jobs=args.jobs)
+        res = tune(wl, hw, slo, settings=st, eval_settings=ev, executor=ex, n_jobs=args.jobs, storage=url)
         t_tune = time.perf_counter() - t2
-        print(
-            f"tune: {t_tune:.1f} s for {res.n_trials} trials ({res.n_complete} complete, "
-            f"{res.n_pruned} pruned, {res.n_feasible} feasible)"
-        )
-        by_number = {r.number: r for r in res.trials}
-        cands = []
-        for n in res.shortlist(3):
-            o = by_number[n].outcome
-            assert o is not None
-            cands.append(Deployment.model_validate({"max_model_len": mml, **o.params}))
-        t3 = time.perf_counter()
-        rec = recommend(wl, hw, slo, cands, target_rate=rate, eval_settings=ev, executor=ex)
-        t_rec = time.perf_counter() - t3
+        tune_map = map_time[0]
+        tune_driver = {k: v - driver0.get(k, 0.0) for k, v in _TIMES.items()}
+        worker_tune = dict(getattr(ex, "worker_times", _TIMES))
+        worker_cpu_tune = getattr(ex, "worker_cpu", 0.0)
+        tune_jobs = dict(getattr(ex, "jobs_by_kind", {}))
+        tune_counts = dict(getattr(ex, "worker_counts", _COUNTS))
+        tune_hits = ex.hits
+        t_rec = 0.0
+        rec = None
+        if not args.no_recommend:
+            picks = res.shortlist(3)
+            by_number = {r.number: r for r in res.trials}
+            cands = [
+                Deployment.model_validate({"max_model_len": mml, "policy": "fcfs", **by_number[n].params})
+                for n in picks
+            ]
+            base = (
+                Deployment.model_validate({"max_model_len": mml, "policy": "fcfs", **res.baseline.params})
+                if res.baseline is not None
+                else None
+            )
+            t3 = time.perf_counter()
+            rec = recommend(
+                wl,
+                hw,
+                slo,
+                cands,
+                target_rate=res.target_rate_rps,
+                verify_seeds=[1000, 1001, 1002],
+                eval_settings=ev,
+                executor=ex,
+                baseline=base,
+                add_capacity=True,
+            )
+            t_rec = time.perf_counter() - t3
     total = time.perf_counter() - t0
-    print(f"recommend (3 fresh seeds, saturation, ablations): {t_rec:.1f} s")
-    print(f"executor start-up {t_start:.1f} s; total {total:.1f} s")
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+
+    distinct = res.n_trials - res.reused
     print(
-        f"recommended: {rec.replicas} x TP {rec.deployment.tensor_parallel_size}, meets SLO {rec.meets_slo}, "
-        f"{rec.status}, saturation {rec.saturation_rps} req/s, headroom {rec.headroom}"
+        f"\ntune: {t_tune:.1f} s for {res.n_trials} trials ({res.n_complete} complete, {res.n_pruned} "
+        f"pruned as invalid, {res.n_feasible} feasible; {res.reused} repeated a combination and were not "
+        f"simulated again: {distinct} evaluated) = {t_tune / max(res.n_trials, 1):.2f} s a trial"
     )
-    print(rec.vllm_serve_command)
+    print(
+        f"  jobs sent to the workers: {tune_jobs or 'local'}; runs found in the executor's cache {tune_hits}"
+    )
+    print("where the study's time goes (driver wall time):")
+    opt = tune_driver.get("optuna ask", 0.0) + tune_driver.get("optuna suggest", 0.0)
+    tell = tune_driver.get("optuna tell + storage", 0.0)
+    summ = tune_driver.get("summarize", 0.0)
+    row("Optuna ask + sampling", opt, t_tune)
+    row("Optuna tell + storage writes", tell, t_tune)
+    row("waiting for the workers", tune_map, t_tune)
+    row("summary, seeding, the rest", t_tune - opt - tell - tune_map, t_tune, f"(summary {summ:.1f} s)")
+    busy = worker_tune.get("job", 0.0)
+    workers = args.jobs if args.executor == "process" else 1
+    print(f"inside the workers (summed over {workers}; CPU {worker_cpu_tune:.1f} s):")
+    results = worker_tune.get("engine results", 0.0)
+    eng = worker_tune.get("simulate", 0.0) - results
+    meas = worker_tune.get("measure", 0.0)
+    traces = worker_tune.get("traces", 0.0)
+    slots = workers * tune_map
+    row("simulate: engine", eng, slots)
+    row("simulate: records -> results", results, slots)
+    row("measurement (queue test, KV, pct)", meas, slots)
+    row("seeded traces", traces, slots)
+    row("rest of a job (deployment, probe...)", busy - eng - results - meas - traces, slots)
+    row("pool idle / pickling / IPC", slots - busy, slots, f"(of {workers} x {tune_map:.1f} s)")
+    sims = worker_tune.get("simulate", 0.0)
+    nsim = int(tune_counts.get("simulate", 0))
+    if nsim:
+        print(f"  {nsim} engine runs, {sims / nsim:.2f} s each")
+    if rec is not None:
+        print(f"recommend (3 fresh seeds, saturation, ablations, flag changes): {t_rec:.1f} s")
+        all_jobs = dict(getattr(ex, "jobs_by_kind", {}))
+        more = {k: v - tune_jobs.get(k, 0) for k, v in all_jobs.items() if v - tune_jobs.get(k, 0)}
+        print(f"  jobs sent to the workers: {more or 'local'}; runs found in the cache {ex.hits - tune_hits}")
+    print(
+        f"executor start-up {t_start:.1f} s; total {total:.1f} s "
+        f"(study + recommendation {t_tune + t_rec:.1f} s)"
+    )
+    print(
+        f"CPU: driver {cpu.ru_utime + cpu.ru_stime:.1f} s, workers {kids.ru_utime + kids.ru_stime:.1f} s; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    if res.best is not None:
+        print(f"best trial #{res.best.number}: {res.best.params}")
+    if rec is not None:
+        print(
+            f"recommended: {rec.verdict}, {rec.replicas} x TP {rec.deployment.tensor_parallel_size}, "
+            f"meets SLO {rec.meets_slo}, {rec.status}, saturation {rec.saturation_rps} req/s"
+        )
+        print(rec.vllm_serve_command)
+    tmp.cleanup()
 
 
 if __name__ == "__main__":

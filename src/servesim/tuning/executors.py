@@ -24,8 +24,10 @@ from concurrent.futures import ProcessPoolExecutor
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
+from pydantic import BaseModel
+
 from servesim.errors import InternalError, shown
-from servesim.tuning.jobs import EvalContext, Job, execute
+from servesim.tuning.jobs import EvalContext, Job, ProbeJob, RunJob, execute
 
 ExecutorKind = Literal["local", "process", "ray"]
 
@@ -38,7 +40,53 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def job_key(job: Job) -> str | None:
+    """What a run or probe result depends on besides the context (None: not cached). The probe
+    runs without a queue timeout (``evaluate.probe_capacity``), so deployments differing only
+    there share it."""
+    if isinstance(job, RunJob):
+        return f"run|{job.rate!r}|{job.seed}|{job.deployment.model_dump_json()}"
+    if isinstance(job, ProbeJob):
+        d = job.deployment.model_copy(update={"queue_timeout_s": None})
+        return f"probe|{job.rate!r}|{job.seed}|{d.model_dump_json()}"
+    return None
+
+
 class _Base:
+    """Results of runs and probes are kept (``job_key``): a job asked again in the same context
+    (the same sweep point of two searches, a candidate verified twice) is not simulated again.
+    Jobs are deterministic, so a kept result is the one a fresh run gives."""
+
+    _memo: dict[str, Any]
+    hits: int = 0
+
+    def map(self, jobs: Sequence[Job]) -> list[Any]:
+        memo = self.__dict__.setdefault("_memo", {})
+        keys = [job_key(j) for j in jobs]
+        todo: dict[str | int, Job] = {}
+        for i, (k, j) in enumerate(zip(keys, jobs, strict=True)):
+            if k is None:
+                todo[i] = j
+            elif k not in memo and k not in todo:
+                todo[k] = j
+        fresh = dict(zip(todo, self._run(list(todo.values())), strict=True)) if todo else {}
+        out: list[Any] = []
+        for i, k in enumerate(keys):
+            if k is None:
+                out.append(fresh[i])
+                continue
+            if k in fresh:
+                memo[k] = fresh.pop(k)
+                out.append(memo[k])
+            else:
+                self.hits += 1
+                out.append(memo[k])
+        # A caller may change what it got (a RunMetrics' violations): each gets its own copy.
+        return [r.model_copy(deep=True) if isinstance(r, BaseModel) else r for r in out]
+
+    def _run(self, jobs: Sequence[Job]) -> list[Any]:
+        raise NotImplementedError
+
     def __enter__(self) -> Self:
         return self
 
@@ -59,7 +107,7 @@ class LocalExecutor(_Base):
     def __init__(self, ctx: EvalContext) -> None:
         self.ctx = ctx
 
-    def map(self, jobs: Sequence[Job]) -> list[Any]:
+    def _run(self, jobs: Sequence[Job]) -> list[Any]:
         return [execute(self.ctx, j) for j in jobs]
 
 
@@ -93,7 +141,7 @@ class ProcessExecutor(_Base):
             initargs=(ctx,),
         )
 
-    def map(self, jobs: Sequence[Job]) -> list[Any]:
+    def _run(self, jobs: Sequence[Job]) -> list[Any]:
         return list(self._pool.map(_run_in_worker, jobs))
 
     def close(self) -> None:
@@ -147,7 +195,7 @@ class RayExecutor(_Base):
         self._ctx_ref = ray.put(ctx)
         self._task = ray.remote(num_cpus=1)(_ray_execute)
 
-    def map(self, jobs: Sequence[Job]) -> list[Any]:
+    def _run(self, jobs: Sequence[Job]) -> list[Any]:
         refs = [self._task.remote(self._ctx_ref, j) for j in jobs]
         return list(self._ray.get(refs))
 

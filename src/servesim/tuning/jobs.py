@@ -154,7 +154,19 @@ def build_deployment(spec: TrialSpec, params: dict[str, Any]) -> Deployment:
     return Deployment.model_validate({**spec.fixed, **params})
 
 
-def evaluate_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome:
+@dataclass(frozen=True)
+class TrialRuns:
+    """A valid trial's simulations: one ``RunJob`` per search seed at the target rate, then the
+    capacity probe. They are independent jobs, so an executor spreads one trial's runs over its
+    workers (a batch of trials no longer waits for its slowest trial on one worker)."""
+
+    deployment: Deployment
+    jobs: tuple[RunJob | ProbeJob, ...]
+    notes: tuple[str, ...]
+
+
+def plan_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome | TrialRuns:
+    """An invalid combination's outcome (at once, with its reason), or the runs that measure it."""
     spec = job.spec
     n_cons = len(constraint_names(ctx.slo))
     bad = [1.0] * n_cons
@@ -186,13 +198,23 @@ def evaluate_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome:
     except ValueError as exc:
         return invalid(hardware_rule(exc), reason_of(exc))
     rate = spec.target_rate
-    runs = [
-        run_once(ctx.workload.trace(rate, s), d, ctx.hardware, ctx.slo, ctx.settings, seed=s, rate=rate)
-        for s in spec.seeds
-    ]
-    probe = ctx.workload.trace(rate * spec.probe_factor, spec.seeds[0])
-    cap = probe_capacity(probe, d, ctx.hardware, ctx.settings)
-    return trial_outcome(job, d, runs, cap, ctx, list(res.warnings))
+    runs: list[RunJob | ProbeJob] = [RunJob(d, rate, s) for s in spec.seeds]
+    runs.append(ProbeJob(d, rate * spec.probe_factor, spec.seeds[0]))
+    return TrialRuns(d, tuple(runs), tuple(res.warnings))
+
+
+def finish_trial(ctx: EvalContext, job: TrialJob, plan: TrialRuns, results: list[Any]) -> TrialOutcome:
+    """The outcome from ``plan``'s results (in its jobs' order: the seeds' runs, then the probe)."""
+    *runs, cap = results
+    return trial_outcome(job, plan.deployment, list(runs), float(cap), ctx, list(plan.notes))
+
+
+def evaluate_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome:
+    """One trial in this process: ``plan_trial``, its runs one after the other, ``finish_trial``."""
+    plan = plan_trial(ctx, job)
+    if isinstance(plan, TrialOutcome):
+        return plan
+    return finish_trial(ctx, job, plan, [execute(ctx, j) for j in plan.jobs])
 
 
 def trial_outcome(

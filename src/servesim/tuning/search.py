@@ -57,8 +57,11 @@ from servesim.tuning.jobs import (
     Objective,
     TrialJob,
     TrialOutcome,
+    TrialRuns,
     TrialSpec,
     constraint_names,
+    finish_trial,
+    plan_trial,
 )
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.space import KNOBS, SearchSpace
@@ -235,7 +238,10 @@ def rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     for attempt in range(attempts):
         try:
-            return optuna.storages.RDBStorage(url, **kwargs)
+            storage = optuna.storages.RDBStorage(url, **kwargs)
+            if url.startswith("sqlite") and _sqlite_file(url):
+                fast_sqlite(storage.engine)
+            return storage
         except Exception as exc:  # sqlalchemy's errors, wrapped or not
             text = str(exc)
             racing = ("already exists", "locked", "UNIQUE constraint failed", "IntegrityError")
@@ -245,6 +251,34 @@ def rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
     raise AssertionError("unreachable")
 
 
+def fast_sqlite(engine: Any) -> None:
+    """Write-ahead logging with ``synchronous=NORMAL`` on every connection to a SQLite study: a
+    commit appends to the log without waiting for the disk to flush (an Optuna trial is some 20
+    commits: its parameters, attributes, constraints and state, one each), readers and the
+    writer no longer block each other, and the file stays consistent through a crash (the last
+    commits may be lost, never half-written). Not for a database in memory (``_sqlite_file``)."""
+    from sqlalchemy import event
+
+    def pragmas(conn: Any, _record: Any) -> None:
+        cur = conn.cursor()
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cur.close()
+
+    event.listen(engine, "connect", pragmas)
+    engine.dispose()  # the connections made while creating the schema reconnect with them
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file of a SQLite URL (None: in memory)."""
+    from sqlalchemy.engine import make_url
+
+    db = make_url(url).database
+    return db if db and db != ":memory:" else None
+
+
 def seeding_lock(storage: str | None) -> AbstractContextManager[None]:
     """Workers sharing a SQLite study take turns to open and seed it. Optuna's
     ``enqueue_trial(skip_if_exists=True)`` reads then writes, and SQLite has no row locks: two
@@ -252,12 +286,8 @@ def seeding_lock(storage: str | None) -> AbstractContextManager[None]:
     ever. A server database (PostgreSQL, MySQL) is not locked here."""
     if storage is None or not storage.startswith("sqlite"):
         return nullcontext()
-    from sqlalchemy.engine import make_url
-
-    db = make_url(storage).database
-    if not db or db == ":memory:":
-        return nullcontext()
-    return file_lock(f"{db}.servesim-lock")
+    db = _sqlite_file(storage)
+    return nullcontext() if db is None else file_lock(f"{db}.servesim-lock")
 
 
 def open_study(
@@ -396,10 +426,10 @@ def tune(
         plan = seed_study(study, sp, base, hardware, spec, st)
     if isinstance(executor, str):
         with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
-            reused = _run_trials(study, ex, sp, spec, st, slo, st.batch or n_jobs, progress, plan.n_trials)
+            reused = _run_trials(study, ex, ctx, sp, spec, st, st.batch or n_jobs, progress, plan.n_trials)
     else:
         check_executor(executor, ctx)
-        reused = _run_trials(study, executor, sp, spec, st, slo, st.batch or n_jobs, progress, plan.n_trials)
+        reused = _run_trials(study, executor, ctx, sp, spec, st, st.batch or n_jobs, progress, plan.n_trials)
     res = summarize_study(study, name, storage, st.objective, spec.target_rate, sp, slo)
     return finish_summary(res, plan, reused, slo)
 
@@ -585,10 +615,10 @@ def _key(params: dict[str, Any]) -> str:
 def _run_trials(
     study: optuna.Study,
     ex: Executor,
+    ctx: EvalContext,
     sp: SearchSpace,
     spec: TrialSpec,
     st: TuneSettings,
-    slo: PercentileSLO | None,
     batch: int,
     progress: Progress | None,
     n_trials: int,
@@ -596,7 +626,7 @@ def _run_trials(
     """Ask a batch, evaluate it, tell it in trial order; until ``n_trials`` are done. A
     combination already evaluated in this study is not simulated again: its outcome is told
     once more (returns how many were reused)."""
-    cnames = constraint_names(slo)
+    cnames = constraint_names(ctx.slo)
     mml = int(spec.fixed["max_model_len"])
     known: dict[str, TrialOutcome] = {}
     for ft in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
@@ -616,8 +646,7 @@ def _run_trials(
             key = _key(p)
             if key not in known and key not in fresh:
                 fresh[key] = TrialJob(t.number, p, spec)
-        results: list[TrialOutcome] = ex.map(list(fresh.values())) if fresh else []
-        known.update(zip(fresh.keys(), results, strict=True))
+        known.update(zip(fresh.keys(), evaluate_batch(ex, ctx, list(fresh.values())), strict=True))
         outcomes = []
         for t, p in zip(asked, params, strict=True):
             o = known[_key(p)]
@@ -636,6 +665,23 @@ def _run_trials(
         if progress is not None:
             progress(done, n_trials)
     return reused
+
+
+def evaluate_batch(ex: Executor, ctx: EvalContext, trials: list[TrialJob]) -> list[TrialOutcome]:
+    """The trials' outcomes, in order. Each valid trial's runs (its seeds and its probe) go to the
+    executor as separate jobs, all the batch's in one ``map``: the workers share them out, instead
+    of each taking a whole trial and the batch waiting for the slowest. The outcomes are those
+    ``evaluate_trial`` gives (``finish_trial`` of the same runs; jobs are deterministic)."""
+    plans = [plan_trial(ctx, t) for t in trials]
+    runs = [j for p in plans if isinstance(p, TrialRuns) for j in p.jobs]
+    results = iter(ex.map(runs) if runs else [])
+    out: list[TrialOutcome] = []
+    for t, p in zip(trials, plans, strict=True):
+        if isinstance(p, TrialOutcome):
+            out.append(p)
+        else:
+            out.append(finish_trial(ctx, t, p, [next(results) for _ in p.jobs]))
+    return out
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, out: TrialOutcome, cnames: list[str]) -> None:
