@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from servesim.bounds import MAX_REPLICAS
+from servesim.bounds import MAX_GPU_BLOCKS, MAX_REPLICAS
 from servesim.cluster.config import RouterPolicy
-from servesim.engine.config import MAX_GPU_BLOCKS, EngineConfig
+from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import ConfigError, describe, shown
