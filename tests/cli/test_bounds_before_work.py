@@ -61,7 +61,7 @@ def test_cluster_replicas_bound() -> None:
 
 @pytest.mark.parametrize("slo", [",,,", "ttft_p99_ms=inf", "tpot_p99_ms=nan"])
 def test_slo_without_a_finite_cap_is_refused(slo: str) -> None:
-    _refused(["simulate", "default", "-n", "5", *FAST, "--slo", slo], "SLO")
+    _refused(["simulate", "default", "-n", "5", *FAST, "--slo", slo], "--slo")
 
 
 def test_json_true_is_not_a_number(tmp_path: Path) -> None:

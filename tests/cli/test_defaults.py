@@ -130,7 +130,9 @@ def test_every_command_starts_from_what_vllm_serve_runs_on_the_gpu(
     )
     clus = _ok(["cluster", trace, *g, "--replicas", "2", "--recovery", "restart"]).splitlines()
     assert clus[1] == line
-    sat = json.loads(_ok(["saturate", trace, *g, "--rates", "5", "--seeds", "1", "--json"]))
+    sat = json.loads(
+        _ok(["saturate", trace, *g, "--min-rate", "10", "--max-rate", "20", "--seeds", "1", "--json"])
+    )
     dep = sat["deployment"]
     assert (dep["max_num_seqs"], dep["max_num_batched_tokens"]) == want
     assert _ok(["simulate", trace, *g]).splitlines()[1] == line

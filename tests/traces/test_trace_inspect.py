@@ -120,4 +120,5 @@ def test_cli_json_is_deterministic_and_sorted(tmp_path: Path) -> None:
     data = json.loads(first.stdout)
     assert list(data) == sorted(data)
     assert data["num_requests"] == 20 and data["num_tenants"] == 1 and data["format"] == "native-parquet"
+    assert (data.pop("kind"), data.pop("schema_version")) == ("trace", 1)
     assert data == inspect_trace(load_trace(path)).model_dump(mode="json")

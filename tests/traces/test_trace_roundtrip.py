@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servesim.bounds import MAX_TOKENS
 from servesim.traces import (
     FixedLength,
     GeneratorSpec,
@@ -21,6 +22,8 @@ from servesim.traces import (
 )
 from servesim.traces.frame import check_frame
 
+#: Token counts up to the readers' bound (servesim.bounds: a larger row is dropped with a note,
+#: tests/traces test that), the domain over which a round trip must be lossless.
 INT64 = st.integers(-(2**63), 2**63 - 1)
 # Any text a user might put in an id or label: quotes, commas, CR/LF, unicode; not surrogates or NUL.
 TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=8)
@@ -39,7 +42,7 @@ def traces(draw: st.DrawFn) -> Trace:
         rec: dict[str, Any] = {
             "req_id": rid,
             "arrival_time_s": draw(FLOAT),
-            "output_len": draw(st.integers(1, 2**62)),
+            "output_len": draw(st.integers(1, MAX_TOKENS)),
             "priority": draw(INT64),
             "tenant": draw(st.none() | TEXT),
             "sla_ttft_ms": draw(SLO),
@@ -48,9 +51,9 @@ def traces(draw: st.DrawFn) -> Trace:
         if sharing == "hash":
             hashes = draw(st.lists(INT64, max_size=5))
             rec["hash_ids"] = hashes
-            rec["prompt_len"] = draw(st.integers(max(1, (len(hashes) - 1) * block + 1), 2**40))
+            rec["prompt_len"] = draw(st.integers(max(1, (len(hashes) - 1) * block + 1), MAX_TOKENS))
         else:
-            rec["prompt_len"] = draw(st.integers(1, 2**40))
+            rec["prompt_len"] = draw(st.integers(1, MAX_TOKENS))
         if sharing == "group":
             rec["prefix_group"] = draw(TEXT)
             rec["prefix_len"] = draw(st.integers(0, rec["prompt_len"]))

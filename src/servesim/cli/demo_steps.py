@@ -45,7 +45,14 @@ class DemoRun:
         self.state: dict[str, Any] = {}
 
     def write(self, name: str, data: Any, *, document: bool = True) -> Path:
-        """A JSON document as the commands print it (sorted keys, two-space indent)."""
+        """A JSON document as the commands print it (sorted keys, two-space indent; a result
+        document with its ``kind`` and ``schema_version``, as the commands stamp it)."""
+        if document and isinstance(data, dict):
+            from servesim.report.documents import detect, stamped
+
+            kind = detect(data)
+            if kind is not None:
+                data = stamped(kind, data)
         path = write_text_atomic(self.out / name, json.dumps(data, indent=2, sort_keys=True) + "\n")
         self.files[name] = path
         if document:
