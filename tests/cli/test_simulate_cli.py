@@ -122,3 +122,19 @@ def test_model_and_gpu_set_step_times_and_kv_blocks() -> None:
     assert res.exit_code == 2  # 70B weights do not fit one L4: the numbers and the way out
     error = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
     assert len(error) == 1 and "GiB" in error[0] and "TP" in error[0]
+
+
+def test_kv_offloading_size_runs_the_cpu_tier_and_a_fixed_step_time_refuses_it() -> None:
+    """--kv-offloading-size builds vLLM's CPU-offload connector for the model on the GPU (it used
+    to stop with 'needs a connector'); without a model to size it in, one line says why."""
+    from typer.testing import CliRunner
+
+    from servesim.cli.main import app
+
+    res = CliRunner().invoke(app, ["simulate", "bursty", "-n", "60", "--kv-offloading-size", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["config"]["kv_offloading_size"] == 8
+    bad = CliRunner().invoke(
+        app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "8", "--step-time-ms", "5"]
+    )
+    assert bad.exit_code == 2 and "kv_offloading_size needs a model on a GPU" in bad.stderr, bad.output
