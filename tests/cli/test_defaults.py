@@ -54,7 +54,7 @@ def test_gpu_without_model_keeps_the_default_model_and_says_so(tmp_path: Path) -
     report = json.loads(_ok(["simulate", trace, "--gpu", "h200", "--json"]))
     assert (report["step_time_model"]["model"], report["step_time_model"]["gpu"]) == ("llama-3.1-8b", "h200")
     first = _ok(["simulate", trace, "--gpu", "h200"]).splitlines()[0]
-    assert "llama-3.1-8b on 1 x h200" in first and "no --model given: the default model" in first
+    assert "llama-3.1-8b on 1 x h200" in first and "no model given: the default model" in first
 
 
 def test_linear_and_constant_step_times_only_when_asked(tmp_path: Path) -> None:

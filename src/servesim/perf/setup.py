@@ -173,7 +173,7 @@ def replica_setup(
     ) + f" ({cfg.num_gpu_blocks - 1:,} usable: vLLM reserves one null block)"
     prof = "" if profile is None else f", profile {profile if isinstance(profile, str) else profile.name}"
     if model is None and (gpu is not None or tp is not None):
-        origin = " (no --model given: the default model)"
+        origin = " (no model given: the default model)"
     elif model is None:
         origin = " (the default deployment; --model/--gpu/--tp change it)"
     else:

@@ -279,8 +279,11 @@ class JobManager:
         return final
 
     def _job_env(self, job_id: str) -> dict[str, str]:
+        row = self.db.job(job_id)
+        trace = self.db.trace(row.trace_id) if row is not None and row.trace_id else None
         return {
             "job_id": job_id,
+            "trace_name": trace.name if trace is not None else "",  # what the results call the trace
             "data_dir": str(self.settings.data_dir),
             "db_url": self.settings.database_url,
             "tune_executor": self.settings.tune_executor,

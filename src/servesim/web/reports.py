@@ -4,17 +4,44 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from servesim.web.db import JobRow
 from servesim.web.problems import Problem
 
+if TYPE_CHECKING:
+    from servesim.report.documents import Kind
+
 
 def cli_shape(row: JobRow) -> dict[str, Any]:
-    """What ``servesim <command> --json`` would have printed for this run."""
+    """What ``servesim <command> --json`` would have printed for this run: the typed document
+    (``kind``, ``schema_version``), the same one the CLI writes for the same run."""
+    from servesim.report.documents import stamped
+
     r = row.result or {}
+    if row.kind == "simulate" and isinstance(r.get("document"), dict):
+        return dict(r["document"])  # written by the job, as ``servesim simulate --json`` writes it
+    shape = _shape(row, r)
+    kind = _KINDS.get(row.kind)
+    return stamped(kind, shape) if kind is not None else shape
+
+
+#: The document kind of each job kind whose result is a command's document.
+_KINDS: dict[str, Kind] = {
+    "simulate": "simulate",
+    "saturate": "saturate",
+    "tune": "tune",
+    "recover": "recover",
+    "reschedule": "reschedule",
+    "advise": "advise",
+}
+
+
+def _shape(row: JobRow, r: dict[str, Any]) -> dict[str, Any]:
+    """A stored result in its command's ``--json`` layout (runs stored before the job kept the
+    document, and the kinds whose result is the command's own model)."""
     if row.kind == "simulate" and "cluster" not in r:
         return {
             "config": r["config"],

@@ -1,33 +1,34 @@
 """Checks made when a job is submitted (422 naming each field), so a job never fails later on
 input the server could have refused at the door: a tune space, the advisor's availability, the
-trial budget. ``defaulted`` fills in the GPU's ``vllm serve`` defaults before the job is stored."""
+trial budget, the engine settings with the GPU's ``vllm serve`` defaults."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from servesim.web.defaults import apply_defaults
+from servesim.engine import EngineConfig
+from servesim.web.defaults import with_defaults
 from servesim.web.problems import Problem
 from servesim.web.schemas import AdviseBody, TuneBody
 
-B = TypeVar("B", bound=BaseModel)
 
-
-def defaulted(body: B, gpu: str) -> B:
-    """``body`` with the GPU's engine defaults where it set none (422 if the result is invalid,
-    e.g. a max_num_batched_tokens below the GPU's default max_num_seqs)."""
+def checked_engine(body: BaseModel, gpu: str) -> EngineConfig | None:
+    """The engine ``body`` will run before KV sizing (the GPU's ``vllm serve`` defaults where it
+    set none), checked at the door: 422 naming the field vLLM would refuse (e.g. a
+    max_num_batched_tokens below the GPU's default max_num_seqs). None: the body has no engine."""
+    engine = getattr(body, "engine", None)
+    if not isinstance(engine, EngineConfig):
+        return None
     try:
-        out = apply_defaults(body, gpu)
+        return with_defaults(engine, gpu)
     except ValidationError as exc:
         errors = [
             {"field": ".".join(["body", "engine", *(str(x) for x in e["loc"])]), "reason": e["msg"]}
             for e in exc.errors()
         ]
         raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors) from None
-    assert isinstance(out, type(body))
-    return out
 
 
 def _reason(exc: Exception) -> str:

@@ -11,10 +11,12 @@ from fastapi.responses import JSONResponse
 from servesim.actionlog import record_action
 from servesim.web.app import Workbench, workbench
 from servesim.web.db import BenchRow, now_iso
+from servesim.web.defaults import stored_params
 from servesim.web.problems import Problem
 from servesim.web.routers.runs import ACCEPTED, _check_hardware, _done, job_out
 from servesim.web.schemas import ID_PATTERN, BenchOut, BenchSimulateBody
 from servesim.web.storage import display_name, new_id
+from servesim.web.validate import checked_engine
 
 router = APIRouter(prefix="/api/bench", tags=["measured"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -170,9 +172,10 @@ def simulate_bench(bench_id: BenchId, body: BenchSimulateBody, wb: WB) -> JSONRe
         what = f"run {run.title}"
     else:
         _check_hardware(body.hardware)
-        what = f"{body.hardware.model}, max_num_seqs {body.engine.max_num_seqs}"
+        engine = checked_engine(body, body.hardware.gpu) or body.engine
+        what = f"{body.hardware.model}, max_num_seqs {engine.max_num_seqs}"
     title = body.label or f"{row.name} measured vs simulated ({what})"
-    job = wb.jobs.submit("overlay", title, body.model_dump(mode="json"), None)
+    job = wb.jobs.submit("overlay", title, stored_params(body), None)
     return JSONResponse(job_out(job).model_dump(mode="json"), status_code=202)
 
 

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from servesim.web.app import Workbench, workbench
 from servesim.web.compare import compare_runs
 from servesim.web.db import JobRow
+from servesim.web.defaults import stored_params
 from servesim.web.problems import Problem
 from servesim.web.schemas import (
     ID_PATTERN,
@@ -21,7 +22,7 @@ from servesim.web.schemas import (
     SimulateBody,
     TuneBody,
 )
-from servesim.web.validate import check_advisor, check_tune, defaulted
+from servesim.web.validate import check_advisor, check_tune, checked_engine
 
 router = APIRouter(prefix="/api", tags=["runs"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -54,9 +55,9 @@ def _check_hardware(hw: HardwareBody) -> None:
 
 
 def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | None) -> JSONResponse:
-    """Queue the job with the settings it will run (the GPU's defaults filled in), so the run
-    stored is the run made and the form can be restored from it."""
-    row = wb.jobs.submit(kind, title, body.model_dump(mode="json"), trace_id)
+    """Queue the job with the settings asked for (the engine keys the user set: the job resolves
+    the rest as every interface does), so the form can be restored to what was asked."""
+    row = wb.jobs.submit(kind, title, stored_params(body), trace_id)
     return JSONResponse(job_out(row).model_dump(mode="json"), status_code=202)
 
 
@@ -64,13 +65,13 @@ def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | Non
 def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
-    body = defaulted(body, body.hardware.gpu)
+    engine = checked_engine(body, body.hardware.gpu) or body.engine
     shape = (
         f"{body.replicas} replicas, {len(body.failures)} failures"
         if body.replicas > 1 or body.failures
         else "1 replica"
     )
-    title = body.label or f"{name}: max_num_seqs {body.engine.max_num_seqs}, {shape}"
+    title = body.label or f"{name}: max_num_seqs {engine.max_num_seqs}, {shape}"
     return _submit(wb, "simulate", title, body, body.trace_id)
 
 
@@ -80,7 +81,7 @@ def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
 def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
-    body = defaulted(body, body.hardware.gpu)
+    checked_engine(body, body.hardware.gpu)
     return _submit(wb, "saturate", body.label or f"{name}: saturation sweep", body, body.trace_id)
 
 
@@ -90,8 +91,7 @@ def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
 def tune(body: TuneBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     _check_hardware(body.hardware)
-    if body.engine is not None:
-        body = body.model_copy(update={"engine": defaulted(body, body.hardware.gpu).engine})
+    checked_engine(body, body.hardware.gpu)
     check_tune(body, wb.settings.max_trials)
     return _submit(
         wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id
@@ -102,7 +102,7 @@ def tune(body: TuneBody, wb: WB) -> JSONResponse:
 def advise(body: AdviseBody, wb: WB) -> JSONResponse:
     _check_hardware(body.hardware)
     check_advisor(body)
-    body = defaulted(body, body.hardware.gpu)
+    checked_engine(body, body.hardware.gpu)
     if body.task == "batching":
         if body.trace_id is None:
             raise Problem(
@@ -137,6 +137,23 @@ def download_json(run_id: RunId, wb: WB) -> JSONResponse:
     body = {"job": job_out(row).model_dump(mode="json"), "result": row.result}
     return JSONResponse(
         body, headers={"Content-Disposition": f'attachment; filename="servesim-{row.kind}-{row.id[:8]}.json"'}
+    )
+
+
+@router.get(
+    "/runs/{run_id}/document.json",
+    summary="Download the run's result document (what the CLI's --json writes; servesim report reads it)",
+    responses={422: {"description": "This kind of run has no command document (a cluster run)"}},
+)
+def download_document(run_id: RunId, wb: WB) -> JSONResponse:
+    from servesim.web.reports import cli_shape
+
+    row = _done(wb, run_id)
+    return JSONResponse(
+        cli_shape(row),
+        headers={
+            "Content-Disposition": f'attachment; filename="servesim-{row.kind}-{row.id[:8]}.document.json"'
+        },
     )
 
 

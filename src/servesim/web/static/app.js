@@ -94,7 +94,7 @@
     const value = override !== undefined ? override : spec.default;
     const help = el("p", { class: "field-help", id: `${id}-help` }, spec.help + (spec.vllm === false ? " (servesim only)" : "") + (spec.default !== null && spec.default !== undefined ? ` Default: ${spec.default}.` : ""));
     if (spec.type === "boolean") {
-      const box = el("input", { type: "checkbox", id, name: spec.name, "aria-describedby": `${id}-help`, "data-type": "boolean" });
+      const box = el("input", { type: "checkbox", id, name: spec.name, "aria-describedby": `${id}-help`, "data-type": "boolean", "data-default": value ? "1" : "" });
       box.checked = !!value;
       return el("div", {}, el("label", { class: "check", for: id }, box, el("code", {}, spec.flag)), help);
     }
@@ -108,6 +108,7 @@
         type: numeric ? "number" : "text", step: spec.type === "number" ? "any" : null,
         min: spec.minimum ?? null, max: spec.maximum ?? null,
         placeholder: spec.nullable ? "not set" : null, "data-type": spec.type, "data-nullable": spec.nullable ? "1" : null,
+        "data-default": value === null || value === undefined ? "" : String(value),
       });
       input.value = value === null || value === undefined ? "" : String(value);
     }
@@ -124,10 +125,14 @@
     if (v.stepMismatch) return "not a whole number";
     return input.validationMessage || "invalid";
   }
-  function readFields(container) {
+  /* ``onlyTouched``: the engine's fields send only what the user set (typed, or restored from a
+     run): the server fills the rest with what vllm serve runs on the GPU, as the CLI does, and the
+     run says which defaults it applied. */
+  function readFields(container, onlyTouched) {
     const out = {};
     const errors = [];
     for (const input of container.querySelectorAll("input[name], select[name]")) {
+      if (onlyTouched && !input.dataset.touched) continue;
       const t = input.dataset.type;
       const bad = fieldError(input);
       input.toggleAttribute("aria-invalid", !!bad);
@@ -170,8 +175,14 @@
   }
   function loadSettings(params) {
     if (!params) return;
-    fillFields("eng", params.engine);
+    for (const input of $("engine-fields").querySelectorAll("input[name], select[name]")) {  // back to the defaults first
+      delete input.dataset.touched;
+      if (input.type === "checkbox") input.checked = input.dataset.default === "1";
+      else if (input.dataset.default !== undefined) input.value = input.dataset.default;
+    }
     fillFields("hw", params.hardware);
+    fillFields("eng", params.engine);
+    showGpuDefaults();
     if (params.slo !== undefined) { for (const i of $("slo-fields").querySelectorAll("input[name]")) i.value = ""; fillFields("slo", params.slo); }
     if (params.replicas && $("run-replicas")) $("run-replicas").value = String(params.replicas);
     if (params.router && $("run-router")) $("run-router").value = params.router;
@@ -217,7 +228,7 @@
   }
   function runSettings() {
     return {
-      engine: readFields($("engine-fields")),
+      engine: readFields($("engine-fields"), true),
       hardware: readFields($("hardware-fields")),
       slo: nonNull(readFields($("slo-fields"))),
     };

@@ -78,11 +78,13 @@ def _replayed(
 ) -> tuple[dict[str, Sample], dict[str, float | None], list[str], dict[str, Any], list[str]]:
     from servesim.perf.profile import HardwareProfile
     from servesim.perf.replay import replay
+    from servesim.web.defaults import setup_notes
     from servesim.web.work.runs import deployment
 
     rs = bench_requests(bench, "the benchmark", seed=body.seed)
     longest = int((rs.prompt_len + rs.output_len).max()) + 1
-    config, step, notes = deployment(body.engine, body.hardware, longest)
+    setup = deployment(body.engine, body.hardware, longest)
+    config, step, notes = setup.config, setup.step_time, setup_notes(setup)
     profile = getattr(step, "profile", None)
     out = replay(rs, config, step, profile if isinstance(profile, HardwareProfile) else HardwareProfile())
     sim, throughput = replay_samples(out)

@@ -22,6 +22,7 @@ from servesim.tuning import (
     tune,
 )
 from servesim.views.model import Section
+from servesim.web.defaults import engine_with_defaults
 from servesim.web.schemas import HardwareBody, SaturateBody, TuneBody
 from servesim.web.work import Env, Report, trace_path
 
@@ -45,9 +46,10 @@ def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
 
     body = SaturateBody.model_validate(params)
     wl = workload(body.trace_id, env)
+    engine = engine_with_defaults(body.engine, body.hardware, wl.default_max_model_len())
     dep = Deployment.from_engine_config(
-        body.engine,
-        max_model_len=body.engine.max_model_len or wl.default_max_model_len(),
+        engine,
+        max_model_len=engine.max_model_len or wl.default_max_model_len(),
         replicas=body.replicas,
         tensor_parallel_size=body.hardware.tensor_parallel_size,
         gpu_memory_utilization=body.hardware.gpu_memory_utilization,
@@ -151,9 +153,10 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     mml = wl.default_max_model_len()
     current = None  # the user's configuration (the Run tab's), the study's baseline
     if body.engine is not None:
+        engine = engine_with_defaults(body.engine, body.hardware, mml)
         current = Deployment.from_engine_config(
-            body.engine,
-            max_model_len=body.engine.max_model_len or mml,
+            engine,
+            max_model_len=engine.max_model_len or mml,
             tensor_parallel_size=body.hardware.tensor_parallel_size,
             gpu_memory_utilization=body.hardware.gpu_memory_utilization,
         )

@@ -44,11 +44,11 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
             raise ValueError("batching advice needs trace_id")
         trace = load_trace(trace_path(env, body.trace_id))
         hw = body.hardware  # the Run tab's model, GPU and TP
-        cfg, step, _ = deployment(body.engine, hw, trace)
+        setup = deployment(body.engine, hw, trace)
         case = BatchingCase(
             trace,
-            cfg,
-            step,
+            setup.config,
+            setup.step_time,
             slo=body.slo,
             replicas=1,
             hardware=f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}",

@@ -15,44 +15,51 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
 )
+from servesim.spec import ResolvedDeployment
 from servesim.traces import Trace, load_trace
+from servesim.web.defaults import setup_notes
 from servesim.web.schemas import HardwareBody, SimulateBody
 from servesim.web.work import Env, Report, trace_path
 
 
-def deployment(
-    engine: EngineConfig, hw: HardwareBody, trace: Trace | int
-) -> tuple[EngineConfig, StepTimeModel, list[str]]:
-    """Step times and KV blocks of the chosen model/GPU/TP: ``servesim.replica_setup``, the one
-    deployment setup every interface uses (the catalog's roofline, vLLM's KV sizing). ``trace``
-    (or the longest request's length + 1) gives ``max_model_len`` when the engine sets none."""
-    from servesim.perf.setup import replica_setup
+def deployment(engine: EngineConfig, hw: HardwareBody, trace: Trace | int) -> ResolvedDeployment:
+    """The request's deployment through ``servesim.spec.resolve``, as every interface runs it:
+    ``vllm serve``'s defaults for the keys it left out, vLLM's KV sizing on the chosen
+    model/GPU/TP, the calibrated step times. ``trace`` (or the longest request's length + 1)
+    gives ``max_model_len`` when the engine sets none."""
+    from servesim.web.defaults import resolved
 
-    given = hw.num_gpu_blocks_override is not None
-    if given:
-        engine = engine.model_copy(update={"num_gpu_blocks": hw.num_gpu_blocks_override})
-    setup = replica_setup(
-        engine,
-        model=hw.model,
-        gpu=hw.gpu,
-        tp=hw.tensor_parallel_size,
-        gpu_memory_utilization=hw.gpu_memory_utilization,
-        max_model_len=engine.max_model_len
-        or (trace if isinstance(trace, int) else trace.default_max_model_len()),
-        num_gpu_blocks_given=given,
-    )
-    return setup.config, setup.step_time, [setup.timed_as, *setup.notes]
+    return resolved(engine, hw, trace if isinstance(trace, int) else trace.default_max_model_len())
 
 
 def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     body = SimulateBody.model_validate(params)
     trace = load_trace(trace_path(env, body.trace_id))
-    config, step, notes = deployment(body.engine, body.hardware, trace)
+    if env.get("trace_name"):  # the name it was uploaded as, not the server's storage path
+        trace.provenance = trace.provenance.model_copy(update={"source": env["trace_name"]})
+    setup = deployment(body.engine, body.hardware, trace)
+    notes = setup_notes(setup)
+    config, step = setup.config, setup.step_time
     if body.replicas > 1 or body.failures:
         return _cluster(body, trace, config, step, notes, env, report)
     result = simulate(trace, config, step, slo=body.slo, progress=report)  # counters, not per-step events
     save_requests(result.to_pandas(), env)
-    return run_result(result, notes)
+    out = run_result(result, notes)
+    out["document"] = run_document(result, trace, setup)
+    return out
+
+
+def run_document(result: SimulationResult, trace: Trace, setup: ResolvedDeployment) -> dict[str, Any]:
+    """The run's typed document, the one ``servesim simulate --json`` writes for the same run
+    (``kind`` simulate, the spec and defaults applied in ``setup``): the report and the
+    result download read it."""
+    from servesim.report.documents import simulation_document
+    from servesim.traces import inspect_trace
+
+    title = f"{trace.provenance.source}: {len(trace):,} requests"  # as the CLI titles it
+    return simulation_document(
+        result, trace=trace, stats=inspect_trace(trace), title=title, setup=setup.describe()
+    )
 
 
 #: The percentile switcher's choices (every LatencyStats percentile).
