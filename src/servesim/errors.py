@@ -91,7 +91,7 @@ def describe(exc: BaseException | str) -> str:
     return " ".join(text.split())
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
+def user_errors() -> tuple[type[Exception], ...]:
     """What an interface catches at its boundary and reports as the user's error (exit 2 / 4xx).
 
     Only what the user's input or environment causes: servesim's own ``ServesimError`` (every
@@ -102,7 +102,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     own classes for bad input, so one of those is a bug and is reported as one (``bug_line``).
     YAML's error type is added when PyYAML is importable (a dependency, but imported lazily).
     """
-    extra: tuple[type[BaseException], ...] = ()
+    extra: tuple[type[Exception], ...] = ()
     try:
         import yaml
 
@@ -130,13 +130,13 @@ def report_to() -> str:
     from importlib import metadata
 
     try:
-        urls = metadata.metadata("servesim").get_all("Project-URL") or []
+        urls: list[str] = list(metadata.metadata("servesim").get_all("Project-URL") or [])
     except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
         urls = []
     pairs = [u.split(",", 1) for u in urls if "," in u]
     for label, url in pairs:
         if any(w in label.lower() for w in ("issue", "bug", "tracker")):
-            return url.strip()
+            return str(url).strip()
     return "the servesim project's issue tracker"
 
 

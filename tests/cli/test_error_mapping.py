@@ -39,7 +39,7 @@ def _app_raising(exc: BaseException) -> typer.Typer:
         (json.JSONDecodeError("Expecting value", "{", 1), "invalid JSON at line 1, column 2"),
         (RecursionError("maximum recursion depth exceeded"), "input nested too deeply"),
         (FileNotFoundError(2, "No such file or directory", "cfg.yaml"), "cfg.yaml: No such file"),
-        (UnknownNameError("unknown bundled trace 'x'; known: azure-code"), "unknown bundled trace 'x'; known"),
+        (UnknownNameError("unknown bundled trace 'x'; known: azure-code"), "unknown bundled trace 'x'"),
     ],
 )
 def test_a_user_error_is_one_line_and_exit_2(exc: BaseException, shown: str) -> None:

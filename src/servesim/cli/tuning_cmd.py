@@ -263,7 +263,7 @@ def _storage(text: str | None) -> str | None:
 
 #: What a tuning command reports as one line (exit 2): the user errors, and Optuna's (a study
 #: storage that is locked, or holds another study); anything else is a bug (``common.report_bug``).
-ERRORS = (*user_errors(), optuna.exceptions.OptunaError)
+ERRORS: tuple[type[Exception], ...] = (*user_errors(), optuna.exceptions.OptunaError)
 
 
 def register(app: typer.Typer) -> None:
