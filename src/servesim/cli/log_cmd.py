@@ -26,7 +26,10 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     t = text.strip()
     now = now or datetime.now(UTC)
     if t and t[-1] in _UNITS and t[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(seconds=float(t[:-1]) * _UNITS[t[-1]])
+        try:
+            return now - timedelta(seconds=float(t[:-1]) * _UNITS[t[-1]])
+        except OverflowError:  # an age before year 1: no record is older
+            return datetime.min.replace(tzinfo=UTC)
     try:
         when = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
