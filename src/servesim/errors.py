@@ -3,7 +3,9 @@
 ``ServesimError`` is the root (as httpx has one). Input errors also subclass ``ValueError`` (callers
 that catch bad input generically keep working); an engine that cannot make progress also
 subclasses ``RuntimeError``. Interfaces map the root once: the CLI prints ``describe(exc)`` on one
-line and exits with status 2; the web server answers with RFC 9457 problem details.
+line and exits with status 2; the web server answers with RFC 9457 problem details. Anything else
+(a bare ``ValueError``, an ``InternalError``) is a bug in servesim: the CLI prints its traceback
+and ``bug_line()`` and exits with status 1; the web server answers 500 "internal error".
 
 ``describe`` also renders the few foreign exceptions a user's input can raise at a boundary
 (Pydantic validation, an unreadable file, bad YAML/JSON), so an interface's one ``except`` clause
@@ -26,6 +28,14 @@ class ServesimError(Exception):
 
 class InputError(ServesimError, ValueError):
     """Input that servesim cannot use: a trace, a configuration, a record, a flag value."""
+
+
+class UnknownNameError(InputError, KeyError):
+    """A name servesim does not know (a bundled trace, a preset): an ``InputError`` that is also a
+    ``KeyError``, as a failed lookup is; its message is the sentence, not a quoted key."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class ConfigError(InputError):
@@ -54,7 +64,7 @@ def shown(value: object, limit: int = MAX_SHOWN_VALUE) -> str:
 def reject_bool(value: object) -> object:
     """For integer fields (a Pydantic ``mode="before"`` validator): JSON ``true`` is not 1."""
     if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
+        raise InputError(f"expected an integer, got {value!r}")
     return value
 
 
@@ -81,20 +91,61 @@ def describe(exc: BaseException | str) -> str:
     return " ".join(text.split())
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
+def user_errors() -> tuple[type[Exception], ...]:
     """What an interface catches at its boundary and reports as the user's error (exit 2 / 4xx).
 
-    ``ValueError`` covers Pydantic's ``ValidationError`` and every ``InputError``; YAML's error
-    type is added when PyYAML is importable (it is a dependency, but imported lazily).
+    Only what the user's input or environment causes: servesim's own ``ServesimError`` (every
+    ``InputError``/``ConfigError`` servesim raises for bad input), Pydantic's ``ValidationError``,
+    unparseable JSON/YAML, undecodable text, input nested too deeply, and ``OSError`` (a path that
+    is missing, unreadable or not a file; a full disk; a refused connection: the environment, not
+    servesim). A bare ``ValueError``/``TypeError``/``KeyError`` is not here: servesim raises its
+    own classes for bad input, so one of those is a bug and is reported as one (``bug_line``).
+    YAML's error type is added when PyYAML is importable (a dependency, but imported lazily).
     """
-    extra: tuple[type[BaseException], ...] = ()
+    extra: tuple[type[Exception], ...] = ()
     try:
         import yaml
 
         extra = (yaml.YAMLError,)
     except ImportError:  # pragma: no cover - PyYAML is a dependency
         pass
-    return (ServesimError, ValueError, OSError, UnicodeDecodeError, RecursionError, *extra)
+    return (
+        ServesimError,
+        ValidationError,
+        json.JSONDecodeError,
+        UnicodeDecodeError,
+        OSError,
+        RecursionError,
+        *extra,
+    )
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """``exc`` is one of ``user_errors()`` (the user's input or environment, not a bug)."""
+    return isinstance(exc, user_errors())
+
+
+def report_to() -> str:
+    """Where a bug is reported: the issue tracker among the package's project URLs, else its name."""
+    from importlib import metadata
+
+    try:
+        urls: list[str] = list(metadata.metadata("servesim").get_all("Project-URL") or [])
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        urls = []
+    pairs = [u.split(",", 1) for u in urls if "," in u]
+    for label, url in pairs:
+        if any(w in label.lower() for w in ("issue", "bug", "tracker")):
+            return str(url).strip()
+    return "the servesim project's issue tracker"
+
+
+def bug_line() -> str:
+    """The line printed under the traceback of an error that is not the user's: a servesim bug."""
+    return (
+        "servesim: this is a bug in servesim, not your input — please report it with the "
+        f"command you ran: {report_to()}"
+    )
 
 
 __all__ = [
@@ -104,8 +155,12 @@ __all__ = [
     "InputError",
     "InternalError",
     "ServesimError",
+    "UnknownNameError",
+    "bug_line",
     "describe",
+    "is_user_error",
     "reject_bool",
+    "report_to",
     "shown",
     "user_errors",
 ]

@@ -1,5 +1,6 @@
 """Every user error a command lets through becomes one line on stderr and exit status 2: the
-CLI maps the error root once (cli.common.ErrorMappingGroup), never a traceback."""
+CLI maps the error root once (cli.common.invoke_mapped), never a traceback. Anything else is a
+bug in servesim: its traceback, then one line saying so and where to report it, exit status 1."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from servesim.cli.common import ErrorMappingGroup
 from servesim.cli.main import app
-from servesim.errors import ConfigError, EngineStallError, InputError
+from servesim.errors import ConfigError, EngineStallError, InputError, InternalError, UnknownNameError
 
 
 def _app_raising(exc: BaseException) -> typer.Typer:
@@ -38,6 +39,7 @@ def _app_raising(exc: BaseException) -> typer.Typer:
         (json.JSONDecodeError("Expecting value", "{", 1), "invalid JSON at line 1, column 2"),
         (RecursionError("maximum recursion depth exceeded"), "input nested too deeply"),
         (FileNotFoundError(2, "No such file or directory", "cfg.yaml"), "cfg.yaml: No such file"),
+        (UnknownNameError("unknown bundled trace 'x'; known: azure-code"), "unknown bundled trace 'x'"),
     ],
 )
 def test_a_user_error_is_one_line_and_exit_2(exc: BaseException, shown: str) -> None:
@@ -87,3 +89,72 @@ def test_commands_without_their_own_catch_say_the_same_line(
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith(line.replace("{tmp}", str(tmp_path))), res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.output
+
+
+BUG_LINE = "servesim: this is a bug in servesim, not your input — please report it with the command you ran: "
+
+
+def _assert_reported_as_bug(res: object, raised: str) -> None:
+    """Exit 1; the traceback on stderr (ending in the exception raised), then the bug line last."""
+    assert res.exit_code == 1, (res.exit_code, res.output)  # type: ignore[attr-defined]
+    err: str = res.stderr  # type: ignore[attr-defined]
+    assert err.startswith("Traceback (most recent call last):"), err
+    lines = err.rstrip("\n").split("\n")
+    assert lines[-2] == raised, lines[-3:]
+    assert lines[-1].startswith(BUG_LINE) and len(lines[-1]) > len(BUG_LINE), lines[-1]
+    assert "error: " not in err  # not worded as the user's error
+
+
+@pytest.mark.parametrize(
+    ("exc", "raised"),
+    [
+        (ValueError("operands could not be broadcast"), "ValueError: operands could not be broadcast"),
+        (KeyError("ttft_ms"), "KeyError: 'ttft_ms'"),
+        (TypeError("unsupported operand"), "TypeError: unsupported operand"),
+        (InternalError("invariant broken: x"), "servesim.errors.InternalError: invariant broken: x"),
+    ],
+)
+def test_a_bug_prints_its_traceback_and_the_bug_line_and_exits_1(exc: BaseException, raised: str) -> None:
+    _assert_reported_as_bug(CliRunner().invoke(_app_raising(exc), ["boom"]), raised)
+
+
+def test_a_bare_value_error_inside_a_real_command_is_a_bug_not_the_users_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old mapping took every ValueError for bad input: one line, exit 2, the bug hidden."""
+    monkeypatch.setenv("SERVESIM_DATA_DIR", str(tmp_path / "data"))
+    trace = tmp_path / "ok.csv"
+    trace.write_text("req_id,arrival_time_s,prompt_len,output_len\na,0,5,2\nb,0.5,7,3\n")
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise ValueError("an internal helper broke")
+
+    monkeypatch.setattr("servesim.cli.trace_cmd.inspect_trace", broken)
+    res = CliRunner().invoke(app, ["trace", "inspect", str(trace)])
+    _assert_reported_as_bug(res, "ValueError: an internal helper broke")
+    assert "in broken" in res.stderr  # the frame that raised is shown, to be reported
+
+
+def test_a_user_error_in_the_same_command_stays_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("req_id,arrival_time_s,prompt_len,output_len\na,0,-5,2\n")
+    res = CliRunner().invoke(app, ["trace", "inspect", str(bad), "--strict"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: ") and "bad.csv" in res.stderr and "row 1" in res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr and "bug" not in res.stderr
+
+
+def test_ctrl_c_exits_130_without_a_traceback() -> None:
+    res = CliRunner().invoke(_app_raising(KeyboardInterrupt()), ["boom"])
+    assert res.exit_code == 130 and "Traceback" not in res.stderr and "bug" not in res.stderr
+
+
+def test_a_closed_stdout_pipe_is_quiet() -> None:
+    res = CliRunner().invoke(_app_raising(BrokenPipeError(32, "Broken pipe")), ["boom"])
+    assert res.exit_code == 1 and res.stderr == ""
+
+
+def test_the_bug_line_names_where_to_report() -> None:
+    from servesim.errors import bug_line, report_to
+
+    assert bug_line().endswith(report_to()) and report_to()

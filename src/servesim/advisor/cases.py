@@ -34,6 +34,7 @@ from servesim.advisor.models import (
 from servesim.cluster import Replica, simulate_cluster
 from servesim.cluster.recovery import RecoveryPlan
 from servesim.engine import SLO, EngineConfig, SimulationSummary, StepTimeModel, simulate
+from servesim.errors import InputError, InternalError
 from servesim.resched import Policy, RescheduleInput, reschedule
 from servesim.traces import Trace, inspect_trace
 
@@ -89,7 +90,7 @@ def slo_misses(s: SimulationSummary, slo: SLO | None) -> list[str]:
 def _bounded(data: dict[str, Any]) -> str:
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     if len(text) > MAX_SUMMARY_CHARS:
-        raise ValueError(
+        raise InputError(
             f"the summary is {len(text)} characters, over the {MAX_SUMMARY_CHARS} an advisor is shown"
         )
     return text
@@ -271,7 +272,7 @@ class RescheduleCase:
 
     def summary(self) -> str:
         if len(self.problem.interrupted_requests) > MAX_ITEMS:
-            raise ValueError(f"more than {MAX_ITEMS} requests to order one by one")
+            raise InputError(f"more than {MAX_ITEMS} requests to order one by one")
         plan = reschedule(self.problem, policy=Policy.sla_aware, step_time=self.step_time)
         by_id = {p.req_id: p for p in plan.requests}
         reqs = [
@@ -358,7 +359,7 @@ class FallbackCase:
 
     def summary(self) -> str:
         if len(self.plan.scheduled_migrations) > MAX_ITEMS:
-            raise ValueError(f"more than {MAX_ITEMS} jobs to decide one by one")
+            raise InputError(f"more than {MAX_ITEMS} jobs to decide one by one")
         jobs = [
             {
                 "job_id": d.job_id,
@@ -418,4 +419,4 @@ def verify(case: Case, answer: Advice) -> Verification:
         return case.verify(answer)
     if isinstance(case, FallbackCase) and isinstance(answer, FallbackAdvice):
         return case.verify(answer)
-    raise TypeError(f"a {type(answer).__name__} does not answer a {case.task} case")
+    raise InternalError(f"a {type(answer).__name__} does not answer a {case.task} case")

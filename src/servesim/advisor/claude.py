@@ -33,6 +33,7 @@ from servesim.advisor.models import (
     RescheduleAdvice,
     Task,
 )
+from servesim.errors import InputError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 
@@ -82,7 +83,7 @@ class ClaudeAdvisor:
             self._model: Model = model
         else:
             if not self._secret:
-                raise ValueError("the Claude advisor needs ANTHROPIC_API_KEY (or use --advisor rules)")
+                raise InputError("the Claude advisor needs ANTHROPIC_API_KEY (or use --advisor rules)")
             client = AsyncAnthropic(
                 api_key=self._secret, timeout=timeout_s, max_retries=max_retries, http_client=http_client
             )

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from servesim.errors import InputError
+
 Task = Literal["batching", "reschedule", "fallback"]
 AdvisorName = Literal["claude", "rules"]
 
@@ -40,9 +42,9 @@ class BatchingAdvice(BaseModel):
     def _actionable(self, info: ValidationInfo) -> BatchingAdvice:
         problems = batching_problems(self, _ctx(info).get("max_model_len"))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise InputError("; ".join(problems))
         if any(len(r) > _TEXT for r in self.rationale):
-            raise ValueError(f"each rationale string must be at most {_TEXT} characters")
+            raise InputError(f"each rationale string must be at most {_TEXT} characters")
         return self
 
 
@@ -89,10 +91,10 @@ class RescheduleAdvice(BaseModel):
         if valid is not None:
             check_exactly_once(self.order, list(valid), "req_id")
         if len(set(self.order)) != len(self.order):
-            raise ValueError("order lists a req_id twice")
+            raise InputError("order lists a req_id twice")
         unknown = {r.req_id for r in self.reasons} - set(self.order)
         if unknown:
-            raise ValueError(f"reasons name requests not in the order: {sorted(unknown)}")
+            raise InputError(f"reasons name requests not in the order: {sorted(unknown)}")
         return self
 
 
@@ -117,7 +119,7 @@ class FallbackAdvice(BaseModel):
         if valid is not None:
             check_exactly_once(ids, list(valid), "job_id")
         elif len(set(ids)) != len(ids):
-            raise ValueError("a job_id is decided twice")
+            raise InputError("a job_id is decided twice")
         checkpointed = ctx.get("checkpointed_ids")
         if checkpointed is not None:
             bad = [
@@ -126,7 +128,7 @@ class FallbackAdvice(BaseModel):
                 if d.strategy == "MIGRATE_STATE" and d.job_id not in checkpointed
             ]
             if bad:
-                raise ValueError(f"MIGRATE_STATE needs a KV checkpoint, which these jobs do not have: {bad}")
+                raise InputError(f"MIGRATE_STATE needs a KV checkpoint, which these jobs do not have: {bad}")
         return self
 
 
@@ -142,7 +144,7 @@ def check_exactly_once(given: list[str], valid: list[str], what: str) -> None:
     if dup:
         problems.append(f"{what}s listed more than once {dup}")
     if problems:
-        raise ValueError("every valid " + what + " must appear exactly once: " + "; ".join(problems))
+        raise InputError("every valid " + what + " must appear exactly once: " + "; ".join(problems))
 
 
 Advice = BatchingAdvice | RescheduleAdvice | FallbackAdvice

@@ -15,7 +15,7 @@ from servesim.advisor.cases import BatchingCase, Case, FallbackCase, RescheduleC
 from servesim.advisor.claude import ClaudeAdvisor
 from servesim.advisor.models import ActionLogEntry, Advice, AdviceResult, AdvisorName, RejectedProposal
 from servesim.advisor.rules import rules_batching, rules_fallback, rules_reschedule
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 
 AdvisorChoice = AdvisorName | str  # "claude", "rules" or "auto"
 
@@ -39,7 +39,7 @@ def advise(
     """The checked answer to ``case``. ``advisor``: ``claude``, ``rules``, or ``auto`` (Claude when
     ``ANTHROPIC_API_KEY`` is set, else the rules)."""
     if advisor not in ("auto", "claude", "rules"):
-        raise ValueError(f"unknown advisor {shown(advisor)}: use claude, rules or auto")
+        raise InputError(f"unknown advisor {shown(advisor)}: use claude, rules or auto")
     use_claude = advisor == "claude" or (
         advisor == "auto" and (claude is not None or ClaudeAdvisor.available())
     )

@@ -38,7 +38,7 @@ from servesim.cli.trace_input import hash_block_size_option, provenance_json, re
 from servesim.cluster.recovery import plan_recovery
 from servesim.engine import ConstantStepTime
 from servesim.engine.simulate import describe_model
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.paths import data_dir
 from servesim.report.documents import stamped
 from servesim.resched import parse_input, reschedule
@@ -54,7 +54,7 @@ def _read_json(path: str) -> Any:
     try:
         return yaml.safe_load(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise InputError(f"{path}: {e}") from e
 
 
 def build_case(
@@ -74,16 +74,16 @@ def build_case(
     kind = task or (infer_task(data) if data is not None else "batching")
     if kind == "reschedule":
         if data is None:
-            raise ValueError(f"{source}: a reschedule input must be a JSON/YAML file")
+            raise InputError(f"{source}: a reschedule input must be a JSON/YAML file")
         model = ConstantStepTime(step_time_s=step_time_ms / 1000.0) if step_time_ms is not None else None
         return RescheduleCase(parse_input(data), model)
     if kind == "fallback":
         if data is None:
-            raise ValueError(f"{source}: a recovery record must be a JSON/YAML file")
+            raise InputError(f"{source}: a recovery record must be a JSON/YAML file")
         record = data[0] if isinstance(data, list) else data
         return FallbackCase(plan_recovery(record))
     if kind != "batching":
-        raise ValueError(f"unknown task {shown(kind)}: use batching, reschedule or fallback")
+        raise InputError(f"unknown task {shown(kind)}: use batching, reschedule or fallback")
     trace = read_trace(
         source, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
     )

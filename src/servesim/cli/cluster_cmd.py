@@ -91,12 +91,12 @@ def parse_fail(text: str) -> FailureEvent:
     """``NODE@TIME`` or ``NODE@TIME+RECOVER_AFTER`` (seconds)."""
     node, sep, rest = text.partition("@")
     if not sep or not node:
-        raise ValueError(f"--fail {shown(text)}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
+        raise InputError(f"--fail {shown(text)}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
     when, plus, back = rest.partition("+")
     try:
         return FailureEvent(node=node, time_s=float(when), recover_after_s=float(back) if plus else None)
     except ValueError as e:
-        raise ValueError(f"--fail {shown(text)}: {e}") from None
+        raise InputError(f"--fail {shown(text)}: {e}") from None
 
 
 def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyOutcome:
@@ -139,7 +139,7 @@ def _load_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise InputError(f"{path}: {e}") from e
 
 
 def register(app: typer.Typer) -> None:
@@ -202,7 +202,7 @@ def register(app: typer.Typer) -> None:
         link = LinkSpec.model_validate({**link.model_dump(), **updates})
         ctx = link.context()
         if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
-            raise ValueError(
+            raise InputError(
                 "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
                 "replace them: give one or the other"
             )
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         events = _failure_events(failures, fail_at, mtbf_s, warning_s, recover_after_s, seed, reps, tr)
         goal = request_slo(slo)
         if recovery != "compare" and recovery not in POLICIES:
-            raise ValueError(
+            raise InputError(
                 f"unknown recovery {shown(recovery)}; use compare or one of {', '.join(POLICIES)}"
             )
         for note in dict.fromkeys(n for s in setups for n in s.notes):  # once the input is known good
@@ -317,7 +317,7 @@ def _failure_events(
         data = _load_yaml(path)
         items = data.get("events", data) if isinstance(data, dict) else data
         if not isinstance(items, list):
-            raise ValueError(f"{path}: expected a list of failure events")
+            raise InputError(f"{path}: expected a list of failure events")
         events += [FailureEvent.model_validate(x) for x in items]
     if mtbf_s is not None:
         horizon = float(trace.df["arrival_time_s"].max()) if len(trace) else 0.0

@@ -1,7 +1,9 @@
-"""Helpers every command shares: one-line errors with exit code 2, JSON on stdout, atomic files."""
+"""Helpers every command shares: one-line errors with exit code 2 (a bug: its traceback, exit 1),
+JSON on stdout, atomic files."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -9,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from servesim.cli.actions import note_failure
-from servesim.errors import InputError, describe, user_errors
+from servesim.errors import InputError, bug_line, describe, user_errors
 from servesim.io import write_text_atomic
 
 
@@ -21,15 +23,39 @@ def fail(exc: BaseException | str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def report_bug(exc: BaseException) -> NoReturn:
+    """An error that is not the user's: its traceback on stderr, then ``bug_line()``; exit 1."""
+    import traceback
+
+    note_failure(f"internal error ({type(exc).__name__}): {describe(exc)}")
+    typer.echo("".join(traceback.format_exception(exc)).rstrip("\n"), err=True)
+    typer.echo(bug_line(), err=True)
+    raise typer.Exit(1)
+
+
+def invoke_mapped(invoke: Callable[[], Any]) -> Any:
+    """Run ``invoke()`` with the CLI's one error mapping: a user error (``user_errors()``, or a
+    ``MemoryError`` from a size no bound caught) is one line and exit 2 (``fail``); anything else
+    but Click's own exits, Ctrl-C (exit 130) and a closed stdout pipe (quiet) is a bug
+    (``report_bug``: traceback, the line saying so, exit 1)."""
+    try:
+        return invoke()
+    except (typer.Exit, typer.Abort, typer.TyperException, BrokenPipeError):
+        raise  # Typer's main turns these into their exit status (a broken pipe: quietly)
+    except MemoryError:
+        fail("input too large for this machine's memory")
+    except user_errors() as exc:
+        fail(exc)
+    except Exception as exc:
+        report_bug(exc)
+
+
 class ErrorMappingGroup(TyperGroup):
-    """The root command group: maps every user error (``servesim.errors.user_errors``) raised by
-    any command to one line on stderr and exit status 2 — the CLI's one place that does it."""
+    """A command group with the CLI's one error mapping (``invoke_mapped``): a user error is one
+    line on stderr and exit status 2; a bug is its traceback, a line saying so, exit 1."""
 
     def invoke(self, ctx: Any) -> Any:  # a click Context (Typer vendors click)
-        try:
-            return super().invoke(ctx)
-        except user_errors() as exc:
-            fail(exc)
+        return invoke_mapped(lambda: super(ErrorMappingGroup, self).invoke(ctx))
 
 
 def one_line(exc: BaseException | str) -> str:
@@ -104,10 +130,12 @@ __all__ = [
     "ErrorMappingGroup",
     "cli_slo",
     "fail",
+    "invoke_mapped",
     "json_bytes",
     "one_line",
     "print_json",
     "print_timed_as",
+    "report_bug",
     "request_slo",
     "timed_as",
     "write_text_atomic",
@@ -117,11 +145,11 @@ __all__ = [
 def read_token(token: str | None, token_file: Path | None) -> str | None:
     """``--token`` or the first line of ``--token-file`` (a server's; never printed)."""
     if token is not None and token_file is not None:
-        raise ValueError("give --token or --token-file, not both")
+        raise InputError("give --token or --token-file, not both")
     if token_file is None:
         return token or None
     lines = token_file.read_text(encoding="utf-8").splitlines()
     secret = lines[0].strip() if lines else ""
     if not secret:
-        raise ValueError(f"{token_file}: the token file is empty")
+        raise InputError(f"{token_file}: the token file is empty")
     return secret

@@ -18,7 +18,7 @@ from servesim.cli.cluster_cmd import LinkSpec, outcome, parse_fail, print_compar
 from servesim.cli.common import fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.cli.simulate_cmd import TRACE_HELP, deploy, report_result
-from servesim.errors import shown, user_errors
+from servesim.errors import InputError, shown, user_errors
 from servesim.spec import DeploymentSpec
 
 
@@ -30,7 +30,7 @@ def parse_speed(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise ValueError(f"--speed {shown(text)}: give a positive factor such as 10x or 0.5x")
+        raise InputError(f"--speed {shown(text)}: give a positive factor such as 10x or 0.5x")
     return value
 
 
@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         try:
             rate = parse_speed(speed)
             if ui not in ("full", "simple"):
-                raise ValueError(f"--ui {shown(ui)}: use full or simple")
+                raise InputError(f"--ui {shown(ui)}: use full or simple")
             dep = deployment_spec(deployment, config, flags)
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
             setup, rebuild = deploy(dep, tr, as_json=as_json or not headless)
@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
                 rebuild=rebuild,
             )
             if spec.is_cluster and any(e.node not in {f"n{i}" for i in range(replicas)} for e in events):
-                raise ValueError(f"--fail names a replica that does not exist; replicas: n0..n{replicas - 1}")
+                raise InputError(f"--fail names a replica that does not exist; replicas: n0..n{replicas - 1}")
             title = f"{trace}: {len(tr):,} requests"
             if headless or ui == "simple":
                 _run_plain(
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
                 )
                 return
             if as_json:
-                raise ValueError("--json needs --headless (the dashboard is for people)")
+                raise InputError("--json needs --headless (the dashboard is for people)")
         except user_errors() as exc:
             fail(exc)
         from servesim.tui.app import DashboardApp

@@ -14,6 +14,7 @@ import typer
 
 from servesim.cli.common import fail, read_token
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
+from servesim.errors import InputError
 from servesim.spec import DeploymentSpec
 
 DEFAULT_MAX_MODEL_LEN = 8192  # the context the emulated replicas serve unless --max-model-len says
@@ -73,7 +74,7 @@ def register(app: typer.Typer) -> None:
         try:
             secret = read_token(token, token_file)
             if not is_loopback(host) and secret is None:
-                raise ValueError(f"--host {host} is not loopback: give --token or --token-file")
+                raise InputError(f"--host {host} is not loopback: give --token or --token-file")
             dep = deployment_spec(deployment, config, flags)
             if dep.engine.get("max_model_len") is None:
                 dep = dep.model_copy(
@@ -86,7 +87,7 @@ def register(app: typer.Typer) -> None:
             for text in fail_at:
                 f = parse_fail(text)
                 if f.node not in names:
-                    raise ValueError(f"--fail {text!r}: no replica {f.node!r}; replicas: {', '.join(names)}")
+                    raise InputError(f"--fail {text!r}: no replica {f.node!r}; replicas: {', '.join(names)}")
                 failures.append((f.node, f.time_s, f.recover_after_s))
             route = RouterSpec.model_validate({"policy": router})
             model = deployment.model or DEFAULT_MODEL

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from servesim.actionlog import ActionRecord, log_path, read_log
 from servesim.cli.common import print_json
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -26,11 +26,14 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     t = text.strip()
     now = now or datetime.now(UTC)
     if t and t[-1] in _UNITS and t[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(seconds=float(t[:-1]) * _UNITS[t[-1]])
+        try:
+            return now - timedelta(seconds=float(t[:-1]) * _UNITS[t[-1]])
+        except OverflowError:  # an age before year 1: no record is older
+            return datetime.min.replace(tzinfo=UTC)
     try:
         when = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"--since {shown(text)}: give an ISO time (2026-12-01T10:00Z) or an age (30m, 2h, 7d)"
         ) from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)

@@ -155,17 +155,13 @@ class LazyGroup(TyperGroup):
         return TyperCommand(name=cmd_name, help=COMMANDS[cmd_name][1], callback=None)
 
     def invoke(self, ctx: Any) -> Any:
-        """Run the command; any user error a command did not word itself (a RecursionError from a
-        nested input, a MemoryError from a size no bound caught) is one line and exit 2, never a
-        traceback."""
-        from servesim.cli.common import fail
-        from servesim.errors import user_errors
+        """Run the command under the CLI's one error mapping (``common.invoke_mapped``): any user
+        error a command did not word itself (a RecursionError from a nested input, a MemoryError
+        from a size no bound caught) is one line and exit 2, never a traceback; anything else is
+        a bug in servesim: its traceback, a line saying so and where to report it, exit 1."""
+        from servesim.cli.common import invoke_mapped
 
-        caught: tuple[type[BaseException], ...] = (*user_errors(), MemoryError)
-        try:
-            return super().invoke(ctx)
-        except caught as exc:
-            fail("input too large for this machine's memory" if isinstance(exc, MemoryError) else exc)
+        return invoke_mapped(lambda: super(LazyGroup, self).invoke(ctx))
 
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
         name = str(args[0]) if args else None

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from servesim.cli.tables import FitTable
 from servesim.engine.step_time import BatchComposition
-from servesim.errors import shown
+from servesim.errors import shown, user_errors
 from servesim.io import write_text_atomic
 from servesim.perf import (
     ExtrapolationWarning,
@@ -77,7 +77,7 @@ def _guard() -> Iterator[None]:
         warnings.simplefilter("always", ExtrapolationWarning)
         try:
             yield
-        except (PerfError, ValueError, OSError) as e:
+        except user_errors() as e:
             _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         finally:
             for w in caught:

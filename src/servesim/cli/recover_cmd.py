@@ -37,6 +37,7 @@ from servesim.cluster.recovery import (
     plan_recovery,
     write_manifests,
 )
+from servesim.errors import InputError
 from servesim.paths import data_dir
 from servesim.perf import load_catalog
 
@@ -45,7 +46,7 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def _read_cluster(path: Path) -> list[TargetSpec]:
@@ -56,7 +57,7 @@ def _read_cluster(path: Path) -> list[TargetSpec]:
         return ClusterSpec.model_validate(data).targets
     except ValidationError as exc:
         msg = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'cluster'}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"{path}: {msg}") from None
+        raise InputError(f"{path}: {msg}") from None
 
 
 def _ms(x: float | None) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from servesim.cli.common import print_json, print_timed_as, timed_as
+from servesim.errors import InputError
 from servesim.report.documents import stamped
 from servesim.resched import Policy, parse_input, reschedule
 
@@ -46,7 +47,7 @@ def register(app: typer.Typer) -> None:
         try:
             data = json.loads(file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise InputError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
         inp = parse_input(
             data,
             policy=policy,

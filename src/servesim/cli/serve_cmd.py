@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from servesim.cli.common import read_token
+from servesim.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
@@ -66,7 +67,7 @@ def register(app: typer.Typer) -> None:
         )
         problem = settings.startup_problem()
         if problem is not None:
-            raise ValueError(problem)
+            raise ConfigError(problem)
         import uvicorn
 
         from servesim.web.app import create_app

@@ -18,10 +18,10 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from servesim.cli.common import fail, print_json
+from servesim.cli.common import print_json
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, say_drops, strict_option
-from servesim.errors import InternalError
+from servesim.errors import InputError, InternalError
 from servesim.report.documents import stamped
 from servesim.traces import (
     BUNDLED_TRACES,
@@ -217,38 +217,35 @@ def register(app: typer.Typer) -> None:
             for name, (description, _) in PRESETS.items():
                 typer.echo(f"{name:18} {description}")
             return
-        try:
-            base = _load_spec(spec_file) if spec_file is not None else preset_spec(preset)
-            spec = apply_overrides(
-                base,
-                num_requests=num_requests,
-                seed=seed,
-                arrival=arrival.value if arrival is not None else None,
-                rate=rate,
-                burstiness=burstiness,
-                no_rescale=no_rescale,
-                rate_off=rate_off,
-                on_s=on_s,
-                off_s=off_s,
-                rate_start=rate_start,
-                ramp_s=ramp_s,
-                amplitude=amplitude,
-                period_s=period_s,
-                prompt_mean=prompt_mean,
-                prompt_sigma=prompt_sigma,
-                output_mean=output_mean,
-                output_sigma=output_sigma,
-                lengths_from=lengths_from,
-                prefix_groups=prefix_groups,
-                prefix_len=prefix_len,
-                zipf=zipf,
-                prefix_fraction=prefix_fraction,
-            )
-            trace = generate_trace(spec)
-            if out is not None:
-                write_trace(trace, out)
-        except KeyError as exc:  # an unknown name (the root group maps the rest: user_errors)
-            fail(exc)
+        base = _load_spec(spec_file) if spec_file is not None else preset_spec(preset)
+        spec = apply_overrides(
+            base,
+            num_requests=num_requests,
+            seed=seed,
+            arrival=arrival.value if arrival is not None else None,
+            rate=rate,
+            burstiness=burstiness,
+            no_rescale=no_rescale,
+            rate_off=rate_off,
+            on_s=on_s,
+            off_s=off_s,
+            rate_start=rate_start,
+            ramp_s=ramp_s,
+            amplitude=amplitude,
+            period_s=period_s,
+            prompt_mean=prompt_mean,
+            prompt_sigma=prompt_sigma,
+            output_mean=output_mean,
+            output_sigma=output_sigma,
+            lengths_from=lengths_from,
+            prefix_groups=prefix_groups,
+            prefix_len=prefix_len,
+            zipf=zipf,
+            prefix_fraction=prefix_fraction,
+        )
+        trace = generate_trace(spec)
+        if out is not None:
+            write_trace(trace, out)
         stats = inspect_trace(trace)
         if as_json:
             print_json(
@@ -311,7 +308,7 @@ def _arrival_override(current: ArrivalModel, opts: dict[str, Any]) -> ArrivalMod
         return None
     kind = opts.get("arrival") or ("gamma" if opts.get("burstiness") is not None else current.kind)
     if kind == "poisson" and opts.get("burstiness") is not None:
-        raise ValueError("--burstiness needs --arrival gamma (Poisson is burstiness 1)")
+        raise InputError("--burstiness needs --arrival gamma (Poisson is burstiness 1)")
     rate = opts.get("rate")
     if rate is None:
         rate = _current_rate(current) or 10.0
@@ -368,7 +365,7 @@ def _length_overrides(spec: GeneratorSpec, opts: dict[str, Any]) -> dict[str, An
     parametric = [opts.get(k) for k in ("prompt_mean", "prompt_sigma", "output_mean", "output_sigma")]
     if source is not None:
         if any(v is not None for v in parametric):
-            raise ValueError(
+            raise InputError(
                 "--lengths-from resamples real lengths; do not combine it with --prompt-*/--output-*"
             )
         return {"prompt": ResampledLength(source=source), "output": ResampledLength(source=source)}

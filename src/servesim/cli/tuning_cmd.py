@@ -21,7 +21,6 @@ from typing import Any
 import optuna
 import typer
 import yaml
-from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import (
@@ -47,12 +46,11 @@ from servesim.cluster.config import RouterPolicy
 from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
-from servesim.errors import InternalError
+from servesim.errors import InputError, InternalError, user_errors
 from servesim.paths import data_dir
 from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION
 from servesim.report.documents import stamped
 from servesim.spec import DeploymentSpec, engine_values
-from servesim.traces import TraceError
 from servesim.tuning import (
     Deployment,
     EvalContext,
@@ -133,14 +131,14 @@ def hardware_from(
     """``PerfHardware`` (default), or ``FixedHardware`` with --step-time-ms / --linear-step-time."""
     if step_time_ms is not None or linear:
         if step_time_ms is not None and linear:
-            raise ValueError("give --step-time-ms or --linear-step-time, not both")
+            raise InputError("give --step-time-ms or --linear-step-time, not both")
         if model is not None or gpu is not None:
-            raise ValueError(
+            raise InputError(
                 "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
                 "replace them: give one or the other"
             )
         if num_gpu_blocks is None:
-            raise ValueError("a fixed step-time model needs --num-gpu-blocks (there is no memory model)")
+            raise InputError("a fixed step-time model needs --num-gpu-blocks (there is no memory model)")
         step: StepTimeModel = (
             ConstantStepTime(step_time_s=step_time_ms / 1000.0)
             if step_time_ms is not None
@@ -249,7 +247,7 @@ def read_space(items: list[str], space_file: Path | None) -> SearchSpace:
         try:
             data = yaml.safe_load(space_file.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"{space_file}: cannot read the search space: {e}") from e
+            raise InputError(f"{space_file}: cannot read the search space: {e}") from e
         base = space_from_mapping(data)
     return parse_space(items, base)
 
@@ -263,7 +261,9 @@ def _storage(text: str | None) -> str | None:
     return text
 
 
-ERRORS = (TraceError, ValidationError, ValueError, OSError, optuna.exceptions.OptunaError)
+#: What a tuning command reports as one line (exit 2): the user errors, and Optuna's (a study
+#: storage that is locked, or holds another study); anything else is a bug (``common.report_bug``).
+ERRORS: tuple[type[Exception], ...] = (*user_errors(), optuna.exceptions.OptunaError)
 
 
 def register(app: typer.Typer) -> None:
@@ -504,7 +504,7 @@ def register(app: typer.Typer) -> None:
                 if do_recommend:
                     picks = res.shortlist(3) or ([res.nearest_miss.number] if res.nearest_miss else [])
                     if not picks:
-                        raise ValueError(
+                        raise InputError(
                             f"no trial of study {res.study_name} could run ({res.n_trials} trials, all "
                             "invalid): widen the search space (more replicas, --max-gpus)"
                         )

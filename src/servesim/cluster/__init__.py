@@ -31,7 +31,7 @@ from servesim.cluster.simulate import (
     restart_policy,
 )
 from servesim.engine.results import SLO
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.events import Observer
 from servesim.traces.schema import Trace
 
@@ -86,7 +86,7 @@ def cluster_simulator(
     """The simulator ``simulate_cluster`` runs (a recovery policy by name, failures validated)."""
     if isinstance(recovery, str):
         if recovery not in POLICIES:
-            raise ValueError(f"unknown recovery policy {shown(recovery)}; known: {', '.join(POLICIES)}")
+            raise InputError(f"unknown recovery policy {shown(recovery)}; known: {', '.join(POLICIES)}")
         policy = POLICIES[recovery]
     else:
         policy = recovery

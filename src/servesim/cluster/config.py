@@ -7,7 +7,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 
 RouterPolicy = Literal[
     "round_robin",
@@ -99,6 +99,6 @@ class FailurePlan(BaseModel):
         down_until: dict[str, float] = {}
         for e in sorted(self.events, key=lambda e: e.time_s):
             if e.time_s < down_until.get(e.node, -1.0):
-                raise ValueError(f"node {shown(e.node)} fails at {e.time_s} s while already down")
+                raise InputError(f"node {shown(e.node)} fails at {e.time_s} s while already down")
             down_until[e.node] = float("inf") if e.recover_after_s is None else e.time_s + e.recover_after_s
         return self

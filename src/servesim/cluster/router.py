@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from servesim.cluster.config import RouterSpec
 from servesim.engine.engine import Engine
 from servesim.engine.request import Request
+from servesim.errors import InputError
 
 
 def outstanding(engine: Engine) -> int:
@@ -39,7 +40,7 @@ class Router:
 
     def pick(self, r: Request, engines: Sequence[Engine], eligible: Sequence[int]) -> int:
         if not eligible:
-            raise ValueError("no replica can take requests")
+            raise InputError("no replica can take requests")
         policy = self.spec.policy
         self._turn += 1
         order = list(eligible)

@@ -165,13 +165,13 @@ class ClusterSimulator:
         observers: Sequence[Observer] = (),
     ) -> None:
         if not replicas:
-            raise ValueError("a cluster needs at least one replica")
+            raise InputError("a cluster needs at least one replica")
         names = [r.name for r in replicas]
         if len(set(names)) != len(names):
-            raise ValueError(f"replica names must be unique: {names}")
+            raise InputError(f"replica names must be unique: {names}")
         unknown = {f.node for f in failures} - set(names)
         if unknown:
-            raise ValueError(f"failure events name unknown nodes {sorted(unknown)}; replicas: {names}")
+            raise InputError(f"failure events name unknown nodes {sorted(unknown)}; replicas: {names}")
         self.trace = trace
         self.arrays = TraceArrays(trace)
         self.replicas = list(replicas)
@@ -240,7 +240,7 @@ class ClusterSimulator:
         """Keep only the latest records on every engine from now on (``Recorder.trim``): an
         online run that never ends holds bounded memory. No result can be built afterwards."""
         if keep_steps < 1 or keep_requests < 1:
-            raise ValueError("roll_records keeps at least one step and one request")
+            raise InputError("roll_records keeps at least one step and one request")
         self._rolling = (keep_steps, keep_requests)
         self.trim_records()
 

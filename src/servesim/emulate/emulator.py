@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from servesim import OnlineFleet, OnlineRequest, RecoveryContext, Replica, RouterSpec
 from servesim.emulate.edge import sleep_until
 from servesim.emulate.tokens import HASH_BLOCK, block_hashes
+from servesim.errors import InputError
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py, V1 engine), seconds: TTFT to 2560 s, inter-token
 # latency to 80 s, request latencies (e2e, queue) to 7680 s.
@@ -51,7 +52,7 @@ class Overloaded(Exception):
     """More open requests than ``max_streams`` (answered 429)."""
 
 
-class BadRequest(ValueError):
+class BadRequest(InputError):
     """A request vLLM would refuse (answered 400 with this message)."""
 
 
@@ -135,7 +136,7 @@ class Emulator:
         lag_s: float | None = None,
     ) -> None:
         if not time_scale > 0 or math.isinf(time_scale):
-            raise ValueError(f"--time-scale must be a positive number, not {time_scale}")
+            raise InputError(f"--time-scale must be a positive number, not {time_scale}")
         self.fleet = OnlineFleet(replicas, router, recovery, context, rolling_records=True)
         self.model = model
         self.time_scale = time_scale
@@ -157,7 +158,7 @@ class Emulator:
         if lag_s is None:
             lag_s = frontend_latency_s / 2
         if not 0 <= lag_s <= frontend_latency_s:
-            raise ValueError(f"lag_s must be within [0, {frontend_latency_s}] (the front-end latency)")
+            raise InputError(f"lag_s must be within [0, {frontend_latency_s}] (the front-end latency)")
         self.lag_s = lag_s
         self._streams: dict[int, _Stream] = {}
         self._next_id = 0
@@ -382,7 +383,7 @@ class Emulator:
         t = max(self.sim_now(), self.fleet.now)
         try:
             self.fleet.fail(replica, t, recover_after_s)
-        except ValueError as e:
+        except InputError as e:
             raise BadRequest(str(e)) from None
         self._wake.set()
         return t

@@ -203,7 +203,7 @@ class BlockPool:
         content = self.content
         cached = self.cached
         if len(blocks) != len(keys):
-            raise ValueError(f"{len(blocks)} blocks for {len(keys)} keys")
+            raise InternalError(f"{len(blocks)} blocks for {len(keys)} keys")
         for i in range(len(blocks)):
             b = blocks[i]
             h = keys[i]

@@ -95,7 +95,7 @@ class EngineConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
+            raise ConfigError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                 f"({self.max_num_seqs}), as vLLM requires"
             )
@@ -106,7 +106,7 @@ class EngineConfig(BaseModel):
     def check_max_model_len(self, max_model_len: int) -> None:
         """Raise ValueError when vLLM would refuse to start with this context length."""
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
-            raise ValueError(
+            raise ConfigError(
                 f"with chunked prefill off, max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
                 f">= max_model_len ({max_model_len}) so that any prompt fits one step (vLLM rejects this "
                 "config); raise max_num_batched_tokens, lower max_model_len, or enable chunked prefill"
@@ -114,7 +114,7 @@ class EngineConfig(BaseModel):
         blocks_needed = -(-max_model_len // self.block_size)
         usable = self.num_gpu_blocks - 1
         if blocks_needed > usable:
-            raise ValueError(
+            raise ConfigError(
                 f"max_model_len {max_model_len} needs {blocks_needed} KV blocks of {self.block_size} tokens "
                 f"but the pool has {usable} usable blocks (num_gpu_blocks {self.num_gpu_blocks} minus the "
                 "null block); vLLM refuses to start: add blocks or lower max_model_len"

@@ -42,7 +42,7 @@ from servesim.engine.request import (
 from servesim.engine.scheduler import Scheduler, StepPlan, running_index
 from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
-from servesim.errors import ConfigError, EngineStallError, InternalError
+from servesim.errors import ConfigError, EngineStallError, InputError, InternalError
 from servesim.events import (
     Emit,
     FirstToken,
@@ -491,7 +491,7 @@ class Engine:
         batch = plan.batch()
         dt = self._step_time(batch)
         if not dt > 0:
-            raise ValueError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
+            raise InputError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
         n_waiting = len(waiting)
         if conn is not None:
             conn.build_connector_meta(plan, now, now + dt)
@@ -596,7 +596,7 @@ class Engine:
                 break
             dt = step_time(BatchComposition(n, ctx + n * (step + 1), [], 0))
             if not dt > 0:
-                raise ValueError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
+                raise InputError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
             if t + dt > limit:
                 break  # it would still be running at the limit: leave it to begin_step
             free -= pops

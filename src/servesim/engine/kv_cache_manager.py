@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.request import PREEMPTED, WAITING, Request
+from servesim.errors import InternalError
 
 _MASK32 = (1 << 32) - 1
 _MASK60 = (1 << 60) - 1
@@ -78,7 +79,7 @@ def shared_id_prefixes(
     # prefixes, not every id). Each level counts its own chains.
     n = len(hash_ids)
     if len(prompt_len) != n:
-        raise ValueError(f"{n} hash_ids lists for {len(prompt_len)} prompts")
+        raise InternalError(f"{n} hash_ids lists for {len(prompt_len)} prompts")
     out = [0] * n
     width = [0] * n  # ids describing tokens of the prompt
     chain = [0] * n  # the chained hash of the shared prefix so far

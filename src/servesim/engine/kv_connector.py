@@ -29,6 +29,7 @@ from typing import Any
 
 from servesim.engine.kv_offload import HIT_PENDING, MISS, CPUOffloadManager, RequestAccess
 from servesim.engine.request import FINISHED, PREEMPTED, RUNNING, WAITING, Request
+from servesim.errors import InputError
 
 WAITING_FOR_REMOTE_KVS = 6  # vLLM's RequestStatus of that name (servesim's other codes are 0-5)
 
@@ -57,7 +58,7 @@ class HostLinkTiming:
 
     def __init__(self, bytes_per_block: int, bandwidth_bytes_s: float, overhead_s: float) -> None:
         if bytes_per_block <= 0 or bandwidth_bytes_s <= 0 or overhead_s < 0:
-            raise ValueError("host-link timing needs bytes_per_block > 0, bandwidth > 0, overhead >= 0")
+            raise InputError("host-link timing needs bytes_per_block > 0, bandwidth > 0, overhead >= 0")
         self.bytes_per_block = bytes_per_block
         self.bandwidth = bandwidth_bytes_s
         self.overhead_s = overhead_s
@@ -140,7 +141,7 @@ class OffloadingConnector:
         prefix_caching: bool = True,
     ) -> None:
         if num_chunks < 0 or blocks_per_chunk < 1:
-            raise ValueError("the CPU tier needs num_chunks >= 0 and blocks_per_chunk >= 1")
+            raise InputError("the CPU tier needs num_chunks >= 0 and blocks_per_chunk >= 1")
         self.manager = CPUOffloadManager(num_chunks)
         self.timing = timing
         self.bs = block_size

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
 from servesim.engine.sums import sum_of_products
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.traces.schema import TraceProvenance
 
 OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT = OUTCOMES[1:5]
@@ -46,18 +46,18 @@ class SLO(BaseModel):
         """Parse ``ttft_ms=500,tpot_ms=50`` (also ``ttft=500``; units are milliseconds)."""
         values: dict[str, float] = {}
         if text.strip() and not any(p.strip() for p in text.split(",")):
-            raise ValueError(f"SLO {shown(text)} names no cap: write ttft_p99_ms=500,tpot_p99_ms=50")
+            raise InputError(f"SLO {shown(text)} names no cap: write ttft_p99_ms=500,tpot_p99_ms=50")
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, val = part.partition("=")
             if not sep:
-                raise ValueError(f"SLO term {shown(part)} must look like name=value")
+                raise InputError(f"SLO term {shown(part)} must look like name=value")
             name = key.strip().lower()
             base = name.removesuffix("_ms")
             metric, _, pct = base.partition("_")
             if metric not in ("ttft", "tpot", "e2e"):
-                raise ValueError(f"unknown SLO {shown(name)}: use ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
+                raise InputError(f"unknown SLO {shown(name)}: use ttft_p99_ms, tpot_p99_ms or e2e_p99_ms")
             if pct not in ("p99", ""):  # the one syntax of every command: a bare ttft_ms is the p99
-                raise ValueError(
+                raise InputError(
                     f"SLO {shown(name)}: servesim caps the p99 (write {metric}_p99_ms); other percentiles "
                     "are reported, not capped"
                 )
@@ -66,7 +66,7 @@ class SLO(BaseModel):
                 if not math.isfinite(values[f"{metric}_ms"]):
                     raise ValueError
             except ValueError:
-                raise ValueError(
+                raise InputError(
                     f"SLO {name!r}: {val.strip()[:40]!r} is not a finite number of milliseconds"
                 ) from None
         return cls.model_validate(values)
@@ -365,7 +365,7 @@ class SimulationResult:
     def token_times(self, req_id: str) -> list[float]:
         """Every output token's time of one request (needs ``record_token_times=True``)."""
         if self._token_steps is None:
-            raise ValueError("token times were not recorded: simulate with record_token_times=True")
+            raise InputError("token times were not recorded: simulate with record_token_times=True")
         seg = self._token_steps.get(req_id, [])
         ends = (self.steps["start_s"] + self.steps["duration_s"]).to_numpy()
         out: list[float] = []

@@ -15,13 +15,15 @@ import math
 
 import numpy as np
 
+from servesim.errors import InternalError
+
 _CHUNK = 1 << 16  # elements per temporary product: bounded memory for runs of millions of steps
 
 
 def sum_of_products(a: np.ndarray, b: np.ndarray) -> float:
     """Σ a[i]·b[i] in float64 (integer weights too), independent of BLAS, threads and CPU."""
     if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"sum_of_products needs two vectors of one length, got {a.shape} and {b.shape}")
+        raise InternalError(f"sum_of_products needs two vectors of one length, got {a.shape} and {b.shape}")
 
     def part(i: int) -> float:
         return float(np.sum(np.multiply(a[i : i + _CHUNK], b[i : i + _CHUNK], dtype=np.float64)))

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servesim.engine import EngineConfig
+from servesim.errors import InputError
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
 from servesim.perf.errors import BenchResultError, CalibrationError, PerfError
 from servesim.perf.memory import kv_capacity
@@ -107,9 +108,9 @@ class BenchServeResult(BaseModel):
             try:
                 float(v)
             except ValueError:
-                raise ValueError(f"{v[:40]!r} is neither a rate (req/s) nor inf") from None
+                raise InputError(f"{v[:40]!r} is neither a rate (req/s) nor inf") from None
         if isinstance(v, float) and (v <= 0 or math.isnan(v)):
-            raise ValueError("a rate is positive")
+            raise InputError("a rate is positive")
         return v
 
     @model_validator(mode="after")
@@ -117,7 +118,7 @@ class BenchServeResult(BaseModel):
         problems = _problems(self.model_extra or {}, self.model_dump(include=set(_LISTS)))
         if problems:
             field, reason = problems[0]
-            raise ValueError(f"{field}: {reason}")
+            raise InputError(f"{field}: {reason}")
         return self
 
     @property

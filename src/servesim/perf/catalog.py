@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servesim.errors import InternalError, shown
+from servesim.errors import InputError, InternalError, shown
 from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
 
 DType = Literal["bfloat16", "float16", "float32"]
@@ -98,18 +98,18 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if self.num_attention_heads % self.num_kv_heads:
-            raise ValueError(
+            raise InputError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_kv_heads "
                 f"({self.num_kv_heads})"
             )
         if self.num_experts:
             if not 1 <= self.experts_per_token <= self.num_experts:
-                raise ValueError(
+                raise InputError(
                     f"experts_per_token ({self.experts_per_token}) must be in "
                     f"1..num_experts ({self.num_experts})"
                 )
         elif self.experts_per_token or self.shared_expert_intermediate_size:
-            raise ValueError("experts_per_token / shared_expert_intermediate_size need num_experts > 0")
+            raise InputError("experts_per_token / shared_expert_intermediate_size need num_experts > 0")
         return self
 
     # ------------------------------------------------------------------ derived sizes
@@ -275,7 +275,7 @@ class GPUSpec(BaseModel):
             needed.append("fp8_flops")
         missing = [f for f in needed if not self.sources.get(f)]
         if missing:
-            raise ValueError(f"sources missing for: {', '.join(missing)}")
+            raise InputError(f"sources missing for: {', '.join(missing)}")
         return self
 
     def peak_flops(self, weight_dtype: str | None) -> float:

@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.perf.replay import RequestSet
 
 
@@ -90,7 +90,7 @@ def stage_send_times(
                 g *= span / g.sum()
                 out.append(start + sec + np.cumsum(g))
         return np.concatenate(out) if out else np.zeros(0)
-    raise ValueError(f"unknown load type {shown(load_type)}: use constant or poisson")
+    raise InputError(f"unknown load type {shown(load_type)}: use constant or poisson")
 
 
 def shared_prefix_requests(
@@ -110,7 +110,7 @@ def shared_prefix_requests(
     see rule 2 above.
     """
     if questions not in ("per-session", "fresh"):
-        raise ValueError(f"unknown questions mode {shown(questions)}: use per-session or fresh")
+        raise InputError(f"unknown questions mode {shown(questions)}: use per-session or fresh")
     rng = np.random.default_rng(seed)
     sp = wl.shared_prefix
     times: list[np.ndarray] = []

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.errors import ServesimError, describe
+from servesim.errors import InputError, ServesimError, describe
 from servesim.report.documents import Document, Kind, ReportInputError, read_document
 from servesim.views.model import Kpi, Section, Table
 
@@ -407,7 +407,7 @@ def build_report(
     from servesim import __version__
 
     if not documents:
-        raise ValueError("no input: give the --json output of at least one command")
+        raise InputError("no input: give the --json output of at least one command")
     if compare and len(documents) == 2 and documents[0].kind == documents[1].kind:
         from servesim.report.diff import diff_part
 

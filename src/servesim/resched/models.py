@@ -119,7 +119,7 @@ class InterruptedRequest(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> InterruptedRequest:
         if self.cached_tokens is not None and self.cached_tokens > self.tokens_processed:
-            raise ValueError(
+            raise InputError(
                 f"cached_tokens ({self.cached_tokens}) exceeds tokens_processed ({self.tokens_processed})"
             )
         return self
@@ -191,19 +191,19 @@ class RescheduleInput(BaseModel):
     def _check(self) -> RescheduleInput:
         total = sum(r.tokens_remaining for r in self.interrupted_requests)
         if total > MAX_TOTAL_REMAINING:
-            raise ValueError(
+            raise InputError(
                 f"the interrupted requests have {total:,} tokens_remaining in all; a projection handles at "
                 f"most {MAX_TOTAL_REMAINING:,} (one engine step per token; no real batch is that long)"
             )
         seen: dict[str, int] = {}
         for i, r in enumerate(self.interrupted_requests):
             if r.req_id in seen:
-                raise ValueError(
+                raise InputError(
                     f"duplicate req_id {shown(r.req_id)} at interrupted_requests[{seen[r.req_id]}] and [{i}]"
                 )
             seen[r.req_id] = i
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.batch_capacity:
-            raise ValueError(
+            raise InputError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= batch_capacity "
                 f"({self.batch_capacity}), as vLLM requires of max_num_seqs"
             )

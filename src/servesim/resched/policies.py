@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from servesim.errors import InternalError
 from servesim.resched.models import InterruptedRequest, Policy
 
 
@@ -49,7 +50,7 @@ def order(
     """Indices of ``requests`` in re-admission order, and per request whether aging moved it up."""
     n = len(requests)
     if len(keys) != n:
-        raise ValueError("one OrderKeys per request")
+        raise InternalError("one OrderKeys per request")
     if policy is Policy.fcfs:
         return list(range(n)), [False] * n
     aged = [is_aged(r, aging_wait_ms, aging_preemptions) for r in requests]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from servesim.engine.step_time import BatchComposition, StepTimeModel
+from servesim.errors import InputError
 
 
 class Job(NamedTuple):
@@ -57,7 +58,7 @@ class _Running:
 def _duration(model: StepTimeModel, batch: BatchComposition) -> float:
     dt = model.step_time(batch)
     if not (isinstance(dt, int | float) and math.isfinite(dt) and dt > 0):
-        raise ValueError(f"step-time model returned {dt!r} for {batch!r}; a step must take a finite time > 0")
+        raise InputError(f"step-time model returned {dt!r} for {batch!r}; a step must take a finite time > 0")
     return float(dt)
 
 
@@ -75,10 +76,10 @@ def project(
     step times, same sums in the same order: identical results to ``fast=False``).
     """
     if batch_capacity < 1 or max_num_batched_tokens < 1:
-        raise ValueError("batch_capacity and max_num_batched_tokens must be >= 1")
+        raise InputError("batch_capacity and max_num_batched_tokens must be >= 1")
     for j in jobs:
         if not (0 <= j.computed < j.num_tokens and j.samples >= 1):
-            raise ValueError(f"invalid job {j}")
+            raise InputError(f"invalid job {j}")
     n = len(jobs)
     admitted = [0.0] * n
     completion = [0.0] * n

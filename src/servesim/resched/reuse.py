@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from servesim.errors import InputError
+
 
 class ReuseSplit(NamedTuple):
     """How a request's processed tokens come back: from the cache or computed again."""
@@ -40,9 +42,9 @@ def reusable_tokens(tokens_processed: int, block_size: int, cached_tokens: int |
     (``None``: all of them, i.e. no block has been evicted). Only full blocks count.
     """
     if tokens_processed < 0:
-        raise ValueError(f"tokens_processed must be >= 0 (got {tokens_processed})")
+        raise InputError(f"tokens_processed must be >= 0 (got {tokens_processed})")
     if block_size < 1:
-        raise ValueError(f"block_size must be >= 1 (got {block_size})")
+        raise InputError(f"block_size must be >= 1 (got {block_size})")
     survive = tokens_processed if cached_tokens is None else min(max(cached_tokens, 0), tokens_processed)
     return block_size * (survive // block_size)
 

@@ -83,7 +83,7 @@ class DeploymentSpec(BaseModel):
             for k in unknown:
                 close = difflib.get_close_matches(k, list(EngineConfig.model_fields), n=1)
                 hints.append(shown(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise ValueError(f"unknown engine key(s) {', '.join(hints)}")
+            raise ConfigError(f"unknown engine key(s) {', '.join(hints)}")
         return given
 
     @property

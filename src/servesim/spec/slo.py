@@ -65,7 +65,7 @@ class PercentileSLO(BaseModel):
     @model_validator(mode="after")
     def _something(self) -> PercentileSLO:
         if self.min_good_fraction is not None and not self.caps():
-            raise ValueError("min_good_fraction needs at least one latency cap to define a good request")
+            raise InputError("min_good_fraction needs at least one latency cap to define a good request")
         return self
 
     @classmethod

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.traces.arrivals import (
     ArrivalModel,
     BurstArrivals,
@@ -55,7 +55,7 @@ def parse_arrival_name(name: str) -> ArrivalModel:
         if rate > 0 and value > 0:
             k = 1.0 / value**2 if m.group(2) == "cv" else value
             return GammaArrivals(rate=rate, burstiness=k)
-    raise ValueError(f"unknown arrival distribution {shown(name)}; expected one of: {GRAMMAR_HELP}")
+    raise InputError(f"unknown arrival distribution {shown(name)}; expected one of: {GRAMMAR_HELP}")
 
 
 def is_arrival_name(name: str) -> bool:

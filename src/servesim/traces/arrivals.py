@@ -25,6 +25,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servesim.errors import InputError
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -100,7 +102,7 @@ class RampArrivals(_Model):
     @model_validator(mode="after")
     def _some_rate(self) -> RampArrivals:
         if self.rate_start == 0 and self.rate_end == 0:
-            raise ValueError("rate_start and rate_end cannot both be 0")
+            raise InputError("rate_start and rate_end cannot both be 0")
         return self
 
     def rate_at(self, t: np.ndarray) -> np.ndarray:
@@ -147,7 +149,7 @@ def stream_rng(seed: int, stream: str) -> np.random.Generator:
 def sample_arrivals(model: ArrivalModel, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` sorted arrival times in seconds (float64)."""
     if n < 0:
-        raise ValueError("n must be >= 0")
+        raise InputError("n must be >= 0")
     if n == 0:
         return np.zeros(0)
     if isinstance(model, PoissonArrivals):
@@ -224,7 +226,7 @@ def _thinning(
         count += accepted.size
         t0 = float(candidates[-1])
         if limit_s is not None and t0 > limit_s and count < n:
-            raise ValueError(
+            raise InputError(
                 f"the ramp reaches rate 0 at {limit_s} s after only {count} of {n} requests; "
                 "raise rate_end or lower the number of requests"
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from servesim.errors import shown
+from servesim.errors import UnknownNameError, shown
 
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 
@@ -21,11 +21,11 @@ BUNDLED_TRACES: dict[str, str] = {
 
 
 def bundled_trace_path(name: str) -> Path:
-    """Path of a bundled trace by short name; ``KeyError`` lists the known names."""
+    """Path of a bundled trace by short name; ``UnknownNameError`` (a ``KeyError``) lists the known names."""
     try:
         rel = BUNDLED_TRACES[name]
     except KeyError:
-        raise KeyError(
+        raise UnknownNameError(
             f"unknown bundled trace {shown(name)}; known: {', '.join(sorted(BUNDLED_TRACES))}"
         ) from None
     return _DATA_DIR / rel

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from servesim.errors import InternalError
+from servesim.errors import InputError, InternalError
 from servesim.traces.schema import COLUMNS
 
 _INT_COLUMNS = ("prompt_len", "output_len", "priority", "prefix_len")
@@ -30,7 +30,7 @@ def object_array(values: Any, n: int) -> np.ndarray:
         # Through a Series so that list elements (hash_ids) stay elements, not a 2-D array.
         arr = pd.Series(list(values), dtype=object).to_numpy(dtype=object)
     if len(arr) != n:
-        raise ValueError(f"column has {len(arr)} values, expected {n}")
+        raise InputError(f"column has {len(arr)} values, expected {n}")
     return arr
 
 
@@ -42,10 +42,10 @@ def canonical_frame(columns: Mapping[str, Any], n: int) -> pd.DataFrame:
     """
     unknown = set(columns) - set(COLUMNS)
     if unknown:
-        raise ValueError(f"unknown trace columns: {sorted(unknown)}")
+        raise InputError(f"unknown trace columns: {sorted(unknown)}")
     for col in ("req_id", "arrival_time_s", "prompt_len", "output_len"):
         if col not in columns:
-            raise ValueError(f"column {col!r} is required")
+            raise InputError(f"column {col!r} is required")
     data: dict[str, Any] = {}
     for col in COLUMNS:
         value = columns.get(col)

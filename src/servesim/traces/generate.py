@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.traces.arrivals import ArrivalModel, PoissonArrivals, sample_arrivals, stream_rng
 from servesim.traces.frame import canonical_frame
 from servesim.traces.lengths import (
@@ -89,7 +89,7 @@ def _lengths(model: LengthModel, n: int, seed: int, which: str) -> np.ndarray:
         return sample_parametric(model, n, stream_rng(seed, which))
     prompt, output = length_table(model.source)
     if len(prompt) == 0:
-        raise ValueError(f"length source {shown(model.source)} has no usable rows")
+        raise InputError(f"length source {shown(model.source)} has no usable rows")
     # Indices depend on (seed, source) only: prompt and output from one source draw the same rows.
     rng = np.random.default_rng(
         np.random.SeedSequence(seed, spawn_key=(4, zlib.crc32(model.source.encode())))

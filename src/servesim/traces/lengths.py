@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from servesim.errors import InputError
 from servesim.traces.bundled import resolve_trace_path
 
 
@@ -42,7 +43,7 @@ class LogNormalLength(_Model):
     @model_validator(mode="after")
     def _order(self) -> LogNormalLength:
         if self.max is not None and self.max < self.min:
-            raise ValueError(f"max ({self.max}) < min ({self.min})")
+            raise InputError(f"max ({self.max}) < min ({self.min})")
         return self
 
 
@@ -54,7 +55,7 @@ class UniformLength(_Model):
     @model_validator(mode="after")
     def _order(self) -> UniformLength:
         if self.max < self.min:
-            raise ValueError(f"max ({self.max}) < min ({self.min})")
+            raise InputError(f"max ({self.max}) < min ({self.min})")
         return self
 
 

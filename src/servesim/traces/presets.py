@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.traces.arrival_names import GRAMMAR_HELP, parse_arrival_name
 from servesim.traces.arrivals import (
     BurstArrivals,
@@ -101,6 +101,6 @@ def preset_spec(name: str) -> GeneratorSpec:
     try:
         return _from_name(name)
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"unknown preset {shown(name)}; known: {', '.join(PRESETS)}; or an arrival name ({GRAMMAR_HELP})"
         ) from None

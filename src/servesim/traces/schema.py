@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 
 #: Canonical column order of ``Trace.df``.
 COLUMNS: tuple[str, ...] = (
@@ -73,11 +73,11 @@ class RequestRecord(BaseModel):
     @model_validator(mode="after")
     def _check_prefix(self) -> RequestRecord:
         if self.prefix_len > self.prompt_len:
-            raise ValueError(f"prefix_len {self.prefix_len} exceeds prompt_len {self.prompt_len}")
+            raise InputError(f"prefix_len {self.prefix_len} exceeds prompt_len {self.prompt_len}")
         if self.prefix_len > 0 and self.prefix_group is None:
-            raise ValueError("prefix_len is set but prefix_group is missing")
+            raise InputError("prefix_len is set but prefix_group is missing")
         if self.prefix_group is not None and self.hash_ids is not None:
-            raise ValueError("give prefix_group/prefix_len or hash_ids, not both")
+            raise InputError("give prefix_group/prefix_len or hash_ids, not both")
         return self
 
 
@@ -182,7 +182,7 @@ class Trace:
         ids = [r.req_id for r in recs]
         if len(set(ids)) != len(ids):
             dup = next(i for i, n in Counter(ids).items() if n > 1)
-            raise ValueError(f"duplicate req_id {shown(dup)}")
+            raise InputError(f"duplicate req_id {shown(dup)}")
         df = pd.DataFrame(
             {
                 "req_id": pd.Series(ids, dtype=object),
@@ -207,7 +207,7 @@ class Trace:
         if reordered:
             df = df.iloc[order].reset_index(drop=True)
         if hash_block_size is None and any(r.hash_ids is not None for r in recs):
-            raise ValueError("hash_ids are given but hash_block_size is not")
+            raise InputError("hash_ids are given but hash_block_size is not")
         prov = TraceProvenance(
             source=source,
             format=format,

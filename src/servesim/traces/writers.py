@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 from servesim.io import staged_path
 from servesim.traces.readers import PARQUET_META_KEY
 from servesim.traces.schema import COLUMNS, Trace
@@ -52,7 +52,7 @@ def write_trace(trace: Trace, path: str | os.PathLike[str], format: str | None =
     fmt = _resolve_format(target, format)
     compress = target.suffix.lower() == ".gz"
     if compress and fmt == "parquet":
-        raise ValueError("Parquet compresses internally; do not add .gz")
+        raise InputError("Parquet compresses internally; do not add .gz")
     writers = {"csv": _write_csv, "jsonl": _write_jsonl, "json": _write_json}
     with staged_path(target) as tmp:  # atomic, the user's umask, all-or-nothing
         if fmt == "parquet":
@@ -67,14 +67,14 @@ def _resolve_format(path: Path, format: str | None) -> WriteFormat:
     if format is not None:
         name = format.lower().removeprefix("native-")
         if name not in ("csv", "jsonl", "json", "parquet"):
-            raise ValueError(f"unknown output format {shown(format)}; known: csv, jsonl, json, parquet")
+            raise InputError(f"unknown output format {shown(format)}; known: csv, jsonl, json, parquet")
         return name  # type: ignore[return-value]
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
     if suffixes and suffixes[-1] in _BY_EXTENSION:
         return _BY_EXTENSION[suffixes[-1]]
-    raise ValueError(
+    raise InputError(
         f"cannot tell the output format from {shown(path.name)}; use .csv, .jsonl, .json or .parquet"
     )
 

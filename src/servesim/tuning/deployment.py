@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servesim.engine.config import EngineConfig
+from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
 from servesim.tuning.hardware import Hardware, ResolvedHardware
 
@@ -52,7 +53,7 @@ class Deployment(BaseModel):
     def _vllm_rules(self) -> Deployment:
         problems = deployment_problems(self)
         if problems:
-            raise ValueError("; ".join(reason for _, reason in problems))
+            raise ConfigError("; ".join(reason for _, reason in problems))
         return self
 
     @property
@@ -238,7 +239,7 @@ def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig,
     the hardware or vLLM would refuse it)."""
     fixed = {"tensor_parallel_size", "gpu_memory_utilization"} - hardware.varies
     if "tensor_parallel_size" in fixed and d.tensor_parallel_size != hardware.default_tensor_parallel_size:
-        raise ValueError(
+        raise ConfigError(
             f"this hardware context has a fixed TP of {hardware.default_tensor_parallel_size}; "
             f"tensor_parallel_size {d.tensor_parallel_size} cannot be simulated"
         )

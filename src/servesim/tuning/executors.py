@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol, Self
 
 from pydantic import BaseModel
 
-from servesim.errors import InternalError, shown
+from servesim.errors import InputError, InternalError, shown
 from servesim.tuning.jobs import EvalContext, Job, ProbeJob, RunJob, execute
 
 ExecutorKind = Literal["local", "process", "ray"]
@@ -132,7 +132,7 @@ class ProcessExecutor(_Base):
 
     def __init__(self, ctx: EvalContext, n_jobs: int = 2) -> None:
         if n_jobs < 1:
-            raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
+            raise InputError(f"n_jobs must be >= 1, got {n_jobs}")
         self.ctx = ctx
         self._pool = ProcessPoolExecutor(
             max_workers=n_jobs,
@@ -168,7 +168,7 @@ class RayExecutor(_Base):
             os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
             import ray
         except ImportError:
-            raise ValueError(
+            raise InputError(
                 "the ray executor needs Ray: pip install 'servesim[ray]' (or use --executor process)"
             ) from None
         self._ray = ray
@@ -189,7 +189,7 @@ class RayExecutor(_Base):
                 ray.init(address=address, **kwargs)
             except Exception as exc:  # Ray raises RuntimeError, ConnectionError, ValueError...
                 where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
-                raise ValueError(f"cannot start {where}: {' '.join(str(exc).split())}") from exc
+                raise InputError(f"cannot start {where}: {' '.join(str(exc).split())}") from exc
             self._started = True
         self.ctx = ctx
         self._ctx_ref = ray.put(ctx)
@@ -210,11 +210,11 @@ def make_executor(
 ) -> LocalExecutor | ProcessExecutor | RayExecutor:
     """The executor of that kind (``address`` only for Ray)."""
     if address is not None and kind != "ray":
-        raise ValueError("--address only applies to --executor ray")
+        raise InputError("--address only applies to --executor ray")
     if kind == "local":
         return LocalExecutor(ctx)
     if kind == "process":
         return ProcessExecutor(ctx, n_jobs)
     if kind == "ray":
         return RayExecutor(ctx, n_jobs, address)
-    raise ValueError(f"unknown executor {shown(kind)}; use local, process or ray")
+    raise InputError(f"unknown executor {shown(kind)}; use local, process or ray")

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.engine.simulate import describe_model
 from servesim.engine.step_time import StepTimeModel
+from servesim.errors import ConfigError
 from servesim.perf.setup import DEFAULT_GPU as DEFAULT_GPU  # one default deployment for every command
 from servesim.perf.setup import DEFAULT_MODEL as DEFAULT_MODEL
 
@@ -207,9 +208,9 @@ class FixedHardware:
 
     def __post_init__(self) -> None:
         if self.num_gpu_blocks < 2:
-            raise ValueError(f"num_gpu_blocks must be >= 2, got {self.num_gpu_blocks}")
+            raise ConfigError(f"num_gpu_blocks must be >= 2, got {self.num_gpu_blocks}")
         if self.block_size < 1 or self.gpus_per_replica < 1:
-            raise ValueError("block_size and gpus_per_replica must be >= 1")
+            raise ConfigError("block_size and gpus_per_replica must be >= 1")
 
     @property
     def varies(self) -> frozenset[str]:
@@ -238,7 +239,7 @@ class FixedHardware:
         max_model_len: int,
     ) -> ResolvedHardware:
         if tensor_parallel_size != self.gpus_per_replica:
-            raise ValueError(
+            raise ConfigError(
                 f"the fixed hardware model has one step-time model for {self.gpus_per_replica} GPU(s) per "
                 f"replica; tensor_parallel_size {tensor_parallel_size} cannot be simulated (use PerfHardware "
                 "to vary TP)"

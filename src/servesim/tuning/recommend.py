@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from servesim.errors import InternalError
+from servesim.errors import InputError, InternalError
 from servesim.tuning.capacity import CapacityAnswer, find_capacity, runs_meet
 from servesim.tuning.changes import FlagChange, measure_changes
 from servesim.tuning.choice import Tolerance, model_tolerance
@@ -132,16 +132,16 @@ class SchedulerRecommendation(BaseModel):
     def _consistent(self) -> SchedulerRecommendation:
         d = self.deployment
         if self.replicas != d.replicas or self.gpus != d.gpus:
-            raise ValueError(
+            raise InputError(
                 f"replicas ({self.replicas}) and gpus ({self.gpus}) must equal the deployment's "
                 f"({d.replicas}, {d.gpus} = replicas x TP)"
             )
         if (self.meets_slo is None) != (self.slo is None):
-            raise ValueError("meets_slo is given exactly when an SLO is")
+            raise InputError("meets_slo is given exactly when an SLO is")
         if self.meets_slo:
             bad = [v for r in self.verification for v in r.slo_violations]
             if bad or not self.verification:
-                raise ValueError(
+                raise InputError(
                     f"meets_slo claimed but re-verification shows: {'; '.join(bad) or 'no runs'}"
                 )
             if self.slo is None:
@@ -153,7 +153,7 @@ class SchedulerRecommendation(BaseModel):
             }
             for m, cap in self.slo.caps().items():
                 if worst[m] > cap:
-                    raise ValueError(f"meets_slo claimed but predicted {m} p99 {worst[m]:.1f} ms > {cap} ms")
+                    raise InputError(f"meets_slo claimed but predicted {m} p99 {worst[m]:.1f} ms > {cap} ms")
         return self
 
 
@@ -206,12 +206,12 @@ def recommend(
     than the step-time model's measured error (``choice.model_tolerance``); each knob it changes
     is then re-simulated alone on the baseline (``changes``). ``usd_per_gpu_hour`` prices the plan."""
     if not candidates and baseline is None:
-        raise ValueError("no candidate deployment to recommend (no feasible trial?)")
+        raise InputError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
     ev = eval_settings or EvalSettings()
     rate = target_rate or workload.base_rate
     if rate is None:
-        raise ValueError(f"{workload.name} has no arrival rate: give a target rate")
+        raise InputError(f"{workload.name} has no arrival rate: give a target rate")
     seeds = list(verify_seeds)
     sat_settings = (saturation or SaturationSettings()).model_copy(update={"seeds": seeds})
     ctx = EvalContext(workload, hardware, slo, ev)

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.errors import InputError
 from servesim.tuning.deployment import Deployment, resolve_deployment
 from servesim.tuning.evaluate import EvalSettings, RatePoint, RunMetrics, Status
 from servesim.tuning.executors import Executor, ExecutorKind, LocalExecutor, make_executor
@@ -103,11 +104,11 @@ class RateSearch:
         lo = settings.min_rate or reference_rate / 256
         hi = settings.max_rate or reference_rate * 256
         if lo > hi:
-            raise ValueError(f"min_rate {lo} > max_rate {hi}")
+            raise InputError(f"min_rate {lo} > max_rate {hi}")
         self.kmin = math.ceil(math.log(lo / reference_rate) / self.step - 1e-9)
         self.kmax = math.floor(math.log(hi / reference_rate) / self.step + 1e-9)
         if self.kmin > 0 or self.kmax < 0:
-            raise ValueError(f"the reference rate {reference_rate:g} is outside [{lo:g}, {hi:g}]")
+            raise InputError(f"the reference rate {reference_rate:g} is outside [{lo:g}, {hi:g}]")
         self.jump = max(1, round(math.log(2.0) / self.step))
         self.points: dict[int, RatePoint] = {}
         self.simulations = 0
@@ -197,7 +198,7 @@ def find_saturation(
     config, res = resolve_deployment(deployment, hardware)  # fail early, with the reason
     ref = target_rate or workload.base_rate
     if ref is None:
-        raise ValueError(f"{workload.name} has no arrival rate: give a target rate")
+        raise InputError(f"{workload.name} has no arrival rate: give a target rate")
     ctx = EvalContext(workload, hardware, slo, ev)
     if not isinstance(executor, str):
         search = RateSearch(workload, deployment, hardware, slo, st, ev, executor, ref, progress)

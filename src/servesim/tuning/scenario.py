@@ -486,12 +486,12 @@ ScenarioResult = BatchScenarioResult | LoadScenarioResult
 def parse_scenario(data: Any) -> Scenario:
     """The scenario shape ``data`` has (``requests`` -> batch; ``simulated_qps`` -> load)."""
     if not isinstance(data, dict):
-        raise ValueError(f"a scenario is a JSON object, got {type(data).__name__}")
+        raise InputError(f"a scenario is a JSON object, got {type(data).__name__}")
     if "requests" in data or "batch_config" in data:
         return BatchScenario.model_validate(data)
     if "simulated_qps" in data:
         return LoadScenario.model_validate(data)
-    raise ValueError(
+    raise InputError(
         "unrecognised scenario: expected either arrival_distribution + batch_config + requests, or "
         "simulated_qps + mean_input_tokens + mean_output_tokens + kv_cache_blocks_available + block_size"
     )
@@ -510,10 +510,10 @@ def load_scenario_file(path: str | Path) -> Scenario:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: not JSON: {e}") from None
+        raise InputError(f"{p}: not JSON: {e}") from None
     try:
         return parse_scenario(data)
     except ValidationError:
         raise
     except ValueError as e:
-        raise ValueError(f"{p}: {e}") from None
+        raise InputError(f"{p}: {e}") from None

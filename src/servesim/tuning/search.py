@@ -44,7 +44,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.errors import InternalError, shown
+from servesim.errors import InputError, InternalError, shown
 from servesim.io import file_lock
 from servesim.tuning.choice import Candidate, Choice, binding_metric, choose, model_tolerance
 from servesim.tuning.deployment import Deployment, vllm_default_deployment
@@ -307,14 +307,14 @@ def open_study(
             storage=rdb, study_name=study_name, directions=directions(objective), load_if_exists=True
         )
         if list(probe.directions) != [_direction(d) for d in directions(objective)]:
-            raise ValueError(
+            raise InputError(
                 f"study {shown(study_name)} in {storage} has other objectives; use another --study-name"
             )
         stored = probe.user_attrs.get("servesim_fingerprint")
         if stored is None:
             probe.set_user_attr("servesim_fingerprint", fingerprint)
         elif stored != fingerprint:
-            raise ValueError(
+            raise InputError(
                 f"study {shown(study_name)} in {storage} was created for another workload, SLO, space or "
                 "objective; use another --study-name (or the same settings) to resume it"
             )
@@ -355,7 +355,7 @@ def trial_spec(
     """How the study's trials are evaluated (target rate, seeds, the fields that are not searched)."""
     rate = target_rate or workload.base_rate
     if rate is None:
-        raise ValueError(f"{workload.name} has no arrival rate: give a target rate")
+        raise InputError(f"{workload.name} has no arrival rate: give a target rate")
     return TrialSpec(
         objective=settings.objective,
         target_rate=rate,
@@ -376,7 +376,7 @@ def check_executor(ex: Executor, ctx: EvalContext) -> None:
         and theirs.slo == ctx.slo
         and theirs.settings == ctx.settings
     ):
-        raise ValueError("the executor was made for another workload, hardware, SLO or settings")
+        raise InputError("the executor was made for another workload, hardware, SLO or settings")
 
 
 def tune(

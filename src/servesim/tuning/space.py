@@ -31,7 +31,7 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servesim.errors import InternalError, shown
+from servesim.errors import InputError, InternalError, shown
 from servesim.tuning.hardware import Hardware
 
 Value = int | float | bool | None
@@ -66,14 +66,14 @@ class Knob(BaseModel):
     def _shape(self) -> Knob:
         ranged = self.low is not None or self.high is not None
         if (self.choices is None) == (not ranged):
-            raise ValueError("a knob is either choices or a low..high range")
+            raise InputError("a knob is either choices or a low..high range")
         if self.choices is not None and not self.choices:
-            raise ValueError("choices must not be empty")
+            raise InputError("choices must not be empty")
         if ranged:
             if self.low is None or self.high is None or self.low > self.high:
-                raise ValueError(f"bad range {self.low}..{self.high}")
+                raise InputError(f"bad range {self.low}..{self.high}")
             if self.log and (self.step is not None or self.low <= 0):
-                raise ValueError("a log range needs low > 0 and no step")
+                raise InputError("a log range needs low > 0 and no step")
         return self
 
     @property
@@ -123,13 +123,13 @@ class SearchSpace(BaseModel):
                 for v in knob.choices:
                     _check_type(name, kind, v)
             elif kind == "bool":
-                raise ValueError(f"{name} takes choices, not a range")
+                raise InputError(f"{name} takes choices, not a range")
         return self
 
     def with_overrides(self, overrides: dict[str, Knob]) -> SearchSpace:
         unknown = set(overrides) - set(KNOBS)
         if unknown:
-            raise ValueError(f"unknown knob(s) {sorted(unknown)}; known: {', '.join(KNOBS)}")
+            raise InputError(f"unknown knob(s) {sorted(unknown)}; known: {', '.join(KNOBS)}")
         return SearchSpace.model_validate(
             {**self.model_dump(), **{k: v.model_dump() for k, v in overrides.items()}}
         )
@@ -300,7 +300,7 @@ def _check_type(name: str, kind: str, v: Value) -> None:
         "optional_float": v is None or (isinstance(v, int | float) and not isinstance(v, bool)),
     }[kind]
     if not ok:
-        raise ValueError(f"{name}: {shown(v)} is not a valid {kind.replace('_', ' ')} value")
+        raise InputError(f"{name}: {shown(v)} is not a valid {kind.replace('_', ' ')} value")
 
 
 class _Pick:
@@ -332,9 +332,9 @@ class _FixedPick(_Pick):
         v = self.values[base]
         if knob.choices is not None:
             if v not in knob.choices:
-                raise ValueError(f"{base}={shown(v)} is not among the allowed values {knob.describe()}")
+                raise InputError(f"{base}={shown(v)} is not among the allowed values {knob.describe()}")
         elif v is None or not (knob.low is not None and knob.high is not None and knob.low <= v <= knob.high):
-            raise ValueError(f"{base}={shown(v)} is outside {knob.describe()}")
+            raise InputError(f"{base}={shown(v)} is outside {knob.describe()}")
         if not knob.is_fixed:
             self.named[name] = v
         return v
@@ -353,7 +353,7 @@ class _EnumPick(_Pick):
             return int(v) if kind == "int" and v is not None else v
         values = _values(knob, kind)
         if values is None:
-            raise ValueError(f"{name.split(':')[0]} is a continuous range: the space has no grid")
+            raise InputError(f"{name.split(':')[0]} is a continuous range: the space has no grid")
         i = len(self.sizes)
         if i >= len(self.path):
             self.path.append(0)
@@ -414,13 +414,13 @@ def _narrow(knob: Knob, *, low: float | None = None, high: float | None = None) 
     if knob.choices is not None:
         kept = [c for c in knob.choices if c is not None and lo <= float(c) <= hi]
         if not kept:
-            raise ValueError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
+            raise InputError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
         return knob if len(kept) == len(knob.choices) else Knob(choices=kept)
     if not (knob.low is not None and knob.high is not None):
         raise InternalError("invariant broken: knob.low is not None and knob.high is not None")
     new_low, new_high = max(knob.low, lo), min(knob.high, hi)
     if new_low > new_high:
-        raise ValueError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
+        raise InputError(f"no value of {knob.describe()} lies in [{lo:g}, {hi:g}]")
     if (new_low, new_high) == (knob.low, knob.high):
         return knob
     if knob.step is not None:  # stay on the grid
@@ -431,7 +431,7 @@ def _narrow(knob: Knob, *, low: float | None = None, high: float | None = None) 
 
 def _narrow_bool(knob: Knob, value: bool) -> Knob:
     if knob.choices is None or value not in knob.choices:
-        raise ValueError(f"{value} is not a choice of {knob.describe()}")
+        raise InputError(f"{value} is not a choice of {knob.describe()}")
     return Knob(choices=[value])
 
 
@@ -457,13 +457,13 @@ def _parse_value(name: str, kind: str, text: str) -> Value:
             return True
         if t in ("false", "off", "no", "0"):
             return False
-        raise ValueError(f"{name}: {shown(text)} is not true/false")
+        raise InputError(f"{name}: {shown(text)} is not true/false")
     if kind == "optional_float" and t in ("none", "null", "off"):
         return None
     try:
         return int(t) if kind == "int" else float(t)
     except ValueError:
-        raise ValueError(f"{name}: {shown(text)} is not a valid {kind.replace('_', ' ')}") from None
+        raise InputError(f"{name}: {shown(text)} is not a valid {kind.replace('_', ' ')}") from None
 
 
 def parse_knob(text: str) -> tuple[str, Knob]:
@@ -471,13 +471,13 @@ def parse_knob(text: str) -> tuple[str, Knob]:
     name, sep, spec = text.partition("=")
     name = name.strip().replace("-", "_")
     if not sep or not spec.strip():
-        raise ValueError(f"--space {shown(text)}: expected name=choices or name=low..high")
+        raise InputError(f"--space {shown(text)}: expected name=choices or name=low..high")
     if name not in KNOBS:
-        raise ValueError(f"--space {shown(text)}: unknown knob {shown(name)}; known: {', '.join(KNOBS)}")
+        raise InputError(f"--space {shown(text)}: unknown knob {shown(name)}; known: {', '.join(KNOBS)}")
     kind = KNOBS[name]
     if ".." in spec:
         if kind == "bool":
-            raise ValueError(f"--space {shown(text)}: {name} takes a list of choices, not a range")
+            raise InputError(f"--space {shown(text)}: {name} takes a list of choices, not a range")
         rng, _, extra = spec.partition(":")
         lo, _, hi = rng.partition("..")
         numeric = "float" if kind == "optional_float" else kind
@@ -497,7 +497,7 @@ def space_from_mapping(data: Any) -> SearchSpace:
     """A space from a YAML/JSON mapping: ``knob: [choices]``, ``knob: value`` (fixed) or
     ``knob: {low: .., high: .., step: .., log: ..}``; unnamed knobs keep their defaults."""
     if not isinstance(data, dict):
-        raise ValueError(f"a search space is a mapping of knob names, got {type(data).__name__}")
+        raise InputError(f"a search space is a mapping of knob names, got {type(data).__name__}")
     overrides: dict[str, Knob] = {}
     for name, spec in data.items():
         key = str(name).replace("-", "_")

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from servesim.errors import InternalError
+from servesim.errors import InputError, InternalError
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import (
     ArrivalModel,
@@ -76,12 +76,12 @@ def scale_arrival(model: ArrivalModel, rate: float) -> ArrivalModel:
     """The same arrival process at nominal rate ``rate`` (every rate scaled by one factor)."""
     nominal = arrival_rate(model)
     if nominal is None or isinstance(model, BurstArrivals):
-        raise ValueError(
+        raise InputError(
             "burst arrivals (everything at t=0) have no rate to scale; use a rate process such as "
             "poisson_10_rps, or a trace file"
         )
     if not rate > 0:
-        raise ValueError(f"rate must be > 0, got {rate}")
+        raise InputError(f"rate must be > 0, got {rate}")
     f = rate / nominal
     if isinstance(model, PoissonArrivals | GammaArrivals | ConstantArrivals):
         return model.model_copy(update={"rate": rate})
@@ -218,9 +218,9 @@ class Workload:
     def trace(self, rate: float | None = None, seed: int = 0) -> Trace:
         """The workload at ``rate`` (None: as given) for replicate ``seed``."""
         if rate is not None and not rate > 0:
-            raise ValueError(f"rate must be > 0, got {rate}")
+            raise InputError(f"rate must be > 0, got {rate}")
         if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+            raise InputError(f"seed must be >= 0, got {seed}")
         if self.kind == "generator":
             if self._spec is None:
                 raise InternalError("invariant broken: self._spec is None")
@@ -244,7 +244,7 @@ class Workload:
         t = self._trace.df["arrival_time_s"].to_numpy(dtype=np.float64)
         n = len(t)
         if rate is not None and self.base_rate is None:
-            raise ValueError(
+            raise InputError(
                 f"{self.name}: every request arrives at the same instant, so the trace has no rate to scale"
             )
         order = np.arange(n)

@@ -7,13 +7,14 @@ serve this traffic at this rate for as long as they are paid for.
 from __future__ import annotations
 
 from servesim.engine import SimulationSummary
+from servesim.errors import InputError
 from servesim.views.model import Kpi, Section
 
 
 def cost_view(summary: SimulationSummary, *, gpus: int, usd_per_gpu_hour: float) -> Section:
     """Cost KPIs: the deployment's $/h, $ per 1M output and total tokens, (good) requests per $."""
     if gpus < 1 or not usd_per_gpu_hour > 0:
-        raise ValueError("cost needs gpus >= 1 and a GPU price > 0 $/h")
+        raise InputError("cost needs gpus >= 1 and a GPU price > 0 $/h")
     usd_per_s = gpus * usd_per_gpu_hour / 3600.0
 
     def per_million(tok_per_s: float) -> float | None:

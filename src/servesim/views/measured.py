@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servesim.errors import InputError
 from servesim.perf.replay import ReplayOutcome
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Section, Series, Table, Verdict
@@ -51,7 +52,7 @@ def stat_of(sample: Sample, stat: str) -> float | None:
         return float(v.std())
     if stat.startswith("p"):
         return float(np.percentile(v, float(stat[1:])))
-    raise ValueError(f"unknown statistic {stat!r}")
+    raise InputError(f"unknown statistic {stat!r}")
 
 
 def replay_samples(out: ReplayOutcome) -> tuple[dict[str, Sample], dict[str, float | None]]:

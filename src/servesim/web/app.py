@@ -12,6 +12,7 @@ from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from servesim import __version__
+from servesim.errors import ConfigError
 from servesim.web import problems
 from servesim.web.db import Database
 from servesim.web.jobs import JobManager
@@ -40,7 +41,7 @@ def workbench(request: Request) -> Workbench:
 def create_app(settings: WebSettings) -> FastAPI:
     problem = settings.startup_problem()
     if problem is not None:
-        raise ValueError(problem)
+        raise ConfigError(problem)
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # the default SQLite file lives there
     db = Database(settings.database_url)
     db.interrupt_unfinished()

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.actionlog import file_digest, record_action
+from servesim.errors import InputError, user_errors
 from servesim.traces import (
     Trace,
     TraceError,
@@ -114,8 +115,8 @@ def ingest_upload(
             trace = load_trace(path, format=fmt)
         except TraceError as exc:  # say it with the user's file name, never the server's path
             raise TraceError(name, exc.reason, row=exc.row, field=exc.field) from None
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{name}: {str(exc).replace(str(path), name)}") from None
+        except user_errors() as exc:
+            raise InputError(f"{name}: {str(exc).replace(str(path), name)}") from None
         check_token_bounds(trace, name)
         if len(trace) == 0:
             rows = _dropped(trace)

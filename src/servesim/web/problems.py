@@ -2,7 +2,8 @@
 
 One mapping: ``servesim.errors.user_errors()`` -> 422 with ``describe(exc)`` (a trace error adds
 its row and field); request validation -> 422 with each field's complaint; HTTP errors keep their
-status. Nothing else reaches the client but a bare 500 (logged without the request's secrets).
+status. Anything else is a bug in servesim: a 500 whose detail says "internal error" (no
+traceback to the client; the server logs it, without the request's secrets).
 """
 
 from __future__ import annotations
@@ -92,8 +93,14 @@ def install(app: FastAPI) -> None:
         return problem_response(422, describe(exc)[:1000], request.url.path, **user_error_extra(exc))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path)
-        return problem_response(500, "the server hit an unexpected error; see its log", request.url.path)
+        # A bug in servesim: no traceback to the client; Starlette re-raises the exception after
+        # this response, so the server's log has the traceback (and this line says where).
+        log.error("internal error (%s) on %s %s", type(exc).__name__, request.method, request.url.path)
+        return problem_response(
+            500,
+            "internal error: a bug in servesim, not your input; the server's log has the details",
+            request.url.path,
+        )
 
     app.add_exception_handler(Problem, on_problem)
     app.add_exception_handler(BodyTooLarge, on_too_large)

@@ -6,7 +6,7 @@ import re
 import uuid
 from pathlib import Path
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 #: Upload names are kept for display only; their extension picks the reader.
@@ -27,7 +27,7 @@ def new_id() -> str:
 
 def check_id(value: str) -> str:
     if not _ID.fullmatch(value):
-        raise ValueError(f"not an id: {value[:40]!r}")
+        raise InputError(f"not an id: {value[:40]!r}")
     return value
 
 
@@ -64,5 +64,5 @@ class Storage:
 
     def scratch(self, suffix: str) -> Path:
         if suffix not in UPLOAD_SUFFIXES:
-            raise ValueError(f"unsupported suffix {shown(suffix)}")
+            raise InputError(f"unsupported suffix {shown(suffix)}")
         return self.root / "uploads" / f"{new_id()}{suffix}"

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from servesim.engine import EngineConfig
+from servesim.errors import user_errors
 from servesim.web.defaults import with_defaults
 from servesim.web.problems import Problem
 from servesim.web.schemas import AdviseBody, TuneBody
@@ -45,12 +46,12 @@ def space_errors(space: dict[str, Any]) -> list[dict[str, str]]:
     for name, spec in space.items():
         try:
             space_from_mapping({name: spec})
-        except (ValueError, TypeError, KeyError) as exc:
+        except user_errors() as exc:
             errors.append({"field": f"body.space.{name}", "reason": _reason(exc)})
     if not errors:
         try:
             space_from_mapping(space)
-        except (ValueError, TypeError, KeyError) as exc:
+        except user_errors() as exc:
             errors.append({"field": "body.space", "reason": _reason(exc)})
     return errors
 

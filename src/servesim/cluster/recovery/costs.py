@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from servesim.cluster.recovery.models import JobSpec, Strategy
 from servesim.engine.step_time import BatchComposition, StepTimeModel
+from servesim.errors import InputError
 from servesim.perf import ModelSpec, kv_bytes_per_token
 
 
@@ -65,13 +66,13 @@ class RecoveryContext:
 
     def __post_init__(self) -> None:
         if not (self.bandwidth_gbps > 0 and math.isfinite(self.bandwidth_gbps)):
-            raise ValueError(f"bandwidth_gbps must be a positive number, got {self.bandwidth_gbps}")
+            raise InputError(f"bandwidth_gbps must be a positive number, got {self.bandwidth_gbps}")
         if not 0 < self.transfer_efficiency <= 1:
-            raise ValueError(f"transfer_efficiency must be in (0, 1], got {self.transfer_efficiency}")
+            raise InputError(f"transfer_efficiency must be in (0, 1], got {self.transfer_efficiency}")
         if not (self.setup_latency_s >= 0 and math.isfinite(self.setup_latency_s)):
-            raise ValueError(f"setup_latency_s must be >= 0, got {self.setup_latency_s}")
+            raise InputError(f"setup_latency_s must be >= 0, got {self.setup_latency_s}")
         if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+            raise InputError(f"block_size must be >= 1, got {self.block_size}")
         # THE KV-size formula (servesim.perf); raises for an impossible TP degree.
         object.__setattr__(
             self, "kv_bytes_per_token_per_rank", kv_bytes_per_token(self.model, self.tp, self.kv_dtype)
@@ -132,9 +133,9 @@ class TargetState:
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.max_num_batched_tokens < 1:
-            raise ValueError(f"{self.name}: block_size and max_num_batched_tokens must be >= 1")
+            raise InputError(f"{self.name}: block_size and max_num_batched_tokens must be >= 1")
         if min(self.running_decodes, self.decode_ctx_sum, self.queued_prefill_tokens) < 0:
-            raise ValueError(
+            raise InputError(
                 f"{self.name}: running_decodes, decode_ctx_sum, queued_prefill_tokens must be >= 0"
             )
         object.__setattr__(self, "releases", tuple(sorted(self.releases, key=lambda r: r.after_s)))

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servesim.errors import shown
+from servesim.errors import InputError, shown
 
 
 class FailureLogSpec(BaseModel):
@@ -66,7 +66,7 @@ class FailureLogSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> FailureLogSpec:
         if any(not (b > 0 and math.isfinite(b)) for b in self.bandwidths_gbps):
-            raise ValueError("bandwidths_gbps must all be positive numbers")
+            raise InputError("bandwidths_gbps must all be positive numbers")
         _start(self.start)
         return self
 
@@ -75,7 +75,7 @@ def _start(text: str) -> datetime:
     try:
         dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"start {shown(text)} is not an ISO-8601 time") from None
+        raise InputError(f"start {shown(text)} is not an ISO-8601 time") from None
     return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 
 

@@ -103,7 +103,7 @@ def manifest_paths(plans: Sequence[RecoveryPlan], outbox_dir: str | Path) -> lis
         for target in manifests_for(plan):
             p = Path(outbox_dir) / manifest_name(plan, target)
             if p in seen:
-                raise ValueError(
+                raise InputError(
                     f"records {seen[p]} and {i} would both write manifest {p.name}; "
                     "give the events distinct batch_id"
                 )

@@ -112,18 +112,18 @@ class JobSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
         if self.checkpoint_offset_tokens is not None and self.checkpoint_offset_blocks is not None:
-            raise ValueError("give checkpoint_offset_tokens or checkpoint_offset_blocks, not both")
+            raise InputError("give checkpoint_offset_tokens or checkpoint_offset_blocks, not both")
         has_offset = self.checkpoint_offset_tokens is not None or self.checkpoint_offset_blocks is not None
         if not self.kv_cache_checkpointed and (has_offset or self.checkpoint_timestamp is not None):
-            raise ValueError("checkpoint offset/timestamp given but kv_cache_checkpointed is false")
+            raise InputError("checkpoint offset/timestamp given but kv_cache_checkpointed is false")
         n = self.num_tokens
         if self.checkpoint_offset_tokens is not None and self.checkpoint_offset_tokens > n:
-            raise ValueError(
+            raise InputError(
                 f"checkpoint_offset_tokens ({self.checkpoint_offset_tokens}) exceeds the job's "
                 f"prompt + generated tokens ({n})"
             )
         if self.checkpoint_timestamp is not None and parse_timestamp(self.checkpoint_timestamp) is None:
-            raise ValueError(
+            raise InputError(
                 f"checkpoint_timestamp {shown(self.checkpoint_timestamp)} is not ISO-8601 or a number"
             )
         return self
@@ -232,10 +232,10 @@ class TargetSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> TargetSpec:
         if self.decode_ctx_sum is not None and self.mean_decode_ctx is not None:
-            raise ValueError("give decode_ctx_sum or mean_decode_ctx, not both")
+            raise InputError("give decode_ctx_sum or mean_decode_ctx, not both")
         for job, n in self.cached_prefix_tokens.items():
             if n < 0:
-                raise ValueError(f"cached_prefix_tokens[{shown(job)}] is negative ({n})")
+                raise InputError(f"cached_prefix_tokens[{shown(job)}] is negative ({n})")
         return self
 
     @property
@@ -257,7 +257,7 @@ class ClusterSpec(BaseModel):
         names = [t.name for t in self.targets]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ValueError(f"duplicate target name(s): {', '.join(dup)}")
+            raise InputError(f"duplicate target name(s): {', '.join(dup)}")
         return self
 
 
@@ -294,15 +294,15 @@ class RecoveryInput(BaseModel):
         ids = [j.job_id for j in self.active_jobs]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
-            raise ValueError(f"duplicate job_id(s) among active_jobs: {', '.join(dup)} (use parse_input)")
+            raise InputError(f"duplicate job_id(s) among active_jobs: {', '.join(dup)} (use parse_input)")
         if parse_timestamp(self.preemption_timestamp) is None:
-            raise ValueError(
+            raise InputError(
                 f"preemption_timestamp {shown(self.preemption_timestamp)} is not ISO-8601 or a number"
             )
         if self.cluster is not None:
             names = [t.name for t in self.cluster]
             if dup_names := sorted({n for n in names if names.count(n) > 1}):
-                raise ValueError(f"duplicate survivor name(s) in cluster: {', '.join(dup_names)}")
+                raise InputError(f"duplicate survivor name(s) in cluster: {', '.join(dup_names)}")
         return self
 
 

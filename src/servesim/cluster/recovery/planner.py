@@ -39,6 +39,7 @@ from servesim.cluster.recovery.models import (
 )
 from servesim.engine.simulate import describe_model
 from servesim.engine.step_time import StepTimeModel
+from servesim.errors import InputError
 from servesim.perf import Catalog, build_step_time_model, kv_capacity, load_catalog
 from servesim.perf.catalog import resolve_gpu, resolve_model
 
@@ -213,7 +214,7 @@ def decide_job(
     the survivor; without it (the stand-alone plan) each job is simply back as soon as it can be.
     """
     if not targets:
-        raise ValueError("no survivor to recover onto: targets is empty")
+        raise InputError("no survivor to recover onto: targets is empty")
     n = job.num_tokens
     covered = job.checkpoint_covered_tokens(context.block_size)
     best: tuple[float, int] | None = None
@@ -363,11 +364,11 @@ def plan_recovery(
     else:
         states = list(targets)
         if not states:
-            raise ValueError("no survivor to recover onto: targets is empty")
+            raise InputError("no survivor to recover onto: targets is empty")
     before = list(states)
     index = {t.name: i for i, t in enumerate(states)}
     if len(index) != len(states):
-        raise ValueError("survivor names must be unique")
+        raise InputError("survivor names must be unique")
     decisions: list[JobDecision] = []
     for job in inp.active_jobs:
         d = decide_job(job, ctx, states)

@@ -8,6 +8,7 @@ return the result as JSON-able views (binned and down-sampled here, so the page 
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import queue
 import time
@@ -58,7 +59,8 @@ def run_job(kind: str, params: dict[str, Any], env: Env, queue: Any) -> None:
     except user_errors() as exc:
         queue.put(("error", describe(exc)[:2000]))
         return
-    except Exception as exc:  # a bug, not the user's input: say what kind, keep the message short
+    except Exception as exc:  # a bug, not the user's input: the traceback to the server's log only
+        logging.getLogger("servesim.web").error("internal error in a %s job", kind, exc_info=exc)
         queue.put(("error", f"internal error ({type(exc).__name__}): {describe(exc)[:500]}"))
         return
     queue.put(("done", result))

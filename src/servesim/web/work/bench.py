@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from servesim.errors import InputError
 from servesim.perf.bench_io import BenchServeResult, bench_requests, bench_samples, parse_bench_result
 from servesim.views.measured import Sample, overlay_view, records_samples, replay_samples
 from servesim.web.schemas import BenchSimulateBody
@@ -104,7 +105,7 @@ def _stored_run(env: Env, run_id: str) -> tuple[dict[str, Sample], dict[str, flo
 
     path = Path(env["data_dir"]) / "web" / "runs" / f"{check_id(run_id)}.parquet"
     if not path.exists():
-        raise ValueError(f"run {run_id}: no per-request records (choose a finished simulation run)")
+        raise InputError(f"run {run_id}: no per-request records (choose a finished simulation run)")
     sim, throughput = records_samples(pd.read_parquet(path))
     return sim, throughput, ["ITL is not compared: a stored run keeps no per-step record"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesim.errors import InputError
 from servesim.web.schemas import AdviseBody, RecoverBody, RescheduleBody
 from servesim.web.work import Env, Report, trace_path
 
@@ -41,7 +42,7 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
     case: Any
     if body.task == "batching":
         if body.trace_id is None:
-            raise ValueError("batching advice needs trace_id")
+            raise InputError("batching advice needs trace_id")
         trace = load_trace(trace_path(env, body.trace_id))
         hw = body.hardware  # the Run tab's model, GPU and TP
         setup = deployment(body.engine, hw, trace)
@@ -56,7 +57,7 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
         if body.optimize > 0:
             case.optimizer_best = optimizer_best(case, body.optimize, 0)
     elif body.data is None:
-        raise ValueError(f"{body.task} advice needs data (the reschedule input or recovery record)")
+        raise InputError(f"{body.task} advice needs data (the reschedule input or recovery record)")
     elif body.task == "reschedule":
         case = RescheduleCase(parse_input(body.data), None)
     else:

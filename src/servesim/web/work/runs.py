@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, StepTimeModel, simulate
+from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
     ProgressCallback,
@@ -117,7 +118,7 @@ def _cluster(
     names = {r.name for r in replicas}
     unknown = sorted({f.node for f in body.failures} - names)
     if unknown:
-        raise ValueError(
+        raise InputError(
             f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{body.replicas - 1}"
         )
     ctx = RecoveryContext(
