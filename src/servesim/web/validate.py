@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from servesim.errors import InternalError
 from servesim.web.defaults import apply_defaults
 from servesim.web.problems import Problem
 from servesim.web.schemas import AdviseBody, TuneBody
@@ -26,7 +27,8 @@ def defaulted(body: B, gpu: str) -> B:
             for e in exc.errors()
         ]
         raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors) from None
-    assert isinstance(out, type(body))
+    if not isinstance(out, type(body)):
+        raise InternalError(f"invariant broken: apply_defaults returned a {type(out).__name__}")
     return out
 
 
