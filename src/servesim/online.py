@@ -208,6 +208,25 @@ class OnlineFleet:
         """Requests no replica holds: they wait for one to come back (every replica is down)."""
         return self.sim.num_parked
 
+    def parked(self) -> list[OnlineRequest]:
+        """The requests waiting for a replica to come back (every replica is down), oldest first."""
+        return [OnlineRequest(r) for r in self.sim.parked]
+
+    def replica_of(self, req: OnlineRequest) -> str | None:
+        """The replica holding ``req`` now, or the one that finished it; None while none does
+        (waiting for a replica to come back, or in transit between two)."""
+        r = req._r
+        for k, engine in enumerate(self.sim.current):
+            if engine.live.get(r.idx) is r:
+                return self.names[k]
+        if r.finish_time >= 0:  # latest incarnation first: a moved request finished there
+            for engine, k in zip(reversed(self.sim.engines), reversed(self.sim.engine_replica), strict=True):
+                rec = engine.rec
+                i = r.idx - rec.request_base
+                if 0 <= i < len(rec.finish) and rec.finish[i] == r.finish_time:
+                    return self.names[k]
+        return None
+
     def replica_metrics(self) -> list[ReplicaMetrics]:
         """Per replica, over all its incarnations (a recovered node starts a new engine)."""
         out = []

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
-from servesim import EngineConfig, Replica, replica_setup
+from servesim import EngineConfig, Replica, RouterSpec, replica_setup
 from servesim.emulate.app import build_app
 from servesim.emulate.edge import Edge
 from servesim.emulate.emulator import Emulator
@@ -63,12 +63,14 @@ def make_server() -> Iterator[object]:
         max_streams: int = 1024,
         api_key: str | None = None,
         edge: bool = False,
+        router: str | None = None,
         **kw: object,
     ) -> Server:
         """``edge``: the app behind ``servesim.emulate.edge.Edge``, as the Ray proxy runs it."""
         emulator = Emulator(
             replicas(n_replicas, **kw),  # type: ignore[arg-type]
             model=MODEL,
+            router=None if router is None else RouterSpec.model_validate({"policy": router}),
             time_scale=time_scale,
             max_streams=max_streams,
         )

@@ -377,3 +377,35 @@ def test_waiting_requests_stay_visible_while_no_replica_is_up(make_server: Any) 
             break
         time.sleep(0.1)
     assert waiting == {"replica-0": 0.0, "unrouted": 1.0}
+    # ... and in /admin/moves, which lists every request waiting for a replica (it had none).
+    moves = httpx.get(srv.url + "/admin/moves", timeout=5).json()
+    assert moves["moves"] == []
+    assert moves["waiting"] == [
+        {"request": "parked-1", "arrival_s": moves["waiting"][0]["arrival_s"], "tokens_generated": 0}
+    ]
+
+
+def test_every_metric_carries_the_engine_label_as_vllm_v1(make_server: Any) -> None:
+    """vLLM V1 labels every metric ``model_name`` and ``engine``; the histograms and counters
+    used to carry ``model_name`` only. Two requests routed round-robin land on both replicas,
+    and each replica's histograms count its own."""
+    srv = make_server(n_replicas=2, time_scale=1.0, router="round_robin")
+    for _ in range(2):
+        r = httpx.post(
+            srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 3}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+    m = metrics(srv.url)
+    vllm = {name: samples for name, samples in m.items() if name.startswith("vllm:")}
+    assert {"vllm:time_to_first_token_seconds", "vllm:request_success", "vllm:prompt_tokens"} <= set(vllm)
+    for name, samples in vllm.items():
+        assert samples and all(set(s.labels) >= {"model_name", "engine"} for s in samples), name
+    for name in (
+        "vllm:time_to_first_token_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+    ):
+        counts = {s.labels["engine"]: s.value for s in vllm[name] if s.name.endswith("_count")}
+        assert counts == {"replica-0": 1.0, "replica-1": 1.0}, (name, counts)
+    prompt = {s.labels["engine"]: s.value for s in vllm["vllm:prompt_tokens"] if s.name.endswith("_total")}
+    assert prompt == {"replica-0": 1.0, "replica-1": 1.0}  # "hi": one token each

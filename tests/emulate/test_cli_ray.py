@@ -93,3 +93,79 @@ def test_servesim_emulate_serves_the_openai_client_and_stops_on_ctrl_c(emulate: 
     out, err = emulate.out.read_text(), emulate.err.read_text()
     assert "Traceback" not in err and "Traceback" not in out
     assert f"on {emulate.url}/v1" in out  # the line saying where it served
+
+
+def _session(sid: int) -> list[str]:
+    """The command lines of the live processes in session ``sid`` (zombies excluded)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, session
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            out.append(cmd.strip())
+    return out
+
+
+def _none_left(sid: int, timeout_s: float = 30) -> list[str]:
+    """Wait (bounded) for every process of session ``sid`` to be gone; those still there."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _session(sid)) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return left
+
+
+@pytest.mark.parametrize(
+    ("signum", "background"),
+    [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True)],
+    ids=["SIGTERM", "SIGINT-background", "SIGTERM-background"],
+)
+def test_a_stop_signal_exits_0_and_leaves_no_ray_process(
+    tmp_path: Path, signum: signal.Signals, background: bool
+) -> None:
+    """SIGTERM (systemd, Docker, Kubernetes) and SIGINT stop ``servesim emulate`` with status 0
+    and no Ray process left, also when a script started it with ``&`` (which starts it with
+    SIGINT ignored). It used to abort on SIGTERM (exit 134, two Ray agents left behind) and
+    ignore SIGINT in the background."""
+    pytest.importorskip("ray")
+    port = free_port()
+    out, err, pid_file, rc_file = (tmp_path / n for n in ("stdout.txt", "stderr.txt", "pid", "rc"))
+    argv = f"{SERVESIM} emulate --port {port} --max-model-len 4096"
+    if background:  # a non-interactive shell: its & jobs ignore SIGINT
+        script = f"{argv} >{out} 2>{err} & echo $! >{pid_file}; wait $!; echo $? >{rc_file}"
+        shell = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline, "the script did not start servesim"
+            time.sleep(0.05)
+        pid, sid = int(pid_file.read_text()), shell.pid
+    else:
+        with out.open("wb") as fo, err.open("wb") as fe:
+            shell = subprocess.Popen(argv.split(), stdout=fo, stderr=fe, start_new_session=True)
+        pid = sid = shell.pid
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180  # Ray's start on a busy 2-core host
+        while f"on {url}/v1" not in out.read_text() if out.exists() else True:
+            assert shell.poll() is None, f"servesim emulate exited: {err.read_text()}"
+            assert time.monotonic() < deadline, "servesim emulate did not say it serves"
+            time.sleep(0.25)
+        assert httpx.get(url + "/health", timeout=30).status_code == 200
+        os.kill(pid, signum)
+        if background:
+            assert shell.wait(timeout=120) == 0
+            rc = int(rc_file.read_text())
+        else:
+            rc = shell.wait(timeout=120)
+        assert rc == 0, err.read_text()[-2000:]
+        assert _none_left(sid) == []
+        text = err.read_text()
+        assert "Traceback" not in text and f"{signum.name}: stopping Serve and Ray" in text
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sid, signal.SIGKILL)  # anything left in the group, whatever happened

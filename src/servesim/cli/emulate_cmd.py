@@ -108,20 +108,28 @@ def register(app: typer.Typer) -> None:
             )
         except caught as exc:
             fail(exc)
+        from servesim.cli.stop_signals import Stop, stop_on_signals
         from servesim.emulate import ray_serve
 
-        try:
-            ray_serve.start(settings, address=address, num_cpus=num_cpus)
-            typer.echo(
-                f"emulating {replicas} x {settings.model} on http://{host}:{port}/v1 "
-                f"(time scale {time_scale:g}; Ctrl-C stops)"
-            )
-            deadline = None if duration_s is None else time.monotonic() + duration_s
-            while deadline is None or time.monotonic() < deadline:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        except (TimeoutError, OSError) as exc:
-            fail(exc)
-        finally:
-            ray_serve.stop()
+        # SIGTERM and SIGINT (in the foreground or not) stop it cleanly: Serve and Ray shut
+        # down, no Ray process is left, exit 0 (servesim.cli.stop_signals).
+        error: BaseException | None = None
+        with stop_on_signals() as signals:
+            try:
+                ray_serve.start(settings, address=address, num_cpus=num_cpus, on_ray_up=signals.reinstall)
+                typer.echo(
+                    f"emulating {replicas} x {settings.model} on http://{host}:{port}/v1 "
+                    f"(time scale {time_scale:g}; Ctrl-C or SIGTERM stops)"
+                )
+                deadline = None if duration_s is None else time.monotonic() + duration_s
+                while deadline is None or time.monotonic() < deadline:
+                    time.sleep(0.5)
+            except Stop as stop:
+                typer.echo(f"{stop}: stopping Serve and Ray", err=True)
+            except (TimeoutError, OSError) as exc:
+                error = exc
+            finally:
+                signals.hold()
+                ray_serve.stop()
+        if error is not None:
+            fail(error)

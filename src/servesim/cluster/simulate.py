@@ -259,6 +259,11 @@ class ClusterSimulator:
         """Requests waiting for any replica to come back (none is up to take them)."""
         return len(self._parked)
 
+    @property
+    def parked(self) -> list[Request]:
+        """The requests waiting for any replica to come back, in the order they will be routed."""
+        return list(self._parked)
+
     def _oldest_arrival(self) -> float:
         """The earliest arrival of a request still in the fleet: on a replica, waiting for one,
         or in transit between two."""

@@ -372,6 +372,6 @@ def build_app(
     async def admin_moves(request: Request) -> Response:
         if not _admin_allowed(request):
             return _error("the admin endpoints answer loopback clients only", 403, "PermissionDenied")
-        return JSONResponse({"moves": emulator.moves()})
+        return JSONResponse({"moves": emulator.moves(), "waiting": emulator.waiting()})
 
     return app

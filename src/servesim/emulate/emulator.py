@@ -72,7 +72,7 @@ class Tokens:
 
 
 class _Stream:
-    __slots__ = ("changed", "first_seen", "last_token_s", "req", "seen")
+    __slots__ = ("changed", "engine", "first_seen", "last_token_s", "req", "seen")
 
     def __init__(self, req: OnlineRequest) -> None:
         self.req = req
@@ -80,6 +80,7 @@ class _Stream:
         self.seen = 0  # tokens published to metrics
         self.first_seen = False
         self.last_token_s: float | None = None
+        self.engine = UNROUTED  # the replica holding it (the metrics' ``engine`` label)
 
 
 class _FleetCollector(Collector):
@@ -169,7 +170,7 @@ class Emulator:
             self.fleet.fail(node, at, back)
         self.registry = CollectorRegistry()
         self.registry.register(_FleetCollector(self))
-        lab = ["model_name"]
+        lab = ["model_name", "engine"]  # as vLLM V1 labels every metric (engine: the replica)
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds", "TTFT.", lab, registry=self.registry, buckets=TTFT_BUCKETS
         )
@@ -244,10 +245,14 @@ class Emulator:
             n = r.num_output
             if n == s.seen and not r.done:
                 continue
+            s.engine = self.fleet.replica_of(r) or s.engine
+            labels = (self.model, s.engine)
             if n > s.seen:
                 if not s.first_seen and r.first_token_s is not None:
                     s.first_seen = True
-                    self.ttft.labels(self.model).observe(r.first_token_s - r.arrival_s)
+                    self.ttft.labels(*labels).observe(r.first_token_s - r.arrival_s)
+                    # vLLM counts a request's prompt tokens with its first token (IterationStats)
+                    self.prompt_tokens.labels(*labels).inc(r.prompt_len)
                     s.last_token_s = r.first_token_s
                     new = n - s.seen - 1
                 else:
@@ -256,9 +261,9 @@ class Emulator:
                 if new > 0 and last is not None and s.last_token_s is not None:
                     gap = (last - s.last_token_s) / new  # exact when one token a step is seen
                     for _ in range(new):
-                        self.itl.labels(self.model).observe(gap)
+                        self.itl.labels(*labels).observe(gap)
                 s.last_token_s = last
-                self.generation_tokens.labels(self.model).inc(n - s.seen)
+                self.generation_tokens.labels(*labels).inc(n - s.seen)
                 s.seen = n
             s.changed.set()
 
@@ -312,7 +317,6 @@ class Emulator:
             hash_block_size=HASH_BLOCK,
         )
         self._streams[key] = _Stream(req)
-        self.prompt_tokens.labels(self.model).inc(n_prompt)
         self._wake.set()
         return key
 
@@ -358,19 +362,20 @@ class Emulator:
         if s is None:
             return
         r = s.req
+        s.engine = self.fleet.replica_of(r) or s.engine
         if not r.done:
             self.fleet.abort(r, self.sim_now())
-            self.success.labels(self.model, "abort").inc()
+            self.success.labels(self.model, s.engine, "abort").inc()
             self._wake.set()
             return
         reason = {"finished": "length", "finished_max_model_len": "length", "aborted": "abort"}.get(
             r.outcome, "error"
         )
-        self.success.labels(self.model, reason).inc()
+        self.success.labels(self.model, s.engine, reason).inc()
         if r.finish_s is not None:
-            self.e2e.labels(self.model).observe(r.finish_s - r.arrival_s)
+            self.e2e.labels(self.model, s.engine).observe(r.finish_s - r.arrival_s)
         if r.first_scheduled_s is not None:
-            self.queue.labels(self.model).observe(r.first_scheduled_s - r.arrival_s)
+            self.queue.labels(self.model, s.engine).observe(r.first_scheduled_s - r.arrival_s)
 
     # ------------------------------------------------------------------ failures
     def fail(self, replica: str, recover_after_s: float | None = None) -> float:
@@ -402,4 +407,12 @@ class Emulator:
                 "delay_s": m.delay_s,
             }
             for m in self.fleet.moves
+        ]
+
+    def waiting(self) -> list[dict[str, object]]:
+        """The requests no replica holds (every replica is down): they wait for one to come
+        back, and stay listed (``/admin/moves``) until one does."""
+        return [
+            {"request": r.req_id, "arrival_s": r.arrival_s, "tokens_generated": r.num_output}
+            for r in self.fleet.parked()
         ]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -95,9 +95,17 @@ def _ingress_class() -> Any:
     return EmulatorIngress
 
 
-def start(settings: EmulatorSettings, *, address: str | None = None, num_cpus: int | None = None) -> None:
+def start(
+    settings: EmulatorSettings,
+    *,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    on_ray_up: Callable[[], None] | None = None,
+) -> None:
     """Start Ray (or join ``address``), Serve on ``settings.host:port``, and the ingress; returns
-    once it answers. ``stop()`` undoes it."""
+    once it answers. ``stop()`` undoes it (also after a partial start). ``on_ray_up`` runs once
+    ``ray.init`` returned: it replaces the driver's SIGTERM handler, which the caller may want
+    back (``servesim.cli.stop_signals``)."""
     import ray
     from ray import serve
 
@@ -115,6 +123,8 @@ def start(settings: EmulatorSettings, *, address: str | None = None, num_cpus: i
                 settings = replace(settings, trust_edge_stamp=True)
             with _environment(env):  # inherited by the raylet, so by Serve's actors
                 ray.init(**kwargs)
+    if on_ray_up is not None:
+        on_ray_up()
     serve.start(http_options={"host": settings.host, "port": settings.port})
     # Serve queues requests beyond max_ongoing_requests (default 5) at the proxy: let the
     # emulator's own cap (429 beyond it) be the limit, and a few health/metrics/admin calls more.
@@ -155,12 +165,13 @@ def wait_ready(host: str, port: int, timeout_s: float = 60.0) -> None:
 
 
 def stop() -> None:
-    """Shut Serve and Ray down (what ``start`` started)."""
+    """Shut Serve and Ray down (what ``start`` started, however far it got; safe to repeat).
+    Serve only while Ray is up: ``serve.shutdown`` would otherwise start a Ray to look in."""
     import ray
     from ray import serve
 
     try:
-        serve.shutdown()  # type: ignore[no-untyped-call]
-    finally:
         if ray.is_initialized():
-            ray.shutdown()
+            serve.shutdown()  # type: ignore[no-untyped-call]
+    finally:
+        ray.shutdown()  # also the processes of an init that a signal interrupted

@@ -29,7 +29,7 @@ from typing import Any
 
 from servesim.engine.kv_offload import HIT_PENDING, MISS, CPUOffloadManager, RequestAccess
 from servesim.engine.request import FINISHED, PREEMPTED, RUNNING, WAITING, Request
-from servesim.errors import InputError
+from servesim.errors import InputError, InternalError
 
 WAITING_FOR_REMOTE_KVS = 6  # vLLM's RequestStatus of that name (servesim's other codes are 0-5)
 
@@ -170,7 +170,8 @@ class OffloadingConnector:
 
     # -- keys ------------------------------------------------------------------------------------
     def _key(self, r: Request, c: int) -> int:
-        assert self.key_of is not None
+        if self.key_of is None:
+            raise InternalError("invariant broken: the connector was not attached (attach())")
         return self.key_of(r, (c + 1) * self.bpc - 1)
 
     def _state(self, r: Request) -> _ReqState:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
+from servesim.errors import InternalError
+
 MISS = 0
 HIT = 1
 HIT_PENDING = 2
@@ -100,7 +102,8 @@ class CPUOffloadManager:
     def prepare_load(self, keys: Sequence[int], acc: RequestAccess) -> None:
         for key in keys:
             c = self.ref[key]
-            assert c >= 0, "loading a chunk whose store is in flight"
+            if c < 0:
+                raise InternalError("invariant broken: loading a chunk whose store is in flight")
             if c == 0:
                 self._evictable.discard(key)
                 self.num_evictable -= 1
