@@ -21,9 +21,15 @@ cdef class KVCacheManager:
     @cython.locals(need=cython.longlong, pool=BlockPool, t=cython.longlong, nt=cython.longlong)
     cpdef bint allocate_running(self, Request r, long long n) except -1
     @cython.locals(
+        pool=BlockPool, room=cython.longlong, mml=cython.longlong, num_tokens=cython.longlong,
+        beyond=cython.longlong,
+    )
+    cpdef long long admission_room(
+        self, Request r, list hit, long long num_held, bint has_running
+    ) except? -1
+    @cython.locals(
         pool=BlockPool, bs=cython.longlong, mml=cython.longlong, num_tokens=cython.longlong,
-        num_hit=cython.longlong, room=cython.longlong, beyond_hit=cython.longlong,
-        total=cython.longlong, more=cython.longlong,
+        num_hit=cython.longlong, room=cython.longlong, total=cython.longlong, more=cython.longlong,
     )
     cpdef bint allocate_admission(
         self, Request r, long long n, list hit, bint has_running, long long external=*

@@ -218,6 +218,31 @@ class KVCacheManager:
             self.cache_blocks(r, t if t < nt else nt)
         return True
 
+    def admission_room(self, r: Request, hit: list[int], num_held: int, has_running: bool) -> int:
+        """Free blocks a waiting request may take in ``allocate_slots``; negative: none.
+
+        ``hit`` are the cached blocks it takes from the prefix cache: those sitting in the free
+        queue are revived, so they do not count; while others run, the watermark is kept back.
+        With ``scheduler_reserve_full_isl`` the whole sequence must fit beyond the ``num_held``
+        blocks it starts from (a gate that reserves nothing): when it does not, -1. Every
+        admission path (plain, asynchronous KV load, load finished) takes its room from here.
+        """
+        pool = self.pool
+        room = pool.num_free
+        if hit:
+            room -= pool.num_evictable_among(hit)
+        if has_running and r.status in (WAITING, PREEMPTED):
+            room -= self.watermark_blocks
+        if room < 0:
+            return -1
+        if self.full_sequence_must_fit:
+            mml = self.max_model_len
+            num_tokens = r.prompt_len + r.num_output
+            beyond = -(-(num_tokens if num_tokens < mml else mml) // self.block_size) - num_held
+            if (beyond if beyond > 0 else 0) > room:
+                return -1
+        return room
+
     def allocate_admission(
         self, r: Request, n: int, hit: list[int], has_running: bool, external: int = 0
     ) -> bool:
@@ -229,22 +254,14 @@ class KVCacheManager:
         request (KV migrated from a lost replica, like vLLM's KV-connector loads): they get
         blocks but no compute.
         """
+        room = self.admission_room(r, hit, len(hit), has_running)
+        if room < 0:
+            return False
         pool = self.pool
         bs = self.block_size
         mml = self.max_model_len
         num_tokens = r.prompt_len + r.num_output
         num_hit = len(hit)
-        # Free blocks this request may take: minus hit blocks it revives and the watermark.
-        room = pool.num_free
-        if hit:
-            room -= pool.num_evictable_among(hit)
-        if has_running and r.status in (WAITING, PREEMPTED):
-            room -= self.watermark_blocks
-        if self.full_sequence_must_fit:
-            # Gate: the whole sequence must fit (blocks beyond the hit, plus hit blocks to revive).
-            beyond_hit = -(-(num_tokens if num_tokens < mml else mml) // bs) - num_hit
-            if (beyond_hit if beyond_hit > 0 else 0) > room:
-                return False
         total = num_hit * bs + external
         if total > mml:
             total = mml

@@ -525,21 +525,13 @@ def _reserved_blocks(conn: OffloadingConnector, kv: Any) -> int:
 def _allocate_async(kv: Any, r: Request, hit: list[int], has_running: bool, ext: int, reserved: int) -> bool:
     """``allocate_slots`` for an asynchronous load: blocks for the hit and the loaded tokens,
     with ``reserved`` blocks kept for in-flight prefills; the loaded blocks are cached later."""
+    room = kv.admission_room(r, hit, len(hit), has_running)  # its gate does not count the reservation
+    if room < 0:
+        return False
     pool = kv.pool
     bs = kv.block_size
-    mml = kv.max_model_len
-    num_tokens = r.prompt_len + r.num_output
     num_hit = len(hit)
-    room = pool.num_free
-    if hit:
-        room -= pool.num_evictable_among(hit)
-    if has_running and r.status in (WAITING, PREEMPTED):
-        room -= kv.watermark_blocks
-    if kv.full_sequence_must_fit:  # the gate does not count the reservation
-        beyond = -(-(num_tokens if num_tokens < mml else mml) // bs) - num_hit
-        if (beyond if beyond > 0 else 0) > room:
-            return False
-    total = min(num_hit * bs + ext, mml)
+    total = min(num_hit * bs + ext, kv.max_model_len)
     more = -(-total // bs) - num_hit
     if (more if more > 0 else 0) > room - reserved:
         return False
@@ -556,20 +548,14 @@ def _allocate_async(kv: Any, r: Request, hit: list[int], has_running: bool, ext:
 
 def _allocate_holding(kv: Any, r: Request, n: int, has_running: bool) -> bool:
     """``allocate_slots`` for a waiting request that already holds blocks (its load is done)."""
+    room = kv.admission_room(r, [], len(r.blocks), has_running)  # its blocks revive none
+    if room < 0:
+        return False
     pool = kv.pool
     bs = kv.block_size
-    mml = kv.max_model_len
     num_tokens = r.prompt_len + r.num_output
-    room = pool.num_free
-    if has_running:
-        room -= kv.watermark_blocks
-    have = len(r.blocks)
-    if kv.full_sequence_must_fit:
-        need = -(-(num_tokens if num_tokens < mml else mml) // bs) - have
-        if need > room:
-            return False
-    t = min(r.num_computed + n, mml)
-    more = -(-t // bs) - have
+    t = min(r.num_computed + n, kv.max_model_len)
+    more = -(-t // bs) - len(r.blocks)
     if more > room:
         return False
     if more > 0:
