@@ -369,6 +369,9 @@ class Engine:
         self.num_closed = 0
         self._next_progress = PROGRESS_EVERY_STEPS
         self._step_time = step_time.step_time
+        # A model that can say a decode-only step's time as terms (StepTimeModel.decode_terms)
+        # lets a decode stretch time its steps here, without a call per step.
+        self._decode_terms = getattr(step_time, "decode_terms", None)
         self._empty_steps = 0
         self.step_time = step_time
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
@@ -590,11 +593,20 @@ class Engine:
         n_waiting = len(sched.waiting)
         emit = self.emit
         first = step
+        terms_of = self._decode_terms
+        terms_n = 0  # the decode count the terms below are for (0: none yet)
+        head = per_ctx = tail = seq = 0.0
         while t < next_arrival:
             pops = buckets[step % bs]
             if pops > free:
                 break
-            dt = step_time(BatchComposition(n, ctx + n * (step + 1), [], 0))
+            if terms_of is None:
+                dt = step_time(BatchComposition(n, ctx + n * (step + 1), [], 0))
+            else:
+                if n != terms_n:
+                    head, per_ctx, tail, seq = terms_of(n)
+                    terms_n = n
+                dt = head + (ctx + n * (step + 1)) * per_ctx + tail + seq
             if not dt > 0:
                 raise ValueError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
             if t + dt > limit:
