@@ -59,6 +59,8 @@ cdef class Engine:
                    now=cython.double, step=cython.longlong, plan=StepPlan, conn=object,
                    n_waiting=cython.longlong)
     cpdef PendingStep begin_step(self, double limit=*)
+    @cython.locals(p=PendingStep, ended=cython.longlong, last=cython.double, end=cython.double)
+    cpdef tuple steps_until(self, PendingStep pending, double horizon, double t_ext, double until)
     @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,
                    t_end=cython.double, finished=list, r=Request, prefill=cython.longlong)
     cpdef list end_step(self, PendingStep p)

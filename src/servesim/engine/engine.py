@@ -503,6 +503,32 @@ class Engine:
             plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
 
+    def steps_until(
+        self, pending: PendingStep | None, horizon: float, t_ext: float, until: float
+    ) -> tuple[PendingStep | None, int, float]:
+        """A cluster's steps of this replica up to its next external event at ``t_ext``: begin
+        (with ``horizon``) and end steps while the step in flight ends by ``t_ext`` and before
+        ``until``. Returns (the step left in flight or None, steps ended, the last one's end;
+        -inf when none ended). Between external events replicas do not interact, so running
+        one replica's steps in a row ends the same steps as taking every replica's in time
+        order (what a cluster does when something observes the order)."""
+        p = pending
+        ended = 0
+        last = -math.inf
+        while True:
+            if p is None:
+                p = self.begin_step(horizon)
+                if p is None:
+                    return None, ended, last
+            end = p.start + p.duration
+            if end <= t_ext and end < until:
+                self.end_step(p)
+                p = None
+                ended += 1
+                last = end
+            else:
+                return p, ended, last
+
     def end_step(self, p: PendingStep) -> list[Request]:
         """Apply a step's results at its end time; returns the requests that finished."""
         sched = self.scheduler
