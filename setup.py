@@ -39,6 +39,10 @@ class BuildEngineCore(build_ext):
     ``optional`` covers compile errors but not a missing compiler (an ``OSError``)."""
 
     def build_extension(self, ext: Extension) -> None:
+        if self.compiler.compiler_type == "unix":
+            # The core's float arithmetic must give the pure-Python reference's results to the
+            # bit: no fused multiply-adds, which GCC and Clang form when the target has FMA.
+            ext.extra_compile_args = [*ext.extra_compile_args, "-ffp-contract=off"]
         try:
             super().build_extension(ext)
         except Exception as exc:  # any failure at all: the reference module stays

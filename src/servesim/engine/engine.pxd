@@ -43,7 +43,7 @@ cdef class PendingStep:
 
 
 cdef class Engine:
-    cdef public object config, name, emit, _step_time, step_time, _timeouts, kv_connector
+    cdef public object config, name, emit, _step_time, _decode_terms, step_time, _timeouts, kv_connector
     cdef public long long num_closed, _next_progress, _empty_steps, max_model_len, step, _next
     cdef public bint stretch, check_invariants, external_arrivals
     cdef public TraceArrays trace
@@ -59,6 +59,8 @@ cdef class Engine:
                    now=cython.double, step=cython.longlong, plan=StepPlan, conn=object,
                    n_waiting=cython.longlong)
     cpdef PendingStep begin_step(self, double limit=*)
+    @cython.locals(p=PendingStep, ended=cython.longlong, last=cython.double, end=cython.double)
+    cpdef tuple steps_until(self, PendingStep pending, double horizon, double t_ext, double until)
     @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,
                    t_end=cython.double, finished=list, r=Request, prefill=cython.longlong)
     cpdef list end_step(self, PendingStep p)
@@ -67,7 +69,9 @@ cdef class Engine:
                    free=cython.longlong, usable=cython.longlong, buckets=list, bs=cython.longlong,
                    ctx=cython.longlong, running=list, n_running=cython.longlong,
                    n_waiting=cython.longlong, first=cython.longlong, pops=cython.longlong,
-                   dt=cython.double, t_end=cython.double, taken=cython.longlong, done=list, r=Request)
+                   dt=cython.double, t_end=cython.double, taken=cython.longlong, done=list, r=Request,
+                   terms_n=cython.longlong, head=cython.double, per_ctx=cython.double,
+                   tail=cython.double, seq=cython.double)
     cpdef bint _decode_stretch(self, double limit) except -1
     @cython.locals(arrival=list, n=cython.longlong, now=cython.double, mml=cython.longlong,
                    timeouts=cython.bint, live=dict, i=cython.longlong, r=Request)

@@ -369,6 +369,9 @@ class Engine:
         self.num_closed = 0
         self._next_progress = PROGRESS_EVERY_STEPS
         self._step_time = step_time.step_time
+        # A model that can say a decode-only step's time as terms (StepTimeModel.decode_terms)
+        # lets a decode stretch time its steps here, without a call per step.
+        self._decode_terms = getattr(step_time, "decode_terms", None)
         self._empty_steps = 0
         self.step_time = step_time
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
@@ -500,6 +503,32 @@ class Engine:
             plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
 
+    def steps_until(
+        self, pending: PendingStep | None, horizon: float, t_ext: float, until: float
+    ) -> tuple[PendingStep | None, int, float]:
+        """A cluster's steps of this replica up to its next external event at ``t_ext``: begin
+        (with ``horizon``) and end steps while the step in flight ends by ``t_ext`` and before
+        ``until``. Returns (the step left in flight or None, steps ended, the last one's end;
+        -inf when none ended). Between external events replicas do not interact, so running
+        one replica's steps in a row ends the same steps as taking every replica's in time
+        order (what a cluster does when something observes the order)."""
+        p = pending
+        ended = 0
+        last = -math.inf
+        while True:
+            if p is None:
+                p = self.begin_step(horizon)
+                if p is None:
+                    return None, ended, last
+            end = p.start + p.duration
+            if end <= t_ext and end < until:
+                self.end_step(p)
+                p = None
+                ended += 1
+                last = end
+            else:
+                return p, ended, last
+
     def end_step(self, p: PendingStep) -> list[Request]:
         """Apply a step's results at its end time; returns the requests that finished."""
         sched = self.scheduler
@@ -590,11 +619,20 @@ class Engine:
         n_waiting = len(sched.waiting)
         emit = self.emit
         first = step
+        terms_of = self._decode_terms
+        terms_n = 0  # the decode count the terms below are for (0: none yet)
+        head = per_ctx = tail = seq = 0.0
         while t < next_arrival:
             pops = buckets[step % bs]
             if pops > free:
                 break
-            dt = step_time(BatchComposition(n, ctx + n * (step + 1), [], 0))
+            if terms_of is None:
+                dt = step_time(BatchComposition(n, ctx + n * (step + 1), [], 0))
+            else:
+                if n != terms_n:
+                    head, per_ctx, tail, seq = terms_of(n)
+                    terms_n = n
+                dt = head + (ctx + n * (step + 1)) * per_ctx + tail + seq
             if not dt > 0:
                 raise InputError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
             if t + dt > limit:

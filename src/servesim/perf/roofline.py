@@ -43,6 +43,9 @@ from servesim.perf.profile import HardwareProfile, resolve_profile
 #: How the note on a token budget past the calibrated step sizes starts (``perf.setup`` finds it).
 BUDGET_NOTE = "max_num_batched_tokens"
 
+#: Step shapes whose batch-independent terms a model keeps (a run sees a few thousand).
+_MAX_SHAPES = 1 << 16
+
 
 class ExtrapolationWarning(UserWarning):
     """A profile is used far outside the measurements it was calibrated on."""
@@ -212,6 +215,7 @@ class RooflineStepTime:
         self._pad = [0] * (self._cg_max + 1)
         for t in range(1, self._cg_max + 1):
             self._pad[t] = sizes[bisect_left(sizes, t)]
+        self._terms: dict[tuple[int, int, bool], tuple[float, float, float]] = {}
 
     # ------------------------------------------------------------------ the model
     def step_time(self, batch: BatchComposition) -> float:
@@ -220,7 +224,6 @@ class RooflineStepTime:
         t = nd
         n_seq = nd
         attn = 0.0
-        extra = 0.0
         if chunks:
             a_cmp = self._a_cmp
             a_mem = self._a_mem
@@ -230,11 +233,29 @@ class RooflineStepTime:
                 am = (cached + c) * a_mem
                 attn += ac if ac > am else am
             n_seq += len(chunks)
-            extra = self._mixed
         if nd:
             dc = batch.decode_ctx_sum * self._a_cmp
             dm = batch.decode_ctx_sum * self._a_mem
             attn += dc if dc > dm else dm
+        head, tail, seq = self._terms_of(t, n_seq, bool(chunks))
+        return head + attn + tail + seq
+
+    def _terms_of(self, t: int, n_seq: int, mixed: bool) -> tuple[float, float, float]:
+        """``_shape_terms``, kept per shape (up to ``_MAX_SHAPES`` of them)."""
+        key = (t, n_seq, mixed)
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = self._shape_terms(t, n_seq, mixed)
+            if len(self._terms) < _MAX_SHAPES:
+                self._terms[key] = terms
+        return terms
+
+    def _shape_terms(self, t: int, n_seq: int, mixed: bool) -> tuple[float, float, float]:
+        """What a step's time is besides its attention, which depends on its shape alone (``t``
+        tokens, ``n_seq`` requests, prefill or not): (fixed costs + GEMMs, all-reduces, per
+        sequence costs). ``step_time`` adds them as ``head + attention + tail + seq``, in that
+        order (float sums depend on it), and keeps them per shape: a run repeats few shapes."""
+        extra = self._mixed if mixed else 0.0
         padded: float
         if t <= self._cg_max:
             padded = self._pad[t]
@@ -251,18 +272,20 @@ class RooflineStepTime:
             mem += self._experts * frac * self._m_expert
         p = self._p
         gemm: float = (comp**p + mem**p) ** self._inv_p
-        return (
-            self._fixed
-            + extra
-            + gemm
-            + attn
-            + (
-                padded * self._ar_tok_1
-                if padded <= self._ar_max_1
-                else padded * self._ar_tok + self._ar_switch
-            )
-            + n_seq * (self._per_seq + self._gather_sample)
+        tail = (
+            padded * self._ar_tok_1 if padded <= self._ar_max_1 else padded * self._ar_tok + self._ar_switch
         )
+        return self._fixed + extra + gemm, tail, n_seq * (self._per_seq + self._gather_sample)
+
+    def decode_terms(self, num_decodes: int) -> tuple[float, float, float, float]:
+        """A decode-only step of ``num_decodes`` requests as (head, per context token, tail, seq):
+        its time is ``head + ctx * per_ctx + tail + seq`` for a context sum ``ctx``, exactly
+        ``step_time``'s float (``StepTimeModel.decode_terms``: the engine's compiled core then
+        times a decode stretch without calling back). The decode attention is
+        ``max(ctx * a_cmp, ctx * a_mem)``, which is ``ctx * max(a_cmp, a_mem)`` to the bit
+        (rounding is monotonic and ``ctx >= 0``)."""
+        head, tail, seq = self._terms_of(num_decodes, num_decodes, False)
+        return head, max(self._a_cmp, self._a_mem), tail, seq
 
     def breakdown(self, batch: BatchComposition) -> dict[str, float]:
         """The step time by component (seconds); the values sum to ``step_time(batch)``."""
