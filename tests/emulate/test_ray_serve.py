@@ -144,10 +144,13 @@ def test_the_emulator_on_ray_serve(ray_emulator: str) -> None:
         "vllm:kv_cache_usage_perc",
         "vllm:time_to_first_token_seconds",
     } <= set(fams)
-    ttft_count = [
-        s.value for s in fams["vllm:time_to_first_token_seconds"].samples if s.name.endswith("_count")
-    ]
-    assert ttft_count == [2 + 220 + 6]
+    ttft_count = {
+        s.labels.get("engine"): s.value
+        for s in fams["vllm:time_to_first_token_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    # one series per replica that served (vLLM V1's ``engine`` label), every request counted once
+    assert set(ttft_count) <= {"replica-0", "replica-1"} and sum(ttft_count.values()) == 2 + 220 + 6
 
     # Bad requests: 400 with the reason.
     bad = httpx.post(
