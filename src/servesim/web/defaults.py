@@ -19,9 +19,6 @@ from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.spec import DeploymentSpec, ResolvedDeployment, engine_values, resolve
 from servesim.web.schemas import HardwareBody
 
-#: Engine fields whose default depends on the GPU (vLLM's usage-context batch defaults).
-GPU_DEPENDENT = ("max_num_seqs", "max_num_batched_tokens")
-
 
 def engine_defaults(gpu: str) -> dict[str, Any]:
     """The engine flags ``vllm serve`` applies on ``gpu`` (unknown GPU: vLLM's fallback)."""
