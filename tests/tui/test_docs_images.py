@@ -52,7 +52,15 @@ def render_svg(replicas: int, at: float, keys: tuple[str, ...], size: tuple[int,
             for key in keys:
                 await pilot.press(key)
                 await pilot.pause()
-            return app.export_screenshot(title="servesim dashboard")
+            # The screen once it has settled: on a busy host the first paint can still be under
+            # way after one pause, so wait until three looks a tenth of a second apart agree.
+            shots = [app.export_screenshot(title="servesim dashboard")]
+            for _ in range(200):
+                await pilot.pause(0.1)
+                shots.append(app.export_screenshot(title="servesim dashboard"))
+                if len(shots) >= 3 and shots[-1] == shots[-2] == shots[-3]:
+                    return shots[-1]
+            pytest.fail("the dashboard kept changing for 20 s while paused")
 
     return asyncio.run(main())
 

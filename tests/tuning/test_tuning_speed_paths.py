@@ -79,3 +79,61 @@ def test_a_sqlite_study_is_in_write_ahead_log_mode(tmp_path: Path) -> None:
     storage.remove_session()
     storage.engine.dispose()
     assert rdb_storage("sqlite:///:memory:").get_all_studies() == []
+
+
+def test_the_lean_results_a_trial_builds_measure_what_the_full_ones_do() -> None:
+    """A trial leaves out the pooled ITL and, on a fleet, the per-replica summaries (a third of
+    its CPU); what it measures from the rest is the full result's, byte for byte, and the
+    per-replica grouping of a fleet's steps is pandas' groupby."""
+    import numpy as np
+
+    from servesim.cluster import Replica, simulate_cluster
+    from servesim.engine import simulate
+    from servesim.tuning.deployment import resolve_deployment
+    from servesim.tuning.evaluate import kv_blocked_steps, kv_exhaustion, measure, replica_rows, waiting_at
+
+    ctx = _ctx()
+    trace = ctx.workload.trace(ctx.workload.base_rate, 0)
+    d = vllm_default_deployment(ctx.hardware, ctx.workload.default_max_model_len())
+    config, res = resolve_deployment(d, ctx.hardware)
+    slo = ctx.slo.request_slo()
+
+    def measured(summary, requests, steps) -> str:  # type: ignore[no-untyped-def]
+        return measure(
+            summary, requests, steps, config, ctx.slo, ctx.settings, seed=0, rate=None
+        ).model_dump_json()
+
+    full = simulate(trace, config, res.step_time, slo=slo)
+    lean = simulate(trace, config, res.step_time, slo=slo, pooled_itl=False)
+    assert full.summary.itl_ms.count > 0 and lean.summary.itl_ms.count == 0
+    assert lean.summary.model_copy(update={"itl_ms": full.summary.itl_ms}) == full.summary
+    assert measured(lean.summary, lean.requests, lean.steps) == measured(
+        full.summary, full.requests, full.steps
+    )
+
+    fleet = [Replica(f"r{i}", config, res.step_time) for i in (2, 0, 1)]  # names out of order
+    cfull = simulate_cluster(trace, fleet, slo=slo)
+    clean = simulate_cluster(trace, fleet, slo=slo, pooled_itl=False, replica_summaries=False)
+    assert set(cfull.summary.replicas) == {"r0", "r1", "r2"} and not clean.summary.replicas
+    assert (
+        clean.summary.cluster.model_copy(update={"itl_ms": cfull.summary.cluster.itl_ms})
+        == cfull.summary.cluster
+    )
+    assert measured(clean.summary.cluster, clean.requests, clean.steps) == measured(
+        cfull.summary.cluster, cfull.requests, cfull.steps
+    )
+    steps = cfull.steps
+    by_groupby = [g.index.to_numpy() for _, g in steps.groupby("replica", sort=True)]
+    assert [np.asarray(r).tolist() for r in replica_rows(steps)] == [g.tolist() for g in by_groupby]
+    arrival = cfull.requests["arrival_s"].to_numpy()
+    expect = np.zeros(len(arrival))
+    for _, g in steps.groupby("replica", sort=True):
+        idx = np.searchsorted(g["start_s"].to_numpy(), arrival, side="right") - 1
+        expect += np.where(idx >= 0, g["num_waiting"].to_numpy(dtype=float)[np.clip(idx, 0, None)], 0.0)
+    assert waiting_at(arrival, steps).tolist() == expect.tolist()
+    events, blocked_s = 0, 0.0
+    for _, g in steps.groupby("replica", sort=True):
+        b = kv_blocked_steps(g, config)
+        events += int(b[0]) + int(np.count_nonzero(b[1:] & ~b[:-1]))
+        blocked_s += float(g["duration_s"].to_numpy()[b].sum())
+    assert kv_exhaustion(steps, config) == (events, blocked_s / float(steps["duration_s"].sum()))

@@ -54,7 +54,10 @@ class ClusterResult:
         return self.requests
 
 
-def build_cluster_result(run: ClusterRun, slo: SLO | None) -> ClusterResult:
+def build_cluster_result(
+    run: ClusterRun, slo: SLO | None, *, pooled_itl: bool = True, replica_summaries: bool = True
+) -> ClusterResult:
+    """The fleet's result (the two switches: see ``simulate_cluster``)."""
     engines = run.engines
     names = [run.replicas[k].name for k in run.engine_replica]
     requests = requests_frame(engines, run.trace, slo)
@@ -97,11 +100,21 @@ def build_cluster_result(run: ClusterRun, slo: SLO | None) -> ClusterResult:
     hits = sum(e.rec.prefix_hits for e in engines)
     caching = any(r.config.enable_prefix_caching for r in run.replicas)
     mml = max(e.max_model_len for e in engines)
+    no_itl = None if pooled_itl else LatencyStats()
     cluster = summarize(
-        requests, steps, np.concatenate(weights), np.concatenate(gaps), slo, queries, hits, caching, mml
+        requests,
+        steps,
+        np.concatenate(weights),
+        np.concatenate(gaps),
+        slo,
+        queries,
+        hits,
+        caching,
+        mml,
+        no_itl,
     )
     per_replica: dict[str, SimulationSummary] = {}
-    for k, spec in enumerate(run.replicas):
+    for k, spec in enumerate(run.replicas if replica_summaries else ()):
         mine = [i for i, kk in enumerate(run.engine_replica) if kk == k]
         mask = requests["replica"] == spec.name
         per_replica[spec.name] = summarize(
@@ -114,6 +127,7 @@ def build_cluster_result(run: ClusterRun, slo: SLO | None) -> ClusterResult:
             sum(engines[i].rec.prefix_hits for i in mine),
             spec.config.enable_prefix_caching,
             max(engines[i].max_model_len for i in mine),
+            no_itl,
         )
     moved = requests["num_moves"] > 0
     impact = FailureImpact(

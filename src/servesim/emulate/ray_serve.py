@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servesim import RecoveryContext, Replica, RouterSpec
+from servesim.errors import ServesimError
 
 APP_NAME = "servesim-emulate"
 
@@ -125,12 +126,42 @@ def start(
                 ray.init(**kwargs)
     if on_ray_up is not None:
         on_ray_up()
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    _start_serve(settings)
     # Serve queues requests beyond max_ongoing_requests (default 5) at the proxy: let the
     # emulator's own cap (429 beyond it) be the limit, and a few health/metrics/admin calls more.
     ingress = _ingress_class().options(max_ongoing_requests=settings.max_streams + 32)
     serve.run(ingress.bind(settings), name=APP_NAME, route_prefix="/", blocking=False)
     wait_ready(settings.host, settings.port)
+
+
+class ServeStartError(ServesimError):
+    """Ray Serve's HTTP proxy did not come up (twice): one line, no Ray traceback."""
+
+
+#: Tries of ``serve.start``: its proxy must answer within Ray's fixed 60 s, which a host busy
+#: with other work can miss once (the proxy actor is then killed before it ran).
+SERVE_START_TRIES = 2
+
+
+def _start_serve(settings: EmulatorSettings) -> None:
+    """``serve.start`` on ``settings.host:port``, tried again once after a proxy that did not
+    start in time (Serve shut down in between, Ray kept)."""
+    import ray
+    from ray import serve
+
+    for attempt in range(1, SERVE_START_TRIES + 1):
+        try:
+            serve.start(http_options={"host": settings.host, "port": settings.port})
+            return
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            with contextlib.suppress(Exception):
+                serve.shutdown()  # type: ignore[no-untyped-call]
+            if attempt == SERVE_START_TRIES:
+                why = " ".join(str(exc).split())[:200]
+                raise ServeStartError(
+                    f"Ray Serve's HTTP proxy on {settings.host}:{settings.port} did not start "
+                    f"({SERVE_START_TRIES} tries; is the host overloaded?): {type(exc).__name__}: {why}"
+                ) from None
 
 
 @contextlib.contextmanager
