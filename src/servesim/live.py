@@ -41,6 +41,7 @@ from servesim.cluster import (
 )
 from servesim.engine import SLO, EngineConfig, LinearStepTime, SimulationResult, StepTimeModel
 from servesim.engine.engine import Engine
+from servesim.engine.replica import ReplicaView
 from servesim.engine.request import (
     OUTCOME_FINISHED,
     OUTCOME_LENGTH_CAPPED,
@@ -202,7 +203,7 @@ class _Cursor:
 
 @dataclass
 class _Watch:
-    cursors: dict[int, _Cursor] = field(default_factory=dict)  # id(engine) -> cursor
+    cursors: dict[int, _Cursor] = field(default_factory=dict)  # id(replica view) -> cursor
     rejected: np.ndarray | None = None  # requests whose rejection was reported
     moves: int = 0
     nodes: int = 0
@@ -264,15 +265,15 @@ class _Base:
         self._watch = _Watch()
         self._held: set[int] = set()  # trace positions of requests ever preempted or moved
         self._moved: set[int] = set()  # of those, the moved ones
-        self._held_seen: dict[int, int] = {}  # id(engine) -> preemption events already read
+        self._held_seen: dict[int, int] = {}  # id(replica view) -> preemption events already read
 
     # ------------------------------------------------------------------ to override
-    def _engines(self) -> list[Engine]:
-        """Every engine incarnation, in creation order."""
+    def _engines(self) -> list[ReplicaView]:
+        """A read-only view of every engine incarnation, in creation order (one object each)."""
         raise NotImplementedError
 
-    def _replicas(self) -> list[tuple[str | None, Engine, bool, bool]]:
-        """(name, current engine, alive, accepting) per replica."""
+    def _replicas(self) -> list[tuple[str | None, ReplicaView, bool, bool]]:
+        """(name, current engine's view, alive, accepting) per replica."""
         raise NotImplementedError
 
     @property
@@ -280,9 +281,9 @@ class _Base:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ views
-    def _slot(self, engine: Engine, r: Request, name: str | None) -> Slot:
+    def _slot(self, engine: ReplicaView, r: Request, name: str | None) -> Slot:
         computed = engine.computed_tokens(r)
-        outputs = r.num_output + (engine.step - r.sync_step if r.sync_step >= 0 else 0)
+        outputs = engine.outputs(r)
         left = r.prompt_len + outputs - computed
         cfg = engine.config
         cap = cfg.max_num_batched_tokens
@@ -315,37 +316,29 @@ class _Base:
         )
 
     def _replica_state(
-        self, name: str | None, engine: Engine, alive: bool, accepting: bool, waiting_shown: int
+        self, name: str | None, engine: ReplicaView, alive: bool, accepting: bool, waiting_shown: int
     ) -> ReplicaState:
-        sched = engine.scheduler
-        pool = engine.pool
-        rec = engine.rec
         if alive:
-            running = tuple(self._slot(engine, r, name) for r in sched.running)
-            waiting = tuple(self._slot(engine, r, name) for r in sched.waiting.head(waiting_shown))
-            num_waiting = len(sched.waiting)
-            used = pool.usable_blocks - pool.num_free
+            running = tuple(self._slot(engine, r, name) for r in engine.running())
+            waiting = tuple(self._slot(engine, r, name) for r in engine.waiting(waiting_shown))
+            num_waiting = engine.num_waiting
+            used = engine.kv_blocks_used
         else:
             running, waiting, num_waiting, used = (), (), 0, 0
-        hit = (
-            rec.prefix_hits / rec.prefix_queries
-            if engine.config.enable_prefix_caching and rec.prefix_queries
-            else None
-        )
         return ReplicaState(
             name or "replica",
             alive,
             accepting,
             engine.step,
             engine.now,
-            sched.max_num_seqs,
+            engine.max_num_seqs,
             running,
             waiting,
             num_waiting,
             used,
-            pool.usable_blocks,
-            hit,
-            len(rec.preemption_events),
+            engine.kv_blocks_usable,
+            engine.prefix_hit_rate,
+            engine.num_preemptions,
         )
 
     def _figures(self, now: float) -> tuple[list[float | None], float, float, int, int]:
@@ -358,7 +351,7 @@ class _Base:
         step_tokens = 0.0
         live_ttft: list[float] = []
         for engine in self._engines():
-            rec = engine.rec
+            rec = engine.records
             first = np.frombuffer(rec.first_token, dtype=np.float64)
             fin = np.frombuffer(rec.finish, dtype=np.float64)
             nout = np.frombuffer(rec.num_output, dtype=np.int64)
@@ -380,7 +373,7 @@ class _Base:
         for engine, r in self._open_requests():
             if r.first_token >= lo:
                 live_ttft.append((r.first_token - r.arrival) * 1e3)
-            out_tokens += r.num_output + (engine.step - r.sync_step if r.sync_step >= 0 else 0)
+            out_tokens += engine.outputs(r)
         ttft_parts.append(np.asarray(live_ttft, dtype=np.float64))
         ttft = np.concatenate(ttft_parts)
         tpot = np.concatenate(tpot_parts) if tpot_parts else np.empty(0)
@@ -397,31 +390,33 @@ class _Base:
             finished_n,
         )
 
-    def _note_held(self, engine: Engine) -> None:
+    def _note_held(self, engine: ReplicaView) -> None:
         """Remember requests that hold outputs while not running (preempted ones)."""
         n = self._held_seen.get(id(engine), 0)
-        events = engine.rec.preemption_events
+        events = engine.records.preemption_events
         for e in events[n:]:
             self._held.add(e[2])
         self._held_seen[id(engine)] = len(events)
 
-    def _open_requests(self) -> list[tuple[Engine, Request]]:
+    def _open_requests(self) -> list[tuple[ReplicaView, Request]]:
         """Requests not closed that may hold outputs: the running ones, and preempted or moved
         ones waiting (each once, with the engine it is on)."""
-        out: list[tuple[Engine, Request]] = []
+        out: list[tuple[ReplicaView, Request]] = []
         seen: set[int] = set()
         for _name, engine, alive, _acc in self._replicas():
             if not alive:
                 continue
-            for r in engine.scheduler.running:
+            for r in engine.running():
                 out.append((engine, r))
                 seen.add(r.idx)
             for i in self._held:
-                r2 = engine.live.get(i)
+                r2 = engine.request(i)
                 if r2 is not None and i not in seen:
                     out.append((engine, r2))
                     seen.add(i)
-        closed = [i for i in self._held if i not in seen and any(e.rec.outcome[i] for e in self._engines())]
+        closed = [
+            i for i in self._held if i not in seen and any(e.records.outcome[i] for e in self._engines())
+        ]
         self._held.difference_update(closed)  # closed for good: its outputs are in the records now
         return out
 
@@ -477,13 +472,13 @@ class _Base:
         preempted: list[tuple[float, int, str | None, int]] = []
         for engine in self._engines():
             cur = self._watch.cursors.setdefault(id(engine), _Cursor())
-            rec = engine.rec
+            rec = engine.records
             name = names.get(id(engine)) or self._engine_name(engine)
             for t, _step, i, lost in rec.preemption_events[cur.preemptions :]:
                 preempted.append((t, i, name, lost))
             cur.preemptions = len(rec.preemption_events)
             for t, _step, i, _lost in rec.starvation_events[cur.starvations :]:
-                out.append(RequestStarved(t, self._ids[i], name, engine.scheduler.starvation_threshold))
+                out.append(RequestStarved(t, self._ids[i], name, engine.starvation_threshold))
             cur.starvations = len(rec.starvation_events)
             code = np.frombuffer(rec.outcome, dtype=np.int64)
             new = np.flatnonzero((code >= OUTCOME_REJECTED_TOO_LONG) & ~rejected)
@@ -519,7 +514,7 @@ class _Base:
         state, where, slot = "not arrived", None, None
         names = {id(e): name for name, e, _a, _c in self._replicas()}
         for engine in self._engines():
-            rec = engine.rec
+            rec = engine.records
             name = names.get(id(engine)) or self._engine_name(engine)
             for t, _step, j, lost in rec.preemption_events:
                 if j == i:
@@ -535,9 +530,9 @@ class _Base:
                     ev.append((rec.first_token[i], "first token"))
                 if rec.finish[i] == rec.finish[i]:
                     ev.append((rec.finish[i], f"{state} with {rec.num_output[i]:,} tokens"))
-            r = engine.live.get(i)
+            r = engine.request(i)
             if r is not None and id(engine) in names:  # on a current engine (evicted ones keep none)
-                state = "running" if r in engine.scheduler.running else "waiting"
+                state = "running" if engine.is_running(r) else "waiting"
                 where, slot = name, self._slot(engine, r, name)
                 if r.first_scheduled >= 0:
                     ev.append((r.first_scheduled, "first scheduled"))
@@ -560,7 +555,7 @@ class _Base:
             tuple(sorted(set(ev))),
         )
 
-    def _engine_name(self, engine: Engine) -> str | None:
+    def _engine_name(self, engine: ReplicaView) -> str | None:
         return None
 
     def _num_arrived(self) -> int:
@@ -585,6 +580,7 @@ class LiveRun(_Base):
         self.step_time = step_time or LinearStepTime()
         self.slo = slo
         self.engine = Engine(trace, self.config, self.step_time, observers=observers)
+        self._view = ReplicaView(self.engine)
         self._samples = []
         self._result: SimulationResult | None = None
 
@@ -602,11 +598,11 @@ class LiveRun(_Base):
         """Every request has an outcome (nothing is left to run)."""
         return self.engine.num_closed == self.engine.trace.n
 
-    def _engines(self) -> list[Engine]:
-        return [self.engine]
+    def _engines(self) -> list[ReplicaView]:
+        return [self._view]
 
-    def _replicas(self) -> list[tuple[str | None, Engine, bool, bool]]:
-        return [(None, self.engine, True, True)]
+    def _replicas(self) -> list[tuple[str | None, ReplicaView, bool, bool]]:
+        return [(None, self._view, True, True)]
 
     def _advance_steps(self, n: int = 1) -> int:
         """Run exactly ``n`` engine steps (fewer only when the run ends); returns how many ran.
@@ -645,7 +641,7 @@ class LiveRun(_Base):
         return self._snapshot(self.engine.step, self._num_arrived(), self.done, 0, waiting_shown)
 
     def _num_arrived(self) -> int:
-        return self.engine._next
+        return self._view.num_arrived
 
     def events(self) -> list[Event]:
         """What happened since the previous call, in time order: the ``servesim.events`` a
@@ -723,21 +719,15 @@ class LiveClusterRun(_Base):
 
     @property
     def done(self) -> bool:
-        sim = self.sim
-        if sim._next_arrival < sim.arrays.n or sim._events or any(p is not None for p in sim.inflight):
-            return False
-        return not any(
-            sim.alive[k] and (e.scheduler.running or len(e.scheduler.waiting))
-            for k, e in enumerate(sim.current)
-        )
+        return self.sim.drained
 
-    def _engines(self) -> list[Engine]:
-        return self.sim.engines
+    def _engines(self) -> list[ReplicaView]:
+        return self.sim.engine_views
 
-    def _replicas(self) -> list[tuple[str | None, Engine, bool, bool]]:
+    def _replicas(self) -> list[tuple[str | None, ReplicaView, bool, bool]]:
         sim = self.sim
         return [
-            (spec.name, sim.current[k], sim.alive[k], sim.accepting[k]) for k, spec in enumerate(sim.replicas)
+            (spec.name, sim.views[k], sim.alive[k], sim.accepting[k]) for k, spec in enumerate(sim.replicas)
         ]
 
     def _advance_steps(self, n: int = 1) -> int:
@@ -769,10 +759,10 @@ class LiveClusterRun(_Base):
         return done
 
     def _num_arrived(self) -> int:
-        return self.sim._next_arrival
+        return self.sim.num_routed
 
-    def _engine_name(self, engine: Engine) -> str | None:
-        k = self.sim.engine_replica[self.sim.engines.index(engine)]
+    def _engine_name(self, engine: ReplicaView) -> str | None:
+        k = self.sim.engine_replica[self.sim.engine_views.index(engine)]
         return self.sim.replicas[k].name
 
     def _moves(self) -> list[tuple[float, str, str]]:
@@ -785,7 +775,7 @@ class LiveClusterRun(_Base):
             for m in self.sim.moves
         ]
 
-    def _note_held(self, engine: Engine) -> None:
+    def _note_held(self, engine: ReplicaView) -> None:
         super()._note_held(engine)
         moves = self.sim.moves
         if len(moves) > self._moves_seen:
@@ -848,9 +838,7 @@ class LiveClusterRun(_Base):
         return self.sim.inject_failure(replica, self.now, recover_after_s)
 
     def snapshot(self, waiting_shown: int = WAITING_SHOWN) -> RunSnapshot:
-        return self._snapshot(
-            self._steps, self.sim._next_arrival, self.done, len(self.sim._parked), waiting_shown
-        )
+        return self._snapshot(self._steps, self.sim.num_routed, self.done, self.sim.num_parked, waiting_shown)
 
     def events(self) -> list[Event]:
         """What happened since the previous call, in time order (as ``LiveRun.events``), plus the

@@ -153,7 +153,7 @@ class OnlineFleet:
 
     @property
     def max_model_len(self) -> int:
-        return min(e.max_model_len for e in self.sim.current)
+        return min(v.max_model_len for v in self.sim.views)
 
     def submit(
         self,
@@ -216,12 +216,14 @@ class OnlineFleet:
         """The replica holding ``req`` now, or the one that finished it; None while none does
         (waiting for a replica to come back, or in transit between two)."""
         r = req._r
-        for k, engine in enumerate(self.sim.current):
-            if engine.live.get(r.idx) is r:
+        for k, view in enumerate(self.sim.views):
+            if view.holds(r):
                 return self.names[k]
         if r.finish_time >= 0:  # latest incarnation first: a moved request finished there
-            for engine, k in zip(reversed(self.sim.engines), reversed(self.sim.engine_replica), strict=True):
-                rec = engine.rec
+            for view, k in zip(
+                reversed(self.sim.engine_views), reversed(self.sim.engine_replica), strict=True
+            ):
+                rec = view.records
                 i = r.idx - rec.request_base
                 if 0 <= i < len(rec.finish) and rec.finish[i] == r.finish_time:
                     return self.names[k]
@@ -231,18 +233,22 @@ class OnlineFleet:
         """Per replica, over all its incarnations (a recovered node starts a new engine)."""
         out = []
         for k, name in enumerate(self.names):
-            engine = self.sim.current[k]
-            past = [e for e, j in zip(self.sim.engines, self.sim.engine_replica, strict=True) if j == k]
+            view = self.sim.views[k]
+            past = [
+                v.records
+                for v, j in zip(self.sim.engine_views, self.sim.engine_replica, strict=True)
+                if j == k
+            ]
             out.append(
                 ReplicaMetrics(
                     name=name,
                     alive=self.sim.alive[k],
-                    num_running=len(engine.scheduler.running) if self.sim.alive[k] else 0,
-                    num_waiting=len(engine.scheduler.waiting) if self.sim.alive[k] else 0,
-                    kv_usage=engine.pool.usage() if self.sim.alive[k] else 0.0,
-                    prefix_cache_queries=sum(e.rec.prefix_queries for e in past),
-                    prefix_cache_hits=sum(e.rec.prefix_hits for e in past),
-                    num_preemptions=sum(e.rec.num_preemption_events() for e in past),
+                    num_running=view.num_running if self.sim.alive[k] else 0,
+                    num_waiting=view.num_waiting if self.sim.alive[k] else 0,
+                    kv_usage=view.kv_usage if self.sim.alive[k] else 0.0,
+                    prefix_cache_queries=sum(rec.prefix_queries for rec in past),
+                    prefix_cache_hits=sum(rec.prefix_hits for rec in past),
+                    num_preemptions=sum(rec.num_preemption_events() for rec in past),
                 )
             )
         return out
@@ -254,10 +260,10 @@ class OnlineFleet:
         r = req._r
         if r.first_scheduled < 0:
             return 0.0
-        for engine in self.sim.engines:
-            rec = engine.rec
+        for view in self.sim.engine_views:
+            rec = view.records
             i = r.idx - rec.request_base  # the recorder keeps the latest requests (roll_records)
-            here = engine.live.get(r.idx) is r or (
+            here = view.holds(r) or (
                 0 <= i < len(rec.first_scheduled) and rec.first_scheduled[i] == r.first_scheduled
             )
             if not here:

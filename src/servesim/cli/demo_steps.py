@@ -276,8 +276,8 @@ def cluster_trace() -> Trace:
 
 def cluster(run: DemoRun) -> None:
     """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies."""
-    from servesim.cli.cluster_cmd import LinkSpec, StrategyOutcome, cluster_document, outcome
-    from servesim.cluster import POLICIES, FailureEvent, Replica, RouterSpec, simulate_cluster
+    from servesim.cluster import POLICIES, FailureEvent, Replica, RouterSpec
+    from servesim.cluster.compare import LinkSpec, cluster_document, compare_recovery
     from servesim.engine import SLO, EngineConfig
 
     trace = cluster_trace()
@@ -289,10 +289,8 @@ def cluster(run: DemoRun) -> None:
     horizon = float(trace.df["arrival_time_s"].max())
     events = [FailureEvent(node=NODE_DOWN, time_s=round(horizon / 2, 3))]
     link = LinkSpec(model=MODEL, bandwidth_gbps=LINK_GBPS)
-    ctx = link.context()
     route = RouterSpec()
     slo = SLO(ttft_ms=1000, tpot_ms=100)
-    common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": slo}
     params = {
         "trace": f"azure_conv_like at {CLUSTER_RATE} req/s",
         "num_requests": len(trace),
@@ -302,15 +300,8 @@ def cluster(run: DemoRun) -> None:
         "bandwidth_gbps": LINK_GBPS,
     }
     with record_action("cluster", params) as h:
-        rows: list[StrategyOutcome] = [
-            outcome("no failure", simulate_cluster(trace, reps, route, (), **common), ctx)
-        ]
-        planner = None
-        for name in POLICIES:
-            res = simulate_cluster(trace, reps, route, events, recovery=name, **common)
-            rows.append(outcome(name, res, ctx))
-            if name == "planner":
-                planner = res
+        rows, results = compare_recovery(trace, reps, route, events, link, list(POLICIES), slo=slo)
+        planner = results.get("planner")
         if planner is None:
             raise InternalError("invariant broken: planner is None")
         starved = int(planner.requests["starved"].sum())

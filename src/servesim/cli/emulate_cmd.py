@@ -63,9 +63,10 @@ def register(app: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from servesim import RouterSpec
-        from servesim.cli.cluster_cmd import LinkSpec, parse_fail
+        from servesim.cli.cluster_output import parse_fail
         from servesim.cli.simulate_cmd import deploy
         from servesim.cluster import Replica
+        from servesim.cluster.compare import LinkSpec
         from servesim.emulate.app import is_loopback
         from servesim.errors import user_errors
         from servesim.perf.setup import DEFAULT_MODEL

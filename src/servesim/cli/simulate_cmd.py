@@ -31,7 +31,7 @@ from servesim.engine import (
 )
 from servesim.events import Observer, ProgressCallback, StepLogWriter
 from servesim.io import atomic_file
-from servesim.spec import DeploymentSpec, Rebuild, ResolvedDeployment, resolve
+from servesim.spec import DeploymentSpec, Rebuild, ResolvedDeployment, resolve_for_trace
 from servesim.traces import Trace
 
 TRACE_HELP = (
@@ -58,16 +58,7 @@ def deploy(
     longest request unless the config sets ``max_model_len``; without a trace, a server's, the
     config's stands), said on the first lines unless ``as_json``, and how to redo it after a flag
     change (the dashboard's restart)."""
-    mml = trace.default_max_model_len() if trace is not None else None
-    resolved = resolve(spec, max_model_len=mml)
-
-    def rebuild(cfg: EngineConfig) -> tuple[EngineConfig, StepTimeModel]:
-        changed = {k: v for k, v in cfg.model_dump().items() if v != getattr(resolved.config, k)}
-        if "num_gpu_blocks" not in spec.engine:
-            changed.pop("num_gpu_blocks", None)
-        again = resolve(spec.model_copy(update={"engine": {**spec.engine, **changed}}), max_model_len=mml)
-        return again.config, again.step_time
-
+    resolved, rebuild = resolve_for_trace(spec, trace)
     say_setup(resolved, as_json)
     return resolved, rebuild
 

@@ -6,44 +6,49 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from servesim.cluster.recovery import JobSpec, RecoveryContext, TargetState, decide_job
-from servesim.cluster.router import Router, cached_prefix_blocks
+from servesim.cluster.router import Router
 from servesim.cluster.simulate import Decision, Interrupted
-from servesim.engine.engine import Engine
+from servesim.engine.replica import ReplicaView
 from servesim.engine.request import Request
 
 
-def target_state(engine: Engine, name: str, job: Request, link_wait_s: float = 0.0) -> TargetState:
+def target_state(replica: ReplicaView, name: str, job: Request, link_wait_s: float = 0.0) -> TargetState:
     """A survivor as the planner sees it: free blocks and slots, its decode batch, the prefill
     work queued ahead of a new arrival, and how much of ``job``'s prefix its cache holds."""
-    sched = engine.scheduler
     decodes = ctx = queued = 0
-    for r in sched.running:
-        computed = engine.computed_tokens(r)
+    running = replica.running()
+    for r in running:
+        computed = replica.computed_tokens(r)
         if r.sync_step >= 0 or computed == r.prompt_len + r.num_output - 1:
             decodes += 1
             ctx += computed + 1
         else:
             queued += r.prompt_len + r.num_output - computed
-    for r in sched.waiting:
+    for r in replica.waiting():
         queued += r.prompt_len + r.num_output
-    bs = engine.kv.block_size
+    bs = replica.block_size
+    config = replica.config
     return TargetState(
         name=name,
-        step_time=engine.step_time,
-        free_blocks=engine.pool.num_free,
-        free_slots=max(0, engine.config.max_num_seqs - len(sched.running)),
+        step_time=replica.step_time,
+        free_blocks=replica.kv_blocks_free,
+        free_slots=max(0, config.max_num_seqs - len(running)),
         block_size=bs,
-        max_num_batched_tokens=engine.config.max_num_batched_tokens,
+        max_num_batched_tokens=config.max_num_batched_tokens,
         running_decodes=decodes,
         decode_ctx_sum=ctx,
         queued_prefill_tokens=queued,
-        cached_prefix_tokens={job.req_id: cached_prefix_blocks(engine, job) * bs},
+        cached_prefix_tokens={job.req_id: replica.cached_prefix_blocks(job) * bs},
         link_wait_s=link_wait_s,
     )
 
 
 def planner_policy(
-    job: Interrupted, engines: Sequence[Engine], eligible: Sequence[int], ctx: RecoveryContext, router: Router
+    job: Interrupted,
+    replicas: Sequence[ReplicaView],
+    eligible: Sequence[int],
+    ctx: RecoveryContext,
+    router: Router,
 ) -> Decision:
     """MIGRATE_STATE or COLD_RESTART, and where: whichever costs least in the request's own time
     plus the delay it adds to the survivor's running decodes (``costs`` module), with transfers
@@ -57,8 +62,8 @@ def planner_policy(
         kv_cache_checkpointed=ckpt > 0,
         checkpoint_offset_tokens=ckpt if ckpt > 0 else None,
     )
-    waits = job.link_wait_s or (0.0,) * len(engines)
-    targets = [target_state(engines[k], str(k), r, waits[k]) for k in eligible]
+    waits = job.link_wait_s or (0.0,) * len(replicas)
+    targets = [target_state(replicas[k], str(k), r, waits[k]) for k in eligible]
     d = decide_job(spec, ctx, targets, weigh_load=True)
     target = int(d.target) if d.target is not None else eligible[0]
     if d.strategy == "MIGRATE_STATE" and d.moved_tokens > 0:

@@ -1,4 +1,5 @@
-"""Routing arrivals to replicas, from what each replica's engine shows at the arrival time."""
+"""Routing arrivals to replicas, from what each replica shows at the arrival time (its
+``ReplicaView``: queue lengths, KV usage, what its prefix cache holds)."""
 
 from __future__ import annotations
 
@@ -6,28 +7,9 @@ import random
 from collections.abc import Sequence
 
 from servesim.cluster.config import RouterSpec
-from servesim.engine.engine import Engine
+from servesim.engine.replica import ReplicaView
 from servesim.engine.request import Request
 from servesim.errors import InputError
-
-
-def outstanding(engine: Engine) -> int:
-    return len(engine.scheduler.running) + len(engine.scheduler.waiting)
-
-
-def cached_prefix_blocks(engine: Engine, r: Request) -> int:
-    """Leading blocks of ``r`` whose content the replica's prefix cache holds right now (what
-    llm-d's precise prefix scorer learns from vLLM's KV events)."""
-    if not engine.kv.caching:
-        return 0
-    engine.kv.init_request(r)
-    cached = engine.pool.cached
-    n = 0
-    for i in range(r.num_shared_blocks):
-        if engine.kv.block_key(r, i) not in cached:
-            break
-        n += 1
-    return n
 
 
 class Router:
@@ -38,7 +20,7 @@ class Router:
         self._rng = random.Random(spec.seed)
         self._turn = 0
 
-    def pick(self, r: Request, engines: Sequence[Engine], eligible: Sequence[int]) -> int:
+    def pick(self, r: Request, replicas: Sequence[ReplicaView], eligible: Sequence[int]) -> int:
         if not eligible:
             raise InputError("no replica can take requests")
         policy = self.spec.policy
@@ -52,33 +34,33 @@ class Router:
             if len(order) == 1:
                 return order[0]
             a, b = self._rng.sample(order, 2)
-            return a if outstanding(engines[a]) <= outstanding(engines[b]) else b
+            return a if replicas[a].outstanding <= replicas[b].outstanding else b
         shift = self._turn % len(order)
         order = order[shift:] + order[:shift]  # ties rotate instead of piling on replica 0
         if policy == "least_outstanding":
-            return min(order, key=lambda k: outstanding(engines[k]))
+            return min(order, key=lambda k: replicas[k].outstanding)
         if policy == "least_kv":
-            return min(order, key=lambda k: engines[k].pool.usage())
+            return min(order, key=lambda k: replicas[k].kv_usage)
         if policy == "vllm_dp":
 
             def dp_score(k: int) -> float:
-                e = engines[k]
-                w = len(e.scheduler.waiting)
-                return w + len(e.scheduler.running) + w * 6.0 * max(0.0, e.pool.usage() - 0.5)
+                v = replicas[k]
+                w = v.num_waiting
+                return w + v.num_running + w * 6.0 * max(0.0, v.kv_usage - 0.5)
 
             return min(order, key=dp_score)
-        return self._prefix_aware(r, engines, order)
+        return self._prefix_aware(r, replicas, order)
 
-    def _prefix_aware(self, r: Request, engines: Sequence[Engine], order: list[int]) -> int:
+    def _prefix_aware(self, r: Request, replicas: Sequence[ReplicaView], order: list[int]) -> int:
         spec = self.spec
-        queues = {k: outstanding(engines[k]) for k in order}
+        queues = {k: replicas[k].outstanding for k in order}
         qmax, qmin = max(queues.values()), min(queues.values())
-        total_blocks = max(1, (r.prompt_len + r.num_output) // engines[order[0]].kv.block_size)
+        total_blocks = max(1, (r.prompt_len + r.num_output) // replicas[order[0]].block_size)
 
         def score(k: int) -> float:
             queue = 1.0 if qmax == qmin else (qmax - queues[k]) / (qmax - qmin)
-            prefix = cached_prefix_blocks(engines[k], r) / total_blocks
-            kv = 1.0 - engines[k].pool.usage()
+            prefix = replicas[k].cached_prefix_blocks(r) / total_blocks
+            kv = 1.0 - replicas[k].kv_usage
             return spec.prefix_weight * prefix + spec.queue_weight * queue + spec.kv_weight * kv
 
         return max(order, key=score)

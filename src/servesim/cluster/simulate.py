@@ -31,7 +31,8 @@ from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
-from servesim.engine.request import FINISHED, OUTCOME_ABORTED, OUTCOME_UNFINISHED, Request
+from servesim.engine.replica import ReplicaView, close_unheld
+from servesim.engine.request import OUTCOME_UNFINISHED, Request
 from servesim.engine.request import RUNNING as RUNNING_STATUS
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import InputError, InternalError, shown
@@ -81,22 +82,33 @@ class Decision:
     tokens_moved: int
 
 
-RecoveryPolicy = Callable[[Interrupted, Sequence[Engine], Sequence[int], RecoveryContext, Router], Decision]
+# A recovery policy decides from the survivors' read-only views (``ReplicaView``), by replica index.
+RecoveryPolicy = Callable[
+    [Interrupted, Sequence[ReplicaView], Sequence[int], RecoveryContext, Router], Decision
+]
 
 
 def restart_policy(
-    job: Interrupted, engines: Sequence[Engine], eligible: Sequence[int], ctx: RecoveryContext, router: Router
+    job: Interrupted,
+    replicas: Sequence[ReplicaView],
+    eligible: Sequence[int],
+    ctx: RecoveryContext,
+    router: Router,
 ) -> Decision:
     """Always recompute on the survivor the router picks."""
-    return Decision("COLD_RESTART", router.pick(job.request, engines, eligible), 0.0, 0)
+    return Decision("COLD_RESTART", router.pick(job.request, replicas, eligible), 0.0, 0)
 
 
 def migrate_policy(
-    job: Interrupted, engines: Sequence[Engine], eligible: Sequence[int], ctx: RecoveryContext, router: Router
+    job: Interrupted,
+    replicas: Sequence[ReplicaView],
+    eligible: Sequence[int],
+    ctx: RecoveryContext,
+    router: Router,
 ) -> Decision:
     """Migrate whatever KV survived (the last token is always recomputed, as vLLM does for
     loaded KV); restart when nothing survived."""
-    target = router.pick(job.request, engines, eligible)
+    target = router.pick(job.request, replicas, eligible)
     r = job.request
     moved = min(job.checkpointed_tokens, r.prompt_len + r.num_output - 1)
     if moved <= 0:
@@ -184,12 +196,15 @@ class ClusterSimulator:
         self.observers = list(observers)
         self.emit = fan_out(self.observers)
         self._steps_done = 0
-        self.engines: list[Engine] = []
+        self.engines: list[Engine] = []  # every incarnation of every replica, in creation order
+        self.engine_views: list[ReplicaView] = []  # a read-only view of each of them
         self._rolling: tuple[int, int] | None = None  # (steps, requests) kept: roll_records
         self.current: list[Engine] = []
+        self.views: list[ReplicaView] = []  # what routers, policies and watchers read, per replica
         self.engine_replica: list[int] = []
         for k in range(len(replicas)):
             self.current.append(self._new_engine(k))
+            self.views.append(self.engine_views[-1])
         self.alive = [True] * len(replicas)
         self.accepting = [True] * len(replicas)
         self.inflight: list[PendingStep | None] = [None] * len(replicas)
@@ -233,6 +248,7 @@ class ClusterSimulator:
         if self._rolling is not None:
             engine.rec.trim(*self._rolling)
         self.engines.append(engine)
+        self.engine_views.append(ReplicaView(engine))
         self.engine_replica.append(k)
         return engine
 
@@ -267,7 +283,7 @@ class ClusterSimulator:
     def _oldest_arrival(self) -> float:
         """The earliest arrival of a request still in the fleet: on a replica, waiting for one,
         or in transit between two."""
-        times = [r.arrival for e in self.current for r in e.live.values()]
+        times = [r.arrival for v in self.views for r in v.live_requests()]
         times += [r.arrival for r in self._parked]
         times += [p.request.arrival for *_, p in self._events if isinstance(p, _Transit)]
         return min(times, default=math.inf)
@@ -275,6 +291,19 @@ class ClusterSimulator:
     def _push(self, t: float, kind: int, payload: Payload) -> None:
         heapq.heappush(self._events, (t, kind, self._seq, payload))
         self._seq += 1
+
+    @property
+    def num_routed(self) -> int:
+        """Trace rows routed so far (arrived at the cluster)."""
+        return self._next_arrival
+
+    @property
+    def drained(self) -> bool:
+        """Nothing left to do: every trace row routed, no event or step pending, and no live
+        replica holds a request."""
+        if self._next_arrival < self.arrays.n or self._events or any(p is not None for p in self.inflight):
+            return False
+        return not any(self.alive[k] and not v.idle for k, v in enumerate(self.views))
 
     def eligible(self) -> list[int]:
         return [k for k in range(len(self.replicas)) if self.alive[k] and self.accepting[k]]
@@ -450,12 +479,12 @@ class ClusterSimulator:
     def _abort(self, r: Request, t: float) -> None:
         if r.outcome != OUTCOME_UNFINISHED:
             return  # finished (or rejected) before the abort took effect
-        for k, engine in enumerate(self.current):
-            if engine.live.get(r.idx) is r:
+        for k, view in enumerate(self.views):
+            if view.holds(r):
                 if self.inflight[k] is not None and r.status == RUNNING_STATUS:
                     self._aborts_after_step[k].append(r)
                 else:
-                    engine.abort(r, t)
+                    self.current[k].abort(r, t)
                 return
         if r in self._parked:
             self._parked.remove(r)
@@ -470,9 +499,7 @@ class ClusterSimulator:
 
     def _close_aborted(self, r: Request, t: float) -> None:
         """Abort a request held by no engine (parked, in transit, or on a node just lost)."""
-        r.status = FINISHED
-        r.outcome = OUTCOME_ABORTED
-        r.finish_time = t
+        close_unheld(r, t)
         if self.emit is not None:
             self.emit(RequestFinished(t, r.req_id, None, "aborted", r.num_output, t - r.arrival))
 
@@ -490,7 +517,7 @@ class ClusterSimulator:
         if not eligible:
             self._parked.append(r)
             return
-        k = self.router.pick(r, self.current, eligible)
+        k = self.router.pick(r, self.views, eligible)
         if self.emit is not None and (moved_from is not None or parked):
             self.emit(Redispatched(t, r.req_id, moved_from, self.replicas[k].name))
         self.current[k].submit(r, t)
@@ -528,14 +555,15 @@ class ClusterSimulator:
         if kind == "warn":
             self.accepting[k] = False
             if self.kv_checkpointing == "on_warning":
-                engine = self.current[k]
-                for r in engine.scheduler.running:
-                    self._snapshots[r.idx] = engine.computed_tokens(r)
+                view = self.views[k]
+                for r in view.running():
+                    self._snapshots[r.idx] = view.computed_tokens(r)
         elif kind == "fail":
             self._fail(k, t)
         else:  # recover: the node comes back empty (cold prefix cache)
             self.current[k].finish()
             self.current[k] = self._new_engine(k)
+            self.views[k] = self.engine_views[-1]
             self.current[k].now = t
             self.alive[k] = True
             self.accepting[k] = True
@@ -571,7 +599,7 @@ class ClusterSimulator:
             waits = tuple(max(0.0, f - t) for f in self._link_free)
             job = Interrupted(r, node, t, computed, ckpt, waits)
             self.interrupted.append(job)
-            d = self.recovery(job, self.current, eligible, self.context, self.router)
+            d = self.recovery(job, self.views, eligible, self.context, self.router)
             moved = d.tokens_moved if d.strategy == "MIGRATE_STATE" else 0
             delay = d.delay_s
             if moved > 0:  # the transfer queues behind those already bound for the target

@@ -18,6 +18,8 @@ from servesim.spec.deployment import (
     ResolvedDeployment,
     engine_values,
     resolve,
+    resolve_for_trace,
+    resolve_replicas,
 )
 from servesim.spec.run import RunSpec
 from servesim.spec.slo import PercentileSLO, parse_slo
@@ -33,5 +35,7 @@ __all__ = [
     "engine_values",
     "parse_slo",
     "resolve",
+    "resolve_for_trace",
+    "resolve_replicas",
     "vllm_serve_defaults",
 ]

@@ -14,7 +14,7 @@ names, types, bounds and help are ``EngineConfig``'s, the one declaration of eve
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from servesim.bounds import MAX_GPU_BLOCKS, MAX_REPLICAS
 from servesim.cluster.config import RouterPolicy
+from servesim.cluster.simulate import Replica
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.step_time import StepTimeModel
@@ -34,6 +35,7 @@ from servesim.perf.setup import (
     DEFAULT_TP,
     replica_setup,
 )
+from servesim.traces.schema import Trace
 
 
 class DeploymentSpec(BaseModel):
@@ -206,4 +208,49 @@ def resolve(spec: DeploymentSpec, *, max_model_len: int | None = None) -> Resolv
 
 Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
 
-__all__ = ["MAX_REPLICAS", "DeploymentSpec", "Rebuild", "ResolvedDeployment", "engine_values", "resolve"]
+
+def resolve_for_trace(spec: DeploymentSpec, trace: Trace | None) -> tuple[ResolvedDeployment, Rebuild]:
+    """``resolve(spec)`` with the KV cache sized for ``trace``'s longest request unless the spec
+    sets ``max_model_len`` (without a trace, a server's, the spec's stands), and how to redo it
+    after engine settings change (the dashboard's restart): the changed settings are laid over
+    the spec's own keys, and the KV blocks are sized again unless the spec fixed them."""
+    mml = trace.default_max_model_len() if trace is not None else None
+    resolved = resolve(spec, max_model_len=mml)
+
+    def rebuild(cfg: EngineConfig) -> tuple[EngineConfig, StepTimeModel]:
+        changed = {k: v for k, v in cfg.model_dump().items() if v != getattr(resolved.config, k)}
+        if "num_gpu_blocks" not in spec.engine:
+            changed.pop("num_gpu_blocks", None)
+        again = resolve(spec.model_copy(update={"engine": {**spec.engine, **changed}}), max_model_len=mml)
+        return again.config, again.step_time
+
+    return resolved, rebuild
+
+
+def resolve_replicas(
+    base: DeploymentSpec, replicas: Sequence[tuple[str, dict[str, Any]]], trace: Trace | None
+) -> list[tuple[Replica, ResolvedDeployment]]:
+    """Each named replica (its own vLLM keys over ``base``) through ``resolve``, its KV cache
+    sized for ``trace``; an error names the replica."""
+    mml = trace.default_max_model_len() if trace is not None else None
+    out = []
+    for name, keys in replicas:
+        try:
+            spec = DeploymentSpec.model_validate({**base.model_dump(), "engine": keys})
+            resolved = resolve(spec, max_model_len=mml)
+        except (ConfigError, ValidationError) as e:
+            raise ConfigError(f"replica {shown(name)}: {describe(e)}") from None
+        out.append((Replica(name, resolved.config, resolved.step_time), resolved))
+    return out
+
+
+__all__ = [
+    "MAX_REPLICAS",
+    "DeploymentSpec",
+    "Rebuild",
+    "ResolvedDeployment",
+    "engine_values",
+    "resolve",
+    "resolve_for_trace",
+    "resolve_replicas",
+]

@@ -1,0 +1,56 @@
+"""What the cluster-running commands (``cluster``, ``dashboard``, ``emulate``) share in the CLI:
+the ``--fail NODE@TIME`` syntax and printing a recovery comparison (the comparison itself is
+``servesim.cluster.compare``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+from servesim.cli.common import print_json
+from servesim.cli.trace_input import provenance_json
+from servesim.cluster import FailureEvent, RouterSpec
+from servesim.cluster.compare import LinkSpec, StrategyOutcome, cluster_document
+from servesim.errors import InputError, shown
+from servesim.report.documents import stamped
+from servesim.traces.schema import TraceProvenance
+
+
+def parse_fail(text: str) -> FailureEvent:
+    """``NODE@TIME`` or ``NODE@TIME+RECOVER_AFTER`` (seconds)."""
+    node, sep, rest = text.partition("@")
+    if not sep or not node:
+        raise InputError(f"--fail {shown(text)}: use NODE@TIME or NODE@TIME+RECOVER_AFTER (seconds)")
+    when, plus, back = rest.partition("+")
+    try:
+        return FailureEvent(node=node, time_s=float(when), recover_after_s=float(back) if plus else None)
+    except ValueError as e:
+        raise InputError(f"--fail {shown(text)}: {e}") from None
+
+
+def print_comparison(
+    rows: Sequence[StrategyOutcome],
+    events: Sequence[FailureEvent],
+    link: LinkSpec,
+    route: RouterSpec,
+    as_json: bool,
+    title: str,
+    provenance: TraceProvenance | None = None,
+) -> None:
+    """The strategies' outcomes: the table, or with ``--json`` the comparison alone on stdout
+    (with the trace's provenance: every row dropped while reading it)."""
+    if as_json:
+        doc = {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
+        print_json(stamped("cluster", doc))
+        return
+    from servesim.cli.render import print_section
+    from servesim.views.cluster import cluster_view
+
+    console = Console()
+    console.print(escape(title), highlight=False)
+    print_section(cluster_view(cluster_document(events, link, route, rows)), console)
+
+
+__all__ = ["parse_fail", "print_comparison"]
