@@ -57,6 +57,18 @@ def user_error_extra(exc: BaseException) -> dict[str, Any]:
     return {}
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of this path answers (RFC 9110: a 405's ``Allow``)."""
+    from starlette.routing import Match, Route
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    return sorted(methods, key=lambda m: (order.index(m) if m in order else len(order), m))
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
@@ -72,6 +84,8 @@ def install(app: FastAPI) -> None:
         resp = problem_response(exc.status_code, detail, request.url.path)
         for k, v in (exc.headers or {}).items():
             resp.headers[k] = v
+        if exc.status_code == 405:  # Starlette names one route's methods; the path may have several
+            resp.headers["Allow"] = ", ".join(allowed_methods(request))
         return resp
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
