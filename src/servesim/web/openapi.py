@@ -47,6 +47,7 @@ class Problem(BaseModel):
 
 #: What each status means here (a route may say it more precisely).
 DESCRIPTIONS: dict[int, str] = {
+    400: "The body is not parseable JSON",
     401: "This server needs its token (`Authorization: Bearer <token>` or the cookie)",
     403: "A cross-site request may not change anything (its `Origin` or `Sec-Fetch-Site`)",
     404: "No such resource",
@@ -116,7 +117,8 @@ def build(app: FastAPI, settings: WebSettings) -> dict[str, Any]:
             for code, resp in list(out.items()):
                 if code.isdigit() and int(code) >= 400:  # every error is a problem document
                     resp["content"] = problem_response(int(code))["content"]
-            for code in (*EVERY_OPERATION, *((403,) if method in CHANGES else ())):
+            body = (400,) if "requestBody" in op else ()  # JSON that does not parse
+            for code in (*EVERY_OPERATION, *body, *((403,) if method in CHANGES else ())):
                 out.setdefault(str(code), problem_response(code))
     app.openapi_schema = doc
     return doc
