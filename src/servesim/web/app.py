@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 
 from servesim import __version__
 from servesim.errors import ConfigError
-from servesim.web import problems
+from servesim.web import openapi, problems
 from servesim.web.db import Database
 from servesim.web.jobs import JobManager
 from servesim.web.security import BodyLimitMiddleware, SecurityMiddleware
@@ -69,6 +69,7 @@ def create_app(settings: WebSettings) -> FastAPI:
     )
     app.state.workbench = Workbench(settings, db, storage, jobs)
     problems.install(app)
+    app.openapi = lambda: openapi.build(app, settings)  # type: ignore[method-assign]
     from servesim.web.routers import bench, catalog, pages, plans, runs, traces
     from servesim.web.routers import jobs as jobs_router
 

@@ -57,6 +57,35 @@ def user_error_extra(exc: BaseException) -> dict[str, Any]:
     return {}
 
 
+def _routes(routes: Any) -> Any:
+    """The app's routes, those of included routers too (FastAPI nests them; their paths are full:
+    the routers carry their prefix, and the app includes them without one)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _routes(inner.routes)
+        elif getattr(route, "methods", None) and getattr(route, "path_regex", None) is not None:
+            yield route
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods of this request's path (RFC 9110: a 405's ``Allow``). A literal path
+    (``/api/traces/generate``) is its own resource, not a value of ``/api/traces/{trace_id}``,
+    as OpenAPI matches paths: when one matches, only its routes count."""
+    path = request.url.path
+    matching = [r for r in _routes(request.app.router.routes) if r.path_regex.match(path)]
+    literal = [r for r in matching if "{" not in r.path]
+    methods: set[str] = set().union(*(r.methods for r in (literal or matching)))
+    order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    return sorted(methods, key=lambda m: (order.index(m) if m in order else len(order), m))
+
+
+def method_not_allowed(request: Request) -> JSONResponse:
+    resp = problem_response(405, "Method Not Allowed", request.url.path)
+    resp.headers["Allow"] = ", ".join(allowed_methods(request))
+    return resp
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
@@ -72,11 +101,15 @@ def install(app: FastAPI) -> None:
         resp = problem_response(exc.status_code, detail, request.url.path)
         for k, v in (exc.headers or {}).items():
             resp.headers[k] = v
+        if exc.status_code == 405:  # Starlette names one route's methods; the path may have several
+            return method_not_allowed(request)
         return resp
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         if not isinstance(exc, RequestValidationError):
             raise InternalError("invariant broken: isinstance(exc, RequestValidationError)")
+        if request.method not in allowed_methods(request):  # GET /api/traces/generate: not a trace id
+            return method_not_allowed(request)
         errors = []
         for e in exc.errors():
             loc = [str(x) for x in e.get("loc", ())]

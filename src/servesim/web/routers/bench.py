@@ -12,6 +12,7 @@ from servesim.actionlog import record_action
 from servesim.web.app import Workbench, workbench
 from servesim.web.db import BenchRow, now_iso
 from servesim.web.defaults import stored_params
+from servesim.web.openapi import responses
 from servesim.web.problems import Problem
 from servesim.web.routers.runs import ACCEPTED, _check_hardware, _done, job_out
 from servesim.web.schemas import ID_PATTERN, BenchOut, BenchSimulateBody
@@ -55,11 +56,11 @@ def _summary(result: Any) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"type": "object"}}},
         }
     },
-    responses={
-        413: {"description": "Over the size limit"},
-        415: {"description": "Not a JSON file"},
-        422: {"description": "Not a usable benchmark result (each field's problem listed)"},
-    },
+    responses=responses(
+        s413="Over the size limit (or more requests than this server re-runs)",
+        s415="Not a JSON file",
+        s422="Not a usable benchmark result (each field's problem listed)",
+    ),
 )
 async def upload_bench(
     request: Request,
@@ -135,12 +136,12 @@ def list_bench(wb: WB) -> list[BenchOut]:
     return [bench_out(r) for r in wb.db.benches()]
 
 
-@router.get("/{bench_id}", summary="A stored benchmark result's summary")
+@router.get("/{bench_id}", responses=responses(404), summary="A stored benchmark result's summary")
 def get_bench(bench_id: BenchId, wb: WB) -> BenchOut:
     return bench_out(_row(wb, bench_id))
 
 
-@router.delete("/{bench_id}", status_code=204, summary="Delete a benchmark result")
+@router.delete("/{bench_id}", status_code=204, responses=responses(404), summary="Delete a benchmark result")
 def delete_bench(bench_id: BenchId, wb: WB) -> Response:
     with wb.db.session() as s:
         row = s.get(BenchRow, bench_id)
@@ -154,7 +155,7 @@ def delete_bench(bench_id: BenchId, wb: WB) -> Response:
 @router.post(
     "/{bench_id}/simulate",
     status_code=202,
-    responses=ACCEPTED,
+    responses={**ACCEPTED, **responses(s404="No such benchmark result or run", s409="The run has no result")},
     summary="Simulate the benchmark's workload (or take a stored run) and overlay measured vs simulated",
 )
 def simulate_bench(bench_id: BenchId, body: BenchSimulateBody, wb: WB) -> JSONResponse:

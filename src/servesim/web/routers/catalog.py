@@ -76,7 +76,9 @@ def catalog() -> dict[str, Any]:
 
 
 @router.get("/defaults", summary="The engine defaults a run on this GPU gets (what `vllm serve` applies)")
-def defaults(gpu: str = Query("h100", min_length=1, max_length=100)) -> dict[str, Any]:
+def defaults(
+    gpu: str = Query("h100", min_length=1, max_length=100, description="A catalog GPU name."),
+) -> dict[str, Any]:
     from servesim.web.defaults import engine_defaults
     from servesim.web.routers.runs import _check_hardware
 

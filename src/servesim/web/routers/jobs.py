@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from servesim.web.app import Workbench, workbench
 from servesim.web.db import FINAL_STATES
+from servesim.web.openapi import responses
 from servesim.web.problems import Problem
 from servesim.web.schemas import ID_PATTERN
 
@@ -22,7 +23,7 @@ _TICK_S = 0.25
 _KEEPALIVE_S = 15.0
 
 
-@router.get("/{job_id}", summary="A job's status and progress")
+@router.get("/{job_id}", responses=responses(404), summary="A job's status and progress")
 def job_status(job_id: JobId, wb: WB) -> dict[str, Any]:
     state = wb.jobs.state(job_id)
     if state is None:
@@ -34,7 +35,7 @@ def job_status(job_id: JobId, wb: WB) -> dict[str, Any]:
     "/{job_id}/events",
     summary="Progress as server-sent events (event: progress ..., then end)",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}, **responses(404)},
 )
 async def job_events(job_id: JobId, request: Request, wb: WB) -> StreamingResponse:
     if wb.jobs.state(job_id) is None:
@@ -68,7 +69,12 @@ async def job_events(job_id: JobId, request: Request, wb: WB) -> StreamingRespon
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
 
-@router.delete("/{job_id}", status_code=202, summary="Cancel a queued or running job")
+@router.delete(
+    "/{job_id}",
+    status_code=202,
+    responses=responses(404, s409="The job has already ended"),
+    summary="Cancel a queued or running job",
+)
 def cancel_job(job_id: JobId, wb: WB) -> JSONResponse:
     state = wb.jobs.state(job_id)
     if state is None:

@@ -12,6 +12,7 @@ from servesim.web.app import Workbench, workbench
 from servesim.web.compare import compare_runs
 from servesim.web.db import JobRow
 from servesim.web.defaults import stored_params
+from servesim.web.openapi import responses
 from servesim.web.problems import Problem
 from servesim.web.schemas import (
     ID_PATTERN,
@@ -29,10 +30,10 @@ WB = Annotated[Workbench, Depends(workbench)]
 RunId = Annotated[str, Path(pattern=ID_PATTERN, description="A run (job) id.")]
 ACCEPTED: dict[int | str, dict[str, Any]] = {
     202: {"description": "Queued: follow /api/jobs/{id}/events"},
-    404: {"description": "No such trace"},
-    422: {"description": "Invalid settings"},
-    429: {"description": "Too many jobs waiting"},
+    **responses(429, s404="No such trace", s422="Invalid settings"),
 }
+#: A stored run's result: no such run, or one without a result (queued, running, failed).
+RESULT = responses(404, 409)
 
 
 def job_out(row: JobRow) -> JobOut:
@@ -125,13 +126,13 @@ def list_runs(
     return [job_out(r) for r in wb.db.jobs(kind, limit)]
 
 
-@router.get("/runs/{run_id}", summary="One job with its result (views) when done")
+@router.get("/runs/{run_id}", responses=responses(404), summary="One job with its result (views) when done")
 def get_run(run_id: RunId, wb: WB) -> dict[str, Any]:
     row = _run(wb, run_id)
     return {"job": job_out(row).model_dump(mode="json"), "result": row.result}
 
 
-@router.get("/runs/{run_id}/result.json", summary="Download the result as JSON")
+@router.get("/runs/{run_id}/result.json", responses=RESULT, summary="Download the result as JSON")
 def download_json(run_id: RunId, wb: WB) -> JSONResponse:
     row = _done(wb, run_id)
     body = {"job": job_out(row).model_dump(mode="json"), "result": row.result}
@@ -143,7 +144,7 @@ def download_json(run_id: RunId, wb: WB) -> JSONResponse:
 @router.get(
     "/runs/{run_id}/document.json",
     summary="Download the run's result document (what the CLI's --json writes; servesim report reads it)",
-    responses={422: {"description": "This kind of run has no command document (a cluster run)"}},
+    responses={**RESULT, **responses(s422="This kind of run has no command document (a cluster run)")},
 )
 def download_document(run_id: RunId, wb: WB) -> JSONResponse:
     from servesim.web.reports import cli_shape
@@ -157,7 +158,9 @@ def download_document(run_id: RunId, wb: WB) -> JSONResponse:
     )
 
 
-@router.get("/runs/{run_id}/requests.csv", summary="Download the per-request records as CSV")
+@router.get(
+    "/runs/{run_id}/requests.csv", responses=RESULT, summary="Download the per-request records as CSV"
+)
 def download_csv(run_id: RunId, wb: WB) -> StreamingResponse:
     row = _done(wb, run_id)
     path = wb.storage.requests_file(row.id)
@@ -179,7 +182,9 @@ def download_csv(run_id: RunId, wb: WB) -> StreamingResponse:
     )
 
 
-@router.get("/runs/{run_id}/cost", summary="Cost of a simulation run at a GPU price you enter")
+@router.get(
+    "/runs/{run_id}/cost", responses=RESULT, summary="Cost of a simulation run at a GPU price you enter"
+)
 def run_cost(
     run_id: RunId,
     wb: WB,
@@ -200,7 +205,11 @@ def run_cost(
     return {"gpus": gpus, "sections": [view.model_dump(mode="json")]}
 
 
-@router.get("/runs/{run_id}/report.html", summary="Download the run's report (servesim.report, HTML)")
+@router.get(
+    "/runs/{run_id}/report.html",
+    responses=RESULT,
+    summary="Download the run's report (servesim.report, HTML)",
+)
 def download_report(run_id: RunId, wb: WB) -> HTMLResponse:
     from servesim.web.reports import report_html
 
@@ -208,7 +217,11 @@ def download_report(run_id: RunId, wb: WB) -> HTMLResponse:
     return _attachment(report_html([row]), f"servesim-report-{row.kind}-{row.id[:8]}.html")
 
 
-@router.get("/compare/report.html", summary="Download the report's diff of two runs of one kind (HTML)")
+@router.get(
+    "/compare/report.html",
+    responses=RESULT,
+    summary="Download the report's diff of two runs of one kind (HTML)",
+)
 def download_compare_report(
     wb: WB,
     a: Annotated[str, Query(pattern=ID_PATTERN)],
@@ -227,7 +240,9 @@ def _attachment(html: str, filename: str) -> HTMLResponse:
     return HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
 
-@router.get("/compare", summary="Two runs side by side: configuration diff and metric deltas")
+@router.get(
+    "/compare", responses=RESULT, summary="Two runs side by side: configuration diff and metric deltas"
+)
 def compare(
     wb: WB,
     a: Annotated[str, Query(pattern=ID_PATTERN, description="The baseline run.")],
@@ -244,7 +259,11 @@ def compare(
     )
 
 
-@router.get("/compare/basket", summary="A basket of runs against a baseline: metric changes for each")
+@router.get(
+    "/compare/basket",
+    responses=RESULT,
+    summary="A basket of runs against a baseline: metric changes for each",
+)
 def compare_basket(
     wb: WB,
     baseline: Annotated[str, Query(pattern=ID_PATTERN, description="The baseline run.")],

@@ -12,6 +12,7 @@ from servesim.traces import FORMAT_NAMES
 from servesim.web.app import Workbench, workbench
 from servesim.web.db import JobRow, TraceRow
 from servesim.web.ingest import generate, ingest_upload
+from servesim.web.openapi import responses
 from servesim.web.problems import Problem
 from servesim.web.schemas import ID_PATTERN, GenerateBody, TraceOut
 from servesim.web.storage import UPLOAD_SUFFIXES, display_name, upload_suffix
@@ -50,11 +51,11 @@ def trace_out(row: TraceRow) -> TraceOut:
             "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
         }
     },
-    responses={
-        413: {"description": "Over the size limit"},
-        415: {"description": "Not a trace format"},
-        422: {"description": "No usable row (row-level errors listed)"},
-    },
+    responses=responses(
+        s413="Over the size limit (bytes or requests)",
+        s415="Not a trace format",
+        s422="No usable row (row-level errors listed)",
+    ),
 )
 async def upload_trace(
     request: Request,
@@ -63,7 +64,10 @@ async def upload_trace(
         str,
         Query(min_length=1, max_length=300, description="The file's name (its extension picks the reader)."),
     ],
-    format: Annotated[str | None, Query(description="Force a format: " + ", ".join(FORMAT_NAMES))] = None,
+    format: Annotated[
+        str | None,
+        Query(description="Force a format.", json_schema_extra={"enum": list(FORMAT_NAMES)}),
+    ] = None,
 ) -> TraceOut:
     shown = display_name(name)
     suffix = upload_suffix(shown)
@@ -110,18 +114,27 @@ def list_traces(wb: WB) -> list[TraceOut]:
     return [trace_out(r) for r in wb.db.traces()]
 
 
-@router.get("/{trace_id}", summary="A trace: statistics, dropped rows")
+@router.get("/{trace_id}", responses=responses(404), summary="A trace: statistics, dropped rows")
 def get_trace(trace_id: TraceId, wb: WB) -> TraceOut:
     return trace_out(_row(wb, trace_id))
 
 
-@router.get("/{trace_id}/summary", summary="The trace's summary view (arrivals, lengths, prefix sharing)")
+@router.get(
+    "/{trace_id}/summary",
+    responses=responses(404),
+    summary="The trace's summary view (arrivals, lengths, prefix sharing)",
+)
 def trace_summary(trace_id: TraceId, wb: WB) -> dict[str, Any]:
     row = _row(wb, trace_id)
     return {"trace": trace_out(row).model_dump(mode="json"), "sections": [row.summary] if row.summary else []}
 
 
-@router.delete("/{trace_id}", status_code=204, summary="Delete a trace (its runs stay in the history)")
+@router.delete(
+    "/{trace_id}",
+    status_code=204,
+    responses=responses(404, s409="A job is still using the trace"),
+    summary="Delete a trace (its runs stay in the history)",
+)
 def delete_trace(trace_id: TraceId, wb: WB) -> Response:
     with record_action("delete-trace", {"trace": trace_id}, interface="web", folder=wb.settings.data_dir):
         with wb.db.session() as s:
