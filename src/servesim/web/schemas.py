@@ -134,8 +134,8 @@ class BenchOut(BaseModel):
 
 class GenerateBody(Strict):
     preset: str = Field("default", min_length=1, max_length=100, description="Preset or arrival name.")
-    num_requests: int = Field(500, ge=1)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    num_requests: int = Field(500, ge=1, strict=True)  # strict: JSON true is not a count
+    seed: int = Field(0, ge=0, le=2**31 - 1, strict=True)
     name: str | None = Field(None, max_length=200)
 
 

@@ -19,6 +19,8 @@ UPLOAD_SUFFIXES = (
     ".jsonl.gz",
     ".json.gz",
 )
+#: An upload name the server reads (any case): the ``name`` query's documented pattern.
+UPLOAD_NAME_PATTERN = r"(?i)(" + "|".join(re.escape(s) for s in UPLOAD_SUFFIXES) + r")$"
 
 
 def new_id() -> str:

@@ -65,7 +65,9 @@ def _summary(result: Any) -> dict[str, Any]:
 async def upload_bench(
     request: Request,
     wb: WB,
-    name: Annotated[str, Query(min_length=1, max_length=300, description="The file's name.")],
+    name: Annotated[
+        str, Query(min_length=1, max_length=300, pattern=r"(?i)\.json$", description="The file's name (.json).")
+    ],
 ) -> BenchOut:
     import orjson
 
@@ -74,7 +76,7 @@ async def upload_bench(
 
     shown = display_name(name)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if not shown.lower().endswith(".json") or ctype not in JSON_TYPES:
+    if not name.lower().endswith(".json") or ctype not in JSON_TYPES:
         raise Problem(415, f"{shown}: a measured run is a .json file (vllm bench serve --save-result)")
     chunks: list[bytes] = []
     size = 0

@@ -15,7 +15,7 @@ from servesim.web.ingest import generate, ingest_upload
 from servesim.web.openapi import responses
 from servesim.web.problems import Problem
 from servesim.web.schemas import ID_PATTERN, GenerateBody, TraceOut
-from servesim.web.storage import UPLOAD_SUFFIXES, display_name, upload_suffix
+from servesim.web.storage import UPLOAD_NAME_PATTERN, UPLOAD_SUFFIXES, display_name, upload_suffix
 
 router = APIRouter(prefix="/api/traces", tags=["traces"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -62,7 +62,12 @@ async def upload_trace(
     wb: WB,
     name: Annotated[
         str,
-        Query(min_length=1, max_length=300, description="The file's name (its extension picks the reader)."),
+        Query(
+            min_length=1,
+            max_length=300,
+            pattern=UPLOAD_NAME_PATTERN,
+            description="The file's name (its extension picks the reader).",
+        ),
     ],
     format: Annotated[
         str | None,
@@ -70,7 +75,7 @@ async def upload_trace(
     ] = None,
 ) -> TraceOut:
     shown = display_name(name)
-    suffix = upload_suffix(shown)
+    suffix = upload_suffix(name)  # the name as given: the shown one is cut at 120 characters
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if suffix is None:
         raise Problem(415, f"{shown}: not a trace file; use one of {', '.join(UPLOAD_SUFFIXES)}")
