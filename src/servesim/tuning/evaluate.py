@@ -38,9 +38,9 @@ from servesim.engine import simulate
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.results import OUTCOME_REJECTED_TIMEOUT, LatencyStats, SimulationSummary
+from servesim.engine.step_time import StepTimeModel
 from servesim.traces.schema import Trace
 from servesim.tuning.deployment import Deployment, resolve_deployment
-from servesim.engine.step_time import StepTimeModel
 from servesim.tuning.hardware import Hardware, kv_connector
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import QueueTestSettings, QueueTrend, Spread, queue_trend
