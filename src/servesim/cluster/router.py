@@ -30,6 +30,23 @@ def cached_prefix_blocks(engine: Engine, r: Request) -> int:
     return n
 
 
+def cpu_prefix_blocks(engine: Engine, r: Request, start: int) -> int:
+    """Blocks of ``r`` past its first ``start`` (the GPU hit) that the replica's CPU offload tier
+    holds, in whole chunks from the one holding block ``start`` on, as the connector's admission
+    lookup would find them (0 without a tier); llm-d's tiered prefix index sees the same from
+    vLLM's KV events of the CPU medium."""
+    conn = engine.kv_connector
+    if conn is None:
+        return 0
+    engine.kv.init_request(r)
+    ref = conn.manager.ref
+    bpc = conn.bpc
+    c = start // bpc
+    while (c + 1) * bpc <= r.num_shared_blocks and engine.kv.block_key(r, (c + 1) * bpc - 1) in ref:
+        c += 1
+    return max(0, c * bpc - start)
+
+
 class Router:
     """Picks a replica index for each request; deterministic for a given seed."""
 
@@ -77,7 +94,9 @@ class Router:
 
         def score(k: int) -> float:
             queue = 1.0 if qmax == qmin else (qmax - queues[k]) / (qmax - qmin)
-            prefix = cached_prefix_blocks(engines[k], r) / total_blocks
+            gpu = cached_prefix_blocks(engines[k], r)
+            cpu = cpu_prefix_blocks(engines[k], r, gpu) if spec.cpu_prefix_weight else 0
+            prefix = (gpu + spec.cpu_prefix_weight * cpu) / total_blocks
             kv = 1.0 - engines[k].pool.usage()
             return spec.prefix_weight * prefix + spec.queue_weight * queue + spec.kv_weight * kv
 
