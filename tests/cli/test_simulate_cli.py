@@ -138,3 +138,52 @@ def test_kv_offloading_size_runs_the_cpu_tier_and_a_fixed_step_time_refuses_it()
         app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "8", "--step-time-ms", "5"]
     )
     assert bad.exit_code == 2 and "kv_offloading_size needs a model on a GPU" in bad.stderr, bad.output
+
+
+def _multi_turn_trace(path: Path, convs: int = 24, turns: int = 4) -> Path:
+    """Conversations whose every turn repeats the previous turns' tokens (the GPU cache, 600
+    blocks, cannot hold them from one turn to the next; a CPU tier of 16 GiB can)."""
+    rows = [
+        {
+            "req_id": f"c{c}t{t}",
+            "arrival_time_s": t * 6.0 + c * 0.05,
+            "prompt_len": 1600 + 500 * t,
+            "output_len": 40,
+            "prefix_group": f"conv{c}",
+            "prefix_len": 1500 + 500 * t,
+        }
+        for t in range(turns)
+        for c in range(convs)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_trace_replay_reports_the_cpu_tier_in_json_and_in_the_human_output(tmp_path: Path) -> None:
+    """Issue 31.4: simulate's summary carries the tier's figures (GPU and CPU prefix-hit rates,
+    tokens loaded, stored, recomputed) and the human output prints them in a table; without
+    --kv-offloading-size neither appears and the figures are those of the plain engine."""
+    trace = str(_multi_turn_trace(tmp_path / "mt.jsonl"))
+    base = ["simulate", trace, "--num-gpu-blocks", "600"]
+    doc = json.loads(
+        runner.invoke(app, [*base, "--kv-offloading-size", "16", "--json", "--no-requests"]).stdout
+    )
+    off = doc["summary"]["offload"]
+    assert off["loaded_tokens"] > 0 and off["stored_tokens"] > 0 and off["load_jobs"] > 0
+    assert off["cpu_hit_rate"] > 0.5 and off["gpu_hit_rate"] == doc["summary"]["prefix_cache_hit_rate"]
+    assert off["recomputed_tokens"] == doc["summary"]["recomputed_tokens"]
+    # the views the report and the web read carry the same table
+    tables = {t["key"]: t for sec in doc["sections"] if sec["key"] == "simulation" for t in sec["tables"]}
+    assert dict((r[0], r[1]) for r in tables["offload"]["rows"])["tokens loaded from CPU"].startswith(
+        f"{off['loaded_tokens']:,} "
+    )
+    plain = json.loads(runner.invoke(app, [*base, "--json", "--no-requests"]).stdout)
+    assert plain["summary"]["offload"] is None
+    assert plain["summary"]["ttft_ms"]["p50"] > doc["summary"]["ttft_ms"]["p50"]  # the loads pay off
+
+    human = runner.invoke(app, [*base, "--kv-offloading-size", "16"], env={"COLUMNS": "160"})
+    assert human.exit_code == 0, human.output
+    assert "CPU offload tier" in human.stdout
+    assert f"{off['cpu_hit_rate']:.1%}" in human.stdout and f"{off['loaded_tokens']:,}" in human.stdout
+    assert f"{off['stored_tokens']:,}" in human.stdout and "tokens recomputed" in human.stdout
+    assert "CPU offload tier" not in runner.invoke(app, base, env={"COLUMNS": "160"}).stdout

@@ -258,3 +258,78 @@ def test_planner_uses_the_survivors_prefix_cache() -> None:
     assert len(moved) > 0
     hits = req.loc[moved, "reused_tokens"]
     assert (hits > 0).any()  # some of the lost KV was still cached on the survivor
+
+
+def _offload_engines() -> tuple[object, object, object, object]:
+    """Two replicas of one trace, hand-set: A's GPU cache holds the first 2 blocks of group g
+    (request a ran there), B's CPU tier holds the first 8 (and its GPU cache nothing)."""
+    from servesim.engine.engine import Engine, TraceArrays
+    from servesim.engine.kv_connector import OffloadingConnector, StepCountTiming
+    from servesim.engine.kv_offload import RequestAccess
+
+    rows = [
+        {"req_id": "a", "arrival_time_s": 0.0, "prompt_len": 48, "output_len": 2, "prefix_group": "g",
+         "prefix_len": 32},
+        {"req_id": "b", "arrival_time_s": 1.0, "prompt_len": 160, "output_len": 2, "prefix_group": "g",
+         "prefix_len": 128},
+    ]  # fmt: skip
+    arrays = TraceArrays(Trace.from_records(rows))
+    cfg = EngineConfig(num_gpu_blocks=100)
+    a = Engine(arrays, cfg, ConstantStepTime(step_time_s=0.01), external_arrivals=True)
+    conn = OffloadingConnector(64, StepCountTiming(0.01), 16)
+    b = Engine(arrays, cfg, ConstantStepTime(step_time_s=0.01), external_arrivals=True, kv_connector=conn)
+    a.submit(arrays.make_request(0), 0.0)
+    a.run_until(float("inf"))
+    rb = arrays.make_request(1)
+    b.kv.init_request(rb)
+    keys = [b.kv.block_key(rb, i) for i in range(8)]
+    conn.manager.prepare_store(keys, RequestAccess())
+    conn.manager.complete_store(keys)
+    return a, b, rb, conn
+
+
+def test_prefix_aware_router_scores_cpu_tier_hits_below_gpu_hits() -> None:
+    """Issue 31.4, worked by hand: request b (10 blocks, 8 of group g) sees 2 GPU blocks on A and
+    8 CPU-tier blocks on B; both replicas idle (queue 1, kv 1). Scores 3 x prefix + 1 + 1:
+    A = 3 x 2/10 + 2 = 2.6; B = 3 x (0.5 x 8)/10 + 2 = 3.2 at the default CPU weight 0.5 (B wins:
+    8 blocks to load beat 2 cached); at 0.2 B = 3 x 1.6/10 + 2 = 2.48 (A wins); at 0 the CPU
+    tier is not scored (A wins, as before the tier existed)."""
+    from servesim.cluster.router import Router
+    from servesim.engine.replica import ReplicaView
+
+    a, b, rb, _ = _offload_engines()
+    va, vb = ReplicaView(a), ReplicaView(b)
+    views = [va, vb]
+    assert va.cached_prefix_blocks(rb) == 2 and va.cpu_prefix_blocks(rb, 2) == 0
+    assert vb.cached_prefix_blocks(rb) == 0 and vb.cpu_prefix_blocks(rb, 0) == 8
+    assert vb.cpu_prefix_blocks(rb, 3) == 5  # past a GPU hit of 3 blocks
+    assert va.kv_usage == vb.kv_usage == 0.0
+    for weight, winner in ((0.5, 1), (0.2, 0), (0.0, 0)):
+        router = Router(RouterSpec(policy="prefix_aware", cpu_prefix_weight=weight))
+        assert router.pick(rb, views, [0, 1]) == winner, weight
+
+
+def test_a_one_replica_cluster_with_a_cpu_tier_is_the_stand_alone_engine_with_one() -> None:
+    """The cluster builds each replica's connector from Replica.kv_connector: one replica runs
+    the very steps simulate() runs with the same tier, loads and stores included."""
+    from servesim.perf.catalog import load_catalog
+    from servesim.perf.offload import offloading_connector
+
+    cat = load_catalog()
+    cfg = EngineConfig(num_gpu_blocks=600, kv_offloading_size=16.0)
+
+    def conn():  # type: ignore[no-untyped-def]
+        return offloading_connector(cfg, cat.model("llama-3.1-8b"), cat.gpu("h100"))
+
+    rows = [
+        {"req_id": f"c{c}t{t}", "arrival_time_s": t * 6.0 + c * 0.05, "prompt_len": 1600 + 500 * t,
+         "output_len": 40, "prefix_group": f"conv{c}", "prefix_len": 1500 + 500 * t}
+        for t in range(3) for c in range(20)
+    ]  # fmt: skip
+    trace = Trace.from_records(sorted(rows, key=lambda r: r["arrival_time_s"]))
+    alone = simulate(trace, cfg, LinearStepTime(), kv_connector=conn())
+    cluster = simulate_cluster(trace, [Replica("n0", cfg, LinearStepTime(), conn)])
+    assert alone.offload is not None and alone.offload.loaded_tokens > 0
+    cols = ["req_id", "first_token_s", "finish_s", "num_output", "outcome"]
+    pd.testing.assert_frame_equal(cluster.requests[cols], alone.requests[cols])
+    assert cluster.summary.cluster.num_steps == alone.summary.num_steps

@@ -11,7 +11,14 @@ from typer.testing import CliRunner
 from servesim.cli.main import app
 from servesim.engine import LinearStepTime
 from servesim.tuning import Deployment, FixedHardware, PercentileSLO, SchedulerRecommendation, recommend
-from servesim.tuning.choice import Candidate, changed_knobs, choose, clearly_better, model_tolerance
+from servesim.tuning.choice import (
+    Candidate,
+    Tolerance,
+    changed_knobs,
+    choose,
+    clearly_better,
+    model_tolerance,
+)
 from servesim.tuning.explain import RunSummary, beats
 from servesim.tuning.space import KNOBS
 
@@ -26,6 +33,7 @@ BASE = {
     "tensor_parallel_size": 1,
     "replicas": 1,
     "queue_timeout_s": None,
+    "kv_offloading_size": None,
 }
 
 
@@ -110,6 +118,18 @@ def test_a_gain_inside_the_model_error_does_not_beat_the_baseline() -> None:
     assert beats(summary(360), summary(600))
     # Meeting the SLO where the baseline misses always counts.
     assert beats(summary(990), summary(1010, meets=False))
+
+
+def test_an_offload_size_is_a_flag_change() -> None:
+    """Issue 31.4: the CPU tier (--kv-offloading-size) is one change for the fewest-changes rule:
+    between two equivalent trials the one without it wins over one that adds it."""
+    assert changed_knobs({**BASE, "kv_offloading_size": 16.0}, BASE) == ["kv_offloading_size"]
+    tol = Tolerance(source="t", sigma_ln={"ttft": 0.2, "tpot": 0.1, "e2e": 0.1}, objective_sigma_ln=0.1)
+    best = cand(1, 0.50, kv_offloading_size=16.0, max_num_seqs=512)
+    one = cand(2, 0.52, kv_offloading_size=16.0)
+    got = choose([best, one], BASE, None, tol)
+    assert got is not None and got.chosen == 2 and got.chosen_changes == ["kv_offloading_size"]
+    assert got.best_changes == ["max_num_seqs", "kv_offloading_size"]
 
 
 def test_changed_knobs_in_knob_order() -> None:

@@ -143,3 +143,66 @@ def test_scenario_file_errors(tmp_path: Path) -> None:
     res = runner.invoke(app, ["scenario", str(bad)])
     assert res.exit_code == 2 and "mean_input_tokens" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_tune_searches_the_offload_size_on_a_kv_pressured_multi_turn_workload(tmp_path: Path) -> None:
+    """Issue 31.4: with kv_offloading_size in the space, a conversation workload whose turns
+    repeat more than 600 GPU blocks can hold is recommended a CPU tier on its one GPU: the trials
+    ran with and without it, the recommendation and its vllm serve command carry it, the plan
+    counts its host memory."""
+    trace = tmp_path / "mt.jsonl"
+    rows = [
+        {
+            "req_id": f"c{c}t{t}",
+            "arrival_time_s": t * 6.0 + c * 0.05,
+            "prompt_len": 1600 + 500 * t,
+            "output_len": 40,
+            "prefix_group": f"conv{c}",
+            "prefix_len": 1500 + 500 * t,
+        }
+        for t in range(4)
+        for c in range(24)
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fixed = [
+        "replicas=1",
+        "max_num_seqs=64",
+        "max_num_batched_tokens=2048",
+        "long_prefill_token_threshold=0",
+        "enable_prefix_caching=true",
+        "enable_chunked_prefill=true",
+        "block_size=16",
+        "queue_timeout_s=none",
+        "kv_offloading_size=none,16",
+    ]
+    data = _ok(
+        [
+            "tune",
+            str(trace),
+            "--num-gpu-blocks",
+            "600",
+            "--executor",
+            "local",
+            "--slo",
+            "ttft_p99_ms=2600",
+            "--max-gpus",
+            "1",
+            "--trials",
+            "2",
+            "--trial-seeds",
+            "1",
+            "--verify-seeds",
+            "1",
+            "--storage",
+            "memory",
+            *[a for f in fixed for a in ("--space", f)],
+            "--json",
+        ]
+    )
+    study = TuneResult.model_validate(data["study"])
+    rec = SchedulerRecommendation.model_validate(data["recommendation"])
+    assert {t.params["kv_offloading_size"] for t in study.trials} == {None, 16.0}
+    assert rec.meets_slo and rec.deployment.kv_offloading_size == 16.0 and rec.gpus == 1
+    assert "--kv-offloading-size 16 --kv-offloading-backend native" in rec.vllm_serve_command
+    assert rec.deploy is not None and rec.deploy.host_memory_gib == 16.0
+    assert "kv_offloading_size" in (study.choice.chosen_changes if study.choice else [])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 from tuning_helpers import constant_workload, poisson_workload
 
 from servesim.engine import LinearStepTime
+from servesim.errors import ConfigError
 from servesim.traces import BurstArrivals, GeneratorSpec, OnOffArrivals, Trace, load_trace
 from servesim.tuning import (
     Deployment,
@@ -243,6 +245,42 @@ def test_vllm_command_and_yaml_use_vllms_flags() -> None:
     # The YAML has exactly the command's flags.
     yaml_flags = {f"--{k}" for k in data if k != "model"}
     assert yaml_flags == {f for f in flags if f.startswith("--")}
+
+
+def test_an_offload_deployment_carries_vllms_offload_flags_and_host_memory() -> None:
+    """Issue 31.4: a deployment with a CPU KV tier runs `vllm serve ... --kv-offloading-size N
+    --kv-offloading-backend native` (vLLM's CacheConfig flags, engine/arg_utils.py), the same in
+    the YAML; the engine gets the size; the plan counts and prices its host memory; a size beyond
+    the host memory assumed per GPU is refused with the reason; without a tier nothing changes."""
+    from servesim.perf.offload import HOST_MEMORY_GIB_PER_GPU, HOST_MEMORY_USD_PER_GIB_HOUR
+    from servesim.tuning.deploy import deploy_plan
+    from servesim.views.deploy import cost_text
+
+    d = _dep(kv_offloading_size=16.0, replicas=2)
+    flags = shlex.split(d.vllm_serve_command("m"))[3:]
+    assert flags[flags.index("--kv-offloading-size") + 1] == "16"
+    assert flags[flags.index("--kv-offloading-backend") + 1] == "native"
+    data = yaml.safe_load(d.vllm_config_yaml("m"))
+    assert data["kv-offloading-size"] == 16.0 and data["kv-offloading-backend"] == "native"
+    assert d.engine_config(1000).kv_offloading_size == 16.0
+    assert Deployment.from_engine_config(d.engine_config(1000), max_model_len=4096).kv_offloading_size == 16.0
+    assert "--kv-offloading-size" not in _dep().vllm_serve_command("m")
+
+    def plan(dep: Deployment, price: float | None) -> Any:
+        return deploy_plan(
+            dep, "m", "least_outstanding", longest_request_tokens=100, rate=1.0, throughput_rps=1.0,
+            output_tokens_per_s=100.0, mean_request_tokens=200.0, knee_rps=None, knee_headroom=None,
+            unstable_rps=None, headroom=None, usd_per_gpu_hour=price,
+        )  # fmt: skip
+
+    priced, plain = plan(d, 2.0), plan(d.model_copy(update={"kv_offloading_size": None}), 2.0)
+    assert priced.host_memory_gib == 32.0 and priced.usd_per_host_gib_hour == HOST_MEMORY_USD_PER_GIB_HOUR
+    assert priced.usd_per_day == pytest.approx(plain.usd_per_day + 32.0 * HOST_MEMORY_USD_PER_GIB_HOUR * 24)
+    assert plain.host_memory_gib == 0 and plain.usd_per_day == 2 * 2.0 * 24  # unchanged without a tier
+    assert "32 GiB of host memory" in cost_text(priced) and "GiB" not in cost_text(plain)
+    assert plan(d, None).usd_per_host_gib_hour is None  # no price: no $ figure, the GiB still said
+    with pytest.raises(ConfigError, match="exceeds the host memory"):
+        resolve_deployment(_dep(kv_offloading_size=HOST_MEMORY_GIB_PER_GPU + 1), PerfHardware())
 
 
 def test_constant_workload_is_deterministic() -> None:

@@ -44,6 +44,15 @@ def test_simulation_has_histograms_series_kpis_and_a_bottleneck(client: TestClie
     assert run["job"]["progress_done"] == run["job"]["progress_total"] > 0
 
 
+def test_a_run_with_a_cpu_tier_shows_it(client: TestClient, trace_id: str) -> None:
+    """Issue 31.4: kv_offloading_size in the engine runs vLLM's CPU-offload connector (it used to
+    stop: the engine was given no connector) and the run's summary and view carry the tier."""
+    run = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"kv_offloading_size": 4}})
+    off = run["result"]["summary"]["offload"]
+    assert off is not None and off["stored_tokens"] > 0 and off["cpu_chunks"] > 0
+    assert "offload" in {t["key"] for t in section(run["result"], "simulation")["tables"]}
+
+
 def test_max_num_seqs_changes_the_p99(client: TestClient, trace_id: str) -> None:
     wide = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 128}})
     narrow = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 2}})

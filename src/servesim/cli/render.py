@@ -126,7 +126,7 @@ def print_section(
     console: Console | None = None,
     *,
     tables: list[str] | None = None,
-    key_value: tuple[str, ...] = ("totals", "config", "workload", "flags"),
+    key_value: tuple[str, ...] = ("totals", "config", "workload", "flags", "offload"),
     kpis: bool = False,
     verdicts: bool = True,
     text: bool = True,

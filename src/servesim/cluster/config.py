@@ -29,7 +29,11 @@ class RouterSpec(BaseModel):
     * ``power_of_two``: two replicas drawn at random, the one with fewer outstanding requests.
     * ``prefix_aware``: llm-d / Gateway API Inference Extension style scoring, the highest
       Σ weight × scorer wins: prefix = cached leading blocks / blocks of the request, queue =
-      (max q − q)/(max q − min q), kv = 1 − usage (defaults 3, 1, 1 as commonly shipped).
+      (max q − q)/(max q − min q), kv = 1 − usage (defaults 3, 1, 1 as commonly shipped). On
+      replicas with a CPU offload tier (``kv_offloading_size``) a block the tier holds past the
+      GPU hit counts ``cpu_prefix_weight`` of a GPU block: it saves the same prefill but has to
+      be loaded over the host link first, and the request waits for the load (servesim's
+      default 0.5, an assumption; 0 scores GPU hits only, as before the tier existed).
     * ``vllm_dp``: vLLM's data-parallel front end, lowest waiting + running + 6·waiting·max(0,
       kv − 0.5).
 
@@ -42,6 +46,12 @@ class RouterSpec(BaseModel):
     prefix_weight: float = Field(3.0, ge=0)
     queue_weight: float = Field(1.0, ge=0)
     kv_weight: float = Field(1.0, ge=0)
+    cpu_prefix_weight: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="What a CPU-tier block is worth against a GPU-cached block (prefix_aware).",
+    )
 
 
 class FailureEvent(BaseModel):

@@ -59,7 +59,9 @@ class Router:
 
         def score(k: int) -> float:
             queue = 1.0 if qmax == qmin else (qmax - queues[k]) / (qmax - qmin)
-            prefix = replicas[k].cached_prefix_blocks(r) / total_blocks
+            gpu = replicas[k].cached_prefix_blocks(r)
+            cpu = replicas[k].cpu_prefix_blocks(r, gpu) if spec.cpu_prefix_weight else 0
+            prefix = (gpu + spec.cpu_prefix_weight * cpu) / total_blocks
             kv = 1.0 - replicas[k].kv_usage
             return spec.prefix_weight * prefix + spec.queue_weight * queue + spec.kv_weight * kv
 

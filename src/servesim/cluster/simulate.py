@@ -31,6 +31,7 @@ from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.replica import ReplicaView, close_unheld
 from servesim.engine.request import OUTCOME_UNFINISHED, Request
 from servesim.engine.request import RUNNING as RUNNING_STATUS
@@ -60,6 +61,9 @@ class Replica:
     name: str
     config: EngineConfig
     step_time: StepTimeModel
+    # vLLM's CPU offload tier (``config.kv_offloading_size``): builds a fresh connector for each
+    # engine of this replica (a replica that comes back after a failure has an empty tier).
+    kv_connector: Callable[[], OffloadingConnector | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,7 @@ class ClusterSimulator:
             external_arrivals=True,
             observers=self.observers,
             name=spec.name,
+            kv_connector=spec.kv_connector() if spec.kv_connector is not None else None,
         )
         if self._rolling is not None:
             engine.rec.trim(*self._rolling)

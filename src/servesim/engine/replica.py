@@ -169,6 +169,23 @@ class ReplicaView:
             n += 1
         return n
 
+    def cpu_prefix_blocks(self, r: Request, start: int) -> int:
+        """Blocks of ``r`` past its first ``start`` (the GPU hit) that this replica's CPU offload
+        tier holds, in whole chunks from the one holding block ``start`` on, as the connector's
+        admission lookup would find them (0 without a tier); llm-d's tiered prefix index sees the
+        same from vLLM's KV events of the CPU medium."""
+        conn = self._engine.kv_connector
+        if conn is None:
+            return 0
+        kv = self._engine.kv
+        kv.init_request(r)
+        ref = conn.manager.ref
+        bpc = conn.bpc
+        c = start // bpc
+        while (c + 1) * bpc <= r.num_shared_blocks and kv.block_key(r, (c + 1) * bpc - 1) in ref:
+            c += 1
+        return max(0, c * bpc - start)
+
     # ------------------------------------------------------------------ records
     @property
     def records(self) -> Recorder:

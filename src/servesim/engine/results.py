@@ -190,6 +190,28 @@ def jain_index(values: list[float]) -> float | None:
     return float(x.sum() ** 2 / (len(x) * np.square(x).sum()))
 
 
+class OffloadSummary(BaseModel):
+    """What the CPU tier did in a run (vLLM's OffloadingConnector metrics and hit split)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpu_chunks: int = Field(description="CPU tier size in offload chunks.")
+    blocks_per_chunk: int
+    gpu_hit_rate: float | None = Field(description="GPU prefix-cache hits / prompt tokens, first admissions.")
+    cpu_hit_rate: float | None = Field(
+        description="CPU-tier hits / tokens asked of it beyond the GPU hit, first admissions (vLLM's "
+        "connector prefix-cache stats)."
+    )
+    loaded_tokens: int = Field(description="Tokens loaded from the CPU tier (resumed requests included).")
+    stored_tokens: int = Field(description="Tokens stored to the CPU tier.")
+    recomputed_tokens: int = Field(description="Tokens computed again after a preemption.")
+    load_jobs: int
+    store_jobs: int
+    store_failures: int = Field(description="Stores refused: every CPU chunk was in flight or being read.")
+    chunks_evicted: int
+    cpu_chunks_stored_at_end: int
+
+
 class SimulationSummary(BaseModel):
     """The answers of one replica simulation."""
 
@@ -232,6 +254,9 @@ class SimulationSummary(BaseModel):
     mean_kv_usage: float = Field(description="Time-weighted mean of used / usable KV blocks.")
     max_kv_usage: float
     max_model_len: int
+    offload: OffloadSummary | None = Field(
+        None, description="The CPU offload tier's figures (``--kv-offloading-size``); None without one."
+    )
 
 
 REQUEST_COLUMNS = (
@@ -300,28 +325,6 @@ class SimulationReport(BaseModel):
     )
 
 
-class OffloadSummary(BaseModel):
-    """What the CPU tier did in a run (vLLM's OffloadingConnector metrics and hit split)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    cpu_chunks: int = Field(description="CPU tier size in offload chunks.")
-    blocks_per_chunk: int
-    gpu_hit_rate: float | None = Field(description="GPU prefix-cache hits / prompt tokens, first admissions.")
-    cpu_hit_rate: float | None = Field(
-        description="CPU-tier hits / tokens asked of it beyond the GPU hit, first admissions (vLLM's "
-        "connector prefix-cache stats)."
-    )
-    loaded_tokens: int = Field(description="Tokens loaded from the CPU tier (resumed requests included).")
-    stored_tokens: int = Field(description="Tokens stored to the CPU tier.")
-    recomputed_tokens: int = Field(description="Tokens computed again after a preemption.")
-    load_jobs: int
-    store_jobs: int
-    store_failures: int = Field(description="Stores refused: every CPU chunk was in flight or being read.")
-    chunks_evicted: int
-    cpu_chunks_stored_at_end: int
-
-
 class SimulationResult:
     """Everything a simulation produced. ``requests``, ``steps``, ``preemptions`` and ``starvation``
     are DataFrames; ``summary`` is the validated answer."""
@@ -349,7 +352,11 @@ class SimulationResult:
         # Pooled ITL samples: how many gaps each step's duration stands for, and the explicit
         # gaps in seconds (see ``summarize``); the views draw the ITL histogram from them.
         self.itl = itl
-        self.offload: OffloadSummary | None = None  # set when the run had a CPU tier
+
+    @property
+    def offload(self) -> OffloadSummary | None:
+        """The CPU tier's figures (``summary.offload``; None when the run had no CPU tier)."""
+        return self.summary.offload
 
     def __repr__(self) -> str:
         s = self.summary

@@ -164,7 +164,7 @@ def build_result(
     conn = engine.kv_connector
     if conn is not None:
         st = conn.stats
-        result.offload = OffloadSummary(
+        summary.offload = OffloadSummary(
             cpu_chunks=conn.manager.num_chunks,
             blocks_per_chunk=conn.bpc,
             gpu_hit_rate=summary.prefix_cache_hit_rate,

@@ -21,6 +21,23 @@ from servesim.perf.memory import kv_bytes_per_token
 PAGE_BYTES = 4096  # vLLM's BLOCK_SIZE_ALIGNMENT: mmap.PAGESIZE
 GiB = 1 << 30
 
+#: Host memory a CPU tier may take, per GPU, GiB: servesim's assumption (the catalog has no
+#: host-memory field). An 8-GPU HGX/DGX H100 or H200 node carries 2 TiB of system memory, 256 GiB
+#: per GPU; the tier is bounded by that times the replica's TP (``--kv-offloading-size`` is summed
+#: over the TP ranks). The one place the bound is stated.
+HOST_MEMORY_GIB_PER_GPU = 256.0
+
+#: What a GiB of host memory costs per hour, $: servesim's stated assumption, the one place it is
+#: stated (the memory share of a cloud instance's price: memory-optimised instances add roughly
+#: 0.004-0.006 $/GiB-hour over compute-optimised ones of the same vCPUs). It enters the tuner's
+#: plan only next to a GPU price the user gives, never alone.
+HOST_MEMORY_USD_PER_GIB_HOUR = 0.005
+
+
+def host_memory_gib(tensor_parallel_size: int) -> float:
+    """The most ``--kv-offloading-size`` one replica of ``tensor_parallel_size`` GPUs may set."""
+    return HOST_MEMORY_GIB_PER_GPU * tensor_parallel_size
+
 
 def cpu_chunks(
     config: EngineConfig, model: ModelSpec, tp: int = 1, kv_dtype: str = "auto", blocks_per_chunk: int = 1

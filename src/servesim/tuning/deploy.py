@@ -15,12 +15,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from servesim.perf.offload import HOST_MEMORY_USD_PER_GIB_HOUR
 from servesim.tuning.deployment import Deployment
 
 
-def usd_per_million(gpus: int, usd_per_gpu_hour: float, tokens_per_s: float) -> float | None:
-    """$ per 1M tokens: the GPUs' $/s over the tokens served per second (None: no tokens)."""
-    usd_per_s = gpus * usd_per_gpu_hour / 3600.0
+def usd_per_million(
+    gpus: int, usd_per_gpu_hour: float, tokens_per_s: float, host_usd_per_hour: float = 0.0
+) -> float | None:
+    """$ per 1M tokens: the GPUs' (and the CPU KV tier's host memory) $/s over the tokens served
+    per second (None: no tokens)."""
+    usd_per_s = (gpus * usd_per_gpu_hour + host_usd_per_hour) / 3600.0
     return usd_per_s / tokens_per_s * 1e6 if tokens_per_s > 0 else None
 
 
@@ -43,6 +47,14 @@ class DeployPlan(BaseModel):
     longest_request_tokens: int = Field(description="The trace's longest prompt + output.")
     gpu_hours_per_day: float = Field(description="gpus x 24.")
     usd_per_gpu_hour: float | None = Field(description="The price given (None: no price, no $ figures).")
+    host_memory_gib: float = Field(
+        0.0, description="Host memory of the CPU KV tiers: replicas x --kv-offloading-size (0: no tier)."
+    )
+    usd_per_host_gib_hour: float | None = Field(
+        None,
+        description="The host memory price assumed (servesim.perf.offload.HOST_MEMORY_USD_PER_GIB_HOUR), "
+        "set only with a GPU price and a CPU tier; it is in usd_per_day and the per-1M figures.",
+    )
     usd_per_day: float | None = None
     usd_per_1m_output_tokens: float | None = Field(None, description="At the predicted output tokens/s.")
     usd_per_1m_tokens: float | None = Field(None, description="Prompt + output tokens, same throughput.")
@@ -69,12 +81,16 @@ def deploy_plan(
     headroom: float | None,
     usd_per_gpu_hour: float | None,
 ) -> DeployPlan:
-    """The plan of ``d`` at ``rate``; $ figures only with a price."""
-    usd = None if usd_per_gpu_hour is None else d.gpus * usd_per_gpu_hour * 24
+    """The plan of ``d`` at ``rate``; $ figures only with a price (the CPU tier's host memory at
+    the stated per-GiB assumption added to the GPUs' price)."""
+    host_gib = d.replicas * (d.kv_offloading_size or 0.0)
+    host_price = HOST_MEMORY_USD_PER_GIB_HOUR if host_gib and usd_per_gpu_hour is not None else None
+    host_usd_h = host_gib * host_price if host_price is not None else 0.0
+    usd = None if usd_per_gpu_hour is None else (d.gpus * usd_per_gpu_hour + host_usd_h) * 24
     out_m = tot_m = None
     if usd_per_gpu_hour is not None:
-        out_m = usd_per_million(d.gpus, usd_per_gpu_hour, output_tokens_per_s)
-        tot_m = usd_per_million(d.gpus, usd_per_gpu_hour, throughput_rps * mean_request_tokens)
+        out_m = usd_per_million(d.gpus, usd_per_gpu_hour, output_tokens_per_s, host_usd_h)
+        tot_m = usd_per_million(d.gpus, usd_per_gpu_hour, throughput_rps * mean_request_tokens, host_usd_h)
     return DeployPlan(
         replicas=d.replicas,
         tensor_parallel_size=d.tensor_parallel_size,
@@ -87,6 +103,8 @@ def deploy_plan(
         longest_request_tokens=longest_request_tokens,
         gpu_hours_per_day=d.gpus * 24.0,
         usd_per_gpu_hour=usd_per_gpu_hour,
+        host_memory_gib=host_gib,
+        usd_per_host_gib_hour=host_price,
         usd_per_day=usd,
         usd_per_1m_output_tokens=out_m,
         usd_per_1m_tokens=tot_m,

@@ -45,6 +45,12 @@ class Deployment(BaseModel):
     )
     max_model_len: int = Field(ge=2, description="vLLM --max-model-len.")
     policy: Literal["fcfs", "priority"] = Field("fcfs", description="vLLM --scheduling-policy.")
+    kv_offloading_size: float | None = Field(
+        None,
+        gt=0,
+        description="vLLM --kv-offloading-size: GiB of host memory for the CPU KV tier, summed over "
+        "TP ranks (--kv-offloading-backend native); None = no CPU tier.",
+    )
     # Passed through to the engine unchanged (vLLM defaults); not searched.
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
@@ -75,6 +81,7 @@ class Deployment(BaseModel):
             watermark=self.watermark,
             scheduler_reserve_full_isl=self.scheduler_reserve_full_isl,
             queue_timeout_s=self.queue_timeout_s,
+            kv_offloading_size=self.kv_offloading_size,
         )
 
     @classmethod
@@ -104,6 +111,7 @@ class Deployment(BaseModel):
             policy=config.policy,
             watermark=config.watermark,
             scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+            kv_offloading_size=config.kv_offloading_size,
         )
 
     # ------------------------------------------------------------------ vllm serve
@@ -125,6 +133,8 @@ class Deployment(BaseModel):
         ]
         if self.policy != "fcfs":
             args.append(("scheduling-policy", self.policy))
+        if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
+            args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         return args
 
     def vllm_serve_command(self, model: str) -> str:
@@ -243,6 +253,15 @@ def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig,
             f"this hardware context has a fixed TP of {hardware.default_tensor_parallel_size}; "
             f"tensor_parallel_size {d.tensor_parallel_size} cannot be simulated"
         )
+    if d.kv_offloading_size is not None:
+        from servesim.perf.offload import HOST_MEMORY_GIB_PER_GPU, host_memory_gib
+
+        if d.kv_offloading_size > host_memory_gib(d.tensor_parallel_size):
+            raise ConfigError(
+                f"kv_offloading_size {d.kv_offloading_size:g} GiB exceeds the host memory assumed for "
+                f"{d.tensor_parallel_size} GPU(s) ({HOST_MEMORY_GIB_PER_GPU:g} GiB per GPU, "
+                "servesim.perf.offload.HOST_MEMORY_GIB_PER_GPU)"
+            )
     res = hardware.resolve(
         tensor_parallel_size=d.tensor_parallel_size,
         gpu_memory_utilization=d.gpu_memory_utilization,

@@ -25,6 +25,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.engine.config import EngineConfig
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.simulate import describe_model
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import ConfigError
@@ -76,6 +78,28 @@ class Hardware(Protocol):
         ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+def kv_connector(
+    hardware: Hardware, config: EngineConfig, tensor_parallel_size: int
+) -> OffloadingConnector | None:
+    """A fresh CPU-offload connector for one engine of this deployment (None without
+    ``kv_offloading_size``): sized in the model's KV bytes and timed on the GPU's host link, so
+    only ``PerfHardware`` can give one. Each engine needs its own (the tier is the engine's)."""
+    if config.kv_offloading_size is None:
+        return None
+    if not isinstance(hardware, PerfHardware):
+        raise ConfigError(
+            "kv_offloading_size needs a model on a GPU (the CPU tier is sized in the model's KV bytes and "
+            "timed on the GPU's host link): use PerfHardware (--model/--gpu), not a fixed step time"
+        )
+    from servesim.perf import load_catalog
+    from servesim.perf.offload import offloading_connector
+
+    cat = load_catalog()
+    return offloading_connector(
+        config, cat.model(hardware.model), cat.gpu(hardware.gpu), tensor_parallel_size, hardware.kv_dtype
+    )
 
 
 def scale_blocks(num_gpu_blocks: int, ref_block_size: int, block_size: int) -> int:

@@ -13,12 +13,17 @@ Defaults (an 8B-class model on 80 GB GPUs; override for yours)::
     tensor_parallel_size          1, 2, 4
     replicas                      1..4
     queue_timeout_s               none, 10, 60
+    kv_offloading_size            none                        (GiB of host memory; not searched)
 
 A knob the hardware context does not model (TP and memory share with ``FixedHardware``) is fixed
 at the context's value. On the command line: ``--space max_num_seqs=64,128,256``,
 ``--space replicas=1..8``, ``--space gpu_memory_utilization=0.85..0.95:0.01`` (step),
 ``--space max_num_batched_tokens=512..16384:log``, ``--space tensor_parallel_size=1`` (fixed),
-``--space queue_timeout_s=none,30``.
+``--space queue_timeout_s=none,30``, ``--space kv_offloading_size=none,16,64`` (vLLM's CPU KV tier,
+``--kv-offloading-size`` GiB summed over the TP ranks; none = no tier). The offload size is off
+by default, so a default space is the space it was before the knob existed (same trials, same
+fingerprint); with it, a trial's host memory is bounded by ``perf.offload.host_memory_gib``
+and priced in the plan at ``perf.offload.HOST_MEMORY_USD_PER_GIB_HOUR``.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ KNOBS: dict[str, str] = {
     "tensor_parallel_size": "int",
     "replicas": "int",
     "queue_timeout_s": "optional_float",
+    "kv_offloading_size": "optional_float",
 }
 
 
@@ -114,6 +120,7 @@ class SearchSpace(BaseModel):
     tensor_parallel_size: Knob = Field(default_factory=lambda: _c(1, 2, 4))
     replicas: Knob = Field(default_factory=lambda: Knob(low=1, high=4))
     queue_timeout_s: Knob = Field(default_factory=lambda: _c(None, 10.0, 60.0))
+    kv_offloading_size: Knob = Field(default_factory=lambda: _c(None))
 
     @model_validator(mode="after")
     def _types(self) -> SearchSpace:
@@ -193,6 +200,7 @@ class SearchSpace(BaseModel):
         else:
             draw("replicas", sp.replicas)
         draw("queue_timeout_s", sp.queue_timeout_s)
+        draw("kv_offloading_size", sp.kv_offloading_size)
         return {name: p[name] for name in KNOBS}
 
     def grid(self, max_model_len: int | None = None, max_gpus: int | None = None) -> list[dict[str, Any]]:
@@ -252,7 +260,13 @@ class SearchSpace(BaseModel):
             if max_gpus is None or _num(r) * _num(tp) <= max_gpus
         )
         total = flags * gpus
-        for n in ("enable_prefix_caching", "block_size", "gpu_memory_utilization", "queue_timeout_s"):
+        for n in (
+            "enable_prefix_caching",
+            "block_size",
+            "gpu_memory_utilization",
+            "queue_timeout_s",
+            "kv_offloading_size",
+        ):
             total *= len(v[n])
         return total
 
@@ -286,7 +300,10 @@ class SearchSpace(BaseModel):
         return self.with_overrides(upd) if upd else self
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        data = self.model_dump(mode="json")
+        if self.kv_offloading_size == _c(None):  # off: the fingerprint of the space before the knob
+            del data["kv_offloading_size"]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, str]:
         return {name: getattr(self, name).describe() for name in KNOBS}

@@ -61,8 +61,12 @@ def max_model_len_text(p: DeployPlan) -> str:
 
 def cost_text(p: DeployPlan) -> str:
     text = f"{p.gpus} GPU(s): {p.gpu_hours_per_day:,.0f} GPU-hours a day"
+    if p.host_memory_gib:
+        text += f", plus {p.host_memory_gib:g} GiB of host memory for the CPU KV tier(s)"
     if p.usd_per_gpu_hour is None:
         return text + " (give --gpu-hour-usd for $ figures)"
+    if p.usd_per_host_gib_hour is not None:
+        text += f" (at ${p.usd_per_host_gib_hour:g}/GiB-hour, servesim's host memory assumption)"
     per_m = "n/a" if p.usd_per_1m_tokens is None else f"${p.usd_per_1m_tokens:,.3g}"
     per_out = "n/a" if p.usd_per_1m_output_tokens is None else f"${p.usd_per_1m_output_tokens:,.3g}"
     return (

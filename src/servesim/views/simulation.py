@@ -11,7 +11,14 @@ from typing import Any
 import numpy as np
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.results import SLO, ClassMetrics, LatencyStats, SimulationResult, SimulationSummary
+from servesim.engine.results import (
+    SLO,
+    ClassMetrics,
+    LatencyStats,
+    OffloadSummary,
+    SimulationResult,
+    SimulationSummary,
+)
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Section, Series, Table, Verdict
 from servesim.views.shape import MAX_POINTS, histogram, series, time_binned
@@ -153,6 +160,43 @@ def totals_table(summary: SimulationSummary) -> Table:
     )
 
 
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def offload_table(off: OffloadSummary) -> Table:
+    """The CPU offload tier (``--kv-offloading-size``): where prompt tokens came from and what
+    moved over the host link, as vLLM's OffloadingConnector counts them."""
+    rows: list[list[Any]] = [
+        ["GPU prefix-hit rate", _rate(off.gpu_hit_rate)],
+        ["CPU prefix-hit rate", _rate(off.cpu_hit_rate)],
+        ["tokens loaded from CPU", f"{off.loaded_tokens:,} ({off.load_jobs:,} loads)"],
+        [
+            "tokens stored to CPU",
+            f"{off.stored_tokens:,} ({off.store_jobs:,} stores, {off.store_failures:,} refused)",
+        ],
+        ["tokens recomputed", f"{off.recomputed_tokens:,} (after preemptions)"],
+        [
+            "CPU tier",
+            f"{off.cpu_chunks:,} chunks of {off.blocks_per_chunk} block(s); {off.cpu_chunks_stored_at_end:,} "
+            f"held at the end, {off.chunks_evicted:,} evicted",
+        ],
+    ]
+    return Table(
+        key="offload",
+        title="CPU offload tier",
+        columns=[
+            Column(key="what", label="figure", kind="str"),
+            Column(key="value", label="value", kind="str"),
+        ],
+        rows=rows,
+        notes=[
+            "GPU hit rate: prompt tokens found in the GPU prefix cache; CPU hit rate: of the tokens "
+            "beyond the GPU hit, those the CPU tier supplied (first admissions, as vLLM)."
+        ],
+    )
+
+
 def class_table(label: str, classes: dict[str, ClassMetrics]) -> Table:
     """How each priority class or tenant fared."""
     cols = [
@@ -216,6 +260,8 @@ def summary_view(
 ) -> Section:
     """KPIs, tables and verdicts from the summary alone (a saved report renders too)."""
     tables = [latency_table(summary, title), totals_table(summary)]
+    if summary.offload is not None:
+        tables.append(offload_table(summary.offload))
     for label, classes in (("priority", summary.by_priority), ("tenant", summary.by_tenant)):
         if len(classes) > 1:
             tables.append(class_table(label, classes))

@@ -66,7 +66,8 @@ async def upload_bench(
     request: Request,
     wb: WB,
     name: Annotated[
-        str, Query(min_length=1, max_length=300, pattern=r"(?i)\.json$", description="The file's name (.json).")
+        str,
+        Query(min_length=1, max_length=300, pattern=r"(?i)\.json$", description="The file's name (.json)."),
     ],
 ) -> BenchOut:
     import orjson

@@ -43,7 +43,8 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     config, step = setup.config, setup.step_time
     if body.replicas > 1 or body.failures:
         return _cluster(body, trace, config, step, notes, env, report)
-    result = simulate(trace, config, step, slo=body.slo, progress=report)  # counters, not per-step events
+    # counters, not per-step events; a CPU tier when the engine sets kv_offloading_size
+    result = simulate(trace, config, step, slo=body.slo, progress=report, kv_connector=setup.kv_connector())
     save_requests(result.to_pandas(), env)
     out = run_result(result, notes)
     out["document"] = run_document(result, trace, setup)
