@@ -12,11 +12,12 @@ ray_serve = pytest.importorskip("servesim.emulate.ray_serve")
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 
-from conftest import MODEL, replicas  # noqa: E402
+from servesim import EngineConfig, LinearStepTime, Replica  # noqa: E402
 
 
 def _settings() -> object:
-    return ray_serve.EmulatorSettings(replicas=replicas(1), model=MODEL, port=18123)
+    one = [Replica("replica-0", EngineConfig(num_gpu_blocks=100), LinearStepTime())]
+    return ray_serve.EmulatorSettings(replicas=one, model="llama-3.1-8b", port=18123)
 
 
 def test_a_proxy_that_missed_its_start_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
