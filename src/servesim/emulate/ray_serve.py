@@ -57,6 +57,10 @@ class EmulatorSettings:
 SERVE_ENV = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+    # Serve's controller kills a proxy that has not answered its ready check within 5 s (Ray's
+    # default); a proxy importing servesim on a busy host can take longer, and is killed before
+    # it ran. 30 s, still inside the 60 s ``serve.start`` waits for it.
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
 }
 PROXY_CALLBACK = ("RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH", "servesim.emulate.edge:proxy_middlewares")
 

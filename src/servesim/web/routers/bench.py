@@ -67,7 +67,12 @@ async def upload_bench(
     wb: WB,
     name: Annotated[
         str,
-        Query(min_length=1, max_length=300, pattern=r"(?i)\.json$", description="The file's name (.json)."),
+        Query(
+            min_length=1,
+            max_length=300,
+            json_schema_extra={"pattern": r"(?i)\.json$"},
+            description="The file's name (.json).",
+        ),
     ],
 ) -> BenchOut:
     import orjson

@@ -65,7 +65,8 @@ async def upload_trace(
         Query(
             min_length=1,
             max_length=300,
-            pattern=UPLOAD_NAME_PATTERN,
+            # documented, not validated here: a name of another kind is a 415 naming the formats
+            json_schema_extra={"pattern": UPLOAD_NAME_PATTERN},
             description="The file's name (its extension picks the reader).",
         ),
     ],
