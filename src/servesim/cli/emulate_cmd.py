@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
                     time.sleep(0.5)
             except Stop as stop:
                 typer.echo(f"{stop}: stopping Serve and Ray", err=True)
-            except (TimeoutError, OSError) as exc:
+            except (TimeoutError, OSError, ray_serve.ServeStartError) as exc:
                 error = exc
             finally:
                 signals.hold()
