@@ -38,6 +38,15 @@ class Table(_Frozen):
     rows: list[list[Cell]]
     notes: list[str] = Field(default_factory=list)
 
+    @classmethod
+    def figures(cls, key: str, title: str, rows: list[list[Cell]], notes: list[str] | None = None) -> Table:
+        """A two-column "figure | value" table (totals, the workload, the CPU tier)."""
+        columns = [
+            Column(key="what", label="figure", kind="str"),
+            Column(key="value", label="value", kind="str"),
+        ]
+        return cls(key=key, title=title, columns=columns, rows=rows, notes=notes or [])
+
     def column(self, key: str) -> list[Cell]:
         """The values of one column, by key."""
         j = [c.key for c in self.columns].index(key)

@@ -149,15 +149,7 @@ def totals_table(summary: SimulationSummary) -> Table:
         rows.append(["starvation", f"{s.num_starved:,} requests STARVED (see the per-class figures)"])
     if s.prefix_cache_hit_rate is not None:
         rows.append(["prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}"])
-    return Table(
-        key="totals",
-        title="totals",
-        columns=[
-            Column(key="what", label="figure", kind="str"),
-            Column(key="value", label="value", kind="str"),
-        ],
-        rows=rows,
-    )
+    return Table.figures("totals", "totals", rows)
 
 
 def _rate(x: float | None) -> str:
@@ -182,15 +174,11 @@ def offload_table(off: OffloadSummary) -> Table:
             f"held at the end, {off.chunks_evicted:,} evicted",
         ],
     ]
-    return Table(
-        key="offload",
-        title="CPU offload tier",
-        columns=[
-            Column(key="what", label="figure", kind="str"),
-            Column(key="value", label="value", kind="str"),
-        ],
-        rows=rows,
-        notes=[
+    return Table.figures(
+        "offload",
+        "CPU offload tier",
+        rows,
+        [
             "GPU hit rate: prompt tokens found in the GPU prefix cache; CPU hit rate: of the tokens "
             "beyond the GPU hit, those the CPU tier supplied (first admissions, as vLLM)."
         ],

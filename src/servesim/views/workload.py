@@ -6,7 +6,7 @@ import numpy as np
 
 from servesim.traces.inspect import TraceStats
 from servesim.traces.schema import Trace
-from servesim.views.model import Column, Section, Table
+from servesim.views.model import Section, Table
 from servesim.views.shape import MAX_POINTS, histogram, series, time_binned
 
 
@@ -28,15 +28,7 @@ def stats_table(stats: TraceStats) -> Table:
     ]
     if stats.num_dropped:
         rows.append(["bad rows skipped", f"{stats.num_dropped:,}"])
-    return Table(
-        key="workload",
-        title=f"workload: {stats.source}",
-        columns=[
-            Column(key="what", label="figure", kind="str"),
-            Column(key="value", label="value", kind="str"),
-        ],
-        rows=[[str(a), str(b)] for a, b in rows],
-    )
+    return Table.figures("workload", f"workload: {stats.source}", [[str(a), str(b)] for a, b in rows])
 
 
 def workload_view(
