@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from servesim.engine import ConstantStepTime, EngineConfig, simulate
+from servesim.engine.engine import TraceArrays
 from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS, OffloadingConnector, StepCountTiming
+from servesim.engine.kv_pd import PDConnector
 from servesim.traces.schema import Trace
 
 CASES_DIR = Path(__file__).parent / "oracle_cases"
@@ -166,5 +168,76 @@ def replay_offload(case: dict[str, Any], invariants_every_step: bool = True) -> 
                 diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")
     for step, d in sorted(ours.items()):
         if d["scheduled_tokens"] or d["loaded_blocks"] or d["stored_blocks"]:
+            diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
+    return diffs
+
+
+PD_CASES_DIR = Path(__file__).parent / "oracle_pd_cases"
+
+
+def pd_connector(case: dict[str, Any], trace: Trace) -> PDConnector:
+    """The P/D connector and fake NIXL worker of a P/D case, as the oracle ran them."""
+    c = case["config"]
+    idx = {rid: i for i, rid in enumerate(TraceArrays(trace).req_id)}
+    kinds = {r["req_id"]: r.get("pd") for r in case["trace"]}
+    return PDConnector(
+        StepCountTiming(case["step_s"], c["load_delay_steps"]),
+        {idx[k] for k, v in kinds.items() if v == "decode"},
+        {idx[k] for k, v in kinds.items() if v == "prefill"},
+        send_steps=c["store_delay_steps"],
+        step_s=case["step_s"],
+    )
+
+
+def replay_pd(case: dict[str, Any], invariants_every_step: bool = True) -> list[str]:
+    """Run a P/D case; return every difference from vLLM's schedule and transfers."""
+    trace = case_trace(case)
+    conn = pd_connector(case, trace)
+    log: list[dict[str, Any]] = []
+    seen = [0, 0]
+
+    def on_step(d: dict[str, Any]) -> None:
+        d["recv_blocks"] = conn.recv_blocks - seen[0]
+        d["sends"] = conn.stats.store_jobs - seen[1]
+        seen[:] = [conn.recv_blocks, conn.stats.store_jobs]
+        d["waiting_for_kv"] = sorted(r.req_id for r in conn.holding if r.status == WAITING_FOR_REMOTE_KVS)
+        log.append(d)
+
+    simulate(
+        trace,
+        case_config(case),
+        ConstantStepTime(step_time_s=case["step_s"]),
+        fast=False,
+        step_log=on_step,
+        check_invariants=invariants_every_step,
+        kv_connector=conn,
+    )
+    ours = {round(d["start_s"] / case["step_s"]): d for d in log}
+    names = ["tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting", "recv_blocks", "sends", "waiting_for_kv"]
+    diffs: list[str] = []
+    for step, tokens, preempted, finished, kv_used, hits, n_run, n_wait, recv, sends, wfk in case["steps"]:
+        d = ours.pop(step, None)
+        if d is None:
+            if tokens or recv or sends:
+                diffs.append(f"step {step}: vLLM scheduled {tokens} (recv {recv}, sends {sends}), servesim ran no step")
+            continue
+        got = [
+            d["scheduled_tokens"],
+            sorted(d["preempted"]),
+            sorted(d["finished"]),
+            d["kv_blocks_used"],
+            d["prefix_hit_tokens"],
+            d["num_running"],
+            d["num_waiting"],
+            d["recv_blocks"],
+            d["sends"],
+            d["waiting_for_kv"],
+        ]
+        want = [tokens, sorted(preempted), sorted(finished), kv_used, hits, n_run, n_wait, recv, sends, wfk]
+        for k, g, w in zip(names, got, want, strict=True):
+            if g != w:
+                diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")
+    for step, d in sorted(ours.items()):
+        if d["scheduled_tokens"] or d["recv_blocks"] or d["sends"]:
             diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
     return diffs

@@ -87,6 +87,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "kv_offload_blocks_per_chunk": 1,  # GPU blocks per offload chunk (vLLM's default 1)
     "load_delay_steps": 1,  # a load issued in step k is reported finished in step k + this
     "store_delay_steps": 1,  # a store issued in step k is reported finished in step k + this
+    # --- P/D disaggregation (vLLM's NixlConnector, scheduler side; servesim addition) ---
+    # True: the NixlConnector (kv_both); trace rows with "pd": "decode" arrive with their prompt
+    # KV remote (do_remote_prefill), rows with "pd": "prefill" are prefill legs (max_tokens 1,
+    # do_remote_decode). A receive issued in step k ends in step k + load_delay_steps; a send
+    # handed to the worker in step k ends in step k + store_delay_steps.
+    "pd_connector": None,
 }
 
 _BOOL_KEYS = {"enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl"}
@@ -199,6 +205,7 @@ def load_trace(path: str, cfg: dict[str, Any]) -> list[dict[str, Any]]:
                     "output_len": output_len,
                     "prompt_token_ids": toks,
                     "priority": int(r.get("priority", 0)),
+                    "pd": r.get("pd"),
                     "order": len(reqs),
                 }
             )
@@ -313,6 +320,12 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
                 **({"blocks_per_chunk": bpc} if bpc != 1 else {}),
             },
         )
+    if cfg.get("pd_connector"):
+        from vllm.config import KVTransferConfig
+
+        kv_transfer_config = KVTransferConfig(
+            kv_connector="NixlConnector", kv_role="kv_both", engine_id="servesim-oracle"
+        )
     vllm_config = VllmConfig(
         model_config=model_config,
         scheduler_config=scheduler_config,
@@ -419,6 +432,17 @@ def make_request(r: dict[str, Any], cfg: dict[str, Any], block_hasher):
         sp.update_from_generation_config({}, int(cfg["eos_token_id"]))
     else:
         sp = SamplingParams(max_tokens=r["output_len"], ignore_eos=True)
+    if r.get("pd") == "decode":  # the prompt's KV waits on a prefill instance
+        sp.extra_args = {"kv_transfer_params": {
+            "do_remote_prefill": True, "do_remote_decode": False,
+            "remote_block_ids": [[1]], "remote_engine_id": "prefill-0",
+            "remote_request_id": r["req_id"], "remote_host": "localhost", "remote_port": 5600,
+            "tp_size": 1,
+        }}
+    elif r.get("pd") == "prefill":  # the prefill leg: one token, KV kept for the decode side
+        if r["output_len"] != 1:
+            raise SystemExit(f"request {r['req_id']}: a prefill leg has output_len 1")
+        sp.extra_args = {"kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}}
     kwargs: dict[str, Any] = dict(
         request_id=r["req_id"],
         prompt_token_ids=list(r["prompt_token_ids"]),
@@ -511,6 +535,7 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
     step_times: list[float] = []
     pc_tot = {"queries": 0, "hits": 0, "preempted_queries": 0, "preempted_hits": 0}
     xfer_jobs: dict[int, tuple[int, str, bool]] = {}  # job id -> (due step, request, is load)
+    pd_jobs: dict[tuple[str, str], int] = {}  # (recv | send, request) -> due step
     load_delay = int(cfg["load_delay_steps"])
     store_delay = int(cfg["store_delay_steps"])
     offload_totals = {"loads": 0, "stores": 0, "blocks_loaded": 0, "blocks_stored": 0}
@@ -519,7 +544,10 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
     try:
         while True:
             unfinished = scheduler.get_num_unfinished_requests()
-            if unfinished == 0 and not xfer_jobs:
+            # EngineCore steps on while finished requests wait for their sends (P/D only)
+            if unfinished == 0 and not xfer_jobs and not pd_jobs and not (
+                cfg.get("pd_connector") and scheduler.has_finished_requests()
+            ):
                 if nxt >= len(pending):
                     break
                 step = max(step, pending[nxt]["arrival_step"])  # idle: jump the clock
@@ -560,7 +588,7 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
             # ---- fake offload worker: every transfer ends a chosen number of steps later ----
             xfer = None
             meta = getattr(so, "kv_connector_metadata", None)
-            if meta is not None:
+            if meta is not None and hasattr(meta, "load_jobs"):
                 for jid, job in meta.load_jobs.items():
                     xfer_jobs[jid] = (step + load_delay, job.req_id, True)
                     xfer_log["loads"].append([jid, job.req_id, len(job.dst_spec.block_ids)])
@@ -589,6 +617,29 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     for j in done:
                         del xfer_jobs[j]
                 mro.kv_connector_output = xfer
+            # ---- fake NIXL worker: receives and sends end a chosen number of steps later ----
+            if meta is not None and hasattr(meta, "reqs_to_recv"):
+                from vllm.v1.outputs import KVConnectorOutput
+
+                xfer_log = {"recvs": [], "sends": [], "recv_done": [], "send_done": []}
+                for rid, rm in meta.reqs_to_recv.items():
+                    nb = len(rm.local_block_ids[0]) if rm.local_block_ids else 0
+                    pd_jobs[("recv", rid)] = step + load_delay
+                    xfer_log["recvs"].append([rid, nb])
+                for rid in meta.reqs_to_send:
+                    pd_jobs[("send", rid)] = step + store_delay
+                    xfer_log["sends"].append(rid)
+                done = [k for k, due in pd_jobs.items() if due <= step]  # in issue order
+                for k in done:
+                    del pd_jobs[k]
+                recv = [rid for kind, rid in done if kind == "recv"]
+                sent = [rid for kind, rid in done if kind == "send"]
+                xfer_log["recv_done"], xfer_log["send_done"] = recv, sent
+                if recv or sent:
+                    # lists, not sets: vLLM frees finished sends in this order (deterministic)
+                    mro.kv_connector_output = KVConnectorOutput(
+                        finished_recving=recv or None, finished_sending=sent or None  # type: ignore[arg-type]
+                    )
             # snapshot state as seen during this step (after allocation)
             num_running, num_waiting = scheduler.get_request_counts()
             free_during = pool.get_num_free_blocks()
@@ -676,10 +727,11 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     r.request_id for r in scheduler.requests.values()
                     if r.status.name == "WAITING_FOR_REMOTE_KVS"
                 )
-                offload_totals["loads"] += len(xfer_log["loads"])
-                offload_totals["stores"] += len(xfer_log["stores"])
-                offload_totals["blocks_loaded"] += sum(x[2] for x in xfer_log["loads"])
-                offload_totals["blocks_stored"] += sum(x[2] for x in xfer_log["stores"])
+                if "loads" in xfer_log:
+                    offload_totals["loads"] += len(xfer_log["loads"])
+                    offload_totals["stores"] += len(xfer_log["stores"])
+                    offload_totals["blocks_loaded"] += sum(x[2] for x in xfer_log["loads"])
+                    offload_totals["blocks_stored"] += sum(x[2] for x in xfer_log["stores"])
             out.write(json.dumps(rec, separators=(",", ":")) + "\n")
             steps_written += 1
             if events and (arrived or new_ids or resumed or preempted or finished):

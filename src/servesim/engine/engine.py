@@ -26,6 +26,7 @@ from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_cache_manager import KVCacheManager, shared_id_prefixes
 from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.kv_pd import PDConnector
 from servesim.engine.request import (
     FINISHED,
     OUTCOME_ABORTED,
@@ -345,7 +346,7 @@ class Engine:
         observers: Sequence[Observer] = (),
         external_arrivals: bool = False,
         name: str | None = None,
-        kv_connector: OffloadingConnector | None = None,
+        kv_connector: OffloadingConnector | PDConnector | None = None,
     ) -> None:
         self.config = config
         # vLLM's KV connector (kv_connector.py): None is the plain engine. With one, every step
@@ -391,6 +392,8 @@ class Engine:
                 PriorityQueue() if config.policy == "priority" else FCFSQueue()
             )
             kv_connector.attach(holding, self.kv.block_key)
+            if isinstance(kv_connector, PDConnector):
+                kv_connector.kv = self.kv  # a prefill leg's blocks are freed when its send is done
         self.scheduler = Scheduler(config, self.kv, mml, fast, kv_connector)
         self.check_invariants = check_invariants
         self.rec = Recorder(t.n)
@@ -456,7 +459,7 @@ class Engine:
                 self._arrive()
             if timeouts:
                 self._expire()
-            if not running and not len(waiting) and (conn is None or not len(conn.holding)):  # idle
+            if not running and not len(waiting) and (conn is None or not conn.keeps_stepping()):  # idle
                 if self._next >= n or arrival[self._next] >= limit:
                     return None
                 self.now = max(self.now, arrival[self._next])
@@ -477,8 +480,8 @@ class Engine:
         step = self.step
         plan = sched.schedule(step, now)
         if plan.num_group_decodes == 0 and not plan.scheduled:
-            if conn is not None and len(conn.holding):
-                self._empty_steps = 0  # only KV loads in flight: vLLM steps on until they are done
+            if conn is not None and conn.keeps_stepping():
+                self._empty_steps = 0  # only KV transfers in flight: vLLM steps on until they are done
             else:
                 if not plan.preempted:
                     # Impossible for a config vLLM accepts (checked up front); say so loudly.
@@ -929,6 +932,8 @@ class Engine:
         for r in list(self.live.values()):  # only if the loop was cut short
             r.outcome = OUTCOME_UNFINISHED
             self._close(r)
+        if isinstance(self.kv_connector, PDConnector):
+            self.kv_connector.drain(self.now)  # sends the idle engine never stepped for
         self.assert_invariants(final=True)
 
     # ------------------------------------------------------------------ invariants
@@ -973,6 +978,10 @@ class Engine:
                     raise InternalError(f"KV-holding request {r.req_id} holds no blocks")
                 for b in r.blocks:
                     held[b] = held.get(b, 0) + 1
+            if isinstance(self.kv_connector, PDConnector):
+                for blocks in self.kv_connector.kept_blocks():  # prefill legs awaiting their send
+                    for b in blocks:
+                        held[b] = held.get(b, 0) + 1
         self.pool.check(held)
         if final:
             if not (not sched.running and not len(sched.waiting)):

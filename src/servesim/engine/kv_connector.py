@@ -390,6 +390,10 @@ class OffloadingConnector:
             if st.finished and not st.jobs:
                 del self._states[r.idx]
 
+    def keeps_stepping(self) -> bool:
+        """vLLM's engine steps on, with nothing to run, while requests wait for their KV."""
+        return len(self.holding) > 0
+
     def has_pending_loads(self) -> bool:
         return any(not j.is_store for j in self._jobs.values())
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.request import FINISHED, OUTCOME_ABORTED, Request
 from servesim.engine.step_time import StepTimeModel
 
@@ -175,7 +176,7 @@ class ReplicaView:
         admission lookup would find them (0 without a tier); llm-d's tiered prefix index sees the
         same from vLLM's KV events of the CPU medium."""
         conn = self._engine.kv_connector
-        if conn is None:
+        if not isinstance(conn, OffloadingConnector):
             return 0
         kv = self._engine.kv
         kv.init_request(r)

@@ -13,6 +13,7 @@ import pandas as pd
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
 from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.kv_pd import PDConnector
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import (
     SLO,
@@ -49,7 +50,7 @@ def simulate(
     check_invariants: bool = False,
     record_token_times: bool = False,
     observers: Sequence[Observer] = (),
-    kv_connector: OffloadingConnector | None = None,
+    kv_connector: OffloadingConnector | PDConnector | None = None,
     progress: Callable[[int, int], None] | None = None,
     pooled_itl: bool = True,
 ) -> SimulationResult:
@@ -162,7 +163,7 @@ def build_result(
         (weights, gaps),
     )
     conn = engine.kv_connector
-    if conn is not None:
+    if isinstance(conn, OffloadingConnector):
         st = conn.stats
         summary.offload = OffloadSummary(
             cpu_chunks=conn.manager.num_chunks,

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Generate P/D-disaggregation regression cases from vLLM's real scheduler + NixlConnector. Not run in CI.
+
+Like ``make_offload_cases.py``, through ``tools/oracle/vllm_oracle.py`` with ``pd_connector``: vLLM
+0.33's NixlConnector, scheduler side (kv_both), and a fake worker that reports each receive
+finished ``load_delay_steps`` after the step that issued it and each send ``store_delay_steps``
+after the step that handed it over. Trace rows with ``"pd": "decode"`` arrive with their prompt's
+KV remote (``do_remote_prefill``), rows with ``"pd": "prefill"`` are prefill legs (``max_tokens``
+1, ``do_remote_decode``: blocks kept until the send is done), other rows are served locally (a
+decode replica prefilling a short prompt itself). Cases are stored gzipped under
+``tests/engine/oracle_pd_cases/``; ``tests/engine/test_oracle_pd.py`` replays them.
+
+Usage (with the oracle's virtualenv python):
+    $VENV/bin/python tools/oracle/make_pd_cases.py [--seed 0] [--per-family 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STEP_S = 1 / 64
+OUT = HERE.parents[1] / "tests" / "engine" / "oracle_pd_cases"
+FAMILIES = ["pd_decode", "pd_prefill", "pd_mixed", "pd_pressure", "pd_priority"]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def trace(rng: random.Random, fam: str) -> list[dict]:
+    n = rng.randint(10, 50)
+    groups = [f"g{i}" for i in range(rng.randint(1, 5))]
+    glen = {g: rng.choice([32, 64, 128, 256]) for g in groups}
+    rows = []
+    for i in range(n):
+        g = rng.choice(groups)
+        plen = glen[g] + rng.randint(1, 300)
+        if fam == "pd_prefill":
+            kind = "prefill" if rng.random() < 0.85 else None
+        elif fam in ("pd_decode", "pd_pressure"):
+            kind = "decode" if rng.random() < 0.8 else None
+        else:
+            kind = rng.choice(["decode", "decode", "prefill", None])
+        if kind is None and rng.random() < 0.7:
+            plen = rng.randint(4, 60)  # short prompts are prefilled locally
+        out = 1 if kind == "prefill" else rng.randint(1, 120 if fam == "pd_pressure" else 40)
+        row = {
+            "req_id": f"r{i:03d}",
+            "arrival_step": rng.randint(0, 150 if fam == "pd_pressure" else 300),
+            "prompt_len": plen,
+            "output_len": out,
+            "prefix_group": g,
+            "prefix_len": min(glen[g], plen),
+        }
+        if kind is not None:
+            row["pd"] = kind
+        if rng.random() < 0.2:
+            del row["prefix_group"], row["prefix_len"]
+        if fam == "pd_priority":
+            row["priority"] = rng.randint(0, 3)
+        rows.append(row)
+    rows.sort(key=lambda r: r["arrival_step"])
+    return rows
+
+
+def config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
+    mml = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
+    bs = rng.choice([16, 16, 32])
+    need = cdiv(mml, bs) + 1
+    cfg = {
+        "block_size": bs,
+        "max_num_seqs": rng.choice([4, 8, 16, 64]),
+        "max_num_batched_tokens": rng.choice([256, 512, 1024, 2048]),
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": rng.random() < 0.8,
+        "long_prefill_token_threshold": rng.choice([0, 0, 64]),
+        "policy": "priority" if fam == "pd_priority" else "fcfs",
+        "max_model_len": mml,
+        "num_gpu_blocks": need * rng.choice([2, 4, 8]) + rng.randint(0, need),
+        "pd_connector": True,
+        "load_delay_steps": rng.randint(0, 4),
+        "store_delay_steps": rng.randint(0, 4),
+    }
+    if fam == "pd_pressure":  # decodes outgrow the pool: preemptions after the KV landed
+        cfg["num_gpu_blocks"] = need + rng.randint(0, need // 2 + 1)
+        cfg["max_num_seqs"] = rng.choice([16, 64])
+    if fam == "pd_prefill":  # blocks held for sends fill the pool
+        cfg["num_gpu_blocks"] = need + rng.randint(0, 2 * need)
+        cfg["store_delay_steps"] = rng.randint(2, 8)
+    if fam == "pd_mixed" and rng.random() < 0.4:
+        cfg["enable_chunked_prefill"] = False
+        cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], mml)
+        cfg["long_prefill_token_threshold"] = 0
+    cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], cfg["max_num_seqs"])
+    return cfg
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-family", type=int, default=6)
+    args = ap.parse_args()
+    os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+    sys.path.insert(0, str(HERE))
+    import vllm_oracle  # type: ignore[import-not-found]
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    cases = []
+    for fam in FAMILIES:
+        for k in range(args.per_family):
+            rows = trace(rng, fam)
+            cases.append((f"{fam}_{k:02d}", rows, config(rng, fam, rows)))
+    with tempfile.TemporaryDirectory() as td:
+        for name, rows, cfg in cases:
+            tp, cp, op, sp = (Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json"))
+            tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
+            ocfg = vllm_oracle.load_config(str(cp), [])
+            otrace = vllm_oracle.load_trace(str(tp), ocfg)
+            try:
+                summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
+            except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
+                print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+                continue
+            steps = []
+            totals = {"recvs": 0, "recv_blocks": 0, "sends": 0}
+            for line in op.read_text().splitlines():
+                d = json.loads(line)
+                x = d["offload"]
+                totals["recvs"] += len(x["recvs"])
+                totals["recv_blocks"] += sum(b for _, b in x["recvs"])
+                totals["sends"] += len(x["sends"])
+                steps.append(
+                    [
+                        d["step"],
+                        d["num_scheduled_tokens"],
+                        d["preempted"],
+                        sorted(d["finished"]),
+                        d["kv_blocks_used"],
+                        d["prefix_hit_tokens"],
+                        d["num_running"],
+                        d["num_waiting"],
+                        sum(b for _, b in x["recvs"]),
+                        len(x["sends"]),
+                        d["waiting_for_kv"],
+                    ]
+                )
+            case = {
+                "name": name,
+                "vllm_version": summary["vllm_version"],
+                "step_s": STEP_S,
+                "config": cfg,
+                "trace": rows,
+                "steps": steps,
+                "total_preemptions": summary["total_preemptions"],
+                "pd_totals": totals,
+                "unfinished": summary.get("unfinished", []),
+            }
+            with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
+                json.dump(case, f, separators=(",", ":"))
+            print(
+                f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
+                f"preemptions, {totals}",
+                file=sys.stderr,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
