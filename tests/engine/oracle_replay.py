@@ -213,13 +213,26 @@ def replay_pd(case: dict[str, Any], invariants_every_step: bool = True) -> list[
         kv_connector=conn,
     )
     ours = {round(d["start_s"] / case["step_s"]): d for d in log}
-    names = ["tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting", "recv_blocks", "sends", "waiting_for_kv"]
+    names = [
+        "tokens",
+        "preempted",
+        "finished",
+        "kv_used",
+        "hits",
+        "running",
+        "waiting",
+        "recv_blocks",
+        "sends",
+        "waiting_for_kv",
+    ]
     diffs: list[str] = []
     for step, tokens, preempted, finished, kv_used, hits, n_run, n_wait, recv, sends, wfk in case["steps"]:
         d = ours.pop(step, None)
         if d is None:
             if tokens or recv or sends:
-                diffs.append(f"step {step}: vLLM scheduled {tokens} (recv {recv}, sends {sends}), servesim ran no step")
+                diffs.append(
+                    f"step {step}: vLLM scheduled {tokens} (recv {recv}, sends {sends}), servesim ran no step"
+                )
             continue
         got = [
             d["scheduled_tokens"],

@@ -49,10 +49,20 @@ def test_remote_kv_changes_the_schedule() -> None:
     plain_prefill = sum(sum(n for n in d["scheduled_tokens"].values() if n > 1) for d in log)
     conn = pd_connector(case, tr)
     log2: list[dict] = []
-    simulate(tr, case_config(case), ConstantStepTime(step_time_s=case["step_s"]), kv_connector=conn, step_log=log2.append)
+    simulate(
+        tr,
+        case_config(case),
+        ConstantStepTime(step_time_s=case["step_s"]),
+        kv_connector=conn,
+        step_log=log2.append,
+    )
     pd_prefill = sum(sum(n for n in d["scheduled_tokens"].values() if n > 1) for d in log2)
     assert pd_prefill < plain_prefill
     # every decode leg received its KV exactly once, and decoded only after it landed
-    legs = {i for i, r in enumerate(TraceArrays(tr).req_id) if any(x["req_id"] == r and x.get("pd") == "decode" for x in case["trace"])}
+    legs = {
+        i
+        for i, r in enumerate(TraceArrays(tr).req_id)
+        if any(x["req_id"] == r and x.get("pd") == "decode" for x in case["trace"])
+    }
     assert set(conn.recv_done) == set(conn.recv_started) and set(conn.recv_started) <= legs
     assert conn.stats.load_jobs == len(conn.recv_started)

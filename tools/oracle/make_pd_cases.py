@@ -121,7 +121,9 @@ def main() -> int:
             cases.append((f"{fam}_{k:02d}", rows, config(rng, fam, rows)))
     with tempfile.TemporaryDirectory() as td:
         for name, rows, cfg in cases:
-            tp, cp, op, sp = (Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json"))
+            tp, cp, op, sp = (
+                Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json")
+            )
             tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
             cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
             ocfg = vllm_oracle.load_config(str(cp), [])

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 import yaml
+from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
@@ -16,8 +17,10 @@ from servesim.cli.engine_flags import file_settings
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
+from servesim.cli.pd_cmd import print_pd, run_pd
 from servesim.cluster.compare import ClusterFile, LinkSpec, compare_recovery, failure_events
-from servesim.errors import InputError, shown
+from servesim.cluster.pd import DisaggSpec
+from servesim.errors import InputError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
 from servesim.spec import DeploymentSpec, resolve_replicas
 
@@ -68,11 +71,39 @@ def register(app: typer.Typer) -> None:
         strict: bool = strict_option(),
         hash_block_size: int | None = hash_block_size_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON only."),
+        prefill_replicas: int | None = typer.Option(
+            None, min=1, max=64, help="Disaggregated: replicas of the prefill pool (with --decode-replicas)."
+        ),
+        decode_replicas: int | None = typer.Option(
+            None, min=1, max=64, help="Disaggregated: decode pool size."
+        ),
+        link: str | None = typer.Option(
+            None, help="Disaggregated: KV-transfer link preset (default rdma-400g)."
+        ),
+        short_prompt_tokens: int | None = typer.Option(
+            None, min=0, help="Disaggregated: prompts shorter than this prefill on the decode replica."
+        ),
     ) -> None:
-        """Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E."""
+        """Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E.
+        With prefill and decode pools (--prefill-replicas/--decode-replicas, or a cluster file with
+        ``prefill`` and ``decode``), run it disaggregated instead and split each request's time by leg."""
         tr = read_trace(
             trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
         )
+        disagg = _disagg_spec(
+            cluster, config, prefill_replicas, decode_replicas, link, short_prompt_tokens, model, tp
+        )
+        if disagg is not None:
+            if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
+                raise InputError(
+                    "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
+                    "replace them: give one or the other"
+                )
+            res, timed = run_pd(
+                tr, disagg, gpu=gpu, step_time_ms=step_time_ms, linear_step_time=linear_step_time
+            )
+            print_pd(res, disagg, f"{trace}: {len(tr):,} requests, disaggregated", timed, as_json)
+            return
         reps_keys, route, link = _cluster_setup(cluster, config, replicas)
         if router is not None:
             route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
@@ -152,6 +183,48 @@ def _cluster_setup(
         return spec.replica_keys(str(cluster)), spec.router, spec.link
     keys = file_settings(config)
     return [(f"n{i}", dict(keys)) for i in range(n)], RouterSpec(), LinkSpec()
+
+
+def _disagg_spec(
+    cluster: Path | None,
+    config: Path | None,
+    n_prefill: int | None,
+    n_decode: int | None,
+    link: str | None,
+    short: int | None,
+    model: str | None,
+    tp: int | None,
+) -> DisaggSpec | None:
+    """The disaggregated layout, if one is asked for: a cluster file with ``prefill``/``decode``
+    pools, or the pool sizes on the command line (both pools with ``--config``'s keys)."""
+    data: dict[str, Any] = {}
+    if cluster is not None:
+        raw = _load_yaml(cluster)
+        if isinstance(raw, dict) and ("prefill" in raw or "decode" in raw):
+            data = dict(raw)
+    if not data and n_prefill is None and n_decode is None:
+        return None
+    if (n_prefill is None) != (n_decode is None) and not data:
+        raise InputError("--prefill-replicas and --decode-replicas go together")
+    keys = file_settings(config)
+    for pool, n in (("prefill", n_prefill), ("decode", n_decode)):
+        p = dict(data.get(pool) or {})
+        if n is not None:
+            p["replicas"] = n
+        if keys and "config" not in p:
+            p["config"] = dict(keys)
+        if tp is not None:
+            p["tp"] = tp
+        data[pool] = p
+    for key, v in (("link", link), ("short_prompt_tokens", short), ("model", model)):
+        if v is not None:
+            data[key] = v
+    try:
+        spec = DisaggSpec.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"{cluster or 'disaggregated cluster'}: {describe(e)}") from None
+    spec.context()  # an unknown link or model is refused before anything runs
+    return spec
 
 
 def _failure_file(path: Path | None) -> list[FailureEvent]:

@@ -1,0 +1,73 @@
+"""``servesim cluster --prefill-replicas N --decode-replicas M``: a disaggregated run (prefill and
+decode pools, KV transfers over a modelled link), printed with each leg's share of the time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from servesim.cli.common import print_json
+from servesim.cluster.pd import DisaggSpec, PDCluster, link_preset
+from servesim.cluster.pd_results import LEGS, PDResult, pd_result
+from servesim.spec import DeploymentSpec, resolve_replicas
+from servesim.traces.schema import Trace
+
+
+def run_pd(
+    tr: Trace,
+    spec: DisaggSpec,
+    *,
+    gpu: str | None,
+    step_time_ms: float | None,
+    linear_step_time: bool,
+) -> tuple[PDResult, str]:
+    """Resolve both pools (vllm serve's defaults on their GPU, KV sized), run, sum up."""
+    timed = step_time_ms is not None or linear_step_time
+    pools = []
+    notes: list[str] = []
+    for tag, pool in (("p", spec.prefill), ("d", spec.decode)):
+        base = DeploymentSpec(
+            model=None if timed else spec.model,
+            gpu=pool.gpu or gpu,
+            tp=None if timed else pool.tp,
+            step_time_ms=step_time_ms,
+            linear_step_time=linear_step_time,
+        )
+        keys: dict[str, Any] = {str(k).replace("-", "_"): v for k, v in pool.config.items()}
+        resolved = resolve_replicas(base, [(f"{tag}{i}", dict(keys)) for i in range(pool.replicas)], tr)
+        pools.append([rep for rep, _ in resolved])
+        notes.append(resolved[0][1].timed_as)
+    ctx = spec.context()
+    run = PDCluster(tr, pools[0], pools[1], ctx, short_prompt_tokens=spec.short_prompt_tokens).run()
+    return pd_result(run, ctx.bytes_total(1)), f"prefill {notes[0]}; decode {notes[1]}"
+
+
+def print_pd(res: PDResult, spec: DisaggSpec, title: str, timed_as: str, as_json: bool) -> None:
+    if as_json:
+        print_json({"spec": spec.model_dump(mode="json"), **res.model_dump(mode="json")})
+        return
+    s = res.summary
+    link = link_preset(spec.link)
+    out = Console(highlight=False)
+    out.print(title)
+    out.print(f"timed as: {timed_as}")
+    out.print(
+        f"{spec.prefill.replicas}P{spec.decode.replicas}D, link {spec.link} "
+        f"({link.bandwidth_gbps:g} Gbit/s per TP rank, {link.setup_latency_ms:g} ms setup), "
+        f"short prompts (< {spec.short_prompt_tokens} tokens) prefilled on the decode replica: {s.num_local}"
+    )
+    tpot50 = f"{s.tpot_p50_ms:.1f}" if s.tpot_p50_ms is not None else "-"
+    tpot99 = f"{s.tpot_p99_ms:.1f}" if s.tpot_p99_ms is not None else "-"
+    out.print(f"TTFT p50/p99 {s.ttft_p50_ms:.1f} / {s.ttft_p99_ms:.1f} ms")
+    out.print(f"TPOT p50/p99 {tpot50} / {tpot99} ms")
+    out.print(f"E2E  p50/p99 {s.e2e_p50_ms:.1f} / {s.e2e_p99_ms:.1f} ms")
+    out.print(f"output tokens/s {s.output_tokens_per_s:.1f}; KV moved {s.transfer_gb:.3f} GB")
+    out.print(f"per leg over {s.num_disaggregated} disaggregated requests (mean / p50 / p99 ms):")
+    for leg in LEGS:
+        x = s.legs[leg]
+        out.print(f"  {leg:<14} {x.mean_ms:10.1f} {x.p50_ms:10.1f} {x.p99_ms:10.1f}")
+    out.print(f"  link wait p99 {s.link_wait_p99_ms:.1f} ms (part of transfer)")
+
+
+__all__ = ["print_pd", "run_pd"]
