@@ -1,0 +1,55 @@
+"""`servesim cluster` disaggregated: prefill and decode pools, per-leg breakdown, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+
+runner = CliRunner()
+BASE = ["cluster", "poisson_20_rps", "-n", "200", "--step-time-ms", "10"]
+
+
+def test_pools_as_json_split_every_request_by_leg() -> None:
+    res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["summary"]["num_requests"] == 200 == len(out["requests"])
+    assert out["spec"]["prefill"]["replicas"] == 1 and out["spec"]["decode"]["replicas"] == 2
+    assert {r["decode_replica"] for r in out["requests"]} == {"d0", "d1"}
+    for r in out["requests"]:
+        legs = sum(r[k] for k in ("prefill_queue_s", "prefill_s", "decode_queue_s", "transfer_s", "decode_s"))
+        assert abs(legs - r["e2e_s"]) < 1e-9
+        assert r["ttft_s"] >= r["prefill_s"] + r["transfer_s"]
+
+
+def test_human_output_names_the_layout_and_the_legs() -> None:
+    res = runner.invoke(app, [*BASE, "--prefill-replicas", "2", "--decode-replicas", "1", "--link", "tcp-25g"])
+    assert res.exit_code == 0, res.output
+    assert "2P1D, link tcp-25g (25 Gbit/s per TP rank, 5 ms setup)" in res.stdout
+    for leg in ("prefill_queue", "prefill", "decode_queue", "transfer", "decode", "TTFT p50/p99"):
+        assert leg in res.stdout
+
+
+def test_cluster_file_pools_and_short_prompt_threshold(tmp_path: Path) -> None:
+    spec = tmp_path / "pd.yaml"
+    spec.write_text(
+        "prefill: {replicas: 1, config: {max_num_batched_tokens: 16384}}\n"
+        "decode: {replicas: 1, config: {max_num_seqs: 64}}\nlink: rdma-200g\nshort_prompt_tokens: 100000\n"
+    )
+    res = runner.invoke(app, [*BASE, "--cluster", str(spec), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["summary"]["num_local"] == 200 and out["summary"]["transfer_gb"] == 0.0
+    assert all(r["prefill_replica"] is None for r in out["requests"])
+
+
+def test_bad_input_is_one_line() -> None:
+    res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--link", "pigeon"])
+    assert res.exit_code == 2
+    assert "unknown link 'pigeon'" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, [*BASE, "--prefill-replicas", "1"])
+    assert res.exit_code == 2 and "--prefill-replicas and --decode-replicas go together" in res.output
