@@ -104,8 +104,9 @@ def main() -> None:
             m = fn()
             wall = time.perf_counter() - t0
             print(
-                f"{name:<38} {layout:<10} {gpus:>4} {m['ttft50']:>9.1f} {m['ttft99']:>9.1f} {m['tpot50']:>9.2f} "
-                f"{m['tpot99']:>9.2f} {m['e2e99']:>9.1f} {m['tok_s']:>10.1f} {m['xfer']:>8.2f}  ({wall:.1f} s)"
+                f"{name:<38} {layout:<10} {gpus:>4} {m['ttft50']:>9.1f} {m['ttft99']:>9.1f} "
+                f"{m['tpot50']:>9.2f} {m['tpot99']:>9.2f} {m['e2e99']:>9.1f} {m['tok_s']:>10.1f} "
+                f"{m['xfer']:>8.2f}  ({wall:.1f} s)"
             )
 
 

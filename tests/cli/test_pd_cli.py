@@ -27,7 +27,9 @@ def test_pools_as_json_split_every_request_by_leg() -> None:
 
 
 def test_human_output_names_the_layout_and_the_legs() -> None:
-    res = runner.invoke(app, [*BASE, "--prefill-replicas", "2", "--decode-replicas", "1", "--link", "tcp-25g"])
+    res = runner.invoke(
+        app, [*BASE, "--prefill-replicas", "2", "--decode-replicas", "1", "--link", "tcp-25g"]
+    )
     assert res.exit_code == 0, res.output
     assert "2P1D, link tcp-25g (25 Gbit/s per TP rank, 5 ms setup)" in res.stdout
     for leg in ("prefill_queue", "prefill", "decode_queue", "transfer", "decode", "TTFT p50/p99"):

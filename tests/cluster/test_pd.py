@@ -28,12 +28,19 @@ def _ctx(gbps: float = 5.0, setup_s: float = 0.005) -> RecoveryContext:
 
 
 def _rep(name: str, blocks: int = 4000) -> Replica:
-    return Replica(name, EngineConfig(num_gpu_blocks=blocks, enable_prefix_caching=True), ConstantStepTime(step_time_s=STEP))
+    return Replica(
+        name,
+        EngineConfig(num_gpu_blocks=blocks, enable_prefix_caching=True),
+        ConstantStepTime(step_time_s=STEP),
+    )
 
 
 def _trace(rows: list[tuple[float, int, int]]) -> Trace:
     return Trace.from_records(
-        [{"req_id": f"r{i}", "arrival_time_s": a, "prompt_len": p, "output_len": o} for i, (a, p, o) in enumerate(rows)],
+        [
+            {"req_id": f"r{i}", "arrival_time_s": a, "prompt_len": p, "output_len": o}
+            for i, (a, p, o) in enumerate(rows)
+        ],
         source="t",
     )
 

@@ -14,10 +14,10 @@ from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import request_slo
 from servesim.cli.engine_flags import file_settings
+from servesim.cli.pd_cmd import print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
-from servesim.cli.pd_cmd import print_pd, run_pd
 from servesim.cluster.compare import ClusterFile, LinkSpec, compare_recovery, failure_events
 from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, describe, shown
@@ -77,8 +77,8 @@ def register(app: typer.Typer) -> None:
         decode_replicas: int | None = typer.Option(
             None, min=1, max=64, help="Disaggregated: decode pool size."
         ),
-        link: str | None = typer.Option(
-            None, help="Disaggregated: KV-transfer link preset (default rdma-400g)."
+        link_name: str | None = typer.Option(
+            None, "--link", help="Disaggregated: KV-transfer link preset (default rdma-400g)."
         ),
         short_prompt_tokens: int | None = typer.Option(
             None, min=0, help="Disaggregated: prompts shorter than this prefill on the decode replica."
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
             trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
         )
         disagg = _disagg_spec(
-            cluster, config, prefill_replicas, decode_replicas, link, short_prompt_tokens, model, tp
+            cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
             if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):

@@ -295,9 +295,9 @@ def check_pd_invariants(run: PDRun) -> None:
 
 __all__ = [
     "DisaggSpec",
-    "PoolSpec",
     "PDCluster",
     "PDRun",
+    "PoolSpec",
     "Transfer",
     "check_pd_invariants",
     "link_preset",

@@ -101,7 +101,7 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
         )
     dis = [r for r in rows if r.prefill_replica is not None]
     ttft = [r.ttft_s for r in rows]
-    tpot = [r.tpot_s for r in rows if r.tpot_s is not None]
+    tpots = [r.tpot_s for r in rows if r.tpot_s is not None]
     e2e = [r.e2e_s for r in rows]
     span = max((r.finish_time for r in run.decode_req.values()), default=0.0) - min(
         (r.arrival for r in run.decode_req.values()), default=0.0
@@ -119,8 +119,8 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
         num_local=len(rows) - len(dis),
         ttft_p50_ms=_pct(ttft, 50),
         ttft_p99_ms=_pct(ttft, 99),
-        tpot_p50_ms=_pct(tpot, 50) if tpot else None,
-        tpot_p99_ms=_pct(tpot, 99) if tpot else None,
+        tpot_p50_ms=_pct(tpots, 50) if tpots else None,
+        tpot_p99_ms=_pct(tpots, 99) if tpots else None,
         e2e_p50_ms=_pct(e2e, 50),
         e2e_p99_ms=_pct(e2e, 99),
         output_tokens_per_s=sum(r.num_output for r in run.decode_req.values()) / span if span > 0 else 0.0,
