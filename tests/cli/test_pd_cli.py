@@ -55,3 +55,12 @@ def test_bad_input_is_one_line() -> None:
     assert "unknown link 'pigeon'" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, [*BASE, "--prefill-replicas", "1"])
     assert res.exit_code == 2 and "--prefill-replicas and --decode-replicas go together" in res.output
+
+
+def test_each_pool_has_its_own_gpu_and_tp(tmp_path: Path) -> None:
+    spec = tmp_path / "pd.yaml"
+    spec.write_text("prefill: {replicas: 1, gpu: h100, tp: 2}\ndecode: {replicas: 1, gpu: a100-80gb, tp: 1}\n")
+    res = runner.invoke(app, ["cluster", "poisson_20_rps", "-n", "100", "--cluster", str(spec)])
+    assert res.exit_code == 0, res.output
+    timed = " ".join(res.stdout.split())
+    assert "prefill llama-3.1-8b on 2 x h100" in timed and "decode llama-3.1-8b on 1 x a100" in timed
