@@ -59,7 +59,7 @@ def test_bad_input_is_one_line() -> None:
 
 def test_each_pool_has_its_own_gpu_and_tp(tmp_path: Path) -> None:
     spec = tmp_path / "pd.yaml"
-    spec.write_text("prefill: {replicas: 1, gpu: h100, tp: 2}\ndecode: {replicas: 1, gpu: a100-80gb, tp: 1}\n")
+    spec.write_text("prefill: {replicas: 1, gpu: h100, tp: 2}\ndecode: {replicas: 1, gpu: a100-80gb}\n")
     res = runner.invoke(app, ["cluster", "poisson_20_rps", "-n", "100", "--cluster", str(spec)])
     assert res.exit_code == 0, res.output
     timed = " ".join(res.stdout.split())
