@@ -13,6 +13,9 @@ short-prompt threshold). Prints TTFT/TPOT p50/p99, E2E p99, output tokens/s and 
 transfer leg.
 
     .venv/bin/python benchmarks/pd.py [--requests 600]
+
+AIConfigurator's estimate for the same model and GPUs is in docs/cluster.md (run by hand in its
+own venv: it needs a local model config.json and is not a servesim dependency).
 """
 
 from __future__ import annotations
