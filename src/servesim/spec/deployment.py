@@ -27,6 +27,7 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import ConfigError, describe, shown
+from servesim.perf.offload import check_offloading_size
 from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.perf.setup import (
     DEFAULT_GPU,
@@ -193,6 +194,7 @@ def resolve(spec: DeploymentSpec, *, max_model_len: int | None = None) -> Resolv
         linear=spec.linear_step_time,
         budget_defaulted="max_num_batched_tokens" in applied,
     )
+    check_offloading_size(setup.config.kv_offloading_size, setup.tp)
     return ResolvedDeployment(
         spec=spec,
         config=setup.config,
