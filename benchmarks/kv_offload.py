@@ -47,15 +47,13 @@ HERE = Path(__file__).resolve().parent
 # --- 1. the seam's cost when off ----------------------------------------------------------------
 
 
-def _probe(workload: str, path: str) -> None:
+def _probe(workload: str, path: str, n: int) -> None:
     """One timed ``simulate`` with no connector (run in a child process; prints JSON)."""
     from servesim.engine import EngineConfig, LinearStepTime, simulate
     from servesim.traces import GeneratorSpec, PoissonArrivals, generate_trace, load_trace
 
     if workload == "no-prefix":
-        trace = generate_trace(
-            GeneratorSpec(num_requests=50_000, seed=0, arrival=PoissonArrivals(rate=17.5))
-        )
+        trace = generate_trace(GeneratorSpec(num_requests=n, seed=0, arrival=PoissonArrivals(rate=17.5)))
         cfg = EngineConfig(num_gpu_blocks=30_000, max_num_seqs=256, max_num_batched_tokens=8192)
     else:
         trace = load_trace(path)
@@ -71,9 +69,10 @@ def _probe(workload: str, path: str) -> None:
     print(json.dumps({"cpu_s": cpu, "steps": res.summary.num_steps, "e2e_p50": res.summary.e2e_ms.p50}))
 
 
-def _child(python: str, workload: str, path: str) -> dict[str, Any]:
+def _child(python: str, workload: str, path: str, n: int) -> dict[str, Any]:
+    argv = [python, str(Path(__file__).resolve()), "--probe", workload, "--probe-path", path]
     out = subprocess.run(
-        [python, str(Path(__file__).resolve()), "--probe", workload, "--probe-path", path],
+        [*argv, "--probe-n", str(n)],
         check=True,
         capture_output=True,
         text=True,
@@ -82,12 +81,12 @@ def _child(python: str, workload: str, path: str) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def seam_cost(baseline: str | None, repeats: int) -> None:
+def seam_cost(baseline: str | None, repeats: int, n: int) -> None:
     sys.path.insert(0, str(HERE))
     from prefix_trace import write_prefix_trace
 
     prefix_path = Path(tempfile.gettempdir()) / "servesim-kv-offload-prefix.jsonl"
-    write_prefix_trace(prefix_path, 10_000)
+    write_prefix_trace(prefix_path, n // 5)
     print("## The seam's cost when off (no connector), median CPU s of one simulate()\n")
     print("| workload | steps | this checkout | before the seam | cost |")
     print("|---|---|---|---|---|")
@@ -95,22 +94,28 @@ def seam_cost(baseline: str | None, repeats: int) -> None:
         now: list[float] = []
         before: list[float] = []
         for _ in range(repeats):
-            a = _child(sys.executable, workload, str(prefix_path))
+            a = _child(sys.executable, workload, str(prefix_path), n)
             now.append(a["cpu_s"])
             if baseline:
-                b = _child(baseline, workload, str(prefix_path))
+                b = _child(baseline, workload, str(prefix_path), n)
                 before.append(b["cpu_s"])
                 if (b["steps"], b["e2e_p50"]) != (a["steps"], a["e2e_p50"]):
                     print(f"WARNING: {workload}: the two checkouts differ ({a} vs {b})")
         m_now = statistics.median(now)
-        label = {"no-prefix": "50k requests, no prefix caching", "prefix": "10k requests, prefix caching"}
+        label = {
+            "no-prefix": f"{n:,} requests, no prefix caching",
+            "prefix": f"{n // 5:,} requests (Mooncake format), prefix caching",
+        }
         if before:
             m_before = statistics.median(before)
             cost = f"{100 * (m_now / m_before - 1):+.1f} %"
             print(f"| {label[workload]} | {a['steps']:,} | {m_now:.3f} s | {m_before:.3f} s | {cost} |")
         else:
             print(f"| {label[workload]} | {a['steps']:,} | {m_now:.3f} s | (no --baseline-python) | - |")
-    print(f"\n({repeats} runs each, alternating; spread this checkout {min(now):.3f}-{max(now):.3f} s)")
+        spread = f"this checkout {min(now):.3f}-{max(now):.3f} s"
+        if before:
+            spread += f", before {min(before):.3f}-{max(before):.3f} s"
+        print(f"|  | ({repeats} runs each, alternating: {spread}) | | | |")
 
 
 # --- 2./3. offload size vs one more GPU ---------------------------------------------------------
@@ -200,7 +205,8 @@ def multi_turn_table(sizes: list[float]) -> None:
     trace = multi_turn()
     print(
         "\n## Generated multi-turn trace: 60 conversations 0.3 s apart x 5 turns 20 s apart (300 "
-        "requests, 3 req/s, histories 2,000-4,400 tokens); llama-3.1-8b on h100 with 1,200 KV blocks per GPU\n"
+        "requests, 3 req/s, histories 2,000-4,400 tokens); llama-3.1-8b on h100 with 1,200 KV "
+        "blocks per GPU\n"
     )
     print(HEADER)
     base: dict[str, Any] = {"model": "llama-3.1-8b", "gpu": "h100"}
@@ -223,22 +229,25 @@ def main() -> None:
     ap.add_argument("--sizes", default="64,128,256", help="CPU tier sizes, GiB (Mooncake)")
     ap.add_argument("--multi-turn-sizes", default="4,16,64", help="CPU tier sizes, GiB (generated)")
     ap.add_argument("--baseline-python", help="interpreter of a checkout from before the seam")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--seam-requests", type=int, default=200_000, help="requests of the no-prefix run")
     ap.add_argument("--skip", default="", help="comma-separated: seam, mooncake, multi-turn")
     ap.add_argument("--probe", help=argparse.SUPPRESS)
     ap.add_argument("--probe-path", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-n", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.probe:
-        _probe(args.probe, args.probe_path)
+        _probe(args.probe, args.probe_path, args.probe_n)
         return
     skip = set(args.skip.split(","))
     if "seam" not in skip:
-        seam_cost(args.baseline_python, args.repeats)
+        seam_cost(args.baseline_python, args.repeats, args.seam_requests)
     if "mooncake" not in skip:
         if args.mooncake:
-            mooncake_table(args.mooncake, args.window_s, args.stretch, [float(s) for s in args.sizes.split(",")])
+            sizes = [float(s) for s in args.sizes.split(",")]
+            mooncake_table(args.mooncake, args.window_s, args.stretch, sizes)
         else:
-            print("\n(Mooncake table skipped: pass --mooncake PATH or set SERVESIM_MOONCAKE_TRACE; see the docstring)")
+            print("\n(Mooncake table skipped: --mooncake PATH or SERVESIM_MOONCAKE_TRACE; see the docstring)")
     if "multi-turn" not in skip:
         multi_turn_table([float(s) for s in args.multi_turn_sizes.split(",")])
 

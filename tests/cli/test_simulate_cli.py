@@ -160,9 +160,13 @@ def test_kv_offloading_size_beyond_host_memory_is_one_line_everywhere(tmp_path: 
         lines = res.stderr.strip().splitlines()
         assert res.exit_code == 2 and len(lines) == 1, (argv, res.output)
         assert "kv_offloading_size 100000 GiB exceeds" in lines[0] and "at most 256 GiB" in lines[0], argv
-    ok = CliRunner().invoke(app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "300", "--tp", "2"])
+    ok = CliRunner().invoke(
+        app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "300", "--tp", "2"]
+    )
     assert ok.exit_code == 0, ok.output
-    over = CliRunner().invoke(app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "600", "--tp", "2"])
+    over = CliRunner().invoke(
+        app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "600", "--tp", "2"]
+    )
     assert over.exit_code == 2 and "at most 512 GiB" in over.stderr
 
 

@@ -59,7 +59,11 @@ def test_a_cpu_tier_beyond_host_memory_is_refused(client: TestClient, trace_id: 
     r = client.post("/api/simulate", json={"trace_id": trace_id, "engine": {"kv_offloading_size": 100_000}})
     assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
     assert "kv_offloading_size 100000 GiB" in r.json()["detail"] and "at most 256 GiB" in r.json()["detail"]
-    body = {"trace_id": trace_id, "hardware": {"tensor_parallel_size": 2}, "engine": {"kv_offloading_size": 300}}
+    body = {
+        "trace_id": trace_id,
+        "hardware": {"tensor_parallel_size": 2},
+        "engine": {"kv_offloading_size": 300},
+    }
     assert client.post("/api/simulate", json=body).status_code == 202
 
 

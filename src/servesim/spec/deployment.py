@@ -132,10 +132,12 @@ class ResolvedDeployment:
             "timed_as": self.timed_as,
         }
 
-    def kv_connector(self) -> OffloadingConnector | None:
+    def kv_connector(self, config: EngineConfig | None = None) -> OffloadingConnector | None:
         """A fresh CPU-offload connector when ``kv_offloading_size`` is set (None otherwise):
-        sized and timed for this model on this GPU (``servesim.perf.offload``)."""
-        if self.config.kv_offloading_size is None:
+        sized and timed for this model on this GPU (``servesim.perf.offload``); ``config``: this
+        deployment's engine with flags changed since (the dashboard's restart)."""
+        config = config or self.config
+        if config.kv_offloading_size is None:
             return None
         if self.model is None or self.gpu is None:
             raise ConfigError(
@@ -146,7 +148,7 @@ class ResolvedDeployment:
         from servesim.perf.offload import offloading_connector
 
         cat = load_catalog()
-        return offloading_connector(self.config, cat.model(self.model), cat.gpu(self.gpu), self.tp)
+        return offloading_connector(config, cat.model(self.model), cat.gpu(self.gpu), self.tp)
 
     def rebuild(self, engine: dict[str, Any]) -> ResolvedDeployment:
         """The same deployment with these vLLM keys changed (the dashboard's restart)."""
