@@ -81,16 +81,16 @@ def _child(python: str, workload: str, path: str, n: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def seam_cost(baseline: str | None, repeats: int, n: int) -> None:
+def seam_cost(baseline: str | None, repeats: int, n: int, workloads: list[str]) -> None:
     sys.path.insert(0, str(HERE))
     from prefix_trace import write_prefix_trace
 
     prefix_path = Path(tempfile.gettempdir()) / "servesim-kv-offload-prefix.jsonl"
     write_prefix_trace(prefix_path, n // 5)
-    print("## The seam's cost when off (no connector), median CPU s of one simulate()\n")
-    print("| workload | steps | this checkout | before the seam | cost |")
+    print("## The seam's cost when off (no connector): CPU s of one simulate(), median (min)\n")
+    print("| workload | steps | this checkout | before the seam | cost: median (min) |")
     print("|---|---|---|---|---|")
-    for workload in ("no-prefix", "prefix"):
+    for workload in workloads:
         now: list[float] = []
         before: list[float] = []
         for _ in range(repeats):
@@ -108,8 +108,11 @@ def seam_cost(baseline: str | None, repeats: int, n: int) -> None:
         }
         if before:
             m_before = statistics.median(before)
-            cost = f"{100 * (m_now / m_before - 1):+.1f} %"
-            print(f"| {label[workload]} | {a['steps']:,} | {m_now:.3f} s | {m_before:.3f} s | {cost} |")
+            cost = f"{100 * (m_now / m_before - 1):+.1f} % ({100 * (min(now) / min(before) - 1):+.1f} %)"
+            print(
+                f"| {label[workload]} | {a['steps']:,} | {m_now:.3f} ({min(now):.3f}) s | "
+                f"{m_before:.3f} ({min(before):.3f}) s | {cost} |"
+            )
         else:
             print(f"| {label[workload]} | {a['steps']:,} | {m_now:.3f} s | (no --baseline-python) | - |")
         spread = f"this checkout {min(now):.3f}-{max(now):.3f} s"
@@ -230,6 +233,7 @@ def main() -> None:
     ap.add_argument("--multi-turn-sizes", default="4,16,64", help="CPU tier sizes, GiB (generated)")
     ap.add_argument("--baseline-python", help="interpreter of a checkout from before the seam")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--seam-workloads", default="no-prefix,prefix", help="no-prefix, prefix")
     ap.add_argument("--seam-requests", type=int, default=200_000, help="requests of the no-prefix run")
     ap.add_argument("--skip", default="", help="comma-separated: seam, mooncake, multi-turn")
     ap.add_argument("--probe", help=argparse.SUPPRESS)
@@ -241,7 +245,7 @@ def main() -> None:
         return
     skip = set(args.skip.split(","))
     if "seam" not in skip:
-        seam_cost(args.baseline_python, args.repeats, args.seam_requests)
+        seam_cost(args.baseline_python, args.repeats, args.seam_requests, args.seam_workloads.split(","))
     if "mooncake" not in skip:
         if args.mooncake:
             sizes = [float(s) for s in args.sizes.split(",")]

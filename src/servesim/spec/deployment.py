@@ -244,7 +244,8 @@ def resolve_replicas(
             resolved = resolve(spec, max_model_len=mml)
         except (ConfigError, ValidationError) as e:
             raise ConfigError(f"replica {shown(name)}: {describe(e)}") from None
-        out.append((Replica(name, resolved.config, resolved.step_time), resolved))
+        tier = resolved.kv_connector if resolved.config.kv_offloading_size is not None else None
+        out.append((Replica(name, resolved.config, resolved.step_time, tier), resolved))
     return out
 
 
