@@ -24,8 +24,9 @@
     .venv/bin/python benchmarks/kv_offload.py --mooncake conversation_trace.jsonl \\
         --baseline-python /tmp/pre-seam/.venv/bin/python
 
-Timings are printed, never asserted. Hit rates: GPU = prefix-cache hits / prompt tokens; CPU =
-tokens loaded from the tier / prompt tokens (vLLM's two ``prefix_cache`` metric families).
+Timings are printed, never asserted. Hit rates as vLLM reports them (first admissions): GPU =
+prefix-cache hits / prompt tokens; CPU = tokens the tier supplied / tokens asked of it beyond the
+GPU hit (the connector's prefix-cache stats). "sim CPU" is the simulation's own CPU time.
 """
 
 from __future__ import annotations
