@@ -347,13 +347,13 @@ def test_the_cpu_tier_gauge_shows_usage_hits_and_tokens_as_the_run_reports_them(
     async def body(pilot: Pilot[None], app: DashboardApp) -> None:
         early = str(app.query_one("#cpu").render())
         assert early.startswith("CPU ") and f"/{chunks:,} chunks" in early
-        assert "CPU hits 0.0%" in early and "loaded 0 " in early  # first turns: nothing to load yet
+        assert " hit 0.0%" in early and "loaded 0 " in early  # first turns: nothing to load yet
         app.fast_forward(math.inf)
         app.refresh_view()
         await pilot.pause()
         end = str(app.query_one("#cpu").render())
         assert f"{want.cpu_chunks_stored_at_end:,}/{chunks:,} chunks" in end
-        assert f"CPU hits {want.cpu_hit_rate:.1%}" in end
+        assert f" hit {want.cpu_hit_rate:.1%}\n" in end
         assert (
             f"loaded {want.loaded_tokens / 1e3:,.1f}k" in end
             and f"stored {want.stored_tokens / 1e3:,.1f}k" in end

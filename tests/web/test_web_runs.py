@@ -53,6 +53,14 @@ def test_a_run_with_a_cpu_tier_shows_it(client: TestClient, trace_id: str) -> No
     assert "offload" in {t["key"] for t in section(run["result"], "simulation")["tables"]}
 
 
+def test_a_cluster_run_with_a_cpu_tier_finishes(client: TestClient, trace_id: str) -> None:
+    """kv_offloading_size on a two-replica run gives each replica its tier (the job used to fail:
+    the cluster's engines were given no connector)."""
+    body = {"trace_id": trace_id, "replicas": 2, "engine": {"kv_offloading_size": 4}}
+    run = run_job(client, "/api/simulate", body)
+    assert run["job"]["status"] == "done", run["job"]
+
+
 def test_a_cpu_tier_beyond_host_memory_is_refused(client: TestClient, trace_id: str) -> None:
     """Issue 31: kv_offloading_size is bounded by the host memory assumed per GPU (it ran with
     100 TB before; only tune bounded it): a 422 naming the field and the limit; TP 2 doubles it."""

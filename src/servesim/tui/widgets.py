@@ -320,11 +320,11 @@ class CpuTierGauge(Static):
             t.append("no tier" if rep.alive else "down", style="dim")
             self.update(t)
             return
-        t.append_text(bar(tier.usage, 14, "cyan"))
-        t.append(f" {tier.usage:4.0%}\n", style="cyan")
-        t.append(f"{tier.chunks_stored:,}/{tier.num_chunks:,} chunks\n")
+        t.append_text(bar(tier.usage, 10, "cyan"))
+        t.append(f" {tier.usage:4.0%}", style="cyan")
         hit = "-" if tier.hit_rate is None else f"{tier.hit_rate:.1%}"
-        t.append(f"CPU hits {hit}\n")
+        t.append(f" hit {hit}\n")  # three lines, as the KV gauge: the side panel fits 80x24
+        t.append(f"{tier.chunks_stored:,}/{tier.num_chunks:,} chunks\n")
         t.append(f"loaded {_tokens(tier.loaded_tokens)} stored {_tokens(tier.stored_tokens)} tok")
         self.update(t)
 
