@@ -41,7 +41,8 @@ from servesim.cluster import (
 )
 from servesim.engine import SLO, EngineConfig, LinearStepTime, SimulationResult, StepTimeModel
 from servesim.engine.engine import Engine
-from servesim.engine.replica import ReplicaView
+from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.replica import CpuTierState, ReplicaView
 from servesim.engine.request import (
     OUTCOME_FINISHED,
     OUTCOME_LENGTH_CAPPED,
@@ -117,6 +118,7 @@ class ReplicaState:
     kv_blocks_usable: int
     prefix_hit_rate: float | None
     num_preemptions: int
+    cpu_tier: CpuTierState | None = None  # vLLM's CPU offload tier (None: the replica has none)
 
     @property
     def kv_usage(self) -> float:
@@ -339,6 +341,7 @@ class _Base:
             engine.kv_blocks_usable,
             engine.prefix_hit_rate,
             engine.num_preemptions,
+            engine.cpu_tier if alive else None,
         )
 
     def _figures(self, now: float) -> tuple[list[float | None], float, float, int, int]:
@@ -574,12 +577,15 @@ class LiveRun(_Base):
         slo: SLO | None = None,
         observers: Sequence[Observer] = (),
         window_s: float = 30.0,
+        kv_connector: OffloadingConnector | None = None,
     ) -> None:
         self._setup(trace, window_s)
         self.config = config or EngineConfig()
         self.step_time = step_time or LinearStepTime()
         self.slo = slo
-        self.engine = Engine(trace, self.config, self.step_time, observers=observers)
+        self.engine = Engine(
+            trace, self.config, self.step_time, observers=observers, kv_connector=kv_connector
+        )
         self._view = ReplicaView(self.engine)
         self._samples = []
         self._result: SimulationResult | None = None

@@ -55,3 +55,34 @@ def test_bad_cluster_input_is_one_line_exit_2(tmp_path: Path) -> None:
         res = runner.invoke(app, args)
         assert res.exit_code == 2, (args, res.output)
         assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_cpu_tier_on_every_replica_runs_and_shortens_the_turns(tmp_path: Path) -> None:
+    """Issue 31.4: kv_offloading_size in a cluster's --config gives each replica vLLM's CPU tier
+    (it stopped with 'needs a connector'): on conversations the 600-block GPU caches cannot keep
+    between turns, the tier cuts TTFT p99 against the same cluster without one."""
+    rows = [
+        {
+            "req_id": f"c{c}t{t}",
+            "arrival_time_s": t * 6.0 + c * 0.05,
+            "prompt_len": 1600 + 500 * t,
+            "output_len": 40,
+            "prefix_group": f"conv{c}",
+            "prefix_len": 1500 + 500 * t,
+        }
+        for t in range(4)
+        for c in range(24)
+    ]
+    trace = tmp_path / "mt.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p99 = {}
+    configs = {"plain": "num_gpu_blocks: 600\n", "tier": "num_gpu_blocks: 600\nkv_offloading_size: 16\n"}
+    for name, keys in configs.items():
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(keys)
+        res = runner.invoke(app, ["cluster", str(trace), "--replicas", "2", "-c", str(cfg), "--json"])
+        assert res.exit_code == 0, res.output
+        row = json.loads(res.stdout)["strategies"][0]
+        assert row["strategy"] == "no failure" and row["num_finished"] == len(rows)
+        p99[name] = row["ttft_p99_ms"]
+    assert p99["tier"] < 0.8 * p99["plain"], p99

@@ -140,6 +140,36 @@ def test_kv_offloading_size_runs_the_cpu_tier_and_a_fixed_step_time_refuses_it()
     assert bad.exit_code == 2 and "kv_offloading_size needs a model on a GPU" in bad.stderr, bad.output
 
 
+def test_kv_offloading_size_beyond_host_memory_is_one_line_everywhere(tmp_path: Path) -> None:
+    """Issue 31: --kv-offloading-size 100000 (100 TB) used to run; now simulate, cluster (a
+    --config key), dashboard and emulate refuse it before any work, naming the field and the
+    limit (256 GiB per GPU, twice that on TP 2, which runs)."""
+    from typer.testing import CliRunner
+
+    from servesim.cli.main import app
+
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text("kv_offloading_size: 100000\n")
+    for argv in (
+        ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "100000"],
+        ["cluster", "bursty", "-n", "20", "--replicas", "2", "-c", str(cfg)],
+        ["dashboard", "bursty", "-n", "20", "--kv-offloading-size", "100000"],
+        ["emulate", "--kv-offloading-size", "100000"],
+    ):
+        res = CliRunner().invoke(app, argv)
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, (argv, res.output)
+        assert "kv_offloading_size 100000 GiB exceeds" in lines[0] and "at most 256 GiB" in lines[0], argv
+    ok = CliRunner().invoke(
+        app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "300", "--tp", "2"]
+    )
+    assert ok.exit_code == 0, ok.output
+    over = CliRunner().invoke(
+        app, ["simulate", "bursty", "-n", "20", "--kv-offloading-size", "600", "--tp", "2"]
+    )
+    assert over.exit_code == 2 and "at most 512 GiB" in over.stderr
+
+
 def _multi_turn_trace(path: Path, convs: int = 24, turns: int = 4) -> Path:
     """Conversations whose every turn repeats the previous turns' tokens (the GPU cache, 600
     blocks, cannot hold them from one turn to the next; a CPU tier of 16 GiB can)."""

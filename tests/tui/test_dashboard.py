@@ -288,3 +288,107 @@ def test_a_restart_with_model_redoes_the_deployment_setup() -> None:
     batch = BatchComposition(8, 8000, [], 0)
     assert s.config == want and s.step_time.step_time(batch) == want_step.step_time(batch)
     assert s.config.num_gpu_blocks is not None and s.config.max_num_batched_tokens == 16384
+
+
+def _multi_turn() -> Trace:
+    """Conversations whose every turn repeats the previous turns' tokens: a 600-block GPU cache
+    cannot hold them from one turn to the next, a 16 GiB CPU tier can."""
+    rows = [
+        {
+            "req_id": f"c{c}t{t}",
+            "arrival_time_s": t * 6.0 + c * 0.05,
+            "prompt_len": 1600 + 500 * t,
+            "output_len": 40,
+            "prefix_group": f"conv{c}",
+            "prefix_len": 1500 + 500 * t,
+        }
+        for t in range(4)
+        for c in range(24)
+    ]
+    rows.sort(key=lambda r: r["arrival_time_s"])
+    return Trace.from_records(rows, source="multi-turn")
+
+
+def _tier_spec(trace: Trace, offload: float | None, replicas: int = 1) -> DashboardSpec:
+    from servesim.spec import DeploymentSpec, resolve_for_trace
+
+    engine: dict[str, Any] = {"num_gpu_blocks": 600}
+    if offload is not None:
+        engine["kv_offloading_size"] = offload
+    dep = DeploymentSpec(model="llama-3.1-8b", gpu="h100", engine=engine)
+    resolved, rebuild = resolve_for_trace(dep, trace)
+    return DashboardSpec(
+        trace,
+        "multi-turn",
+        resolved.config,
+        resolved.step_time,
+        replicas=replicas,
+        rebuild=rebuild,
+        kv_connector=resolved.kv_connector if offload is not None else None,
+    )
+
+
+def test_the_cpu_tier_gauge_shows_usage_hits_and_tokens_as_the_run_reports_them() -> None:
+    """Issue 31.4: with --kv-offloading-size the side panel has a CPU-tier gauge: chunks held of
+    the tier (sized as vLLM sizes it), the CPU hit rate, tokens loaded and stored; at the end its
+    figures are simulate()'s offload summary. Without a tier there is no gauge."""
+    from textual.css.query import NoMatches
+
+    from servesim.perf.catalog import load_catalog
+    from servesim.perf.offload import cpu_chunks
+
+    trace = _multi_turn()
+    s = _tier_spec(trace, 16.0)
+    chunks = cpu_chunks(s.config, load_catalog().model("llama-3.1-8b"))
+    want = simulate(trace, s.config, s.step_time, kv_connector=s.kv_connector(s.config)).offload  # type: ignore[misc]
+    assert want is not None and want.loaded_tokens > 0 and want.cpu_hit_rate is not None
+    app = DashboardApp(s, paused=True, start_at=3.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        early = str(app.query_one("#cpu").render())
+        assert early.startswith("CPU ") and f"/{chunks:,} chunks" in early
+        assert " hit 0.0%" in early and "loaded 0 " in early  # first turns: nothing to load yet
+        app.fast_forward(math.inf)
+        app.refresh_view()
+        await pilot.pause()
+        end = str(app.query_one("#cpu").render())
+        assert f"{want.cpu_chunks_stored_at_end:,}/{chunks:,} chunks" in end
+        assert f" hit {want.cpu_hit_rate:.1%}\n" in end
+        assert (
+            f"loaded {want.loaded_tokens / 1e3:,.1f}k" in end
+            and f"stored {want.stored_tokens / 1e3:,.1f}k" in end
+        )
+
+    drive(app, body, (80, 30))
+
+    plain = DashboardApp(_tier_spec(trace, None), paused=True)
+
+    async def none(pilot: Pilot[None], app: DashboardApp) -> None:
+        with pytest.raises(NoMatches):
+            app.query_one("#cpu")
+
+    drive(plain, none)
+
+
+def test_each_replica_of_a_cluster_shows_its_own_cpu_tier() -> None:
+    """On two replicas each engine has its own tier (the router splits the conversations): ]
+    switches the gauge to the other replica's figures, and a restart keeps the tier."""
+    app = DashboardApp(_tier_spec(_multi_turn(), 16.0, replicas=2), paused=True, start_at=20.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        snap = app.snap
+        assert snap is not None
+        tiers = [r.cpu_tier for r in snap.replicas]
+        assert all(t is not None and t.stored_tokens > 0 for t in tiers)
+        for i, tier in enumerate(tiers):
+            assert tier is not None
+            assert f"{tier.chunks_stored:,}/{tier.num_chunks:,} chunks" in str(app.query_one("#cpu").render())
+            if i == 0:
+                await pilot.press("right_square_bracket")
+                await pilot.pause()
+        await pilot.press("c")  # restart without chunked prefill: a fresh tier per engine
+        await pilot.pause()
+        again = app.snap
+        assert again is not None and all(r.cpu_tier is not None for r in again.replicas)
+
+    drive(app, body, (120, 36))

@@ -28,6 +28,16 @@ def test_headless_json_is_simulates_report() -> None:
     assert dash == sim
 
 
+def test_headless_with_a_cpu_tier_is_simulates_report() -> None:
+    """Issue 31.4: --kv-offloading-size runs vLLM's CPU tier in the dashboard too (it stopped with
+    'needs a connector'): --headless --json is simulate's document, the tier's figures included."""
+    flags = [*FLAGS, "--kv-offloading-size", "2"]
+    res = runner.invoke(app, ["dashboard", *flags, "--headless", "--json"])
+    assert res.exit_code == 0, res.output
+    dash, sim = json.loads(res.stdout), json.loads(runner.invoke(app, ["simulate", *flags, "--json"]).stdout)
+    assert dash == sim and dash["summary"]["offload"]["stored_tokens"] > 0
+
+
 def test_headless_cluster_with_a_failure_is_the_cluster_commands_row() -> None:
     args = ["bursty", "-n", "150", "--fail", "n1@4", "--json"]
     dash = json.loads(runner.invoke(app, ["dashboard", *args, "--replicas", "2", "--headless"]).stdout)

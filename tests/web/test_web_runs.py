@@ -53,6 +53,28 @@ def test_a_run_with_a_cpu_tier_shows_it(client: TestClient, trace_id: str) -> No
     assert "offload" in {t["key"] for t in section(run["result"], "simulation")["tables"]}
 
 
+def test_a_cluster_run_with_a_cpu_tier_finishes(client: TestClient, trace_id: str) -> None:
+    """kv_offloading_size on a two-replica run gives each replica its tier (the job used to fail:
+    the cluster's engines were given no connector)."""
+    body = {"trace_id": trace_id, "replicas": 2, "engine": {"kv_offloading_size": 4}}
+    run = run_job(client, "/api/simulate", body)
+    assert run["job"]["status"] == "done", run["job"]
+
+
+def test_a_cpu_tier_beyond_host_memory_is_refused(client: TestClient, trace_id: str) -> None:
+    """Issue 31: kv_offloading_size is bounded by the host memory assumed per GPU (it ran with
+    100 TB before; only tune bounded it): a 422 naming the field and the limit; TP 2 doubles it."""
+    r = client.post("/api/simulate", json={"trace_id": trace_id, "engine": {"kv_offloading_size": 100_000}})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert "kv_offloading_size 100000 GiB" in r.json()["detail"] and "at most 256 GiB" in r.json()["detail"]
+    body = {
+        "trace_id": trace_id,
+        "hardware": {"tensor_parallel_size": 2},
+        "engine": {"kv_offloading_size": 300},
+    }
+    assert client.post("/api/simulate", json=body).status_code == 202
+
+
 def test_max_num_seqs_changes_the_p99(client: TestClient, trace_id: str) -> None:
     wide = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 128}})
     narrow = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 2}})

@@ -110,6 +110,7 @@ def register(app: typer.Typer) -> None:
                 kv_checkpointing=link.kv_checkpointing,
                 slo=request_slo(slo),
                 rebuild=rebuild,
+                kv_connector=setup.kv_connector if cfg.kv_offloading_size is not None else None,
             )
             if spec.is_cluster and any(e.node not in {f"n{i}" for i in range(replicas)} for e in events):
                 raise InputError(f"--fail names a replica that does not exist; replicas: n0..n{replicas - 1}")

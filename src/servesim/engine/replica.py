@@ -14,11 +14,30 @@ between steps. The sequences it returns are fresh tuples, never the engine's own
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, Recorder
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.request import FINISHED, OUTCOME_ABORTED, Request
 from servesim.engine.step_time import StepTimeModel
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTierState:
+    """A replica's CPU offload tier so far (vLLM's OffloadingConnector metrics): chunks held of
+    the tier's ``num_chunks``, the hit rate of tokens asked of it beyond the GPU hit (first
+    admissions, None before any), tokens loaded from it and stored to it."""
+
+    num_chunks: int
+    chunks_stored: int
+    hit_rate: float | None
+    loaded_tokens: int
+    stored_tokens: int
+
+    @property
+    def usage(self) -> float:
+        return self.chunks_stored / self.num_chunks if self.num_chunks else 0.0
 
 
 class ReplicaView:
@@ -187,6 +206,21 @@ class ReplicaView:
             c += 1
         return max(0, c * bpc - start)
 
+    @property
+    def cpu_tier(self) -> CpuTierState | None:
+        """The CPU offload tier's figures so far (None: no ``kv_offloading_size``)."""
+        conn = self._engine.kv_connector
+        if conn is None:
+            return None
+        st = conn.stats
+        return CpuTierState(
+            conn.manager.num_chunks,
+            conn.manager.num_stored(),
+            st.hit_tokens / st.queried_tokens if st.queried_tokens else None,
+            st.loaded_tokens,
+            st.stored_tokens,
+        )
+
     # ------------------------------------------------------------------ records
     @property
     def records(self) -> Recorder:
@@ -214,4 +248,4 @@ def close_unheld(r: Request, t: float) -> None:
     r.finish_time = t
 
 
-__all__ = ["ReplicaView", "close_unheld"]
+__all__ = ["CpuTierState", "ReplicaView", "close_unheld"]

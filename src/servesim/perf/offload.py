@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import HostLinkTiming, OffloadingConnector
+from servesim.errors import ConfigError
 from servesim.perf.catalog import GPUSpec, ModelSpec
 from servesim.perf.memory import kv_bytes_per_token
 
@@ -37,6 +38,20 @@ HOST_MEMORY_USD_PER_GIB_HOUR = 0.005
 def host_memory_gib(tensor_parallel_size: int) -> float:
     """The most ``--kv-offloading-size`` one replica of ``tensor_parallel_size`` GPUs may set."""
     return HOST_MEMORY_GIB_PER_GPU * tensor_parallel_size
+
+
+def check_offloading_size(size_gib: float | None, tensor_parallel_size: int) -> None:
+    """``ConfigError`` naming ``kv_offloading_size`` and the limit when a replica's CPU tier asks
+    for more host memory than its GPUs' share of the node (the one check: resolve and tune)."""
+    if size_gib is None:
+        return
+    limit = host_memory_gib(tensor_parallel_size)
+    if size_gib > limit:
+        raise ConfigError(
+            f"kv_offloading_size {size_gib:g} GiB exceeds the host memory assumed for "
+            f"{tensor_parallel_size} GPU(s): at most {limit:g} GiB ({HOST_MEMORY_GIB_PER_GPU:g} GiB per "
+            "GPU, servesim.perf.offload.HOST_MEMORY_GIB_PER_GPU)"
+        )
 
 
 def cpu_chunks(

@@ -27,6 +27,7 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import ConfigError, describe, shown
+from servesim.perf.offload import check_offloading_size
 from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.perf.setup import (
     DEFAULT_GPU,
@@ -131,10 +132,12 @@ class ResolvedDeployment:
             "timed_as": self.timed_as,
         }
 
-    def kv_connector(self) -> OffloadingConnector | None:
+    def kv_connector(self, config: EngineConfig | None = None) -> OffloadingConnector | None:
         """A fresh CPU-offload connector when ``kv_offloading_size`` is set (None otherwise):
-        sized and timed for this model on this GPU (``servesim.perf.offload``)."""
-        if self.config.kv_offloading_size is None:
+        sized and timed for this model on this GPU (``servesim.perf.offload``); ``config``: this
+        deployment's engine with flags changed since (the dashboard's restart)."""
+        config = config or self.config
+        if config.kv_offloading_size is None:
             return None
         if self.model is None or self.gpu is None:
             raise ConfigError(
@@ -145,7 +148,7 @@ class ResolvedDeployment:
         from servesim.perf.offload import offloading_connector
 
         cat = load_catalog()
-        return offloading_connector(self.config, cat.model(self.model), cat.gpu(self.gpu), self.tp)
+        return offloading_connector(config, cat.model(self.model), cat.gpu(self.gpu), self.tp)
 
     def rebuild(self, engine: dict[str, Any]) -> ResolvedDeployment:
         """The same deployment with these vLLM keys changed (the dashboard's restart)."""
@@ -193,6 +196,7 @@ def resolve(spec: DeploymentSpec, *, max_model_len: int | None = None) -> Resolv
         linear=spec.linear_step_time,
         budget_defaulted="max_num_batched_tokens" in applied,
     )
+    check_offloading_size(setup.config.kv_offloading_size, setup.tp)
     return ResolvedDeployment(
         spec=spec,
         config=setup.config,
@@ -240,7 +244,8 @@ def resolve_replicas(
             resolved = resolve(spec, max_model_len=mml)
         except (ConfigError, ValidationError) as e:
             raise ConfigError(f"replica {shown(name)}: {describe(e)}") from None
-        out.append((Replica(name, resolved.config, resolved.step_time), resolved))
+        tier = resolved.kv_connector if resolved.config.kv_offloading_size is not None else None
+        out.append((Replica(name, resolved.config, resolved.step_time, tier), resolved))
     return out
 
 

@@ -28,6 +28,7 @@ from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScree
 from servesim.tui.spec import DashboardSpec
 from servesim.tui.widgets import (
     BatchTable,
+    CpuTierGauge,
     EventLog,
     KvGauge,
     LatencyGauges,
@@ -110,6 +111,8 @@ class DashboardApp(App[None]):
             yield BatchTable(id="batch")
             with Vertical(id="side"):
                 yield KvGauge(id="kv")
+                if self.spec.config.kv_offloading_size is not None:
+                    yield CpuTierGauge(id="cpu")
                 yield LatencyGauges(id="latency")
                 yield Throughput(id="tput")
                 yield ThroughputSpark([], id="spark")
@@ -209,6 +212,8 @@ class DashboardApp(App[None]):
         if self.spec.is_cluster:
             self.main.query_one("#side").border_title = "KV · latency · tok/s (all)"
         self.main.query_one("#kv", KvGauge).show(rep, rep.name if self.spec.is_cluster else None)
+        if self.spec.config.kv_offloading_size is not None:
+            self.main.query_one("#cpu", CpuTierGauge).show(rep)
         self.main.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
         self.main.query_one("#tput", Throughput).show(snap)
         self.main.query_one("#spark", ThroughputSpark).data = list(self.spark)

@@ -19,6 +19,7 @@ from servesim import (
     StepTimeModel,
     Trace,
 )
+from servesim.engine.kv_connector import OffloadingConnector
 
 Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
 
@@ -41,17 +42,33 @@ class DashboardSpec:
     slo: SLO | None = None
     window_s: float = 30.0
     rebuild: Rebuild | None = field(default=None, compare=False)
+    # vLLM's CPU offload tier for an engine of this config (``ResolvedDeployment.kv_connector``
+    # of the deployment with it; None: no tier). Each engine gets a fresh, empty one.
+    kv_connector: Callable[[EngineConfig], OffloadingConnector | None] | None = field(
+        default=None, compare=False
+    )
+
+    def _connector(self) -> OffloadingConnector | None:
+        return None if self.kv_connector is None else self.kv_connector(self.config)
 
     @property
     def is_cluster(self) -> bool:
         return self.replicas > 1 or bool(self.failures) or self.router is not None
 
     def replica_specs(self) -> list[Replica]:
-        return [Replica(f"n{i}", self.config, self.step_time) for i in range(self.replicas)]
+        tier = None if self.kv_connector is None else self._connector
+        return [Replica(f"n{i}", self.config, self.step_time, tier) for i in range(self.replicas)]
 
     def start(self) -> LiveRun | LiveClusterRun:
         if not self.is_cluster:
-            return LiveRun(self.trace, self.config, self.step_time, slo=self.slo, window_s=self.window_s)
+            return LiveRun(
+                self.trace,
+                self.config,
+                self.step_time,
+                slo=self.slo,
+                window_s=self.window_s,
+                kv_connector=self._connector(),
+            )
         return LiveClusterRun(
             self.trace,
             self.replica_specs(),

@@ -301,6 +301,34 @@ class KvGauge(Static):
         self.update(t)
 
 
+def _tokens(n: int) -> str:
+    """1,234 / 12.3k / 4.56M: a token count that fits the side panel."""
+    if n < 10_000:
+        return f"{n:,}"
+    return f"{n / 1e3:,.1f}k" if n < 1_000_000 else f"{n / 1e6:,.2f}M"
+
+
+class CpuTierGauge(Static):
+    """The shown replica's CPU offload tier (``--kv-offloading-size``): chunks held of the tier,
+    the CPU prefix-hit rate and the tokens loaded from it and stored to it (vLLM's connector
+    metrics). A full tier is normal (LRU keeps it full), so the bar is not coloured as a warning."""
+
+    def show(self, rep: ReplicaState) -> None:
+        tier = rep.cpu_tier
+        t = Text("CPU ", style="bold")
+        if tier is None:
+            t.append("no tier" if rep.alive else "down", style="dim")
+            self.update(t)
+            return
+        t.append_text(bar(tier.usage, 10, "cyan"))
+        t.append(f" {tier.usage:4.0%}", style="cyan")
+        hit = "-" if tier.hit_rate is None else f"{tier.hit_rate:.1%}"
+        t.append(f" hit {hit}\n")  # three lines, as the KV gauge: the side panel fits 80x24
+        t.append(f"{tier.chunks_stored:,}/{tier.num_chunks:,} chunks\n")
+        t.append(f"loaded {_tokens(tier.loaded_tokens)} stored {_tokens(tier.stored_tokens)} tok")
+        self.update(t)
+
+
 class LatencyGauges(Static):
     """Rolling p50/p99 TTFT and TPOT against the SLO."""
 

@@ -253,15 +253,9 @@ def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig,
             f"this hardware context has a fixed TP of {hardware.default_tensor_parallel_size}; "
             f"tensor_parallel_size {d.tensor_parallel_size} cannot be simulated"
         )
-    if d.kv_offloading_size is not None:
-        from servesim.perf.offload import HOST_MEMORY_GIB_PER_GPU, host_memory_gib
+    from servesim.perf.offload import check_offloading_size
 
-        if d.kv_offloading_size > host_memory_gib(d.tensor_parallel_size):
-            raise ConfigError(
-                f"kv_offloading_size {d.kv_offloading_size:g} GiB exceeds the host memory assumed for "
-                f"{d.tensor_parallel_size} GPU(s) ({HOST_MEMORY_GIB_PER_GPU:g} GiB per GPU, "
-                "servesim.perf.offload.HOST_MEMORY_GIB_PER_GPU)"
-            )
+    check_offloading_size(d.kv_offloading_size, d.tensor_parallel_size)
     res = hardware.resolve(
         tensor_parallel_size=d.tensor_parallel_size,
         gpu_memory_utilization=d.gpu_memory_utilization,

@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from servesim.engine import EngineConfig
-from servesim.errors import user_errors
+from servesim.errors import ConfigError, user_errors
+from servesim.perf.offload import check_offloading_size
 from servesim.web.defaults import with_defaults
 from servesim.web.problems import Problem
 from servesim.web.schemas import AdviseBody, TuneBody
@@ -22,6 +23,12 @@ def checked_engine(body: BaseModel, gpu: str) -> EngineConfig | None:
     engine = getattr(body, "engine", None)
     if not isinstance(engine, EngineConfig):
         return None
+    hw = getattr(body, "hardware", None)
+    try:
+        check_offloading_size(engine.kv_offloading_size, getattr(hw, "tensor_parallel_size", 1))
+    except ConfigError as exc:  # the bound every interface gets from servesim.spec.resolve
+        field = "body.engine.kv_offloading_size"
+        raise Problem(422, str(exc), errors=[{"field": field, "reason": str(exc)}]) from None
     try:
         return with_defaults(engine, gpu)
     except ValidationError as exc:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
 from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, StepTimeModel, simulate
+from servesim.engine.kv_connector import OffloadingConnector
 from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
@@ -42,7 +44,8 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     notes = setup_notes(setup)
     config, step = setup.config, setup.step_time
     if body.replicas > 1 or body.failures:
-        return _cluster(body, trace, config, step, notes, env, report)
+        tier = setup.kv_connector if config.kv_offloading_size is not None else None
+        return _cluster(body, trace, config, step, notes, env, report, tier)
     # counters, not per-step events; a CPU tier when the engine sets kv_offloading_size
     result = simulate(trace, config, step, slo=body.slo, progress=report, kv_connector=setup.kv_connector())
     save_requests(result.to_pandas(), env)
@@ -110,12 +113,13 @@ def _cluster(
     notes: list[str],
     env: Env,
     report: Report,
+    tier: Callable[[], OffloadingConnector | None] | None = None,
 ) -> dict[str, Any]:
     from servesim.cluster import RecoveryContext, Replica, RouterSpec, simulate_cluster
     from servesim.perf import load_catalog
     from servesim.perf.catalog import resolve_model
 
-    replicas = [Replica(f"n{i}", config, step) for i in range(body.replicas)]
+    replicas = [Replica(f"n{i}", config, step, tier) for i in range(body.replicas)]
     names = {r.name for r in replicas}
     unknown = sorted({f.node for f in body.failures} - names)
     if unknown:
