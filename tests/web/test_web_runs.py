@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from conftest import SMALL_SPACE, run_job, section, settings_for, wait_job
@@ -233,3 +234,15 @@ def test_cancel_time_limit_and_queue_bound(tmp_path: Path) -> None:
         assert wait_job(c, running)["status"] == "cancelled"
         after = c.post("/api/simulate", json={"trace_id": tid}).json()["id"]
         assert wait_job(c, after)["status"] == "done"  # a fresh worker replaced the stopped one
+
+
+def test_the_eta_goes_by_the_rate_since_the_first_count() -> None:
+    """A run's first requests finish only after their whole latency: 82 of 100,000 closed in the
+    first slice said 'about 600 s left' for a 3 s run. The ETA is the rate since the first count."""
+    from servesim.web.jobs import eta_s
+
+    now = time.monotonic()
+    assert eta_s(30_082, 100_000, (now - 1.0, 82)) == pytest.approx(2.33, abs=0.05)
+    assert eta_s(82, 100_000, (now, 82)) is None  # no rate yet
+    assert eta_s(100_000, 100_000, (now - 5.0, 82)) is None  # done
+    assert eta_s(10, 100, None) is None
