@@ -109,6 +109,10 @@ class JobManager:
             live.thread.start()
         return row
 
+    def warm(self) -> bool:
+        """A started worker is waiting (the server's warm-up is over, or a job has run)."""
+        return self._idle.qsize() > 0
+
     def warm_up(self) -> None:
         """Start one worker now (in the background), so the first job does not wait for imports."""
 
