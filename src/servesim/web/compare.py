@@ -26,6 +26,12 @@ def settings_of(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def short_digest(digest: str) -> str:
+    """A trace's digest as a comparison shows it: 12 hex digits of an uploaded file's
+    ``sha256:...``; a generated trace's ``generator:preset:...`` whole (its seed is its identity)."""
+    return digest.removeprefix("sha256:")[:12] if digest.startswith("sha256:") else digest[:60]
+
+
 def workload_warning(traces: list[dict[str, Any] | None]) -> str | None:
     """A warning when the runs did not replay the same trace (by content digest): their metrics
     then differ by workload as well as by settings. None when every run used the same one."""
@@ -33,7 +39,9 @@ def workload_warning(traces: list[dict[str, Any] | None]) -> str | None:
     if len(digests) <= 1:
         return None
     names = ", ".join(
-        dict.fromkeys(f"{t['name']} ({t['digest'][:12]})" if t else "an unknown trace" for t in traces)
+        dict.fromkeys(
+            f"{t['name']} ({short_digest(t['digest'])})" if t else "an unknown trace" for t in traces
+        )
     )
     return (
         f"these runs replayed different workloads ({names}): their metrics differ by the traffic as "

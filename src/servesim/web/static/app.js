@@ -759,7 +759,7 @@
     });
   }
   /* A run's trace as a comparison names it: name and the start of its content digest. */
-  function traceText(t) { return t ? `${t.name} (digest ${t.digest.slice(0, 12)})` : "a trace that is no longer stored"; }
+  function traceText(t) { return t ? `${t.name} (digest ${t.digest.startsWith("sha256:") ? t.digest.slice(7, 19) : t.digest.slice(0, 60)})` : "a trace that is no longer stored"; }
   function workloadWarning(text) {
     return text ? el("p", { class: "verdict warn workload-warning", role: "alert" }, el("strong", {}, "Different workloads: "), text) : "";
   }
