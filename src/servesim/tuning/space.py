@@ -320,7 +320,8 @@ def _field_model(name: str) -> type[BaseModel]:
     from servesim.tuning.deployment import Deployment
 
     info = Deployment.model_fields[name]
-    return create_model(f"_{name}", **{name: (info.annotation, info)})  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(f"_{name}", **{name: (info.annotation, info)})  # type: ignore[call-overload]
+    return model
 
 
 def knob_problems(name: str, knob: Knob) -> list[str]:
