@@ -206,3 +206,35 @@ def test_tune_searches_the_offload_size_on_a_kv_pressured_multi_turn_workload(tm
     assert "--kv-offloading-size 16 --kv-offloading-backend native" in rec.vllm_serve_command
     assert rec.deploy is not None and rec.deploy.host_memory_gib == 16.0
     assert "kv_offloading_size" in (study.choice.chosen_changes if study.choice else [])
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+@pytest.mark.parametrize(
+    ("item", "words"),
+    [
+        (
+            "max_num_seqs=-3",
+            "--space 'max_num_seqs=-3': max_num_seqs=-3: input should be greater than or equal to 1",
+        ),
+        (
+            "kv_offloading_size=-3",
+            "--space 'kv_offloading_size=-3': kv_offloading_size=-3: input should be greater than 0",
+        ),
+        (
+            "gpu_memory_utilization=0.5..1.5",
+            "gpu_memory_utilization=1.5: input should be less than or equal to 1",
+        ),
+        ("queue_timeout_s=none,0,30", "queue_timeout_s=0: input should be greater than 0"),
+    ],
+)
+def test_a_space_value_outside_its_fields_bounds_is_refused_before_any_trial(
+    item: str, words: str, as_json: bool
+) -> None:
+    """Issue 30.5: every value is checked against the deployment field's own bounds when the space
+    is read (these used to run, each trial pruned with an 'invalid_value' naming no field)."""
+    args = ["tune", "poisson_5_rps", *FAST, "--space", item, "--storage", "memory", "--trials", "2"]
+    res = runner.invoke(app, [*args, "--json"] if as_json else args)
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
+    assert words in res.stderr

@@ -122,3 +122,32 @@ def test_claude_without_a_key_is_refused_at_submit(
     assert r.json()["errors"] == [
         {"field": "body.advisor", "reason": "this server has no ANTHROPIC_API_KEY: choose 'rules' or 'auto'"}
     ]
+
+
+def test_a_tune_space_outside_the_fields_bounds_is_refused_listing_every_field(
+    client: TestClient, trace_id: str
+) -> None:
+    """Issue 30.5: values the deployment fields refuse are 422 at submit, every field listed (they
+    used to be accepted and every trial pruned with a reason naming no field)."""
+    space = {
+        **SMALL_SPACE,
+        "max_num_seqs": [-3, 8],
+        "kv_offloading_size": [-3],
+        "gpu_memory_utilization": {"low": 0.5, "high": 1.5},
+    }
+    r = client.post("/api/tune", json={"trace_id": trace_id, "n_trials": 2, "space": space})
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        {
+            "field": "body.space.max_num_seqs",
+            "reason": "max_num_seqs=-3: input should be greater than or equal to 1",
+        },
+        {
+            "field": "body.space.kv_offloading_size",
+            "reason": "kv_offloading_size=-3: input should be greater than 0",
+        },
+        {
+            "field": "body.space.gpu_memory_utilization",
+            "reason": "gpu_memory_utilization=1.5: input should be less than or equal to 1",
+        },
+    ]

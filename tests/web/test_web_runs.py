@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from conftest import SMALL_SPACE, run_job, section, settings_for, wait_job
@@ -255,3 +256,40 @@ def test_cancel_time_limit_and_queue_bound(tmp_path: Path) -> None:
         assert wait_job(c, running)["status"] == "cancelled"
         after = c.post("/api/simulate", json={"trace_id": tid}).json()["id"]
         assert wait_job(c, after)["status"] == "done"  # a fresh worker replaced the stopped one
+
+
+def test_the_eta_goes_by_the_rate_since_the_first_count() -> None:
+    """A run's first requests finish only after their whole latency: 82 of 100,000 closed in the
+    first slice said 'about 600 s left' for a 3 s run. The ETA is the rate since the first count."""
+    from servesim.web.jobs import eta_s
+
+    now = time.monotonic()
+    assert eta_s(30_082, 100_000, (now - 1.0, 82)) == pytest.approx(2.33, abs=0.05)
+    assert eta_s(82, 100_000, (now, 82)) is None  # no rate yet
+    assert eta_s(100_000, 100_000, (now - 5.0, 82)) is None  # done
+    assert eta_s(10, 100, None) is None
+
+
+def test_a_comparison_names_each_runs_trace_and_warns_when_the_workloads_differ(
+    client: TestClient, trace_id: str
+) -> None:
+    """Issue 30.2: a run on another trace was diffed as if only the settings changed."""
+    other = client.post("/api/traces/generate", json={"preset": "default", "num_requests": 300, "seed": 2})
+    other_id = other.json()["id"]
+    a = run_job(client, "/api/simulate", {"trace_id": trace_id})["job"]["id"]
+    a2 = run_job(client, "/api/simulate", {"trace_id": trace_id, "engine": {"max_num_seqs": 2}})["job"]["id"]
+    b = run_job(client, "/api/simulate", {"trace_id": other_id})["job"]["id"]
+    same = client.get(f"/api/compare?a={a}&b={a2}").json()
+    assert same["workload_warning"] is None
+    assert same["traces"]["a"]["id"] == same["traces"]["b"]["id"] == trace_id
+    cmp = client.get(f"/api/compare?a={a}&b={b}").json()
+    ta, tb = cmp["traces"]["a"], cmp["traces"]["b"]
+    assert (ta["id"], tb["id"]) == (trace_id, other_id) and ta["digest"] != tb["digest"]
+    assert cmp["workload_warning"].startswith("these runs replayed different workloads")
+    for t in (ta, tb):
+        assert f"{t['name']} ({t['digest']})" in cmp["workload_warning"]  # generated: the whole digest
+    row = next(m for m in same["metrics"] if m["key"] == "ttft_ms.p99")
+    assert row["ratio"] == pytest.approx(row["b"] / row["a"])
+    basket = client.get(f"/api/compare/basket?baseline={a}&runs={a2}&runs={b}").json()
+    assert [t["id"] for t in basket["traces"]] == [trace_id, trace_id, other_id]
+    assert "different workloads" in basket["workload_warning"]

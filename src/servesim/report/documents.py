@@ -21,6 +21,7 @@ from servesim.errors import InputError, describe
 if TYPE_CHECKING:
     from servesim.engine import SimulationResult
     from servesim.traces import Trace, TraceStats
+    from servesim.views.model import Section
 
 Kind = Literal[
     "simulate", "trace", "saturate", "tune", "recommendation", "cluster", "recover", "reschedule", "advise"
@@ -181,8 +182,10 @@ def simulation_document(
     include_requests: bool = False,
     sections: bool = True,
     setup: dict[str, Any] | None = None,
+    view: Section | None = None,
 ) -> dict[str, Any]:
-    """``servesim simulate --json``: the report plus the views (workload, simulation) and caveats."""
+    """``servesim simulate --json``: the report plus the views (workload, simulation) and caveats.
+    ``view``: the result's ``simulation_view`` titled ``title``, when the caller has built it."""
     from servesim.views.simulation import simulation_view
     from servesim.views.workload import workload_view
 
@@ -196,7 +199,8 @@ def simulation_document(
         views = []
         if trace is not None and stats is not None:
             views.append(workload_view(trace, stats).model_dump(mode="json"))
-        views.append(simulation_view(result, title=title).model_dump(mode="json"))
+        sim = simulation_view(result, title=title) if view is None else view
+        views.append(sim.model_dump(mode="json"))
         doc["sections"] = views
     if setup is not None:  # how the run was set up: the spec and the vllm serve defaults applied
         doc["setup"] = setup

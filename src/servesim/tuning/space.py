@@ -28,15 +28,16 @@ and priced in the plan at ``perf.offload.HOST_MEMORY_USD_PER_GIB_HOUR``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from typing import Any
 
 import optuna
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from servesim.errors import InputError, InternalError, shown
+from servesim.errors import InputError, InternalError, describe, shown, user_errors
 from servesim.tuning.hardware import Hardware
 
 Value = int | float | bool | None
@@ -131,6 +132,9 @@ class SearchSpace(BaseModel):
                     _check_type(name, kind, v)
             elif kind == "bool":
                 raise InputError(f"{name} takes choices, not a range")
+        problems = [p for name in KNOBS for p in knob_problems(name, getattr(self, name))]
+        if problems:
+            raise InputError("; ".join(problems))
         return self
 
     def with_overrides(self, overrides: dict[str, Knob]) -> SearchSpace:
@@ -307,6 +311,34 @@ class SearchSpace(BaseModel):
 
     def describe(self) -> dict[str, str]:
         return {name: getattr(self, name).describe() for name in KNOBS}
+
+
+@functools.cache
+def _field_model(name: str) -> type[BaseModel]:
+    """A one-field model holding ``Deployment``'s own field ``name`` (its type, bounds and
+    validators): the bounds a knob's values are checked against, never restated here."""
+    from servesim.tuning.deployment import Deployment
+
+    info = Deployment.model_fields[name]
+    model: type[BaseModel] = create_model(f"_{name}", **{name: (info.annotation, info)})  # type: ignore[call-overload]
+    return model
+
+
+def knob_problems(name: str, knob: Knob) -> list[str]:
+    """Each value of ``knob`` (every choice; a range's two ends) that the deployment field
+    ``name`` refuses, as ``name=value: reason`` (empty when all are allowed): checked when the
+    space is built, so no trial is pruned for a value the space should never have held."""
+    values = knob.choices if knob.choices is not None else [knob.low, knob.high]
+    model = _field_model(name)
+    out = []
+    for v in dict.fromkeys(values):
+        try:
+            model.model_validate({name: v})
+        except ValidationError as exc:
+            reason = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+            shown_v = "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v).lower()
+            out.append(f"{name}={shown_v}: {reason[:1].lower()}{reason[1:]}")
+    return out
 
 
 def _check_type(name: str, kind: str, v: Value) -> None:
@@ -528,6 +560,16 @@ def space_from_mapping(data: Any) -> SearchSpace:
 
 
 def parse_space(items: list[str], base: SearchSpace | None = None) -> SearchSpace:
-    """The default (or ``base``) space with ``--space`` overrides applied."""
-    overrides = dict(parse_knob(t) for t in items)
-    return (base or SearchSpace()).with_overrides(overrides)
+    """The default (or ``base``) space with ``--space`` overrides applied, each checked as it
+    is read: an error names the ``--space`` item and every value its field refuses."""
+    space = base or SearchSpace()
+    for text in items:
+        try:
+            name, knob = parse_knob(text)
+            space = space.with_overrides({name: knob})
+        except user_errors() as exc:
+            reason = describe(exc)
+            if reason.startswith("--space "):
+                raise
+            raise InputError(f"--space {shown(text)}: {reason}") from None
+    return space

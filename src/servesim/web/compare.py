@@ -26,9 +26,38 @@ def settings_of(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def short_digest(digest: str) -> str:
+    """A trace's digest as a comparison shows it: 12 hex digits of an uploaded file's
+    ``sha256:...``; a generated trace's ``generator:preset:...`` whole (its seed is its identity)."""
+    return digest.removeprefix("sha256:")[:12] if digest.startswith("sha256:") else digest[:60]
+
+
+def workload_warning(traces: list[dict[str, Any] | None]) -> str | None:
+    """A warning when the runs did not replay the same trace (by content digest): their metrics
+    then differ by workload as well as by settings. None when every run used the same one."""
+    digests = {t["digest"] if t else None for t in traces}
+    if len(digests) <= 1:
+        return None
+    names = ", ".join(
+        dict.fromkeys(
+            f"{t['name']} ({short_digest(t['digest'])})" if t else "an unknown trace" for t in traces
+        )
+    )
+    return (
+        f"these runs replayed different workloads ({names}): their metrics differ by the traffic as "
+        "well as by the settings"
+    )
+
+
 def compare_runs(
-    job_a: dict[str, Any], res_a: dict[str, Any], job_b: dict[str, Any], res_b: dict[str, Any]
+    job_a: dict[str, Any],
+    res_a: dict[str, Any],
+    job_b: dict[str, Any],
+    res_b: dict[str, Any],
+    traces: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
 ) -> dict[str, Any]:
+    """``traces``: each run's trace (id, name, digest; None when it is gone), named in the answer
+    and compared: a warning when the workloads differ."""
     sa, sb = settings_of(job_a, res_a), settings_of(job_b, res_b)
     diff = [
         {"key": k, "a": sa.get(k), "b": sb.get(k)}
@@ -53,15 +82,23 @@ def compare_runs(
     for metric, higher_better in FIGURES.items():
         label, unit = _label(metric)
         rows.append(_row(metric, label, unit, ma.get(metric), mb.get(metric), higher_better))
-    return {"a": job_a, "b": job_b, "config_diff": diff, "metrics": rows}
+    return {
+        "a": job_a,
+        "b": job_b,
+        "traces": {"a": traces[0], "b": traces[1]},
+        "workload_warning": workload_warning(list(traces)),
+        "config_diff": diff,
+        "metrics": rows,
+    }
 
 
 def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: bool) -> dict[str, Any]:
-    delta = pct = None
+    delta = pct = ratio = None
     better = None
     if isinstance(a, int | float) and isinstance(b, int | float):
         delta = b - a
         pct = (delta / a) if a else None
+        ratio = (b / a) if a > 0 and b >= 0 else None  # B/A: read "x118,762", not "+11,876,002 %"
         better = None if delta == 0 else (delta > 0) == higher_better
     return {
         "key": key,
@@ -71,5 +108,6 @@ def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: 
         "b": b,
         "delta": delta,
         "pct": pct,
+        "ratio": ratio,
         "better": better,
     }

@@ -39,6 +39,10 @@ PRELOAD = [
     "servesim.perf",
     "servesim.cluster",
     "pyarrow.parquet",
+    "servesim.engine.records",
+    "servesim.report.documents",
+    "servesim.views.sparklines",
+    "servesim.views.workload",
 ]
 _DB_PROGRESS_EVERY_S = 1.0
 #: A worker is replaced after this many jobs (memory a long trace left behind is given back).
@@ -57,6 +61,7 @@ class LiveJob:
     version: int = 0
     extra: dict[str, Any] | None = None
     started: float | None = None  # time.monotonic() when it began running
+    first: tuple[float, int] | None = None  # (time.monotonic(), done) at the first count above 0
     cancel: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -104,6 +109,10 @@ class JobManager:
             live.thread.start()
         return row
 
+    def warm(self) -> bool:
+        """A started worker is waiting (the server's warm-up is over, or a job has run)."""
+        return self._idle.qsize() > 0
+
     def warm_up(self) -> None:
         """Start one worker now (in the background), so the first job does not wait for imports."""
 
@@ -126,7 +135,7 @@ class JobManager:
                 "total": live.total,
                 "version": live.version,
                 "extra": live.extra,
-                "eta_s": eta_s(live.done, live.total, live.started),
+                "eta_s": eta_s(live.done, live.total, live.first),
             }
         row = self.db.job(job_id)
         if row is None:
@@ -296,6 +305,8 @@ class JobManager:
         if msg[0] == "progress":
             extra = msg[3] if len(msg) > 3 and msg[3] is not None else live.extra
             self._set(live, done=int(msg[1]), total=int(msg[2]), extra=extra)
+            if live.first is None and live.done > 0:
+                live.first = (time.monotonic(), live.done)
             return None
         if msg[0] == "done":
             return ("done", msg[1], None)
@@ -344,14 +355,16 @@ class _Worker:
         self.outbox.close()
 
 
-def eta_s(done: int, total: int, started: float | None) -> float | None:
-    """Seconds left at the rate so far (None before there is a rate to go by)."""
-    if started is None or total <= 0 or done <= 0 or done >= total:
+def eta_s(done: int, total: int, first: tuple[float, int] | None) -> float | None:
+    """Seconds left at the rate since ``first`` (the time and count of the first report above 0;
+    None before there is a rate to go by). Not the rate since the start: a run's first requests
+    finish only after their whole latency, so the first slice's count says nothing of the rate."""
+    if first is None or total <= 0 or done >= total:
         return None
-    elapsed = time.monotonic() - started
-    if elapsed < 0.5:
+    elapsed, gained = time.monotonic() - first[0], done - first[1]
+    if elapsed < 0.5 or gained <= 0:
         return None
-    return round(elapsed * (total - done) / done, 1)
+    return round(elapsed * (total - done) / gained, 1)
 
 
 def _next(q: Any, timeout: float) -> tuple[Any, ...] | None:

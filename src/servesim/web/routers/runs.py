@@ -256,7 +256,14 @@ def compare(
         ra.result or {},
         job_out(rb).model_dump(mode="json"),
         rb.result or {},
+        (_trace_of(wb, ra.trace_id), _trace_of(wb, rb.trace_id)),
     )
+
+
+def _trace_of(wb: Workbench, trace_id: str | None) -> dict[str, Any] | None:
+    """A run's trace as a comparison names it (None: the run had none, or it was deleted)."""
+    row = wb.db.trace(trace_id) if trace_id else None
+    return None if row is None else {"id": row.id, "name": row.name, "digest": row.digest}
 
 
 @router.get(
@@ -291,9 +298,14 @@ def compare_basket(
         for k in keys
         if any(s.get(k) != settings[0].get(k) for s in settings[1:])
     ]
+    from servesim.web.compare import workload_warning
+
+    traces = [_trace_of(wb, r.trace_id) for r in rows]
     return {
         "baseline": jobs[0],
         "runs": jobs[1:],
+        "traces": traces,
+        "workload_warning": workload_warning(traces),
         "config_diff": differ,
         "sections": [view.model_dump(mode="json")],
     }

@@ -748,6 +748,8 @@
         localStorage.setItem("servesim.compare.a", a); localStorage.setItem("servesim.compare.b", b);
         const d = await api(`/api/compare?a=${a}&b=${b}`);
         clear(box, el("div", { class: "section" }, el("h2", {}, `A: ${d.a.title} · B: ${d.b.title}`),
+          el("ul", { id: "compare-traces" }, el("li", {}, "A replayed ", traceText(d.traces.a)), el("li", {}, "B replayed ", traceText(d.traces.b))),
+          workloadWarning(d.workload_warning),
           el("p", {}, el("a", { href: `/api/compare/report.html?a=${a}&b=${b}`, download: "" }, "Download the report's diff (HTML)")),
           SS.table({ key: "config_diff", title: d.config_diff.length ? "Settings that differ" : "Same settings", notes: [],
             columns: [{ key: "key", label: "setting", kind: "str" }, { key: "a", label: "A", kind: "str" }, { key: "b", label: "B", kind: "str" }],
@@ -755,6 +757,17 @@
           deltaTable(d.metrics)));
       } catch (err) { clear(box, problemBlock(err)); }
     });
+  }
+  /* A run's trace as a comparison names it: name and the start of its content digest. */
+  function traceText(t) { return t ? `${t.name} (digest ${t.digest.startsWith("sha256:") ? t.digest.slice(7, 19) : t.digest.slice(0, 60)})` : "a trace that is no longer stored"; }
+  function workloadWarning(text) {
+    return text ? el("p", { class: "verdict warn workload-warning", role: "alert" }, el("strong", {}, "Different workloads: "), text) : "";
+  }
+  /* A change as a person reads it: a percentage while it is modest, the ratio B/A beyond ±100 %. */
+  function changeText(r) {
+    if (r.pct === null) return "–";
+    if (Math.abs(r.pct) >= 1 && r.ratio !== null) return "×" + SS.fmt(r.ratio, "float", r.ratio >= 100 ? 0 : 2);
+    return (r.pct > 0 ? "+" : "") + (100 * r.pct).toFixed(1) + " %";
   }
   /* A setting's value as a person reads it: SS.fmt's integers (27,819 blocks), text, dash and
      yes/no; other numbers exactly as set (0.9, not 0.90); anything structured as JSON. */
@@ -802,7 +815,8 @@
     if (!base || !others.length) { clear(box, problemBlock(new ApiError({ status: 422, title: "Basket", detail: "add at least two runs to the basket" }))); return; }
     try {
       const d = await api(`/api/compare/basket?baseline=${base}&${others.map((x) => "runs=" + x.id).join("&")}`);
-      clear(box);
+      clear(box, el("ul", { id: "basket-traces" }, ...[d.baseline, ...d.runs].map((j, i) => el("li", {}, `${i ? j.title : "baseline " + j.title} replayed `, traceText(d.traces[i])))),
+        workloadWarning(d.workload_warning));
       if (d.config_diff.length) box.append(SS.table({ key: "basket_config", title: "Settings that differ from the baseline", notes: [],
         columns: [{ key: "key", label: "setting", kind: "str" }, { key: "baseline", label: "baseline", kind: "str" }, ...d.runs.map((r, i) => ({ key: `r${i}`, label: r.title, kind: "str" }))],
         rows: d.config_diff.map((c) => [c.key, settingText(c.baseline), ...c.runs.map(settingText)]) }));
@@ -814,7 +828,8 @@
         for (let j = 4; j < row.length; j += 2) {
           if (row[j] === null || row[j] === 0) continue;
           tr.children[j].classList.add((row[j] > 0) === (row[1] === "higher") ? "good" : "bad");
-          if (row[j] > 0) tr.children[j].textContent = "+" + tr.children[j].textContent;
+          if (Math.abs(row[j]) >= 1) tr.children[j].textContent = changeText({ pct: row[j], ratio: row[j] > -1 ? 1 + row[j] : null });
+          else if (row[j] > 0) tr.children[j].textContent = "+" + tr.children[j].textContent;
         }
       });
     } catch (err) { clear(box, problemBlock(err)); }
@@ -826,13 +841,13 @@
   }
   function deltaTable(rows) {
     const table = el("table", { id: "metric-deltas" }, el("caption", {}, "Metric deltas (B − A)"),
-      el("thead", {}, el("tr", {}, ["metric", "A", "B", "Δ", "Δ %"].map((h, i) => el("th", { scope: "col", class: i ? "num" : null }, h)))));
+      el("thead", {}, el("tr", {}, ["metric", "A", "B", "Δ", "change"].map((h, i) => el("th", { scope: "col", class: i ? "num" : null }, h)))));
     const body = el("tbody");
     for (const r of rows) {
       const cls = r.better === null ? null : r.better ? "good" : "bad";
       body.append(el("tr", {}, el("td", {}, r.label + (r.unit ? ` (${r.unit})` : "")), el("td", { class: "num" }, SS.fmt(r.a)), el("td", { class: "num" }, SS.fmt(r.b)),
         el("td", { class: `num ${cls || ""}` }, r.delta === null ? "–" : (r.delta > 0 ? "+" : "") + SS.fmt(r.delta)),
-        el("td", { class: `num ${cls || ""}` }, r.pct === null ? "–" : (r.pct > 0 ? "+" : "") + (100 * r.pct).toFixed(1) + " %")));
+        el("td", { class: `num ${cls || ""}` }, changeText(r))));
     }
     table.append(body);
     return el("div", { class: "table-wrap" }, table);

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -23,6 +23,9 @@ from servesim.traces import Trace, load_trace
 from servesim.web.defaults import setup_notes
 from servesim.web.schemas import HardwareBody, SimulateBody
 from servesim.web.work import Env, Report, trace_path
+
+if TYPE_CHECKING:
+    from servesim.views.model import Section
 
 
 def deployment(engine: EngineConfig, hw: HardwareBody, trace: Trace | int) -> ResolvedDeployment:
@@ -49,21 +52,38 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     # counters, not per-step events; a CPU tier when the engine sets kv_offloading_size
     result = simulate(trace, config, step, slo=body.slo, progress=report, kv_connector=setup.kv_connector())
     save_requests(result.to_pandas(), env)
-    out = run_result(result, notes)
-    out["document"] = run_document(result, trace, setup)
+    from servesim.views.simulation import simulation_view
+
+    # One simulation view for the page and the document (it differs only in its title): building
+    # it is the costliest view of a long run.
+    view = simulation_view(result, title=document_title(trace))
+    out = run_result(result, notes, view.model_copy(update={"title": "simulation"}))
+    out["document"] = run_document(result, trace, setup, view)
     return out
 
 
-def run_document(result: SimulationResult, trace: Trace, setup: ResolvedDeployment) -> dict[str, Any]:
+def document_title(trace: Trace) -> str:
+    """The document's title, as the CLI titles it."""
+    return f"{trace.provenance.source}: {len(trace):,} requests"
+
+
+def run_document(
+    result: SimulationResult, trace: Trace, setup: ResolvedDeployment, view: Section | None = None
+) -> dict[str, Any]:
     """The run's typed document, the one ``servesim simulate --json`` writes for the same run
     (``kind`` simulate, the spec and defaults applied in ``setup``): the report and the
-    result download read it."""
+    result download read it. ``view``: the run's simulation view already built, titled
+    ``document_title``."""
     from servesim.report.documents import simulation_document
     from servesim.traces import inspect_trace
 
-    title = f"{trace.provenance.source}: {len(trace):,} requests"  # as the CLI titles it
     return simulation_document(
-        result, trace=trace, stats=inspect_trace(trace), title=title, setup=setup.describe()
+        result,
+        trace=trace,
+        stats=inspect_trace(trace),
+        title=document_title(trace),
+        setup=setup.describe(),
+        view=view,
     )
 
 
@@ -78,12 +98,13 @@ def kpis_by_percentile(summary: SimulationSummary) -> dict[str, list[dict[str, A
     return {p: [k.model_dump(mode="json") for k in kpis(summary, p)] for p in PERCENTILES}
 
 
-def run_result(result: SimulationResult, notes: list[str]) -> dict[str, Any]:
-    """The stored answer of one run: its config, summary and the views the page draws."""
+def run_result(result: SimulationResult, notes: list[str], view: Section | None = None) -> dict[str, Any]:
+    """The stored answer of one run: its config, summary and the views the page draws (``view``:
+    its ``simulation_view`` when already built)."""
     from servesim.views.simulation import queue_by_reason, simulation_view
     from servesim.views.sparklines import kpi_sparklines
 
-    view = simulation_view(result)
+    view = simulation_view(result) if view is None else view
     view = view.model_copy(update={"series": [*view.series, *queue_by_reason(result)]})
     return {
         "config": result.config.model_dump(mode="json"),
