@@ -360,6 +360,10 @@ class Engine:
             )
         if kv_connector is not None:
             fast = False
+        if config.speculative_config is not None:
+            if kv_connector is not None:
+                raise ConfigError("speculative decoding with KV offloading is not modelled yet")
+            fast = False  # the decode group assumes one token per step
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
         self.name = name  # the replica's name in events (None stand-alone)
         observers = [*observers, *([StepLogObserver(step_log)] if step_log is not None else [])]
@@ -819,8 +823,15 @@ class Engine:
                 int(row[6]),
                 int(row[7]),
                 self.pool.usable_blocks - int(row[7]),
+                *self._spec_fields(plan),
             )
         )
+
+    def _spec_fields(self, plan: StepPlan) -> tuple[dict[str, int], dict[str, int]] | tuple[()]:
+        """The step's drafts verified and accepted per request (speculative decoding only)."""
+        if not self.scheduler.spec_k:
+            return ()
+        return {r.req_id: d for r, d, _a in plan.spec}, {r.req_id: a for r, _d, a in plan.spec}
 
     def _finished_event(self, r: Request, t_end: float) -> RequestFinished:
         return RequestFinished(
