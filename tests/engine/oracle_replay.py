@@ -180,7 +180,11 @@ def spec_case_config(case: dict[str, Any]) -> EngineConfig:
     method = "eagle" if sp.get("spec_lookahead_tokens") else "ngram"
     keys = EngineConfig.model_fields.keys()
     cfg = {k: v for k, v in case["config"].items() if k in keys}
-    cfg["speculative_config"] = {"method": method, "num_speculative_tokens": sp["num_speculative_tokens"]}
+    cfg["speculative_config"] = {
+        "method": method,
+        "num_speculative_tokens": sp["num_speculative_tokens"],
+        "draft_step_fraction": 0.0,  # the oracle's clock is the step: no draft time
+    }
     return EngineConfig(**cfg)
 
 

@@ -75,7 +75,7 @@ class EngineConfig(BaseModel):
     speculative_config: SpeculativeConfig | None = Field(
         None,
         description='Speculative decoding, vLLM\'s JSON (e.g. \'{"method": "eagle3", '
-        '"num_speculative_tokens": 3}\'); none: off.',
+        '"num_speculative_tokens": 3}\').',
     )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(

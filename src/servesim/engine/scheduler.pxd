@@ -19,6 +19,7 @@ cdef class Scheduler:
     cdef public KVCacheManager kv
     cdef public long long budget, max_num_seqs, threshold, max_model_len, _admit_seq
     cdef public long long total_preemptions, spec_k, draft_slots, input_left
+    cdef public long long spec_drafted, spec_accepted, spec_verifications
     cdef public object acceptance
     cdef public bint chunked, priority, protect_starved, boost_starved
     cdef public list running, explicit
@@ -65,3 +66,5 @@ cdef class Scheduler:
 @cython.locals(n=cython.longlong, cap=cython.longlong)
 cpdef long long running_tokens(Request r, long long thr, long long budget, long long max_model_len) except? -1
 cpdef Py_ssize_t running_index(list running, Request r) except -1
+@cython.locals(r=Request)
+cpdef bint any_prefill_chunk(list scheduled) except -1

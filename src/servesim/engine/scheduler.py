@@ -122,6 +122,7 @@ class Scheduler:
         self.draft_slots = spec.draft_slots if spec is not None else 0
         self.acceptance: object = None
         self.input_left = 0
+        self.spec_drafted = self.spec_accepted = self.spec_verifications = 0  # run totals
         if spec is not None:
             if fast:
                 raise InternalError("speculative decoding runs on the plain path (fast=False)")
@@ -258,7 +259,7 @@ class Scheduler:
         ib = self.input_left if k else budget
         # vLLM pads a request admitted straight into decode to 1 + k rows (uniform batches),
         # unless a running request is still prefilling.
-        pad_ok = k > 0 and not any(r.prefill_chunk for r, _n in plan.scheduled)
+        pad_ok = k > 0 and not any_prefill_chunk(plan.scheduled)
         has_running_scheduled = bool(plan.scheduled)
         while budget > 0 and len(waiting):
             if ib <= ds:
@@ -439,6 +440,9 @@ class Scheduler:
                     a = acc.accepted(r, d)  # type: ignore[attr-defined]
                     r.spec_drafted += d
                     r.spec_accepted += a
+                    self.spec_drafted += d
+                    self.spec_accepted += a
+                    self.spec_verifications += 1
                 r.spec_verifications += 1
                 r.num_computed = c - (d - a)
                 plan.spec.append((r, d, a))
@@ -523,6 +527,15 @@ def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int
         n = budget
     cap = max_model_len - r.num_computed - 1
     return cap if n > cap else n
+
+
+def any_prefill_chunk(scheduled: list[tuple[Request, int]]) -> bool:
+    """Whether a request scheduled so far was a partial prefill after its last step (vLLM's
+    ``prefill_scheduled``, which stops padding admitted decodes)."""
+    for r, _n in scheduled:
+        if r.prefill_chunk:
+            return True
+    return False
 
 
 _admit_seq = attrgetter("admit_seq")

@@ -50,6 +50,19 @@ ACCEPTANCE_PRESETS: dict[str, tuple[float, ...]] = {
 
 MAX_SPEC_TOKENS = 16
 
+#: One draft pass relative to a target decode step over the same sequences (the drafter runs k
+#: passes per step). ngram: a CPU lookup (~0). EAGLE/EAGLE-3 head and one MTP module: one decoder
+#: layer plus the shared LM head, i.e. about (1 layer + LM head) / (32 layers + LM head) of an
+#: 8B target's weight reads, ~0.06, plus its launches; a same-family 1B draft for an 8B target:
+#: its parameter ratio, ~0.15. Roofline ratios, not measurements (docs/perf.md).
+DRAFT_STEP_FRACTION: dict[str, float] = {
+    "ngram": 0.0,
+    "eagle": 0.06,
+    "eagle3": 0.07,  # EAGLE-3 fuses three feature layers into its input: slightly wider
+    "mtp": 0.06,
+    "draft_model": 0.15,
+}
+
 
 class SpeculativeConfig(BaseModel):
     """vLLM's ``--speculative-config`` (its JSON keys), plus servesim's acceptance inputs."""
@@ -66,6 +79,13 @@ class SpeculativeConfig(BaseModel):
         description="Per-position conditional acceptance rates (default: the method's preset).",
     )
     acceptance_seed: int = Field(0, ge=0, description="Seed of the accept/reject draws.")
+    draft_step_fraction: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Time of one draft pass over the batch, as a fraction of the target's "
+        "decode step for the same sequences (default: the method's, DRAFT_STEP_FRACTION).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -100,6 +120,10 @@ class SpeculativeConfig(BaseModel):
     def draft_slots(self) -> int:
         """vLLM's ``max_num_new_slots_for_drafting`` (non-parallel drafting)."""
         return 1 if self.method == "draft_model" else 0
+
+    def draft_fraction(self) -> float:
+        f = self.draft_step_fraction
+        return DRAFT_STEP_FRACTION[self.method] if f is None else f
 
     def rates(self) -> tuple[float, ...]:
         """Conditional acceptance per position 1..k (the last given rate repeats)."""
