@@ -37,7 +37,7 @@ def scaled(base: Trace, factor: float) -> Trace:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--loads", default="1,4,8,16,32", help="request rates (req/s) to replay the trace at")
+    ap.add_argument("--loads", default="2,8,32,64,128", help="request rates (req/s) to replay the trace at")
     ap.add_argument("--max-k", type=int, default=4)
     args = ap.parse_args()
     loads = [float(x) for x in args.loads.split(",")]
