@@ -41,7 +41,9 @@ def main() -> None:
     ap.add_argument("--max-k", type=int, default=4)
     args = ap.parse_args()
     loads = [float(x) for x in args.loads.split(",")]
-    base = generate_trace(GeneratorSpec(num_requests=args.requests, seed=0, arrival=PoissonArrivals(rate=1.0)))
+    base = generate_trace(
+        GeneratorSpec(num_requests=args.requests, seed=0, arrival=PoissonArrivals(rate=1.0))
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = build_step_time_model("llama-3.1-8b", "h100", max_num_seqs=256, max_num_batched_tokens=8192)
@@ -54,7 +56,10 @@ def main() -> None:
                 if k:
                     spec = {"method": "eagle3", "num_speculative_tokens": k, "acceptance_rates": rates}
                 cfg = EngineConfig(
-                    max_num_seqs=256, max_num_batched_tokens=8192, num_gpu_blocks=25_000, speculative_config=spec
+                    max_num_seqs=256,
+                    max_num_batched_tokens=8192,
+                    num_gpu_blocks=25_000,
+                    speculative_config=spec,
                 )
                 s = simulate(scaled(base, load), cfg, model, slo=SLO_, pooled_itl=False).summary
                 mal = s.speculative.mean_acceptance_length if s.speculative else 1.0

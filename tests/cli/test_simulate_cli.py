@@ -203,5 +203,9 @@ def test_speculative_config_flag_shows_acceptance_in_human_and_json(tmp_path: Pa
     assert f"{sp['mean_acceptance_length']:.2f} per request" in human.stdout
     off = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--json"])
     assert "speculative" not in json.loads(off.stdout)["summary"]
-    bad = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", '{"method":"x"}'])
-    assert bad.exit_code == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1
+    bad = runner.invoke(
+        app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", '{"method":"x"}']
+    )
+    assert (
+        bad.exit_code == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1
+    )

@@ -18,7 +18,10 @@ from servesim.traces.schema import Trace
 
 def _trace(n: int = 12, out: int = 40) -> Trace:
     return Trace.from_records(
-        [{"req_id": f"r{i}", "arrival_time_s": 0.01 * i, "prompt_len": 50 + 7 * i, "output_len": out} for i in range(n)],
+        [
+            {"req_id": f"r{i}", "arrival_time_s": 0.01 * i, "prompt_len": 50 + 7 * i, "output_len": out}
+            for i in range(n)
+        ],
         source="t",
     )
 
@@ -59,8 +62,14 @@ def test_run_emits_one_plus_accepted_tokens_and_keeps_drafts_in_the_budget() -> 
         max_num_batched_tokens=64,
         speculative_config={"method": "eagle", "num_speculative_tokens": 3, "draft_step_fraction": 0.0},
     )
-    res = simulate(_trace(), cfg, ConstantStepTime(step_time_s=0.01), fast=False, step_log=log.append,
-                   check_invariants=True)
+    res = simulate(
+        _trace(),
+        cfg,
+        ConstantStepTime(step_time_s=0.01),
+        fast=False,
+        step_log=log.append,
+        check_invariants=True,
+    )
     sp = res.summary.speculative
     assert sp is not None and sp.verifications > 0
     assert sp.accepted_tokens == sum(sum(d["spec_accepted"].values()) for d in log)
@@ -72,7 +81,9 @@ def test_run_emits_one_plus_accepted_tokens_and_keeps_drafts_in_the_budget() -> 
     # every output token is accounted: 40 per request, in fewer steps than one token a step
     assert res.summary.num_finished == 12
     assert sp.mean_acceptance_length == pytest.approx(1 + sp.accepted_tokens / sp.verifications)
-    off = simulate(_trace(), EngineConfig(max_num_seqs=8, max_num_batched_tokens=64), ConstantStepTime(step_time_s=0.01))
+    off = simulate(
+        _trace(), EngineConfig(max_num_seqs=8, max_num_batched_tokens=64), ConstantStepTime(step_time_s=0.01)
+    )
     assert res.summary.tpot_ms.mean < off.summary.tpot_ms.mean  # same step time, more tokens per step
     assert off.summary.speculative is None
     assert "speculative" not in off.summary.model_dump()  # off: the document has no such key
@@ -85,17 +96,25 @@ def test_no_acceptance_means_one_token_a_step_and_the_same_output_as_off() -> No
         speculative_config={"method": "ngram", "num_speculative_tokens": 2, "acceptance_rates": [0.0]},
     )
     on = simulate(_trace(), cfg, ConstantStepTime(step_time_s=0.01), fast=False)
-    off = simulate(_trace(), EngineConfig(max_num_seqs=8, max_num_batched_tokens=256), ConstantStepTime(step_time_s=0.01))
+    off = simulate(
+        _trace(), EngineConfig(max_num_seqs=8, max_num_batched_tokens=256), ConstantStepTime(step_time_s=0.01)
+    )
     assert on.summary.speculative is not None and on.summary.speculative.accepted_tokens == 0
     assert list(on.requests["finish_s"]) == list(off.requests["finish_s"])  # rejected drafts cost no step
 
 
 def test_draft_time_is_charged() -> None:
     base = {"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rates": [0.7]}
-    free = simulate(_trace(), EngineConfig(speculative_config={**base, "draft_step_fraction": 0.0}),
-                    ConstantStepTime(step_time_s=0.01))
-    paid = simulate(_trace(), EngineConfig(speculative_config={**base, "draft_step_fraction": 0.1}),
-                    ConstantStepTime(step_time_s=0.01))
+    free = simulate(
+        _trace(),
+        EngineConfig(speculative_config={**base, "draft_step_fraction": 0.0}),
+        ConstantStepTime(step_time_s=0.01),
+    )
+    paid = simulate(
+        _trace(),
+        EngineConfig(speculative_config={**base, "draft_step_fraction": 0.1}),
+        ConstantStepTime(step_time_s=0.01),
+    )
     assert free.summary.speculative.draft_time_s == 0.0  # type: ignore[union-attr]
     assert paid.summary.speculative.draft_time_s > 0  # type: ignore[union-attr]
     assert paid.summary.tpot_ms.mean > free.summary.tpot_ms.mean

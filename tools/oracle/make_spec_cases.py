@@ -66,7 +66,9 @@ def main() -> int:
                     cfg["enable_prefix_caching"] = False
                     spec["spec_lookahead_tokens"] = k
                 name = f"{fam}_{j:02d}"
-                tp, cp, op, sp = (Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json"))
+                tp, cp, op, sp = (
+                    Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json")
+                )
                 tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
                 cp.write_text(json.dumps({**cfg, **spec, "step_time_s": STEP_S}))
                 ocfg = vllm_oracle.load_config(str(cp), [])
@@ -101,8 +103,12 @@ def main() -> int:
                 }
                 with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
                     json.dump(case, f, separators=(",", ":"))
-                print(f"{name}: {len(rows)} requests, {len(steps)} steps, k={k}, "
-                      f"{summary['total_preemptions']} preemptions", file=sys.stderr, flush=True)
+                print(
+                    f"{name}: {len(rows)} requests, {len(steps)} steps, k={k}, "
+                    f"{summary['total_preemptions']} preemptions",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return 0
 
 

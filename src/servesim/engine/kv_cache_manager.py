@@ -210,7 +210,9 @@ class KVCacheManager:
 
     def allocate_running(self, r: Request, n: int) -> bool:
         """``allocate_slots`` for a request already in the running list (no prefix lookup)."""
-        need = -(-min(r.num_computed + n + self.lookahead, self.max_model_len) // self.block_size) - len(r.blocks)
+        need = -(-min(r.num_computed + n + self.lookahead, self.max_model_len) // self.block_size) - len(
+            r.blocks
+        )
         if need > 0:
             pool = self.pool
             if need > pool.num_free:

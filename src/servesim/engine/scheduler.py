@@ -30,7 +30,6 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.kv_connector import waiting_pass as connector_waiting_pass
-from servesim.engine.speculative import AcceptanceModel
 from servesim.engine.request import (
     FINISHED,
     OUTCOME_FINISHED,
@@ -40,6 +39,7 @@ from servesim.engine.request import (
     WAITING,
     Request,
 )
+from servesim.engine.speculative import AcceptanceModel
 from servesim.engine.step_time import BatchComposition
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 from servesim.errors import InternalError
@@ -532,7 +532,7 @@ def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int
 def any_prefill_chunk(scheduled: list[tuple[Request, int]]) -> bool:
     """Whether a request scheduled so far was a partial prefill after its last step (vLLM's
     ``prefill_scheduled``, which stops padding admitted decodes)."""
-    for r, _n in scheduled:
+    for r, _n in scheduled:  # noqa: SIM110 (a loop: Cython compiles no closure in a cpdef)
         if r.prefill_chunk:
             return True
     return False

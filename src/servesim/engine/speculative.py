@@ -97,8 +97,10 @@ class SpeculativeConfig(BaseModel):
             except json.JSONDecodeError as e:
                 raise ConfigError(f"speculative_config: not a JSON object: {e.msg}") from None
             if not isinstance(data, dict):
-                raise ConfigError("speculative_config: must be a JSON object, e.g. "
-                                  '\'{"method": "eagle3", "num_speculative_tokens": 3}\'')
+                raise ConfigError(
+                    "speculative_config: must be a JSON object, e.g. "
+                    '\'{"method": "eagle3", "num_speculative_tokens": 3}\''
+                )
         if isinstance(data, dict):
             data = {k: v for k, v in data.items() if k not in _IGNORED_VLLM_KEYS}
         return data
@@ -106,9 +108,8 @@ class SpeculativeConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> SpeculativeConfig:
         rates = self.acceptance_rates
-        if rates is not None:
-            if not rates or any(not 0.0 <= p <= 1.0 for p in rates):
-                raise ConfigError("speculative_config.acceptance_rates: each rate must be in [0, 1]")
+        if rates is not None and (not rates or any(not 0.0 <= p <= 1.0 for p in rates)):
+            raise ConfigError("speculative_config.acceptance_rates: each rate must be in [0, 1]")
         return self
 
     @property

@@ -16,9 +16,9 @@ from servesim.engine.results import (
     ClassMetrics,
     LatencyStats,
     OffloadSummary,
-    SpeculativeSummary,
     SimulationResult,
     SimulationSummary,
+    SpeculativeSummary,
 )
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Section, Series, Table, Verdict
@@ -166,7 +166,9 @@ def speculative_table(sp: SpeculativeSummary) -> Table:
         ["accepted", f"{sp.accepted_tokens:,} ({_rate(sp.acceptance_rate)})"],
         [
             "accepted tokens per step",
-            "n/a" if sp.mean_acceptance_length is None else f"{sp.mean_acceptance_length:.2f} per request (1 + accepted drafts)",
+            "n/a"
+            if sp.mean_acceptance_length is None
+            else f"{sp.mean_acceptance_length:.2f} per request (1 + accepted drafts)",
         ],
         ["draft time", f"{sp.draft_time_s:.2f} s of the drafter's passes"],
     ]
