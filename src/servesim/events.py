@@ -42,6 +42,9 @@ class StepEvent:
     num_waiting: int
     kv_blocks_used: int
     kv_blocks_free: int
+    # Speculative decoding only: drafts verified and accepted per request (None: off).
+    spec_scheduled: dict[str, int] | None = None
+    spec_accepted: dict[str, int] | None = None
 
     def log_record(self) -> dict[str, Any]:
         """The step-log line as a dict (key order and values as vLLM's oracle compares them)."""
@@ -61,6 +64,9 @@ class StepEvent:
             "kv_blocks_used": self.kv_blocks_used,
             "kv_blocks_free": self.kv_blocks_free,
         }
+        if self.spec_scheduled is not None:
+            d["spec_scheduled"] = self.spec_scheduled
+            d["spec_accepted"] = self.spec_accepted
         if self.replica is not None:
             d["replica"] = self.replica
         return d

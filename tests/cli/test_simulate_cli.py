@@ -217,3 +217,25 @@ def test_trace_replay_reports_the_cpu_tier_in_json_and_in_the_human_output(tmp_p
     assert f"{off['cpu_hit_rate']:.1%}" in human.stdout and f"{off['loaded_tokens']:,}" in human.stdout
     assert f"{off['stored_tokens']:,}" in human.stdout and "tokens recomputed" in human.stdout
     assert "CPU offload tier" not in runner.invoke(app, base, env={"COLUMNS": "160"}).stdout
+
+
+def test_speculative_config_flag_shows_acceptance_in_human_and_json(tmp_path: Path) -> None:
+    """vLLM's --speculative-config JSON turns speculation on; the human output says the accepted
+    tokens per step, --json carries the same figures; a bad value is one line naming the flag."""
+    flag = ["--speculative-config", '{"method":"eagle3","num_speculative_tokens":3}']
+    human = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), *flag])
+    assert human.exit_code == 0, human.output
+    assert "speculative decoding" in human.stdout and "eagle3, k = 3" in human.stdout
+    assert "accepted tokens per step" in human.stdout
+    res = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), *flag, "--json"])
+    sp = json.loads(res.stdout)["summary"]["speculative"]
+    assert sp["method"] == "eagle3" and sp["num_speculative_tokens"] == 3 and sp["verifications"] > 0
+    assert f"{sp['mean_acceptance_length']:.2f} per request" in human.stdout
+    off = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--json"])
+    assert "speculative" not in json.loads(off.stdout)["summary"]
+    bad = runner.invoke(
+        app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", '{"method":"x"}']
+    )
+    assert (
+        bad.exit_code == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1
+    )

@@ -254,3 +254,72 @@ def replay_pd(case: dict[str, Any], invariants_every_step: bool = True) -> list[
         if d["scheduled_tokens"] or d["recv_blocks"] or d["sends"]:
             diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
     return diffs
+
+
+SPEC_CASES_DIR = Path(__file__).parent / "oracle_spec_cases"
+
+
+def spec_case_config(case: dict[str, Any]) -> EngineConfig:
+    """The case's engine config with its speculation: ngram, or a drafter with its own KV
+    (``eagle``: vLLM's k lookahead slots) where the oracle reserved them."""
+    sp = case["speculative"]
+    method = "eagle" if sp.get("spec_lookahead_tokens") else "ngram"
+    keys = EngineConfig.model_fields.keys()
+    cfg = {k: v for k, v in case["config"].items() if k in keys}
+    cfg["speculative_config"] = {
+        "method": method,
+        "num_speculative_tokens": sp["num_speculative_tokens"],
+        "draft_step_fraction": 0.0,  # the oracle's clock is the step: no draft time
+    }
+    return EngineConfig(**cfg)
+
+
+def replay_spec(case: dict[str, Any], invariants_every_step: bool = True) -> list[str]:
+    """Run a speculative case with vLLM's accepted counts; return every difference (step by step:
+    scheduled tokens with drafts, drafts scheduled, accepted, preemptions, finishes, KV, queues)."""
+    from servesim.engine.engine import Engine
+    from servesim.engine.speculative import ScriptedAcceptance
+
+    script: dict[str, list[int]] = {}
+    for row in case["steps"]:
+        for rid, a in row[9].items():  # one entry per verification (padding rows: 0)
+            script.setdefault(rid, []).append(a)
+    log: list[dict[str, Any]] = []
+    engine = Engine(
+        case_trace(case),
+        spec_case_config(case),
+        ConstantStepTime(step_time_s=case["step_s"]),
+        fast=False,
+        step_log=log.append,
+        check_invariants=invariants_every_step,
+    )
+    engine.scheduler.acceptance = ScriptedAcceptance(script)
+    engine.run()
+    ours = {round(d["start_s"] / case["step_s"]): d for d in log}
+    diffs: list[str] = []
+    names = ("tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting", "spec", "accepted")
+    for step, tokens, preempted, finished, kv_used, hits, n_run, n_wait, spec, acc in case["steps"]:
+        d = ours.pop(step, None)
+        if d is None:
+            if tokens:
+                diffs.append(f"step {step}: vLLM scheduled {tokens}, servesim ran no step")
+            continue
+        got = [
+            d["scheduled_tokens"],
+            sorted(d["preempted"]),
+            sorted(d["finished"]),
+            d["kv_blocks_used"],
+            d["prefix_hit_tokens"],
+            d["num_running"],
+            d["num_waiting"],
+            d["spec_scheduled"],
+            d["spec_accepted"],
+        ]
+        want = [tokens, sorted(preempted), sorted(finished), kv_used, hits, n_run, n_wait, spec, acc]
+        for k, g, w in zip(names, got, want, strict=True):
+            if g != w:
+                diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")
+    for step, d in sorted(ours.items()):
+        if d["scheduled_tokens"]:
+            diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
+    return diffs

@@ -93,6 +93,18 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # do_remote_decode). A receive issued in step k ends in step k + load_delay_steps; a send
     # handed to the worker in step k ends in step k + store_delay_steps.
     "pd_connector": None,
+    # --- speculative decoding (servesim addition) ---
+    "spec_method": None,  # None: off; "ngram" (vLLM's real SpeculativeConfig, no model needed)
+    "num_speculative_tokens": 0,
+    # The fake drafter proposes k drafts after every step that samples; the fake target accepts
+    # the i-th with probability spec_accept_rates[i] (given the ones before it), seeded per
+    # (spec_accept_seed, request, verification): the accepted counts are written per step.
+    "spec_accept_rates": [0.7],
+    "spec_accept_seed": 0,
+    # Emulate a drafter with its own KV cache (EAGLE/MTP/draft model: vLLM's num_lookahead_tokens
+    # = k) on the ngram config, whose proposer needs no weights: the scheduler's lookahead slots
+    # are set to this (only meaningful without prefix caching: EAGLE's hash lookahead is not).
+    "spec_lookahead_tokens": None,
 }
 
 _BOOL_KEYS = {"enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl"}
@@ -326,10 +338,23 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
         kv_transfer_config = KVTransferConfig(
             kv_connector="NixlConnector", kv_role="kv_both", engine_id="servesim-oracle"
         )
+    speculative_config = None
+    if cfg.get("spec_method"):
+        from vllm.config import SpeculativeConfig
+
+        if cfg["spec_method"] != "ngram":
+            raise SystemExit("spec_method: only 'ngram' runs without draft weights")
+        speculative_config = SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=int(cfg["num_speculative_tokens"]),
+            prompt_lookup_max=3,
+            prompt_lookup_min=1,
+        )
     vllm_config = VllmConfig(
         model_config=model_config,
         scheduler_config=scheduler_config,
         cache_config=cache_config,
+        speculative_config=speculative_config,
         kv_transfer_config=kv_transfer_config,
         # No accelerator here: say "cpu" explicitly instead of letting vLLM
         # probe a platform (the CPU platform would rewrite block_size etc.).
@@ -400,6 +425,10 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
     if "hash_block_size" in sched_params:
         kwargs["hash_block_size"] = hash_block_size
     scheduler = Scheduler(**kwargs)
+    if cfg.get("spec_lookahead_tokens") is not None:
+        if cc.enable_prefix_caching:
+            raise SystemExit("spec_lookahead_tokens: only without prefix caching")
+        scheduler.num_lookahead_tokens = int(cfg["spec_lookahead_tokens"])
     if cfg.get("kv_offload_chunks") is not None:
         n = scheduler.connector.connector_scheduler.manager._num_chunks
         if n != int(cfg["kv_offload_chunks"]):
@@ -458,6 +487,16 @@ def make_request(r: dict[str, Any], cfg: dict[str, Any], block_hasher):
     except TypeError:  # older signatures want eos_token_id on the Request
         kwargs["eos_token_id"] = int(cfg["eos_token_id"]) if cfg["finish_mode"] == "eos" else None
         return Request(**kwargs)
+
+
+def _accept(cfg: dict[str, Any], rid: str, nth: int, n: int) -> int:
+    """Accepted drafts of the nth verification of ``rid``: a seeded chain of per-position draws."""
+    rates = [float(x) for x in cfg["spec_accept_rates"]]
+    rng = random.Random(f"{cfg['spec_accept_seed']}:{rid}:{nth}")
+    a = 0
+    while a < n and rng.random() < rates[min(a, len(rates) - 1)]:
+        a += 1
+    return a
 
 
 # ----------------------------------------------------------------------------
@@ -526,6 +565,8 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
         for r in trace
     }
 
+    spec_on = bool(cfg.get("spec_method"))
+    spec_count: dict[str, int] = {}
     pending = list(trace)
     nxt = 0
     step = 0
@@ -569,6 +610,8 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
             req_ids = list(sched.keys())
             sampled: list[list[int]] = []
             got_token: list[str] = []
+            spec_sched = {rid: len(t) for rid, t in (so.scheduled_spec_decode_tokens or {}).items()}
+            accepted: dict[str, int] = {}
             for rid in req_ids:
                 req = scheduler.requests[rid]
                 # schedule() already advanced num_computed_tokens by this step.
@@ -576,7 +619,15 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     tok = sampled_tok
                     if eos_mode and req.num_output_tokens + 1 >= by_id[rid]["output_len"]:
                         tok = eos_tok
-                    sampled.append([tok])
+                    drafts = so.scheduled_spec_decode_tokens.get(rid) if spec_on else None
+                    a = 0
+                    if drafts:
+                        if all(t >= 0 for t in drafts):  # padding rows (-1) are never accepted
+                            n_ver = spec_count.get(rid, 0)
+                            spec_count[rid] = n_ver + 1
+                            a = _accept(cfg, rid, n_ver, len(drafts))
+                        accepted[rid] = a
+                    sampled.append([tok] * (1 + a))
                     got_token.append(rid)
                 else:  # partial prefill chunk: the runner discards its sample
                     sampled.append([])
@@ -645,6 +696,13 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
             free_during = pool.get_num_free_blocks()
             pcs = kvm.make_prefix_cache_stats()
             engine_outs = scheduler.update_from_output(so, mro)
+            if spec_on:  # the drafter proposes k drafts for every request that ran (EngineCore.post_step)
+                from vllm.v1.outputs import DraftTokenIds
+
+                k = int(cfg["num_speculative_tokens"])
+                scheduler.update_draft_token_ids(
+                    DraftTokenIds(req_ids=list(req_ids), draft_token_ids=[[sampled_tok] * k for _ in req_ids])
+                )
             step_times.append(time.perf_counter() - t0)
             # ---------------------------------------------------------------
 
@@ -721,6 +779,9 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                 "prefix_hit_tokens": hit_tokens,
                 "prefix_cache": pc,
             }
+            if spec_on:
+                rec["spec_scheduled"] = spec_sched
+                rec["spec_accepted"] = accepted
             if scheduler.connector is not None:
                 rec["offload"] = xfer_log
                 rec["waiting_for_kv"] = sorted(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import typer
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from servesim.engine.config import EngineConfig
@@ -37,6 +37,7 @@ DEFAULT_NOTES = {
     "num_gpu_blocks": "default: sized from GPU memory as vLLM does",
     "max_model_len": "",  # its description says it
     "queue_timeout_s": "default: none",
+    "speculative_config": "default: off",
 }
 
 #: The deployment options every engine command takes (replicas and router: cluster commands).
@@ -109,6 +110,8 @@ def option(name: str, field: FieldInfo, *, keep_default: bool = False) -> tuple[
         if keep_default:
             return bool, typer.Option(bool(default), f"--{kebab}/--no-{kebab}", help=help_text)
         return bool | None, typer.Option(None, f"--{kebab}/--no-{kebab}", help=help_text)
+    if isinstance(base, type) and issubclass(base, BaseModel):  # vLLM's JSON-valued flags
+        return str | None, typer.Option(None, help=help_text)
     if get_origin(base) is Literal:  # a choice (Typer lists the values and names the flag)
         return (base if keep_default else base | None), typer.Option(default, help=help_text)
     names = ALIASES.get(name, ())

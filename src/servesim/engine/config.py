@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
 from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS
+from servesim.engine.speculative import SpeculativeConfig
 from servesim.errors import ConfigError, describe, reject_bool, shown
 
 #: vLLM's ``--scheduling-policy`` values.
@@ -71,6 +72,11 @@ class EngineConfig(BaseModel):
     kv_offloading_backend: Literal["native"] = Field(
         "native", description="KV offloading backend: vLLM's OffloadingConnector with a CPU tier."
     )
+    speculative_config: SpeculativeConfig | None = Field(
+        None,
+        description='Speculative decoding, vLLM\'s JSON (e.g. \'{"method": "eagle3", '
+        '"num_speculative_tokens": 3}\').',
+    )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(
         3, ge=1, le=MAX_SEQS, description="A request preempted this many times is flagged STARVED (an event)."
@@ -101,6 +107,12 @@ class EngineConfig(BaseModel):
             )
         if self.max_model_len is not None:
             self.check_max_model_len(self.max_model_len)
+        spec = self.speculative_config
+        if spec is not None and self.max_num_batched_tokens <= spec.num_lookahead_tokens:
+            raise ConfigError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must exceed the "
+                f"{spec.num_lookahead_tokens} lookahead slots of speculative decoding, as vLLM requires"
+            )
         return self
 
     def check_max_model_len(self, max_model_len: int) -> None:

@@ -45,6 +45,8 @@ cdef class PendingStep:
 cdef class Engine:
     cdef public object config, name, emit, _step_time, _decode_terms, step_time, _timeouts, kv_connector
     cdef public long long num_closed, _next_progress, _empty_steps, max_model_len, step, _next
+    cdef public double _draft_fraction, draft_time_s
+    cdef public long long _spec_k
     cdef public bint stretch, check_invariants, external_arrivals
     cdef public TraceArrays trace
     cdef public BlockPool pool

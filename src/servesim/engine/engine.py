@@ -361,6 +361,10 @@ class Engine:
             )
         if kv_connector is not None:
             fast = False
+        if config.speculative_config is not None:
+            if kv_connector is not None:
+                raise ConfigError("speculative decoding with KV offloading is not modelled yet")
+            fast = False  # the decode group assumes one token per step
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
         self.name = name  # the replica's name in events (None stand-alone)
         observers = [*observers, *([StepLogObserver(step_log)] if step_log is not None else [])]
@@ -375,6 +379,10 @@ class Engine:
         self._decode_terms = getattr(step_time, "decode_terms", None)
         self._empty_steps = 0
         self.step_time = step_time
+        spec = config.speculative_config
+        self._draft_fraction = spec.draft_fraction() if spec is not None else 0.0
+        self._spec_k = spec.num_speculative_tokens if spec is not None else 0
+        self.draft_time_s = 0.0
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
         t = self.trace
         if config.max_model_len is not None:
@@ -496,6 +504,10 @@ class Engine:
             self._empty_steps = 0
         batch = plan.batch()
         dt = self._step_time(batch)
+        if self._draft_fraction > 0.0:
+            draft = self._draft_time(plan)
+            self.draft_time_s += draft
+            dt += draft
         if not dt > 0:
             raise InputError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
         n_waiting = len(waiting)
@@ -822,8 +834,30 @@ class Engine:
                 int(row[6]),
                 int(row[7]),
                 self.pool.usable_blocks - int(row[7]),
+                *self._spec_fields(plan),
             )
         )
+
+    def _draft_time(self, plan: StepPlan) -> float:
+        """The drafter's k passes after the step, over every request that samples in it: each
+        pass costs ``draft_fraction`` of the target's decode step over the same sequences
+        (their context lengths as the step leaves them)."""
+        n = 0
+        ctx = 0
+        for r, m in plan.scheduled:
+            c = r.num_computed + m
+            if c >= r.prompt_len + r.num_output:
+                n += 1
+                ctx += c
+        if n == 0:
+            return 0.0
+        return self._spec_k * self._draft_fraction * self._step_time(BatchComposition(n, ctx, [], 0))
+
+    def _spec_fields(self, plan: StepPlan) -> tuple[dict[str, int], dict[str, int]] | tuple[()]:
+        """The step's drafts verified and accepted per request (speculative decoding only)."""
+        if not self.scheduler.spec_k:
+            return ()
+        return {r.req_id: d for r, d, _a in plan.spec}, {r.req_id: a for r, _d, a in plan.spec}
 
     def _finished_event(self, r: Request, t_end: float) -> RequestFinished:
         return RequestFinished(

@@ -6,7 +6,7 @@ from servesim.engine.request cimport Request
 
 
 cdef class KVCacheManager:
-    cdef public long long block_size, max_model_len, watermark_blocks
+    cdef public long long block_size, max_model_len, watermark_blocks, lookahead
     cdef public bint caching, full_sequence_must_fit
     cdef public BlockPool pool
 
@@ -30,6 +30,7 @@ cdef class KVCacheManager:
     @cython.locals(
         pool=BlockPool, bs=cython.longlong, mml=cython.longlong, num_tokens=cython.longlong,
         num_hit=cython.longlong, room=cython.longlong, total=cython.longlong, more=cython.longlong,
+        slots=cython.longlong,
     )
     cpdef bint allocate_admission(
         self, Request r, long long n, list hit, bint has_running, long long external=*

@@ -119,6 +119,7 @@ class KVCacheManager:
         "block_size",
         "caching",
         "full_sequence_must_fit",
+        "lookahead",
         "max_model_len",
         "pool",
         "watermark_blocks",
@@ -138,6 +139,9 @@ class KVCacheManager:
         self.max_model_len = max_model_len
         self.caching = pool.enable_caching
         self.watermark_blocks = int(watermark * pool.num_gpu_blocks)
+        # vLLM's num_lookahead_tokens: slots a drafter with its own KV writes past the scheduled
+        # tokens (speculative decoding; 0 otherwise).
+        self.lookahead = 0
 
     # -- content keys ---------------------------------------------------------------------
     def block_key(self, r: Request, i: int) -> int:
@@ -206,7 +210,9 @@ class KVCacheManager:
 
     def allocate_running(self, r: Request, n: int) -> bool:
         """``allocate_slots`` for a request already in the running list (no prefix lookup)."""
-        need = -(-min(r.num_computed + n, self.max_model_len) // self.block_size) - len(r.blocks)
+        need = -(-min(r.num_computed + n + self.lookahead, self.max_model_len) // self.block_size) - len(
+            r.blocks
+        )
         if need > 0:
             pool = self.pool
             if need > pool.num_free:
@@ -266,7 +272,8 @@ class KVCacheManager:
         if total > mml:
             total = mml
         total += n
-        more = -(-(total if total < mml else mml) // bs) - num_hit
+        slots = total + self.lookahead
+        more = -(-(slots if slots < mml else mml) // bs) - num_hit
         if (more if more > 0 else 0) > room:
             return False
         if hit:

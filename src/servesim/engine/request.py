@@ -59,6 +59,7 @@ class Request:
         "num_preemptions",
         "num_shared_blocks",
         "outcome",
+        "prefill_chunk",
         "prefix_hit_tokens",
         "prefix_len",
         "priority",
@@ -67,6 +68,12 @@ class Request:
         "req_id",
         "reused_tokens",
         "segments",
+        "spec_accepted",
+        "spec_drafted",
+        "spec_padded",
+        "spec_sched",
+        "spec_tokens",
+        "spec_verifications",
         "starved",
         "status",
         "sync_step",
@@ -132,6 +139,14 @@ class Request:
         # Output-token timeline as runs of consecutive steps: [first_step, count, ...] flattened.
         self.segments: list[int] = []
         self.outcome = OUTCOME_UNFINISHED
+        # Speculative decoding (vLLM's spec_token_ids, as a count: ids do not matter here).
+        self.spec_tokens = 0  # drafts proposed after the last step, to verify in the next
+        self.spec_sched = 0  # of them, scheduled in the step in flight
+        self.prefill_chunk = False  # vLLM's is_prefill_chunk (kept only with speculation)
+        self.spec_padded = False  # that step's drafts are vLLM's padding (never accepted)
+        self.spec_verifications = 0  # verifications so far (seeds the acceptance draws)
+        self.spec_drafted = 0  # drafts verified, over the request's life
+        self.spec_accepted = 0  # of them, accepted
 
     @property
     def num_tokens(self) -> int:

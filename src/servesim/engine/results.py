@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
@@ -212,6 +212,23 @@ class OffloadSummary(BaseModel):
     cpu_chunks_stored_at_end: int
 
 
+class SpeculativeSummary(BaseModel):
+    """What speculative decoding did in a run (vLLM's spec-decode metrics: drafts, accepted)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    method: str
+    num_speculative_tokens: int
+    verifications: int = Field(description="Request-steps that verified drafts (padding rows excluded).")
+    draft_tokens: int = Field(description="Draft tokens verified.")
+    accepted_tokens: int = Field(description="Of them, accepted by the target.")
+    acceptance_rate: float | None = Field(description="accepted / drafted (vLLM's draft acceptance rate).")
+    mean_acceptance_length: float | None = Field(
+        description="Tokens emitted per verifying request-step: 1 + accepted / verifications (vLLM's)."
+    )
+    draft_time_s: float = Field(description="Simulated time of the drafter's passes, summed over steps.")
+
+
 class SimulationSummary(BaseModel):
     """The answers of one replica simulation."""
 
@@ -257,6 +274,17 @@ class SimulationSummary(BaseModel):
     offload: OffloadSummary | None = Field(
         None, description="The CPU offload tier's figures (``--kv-offloading-size``); None without one."
     )
+    speculative: SpeculativeSummary | None = Field(
+        None, description="Speculative decoding's figures (``--speculative-config``); left out when off."
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_spec_when_off(self, handler: Any) -> Any:
+        """Runs without speculation keep their documents byte for byte (no ``speculative`` key)."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("speculative", 0) is None:
+            del d["speculative"]
+        return d
 
 
 REQUEST_COLUMNS = (

@@ -7,7 +7,7 @@ from servesim.engine.request cimport Request
 
 
 cdef class StepPlan:
-    cdef public list scheduled, preempted, new, resumed, prefix_hits
+    cdef public list scheduled, preempted, new, resumed, prefix_hits, spec
     cdef public long long num_group_decodes, group_ctx_sum
 
     @cython.locals(decodes=cython.longlong, ctx=cython.longlong, prefill=cython.longlong,
@@ -18,7 +18,9 @@ cdef class StepPlan:
 cdef class Scheduler:
     cdef public KVCacheManager kv
     cdef public long long budget, max_num_seqs, threshold, max_model_len, _admit_seq
-    cdef public long long total_preemptions
+    cdef public long long total_preemptions, spec_k, draft_slots, input_left
+    cdef public long long spec_drafted, spec_accepted, spec_verifications
+    cdef public object acceptance
     cdef public bint chunked, priority, protect_starved, boost_starved
     cdef public list running, explicit
     cdef public object waiting, starvation_threshold, connector
@@ -30,7 +32,7 @@ cdef class Scheduler:
     @cython.locals(running=list, kv=KVCacheManager, budget=cython.longlong, mml=cython.longlong,
                    scheduled=list, i=cython.Py_ssize_t, r=Request, n=cython.longlong, ok=cython.bint,
                    victim=Request, vi=cython.Py_ssize_t, j=cython.Py_ssize_t, s=Request,
-                   sn=cython.longlong)
+                   sn=cython.longlong, ds=cython.longlong, ib=cython.longlong, sp=cython.longlong)
     cpdef long long _running_pass(self, StepPlan plan, long long thr) except? -1
     @cython.locals(group=DecodeGroup, budget=cython.longlong, mml=cython.longlong, kv=KVCacheManager,
                    explicit=list, running=list, chunks=list, group_blocks=cython.longlong,
@@ -40,7 +42,9 @@ cdef class Scheduler:
     cpdef long long _fast_running_pass(self, StepPlan plan, long long step, long long thr) except? -2
     @cython.locals(running=list, kv=KVCacheManager, r=Request, hit=list, hit_tokens=cython.longlong,
                    num_tokens=cython.longlong, ext=cython.longlong, n=cython.longlong,
-                   lost=cython.longlong, reused=cython.longlong, moved=cython.longlong)
+                   lost=cython.longlong, reused=cython.longlong, moved=cython.longlong,
+                   k=cython.longlong, ds=cython.longlong, ib=cython.longlong, cap=cython.longlong,
+                   padded=cython.bint, pad_ok=cython.bint, has_running_scheduled=cython.bint)
     cpdef _waiting_pass(self, StepPlan plan, long long budget, long long thr, double now)
     cpdef Request _victim(self, Request r)
     cpdef _preempt(self, Request r)
@@ -49,6 +53,10 @@ cdef class Scheduler:
     @cython.locals(mml=cython.longlong, finished=list, r=Request, n=cython.longlong, c=cython.longlong,
                    o=cython.longlong, seg=list, group=DecodeGroup, done=list, connector=object)
     cpdef list update(self, StepPlan plan, long long step, double t_end)
+    @cython.locals(mml=cython.longlong, k=cython.longlong, kv=KVCacheManager, finished=list, r=Request,
+                   n=cython.longlong, c=cython.longlong, d=cython.longlong, a=cython.longlong,
+                   o=cython.longlong, stop=cython.bint, emitted=cython.longlong, seg=list)
+    cpdef list _verify(self, StepPlan plan, long long step, double t_end)
     @cython.locals(running=list, r=Request)
     cpdef retire(self, list finished, double t_end)
     @cython.locals(group=DecodeGroup, candidates=list, keep=list, r=Request, seg=list)
@@ -58,3 +66,5 @@ cdef class Scheduler:
 @cython.locals(n=cython.longlong, cap=cython.longlong)
 cpdef long long running_tokens(Request r, long long thr, long long budget, long long max_model_len) except? -1
 cpdef Py_ssize_t running_index(list running, Request r) except -1
+@cython.locals(r=Request)
+cpdef bint any_prefill_chunk(list scheduled) except -1

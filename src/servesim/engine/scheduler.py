@@ -39,6 +39,7 @@ from servesim.engine.request import (
     WAITING,
     Request,
 )
+from servesim.engine.speculative import AcceptanceModel
 from servesim.engine.step_time import BatchComposition
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 from servesim.errors import InternalError
@@ -56,10 +57,12 @@ class StepPlan:
         "prefix_hits",
         "resumed",
         "scheduled",
+        "spec",
     )
 
     def __init__(self) -> None:
         self.scheduled: list[tuple[Request, int]] = []
+        self.spec: list[tuple[Request, int, int]] = []  # speculation: (request, drafts, accepted)
         self.num_group_decodes = 0
         self.group_ctx_sum = 0
         self.preempted: list[Request] = []
@@ -113,6 +116,18 @@ class Scheduler:
         self.starvation_threshold = config.starvation_threshold
         self.protect_starved = config.starvation_mitigation != "none"
         self.boost_starved = config.starvation_mitigation == "boost"
+        # Speculative decoding (speculative.py); k = 0: off, and none of it runs.
+        spec = config.speculative_config
+        self.spec_k = spec.num_speculative_tokens if spec is not None else 0
+        self.draft_slots = spec.draft_slots if spec is not None else 0
+        self.acceptance: object = None
+        self.input_left = 0
+        self.spec_drafted = self.spec_accepted = self.spec_verifications = 0  # run totals
+        if spec is not None:
+            if fast:
+                raise InternalError("speculative decoding runs on the plain path (fast=False)")
+            self.acceptance = AcceptanceModel(spec.rates(), spec.acceptance_seed)
+            kv.lookahead = spec.num_lookahead_tokens
 
     # ------------------------------------------------------------------ schedule
     def schedule(self, step: int, now: float) -> StepPlan:
@@ -144,10 +159,14 @@ class Scheduler:
         budget = self.budget
         mml = self.max_model_len
         scheduled = plan.scheduled
+        ds = self.draft_slots
+        ib = budget  # vLLM's input budget: the token budget less the drafter's extra rows
         i = 0
         while i < len(running) and budget > 0:
+            if ib <= ds:
+                break
             r = running[i]
-            n = running_tokens(r, thr, budget, mml)
+            n = running_tokens(r, thr, budget if budget < ib - ds else ib - ds, mml)
             if n <= 0:
                 i += 1
                 continue
@@ -162,6 +181,7 @@ class Scheduler:
                         if s is victim:
                             del scheduled[j]
                             budget += sn
+                            ib += sn + ds
                             break
                 self._preempt(victim)
                 plan.preempted.append(victim)
@@ -174,7 +194,13 @@ class Scheduler:
                 break
             scheduled.append((r, n))
             budget -= n
+            ib -= n + ds
             i += 1
+            if r.spec_tokens:  # vLLM: the drafts that fit are verified, the rest dropped
+                sp = n + r.num_computed - r.prompt_len - r.num_output
+                r.spec_sched = sp if sp > 0 else 0
+                r.spec_tokens = 0
+        self.input_left = ib
         return budget
 
     def _fast_running_pass(self, plan: StepPlan, step: int, thr: int) -> int:
@@ -228,7 +254,16 @@ class Scheduler:
         waiting = self.waiting
         running = self.running
         kv = self.kv
+        k = self.spec_k
+        ds = self.draft_slots
+        ib = self.input_left if k else budget
+        # vLLM pads a request admitted straight into decode to 1 + k rows (uniform batches),
+        # unless a running request is still prefilling.
+        pad_ok = k > 0 and not any_prefill_chunk(plan.scheduled)
+        has_running_scheduled = bool(plan.scheduled)
         while budget > 0 and len(waiting):
+            if ib <= ds:
+                break
             if len(running) >= self.max_num_seqs:
                 break
             r = waiting.peek()
@@ -241,12 +276,24 @@ class Scheduler:
                 if ext < 0:
                     ext = 0
             n = num_tokens - hit_tokens - ext
+            cap = budget if budget < ib - ds else ib - ds
+            padded = False
+            if (
+                pad_ok
+                and n == 1
+                and (has_running_scheduled or hit_tokens + ext > 0)
+                and hit_tokens + ext + k + 2 <= self.max_model_len
+            ):
+                if k + 1 > cap:
+                    break  # vLLM: rather not schedule than schedule unpadded
+                n = k + 1
+                padded = True
             if 0 < thr < n:
                 n = thr
-            if n > budget:
+            if n > cap:
                 if not self.chunked:
                     break
-                n = budget
+                n = cap
             if not kv.allocate_admission(r, n, hit, bool(running), ext):
                 break
             waiting.pop()
@@ -274,6 +321,10 @@ class Scheduler:
             r.num_computed = hit_tokens + ext
             plan.scheduled.append((r, n))
             budget -= n
+            ib -= n + ds
+            if padded:
+                r.spec_sched = n - 1
+                r.spec_padded = True
 
     def _victim(self, r: Request) -> Request:
         """Whom vLLM preempts so that ``r`` can allocate: FCFS the last admitted, priority the
@@ -289,6 +340,8 @@ class Scheduler:
 
     def _preempt(self, r: Request) -> None:
         self.kv.free_preempted(r)
+        r.spec_tokens = r.spec_sched = 0  # vLLM: a preempted request drops its drafts
+        r.spec_padded = False
         r.status = PREEMPTED
         r.lost_tokens = r.num_computed
         r.num_computed = 0
@@ -317,7 +370,9 @@ class Scheduler:
         """Apply the step's results; returns the requests that finished, in scheduling order."""
         mml = self.max_model_len
         finished: list[Request] = []
-        for r, n in plan.scheduled:
+        if self.spec_k:
+            finished = self._verify(plan, step, t_end)
+        for r, n in plan.scheduled if not self.spec_k else ():
             c = r.num_computed + n
             r.num_computed = c
             if c < r.prompt_len + r.num_output:
@@ -354,6 +409,69 @@ class Scheduler:
             self.connector.complete_due(t_end)  # type: ignore[attr-defined]
         if group is not None:
             self._regroup(plan, step + 1)
+        return finished
+
+    def _verify(self, plan: StepPlan, step: int, t_end: float) -> list[Request]:
+        """``update_from_output`` with speculation: each request that computed all its known
+        tokens verifies its scheduled drafts; the target accepts ``a`` of ``d`` (the acceptance
+        model), so it emits 1 + a tokens and ``num_computed`` steps back by the d - a rejected
+        ones (their KV slots stay allocated, as in vLLM, and are overwritten later). Tokens past
+        a stop are trimmed and ``num_computed`` with them. Then the drafter proposes k drafts for
+        every request that sampled and did not finish (vLLM's ``update_draft_token_ids``)."""
+        mml = self.max_model_len
+        k = self.spec_k
+        kv = self.kv
+        acc = self.acceptance
+        finished: list[Request] = []
+        for r, n in plan.scheduled:
+            c = r.num_computed + n
+            r.num_computed = c
+            d = r.spec_sched
+            r.spec_sched = 0
+            if c < r.prompt_len + r.num_output:
+                r.prefill_chunk = True
+                continue  # a partial prefill chunk samples nothing
+            r.prefill_chunk = False
+            a = 0
+            if d:
+                if r.spec_padded:
+                    r.spec_padded = False  # padding rows are never accepted
+                else:
+                    a = acc.accepted(r, d)  # type: ignore[attr-defined]
+                    r.spec_drafted += d
+                    r.spec_accepted += a
+                    self.spec_drafted += d
+                    self.spec_accepted += a
+                    self.spec_verifications += 1
+                r.spec_verifications += 1
+                r.num_computed = c - (d - a)
+                plan.spec.append((r, d, a))
+            o = r.num_output
+            stop = False
+            emitted = 0
+            while emitted < a + 1:
+                o += 1
+                emitted += 1
+                if o >= r.max_tokens or r.prompt_len + o >= mml:
+                    stop = True
+                    break
+            r.num_computed -= a + 1 - emitted
+            r.num_output = o
+            if r.first_token < 0:
+                r.first_token = t_end
+            seg = r.segments
+            if seg and seg[-2] + seg[-1] == step:
+                seg[-1] += 1
+            else:
+                seg.append(step)
+                seg.append(1)
+            r.last_token = t_end
+            if kv.caching:  # vLLM caches the newly verified full blocks
+                kv.cache_blocks(r, r.num_computed)
+            if stop:
+                finished.append(r)
+            else:
+                r.spec_tokens = k
         return finished
 
     def retire(self, finished: list[Request], t_end: float) -> None:
@@ -402,13 +520,22 @@ def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int
     """Tokens a RUNNING request gets in Phase A: what it still needs, capped by the long-prefill
     threshold, the budget left and the context limit (vLLM: the position must stay below
     ``max_model_len``). 0 or less: skip it."""
-    n = r.prompt_len + r.num_output - r.num_computed
+    n = r.prompt_len + r.num_output + r.spec_tokens - r.num_computed  # vLLM: num_tokens_with_spec
     if 0 < thr < n:
         n = thr
     if n > budget:
         n = budget
     cap = max_model_len - r.num_computed - 1
     return cap if n > cap else n
+
+
+def any_prefill_chunk(scheduled: list[tuple[Request, int]]) -> bool:
+    """Whether a request scheduled so far was a partial prefill after its last step (vLLM's
+    ``prefill_scheduled``, which stops padding admitted decodes)."""
+    for r, _n in scheduled:  # noqa: SIM110 (a loop: Cython compiles no closure in a cpdef)
+        if r.prefill_chunk:
+            return True
+    return False
 
 
 _admit_seq = attrgetter("admit_seq")

@@ -20,6 +20,7 @@ from servesim.engine.results import (
     LatencyStats,
     OffloadSummary,
     SimulationResult,
+    SpeculativeSummary,
     good_mask,
     itl_stats,
     summarize,
@@ -162,6 +163,20 @@ def build_result(
         token_steps,
         (weights, gaps),
     )
+    spec = engine.config.speculative_config
+    if spec is not None:
+        sched = engine.scheduler
+        v, dr, ac = sched.spec_verifications, sched.spec_drafted, sched.spec_accepted
+        summary.speculative = SpeculativeSummary(
+            method=spec.method,
+            num_speculative_tokens=spec.num_speculative_tokens,
+            verifications=v,
+            draft_tokens=dr,
+            accepted_tokens=ac,
+            acceptance_rate=ac / dr if dr else None,
+            mean_acceptance_length=1.0 + ac / v if v else None,
+            draft_time_s=engine.draft_time_s,
+        )
     conn = engine.kv_connector
     if isinstance(conn, OffloadingConnector):
         st = conn.stats

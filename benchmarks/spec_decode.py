@@ -1,0 +1,86 @@
+"""Speculative decoding vs load: TPOT p50/p99 and goodput for k = 0..4 at two acceptance levels.
+
+One trace (a Poisson chat-like workload) is replayed at increasing load by compressing its
+arrival times; each load runs with speculation off (k = 0) and with EAGLE-3 drafting k = 1..4 at
+a high and a low acceptance level, on the roofline (llama-3.1-8b on one H100). For each k the
+crossover is the lowest load at which its TPOT p50 is no better than k = 0's: where speculation
+stops paying.
+
+    uv run python benchmarks/spec_decode.py
+    uv run python benchmarks/spec_decode.py --requests 400 --loads 2,8,16,32,64
+
+Figures are printed, never asserted. Acceptance levels are per-position conditional rates
+(``speculative.ACCEPTANCE_PRESETS``): "high" is the EAGLE-3 preset, "low" a flat 0.4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+from servesim.engine import SLO, EngineConfig, simulate
+from servesim.perf.roofline import build_step_time_model
+from servesim.traces import GeneratorSpec, PoissonArrivals, generate_trace
+from servesim.traces.schema import Trace
+
+LEVELS = {"high": None, "low": (0.4,)}  # None: the method's preset (EAGLE-3)
+SLO_ = SLO(ttft_ms=2000, tpot_ms=25)
+
+
+def scaled(base: Trace, factor: float) -> Trace:
+    df = base.df.copy()
+    df["arrival_time_s"] = df["arrival_time_s"] / factor
+    return Trace(df, base.provenance)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--loads", default="2,8,32,64,128", help="request rates (req/s) to replay the trace at")
+    ap.add_argument("--max-k", type=int, default=4)
+    args = ap.parse_args()
+    loads = [float(x) for x in args.loads.split(",")]
+    base = generate_trace(
+        GeneratorSpec(num_requests=args.requests, seed=0, arrival=PoissonArrivals(rate=1.0))
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_step_time_model("llama-3.1-8b", "h100", max_num_seqs=256, max_num_batched_tokens=8192)
+    t0 = time.perf_counter()
+    rows: dict[tuple[str, int, float], tuple[float, float, float, float]] = {}
+    for level, rates in LEVELS.items():
+        for k in range(0 if level == "high" else 1, args.max_k + 1):  # k = 0 runs once
+            for load in loads:
+                spec = None
+                if k:
+                    spec = {"method": "eagle3", "num_speculative_tokens": k, "acceptance_rates": rates}
+                cfg = EngineConfig(
+                    max_num_seqs=256,
+                    max_num_batched_tokens=8192,
+                    num_gpu_blocks=25_000,
+                    speculative_config=spec,
+                )
+                s = simulate(scaled(base, load), cfg, model, slo=SLO_, pooled_itl=False).summary
+                mal = s.speculative.mean_acceptance_length if s.speculative else 1.0
+                rows[(level, k, load)] = (s.tpot_ms.p50, s.tpot_ms.p99, s.goodput, mal or 1.0)
+    print(f"{args.requests} requests, llama-3.1-8b on 1 x h100 (roofline), EAGLE-3 drafts, SLO {SLO_}")
+    for level in LEVELS:
+        print(f"\nacceptance {level}:")
+        print(f"{'k':>2} " + " ".join(f"{'load ' + format(x, 'g'):>24}" for x in loads))
+        for k in range(args.max_k + 1):
+            cells = []
+            for load in loads:
+                p50, p99, good, mal = rows[(level, k, load)] if k else rows[("high", 0, load)]
+                cells.append(f"{p50:5.1f}/{p99:5.1f} ms {good:5.2f}/s {mal:3.1f}")
+            print(f"{k:>2} " + " ".join(f"{c:>24}" for c in cells))
+        print("   (cell: TPOT p50/p99, goodput, tokens per verifying step)")
+        for k in range(1, args.max_k + 1):
+            cross = next((x for x in loads if rows[(level, k, x)][0] >= rows[("high", 0, x)][0]), None)
+            where = f"at {cross:g} req/s" if cross is not None else f"beyond {loads[-1]:g} req/s"
+            print(f"   k={k}: TPOT p50 no better than k=0 {where}")
+    print(f"\n{time.perf_counter() - t0:.1f} s wall")
+
+
+if __name__ == "__main__":
+    main()

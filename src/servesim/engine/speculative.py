@@ -1,0 +1,184 @@
+"""Speculative decoding: vLLM's ``--speculative-config`` and the acceptance of draft tokens.
+
+What the scheduler needs from vLLM 0.33 (``vllm/config/speculative.py``, ``vllm/config/vllm.py``):
+
+* ``num_speculative_tokens`` k: drafts proposed per decoding request after each step;
+* ``num_lookahead_tokens``: KV slots reserved past the scheduled tokens, k for drafters with a
+  KV cache of their own (``eagle``, ``eagle3``, ``mtp``, ``draft_model``), 0 for ``ngram``;
+* ``max_num_new_slots_for_drafting``: extra input rows per scheduled request (1 for an
+  autoregressive ``draft_model``, 0 for the others), taken from the step's input budget.
+
+Acceptance is not a scheduling decision: the target model verifies the drafts. servesim draws it
+from a per-position model (``AcceptanceModel``): the i-th draft is accepted with probability
+``rates[i]`` given that the ones before it were (the chain rule vLLM's rejection sampler applies),
+seeded per (request, verification) so that a run is deterministic whatever the batch order.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servesim.engine.request import Request
+from servesim.errors import ConfigError
+
+SpecMethod = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
+
+#: Per-position conditional acceptance rates by method (position 1 first), used when the config
+#: gives none. Sources (see docs/perf.md, "Speculative decoding"):
+#: * eagle3: EAGLE-3 paper (Li et al., 2025, arXiv:2503.01840), LLaMA-3.1-8B, MT-bench, chain
+#:   drafts: average acceptance length ~6.1 at depth 7 (tree); a chain of k = 3 keeps ~3.0-3.3
+#:   tokens/step, i.e. conditional rates near 0.8 decaying slowly.
+#: * eagle: EAGLE-1/2 papers (arXiv:2401.15077, 2406.16858): acceptance length ~3.6-4.0 at depth 5
+#:   on MT-bench (LLaMA2-chat 7B); conditional rates ~0.75 falling to ~0.6.
+#: * mtp: DeepSeek-V3 technical report (arXiv:2412.19437 sec. 5.4.3): the second token is accepted
+#:   85-90 % of the time (one MTP module); further positions reuse the module and decay.
+#: * ngram: prompt lookup; vLLM's own measurements (blog "Spec decode in vLLM", 2024) show
+#:   strong gains only on input-grounded tasks; a ~0.5 first-position rate is typical for chat.
+#: * draft_model: a small same-family draft (e.g. Llama-3.2-1B for 8B), ~0.7 per position.
+#: These are presets, not measurements of your model: give ``acceptance_rates`` for your own.
+ACCEPTANCE_PRESETS: dict[str, tuple[float, ...]] = {
+    "eagle3": (0.80, 0.75, 0.72, 0.70, 0.68, 0.66, 0.64, 0.62),
+    "eagle": (0.75, 0.70, 0.65, 0.62, 0.60, 0.58, 0.56, 0.54),
+    "mtp": (0.88, 0.80, 0.75, 0.70, 0.66, 0.62, 0.58, 0.55),
+    "ngram": (0.50, 0.45, 0.40, 0.36, 0.33, 0.30, 0.28, 0.26),
+    "draft_model": (0.72, 0.68, 0.65, 0.62, 0.60, 0.58, 0.56, 0.54),
+}
+
+MAX_SPEC_TOKENS = 16
+
+#: One draft pass relative to a target decode step over the same sequences (the drafter runs k
+#: passes per step). ngram: a CPU lookup (~0). EAGLE/EAGLE-3 head and one MTP module: one decoder
+#: layer plus the shared LM head, i.e. about (1 layer + LM head) / (32 layers + LM head) of an
+#: 8B target's weight reads, ~0.06, plus its launches; a same-family 1B draft for an 8B target:
+#: its parameter ratio, ~0.15. Roofline ratios, not measurements (docs/perf.md).
+DRAFT_STEP_FRACTION: dict[str, float] = {
+    "ngram": 0.0,
+    "eagle": 0.06,
+    "eagle3": 0.07,  # EAGLE-3 fuses three feature layers into its input: slightly wider
+    "mtp": 0.06,
+    "draft_model": 0.15,
+}
+
+
+class SpeculativeConfig(BaseModel):
+    """vLLM's ``--speculative-config`` (its JSON keys), plus servesim's acceptance inputs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: SpecMethod = Field(description="Drafter: ngram, eagle, eagle3, mtp or draft_model.")
+    num_speculative_tokens: int = Field(ge=1, le=MAX_SPEC_TOKENS, description="Drafts per step (k).")
+    draft_tensor_parallel_size: int | None = Field(None, ge=1, le=64, description="TP of the draft model.")
+    model: str | None = Field(None, description="Draft model or head (vLLM's key; not read by servesim).")
+    # servesim additions (vLLM measures these; a simulator must be told them).
+    acceptance_rates: tuple[float, ...] | None = Field(
+        None,
+        description="Per-position conditional acceptance rates (default: the method's preset).",
+    )
+    acceptance_seed: int = Field(0, ge=0, description="Seed of the accept/reject draws.")
+    draft_step_fraction: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Time of one draft pass over the batch, as a fraction of the target's "
+        "decode step for the same sequences (default: the method's, DRAFT_STEP_FRACTION).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_json(cls, data: Any) -> Any:
+        """Accept vLLM's flag form, a JSON object in a string."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"speculative_config: not a JSON object: {e.msg}") from None
+            if not isinstance(data, dict):
+                raise ConfigError(
+                    "speculative_config: must be a JSON object, e.g. "
+                    '\'{"method": "eagle3", "num_speculative_tokens": 3}\''
+                )
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in _IGNORED_VLLM_KEYS}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> SpeculativeConfig:
+        rates = self.acceptance_rates
+        if rates is not None and (not rates or any(not 0.0 <= p <= 1.0 for p in rates)):
+            raise ConfigError("speculative_config.acceptance_rates: each rate must be in [0, 1]")
+        return self
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """vLLM's ``VllmConfig.num_lookahead_tokens``: drafters with their own KV write k slots ahead."""
+        return 0 if self.method == "ngram" else self.num_speculative_tokens
+
+    @property
+    def draft_slots(self) -> int:
+        """vLLM's ``max_num_new_slots_for_drafting`` (non-parallel drafting)."""
+        return 1 if self.method == "draft_model" else 0
+
+    def draft_fraction(self) -> float:
+        f = self.draft_step_fraction
+        return DRAFT_STEP_FRACTION[self.method] if f is None else f
+
+    def rates(self) -> tuple[float, ...]:
+        """Conditional acceptance per position 1..k (the last given rate repeats)."""
+        base = self.acceptance_rates or ACCEPTANCE_PRESETS[self.method]
+        k = self.num_speculative_tokens
+        return tuple(base[i] if i < len(base) else base[-1] for i in range(k))
+
+    def mean_accepted(self) -> float:
+        """Expected accepted drafts per verification of k drafts: sum of the chain products."""
+        total = 0.0
+        prod = 1.0
+        for p in self.rates():
+            prod *= p
+            total += prod
+        return total
+
+
+#: vLLM keys a user may pass that change nothing servesim models.
+_IGNORED_VLLM_KEYS = frozenset({"prompt_lookup_max", "prompt_lookup_min", "quantization", "revision"})
+
+
+class AcceptanceModel:
+    """How many of ``n`` drafts the target accepts: position i with ``rates[i]`` given i-1 were.
+
+    Draws come from a generator seeded by (seed, request index, verification number), so they
+    do not depend on batch composition or on which other requests ran."""
+
+    __slots__ = ("rates", "seed")
+
+    def __init__(self, rates: tuple[float, ...], seed: int) -> None:
+        self.rates = rates
+        self.seed = seed
+
+    def accepted(self, r: Request, n: int) -> int:
+        """Drafts accepted of ``n`` at ``r``'s next verification."""
+        rng = random.Random((self.seed << 48) ^ (r.idx << 20) ^ r.spec_verifications)
+        rates = self.rates
+        a = 0
+        while a < n and rng.random() < rates[a if a < len(rates) else -1]:
+            a += 1
+        return a
+
+
+class ScriptedAcceptance:
+    """Accepted counts given per request, one per verification in order: replays a recorded run
+    (the vLLM oracle's fake model runner); a verification beyond the script accepts nothing."""
+
+    __slots__ = ("script",)
+
+    def __init__(self, script: dict[str, list[int]]) -> None:
+        self.script = script  # request id -> accepted count of each verification in order
+
+    def accepted(self, r: Request, n: int) -> int:
+        seq = self.script.get(str(r.req_id), ())
+        nth = r.spec_verifications
+        got = seq[nth] if nth < len(seq) else 0
+        return got if got < n else n

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Generate speculative-decoding regression cases from vLLM's real scheduler. Not run in CI.
+
+vLLM 0.33's ``Scheduler`` runs with a real ``SpeculativeConfig(method="ngram")``; the fake model
+runner of ``vllm_oracle.py`` (this folder's copy) returns 1 + a sampled tokens for a request that
+verified d drafts, a drawn from a seeded per-position chain, and the fake drafter proposes k
+drafts after every step (``update_draft_token_ids``). The ``lookahead`` family also sets the
+scheduler's ``num_lookahead_tokens`` to k, as EAGLE/MTP/draft-model drafters do, with prefix
+caching off. Each case stores the per-step schedule and the accepted counts; ``tests/engine/
+test_oracle_spec_cases.py`` replays them through servesim with the same accepted counts.
+
+Usage (the oracle's virtualenv python):
+    $VENV/bin/python tools/oracle/make_spec_cases.py [--seed 0] [--per-family 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import vllm_oracle  # noqa: E402
+from make_cases import STEP_S, random_config, random_trace  # noqa: E402
+
+OUT = HERE.parents[1] / "tests" / "engine" / "oracle_spec_cases"
+FAMILIES = {  # spec family -> make_cases family its trace and config come from
+    "spec_basic": "basic",
+    "spec_prefix": "prefix",
+    "spec_pressure": "pressure",
+    "spec_priority": "priority",
+    "spec_threshold": "threshold",
+    "spec_small_seqs": "small_seqs",
+    "spec_lookahead": "pressure",
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-family", type=int, default=3)
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as td:
+        for fam, base in FAMILIES.items():
+            for j in range(args.per_family):
+                rows = random_trace(rng, base)
+                if len(rows) > 40:
+                    rows = rows[:40]
+                cfg = random_config(rng, base, rows)
+                k = rng.randint(1, 5)
+                cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], cfg["max_num_seqs"], k + 1)
+                spec = {
+                    "spec_method": "ngram",
+                    "num_speculative_tokens": k,
+                    "spec_accept_rates": [round(rng.uniform(0.2, 0.95), 2) for _ in range(rng.randint(1, k))],
+                    "spec_accept_seed": rng.randint(0, 1000),
+                }
+                if fam == "spec_lookahead":
+                    cfg["enable_prefix_caching"] = False
+                    spec["spec_lookahead_tokens"] = k
+                name = f"{fam}_{j:02d}"
+                tp, cp, op, sp = (
+                    Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json")
+                )
+                tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+                cp.write_text(json.dumps({**cfg, **spec, "step_time_s": STEP_S}))
+                ocfg = vllm_oracle.load_config(str(cp), [])
+                otrace = vllm_oracle.load_trace(str(tp), ocfg)
+                summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
+                steps = []
+                for line in op.read_text().splitlines():
+                    d = json.loads(line)
+                    steps.append(
+                        [
+                            d["step"],
+                            d["num_scheduled_tokens"],
+                            d["preempted"],
+                            sorted(d["finished"]),
+                            d["kv_blocks_used"],
+                            d["prefix_hit_tokens"],
+                            d["num_running"],
+                            d["num_waiting"],
+                            d["spec_scheduled"],
+                            d["spec_accepted"],
+                        ]
+                    )
+                case = {
+                    "name": name,
+                    "vllm_version": summary["vllm_version"],
+                    "step_s": STEP_S,
+                    "config": cfg,
+                    "speculative": spec,
+                    "trace": rows,
+                    "steps": steps,
+                    "total_preemptions": summary["total_preemptions"],
+                }
+                with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
+                    json.dump(case, f, separators=(",", ":"))
+                print(
+                    f"{name}: {len(rows)} requests, {len(steps)} steps, k={k}, "
+                    f"{summary['total_preemptions']} preemptions",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
