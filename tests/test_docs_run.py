@@ -34,6 +34,9 @@ TIMEOUT_S = 300
 #: A server must answer (or a dashboard paint) within this many seconds of starting.
 START_S = 90
 
+#: What the dashboard's first screen shows: its status line and the batch panel's border.
+PAINTED = ("running".encode(), "batch".encode())
+
 COMMANDS = [(d, c) for d, c in doc_commands() if d != "README.md"]
 
 
@@ -119,14 +122,14 @@ def _paints(cmd: str, work: Path) -> None:
     seen = b""
     try:
         deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline and b"servesim" not in seen.lower():
+        while time.monotonic() < deadline and not all(m in seen for m in PAINTED):
             assert proc.poll() is None, f"`{cmd}` exited {proc.returncode}:\n{seen.decode(errors='replace')[-2000:]}"
             if select.select([master], [], [], 0.5)[0]:
                 try:
                     seen += os.read(master, 65536)
                 except OSError:
                     break
-        assert b"servesim" in seen.lower(), f"`{cmd}` painted nothing in {START_S} s: {seen[-500:]!r}"
+        assert all(m in seen for m in PAINTED), f"`{cmd}` painted nothing in {START_S} s: {seen[-500:]!r}"
         assert b"Traceback" not in seen, seen.decode(errors="replace")[-2000:]
     finally:
         _stop(proc)
