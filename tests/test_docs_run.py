@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from test_docs_commands import doc_commands  # the one extraction of the docs' command lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ TIMEOUT_S = 300
 START_S = 90
 
 #: What the dashboard's first screen shows: its status line and the batch panel's border.
-PAINTED = ("running".encode(), "batch".encode())
+PAINTED = (b"running", b"batch")
 
 COMMANDS = [(d, c) for d, c in doc_commands() if d != "README.md"]
 
@@ -90,7 +91,9 @@ def _serves(cmd: str, work: Path) -> None:
     try:
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
-            assert proc.poll() is None, f"`{cmd}` exited {proc.returncode}:\n{proc.stdout.read().decode()[-2000:]}"  # type: ignore[union-attr]
+            assert proc.poll() is None, (
+                f"`{cmd}` exited {proc.returncode}:\n{proc.stdout.read().decode()[-2000:]}"
+            )  # type: ignore[union-attr]
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
                     assert r.status < 500
@@ -123,7 +126,9 @@ def _paints(cmd: str, work: Path) -> None:
     try:
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline and not all(m in seen for m in PAINTED):
-            assert proc.poll() is None, f"`{cmd}` exited {proc.returncode}:\n{seen.decode(errors='replace')[-2000:]}"
+            assert proc.poll() is None, (
+                f"`{cmd}` exited {proc.returncode}:\n{seen.decode(errors='replace')[-2000:]}"
+            )
             if select.select([master], [], [], 0.5)[0]:
                 try:
                     seen += os.read(master, 65536)
@@ -153,7 +158,9 @@ def test_a_docs_command_runs_as_typed(doc: str, cmd: str, work: Path) -> None:
     res = subprocess.run(
         ["bash", "-c", full], cwd=work, env=_env(work), capture_output=True, text=True, timeout=TIMEOUT_S
     )
-    assert res.returncode == 0, f"{doc}: `{full}` exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+    assert res.returncode == 0, (
+        f"{doc}: `{full}` exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+    )
     assert "Traceback" not in res.stderr, f"{doc}: `{full}`\n{res.stderr[-2000:]}"
     assert res.stdout.strip() or " > " in full, f"{doc}: `{full}` printed nothing"
 

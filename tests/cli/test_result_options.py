@@ -28,6 +28,9 @@ NO_RESULT = {
     "report": "writes HTML/Markdown reports, not a result document",
     "trace convert": "writes a trace in the format asked for (--out is the trace file)",
     "generate-failures": "writes an input file (the failure log for recover), always to --out",
+    "perf models": "lists the model catalog",
+    "perf gpus": "lists the GPU catalog",
+    "perf profiles": "lists (or prints) the shipped calibration profiles",
 }
 
 

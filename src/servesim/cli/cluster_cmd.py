@@ -11,7 +11,7 @@ import yaml
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
-from servesim.cli.common import request_slo
+from servesim.cli.common import out_option, request_slo
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
@@ -67,6 +67,7 @@ def register(app: typer.Typer) -> None:
         num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
         strict: bool = strict_option(),
         hash_block_size: int | None = hash_block_size_option(),
+        out: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON only."),
     ) -> None:
         """Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E."""
@@ -139,6 +140,7 @@ def register(app: typer.Typer) -> None:
             as_json,
             f"{trace}: {len(tr):,} requests on {len(reps)} replicas",
             tr.provenance,
+            out=out,
         )
 
 
