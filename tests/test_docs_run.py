@@ -27,8 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from test_docs_commands import doc_commands  # the one extraction of the docs' command lines
-
 ROOT = Path(__file__).resolve().parents[1]
 #: Generous per-command bound on a loaded 2-core machine; the docs' lines take seconds.
 TIMEOUT_S = 300
@@ -38,7 +36,22 @@ START_S = 90
 #: What the dashboard's first screen shows: its status line and the batch panel's border.
 PAINTED = (b"running", b"batch")
 
-COMMANDS = [(d, c) for d, c in doc_commands() if d != "README.md"]
+
+def doc_lines() -> list[tuple[str, str]]:
+    """Every ``servesim`` line of docs/*.md's shell blocks, continuations joined, the comment cut
+    and shell redirections kept (as tests/test_docs_commands.py reads them, minus the cuts)."""
+    out: list[tuple[str, str]] = []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        text = doc.read_text(encoding="utf-8")
+        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, flags=re.S):
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                cmd = line.strip().removeprefix("$ ").split(" # ")[0].strip()
+                if cmd.startswith("servesim "):
+                    out.append((doc.name, cmd))
+    return out
+
+
+COMMANDS = doc_lines()
 
 
 @pytest.fixture(scope="module")
@@ -149,30 +162,15 @@ def test_the_docs_show_commands_to_run() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("doc", "cmd"), COMMANDS, ids=[f"{d}:{c[:60]}" for d, c in COMMANDS])
 def test_a_docs_command_runs_as_typed(doc: str, cmd: str, work: Path) -> None:
-    words = shlex.split(cmd)
+    words = shlex.split(cmd.split(" > ")[0].split(" | ")[0])
     if words[1] in ("serve", "emulate"):
         return _serves(cmd, work)
     if words[1] == "dashboard" and not {"--headless", "--ui", "--json"} & set(words):
         return _paints(cmd, work)
-    full = next(c for d, c in _full_lines() if d == doc and c.startswith(cmd))  # with its `> file`
     res = subprocess.run(
-        ["bash", "-c", full], cwd=work, env=_env(work), capture_output=True, text=True, timeout=TIMEOUT_S
+        ["bash", "-c", cmd], cwd=work, env=_env(work), capture_output=True, text=True, timeout=TIMEOUT_S
     )
-    assert res.returncode == 0, (
-        f"{doc}: `{full}` exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
-    )
-    assert "Traceback" not in res.stderr, f"{doc}: `{full}`\n{res.stderr[-2000:]}"
-    assert res.stdout.strip() or " > " in full, f"{doc}: `{full}` printed nothing"
-
-
-def _full_lines() -> list[tuple[str, str]]:
-    """The docs' lines with their shell redirections kept (doc_commands cuts them for parsing)."""
-    out: list[tuple[str, str]] = []
-    for doc in sorted((ROOT / "docs").glob("*.md")):
-        text = doc.read_text(encoding="utf-8")
-        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, flags=re.S):
-            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-                cmd = line.strip().removeprefix("$ ").split(" # ")[0].strip()
-                if cmd.startswith("servesim "):
-                    out.append((doc.name, cmd))
-    return out
+    said = f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+    assert res.returncode == 0, f"{doc}: `{cmd}` exited {res.returncode}\n{said}"
+    assert "Traceback" not in res.stderr, f"{doc}: `{cmd}`\n{said}"
+    assert res.stdout.strip() or " > " in cmd, f"{doc}: `{cmd}` printed nothing"
