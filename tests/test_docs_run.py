@@ -43,10 +43,12 @@ def doc_lines() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for doc in sorted((ROOT / "docs").glob("*.md")):
         text = doc.read_text(encoding="utf-8")
-        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, flags=re.S):
+        for lang, block in re.findall(r"```(bash|sh|console)?\n(.*?)```", text, flags=re.S):
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 cmd = line.strip().removeprefix("$ ").split(" # ")[0].strip()
-                if cmd and not cmd.startswith("#"):  # a line making a file a later line reads, too
+                # a shell block's every line (one may make a file a later line reads); elsewhere
+                # (a plain block of screen or formulas) only a servesim command line
+                if cmd.startswith("servesim ") or (lang and cmd and not cmd.startswith("#")):
                     out.append((doc.name, cmd))
     return out
 
