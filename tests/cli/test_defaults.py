@@ -142,3 +142,13 @@ def test_a_flag_given_is_kept_and_only_the_other_limit_is_defaulted(tmp_path: Pa
     sim = json.loads(_ok(["simulate", _trace(tmp_path), "--max-num-seqs", "64", "--json"]))
     assert _limits(sim["config"]) == (64, 8192)
     assert sim["setup"]["defaults_applied"] == {"max_num_batched_tokens": 8192}
+
+
+@pytest.mark.parametrize("gpu", ["h100", "l40s"])
+def test_perf_memory_sizes_the_kv_cache_simulate_runs_on(tmp_path: Path, gpu: str) -> None:
+    """`perf memory` without batch flags answers for what `simulate` runs: vllm serve's limits on
+    the GPU (it once sized the cache for 128 / 2048: 28,196 KV blocks on an H100 against
+    simulate's 25,490, since the activation peak grows with the token budget)."""
+    sim = json.loads(_ok(["simulate", _trace(tmp_path), "--gpu", gpu, "--json"]))
+    mem = json.loads(_ok(["perf", "memory", "--model", "llama-3.1-8b", "--gpu", gpu, "--json"]))
+    assert mem["num_gpu_blocks"] == sim["config"]["num_gpu_blocks"]

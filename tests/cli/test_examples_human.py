@@ -24,6 +24,11 @@ HUMAN: list[tuple[str, list[str]]] = [
     ("trace inspect {ex}/trace.jsonl", ["native-jsonl", "requests"]),
     ("reschedule {ex}/interrupted.json", ["interrupted.json: re-admission order (sla-aware)", "misses SLA"]),
     ("recover {ex}/failure.json --no-manifests", ["job-1001: ", "timed as: "]),
+    (
+        "recover {ex}/failure.json --cluster {ex}/survivors.json --no-manifests",
+        ["job-1001: COLD_RESTART -> worker-03", "job-1002: COLD_RESTART -> worker-02"],
+    ),
+    ("calibrate {ex}/steps.csv --model llama-3.1-8b --gpu h100", ["gemm_compute_efficiency", "fitted"]),
     ("simulate {ex}/demo/inputs/bursty.csv", ["bursty.csv: 1,200", "p99 ms"]),
     ("recover {ex}/demo/inputs/failure-n1.json --no-manifests", ["r569: "]),
     ("reschedule {ex}/demo/inputs/interrupted.json", ["re-admission order (sla-aware)"]),

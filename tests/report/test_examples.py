@@ -79,3 +79,19 @@ def test_committed_results_are_the_commands_json_shapes() -> None:
     kinds = {p.name: read_document(p).kind for p in EXAMPLES.glob("*.json")}
     assert kinds["simulate.json"] == "simulate" and kinds["tune.json"] == "tune"
     assert kinds["recover.json"] == "recover" and kinds["inspect-azure-conv.json"] == "trace"
+
+
+def test_the_demo_simulation_is_the_simulate_command_it_records() -> None:
+    """The demo's simulate.json is what `servesim simulate` prints for the command line it
+    records (same spec, same resolve, same defaults, same document), not a hand-built run."""
+    import shlex
+
+    demo = json.loads((EXAMPLES / "simulate.json").read_text(encoding="utf-8"))
+    words = shlex.split(demo.pop("command"))
+    assert words[0] == "servesim" and "--json" in words
+    res = CliRunner().invoke(app, words[1:])
+    assert res.exit_code == 0, res.output
+    cli = json.loads(res.stdout)
+    assert demo.pop("model") == "llama-3.1-8b"  # the demo's provenance, beside the command line
+    assert demo["setup"]["defaults_applied"], "the demo runs on vllm serve's defaults and says which"
+    assert cli == demo

@@ -31,7 +31,7 @@ from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.actions import note_advisor, note_output
-from servesim.cli.common import print_json, print_timed_as, request_slo, timed_as
+from servesim.cli.common import emit, out_option, print_timed_as, request_slo, said_written, timed_as
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option
@@ -167,6 +167,7 @@ def register(app: typer.Typer) -> None:
             help="Where --apply writes (default: outbox/ in servesim's data folder; nothing is sent).",
         ),
         action_log: Path | None = typer.Option(None, help="Append one JSON line per advisor call here."),
+        out_file: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the checked advice as JSON only."),
     ) -> None:
         """Get scheduling, rescheduling or fallback advice, re-checked by simulation."""
@@ -205,15 +206,15 @@ def register(app: typer.Typer) -> None:
             typer.echo(
                 f"warning: invalid job {j.index} ({j.job_id or 'no job_id'}) excluded: {j.reason}", err=True
             )
-        if as_json:
+        if as_json or out_file is not None:
             out = result.model_dump(mode="json")
             out["outbox_files"] = [str(p) for p in written]
             if isinstance(case, FallbackCase):
                 out["invalid_jobs"] = [j.model_dump(mode="json") for j in invalid]
             if isinstance(case, BatchingCase):
                 out["trace_provenance"] = provenance_json(case.trace.provenance)
-            print_json(stamped("advise", out))
-            return
+            if emit(stamped("advise", out), as_json=as_json, out=out_file):
+                return
         if isinstance(case, BatchingCase):
             print_timed_as(case.hardware)
         elif isinstance(case, RescheduleCase):
@@ -229,3 +230,4 @@ def register(app: typer.Typer) -> None:
         console.print_json(json.dumps(result.advice.model_dump(mode="json")))
         for p in written:
             console.print(f"written for review: {p}")
+        said_written(out_file)

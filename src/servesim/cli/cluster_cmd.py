@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
-from servesim.cli.common import request_slo
+from servesim.cli.common import out_option, request_slo
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.pd_cmd import print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
@@ -70,6 +70,7 @@ def register(app: typer.Typer) -> None:
         num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
         strict: bool = strict_option(),
         hash_block_size: int | None = hash_block_size_option(),
+        out: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON only."),
         prefill_replicas: int | None = typer.Option(
             None, min=1, max=64, help="Disaggregated: replicas of the prefill pool (with --decode-replicas)."
@@ -170,6 +171,7 @@ def register(app: typer.Typer) -> None:
             as_json,
             f"{trace}: {len(tr):,} requests on {len(reps)} replicas",
             tr.provenance,
+            out=out,
         )
 
 

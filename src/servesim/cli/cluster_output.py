@@ -5,11 +5,12 @@ the ``--fail NODE@TIME`` syntax and printing a recovery comparison (the comparis
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from servesim.cli.common import print_json
+from servesim.cli.common import emit, said_written
 from servesim.cli.trace_input import provenance_json
 from servesim.cluster import FailureEvent, RouterSpec
 from servesim.cluster.compare import LinkSpec, StrategyOutcome, cluster_document
@@ -38,19 +39,22 @@ def print_comparison(
     as_json: bool,
     title: str,
     provenance: TraceProvenance | None = None,
+    out: Path | None = None,
 ) -> None:
     """The strategies' outcomes: the table, or with ``--json`` the comparison alone on stdout
-    (with the trace's provenance: every row dropped while reading it)."""
-    if as_json:
+    (with the trace's provenance: every row dropped while reading it); ``out``: that document
+    as a file."""
+    if as_json or out is not None:
         doc = {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
-        print_json(stamped("cluster", doc))
-        return
+        if emit(stamped("cluster", doc), as_json=as_json, out=out):
+            return
     from servesim.cli.render import print_section
     from servesim.views.cluster import cluster_view
 
     console = Console()
     console.print(escape(title), highlight=False)
     print_section(cluster_view(cluster_document(events, link, route, rows)), console)
+    said_written(out)
 
 
 __all__ = ["parse_fail", "print_comparison"]

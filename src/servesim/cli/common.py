@@ -126,17 +126,42 @@ def print_json(data: Any) -> None:
     typer.echo(json_bytes(data))
 
 
+def out_option() -> Any:
+    """``--out FILE``: every result command's (the document ``--json`` prints, as a file)."""
+    return typer.Option(None, "--out", help="Write the JSON result here (the document --json prints).")
+
+
+def emit(doc: Any, *, as_json: bool, out: Path | None) -> bool:
+    """The result document: to ``out`` (atomically) and/or alone on stdout. True when ``--json``
+    printed it (the caller prints no human output then); with ``--out`` alone, the human output
+    follows and ends with where the file went (``said_written``)."""
+    if out is not None:
+        write_text_atomic(out, json_bytes(doc).decode() + "\n")
+    if as_json:
+        print_json(doc)
+    return as_json
+
+
+def said_written(out: Path | None) -> None:
+    """The last line of a human output that also wrote ``--out``."""
+    if out is not None:
+        typer.echo(f"result written to {out}")
+
+
 __all__ = [
     "ErrorMappingGroup",
     "cli_slo",
+    "emit",
     "fail",
     "invoke_mapped",
     "json_bytes",
     "one_line",
+    "out_option",
     "print_json",
     "print_timed_as",
     "report_bug",
     "request_slo",
+    "said_written",
     "timed_as",
     "write_text_atomic",
 ]

@@ -68,6 +68,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(
             False, "--json", help="With --headless: the JSON result alone on stdout."
         ),
+        out: Path | None = typer.Option(
+            None, "--out", help="With --headless or --ui simple: write the JSON result here."
+        ),
         *,
         flags: dict[str, Any],
         deployment: DeploymentSpec,
@@ -82,6 +85,7 @@ def register(app: typer.Typer) -> None:
             if ui not in ("full", "simple"):
                 raise InputError(f"--ui {shown(ui)}: use full or simple")
             dep = deployment_spec(deployment, config, flags)
+            goal = request_slo(slo)  # refused before any line is printed, as every command does
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
             setup, rebuild = deploy(dep, tr, as_json=as_json or not headless)
             cfg, step = setup.config, setup.step_time
@@ -108,7 +112,7 @@ def register(app: typer.Typer) -> None:
                 recovery=recovery,
                 context=link.context() if replicas > 1 or events or route else None,
                 kv_checkpointing=link.kv_checkpointing,
-                slo=request_slo(slo),
+                slo=goal,
                 rebuild=rebuild,
                 kv_connector=setup.kv_connector if cfg.kv_offloading_size is not None else None,
             )
@@ -117,11 +121,20 @@ def register(app: typer.Typer) -> None:
             title = f"{trace}: {len(tr):,} requests"
             if headless or ui == "simple":
                 _run_plain(
-                    spec, headless=headless, speed=rate, as_json=as_json, link=link, title=title, setup=setup
+                    spec,
+                    headless=headless,
+                    speed=rate,
+                    as_json=as_json,
+                    link=link,
+                    title=title,
+                    setup=setup,
+                    out=out,
                 )
                 return
             if as_json:
                 raise InputError("--json needs --headless (the dashboard is for people)")
+            if out is not None:
+                raise InputError("--out needs --headless or --ui simple (the dashboard is for people)")
         except user_errors() as exc:
             fail(exc)
         from servesim.tui.app import DashboardApp
@@ -130,7 +143,15 @@ def register(app: typer.Typer) -> None:
 
 
 def _run_plain(
-    spec: Any, *, headless: bool, speed: float, as_json: bool, link: Any, title: str, setup: Any = None
+    spec: Any,
+    *,
+    headless: bool,
+    speed: float,
+    as_json: bool,
+    link: Any,
+    title: str,
+    setup: Any = None,
+    out: Path | None = None,
 ) -> None:
     """``--headless`` (straight to the end) or ``--ui simple`` (progress lines), then the summary."""
     from servesim import ClusterResult, RouterSpec
@@ -153,8 +174,9 @@ def _run_plain(
             as_json,
             f"{title} on {spec.replicas} replicas",
             provenance=spec.trace.provenance,
+            out=out,
         )
         return
     report_result(
-        result, spec.trace, as_json=as_json, out=None, include_requests=True, title=title, setup=setup
+        result, spec.trace, as_json=as_json, out=out, include_requests=True, title=title, setup=setup
     )

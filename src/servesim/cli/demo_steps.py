@@ -110,36 +110,30 @@ def ingest(run: DemoRun) -> None:
     )
 
 
+#: The command line the demo's simulation is: the document is the one it prints (minus the records).
+SIMULATE_COMMAND = (
+    f"servesim simulate {REAL_TRACE} --model {MODEL} --gpu {GPU} --slo {SLO_PERCENTILE} --no-requests --json"
+)
+
+
 def simulate_real(run: DemoRun) -> None:
-    """The real hour on the default deployment, vLLM's H100 defaults, per-request SLOs."""
-    from servesim.engine import SLO, EngineConfig, simulate
-    from servesim.report.documents import simulation_document
+    """The real hour on the default deployment, ``vllm serve``'s defaults on the GPU, per-request
+    SLOs: ``SIMULATE_COMMAND`` run the way ``servesim simulate`` runs it (a ``DeploymentSpec``,
+    ``servesim.spec.resolve``, the command's own document)."""
+    from servesim.cli.common import request_slo
+    from servesim.cli.simulate_cmd import result_document, run_title
+    from servesim.engine import simulate
+    from servesim.spec import DeploymentSpec, resolve_for_trace
 
     trace: Trace = run.state["real"]
-    setup = _deployment(1024, 8192, 16384)
-    cfg = EngineConfig(
-        max_num_seqs=1024,
-        max_num_batched_tokens=8192,
-        max_model_len=16384,
-        num_gpu_blocks=setup.num_gpu_blocks,
-    )
-    slo = SLO(ttft_ms=1000, tpot_ms=100)
+    setup, _ = resolve_for_trace(DeploymentSpec(model=MODEL, gpu=GPU), trace)
+    slo = request_slo(SLO_PERCENTILE)
     with record_action(
-        "simulate",
-        {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": "ttft_p99_ms=1000,tpot_p99_ms=100"},
+        "simulate", {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": SLO_PERCENTILE}
     ) as h:
-        result = simulate(trace, cfg, setup.step_time, slo=slo)
-        doc = simulation_document(
-            result,
-            trace=trace,
-            stats=run.state["real_stats"],
-            title=f"{REAL_TRACE}: Azure LLM trace 2023 (conversation), {MODEL} on one {GPU.upper()}",
-            notes=list(setup.notes),
-            model=MODEL,
-            command=f"servesim simulate {REAL_TRACE} --model {MODEL} --gpu {GPU} --max-num-seqs 1024 "
-            "--max-num-batched-tokens 8192 --max-model-len 16384 "
-            "--slo ttft_p99_ms=1000,tpot_p99_ms=100 --json",
-        )
+        result = simulate(trace, setup.config, setup.step_time, slo=slo, kv_connector=setup.kv_connector())
+        doc = result_document(result, trace, title=run_title(REAL_TRACE, trace), setup=setup)
+        doc.update(model=MODEL, command=SIMULATE_COMMAND)  # provenance: what to type to get it again
         h.output(run.write("simulate.json", doc))
     s = result.summary
     run.headline.update(

@@ -70,6 +70,34 @@ def _print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
+_SERVE_DEFAULT_HELP = "Default: what vllm serve runs on the GPU (servesim.perf.serve_defaults)."
+_OUT_HELP = "Write the JSON result here (the document --json prints)."
+
+
+def _emit(obj: Any, as_json: bool, out: Path | None) -> bool:
+    """The result to ``out`` (atomically) and/or alone on stdout; True when ``--json`` printed it."""
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json")
+    if out is not None:
+        write_text_atomic(out, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    if as_json:
+        _print_json(obj)
+    return as_json
+
+
+def _said_written(out: Path | None) -> None:
+    if out is not None:
+        _out.print(f"result written to {out}", soft_wrap=True)
+
+
+def _batch_limits(gpu: str, max_num_seqs: int | None, max_num_batched_tokens: int | None) -> tuple[int, int]:
+    """The batch limits given, else what ``vllm serve`` runs on ``gpu`` (every command's defaults)."""
+    from servesim.perf.serve_defaults import vllm_serve_defaults
+
+    seqs, budget = vllm_serve_defaults(gpu)
+    return (max_num_seqs or seqs, max_num_batched_tokens or budget)
+
+
 @contextmanager
 def _guard() -> Iterator[None]:
     """Turn bad input into one line on stderr + exit 2; show warnings as one line each."""
@@ -187,16 +215,26 @@ def register(app: typer.Typer) -> None:
         gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
         block_size: int = typer.Option(16, "--block-size"),
         kv_dtype: str = typer.Option("auto", "--kv-dtype", help="auto, bfloat16, float16, fp8."),
-        max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens"),
-        max_num_seqs: int = typer.Option(128, "--max-num-seqs"),
+        max_num_batched_tokens: int | None = typer.Option(
+            None,
+            "--max-num-batched-tokens",
+            help=_SERVE_DEFAULT_HELP,
+        ),
+        max_num_seqs: int | None = typer.Option(
+            None,
+            "--max-num-seqs",
+            help=_SERVE_DEFAULT_HELP,
+        ),
         max_model_len: int | None = typer.Option(
             None, "--max-model-len", help="Default: the model's max_position_embeddings (as vLLM)."
         ),
         catalog: Path | None = typer.Option(None, "--catalog", help=_CATALOG_HELP),
+        out: Path | None = typer.Option(None, "--out", help=_OUT_HELP),
         as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
     ) -> None:
         """KV-cache capacity vLLM would allocate: weights, reserve, blocks (per GPU)."""
         with _guard():
+            max_num_seqs, max_num_batched_tokens = _batch_limits(gpu, max_num_seqs, max_num_batched_tokens)
             cap = kv_capacity(
                 model,
                 gpu,
@@ -211,8 +249,7 @@ def register(app: typer.Typer) -> None:
             )
             for note in cap.caveats:  # also in the JSON; on stderr so humans see them either way
                 typer.echo(f"warning: {note}", err=True)
-            if as_json:
-                _print_json(cap)
+            if _emit(cap, as_json, out):
                 return
             t = FitTable(title=f"{cap.model} on {tp} x {cap.gpu} (per GPU)")
             t.add_column("item")
@@ -231,6 +268,7 @@ def register(app: typer.Typer) -> None:
             for k, v in rows:
                 t.add_row(k, v)
             _out.print(t)
+            _said_written(out)
 
     @perf.command("step")
     def step_cmd(
@@ -243,13 +281,23 @@ def register(app: typer.Typer) -> None:
         prefill: list[str] = typer.Option(
             [], "--prefill", help="A prefill chunk as TOKENS[:CACHED]; repeat for several."
         ),
-        max_num_seqs: int = typer.Option(128, "--max-num-seqs"),
-        max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
+        max_num_seqs: int | None = typer.Option(
+            None,
+            "--max-num-seqs",
+            help=_SERVE_DEFAULT_HELP,
+        ),
+        max_num_batched_tokens: int | None = typer.Option(
+            None,
+            "--max-num-batched-tokens",
+            help=_SERVE_DEFAULT_HELP,
+        ),
         catalog: Path | None = typer.Option(None, "--catalog", help=_CATALOG_HELP),
+        out: Path | None = typer.Option(None, "--out", help=_OUT_HELP),
         as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
     ) -> None:
         """Time one engine step with the roofline model, component by component."""
         with _guard():
+            max_num_seqs, max_num_batched_tokens = _batch_limits(gpu, max_num_seqs, max_num_batched_tokens)
             chunks = []
             for p in prefill:
                 c, _, cached = p.partition(":")
@@ -271,8 +319,7 @@ def register(app: typer.Typer) -> None:
             batch = BatchComposition(decodes, decodes * decode_ctx, chunks)
             parts = st.breakdown(batch)
             total = st.step_time(batch)
-            if as_json:
-                _print_json({"step_time_s": total, "breakdown_s": parts, "model": st.model_dump()})
+            if _emit({"step_time_s": total, "breakdown_s": parts, "model": st.model_dump()}, as_json, out):
                 return
             t = FitTable(title=f"{st.model.name} on {tp} x {st.gpu.name}: {batch.num_tokens} tokens")
             t.add_column("component")
@@ -284,6 +331,7 @@ def register(app: typer.Typer) -> None:
                     t.add_row(k, f"{v * 1e3:.3f}")
             t.add_row("[bold]step time[/bold]", f"[bold]{total * 1e3:.3f}[/bold]")
             _out.print(t)
+            _said_written(out)
 
     @perf.command("profiles")
     def profiles_cmd(

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from servesim.cli.common import print_json, print_timed_as, write_text_atomic
+from servesim.cli.common import emit, out_option, print_json, print_timed_as, said_written, write_text_atomic
 from servesim.cluster.recovery import (
     MANIFEST_HEADER,
     ClusterSpec,
@@ -117,6 +117,7 @@ def register(app: typer.Typer) -> None:
         matrix: Path | None = typer.Option(
             None, "--matrix", help="Export the decision matrix (.csv or .json)."
         ),
+        out: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print only the plan(s) as JSON on stdout."),
     ) -> None:
         """Plan the recovery of jobs interrupted by a node failure: MIGRATE_STATE or COLD_RESTART each."""
@@ -175,14 +176,15 @@ def register(app: typer.Typer) -> None:
         written: list[list[Path]] = [[] if no_manifests else write_manifests(p, outbox) for p in plans]
         if matrix is not None:
             export_decision_matrix(plans[0] if single else plans, matrix)
-        if as_json:
-            for path in (p for w in written for p in w):
-                typer.echo(f"manifest written for review: {path}", err=True)
+        if as_json or out is not None:
+            if as_json:
+                for path in (p for w in written for p in w):
+                    typer.echo(f"manifest written for review: {path}", err=True)
             if single:
-                out: dict[str, Any] = plans[0].model_dump(mode="json")
-                out["manifests"] = [str(p) for p in written[0]]
+                doc: dict[str, Any] = plans[0].model_dump(mode="json")
+                doc["manifests"] = [str(p) for p in written[0]]
             else:
-                out = {
+                doc = {
                     "num_events": len(plans),
                     "total_recompute_tokens": sum(p.total_recompute_tokens for p in plans),
                     "total_bytes_to_move": sum(p.total_bytes_to_move for p in plans),
@@ -191,8 +193,8 @@ def register(app: typer.Typer) -> None:
                     "plans": [p.model_dump(mode="json") for p in plans],
                     "manifests": [str(p) for w in written for p in w],
                 }
-            print_json(out)
-            return
+            if emit(doc, as_json=as_json, out=out):
+                return
         for plan, w in zip(plans, written, strict=True):
             _show_plan(console, plan, w)
         if len(plans) > 1:
@@ -205,6 +207,7 @@ def register(app: typer.Typer) -> None:
             console.print(MANIFEST_HEADER)
         for a in plans[0].assumptions:
             console.print(f"assumed: {a}")
+        said_written(out)
 
     @app.command("generate-failures")
     def generate_failures_cmd(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from servesim.cli.common import print_json, print_timed_as, timed_as
+from servesim.cli.common import emit, out_option, print_timed_as, said_written, timed_as
 from servesim.errors import InputError
 from servesim.report.documents import stamped
 from servesim.resched import Policy, parse_input, reschedule
@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         ),
         gpu: str | None = typer.Option(None, help="GPU (servesim perf gpus; default h100)."),
         tp: int | None = typer.Option(None, help="Tensor-parallel degree (default 1)."),
+        out: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the plan alone as JSON on stdout."),
     ) -> None:
         """Re-admission order of interrupted requests, prefix-cache savings and projected SLA misses."""
@@ -61,11 +62,11 @@ def register(app: typer.Typer) -> None:
             tp=tp,
         )
         plan = reschedule(inp)
-        if as_json:
-            print_json(stamped("reschedule", plan.model_dump(mode="json")))
+        if emit(stamped("reschedule", plan.model_dump(mode="json")), as_json=as_json, out=out):
             return
         print_timed_as(timed_as(plan.step_time_model))
         from servesim.cli.render import print_section
         from servesim.views.resched import resched_view
 
         print_section(resched_view(plan, f"{file.name}: re-admission order ({plan.policy.value})"))
+        said_written(out)

@@ -141,6 +141,35 @@ def run_and_report(
     return result
 
 
+def run_title(trace_arg: str, trace: Trace) -> str:
+    """The title of a ``simulate`` run: the trace as given and its size."""
+    return f"{trace_arg}: {len(trace):,} requests"
+
+
+def result_document(
+    result: SimulationResult,
+    trace: Trace,
+    *,
+    title: str,
+    views: bool = True,
+    setup: ResolvedDeployment | None = None,
+) -> dict[str, Any]:
+    """``servesim simulate --json``'s document without the per-request records (the demo writes
+    this same document for the same run)."""
+    from servesim.report.documents import simulation_document
+    from servesim.traces import inspect_trace
+
+    return simulation_document(
+        result,
+        trace=trace,
+        stats=inspect_trace(trace),
+        title=title,
+        include_requests=False,
+        sections=views,
+        setup=setup.describe() if setup is not None else None,
+    )
+
+
 def report_result(
     result: SimulationResult,
     trace: Trace,
@@ -164,18 +193,7 @@ def report_result(
 
         write_records(requests_out, result.requests, "parquet" if fmt == "parquet" else "jsonl")
     if out is not None or as_json:
-        from servesim.report.documents import simulation_document
-        from servesim.traces import inspect_trace
-
-        doc = simulation_document(
-            result,
-            trace=trace,
-            stats=inspect_trace(trace),
-            title=title,
-            include_requests=False,
-            sections=views,
-            setup=setup.describe() if setup is not None else None,
-        )
+        doc = result_document(result, trace, title=title, views=views, setup=setup)
 
         def pieces() -> Iterator[bytes]:
             if not include_requests:
@@ -270,7 +288,7 @@ def register(app: typer.Typer) -> None:
             include_requests=requests if requests is not None else requests_out is None,
             naive=naive,
             check_invariants=check_invariants,
-            title=f"{trace}: {len(tr):,} requests",
+            title=run_title(trace, tr),
             views=views,
             requests_out=requests_out,
             requests_format=requests_format,

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from servesim.cli.common import print_json
+from servesim.cli.common import emit, out_option, print_json, said_written
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, say_drops, strict_option
 from servesim.errors import InputError, InternalError
@@ -109,18 +109,18 @@ def register(app: typer.Typer) -> None:
         strict: bool = strict_option(),
         hash_block_size: int | None = hash_block_size_option(),
         seed: int = typer.Option(0, "--seed", help="Seed for the arrivals drawn for seed JSON files."),
+        out: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON only."),
     ) -> None:
         """Load a trace and print its statistics (rate, burstiness, lengths, prefix reuse)."""
         trace = load_trace(file, format=format, strict=strict, hash_block_size=hash_block_size, seed=seed)
         say_drops(trace.provenance)
         stats = inspect_trace(trace)
-        if as_json:
-            print_json(stamped("trace", stats.model_dump(mode="json")))
-        else:
+        if not emit(stamped("trace", stats.model_dump(mode="json")), as_json=as_json, out=out):
             Console().print(_stats_table(stats, f"{file}"))
             for note in trace.provenance.notes:
                 typer.echo(f"note: {note}")
+            said_written(out)
 
     @trace_app.command("convert")
     def convert_cmd(

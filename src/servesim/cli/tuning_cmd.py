@@ -25,10 +25,13 @@ from rich.console import Console
 
 from servesim.cli.common import (
     cli_slo,
+    emit,
     fail,
     json_bytes,
+    out_option,
     print_json,
     print_timed_as,
+    said_written,
     timed_as,
     write_text_atomic,
 )
@@ -572,6 +575,7 @@ def register(app: typer.Typer) -> None:
     @app.command("scenario")
     def scenario_cmd(
         file: Path = typer.Argument(..., help="A scenario JSON file (either shape; see docs/tuning.md)."),
+        out: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the result alone on stdout."),
     ) -> None:
         """Answer a question in a JSON file: a request list under a batch config (p90 TTFT, TPOT, advice),
@@ -580,8 +584,7 @@ def register(app: typer.Typer) -> None:
             result = run_scenario(load_scenario_file(file))
         except ERRORS as exc:
             fail(exc)
-        if as_json:
-            print_json(result.model_dump(mode="json"))
+        if emit(result.model_dump(mode="json"), as_json=as_json, out=out):
             return
         hw_info = result.details.get("hardware", {}) if result.details else {}
         if hw_info:
@@ -616,3 +619,4 @@ def register(app: typer.Typer) -> None:
             for r in result.reasons:
                 console.print(f"  - {escape(reason_text(r))}")
         sys.stdout.flush()
+        said_written(out)
