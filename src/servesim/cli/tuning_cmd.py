@@ -43,7 +43,6 @@ from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec
 from servesim.cluster.config import RouterPolicy
-from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
 from servesim.errors import InputError, InternalError, user_errors
@@ -74,6 +73,7 @@ from servesim.tuning import (
     tune,
 )
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
+from servesim.tuning.hardware import hardware_of as study_hardware
 from servesim.tuning.scenario import BatchScenarioResult
 
 DEFAULT_STUDY_FILE = "servesim-tune.db"
@@ -129,45 +129,35 @@ def hardware_from(
     linear: bool,
 ) -> Hardware:
     """``PerfHardware`` (default), or ``FixedHardware`` with --step-time-ms / --linear-step-time."""
-    if step_time_ms is not None or linear:
-        if step_time_ms is not None and linear:
-            raise InputError("give --step-time-ms or --linear-step-time, not both")
-        if model is not None or gpu is not None:
-            raise InputError(
-                "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
-                "replace them: give one or the other"
-            )
-        if num_gpu_blocks is None:
-            raise InputError("a fixed step-time model needs --num-gpu-blocks (there is no memory model)")
-        step: StepTimeModel = (
-            ConstantStepTime(step_time_s=step_time_ms / 1000.0)
-            if step_time_ms is not None
-            else LinearStepTime()
+    return hardware_of(
+        DeploymentSpec(
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            gpu_memory_utilization=util,
+            profile=profile,
+            step_time_ms=step_time_ms,
+            linear_step_time=linear,
+            engine={} if num_gpu_blocks is None else {"num_gpu_blocks": num_gpu_blocks},
         )
-        return FixedHardware(step, num_gpu_blocks, gpus_per_replica=tp, gpu_memory_utilization=util)
-    return PerfHardware(
-        model=model or DEFAULT_MODEL,
-        gpu=gpu or DEFAULT_GPU,
-        tensor_parallel_size=tp,
-        gpu_memory_utilization=util,
-        profile=profile,
-        num_gpu_blocks=num_gpu_blocks,
     )
 
 
 def hardware_of(spec: DeploymentSpec) -> Hardware:
-    """The tuner's hardware context of a deployment spec (its ``num_gpu_blocks`` overrides the
-    memory model, as in every command)."""
-    return hardware_from(
-        spec.model,
-        spec.gpu,
-        spec.tp or 1,
-        spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
-        spec.profile,
-        spec.engine.get("num_gpu_blocks"),
-        spec.step_time_ms,
-        spec.linear_step_time,
-    )
+    """The tuner's hardware context of a deployment spec (``servesim.tuning.hardware_of``; its
+    ``num_gpu_blocks`` overrides the memory model, as in every command), refused in the flags'
+    words when the flags contradict each other."""
+    if spec.fixed_timing:
+        if spec.step_time_ms is not None and spec.linear_step_time:
+            raise InputError("give --step-time-ms or --linear-step-time, not both")
+        if spec.model is not None or spec.gpu is not None:
+            raise InputError(
+                "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
+                "replace them: give one or the other"
+            )
+        if spec.engine.get("num_gpu_blocks") is None:
+            raise InputError("a fixed step-time model needs --num-gpu-blocks (there is no memory model)")
+    return study_hardware(spec)
 
 
 def defaults_line(applied: dict[str, Any], spec: DeploymentSpec) -> str:

@@ -27,7 +27,7 @@ from servesim.tuning.deployment import VLLM_BLOCK_SIZES, Deployment, deployment_
 from servesim.tuning.evaluate import EvalSettings, LatencySpread, RatePoint, RunMetrics, Status, run_once
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
 from servesim.tuning.explain import Ablation, RunSummary
-from servesim.tuning.hardware import FixedHardware, Hardware, PerfHardware, trial_spec
+from servesim.tuning.hardware import FixedHardware, Hardware, PerfHardware, hardware_of
 from servesim.tuning.jobs import EvalContext, TrialOutcome, TrialSpec
 from servesim.tuning.reasons import Effect, KnobChange, Reason
 from servesim.tuning.recommend import SchedulerRecommendation, VerificationRun, recommend
@@ -94,6 +94,7 @@ __all__ = [
     "deployment_problems",
     "find_capacity",
     "find_saturation",
+    "hardware_of",
     "load_scenario_file",
     "make_executor",
     "parse_knob",
@@ -106,6 +107,5 @@ __all__ = [
     "run_scenario",
     "scan_rates",
     "space_from_mapping",
-    "trial_spec",
     "tune",
 ]

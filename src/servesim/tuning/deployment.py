@@ -23,7 +23,7 @@ from servesim.engine.config import EngineConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
 from servesim.spec import DeploymentSpec, ResolvedDeployment
-from servesim.tuning.hardware import Hardware, trial_spec
+from servesim.tuning.hardware import Hardware, spec_on
 
 #: vLLM's ``CacheConfig.block_size`` choices (``BlockSize`` literal).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
@@ -89,7 +89,7 @@ class Deployment(BaseModel):
 
     def spec(self, hardware: Hardware) -> DeploymentSpec:
         """This deployment as a ``DeploymentSpec`` on ``hardware`` (its model, GPU and profile)."""
-        return trial_spec(
+        return spec_on(
             hardware,
             self.engine_keys(),
             tp=self.tensor_parallel_size,

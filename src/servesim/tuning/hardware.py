@@ -1,7 +1,7 @@
 """The hardware context of a study: what every trial's ``DeploymentSpec`` shares, and how it resolves.
 
 A trial is a ``DeploymentSpec`` (``servesim.spec``): the context's model, GPU and profile (``base``)
-with the trial's TP, memory share, replicas and vLLM keys (``trial_spec``), made concrete by
+with the trial's TP, memory share, replicas and vLLM keys (``spec_on``), made concrete by
 ``servesim.spec.resolve`` — the one path from a deployment to an engine config, KV blocks and a
 step-time model that ``simulate``, ``cluster`` and the web take too. The contexts differ only in
 what they lay over it:
@@ -30,9 +30,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.engine.simulate import describe_model
-from servesim.engine.step_time import ConstantStepTime, StepTimeModel
+from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.errors import ConfigError
 from servesim.perf.setup import DEFAULT_GPU as DEFAULT_GPU  # one default deployment for every command
+from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_TP
 from servesim.perf.setup import DEFAULT_MODEL as DEFAULT_MODEL
 from servesim.spec import DeploymentSpec, ResolvedDeployment, resolve
 
@@ -72,7 +73,7 @@ class Hardware(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-def trial_spec(
+def spec_on(
     hardware: Hardware, engine: dict[str, Any], *, tp: int, gpu_memory_utilization: float, replicas: int = 1
 ) -> DeploymentSpec:
     """The ``DeploymentSpec`` of one trial: ``hardware.base`` with these vLLM keys, TP, memory share."""
@@ -236,3 +237,37 @@ class FixedHardware:
             "block_size": self.block_size,
             "gpus_per_replica": self.gpus_per_replica,
         }
+
+
+def hardware_of(spec: DeploymentSpec) -> Hardware:
+    """The hardware context of a study of ``spec`` (what ``saturate``/``tune`` and the web's
+    capacity jobs start from): ``PerfHardware`` of its model, GPU, TP, memory share and profile,
+    its ``num_gpu_blocks`` fixing the KV blocks; with fixed timing, ``FixedHardware`` of that
+    step time and its ``num_gpu_blocks`` (there is no memory model to size them)."""
+    blocks = spec.engine.get("num_gpu_blocks")
+    tp = DEFAULT_TP if spec.tp is None else spec.tp
+    util = spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    if not spec.fixed_timing:
+        return PerfHardware(
+            model=spec.model or DEFAULT_MODEL,
+            gpu=spec.gpu or DEFAULT_GPU,
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=util,
+            profile=spec.profile,
+            num_gpu_blocks=blocks,
+        )
+    if spec.step_time_ms is not None and spec.linear_step_time:
+        raise ConfigError("a constant step time and the linear step model exclude each other: give one")
+    if spec.model is not None or spec.gpu is not None:
+        raise ConfigError(
+            "a model and GPU time the steps by the roofline; a fixed or linear step time replaces "
+            "them: give one or the other"
+        )
+    if blocks is None:
+        raise ConfigError("a fixed step-time model needs num_gpu_blocks (there is no memory model)")
+    step: StepTimeModel = (
+        ConstantStepTime(step_time_s=spec.step_time_ms / 1000.0)
+        if spec.step_time_ms is not None
+        else LinearStepTime()
+    )
+    return FixedHardware(step, int(blocks), gpus_per_replica=tp, gpu_memory_utilization=util)

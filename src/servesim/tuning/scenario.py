@@ -74,7 +74,7 @@ from servesim.traces.lengths import LogNormalLength
 from servesim.traces.schema import Trace
 from servesim.tuning.choice import model_tolerance
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, Status, measure
-from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware, trial_spec
+from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware, spec_on
 from servesim.tuning.reasons import Reason
 from servesim.tuning.scenario_explain import ScenarioCapacity, explain_load, scenario_capacity
 
@@ -200,7 +200,7 @@ def _resolved(
         "max_model_len": max_model_len,
     }
     return hw.resolve(
-        trial_spec(hw, engine, tp=hw.tensor_parallel_size, gpu_memory_utilization=hw.gpu_memory_utilization)
+        spec_on(hw, engine, tp=hw.tensor_parallel_size, gpu_memory_utilization=hw.gpu_memory_utilization)
     )
 
 

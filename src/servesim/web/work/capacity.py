@@ -9,32 +9,28 @@ from servesim.tuning import (
     Deployment,
     EvalContext,
     EvalSettings,
+    Hardware,
     PercentileSLO,
-    PerfHardware,
     SaturationSettings,
     SearchSpace,
     TuneSettings,
     Workload,
     find_saturation,
+    hardware_of,
     make_executor,
     recommend,
     space_from_mapping,
     tune,
 )
 from servesim.views.model import Section
-from servesim.web.defaults import engine_with_defaults
+from servesim.web.defaults import deployment_spec, engine_with_defaults
 from servesim.web.schemas import HardwareBody, SaturateBody, TuneBody
 from servesim.web.work import Env, Report, trace_path
 
 
-def hardware(hw: HardwareBody) -> PerfHardware:
-    return PerfHardware(
-        model=hw.model,
-        gpu=hw.gpu,
-        tensor_parallel_size=hw.tensor_parallel_size,
-        gpu_memory_utilization=hw.gpu_memory_utilization,
-        num_gpu_blocks=hw.num_gpu_blocks_override,
-    )
+def hardware(hw: HardwareBody) -> Hardware:
+    """The study's hardware context of the request's deployment (as the CLI's ``saturate``/``tune``)."""
+    return hardware_of(deployment_spec(None, hw))
 
 
 def workload(trace_id: str, env: Env) -> Workload:
@@ -72,7 +68,7 @@ def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
 
 def derived_study_name(
     wl: Workload,
-    hw: PerfHardware,
+    hw: Hardware,
     slo: PercentileSLO | None,
     space: SearchSpace,
     settings: TuneSettings,
