@@ -47,7 +47,6 @@ from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
 from servesim.errors import InputError, InternalError, user_errors
 from servesim.paths import data_dir
-from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION
 from servesim.report.documents import stamped
 from servesim.spec import DeploymentSpec, engine_values
 from servesim.tuning import (
@@ -299,14 +298,8 @@ def register(app: typer.Typer) -> None:
                 trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
             )
             say_drops(wl.provenance)
-            cfg, applied = engine_values(spec, wl.default_max_model_len())
-            dep = Deployment.from_engine_config(
-                cfg,
-                max_model_len=wl.default_max_model_len(),
-                replicas=spec.replicas,
-                tensor_parallel_size=spec.tp or 1,
-                gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
-            )
+            _, applied = engine_values(spec, wl.default_max_model_len())
+            dep = Deployment.from_spec(spec, wl.default_max_model_len())
             st = SaturationSettings(seeds=list(range(seeds)), rtol=rtol, min_rate=min_rate, max_rate=max_rate)
             ev = EvalSettings(router=RouterSpec(policy=spec.router))
             with progress_bar(not as_json, "rates") as hook:
@@ -462,14 +455,11 @@ def register(app: typer.Typer) -> None:
                     gpu=gpu,
                     step_time_ms=step_time_ms,
                     linear_step_time=linear_step_time,
+                    tp=tp,
+                    gpu_memory_utilization=gpu_memory_utilization,
                     engine={**file_settings(config), "max_model_len": mml, "policy": policy},
                 )
-                current = Deployment.from_engine_config(
-                    engine_values(current_spec, mml)[0],
-                    max_model_len=mml,
-                    tensor_parallel_size=tp,
-                    gpu_memory_utilization=gpu_memory_utilization,
-                )
+                current = Deployment.from_spec(current_spec, mml)
             ctx = EvalContext(wl, hw, goal, ev)
             rec: SchedulerRecommendation | None = None
             with make_executor(executor.value, ctx, n_jobs=jobs, address=address) as ex:

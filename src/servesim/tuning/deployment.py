@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from servesim.engine.config import EngineConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
-from servesim.spec import DeploymentSpec, ResolvedDeployment
+from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_TP
+from servesim.spec import DeploymentSpec, ResolvedDeployment, engine_values
 from servesim.tuning.hardware import Hardware, spec_on
 
 #: vLLM's ``CacheConfig.block_size`` choices (``BlockSize`` literal).
@@ -130,6 +131,20 @@ class Deployment(BaseModel):
             watermark=config.watermark,
             scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
             kv_offloading_size=config.kv_offloading_size,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: DeploymentSpec, max_model_len: int) -> Deployment:
+        """The tuner's view of ``spec``: its vLLM keys with ``vllm serve``'s defaults for its GPU
+        filled in (``servesim.spec.engine_values``), its TP, memory share and replicas;
+        ``max_model_len`` when the spec sets none (a trace's longest request + 1)."""
+        config, _ = engine_values(spec, max_model_len)
+        return cls.from_engine_config(
+            config,
+            max_model_len=max_model_len,
+            replicas=spec.replicas,
+            tensor_parallel_size=DEFAULT_TP if spec.tp is None else spec.tp,
+            gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
         )
 
     # ------------------------------------------------------------------ vllm serve
