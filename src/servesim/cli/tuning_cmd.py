@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import (
@@ -128,8 +129,8 @@ def hardware_from(
     linear: bool,
 ) -> Hardware:
     """``PerfHardware`` (default), or ``FixedHardware`` with --step-time-ms / --linear-step-time."""
-    return hardware_of(
-        DeploymentSpec(
+    try:
+        spec = DeploymentSpec(
             model=model,
             gpu=gpu,
             tp=tp,
@@ -139,7 +140,15 @@ def hardware_from(
             linear_step_time=linear,
             engine={} if num_gpu_blocks is None else {"num_gpu_blocks": num_gpu_blocks},
         )
-    )
+    except ValidationError as e:  # the spec's bounds, in the flags' words
+        flag = {"tp": "--tp", "gpu_memory_utilization": "--gpu-memory-utilization"}
+        raise InputError(
+            "; ".join(
+                f"{flag.get(str(x['loc'][0]), '--' + str(x['loc'][0]).replace('_', '-'))}: {x['msg']}"
+                for x in e.errors()
+            )
+        ) from None
+    return hardware_of(spec)
 
 
 def hardware_of(spec: DeploymentSpec) -> Hardware:
