@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import get_args
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from servesim import EngineConfig, LinearStepTime, open_trace
-from servesim.engine.engine import Engine
+from servesim.cluster.config import RouterPolicy, RouterSpec
+from servesim.cluster.router import Router
+from servesim.engine.engine import Engine, TraceArrays
 from servesim.engine.replica import ReplicaView
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "servesim"
@@ -106,3 +111,68 @@ def test_aborting_is_one_engine_operation() -> None:
     assert engine.abort(r, engine.now)
     assert not view.holds(r) and view.num_running == n - 1
     engine.assert_invariants()
+
+
+# ---------------------------------------------------------------------- routers only read
+REQUEST_FIELDS = (
+    "status",
+    "outcome",
+    "finish_time",
+    "num_computed",
+    "num_output",
+    "num_preemptions",
+    "num_cached_blocks",
+    "num_live_blocks",
+    "priority",
+    "max_tokens",
+    "sync_step",
+)
+
+
+def _state(engine: Engine) -> tuple[object, ...]:
+    """Everything a router could change through a view: the queues (order and members), each
+    live request's scheduling fields and blocks, the pool's free count and prefix-cache index."""
+    reqs = sorted(engine.live.values(), key=lambda r: r.idx)
+    return (
+        tuple(r.idx for r in engine.scheduler.running),
+        tuple(r.idx for r in engine.scheduler.waiting.head(len(engine.scheduler.waiting))),
+        tuple((r.idx, *(getattr(r, f) for f in REQUEST_FIELDS), tuple(r.blocks)) for r in reqs),
+        engine.pool.num_free,
+        tuple(sorted(engine.pool.cached.items())),
+        engine.step,
+        engine.now,
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(get_args(RouterPolicy)),
+    seed=st.integers(0, 5),
+    until=st.floats(0.05, 2.0),
+    arrival=st.integers(0, 59),
+)
+def test_no_router_changes_a_replica_it_reads(policy: str, seed: int, until: float, arrival: int) -> None:
+    """Every router policy picks from views alone: the replicas' queues, requests, KV pool and
+    prefix cache are the same after ``pick`` as before (a router that popped a queue, freed a
+    block or touched a request through the view would fail here)."""
+    trace = open_trace("bursty", num_requests=60, seed=seed)
+    engines = [
+        Engine(
+            trace, EngineConfig(max_num_seqs=4 * (k + 1), num_gpu_blocks=2000 + 1000 * k), LinearStepTime()
+        )
+        for k in range(3)
+    ]
+    for k, e in enumerate(engines):
+        e.run_until(until * (k + 1) / 3)
+    views = [ReplicaView(e) for e in engines]
+    before = [_state(e) for e in engines]
+    r = TraceArrays(trace).make_request(arrival)
+    router = Router(RouterSpec(policy=policy, seed=seed))  # type: ignore[arg-type]
+    picks = [router.pick(r, views, [0, 1, 2]) for _ in range(4)]
+    assert all(p in (0, 1, 2) for p in picks)
+    assert [_state(e) for e in engines] == before
+    # the fingerprint does see a change made through a view's request
+    held = next((v.running()[0] for v in views if v.num_running), None)
+    if held is not None:
+        held.num_preemptions += 1
+        assert [_state(e) for e in engines] != before

@@ -12,7 +12,6 @@ from servesim.perf import (
     kv_capacity,
     load_catalog,
     model_from_hf_config,
-    num_gpu_blocks,
     weight_breakdown,
 )
 from servesim.perf.sim2real import SIM2REAL_GPU_MEMORY_UTILIZATION
@@ -149,7 +148,6 @@ def test_capacity_arithmetic_is_consistent() -> None:
     assert cap.kv_cache_bytes == cap.requested_bytes - cap.weight_bytes - cap.reserve_bytes
     assert cap.num_gpu_blocks == cap.kv_cache_bytes // (cap.kv_bytes_per_token * 16)
     assert cap.usable_blocks == cap.num_gpu_blocks - 1
-    assert num_gpu_blocks("llama-3.1-8b", "h100", 1, max_model_len=8192) == cap.num_gpu_blocks
     more = kv_capacity("llama-3.1-8b", "h100", 1, gpu_memory_utilization=0.95, max_model_len=8192)
     assert more.num_gpu_blocks > cap.num_gpu_blocks
     fp8 = kv_capacity("llama-3.1-8b", "h100", 1, kv_dtype="fp8", max_model_len=8192)

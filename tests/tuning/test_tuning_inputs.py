@@ -288,3 +288,53 @@ def test_constant_workload_is_deterministic() -> None:
     assert wl.trace(4.0, 0).df["arrival_time_s"].tolist() == pytest.approx(
         [0.25 * (i + 1) for i in range(10)]
     )
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.8},
+        {"block_size": 32, "max_num_seqs": 64, "max_num_batched_tokens": 4096},
+        {"enable_chunked_prefill": False, "max_num_batched_tokens": 8192},
+    ],
+)
+def test_a_trial_is_the_deployment_spec_resolved(kw: dict[str, Any]) -> None:
+    """A trial's engine config, KV blocks and step times are ``servesim.spec.resolve``'s for the
+    same ``DeploymentSpec`` (what ``simulate --model --gpu --tp`` runs), and its KV blocks are the
+    memory model's (``kv_capacity``) for the trial's values: one path, one formula."""
+    from servesim.perf import kv_capacity
+    from servesim.spec import DeploymentSpec, resolve
+
+    d = _dep(**kw)
+    hw = PerfHardware()
+    cfg, res = resolve_deployment(d, hw)
+    spec = DeploymentSpec(
+        model="llama-3.1-8b",
+        gpu="h100",
+        tp=d.tensor_parallel_size,
+        gpu_memory_utilization=d.gpu_memory_utilization,
+        replicas=d.replicas,
+        engine=d.engine_keys(),
+    )
+    assert d.spec(hw) == spec
+    direct = resolve(spec)
+    assert cfg == direct.config == d.engine_config(cfg.num_gpu_blocks)
+    assert res.step_time.model_dump() == direct.step_time.model_dump()
+    cap = kv_capacity(
+        "llama-3.1-8b",
+        "h100",
+        d.tensor_parallel_size,
+        gpu_memory_utilization=d.gpu_memory_utilization,
+        block_size=d.block_size,
+        max_num_batched_tokens=d.max_num_batched_tokens,
+        max_num_seqs=d.max_num_seqs,
+        max_model_len=d.max_model_len,
+    )
+    assert cfg.num_gpu_blocks == cap.num_gpu_blocks
+    # the blocks override and a fixed step-time model lay their blocks over the same spec
+    fixed = PerfHardware(num_gpu_blocks=1001)
+    assert resolve_deployment(d, fixed)[0].num_gpu_blocks == 1 + 1000 * 16 // d.block_size
+    if d.tensor_parallel_size == 1:
+        lin, lres = resolve_deployment(d, FixedHardware(LinearStepTime(), 2001))
+        assert lin == d.engine_config(1 + 2000 * 16 // d.block_size) and lres.step_time == LinearStepTime()

@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import (
@@ -46,12 +47,10 @@ from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec
 from servesim.cluster.config import RouterPolicy
-from servesim.engine import ConstantStepTime, LinearStepTime, StepTimeModel
 from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
 from servesim.errors import InputError, InternalError, user_errors
 from servesim.paths import data_dir
-from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION
 from servesim.report.documents import stamped
 from servesim.spec import DeploymentSpec, engine_values
 from servesim.tuning import (
@@ -77,6 +76,7 @@ from servesim.tuning import (
     tune,
 )
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
+from servesim.tuning.hardware import hardware_of as study_hardware
 from servesim.tuning.scenario import BatchScenarioResult
 
 DEFAULT_STUDY_FILE = "servesim-tune.db"
@@ -132,45 +132,43 @@ def hardware_from(
     linear: bool,
 ) -> Hardware:
     """``PerfHardware`` (default), or ``FixedHardware`` with --step-time-ms / --linear-step-time."""
-    if step_time_ms is not None or linear:
-        if step_time_ms is not None and linear:
+    try:
+        spec = DeploymentSpec(
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            gpu_memory_utilization=util,
+            profile=profile,
+            step_time_ms=step_time_ms,
+            linear_step_time=linear,
+            engine={} if num_gpu_blocks is None else {"num_gpu_blocks": num_gpu_blocks},
+        )
+    except ValidationError as e:  # the spec's bounds, in the flags' words
+        flag = {"tp": "--tp", "gpu_memory_utilization": "--gpu-memory-utilization"}
+        raise InputError(
+            "; ".join(
+                f"{flag.get(str(x['loc'][0]), '--' + str(x['loc'][0]).replace('_', '-'))}: {x['msg']}"
+                for x in e.errors()
+            )
+        ) from None
+    return hardware_of(spec)
+
+
+def hardware_of(spec: DeploymentSpec) -> Hardware:
+    """The tuner's hardware context of a deployment spec (``servesim.tuning.hardware_of``; its
+    ``num_gpu_blocks`` overrides the memory model, as in every command), refused in the flags'
+    words when the flags contradict each other."""
+    if spec.fixed_timing:
+        if spec.step_time_ms is not None and spec.linear_step_time:
             raise InputError("give --step-time-ms or --linear-step-time, not both")
-        if model is not None or gpu is not None:
+        if spec.model is not None or spec.gpu is not None:
             raise InputError(
                 "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
                 "replace them: give one or the other"
             )
-        if num_gpu_blocks is None:
+        if spec.engine.get("num_gpu_blocks") is None:
             raise InputError("a fixed step-time model needs --num-gpu-blocks (there is no memory model)")
-        step: StepTimeModel = (
-            ConstantStepTime(step_time_s=step_time_ms / 1000.0)
-            if step_time_ms is not None
-            else LinearStepTime()
-        )
-        return FixedHardware(step, num_gpu_blocks, gpus_per_replica=tp, gpu_memory_utilization=util)
-    return PerfHardware(
-        model=model or DEFAULT_MODEL,
-        gpu=gpu or DEFAULT_GPU,
-        tensor_parallel_size=tp,
-        gpu_memory_utilization=util,
-        profile=profile,
-        num_gpu_blocks=num_gpu_blocks,
-    )
-
-
-def hardware_of(spec: DeploymentSpec) -> Hardware:
-    """The tuner's hardware context of a deployment spec (its ``num_gpu_blocks`` overrides the
-    memory model, as in every command)."""
-    return hardware_from(
-        spec.model,
-        spec.gpu,
-        spec.tp or 1,
-        spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
-        spec.profile,
-        spec.engine.get("num_gpu_blocks"),
-        spec.step_time_ms,
-        spec.linear_step_time,
-    )
+    return study_hardware(spec)
 
 
 def defaults_line(applied: dict[str, Any], spec: DeploymentSpec) -> str:
@@ -312,14 +310,8 @@ def register(app: typer.Typer) -> None:
                 trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
             )
             say_drops(wl.provenance)
-            cfg, applied = engine_values(spec, wl.default_max_model_len())
-            dep = Deployment.from_engine_config(
-                cfg,
-                max_model_len=wl.default_max_model_len(),
-                replicas=spec.replicas,
-                tensor_parallel_size=spec.tp or 1,
-                gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
-            )
+            _, applied = engine_values(spec, wl.default_max_model_len())
+            dep = Deployment.from_spec(spec, wl.default_max_model_len())
             st = SaturationSettings(seeds=list(range(seeds)), rtol=rtol, min_rate=min_rate, max_rate=max_rate)
             ev = EvalSettings(router=RouterSpec(policy=spec.router))
             with progress_bar(not as_json, "rates") as hook:
@@ -475,14 +467,11 @@ def register(app: typer.Typer) -> None:
                     gpu=gpu,
                     step_time_ms=step_time_ms,
                     linear_step_time=linear_step_time,
+                    tp=tp,
+                    gpu_memory_utilization=gpu_memory_utilization,
                     engine={**file_settings(config), "max_model_len": mml, "policy": policy},
                 )
-                current = Deployment.from_engine_config(
-                    engine_values(current_spec, mml)[0],
-                    max_model_len=mml,
-                    tensor_parallel_size=tp,
-                    gpu_memory_utilization=gpu_memory_utilization,
-                )
+                current = Deployment.from_spec(current_spec, mml)
             ctx = EvalContext(wl, hw, goal, ev)
             rec: SchedulerRecommendation | None = None
             with make_executor(executor.value, ctx, n_jobs=jobs, address=address) as ex:

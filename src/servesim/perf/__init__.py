@@ -6,9 +6,8 @@ Public API::
                           max_num_seqs=128, max_num_batched_tokens=2048) -> RooflineStepTime
     kv_capacity(model, gpu, tp=1, *, gpu_memory_utilization=0.9, block_size=16, kv_dtype="auto",
                 max_num_batched_tokens=2048, max_num_seqs=128, max_model_len=None) -> KVCapacity
-    num_gpu_blocks(...same...) -> int                   # for EngineConfig.num_gpu_blocks
     deployment_setup(model, gpu, tp, profile, *, max_num_seqs, max_num_batched_tokens, ...)
-        -> DeploymentSetup(step_time, num_gpu_blocks, notes)   # both at once, as callers need
+        -> DeploymentSetup(step_time, num_gpu_blocks, notes)   # both at once: servesim.spec.resolve's
     kv_bytes_per_token(model_spec, tp=1, kv_dtype="auto") -> int   # THE KV-size formula
     load_catalog(extra_yaml=None) -> Catalog; model_from_hf_config(path_or_dict) -> ModelSpec
     HardwareProfile (.load / .save), default_profile(gpu), resolve_profile(...)
@@ -39,7 +38,6 @@ from servesim.perf.memory import (
     MemoryOverheads,
     kv_bytes_per_token,
     kv_capacity,
-    num_gpu_blocks,
     weight_breakdown,
     weight_bytes_per_gpu,
 )
@@ -106,7 +104,6 @@ __all__ = [
     "kv_capacity",
     "load_catalog",
     "model_from_hf_config",
-    "num_gpu_blocks",
     "read_bench_result",
     "read_step_csv",
     "replica_setup",

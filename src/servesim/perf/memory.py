@@ -374,36 +374,6 @@ def kv_capacity(
     )
 
 
-def num_gpu_blocks(
-    model: str | ModelSpec,
-    gpu: str | GPUSpec,
-    tp: int = 1,
-    *,
-    gpu_memory_utilization: float = 0.9,
-    block_size: int = 16,
-    kv_dtype: str = "auto",
-    max_num_batched_tokens: int = 2048,
-    max_num_seqs: int = 128,
-    max_model_len: int | None = None,
-    overheads: MemoryOverheads | None = None,
-    catalog: Catalog | None = None,
-) -> int:
-    """``kv_capacity(...).num_gpu_blocks``: the value for ``EngineConfig.num_gpu_blocks``."""
-    return kv_capacity(
-        model,
-        gpu,
-        tp,
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        kv_dtype=kv_dtype,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len,
-        overheads=overheads,
-        catalog=catalog,
-    ).num_gpu_blocks
-
-
 def _min_tp(model: ModelSpec, gpu: GPUSpec, util: float, reserve: int) -> int | None:
     """Smallest valid TP degree (<= 64) at which weights and reserve fit one GPU's share."""
     avail = gpu.memory_bytes * util

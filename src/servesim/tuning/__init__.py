@@ -14,7 +14,8 @@ Public API::
     run_scenario({...seed scenario shape...}) -> BatchScenarioResult | LoadScenarioResult
 
 Module map: ``slo`` (percentile vs per-request SLOs) · ``stats`` (queue-instability test,
-spreads) · ``hardware`` (step times and KV blocks) · ``deployment`` (flags, validation, vllm serve)
+spreads) · ``hardware`` (the spec every trial shares; ``servesim.spec.resolve``) · ``deployment``
+(flags, validation, vllm serve)
 · ``workload`` (rate scaling, seeds) · ``evaluate`` (one run, statuses, KV exhaustion) · ``jobs``
 and ``executors`` (local / process pool / Ray) · ``saturation`` · ``space`` and ``search``
 (Optuna) · ``recommend`` (``explain``: ablations and structured ``reasons``; ``capacity``) ·
@@ -26,7 +27,7 @@ from servesim.tuning.deployment import VLLM_BLOCK_SIZES, Deployment, deployment_
 from servesim.tuning.evaluate import EvalSettings, LatencySpread, RatePoint, RunMetrics, Status, run_once
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
 from servesim.tuning.explain import Ablation, RunSummary
-from servesim.tuning.hardware import FixedHardware, Hardware, PerfHardware, ResolvedHardware
+from servesim.tuning.hardware import FixedHardware, Hardware, PerfHardware, hardware_of
 from servesim.tuning.jobs import EvalContext, TrialOutcome, TrialSpec
 from servesim.tuning.reasons import Effect, KnobChange, Reason
 from servesim.tuning.recommend import SchedulerRecommendation, VerificationRun, recommend
@@ -75,7 +76,6 @@ __all__ = [
     "QueueTrend",
     "RatePoint",
     "Reason",
-    "ResolvedHardware",
     "RunMetrics",
     "RunSummary",
     "SaturationReport",
@@ -94,6 +94,7 @@ __all__ = [
     "deployment_problems",
     "find_capacity",
     "find_saturation",
+    "hardware_of",
     "load_scenario_file",
     "make_executor",
     "parse_knob",

@@ -2,8 +2,10 @@
 
 ``Deployment`` validates the combinations vLLM itself refuses (or that contradict each other),
 each with a reason that says what to change; the tuner records that reason on the trial it
-prunes. KV blocks come from the hardware (``Hardware.resolve``), which may refuse too (weights do
-not fit, TP does not divide the heads): ``deployment_engine_config`` gathers both.
+prunes. It is a view over ``DeploymentSpec`` fields (``Deployment.spec``: its vLLM keys as the
+spec's ``engine``, TP, memory share, replicas, on the hardware's model and GPU), and every trial
+resolves through ``servesim.spec.resolve`` (``resolve_deployment``), which may refuse too (weights
+do not fit, TP does not divide the heads, the KV cache cannot hold ``max_model_len``).
 
 It also renders the ``vllm serve`` command line and the matching YAML for ``--config`` (long flag
 names as keys, vLLM's own spellings; see ``docs/vllm-scheduling.md`` §1).
@@ -20,7 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from servesim.engine.config import EngineConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
-from servesim.tuning.hardware import Hardware, ResolvedHardware
+from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_TP
+from servesim.spec import DeploymentSpec, ResolvedDeployment, engine_values
+from servesim.tuning.hardware import Hardware, spec_on
 
 #: vLLM's ``CacheConfig.block_size`` choices (``BlockSize`` literal).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
@@ -66,23 +70,38 @@ class Deployment(BaseModel):
     def gpus(self) -> int:
         return self.replicas * self.tensor_parallel_size
 
-    def engine_config(self, num_gpu_blocks: int) -> EngineConfig:
-        """One replica's engine config (``ValueError`` when the KV cannot hold ``max_model_len``)."""
-        return EngineConfig(
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            block_size=self.block_size,
-            num_gpu_blocks=num_gpu_blocks,
-            enable_chunked_prefill=self.enable_chunked_prefill,
-            enable_prefix_caching=self.enable_prefix_caching,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
-            policy=self.policy,
-            max_model_len=self.max_model_len,
-            watermark=self.watermark,
-            scheduler_reserve_full_isl=self.scheduler_reserve_full_isl,
-            queue_timeout_s=self.queue_timeout_s,
-            kv_offloading_size=self.kv_offloading_size,
+    def engine_keys(self) -> dict[str, Any]:
+        """One replica's vLLM keys (``EngineConfig`` names): the ``engine`` of its ``DeploymentSpec``
+        (KV blocks are not among them: ``servesim.spec.resolve`` sizes them, or the hardware fixes them)."""
+        return {
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "block_size": self.block_size,
+            "enable_chunked_prefill": self.enable_chunked_prefill,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "long_prefill_token_threshold": self.long_prefill_token_threshold,
+            "policy": self.policy,
+            "max_model_len": self.max_model_len,
+            "watermark": self.watermark,
+            "scheduler_reserve_full_isl": self.scheduler_reserve_full_isl,
+            "queue_timeout_s": self.queue_timeout_s,
+            "kv_offloading_size": self.kv_offloading_size,
+        }
+
+    def spec(self, hardware: Hardware) -> DeploymentSpec:
+        """This deployment as a ``DeploymentSpec`` on ``hardware`` (its model, GPU and profile)."""
+        return spec_on(
+            hardware,
+            self.engine_keys(),
+            tp=self.tensor_parallel_size,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            replicas=self.replicas,
         )
+
+    def engine_config(self, num_gpu_blocks: int) -> EngineConfig:
+        """One replica's engine config with these KV blocks (``ConfigError`` when they cannot hold
+        ``max_model_len``)."""
+        return EngineConfig(**self.engine_keys(), num_gpu_blocks=num_gpu_blocks)
 
     @classmethod
     def from_engine_config(
@@ -112,6 +131,20 @@ class Deployment(BaseModel):
             watermark=config.watermark,
             scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
             kv_offloading_size=config.kv_offloading_size,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: DeploymentSpec, max_model_len: int) -> Deployment:
+        """The tuner's view of ``spec``: its vLLM keys with ``vllm serve``'s defaults for its GPU
+        filled in (``servesim.spec.engine_values``), its TP, memory share and replicas;
+        ``max_model_len`` when the spec sets none (a trace's longest request + 1)."""
+        config, _ = engine_values(spec, max_model_len)
+        return cls.from_engine_config(
+            config,
+            max_model_len=max_model_len,
+            replicas=spec.replicas,
+            tensor_parallel_size=DEFAULT_TP if spec.tp is None else spec.tp,
+            gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
         )
 
     # ------------------------------------------------------------------ vllm serve
@@ -228,8 +261,7 @@ def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
 def vllm_default_deployment(hardware: Hardware, max_model_len: int, **fixed: Any) -> Deployment:
     """What ``vllm serve MODEL`` runs with no scheduler flags on this hardware: the baseline a
     study starts from when the user gives no configuration (docs/vllm-scheduling.md §1)."""
-    gpu = getattr(hardware, "gpu", None)
-    mns, mbt = vllm_serve_defaults(gpu if isinstance(gpu, str) else None)
+    mns, mbt = vllm_serve_defaults(hardware.base.timing_gpu)
     return Deployment(
         max_num_seqs=mns,
         max_num_batched_tokens=max(mbt, mns),
@@ -244,9 +276,10 @@ def vllm_default_deployment(hardware: Hardware, max_model_len: int, **fixed: Any
     )
 
 
-def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig, ResolvedHardware]:
-    """The engine config and step-time model of one replica (``ValueError`` with the reason when
-    the hardware or vLLM would refuse it)."""
+def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig, ResolvedDeployment]:
+    """One replica of ``d`` through ``servesim.spec.resolve`` (``hardware.resolve`` of ``d.spec``):
+    its engine config and the resolved deployment (step times, notes, CPU tier); ``ValueError``
+    with the reason when the hardware or vLLM would refuse it."""
     fixed = {"tensor_parallel_size", "gpu_memory_utilization"} - hardware.varies
     if "tensor_parallel_size" in fixed and d.tensor_parallel_size != hardware.default_tensor_parallel_size:
         raise ConfigError(
@@ -256,12 +289,5 @@ def resolve_deployment(d: Deployment, hardware: Hardware) -> tuple[EngineConfig,
     from servesim.perf.offload import check_offloading_size
 
     check_offloading_size(d.kv_offloading_size, d.tensor_parallel_size)
-    res = hardware.resolve(
-        tensor_parallel_size=d.tensor_parallel_size,
-        gpu_memory_utilization=d.gpu_memory_utilization,
-        block_size=d.block_size,
-        max_num_seqs=d.max_num_seqs,
-        max_num_batched_tokens=d.max_num_batched_tokens,
-        max_model_len=d.max_model_len,
-    )
-    return d.engine_config(res.num_gpu_blocks), res
+    res = hardware.resolve(d.spec(hardware))
+    return res.config, res

@@ -38,10 +38,10 @@ from servesim.engine import simulate
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.results import OUTCOME_REJECTED_TIMEOUT, LatencyStats, SimulationSummary
-from servesim.engine.step_time import StepTimeModel
+from servesim.spec import ResolvedDeployment
 from servesim.traces.schema import Trace
 from servesim.tuning.deployment import Deployment, resolve_deployment
-from servesim.tuning.hardware import Hardware, kv_connector
+from servesim.tuning.hardware import Hardware
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import QueueTestSettings, QueueTrend, Spread, queue_trend
 
@@ -171,19 +171,17 @@ def kv_exhaustion(steps: pd.DataFrame, config: EngineConfig) -> tuple[int, float
     return events, (blocked_s / busy if busy > 0 else 0.0)
 
 
-def replica_specs(
-    deployment: Deployment, hardware: Hardware, config: EngineConfig, step_time: StepTimeModel
-) -> list[Replica]:
+def replica_specs(deployment: Deployment, res: ResolvedDeployment, config: EngineConfig) -> list[Replica]:
     """The deployment's replicas for the cluster simulator, each with its own CPU tier when the
-    deployment sets ``kv_offloading_size``."""
+    deployment sets ``kv_offloading_size`` (``res.kv_connector``: each engine needs its own)."""
     factory = None
     if config.kv_offloading_size is not None:
-        kv_connector(hardware, config, deployment.tensor_parallel_size)  # refuses early, with the reason
+        res.kv_connector()  # refuses early, with the reason
 
         def factory() -> OffloadingConnector | None:
-            return kv_connector(hardware, config, deployment.tensor_parallel_size)
+            return res.kv_connector()
 
-    return [Replica(f"replica-{i}", config, step_time, factory) for i in range(deployment.replicas)]
+    return [Replica(f"replica-{i}", config, res.step_time, factory) for i in range(deployment.replicas)]
 
 
 def run_once(
@@ -202,11 +200,11 @@ def run_once(
     request_slo = slo.request_slo() if slo is not None else None
     summary: SimulationSummary
     if deployment.replicas == 1:
-        conn = kv_connector(hardware, config, deployment.tensor_parallel_size)
+        conn = res.kv_connector()
         result = simulate(trace, config, res.step_time, slo=request_slo, kv_connector=conn, pooled_itl=False)
         summary, requests, steps = result.summary, result.requests, result.steps
     else:
-        replicas = replica_specs(deployment, hardware, config, res.step_time)
+        replicas = replica_specs(deployment, res, config)
         cres = simulate_cluster(
             trace, replicas, st.router, slo=request_slo, pooled_itl=False, replica_summaries=False
         )
@@ -303,11 +301,11 @@ def probe_capacity(
     # No queue timeout here: the probe measures the service rate, not the shedding policy.
     config = config.model_copy(update={"queue_timeout_s": None})
     if deployment.replicas == 1:
-        conn = kv_connector(hardware, config, deployment.tensor_parallel_size)
+        conn = res.kv_connector()
         return capacity_rps(
             simulate(trace, config, res.step_time, kv_connector=conn, pooled_itl=False).requests
         )
-    replicas = replica_specs(deployment, hardware, config, res.step_time)
+    replicas = replica_specs(deployment, res, config)
     return capacity_rps(
         simulate_cluster(trace, replicas, st.router, pooled_itl=False, replica_summaries=False).requests
     )

@@ -200,7 +200,7 @@ def plan_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome | TrialRuns:
     rate = spec.target_rate
     runs: list[RunJob | ProbeJob] = [RunJob(d, rate, s) for s in spec.seeds]
     runs.append(ProbeJob(d, rate * spec.probe_factor, spec.seeds[0]))
-    return TrialRuns(d, tuple(runs), tuple(res.warnings))
+    return TrialRuns(d, tuple(runs), res.notes)
 
 
 def finish_trial(ctx: EvalContext, job: TrialJob, plan: TrialRuns, results: list[Any]) -> TrialOutcome:

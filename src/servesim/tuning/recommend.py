@@ -257,7 +257,7 @@ def recommend(
     finally:
         if owned:
             ex.close()
-    notes = list(res.warnings)
+    notes = list(res.notes)
     if chosen is None:
         notes.append(
             f"none of the first {min(len(candidates), max_candidates)} candidates met the SLO on every fresh "

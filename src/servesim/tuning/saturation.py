@@ -223,7 +223,7 @@ def _search(
     blocks: int,
     res: Any,
 ) -> SaturationReport:
-    notes = list(res.warnings)
+    notes = list(res.notes)
     s_lo, s_hi = search.threshold(stable)
     k_lo = k_hi = None
     if slo is not None:

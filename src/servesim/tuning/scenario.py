@@ -66,6 +66,7 @@ from servesim.engine import EngineConfig, simulate
 from servesim.engine.results import SimulationResult
 from servesim.errors import InputError, reject_bool, shown
 from servesim.perf.serve_defaults import vllm_serve_defaults
+from servesim.spec import ResolvedDeployment
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import PoissonArrivals, sample_arrivals, stream_rng
 from servesim.traces.generate import GeneratorSpec, generate_trace
@@ -73,7 +74,7 @@ from servesim.traces.lengths import LogNormalLength
 from servesim.traces.schema import Trace
 from servesim.tuning.choice import model_tolerance
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, Status, measure
-from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
+from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware, spec_on
 from servesim.tuning.reasons import Reason
 from servesim.tuning.scenario_explain import ScenarioCapacity, explain_load, scenario_capacity
 
@@ -188,15 +189,29 @@ def _hardware(s: _Context, blocks: int | None = None, block_size: int = 16) -> P
     )
 
 
+def _resolved(
+    hw: PerfHardware, mns: int, mbt: int, *, block_size: int, max_model_len: int
+) -> ResolvedDeployment:
+    """The scenario's replica through ``servesim.spec.resolve`` (its TP and memory share are ``hw``'s)."""
+    engine = {
+        "max_num_seqs": mns,
+        "max_num_batched_tokens": mbt,
+        "block_size": block_size,
+        "max_model_len": max_model_len,
+    }
+    return hw.resolve(
+        spec_on(hw, engine, tp=hw.tensor_parallel_size, gpu_memory_utilization=hw.gpu_memory_utilization)
+    )
+
+
 def _run(
     trace: Trace, config: EngineConfig, hw: PerfHardware, ev: EvalSettings
 ) -> tuple[RunMetrics, SimulationResult]:
-    res = hw.resolve(
-        tensor_parallel_size=hw.tensor_parallel_size,
-        gpu_memory_utilization=hw.gpu_memory_utilization,
+    res = _resolved(
+        hw,
+        config.max_num_seqs,
+        config.max_num_batched_tokens,
         block_size=config.block_size,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
         max_model_len=config.max_model_len or 2,
     )
     result = simulate(trace, config, res.step_time)
@@ -208,16 +223,8 @@ def _check_fits(s: BatchScenario, hw: PerfHardware) -> None:
     """Refuse up front a request that can never fit the KV cache (it would wait forever: minutes
     of simulation for no answer), with the numbers."""
     bc = s.batch_config
-    blocks = hw.resolve(
-        tensor_parallel_size=s.tensor_parallel_size,
-        gpu_memory_utilization=s.gpu_memory_utilization,
-        block_size=16,
-        max_num_seqs=bc.max_num_seqs,
-        max_num_batched_tokens=bc.max_num_batched_tokens,
-        max_model_len=2,
-    ).num_gpu_blocks
-    if blocks is None:
-        return
+    res = _resolved(hw, bc.max_num_seqs, bc.max_num_batched_tokens, block_size=16, max_model_len=2)
+    blocks = res.config.num_gpu_blocks
     capacity = (blocks - 1) * 16
     longest = max(s.requests, key=lambda r: r.prompt_len + r.expected_out)
     need = longest.prompt_len + longest.expected_out
@@ -264,14 +271,7 @@ def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -
     _check_fits(s, hw)
 
     def config(mns: int, mbt: int) -> EngineConfig:
-        blocks = hw.resolve(
-            tensor_parallel_size=s.tensor_parallel_size,
-            gpu_memory_utilization=s.gpu_memory_utilization,
-            block_size=16,
-            max_num_seqs=mns,
-            max_num_batched_tokens=mbt,
-            max_model_len=mml,
-        ).num_gpu_blocks
+        blocks = _resolved(hw, mns, mbt, block_size=16, max_model_len=mml).config.num_gpu_blocks
         return EngineConfig(
             max_num_seqs=mns,
             max_num_batched_tokens=mbt,

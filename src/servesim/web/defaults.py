@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from servesim.engine import EngineConfig
 from servesim.perf.serve_defaults import apply_serve_defaults
-from servesim.spec import DeploymentSpec, ResolvedDeployment, engine_values, resolve
+from servesim.spec import DeploymentSpec, ResolvedDeployment, resolve
 from servesim.web.schemas import HardwareBody
 
 
@@ -55,12 +55,6 @@ def resolved(engine: EngineConfig | None, hw: HardwareBody, max_model_len: int) 
     """``servesim.spec.resolve`` of the request's deployment, the KV cache sized for
     ``max_model_len`` (a trace's longest request + 1) unless the engine sets one."""
     return resolve(deployment_spec(engine, hw), max_model_len=max_model_len)
-
-
-def engine_with_defaults(engine: EngineConfig | None, hw: HardwareBody, max_model_len: int) -> EngineConfig:
-    """The request's engine settings with the GPU's ``vllm serve`` defaults (KV blocks not yet
-    sized): the tuner's and the sweep's starting configuration."""
-    return engine_values(deployment_spec(engine, hw), max_model_len)[0]
 
 
 def setup_notes(setup: ResolvedDeployment) -> list[str]:

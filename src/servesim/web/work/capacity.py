@@ -9,32 +9,28 @@ from servesim.tuning import (
     Deployment,
     EvalContext,
     EvalSettings,
+    Hardware,
     PercentileSLO,
-    PerfHardware,
     SaturationSettings,
     SearchSpace,
     TuneSettings,
     Workload,
     find_saturation,
+    hardware_of,
     make_executor,
     recommend,
     space_from_mapping,
     tune,
 )
 from servesim.views.model import Section
-from servesim.web.defaults import engine_with_defaults
+from servesim.web.defaults import deployment_spec
 from servesim.web.schemas import HardwareBody, SaturateBody, TuneBody
 from servesim.web.work import Env, Report, trace_path
 
 
-def hardware(hw: HardwareBody) -> PerfHardware:
-    return PerfHardware(
-        model=hw.model,
-        gpu=hw.gpu,
-        tensor_parallel_size=hw.tensor_parallel_size,
-        gpu_memory_utilization=hw.gpu_memory_utilization,
-        num_gpu_blocks=hw.num_gpu_blocks_override,
-    )
+def hardware(hw: HardwareBody) -> Hardware:
+    """The study's hardware context of the request's deployment (as the CLI's ``saturate``/``tune``)."""
+    return hardware_of(deployment_spec(None, hw))
 
 
 def workload(trace_id: str, env: Env) -> Workload:
@@ -46,14 +42,8 @@ def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
 
     body = SaturateBody.model_validate(params)
     wl = workload(body.trace_id, env)
-    engine = engine_with_defaults(body.engine, body.hardware, wl.default_max_model_len())
-    dep = Deployment.from_engine_config(
-        engine,
-        max_model_len=engine.max_model_len or wl.default_max_model_len(),
-        replicas=body.replicas,
-        tensor_parallel_size=body.hardware.tensor_parallel_size,
-        gpu_memory_utilization=body.hardware.gpu_memory_utilization,
-    )
+    spec = deployment_spec(body.engine, body.hardware, replicas=body.replicas)
+    dep = Deployment.from_spec(spec, wl.default_max_model_len())
     rep = find_saturation(
         wl,
         dep,
@@ -72,7 +62,7 @@ def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
 
 def derived_study_name(
     wl: Workload,
-    hw: PerfHardware,
+    hw: Hardware,
     slo: PercentileSLO | None,
     space: SearchSpace,
     settings: TuneSettings,
@@ -153,13 +143,7 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     mml = wl.default_max_model_len()
     current = None  # the user's configuration (the Run tab's), the study's baseline
     if body.engine is not None:
-        engine = engine_with_defaults(body.engine, body.hardware, mml)
-        current = Deployment.from_engine_config(
-            engine,
-            max_model_len=engine.max_model_len or mml,
-            tensor_parallel_size=body.hardware.tensor_parallel_size,
-            gpu_memory_utilization=body.hardware.gpu_memory_utilization,
-        )
+        current = Deployment.from_spec(deployment_spec(body.engine, body.hardware), mml)
 
     def trial_progress(done: int, total: int) -> None:
         report(done, total + body.verify_seeds, {"study": name, "trials": live_trials(env["db_url"], name)})
