@@ -14,18 +14,14 @@ from typing import Any
 from servesim.advisor.cases import BatchingCase, Case, FallbackCase, RescheduleCase, verify
 from servesim.advisor.claude import ClaudeAdvisor
 from servesim.advisor.models import ActionLogEntry, Advice, AdviceResult, AdvisorName, RejectedProposal
-from servesim.advisor.rules import rules_batching, rules_fallback, rules_reschedule
+from servesim.advisor.metric import rules_for
 from servesim.errors import InputError, shown
 
 AdvisorChoice = AdvisorName | str  # "claude", "rules" or "auto"
 
 
 def rules_answer(case: Case) -> Advice:
-    if isinstance(case, BatchingCase):
-        return rules_batching(case)
-    if isinstance(case, RescheduleCase):
-        return rules_reschedule(case)
-    return rules_fallback(case)
+    return rules_for(case)
 
 
 def advise(
