@@ -256,7 +256,9 @@ class DSPyAdvisor:
     def redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text
 
-    def propose(self, case: Case, feedback: str | None, round_no: int) -> tuple[Advice | None, ActionLogEntry]:
+    def propose(
+        self, case: Case, feedback: str | None, round_no: int
+    ) -> tuple[Advice | None, ActionLogEntry]:
         dspy = _dspy()
         question = question_of(case)
         t0 = time.perf_counter()
