@@ -14,10 +14,18 @@ from typing import Any, Protocol
 from servesim.advisor.cases import BatchingCase, Case, FallbackCase, RescheduleCase, verify
 from servesim.advisor.claude import ClaudeAdvisor
 from servesim.advisor.metric import rules_for, score
-from servesim.advisor.models import ActionLogEntry, Advice, AdviceResult, AdvisorName, RejectedProposal
+from servesim.advisor.models import (
+    ActionLogEntry,
+    Advice,
+    AdviceResult,
+    AdvisorName,
+    RejectedProposal,
+    Verification,
+)
 from servesim.errors import InputError, shown
 
 AdvisorChoice = AdvisorName | str  # "dspy", "claude", "rules" or "auto"
+NO_ADVICE_SCORE = 0.5  # metric.score of the baseline when the rules advisor cannot beat it
 CHOICES = ("auto", "dspy", "claude", "rules")
 
 
@@ -94,12 +102,20 @@ def advise(
                 )
                 break
             verification = verify(case, answer)
+            got = score(case, answer)
+            if verification.accepted and got < NO_ADVICE_SCORE:
+                verification = Verification.judged(
+                    "rejected",
+                    f"the simulator's score {got} is below no advice's {NO_ADVICE_SCORE} "
+                    f"(metric.py: SLA misses, near-done completion, recompute tokens); {verification.reason}",
+                    verification.candidates,
+                )
             if verification.accepted:
                 return AdviceResult(
                     task=case.task,
                     advisor="claude" if name == "claude" else "dspy",
                     program=program_label(name, proposer),
-                    score=score(case, answer),
+                    score=got,
                     advice=answer,
                     verification=verification,
                     rounds=k,
