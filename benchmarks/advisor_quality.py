@@ -45,7 +45,8 @@ def main() -> None:
         columns["dspy uncompiled"] = DSPyAdvisor(model, use_saved=False)
         saved = load_saved()
         if saved is not None:
-            columns[f"dspy compiled ({saved.val_score_after:.3f} at compile)"] = DSPyAdvisor(model, saved=saved)
+            label = f"dspy compiled ({saved.val_score_after:.3f} at compile)"
+            columns[label] = DSPyAdvisor(model, saved=saved)
     else:
         print("no ANTHROPIC_API_KEY: scoring the baseline and the rules advisor only")
     names = list(columns)

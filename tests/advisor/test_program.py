@@ -159,7 +159,7 @@ def test_a_compiled_program_is_saved_versioned_and_loaded(
     # calls in order: val (uncompiled), train (bootstrap), val (compiled)
     lm = _dummy([worse, rules_for(train_case), rules_for(val_case)])
     out = tmp_path / "program.json"
-    path, saved = compile_program(lm, path=out)
+    path, _saved = compile_program(lm, path=out)
     assert path == out
     data = json.loads(out.read_text())
     assert data["format"] == 1 and data["optimizer"] == "bootstrap"

@@ -289,7 +289,7 @@ class DSPyAdvisor:
             output_tokens=int(usage.get("completion_tokens", 0)),
             requests=int(usage.get("requests", 1 if outcome == "ok" else 0)),
             prompt_chars=len(question.model_dump_json()),
-            outcome=outcome,  # type: ignore[arg-type]
+            outcome=outcome,
             detail=None if detail is None else self.redact(" ".join(detail.split()))[:500],
         )
         return answer, entry

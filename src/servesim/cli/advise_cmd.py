@@ -146,7 +146,7 @@ def compile_cmd(model: str, timeout_s: float, optimizer: str, max_demos: int, as
     )
     note_output(path)
     if as_json:
-        print_json(stamped("advise-compile", {"path": str(path), **saved.model_dump(exclude={"state"})}))
+        print_json({"kind": "advise-compile", "path": str(path), **saved.model_dump(exclude={"state"})})
         return
     typer.echo(
         f"compiled with {saved.optimizer} on {saved.train_scenarios} scenarios: validation score "
