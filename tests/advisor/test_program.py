@@ -230,3 +230,47 @@ def test_a_recorded_claude_shaped_answer_parses() -> None:
     assert advice.order == ["req-101", "req-102"]
     assert score(case, advice) == 1.0
     assert question_of(case).model_dump()["batch_capacity"] == 4
+
+
+# ---------------------------------------------------------------------------------------- CLI
+S002 = str(Path(__file__).parents[2] / "examples/inputs/s002_a.input.json")
+
+
+def test_the_cli_names_the_program_in_human_output_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from servesim.cli.main import app
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    runner = CliRunner()
+    human = runner.invoke(app, ["advise", S002])
+    assert human.exit_code == 0, human.output
+    assert "answered by: rules; simulator score 1.0" in " ".join(human.output.split())
+    # with a key: the uncompiled DSPy program (DummyLM in place of Claude), in human and JSON output
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    answer = RescheduleAdvice.model_validate(
+        {
+            "order": ["req-101", "req-102"],
+            "reasons": [{"req_id": "req-101", "reason": "16 tokens left"}],
+        }
+    )
+    monkeypatch.setattr("servesim.advisor.program.make_lm", lambda *a, **k: _dummy([answer, answer]))
+    human = runner.invoke(app, ["advise", S002])
+    assert human.exit_code == 0, human.output
+    assert "answered by: dspy uncompiled; simulator score 1.0" in " ".join(human.output.split())
+    res = runner.invoke(app, ["advise", S002, "--json"])
+    out = json.loads(res.stdout)
+    assert out["advisor"] == "dspy" and out["program"] == "dspy uncompiled" and out["score"] == 1.0
+    assert out["advice"]["order"] == ["req-101", "req-102"]
+    assert FAKE_KEY not in res.output
+
+
+def test_advise_compile_without_a_key_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from servesim.cli.main import app
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    res = CliRunner().invoke(app, ["advise", "compile"])
+    assert res.exit_code == 2
+    assert res.output.strip() == "error: advise compile: the DSPy advisor needs ANTHROPIC_API_KEY"
