@@ -378,6 +378,7 @@ def compile_program(
                 trainset=train,
                 max_bootstrapped_demos=max_demos,
                 max_labeled_demos=0,
+                minibatch=False,  # 20 training scenarios: fewer than a minibatch (35)
             )
         else:
             raise InputError(f"unknown optimizer {optimizer!r}: use bootstrap or mipro")
