@@ -274,3 +274,87 @@ def test_advise_compile_without_a_key_is_a_one_line_error(monkeypatch: pytest.Mo
     res = CliRunner().invoke(app, ["advise", "compile"])
     assert res.exit_code == 2
     assert res.output.strip() == "error: advise compile: the DSPy advisor needs ANTHROPIC_API_KEY"
+
+
+# ------------------------------------------- the real LM client against a local Messages API
+class _Recorded:
+    """A Messages API on 127.0.0.1 replaying a Claude-shaped answer (or an error)."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+
+        self.seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers["content-length"]))
+                outer.seen.append((self.path, dict(self.headers), json.loads(raw)))
+                out = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_port}"
+
+
+def _s002_case() -> RescheduleCase:
+    from servesim.resched import parse_input
+
+    return RescheduleCase(parse_input(json.loads(Path(S002).read_text())))
+
+
+def test_claude_through_dspy_lm_parses_a_recorded_answer() -> None:
+    """dspy.LM -> LiteLLM's Anthropic route -> a local endpoint replaying a Claude-shaped reply:
+    the key goes only into the request header, the answer parses, the usage is logged."""
+    from servesim.advisor.program import make_lm
+
+    text = (FIXTURES / "claude_dspy_reschedule.txt").read_text()
+    reply = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-5-5",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1234, "output_tokens": 210},
+    }
+    api = _Recorded(200, reply)
+    try:
+        lm = make_lm(api_key=FAKE_KEY, api_base=api.base, timeout_s=10)
+        adv = DSPyAdvisor(lm=lm, use_saved=False, api_key=FAKE_KEY)
+        answer, entry = adv.propose(_s002_case(), None, 1)
+    finally:
+        api.server.shutdown()
+    assert answer is not None and answer.order == ["req-101", "req-102"]
+    assert entry.outcome == "ok" and (entry.input_tokens, entry.output_tokens) == (1234, 210)
+    _path, headers, body = api.seen[0]
+    assert {k.lower(): v for k, v in headers.items()}["x-api-key"] == FAKE_KEY
+    assert body["model"] == "claude-sonnet-5-5"
+    assert FAKE_KEY not in json.dumps(body) and FAKE_KEY not in entry.model_dump_json()
+
+
+def test_an_api_error_falls_back_to_rules_with_the_key_scrubbed() -> None:
+    from servesim.advisor.program import make_lm
+
+    err = {"type": "error", "error": {"type": "authentication_error", "message": f"bad key {FAKE_KEY}"}}
+    api = _Recorded(401, err)
+    try:
+        adv = DSPyAdvisor(
+            lm=make_lm(api_key=FAKE_KEY, api_base=api.base, timeout_s=10), use_saved=False, api_key=FAKE_KEY
+        )
+        result = advise(_s002_case(), "dspy", program=adv)
+    finally:
+        api.server.shutdown()
+    assert result.advisor == "rules"
+    assert result.action_log[0].outcome == "api_error", result.action_log[0].detail
+    assert FAKE_KEY not in result.model_dump_json()

@@ -163,8 +163,15 @@ def new_program() -> Any:
     return AdvisorProgram()
 
 
-def make_lm(model_name: str = DEFAULT_MODEL, *, api_key: str | None = None, timeout_s: float = 60.0) -> Any:
-    """Hosted Claude through ``dspy.LM`` (429/5xx retried by LiteLLM, ``num_retries=3``)."""
+def make_lm(
+    model_name: str = DEFAULT_MODEL,
+    *,
+    api_key: str | None = None,
+    timeout_s: float = 60.0,
+    api_base: str | None = None,
+) -> Any:
+    """Hosted Claude through ``dspy.LM`` (429/5xx retried by LiteLLM, ``num_retries=3``);
+    ``api_base``: another Messages API endpoint (a proxy; the tests' local recording)."""
     secret = api_key or os.environ.get("ANTHROPIC_API_KEY") or ""
     if not secret:
         raise InputError(NO_KEY)
@@ -179,6 +186,7 @@ def make_lm(model_name: str = DEFAULT_MODEL, *, api_key: str | None = None, time
         num_retries=3,
         timeout=timeout_s,
         cache=False,
+        **({"api_base": api_base} if api_base else {}),
     )
 
 
@@ -274,7 +282,7 @@ class DSPyAdvisor:
             name = type(exc).__name__
             if "Timeout" in name:
                 outcome = "timeout"
-            elif type(exc).__module__.startswith(("litellm", "httpx", "openai", "anthropic")):
+            elif type(exc).__module__.startswith(_API_MODULES) or name.startswith("LM"):
                 outcome = "api_error"
             else:
                 outcome = "invalid_output"
@@ -293,6 +301,11 @@ class DSPyAdvisor:
             detail=None if detail is None else self.redact(" ".join(detail.split()))[:500],
         )
         return answer, entry
+
+
+#: where the LM client's errors come from (dspy.clients: LMAuthError, LMRateLimitError, ...);
+#: anything else (DSPy's AdapterParseError, a validator) is an invalid answer
+_API_MODULES = ("litellm", "httpx", "openai", "anthropic", "dspy.clients")
 
 
 def _usage(pred: Any) -> dict[str, int]:
