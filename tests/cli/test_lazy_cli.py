@@ -26,6 +26,8 @@ HEAVY = (
     "textual",
     "rich",
     "ray",
+    "dspy",
+    "litellm",
 )
 
 PROBE = """
@@ -81,9 +83,17 @@ def test_help_lists_every_command() -> None:
         (["simulate", "--help"], ("optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
         (["reschedule", "--help"], ("optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
         (["recover", "--help"], ("optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
+        (["advise", "--help"], ("dspy", "litellm")),
         (["emulate", "--help"], ("ray", "optuna", "anthropic", "pydantic_ai", "fastapi", "textual")),
     ],
 )
 def test_a_command_imports_only_its_own_stack(args: list[str], absent: tuple[str, ...]) -> None:
     loaded = _imported_after(*args)
     assert not set(loaded) & set(absent), loaded
+
+
+def test_advice_without_a_key_never_imports_dspy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No key: the rules answer, and DSPy / LiteLLM (seconds of imports) stay unloaded."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    loaded = _imported_after("advise", "examples/inputs/s002_a.input.json", "--json")
+    assert "dspy" not in loaded and "litellm" not in loaded, loaded

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validat
 from servesim.errors import InputError
 
 Task = Literal["batching", "reschedule", "fallback"]
-AdvisorName = Literal["claude", "rules"]
+AdvisorName = Literal["claude", "dspy", "rules"]
 
 _TEXT = 400  # characters per rationale string: explanations, not essays
 
@@ -226,6 +226,16 @@ class AdviceResult(BaseModel):
 
     task: Task
     advisor: AdvisorName = Field(description="Which advisor produced the accepted answer.")
+    program: str = Field(
+        "rules",
+        description="Which program answered: 'dspy compiled (..., validation score X)', 'dspy uncompiled', "
+        "'claude (pydantic-ai)' or 'rules'.",
+    )
+    score: float | None = Field(
+        None,
+        description="The simulator's metric of this answer (0..1: 0.5 = the baseline, 1 = at least as good "
+        "as the better of the baseline and the rules advisor; metric.py).",
+    )
     notice: str | None = Field(
         None, description="E.g. why Claude's answer was replaced by the rules advisor."
     )

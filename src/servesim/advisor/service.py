@@ -9,23 +9,62 @@ worse, the deterministic rules advisor answers instead and the result carries a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from servesim.advisor.cases import BatchingCase, Case, FallbackCase, RescheduleCase, verify
 from servesim.advisor.claude import ClaudeAdvisor
-from servesim.advisor.models import ActionLogEntry, Advice, AdviceResult, AdvisorName, RejectedProposal
-from servesim.advisor.rules import rules_batching, rules_fallback, rules_reschedule
+from servesim.advisor.metric import rules_for, score
+from servesim.advisor.models import (
+    ActionLogEntry,
+    Advice,
+    AdviceResult,
+    AdvisorName,
+    RejectedProposal,
+    Verification,
+)
 from servesim.errors import InputError, shown
 
-AdvisorChoice = AdvisorName | str  # "claude", "rules" or "auto"
+AdvisorChoice = AdvisorName | str  # "dspy", "claude", "rules" or "auto"
+NO_ADVICE_SCORE = 0.5  # metric.score of the baseline when the rules advisor cannot beat it
+CHOICES = ("auto", "dspy", "claude", "rules")
+
+
+class Proposer(Protocol):
+    """What answers in the loop: ``ClaudeAdvisor`` (pydantic-ai) or ``program.DSPyAdvisor``."""
+
+    def propose(
+        self, case: Case, feedback: str | None, round_no: int
+    ) -> tuple[Advice | None, ActionLogEntry]: ...
 
 
 def rules_answer(case: Case) -> Advice:
-    if isinstance(case, BatchingCase):
-        return rules_batching(case)
-    if isinstance(case, RescheduleCase):
-        return rules_reschedule(case)
-    return rules_fallback(case)
+    return rules_for(case)
+
+
+def _choose(
+    advisor: AdvisorChoice, claude: ClaudeAdvisor | None, program: Proposer | None
+) -> tuple[str, Proposer | None]:
+    """The fallback order: an advisor passed in, else the DSPy program (compiled when one is saved,
+    else uncompiled) when ``ANTHROPIC_API_KEY`` is set, else the rules."""
+    if advisor not in CHOICES:
+        raise InputError(f"unknown advisor {shown(advisor)}: use dspy, claude, rules or auto")
+    if advisor == "rules":
+        return "rules", None
+    if advisor == "claude" or (advisor == "auto" and claude is not None):
+        return "claude", claude or ClaudeAdvisor()
+    if advisor == "dspy" or program is not None or ClaudeAdvisor.available():
+        if program is None:
+            from servesim.advisor.program import DSPyAdvisor
+
+            program = DSPyAdvisor()
+        return "dspy", program
+    return "rules", None
+
+
+def program_label(name: str, proposer: Proposer | None) -> str:
+    if name == "claude":
+        return "claude (pydantic-ai)"
+    return str(getattr(proposer, "label", name)) if proposer is not None else "rules"
 
 
 def advise(
@@ -33,16 +72,14 @@ def advise(
     advisor: AdvisorChoice = "auto",
     *,
     claude: ClaudeAdvisor | None = None,
+    program: Proposer | None = None,
     rounds: int = 3,
     on_log: Callable[[ActionLogEntry], None] | None = None,
 ) -> AdviceResult:
-    """The checked answer to ``case``. ``advisor``: ``claude``, ``rules``, or ``auto`` (Claude when
-    ``ANTHROPIC_API_KEY`` is set, else the rules)."""
-    if advisor not in ("auto", "claude", "rules"):
-        raise InputError(f"unknown advisor {shown(advisor)}: use claude, rules or auto")
-    use_claude = advisor == "claude" or (
-        advisor == "auto" and (claude is not None or ClaudeAdvisor.available())
-    )
+    """The checked answer to ``case``. ``advisor``: ``dspy``, ``claude`` (the pydantic-ai agent),
+    ``rules``, or ``auto`` (see ``_choose``). Every result names the program that answered and the
+    simulator's score of its answer (``metric.score``)."""
+    name, proposer = _choose(advisor, claude, program)
     log: list[ActionLogEntry] = []
 
     def record(entry: ActionLogEntry) -> None:
@@ -52,23 +89,33 @@ def advise(
 
     rejected: list[RejectedProposal] = []
     notice: str | None = None
-    if use_claude:
-        c = claude or ClaudeAdvisor()
+    who = "Claude" if name == "claude" else "the DSPy program"
+    if proposer is not None:
         feedback: str | None = None
         for k in range(1, max(1, rounds) + 1):
-            answer, entry = c.propose(case, feedback, k)
+            answer, entry = proposer.propose(case, feedback, k)
             record(entry)
             if answer is None:
                 notice = (
-                    f"Claude gave no usable answer ({entry.outcome}: {entry.detail}); "
+                    f"{who} gave no usable answer ({entry.outcome}: {entry.detail}); "
                     "the rules advisor answered instead"
                 )
                 break
             verification = verify(case, answer)
+            got = score(case, answer)
+            if verification.accepted and got < NO_ADVICE_SCORE:
+                verification = Verification.judged(
+                    "rejected",
+                    f"the simulator's score {got} is below no advice's {NO_ADVICE_SCORE} "
+                    f"(metric.py: SLA misses, near-done completion, recompute tokens); {verification.reason}",
+                    verification.candidates,
+                )
             if verification.accepted:
                 return AdviceResult(
                     task=case.task,
-                    advisor="claude",
+                    advisor="claude" if name == "claude" else "dspy",
+                    program=program_label(name, proposer),
+                    score=got,
                     advice=answer,
                     verification=verification,
                     rounds=k,
@@ -81,7 +128,7 @@ def advise(
             )
         else:
             notice = (
-                f"all {len(rejected)} of Claude's proposals missed the SLO or made the objective worse on "
+                f"all {len(rejected)} of {who}'s proposals missed the SLO or made the objective worse on "
                 "re-simulation "
                 "(see rejected); the rules advisor answered instead"
             )
@@ -91,6 +138,8 @@ def advise(
     return AdviceResult(
         task=case.task,
         advisor="rules",
+        program="rules",
+        score=score(case, answer, answer),
         notice=notice,
         advice=answer,
         verification=verification,

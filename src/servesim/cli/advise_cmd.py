@@ -131,6 +131,30 @@ def result_table(result: AdviceResult) -> Table:
     return table
 
 
+def compile_cmd(model: str, timeout_s: float, optimizer: str, max_demos: int, as_json: bool) -> None:
+    """``servesim advise compile``: the DSPy optimiser with the simulator as metric."""
+    from servesim.advisor.program import NO_KEY, compile_program, make_lm
+
+    if not ClaudeAdvisor.available():
+        raise InputError(f"advise compile: {NO_KEY.replace(' (or use --advisor rules)', '')}")
+    if optimizer not in ("bootstrap", "mipro"):
+        raise InputError(f"--optimizer {shown(optimizer)}: use bootstrap or mipro")
+    lm = make_lm(model, timeout_s=timeout_s)
+    say = (lambda m: typer.echo(m, err=True)) if not as_json else None
+    path, saved = compile_program(
+        lm, model_name=model, optimizer=optimizer, max_demos=max_demos, path=None, progress=say
+    )
+    note_output(path)
+    if as_json:
+        print_json({"kind": "advise-compile", "path": str(path), **saved.model_dump(exclude={"state"})})
+        return
+    typer.echo(
+        f"compiled with {saved.optimizer} on {saved.train_scenarios} scenarios: validation score "
+        f"{saved.val_score_before:.3f} uncompiled -> {saved.val_score_after:.3f} compiled "
+        f"({saved.val_scenarios} scenarios); saved {path}"
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("advise")
     def advise_cmd(
@@ -139,8 +163,14 @@ def register(app: typer.Typer) -> None:
         ),
         task: str | None = typer.Option(None, help="batching | reschedule | fallback (default: from INPUT)."),
         advisor: str = typer.Option(
-            "auto", help="claude | rules | auto (Claude if ANTHROPIC_API_KEY is set)."
+            "auto",
+            help="dspy | claude | rules | auto (with ANTHROPIC_API_KEY: the compiled DSPy program if one "
+            "is saved, else the uncompiled one; without: rules). claude: the pydantic-ai agent.",
         ),
+        optimizer: str = typer.Option(
+            "bootstrap", help="`advise compile`: bootstrap (BootstrapFewShot) | mipro (MIPROv2 light)."
+        ),
+        max_demos: int = typer.Option(3, min=0, max=16, help="`advise compile`: few-shot demos per task."),
         claude_model: str = typer.Option(DEFAULT_MODEL, help="Anthropic model name."),
         rounds: int = typer.Option(3, min=1, max=10, help="Propose-simulate-refine rounds with Claude."),
         timeout_s: float = typer.Option(60.0, min=1, help="Per Claude call."),
@@ -170,7 +200,13 @@ def register(app: typer.Typer) -> None:
         out_file: Path | None = out_option(),
         as_json: bool = typer.Option(False, "--json", help="Print the checked advice as JSON only."),
     ) -> None:
-        """Get scheduling, rescheduling or fallback advice, re-checked by simulation."""
+        """Get scheduling, rescheduling or fallback advice, re-checked by simulation.
+
+        `servesim advise compile` compiles the DSPy advisor against the simulator instead (needs
+        ANTHROPIC_API_KEY) and saves it in servesim's data folder."""
+        if source == "compile":
+            compile_cmd(claude_model, timeout_s, optimizer, max_demos, as_json)
+            return
         case = build_case(
             source,
             task,
@@ -185,9 +221,12 @@ def register(app: typer.Typer) -> None:
         )
         if isinstance(case, BatchingCase) and optimize > 0:
             case.optimizer_best = optimizer_best(case, optimize, seed)
-        claude = None
-        if advisor == "claude" or (advisor == "auto" and ClaudeAdvisor.available()):
-            claude = ClaudeAdvisor(claude_model, timeout_s=timeout_s)
+        claude = ClaudeAdvisor(claude_model, timeout_s=timeout_s) if advisor == "claude" else None
+        program = None
+        if advisor == "dspy" or (advisor == "auto" and ClaudeAdvisor.available()):
+            from servesim.advisor.program import DSPyAdvisor
+
+            program = DSPyAdvisor(claude_model, timeout_s=timeout_s)
         log_file = action_log.open("a", encoding="utf-8") if action_log is not None else None
 
         def log_entry(entry: ActionLogEntry) -> None:
@@ -195,7 +234,7 @@ def register(app: typer.Typer) -> None:
                 log_file.write(entry.model_dump_json() + "\n")
 
         try:
-            result = advise(case, advisor, claude=claude, rounds=rounds, on_log=log_entry)
+            result = advise(case, advisor, claude=claude, program=program, rounds=rounds, on_log=log_entry)
         finally:
             if log_file is not None:
                 log_file.close()
@@ -226,6 +265,10 @@ def register(app: typer.Typer) -> None:
         console = Console()
         if result.notice:
             console.print(f"[bold yellow]notice:[/] {result.notice}")
+        console.print(
+            f"answered by: {result.program}; simulator score {result.score} "
+            "(0.5 = no advice, 1 = as good as the better of no advice and the rules advisor)"
+        )
         console.print(result_table(result))
         console.print_json(json.dumps(result.advice.model_dump(mode="json")))
         for p in written:
