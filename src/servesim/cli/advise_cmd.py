@@ -31,7 +31,15 @@ from servesim.advisor.cases import Case
 from servesim.advisor.optimize import optimizer_best
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.actions import note_advisor, note_output
-from servesim.cli.common import emit, out_option, print_timed_as, request_slo, said_written, timed_as
+from servesim.cli.common import (
+    emit,
+    out_option,
+    print_json,
+    print_timed_as,
+    request_slo,
+    said_written,
+    timed_as,
+)
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, read_trace, strict_option

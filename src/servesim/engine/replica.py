@@ -210,8 +210,8 @@ class ReplicaView:
     def cpu_tier(self) -> CpuTierState | None:
         """The CPU offload tier's figures so far (None: no ``kv_offloading_size``)."""
         conn = self._engine.kv_connector
-        if conn is None:
-            return None
+        if not isinstance(conn, OffloadingConnector):
+            return None  # no tier, or a P/D connector (no CPU tier)
         st = conn.stats
         return CpuTierState(
             conn.manager.num_chunks,
