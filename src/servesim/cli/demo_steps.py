@@ -63,18 +63,12 @@ class DemoRun:
         self.lines.append(text)
 
 
-def _deployment(max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int) -> Any:
-    from servesim.perf import deployment_setup
+def _serve_defaults(trace: Trace) -> Any:
+    """The demo's deployment resolved as ``servesim simulate --model MODEL --gpu GPU`` resolves it:
+    what ``vllm serve`` runs on that GPU (servesim.spec.resolve), sized for the trace."""
+    from servesim.spec import DeploymentSpec, resolve_for_trace
 
-    return deployment_setup(
-        MODEL,
-        GPU,
-        1,
-        None,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-    )
+    return resolve_for_trace(DeploymentSpec(model=MODEL, gpu=GPU), trace)[0]
 
 
 def _synthetic(preset: str, n: int, seed: int = SEED) -> Trace:
@@ -163,17 +157,11 @@ def _tuning_setup() -> tuple[Any, Any, Any]:
 
 def saturate(run: DemoRun) -> None:
     """Scale the arrival rate of Azure-like traffic: the goodput knee and the unstable rate."""
-    from servesim.engine import EngineConfig
-    from servesim.tuning import Deployment, SaturationSettings, find_saturation
+    from servesim.tuning import SaturationSettings, find_saturation
+    from servesim.tuning.deployment import vllm_default_deployment
 
     wl, hw, goal = _tuning_setup()
-    dep = Deployment.from_engine_config(
-        EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192),
-        max_model_len=wl.default_max_model_len(),
-        replicas=1,
-        tensor_parallel_size=1,
-        gpu_memory_utilization=0.9,
-    )
+    dep = vllm_default_deployment(hw, wl.default_max_model_len())  # what `vllm serve` runs on GPU
     params = {"trace": "azure_conv_like", "num_requests": 500, "seed": SEED, "slo": SLO_PERCENTILE}
     with record_action("saturate", params) as h:
         rep = find_saturation(
@@ -272,13 +260,13 @@ def cluster(run: DemoRun) -> None:
     """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies."""
     from servesim.cluster import POLICIES, FailureEvent, Replica, RouterSpec
     from servesim.cluster.compare import LinkSpec, cluster_document, compare_recovery
-    from servesim.engine import SLO, EngineConfig
+    from servesim.engine import SLO
 
     trace = cluster_trace()
-    setup = _deployment(128, 2048, trace.default_max_model_len())
-    cfg = EngineConfig(
-        max_num_seqs=128, max_num_batched_tokens=2048, num_gpu_blocks=CLUSTER_BLOCKS, starvation_threshold=2
-    )
+    setup = _serve_defaults(trace)
+    # vllm serve's batch limits on the GPU; a small KV cache so that the failure's lost requests
+    # are felt (CLUSTER_BLOCKS, stated in the action's parameters)
+    cfg = setup.config.model_copy(update={"num_gpu_blocks": CLUSTER_BLOCKS, "starvation_threshold": 2})
     reps = [Replica(f"n{i}", cfg, setup.step_time) for i in range(3)]
     horizon = float(trace.df["arrival_time_s"].max())
     events = [FailureEvent(node=NODE_DOWN, time_s=round(horizon / 2, 3))]
@@ -305,7 +293,7 @@ def cluster(run: DemoRun) -> None:
             "num_requests": len(trace),
         }
         h.output(run.write("cluster.json", cluster_document(events, link, route, rows, extra)))
-    run.state.update(cluster_trace=trace, planner=planner, failure=events[0])
+    run.state.update(cluster_trace=trace, planner=planner, failure=events[0], max_num_seqs=cfg.max_num_seqs)
     p = rows[1]
     run.say(
         f"cluster: {NODE_DOWN} fails at {events[0].time_s:g} s; {p.interrupted} requests interrupted "
@@ -356,12 +344,13 @@ def failure_record(run: DemoRun) -> dict[str, Any]:
     for name in sorted(set(steps["replica"]) - {NODE_DOWN}):
         before = steps[(steps["replica"] == name) & (steps["start_s"] <= t)]
         last = before.iloc[-1] if len(before) else None
+        running = int(last["num_running"]) if last is not None else 0
         survivors.append(
             {
                 "name": str(name),
-                "running_decodes": int(last["num_running"]) if last is not None else 0,
+                "running_decodes": running,
                 "free_blocks": CLUSTER_BLOCKS - 1 - (int(last["kv_blocks_used"]) if last is not None else 0),
-                "free_slots": 128 - (int(last["num_running"]) if last is not None else 0),
+                "free_slots": run.state["max_num_seqs"] - running,
             }
         )
     return {
@@ -370,7 +359,7 @@ def failure_record(run: DemoRun) -> dict[str, Any]:
         "network_bandwidth_gbps": LINK_GBPS,
         "batch_id": "demo-n1",
         "active_jobs": jobs,
-        "context": {"model": MODEL, "gpu": GPU, "tp": 1, "max_num_seqs": 128},
+        "context": {"model": MODEL, "gpu": GPU, "tp": 1, "max_num_seqs": run.state["max_num_seqs"]},
         "cluster": survivors,
     }
 
@@ -428,13 +417,13 @@ def advise(run: DemoRun) -> None:
     from servesim.advisor import BatchingCase, ClaudeAdvisor, write_outbox
     from servesim.advisor import advise as get_advice
     from servesim.advisor.optimize import optimizer_best
-    from servesim.engine import SLO, EngineConfig
+    from servesim.engine import SLO
 
     trace: Trace = run.state["bursty"]
-    setup = _deployment(256, 2048, trace.default_max_model_len())
+    setup = _serve_defaults(trace)
     case = BatchingCase(
         trace,
-        EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=setup.num_gpu_blocks),
+        setup.config,
         setup.step_time,
         slo=SLO(ttft_ms=1000, tpot_ms=100),
         hardware=f"{MODEL} on one {GPU.upper()} (servesim.perf roofline)",
