@@ -384,3 +384,55 @@ def test_measured_vs_simulated_overlay_and_a_bad_benchmark_file(page: Any) -> No
     assert page.locator("#bench-results .kpi[data-key='ttft_ms_mean_error']").count() == 1
     page.evaluate("window.scrollTo(0, 0)")
     shot(page, "measured.png")
+
+
+#: Every Plotly figure of a container as what a person reads off it: title, axis titles, legend
+#: entries (with where the legend sits), each trace's x values and type, and the shapes' x.
+READ_CHARTS = """els => els.map(e => {
+  const L = e.layout || {}, t = (o) => (o && o.title && (o.title.text ?? o.title)) || '';
+  return {key: e.dataset.key || e.dataset.group || e.dataset.overlay || e.getAttribute('aria-label'),
+    title: t(L), x: t(L.xaxis), y: t(L.yaxis), xtype: (L.xaxis || {}).type || '',
+    legend: !!L.showlegend, legend_y: L.legend && L.legend.y !== undefined ? L.legend.y : 1.02,
+    legend_x: L.legend && L.legend.x !== undefined ? L.legend.x : 1.02,
+    traces: (e.data || []).map(d => ({name: d.name || '', type: d.type || 'scatter', x: Array.from(d.x || [])})),
+    shapes: (L.shapes || []).map(s => s.x0), annotations: (L.annotations || []).map(a => a.text)};
+})"""
+
+
+def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: Any) -> None:
+    upload_and_run(page)
+    run_simulation(page, 8)
+    charts = page.eval_on_selector_all("#run-results .js-plotly-plot", READ_CHARTS)
+    assert len(charts) >= 9, [c["key"] for c in charts]
+    for c in charts:
+        where = f"chart {c['key']!r} ({c['title']!r})"
+        assert c["title"].strip(), where
+        for axis in ("x", "y"):  # an axis title names the quantity; never empty, never a bare number
+            assert c[axis].strip() and not re.fullmatch(r"[\d.\s]*|index", c[axis]), f"{where}: {axis}={c[axis]!r}"
+        assert all(t["x"] for t in c["traces"]), f"{where}: an empty panel"
+        for tr in c["traces"]:  # bars at x = 0, 1, 2 ... stand for categories: they need their names
+            bare = len(tr["x"]) > 1 and tr["x"] == list(range(len(tr["x"])))
+            assert not (tr["type"] == "bar" and bare), f"{where}: bars at a bare index {tr['x']}"
+        if c["legend"] or len(c["traces"]) > 1:  # several traces: a legend, each entry named, off the data
+            assert c["legend"] and all(t["name"].strip() for t in c["traces"]), where
+            assert c["legend_y"] < 0 or c["legend_x"] > 1, f"{where}: the legend sits over the data"
+    by_key = {c["key"]: c for c in charts}
+    split = by_key["latency_split"]
+    assert split["xtype"] == "category" and split["x"] == "phase" and split["y"] == "time in the phase (ms)"
+    assert [t["name"] for t in split["traces"]] == ["p50", "p99", "mean"]
+    assert all(t["x"] == ["queue", "prefill", "decode"] for t in split["traces"])
+    assert "p50 and p99" in split["title"]
+    tokens = by_key["num_tokens"]  # a distribution of tokens per step, not a line over time
+    assert [t["type"] for t in tokens["traces"]] == ["bar"] and tokens["y"] == "steps"
+    assert tokens["x"] == "tokens in the step (tokens)"
+    budget = 2048  # the Run form's default max_num_batched_tokens
+    assert budget in tokens["shapes"] and f"max_num_batched_tokens {budget:,}" in tokens["annotations"]
+    assert re.search(r"tokens per step: mean [\d,]+ of a 2,048 budget", tokens["title"])
+    assert "num_tokens" not in [k for k, c in by_key.items() if c["traces"][0]["type"] == "scatter"]
+    ttft = by_key["ttft_ms"]
+    assert ttft["x"] == "TTFT (ms)" and ttft["y"] == "requests"
+    # a whole number reads as one (max_num_seqs 8 in a diff, a progress count), not "8.00"
+    assert page.evaluate("[SS.fmt(8), SS.fmt(12000), SS.fmt(8.5), SS.fmt(8, 'float', 1)]") == ["8", "12,000", "8.50", "8.0"]
+    assert page.locator("#run-results .chart:empty").count() == 0  # no empty panel
+    page.locator("#run-results [data-key='latency_split']").scroll_into_view_if_needed()
+    shot(page, "run-charts.png")
