@@ -63,7 +63,10 @@ def test_tokens_per_step_is_a_distribution_against_the_budget() -> None:
     width = h.edges[-1] / 32
     expected = np.bincount(np.minimum((toks // width).astype(int), 31), minlength=32)
     assert h.counts == expected.tolist()
-    assert h.p50 == float(np.percentile(toks, 50)) and f"mean {toks.mean():,.0f} of a {budget:,} budget" in h.title
+    assert (
+        h.p50 == float(np.percentile(toks, 50))
+        and f"mean {toks.mean():,.0f} of a {budget:,} budget" in h.title
+    )
 
 
 def test_latency_split_is_labelled_by_phase_with_p50_and_p99() -> None:

@@ -394,7 +394,8 @@ READ_CHARTS = """els => els.map(e => {
     title: t(L), x: t(L.xaxis), y: t(L.yaxis), xtype: (L.xaxis || {}).type || '',
     legend: !!L.showlegend, legend_y: L.legend && L.legend.y !== undefined ? L.legend.y : 1.02,
     legend_x: L.legend && L.legend.x !== undefined ? L.legend.x : 1.02,
-    traces: (e.data || []).map(d => ({name: d.name || '', type: d.type || 'scatter', x: Array.from(d.x || [])})),
+    traces: (e.data || []).map(d => ({name: d.name || '', type: d.type || 'scatter',
+                                       x: Array.from(d.x || [])})),
     shapes: (L.shapes || []).map(s => s.x0), annotations: (L.annotations || []).map(a => a.text)};
 })"""
 
@@ -408,7 +409,9 @@ def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: 
         where = f"chart {c['key']!r} ({c['title']!r})"
         assert c["title"].strip(), where
         for axis in ("x", "y"):  # an axis title names the quantity; never empty, never a bare number
-            assert c[axis].strip() and not re.fullmatch(r"[\d.\s]*|index", c[axis]), f"{where}: {axis}={c[axis]!r}"
+            assert c[axis].strip() and not re.fullmatch(r"[\d.\s]*|index", c[axis]), (
+                f"{where}: {axis}={c[axis]!r}"
+            )
         assert all(t["x"] for t in c["traces"]), f"{where}: an empty panel"
         for tr in c["traces"]:  # bars at x = 0, 1, 2 ... stand for categories: they need their names
             bare = len(tr["x"]) > 1 and tr["x"] == list(range(len(tr["x"])))
@@ -432,7 +435,12 @@ def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: 
     ttft = by_key["ttft_ms"]
     assert ttft["x"] == "TTFT (ms)" and ttft["y"] == "requests"
     # a whole number reads as one (max_num_seqs 8 in a diff, a progress count), not "8.00"
-    assert page.evaluate("[SS.fmt(8), SS.fmt(12000), SS.fmt(8.5), SS.fmt(8, 'float', 1)]") == ["8", "12,000", "8.50", "8.0"]
+    assert page.evaluate("[SS.fmt(8), SS.fmt(12000), SS.fmt(8.5), SS.fmt(8, 'float', 1)]") == [
+        "8",
+        "12,000",
+        "8.50",
+        "8.0",
+    ]
     assert page.locator("#run-results .chart:empty").count() == 0  # no empty panel
     page.locator("#run-results [data-key='latency_split']").scroll_into_view_if_needed()
     shot(page, "run-charts.png")

@@ -199,7 +199,13 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
     for j, ln in enumerate(s.lines):
         if s.kind == "bar":  # grouped bars next to the first (p50, p99, mean per category)
             data.append(
-                {"type": "bar", "x": x, "y": ln.y, "name": ln.label, "marker": {"color": COLORS[(j + 3) % len(COLORS)]}}
+                {
+                    "type": "bar",
+                    "x": x,
+                    "y": ln.y,
+                    "name": ln.label,
+                    "marker": {"color": COLORS[(j + 3) % len(COLORS)]},
+                }
             )
             continue
         data.append(

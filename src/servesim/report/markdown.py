@@ -71,7 +71,8 @@ def series_md(s: Series) -> str:
     if s.categories and len(s.categories) == len(s.y):  # one figure per category, each line named
         named = [(s.name or s.y_label, s.y), *((ln.label, ln.y) for ln in s.lines)]
         parts = [
-            f"{c} " + ", ".join(f"{n} {_num(y[i], s.y_unit)}" for n, y in named) for i, c in enumerate(s.categories)
+            f"{c} " + ", ".join(f"{n} {_num(y[i], s.y_unit)}" for n, y in named)
+            for i, c in enumerate(s.categories)
         ]
         return f"- {s.title}: " + "; ".join(parts)
     ref = ""
@@ -90,7 +91,9 @@ def histogram_md(h: Histogram) -> str:
     slo = f"; SLO {_num(h.slo, h.unit)}" if h.slo is not None else ""
     if h.reference is not None:
         slo += f"; {h.reference_label or 'limit'} marked"
-    return f"- {h.title}: {h.count:,} {h.count_label} in {len(h.counts)} bins" + (f" ({q})" if q else "") + slo
+    return (
+        f"- {h.title}: {h.count:,} {h.count_label} in {len(h.counts)} bins" + (f" ({q})" if q else "") + slo
+    )
 
 
 def section_md(s: Section, terms: _Terms) -> list[str]:

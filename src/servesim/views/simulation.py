@@ -435,10 +435,11 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     )
     split = latency_split(result.requests)
     if split:
+        done = f"{split['count'][0]:,.0f} finished"
         out.append(
             Series(
                 key="latency_split",
-                title=f"where a request's time goes: p50 and p99 per phase ({split['count'][0]:,.0f} finished)",
+                title=f"where a request's time goes: p50 and p99 per phase ({done})",
                 x_label="phase",
                 x_unit=None,
                 y_label="time in the phase",
