@@ -343,7 +343,7 @@ def tokens_per_step_histogram(result: SimulationResult, bins: int = 40) -> Histo
         help=define("num_tokens"),
         percentiles=(p50, p90, p99),
         value_range=(0.0, top),
-        label="tokens in the step",
+        label="step size",
         count_label="steps",
         reference=float(budget),
         reference_label=f"max_num_batched_tokens {budget:,}",
@@ -400,6 +400,7 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             kind="step",
             max_points=max_points,
             reference=1.0,
+            reference_label="every usable block",
             help=define("kv_usage"),
         ),
     ]
@@ -411,7 +412,7 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     out.append(
         series(
             "preemptions",
-            f"preemptions per time bin ({total:,} in all)" if total else "preemptions per time bin: none",
+            f"preemptions per time bin ({total:,} in all)",
             x,
             pre,
             y_label="preemptions",

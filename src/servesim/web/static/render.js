@@ -57,9 +57,9 @@ function emptyChart(container, key, title, why) {
   return null;
 }
 
-/* Legends sit under the plot, outside the data (never over the bars or lines). */
-const LEGEND_OUTSIDE = { orientation: "h", x: 0, xanchor: "left", y: -0.28, yanchor: "top" };
-const MARGIN_LEGEND = { l: 52, r: 12, t: 30, b: 78 };
+/* Legends sit right of the plot, outside the data (never over the bars or lines). */
+const LEGEND_OUTSIDE = { x: 1.02, xanchor: "left", y: 1, yanchor: "top" };
+const MARGIN_LEGEND = { l: 52, r: 12, t: 30, b: 40 };
 
 function newChart(container, title) {
   const div = el("div", { class: "chart", id: `chart-${++chartCount}`, role: "img", "aria-label": title });
@@ -159,6 +159,7 @@ function pairUp(items) {
 /* Series keyed "<group>.<part>" (e.g. queue_by_reason.kv_cache) as one stacked chart. */
 SS.stacked = function (container, name, members) {
   const title = members[0].title.split(":")[0];
+  if (members.every((m) => m.y.every((v) => v === 0))) return emptyChart(container, name, title, "zero throughout the run");
   const div = newChart(container, title);
   const colors = ["#c62828", "#6a1b9a", "#2457c5", "#9e9e9e", "#1a7f37"];
   SS.plot(div, members.map((s, i) => ({
@@ -166,7 +167,7 @@ SS.stacked = function (container, name, members) {
     name: s.title.split(": ").slice(1).join(": ") || s.key, x: s.x, y: s.y, hovertemplate: "%{x:.4g} s: %{y:.3g}<extra>%{fullData.name}</extra>",
   })), {
     title: { text: title, font: { size: 12 } }, showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND,
-    xaxis: { title: { text: axisTitle(members[0].x_label, members[0].x_unit) } }, yaxis: { title: { text: members[0].y_label } },
+    xaxis: { title: { text: axisTitle(members[0].x_label, members[0].x_unit) } }, yaxis: { title: { text: members[0].y_label }, rangemode: "tozero" },
   });
   div.dataset.group = name;
   return div;
@@ -174,6 +175,8 @@ SS.stacked = function (container, name, members) {
 
 SS.series = function (container, s, extra) {
   if (!s.x || !s.x.length) return emptyChart(container, s.key, s.title, "no data");
+  // a series that is zero throughout (no preemptions, nobody waiting) says so in a line: a flat panel shows nothing
+  if (!(s.lines || []).length && !(extra && extra.traces && extra.traces.length) && s.y.every((v) => v === 0)) return emptyChart(container, s.key, s.title, "zero throughout the run");
   const div = newChart(container, s.title);
   const measured = s.key.endsWith(".measured");
   const cats = s.categories && s.categories.length === s.x.length ? s.categories : null;
@@ -202,7 +205,7 @@ SS.series = function (container, s, extra) {
     shapes, annotations,
     title: { text: s.title, font: { size: 12 } },
     xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) }, type: cats ? "category" : undefined },
-    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined },
+    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined, rangemode: !s.log_y && Math.min(...s.y) >= 0 ? "tozero" : undefined },
   };
   if (lines.length) Object.assign(layout, { barmode: "group", showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND });
   SS.plot(div, traces, Object.assign(layout, (extra && extra.layout) || {}));
