@@ -322,6 +322,7 @@ def latency_histograms(result: SimulationResult, bins: int = 40) -> list[Histogr
                 help=define(key),
                 percentiles=pct,
                 label=label,
+                count_label="token gaps" if key == "itl_ms" else "requests",
             )
         )
     return out
