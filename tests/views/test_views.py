@@ -47,7 +47,43 @@ def test_series_are_down_sampled_and_reference_the_limits() -> None:
     running = view.chart("num_running")
     assert len(running.x) <= 100 and running.reference == 32
     assert max(running.y) == result.steps["num_running"].max()  # spikes survive down-sampling
-    assert view.chart("num_tokens").reference == result.config.max_num_batched_tokens
+
+
+def test_tokens_per_step_is_a_distribution_against_the_budget() -> None:
+    result = _run()
+    view = simulation_view(result, bins=32)
+    budget = result.config.max_num_batched_tokens
+    h = view.histogram("num_tokens")  # not a line over time (it reads as a wall at the budget)
+    assert "num_tokens" not in [s.key for s in view.series]
+    toks = result.steps["num_tokens"].to_numpy()
+    assert h.count == sum(h.counts) == len(toks) and h.count_label == "steps"
+    assert h.edges[0] == 0 and h.edges[-1] == max(budget, toks.max()) and h.reference == budget
+    assert h.reference_label == f"max_num_batched_tokens {budget:,}"
+    # each step counted in its bin: the closed form of the counts from the step records
+    width = h.edges[-1] / 32
+    expected = np.bincount(np.minimum((toks // width).astype(int), 31), minlength=32)
+    assert h.counts == expected.tolist()
+    assert (
+        h.p50 == float(np.percentile(toks, 50))
+        and f"mean {toks.mean():,.0f} of a {budget:,} budget" in h.title
+    )
+
+
+def test_latency_split_is_labelled_by_phase_with_p50_and_p99() -> None:
+    result = _run()
+    split = simulation_view(result).chart("latency_split")
+    assert split.categories == ["queue", "prefill", "decode"] and split.name == "p50"
+    assert [ln.label for ln in split.lines] == ["p99", "mean"]
+    req = result.requests[result.requests["finish_s"].notna()]
+    queue = (req["first_scheduled_s"] - req["arrival_s"]).to_numpy() * 1e3
+    decode = (req["finish_s"] - req["first_token_s"]).to_numpy() * 1e3
+    assert split.y[0] == round(float(np.percentile(queue, 50)), 3)
+    assert split.lines[0].y[2] == round(float(np.percentile(decode, 99)), 3)
+    assert split.lines[1].y[0] == round(float(queue.mean()), 3)
+    # the queue phase is the summary's queue time (same requests, same definition)
+    assert abs(split.lines[0].y[0] - result.summary.queue_ms.p99) < 1e-3
+    assert all(p50 <= p99 for p50, p99 in zip(split.y, split.lines[0].y, strict=True))
+    assert f"({len(req):,} finished)" in split.title
 
 
 def test_same_inputs_give_byte_identical_views() -> None:
@@ -62,6 +98,7 @@ def test_no_traffic_says_so() -> None:
     assert "no requests" in " ".join(view.text)
     assert all(row[1] is None for row in view.table("latency").rows)  # no fake 0.0 ms
     assert view.histogram("ttft_ms").count == 0
+    assert "latency_split" not in [s.key for s in view.series]  # nothing finished: no empty bars
 
 
 @settings(max_examples=60, deadline=None)

@@ -161,10 +161,6 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     )
     spark = page.get_attribute("#run-results .kpi[data-key='ttft_ms_p99'] svg.spark polyline", "points") or ""
     assert len(spark.split()) > 1  # the tile's sparkline: TTFT p99 over the run's time
-    stacked = page.eval_on_selector(
-        "#run-results [data-group='queue_by_reason']", "e => e.data.map(t => t.name)"
-    )
-    assert len(stacked) == 4 and stacked[0] == "KV blocks"  # queue length by reason, one trace each
     shot(page, "run.png")
     page.fill("#cost-price", "2.5")
     page.click("#cost-form button")
@@ -174,6 +170,10 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     narrow = run_simulation(page, 1)
     assert narrow != wide and narrow > wide  # one request at a time queues everybody else
     page.click("#basket-add")
+    stacked = page.eval_on_selector(
+        "#run-results [data-group='queue_by_reason']", "e => e.data.map(t => t.name)"
+    )  # a queue to explain (one request at a time); zero throughout it is one line, not a flat panel
+    assert len(stacked) == 4 and stacked[0] == "KV blocks"  # queue length by reason, one trace each
     queue = page.locator("#run-results [data-group='queue_by_reason']")
     queue.scroll_into_view_if_needed()
     queue.screenshot(path=str(IMAGES / "queue-by-reason.png"))  # one request at a time: max_num_seqs
@@ -384,3 +384,69 @@ def test_measured_vs_simulated_overlay_and_a_bad_benchmark_file(page: Any) -> No
     assert page.locator("#bench-results .kpi[data-key='ttft_ms_mean_error']").count() == 1
     page.evaluate("window.scrollTo(0, 0)")
     shot(page, "measured.png")
+
+
+#: Every Plotly figure of a container as what a person reads off it: title, axis titles, legend
+#: entries (with where the legend sits), each trace's x values and type, and the shapes' x.
+READ_CHARTS = """els => els.map(e => {
+  const L = e.layout || {}, t = (o) => (o && o.title && (o.title.text ?? o.title)) || '';
+  return {key: e.dataset.key || e.dataset.group || e.dataset.overlay || e.getAttribute('aria-label'),
+    title: t(L), x: t(L.xaxis), y: t(L.yaxis), xtype: (L.xaxis || {}).type || '',
+    legend: !!L.showlegend, legend_y: L.legend && L.legend.y !== undefined ? L.legend.y : 1.02,
+    legend_x: L.legend && L.legend.x !== undefined ? L.legend.x : 1.02,
+    traces: (e.data || []).map(d => ({name: d.name || '', type: d.type || 'scatter',
+                                       x: Array.from(d.x || [])})),
+    shapes: (L.shapes || []).map(s => s.x0), annotations: (L.annotations || []).map(a => a.text)};
+})"""
+
+
+def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: Any) -> None:
+    upload_and_run(page)
+    run_simulation(page, 8)
+    charts = page.eval_on_selector_all("#run-results .js-plotly-plot", READ_CHARTS)
+    assert len(charts) >= 9, [c["key"] for c in charts]
+    for c in charts:
+        where = f"chart {c['key']!r} ({c['title']!r})"
+        assert c["title"].strip(), where
+        for axis in ("x", "y"):  # an axis title names the quantity; never empty, never a bare number
+            assert c[axis].strip() and not re.fullmatch(r"[\d.\s]*|index", c[axis]), (
+                f"{where}: {axis}={c[axis]!r}"
+            )
+        assert all(t["x"] for t in c["traces"]), f"{where}: an empty panel"
+        for tr in c["traces"]:  # bars at x = 0, 1, 2 ... stand for categories: they need their names
+            bare = len(tr["x"]) > 1 and tr["x"] == list(range(len(tr["x"])))
+            assert not (tr["type"] == "bar" and bare), f"{where}: bars at a bare index {tr['x']}"
+        if c["legend"] or len(c["traces"]) > 1:  # several traces: a legend, each entry named, off the data
+            assert c["legend"] and all(t["name"].strip() for t in c["traces"]), where
+            assert c["legend_y"] < 0 or c["legend_x"] > 1, f"{where}: the legend sits over the data"
+    by_key = {c["key"]: c for c in charts}
+    split = by_key["latency_split"]
+    assert split["xtype"] == "category" and split["x"] == "phase" and split["y"] == "time in the phase (ms)"
+    assert [t["name"] for t in split["traces"]] == ["p50", "p99", "mean"]
+    assert all(t["x"] == ["queue", "prefill", "decode"] for t in split["traces"])
+    assert "p50 and p99" in split["title"]
+    tokens = by_key["num_tokens"]  # a distribution of tokens per step, not a line over time
+    assert [t["type"] for t in tokens["traces"]] == ["bar"] and tokens["y"] == "steps"
+    assert tokens["x"] == "step size (tokens)"
+    marked = [a for a in tokens["annotations"] if a.startswith("max_num_batched_tokens ")]
+    assert len(marked) == 1  # the budget, marked where it is, and the mean against it in the title
+    budget = int(marked[0].split()[1].replace(",", ""))
+    assert budget in tokens["shapes"] and max(max(t["x"]) for t in tokens["traces"]) < budget
+    mean = re.search(rf"tokens per step: mean ([\d,]+) of a {budget:,} budget", tokens["title"])
+    assert mean and int(mean[1].replace(",", "")) < budget
+    assert "num_tokens" not in [k for k, c in by_key.items() if c["traces"][0]["type"] == "scatter"]
+    ttft = by_key["ttft_ms"]
+    assert ttft["x"] == "TTFT (ms)" and ttft["y"] == "requests"
+    # a whole number reads as one (max_num_seqs 8 in a diff, a progress count), not "8.00"
+    assert page.evaluate("[SS.fmt(8), SS.fmt(12000), SS.fmt(8.5), SS.fmt(8, 'float', 1)]") == [
+        "8",
+        "12,000",
+        "8.50",
+        "8.0",
+    ]
+    assert page.locator("#run-results .chart:empty").count() == 0  # no empty panel
+    for note in page.locator("#run-results .chart-empty").all_inner_texts():  # said in a line, not drawn
+        assert re.fullmatch(r".+: (no samples|no data|zero throughout the run)", note), note
+    charts_box = page.locator("#run-results [data-section='simulation'] .charts")
+    charts_box.scroll_into_view_if_needed()
+    charts_box.screenshot(path=str(IMAGES / "run-charts.png"))

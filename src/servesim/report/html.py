@@ -171,14 +171,10 @@ def _layout(title: str, x: dict[str, Any], y: dict[str, Any], shapes: list[Any])
     }
 
 
-#: Bar series whose x are categories (the Series model has no category labels yet).
-CATEGORIES: dict[str, list[str]] = {"latency_split": ["queue", "prefill", "decode"]}
-
-
 def series_spec(s: Series, color: str) -> dict[str, Any]:
-    labels = CATEGORIES.get(s.key)
+    labels = s.categories
     x: list[Any] = labels if labels and len(labels) == len(s.x) else s.x
-    trace: dict[str, Any] = {"x": x, "y": s.y, "name": s.y_label, "marker": {"color": color}}
+    trace: dict[str, Any] = {"x": x, "y": s.y, "name": s.name or s.y_label, "marker": {"color": color}}
     shapes: list[Any] = []
     if s.kind == "bar":
         trace["type"] = "bar"
@@ -201,6 +197,17 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
         )
     data = [trace]
     for j, ln in enumerate(s.lines):
+        if s.kind == "bar":  # grouped bars next to the first (p50, p99, mean per category)
+            data.append(
+                {
+                    "type": "bar",
+                    "x": x,
+                    "y": ln.y,
+                    "name": ln.label,
+                    "marker": {"color": COLORS[(j + 3) % len(COLORS)]},
+                }
+            )
+            continue
         data.append(
             {
                 "type": "scatter",
@@ -257,7 +264,10 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
         y_axis["rangemode"] = "tozero"
     layout = _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)
     layout["annotations"] = annotations
+    if labels:
+        layout["xaxis"]["type"] = "category"
     if s.lines:
+        layout["barmode"] = "group"
         layout["showlegend"] = True
         layout["legend"] = {"orientation": "h", "y": -0.25, "font": {"size": 10}}
         layout["margin"] = {**layout["margin"], "b": 80}
@@ -276,19 +286,37 @@ def histogram_spec(h: Histogram, color: str) -> dict[str, Any]:
         "name": h.title,
     }
     shapes = []
-    if h.slo is not None:
+    annotations = []
+    for at, text in ((h.slo, "SLO"), (h.reference, h.reference_label or "limit")):
+        if at is None:
+            continue
         shapes.append(
             {
                 "type": "line",
                 "yref": "paper",
                 "y0": 0,
                 "y1": 1,
-                "x0": h.slo,
-                "x1": h.slo,
+                "x0": at,
+                "x1": at,
                 "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
             }
         )
-    return {"data": [trace], "layout": _layout(h.title, _axis(h.title, h.unit), _axis("count", None), shapes)}
+        annotations.append(
+            {
+                "x": at,
+                "yref": "paper",
+                "y": 1,
+                "text": text,
+                "showarrow": False,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"color": "#cf222e", "size": 11},
+            }
+        )
+    x_axis = _axis(h.label or h.title, h.unit)
+    layout = _layout(h.title, x_axis, _axis(h.count_label, None), shapes)
+    layout["annotations"] = annotations
+    return {"data": [trace], "layout": layout}
 
 
 def _n(x: float | None, unit: str | None) -> str:

@@ -68,6 +68,13 @@ def table_md(t: Table, terms: _Terms) -> list[str]:
 def series_md(s: Series) -> str:
     if not s.x:
         return f"- {s.title}: no data"
+    if s.categories and len(s.categories) == len(s.y):  # one figure per category, each line named
+        named = [(s.name or s.y_label, s.y), *((ln.label, ln.y) for ln in s.lines)]
+        parts = [
+            f"{c} " + ", ".join(f"{n} {_num(y[i], s.y_unit)}" for n, y in named)
+            for i, c in enumerate(s.categories)
+        ]
+        return f"- {s.title}: " + "; ".join(parts)
     ref = ""
     if s.reference is not None:
         ref = f"; {s.reference_label or 'limit'} {_num(s.reference, s.y_unit)}"
@@ -82,7 +89,11 @@ def histogram_md(h: Histogram) -> str:
         f"{n} {_num(v, h.unit)}" for n, v in (("p50", h.p50), ("p90", h.p90), ("p99", h.p99)) if v is not None
     )
     slo = f"; SLO {_num(h.slo, h.unit)}" if h.slo is not None else ""
-    return f"- {h.title}: {h.count:,} values in {len(h.counts)} bins" + (f" ({q})" if q else "") + slo
+    if h.reference is not None:
+        slo += f"; {h.reference_label or 'limit'} marked"
+    return (
+        f"- {h.title}: {h.count:,} {h.count_label} in {len(h.counts)} bins" + (f" ({q})" if q else "") + slo
+    )
 
 
 def section_md(s: Section, terms: _Terms) -> list[str]:

@@ -85,6 +85,10 @@ class Series(_Frozen):
     lines: list[Line] = Field(default_factory=list, description="More y over the same x, labelled.")
     marks: list[Mark] = Field(default_factory=list, description="Vertical lines at x, labelled.")
     log_y: bool = Field(False, description="Draw y on a log axis (latencies over decades).")
+    categories: list[str] = Field(
+        default_factory=list, description="Labels of x when x only index categories (0, 1, 2 ...)."
+    )
+    name: str | None = Field(None, description="The legend name of y (else y_label).")
 
 
 class Histogram(_Frozen):
@@ -101,6 +105,10 @@ class Histogram(_Frozen):
     p99: float | None = None
     slo: float | None = None
     help: str | None = None
+    label: str | None = Field(None, description="What the x axis measures (else the title).")
+    count_label: str = Field("requests", description="What the counts count (the y axis).")
+    reference: float | None = Field(None, description="A vertical limit to draw (a budget).")
+    reference_label: str | None = None
 
 
 class Kpi(_Frozen):

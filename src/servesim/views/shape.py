@@ -28,6 +28,10 @@ def histogram(
     help: str | None = None,
     percentiles: tuple[float | None, float | None, float | None] = (None, None, None),
     value_range: tuple[float, float] | None = None,
+    label: str | None = None,
+    count_label: str = "requests",
+    reference: float | None = None,
+    reference_label: str | None = None,
 ) -> Histogram:
     """A histogram of the finite values (weighted when ``weights`` is given); 1..``bins`` bins.
     ``value_range`` fixes the bins' span (two histograms drawn on the same bins)."""
@@ -37,7 +41,20 @@ def histogram(
     v = v[keep]
     w = None if w is None else w[keep]
     if v.size == 0:
-        return Histogram(key=key, title=title, unit=unit, edges=[], counts=[], count=0, slo=slo, help=help)
+        return Histogram(
+            key=key,
+            title=title,
+            unit=unit,
+            edges=[],
+            counts=[],
+            count=0,
+            slo=slo,
+            help=help,
+            label=label,
+            count_label=count_label,
+            reference=reference,
+            reference_label=reference_label,
+        )
     lo, hi = (float(v.min()), float(v.max())) if value_range is None else value_range
     if hi - lo <= max(abs(lo), abs(hi)) * 1e-9:  # one value (up to rounding): one narrow range
         hi = lo + max(abs(lo) * 1e-3, 1e-9)
@@ -55,6 +72,10 @@ def histogram(
         p99=p99,
         slo=slo,
         help=help,
+        label=label,
+        count_label=count_label,
+        reference=reference,
+        reference_label=reference_label,
     )
 
 

@@ -21,7 +21,7 @@ from servesim.engine.results import (
     SpeculativeSummary,
 )
 from servesim.views.glossary import define
-from servesim.views.model import Column, Histogram, Kpi, Section, Series, Table, Verdict
+from servesim.views.model import Column, Histogram, Kpi, Line, Section, Series, Table, Verdict
 from servesim.views.shape import MAX_POINTS, histogram, series, time_binned
 
 #: The latency metrics of every run, in display order: (key, label, SLO field).
@@ -318,9 +318,10 @@ def simulation_view(
 ) -> Section:
     """Everything about one run: ``summary_view`` plus histograms, time series and the bottleneck."""
     base = summary_view(result.summary, result.config, title=title, percentile=percentile)
+    step_hist = [tokens_per_step_histogram(result, bins)] if len(result.steps) else []
     return base.model_copy(
         update={
-            "histograms": latency_histograms(result, bins),
+            "histograms": latency_histograms(result, bins) + step_hist,
             "series": time_series(result, max_points),
             "verdicts": [*base.verdicts, bottleneck(result)],
         }
@@ -349,9 +350,34 @@ def latency_histograms(result: SimulationResult, bins: int = 40) -> list[Histogr
                 slo=slo_of(s.slo, slo_field),
                 help=define(key),
                 percentiles=pct,
+                label=label,
+                count_label="token gaps" if key == "itl_ms" else "requests",
             )
         )
     return out
+
+
+def tokens_per_step_histogram(result: SimulationResult, bins: int = 40) -> Histogram:
+    """How full the steps are: tokens per step as a distribution on 0..the budget, the budget marked
+    (a line over time reads as a wall at the budget when a few prefill steps fill it)."""
+    toks = result.steps["num_tokens"].to_numpy(dtype=np.float64)
+    budget = int(result.config.max_num_batched_tokens)
+    top = max(float(budget), float(toks.max()))
+    p50, p90, p99 = (float(np.percentile(toks, q)) for q in (50, 90, 99))
+    return histogram(
+        "num_tokens",
+        f"tokens per step: mean {float(toks.mean()):,.0f} of a {budget:,} budget",
+        toks,
+        "tokens",
+        bins=bins,
+        help=define("num_tokens"),
+        percentiles=(p50, p90, p99),
+        value_range=(0.0, top),
+        label="step size",
+        count_label="steps",
+        reference=float(budget),
+        reference_label=f"max_num_batched_tokens {budget:,}",
+    )
 
 
 def itl_values(result: SimulationResult) -> tuple[np.ndarray, np.ndarray | None]:
@@ -404,30 +430,19 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             kind="step",
             max_points=max_points,
             reference=1.0,
+            reference_label="every usable block",
             help=define("kv_usage"),
-        ),
-        series(
-            "num_tokens",
-            "tokens per step",
-            t,
-            st["num_tokens"].to_numpy(),
-            y_label="tokens",
-            y_unit="tokens",
-            kind="step",
-            max_points=max_points,
-            reference=float(result.config.max_num_batched_tokens),
-            reference_label="max_num_batched_tokens",
-            help=define("num_tokens"),
         ),
     ]
     bins = min(max(10, max_points // 4), max(1, len(st)))
     t0, t1 = float(t[0]), float(end[-1])
     width = (t1 - t0) / bins if t1 > t0 else 1.0
     x, pre = time_binned(t, st["num_preempted"].to_numpy(), t0, t1, bins)
+    total = int(st["num_preempted"].sum())
     out.append(
         series(
             "preemptions",
-            "preemptions per time bin",
+            f"preemptions per time bin ({total:,} in all)",
             x,
             pre,
             y_label="preemptions",
@@ -449,36 +464,51 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("output_token_throughput"),
         )
     )
-    req = result.requests
-    split = latency_split(req)
-    out.append(
-        Series(
-            key="latency_split",
-            title="where a request's time goes (mean)",
-            x_label="phase",
-            x_unit=None,
-            y_label="mean",
-            y_unit="ms",
-            x=[0.0, 1.0, 2.0],
-            y=split,
-            kind="bar",
-            help="queue = first scheduled - arrival; prefill = first token - first scheduled; "
-            "decode = last token - first token (finished requests).",
+    split = latency_split(result.requests)
+    if split:
+        done = f"{split['count'][0]:,.0f} finished"
+        out.append(
+            Series(
+                key="latency_split",
+                title=f"where a request's time goes: p50 and p99 per phase ({done})",
+                x_label="phase",
+                x_unit=None,
+                y_label="time in the phase",
+                y_unit="ms",
+                x=[0.0, 1.0, 2.0],
+                y=split["p50"],
+                kind="bar",
+                categories=list(PHASES),
+                name="p50",
+                lines=[Line(label="p99", y=split["p99"]), Line(label="mean", y=split["mean"])],
+                help="queue = first scheduled - arrival; prefill = first token - first scheduled; "
+                "decode = last token - first token (finished requests).",
+            )
         )
-    )
     return out
 
 
-def latency_split(requests: Any) -> list[float]:
-    """Mean queue, prefill and decode time (ms) of the finished requests."""
+#: The phases of a finished request, in order (``latency_split``).
+PHASES = ("queue", "prefill", "decode")
+
+
+def latency_split(requests: Any) -> dict[str, list[float]]:
+    """p50, p99 and mean of the queue, prefill and decode time (ms) of the finished requests, in
+    ``PHASES`` order, and their ``count``; empty when none finished (nothing to draw)."""
     fin = requests["finish_s"].notna().to_numpy()
     if not fin.any():
-        return [0.0, 0.0, 0.0]
+        return {}
     arr = requests["arrival_s"].to_numpy(dtype=np.float64)[fin]
     sch = requests["first_scheduled_s"].to_numpy(dtype=np.float64)[fin]
     ft = requests["first_token_s"].to_numpy(dtype=np.float64)[fin]
     end = requests["finish_s"].to_numpy(dtype=np.float64)[fin]
-    return [round(float(np.mean(x)) * 1e3, 3) for x in (sch - arr, ft - sch, end - ft)]
+    phases = [(sch - arr) * 1e3, (ft - sch) * 1e3, (end - ft) * 1e3]
+    return {
+        "p50": [round(float(np.percentile(x, 50)), 3) for x in phases],
+        "p99": [round(float(np.percentile(x, 99)), 3) for x in phases],
+        "mean": [round(float(np.mean(x)), 3) for x in phases],
+        "count": [float(fin.sum())],
+    }
 
 
 def binding_limits(steps: Any, config: EngineConfig) -> dict[str, np.ndarray]:
@@ -605,10 +635,12 @@ __all__ = [
     "itl_values",
     "kpis",
     "latency_histograms",
+    "latency_split",
     "latency_table",
     "queue_by_reason",
     "simulation_view",
     "summary_view",
     "time_series",
+    "tokens_per_step_histogram",
     "totals_table",
 ]

@@ -30,6 +30,7 @@ SS.fmt = function (value, kind, decimals) {
     return (value * 100).toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d }) + " %";
   }
   if (kind === "int") return Math.round(value).toLocaleString("en-US");
+  if (decimals === undefined && Number.isInteger(value)) return value.toLocaleString("en-US");  // 8, not "8.00"
   const d = decimals ?? (Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2);
   return Number(value).toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
 };
@@ -50,6 +51,16 @@ function axisTitle(label, unit) {
   return unit ? `${label} (${unit})` : label || "";
 }
 
+/* A chart with nothing to draw is one line saying so, not an empty panel. */
+function emptyChart(container, key, title, why) {
+  container.append(el("p", { class: "chart-empty", "data-key": key, text: `${title}: ${why}` }));
+  return null;
+}
+
+/* Legends sit right of the plot, outside the data (never over the bars or lines). */
+const LEGEND_OUTSIDE = { x: 1.02, xanchor: "left", y: 1, yanchor: "top" };
+const MARGIN_LEGEND = { l: 52, r: 12, t: 30, b: 40 };
+
 function newChart(container, title) {
   const div = el("div", { class: "chart", id: `chart-${++chartCount}`, role: "img", "aria-label": title });
   container.append(div);
@@ -65,7 +76,9 @@ SS.plot = function (div, traces, layout) {
 };
 
 SS.histogram = function (container, h) {
+  if (!h.count || h.edges.length < 2) return emptyChart(container, h.key, h.title, "no samples");
   const div = newChart(container, h.title);
+  div.dataset.key = h.key;
   const centers = [];
   const widths = [];
   for (let i = 0; i + 1 < h.edges.length; i++) {
@@ -87,14 +100,19 @@ SS.histogram = function (container, h) {
         text: above ? `SLO ${SS.fmt(h.slo)} → (every sample below it)` : `← SLO ${SS.fmt(h.slo)} (every sample above it)`, font: { color: "#c62828" }, bgcolor: "rgba(255,255,255,0.85)" });
     }
   }
-  const sub = !h.count ? " · no samples" : h.p50 !== null && h.p50 !== undefined ? ` · p50 ${SS.fmt(h.p50)} · p99 ${SS.fmt(h.p99)}` : ` · ${h.count.toLocaleString("en-US")} requests`;
+  if (h.reference !== null && h.reference !== undefined) {
+    shapes.push({ type: "line", x0: h.reference, x1: h.reference, yref: "paper", y0: 0, y1: 1, line: { color: "#c62828", width: 2, dash: "dash" } });
+    annotations.push({ x: h.reference, yref: "paper", y: 1, text: h.reference_label || "limit", showarrow: false, xanchor: "right", font: { color: "#c62828" }, bgcolor: "rgba(255,255,255,0.85)" });
+  }
+  const counted = h.count_label || "requests";
+  const sub = h.p50 !== null && h.p50 !== undefined ? ` · p50 ${SS.fmt(h.p50)} · p99 ${SS.fmt(h.p99)}${SS.unitText(h.unit)}` : ` · ${h.count.toLocaleString("en-US")} ${counted}`;
   SS.plot(
     div,
-    [{ type: "bar", x: centers, y: h.counts, width: widths, marker: { color: "#2457c5" }, hovertemplate: "%{x:.4g}: %{y}<extra></extra>" }],
+    [{ type: "bar", name: counted, x: centers, y: h.counts, width: widths, marker: { color: "#2457c5" }, hovertemplate: `%{x:.4g}${SS.unitText(h.unit)}: %{y:,} ${counted}<extra></extra>` }],
     {
       title: { text: h.title + sub, font: { size: 12 } },
-      xaxis: { title: { text: h.unit || "" }, range: h.edges.length > 1 ? [lo, hi] : undefined },
-      yaxis: { title: { text: "requests" } },
+      xaxis: { title: { text: axisTitle(h.label || h.title, h.unit) }, range: [lo, hi] },
+      yaxis: { title: { text: counted }, tickformat: ",d", rangemode: "tozero" },
       bargap: 0.02,
       shapes,
       annotations,
@@ -103,7 +121,6 @@ SS.histogram = function (container, h) {
   return div;
 };
 
-const LEGEND_INSIDE = { x: 1, xanchor: "right", y: 1, yanchor: "top", bgcolor: "rgba(255,255,255,0.8)" };
 
 /* Measured and simulated on shared bins (views.measured): two bar traces, overlaid. */
 SS.overlayHistogram = function (container, m, sim) {
@@ -120,7 +137,7 @@ SS.overlayHistogram = function (container, m, sim) {
   };
   SS.plot(div, [bars(m, "measured", "#c05600"), bars(sim, "simulated", "#2457c5")], {
     title: { text: `${m.title.split(":")[0]}: measured (${m.count.toLocaleString("en-US")}) vs simulated (${sim.count.toLocaleString("en-US")})`, font: { size: 12 } },
-    barmode: "overlay", bargap: 0.02, showlegend: true, legend: LEGEND_INSIDE,
+    barmode: "overlay", bargap: 0.02, showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND,
     xaxis: { title: { text: m.unit || "" } }, yaxis: { title: { text: "share of the sample" }, tickformat: ".0%" },
   });
   div.dataset.overlay = m.key.split(".")[0];
@@ -142,29 +159,37 @@ function pairUp(items) {
 /* Series keyed "<group>.<part>" (e.g. queue_by_reason.kv_cache) as one stacked chart. */
 SS.stacked = function (container, name, members) {
   const title = members[0].title.split(":")[0];
+  if (members.every((m) => m.y.every((v) => v === 0))) return emptyChart(container, name, title, "zero throughout the run");
   const div = newChart(container, title);
   const colors = ["#c62828", "#6a1b9a", "#2457c5", "#9e9e9e", "#1a7f37"];
   SS.plot(div, members.map((s, i) => ({
     type: "scatter", mode: "lines", stackgroup: name, line: { shape: "hv", width: 0.5, color: colors[i % colors.length] },
     name: s.title.split(": ").slice(1).join(": ") || s.key, x: s.x, y: s.y, hovertemplate: "%{x:.4g} s: %{y:.3g}<extra>%{fullData.name}</extra>",
   })), {
-    title: { text: title, font: { size: 12 } }, showlegend: true, legend: LEGEND_INSIDE,
-    xaxis: { title: { text: axisTitle(members[0].x_label, members[0].x_unit) } }, yaxis: { title: { text: members[0].y_label } },
+    title: { text: title, font: { size: 12 } }, showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND,
+    xaxis: { title: { text: axisTitle(members[0].x_label, members[0].x_unit) } }, yaxis: { title: { text: members[0].y_label }, rangemode: "tozero" },
   });
   div.dataset.group = name;
   return div;
 };
 
 SS.series = function (container, s, extra) {
+  if (!s.x || !s.x.length) return emptyChart(container, s.key, s.title, "no data");
+  // a series that is zero throughout (no preemptions, nobody waiting) says so in a line: a flat panel shows nothing
+  if (!(s.lines || []).length && !(extra && extra.traces && extra.traces.length) && s.y.every((v) => v === 0)) return emptyChart(container, s.key, s.title, "zero throughout the run");
   const div = newChart(container, s.title);
   const measured = s.key.endsWith(".measured");
-  const trace = { x: s.x, y: s.y, name: measured ? "measured" : s.y_label, hovertemplate: "%{x:.4g}, %{y:.4g}<extra></extra>" };
+  const cats = s.categories && s.categories.length === s.x.length ? s.categories : null;
+  const xs = cats || s.x;
+  const trace = { x: xs, y: s.y, name: measured ? "measured" : s.name || s.y_label, hovertemplate: `%{x}: %{y:,.4g}${SS.unitText(s.y_unit)}<extra>%{fullData.name}</extra>` };
   if (measured) trace.marker = { color: "#c05600" };
   if (s.kind === "bar") trace.type = "bar";
   else if (s.kind === "scatter") Object.assign(trace, { type: "scatter", mode: "markers" });
   else Object.assign(trace, { type: "scatter", mode: measured ? "lines+markers" : "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5, color: measured ? "#c05600" : undefined } });
   div.dataset.key = s.key;
-  const lines = (s.lines || []).map((ln) => ({ type: "scatter", mode: "lines", x: s.x, y: ln.y, name: ln.label, line: { dash: "dot", width: 1.5 } }));
+  const lines = (s.lines || []).map((ln) => s.kind === "bar"
+    ? { type: "bar", x: xs, y: ln.y, name: ln.label, hovertemplate: trace.hovertemplate }  // grouped next to the first
+    : { type: "scatter", mode: "lines", x: xs, y: ln.y, name: ln.label, line: { dash: "dot", width: 1.5 } });
   const traces = [trace, ...lines, ...((extra && extra.traces) || [])];
   const shapes = [];
   const annotations = [];
@@ -176,13 +201,14 @@ SS.series = function (container, s, extra) {
     shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: s.reference, y1: s.reference, line: { color: "#c62828", width: 1.5, dash: "dash" } });
     annotations.push({ xref: "paper", x: 1, y: s.reference, text: s.reference_label || "limit", showarrow: false, xanchor: "right", yanchor: "bottom", font: { color: "#c62828" } });
   }
-  SS.plot(div, traces, Object.assign({
+  const layout = {
     shapes, annotations,
     title: { text: s.title, font: { size: 12 } },
-    xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) } },
-    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined },
-    showlegend: lines.length > 0 || undefined,
-  }, (extra && extra.layout) || {}));
+    xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) }, type: cats ? "category" : undefined },
+    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined, rangemode: !s.log_y && Math.min(...s.y) >= 0 ? "tozero" : undefined },
+  };
+  if (lines.length) Object.assign(layout, { barmode: "group", showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND });
+  SS.plot(div, traces, Object.assign(layout, (extra && extra.layout) || {}));
   return div;
 };
 
@@ -291,7 +317,8 @@ SS.section = function (container, s, opts) {
     for (const [name, members] of Object.entries(groups)) SS.stacked(charts, name, members);
     for (const [x, twin] of pairUp(series.filter((x) => !/^([a-z_]+)\.(?!measured$|simulated$)[a-z_]+$/.test(x.key)))) {
       if (!twin) { SS.series(charts, x, opts.seriesExtra && opts.seriesExtra[x.key]); continue; }
-      const div = SS.series(charts, x, { traces: [{ type: "scatter", mode: "lines+markers", name: "simulated", x: twin.x, y: twin.y, line: { color: "#2457c5" } }], layout: { showlegend: true, legend: LEGEND_INSIDE } });
+      const div = SS.series(charts, x, { traces: [{ type: "scatter", mode: "lines+markers", name: "simulated", x: twin.x, y: twin.y, line: { color: "#2457c5" } }], layout: { showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND } });
+      if (!div) continue;
       div.dataset.overlay = x.key.split(".")[0];
     }
   }
