@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from servesim.advisor.cases import BatchingCase, Case, FallbackCase, RescheduleCase
 from servesim.advisor.models import OUTPUT_TYPES, Advice, BatchingAdvice, FallbackAdvice, RescheduleAdvice
 from servesim.advisor.rules import rules_batching, rules_fallback, rules_reschedule
-from servesim.errors import ServesimError
+from servesim.errors import InternalError, ServesimError
 from servesim.resched import Policy, reschedule
 
 #: weight per loss, per task (sum 1)
@@ -51,7 +51,8 @@ def validated(case: Case, answer: Any) -> Advice | None:
             case.evaluate(out)
         except ServesimError:
             return None
-    assert isinstance(out, BatchingAdvice | RescheduleAdvice | FallbackAdvice)
+    if not isinstance(out, BatchingAdvice | RescheduleAdvice | FallbackAdvice):
+        raise InternalError(f"invariant broken: a validated proposal is a {type(out).__name__}")
     return out
 
 
@@ -75,7 +76,8 @@ def outcome(case: Case, advice: Advice) -> dict[str, float]:
     if isinstance(case, FallbackCase) and isinstance(advice, FallbackAdvice):
         c = case.cost({d.job_id: d.strategy for d in advice.decisions})
         return {k: float(c[k] or 0.0) for k in WEIGHTS["fallback"]}
-    assert isinstance(case, BatchingCase) and isinstance(advice, BatchingAdvice)
+    if not (isinstance(case, BatchingCase) and isinstance(advice, BatchingAdvice)):
+        raise InternalError(f"invariant broken: {type(advice).__name__} for a {type(case).__name__}")
     s = case.evaluate(advice)
     return {
         "sla_misses": float(s.num_requests - s.num_good),

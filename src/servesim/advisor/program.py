@@ -31,7 +31,7 @@ from servesim.advisor.claude import DEFAULT_MODEL, INSTRUCTIONS
 from servesim.advisor.metric import rules_for, score, validated
 from servesim.advisor.models import ActionLogEntry, Advice, Task
 from servesim.advisor.scenarios import Scenario, build_scenario_case, shipped_scenarios
-from servesim.errors import InputError
+from servesim.errors import InputError, InternalError
 from servesim.io import write_text_atomic
 from servesim.paths import data_dir
 
@@ -408,7 +408,8 @@ def compile_program(
     }
     out = save_program(compiled, meta, path)
     saved = load_saved(out)
-    assert saved is not None
+    if saved is None:
+        raise InternalError(f"invariant broken: the program just saved to {out} does not load")
     return out, saved
 
 

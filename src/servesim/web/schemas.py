@@ -6,9 +6,9 @@ are the library's ``SLO`` / ``PercentileSLO``: the API takes exactly what the li
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from servesim.cluster import FailureEvent
 from servesim.engine import SLO, EngineConfig
@@ -132,10 +132,21 @@ class BenchOut(BaseModel):
     summary: dict[str, Any]
 
 
+def _json_integer(value: Any) -> Any:
+    """JSON Schema's integer: ``3`` and ``3.0`` are one (the OpenAPI document says integer), while
+    ``true`` and ``"3"`` are not numbers at all (then the strict int check refuses them)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
 class GenerateBody(Strict):
     preset: str = Field("default", min_length=1, max_length=100, description="Preset or arrival name.")
-    num_requests: int = Field(500, ge=1, strict=True)  # strict: JSON true is not a count
-    seed: int = Field(0, ge=0, le=2**31 - 1, strict=True)
+    num_requests: JsonInt = Field(500, ge=1, strict=True)  # strict: JSON true is not a count
+    seed: JsonInt = Field(0, ge=0, le=2**31 - 1, strict=True)
     name: str | None = Field(None, max_length=200)
 
 
