@@ -29,6 +29,37 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def run_oracle(vllm_oracle, td: str, name: str, rows: list[dict], cfg: dict) -> tuple[dict, list[dict]]:
+    """One case through vLLM's real Scheduler: its summary and per-step records (every case
+    maker runs its cases this way; ``cfg`` is the oracle's config, the clock is added here)."""
+    tp, cp, op, sp = (Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json"))
+    tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
+    ocfg = vllm_oracle.load_config(str(cp), [])
+    otrace = vllm_oracle.load_trace(str(tp), ocfg)
+    summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
+    return summary, [json.loads(line) for line in op.read_text().splitlines()]
+
+
+def step_row(d: dict) -> list:
+    """The columns every case family matches step by step (a family appends its own)."""
+    return [
+        d["step"],
+        d["num_scheduled_tokens"],
+        d["preempted"],
+        sorted(d["finished"]),
+        d["kv_blocks_used"],
+        d["prefix_hit_tokens"],
+        d["num_running"],
+        d["num_waiting"],
+    ]
+
+
+def write_case(out: Path, case: dict) -> None:
+    with gzip.open(out / f"{case['name']}.json.gz", "wt", encoding="utf-8") as f:
+        json.dump(case, f, separators=(",", ":"))
+
+
 def random_trace(rng: random.Random, fam: str) -> list[dict]:
     n = rng.randint(4, 40) if rng.random() < 0.7 else rng.randint(60, 160)
     burst = rng.random() < 0.4
@@ -143,29 +174,8 @@ def main() -> int:
             cases.append((f"readme_{ex}", rows, cfg))
     with tempfile.TemporaryDirectory() as td:
         for name, rows, cfg in cases:
-            tp, cp, op, sp = (
-                Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json")
-            )
-            tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
-            ocfg = vllm_oracle.load_config(str(cp), [])
-            otrace = vllm_oracle.load_trace(str(tp), ocfg)
-            summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
-            steps = []
-            for line in op.read_text().splitlines():
-                d = json.loads(line)
-                steps.append(
-                    [
-                        d["step"],
-                        d["num_scheduled_tokens"],
-                        d["preempted"],
-                        sorted(d["finished"]),
-                        d["kv_blocks_used"],
-                        d["prefix_hit_tokens"],
-                        d["num_running"],
-                        d["num_waiting"],
-                    ]
-                )
+            summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
+            steps = [step_row(d) for d in records]
             case = {
                 "name": name,
                 "vllm_version": summary["vllm_version"],
@@ -176,8 +186,7 @@ def main() -> int:
                 "total_preemptions": summary["total_preemptions"],
                 "prefix_cache_totals": summary["prefix_cache_totals"],
             }
-            with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
-                json.dump(case, f, separators=(",", ":"))
+            write_case(OUT, case)
             print(
                 f"{name}: {len(rows)} requests, {len(steps)} steps, "
                 f"{summary['total_preemptions']} preemptions",

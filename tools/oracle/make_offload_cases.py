@@ -13,8 +13,6 @@ Usage (with the oracle's virtualenv python):
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
 import random
 import sys
@@ -104,11 +102,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=6)
-    ap.add_argument("--families", nargs="*", default=FAMILIES, help="only these families (the others are skipped)")
+    ap.add_argument(
+        "--families", nargs="*", default=FAMILIES, help="only these families (the others are skipped)"
+    )
     args = ap.parse_args()
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"  # vLLM warns on every store the full tier refuses
     sys.path.insert(0, str(HERE))
     import vllm_oracle  # type: ignore[import-not-found]
+    from make_cases import run_oracle, step_row, write_case  # type: ignore[import-not-found]
 
     OUT.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
@@ -121,35 +122,20 @@ def main() -> int:
                 cases.append((f"{fam}_{k:02d}", rows, cfg))
     with tempfile.TemporaryDirectory() as td:
         for name, rows, cfg in cases:
-            tp, cp, op, sp = (Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json"))
-            tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
-            ocfg = vllm_oracle.load_config(str(cp), [])
-            otrace = vllm_oracle.load_trace(str(tp), ocfg)
             try:
-                summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
+                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
             except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
                 print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
                 continue
-            steps = []
-            for line in op.read_text().splitlines():
-                d = json.loads(line)
-                off = d["offload"]
-                steps.append(
-                    [
-                        d["step"],
-                        d["num_scheduled_tokens"],
-                        d["preempted"],
-                        sorted(d["finished"]),
-                        d["kv_blocks_used"],
-                        d["prefix_hit_tokens"],
-                        d["num_running"],
-                        d["num_waiting"],
-                        sum(x[2] for x in off["loads"]),
-                        sum(x[2] for x in off["stores"]),
-                        d["waiting_for_kv"],
-                    ]
-                )
+            steps = [
+                [
+                    *step_row(d),
+                    sum(x[2] for x in d["offload"]["loads"]),
+                    sum(x[2] for x in d["offload"]["stores"]),
+                    d["waiting_for_kv"],
+                ]
+                for d in records
+            ]
             case = {
                 "name": name,
                 "vllm_version": summary["vllm_version"],
@@ -161,8 +147,7 @@ def main() -> int:
                 "prefix_cache_totals": summary["prefix_cache_totals"],
                 "offload_totals": summary["offload_totals"],
             }
-            with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
-                json.dump(case, f, separators=(",", ":"))
+            write_case(OUT, case)
             print(
                 f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
                 f"preemptions, offload {summary['offload_totals']}",

@@ -17,8 +17,6 @@ Usage (with the oracle's virtualenv python):
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
 import random
 import sys
@@ -111,6 +109,7 @@ def main() -> int:
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
     sys.path.insert(0, str(HERE))
     import vllm_oracle  # type: ignore[import-not-found]
+    from make_cases import run_oracle, step_row, write_case  # type: ignore[import-not-found]
 
     OUT.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
@@ -121,36 +120,21 @@ def main() -> int:
             cases.append((f"{fam}_{k:02d}", rows, config(rng, fam, rows)))
     with tempfile.TemporaryDirectory() as td:
         for name, rows, cfg in cases:
-            tp, cp, op, sp = (
-                Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json")
-            )
-            tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            cp.write_text(json.dumps({**cfg, "step_time_s": STEP_S}))
-            ocfg = vllm_oracle.load_config(str(cp), [])
-            otrace = vllm_oracle.load_trace(str(tp), ocfg)
             try:
-                summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
+                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
             except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
                 print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
                 continue
             steps = []
             totals = {"recvs": 0, "recv_blocks": 0, "sends": 0}
-            for line in op.read_text().splitlines():
-                d = json.loads(line)
+            for d in records:
                 x = d["offload"]
                 totals["recvs"] += len(x["recvs"])
                 totals["recv_blocks"] += sum(b for _, b in x["recvs"])
                 totals["sends"] += len(x["sends"])
                 steps.append(
                     [
-                        d["step"],
-                        d["num_scheduled_tokens"],
-                        d["preempted"],
-                        sorted(d["finished"]),
-                        d["kv_blocks_used"],
-                        d["prefix_hit_tokens"],
-                        d["num_running"],
-                        d["num_waiting"],
+                        *step_row(d),
                         sum(b for _, b in x["recvs"]),
                         len(x["sends"]),
                         d["waiting_for_kv"],
@@ -167,8 +151,7 @@ def main() -> int:
                 "pd_totals": totals,
                 "unfinished": summary.get("unfinished", []),
             }
-            with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
-                json.dump(case, f, separators=(",", ":"))
+            write_case(OUT, case)
             print(
                 f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
                 f"preemptions, {totals}",

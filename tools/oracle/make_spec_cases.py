@@ -16,8 +16,6 @@ Usage (the oracle's virtualenv python):
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import random
 import sys
 import tempfile
@@ -26,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import vllm_oracle  # noqa: E402
-from make_cases import STEP_S, random_config, random_trace  # noqa: E402
+from make_cases import STEP_S, random_config, random_trace, run_oracle, step_row, write_case  # noqa: E402
 
 OUT = HERE.parents[1] / "tests" / "engine" / "oracle_spec_cases"
 FAMILIES = {  # spec family -> make_cases family its trace and config come from
@@ -66,31 +64,8 @@ def main() -> int:
                     cfg["enable_prefix_caching"] = False
                     spec["spec_lookahead_tokens"] = k
                 name = f"{fam}_{j:02d}"
-                tp, cp, op, sp = (
-                    Path(td) / f"{name}.{s}" for s in ("jsonl", "cfg.json", "out.jsonl", "sum.json")
-                )
-                tp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-                cp.write_text(json.dumps({**cfg, **spec, "step_time_s": STEP_S}))
-                ocfg = vllm_oracle.load_config(str(cp), [])
-                otrace = vllm_oracle.load_trace(str(tp), ocfg)
-                summary = vllm_oracle.run(ocfg, otrace, str(op), str(sp), quiet=True)
-                steps = []
-                for line in op.read_text().splitlines():
-                    d = json.loads(line)
-                    steps.append(
-                        [
-                            d["step"],
-                            d["num_scheduled_tokens"],
-                            d["preempted"],
-                            sorted(d["finished"]),
-                            d["kv_blocks_used"],
-                            d["prefix_hit_tokens"],
-                            d["num_running"],
-                            d["num_waiting"],
-                            d["spec_scheduled"],
-                            d["spec_accepted"],
-                        ]
-                    )
+                summary, records = run_oracle(vllm_oracle, td, name, rows, {**cfg, **spec})
+                steps = [[*step_row(d), d["spec_scheduled"], d["spec_accepted"]] for d in records]
                 case = {
                     "name": name,
                     "vllm_version": summary["vllm_version"],
@@ -101,8 +76,7 @@ def main() -> int:
                     "steps": steps,
                     "total_preemptions": summary["total_preemptions"],
                 }
-                with gzip.open(OUT / f"{name}.json.gz", "wt", encoding="utf-8") as f:
-                    json.dump(case, f, separators=(",", ":"))
+                write_case(OUT, case)
                 print(
                     f"{name}: {len(rows)} requests, {len(steps)} steps, k={k}, "
                     f"{summary['total_preemptions']} preemptions",
