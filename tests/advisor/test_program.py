@@ -135,8 +135,8 @@ def test_the_key_is_scrubbed_from_a_failed_call() -> None:
     dspy = _dspy()
 
     class Failing(dspy.utils.DummyLM):  # type: ignore[misc, name-defined]
-        def forward(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
-            raise RuntimeError(f"401 invalid x-api-key {FAKE_KEY}")
+        def __call__(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
+            raise RuntimeError(f"401 invalid x-api-key {FAKE_KEY}")  # as the Anthropic client words it
 
     case = _case("val-reschedule-03")
     result = advise(case, "dspy", program=DSPyAdvisor(lm=Failing([]), use_saved=False, api_key=FAKE_KEY))
@@ -245,7 +245,8 @@ def test_the_cli_names_the_program_in_human_output_and_json(monkeypatch: pytest.
     runner = CliRunner()
     human = runner.invoke(app, ["advise", S002])
     assert human.exit_code == 0, human.output
-    assert "answered by: rules; simulator score 1.0" in " ".join(human.output.split())
+    said = " ".join(human.output.split())
+    assert "answered by: the rules advisor simulator score 1.000 (re-simulated: 0.5 = the baseline" in said
     # with a key: the uncompiled DSPy program (DummyLM in place of Claude), in human and JSON output
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     answer = RescheduleAdvice.model_validate(
@@ -257,7 +258,8 @@ def test_the_cli_names_the_program_in_human_output_and_json(monkeypatch: pytest.
     monkeypatch.setattr("servesim.advisor.program.make_lm", lambda *a, **k: _dummy([answer, answer]))
     human = runner.invoke(app, ["advise", S002])
     assert human.exit_code == 0, human.output
-    assert "answered by: dspy uncompiled; simulator score 1.0" in " ".join(human.output.split())
+    said = " ".join(human.output.split())
+    assert "answered by: the DSPy program, uncompiled simulator score 1.000" in said
     res = runner.invoke(app, ["advise", S002, "--json"])
     out = json.loads(res.stdout)
     assert out["advisor"] == "dspy" and out["program"] == "dspy uncompiled" and out["score"] == 1.0

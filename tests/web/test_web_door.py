@@ -113,11 +113,13 @@ def test_an_invalid_tune_space_is_refused_at_submit_naming_each_knob(
     assert {"body.space.max_num_seqs", "body.space.no_such_knob"} <= fields
 
 
+@pytest.mark.parametrize("advisor", ["claude", "dspy"])
 def test_claude_without_a_key_is_refused_at_submit(
-    client: TestClient, trace_id: str, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, trace_id: str, monkeypatch: pytest.MonkeyPatch, advisor: str
 ) -> None:
+    """Claude's agent and the DSPy program (Claude too) both need the key: 422 before any job runs."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    r = client.post("/api/advise", json={"task": "batching", "trace_id": trace_id, "advisor": "claude"})
+    r = client.post("/api/advise", json={"task": "batching", "trace_id": trace_id, "advisor": advisor})
     assert r.status_code == 422
     assert r.json()["errors"] == [
         {"field": "body.advisor", "reason": "this server has no ANTHROPIC_API_KEY: choose 'rules' or 'auto'"}

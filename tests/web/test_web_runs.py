@@ -174,6 +174,9 @@ def test_advisor_says_which_advisor_answered(client: TestClient, trace_id: str) 
     ]
     assert res["advisor"] == "rules" and res["advice"]["verification"]["accepted"] in (True, False)
     assert "action_log" not in res["advice"]
+    assert res["advice"]["answered_by"] == "the rules advisor"  # the words the CLI and the report use
+    score = res["advice"]["score"]
+    assert res["advice"]["score_words"].startswith(f"simulator score {score:.3f} (re-simulated")
     res = run_job(client, "/api/advise", {"task": "fallback", "data": SEED_RECOVERY, "advisor": "rules"})
     assert res["result"]["advisor"] == "rules" and res["result"]["advice"]["task"] == "fallback"
 
@@ -293,3 +296,26 @@ def test_a_comparison_names_each_runs_trace_and_warns_when_the_workloads_differ(
     basket = client.get(f"/api/compare/basket?baseline={a}&runs={a2}&runs={b}").json()
     assert [t["id"] for t in basket["traces"]] == [trace_id, trace_id, other_id]
     assert "different workloads" in basket["workload_warning"]
+
+
+def test_the_web_advisor_chooses_as_the_cli_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: with the server's key, 'auto' is the DSPy program (not Claude's agent), as in
+    ``servesim advise``; the advice names the program and its re-simulated score. DSPy's DummyLM
+    stands in for Claude (no network); the job body runs in-process."""
+    import dspy
+
+    from conftest import SEED_RESCHED
+    from servesim.advisor import RescheduleAdvice
+    from servesim.web.work.plans import advise_job
+
+    key = "sk-ant-test-0000000000000000"
+    answer = RescheduleAdvice.model_validate({"order": ["req-101", "req-102"], "reasons": []})
+    lm = dspy.utils.DummyLM([{"reasoning": "least slack first", "advice": answer.model_dump_json()}] * 2)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    monkeypatch.setattr("servesim.advisor.program.make_lm", lambda *a, **k: lm)
+    monkeypatch.setattr("servesim.advisor.program.load_saved", lambda *a, **k: None)
+    res = advise_job({"task": "reschedule", "data": SEED_RESCHED, "advisor": "auto"}, {}, lambda *a: None)
+    assert res["advisor"] == "dspy" and res["advice"]["program"] == "dspy uncompiled"
+    assert res["advice"]["answered_by"] == "the DSPy program, uncompiled"
+    assert res["advice"]["score_words"].startswith("simulator score ")
+    assert key not in json.dumps(res)

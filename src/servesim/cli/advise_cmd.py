@@ -273,10 +273,11 @@ def register(app: typer.Typer) -> None:
         console = Console()
         if result.notice:
             console.print(f"[bold yellow]notice:[/] {result.notice}")
-        console.print(
-            f"answered by: {result.program}; simulator score {result.score} "
-            "(0.5 = no advice, 1 = as good as the better of no advice and the rules advisor)"
-        )
+        from servesim.views.advisor import answered_by, score_words
+
+        console.print(f"answered by: {answered_by(result)}", highlight=False)
+        if (score := score_words(result)) is not None:
+            console.print(score, highlight=False)
         console.print(result_table(result))
         console.print_json(json.dumps(result.advice.model_dump(mode="json")))
         for p in written:

@@ -18,6 +18,27 @@ VERDICT_WORDS: dict[str, tuple[str, VerdictStatus]] = {
 }
 
 
+def answered_by(result: AdviceResult) -> str:
+    """Which program answered, in words every interface shows (the result's ``program`` and ``score``)."""
+    if result.program == "rules" or result.advisor == "rules":
+        who = "the rules advisor"
+    elif result.advisor == "claude":
+        who = "Claude (pydantic-ai)"
+    else:
+        who = "the DSPy program, " + result.program.removeprefix("dspy ")
+    return who
+
+
+def score_words(result: AdviceResult) -> str | None:
+    """The re-simulated metric of the answer (advisor/metric.py), or None when none was computed."""
+    if result.score is None:
+        return None
+    return (
+        f"simulator score {result.score:.3f} "
+        "(re-simulated: 0.5 = the baseline, 1 = at least the better of the baseline and the rules advisor)"
+    )
+
+
 def verdict_words(v: Verification) -> tuple[str, VerdictStatus]:
     """What the re-simulation says of a proposal, in words, and its colour."""
     return VERDICT_WORDS[v.verdict]
@@ -92,7 +113,7 @@ def advice_view(result: AdviceResult) -> Section:
     )
     calls = [e for e in result.action_log if e.advisor == result.advisor]
     model = next((e.model for e in calls if e.model), None)
-    who = f"answered by the {result.advisor} advisor"
+    who = f"answered by {answered_by(result)}"
     if model:
         tokens_in = sum(e.input_tokens for e in calls)
         tokens_out = sum(e.output_tokens for e in calls)
@@ -100,6 +121,8 @@ def advice_view(result: AdviceResult) -> Section:
     else:
         who += " (deterministic rules: no model, no tokens)"
     text = [who]
+    if (score := score_words(result)) is not None:
+        text.append(score)
     if result.notice:
         text.append(result.notice)
     advice: Any = result.advice

@@ -108,7 +108,12 @@ class AdviseBody(Strict):
     hardware: HardwareBody = Field(default_factory=HardwareBody)
     slo: SLO | None = None
     data: dict[str, Any] | None = Field(None, description="The reschedule input or recovery record.")
-    advisor: Literal["auto", "rules", "claude"] = "auto"
+    advisor: Literal["auto", "dspy", "rules", "claude"] = Field(
+        "auto",
+        description="auto: with the server's ANTHROPIC_API_KEY the DSPy program (compiled when one is "
+        "saved), else the rules advisor, as `servesim advise` chooses; dspy, claude (pydantic-ai) "
+        "or rules by name.",
+    )
     optimize: int = Field(6, ge=0, le=40, description="Optuna trials for the optimizer's best (batching).")
 
 

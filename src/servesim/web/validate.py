@@ -76,6 +76,6 @@ def check_tune(body: TuneBody, max_trials: int) -> None:
 def check_advisor(body: AdviseBody) -> None:
     from servesim.advisor import ClaudeAdvisor
 
-    if body.advisor == "claude" and not ClaudeAdvisor.available():
+    if body.advisor in ("claude", "dspy") and not ClaudeAdvisor.available():
         reason = "this server has no ANTHROPIC_API_KEY: choose 'rules' or 'auto'"
         raise Problem(422, f"body.advisor: {reason}", errors=[{"field": "body.advisor", "reason": reason}])

@@ -693,7 +693,8 @@
     const a = r.advice;
     const v = a.verification || {};
     box.append(el("div", { class: "section", id: "advice-card" },
-      el("h2", {}, `Answered by: ${r.advisor === "claude" ? "Claude" : "the rules advisor"}`),
+      el("h2", {}, `Answered by: ${a.answered_by || (r.advisor === "claude" ? "Claude" : "the rules advisor")}`),
+      a.score_words ? el("p", { class: "help", id: "advice-score" }, a.score_words) : null,
       a.notice ? SS.verdict({ key: "notice", label: "Notice", status: "warn", text: a.notice }) : null,
       SS.verdict(a.verdict || { key: "verification", label: "simulator check", status: v.accepted ? "info" : "fail", text: v.reason || "" }),
       el("h3", {}, "Advice"), kvList(a.advice),

@@ -29,7 +29,8 @@ def reschedule(body: RescheduleBody) -> dict[str, Any]:
 
 
 def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
-    """Advice from Claude (when the server has ANTHROPIC_API_KEY) or the rules, re-checked."""
+    """Advice from the program ``servesim advise`` would choose (the DSPy program when the server has
+    ANTHROPIC_API_KEY, else the rules; Claude's pydantic-ai agent by name), re-checked."""
     from servesim.advisor import BatchingCase, ClaudeAdvisor, FallbackCase, RescheduleCase, advise
     from servesim.advisor.optimize import optimizer_best
     from servesim.cluster.recovery import plan_recovery
@@ -62,14 +63,14 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
         case = RescheduleCase(parse_input(body.data), None)
     else:
         case = FallbackCase(plan_recovery(body.data))
-    claude = None
-    if body.advisor == "claude" or (body.advisor == "auto" and ClaudeAdvisor.available()):
-        claude = ClaudeAdvisor()
+    claude = ClaudeAdvisor() if body.advisor == "claude" else None  # auto chooses as the CLI does
     result = advise(case, body.advisor, claude=claude)
     report(1, 1)
-    from servesim.views.advisor import verification_verdict
+    from servesim.views.advisor import answered_by, score_words, verification_verdict
 
     out = result.model_dump(mode="json")
+    out["answered_by"] = answered_by(result)  # the words the report uses
+    out["score_words"] = score_words(result)
     out["verdict"] = verification_verdict(result.verification).model_dump(mode="json")  # the words
     calls = out.pop("action_log", [])  # per-call records stay on the server (the action log)
     usage = {
