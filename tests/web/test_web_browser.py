@@ -327,7 +327,7 @@ def test_throughput_curve_rescheduling_and_advisor(page: Any) -> None:
     page.click("#advise-submit")
     page.wait_for_selector("#advice-card")
     assert "Answered by: the rules advisor" in (page.text_content("#advice-card h2") or "")
-    assert "simulator score 1.000 (re-simulated" in (page.text_content("#advice-score") or "")
+    assert "(re-simulated: 0.5 = the baseline" in (page.text_content("#advice-score") or "")
     shot(page, "advisor.png")
 
 
