@@ -8,6 +8,7 @@ test_oracle_cases.py`` replays every case through servesim and demands the same 
 
 Usage (with the oracle's virtualenv python, see the oracle README for setup):
     ORACLE_DIR=../shared/vllm-oracle $VENV/bin/python tools/oracle/make_cases.py [--seed 0] [--per-family 6]
+        [--out DIR]   # a fresh set elsewhere: replay it with tools/oracle/replay_cases.py DIR
 """
 
 from __future__ import annotations
@@ -150,12 +151,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=6)
     ap.add_argument("--examples", action="store_true", help="also store the oracle README's examples a-c")
+    ap.add_argument(
+        "--out", type=Path, default=OUT, help="folder to write to (default: the committed cases' folder)"
+    )
     args = ap.parse_args()
     oracle_dir = Path(os.environ.get("ORACLE_DIR", "../shared/vllm-oracle")).resolve()
     sys.path.insert(0, str(oracle_dir))
     import vllm_oracle  # type: ignore[import-not-found]
 
-    OUT.mkdir(parents=True, exist_ok=True)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
     cases: list[tuple[str, list[dict], dict]] = []
     for fam in FAMILIES:
@@ -186,7 +191,7 @@ def main() -> int:
                 "total_preemptions": summary["total_preemptions"],
                 "prefix_cache_totals": summary["prefix_cache_totals"],
             }
-            write_case(OUT, case)
+            write_case(out, case)
             print(
                 f"{name}: {len(rows)} requests, {len(steps)} steps, "
                 f"{summary['total_preemptions']} preemptions",
