@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "engine"))
 
-from oracle_replay import load_case, replay  # noqa: E402
+from oracle_replay import load_case, replay
 
 
 def main() -> int:
