@@ -187,7 +187,9 @@ def test_job_errors_are_problem_details(client: TestClient, trace_id: str) -> No
     # an older body is translated first: the field is named as today's body names it
     for body in ({"engine": {"max_num_seqs": 0}}, {"deployment": {"engine": {"max_num_seqs": 0}}}):
         r = client.post("/api/simulate", json={"trace_id": trace_id, **body})
-        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body.deployment.engine.max_num_seqs"
+        assert (
+            r.status_code == 422 and r.json()["errors"][0]["field"] == "body.deployment.engine.max_num_seqs"
+        )
     for body in ({"engine": {"no_such_flag": 1}}, {"deployment": {"engine": {"no_such_flag": 1}}}):
         r = client.post("/api/simulate", json={"trace_id": trace_id, **body})
         assert r.status_code == 422 and "no_such_flag" in r.json()["detail"]

@@ -102,7 +102,10 @@ def test_the_door_applies_vllms_clamps_and_refuses_what_vllm_refuses(
     queued, the field named, as the CLI names the flag."""
     r = client.post(
         "/api/simulate",
-        json={"trace_id": csv_trace[0], "deployment": {"gpu": "h100", "engine": {"max_num_batched_tokens": 512}}},
+        json={
+            "trace_id": csv_trace[0],
+            "deployment": {"gpu": "h100", "engine": {"max_num_batched_tokens": 512}},
+        },
     )
     assert r.status_code == 202 and "max_num_seqs 512" in r.json()["title"]
     r = client.post(
