@@ -234,6 +234,14 @@ def test_the_door_refuses_what_a_shared_server_must_not_run(client: TestClient, 
             assert r.json()["errors"][0]["field"] == field
     r = client.post("/api/simulate", json={"trace_id": trace_id, "deployment": {"profile": "h100"}})
     assert r.status_code == 202, r.text  # a shipped profile name
+    bad = {"max_model_len": "x", "max_num_seqs": 0, "enable_chunked_prefill": "maybe"}
+    r = client.post("/api/simulate", json={"trace_id": trace_id, "deployment": {"engine": bad}})
+    assert r.status_code == 422, r.text  # every value refused is named, never a 500
+    assert [e["field"] for e in r.json()["errors"]] == [f"body.deployment.engine.{k}" for k in bad]
+    r = client.post(
+        "/api/simulate", json={"trace_id": trace_id, "deployment": {"engine": {"max_num_seqs": "64"}}}
+    )
+    assert r.status_code == 202 and r.json()["params"]["deployment"]["engine"] == {"max_num_seqs": 64}
 
 
 def test_the_catalog_offers_the_deployment_fields_as_the_cli_names_them(client: TestClient) -> None:

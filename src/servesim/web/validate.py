@@ -4,9 +4,9 @@ trial budget, the deployment and its engine settings with the GPU's ``vllm serve
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from servesim.bounds import MAX_GPU_BLOCKS
 from servesim.engine import EngineConfig
@@ -16,7 +16,7 @@ from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.perf.setup import DEFAULT_TP
 from servesim.spec import DeploymentSpec
 from servesim.web.problems import Problem
-from servesim.web.schemas import WEB_MAX_REPLICAS, AdviseBody, TuneBody
+from servesim.web.schemas import WEB_MAX_REPLICAS, AdviseBody, SpecBody, TuneBody
 
 FIELD = "body.deployment"
 
@@ -44,6 +44,43 @@ def check_deployment(spec: DeploymentSpec, *, max_replicas: int = WEB_MAX_REPLIC
     if spec.replicas > max_replicas:
         raise _refuse(f"{FIELD}.replicas", f"this server simulates at most {max_replicas} replicas per job")
     hardware_of(spec)  # ConfigError: a fixed step time with a GPU, or without num_gpu_blocks
+
+
+def _adapter(name: str) -> TypeAdapter[Any]:
+    field = EngineConfig.model_fields[name]
+    annotation: Any = field.annotation
+    return TypeAdapter(Annotated[(annotation, *field.metadata)] if field.metadata else annotation)
+
+
+_ADAPTERS = {name: _adapter(name) for name in EngineConfig.model_fields}
+
+
+def typed_deployment(spec: DeploymentSpec) -> DeploymentSpec:
+    """``spec`` with each vLLM key's value checked against its ``EngineConfig`` field and in its
+    type (``"64"`` is 64), as the CLI checks each flag: 422 naming every field refused. The job
+    then stores and resolves typed values."""
+    typed: dict[str, Any] = {}
+    errors = []
+    for key, value in spec.engine.items():
+        try:
+            typed[key] = _ADAPTERS[key].validate_python(value)
+        except ValidationError as exc:
+            errors.append({"field": f"{FIELD}.engine.{key}", "reason": exc.errors()[0]["msg"]})
+    if errors:
+        raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors)
+    return spec.model_copy(update={"engine": typed}) if typed != spec.engine else spec
+
+
+B = TypeVar("B", bound=SpecBody)
+
+
+def at_the_door(body: B) -> tuple[B, EngineConfig]:
+    """A job's body with its deployment checked and typed (``typed_deployment``,
+    ``checked_engine``), and the engine config it will run before KV sizing."""
+    spec = typed_deployment(body.deployment)
+    if spec is not body.deployment:
+        body = body.model_copy(update={"deployment": spec})
+    return body, checked_engine(spec)
 
 
 def checked_engine(spec: DeploymentSpec) -> EngineConfig:

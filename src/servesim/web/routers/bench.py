@@ -18,7 +18,7 @@ from servesim.web.problems import Problem
 from servesim.web.routers.runs import ACCEPTED, _done, job_out
 from servesim.web.schemas import ID_PATTERN, BenchOut, BenchSimulateBody
 from servesim.web.storage import display_name, new_id
-from servesim.web.validate import checked_engine
+from servesim.web.validate import at_the_door
 
 router = APIRouter(prefix="/api/bench", tags=["measured"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -181,7 +181,7 @@ def simulate_bench(bench_id: BenchId, body: BenchSimulateBody, wb: WB) -> JSONRe
             raise Problem(422, f"run {body.run_id} is a {run.kind} job: choose a simulation run")
         what = f"run {run.title}"
     else:
-        engine = checked_engine(body.deployment)
+        body, engine = at_the_door(body)
         if body.deployment.replicas > 1:
             reason = "the overlay re-runs the benchmark on one replica (the server vllm bench serve measured)"
             raise Problem(

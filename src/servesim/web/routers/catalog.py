@@ -37,8 +37,8 @@ def deployment_fields() -> list[dict[str, Any]]:
     out = []
     for name in DEPLOYMENT_FORM:
         spec = dict(by_name[name])
-        if name in defaults:
-            spec.update(default=defaults[name], nullable=False)
+        if name in defaults:  # the help says the default once (the form adds it)
+            spec.update(default=defaults[name], nullable=False, help=spec["help"].split("; default")[0] + ".")
         if name == "replicas":
             spec["maximum"] = WEB_MAX_REPLICAS
         out.append(spec)

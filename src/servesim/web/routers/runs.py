@@ -22,7 +22,7 @@ from servesim.web.schemas import (
     SimulateBody,
     TuneBody,
 )
-from servesim.web.validate import check_advisor, check_tune, checked_engine
+from servesim.web.validate import at_the_door, check_advisor, check_tune
 
 router = APIRouter(prefix="/api", tags=["runs"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -59,7 +59,7 @@ def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | Non
 @router.post("/simulate", status_code=202, responses=ACCEPTED, summary="Simulate one replica or a cluster")
 def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
-    engine = checked_engine(body.deployment)
+    body, engine = at_the_door(body)
     replicas = body.deployment.replicas
     shape = (
         f"{replicas} replicas, {len(body.failures)} failures"
@@ -75,7 +75,7 @@ def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
 )
 def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
-    checked_engine(body.deployment)
+    body, _ = at_the_door(body)
     return _submit(wb, "saturate", body.label or f"{name}: saturation sweep", body, body.trace_id)
 
 
@@ -84,7 +84,7 @@ def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
 )
 def tune(body: TuneBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
-    checked_engine(body.deployment)
+    body, _ = at_the_door(body)
     check_tune(body, wb.settings.max_trials)
     return _submit(
         wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id
@@ -94,7 +94,7 @@ def tune(body: TuneBody, wb: WB) -> JSONResponse:
 @router.post("/advise", status_code=202, responses=ACCEPTED, summary="Advice (Claude or rules), re-checked")
 def advise(body: AdviseBody, wb: WB) -> JSONResponse:
     check_advisor(body)
-    checked_engine(body.deployment)
+    body, _ = at_the_door(body)
     if body.task == "batching":
         if body.trace_id is None:
             raise Problem(

@@ -58,7 +58,7 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
             setup.config,
             setup.step_time,
             slo=body.slo.per_request() if body.slo is not None else None,
-            replicas=1,
+            replicas=body.deployment.replicas,  # the current replicas, as `servesim advise --replicas`
             hardware=advised_hardware(setup),
         )
         if body.optimize > 0:
