@@ -531,10 +531,12 @@ def test_one_deployment_and_one_slo_serve_every_tab_and_survive_a_reload(page: A
     }
     r = httpx.post(server + "/api/simulate", json=old, timeout=30, headers={"Origin": server})
     assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 90
+    while httpx.get(f"{server}/api/jobs/{r.json()['id']}", timeout=30).json()["status"] != "done":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     page.click("#tab-history")
-    page.wait_for_selector(
-        "#history-table tbody tr:has-text('an older body') td:has-text('done')", timeout=60_000
-    )
+    page.wait_for_selector("#history-table tbody tr:has-text('an older body')")
     page.locator("#history-table tbody tr", has_text="an older body").locator(
         "button", has_text="Open"
     ).click()
