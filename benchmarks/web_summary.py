@@ -35,7 +35,7 @@ SERVESIM = Path(sys.executable).with_name("servesim")
 
 def web_run(c: TestClient, tid: str, flags: dict[str, object]) -> tuple[float, str, list[float]]:
     t0 = time.perf_counter()
-    job = c.post("/api/simulate", json={"trace_id": tid, "engine": flags, "hardware": {"gpu": "h100"}})
+    job = c.post("/api/simulate", json={"trace_id": tid, "deployment": {"gpu": "h100", "engine": flags}})
     jid = job.json()["id"]
     etas = []
     while (st := c.get(f"/api/jobs/{jid}").json())["status"] not in ("done", "failed", "cancelled"):

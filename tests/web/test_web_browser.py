@@ -231,7 +231,7 @@ def test_tuning_shows_progress_and_the_recommendation(page: Any) -> None:
     page.click("#tab-tune")
     page.fill("#tune-trials", "3")
     page.fill("#tune-verify", "1")
-    page.fill("#tune-slo-ttft_p99_ms", "5000")
+    page.fill("#slo-ttft_p99_ms", "5000")
     page.fill("#tune-space", __import__("json").dumps(SMALL_SPACE))
     page.click("#tune-submit")
     page.wait_for_selector("#tune-job .bar")  # progress shows while the study runs
@@ -451,3 +451,101 @@ def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: 
     charts_box = page.locator("#run-results [data-section='simulation'] .charts")
     charts_box.scroll_into_view_if_needed()
     charts_box.screenshot(path=str(IMAGES / "run-charts.png"))
+
+
+def test_one_deployment_and_one_slo_serve_every_tab_and_survive_a_reload(page: Any, server: str) -> None:
+    """Model, GPU, TP, a flag and an SLO set once: Tune's baseline is that configuration, the
+    throughput curve draws that SLO, the advisor answers for that deployment, each result says
+    so, and a reload restores the panels (issue 27)."""
+    import json
+
+    page.click("#tab-run")
+    page.select_option("#dep-model", "qwen2.5-7b")
+    page.select_option("#dep-gpu", "a100-80gb")
+    page.fill("#dep-tp", "2")
+    page.fill("#eng-max_num_seqs", "48")
+    page.fill("#slo-ttft_p99_ms", "20000")
+    page.fill("#slo-tpot_p99_ms", "1000")
+    want = (
+        "Deployment: qwen2.5-7b on 2 × a100-80gb, max_num_seqs 48 · SLO: ttft_p99_ms=20000,tpot_p99_ms=1000"
+    )
+    for tab in ("sweep", "tune", "advise", "measured"):  # one panel, shown in each tab's form column
+        page.click(f"#tab-{tab}")
+        assert page.locator(f"#panel-{tab} #deployment-panel").is_visible()
+        assert page.locator("#dep-model").count() == 1 and page.input_value("#dep-model") == "qwen2.5-7b"
+    assert page.locator("#panel-measured #slo-panel").count() == 0  # the overlay has no SLO
+
+    page.click("#tab-tune")
+    assert page.input_value("#slo-ttft_p99_ms") == "20000"
+    page.fill("#tune-trials", "2")
+    page.fill("#tune-verify", "1")
+    page.fill("#tune-space", json.dumps(SMALL_SPACE))
+    page.click("#tune-submit")
+    page.wait_for_selector("#tune-results .run-settings", timeout=180_000)
+    assert page.text_content("#tune-results .run-settings") == want
+    page.wait_for_selector("#tune-results table[data-key='baseline'] tbody tr")
+    first = page.locator("#tune-results table[data-key='baseline'] tbody tr").first.locator("td")
+    assert first.first.inner_text() == "your configuration"  # the panels' deployment is the baseline
+    assert "your configuration" in (
+        page.text_content("#tune-results table[data-key='baseline'] caption") or ""
+    )
+
+    page.click("#tab-sweep")
+    page.fill("#sweep-seeds", "1")
+    page.click("#sweep-submit")
+    page.wait_for_selector("#sweep-results [data-key='ttft_ms_curve'] .main-svg", timeout=180_000)
+    assert page.text_content("#sweep-results .run-settings") == want
+    notes = page.eval_on_selector(
+        "#sweep-results [data-key='ttft_ms_curve']", "e => (e.layout.annotations || []).map(a => a.text)"
+    )
+    assert "SLO TTFT p99 20,000 ms" in notes  # the SLO line on the curve
+
+    page.click("#tab-advise")
+    page.select_option("#advise-task", "batching")
+    page.select_option("#advise-advisor", "rules")
+    page.fill("#advise-optimize", "0")
+    page.click("#advise-submit")
+    page.wait_for_selector("#advice-card .run-settings", timeout=120_000)
+    assert page.text_content("#advice-card .run-settings") == want
+
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    page.click("#tab-tune")
+    restored = {i: page.input_value(i) for i in ("#dep-model", "#dep-gpu", "#dep-tp", "#eng-max_num_seqs")}
+    assert restored == {
+        "#dep-model": "qwen2.5-7b",
+        "#dep-gpu": "a100-80gb",
+        "#dep-tp": "2",
+        "#eng-max_num_seqs": "48",
+    }
+    assert page.input_value("#slo-ttft_p99_ms") == "20000" and page.input_value("#slo-tpot_p99_ms") == "1000"
+    assert page.locator("#panel-tune #slo-panel").is_visible()
+
+    # a run stored with the older body (engine + hardware, slo in ttft_ms): "load these settings"
+    traces = httpx.get(server + "/api/traces", timeout=30).json()
+    old = {
+        "trace_id": traces[0]["id"],
+        "engine": {"max_num_seqs": 24},
+        "hardware": {"gpu": "l4", "tensor_parallel_size": 1},
+        "slo": {"ttft_ms": 700},
+        "label": "an older body",
+    }
+    r = httpx.post(server + "/api/simulate", json=old, timeout=30, headers={"Origin": server})
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 90
+    while httpx.get(f"{server}/api/jobs/{r.json()['id']}", timeout=30).json()["status"] != "done":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    page.click("#tab-history")
+    page.wait_for_selector("#history-table tbody tr:has-text('an older body')")
+    page.locator("#history-table tbody tr", has_text="an older body").locator(
+        "button", has_text="Open"
+    ).click()
+    page.wait_for_selector("#run-results .run-settings")
+    assert page.text_content("#run-results .run-settings") == (
+        "Deployment: llama-3.1-8b on 1 × l4, max_num_seqs 24 · SLO: ttft_p99_ms=700"
+    )
+    page.click("#load-settings")
+    assert page.input_value("#dep-gpu") == "l4" and page.input_value("#eng-max_num_seqs") == "24"
+    assert page.input_value("#dep-model") == "llama-3.1-8b" and page.input_value("#dep-tp") == "1"
+    assert page.input_value("#slo-ttft_p99_ms") == "700" and page.input_value("#slo-tpot_p99_ms") == ""

@@ -56,8 +56,8 @@ def test_catalog_offers_vllm_flags_with_defaults_and_help(client: TestClient) ->
     assert flags["max_num_seqs"]["flag"] == "--max-num-seqs" and flags["max_num_seqs"]["default"] == 128
     assert flags["max_num_batched_tokens"]["help"]
     assert flags["starvation_threshold"]["vllm"] is False
-    assert "num_gpu_blocks" not in flags  # sized from the model and GPU (or the override)
-    assert "--num-gpu-blocks-override" in {f["flag"] for f in cat["hardware_flags"]}
+    assert "num_gpu_blocks" not in flags  # sized from the model and GPU (or given with the deployment)
+    assert "num_gpu_blocks" in {f["name"] for f in cat["deployment_fields"]}
     assert {"llama-3.1-8b", "qwen2.5-7b"} <= {m["name"] for m in cat["models"]}
     assert "h100" in {g["name"] for g in cat["gpus"]}
     assert cat["glossary"]["ttft_ms"]["definition"].startswith("Time to first token")

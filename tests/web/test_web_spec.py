@@ -64,7 +64,7 @@ def test_the_web_and_the_cli_write_the_same_document(
     applied: dict[str, int],
 ) -> None:
     trace_id, path = csv_trace
-    body = {"trace_id": trace_id, "engine": engine, "hardware": {"gpu": gpu}}
+    body = {"trace_id": trace_id, "deployment": {"gpu": gpu, "engine": engine}}
     run = run_job(client, "/api/simulate", body)
     cli = _cli(path, "--gpu", gpu, *cli_flags)
 
@@ -83,12 +83,12 @@ def test_the_web_and_the_cli_write_the_same_document(
     values = ", ".join(f"{k} {v:,}" for k, v in applied.items())
     assert notes[1] == f"defaults: {values} (what vllm serve runs on {gpu})"
     # the run keeps what was asked: the form is restored to the user's settings, not the defaults
-    assert run["job"]["params"]["engine"] == engine
+    assert run["job"]["params"]["deployment"] == {"gpu": gpu, "engine": engine}
 
 
 def test_the_web_reports_a_run_from_its_document(client: TestClient, csv_trace: tuple[str, Path]) -> None:
     """The workbench's report reads the same typed document as ``servesim report``."""
-    run = run_job(client, "/api/simulate", {"trace_id": csv_trace[0], "hardware": {"gpu": "l4"}})
+    run = run_job(client, "/api/simulate", {"trace_id": csv_trace[0], "deployment": {"gpu": "l4"}})
     r = client.get(f"/api/runs/{run['job']['id']}/report.html")
     assert r.status_code == 200
     assert "max_num_seqs 256" in r.text or "256" in r.text
@@ -104,8 +104,7 @@ def test_the_door_applies_vllms_clamps_and_refuses_what_vllm_refuses(
         "/api/simulate",
         json={
             "trace_id": csv_trace[0],
-            "engine": {"max_num_batched_tokens": 512},
-            "hardware": {"gpu": "h100"},
+            "deployment": {"gpu": "h100", "engine": {"max_num_batched_tokens": 512}},
         },
     )
     assert r.status_code == 202 and "max_num_seqs 512" in r.json()["title"]
@@ -118,4 +117,4 @@ def test_the_door_applies_vllms_clamps_and_refuses_what_vllm_refuses(
         },
     )
     assert r.status_code == 422, r.text
-    assert any(e["field"].startswith("body.engine") for e in r.json()["errors"])
+    assert any(e["field"].startswith("body.deployment.engine") for e in r.json()["errors"])

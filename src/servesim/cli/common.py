@@ -105,15 +105,15 @@ def request_slo(text: str | None) -> Any:
     and wording of every command), as the engine's per-request thresholds (each p99 cap is also
     each request's goodput threshold). ``good=FRACTION`` is a requirement across a sweep or a
     study, so a single run refuses it rather than ignore it."""
+    from servesim.spec import SLOError
+
     goal = cli_slo(text)
     if goal is None:
         return None
-    if goal.min_good_fraction is not None:
-        raise InputError(
-            "--slo good=FRACTION is judged by saturate and tune; a single run reports the good "
-            "fraction it measured: leave good= out here"
-        )
-    return goal.request_slo()
+    try:
+        return goal.per_request()
+    except SLOError as e:
+        raise InputError(e.worded_for("--slo")) from None
 
 
 def print_timed_as(text: str) -> None:

@@ -22,7 +22,7 @@ from servesim.spec.deployment import (
     resolve_replicas,
 )
 from servesim.spec.run import RunSpec
-from servesim.spec.slo import PercentileSLO, parse_slo
+from servesim.spec.slo import PercentileSLO, SLOError, parse_slo
 
 __all__ = [
     "MAX_REPLICAS",
@@ -31,6 +31,7 @@ __all__ = [
     "Rebuild",
     "ResolvedDeployment",
     "RunSpec",
+    "SLOError",
     "apply_serve_defaults",
     "engine_values",
     "parse_slo",

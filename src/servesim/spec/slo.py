@@ -16,6 +16,8 @@ Two kinds of objective, used together and never confused:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -26,14 +28,24 @@ _METRICS = ("ttft", "tpot", "e2e")
 _GOOD_KEYS = ("good", "goodput", "min_good_fraction", "good_fraction")
 
 
+class SLOError(InputError):
+    """An SLO that does not parse. Its message names the input ``SLO``; an interface names its
+    own input instead (``worded_for``: the CLI's ``--slo``, the web's ``slo``), so the same bad SLO
+    reads the same everywhere."""
+
+    def worded_for(self, name: str) -> str:
+        """The message with the input called ``name`` (``--slo``, ``slo``)."""
+        return str(self).replace("SLO ", f"{name} ", 1)
+
+
 def _number(key: str, text: str) -> float:
     """A finite number (``inf``, ``nan``, ``1e999`` and JSON ``true`` are no latency cap)."""
     try:
         value = float(text.strip())
     except ValueError:
-        raise InputError(f"SLO {shown(key)}: {shown(text.strip())} is not a number") from None
+        raise SLOError(f"SLO {shown(key)}: {shown(text.strip())} is not a number") from None
     if not math.isfinite(value):
-        raise InputError(f"SLO {shown(key)}: {shown(text.strip())} is not a finite number")
+        raise SLOError(f"SLO {shown(key)}: {shown(text.strip())} is not a finite number")
     return value
 
 
@@ -72,37 +84,64 @@ class PercentileSLO(BaseModel):
     def parse(cls, text: str) -> PercentileSLO:
         """Parse ``ttft_p99_ms=500,tpot_p99_ms=50[,e2e_p99_ms=20000][,good=0.95]`` (ms): the one SLO
         syntax of every command, tab and file (``parse_slo`` below words its errors for a flag)."""
-        values: dict[str, float] = {}
+        terms = []
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, val = part.partition("=")
-            key = key.strip().lower()
             if not sep:
-                raise InputError(f"SLO term {shown(part)} must look like name=value, e.g. ttft_p99_ms=500")
+                raise SLOError(f"SLO term {shown(part)} must look like name=value, e.g. ttft_p99_ms=500")
+            terms.append((key, val))
+        if not terms:
+            raise SLOError(f"empty SLO {shown(text)}: give e.g. ttft_p99_ms=500,tpot_p99_ms=50")
+        return cls._from_terms(terms, text)
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> PercentileSLO | None:
+        """An SLO given as an object (the web's and the files' ``slo``: ``{"ttft_p99_ms": 500}``):
+        the same keys, rules and wording as ``parse``; a key set to null is not given, and an
+        object that gives none is no SLO (as an empty ``--slo`` is)."""
+        terms = [(str(k), str(v)) for k, v in mapping.items() if v is not None]
+        if not terms:
+            return None
+        return cls._from_terms(terms, ",".join(f"{k}={v}" for k, v in terms))
+
+    @classmethod
+    def _from_terms(cls, terms: Iterable[tuple[str, str]], text: str) -> PercentileSLO:
+        values: dict[str, float] = {}
+        for raw, val in terms:
+            key = raw.strip().lower()
             if key in _GOOD_KEYS:
                 name = "min_good_fraction"
             else:
                 metric, _, pct = key.removesuffix("_ms").partition("_")
                 if metric not in _METRICS or pct not in ("p99", ""):
-                    raise InputError(
+                    raise SLOError(
                         f"unknown SLO {shown(key)}: use ttft_p99_ms, tpot_p99_ms, e2e_p99_ms (milliseconds) "
                         "and optionally good=FRACTION"
                     )
                 if pct == "":
-                    raise InputError(
+                    raise SLOError(
                         f"SLO {shown(key)} names no percentile: write {metric}_p99_ms (the cap on the run's "
                         "p99, also each request's goodput threshold)"
                     )
                 name = f"{metric}_p99_ms"
             if name in values:
-                raise InputError(f"SLO {shown(key)} is given twice")
-            number = _number(key, val)
-            values[name] = number
-        if not values:
-            raise InputError(f"empty SLO {shown(text)}: give e.g. ttft_p99_ms=500,tpot_p99_ms=50")
+                raise SLOError(f"SLO {shown(key)} is given twice")
+            values[name] = _number(key, val)
         try:
             return cls.model_validate(values)
-        except ValidationError as e:
-            raise InputError(f"SLO {shown(text)}: {describe(e)}") from None
+        except (ValidationError, InputError) as e:
+            raise SLOError(f"SLO {shown(text)}: {describe(e)}") from None
+
+    def per_request(self) -> SLO | None:
+        """The engine's per-request SLO of a single run (``simulate``, the advisor's batching case):
+        ``request_slo``, refusing ``good=FRACTION``, which saturate and tune judge across a sweep or
+        a study (a single run reports the good fraction it measured)."""
+        if self.min_good_fraction is not None:
+            raise SLOError(
+                "SLO good=FRACTION is judged by saturate and tune; a single run reports the good "
+                "fraction it measured: leave good= out here"
+            )
+        return self.request_slo()
 
     def caps(self) -> dict[str, float]:
         """``{"ttft": cap_ms, ...}`` for the metrics that have a cap."""

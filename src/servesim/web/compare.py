@@ -17,11 +17,13 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 
 def settings_of(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    """The run's effective engine config (with the KV blocks it got) and its request's other settings."""
+    """The run's effective engine config (with the KV blocks it got) and its request's other settings
+    (its deployment's model, GPU, TP, replicas ...: the engine keys it set are in the config)."""
     flat: dict[str, Any] = {}
-    _flat(
-        "", {k: v for k, v in job.get("params", {}).items() if k not in ("engine", "trace_id", "label")}, flat
-    )
+    params = {k: v for k, v in job.get("params", {}).items() if k not in ("engine", "trace_id", "label")}
+    if isinstance(params.get("deployment"), dict):
+        params["deployment"] = {k: v for k, v in params["deployment"].items() if k != "engine"}
+    _flat("", params, flat)
     _flat("", result.get("config", {}), flat)
     return flat
 

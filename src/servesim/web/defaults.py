@@ -1,23 +1,21 @@
-"""A web request's deployment as ``servesim.spec`` sees it, and the defaults it gets (issue 27).
+"""A web request's deployment as ``servesim.spec`` resolves it, and the defaults it gets (issue 27).
 
-The web's bodies carry the engine keys the user set (``EngineConfig``'s names) and the hardware
-(model, GPU, TP, memory share); ``deployment_spec`` turns them into the ``DeploymentSpec`` every
-interface builds, and the jobs run ``servesim.spec.resolve`` on it — the same defaults (what
-``vllm serve MODEL`` runs on that GPU), the same KV sizing, the same ``timed as`` line and the
-same ``setup`` in the result as the CLI. A setting the request leaves out gets the GPU's value;
-one it gives is kept; the run says which were filled in.
+The web's bodies carry a ``DeploymentSpec`` (the keys the user set) and the jobs run
+``servesim.spec.resolve`` on it — the same defaults (what ``vllm serve MODEL`` runs on that GPU),
+the same KV sizing, the same ``timed as`` line and the same ``setup`` in the result as the CLI. A
+setting the request leaves out gets the GPU's value; one it gives is kept; the run says which
+were filled in.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from servesim.engine import EngineConfig
 from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.spec import DeploymentSpec, ResolvedDeployment, resolve
-from servesim.web.schemas import HardwareBody
+from servesim.web.schemas import BODIES
 
 
 def engine_defaults(gpu: str) -> dict[str, Any]:
@@ -25,36 +23,10 @@ def engine_defaults(gpu: str) -> dict[str, Any]:
     return apply_serve_defaults({}, gpu)[1]
 
 
-def given(engine: EngineConfig | None) -> dict[str, Any]:
-    """The engine keys a request set (the rest are ``vllm serve``'s defaults)."""
-    return {} if engine is None else engine.model_dump(mode="json", exclude_unset=True)
-
-
-def deployment_spec(
-    engine: EngineConfig | None, hw: HardwareBody, *, replicas: int = 1, router: str | None = None
-) -> DeploymentSpec:
-    """The ``DeploymentSpec`` of a request's engine keys and hardware (the CLI builds the same
-    one from ``--model/--gpu/--tp/--gpu-memory-utilization`` and the engine flags)."""
-    keys = given(engine)
-    if hw.num_gpu_blocks_override is not None:
-        keys["num_gpu_blocks"] = hw.num_gpu_blocks_override
-    extra: dict[str, Any] = {"router": router} if router is not None else {}
-    asked = hw.model_fields_set  # what the request named; the rest are the spec's own defaults
-    return DeploymentSpec(
-        model=hw.model if "model" in asked else None,
-        gpu=hw.gpu if "gpu" in asked else None,
-        tp=hw.tensor_parallel_size if "tensor_parallel_size" in asked else None,
-        gpu_memory_utilization=hw.gpu_memory_utilization if "gpu_memory_utilization" in asked else None,
-        replicas=replicas,
-        engine=keys,
-        **extra,
-    )
-
-
-def resolved(engine: EngineConfig | None, hw: HardwareBody, max_model_len: int) -> ResolvedDeployment:
+def resolved(spec: DeploymentSpec, max_model_len: int) -> ResolvedDeployment:
     """``servesim.spec.resolve`` of the request's deployment, the KV cache sized for
     ``max_model_len`` (a trace's longest request + 1) unless the engine sets one."""
-    return resolve(deployment_spec(engine, hw), max_model_len=max_model_len)
+    return resolve(spec, max_model_len=max_model_len)
 
 
 def setup_notes(setup: ResolvedDeployment) -> list[str]:
@@ -66,23 +38,29 @@ def setup_notes(setup: ResolvedDeployment) -> list[str]:
     return [*lines, *setup.notes]
 
 
-def with_defaults(engine: EngineConfig, gpu: str) -> EngineConfig:
-    """``engine`` with every GPU-dependent field the request did not set filled in for ``gpu``
-    (the door's check: a ``ValidationError`` names the field vLLM would refuse)."""
-    values, applied = apply_serve_defaults(given(engine), gpu, engine.max_model_len)
-    if not applied:
-        return engine
-    return EngineConfig.model_validate(values)
-
-
 def stored_params(body: BaseModel) -> dict[str, Any]:
-    """A request body as the job stores it: its ``engine`` and ``hardware`` hold only what the user
-    set, so the job resolves the rest as the CLI does and the form is restored to what was asked."""
+    """A request body as the job stores it: its ``deployment`` holds only what the user set (so
+    the job resolves the rest as the CLI does and the form is restored to what was asked), its
+    ``slo`` only the caps given."""
     params = body.model_dump(mode="json")
-    engine = getattr(body, "engine", None)
-    if isinstance(engine, EngineConfig):
-        params["engine"] = given(engine)
-    hardware = getattr(body, "hardware", None)
-    if isinstance(hardware, HardwareBody):
-        params["hardware"] = hardware.model_dump(mode="json", exclude_unset=True)
+    deployment = getattr(body, "deployment", None)
+    if isinstance(deployment, DeploymentSpec):
+        params["deployment"] = deployment.model_dump(mode="json", exclude_unset=True)
+    slo = getattr(body, "slo", None)
+    if isinstance(slo, BaseModel):
+        params["slo"] = slo.model_dump(mode="json", exclude_none=True)
     return params
+
+
+def current_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A stored job's params in today's shape: a run stored with an older body (``engine`` +
+    ``hardware``, ``slo`` in ``ttft_ms``) reads as the body it is translated to, so "load these
+    settings" and a comparison treat old and new runs alike. Params that no longer validate are
+    returned as stored."""
+    body = BODIES.get(kind)
+    if body is None or "deployment" in params:
+        return params
+    try:
+        return stored_params(body.model_validate(params))
+    except (ValidationError, ValueError):
+        return params

@@ -84,11 +84,21 @@ def responses(*statuses: int, **described: str) -> dict[int | str, dict[str, Any
 
 def _set_bounds(schemas: dict[str, Any], paths: dict[str, Any], settings: WebSettings) -> None:
     from servesim.perf import load_catalog
+    from servesim.perf.profile import builtin_profile_names
 
     cat = load_catalog()
-    hw = schemas["HardwareBody"]["properties"]
-    hw["model"]["enum"] = sorted(cat.models)
-    hw["gpu"]["enum"] = sorted(cat.gpus)
+    from servesim.web.schemas import WEB_MAX_REPLICAS
+
+    dep = schemas["DeploymentSpec"]["properties"]
+    for key, names in (("model", cat.models), ("gpu", cat.gpus)):  # catalog names, never a path
+        for option in dep[key].get("anyOf", [dep[key]]):
+            if option.get("type") == "string":
+                option["enum"] = sorted(names)
+    dep["replicas"]["maximum"] = WEB_MAX_REPLICAS  # this server's bound (the CLI's is higher)
+    profile = dep["profile"]
+    for option in profile.get("anyOf", [profile]):
+        if option.get("type") == "string":
+            option["enum"] = builtin_profile_names()  # a shipped profile, never a file on the server
     schemas["GenerateBody"]["properties"]["num_requests"]["maximum"] = settings.max_requests_per_trace
     schemas["TuneBody"]["properties"]["n_trials"]["maximum"] = settings.max_trials
     for param in paths["/api/defaults"]["get"]["parameters"]:

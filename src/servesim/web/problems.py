@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from servesim.errors import InternalError, describe, user_errors
+from servesim.spec import SLOError
 from servesim.traces import TraceError
 from servesim.web.security import BodyTooLarge
 
@@ -111,12 +112,18 @@ def install(app: FastAPI) -> None:
         if request.method not in allowed_methods(request):  # GET /api/traces/generate: not a trace id
             return method_not_allowed(request)
         errors = []
+        parts = []
         for e in exc.errors():
             loc = [str(x) for x in e.get("loc", ())]
-            errors.append(
-                {"field": ".".join(loc), "reason": str(e.get("msg", "")).removeprefix("Value error, ")}
-            )
-        detail = "; ".join(f"{e['field']}: {e['reason']}" for e in errors)[:1000] or "invalid request"
+            cause = (e.get("ctx") or {}).get("error")
+            if isinstance(cause, SLOError):  # the CLI's words, the input named as the API names it
+                reason = cause.worded_for(loc[-1] if loc else "slo")
+                parts.append(reason)
+            else:
+                reason = str(e.get("msg", "")).removeprefix("Value error, ")
+                parts.append(f"{'.'.join(loc)}: {reason}")
+            errors.append({"field": ".".join(loc), "reason": reason})
+        detail = "; ".join(parts)[:1000] or "invalid request"
         return problem_response(422, detail, request.url.path, errors=errors)
 
     async def on_too_large(request: Request, exc: Exception) -> JSONResponse:

@@ -1,77 +1,190 @@
 """Request and response bodies of the REST API (Pydantic; the OpenAPI schema is built from them).
 
-Engine settings are servesim's ``EngineConfig`` itself (vLLM's flag names with underscores), SLOs
-are the library's ``SLO`` / ``PercentileSLO``: the API takes exactly what the library validates.
+The bodies are the specs every interface builds (issue 27): a run's ``deployment`` is
+``servesim.spec.DeploymentSpec`` (model, GPU, TP, memory share, replicas, router and the vLLM keys
+set, in ``EngineConfig``'s names) and its ``slo`` is ``servesim.spec.PercentileSLO``, given as an
+object (``{"ttft_p99_ms": 500}``) or in the CLI's one syntax (``"ttft_p99_ms=500,tpot_p99_ms=50"``),
+both read by the one parser with the CLI's wording. The API takes exactly what the CLI resolves.
+
+Older bodies (``engine`` + ``hardware``, a top-level ``replicas``/``router``, the engine's
+per-request ``slo`` keys ``ttft_ms``/``tpot_ms``/``e2e_ms``) are translated into that shape before
+validation (``legacy_body``), so stored runs and existing clients keep working and get the same
+result.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from servesim.cluster import FailureEvent
-from servesim.engine import SLO, EngineConfig
 from servesim.resched import Policy
-from servesim.tuning import PercentileSLO
-from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL
+from servesim.spec import DeploymentSpec, PercentileSLO, SLOError
 
 ID_PATTERN = r"^[0-9a-f]{32}$"
-RouterName = Literal[
-    "round_robin", "random", "least_outstanding", "least_kv", "power_of_two", "prefix_aware", "vllm_dp"
-]
+#: The most replicas one web job simulates (a cluster of 1,024 is the CLI's, not a shared server's).
+WEB_MAX_REPLICAS = 16
+#: The older bodies' hardware keys and the ``DeploymentSpec`` field each became.
+LEGACY_HARDWARE = {
+    "model": "model",
+    "gpu": "gpu",
+    "tensor_parallel_size": "tp",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+}
+#: The engine's per-request SLO keys of the older simulate/advise bodies: each is the p99 cap
+#: ``PercentileSLO`` names (its ``request_slo`` is that same per-request threshold).
+LEGACY_SLO = {"ttft_ms": "ttft_p99_ms", "tpot_ms": "tpot_p99_ms", "e2e_ms": "e2e_p99_ms"}
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class HardwareBody(Strict):
-    """The served model and GPUs (``servesim perf`` catalog), as ``vllm serve`` would size them."""
+def legacy_body(data: Any, *, cluster: bool, legacy_slo: bool) -> Any:
+    """An older body (``engine`` + ``hardware``; ``cluster``: a top-level ``replicas`` and
+    ``router``; ``legacy_slo``: ``slo`` in the engine's ``ttft_ms``/``tpot_ms``/``e2e_ms``) in
+    today's shape: ``deployment`` (a ``DeploymentSpec``) and a ``PercentileSLO``. A body already in
+    today's shape is returned as it is; one mixing both shapes is refused."""
+    if not isinstance(data, dict):
+        return data
+    old = [k for k in ("engine", "hardware", *(("replicas", "router") if cluster else ())) if k in data]
+    out = dict(data)
+    if old:
+        if "deployment" in data:
+            raise ValueError(f"give deployment, or the older {' and '.join(old)}, not both")
+        hardware = out.pop("hardware", None)
+        engine = out.pop("engine", None)
+        dep: dict[str, Any] = {}
+        keys: dict[str, Any] = {}
+        if engine is not None:
+            if not isinstance(engine, dict):
+                raise ValueError("engine must be an object of vLLM keys")
+            keys.update(engine)
+        if hardware is not None:
+            if not isinstance(hardware, dict):
+                raise ValueError("hardware must be an object (model, gpu, tensor_parallel_size ...)")
+            for key, value in hardware.items():
+                if key == "num_gpu_blocks_override":
+                    if value is not None:
+                        keys["num_gpu_blocks"] = value
+                elif key in LEGACY_HARDWARE:
+                    dep[LEGACY_HARDWARE[key]] = value
+                else:
+                    raise ValueError(f"hardware has no key {key!r}: use {', '.join(LEGACY_HARDWARE)}")
+        for key in ("replicas", "router"):
+            if key in out:
+                dep[key] = out.pop(key)
+        if keys:
+            dep["engine"] = keys
+        out["deployment"] = dep
+    slo = out.get("slo")
+    if legacy_slo and isinstance(slo, dict) and any(k in slo for k in LEGACY_SLO):
+        if any(k in slo for k in LEGACY_SLO.values()):
+            raise ValueError("slo: give the p99 caps (ttft_p99_ms ...) or the older ttft_ms ..., not both")
+        out["slo"] = {LEGACY_SLO.get(k, k): v for k, v in slo.items()}
+    return out
 
-    model: str = Field(DEFAULT_MODEL, min_length=1, max_length=200, description="Catalog model name.")
-    gpu: str = Field(DEFAULT_GPU, min_length=1, max_length=100, description="Catalog GPU name.")
-    tensor_parallel_size: int = Field(1, ge=1, le=16, description="vLLM --tensor-parallel-size.")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
-    num_gpu_blocks_override: int | None = Field(
-        None, ge=2, description="vLLM --num-gpu-blocks-override: KV blocks instead of the memory model's."
+
+def read_slo(value: Any) -> Any:
+    """A body's ``slo``: null, an object of ``PercentileSLO``'s keys or the CLI's text, read by
+    the one parser (``PercentileSLO.from_mapping`` / ``servesim.spec.parse_slo``), so a bad SLO is
+    worded as the CLI words it. An empty text or object is no SLO, as an empty ``--slo`` is."""
+    from servesim.spec import parse_slo
+
+    if isinstance(value, str):
+        if len(value) > 1000:
+            raise SLOError(f"SLO text of {len(value):,} characters: at most 1,000")
+        return parse_slo(value)
+    if isinstance(value, dict):
+        return PercentileSLO.from_mapping(value)
+    return value
+
+
+def single_run_slo(value: PercentileSLO | None) -> PercentileSLO | None:
+    """A single run's SLO: each cap is each request's goodput threshold; ``good=FRACTION`` is
+    judged by saturate and tune (refused here as the CLI refuses it)."""
+    if value is not None:
+        value.per_request()
+    return value
+
+
+class SpecBody(Strict):
+    """A body that runs a deployment: the spec, its older shape translated first."""
+
+    #: Whether the older body had a top-level ``replicas`` / ``router`` (simulate, saturate).
+    _cluster_keys: ClassVar[bool] = False
+    #: Whether the older body's ``slo`` was the engine's per-request SLO (simulate, advise).
+    _legacy_slo: ClassVar[bool] = False
+
+    deployment: DeploymentSpec = Field(
+        default_factory=DeploymentSpec,
+        description="The deployment (servesim.spec.DeploymentSpec, as the CLI's flags build it): "
+        "model, GPU, TP, memory share, replicas, router and the vLLM keys set; the rest are what "
+        "vllm serve runs on that GPU.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _older_shape(cls, data: Any) -> Any:
+        return cls.older(data)
 
-class SimulateBody(Strict):
-    """One replica (``replicas`` 1) or a cluster with failures (``replicas`` > 1 or ``failures``)."""
+    @classmethod
+    def older(cls, data: Any) -> Any:
+        """``data`` in today's shape (``legacy_body``)."""
+        return legacy_body(data, cluster=cls._cluster_keys, legacy_slo=cls._legacy_slo)
+
+
+def _text_too(schema: dict[str, Any]) -> None:
+    """The ``slo`` field's schema: the object, or the CLI's text, or null."""
+    schema.setdefault("anyOf", []).insert(1, {"type": "string", "maxLength": 1000})
+
+
+SLOField: Any = Field(
+    None,
+    description="p99 caps in ms, also each request's goodput threshold: an object "
+    '({"ttft_p99_ms": 500, "tpot_p99_ms": 50}) or the CLI\'s text ("ttft_p99_ms=500,tpot_p99_ms=50").',
+    json_schema_extra=_text_too,
+)
+
+
+class SimulateBody(SpecBody):
+    """One replica (``deployment.replicas`` 1) or a cluster with failures (more replicas, ``failures``)."""
+
+    _cluster_keys = True
+    _legacy_slo = True
 
     trace_id: str = Field(pattern=ID_PATTERN)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    hardware: HardwareBody = Field(default_factory=HardwareBody)
-    slo: SLO | None = None
+    slo: PercentileSLO | None = SLOField
     label: str | None = Field(None, max_length=200)
-    replicas: int = Field(1, ge=1, le=16)
-    router: RouterName = "least_outstanding"
     failures: list[FailureEvent] = Field(default_factory=list, max_length=64)
     recovery: Literal["planner", "migrate", "restart"] = "planner"
 
+    _slo = field_validator("slo", mode="before")(read_slo)
+    _one_run = field_validator("slo")(single_run_slo)
 
-class SaturateBody(Strict):
+
+class SaturateBody(SpecBody):
+    _cluster_keys = True
+
     trace_id: str = Field(pattern=ID_PATTERN)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    hardware: HardwareBody = Field(default_factory=HardwareBody)
-    slo: PercentileSLO | None = None
-    replicas: int = Field(1, ge=1, le=16)
+    slo: PercentileSLO | None = SLOField
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     seeds: int = Field(2, ge=1, le=5, description="Replicate seeds per rate.")
     rtol: float = Field(0.05, ge=0.01, le=0.5)
     label: str | None = Field(None, max_length=200)
 
+    _slo = field_validator("slo", mode="before")(read_slo)
 
-class TuneBody(Strict):
+
+class TuneBody(SpecBody):
     trace_id: str = Field(pattern=ID_PATTERN)
-    hardware: HardwareBody = Field(default_factory=HardwareBody)
-    engine: EngineConfig | None = Field(
-        None,
-        description="Your configuration (the Run tab's): the study's baseline. None: vllm serve's defaults.",
+    baseline: bool = Field(
+        True,
+        description="Evaluate the deployment first as the study's baseline (your configuration, "
+        "the Run tab's); false: vllm serve's defaults are the only starting point.",
     )
-    slo: PercentileSLO | None = None
+    slo: PercentileSLO | None = SLOField
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
     n_trials: int = Field(12, ge=1, description="Trials this job adds to the study.")
@@ -84,6 +197,16 @@ class TuneBody(Strict):
         None, max_length=120, pattern=r"^[A-Za-z0-9_.:-]+$", description="Resume this stored study."
     )
     label: str | None = Field(None, max_length=200)
+
+    _slo = field_validator("slo", mode="before")(read_slo)
+
+    @classmethod
+    def older(cls, data: Any) -> Any:
+        # The older body's ``engine`` null (or absent) meant "no baseline: vllm serve's defaults";
+        # today's body names its deployment, which is the baseline unless it says otherwise.
+        if isinstance(data, dict) and "baseline" not in data:
+            data = {**data, "baseline": "deployment" in data or data.get("engine") is not None}
+        return super().older(data)
 
 
 class RecoverBody(Strict):
@@ -99,14 +222,15 @@ class RescheduleBody(Strict):
     policy: Policy | None = None
 
 
-class AdviseBody(Strict):
-    """Batching advice on a stored trace, or rescheduling / fallback advice on a record."""
+class AdviseBody(SpecBody):
+    """Batching advice on a stored trace (for ``deployment`` against ``slo``), or rescheduling /
+    fallback advice on a record."""
+
+    _legacy_slo = True
 
     task: Literal["batching", "reschedule", "fallback"] = "batching"
     trace_id: str | None = Field(None, pattern=ID_PATTERN)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    hardware: HardwareBody = Field(default_factory=HardwareBody)
-    slo: SLO | None = None
+    slo: PercentileSLO | None = SLOField
     data: dict[str, Any] | None = Field(None, description="The reschedule input or recovery record.")
     advisor: Literal["auto", "dspy", "rules", "claude"] = Field(
         "auto",
@@ -116,18 +240,29 @@ class AdviseBody(Strict):
     )
     optimize: int = Field(6, ge=0, le=40, description="Optuna trials for the optimizer's best (batching).")
 
+    _slo = field_validator("slo", mode="before")(read_slo)
+    _one_run = field_validator("slo")(single_run_slo)
 
-class BenchSimulateBody(Strict):
+
+class BenchSimulateBody(SpecBody):
     """Re-run a stored ``vllm bench serve`` result's workload (or compare it with a stored run)."""
 
     bench_id: str = Field(pattern=ID_PATTERN)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    hardware: HardwareBody = Field(default_factory=HardwareBody)
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds the re-created send times.")
     run_id: str | None = Field(
         None, pattern=ID_PATTERN, description="Compare with this finished simulation run instead."
     )
     label: str | None = Field(None, max_length=200)
+
+
+#: Each job kind's body (a stored job's params are one of these, dumped by ``stored_params``).
+BODIES: dict[str, type[SpecBody]] = {
+    "simulate": SimulateBody,
+    "saturate": SaturateBody,
+    "tune": TuneBody,
+    "advise": AdviseBody,
+    "overlay": BenchSimulateBody,
+}
 
 
 class BenchOut(BaseModel):

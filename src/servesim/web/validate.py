@@ -1,42 +1,110 @@
 """Checks made when a job is submitted (422 naming each field), so a job never fails later on
 input the server could have refused at the door: a tune space, the advisor's availability, the
-trial budget, the engine settings with the GPU's ``vllm serve`` defaults."""
+trial budget, the deployment and its engine settings with the GPU's ``vllm serve`` defaults."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+from servesim.bounds import MAX_GPU_BLOCKS
 from servesim.engine import EngineConfig
 from servesim.errors import ConfigError, user_errors
 from servesim.perf.offload import check_offloading_size
-from servesim.web.defaults import with_defaults
+from servesim.perf.serve_defaults import apply_serve_defaults
+from servesim.perf.setup import DEFAULT_TP
+from servesim.spec import DeploymentSpec
 from servesim.web.problems import Problem
-from servesim.web.schemas import AdviseBody, TuneBody
+from servesim.web.schemas import WEB_MAX_REPLICAS, AdviseBody, SpecBody, TuneBody
+
+FIELD = "body.deployment"
 
 
-def checked_engine(body: BaseModel, gpu: str) -> EngineConfig | None:
-    """The engine ``body`` will run before KV sizing (the GPU's ``vllm serve`` defaults where it
+def _refuse(field: str, reason: str) -> Problem:
+    return Problem(422, f"{field}: {reason}", errors=[{"field": field, "reason": reason}])
+
+
+def check_deployment(spec: DeploymentSpec, *, max_replicas: int = WEB_MAX_REPLICAS) -> None:
+    """The deployment a job will resolve, checked at the door as the CLI checks its flags before
+    reading the trace: the catalog's model and GPU, a shipped hardware profile (never a path on
+    the server), this server's replica bound, and step timing that does not contradict itself."""
+    from servesim.perf import load_catalog
+    from servesim.perf.profile import builtin_profile_names
+    from servesim.tuning import hardware_of
+
+    catalog = load_catalog()
+    if spec.model is not None:
+        catalog.model(spec.model)  # UnknownModelError (a user error: 422) names the known ones
+    if spec.gpu is not None:
+        catalog.gpu(spec.gpu)
+    if spec.profile is not None and spec.profile not in builtin_profile_names():
+        names = ", ".join(builtin_profile_names())
+        raise _refuse(f"{FIELD}.profile", f"a shipped profile name ({names}), not a file on the server")
+    if spec.replicas > max_replicas:
+        raise _refuse(f"{FIELD}.replicas", f"this server simulates at most {max_replicas} replicas per job")
+    hardware_of(spec)  # ConfigError: a fixed step time with a GPU, or without num_gpu_blocks
+
+
+def _adapter(name: str) -> TypeAdapter[Any]:
+    field = EngineConfig.model_fields[name]
+    annotation: Any = field.annotation
+    return TypeAdapter(Annotated[(annotation, *field.metadata)] if field.metadata else annotation)
+
+
+_ADAPTERS = {name: _adapter(name) for name in EngineConfig.model_fields}
+
+
+def typed_deployment(spec: DeploymentSpec) -> DeploymentSpec:
+    """``spec`` with each vLLM key's value checked against its ``EngineConfig`` field and in its
+    type (``"64"`` is 64), as the CLI checks each flag: 422 naming every field refused. The job
+    then stores and resolves typed values."""
+    typed: dict[str, Any] = {}
+    errors = []
+    for key, value in spec.engine.items():
+        try:
+            typed[key] = _ADAPTERS[key].validate_python(value)
+        except ValidationError as exc:
+            errors.append({"field": f"{FIELD}.engine.{key}", "reason": exc.errors()[0]["msg"]})
+    if errors:
+        raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors)
+    return spec.model_copy(update={"engine": typed}) if typed != spec.engine else spec
+
+
+B = TypeVar("B", bound=SpecBody)
+
+
+def at_the_door(body: B) -> tuple[B, EngineConfig]:
+    """A job's body with its deployment checked and typed (``typed_deployment``,
+    ``checked_engine``), and the engine config it will run before KV sizing."""
+    spec = typed_deployment(body.deployment)
+    if spec is not body.deployment:
+        body = body.model_copy(update={"deployment": spec})
+    return body, checked_engine(spec)
+
+
+def checked_engine(spec: DeploymentSpec) -> EngineConfig:
+    """The engine ``spec`` will run before KV sizing (the GPU's ``vllm serve`` defaults where it
     set none), checked at the door: 422 naming the field vLLM would refuse (e.g. a
-    max_num_batched_tokens below the GPU's default max_num_seqs). None: the body has no engine."""
-    engine = getattr(body, "engine", None)
-    if not isinstance(engine, EngineConfig):
-        return None
-    hw = getattr(body, "hardware", None)
+    max_num_batched_tokens below the GPU's default max_num_seqs), as ``servesim.spec.resolve``
+    would refuse it in the job."""
+    check_deployment(spec)
+    values, _ = apply_serve_defaults(spec.engine, spec.timing_gpu, spec.engine.get("max_model_len"))
+    if "num_gpu_blocks" not in values and not spec.fixed_timing:
+        values["num_gpu_blocks"] = MAX_GPU_BLOCKS  # sized from GPU memory in the job
     try:
-        check_offloading_size(engine.kv_offloading_size, getattr(hw, "tensor_parallel_size", 1))
-    except ConfigError as exc:  # the bound every interface gets from servesim.spec.resolve
-        field = "body.engine.kv_offloading_size"
-        raise Problem(422, str(exc), errors=[{"field": field, "reason": str(exc)}]) from None
-    try:
-        return with_defaults(engine, gpu)
+        config = EngineConfig.model_validate(values)
     except ValidationError as exc:
         errors = [
-            {"field": ".".join(["body", "engine", *(str(x) for x in e["loc"])]), "reason": e["msg"]}
+            {"field": ".".join([FIELD, "engine", *(str(x) for x in e["loc"])]), "reason": e["msg"]}
             for e in exc.errors()
         ]
         raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors) from None
+    try:
+        check_offloading_size(config.kv_offloading_size, DEFAULT_TP if spec.tp is None else spec.tp)
+    except ConfigError as exc:  # the bound every interface gets from servesim.spec.resolve
+        raise _refuse(f"{FIELD}.engine.kv_offloading_size", str(exc)) from None
+    return config
 
 
 def _reason(exc: Exception) -> str:

@@ -9,15 +9,16 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from servesim.actionlog import record_action
+from servesim.perf.setup import DEFAULT_MODEL
 from servesim.web.app import Workbench, workbench
 from servesim.web.db import BenchRow, now_iso
 from servesim.web.defaults import stored_params
 from servesim.web.openapi import responses
 from servesim.web.problems import Problem
-from servesim.web.routers.runs import ACCEPTED, _check_hardware, _done, job_out
+from servesim.web.routers.runs import ACCEPTED, _done, job_out
 from servesim.web.schemas import ID_PATTERN, BenchOut, BenchSimulateBody
 from servesim.web.storage import display_name, new_id
-from servesim.web.validate import checked_engine
+from servesim.web.validate import at_the_door
 
 router = APIRouter(prefix="/api/bench", tags=["measured"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -180,9 +181,15 @@ def simulate_bench(bench_id: BenchId, body: BenchSimulateBody, wb: WB) -> JSONRe
             raise Problem(422, f"run {body.run_id} is a {run.kind} job: choose a simulation run")
         what = f"run {run.title}"
     else:
-        _check_hardware(body.hardware)
-        engine = checked_engine(body, body.hardware.gpu) or body.engine
-        what = f"{body.hardware.model}, max_num_seqs {engine.max_num_seqs}"
+        body, engine = at_the_door(body)
+        if body.deployment.replicas > 1:
+            reason = "the overlay re-runs the benchmark on one replica (the server vllm bench serve measured)"
+            raise Problem(
+                422,
+                f"body.deployment.replicas: {reason}",
+                errors=[{"field": "body.deployment.replicas", "reason": reason}],
+            )
+        what = f"{body.deployment.model or DEFAULT_MODEL}, max_num_seqs {engine.max_num_seqs}"
     title = body.label or f"{row.name} measured vs simulated ({what})"
     job = wb.jobs.submit("overlay", title, stored_params(body), None)
     return JSONResponse(job_out(job).model_dump(mode="json"), status_code=202)

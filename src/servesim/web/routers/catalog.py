@@ -7,16 +7,50 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from servesim.engine import SLO, EngineConfig
+from servesim.engine import EngineConfig
+from servesim.spec import DeploymentSpec, PercentileSLO
 from servesim.traces import FORMAT_NAMES, PRESETS
-from servesim.tuning import PercentileSLO
-from servesim.web.schemas import HardwareBody
+from servesim.web.schemas import WEB_MAX_REPLICAS
 
 router = APIRouter(prefix="/api", tags=["catalog"])
 #: Settings servesim adds for analysis (vLLM has no such flag); the page marks them.
 SERVESIM_ONLY = frozenset({"starvation_threshold", "starvation_mitigation", "queue_timeout_s"})
-#: Set from the model, GPU and memory share (or --num-gpu-blocks-override), never typed here.
+#: Set from the model, GPU and memory share unless given: offered with the deployment's fields.
 SIZED = frozenset({"num_gpu_blocks"})
+#: The deployment's fields the form offers (profiles and fixed step times are the CLI's).
+DEPLOYMENT_FORM = ("model", "gpu", "tp", "gpu_memory_utilization", "replicas", "router")
+
+
+def deployment_fields() -> list[dict[str, Any]]:
+    """The shared deployment panel's fields: ``DeploymentSpec``'s (the CLI's ``--model``, ``--gpu``,
+    ``--tp`` ... with their defaults), then ``num_gpu_blocks`` (a vLLM key the memory model sizes
+    unless it is given, as ``--num-gpu-blocks-override``)."""
+    from servesim.perf.setup import DEFAULT_GPU, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_TP
+
+    defaults = {
+        "model": DEFAULT_MODEL,
+        "gpu": DEFAULT_GPU,
+        "tp": DEFAULT_TP,
+        "gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION,
+    }
+    by_name = {f["name"]: f for f in flag_specs(DeploymentSpec)}
+    out = []
+    for name in DEPLOYMENT_FORM:
+        spec = dict(by_name[name])
+        if name in defaults:  # the help says the default once (the form adds it)
+            spec.update(default=defaults[name], nullable=False, help=spec["help"].split("; default")[0] + ".")
+        if name == "replicas":
+            spec["maximum"] = WEB_MAX_REPLICAS
+        out.append(spec)
+    blocks = next(f for f in flag_specs(EngineConfig) if f["name"] == "num_gpu_blocks")
+    blocks.update(
+        default=None,
+        nullable=True,
+        engine=True,
+        help="KV blocks in the pool instead of what the memory model sizes from the GPU "
+        "(vLLM --num-gpu-blocks-override); empty: sized as vLLM does.",
+    )
+    return [*out, blocks]
 
 
 def flag_specs(model: type[Any], skip: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
@@ -61,8 +95,7 @@ def _catalog() -> dict[str, Any]:
             for g in cat.gpus.values()
         ],
         "engine_flags": flag_specs(EngineConfig, SIZED),
-        "hardware_flags": flag_specs(HardwareBody),
-        "slo_fields": flag_specs(SLO),
+        "deployment_fields": deployment_fields(),
         "percentile_slo_fields": flag_specs(PercentileSLO),
         "presets": list(PRESETS),
         "formats": list(FORMAT_NAMES),
@@ -79,8 +112,8 @@ def catalog() -> dict[str, Any]:
 def defaults(
     gpu: str = Query("h100", min_length=1, max_length=100, description="A catalog GPU name."),
 ) -> dict[str, Any]:
+    from servesim.perf import load_catalog
     from servesim.web.defaults import engine_defaults
-    from servesim.web.routers.runs import _check_hardware
 
-    _check_hardware(HardwareBody(gpu=gpu))
+    load_catalog().gpu(gpu)  # UnknownGPUError (a user error: 422) names the known ones
     return {"gpu": gpu, "engine": engine_defaults(gpu), "source": "vllm serve (usage-context defaults)"}

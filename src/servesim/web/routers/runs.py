@@ -11,19 +11,18 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from servesim.web.app import Workbench, workbench
 from servesim.web.compare import compare_runs
 from servesim.web.db import JobRow
-from servesim.web.defaults import stored_params
+from servesim.web.defaults import current_params, stored_params
 from servesim.web.openapi import responses
 from servesim.web.problems import Problem
 from servesim.web.schemas import (
     ID_PATTERN,
     AdviseBody,
-    HardwareBody,
     JobOut,
     SaturateBody,
     SimulateBody,
     TuneBody,
 )
-from servesim.web.validate import check_advisor, check_tune, checked_engine
+from servesim.web.validate import at_the_door, check_advisor, check_tune
 
 router = APIRouter(prefix="/api", tags=["runs"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -37,7 +36,10 @@ RESULT = responses(404, 409)
 
 
 def job_out(row: JobRow) -> JobOut:
-    return JobOut.model_validate(row, from_attributes=True)
+    """A stored job as the API shows it: its params in today's body shape (``current_params``:
+    a run stored with an older body reads as what it was translated to)."""
+    out = JobOut.model_validate(row, from_attributes=True)
+    return out.model_copy(update={"params": current_params(row.kind, row.params)})
 
 
 def _trace_name(wb: Workbench, trace_id: str) -> str:
@@ -45,14 +47,6 @@ def _trace_name(wb: Workbench, trace_id: str) -> str:
     if row is None:
         raise Problem(404, f"no trace {trace_id}: upload or generate one first")
     return row.name
-
-
-def _check_hardware(hw: HardwareBody) -> None:
-    from servesim.perf import load_catalog
-
-    catalog = load_catalog()
-    catalog.model(hw.model)  # UnknownModelError (a user error: 422) names the known ones
-    catalog.gpu(hw.gpu)
 
 
 def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | None) -> JSONResponse:
@@ -65,11 +59,11 @@ def _submit(wb: Workbench, kind: str, title: str, body: Any, trace_id: str | Non
 @router.post("/simulate", status_code=202, responses=ACCEPTED, summary="Simulate one replica or a cluster")
 def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
-    _check_hardware(body.hardware)
-    engine = checked_engine(body, body.hardware.gpu) or body.engine
+    body, engine = at_the_door(body)
+    replicas = body.deployment.replicas
     shape = (
-        f"{body.replicas} replicas, {len(body.failures)} failures"
-        if body.replicas > 1 or body.failures
+        f"{replicas} replicas, {len(body.failures)} failures"
+        if replicas > 1 or body.failures
         else "1 replica"
     )
     title = body.label or f"{name}: max_num_seqs {engine.max_num_seqs}, {shape}"
@@ -81,8 +75,7 @@ def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
 )
 def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
-    _check_hardware(body.hardware)
-    checked_engine(body, body.hardware.gpu)
+    body, _ = at_the_door(body)
     return _submit(wb, "saturate", body.label or f"{name}: saturation sweep", body, body.trace_id)
 
 
@@ -91,8 +84,7 @@ def saturate(body: SaturateBody, wb: WB) -> JSONResponse:
 )
 def tune(body: TuneBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
-    _check_hardware(body.hardware)
-    checked_engine(body, body.hardware.gpu)
+    body, _ = at_the_door(body)
     check_tune(body, wb.settings.max_trials)
     return _submit(
         wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id
@@ -101,9 +93,8 @@ def tune(body: TuneBody, wb: WB) -> JSONResponse:
 
 @router.post("/advise", status_code=202, responses=ACCEPTED, summary="Advice (Claude or rules), re-checked")
 def advise(body: AdviseBody, wb: WB) -> JSONResponse:
-    _check_hardware(body.hardware)
     check_advisor(body)
-    checked_engine(body, body.hardware.gpu)
+    body, _ = at_the_door(body)
     if body.task == "batching":
         if body.trace_id is None:
             raise Problem(
@@ -198,8 +189,10 @@ def run_cost(
     row = _done(wb, run_id)
     if row.kind != "simulate" or not row.result:
         raise Problem(422, "cost takes a simulation run")
-    hw = row.params.get("hardware", {})
-    gpus = int(hw.get("tensor_parallel_size", 1)) * int(row.params.get("replicas", 1))
+    from servesim.perf.setup import DEFAULT_TP
+
+    dep = current_params(row.kind, row.params).get("deployment", {})
+    gpus = int(dep.get("tp") or DEFAULT_TP) * int(dep.get("replicas", 1))
     summary = SimulationSummary.model_validate(row.result["summary"])
     view = cost_view(summary, gpus=gpus, usd_per_gpu_hour=usd_per_gpu_hour)
     return {"gpus": gpus, "sections": [view.model_dump(mode="json")]}

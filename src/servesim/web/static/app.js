@@ -71,12 +71,23 @@
       $(t.getAttribute("aria-controls")).hidden = !on;
     }
     if (focus) tab.focus();
+    placeShared(tab);
     location.hash = tab.id.replace("tab-", "");
     // Plotly sizes charts when they become visible.
     if (window.Plotly) for (const c of $(tab.getAttribute("aria-controls")).querySelectorAll(".js-plotly-plot")) window.Plotly.Plots.resize(c);
     if (tab.id === "tab-history") loadHistory();
     if (tab.id === "tab-compare") loadCompareChoices();
     if (tab.id === "tab-measured") loadBenches($("bench-pick").value);
+  }
+  /* The ONE deployment panel and the ONE SLO panel: moved into the shown tab's form column, so
+     Run, Throughput curve, Tune, Advisor (and Measured: the deployment) use what was set once. */
+  function placeShared(tab) {
+    const panel = $(tab.getAttribute("aria-controls"));
+    for (const name of ["deployment", "slo"]) {
+      const slot = panel.querySelector(`.shared-slot[data-slot="${name}"]`);
+      const box = $(`${name}-panel`);
+      if (slot && box && box.parentElement !== slot) slot.append(box);
+    }
   }
   tabs.forEach((t, i) => {
     t.addEventListener("click", () => showTab(t));
@@ -150,7 +161,7 @@
   /* The GPU's defaults (what vllm serve applies there, GET /api/defaults) go into the fields the
      user has not typed in, and into their help text, so the form shows what a run will use. */
   async function showGpuDefaults() {
-    const gpu = $("hw-gpu") && $("hw-gpu").value;
+    const gpu = $("dep-gpu") && $("dep-gpu").value;
     if (!gpu) return;
     let d;
     try { d = await api(`/api/defaults?gpu=${encodeURIComponent(gpu)}`); } catch (e) { return; }
@@ -173,49 +184,72 @@
       input.removeAttribute("aria-invalid");
     }
   }
+  /* A run's deployment and SLO (its params: today's body shape, the server translates older
+     runs) back into the shared panels: after a reload, or "Load these settings". */
   function loadSettings(params) {
-    if (!params) return;
-    for (const input of $("engine-fields").querySelectorAll("input[name], select[name]")) {  // back to the defaults first
-      delete input.dataset.touched;
-      if (input.type === "checkbox") input.checked = input.dataset.default === "1";
-      else if (input.dataset.default !== undefined) input.value = input.dataset.default;
+    if (!params || !params.deployment) return;
+    for (const box of [$("engine-fields"), $("deployment-fields")]) {  // back to the defaults first
+      for (const input of box.querySelectorAll("input[name], select[name]")) {
+        delete input.dataset.touched;
+        if (input.type === "checkbox") input.checked = input.dataset.default === "1";
+        else if (input.dataset.default !== undefined) input.value = input.dataset.default;
+      }
     }
-    fillFields("hw", params.hardware);
-    fillFields("eng", params.engine);
+    const dep = Object.assign({}, params.deployment);
+    const engine = Object.assign({}, dep.engine || {});
+    delete dep.engine;
+    if (engine.num_gpu_blocks !== undefined) { dep.num_gpu_blocks = engine.num_gpu_blocks; delete engine.num_gpu_blocks; }
+    fillFields("dep", dep);
+    fillFields("eng", engine);
     showGpuDefaults();
     if (params.slo !== undefined) { for (const i of $("slo-fields").querySelectorAll("input[name]")) i.value = ""; fillFields("slo", params.slo); }
-    if (params.replicas && $("run-replicas")) $("run-replicas").value = String(params.replicas);
-    if (params.router && $("run-router")) $("run-router").value = params.router;
     if (params.recovery && $("run-recovery")) $("run-recovery").value = params.recovery;
     if (params.failures && $("run-failures")) $("run-failures").value = params.failures.map((f) => `${f.node}@${f.time_s}${f.recover_after_s != null ? "+" + f.recover_after_s : ""}`).join(", ");
+  }
+  /* The deployment and SLO a run used, in one line under its title (what a person checks first). */
+  function settingsLine(params) {
+    if (!params || !params.deployment) return null;
+    const d = params.deployment;
+    const cat = state.catalog.deployment_fields.reduce((o, f) => Object.assign(o, { [f.name]: f.default }), {});
+    const tp = d.tp || cat.tp;
+    const flags = Object.entries(d.engine || {}).map(([k, v]) => `${k} ${typeof v === "number" ? SS.fmt(v, Number.isInteger(v) ? "int" : "float") : String(v)}`);
+    const reps = d.replicas || 1;
+    const slo = params.slo && Object.keys(params.slo).length
+      ? Object.entries(params.slo).map(([k, v]) => (k === "min_good_fraction" ? `good=${v}` : `${k}=${v}`)).join(",") : "none";
+    return el("p", { class: "help run-settings" },
+      `Deployment: ${d.model || cat.model} on ${tp} × ${d.gpu || cat.gpu}${reps > 1 ? `, ${reps} replicas (${d.router || cat.router})` : ""}`
+      + `${flags.length ? ", " + flags.join(", ") : ", vllm serve's defaults"} · SLO: ${slo}`);
+  }
+  function loadButton(id, run) {
+    return el("button", { type: "button", class: "secondary small", id, onclick: () => { loadSettings(run.job.params); toast("The shared panels now hold this run's deployment and SLO"); } }, "Load these settings");
   }
   function fillSelect(select, items, value) {
     clear(select, ...items.map((it) => el("option", { value: it.value, selected: it.value === value }, it.label)));
   }
 
   function buildForms(cat) {
-    const hw = $("hardware-fields");
-    for (const spec of cat.hardware_flags) {
+    const dep = $("deployment-fields");
+    for (const spec of cat.deployment_fields) {
       if (spec.name === "model") {
-        const sel = el("select", { id: "hw-model", name: "model", "data-type": "string" });
+        const sel = el("select", { id: "dep-model", name: "model", "data-type": "string", "data-default": spec.default });
         fillSelect(sel, cat.models.map((m) => ({ value: m.name, label: `${m.name} (${m.dtype})` })), spec.default);
-        hw.append(el("div", {}, el("label", { for: "hw-model" }, "Model (", el("code", {}, "--model"), ")"), sel));
+        dep.append(el("div", {}, el("label", { for: "dep-model" }, "Model (", el("code", {}, "--model"), ")"), sel));
       } else if (spec.name === "gpu") {
-        const sel = el("select", { id: "hw-gpu", name: "gpu", "data-type": "string" });
+        const sel = el("select", { id: "dep-gpu", name: "gpu", "data-type": "string", "data-default": spec.default });
         fillSelect(sel, cat.gpus.map((g) => ({ value: g.name, label: `${g.name}: ${g.description}` })), spec.default);
-        hw.append(el("div", {}, el("label", { for: "hw-gpu" }, "GPU"), sel));
-      } else hw.append(inputFor(spec, "hw"));
+        dep.append(el("div", {}, el("label", { for: "dep-gpu" }, "GPU (", el("code", {}, "--gpu"), ")"), sel));
+      } else dep.append(inputFor(spec, "dep"));
     }
+    dep.addEventListener("input", (e) => { if (e.target.name) e.target.dataset.touched = "1"; });
     const eng = $("engine-fields");
     for (const spec of cat.engine_flags) eng.append(inputFor(spec, "eng"));
     eng.addEventListener("input", (e) => { if (e.target.name) e.target.dataset.touched = "1"; });
-    $("hw-gpu").addEventListener("change", showGpuDefaults);
+    $("dep-gpu").addEventListener("change", showGpuDefaults);
     const slo = $("slo-fields");
-    const defaults = { ttft_ms: 1000, tpot_ms: 100, e2e_ms: null };
-    for (const spec of cat.slo_fields) slo.append(inputFor(Object.assign({}, spec, { flag: spec.name, nullable: true }), "slo", defaults[spec.name]));
     const pdefaults = { ttft_p99_ms: 1000, tpot_p99_ms: 100 };
-    for (const [box, prefix] of [[$("sweep-slo-fields"), "sweep-slo"], [$("tune-slo-fields"), "tune-slo"]]) {
-      for (const spec of cat.percentile_slo_fields) box.append(inputFor(Object.assign({}, spec, { flag: spec.name, nullable: true }), prefix, pdefaults[spec.name] ?? null));
+    for (const spec of cat.percentile_slo_fields) {
+      const help = spec.name === "min_good_fraction" ? `${spec.help} Judged by the Throughput curve and Tune (a single run reports the good fraction it measured).` : spec.help;
+      slo.append(inputFor(Object.assign({}, spec, { flag: spec.name, nullable: true, help }), "slo", pdefaults[spec.name] ?? null));
     }
     fillSelect($("gen-preset"), cat.presets.map((p) => ({ value: p, label: p })), "default");
     fillSelect($("upload-format"), [{ value: "", label: "auto-detect" }, ...cat.formats.map((f) => ({ value: f, label: f }))], "");
@@ -226,12 +260,18 @@
     for (const [k, v] of Object.entries(obj)) if (v !== null && v !== undefined) out[k] = v;
     return Object.keys(out).length ? out : null;
   }
-  function runSettings() {
-    return {
-      engine: readFields($("engine-fields"), true),
-      hardware: readFields($("hardware-fields")),
-      slo: nonNull(readFields($("slo-fields"))),
-    };
+  /* The shared panels as a body's ``deployment`` (servesim.spec.DeploymentSpec: the deployment's
+     fields, and only the engine keys the user set) and ``slo`` (PercentileSLO). ``single``: a single
+     run's SLO (good=FRACTION is judged by the Throughput curve and Tune only). */
+  function runSettings(single) {
+    const deployment = readFields($("deployment-fields"));
+    const engine = readFields($("engine-fields"), true);
+    if (deployment.num_gpu_blocks !== null && deployment.num_gpu_blocks !== undefined) engine.num_gpu_blocks = deployment.num_gpu_blocks;
+    delete deployment.num_gpu_blocks;
+    deployment.engine = engine;
+    const slo = readFields($("slo-fields"));
+    if (single) delete slo.min_good_fraction;
+    return { deployment, slo: nonNull(slo) };
   }
   function requireTrace() {
     if (!state.traceId) throw new ApiError({ status: 422, title: "No trace", detail: "choose or upload a trace on the Traces tab first" });
@@ -287,7 +327,6 @@
     if (!id) return;
     try {
       const run = await api(`/api/runs/${id}`);
-      if (slot === "run") loadSettings(run.job.params);  // the form shows what the shown run used
       if (run.job.status === "done") { showProgress(slot, run.job, { status: "done", done: run.job.progress_done, total: run.job.progress_total }); onDone(run); }
       else follow(slot, run.job, onDone);
     } catch (e) { localStorage.removeItem(`servesim.job.${slot}`); }
@@ -298,6 +337,7 @@
     clear(jobBox(slot));
     try {
       const job = await api(path, { method: "POST", json: body });
+      if (body.deployment) localStorage.setItem("servesim.settings", job.id);  // a reload restores these
       follow(slot, job, onDone);
     } catch (e) {
       clear(jobBox(slot), problemBlock(e));
@@ -407,8 +447,8 @@
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
       el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
       el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket"),
-      el("button", { type: "button", class: "secondary small", id: "load-settings", onclick: () => { loadSettings(run.job.params); toast("The form now holds this run's settings"); } }, "Load these settings"));
-    box.append(toolbar);
+      loadButton("load-settings", run));
+    box.append(toolbar, settingsLine(run.job.params) || "");
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
     costBox(box, run.job.id);
     const sparks = r.sparklines || {};
@@ -446,9 +486,7 @@
     $("run-form").addEventListener("submit", (e) => {
       e.preventDefault();
       try {
-        const body = Object.assign({ trace_id: requireTrace() }, runSettings(), {
-          replicas: parseInt($("run-replicas").value, 10) || 1,
-          router: $("run-router").value,
+        const body = Object.assign({ trace_id: requireTrace() }, runSettings(true), {
           failures: parseFailures($("run-failures").value),
           recovery: $("run-recovery").value,
         });
@@ -461,7 +499,7 @@
   function renderSweep(run) {
     const box = clear($("sweep-results"));
     box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
-      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report")));
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"), loadButton("sweep-load-settings", run)), settingsLine(run.job.params) || "");
     for (const s of run.result.sections) SS.section(box, s);
     rateSlider(box, run.result.report);
   }
@@ -486,7 +524,7 @@
       e.preventDefault();
       try {
         const s = runSettings();
-        submit("sweep", "/api/saturate", { trace_id: requireTrace(), engine: s.engine, hardware: s.hardware, slo: nonNull(readFields($("sweep-slo-fields"))), seeds: parseInt($("sweep-seeds").value, 10), replicas: parseInt($("sweep-replicas").value, 10) }, renderSweep);
+        submit("sweep", "/api/saturate", { trace_id: requireTrace(), deployment: s.deployment, slo: s.slo, seeds: parseInt($("sweep-seeds").value, 10) }, renderSweep);
       } catch (err) { clear(jobBox("sweep"), problemBlock(err)); }
     });
   }
@@ -496,7 +534,7 @@
     const box = clear($("tune-results"));
     const r = run.result;
     box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
-      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report")));
+      el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"), loadButton("tune-load-settings", run)), settingsLine(run.job.params) || "");
     if (r.no_recommendation) box.append(SS.verdict({ key: "none", label: "No recommendation", status: "warn", text: r.no_recommendation }));
     if (r.recommendation) {
       const cmd = r.recommendation.vllm_serve_command;
@@ -542,12 +580,13 @@
     const card = el("div", { id: "trial-config", "aria-live": "polite" });
     const load = (n) => {
       const p = byNumber[n].params;
+      const names = { tensor_parallel_size: "tp" };  // the tuner's name -> the deployment's
       for (const [k, v] of Object.entries(p)) {
-        const input = $(`eng-${k}`) || $(`hw-${k}`);
+        const input = $(`eng-${k}`) || $(`dep-${names[k] || k}`);
         if (!input) continue;
         if (input.type === "checkbox") input.checked = !!v; else input.value = v === null ? "" : String(v);
+        input.dataset.touched = "1";
       }
-      if (p.replicas) $("run-replicas").value = String(p.replicas);
       showTab($("tab-run"));
       toast(`Loaded trial ${n} into the Run tab: press Run simulation`);
     };
@@ -596,7 +635,7 @@
         const s = runSettings();
         const maxg = $("tune-maxgpus").value;
         submit("tune", "/api/tune", {
-          trace_id: requireTrace(), hardware: s.hardware, engine: s.engine, slo: nonNull(readFields($("tune-slo-fields"))),
+          trace_id: requireTrace(), deployment: s.deployment, slo: s.slo,
           n_trials: parseInt($("tune-trials").value, 10), objective: $("tune-objective").value,
           verify_seeds: parseInt($("tune-verify").value, 10), max_gpus: maxg ? parseInt(maxg, 10) : null,
           study_name: $("tune-study").value || null,
@@ -645,7 +684,7 @@
       if (!id) { clear(jobBox("bench"), problemBlock(new ApiError({ status: 422, title: "No benchmark", detail: "upload a vllm bench serve result first" }))); return; }
       const s = runSettings();
       const against = $("bench-against").value;
-      submit("bench", `/api/bench/${id}/simulate`, { bench_id: id, engine: s.engine, hardware: s.hardware, seed: parseInt($("bench-seed").value, 10) || 0, run_id: against || null }, renderOverlay);
+      submit("bench", `/api/bench/${id}/simulate`, { bench_id: id, deployment: s.deployment, seed: parseInt($("bench-seed").value, 10) || 0, run_id: against || null }, renderOverlay);
     });
   }
 
@@ -695,6 +734,8 @@
     box.append(el("div", { class: "section", id: "advice-card" },
       el("h2", {}, `Answered by: ${a.answered_by || (r.advisor === "claude" ? "Claude" : "the rules advisor")}`),
       a.score_words ? el("p", { class: "help", id: "advice-score" }, a.score_words) : null,
+      run.job.params.task === "batching" ? settingsLine(run.job.params) : null,
+      run.job.params.task === "batching" ? loadButton("advise-load-settings", run) : null,
       a.notice ? SS.verdict({ key: "notice", label: "Notice", status: "warn", text: a.notice }) : null,
       SS.verdict(a.verdict || { key: "verification", label: "simulator check", status: v.accepted ? "info" : "fail", text: v.reason || "" }),
       el("h3", {}, "Advice"), kvList(a.advice),
@@ -726,7 +767,7 @@
       try {
         const task = $("advise-task").value;
         const body = { task, advisor: $("advise-advisor").value, optimize: parseInt($("advise-optimize").value, 10) || 0 };
-        if (task === "batching") { const s = runSettings(); Object.assign(body, { trace_id: requireTrace(), engine: s.engine, hardware: s.hardware, slo: s.slo }); }
+        if (task === "batching") { const s = runSettings(true); Object.assign(body, { trace_id: requireTrace(), deployment: s.deployment, slo: s.slo }); }
         else body.data = readJson(task === "reschedule" ? "resched-input" : "recover-input");
         submit("advise", "/api/advise", body, renderAdvice);
       } catch (err) { clear(jobBox("advise"), problemBlock(err)); }
@@ -892,6 +933,9 @@
     if (state.traceId) await selectTrace(state.traceId);
     showGpuDefaults();
     resume("run", renderRun); resume("sweep", renderSweep); resume("tune", renderTune); resume("advise", renderAdvice); resume("bench", renderOverlay);
+    const from = localStorage.getItem("servesim.settings");  // the shared panels show what the last job used
+    if (from) { try { loadSettings((await api(`/api/runs/${from}`)).job.params); } catch (e) { localStorage.removeItem("servesim.settings"); } }
+    placeShared(tabs.find((t) => t.getAttribute("aria-selected") === "true") || tabs[0]);
     const wanted = tabs.find((t) => t.id === "tab-" + location.hash.slice(1));
     if (wanted) showTab(wanted);
     document.body.dataset.ready = "1";

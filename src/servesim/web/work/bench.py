@@ -84,7 +84,7 @@ def _replayed(
 
     rs = bench_requests(bench, "the benchmark", seed=body.seed)
     longest = int((rs.prompt_len + rs.output_len).max()) + 1
-    setup = deployment(body.engine, body.hardware, longest)
+    setup = deployment(body.deployment, longest)
     config, step, notes = setup.config, setup.step_time, setup_notes(setup)
     profile = getattr(step, "profile", None)
     out = replay(rs, config, step, profile if isinstance(profile, HardwareProfile) else HardwareProfile())

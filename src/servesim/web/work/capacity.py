@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesim.spec import DeploymentSpec
 from servesim.traces import load_trace
 from servesim.tuning import (
     Deployment,
@@ -23,14 +24,13 @@ from servesim.tuning import (
     tune,
 )
 from servesim.views.model import Section
-from servesim.web.defaults import deployment_spec
-from servesim.web.schemas import HardwareBody, SaturateBody, TuneBody
+from servesim.web.schemas import SaturateBody, TuneBody
 from servesim.web.work import Env, Report, trace_path
 
 
-def hardware(hw: HardwareBody) -> Hardware:
+def hardware(spec: DeploymentSpec) -> Hardware:
     """The study's hardware context of the request's deployment (as the CLI's ``saturate``/``tune``)."""
-    return hardware_of(deployment_spec(None, hw))
+    return hardware_of(spec)
 
 
 def workload(trace_id: str, env: Env) -> Workload:
@@ -42,12 +42,12 @@ def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
 
     body = SaturateBody.model_validate(params)
     wl = workload(body.trace_id, env)
-    spec = deployment_spec(body.engine, body.hardware, replicas=body.replicas)
+    spec = body.deployment
     dep = Deployment.from_spec(spec, wl.default_max_model_len())
     rep = find_saturation(
         wl,
         dep,
-        hardware(body.hardware),
+        hardware(spec),
         body.slo,
         target_rate=body.target_rate or wl.base_rate,
         settings=SaturationSettings(seeds=list(range(body.seeds)), rtol=body.rtol),
@@ -127,7 +127,7 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the job's progress says enough
     body = TuneBody.model_validate(params)
     wl = workload(body.trace_id, env)
-    hw = hardware(body.hardware)
+    hw = hardware(body.deployment)
     space = space_from_mapping(body.space) if body.space else SearchSpace()
     settings = TuneSettings(
         objective=body.objective,
@@ -141,9 +141,9 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     name = body.study_name or derived_study_name(wl, hw, body.slo, space, settings, body.target_rate, ev)
 
     mml = wl.default_max_model_len()
-    current = None  # the user's configuration (the Run tab's), the study's baseline
-    if body.engine is not None:
-        current = Deployment.from_spec(deployment_spec(body.engine, body.hardware), mml)
+    current = None  # the user's configuration (the shared deployment panel's), the study's baseline
+    if body.baseline:
+        current = Deployment.from_spec(body.deployment, mml)
 
     def trial_progress(done: int, total: int) -> None:
         report(done, total + body.verify_seeds, {"study": name, "trials": live_trials(env["db_url"], name)})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from servesim.errors import InputError
+from servesim.spec import ResolvedDeployment
 from servesim.web.schemas import AdviseBody, RecoverBody, RescheduleBody
 from servesim.web.work import Env, Report, trace_path
 
@@ -28,6 +29,13 @@ def reschedule(body: RescheduleBody) -> dict[str, Any]:
     return {"plan": plan.model_dump(mode="json"), "sections": [resched_view(plan).model_dump(mode="json")]}
 
 
+def advised_hardware(setup: ResolvedDeployment) -> str:
+    """What the advice is for, as the case words it (``llama-3.1-8b on 1 x h100``)."""
+    from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL
+
+    return f"{setup.model or DEFAULT_MODEL} on {setup.tp} x {setup.gpu or DEFAULT_GPU}"
+
+
 def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     """Advice from the program ``servesim advise`` would choose (the DSPy program when the server has
     ANTHROPIC_API_KEY, else the rules; Claude's pydantic-ai agent by name), re-checked."""
@@ -45,15 +53,14 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
         if body.trace_id is None:
             raise InputError("batching advice needs trace_id")
         trace = load_trace(trace_path(env, body.trace_id))
-        hw = body.hardware  # the Run tab's model, GPU and TP
-        setup = deployment(body.engine, hw, trace)
+        setup = deployment(body.deployment, trace)  # the shared deployment panel's
         case = BatchingCase(
             trace,
             setup.config,
             setup.step_time,
-            slo=body.slo,
-            replicas=1,
-            hardware=f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}",
+            slo=body.slo.per_request() if body.slo is not None else None,
+            replicas=body.deployment.replicas,  # the current replicas, as `servesim advise --replicas`
+            hardware=advised_hardware(setup),
         )
         if body.optimize > 0:
             case.optimizer_best = optimizer_best(case, body.optimize, 0)

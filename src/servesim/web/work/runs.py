@@ -18,24 +18,24 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
 )
-from servesim.spec import ResolvedDeployment
+from servesim.spec import DeploymentSpec, ResolvedDeployment
 from servesim.traces import Trace, load_trace
 from servesim.web.defaults import setup_notes
-from servesim.web.schemas import HardwareBody, SimulateBody
+from servesim.web.schemas import SimulateBody
 from servesim.web.work import Env, Report, trace_path
 
 if TYPE_CHECKING:
     from servesim.views.model import Section
 
 
-def deployment(engine: EngineConfig, hw: HardwareBody, trace: Trace | int) -> ResolvedDeployment:
+def deployment(spec: DeploymentSpec, trace: Trace | int) -> ResolvedDeployment:
     """The request's deployment through ``servesim.spec.resolve``, as every interface runs it:
     ``vllm serve``'s defaults for the keys it left out, vLLM's KV sizing on the chosen
     model/GPU/TP, the calibrated step times. ``trace`` (or the longest request's length + 1)
     gives ``max_model_len`` when the engine sets none."""
     from servesim.web.defaults import resolved
 
-    return resolved(engine, hw, trace if isinstance(trace, int) else trace.default_max_model_len())
+    return resolved(spec, trace if isinstance(trace, int) else trace.default_max_model_len())
 
 
 def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
@@ -43,14 +43,15 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     trace = load_trace(trace_path(env, body.trace_id))
     if env.get("trace_name"):  # the name it was uploaded as, not the server's storage path
         trace.provenance = trace.provenance.model_copy(update={"source": env["trace_name"]})
-    setup = deployment(body.engine, body.hardware, trace)
+    setup = deployment(body.deployment, trace)
     notes = setup_notes(setup)
     config, step = setup.config, setup.step_time
-    if body.replicas > 1 or body.failures:
+    slo = body.slo.per_request() if body.slo is not None else None
+    if body.deployment.replicas > 1 or body.failures:
         tier = setup.kv_connector if config.kv_offloading_size is not None else None
-        return _cluster(body, trace, config, step, notes, env, report, tier)
+        return _cluster(body, trace, config, step, notes, env, report, tier, setup)
     # counters, not per-step events; a CPU tier when the engine sets kv_offloading_size
-    result = simulate(trace, config, step, slo=body.slo, progress=report, kv_connector=setup.kv_connector())
+    result = simulate(trace, config, step, slo=slo, progress=report, kv_connector=setup.kv_connector())
     save_requests(result.to_pandas(), env)
     from servesim.views.simulation import simulation_view
 
@@ -135,30 +136,32 @@ def _cluster(
     env: Env,
     report: Report,
     tier: Callable[[], OffloadingConnector | None] | None = None,
+    setup: ResolvedDeployment | None = None,
 ) -> dict[str, Any]:
     from servesim.cluster import RecoveryContext, Replica, RouterSpec, simulate_cluster
     from servesim.perf import load_catalog
     from servesim.perf.catalog import resolve_model
+    from servesim.perf.setup import DEFAULT_MODEL
 
-    replicas = [Replica(f"n{i}", config, step, tier) for i in range(body.replicas)]
+    n = body.deployment.replicas
+    replicas = [Replica(f"n{i}", config, step, tier) for i in range(n)]
     names = {r.name for r in replicas}
     unknown = sorted({f.node for f in body.failures} - names)
     if unknown:
         raise InputError(
-            f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{body.replicas - 1}"
+            f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{n - 1}"
         )
-    ctx = RecoveryContext(
-        model=resolve_model(body.hardware.model, load_catalog()), tp=body.hardware.tensor_parallel_size
-    )
+    model = (setup.model if setup is not None else None) or body.deployment.model or DEFAULT_MODEL
+    ctx = RecoveryContext(model=resolve_model(model, load_catalog()), tp=setup.tp if setup is not None else 1)
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
     result = simulate_cluster(
         trace,
         replicas,
-        RouterSpec(policy=body.router),
+        RouterSpec(policy=body.deployment.router),
         body.failures,
         body.recovery,
         ctx,
-        slo=body.slo,
+        slo=body.slo.per_request() if body.slo is not None else None,
         observers=[ProgressCallback(report), timeline],
     )
     save_requests(result.to_pandas(), env)
@@ -167,7 +170,7 @@ def _cluster(
 
     summary = result.summary
     sections = [
-        summary_view(summary.cluster, config, title=f"cluster of {body.replicas} replicas"),
+        summary_view(summary.cluster, config, title=f"cluster of {n} replicas"),
         failure_timeline(timeline.events),
     ]
     sections += [
