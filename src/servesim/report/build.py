@@ -233,10 +233,16 @@ def _recommendation(doc: Document) -> ReportPart:
 
 
 def _cluster(doc: Document) -> ReportPart:
+    """The strategies compared, then the run's own views when the document holds them (the
+    fleet's and each replica's, ``servesim.views.fleet``: the same sections the web draws)."""
     from servesim.views.cluster import cluster_view
 
+    views = [Section.model_validate(s) for s in doc.data.get("sections") or []]
     return ReportPart(
-        kind=doc.kind, source=doc.name, title="cluster with failures", sections=[cluster_view(doc.data)]
+        kind=doc.kind,
+        source=doc.name,
+        title=str(doc.data.get("title") or "cluster with failures"),
+        sections=[cluster_view(doc.data), *views],
     )
 
 
@@ -295,6 +301,7 @@ HEADLINE: dict[str, list[str]] = {
     "simulation": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
     "recommendation": ["gpus", "knee_headroom", "headroom"],
     "cluster": ["best_recovery_e2e_p99_ms", "starved"],
+    "fleet": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
 }
 
 
@@ -302,6 +309,7 @@ GROUP_TITLES = {
     "simulation": "simulated configuration",
     "recommendation": "recommended configuration",
     "cluster": "node failure",
+    "fleet": "the fleet",
 }
 
 

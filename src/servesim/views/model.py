@@ -67,6 +67,14 @@ class Mark(_Frozen):
     label: str
 
 
+class Span(_Frozen):
+    """A shaded stretch of x from ``x0`` to ``x1`` with its label (a replica's outage)."""
+
+    x0: float
+    x1: float
+    label: str
+
+
 class Series(_Frozen):
     """y against x (already down-sampled: renderers draw every point)."""
 
@@ -84,6 +92,7 @@ class Series(_Frozen):
     help: str | None = None
     lines: list[Line] = Field(default_factory=list, description="More y over the same x, labelled.")
     marks: list[Mark] = Field(default_factory=list, description="Vertical lines at x, labelled.")
+    spans: list[Span] = Field(default_factory=list, description="Shaded stretches of x, labelled.")
     log_y: bool = Field(False, description="Draw y on a log axis (latencies over decades).")
     categories: list[str] = Field(
         default_factory=list, description="Labels of x when x only index categories (0, 1, 2 ...)."
@@ -166,4 +175,4 @@ def _by_key(items: list[_T], key: str) -> _T:
     raise KeyError(f"no {key!r} in this view (has: {', '.join(i.key for i in items)})")
 
 
-__all__ = ["Cell", "Column", "Histogram", "Kpi", "Line", "Mark", "Section", "Series", "Table", "Verdict"]
+__all__ = ["Cell", "Column", "Histogram", "Kpi", "Line", "Mark", "Section", "Series", "Span", "Table", "Verdict"]

@@ -25,6 +25,8 @@ from servesim.web.schemas import HardwareBody, SimulateBody
 from servesim.web.work import Env, Report, trace_path
 
 if TYPE_CHECKING:
+    from servesim.cluster import ClusterResult, RouterSpec
+    from servesim.cluster.compare import LinkSpec
     from servesim.views.model import Section
 
 
@@ -136,9 +138,8 @@ def _cluster(
     report: Report,
     tier: Callable[[], OffloadingConnector | None] | None = None,
 ) -> dict[str, Any]:
-    from servesim.cluster import RecoveryContext, Replica, RouterSpec, simulate_cluster
-    from servesim.perf import load_catalog
-    from servesim.perf.catalog import resolve_model
+    from servesim.cluster import Replica, RouterSpec, simulate_cluster
+    from servesim.cluster.compare import LinkSpec
 
     replicas = [Replica(f"n{i}", config, step, tier) for i in range(body.replicas)]
     names = {r.name for r in replicas}
@@ -147,14 +148,14 @@ def _cluster(
         raise InputError(
             f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{body.replicas - 1}"
         )
-    ctx = RecoveryContext(
-        model=resolve_model(body.hardware.model, load_catalog()), tp=body.hardware.tensor_parallel_size
-    )
+    link = LinkSpec(model=body.hardware.model, tp=body.hardware.tensor_parallel_size)
+    ctx = link.context()
+    route = RouterSpec(policy=body.router)
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
     result = simulate_cluster(
         trace,
         replicas,
-        RouterSpec(policy=body.router),
+        route,
         body.failures,
         body.recovery,
         ctx,
@@ -162,26 +163,51 @@ def _cluster(
         observers=[ProgressCallback(report), timeline],
     )
     save_requests(result.to_pandas(), env)
-    from servesim.views.simulation import summary_view
+    from servesim.views.fleet import fleet_views
     from servesim.views.timeline import failure_timeline
 
     summary = result.summary
-    sections = [
-        summary_view(summary.cluster, config, title=f"cluster of {body.replicas} replicas"),
-        failure_timeline(timeline.events),
-    ]
-    sections += [
-        summary_view(s, title=f"replica {name}").model_copy(update={"tables": []})
-        for name, s in summary.replicas.items()
-    ]
+    # The fleet's view and each replica's (views.fleet): the page and the document draw the same.
+    views = fleet_views(result, title=f"fleet of {body.replicas} replicas", router=body.router)
+    sections = [views[0], failure_timeline(timeline.events), *views[1:]]
+    shown = [x.model_dump(mode="json") for x in sections]
     return {
         "config": config.model_dump(mode="json"),
         "summary": summary.cluster.model_dump(mode="json"),
         "cluster": summary.model_dump(mode="json", exclude={"replicas", "cluster"}),
-        "sections": [x.model_dump(mode="json") for x in sections],
+        "sections": shown,
         "kpis": kpis_by_percentile(summary.cluster),
         "notes": notes,
+        "document": cluster_run_document(result, body, link, route, trace, shown),
     }
+
+
+def cluster_run_document(
+    result: ClusterResult,
+    body: SimulateBody,
+    link: LinkSpec,
+    route: RouterSpec,
+    trace: Trace,
+    sections: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The cluster run as ``servesim cluster --recovery POLICY --json`` writes it (kind cluster):
+    the failures, link, router, the one strategy's row, and the page's sections (the fleet's and
+    each replica's views) that ``servesim report`` draws."""
+    from servesim.cluster.compare import cluster_document, outcome
+    from servesim.report.documents import stamped
+    row = outcome(body.recovery, result, link.context())
+    doc = cluster_document(
+        body.failures,
+        link,
+        route,
+        [row],
+        {
+            "title": document_title(trace),
+            "sections": sections,
+            "trace_provenance": trace.provenance.model_dump(mode="json"),
+        },
+    )
+    return stamped("cluster", doc)
 
 
 def _jsonable(value: Any) -> Any:
