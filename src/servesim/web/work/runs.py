@@ -178,7 +178,8 @@ def _cluster(
         "sections": shown,
         "kpis": kpis_by_percentile(summary.cluster),
         "notes": notes,
-        "document": cluster_run_document(result, body, link, route, trace, shown),
+        # the sections are the page's (above): ``reports.cli_shape`` puts them in, not kept twice
+        "document": cluster_run_document(result, body, link, route, trace),
     }
 
 
@@ -188,11 +189,10 @@ def cluster_run_document(
     link: LinkSpec,
     route: RouterSpec,
     trace: Trace,
-    sections: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The cluster run as ``servesim cluster --recovery POLICY --json`` writes it (kind cluster):
-    the failures, link, router, the one strategy's row, and the page's sections (the fleet's and
-    each replica's views) that ``servesim report`` draws."""
+    the failures, link, router and the one strategy's row; its ``sections`` (the fleet's and
+    each replica's views, which ``servesim report`` draws) are the page's."""
     from servesim.cluster.compare import cluster_document, outcome
     from servesim.report.documents import stamped
     row = outcome(body.recovery, result, link.context())
@@ -201,11 +201,7 @@ def cluster_run_document(
         link,
         route,
         [row],
-        {
-            "title": document_title(trace),
-            "sections": sections,
-            "trace_provenance": trace.provenance.model_dump(mode="json"),
-        },
+        {"title": document_title(trace), "trace_provenance": trace.provenance.model_dump(mode="json")},
     )
     return stamped("cluster", doc)
 
