@@ -156,9 +156,14 @@ def register(app: typer.Typer) -> None:
         for note in dict.fromkeys(n for s in setups for n in s.notes):  # once the input is known good
             typer.echo(f"warning: {note}", err=True)
         names = list(POLICIES) if recovery == "compare" else [recovery]
-        rows, _ = compare_recovery(
+        rows, results = compare_recovery(
             tr, reps, route, events, link, names, slo=goal, baseline=recovery == "compare"
         )
+        # The charts of one run: the policy asked for, or under compare the one that recovers best.
+        from servesim.views.fleet import fleet_views
+
+        pick = min((r for r in rows if r.strategy in results), key=lambda r: r.e2e_p99_ms).strategy
+        views = fleet_views(results[pick], title=f"fleet of {len(reps)} replicas, {pick} recovery")
         if not as_json:
             typer.echo(f"timed as: {timed_as}")
             if defaults_line:
@@ -172,6 +177,7 @@ def register(app: typer.Typer) -> None:
             f"{trace}: {len(tr):,} requests on {len(reps)} replicas",
             tr.provenance,
             out=out,
+            views=views,
         )
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.errors import InputError, ServesimError, describe
 from servesim.report.documents import Document, Kind, ReportInputError, read_document
@@ -237,7 +237,15 @@ def _cluster(doc: Document) -> ReportPart:
     fleet's and each replica's, ``servesim.views.fleet``: the same sections the web draws)."""
     from servesim.views.cluster import cluster_view
 
-    views = [Section.model_validate(s) for s in doc.data.get("sections") or []]
+    raw = doc.data.get("sections") or []
+    if not isinstance(raw, list):
+        raise ReportInputError(f"{doc.name}: not a valid cluster result: sections must be a list of views")
+    try:
+        views = [Section.model_validate(s) for s in raw]
+    except ValidationError as exc:
+        raise ReportInputError(
+            f"{doc.name}: not a valid cluster result: a view in sections: {describe(exc)}"
+        ) from None
     return ReportPart(
         kind=doc.kind,
         source=doc.name,
