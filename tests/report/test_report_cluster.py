@@ -36,7 +36,8 @@ def test_the_document_holds_the_fleet_and_replica_views(doc: dict[str, Any]) -> 
     assert fleet.title == "fleet of 3 replicas, restart recovery"
     queue = fleet.chart("num_waiting")
     moved = doc["strategies"][0]["interrupted"]
-    assert queue.marks[0].label == f"n1 down at 2 s (restart): {moved} requests moved (RECOMPUTE {moved})"
+    assert [m.label for m in queue.marks] == ["n1 down at 2 s", "n1 back (empty)"]
+    assert queue.spans[0].label == f"n1 down (restart); {moved} requests moved: RECOMPUTE {moved}"
     assert queue.spans[0].x0 == 2.0 and queue.spans[0].x1 == 5.0
     assert fleet.verdicts[-1].key == "fleet_bottleneck"
 
@@ -57,8 +58,8 @@ def test_the_report_draws_the_same_charts_and_verdict(doc: dict[str, Any], tmp_p
     assert f'data-verdict="fleet_bottleneck"><b>fleet bottleneck</b>{verdict}' in html.replace("&#x27;", "'")
     assert 'data-section="replica.n2"' in html
     # the outage: a shaded rect and its label on the fleet's queue chart, its marks in the caption
-    assert '"type":"rect"' in html.replace(" ", "") and "n1 down" in html
-    assert "marked: n1 down at 2 s (restart)" in html
+    assert '"type":"rect"' in html.replace(" ", "") and "n1 down (restart)<br>" in html
+    assert "marked: n1 down at 2 s, n1 back (empty); shaded: n1 down (restart); " in html
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "fleet bottleneck" in md and "load per replica" in md
 

@@ -274,12 +274,15 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
         annotations.append(
             {
                 "yref": "paper",
-                "y": 0,
-                "x": (sp.x0 + sp.x1) / 2,
-                "text": sp.label,
+                "y": 1,
+                "x": sp.x0,
+                "text": "<br>".join(sp.label.split("; ")),
                 "showarrow": False,
-                "yanchor": "bottom",
+                "xanchor": "left",
+                "yanchor": "top",
+                "align": "left",
                 "font": {"size": 10, "color": "#cf222e"},
+                "bgcolor": "rgba(255, 255, 255, 0.8)",
             }
         )
     y_axis = _axis(s.y_label, s.y_unit)
@@ -385,7 +388,8 @@ def section_html(s: Section, charts: _Charts) -> str:
                 if x.reference is not None
                 else ""
             )
-            marked = f"; marked: {'; '.join(m.label for m in x.marks)}" if x.marks else ""
+            marked = f"; marked: {', '.join(m.label for m in x.marks)}" if x.marks else ""
+            marked += "".join(f"; shaded: {sp.label}" for sp in x.spans)
             cap = (
                 f"{len(x.x):,} points; {x.y_label} {_n(min(x.y), x.y_unit)} to {_n(max(x.y), x.y_unit)}{ref}"
                 f"{marked}"

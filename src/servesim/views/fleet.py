@@ -10,9 +10,10 @@ A pure function of the ``ClusterResult`` (``fleet_views``): the web page, ``serv
   samples); its time series are time-weighted means per time bin of each replica's step series
   (a replica counts 0 while idle or down), summed over the replicas (KV usage: their mean), with
   each replica as a line of its own.
-- Each failure is a shaded outage (down until it recovered, or to the end of the run) and a
-  mark at its moment, labelled with the replica, the recovery policy and the requests moved (by
-  MIGRATE, which moved their KV, and RECOMPUTE, which restarted them cold); a recovery is a mark.
+- Each failure is a shaded outage (down until it recovered, or to the end of the run) labelled
+  with the replica, the recovery policy and the requests moved (by MIGRATE, which moved their
+  KV, and RECOMPUTE, which restarted them cold), and a mark at its moment; a recovery (and an
+  announced failure's warning) is a mark.
 - The fleet's bottleneck (``fleet_bottleneck``) reads, in order: one replica far hotter than the
   others (the router does not spread the load), the failure (the interrupted requests set the
   tail, or the survivors queued during the outage), then what limits most replicas by their
@@ -96,12 +97,13 @@ class Outage:
         return sum(self.moved.values())
 
     def label(self, policy: str | None) -> str:
+        """What the outage's shading says: the replica, the recovery policy, the requests moved
+        and how (``; `` parts: a renderer may break the line there)."""
         how = ", ".join(f"{STRATEGY_WORDS.get(k, k)} {n:,}" for k, n in sorted(self.moved.items()))
+        n = self.num_moved
         return (
-            f"{self.node} down at {self.down_s:g} s"
-            + (f" ({policy})" if policy else "")
-            + f": {self.num_moved:,} requests moved"
-            + (f" ({how})" if how else "")
+            f"{self.node} down" + (f" ({policy})" if policy else "")
+            + f"; {n:,} request{'' if n == 1 else 's'} moved" + (f": {how}" if how else "")
         )
 
 
@@ -134,9 +136,9 @@ def failure_marks(found: list[Outage], policy: str | None, end_s: float) -> dict
     for o in found:
         if o.warned_s is not None:
             marks.append(Mark(x=o.warned_s, label=f"{o.node} warned"))
-        marks.append(Mark(x=o.down_s, label=o.label(policy)))
+        marks.append(Mark(x=o.down_s, label=f"{o.node} down at {o.down_s:g} s"))
         up = o.up_s if o.up_s is not None else max(end_s, o.down_s)
-        spans.append(Span(x0=o.down_s, x1=up, label=f"{o.node} down"))
+        spans.append(Span(x0=o.down_s, x1=up, label=o.label(policy)))
         if o.up_s is not None:
             marks.append(Mark(x=o.up_s, label=f"{o.node} back (empty)"))
     return {"marks": marks, "spans": spans}

@@ -213,11 +213,11 @@ SS.series = function (container, s, extra) {
   return div;
 };
 
-/* Shaded stretches of x (a replica's outage, views.fleet), labelled at the bottom of the plot. */
+/* Shaded stretches of x (a replica's outage, views.fleet), labelled at their top left. */
 SS.spanShapes = function (s, shapes, annotations) {
   for (const sp of s.spans || []) {
     shapes.push({ type: "rect", yref: "paper", y0: 0, y1: 1, x0: sp.x0, x1: sp.x1, layer: "below", line: { width: 0 }, fillcolor: "rgba(198, 40, 40, 0.10)" });
-    annotations.push({ yref: "paper", y: 0, x: (sp.x0 + sp.x1) / 2, text: sp.label, showarrow: false, yanchor: "bottom", font: { size: 10, color: "#c62828" } });
+    annotations.push({ yref: "paper", y: 1, x: sp.x0, text: sp.label.split("; ").join("<br>"), showarrow: false, xanchor: "left", yanchor: "top", align: "left", font: { size: 10, color: "#c62828" }, bgcolor: "rgba(255, 255, 255, 0.8)" });
   }
 };
 
