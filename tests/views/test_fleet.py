@@ -9,8 +9,15 @@ import pytest
 from servesim.cluster import FailureEvent, Replica, RouterSpec, simulate_cluster
 from servesim.engine import EngineConfig, LinearStepTime, simulate
 from servesim.engine.results import SLO
-from servesim.traces import FixedLength, GeneratorSpec, LogNormalLength, PoissonArrivals, PrefixSpec
-from servesim.traces import generate_trace, open_trace
+from servesim.traces import (
+    FixedLength,
+    GeneratorSpec,
+    LogNormalLength,
+    PoissonArrivals,
+    PrefixSpec,
+    generate_trace,
+    open_trace,
+)
 from servesim.views.fleet import fleet_views, replica_results
 from servesim.views.simulation import bottleneck, simulation_view
 

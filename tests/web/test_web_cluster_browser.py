@@ -24,11 +24,14 @@ READ = """els => els.map(e => {
 })"""
 
 
-def charts(page: Any) -> dict[str, dict[str, Any]]:
-    return {c["key"]: c for c in page.eval_on_selector_all("#cluster-view .js-plotly-plot", READ)}
+def charts(pg: Any) -> dict[str, dict[str, Any]]:
+    return {c["key"]: c for c in pg.eval_on_selector_all("#cluster-view .js-plotly-plot", READ)}
 
 
-def test_a_cluster_run_shows_the_fleet_and_each_replica_with_the_failure_drawn(page: Any, server: str) -> None:
+def test_a_cluster_run_shows_the_fleet_and_each_replica_with_the_failure_drawn(
+    page: Any,  # noqa: F811 (the fixture)
+    server: str,  # noqa: F811 (the fixture)
+) -> None:
     upload_and_run(page)
     page.click("#tab-run")
     page.fill("#slo-ttft_ms", "400")
@@ -42,7 +45,9 @@ def test_a_cluster_run_shows_the_fleet_and_each_replica_with_the_failure_drawn(p
     fleet = charts(page)
     # the single-run charts, for the whole fleet: latency histograms (the SLO marked), tokens per
     # step against the budget, the time series, the phase breakdown
-    assert {"ttft_ms", "tpot_ms", "e2e_ms", "num_tokens", "num_waiting", "num_running", "kv_usage"} <= set(fleet)
+    assert {"ttft_ms", "tpot_ms", "e2e_ms", "num_tokens", "num_waiting", "num_running", "kv_usage"} <= set(
+        fleet
+    )
     assert {"output_tokens_per_s", "latency_split"} <= set(fleet)
     for key, c in fleet.items():
         where = f"{key}: {c['title']!r}"
@@ -51,7 +56,9 @@ def test_a_cluster_run_shows_the_fleet_and_each_replica_with_the_failure_drawn(p
         if len(c["traces"]) > 1:  # several traces: a legend, outside the data, each entry named
             assert c["legend"] and c["legend_x"] > 1 and all(t["name"] for t in c["traces"]), where
     assert any(lab.startswith("SLO 400") for lab in fleet["ttft_ms"]["labels"])
-    assert fleet["ttft_ms"]["x"] == "TTFT (ms)" and fleet["ttft_ms"]["title"].startswith("TTFT distribution, fleet")
+    assert fleet["ttft_ms"]["x"] == "TTFT (ms)" and fleet["ttft_ms"]["title"].startswith(
+        "TTFT distribution, fleet"
+    )
     queue = fleet["num_waiting"]
     assert queue["title"] == "waiting queue, fleet (3 replicas summed)"
     assert queue["x"] == "time (s)" and queue["y"] == "requests waiting"

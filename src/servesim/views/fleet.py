@@ -102,8 +102,10 @@ class Outage:
         how = ", ".join(f"{STRATEGY_WORDS.get(k, k)} {n:,}" for k, n in sorted(self.moved.items()))
         n = self.num_moved
         return (
-            f"{self.node} down" + (f" ({policy})" if policy else "")
-            + f"; {n:,} request{'' if n == 1 else 's'} moved" + (f": {how}" if how else "")
+            f"{self.node} down"
+            + (f" ({policy})" if policy else "")
+            + f"; {n:,} request{'' if n == 1 else 's'} moved"
+            + (f": {how}" if how else "")
         )
 
 
@@ -223,7 +225,7 @@ def fleet_series(
             y_label=y_label,
             kind="step",
             max_points=points,
-            help=define(help_key) + " Summed over the replicas: the time-weighted mean in each bin.",
+            help=(define(help_key) or "") + " Summed over the replicas: the time-weighted mean in each bin.",
         )
         return _with_lines(base, per, "fleet", drawn)
 
@@ -240,7 +242,7 @@ def fleet_series(
         max_points=points,
         reference=1.0,
         reference_label="every usable block",
-        help=define("kv_usage") + " Each replica's time-weighted mean per bin (0 while down).",
+        help=(define("kv_usage") or "") + " Each replica's time-weighted mean per bin (0 while down).",
     )
     out.append(_with_lines(kv, per_kv, "fleet mean", drawn))
     ends = {k: (f["start_s"] + f["duration_s"]).to_numpy(dtype=np.float64) for k, f in frames.items()}
@@ -506,7 +508,9 @@ def fleet_bottleneck(
                 key=key,
                 label=label,
                 status="warn",
-                text=f"the failure: {moved}; " + " and ".join(why) + "; "
+                text=f"the failure: {moved}; "
+                + " and ".join(why)
+                + "; "
                 + (
                     "cheaper recovery (migrate KV, a faster link) shortens the interrupted requests' tail"
                     if tail

@@ -175,4 +175,16 @@ def _by_key(items: list[_T], key: str) -> _T:
     raise KeyError(f"no {key!r} in this view (has: {', '.join(i.key for i in items)})")
 
 
-__all__ = ["Cell", "Column", "Histogram", "Kpi", "Line", "Mark", "Section", "Series", "Span", "Table", "Verdict"]
+__all__ = [
+    "Cell",
+    "Column",
+    "Histogram",
+    "Kpi",
+    "Line",
+    "Mark",
+    "Section",
+    "Series",
+    "Span",
+    "Table",
+    "Verdict",
+]

@@ -195,6 +195,7 @@ def cluster_run_document(
     each replica's views, which ``servesim report`` draws) are the page's."""
     from servesim.cluster.compare import cluster_document, outcome
     from servesim.report.documents import stamped
+
     row = outcome(body.recovery, result, link.context())
     doc = cluster_document(
         body.failures,
