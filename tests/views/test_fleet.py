@@ -162,3 +162,18 @@ def test_a_one_replica_cluster_view_is_the_single_run_view() -> None:
     assert view.histograms == base.histograms
     assert [s.y for s in view.series] == [s.y for s in base.series]
     assert view.verdicts == base.verdicts
+
+
+def test_a_fleet_that_loses_every_replica_still_has_its_views() -> None:
+    """Both replicas lost for good: the requests left are parked (unfinished); every view still
+    builds, each outage is shaded to the end of the run, nothing is invented."""
+    trace = open_trace("poisson_30_rps", num_requests=300, seed=2)
+    fail = [FailureEvent(node="n0", time_s=2.0), FailureEvent(node="n1", time_s=3.0)]
+    res = simulate_cluster(trace, replicas(2), RouterSpec(), fail)
+    assert res.summary.num_parked_unfinished > 0
+    views = fleet_views(res)
+    queue = views[0].chart("num_waiting")
+    end = queue.x[-1]
+    assert [sp.x0 for sp in queue.spans] == [2.0, 3.0] and all(sp.x1 >= end for sp in queue.spans)
+    assert views[0].verdicts[-1].key == "fleet_bottleneck"
+    assert [v.key for v in views] == ["fleet", "replica.n0", "replica.n1"]

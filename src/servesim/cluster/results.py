@@ -175,7 +175,9 @@ def build_cluster_result(
             np.concatenate([weights[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
             np.concatenate([gaps[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
         )
-        for k, spec in enumerate(run.replicas)
+        for k, spec in enumerate(
+            run.replicas if replica_summaries else ()
+        )  # the views' (the tuner reads none)
         if k in run.engine_replica
     }
     return ClusterResult(

@@ -64,19 +64,29 @@ FAILURE_RATIO = 1.5
 STRATEGY_WORDS = {"MIGRATE_STATE": "MIGRATE", "COLD_RESTART": "RECOMPUTE"}
 
 
+def by_replica_name(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``frame``'s rows of each replica (its ``replica`` column), in their order; rows of no
+    replica (a request no replica was left to serve) are in none."""
+    if "replica" not in frame or not len(frame):
+        return {}
+    groups = frame.groupby("replica", sort=False).indices
+    return {str(k): frame.take(v).reset_index(drop=True) for k, v in groups.items()}
+
+
 def replica_results(result: ClusterResult) -> dict[str, SimulationResult]:
     """Each replica's run as a ``SimulationResult``: the requests it finished, its steps (every
     incarnation, in order), its preemptions, its summary, settings and ITL samples. Empty when
     the run kept no per-replica summaries."""
     out: dict[str, SimulationResult] = {}
     empty = pd.DataFrame({"time_s": pd.Series(dtype=np.float64), "req_id": pd.Series(dtype=object)})
+    reqs, steps, pres = (by_replica_name(f) for f in (result.requests, result.steps, result.preemptions))
     for name, summary in result.summary.replicas.items():
         config = result.configs.get(name)
         if config is None:
             continue
-        req = result.requests[result.requests["replica"] == name].reset_index(drop=True)
-        st = result.steps[result.steps["replica"] == name].reset_index(drop=True)
-        pre = result.preemptions[result.preemptions["replica"] == name].reset_index(drop=True)
+        req = reqs.get(name, result.requests.iloc[0:0])
+        st = steps.get(name, result.steps.iloc[0:0])
+        pre = pres.get(name, result.preemptions.iloc[0:0])
         out[name] = SimulationResult(config, {}, summary, req, st, pre, empty, itl=result.itl.get(name))
     return out
 
@@ -146,6 +156,13 @@ def failure_marks(found: list[Outage], policy: str | None, end_s: float) -> dict
     return {"marks": marks, "spans": spans}
 
 
+def _step_frames(result: ClusterResult, by_replica: dict[str, SimulationResult]) -> dict[str, pd.DataFrame]:
+    """Each replica's steps (those of ``by_replica`` when given)."""
+    if by_replica:
+        return {k: r.steps for k, r in by_replica.items()}
+    return by_replica_name(result.steps)
+
+
 def _bin_means(steps: pd.DataFrame, column: str, grid: np.ndarray) -> np.ndarray:
     """The time-weighted mean of ``column`` over each bin of ``grid`` (each step's value holds
     while it runs; 0 between steps: idle, or the replica down)."""
@@ -207,10 +224,9 @@ def fleet_series(
     out: list[Series] = []
     if grid is None:
         return out
-    names = list(by_replica) or sorted(str(x) for x in st["replica"].unique())
-    frames = {n: st[st["replica"] == n] for n in names}
+    frames = _step_frames(result, by_replica)
     drawn = failure_marks(outages(result), result.recovery, float(grid.edges[-1]))
-    n = len(names)
+    n = len(frames)
     # Time series binned on one grid: never more points than bins, so no down-sampling either.
     points = len(grid.x) + 1
 
@@ -435,16 +451,15 @@ def load_table(loads: list[ReplicaLoad], by_replica: dict[str, SimulationResult]
     return Table(key="replicas", title="load per replica", columns=cols, rows=rows)
 
 
-def _outage_queue(result: ClusterResult, found: list[Outage]) -> tuple[float, float]:
+def _outage_queue(
+    result: ClusterResult, by_replica: dict[str, SimulationResult], found: list[Outage]
+) -> tuple[float, float]:
     """The fleet's mean waiting queue during the outages and during the rest of the run."""
     grid = _grid(result.steps, 3 * MAX_POINTS)
     if grid is None or not found:
         return 0.0, 0.0
-    names = sorted(str(x) for x in result.steps["replica"].unique())
-    total = np.sum(
-        [_bin_means(result.steps[result.steps["replica"] == k], "num_waiting", grid.edges) for k in names],
-        axis=0,
-    )
+    frames = _step_frames(result, by_replica)
+    total = np.sum([_bin_means(f, "num_waiting", grid.edges) for f in frames.values()], axis=0)
     inside = _inside(grid.x + grid.width / 2, found)
     during = float(total[inside].mean()) if inside.any() else 0.0
     rest = float(total[~inside].mean()) if (~inside).any() else 0.0
@@ -460,6 +475,10 @@ def fleet_bottleneck(
     """What limits the fleet, from the data (see the module docstring for the order)."""
     loads = replica_loads(result, by_replica) if loads is None else loads
     key, label = "fleet_bottleneck", "fleet bottleneck"
+    if not by_replica and len(result.steps):
+        return Verdict(
+            key=key, label=label, status="info", text="the run kept no per-replica figures to read it from"
+        )
     busy = [x for x in loads if x.limit.name != "idle"]
     if not busy:
         return Verdict(key=key, label=label, status="info", text="no traffic: nothing limits the fleet")
@@ -488,7 +507,7 @@ def fleet_bottleneck(
     impact = result.summary.impact
     if found:
         inter, others_e2e = impact.interrupted_e2e_ms, impact.others_e2e_ms
-        during, rest_q = _outage_queue(result, found)
+        during, rest_q = _outage_queue(result, by_replica, found)
         tail = inter.count > 0 and others_e2e.count > 0 and inter.p99 >= FAILURE_RATIO * others_e2e.p99
         queued = during >= HOT_MIN_QUEUE and during >= FAILURE_RATIO * rest_q
         if tail or queued:
@@ -604,6 +623,7 @@ def fleet_views(
 __all__ = [
     "Outage",
     "ReplicaLoad",
+    "by_replica_name",
     "failure_marks",
     "fleet_bottleneck",
     "fleet_histograms",
