@@ -70,7 +70,9 @@ def by_replica_name(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     if "replica" not in frame or not len(frame):
         return {}
     groups = frame.groupby("replica", sort=False).indices
-    return {str(k): frame.take(v).reset_index(drop=True) for k, v in groups.items()}
+    return {
+        str(k): frame.take(np.asarray(v, dtype=np.int64)).reset_index(drop=True) for k, v in groups.items()
+    }
 
 
 def replica_results(result: ClusterResult) -> dict[str, SimulationResult]:
