@@ -7,9 +7,9 @@ view is JSON (`model_dump(mode="json")`) for the web API and byte-identical for 
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Cell = float | int | str | bool | None
 ColumnKind = Literal["int", "float", "str", "pct", "bool"]
@@ -98,6 +98,14 @@ class Series(_Frozen):
         default_factory=list, description="Labels of x when x only index categories (0, 1, 2 ...)."
     )
     name: str | None = Field(None, description="The legend name of y (else y_label).")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``spans`` key when there are none: a series without an outage dumps as before."""
+        out: dict[str, Any] = handler(self)
+        if not self.spans:
+            out.pop("spans", None)
+        return out
 
 
 class Histogram(_Frozen):
