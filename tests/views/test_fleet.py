@@ -175,5 +175,17 @@ def test_a_fleet_that_loses_every_replica_still_has_its_views() -> None:
     queue = views[0].chart("num_waiting")
     end = queue.x[-1]
     assert [sp.x0 for sp in queue.spans] == [2.0, 3.0] and all(sp.x1 >= end for sp in queue.spans)
-    assert views[0].verdicts[-1].key == "fleet_bottleneck"
+    verdict = views[0].verdicts[-1]
+    parked = res.summary.num_parked_unfinished
+    assert verdict.status == "fail" and verdict.text.startswith(
+        f"the failure: no replica was left to serve {parked:,} requests (lost: n0 at 2 s, n1 at 3 s)"
+    )
     assert [v.key for v in views] == ["fleet", "replica.n0", "replica.n1"]
+
+
+def test_a_failure_after_the_run_is_not_drawn() -> None:
+    """A failure after the last step changed nothing: no mark stretches the time axis to it."""
+    trace = open_trace("poisson_30_rps", num_requests=200, seed=2)
+    res = simulate_cluster(trace, replicas(2), RouterSpec(), [FailureEvent(node="n1", time_s=1e6)])
+    queue = fleet_views(res)[0].chart("num_running")
+    assert queue.marks == [] and queue.spans == []

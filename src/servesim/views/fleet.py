@@ -14,8 +14,8 @@ A pure function of the ``ClusterResult`` (``fleet_views``): the web page, ``serv
   with the replica, the recovery policy and the requests moved (by MIGRATE, which moved their
   KV, and RECOMPUTE, which restarted them cold), and a mark at its moment; a recovery (and an
   announced failure's warning) is a mark.
-- The fleet's bottleneck (``fleet_bottleneck``) reads, in order: one replica far hotter than the
-  others (the router does not spread the load), the failure (the interrupted requests set the
+- The fleet's bottleneck (``fleet_bottleneck``) reads, in order: requests no replica was left to
+  serve (every replica lost), one replica far hotter than the others (the router does not spread the load), the failure (the interrupted requests set the
   tail, or the survivors queued during the outage), then what limits most replicas by their
   busy time (``simulation.bottleneck_limit``: KV blocks, the token budget, max_num_seqs,
   queueing beyond the fleet's compute, or nothing: compute-bound at this load).
@@ -143,18 +143,32 @@ def outages(result: ClusterResult) -> list[Outage]:
     return out
 
 
+def run_end(result: ClusterResult) -> float:
+    """When the run ends for its charts: its last step's end or its last arrival, the later (a
+    failure after both changed nothing)."""
+    st, req = result.steps, result.requests
+    ends = [float((st["start_s"] + st["duration_s"]).max())] if len(st) else []
+    if len(req) and "arrival_s" in req:
+        ends.append(float(req["arrival_s"].max()))
+    return max(ends, default=0.0)
+
+
 def failure_marks(found: list[Outage], policy: str | None, end_s: float) -> dict[str, Any]:
-    """The ``marks`` and ``spans`` that draw the failures on a time series."""
+    """The ``marks`` and ``spans`` that draw the failures on a time series (up to ``end_s``, the
+    ``run_end``: an outage still on then is shaded to it)."""
     marks: list[Mark] = []
     spans: list[Span] = []
     for o in found:
+        if o.down_s > end_s:  # after the run (``run_end``): it changed nothing, and is not drawn
+            continue
         if o.warned_s is not None:
             marks.append(Mark(x=o.warned_s, label=f"{o.node} warned"))
         marks.append(Mark(x=o.down_s, label=f"{o.node} down at {o.down_s:g} s"))
-        up = o.up_s if o.up_s is not None else max(end_s, o.down_s)
+        back = o.up_s is not None and o.up_s <= end_s
+        up = o.up_s if back and o.up_s is not None else end_s
         spans.append(Span(x0=o.down_s, x1=up, label=o.label(policy)))
-        if o.up_s is not None:
-            marks.append(Mark(x=o.up_s, label=f"{o.node} back (empty)"))
+        if back:
+            marks.append(Mark(x=up, label=f"{o.node} back (empty)"))
     return {"marks": marks, "spans": spans}
 
 
@@ -227,7 +241,7 @@ def fleet_series(
     if grid is None:
         return out
     frames = _step_frames(result, by_replica)
-    drawn = failure_marks(outages(result), result.recovery, float(grid.edges[-1]))
+    drawn = failure_marks(outages(result), result.recovery, run_end(result))
     n = len(frames)
     # Time series binned on one grid: never more points than bins, so no down-sampling either.
     points = len(grid.x) + 1
@@ -481,6 +495,16 @@ def fleet_bottleneck(
         return Verdict(
             key=key, label=label, status="info", text="the run kept no per-replica figures to read it from"
         )
+    parked = result.summary.num_parked_unfinished
+    if parked:
+        lost = ", ".join(f"{o.node} at {o.down_s:g} s" for o in outages(result))
+        return Verdict(
+            key=key,
+            label=label,
+            status="fail",
+            text=f"the failure: no replica was left to serve {parked:,} requests (lost: {lost}); "
+            "more replicas, or replicas that recover, serve them",
+        )
     busy = [x for x in loads if x.limit.name != "idle"]
     if not busy:
         return Verdict(key=key, label=label, status="info", text="no traffic: nothing limits the fleet")
@@ -608,8 +632,7 @@ def fleet_views(
         text=[] if s.num_requests else ["no requests: nothing to measure"],
     )
     out = [fleet]
-    end = float((result.steps["start_s"] + result.steps["duration_s"]).max()) if len(result.steps) else 0.0
-    drawn = failure_marks(outages(result), result.recovery, end)
+    drawn = failure_marks(outages(result), result.recovery, run_end(result))
     # Many replicas: fewer points each, so the whole document stays small.
     per_points = max_points if len(by_replica) <= 4 else max(120, 4 * max_points // len(by_replica))
     for name, r in by_replica.items():
@@ -635,4 +658,5 @@ __all__ = [
     "outages",
     "replica_loads",
     "replica_results",
+    "run_end",
 ]
