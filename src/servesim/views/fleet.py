@@ -17,8 +17,9 @@ A pure function of the ``ClusterResult`` (``fleet_views``): the web page, ``serv
 - The fleet's bottleneck (``fleet_bottleneck``) reads, in order: requests no replica was left to
   serve (every replica lost), one replica far hotter than the others while all were up (the
   router does not spread the load), the failure (the interrupted requests set the tail, or the
-  survivors queued during the outage), then what limits most replicas by their busy time (``simulation.bottleneck_limit``: KV blocks, the token budget, max_num_seqs,
-  queueing beyond the fleet's compute, or nothing: compute-bound at this load).
+  survivors queued during the outage), then what limits most replicas by their busy time
+  (``simulation.bottleneck_limit``: KV blocks, the token budget, max_num_seqs, queueing beyond
+  the fleet's compute, or nothing: compute-bound at this load).
 """
 
 from __future__ import annotations
