@@ -692,6 +692,11 @@ class LiveClusterRun(_Base):
     ) -> None:
         self._setup(trace, window_s)
         self.slo = slo
+        # the policies' names the result records for its views (servesim.views.fleet)
+        self._policies = (
+            recovery if isinstance(recovery, str) else getattr(recovery, "__name__", None),
+            router.policy if router is not None else RouterSpec().policy,
+        )
         self.sim: ClusterSimulator = cluster_simulator(
             trace,
             replicas,
@@ -881,7 +886,9 @@ class LiveClusterRun(_Base):
         if self._result is None:
             with _gc_paused():
                 self._advance_until(math.inf)
-            self._result = build_cluster_result(self.sim.close(), self.slo)
+            self._result = build_cluster_result(
+                self.sim.close(), self.slo, recovery=self._policies[0], router=self._policies[1]
+            )
         return self._result
 
     def _check_open(self) -> None:

@@ -115,10 +115,24 @@ def test_cluster_with_a_failure(client: TestClient, trace_id: str) -> None:
         "failures": [{"node": "n0", "time_s": 2.0}],
         "recovery": "planner",
     }
-    res = run_job(client, "/api/simulate", body)["result"]
+    run = run_job(client, "/api/simulate", body)
+    res = run["result"]
     assert res["cluster"]["num_failures"] == 1
     assert res["summary"]["num_requests"] == 300
-    assert [s["key"] for s in res["sections"]].count("simulation") == 3  # the cluster and each replica
+    # the fleet, the failure timeline, then each replica (views.fleet): the single-run charts each
+    assert [s["key"] for s in res["sections"]] == ["fleet", "timeline", "replica.n0", "replica.n1"]
+    fleet = section(res, "fleet")
+    assert {h["key"] for h in fleet["histograms"]} >= {"ttft_ms", "e2e_ms", "num_tokens"}
+    queue = next(s for s in fleet["series"] if s["key"] == "num_waiting")
+    assert queue["spans"][0]["x0"] == 2.0 and queue["spans"][0]["label"].startswith("n0 down (planner); ")
+    assert queue["marks"][0]["label"] == "n0 down at 2 s"
+    assert any(v["key"] == "fleet_bottleneck" for v in fleet["verdicts"])
+    # the run's document is servesim cluster's, with the same sections: the report draws them
+    doc = client.get(f"/api/runs/{run['job']['id']}/document.json").json()
+    assert doc["kind"] == "cluster" and doc["sections"] == res["sections"]
+    assert [r["strategy"] for r in doc["strategies"]] == ["planner"] and doc["failures"][0]["node"] == "n0"
+    rep = client.get(f"/api/runs/{run['job']['id']}/report.html")
+    assert rep.status_code == 200 and "fleet bottleneck" in rep.text and "n0 down (planner)<br>" in rep.text
     timeline = section(res, "timeline")["tables"][0]
     events = [row[1] for row in timeline["rows"]]
     assert events[0] == "down" and timeline["rows"][0][0] == 2.0 and timeline["rows"][0][2] == "n0"

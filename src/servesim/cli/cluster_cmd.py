@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
-from servesim.cli.cluster_output import parse_fail, print_comparison
+from servesim.cli.cluster_output import fleet_sections, parse_fail, print_comparison
 from servesim.cli.common import out_option, request_slo
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.pd_cmd import print_pd, run_pd
@@ -156,9 +156,12 @@ def register(app: typer.Typer) -> None:
         for note in dict.fromkeys(n for s in setups for n in s.notes):  # once the input is known good
             typer.echo(f"warning: {note}", err=True)
         names = list(POLICIES) if recovery == "compare" else [recovery]
-        rows, _ = compare_recovery(
+        rows, results = compare_recovery(
             tr, reps, route, events, link, names, slo=goal, baseline=recovery == "compare"
         )
+        # The charts of one run: the policy asked for, or under compare the one that recovers best.
+        pick = min((r for r in rows if r.strategy in results), key=lambda r: r.e2e_p99_ms).strategy
+        views = fleet_sections(results[pick], len(reps), pick)
         if not as_json:
             typer.echo(f"timed as: {timed_as}")
             if defaults_line:
@@ -172,6 +175,7 @@ def register(app: typer.Typer) -> None:
             f"{trace}: {len(tr):,} requests on {len(reps)} replicas",
             tr.provenance,
             out=out,
+            views=views,
         )
 
 

@@ -12,11 +12,12 @@ from rich.markup import escape
 
 from servesim.cli.common import emit, said_written
 from servesim.cli.trace_input import provenance_json
-from servesim.cluster import FailureEvent, RouterSpec
+from servesim.cluster import ClusterResult, FailureEvent, RouterSpec
 from servesim.cluster.compare import LinkSpec, StrategyOutcome, cluster_document
 from servesim.errors import InputError, shown
 from servesim.report.documents import stamped
 from servesim.traces.schema import TraceProvenance
+from servesim.views.model import Section
 
 
 def parse_fail(text: str) -> FailureEvent:
@@ -31,6 +32,14 @@ def parse_fail(text: str) -> FailureEvent:
         raise InputError(f"--fail {shown(text)}: {e}") from None
 
 
+def fleet_sections(result: ClusterResult, replicas: int, recovery: str) -> list[Section]:
+    """The fleet's and each replica's views of one run (``servesim.views.fleet``), titled as
+    every cluster-running command titles them."""
+    from servesim.views.fleet import fleet_views
+
+    return fleet_views(result, title=f"fleet of {replicas} replicas, {recovery} recovery")
+
+
 def print_comparison(
     rows: Sequence[StrategyOutcome],
     events: Sequence[FailureEvent],
@@ -40,12 +49,17 @@ def print_comparison(
     title: str,
     provenance: TraceProvenance | None = None,
     out: Path | None = None,
+    views: Sequence[Section] = (),
 ) -> None:
     """The strategies' outcomes: the table, or with ``--json`` the comparison alone on stdout
     (with the trace's provenance: every row dropped while reading it); ``out``: that document
-    as a file."""
+    as a file. ``views``: one run's fleet and replica views (``servesim.views.fleet``): the
+    document's ``sections`` (the charts ``servesim report`` draws); the table is followed by the
+    fleet's verdicts."""
     if as_json or out is not None:
         doc = {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
+        if views:
+            doc["sections"] = [v.model_dump(mode="json") for v in views]
         if emit(stamped("cluster", doc), as_json=as_json, out=out):
             return
     from servesim.cli.render import print_section
@@ -54,7 +68,10 @@ def print_comparison(
     console = Console()
     console.print(escape(title), highlight=False)
     print_section(cluster_view(cluster_document(events, link, route, rows)), console)
+    if views:
+        fleet = views[0]
+        print_section(Section(key=fleet.key, title=fleet.title, verdicts=fleet.verdicts), console)
     said_written(out)
 
 
-__all__ = ["parse_fail", "print_comparison"]
+__all__ = ["fleet_sections", "parse_fail", "print_comparison"]

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from servesim.bounds import MAX_REPLICAS
-from servesim.cli.cluster_output import parse_fail, print_comparison
+from servesim.cli.cluster_output import fleet_sections, parse_fail, print_comparison
 from servesim.cli.common import fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.cli.simulate_cmd import TRACE_HELP, deploy, report_result
@@ -175,6 +175,7 @@ def _run_plain(
             f"{title} on {spec.replicas} replicas",
             provenance=spec.trace.provenance,
             out=out,
+            views=fleet_sections(result, spec.replicas, spec.recovery),
         )
         return
     report_result(

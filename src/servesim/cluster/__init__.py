@@ -73,7 +73,14 @@ def simulate_cluster(
         fast=fast,
         observers=observers,
     )
-    return build_cluster_result(sim.run(), slo, pooled_itl=pooled_itl, replica_summaries=replica_summaries)
+    return build_cluster_result(
+        sim.run(),
+        slo,
+        pooled_itl=pooled_itl,
+        replica_summaries=replica_summaries,
+        recovery=recovery if isinstance(recovery, str) else getattr(recovery, "__name__", None),
+        router=(router or RouterSpec()).policy,
+    )
 
 
 def cluster_simulator(

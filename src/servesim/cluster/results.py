@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 
+from servesim.cluster.config import FailureEvent
 from servesim.cluster.simulate import ClusterRun
+from servesim.engine.config import EngineConfig
 from servesim.engine.results import SLO, LatencyStats, SimulationSummary, summarize
 from servesim.engine.simulate import event_frame, itl_samples, requests_frame, steps_frame
 
@@ -34,7 +36,10 @@ class ClusterSummary(BaseModel):
 
 class ClusterResult:
     """``summary`` (validated), ``requests`` (with the replica that finished each, and how often
-    it was moved), ``steps`` (with the replica of each step), ``moves`` and ``preemptions``."""
+    it was moved), ``steps`` (with the replica of each step), ``moves`` and ``preemptions``; for
+    the views (``servesim.views.fleet``): each replica's ``configs``, the ``failures`` injected,
+    each replica's pooled ITL samples (``itl``: weights, gaps in s, as ``SimulationResult.itl``)
+    and the names of the ``recovery`` policy and the ``router`` policy."""
 
     def __init__(
         self,
@@ -43,21 +48,39 @@ class ClusterResult:
         steps: pd.DataFrame,
         moves: pd.DataFrame,
         preemptions: pd.DataFrame,
+        *,
+        configs: dict[str, EngineConfig] | None = None,
+        failures: list[FailureEvent] | None = None,
+        itl: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+        recovery: str | None = None,
+        router: str | None = None,
     ) -> None:
         self.summary = summary
         self.requests = requests
         self.steps = steps
         self.moves = moves
         self.preemptions = preemptions
+        self.configs = dict(configs or {})
+        self.failures = list(failures or [])
+        self.itl = dict(itl or {})
+        self.recovery = recovery
+        self.router = router
 
     def to_pandas(self) -> pd.DataFrame:
         return self.requests
 
 
 def build_cluster_result(
-    run: ClusterRun, slo: SLO | None, *, pooled_itl: bool = True, replica_summaries: bool = True
+    run: ClusterRun,
+    slo: SLO | None,
+    *,
+    pooled_itl: bool = True,
+    replica_summaries: bool = True,
+    recovery: str | None = None,
+    router: str | None = None,
 ) -> ClusterResult:
-    """The fleet's result (the two switches: see ``simulate_cluster``)."""
+    """The fleet's result (the two switches: see ``simulate_cluster``; ``recovery``, ``router``:
+    the policies' names, for the views)."""
     engines = run.engines
     names = [run.replicas[k].name for k in run.engine_replica]
     requests = requests_frame(engines, run.trace, slo)
@@ -147,4 +170,25 @@ def build_cluster_result(
         num_failures=len(run.failures),
         num_parked_unfinished=run.parked_at_end,
     )
-    return ClusterResult(summary, requests, steps, moves, preemptions)
+    itl = {
+        spec.name: (
+            np.concatenate([weights[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
+            np.concatenate([gaps[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
+        )
+        for k, spec in enumerate(
+            run.replicas if replica_summaries else ()
+        )  # the views' (the tuner reads none)
+        if k in run.engine_replica
+    }
+    return ClusterResult(
+        summary,
+        requests,
+        steps,
+        moves,
+        preemptions,
+        configs={r.name: r.config for r in run.replicas},
+        failures=list(run.failures),
+        itl=itl,
+        recovery=recovery,
+        router=router,
+    )

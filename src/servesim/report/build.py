@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.errors import InputError, ServesimError, describe
 from servesim.report.documents import Document, Kind, ReportInputError, read_document
@@ -233,10 +233,24 @@ def _recommendation(doc: Document) -> ReportPart:
 
 
 def _cluster(doc: Document) -> ReportPart:
+    """The strategies compared, then the run's own views when the document holds them (the
+    fleet's and each replica's, ``servesim.views.fleet``: the same sections the web draws)."""
     from servesim.views.cluster import cluster_view
 
+    raw = doc.data.get("sections") or []
+    if not isinstance(raw, list):
+        raise ReportInputError(f"{doc.name}: not a valid cluster result: sections must be a list of views")
+    try:
+        views = [Section.model_validate(s) for s in raw]
+    except ValidationError as exc:
+        raise ReportInputError(
+            f"{doc.name}: not a valid cluster result: a view in sections: {describe(exc)}"
+        ) from None
     return ReportPart(
-        kind=doc.kind, source=doc.name, title="cluster with failures", sections=[cluster_view(doc.data)]
+        kind=doc.kind,
+        source=doc.name,
+        title=str(doc.data.get("title") or "cluster with failures"),
+        sections=[cluster_view(doc.data), *views],
     )
 
 
@@ -295,6 +309,7 @@ HEADLINE: dict[str, list[str]] = {
     "simulation": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
     "recommendation": ["gpus", "knee_headroom", "headroom"],
     "cluster": ["best_recovery_e2e_p99_ms", "starved"],
+    "fleet": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
 }
 
 
@@ -302,6 +317,7 @@ GROUP_TITLES = {
     "simulation": "simulated configuration",
     "recommendation": "recommended configuration",
     "cluster": "node failure",
+    "fleet": "the fleet",
 }
 
 

@@ -257,6 +257,34 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
                 "font": {"size": 10, "color": "#5b6475"},
             }
         )
+    for sp in s.spans:  # a replica's outage (views.fleet), shaded under the data
+        shapes.append(
+            {
+                "type": "rect",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": sp.x0,
+                "x1": sp.x1,
+                "layer": "below",
+                "line": {"width": 0},
+                "fillcolor": "rgba(207, 34, 46, 0.10)",
+            }
+        )
+        annotations.append(
+            {
+                "yref": "paper",
+                "y": 1,
+                "x": sp.x0,
+                "text": "<br>".join(sp.label.split("; ")),
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "top",
+                "align": "left",
+                "font": {"size": 10, "color": "#cf222e"},
+                "bgcolor": "rgba(255, 255, 255, 0.8)",
+            }
+        )
     y_axis = _axis(s.y_label, s.y_unit)
     if s.log_y:
         y_axis["type"] = "log"
@@ -360,8 +388,11 @@ def section_html(s: Section, charts: _Charts) -> str:
                 if x.reference is not None
                 else ""
             )
+            marked = f"; marked: {', '.join(m.label for m in x.marks)}" if x.marks else ""
+            marked += "".join(f"; shaded: {sp.label}" for sp in x.spans)
             cap = (
                 f"{len(x.x):,} points; {x.y_label} {_n(min(x.y), x.y_unit)} to {_n(max(x.y), x.y_unit)}{ref}"
+                f"{marked}"
             )
             figs.append(charts.add(series_spec(x, COLORS[i % len(COLORS)]), cap, x.key))
     for i, h in enumerate(s.histograms):

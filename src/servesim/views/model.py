@@ -7,9 +7,9 @@ view is JSON (`model_dump(mode="json")`) for the web API and byte-identical for 
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Cell = float | int | str | bool | None
 ColumnKind = Literal["int", "float", "str", "pct", "bool"]
@@ -67,6 +67,14 @@ class Mark(_Frozen):
     label: str
 
 
+class Span(_Frozen):
+    """A shaded stretch of x from ``x0`` to ``x1`` with its label (a replica's outage)."""
+
+    x0: float
+    x1: float
+    label: str
+
+
 class Series(_Frozen):
     """y against x (already down-sampled: renderers draw every point)."""
 
@@ -84,11 +92,20 @@ class Series(_Frozen):
     help: str | None = None
     lines: list[Line] = Field(default_factory=list, description="More y over the same x, labelled.")
     marks: list[Mark] = Field(default_factory=list, description="Vertical lines at x, labelled.")
+    spans: list[Span] = Field(default_factory=list, description="Shaded stretches of x, labelled.")
     log_y: bool = Field(False, description="Draw y on a log axis (latencies over decades).")
     categories: list[str] = Field(
         default_factory=list, description="Labels of x when x only index categories (0, 1, 2 ...)."
     )
     name: str | None = Field(None, description="The legend name of y (else y_label).")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``spans`` key when there are none: a series without an outage dumps as before."""
+        out: dict[str, Any] = handler(self)
+        if not self.spans:
+            out.pop("spans", None)
+        return out
 
 
 class Histogram(_Frozen):
@@ -166,4 +183,16 @@ def _by_key(items: list[_T], key: str) -> _T:
     raise KeyError(f"no {key!r} in this view (has: {', '.join(i.key for i in items)})")
 
 
-__all__ = ["Cell", "Column", "Histogram", "Kpi", "Line", "Mark", "Section", "Series", "Table", "Verdict"]
+__all__ = [
+    "Cell",
+    "Column",
+    "Histogram",
+    "Kpi",
+    "Line",
+    "Mark",
+    "Section",
+    "Series",
+    "Span",
+    "Table",
+    "Verdict",
+]

@@ -150,6 +150,11 @@ def series(
     )
 
 
+def rounded(values: np.ndarray | list[float]) -> list[float]:
+    """Values as the display data holds them (``_r``: 6 significant digits)."""
+    return [_r(v) for v in np.asarray(values, dtype=np.float64)]
+
+
 def _r(x: float) -> float:
     """Round for display data (6 significant digits): stable JSON, small payloads."""
     f = float(x)
@@ -158,4 +163,4 @@ def _r(x: float) -> float:
     return float(f"{f:.6g}")
 
 
-__all__ = ["MAX_POINTS", "downsample", "histogram", "series", "time_binned"]
+__all__ = ["MAX_POINTS", "downsample", "histogram", "rounded", "series", "time_binned"]

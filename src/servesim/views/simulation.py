@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -464,28 +465,34 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("output_token_throughput"),
         )
     )
-    split = latency_split(result.requests)
-    if split:
-        done = f"{split['count'][0]:,.0f} finished"
-        out.append(
-            Series(
-                key="latency_split",
-                title=f"where a request's time goes: p50 and p99 per phase ({done})",
-                x_label="phase",
-                x_unit=None,
-                y_label="time in the phase",
-                y_unit="ms",
-                x=[0.0, 1.0, 2.0],
-                y=split["p50"],
-                kind="bar",
-                categories=list(PHASES),
-                name="p50",
-                lines=[Line(label="p99", y=split["p99"]), Line(label="mean", y=split["mean"])],
-                help="queue = first scheduled - arrival; prefill = first token - first scheduled; "
-                "decode = last token - first token (finished requests).",
-            )
-        )
+    split = latency_split_series(result.requests)
+    if split is not None:
+        out.append(split)
     return out
+
+
+def latency_split_series(requests: Any) -> Series | None:
+    """The phase breakdown chart (``latency_split``) of these requests; None when none finished."""
+    split = latency_split(requests)
+    if not split:
+        return None
+    done = f"{split['count'][0]:,.0f} finished"
+    return Series(
+        key="latency_split",
+        title=f"where a request's time goes: p50 and p99 per phase ({done})",
+        x_label="phase",
+        x_unit=None,
+        y_label="time in the phase",
+        y_unit="ms",
+        x=[0.0, 1.0, 2.0],
+        y=split["p50"],
+        kind="bar",
+        categories=list(PHASES),
+        name="p50",
+        lines=[Line(label="p99", y=split["p99"]), Line(label="mean", y=split["mean"])],
+        help="queue = first scheduled - arrival; prefill = first token - first scheduled; "
+        "decode = last token - first token (finished requests).",
+    )
 
 
 #: The phases of a finished request, in order (``latency_split``).
@@ -567,55 +574,86 @@ def queue_by_reason(result: SimulationResult, max_points: int = MAX_POINTS) -> l
     return out
 
 
-def bottleneck(result: SimulationResult) -> Verdict:
-    """What limits this run, from the step series: KV blocks, the token budget, max_num_seqs,
-    queueing from a rate beyond capacity, or nothing (compute-bound at this load)."""
+#: What ``bottleneck_limit`` can name: no traffic, no limit (compute at this load), queueing with no
+#: scheduler limit binding, or the scheduler limit binding most while requests waited.
+LimitName = Literal["idle", "none", "queueing", "KV cache", "max_num_batched_tokens", "max_num_seqs"]
+
+#: What to try for each scheduler limit (the bottleneck verdicts' advice).
+LIMIT_ACTIONS = {
+    "KV cache": "more KV blocks (higher --gpu-memory-utilization, more TP, FP8 KV) or fewer sequences",
+    "max_num_batched_tokens": "a larger --max-num-batched-tokens (longer steps, fewer of them)",
+    "max_num_seqs": "a larger --max-num-seqs if the KV cache has room",
+}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """What limits one replica (``bottleneck_limit``): ``name``, the share of the busy time in
+    which requests waited (``share_queued``) and, of that, the share in which ``name`` was the
+    binding limit (``share``; 0 unless a scheduler limit)."""
+
+    name: LimitName
+    share_queued: float = 0.0
+    share: float = 0.0
+
+
+def bottleneck_limit(result: SimulationResult) -> Limit:
+    """The rule behind ``bottleneck``, as data: no traffic (idle); requests waited in under 5 %
+    of the busy time (none: compute-bound at this load); else the scheduler limit binding in the
+    largest share of the waiting time, when that share is at least half (else queueing)."""
     s = result.summary
     st = result.steps
-    cfg = result.config
     if not len(st) or s.busy_s <= 0:
-        return Verdict(
-            key="bottleneck", label="bottleneck", status="info", text="no traffic: nothing limits it"
-        )
+        return Limit("idle")
     dur = st["duration_s"].to_numpy(dtype=np.float64)
     queued = st["num_waiting"].to_numpy() > 0
     share_queued = float(dur[queued].sum() / s.busy_s)
     if share_queued < 0.05:
-        return Verdict(
-            key="bottleneck",
-            label="bottleneck",
-            status="pass",
-            text=f"none at this load: requests waited in only {share_queued:.1%} of the busy time; "
-            "latency is the model's compute (a faster GPU or more TP lowers it)",
-        )
-    limits = binding_limits(st, cfg)
+        return Limit("none", share_queued)
+    limits = binding_limits(st, result.config)
     at_seqs, at_budget, at_kv = (queued & limits[k] for k in ("max_num_seqs", "token_budget", "kv_cache"))
     queued_s = float(dur[queued].sum())
-    shares = {  # of the time requests waited, the share in which each limit was binding
+    shares: dict[LimitName, float] = {  # of the time requests waited, the share each limit was binding
         "KV cache": float(dur[at_kv].sum() / queued_s),
         "max_num_batched_tokens": float(dur[at_budget].sum() / queued_s),
         "max_num_seqs": float(dur[at_seqs].sum() / queued_s),
     }
     name, share = max(shares.items(), key=lambda kv: kv[1])
-    actions = {
-        "KV cache": "more KV blocks (higher --gpu-memory-utilization, more TP, FP8 KV) or fewer sequences",
-        "max_num_batched_tokens": "a larger --max-num-batched-tokens (longer steps, fewer of them)",
-        "max_num_seqs": "a larger --max-num-seqs if the KV cache has room",
-    }
     if share < 0.5:
+        return Limit("queueing", share_queued)
+    return Limit(name, share_queued, share)
+
+
+def bottleneck(result: SimulationResult) -> Verdict:
+    """What limits this run, from the step series: KV blocks, the token budget, max_num_seqs,
+    queueing from a rate beyond capacity, or nothing (compute-bound at this load)."""
+    lim = bottleneck_limit(result)
+    if lim.name == "idle":
+        return Verdict(
+            key="bottleneck", label="bottleneck", status="info", text="no traffic: nothing limits it"
+        )
+    if lim.name == "none":
+        return Verdict(
+            key="bottleneck",
+            label="bottleneck",
+            status="pass",
+            text=f"none at this load: requests waited in only {lim.share_queued:.1%} of the busy time; "
+            "latency is the model's compute (a faster GPU or more TP lowers it)",
+        )
+    if lim.name == "queueing":
         return Verdict(
             key="bottleneck",
             label="bottleneck",
             status="warn",
-            text=f"queueing: requests waited in {share_queued:.1%} of the busy time with no scheduler limit "
-            "binding; the arrival rate is beyond this replica's compute: add replicas or GPUs",
+            text=f"queueing: requests waited in {lim.share_queued:.1%} of the busy time with no scheduler "
+            "limit binding; the arrival rate is beyond this replica's compute: add replicas or GPUs",
         )
     return Verdict(
         key="bottleneck",
         label="bottleneck",
         status="warn",
-        text=f"{name}: requests waited in {share_queued:.1%} of the busy time, and {name} was the binding "
-        f"limit in {share:.0%} of that; try {actions[name]}",
+        text=f"{lim.name}: requests waited in {lim.share_queued:.1%} of the busy time, and {lim.name} was "
+        f"the binding limit in {lim.share:.0%} of that; try {LIMIT_ACTIONS[lim.name]}",
     )
 
 
@@ -627,15 +665,20 @@ def _cell(v: Any) -> str:
 
 __all__ = [
     "LATENCIES",
+    "LIMIT_ACTIONS",
     "QUEUE_REASONS",
+    "Limit",
+    "LimitName",
     "binding_limits",
     "bottleneck",
+    "bottleneck_limit",
     "class_table",
     "config_table",
     "itl_values",
     "kpis",
     "latency_histograms",
     "latency_split",
+    "latency_split_series",
     "latency_table",
     "queue_by_reason",
     "simulation_view",

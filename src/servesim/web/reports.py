@@ -22,7 +22,10 @@ def cli_shape(row: JobRow) -> dict[str, Any]:
 
     r = row.result or {}
     if row.kind == "simulate" and isinstance(r.get("document"), dict):
-        return dict(r["document"])  # written by the job, as ``servesim simulate --json`` writes it
+        doc = dict(r["document"])  # written by the job, as ``servesim simulate/cluster --json`` writes it
+        if doc.get("kind") == "cluster" and "sections" not in doc:
+            doc["sections"] = r.get("sections", [])  # the fleet's and each replica's views, as shown
+        return doc
     shape = _shape(row, r)
     kind = _KINDS.get(row.kind)
     return stamped(kind, shape) if kind is not None else shape

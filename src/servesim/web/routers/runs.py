@@ -135,7 +135,12 @@ def download_json(run_id: RunId, wb: WB) -> JSONResponse:
 @router.get(
     "/runs/{run_id}/document.json",
     summary="Download the run's result document (what the CLI's --json writes; servesim report reads it)",
-    responses={**RESULT, **responses(s422="This kind of run has no command document (a cluster run)")},
+    responses={
+        **RESULT,
+        **responses(
+            s422="This kind of run has no command document (a cluster run stored by an older servesim)"
+        ),
+    },
 )
 def download_document(run_id: RunId, wb: WB) -> JSONResponse:
     from servesim.web.reports import cli_shape

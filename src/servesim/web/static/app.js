@@ -452,7 +452,9 @@
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
     costBox(box, run.job.id);
     const sparks = r.sparklines || {};
-    r.sections.forEach((s, i) => SS.section(box, s, i === 0 && r.kpis ? { sparklines: sparks, before: (sec) => percentileSwitcher(sec, r.kpis, sparks) } : {}));
+    const first = r.kpis ? { sparklines: sparks, before: (sec) => percentileSwitcher(sec, r.kpis, sparks) } : {};
+    if (r.cluster) SS.clusterRun(box, r.sections, first);  // the fleet or one replica (views.fleet)
+    else r.sections.forEach((s, i) => SS.section(box, s, i === 0 ? first : {}));
   }
   /* $/1M tokens and goodput per $ at the GPU price the user enters (the server has no price). */
   function costBox(box, runId) {

@@ -193,6 +193,7 @@ SS.series = function (container, s, extra) {
   const traces = [trace, ...lines, ...((extra && extra.traces) || [])];
   const shapes = [];
   const annotations = [];
+  SS.spanShapes(s, shapes, annotations);
   for (const m of s.marks || []) {
     shapes.push({ type: "line", yref: "paper", y0: 0, y1: 1, x0: m.x, x1: m.x, line: { color: "#5b6475", width: 1.2, dash: "dot" } });
     annotations.push({ yref: "paper", y: 1, x: m.x, text: m.label, showarrow: false, textangle: -90, xanchor: "right", yanchor: "top", font: { size: 10, color: "#5b6475" } });
@@ -210,6 +211,37 @@ SS.series = function (container, s, extra) {
   if (lines.length) Object.assign(layout, { barmode: "group", showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND });
   SS.plot(div, traces, Object.assign(layout, (extra && extra.layout) || {}));
   return div;
+};
+
+/* Shaded stretches of x (a replica's outage, views.fleet), labelled at their top left. */
+SS.spanShapes = function (s, shapes, annotations) {
+  for (const sp of s.spans || []) {
+    shapes.push({ type: "rect", yref: "paper", y0: 0, y1: 1, x0: sp.x0, x1: sp.x1, layer: "below", line: { width: 0 }, fillcolor: "rgba(198, 40, 40, 0.10)" });
+    annotations.push({ yref: "paper", y: 1, x: sp.x0, text: sp.label.split("; ").join("<br>"), showarrow: false, xanchor: "left", yanchor: "top", align: "left", font: { size: 10, color: "#c62828" }, bgcolor: "rgba(255, 255, 255, 0.8)" });
+  }
+};
+
+/* A cluster run (views.fleet): the fleet's section or one replica's, picked with a selector
+   (the same single-run charts for each), then the other sections (the failure timeline). */
+SS.clusterRun = function (container, sections, fleetOpts) {
+  const fleet = sections.find((s) => s.key === "fleet");
+  const replicas = sections.filter((s) => s.key.startsWith("replica."));
+  if (!fleet) { for (const s of sections) SS.section(container, s); return; }
+  const select = el("select", { id: "replica-select" },
+    el("option", { value: "fleet" }, `the whole fleet (${replicas.length} replicas)`),
+    replicas.map((s) => el("option", { value: s.key }, s.title)));
+  const view = el("div", { id: "cluster-view" });
+  const show = () => {
+    for (const div of view.querySelectorAll(".chart")) if (window.Plotly) window.Plotly.purge(div);
+    view.replaceChildren();
+    const s = sections.find((x) => x.key === select.value) || fleet;
+    SS.section(view, s, s === fleet ? fleetOpts : {});
+    view.dataset.showing = s.key;
+  };
+  select.addEventListener("change", show);
+  container.append(el("div", { class: "cluster-picker" }, el("label", { for: "replica-select" }, "Charts of "), select), view);
+  show();
+  for (const s of sections) if (s !== fleet && !replicas.includes(s)) SS.section(container, s);
 };
 
 SS.table = function (t) {

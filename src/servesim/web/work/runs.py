@@ -25,6 +25,8 @@ from servesim.web.schemas import SimulateBody
 from servesim.web.work import Env, Report, trace_path
 
 if TYPE_CHECKING:
+    from servesim.cluster import ClusterResult, RouterSpec
+    from servesim.cluster.compare import LinkSpec
     from servesim.views.model import Section
 
 
@@ -138,9 +140,8 @@ def _cluster(
     tier: Callable[[], OffloadingConnector | None] | None = None,
     setup: ResolvedDeployment | None = None,
 ) -> dict[str, Any]:
-    from servesim.cluster import RecoveryContext, Replica, RouterSpec, simulate_cluster
-    from servesim.perf import load_catalog
-    from servesim.perf.catalog import resolve_model
+    from servesim.cluster import Replica, RouterSpec, simulate_cluster
+    from servesim.cluster.compare import LinkSpec
     from servesim.perf.setup import DEFAULT_MODEL
 
     n = body.deployment.replicas
@@ -152,12 +153,14 @@ def _cluster(
             f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{n - 1}"
         )
     model = (setup.model if setup is not None else None) or body.deployment.model or DEFAULT_MODEL
-    ctx = RecoveryContext(model=resolve_model(model, load_catalog()), tp=setup.tp if setup is not None else 1)
+    link = LinkSpec(model=model, tp=setup.tp if setup is not None else 1)
+    ctx = link.context()
+    route = RouterSpec(policy=body.deployment.router)
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
     result = simulate_cluster(
         trace,
         replicas,
-        RouterSpec(policy=body.deployment.router),
+        route,
         body.failures,
         body.recovery,
         ctx,
@@ -165,26 +168,48 @@ def _cluster(
         observers=[ProgressCallback(report), timeline],
     )
     save_requests(result.to_pandas(), env)
-    from servesim.views.simulation import summary_view
+    from servesim.views.fleet import fleet_views
     from servesim.views.timeline import failure_timeline
 
     summary = result.summary
-    sections = [
-        summary_view(summary.cluster, config, title=f"cluster of {n} replicas"),
-        failure_timeline(timeline.events),
-    ]
-    sections += [
-        summary_view(s, title=f"replica {name}").model_copy(update={"tables": []})
-        for name, s in summary.replicas.items()
-    ]
+    # The fleet's view and each replica's (views.fleet): the page and the document draw the same.
+    views = fleet_views(result, title=f"fleet of {n} replicas", router=body.deployment.router)
+    sections = [views[0], failure_timeline(timeline.events), *views[1:]]
+    shown = [x.model_dump(mode="json") for x in sections]
     return {
         "config": config.model_dump(mode="json"),
         "summary": summary.cluster.model_dump(mode="json"),
         "cluster": summary.model_dump(mode="json", exclude={"replicas", "cluster"}),
-        "sections": [x.model_dump(mode="json") for x in sections],
+        "sections": shown,
         "kpis": kpis_by_percentile(summary.cluster),
         "notes": notes,
+        # the sections are the page's (above): ``reports.cli_shape`` puts them in, not kept twice
+        "document": cluster_run_document(result, body, link, route, trace),
     }
+
+
+def cluster_run_document(
+    result: ClusterResult,
+    body: SimulateBody,
+    link: LinkSpec,
+    route: RouterSpec,
+    trace: Trace,
+) -> dict[str, Any]:
+    """The cluster run as ``servesim cluster --recovery POLICY --json`` writes it (kind cluster):
+    the failures, link, router and the one strategy's row; its ``sections`` (the fleet's and
+    each replica's views, which ``servesim report`` draws) are the page's."""
+    from servesim.cluster.compare import cluster_document, outcome
+    from servesim.report.documents import stamped
+
+    row = outcome(body.recovery, result, link.context())
+    doc = cluster_document(
+        body.failures,
+        link,
+        route,
+        [row],
+        {"title": document_title(trace), "trace_provenance": trace.provenance.model_dump(mode="json")},
+    )
+    return stamped("cluster", doc)
 
 
 def _jsonable(value: Any) -> Any:
