@@ -36,8 +36,8 @@ def test_a_cluster_run_shows_the_fleet_and_each_replica_with_the_failure_drawn(
     page.click("#tab-run")
     page.fill("#slo-ttft_p99_ms", "400")
     page.fill("#eng-max_num_seqs", "2")  # small batches: the survivors queue while n1 is down
-    page.click("summary:has-text('Cluster and failures')")
-    page.fill("#dep-replicas", "3")
+    page.fill("#dep-replicas", "3")  # the shared deployment panel
+    page.click("summary:has-text('Failures')")
     page.fill("#run-failures", "n1@4+4")
     page.select_option("#run-recovery", "restart")
     page.click("#run-button")
