@@ -16,9 +16,9 @@ from servesim.views.glossary import define
 from servesim.views.model import Column, Line, Mark, Section, Series, Table, Verdict
 
 #: Throughput this far below the offered rate, with a growing queue, is not "stable" (the
-#: 10th-90th percentile completion window measures within about 1 % at stable rates).
+#: busy-span measure reads within about 1 % at stable rates, and never above).
 KEEPS_UP = 0.02
-WINDOW = "completions between the 10th and 90th percentile finish times"
+WINDOW = "busy span (first arrival + shortest latency to the last finish)"
 
 
 def point_state(p: RatePoint) -> str:
@@ -235,7 +235,7 @@ def saturation_view(rep: SaturationReport) -> Section:
     )
     throughput = Series(
         key="throughput_curve",
-        title="throughput against offered load (window: completions 10th-90th pct)",
+        title="throughput against offered load (finished per second over the busy span)",
         x_label="offered load",
         x_unit="req/s",
         y_label="throughput",
