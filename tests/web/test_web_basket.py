@@ -62,3 +62,51 @@ def test_basket_errors(client: TestClient, three_runs: list[dict[str, Any]]) -> 
     plan_id = plan.get("job", {}).get("id") or plan.get("id")
     wrong = client.get("/api/compare/basket", params={"baseline": base, "runs": [plan_id]})
     assert wrong.status_code == 422 and "simulation" in wrong.json()["detail"]
+
+
+def test_compare_and_the_basket_carry_overlays_named_after_each_run_and_trace(
+    client: TestClient, three_runs: list[dict[str, Any]]
+) -> None:
+    """Issue 30.2: overlaid histograms, CDFs (the SLO marked) and time series for A/B and the basket."""
+    a, b, c = (r["job"]["id"] for r in three_runs)
+    d = client.get("/api/compare", params={"a": a, "b": b}).json()
+    assert d["kind"] == "simulate"
+    (ov,) = d["sections"]
+    assert ov["key"] == "overlay"
+    keys = [s["key"] for s in ov["series"]]
+    assert keys == [
+        "ttft_ms_overlay",
+        "ttft_ms_cdf_overlay",
+        "tpot_ms_overlay",
+        "tpot_ms_cdf_overlay",
+        "e2e_ms_overlay",
+        "e2e_ms_cdf_overlay",
+        "num_waiting_overlay",
+        "output_tokens_per_s_overlay",
+        "kv_usage_overlay",
+    ]
+    cdf = ov["series"][1]
+    names = [cdf["name"], *(ln["label"] for ln in cdf["lines"])]
+    assert names[0].startswith("A: ") and names[1].startswith("B: ")
+    assert all(" · " in n and "(" in n for n in names)  # the trace: name (digest)
+    queue = ov["series"][6]
+    assert (
+        queue["y"]
+        == next(s for s in three_runs[0]["result"]["sections"] if s["key"] == "simulation")["series"][0]["y"]
+    )
+    basket = client.get("/api/compare/basket", params={"baseline": a, "runs": [b, c]}).json()
+    assert [s["key"] for s in basket["sections"]] == ["basket", "overlay"]
+    labels = [ln["label"] for ln in basket["sections"][1]["series"][0]["lines"]]
+    assert len(labels) == 2 and labels[0].startswith("1: ") and labels[1].startswith("2: ")
+
+
+def test_compare_refuses_two_runs_of_different_kinds(
+    client: TestClient, three_runs: list[dict[str, Any]]
+) -> None:
+    base = three_runs[0]["job"]["id"]
+    plan = client.post("/api/recover", json={"record": SEED_RECOVERY}).json()
+    plan_id = plan.get("job", {}).get("id") or plan.get("id")
+    r = client.get("/api/compare", params={"a": base, "b": plan_id})
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert "two runs of one kind" in detail and "a simulate run" in detail and "recover run" in detail
