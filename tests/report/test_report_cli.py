@@ -137,7 +137,8 @@ def test_the_diff_overlays_both_runs_as_the_web_compare_does(tmp_path: Path) -> 
         .replace("<\\/", "</")
     )
     cdf = next(s for s in specs.values() if s["layout"]["title"]["text"] == "TTFT: CDF, run by run")
-    assert [t["name"] for t in cdf["data"]] == ["A: a.json · generator:poisson_20_rps", "B: b.json · generator:poisson_20_rps"]
+    names = ["A: a.json · generator:poisson_20_rps", "B: b.json · generator:poisson_20_rps"]
+    assert [t["name"] for t in cdf["data"]] == names
     assert cdf["layout"]["showlegend"] and cdf["layout"]["xaxis"]["title"]["text"] == "TTFT (ms)"
     assert [s["x0"] for s in cdf["layout"]["shapes"]] == [200.0]  # the SLO, a vertical line
 
