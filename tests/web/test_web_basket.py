@@ -72,7 +72,7 @@ def test_compare_and_the_basket_carry_overlays_named_after_each_run_and_trace(
     d = client.get("/api/compare", params={"a": a, "b": b}).json()
     assert d["kind"] == "simulate"
     (ov,) = d["sections"]
-    assert ov["key"] == "overlay"
+    assert ov["key"] == "runs_overlay"
     keys = [s["key"] for s in ov["series"]]
     assert keys == [
         "ttft_ms_overlay",
@@ -95,7 +95,7 @@ def test_compare_and_the_basket_carry_overlays_named_after_each_run_and_trace(
         == next(s for s in three_runs[0]["result"]["sections"] if s["key"] == "simulation")["series"][0]["y"]
     )
     basket = client.get("/api/compare/basket", params={"baseline": a, "runs": [b, c]}).json()
-    assert [s["key"] for s in basket["sections"]] == ["basket", "overlay"]
+    assert [s["key"] for s in basket["sections"]] == ["basket", "runs_overlay"]
     labels = [ln["label"] for ln in basket["sections"][1]["series"][0]["lines"]]
     assert len(labels) == 2 and labels[0].startswith("1: ") and labels[1].startswith("2: ")
 

@@ -200,6 +200,21 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert seqs.first.locator("td").all_inner_texts() == ["max_num_seqs", "256", "1"]  # A's value, B's value
     blocks = settings.filter(has_text="num_gpu_blocks")
     assert all(re.fullmatch(r"\d{1,3}(,\d{3})+", c) for c in blocks.first.locator("td").all_inner_texts()[1:])
+    # the two runs overlaid (issue 30.2): each latency's histogram and CDF, the SLO marked, the series
+    page.wait_for_selector("#compare-results [data-section='runs_overlay'] .js-plotly-plot >> nth=8")
+    overlaid = {c["key"]: c for c in honest_charts(page, "#compare-results", "Compare")}
+    cdf = overlaid["ttft_ms_cdf_overlay"]
+    assert cdf["x"] == "TTFT (ms)" and cdf["y"] == "share of requests at or below"
+    legend = [t["name"] for t in cdf["traces"]]
+    assert len(legend) == 2 and all(
+        re.fullmatch(r"[AB]: .+ · chat\.csv \([0-9a-f]{12}\)", n) for n in legend
+    ), legend
+    assert all(max(t["y"]) == 1 for t in cdf["traces"])  # every request counted, run by run
+    assert {"num_waiting_overlay", "output_tokens_per_s_overlay", "kv_usage_overlay"} <= set(overlaid)
+    assert overlaid["num_waiting_overlay"]["x"] == "time (s)"
+    box = page.locator("#compare-results [data-section='runs_overlay']")
+    box.scroll_into_view_if_needed()
+    box.screenshot(path=str(IMAGES / "compare-overlay.png"))
     page.wait_for_selector("#basket-table tbody tr >> nth=1")
     assert page.is_checked("#basket-base-0")  # the wide run is the baseline
     page.click("#basket-compare")
@@ -212,6 +227,9 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert float(cells[-1].strip("+×% ").replace(",", "")) > 0
     assert len(page.locator("#basket-traces li").all_inner_texts()) == 2
     assert "bad" in (ttft.locator("td").last.get_attribute("class") or "")  # and that is worse
+    page.wait_for_selector("#basket-results [data-section='runs_overlay'] .js-plotly-plot")
+    basket_charts = honest_charts(page, "#basket-results", "Basket")
+    assert all(len(c["traces"]) == 2 for c in basket_charts)  # the baseline and the other run
     page.locator("#basket-box").scroll_into_view_if_needed()
     shot(page, "compare.png")
 
@@ -240,6 +258,7 @@ def test_tuning_shows_progress_and_the_recommendation(page: Any) -> None:
     assert cmd.startswith("vllm serve") and "--max-num-seqs" in cmd
     assert page.locator("#tune-job .line[data-status='done']").count() == 1
     assert all(n > 0 for n in plotted_points(page, "#tune-results"))  # the trials scatter
+    assert honest_charts(page, "#tune-results", "Tune")
     assert page.locator("#tune-results [data-section='recommendation']").count() == 1
     shot(page, "tune.png")
     # click a point of the trials scatter (as a person does, with the mouse on the marker)
@@ -281,6 +300,7 @@ def test_recovery_matrix_and_history(page: Any) -> None:
     page.wait_for_selector("#recover-results table")
     text = page.text_content("#recover-results") or ""
     assert "job-801" in text and ("MIGRATE_STATE" in text or "COLD_RESTART" in text)
+    honest_charts(page, "#recover-results", "Recover")
     shot(page, "recovery.png")
     page.click("#tab-history")
     page.wait_for_selector("#history-table tbody tr")
@@ -310,6 +330,11 @@ def test_throughput_curve_rescheduling_and_advisor(page: Any) -> None:
     assert all(n > 0 for n in plotted_points(page, "#sweep-results"))
     verdicts = page.eval_on_selector_all("#sweep-results .verdict", "vs => vs.map(v => v.innerText)")
     assert any("saturation" in v.lower() for v in verdicts)
+    curves = {c["key"]: c for c in honest_charts(page, "#sweep-results", "Throughput curve")}
+    achieved, offered = curves["throughput_curve"]["traces"][:2]
+    assert offered["name"] == "offered" and len(achieved["y"]) == len(offered["y"]) >= 3
+    # issue 30: a 200-request trace read ~500 req/s achieved at 134 req/s offered
+    assert all(a <= o * (1 + 1e-9) for a, o in zip(achieved["y"], offered["y"], strict=True))
     page.evaluate("window.scrollTo(0, 0)")
     shot(page, "throughput-curve.png")
     first = page.text_content("#sweep-results .kv") or ""
@@ -321,12 +346,14 @@ def test_throughput_curve_rescheduling_and_advisor(page: Any) -> None:
     page.click("#resched-form button[type='submit']")
     page.wait_for_selector("#resched-results table")
     assert "req-101" in (page.text_content("#resched-results") or "")
+    honest_charts(page, "#resched-results", "Rescheduling")
     page.click("#tab-advise")
     page.select_option("#advise-task", "reschedule")
     page.select_option("#advise-advisor", "rules")
     page.click("#advise-submit")
     page.wait_for_selector("#advice-card")
     assert "Answered by: the rules advisor" in (page.text_content("#advice-card h2") or "")
+    honest_charts(page, "#advise-results", "Advisor")
     shot(page, "advisor.png")
 
 
@@ -376,6 +403,8 @@ def test_measured_vs_simulated_overlay_and_a_bad_benchmark_file(page: Any) -> No
         "#bench-results [data-overlay]", "els => els.map(e => [e.dataset.overlay, e.data.length])"
     )
     assert overlays == [["ttft_ms", 2], ["tpot_ms", 2], ["itl_ms", 2], ["e2e_ms", 2]]  # measured + simulated
+    measured = honest_charts(page, "#bench-results", "Measured")
+    assert next(c["x"] for c in measured if c["key"] == "ttft_ms") == "TTFT (ms)"  # not a bare "ms"
     rows = page.eval_on_selector_all(
         "#bench-results table[data-key='measured_vs_simulated'] tbody tr", "rs => rs.map(r => r.innerText)"
     )
@@ -395,16 +424,54 @@ READ_CHARTS = """els => els.map(e => {
     legend: !!L.showlegend, legend_y: L.legend && L.legend.y !== undefined ? L.legend.y : 1.02,
     legend_x: L.legend && L.legend.x !== undefined ? L.legend.x : 1.02,
     traces: (e.data || []).map(d => ({name: d.name || '', type: d.type || 'scatter',
-                                       x: Array.from(d.x || [])})),
+                                       x: Array.from(d.x || []), y: Array.from(d.y || [])})),
     shapes: (L.shapes || []).map(s => s.x0), annotations: (L.annotations || []).map(a => a.text)};
 })"""
+
+
+#: An axis title that is only a unit ("ms", "(req/s)") or an index: it does not say what is measured.
+BARE_AXIS = re.compile(r"\(?\s*(ms|s|%|req/s|tok/s|GiB|index|x|y|value)?\s*\)?|[\d.\s]*", re.I)
+#: Plotly's own name for an unnamed trace.
+PLOTLY_DEFAULT_NAME = re.compile(r"trace \d+")
+#: Every tab's charts checked so far (a test of each tab adds its own): tab -> charts read.
+CHECKED: dict[str, int] = {}
+
+
+def honest_charts(page: Any, container: str, tab: str) -> list[dict[str, Any]]:
+    """Every Plotly chart in ``container`` as a person reads it, failing on what misleads: no
+    title; an axis without a title, or one that is only a unit or an index; a trace with no
+    points (an empty panel); bars at a bare index; several traces without a legend, an unnamed or
+    "trace 0" entry, or a legend over the data; an empty panel without a note saying why."""
+    charts = page.eval_on_selector_all(f"{container} .js-plotly-plot", READ_CHARTS)
+    for c in charts:
+        where = f"{tab}: chart {c['key']!r} ({c['title']!r})"
+        assert c["title"].strip(), f"{where}: no title"
+        for axis in ("x", "y"):
+            assert c[axis].strip() and not BARE_AXIS.fullmatch(c[axis].strip()), (
+                f"{where}: {axis} axis {c[axis]!r}"
+            )
+        assert c["traces"] and all(t["x"] for t in c["traces"]), f"{where}: an empty panel"
+        for tr in c["traces"]:
+            bare = len(tr["x"]) > 1 and tr["x"] == list(range(len(tr["x"])))
+            assert not (tr["type"] == "bar" and bare), f"{where}: bars at a bare index {tr['x']}"
+        if c["legend"] or len(c["traces"]) > 1:
+            names = [t["name"].strip() for t in c["traces"]]
+            assert c["legend"] and all(names), f"{where}: a legend naming every series {names}"
+            assert not any(PLOTLY_DEFAULT_NAME.fullmatch(n) for n in names), f"{where}: {names}"
+            assert c["legend_y"] < 0 or c["legend_x"] > 1, f"{where}: the legend sits over the data"
+    assert page.locator(f"{container} .chart:empty").count() == 0, f"{tab}: an empty panel"
+    for note in page.locator(f"{container} .chart-empty").all_inner_texts():  # said in a line, not drawn
+        assert re.fullmatch(r".+: (no samples|no data|zero throughout the run)", note), f"{tab}: {note}"
+    CHECKED[tab] = CHECKED.get(tab, 0) + len(charts)
+    return charts
 
 
 def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: Any) -> None:
     upload_and_run(page)
     run_simulation(page, 8)
-    charts = page.eval_on_selector_all("#run-results .js-plotly-plot", READ_CHARTS)
+    charts = honest_charts(page, "#run-results", "Run")
     assert len(charts) >= 9, [c["key"] for c in charts]
+    assert honest_charts(page, "#trace-summary", "Traces")
     for c in charts:
         where = f"chart {c['key']!r} ({c['title']!r})"
         assert c["title"].strip(), where

@@ -203,7 +203,7 @@ def overlay_view(runs: Sequence[tuple[str, Section]]) -> Section:
     series = latency_overlays(runs) + series_overlays(runs)
     text = [] if series else ["the runs share no latency distribution or time series to overlay"]
     return Section(
-        key="overlay",
+        key="runs_overlay",
         title=f"{len(runs)} runs overlaid: " + "; ".join(n for n, _ in runs),
         series=series,
         text=text,

@@ -138,7 +138,7 @@ SS.overlayHistogram = function (container, m, sim) {
   SS.plot(div, [bars(m, "measured", "#c05600"), bars(sim, "simulated", "#2457c5")], {
     title: { text: `${m.title.split(":")[0]}: measured (${m.count.toLocaleString("en-US")}) vs simulated (${sim.count.toLocaleString("en-US")})`, font: { size: 12 } },
     barmode: "overlay", bargap: 0.02, showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND,
-    xaxis: { title: { text: m.unit || "" } }, yaxis: { title: { text: "share of the sample" }, tickformat: ".0%" },
+    xaxis: { title: { text: axisTitle(m.label || m.title.split(":")[0].replace(/ distribution$/, ""), m.unit) } }, yaxis: { title: { text: "share of the sample" }, tickformat: ".0%" },
   });
   div.dataset.overlay = m.key.split(".")[0];
   return div;
@@ -387,4 +387,4 @@ SS.overlaySection = function (container, s) {
 };
 
 /* Which sections of a comparison are overlays (drawn by SS.overlaySection). */
-SS.isOverlaySection = (s) => ["overlay", "sweep_compare", "study_compare"].includes(s.key);
+SS.isOverlaySection = (s) => ["runs_overlay", "sweep_compare", "study_compare"].includes(s.key);
