@@ -103,7 +103,7 @@ def _cdf_at(h: Histogram, x: np.ndarray) -> np.ndarray:
     edges = np.asarray(h.edges, dtype=np.float64)
     cum = np.concatenate([[0.0], np.cumsum(np.asarray(h.counts, dtype=np.float64))])
     total = cum[-1] if cum[-1] > 0 else 1.0
-    return np.interp(x, edges, cum / total, left=0.0, right=1.0)
+    return np.asarray(np.interp(x, edges, cum / total, left=0.0, right=1.0), dtype=np.float64)
 
 
 def _with_lines(first: Series, rest: list[Series], names: list[str]) -> Series:

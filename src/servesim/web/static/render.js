@@ -356,17 +356,17 @@ SS.overlay = function (container, s) {
     annotations.push({ yref: "paper", y: 1 - 0.12 * (i % 4), x: m.x, text: m.label, showarrow: false, xanchor: "left", yanchor: "top", font: { size: 10, color }, bgcolor: "rgba(255,255,255,0.85)" });
   });
   const allY = runs.flatMap((r) => r.y);
+  div.style.height = `${330 + 20 * runs.length}px`;  // room for the legend under the plot
   SS.plot(div, traces, {
     title: { text: s.title, font: { size: 12 } },
     shapes, annotations,
     showlegend: true,
-    legend: { orientation: "h", x: 0, xanchor: "left", y: -0.3, yanchor: "top", font: { size: 10 } },
-    margin: { l: 56, r: 12, t: 30, b: 40 + 18 * runs.length },
-    height: 300 + 18 * runs.length,
+    legend: { orientation: "h", x: 0, xanchor: "left", y: -0.24, yanchor: "top", font: { size: 10 } },
+    margin: { l: 56, r: 12, t: 30, b: 70 + 20 * runs.length },
     xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) } },
     yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined,
       rangemode: !s.log_y && Math.min(...allY) >= 0 ? "tozero" : undefined,
-      tickformat: s.y_label.startsWith("share of") ? ".0%" : undefined },
+      tickformat: s.y_label.startsWith("share of requests") ? ".0%" : undefined },
   });
   return div;
 };
