@@ -166,3 +166,25 @@ def test_a_diff_of_two_sweeps_compares_their_saturation_points(tmp_path: Path) -
     md = (tmp_path / "d" / "report.md").read_text()
     assert "saturation points" in md and "B: b.json saturates at 2.00x the rate of A: a.json" in md
     assert "TTFT p99 against offered load, sweep by sweep" in md
+
+
+def test_a_diff_of_two_studies_compares_best_configs_and_fronts(tmp_path: Path) -> None:
+    from conftest import EXAMPLES
+
+    src = json.loads((EXAMPLES / "tune.json").read_text())
+    best = src["study"]["best"]
+    other = {
+        **src,
+        "study": {**src["study"], "best": {**best, "params": {**best["params"], "max_num_seqs": 7}}},
+    }
+    (tmp_path / "a.json").write_text(json.dumps(src))
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    out = tmp_path / "d"
+    res = runner.invoke(
+        app, ["report", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(out), "-f", "md"]
+    )
+    assert res.exit_code == 0, res.output
+    md = (out / "report.md").read_text()
+    assert "best configuration of each study" in md
+    row = next(line for line in md.splitlines() if line.startswith("| max_num_seqs |"))
+    assert row.replace(" ", "").endswith("|7|differs|"), row

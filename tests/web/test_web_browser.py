@@ -517,3 +517,84 @@ def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: 
     charts_box = page.locator("#run-results [data-section='simulation'] .charts")
     charts_box.scroll_into_view_if_needed()
     charts_box.screenshot(path=str(IMAGES / "run-charts.png"))
+
+
+def _done_runs(page: Any, kind: str) -> int:
+    import httpx
+
+    runs = httpx.get(page.url.split("#")[0].rstrip("/") + f"/api/runs?kind={kind}", timeout=30).json()
+    return sum(r["status"] == "done" for r in runs)
+
+
+def _sweep(page: Any, max_num_seqs: str) -> None:
+    """A sweep from the Throughput curve tab with the Run tab's max_num_seqs, waited for."""
+    before = _done_runs(page, "saturate")
+    page.click("#tab-run")
+    page.fill("#eng-max_num_seqs", max_num_seqs)
+    page.click("#tab-sweep")
+    page.fill("#sweep-seeds", "1")
+    page.click("#sweep-submit")
+    deadline = time.monotonic() + 180
+    while _done_runs(page, "saturate") <= before:
+        assert time.monotonic() < deadline, "the sweep did not finish"
+        time.sleep(1)
+    page.wait_for_selector("#sweep-results [data-section='saturation'] .js-plotly-plot", timeout=120_000)
+
+
+def test_two_sweeps_compared_and_two_kinds_refused(page: Any) -> None:
+    """Issue 30.2: A/B of two sweeps overlays their curves and compares the saturation points; a
+    sweep against a simulation is refused with a message naming both kinds."""
+    EXPECTED.append("status of 422 (Unprocessable Entity)")  # the refused mixed pair
+    _sweep(page, "256")
+    _sweep(page, "4")
+    page.click("#tab-compare")
+    page.wait_for_selector("#compare-a option", state="attached")
+    sweeps = page.eval_on_selector_all(
+        "#compare-a option", "os => os.filter(o => o.textContent.includes('saturate: ')).map(o => o.value)"
+    )
+    assert len(sweeps) >= 2
+    page.select_option("#compare-a", sweeps[1])
+    page.select_option("#compare-b", sweeps[0])
+    page.click("#compare-form button[type='submit']")
+    page.wait_for_selector("#compare-results [data-section='sweep_compare'] .js-plotly-plot >> nth=1")
+    points = page.eval_on_selector_all(
+        "#compare-results table[data-key='saturation_points'] tbody tr", "rs => rs.map(r => r.innerText)"
+    )
+    assert any(r.startswith("unstable from, req/s") for r in points), points
+    heads = page.eval_on_selector_all(
+        "#compare-results table[data-key='saturation_points'] thead th", "hs => hs.map(h => h.innerText)"
+    )
+    assert heads[0] == "figure" and heads[1].startswith("A: ") and heads[2].startswith("B: ")
+    assert heads[3].startswith("B: ") and " / A: " in heads[3]  # the ratio B / A
+    curves = {c["key"]: c for c in honest_charts(page, "#compare-results", "Compare sweeps")}
+    ttft = curves["ttft_p99_sweeps"]
+    assert ttft["x"] == "offered load (req/s)" and ttft["y"] == "TTFT p99 (ms)"
+    assert [t["name"][:3] for t in ttft["traces"]] == ["A: ", "B: "]
+    assert all("· chat.csv (" in t["name"] for t in ttft["traces"])
+    box = page.locator("#compare-results [data-section='sweep_compare']")
+    box.scroll_into_view_if_needed()
+    box.screenshot(path=str(IMAGES / "compare-sweeps.png"))
+    sims = page.eval_on_selector_all(
+        "#compare-b option",
+        "os => os.filter(o => !/(saturate|tune): /.test(o.textContent)).map(o => o.value)",
+    )
+    if not sims:  # a simulation to set against the sweep
+        page.click("#tab-run")
+        page.click("#run-button")
+        page.wait_for_selector("#run-job .line[data-status='done']", timeout=120_000)
+        page.click("#tab-compare")
+        page.wait_for_selector("#compare-a option", state="attached")
+        sims = page.eval_on_selector_all(
+            "#compare-b option",
+            "os => os.filter(o => !/(saturate|tune): /.test(o.textContent)).map(o => o.value)",
+        )
+    page.select_option("#compare-a", sweeps[0])
+    page.select_option("#compare-b", sims[0])
+    page.click("#compare-form button[type='submit']")
+    page.wait_for_selector("#compare-results [role='alert']")
+    text = page.text_content("#compare-results [role='alert']") or ""
+    assert (
+        "compare takes two runs of one kind" in text
+        and "a saturate run and B" in text
+        and "simulate run" in text
+    )
