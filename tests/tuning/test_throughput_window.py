@@ -1,6 +1,7 @@
 """The sweep's throughput (``evaluate.steady_throughput``): below capacity it equals the offered
 rate (closed form), above it the service rate, and it never reads above the offered rate (issue
-30: a 200-request trace drained in one lockstep batch read 501 req/s at 134 req/s offered)."""
+30: a 200-request trace drained in one lockstep batch read 501 req/s at 134 req/s offered; the
+10th-90th percentile window is now capped at the offered rate)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_a_constant_latency_gives_exactly_the_offered_rate() -> None:
 
 def test_a_lockstep_drain_does_not_read_above_the_offered_rate() -> None:
     """200 arrivals over 1.49 s (134 req/s), every one finished in the last 0.3 s of a 2.3 s run:
-    the old 10th-90th percentile window read 0.8 x 199 / 0.24 s = 663 req/s."""
+    the 10th-90th percentile window alone reads 0.8 x 199 / 0.24 s = 663 req/s."""
     a = np.arange(200) / 134.0
     f = np.linspace(2.0, 2.3, 200)
     rps, _ = steady_throughput(frame(a, f))

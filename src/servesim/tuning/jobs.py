@@ -7,8 +7,8 @@ SLO, settings) is sent to each worker once; a job carries only what differs.
 **A tuning trial** (``evaluate_trial``) builds the deployment from the sampled parameters (an
 invalid combination returns at once with its reason), simulates it at the target rate on the
 search seeds, and probes its capacity with the same workload at ``probe_factor`` x the target
-rate (far above capacity: finished requests per second over the busy span,
-``evaluate.steady_throughput``). Then:
+rate (far above capacity: finished requests per second between the 10th and 90th percentile
+completion). Then:
 
 * ``goodput_per_gpu`` = target rate x mean good fraction / GPUs (GPUs = replicas x TP): good
   requests per second and per GPU *at the target load* (the nominal rate rather than the run's
