@@ -110,3 +110,22 @@ def test_compare_refuses_two_runs_of_different_kinds(
     assert r.status_code == 422
     detail = r.json()["detail"]
     assert "two runs of one kind" in detail and "a simulate run" in detail and "recover run" in detail
+
+
+def test_two_stored_studies_compare_as_the_web_stores_them() -> None:
+    """A tune job stores its study without the trials and the trials beside it (work.capacity)."""
+    import json
+    from pathlib import Path
+
+    from servesim.web.compare import study_sections
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "examples" / "demo" / "tune.json").read_text())
+    study = dict(doc["study"])
+    trials = study.pop("trials")
+    stored = {"study": study, "trials": trials}
+    (view,) = study_sections("tune", ["A: x · t (1)", "B: y · t (1)"], [stored, stored])
+    assert view["key"] == "study_compare"
+    assert [t["key"] for t in view["tables"]] == ["best_configs", "best_figures"]
+    assert all(r[-1] == "same" for r in view["tables"][0]["rows"])  # the same study twice
+    (front,) = view["series"]
+    assert front["name"] == "A: x · t (1)" and front["lines"][0]["x"] == front["x"]
