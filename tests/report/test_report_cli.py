@@ -164,7 +164,7 @@ def test_a_diff_of_two_sweeps_compares_their_saturation_points(tmp_path: Path) -
     )
     assert res.exit_code == 0, res.output
     md = (tmp_path / "d" / "report.md").read_text()
-    assert "saturation points" in md and "B: b.json saturates at 2.00x the rate of A: a.json" in md
+    assert "saturation points" in md and "B saturates at 2.00x the rate of A" in md
     assert "TTFT p99 against offered load, sweep by sweep" in md
 
 

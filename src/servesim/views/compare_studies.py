@@ -14,6 +14,11 @@ from servesim.tuning.search import TrialRecord, TuneResult
 from servesim.views.model import Cell, Column, Line, Mark, Section, Series, Table
 
 
+def short(name: str) -> str:
+    """A run's letter (``"A: title · trace"`` -> ``"A"``): what marks, ratios and sentences use."""
+    return name.split(": ", 1)[0]
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return b / a if a is not None and b is not None and a > 0 else None
 
@@ -26,7 +31,7 @@ def _compare_columns(names: Sequence[str], unit: str | None = None) -> list[Colu
             cols.append(
                 Column(
                     key=f"run{i}_ratio",
-                    label=f"{n} / {names[0]}",
+                    label=f"{short(n)} / {short(names[0])}",
                     decimals=3,
                     help="This run's figure over the baseline's (1 = unchanged).",
                 )
@@ -70,9 +75,9 @@ def sweep_compare_view(runs: Sequence[tuple[str, SaturationReport]]) -> Section:
     marks: list[Mark] = []
     for n, r in runs:
         if r.goodput_knee_rps is not None:
-            marks.append(Mark(x=r.goodput_knee_rps, label=f"{n}: knee {r.goodput_knee_rps:,.3g}"))
+            marks.append(Mark(x=r.goodput_knee_rps, label=f"{short(n)}: knee {r.goodput_knee_rps:,.3g}"))
         if r.saturation_rps is not None:
-            marks.append(Mark(x=r.saturation_rps, label=f"{n}: unstable {r.saturation_rps:,.3g}"))
+            marks.append(Mark(x=r.saturation_rps, label=f"{short(n)}: unstable {r.saturation_rps:,.3g}"))
 
     def curve(key: str, title: str, label: str, unit: str, pick: Any, log_y: bool) -> Series | None:
         usable = [(n, r) for n, r in runs if r.points]
@@ -119,7 +124,7 @@ def sweep_compare_view(runs: Sequence[tuple[str, SaturationReport]]) -> Section:
     for n, r in runs[1:]:
         ratio = _ratio(base, r.saturation_rps)
         if ratio is not None:
-            text.append(f"{n} saturates at {ratio:,.2f}x the rate of {names[0]}")
+            text.append(f"{short(n)} saturates at {ratio:,.2f}x the rate of {short(names[0])}")
     return Section(
         key="sweep_compare",
         title=f"{len(runs)} saturation sweeps: " + "; ".join(names),
@@ -219,4 +224,4 @@ def study_compare_view(runs: Sequence[tuple[str, TuneResult]]) -> Section:
     )
 
 
-__all__ = ["SATURATION_POINTS", "study_compare_view", "sweep_compare_view"]
+__all__ = ["SATURATION_POINTS", "short", "study_compare_view", "sweep_compare_view"]

@@ -235,7 +235,7 @@ def saturation_view(rep: SaturationReport) -> Section:
     )
     throughput = Series(
         key="throughput_curve",
-        title="throughput against offered load (window: completions 10th-90th pct, at most offered)",
+        title="throughput against offered load (10th-90th pct finishes, at most offered)",
         x_label="offered load",
         x_unit="req/s",
         y_label="throughput",
