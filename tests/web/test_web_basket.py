@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -88,7 +89,8 @@ def test_compare_and_the_basket_carry_overlays_named_after_each_run_and_trace(
     cdf = ov["series"][1]
     names = [cdf["name"], *(ln["label"] for ln in cdf["lines"])]
     assert names[0].startswith("A: ") and names[1].startswith("B: ")
-    assert all(" · " in n and "(" in n for n in names)  # the trace: name (digest)
+    # the title starts with the trace's name; its digest follows (the name is not said twice)
+    assert all(re.fullmatch(r"[AB]: .+: .+ \(\S+\)", n) and " · " not in n for n in names), names
     queue = ov["series"][6]
     assert (
         queue["y"]
@@ -129,3 +131,15 @@ def test_two_stored_studies_compare_as_the_web_stores_them() -> None:
     assert all(r[-1] == "same" for r in view["tables"][0]["rows"])  # the same study twice
     (front,) = view["series"]
     assert front["name"] == "A: x · t (1)" and front["lines"][0]["x"] == front["x"]
+
+
+def test_a_legend_names_the_trace_once() -> None:
+    from servesim.web.compare import legend_name
+
+    trace = {"name": "chat.csv", "digest": "sha256:" + "ab" * 32}
+    assert (
+        legend_name("A", {"title": "chat.csv: max_num_seqs 8"}, trace)
+        == "A: chat.csv: max_num_seqs 8 (abababababab)"
+    )
+    assert legend_name("B", {"title": "my run"}, trace) == "B: my run · chat.csv (abababababab)"
+    assert legend_name("1", {"title": "my run"}, None) == "1: my run · unknown trace"

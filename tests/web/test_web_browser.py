@@ -207,7 +207,7 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert cdf["x"] == "TTFT (ms)" and cdf["y"] == "share of requests at or below"
     legend = [t["name"] for t in cdf["traces"]]
     assert len(legend) == 2 and all(
-        re.fullmatch(r"[AB]: .+ · chat\.csv \([0-9a-f]{12}\)", n) for n in legend
+        re.fullmatch(r"[AB]: chat\.csv: .+ \([0-9a-f]{12}\)", n) for n in legend
     ), legend
     assert all(max(t["y"]) == 1 for t in cdf["traces"])  # every request counted, run by run
     assert {"num_waiting_overlay", "output_tokens_per_s_overlay", "kv_usage_overlay"} <= set(overlaid)

@@ -115,11 +115,15 @@ def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: 
 
 
 def legend_name(letter: str, job: dict[str, Any], trace: dict[str, Any] | None) -> str:
-    """How an overlay's legend names a run: its letter, title and trace (name and digest)."""
+    """How an overlay's legend names a run: its letter, title and trace (name and digest); a
+    title that starts with the trace's name (the page's own titles do) is not followed by it again."""
     title = str(job.get("title") or job.get("id", ""))[:60]
     if trace is None:
         return f"{letter}: {title} · unknown trace"
-    return f"{letter}: {title} · {trace['name']} ({short_digest(trace['digest'])})"
+    digest = short_digest(trace["digest"])
+    if title.startswith(f"{trace['name']}:"):
+        return f"{letter}: {title} ({digest})"
+    return f"{letter}: {title} · {trace['name']} ({digest})"
 
 
 def simulation_section(result: dict[str, Any]) -> Section | None:
