@@ -570,9 +570,8 @@ def test_two_sweeps_compared_and_two_kinds_refused(page: Any) -> None:
     ttft = curves["ttft_p99_sweeps"]
     assert ttft["x"] == "offered load (req/s)" and ttft["y"] == "TTFT p99 (ms)"
     assert [t["name"][:3] for t in ttft["traces"]] == ["A: ", "B: "]
-    assert all(
-        re.fullmatch(r"[AB]: .+ · .+ \(\S+\)", t["name"]) for t in ttft["traces"]
-    )  # title · trace (digest)
+    names = [t["name"] for t in ttft["traces"]]  # title (digest): the title starts with the trace
+    assert all(re.fullmatch(r"[AB]: .+: saturation sweep \(\S+\)", n) for n in names), names
     box = page.locator("#compare-results [data-section='sweep_compare']")
     box.scroll_into_view_if_needed()
     box.screenshot(path=str(IMAGES / "compare-sweeps.png"))
