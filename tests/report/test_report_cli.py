@@ -113,3 +113,78 @@ def test_simulate_json_carries_the_views_the_report_draws(tmp_path: Path) -> Non
     assert {s["key"] for s in sim["series"]} >= {"kv_usage", "preemptions", "num_running"}
     res = runner.invoke(app, ["simulate", "poisson_20_rps", "-n", "50", "--json", "--no-views"])
     assert "sections" not in json.loads(res.stdout)
+
+
+def test_the_diff_overlays_both_runs_as_the_web_compare_does(tmp_path: Path) -> None:
+    """``servesim report A B`` draws the web's overlays (views.compare.overlay_view): each latency's
+    histogram and CDF with both runs named in the legend and the SLO marked, and the time series."""
+    a = _simulate(tmp_path, "a.json", "--max-num-seqs", "256")
+    b = _simulate(tmp_path, "b.json", "--max-num-seqs", "8")
+    res = runner.invoke(app, ["report", str(a), str(b), "--out", str(tmp_path / "diff"), "-f", "md,html"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "diff" / "report.md").read_text()
+    assert "2 runs overlaid: A: a.json · generator:poisson_20_rps; B: b.json · generator:poisson_20_rps" in md
+    for title in (
+        "TTFT: CDF, run by run",
+        "TTFT: share of requests per bin, run by run",
+        "waiting queue, run by run",
+    ):
+        assert title in md
+    html = (tmp_path / "diff" / "report.html").read_text()
+    specs = json.loads(
+        html.split('<script type="application/json" id="chart-data">')[1]
+        .split("</script>")[0]
+        .replace("<\\/", "</")
+    )
+    cdf = next(s for s in specs.values() if s["layout"]["title"]["text"] == "TTFT: CDF, run by run")
+    names = ["A: a.json · generator:poisson_20_rps", "B: b.json · generator:poisson_20_rps"]
+    assert [t["name"] for t in cdf["data"]] == names
+    assert cdf["layout"]["showlegend"] and cdf["layout"]["xaxis"]["title"]["text"] == "TTFT (ms)"
+    assert [s["x0"] for s in cdf["layout"]["shapes"]] == [200.0]  # the SLO, a vertical line
+
+
+def test_a_diff_of_two_sweeps_compares_their_saturation_points(tmp_path: Path) -> None:
+    from conftest import EXAMPLES
+
+    src = json.loads((EXAMPLES / "saturate.json").read_text())
+    b = {**src, "saturation_rps": src["saturation_rps"] * 2}
+    (tmp_path / "a.json").write_text(json.dumps(src))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    res = runner.invoke(
+        app,
+        [
+            "report",
+            str(tmp_path / "a.json"),
+            str(tmp_path / "b.json"),
+            "--out",
+            str(tmp_path / "d"),
+            "-f",
+            "md",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "d" / "report.md").read_text()
+    assert "saturation points" in md and "B saturates at 2.00x the rate of A" in md
+    assert "TTFT p99 against offered load, sweep by sweep" in md
+
+
+def test_a_diff_of_two_studies_compares_best_configs_and_fronts(tmp_path: Path) -> None:
+    from conftest import EXAMPLES
+
+    src = json.loads((EXAMPLES / "tune.json").read_text())
+    best = src["study"]["best"]
+    other = {
+        **src,
+        "study": {**src["study"], "best": {**best, "params": {**best["params"], "max_num_seqs": 7}}},
+    }
+    (tmp_path / "a.json").write_text(json.dumps(src))
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    out = tmp_path / "d"
+    res = runner.invoke(
+        app, ["report", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(out), "-f", "md"]
+    )
+    assert res.exit_code == 0, res.output
+    md = (out / "report.md").read_text()
+    assert "best configuration of each study" in md
+    row = next(line for line in md.splitlines() if line.startswith("| max_num_seqs |"))
+    assert row.replace(" ", "").endswith("|7|differs|"), row

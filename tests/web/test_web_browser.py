@@ -200,6 +200,21 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert seqs.first.locator("td").all_inner_texts() == ["max_num_seqs", "256", "1"]  # A's value, B's value
     blocks = settings.filter(has_text="num_gpu_blocks")
     assert all(re.fullmatch(r"\d{1,3}(,\d{3})+", c) for c in blocks.first.locator("td").all_inner_texts()[1:])
+    # the two runs overlaid (issue 30.2): each latency's histogram and CDF, the SLO marked, the series
+    page.wait_for_selector("#compare-results [data-section='runs_overlay'] .js-plotly-plot >> nth=8")
+    overlaid = {c["key"]: c for c in honest_charts(page, "#compare-results", "Compare")}
+    cdf = overlaid["ttft_ms_cdf_overlay"]
+    assert cdf["x"] == "TTFT (ms)" and cdf["y"] == "share of requests at or below"
+    legend = [t["name"] for t in cdf["traces"]]
+    assert len(legend) == 2 and all(
+        re.fullmatch(r"[AB]: chat\.csv: .+ \([0-9a-f]{12}\)", n) for n in legend
+    ), legend
+    assert all(max(t["y"]) == 1 for t in cdf["traces"])  # every request counted, run by run
+    assert {"num_waiting_overlay", "output_tokens_per_s_overlay", "kv_usage_overlay"} <= set(overlaid)
+    assert overlaid["num_waiting_overlay"]["x"] == "time (s)"
+    box = page.locator("#compare-results [data-section='runs_overlay']")
+    box.scroll_into_view_if_needed()
+    box.screenshot(path=str(IMAGES / "compare-overlay.png"))
     page.wait_for_selector("#basket-table tbody tr >> nth=1")
     assert page.is_checked("#basket-base-0")  # the wide run is the baseline
     page.click("#basket-compare")
@@ -212,6 +227,9 @@ def test_upload_run_see_histograms_and_change_max_num_seqs(page: Any) -> None:
     assert float(cells[-1].strip("+×% ").replace(",", "")) > 0
     assert len(page.locator("#basket-traces li").all_inner_texts()) == 2
     assert "bad" in (ttft.locator("td").last.get_attribute("class") or "")  # and that is worse
+    page.wait_for_selector("#basket-results [data-section='runs_overlay'] .js-plotly-plot")
+    basket_charts = honest_charts(page, "#basket-results", "Basket")
+    assert all(len(c["traces"]) == 2 for c in basket_charts)  # the baseline and the other run
     page.locator("#basket-box").scroll_into_view_if_needed()
     shot(page, "compare.png")
 
@@ -240,6 +258,7 @@ def test_tuning_shows_progress_and_the_recommendation(page: Any) -> None:
     assert cmd.startswith("vllm serve") and "--max-num-seqs" in cmd
     assert page.locator("#tune-job .line[data-status='done']").count() == 1
     assert all(n > 0 for n in plotted_points(page, "#tune-results"))  # the trials scatter
+    assert honest_charts(page, "#tune-results", "Tune")
     assert page.locator("#tune-results [data-section='recommendation']").count() == 1
     shot(page, "tune.png")
     # click a point of the trials scatter (as a person does, with the mouse on the marker)
@@ -281,6 +300,7 @@ def test_recovery_matrix_and_history(page: Any) -> None:
     page.wait_for_selector("#recover-results table")
     text = page.text_content("#recover-results") or ""
     assert "job-801" in text and ("MIGRATE_STATE" in text or "COLD_RESTART" in text)
+    honest_charts(page, "#recover-results", "Recover")
     shot(page, "recovery.png")
     page.click("#tab-history")
     page.wait_for_selector("#history-table tbody tr")
@@ -310,6 +330,11 @@ def test_throughput_curve_rescheduling_and_advisor(page: Any) -> None:
     assert all(n > 0 for n in plotted_points(page, "#sweep-results"))
     verdicts = page.eval_on_selector_all("#sweep-results .verdict", "vs => vs.map(v => v.innerText)")
     assert any("saturation" in v.lower() for v in verdicts)
+    curves = {c["key"]: c for c in honest_charts(page, "#sweep-results", "Throughput curve")}
+    achieved, offered = curves["throughput_curve"]["traces"][:2]
+    assert offered["name"] == "offered" and len(achieved["y"]) == len(offered["y"]) >= 3
+    # issue 30: a 200-request trace read ~500 req/s achieved at 134 req/s offered
+    assert all(a <= o * (1 + 1e-9) for a, o in zip(achieved["y"], offered["y"], strict=True))
     page.evaluate("window.scrollTo(0, 0)")
     shot(page, "throughput-curve.png")
     first = page.text_content("#sweep-results .kv") or ""
@@ -321,6 +346,7 @@ def test_throughput_curve_rescheduling_and_advisor(page: Any) -> None:
     page.click("#resched-form button[type='submit']")
     page.wait_for_selector("#resched-results table")
     assert "req-101" in (page.text_content("#resched-results") or "")
+    honest_charts(page, "#resched-results", "Rescheduling")
     page.click("#tab-advise")
     page.select_option("#advise-task", "reschedule")
     page.select_option("#advise-advisor", "rules")
@@ -328,6 +354,7 @@ def test_throughput_curve_rescheduling_and_advisor(page: Any) -> None:
     page.wait_for_selector("#advice-card")
     assert "Answered by: the rules advisor" in (page.text_content("#advice-card h2") or "")
     assert "(re-simulated: 0.5 = the baseline" in (page.text_content("#advice-score") or "")
+    honest_charts(page, "#advise-results", "Advisor")
     shot(page, "advisor.png")
 
 
@@ -377,6 +404,8 @@ def test_measured_vs_simulated_overlay_and_a_bad_benchmark_file(page: Any) -> No
         "#bench-results [data-overlay]", "els => els.map(e => [e.dataset.overlay, e.data.length])"
     )
     assert overlays == [["ttft_ms", 2], ["tpot_ms", 2], ["itl_ms", 2], ["e2e_ms", 2]]  # measured + simulated
+    measured = honest_charts(page, "#bench-results", "Measured")
+    assert next(c["x"] for c in measured if c["key"] == "ttft_ms") == "TTFT (ms)"  # not a bare "ms"
     rows = page.eval_on_selector_all(
         "#bench-results table[data-key='measured_vs_simulated'] tbody tr", "rs => rs.map(r => r.innerText)"
     )
@@ -396,16 +425,54 @@ READ_CHARTS = """els => els.map(e => {
     legend: !!L.showlegend, legend_y: L.legend && L.legend.y !== undefined ? L.legend.y : 1.02,
     legend_x: L.legend && L.legend.x !== undefined ? L.legend.x : 1.02,
     traces: (e.data || []).map(d => ({name: d.name || '', type: d.type || 'scatter',
-                                       x: Array.from(d.x || [])})),
+                                       x: Array.from(d.x || []), y: Array.from(d.y || [])})),
     shapes: (L.shapes || []).map(s => s.x0), annotations: (L.annotations || []).map(a => a.text)};
 })"""
+
+
+#: An axis title that is only a unit ("ms", "(req/s)") or an index: it does not say what is measured.
+BARE_AXIS = re.compile(r"\(?\s*(ms|s|%|req/s|tok/s|GiB|index|x|y|value)?\s*\)?|[\d.\s]*", re.I)
+#: Plotly's own name for an unnamed trace.
+PLOTLY_DEFAULT_NAME = re.compile(r"trace \d+")
+#: Every tab's charts checked so far (a test of each tab adds its own): tab -> charts read.
+CHECKED: dict[str, int] = {}
+
+
+def honest_charts(page: Any, container: str, tab: str) -> list[dict[str, Any]]:
+    """Every Plotly chart in ``container`` as a person reads it, failing on what misleads: no
+    title; an axis without a title, or one that is only a unit or an index; a trace with no
+    points (an empty panel); bars at a bare index; several traces without a legend, an unnamed or
+    "trace 0" entry, or a legend over the data; an empty panel without a note saying why."""
+    charts = page.eval_on_selector_all(f"{container} .js-plotly-plot", READ_CHARTS)
+    for c in charts:
+        where = f"{tab}: chart {c['key']!r} ({c['title']!r})"
+        assert c["title"].strip(), f"{where}: no title"
+        for axis in ("x", "y"):
+            assert c[axis].strip() and not BARE_AXIS.fullmatch(c[axis].strip()), (
+                f"{where}: {axis} axis {c[axis]!r}"
+            )
+        assert c["traces"] and all(t["x"] for t in c["traces"]), f"{where}: an empty panel"
+        for tr in c["traces"]:
+            bare = len(tr["x"]) > 1 and tr["x"] == list(range(len(tr["x"])))
+            assert not (tr["type"] == "bar" and bare), f"{where}: bars at a bare index {tr['x']}"
+        if c["legend"] or len(c["traces"]) > 1:
+            names = [t["name"].strip() for t in c["traces"]]
+            assert c["legend"] and all(names), f"{where}: a legend naming every series {names}"
+            assert not any(PLOTLY_DEFAULT_NAME.fullmatch(n) for n in names), f"{where}: {names}"
+            assert c["legend_y"] < 0 or c["legend_x"] > 1, f"{where}: the legend sits over the data"
+    assert page.locator(f"{container} .chart:empty").count() == 0, f"{tab}: an empty panel"
+    for note in page.locator(f"{container} .chart-empty").all_inner_texts():  # said in a line, not drawn
+        assert re.fullmatch(r".+: (no samples|no data|zero throughout the run)", note), f"{tab}: {note}"
+    CHECKED[tab] = CHECKED.get(tab, 0) + len(charts)
+    return charts
 
 
 def test_run_charts_have_titles_axis_titles_and_legends_and_no_bare_index(page: Any) -> None:
     upload_and_run(page)
     run_simulation(page, 8)
-    charts = page.eval_on_selector_all("#run-results .js-plotly-plot", READ_CHARTS)
+    charts = honest_charts(page, "#run-results", "Run")
     assert len(charts) >= 9, [c["key"] for c in charts]
+    assert honest_charts(page, "#trace-summary", "Traces")
     for c in charts:
         where = f"chart {c['key']!r} ({c['title']!r})"
         assert c["title"].strip(), where
@@ -549,3 +616,85 @@ def test_one_deployment_and_one_slo_serve_every_tab_and_survive_a_reload(page: A
     assert page.input_value("#dep-gpu") == "l4" and page.input_value("#eng-max_num_seqs") == "24"
     assert page.input_value("#dep-model") == "llama-3.1-8b" and page.input_value("#dep-tp") == "1"
     assert page.input_value("#slo-ttft_p99_ms") == "700" and page.input_value("#slo-tpot_p99_ms") == ""
+
+
+def _done_runs(page: Any, kind: str) -> int:
+    import httpx
+
+    runs = httpx.get(page.url.split("#")[0].rstrip("/") + f"/api/runs?kind={kind}", timeout=30).json()
+    return sum(r["status"] == "done" for r in runs)
+
+
+def _sweep(page: Any, max_num_seqs: str) -> None:
+    """A sweep from the Throughput curve tab with the Run tab's max_num_seqs, waited for."""
+    before = _done_runs(page, "saturate")
+    page.click("#tab-run")
+    page.fill("#eng-max_num_seqs", max_num_seqs)
+    page.click("#tab-sweep")
+    page.fill("#sweep-seeds", "1")
+    page.click("#sweep-submit")
+    deadline = time.monotonic() + 180
+    while _done_runs(page, "saturate") <= before:
+        assert time.monotonic() < deadline, "the sweep did not finish"
+        time.sleep(1)
+    page.wait_for_selector("#sweep-results [data-section='saturation'] .js-plotly-plot", timeout=120_000)
+
+
+def test_two_sweeps_compared_and_two_kinds_refused(page: Any) -> None:
+    """Issue 30.2: A/B of two sweeps overlays their curves and compares the saturation points; a
+    sweep against a simulation is refused with a message naming both kinds."""
+    EXPECTED.append("status of 422 (Unprocessable Entity)")  # the refused mixed pair
+    _sweep(page, "256")
+    _sweep(page, "4")
+    page.click("#tab-compare")
+    page.wait_for_selector("#compare-a option", state="attached")
+    sweeps = page.eval_on_selector_all(
+        "#compare-a option", "os => os.filter(o => o.textContent.includes('saturate: ')).map(o => o.value)"
+    )
+    assert len(sweeps) >= 2
+    page.select_option("#compare-a", sweeps[1])
+    page.select_option("#compare-b", sweeps[0])
+    page.click("#compare-form button[type='submit']")
+    page.wait_for_selector("#compare-results [data-section='sweep_compare'] .js-plotly-plot >> nth=1")
+    points = page.eval_on_selector_all(
+        "#compare-results table[data-key='saturation_points'] tbody tr", "rs => rs.map(r => r.innerText)"
+    )
+    assert any(r.startswith("unstable from, req/s") for r in points), points
+    heads = page.eval_on_selector_all(
+        "#compare-results table[data-key='saturation_points'] thead th", "hs => hs.map(h => h.innerText)"
+    )
+    assert heads[0] == "figure" and heads[1].startswith("A: ") and heads[2].startswith("B: ")
+    assert heads[3] == "B / A"  # the ratio
+    curves = {c["key"]: c for c in honest_charts(page, "#compare-results", "Compare sweeps")}
+    ttft = curves["ttft_p99_sweeps"]
+    assert ttft["x"] == "offered load (req/s)" and ttft["y"] == "TTFT p99 (ms)"
+    assert [t["name"][:3] for t in ttft["traces"]] == ["A: ", "B: "]
+    names = [t["name"] for t in ttft["traces"]]  # title (digest): the title starts with the trace
+    assert all(re.fullmatch(r"[AB]: .+: saturation sweep \(\S+\)", n) for n in names), names
+    box = page.locator("#compare-results [data-section='sweep_compare']")
+    box.scroll_into_view_if_needed()
+    box.screenshot(path=str(IMAGES / "compare-sweeps.png"))
+    sims = page.eval_on_selector_all(
+        "#compare-b option",
+        "os => os.filter(o => !/(saturate|tune): /.test(o.textContent)).map(o => o.value)",
+    )
+    if not sims:  # a simulation to set against the sweep
+        page.click("#tab-run")
+        page.click("#run-button")
+        page.wait_for_selector("#run-job .line[data-status='done']", timeout=120_000)
+        page.click("#tab-compare")
+        page.wait_for_selector("#compare-a option", state="attached")
+        sims = page.eval_on_selector_all(
+            "#compare-b option",
+            "os => os.filter(o => !/(saturate|tune): /.test(o.textContent)).map(o => o.value)",
+        )
+    page.select_option("#compare-a", sweeps[0])
+    page.select_option("#compare-b", sims[0])
+    page.click("#compare-form button[type='submit']")
+    page.wait_for_selector("#compare-results [role='alert']")
+    text = page.text_content("#compare-results [role='alert']") or ""
+    assert (
+        "compare takes two runs of one kind" in text
+        and "a saturate run and B" in text
+        and "simulate run" in text
+    )

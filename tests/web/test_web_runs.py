@@ -338,3 +338,28 @@ def test_the_web_advisor_chooses_as_the_cli_does(monkeypatch: pytest.MonkeyPatch
     assert res["advice"]["answered_by"] == "the DSPy program, uncompiled"
     assert res["advice"]["score_words"].startswith("simulator score ")
     assert key not in json.dumps(res)
+
+
+def test_two_sweeps_compare_their_curves_and_saturation_points(client: TestClient, trace_id: str) -> None:
+    """Issue 30.2: A/B of two sweeps overlays their throughput-latency curves, compares the knees."""
+    body = {"trace_id": trace_id, "slo": {"ttft_p99_ms": 1000}, "seeds": 1, "rtol": 0.2}
+    a = run_job(client, "/api/saturate", body)
+    b = run_job(client, "/api/saturate", {**body, "engine": {"max_num_seqs": 4}})
+    d = client.get(f"/api/compare?a={a['job']['id']}&b={b['job']['id']}").json()
+    assert d["kind"] == "saturate" and d["metrics"] == []
+    (view,) = d["sections"]
+    assert view["key"] == "sweep_compare"
+    rows = {r[0]: r for r in view["tables"][0]["rows"]}
+    unstable = rows["unstable from, req/s"]
+    ra, rb = a["result"]["report"], b["result"]["report"]
+    assert unstable[1] == ra["saturation_rps"] and unstable[2] == rb["saturation_rps"]
+    if ra["saturation_rps"] and rb["saturation_rps"]:
+        assert unstable[3] == pytest.approx(rb["saturation_rps"] / ra["saturation_rps"])
+    curve = next(s for s in view["series"] if s["key"] == "throughput_sweeps")
+    assert curve["x"] == [p["offered_rps"]["mean"] for p in ra["points"]]
+    assert curve["lines"][0]["x"] == [p["offered_rps"]["mean"] for p in rb["points"]]
+    for p in (*ra["points"], *rb["points"]):  # throughput never reads above the offered load
+        assert p["throughput_rps"]["mean"] <= p["offered_rps"]["mean"] * (1 + 1e-9)
+    sim = run_job(client, "/api/simulate", {"trace_id": trace_id})["job"]["id"]
+    mixed = client.get(f"/api/compare?a={a['job']['id']}&b={sim}")
+    assert mixed.status_code == 422 and "a saturate run and B" in mixed.json()["detail"]

@@ -124,16 +124,54 @@ def metric_table(pa: ReportPart, pb: ReportPart) -> Table:
     )
 
 
+def legend_name(letter: str, doc: Document) -> str:
+    """How an overlay names a document: its letter, its name and the trace it replayed."""
+    prov = doc.data.get("trace_provenance") if isinstance(doc.data, dict) else None
+    source = prov.get("source") if isinstance(prov, dict) else None
+    return f"{letter}: {doc.name}" + (f" · {source}" if source else "")
+
+
+def overlays(a: Document, b: Document, pa: ReportPart, pb: ReportPart) -> list[Section]:
+    """The two results overlaid, as the web's compare draws them: two simulations' latency
+    histograms, CDFs and time series (``views.compare.overlay_view``), two sweeps' curves and
+    saturation points, two studies' best configurations and fronts (``views.compare_studies``)."""
+    names = [legend_name("A", a), legend_name("B", b)]
+    if a.kind == "simulate":
+        views = [next((s for s in p.sections if s.key == "simulation"), None) for p in (pa, pb)]
+        if views[0] is None or views[1] is None:
+            return []
+        from servesim.views.compare import overlay_view
+
+        return [overlay_view([(names[0], views[0]), (names[1], views[1])])]
+    if a.kind == "saturate":
+        from servesim.tuning import SaturationReport
+        from servesim.views.compare_studies import sweep_compare_view
+
+        reps = [SaturationReport.model_validate(d.data) for d in (a, b)]
+        return [sweep_compare_view(list(zip(names, reps, strict=True)))]
+    if a.kind == "tune":
+        from servesim.tuning import TuneResult
+        from servesim.views.compare_studies import study_compare_view
+
+        studies = [TuneResult.model_validate(d.data["study"]) for d in (a, b)]
+        return [study_compare_view(list(zip(names, studies, strict=True)))]
+    return []
+
+
 def diff_part(a: Document, b: Document, pa: ReportPart, pb: ReportPart) -> ReportPart:
-    """The diff as a report part: settings that differ, then the figures that moved."""
+    """The diff as a report part: settings that differ, the figures that moved, then the two
+    results overlaid (``overlays``)."""
     section = Section(
         key="diff",
         title=f"A = {a.name}, B = {b.name}",
         tables=[config_table(a, b), metric_table(pa, pb)],
     )
     return ReportPart(
-        kind="diff", source=f"{a.name} vs {b.name}", title=f"what changed ({a.kind})", sections=[section]
+        kind="diff",
+        source=f"{a.name} vs {b.name}",
+        title=f"what changed ({a.kind})",
+        sections=[section, *overlays(a, b, pa, pb)],
     )
 
 
-__all__ = ["config_of", "diff_part"]
+__all__ = ["config_of", "diff_part", "legend_name", "overlays"]

@@ -208,14 +208,20 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
                 }
             )
             continue
+        own = ln.x is not None  # another run overlaid on its own x: a solid line in its colour
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "x": x,
+                "x": ln.x if own else x,
                 "y": ln.y,
                 "name": ln.label,
-                "line": {"color": COLORS[(j + 3) % len(COLORS)], "dash": "dot", "width": 1.5},
+                "line": {
+                    "color": COLORS[(j + 3) % len(COLORS)],
+                    "dash": "solid" if own else "dot",
+                    "width": 1.5,
+                    "shape": "hv" if own and s.kind == "step" else "linear",
+                },
             }
         )
     annotations = []

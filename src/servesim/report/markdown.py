@@ -78,10 +78,23 @@ def series_md(s: Series) -> str:
     ref = ""
     if s.reference is not None:
         ref = f"; {s.reference_label or 'limit'} {_num(s.reference, s.y_unit)}"
-    return (
+    line = (
         f"- {s.title}: {len(s.x):,} points, {s.x_label} {_num(min(s.x))}-{_num(max(s.x), s.x_unit)}, "
         f"{s.y_label} {_num(min(s.y))}-{_num(max(s.y), s.y_unit)}{ref}"
     )
+    own = [ln for ln in s.lines if ln.x]  # other runs overlaid on their own x: each one's range
+    if own:
+        runs = [(s.name or s.y_label, s.x, s.y), *((ln.label, ln.x or [], ln.y) for ln in own)]
+        line = (
+            f"- {s.title} ({s.x_label}, {s.y_label}): "
+            + "; ".join(
+                f"{n}: {s.x_label} {_num(min(x))}-{_num(max(x), s.x_unit)}, "
+                f"{s.y_label} {_num(min(y))}-{_num(max(y), s.y_unit)}"
+                for n, x, y in runs
+            )
+            + ref
+        )
+    return line
 
 
 def histogram_md(h: Histogram) -> str:

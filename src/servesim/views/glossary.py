@@ -49,7 +49,10 @@ METRICS: dict[str, MetricDef] = {
     ),
     "num_running": MetricDef("running", None, "Requests in the running batch at a step."),
     "num_waiting": MetricDef(
-        "waiting", None, "Requests in the waiting queue at a step (preempted included)."
+        "waiting",
+        None,
+        "Requests in the waiting queue (preempted included) right after the scheduler picked a step's "
+        "batch, drawn at the step's start; a request arriving during a step counts from the next one.",
     ),
     "num_tokens": MetricDef(
         "tokens/step", "tokens", "Tokens scheduled in one engine step (≤ max_num_batched_tokens)."

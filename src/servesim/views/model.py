@@ -54,10 +54,12 @@ class Table(_Frozen):
 
 
 class Line(_Frozen):
-    """Another y over a series' x (p50 and p90 next to the p99 of the same rates)."""
+    """Another y over a series' x (p50 and p90 next to the p99 of the same rates), or over its own
+    ``x`` (another run's curve overlaid: its own rates or times)."""
 
     label: str
     y: list[float]
+    x: list[float] | None = Field(None, description="This line's own x (None: the series' x).")
 
 
 class Mark(_Frozen):

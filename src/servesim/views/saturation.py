@@ -18,7 +18,7 @@ from servesim.views.model import Column, Line, Mark, Section, Series, Table, Ver
 #: Throughput this far below the offered rate, with a growing queue, is not "stable" (the
 #: 10th-90th percentile completion window measures within about 1 % at stable rates).
 KEEPS_UP = 0.02
-WINDOW = "completions between the 10th and 90th percentile finish times"
+WINDOW = "completions between the 10th and 90th percentile finish times, at most the offered rate"
 
 
 def point_state(p: RatePoint) -> str:
@@ -235,7 +235,7 @@ def saturation_view(rep: SaturationReport) -> Section:
     )
     throughput = Series(
         key="throughput_curve",
-        title="throughput against offered load (window: completions 10th-90th pct)",
+        title="throughput against offered load (10th-90th pct finishes, at most offered)",
         x_label="offered load",
         x_unit="req/s",
         y_label="throughput",
@@ -262,6 +262,17 @@ def saturation_view(rep: SaturationReport) -> Section:
         text.append(f"SLO knee (highest rate where the SLO holds) at {knee:,.3g} req/s")
     if rep.saturation_rps is not None:
         text.append(f"unstable from {rep.saturation_rps:,.3g} req/s")
+    short = [
+        p.offered_rps.mean
+        for p in rep.points
+        if p.status == "QUEUE_SATURATED" and p.throughput_rps.mean >= p.offered_rps.mean * (1 - 1e-9)
+    ]
+    if short:
+        text.append(
+            f"at {', '.join(f'{r:,.3g}' for r in short)} req/s the queue is unstable yet the finishes kept "
+            "pace with the arrivals (throughput is capped at the offered rate): the trace ends before "
+            "the engine falls behind for good, too short to measure the service rate there"
+        )
     return Section(
         key="saturation",
         title="saturation",

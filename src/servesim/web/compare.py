@@ -6,6 +6,7 @@ from typing import Any
 
 from servesim.views.compare import FIGURES, LATENCIES, PERCENTILES
 from servesim.views.compare import metric_label as _label
+from servesim.views.model import Section
 
 
 def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
@@ -113,3 +114,48 @@ def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: 
         "ratio": ratio,
         "better": better,
     }
+
+
+def legend_name(letter: str, job: dict[str, Any], trace: dict[str, Any] | None) -> str:
+    """How an overlay's legend names a run: its letter, title and trace (name and digest); a
+    title that starts with the trace's name (the page's own titles do) is not followed by it again."""
+    title = str(job.get("title") or job.get("id", ""))[:60]
+    if trace is None:
+        return f"{letter}: {title} · unknown trace"
+    digest = short_digest(trace["digest"])
+    if title.startswith(f"{trace['name']}:"):
+        return f"{letter}: {title} ({digest})"
+    return f"{letter}: {title} · {trace['name']} ({digest})"
+
+
+def simulation_section(result: dict[str, Any]) -> Section | None:
+    """The stored simulation view of a run's result (its histograms and series)."""
+    for s in result.get("sections", []):
+        if s.get("key") == "simulation":
+            return Section.model_validate(s)
+    return None
+
+
+def overlay_sections(names: list[str], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs' latency distributions and time series overlaid (``views.compare.overlay_view``)."""
+    from servesim.views.compare import overlay_view
+
+    views = [simulation_section(r) for r in results]
+    runs = [(n, v) for n, v in zip(names, views, strict=True) if v is not None]
+    return [overlay_view(runs).model_dump(mode="json")] if len(runs) == len(names) else []
+
+
+def study_sections(kind: str, names: list[str], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sweeps (saturate) or studies (tune) compared (``views.compare_studies``)."""
+    from servesim.tuning import SaturationReport, TuneResult
+    from servesim.views.compare_studies import study_compare_view, sweep_compare_view
+
+    if kind == "saturate":
+        reps = [SaturationReport.model_validate(r["report"]) for r in results]
+        return [sweep_compare_view(list(zip(names, reps, strict=True))).model_dump(mode="json")]
+    studies = [TuneResult.model_validate({**r["study"], "trials": r.get("trials", [])}) for r in results]
+    return [study_compare_view(list(zip(names, studies, strict=True))).model_dump(mode="json")]
+
+
+#: The kinds of run a comparison takes (both runs of one kind).
+COMPARABLE = ("simulate", "saturate", "tune")

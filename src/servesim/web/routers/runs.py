@@ -246,16 +246,31 @@ def compare(
     a: Annotated[str, Query(pattern=ID_PATTERN, description="The baseline run.")],
     b: Annotated[str, Query(pattern=ID_PATTERN, description="The run compared with it.")],
 ) -> dict[str, Any]:
+    from servesim.web.compare import COMPARABLE, legend_name, overlay_sections, study_sections
+
     ra, rb = _done(wb, a), _done(wb, b)
-    if ra.kind != "simulate" or rb.kind != "simulate":
-        raise Problem(422, "compare takes two simulation runs")
-    return compare_runs(
-        job_out(ra).model_dump(mode="json"),
-        ra.result or {},
-        job_out(rb).model_dump(mode="json"),
-        rb.result or {},
-        (_trace_of(wb, ra.trace_id), _trace_of(wb, rb.trace_id)),
-    )
+    if ra.kind != rb.kind:
+        raise Problem(
+            422,
+            f"compare takes two runs of one kind: A ({ra.id}) is a {ra.kind} run and B ({rb.id}) a "
+            f"{rb.kind} run",
+        )
+    if ra.kind not in COMPARABLE:
+        raise Problem(
+            422, f"compare takes two runs of one of {', '.join(COMPARABLE)}; these are {ra.kind} runs"
+        )
+    traces = (_trace_of(wb, ra.trace_id), _trace_of(wb, rb.trace_id))
+    ja, jb = job_out(ra).model_dump(mode="json"), job_out(rb).model_dump(mode="json")
+    names = [legend_name("A", ja, traces[0]), legend_name("B", jb, traces[1])]
+    results = [ra.result or {}, rb.result or {}]
+    out = compare_runs(ja, results[0], jb, results[1], traces)
+    out["kind"] = ra.kind
+    if ra.kind == "simulate":
+        out["sections"] = overlay_sections(names, results)
+    else:
+        out["metrics"] = []  # a sweep's or a study's figures are in its comparison's tables
+        out["sections"] = study_sections(ra.kind, names, results)
+    return out
 
 
 def _trace_of(wb: Workbench, trace_id: str | None) -> dict[str, Any] | None:
@@ -296,16 +311,21 @@ def compare_basket(
         for k in keys
         if any(s.get(k) != settings[0].get(k) for s in settings[1:])
     ]
-    from servesim.web.compare import workload_warning
+    from servesim.web.compare import legend_name, overlay_sections, workload_warning
 
     traces = [_trace_of(wb, r.trace_id) for r in rows]
+    names = [
+        legend_name("baseline" if i == 0 else str(i), j, t)
+        for i, (j, t) in enumerate(zip(jobs, traces, strict=True))
+    ]
+    overlays = overlay_sections(names, [r.result or {} for r in rows])
     return {
         "baseline": jobs[0],
         "runs": jobs[1:],
         "traces": traces,
         "workload_warning": workload_warning(traces),
         "config_diff": differ,
-        "sections": [view.model_dump(mode="json")],
+        "sections": [view.model_dump(mode="json"), *overlays],
     }
 
 

@@ -778,8 +778,10 @@
 
   /* ------------------------------------------------------------------ compare, history */
   async function loadCompareChoices() {
-    const runs = (await api("/api/runs?kind=simulate")).filter((r) => r.status === "done");
-    const items = runs.map((r) => ({ value: r.id, label: `${r.created_at.slice(11, 19)} ${r.title}` }));
+    // simulations, sweeps and studies: two of one kind compare (the server refuses a mixed pair)
+    const runs = (await Promise.all(["simulate", "saturate", "tune"].map((k) => api(`/api/runs?kind=${k}`)))).flat()
+      .filter((r) => r.status === "done").sort((x, y) => (x.created_at < y.created_at ? 1 : -1));
+    const items = runs.map((r) => ({ value: r.id, label: `${r.created_at.slice(11, 19)} ${r.kind === "simulate" ? "" : r.kind + ": "}${r.title}` }));
     fillSelect($("compare-a"), items, localStorage.getItem("servesim.compare.a") || (items[1] || items[0] || {}).value);
     fillSelect($("compare-b"), items, localStorage.getItem("servesim.compare.b") || (items[0] || {}).value);
   }
@@ -798,7 +800,8 @@
           SS.table({ key: "config_diff", title: d.config_diff.length ? "Settings that differ" : "Same settings", notes: [],
             columns: [{ key: "key", label: "setting", kind: "str" }, { key: "a", label: "A", kind: "str" }, { key: "b", label: "B", kind: "str" }],
             rows: d.config_diff.map((r) => [r.key, settingText(r.a), settingText(r.b)]) }),
-          deltaTable(d.metrics)));
+          d.metrics.length ? deltaTable(d.metrics) : ""));
+        for (const s of d.sections || []) SS.overlaySection(box, s);  // overlaid charts (issue 30)
       } catch (err) { clear(box, problemBlock(err)); }
     });
   }
@@ -864,7 +867,7 @@
       if (d.config_diff.length) box.append(SS.table({ key: "basket_config", title: "Settings that differ from the baseline", notes: [],
         columns: [{ key: "key", label: "setting", kind: "str" }, { key: "baseline", label: "baseline", kind: "str" }, ...d.runs.map((r, i) => ({ key: `r${i}`, label: r.title, kind: "str" }))],
         rows: d.config_diff.map((c) => [c.key, settingText(c.baseline), ...c.runs.map(settingText)]) }));
-      for (const s of d.sections) SS.section(box, s);
+      for (const s of d.sections) (SS.isOverlaySection(s) ? SS.overlaySection : SS.section)(box, s);
       // colour each change by whether it is an improvement (the table says which direction is better)
       const t = d.sections[0].tables[0];
       box.querySelectorAll("table[data-key='basket'] tbody tr").forEach((tr, i) => {

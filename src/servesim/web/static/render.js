@@ -138,7 +138,7 @@ SS.overlayHistogram = function (container, m, sim) {
   SS.plot(div, [bars(m, "measured", "#c05600"), bars(sim, "simulated", "#2457c5")], {
     title: { text: `${m.title.split(":")[0]}: measured (${m.count.toLocaleString("en-US")}) vs simulated (${sim.count.toLocaleString("en-US")})`, font: { size: 12 } },
     barmode: "overlay", bargap: 0.02, showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND,
-    xaxis: { title: { text: m.unit || "" } }, yaxis: { title: { text: "share of the sample" }, tickformat: ".0%" },
+    xaxis: { title: { text: axisTitle(m.label || m.title.split(":")[0].replace(/ distribution$/, ""), m.unit) } }, yaxis: { title: { text: "share of the sample" }, tickformat: ".0%" },
   });
   div.dataset.overlay = m.key.split(".")[0];
   return div;
@@ -359,3 +359,64 @@ SS.section = function (container, s, opts) {
 };
 
 SS.glossary = {};
+
+/* ------------------------------------------------------------------ runs overlaid (issue 30)
+   A Series whose `lines` carry their own x (views.compare.overlay_view, views.compare_studies):
+   one solid line per run, in its own colour, named after the run (label and trace); marks
+   (the SLO, each sweep's knee) as vertical lines; the legend under the plot, off the data. */
+const RUN_COLORS = ["#2457c5", "#c05600", "#1a7f37", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#9e9d24", "#ad1457", "#455a64", "#ef6c00", "#283593", "#2e7d32"];
+
+SS.overlay = function (container, s) {
+  if (!s.x || !s.x.length) return emptyChart(container, s.key, s.title, "no data");
+  const div = newChart(container, s.title);
+  div.dataset.key = s.key;
+  div.classList.add("overlay");
+  const shape = s.kind === "step" ? "hv" : "linear";
+  const runs = [{ name: s.name || s.y_label, x: s.x, y: s.y }, ...(s.lines || []).map((ln) => ({ name: ln.label, x: ln.x || s.x, y: ln.y }))];
+  const unit = SS.unitText(s.y_unit);
+  const traces = runs.map((r, i) => ({
+    type: "scatter", mode: s.key === "fronts" ? "lines+markers" : "lines", name: r.name, x: r.x, y: r.y,
+    line: { shape, width: 1.8, color: RUN_COLORS[i % RUN_COLORS.length] },
+    hovertemplate: `%{x:,.4g}${SS.unitText(s.x_unit)}: %{y:,.4g}${unit}<extra>%{fullData.name}</extra>`,
+  }));
+  const shapes = [];
+  const annotations = [];
+  (s.marks || []).forEach((m, i) => {
+    const slo = m.label.startsWith("SLO");
+    const color = slo ? "#c62828" : "#5b6475";
+    shapes.push({ type: "line", yref: "paper", y0: 0, y1: 1, x0: m.x, x1: m.x, line: { color, width: slo ? 2 : 1.2, dash: slo ? "dash" : "dot" } });
+    annotations.push({ yref: "paper", y: 1 - 0.12 * (i % 4), x: m.x, text: m.label, showarrow: false, xanchor: "left", yanchor: "top", font: { size: 10, color }, bgcolor: "rgba(255,255,255,0.85)" });
+  });
+  const allY = runs.flatMap((r) => r.y);
+  div.style.height = `${330 + 20 * runs.length}px`;  // room for the legend under the plot
+  SS.plot(div, traces, {
+    title: { text: s.title, font: { size: 12 } },
+    shapes, annotations,
+    showlegend: true,
+    legend: { orientation: "h", x: 0, xanchor: "left", y: -0.24, yanchor: "top", font: { size: 10 } },
+    margin: { l: 56, r: 12, t: 30, b: 70 + 20 * runs.length },
+    xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) } },
+    yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined,
+      rangemode: !s.log_y && Math.min(...allY) >= 0 ? "tozero" : undefined,
+      tickformat: s.y_label.startsWith("share of requests") ? ".0%" : undefined },
+  });
+  return div;
+};
+
+/* A Section of overlays: its title, text and tables, then every series as an overlay. */
+SS.overlaySection = function (container, s) {
+  const box = el("section", { class: "section overlays", "data-section": s.key, "aria-label": s.title });
+  box.append(el("h2", { text: s.title }));
+  for (const t of s.text || []) box.append(el("p", { class: "text", text: t }));
+  for (const t of s.tables || []) box.append(SS.table(t));
+  container.append(box);
+  if ((s.series || []).length) {
+    const charts = el("div", { class: "charts" });
+    box.append(charts);
+    for (const x of s.series) SS.overlay(charts, x);
+  }
+  return box;
+};
+
+/* Which sections of a comparison are overlays (drawn by SS.overlaySection). */
+SS.isOverlaySection = (s) => ["runs_overlay", "sweep_compare", "study_compare"].includes(s.key);
