@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, StepTimeModel, simulate
-from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, simulate
 from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
@@ -47,8 +45,7 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     notes = setup_notes(setup)
     config, step = setup.config, setup.step_time
     if body.replicas > 1 or body.failures:
-        tier = setup.kv_connector if config.kv_offloading_size is not None else None
-        return _cluster(body, trace, config, step, notes, env, report, tier)
+        return _cluster(body, trace, notes, env, report)
     # counters, not per-step events; a CPU tier when the engine sets kv_offloading_size
     result = simulate(trace, config, step, slo=body.slo, progress=report, kv_connector=setup.kv_connector())
     save_requests(result.to_pandas(), env)
@@ -126,45 +123,48 @@ def save_requests(requests: pd.DataFrame, env: Env) -> None:
     write_records(env["requests_file"], requests, "parquet", extra=True)
 
 
-def _cluster(
-    body: SimulateBody,
-    trace: Trace,
-    config: EngineConfig,
-    step: StepTimeModel,
-    notes: list[str],
-    env: Env,
-    report: Report,
-    tier: Callable[[], OffloadingConnector | None] | None = None,
-) -> dict[str, Any]:
-    from servesim.cluster import RecoveryContext, Replica, RouterSpec, simulate_cluster
-    from servesim.perf import load_catalog
-    from servesim.perf.catalog import resolve_model
+def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, report: Report) -> dict[str, Any]:
+    """A cluster run: the body as the ``ClusterSpec`` ``servesim cluster --recovery R`` builds,
+    through ``servesim.spec.resolve_cluster``; its document is the CLI's."""
+    from servesim.cluster.compare import compare_recovery
+    from servesim.report.documents import cluster_run_document
+    from servesim.spec import ClusterSpec, PercentileSLO, ResolvedCluster, resolve_cluster
+    from servesim.web.defaults import deployment_spec
 
-    replicas = [Replica(f"n{i}", config, step, tier) for i in range(body.replicas)]
-    names = {r.name for r in replicas}
-    unknown = sorted({f.node for f in body.failures} - names)
-    if unknown:
-        raise InputError(
-            f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{body.replicas - 1}"
-        )
-    ctx = RecoveryContext(
-        model=resolve_model(body.hardware.model, load_catalog()), tp=body.hardware.tensor_parallel_size
+    slo = body.slo  # the engine's per-request thresholds: each is also the p99 cap
+    caps = (
+        None
+        if slo is None
+        else {"ttft_p99_ms": slo.ttft_ms, "tpot_p99_ms": slo.tpot_ms, "e2e_p99_ms": slo.e2e_ms}
     )
+    spec = ClusterSpec(
+        trace=env.get("trace_name") or body.trace_id,
+        deployment=deployment_spec(body.engine, body.hardware, replicas=body.replicas, router=body.router),
+        failures=body.failures,
+        recovery=body.recovery,
+        slo=None if caps is None else PercentileSLO.model_validate(caps),
+    )
+    run = resolve_cluster(spec, trace)
+    if not isinstance(run, ResolvedCluster):
+        raise InputError("the web runs no disaggregated cluster")
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
-    result = simulate_cluster(
+    rows, results = compare_recovery(
         trace,
-        replicas,
-        RouterSpec(policy=body.router),
-        body.failures,
-        body.recovery,
-        ctx,
-        slo=body.slo,
+        run.replicas,
+        run.router,
+        run.events,
+        run.link,
+        run.strategies,
+        slo=run.slo,
+        baseline=run.baseline,
         observers=[ProgressCallback(report), timeline],
     )
+    result = results[body.recovery]
     save_requests(result.to_pandas(), env)
     from servesim.views.simulation import summary_view
     from servesim.views.timeline import failure_timeline
 
+    config = run.setups[0].config
     summary = result.summary
     sections = [
         summary_view(summary.cluster, config, title=f"cluster of {body.replicas} replicas"),
@@ -181,6 +181,7 @@ def _cluster(
         "sections": [x.model_dump(mode="json") for x in sections],
         "kpis": kpis_by_percentile(summary.cluster),
         "notes": notes,
+        "document": cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec),
     }
 
 
