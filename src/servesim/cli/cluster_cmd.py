@@ -127,22 +127,24 @@ def register(app: typer.Typer) -> None:
             )
             if v is not None
         }
+        asked = link.model_fields_set | set(updates)  # the served model and TP, where given
         link = LinkSpec.model_validate({**link.model_dump(), **updates})
         goal = request_slo(slo)  # --slo's wording, and good= refused for a single run
         spec = _spec(
             {
                 **head,
                 "deployment": DeploymentSpec(
-                    model=link.model,
+                    model=link.model if "model" in asked else None,
                     gpu=gpu,
-                    tp=link.tp,
+                    tp=link.tp if "tp" in asked else None,
                     replicas=len(reps_keys),
                     router=route.policy,
                     engine={} if cluster is not None else reps_keys[0][1],
                     **timing,
                 ),
                 "replicas": [{"name": n, "engine": k} for n, k in reps_keys] if cluster is not None else None,
-                "router": route,
+                # the router's settings where they are not its policy's defaults
+                "router": route if route != RouterSpec(policy=route.policy) else None,
                 "link": link.model_dump(exclude={"model", "tp"}),
                 "failures": [parse_fail(x) for x in fail_at] + _failure_file(failures),
                 "mtbf_s": mtbf_s,
