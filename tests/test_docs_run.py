@@ -1,11 +1,13 @@
-"""Every ``servesim`` command line in docs/*.md *runs* as typed, in doc order, and exits 0.
+"""Every ``servesim`` command line in docs/*.md *runs* as typed and exits 0.
 
 Why: a reader copies these lines; parsing them (tests/test_docs_commands.py) misses a command
 that errors on its input, a file the doc names that is not shipped, or a server that never
-answers. Each line runs in a temporary folder holding a copy of ``examples/`` (the files the
-docs name live there), with ``servesim`` on PATH and the data folder redirected. Servers
-(``servesim serve``, ``servesim emulate``) are started, must answer HTTP on the port the line
-names, and are stopped; a full-screen ``servesim dashboard`` is started in a pseudo-terminal,
+answers. Each doc's lines run in a temporary folder of the doc's holding a copy of ``examples/``
+(the files the docs name live there), with ``servesim`` on PATH and the data folder redirected;
+side by side, except that a line waits for the earlier lines that write a file it names (a doc
+is read in order). Servers (``servesim serve``, ``servesim emulate``) are started on a free
+port (the line's ``--port`` replaced, or one added: 8000 may be held by another test), must
+answer HTTP there, and are stopped; none is skipped; a full-screen ``servesim dashboard`` is started in a pseudo-terminal,
 must paint its first screen, and is stopped. The README's lines run in tests/test_readme.py.
 """
 
@@ -21,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -60,8 +63,10 @@ COMMANDS = doc_lines()
 DOCS = sorted({d for d, _ in COMMANDS})
 
 #: Lines of one doc run side by side (each waits for the earlier lines that write a file it
-#: names); servers run one at a time (Ray, data folders), each on a port of its own.
-WORKERS = 4
+#: names); at most ``SERVERS`` servers at once (each starts Ray or a workbench), each on a port
+#: and with a data folder of its own.
+WORKERS = 5
+SERVERS = 2
 #: Options whose value is a file or folder a line writes (``> FILE`` too).
 WRITES = ("--out", "--out-dir", "--outbox", "--matrix")
 
@@ -81,11 +86,9 @@ def _words(cmd: str) -> list[str]:
 
 
 def plan(cmds: list[str]) -> list[Line]:
-    """The doc's lines in order, each waiting for the earlier ones that write a file it names
-    (and servers for the server before them)."""
+    """The doc's lines in order, each waiting for the earlier ones that write a file it names."""
     lines: list[Line] = []
-    last_server: int | None = None
-    for i, cmd in enumerate(cmds):
+    for cmd in cmds:
         words = shlex.split(cmd.split(" > ")[0].split(" | ")[0])
         if words[0] == "servesim" and words[1] in ("serve", "emulate"):
             kind = "serve"
@@ -102,10 +105,6 @@ def plan(cmds: list[str]) -> list[Line]:
                 line.writes.add(every[k + 1].rstrip("/"))
         named = {w.rstrip("/") for w in every}
         line.after = [j for j, earlier in enumerate(lines) if earlier.writes & named]
-        if kind == "serve":
-            if last_server is not None:
-                line.after.append(last_server)
-            last_server = i
         lines.append(line)
     return lines
 
@@ -154,13 +153,14 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _serves(typed: str, work: Path) -> None:
-    """Start a server line on a free port, wait until it answers HTTP there, stop it."""
+    """Start a server line on a free port, wait until it answers HTTP there, stop it. Its data
+    folder is its own (servers run side by side; one may set another with ``--data-dir``)."""
     port = _free_port()
     cmd = on_port(typed, port)
     proc = subprocess.Popen(
         ["bash", "-c", f"exec {cmd}"],
         cwd=work,
-        env=_env(work),
+        env=_env(work) | {"SERVESIM_DATA_DIR": str(work / f".data-{port}")},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -254,7 +254,7 @@ def test_a_line_waits_for_the_lines_that_write_what_it_reads() -> None:
             "servesim dashboard bursty -n 5",
         ]
     )
-    assert [x.after for x in lines] == [[], [], [1], [0], [3], [], []]
+    assert [x.after for x in lines] == [[], [], [1], [0], [], [], []]
     assert [x.kind for x in lines] == ["run", "run", "run", "serve", "serve", "run", "paint"]
     assert lines[5].writes == {"outbox"}
     assert (
@@ -271,13 +271,19 @@ def test_a_docs_lines_run_as_typed(doc: str, tmp_path: Path) -> None:
     work = _work(tmp_path)
     lines = plan([c for d, c in COMMANDS if d == doc])
     failures: list[str] = []
+    servers = threading.Semaphore(SERVERS)
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         done: list[Future[None]] = []
 
         def run(i: int) -> None:
             for j in lines[i].after:
                 done[j].result()  # an earlier line this one reads from (its failure is reported there)
-            RUNNERS[lines[i].kind](lines[i].cmd, work)
+            line = lines[i]
+            if line.kind == "serve":
+                with servers:
+                    _serves(line.cmd, work)
+            else:
+                RUNNERS[line.kind](line.cmd, work)
 
         for i in range(len(lines)):
             done.append(pool.submit(run, i))
