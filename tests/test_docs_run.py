@@ -7,8 +7,9 @@ answers. Each doc's lines run in a temporary folder of the doc's holding a copy 
 side by side, except that a line waits for the earlier lines that write a file it names (a doc
 is read in order). Servers (``servesim serve``, ``servesim emulate``) are started on a free
 port (the line's ``--port`` replaced, or one added: 8000 may be held by another test), must
-answer HTTP there, and are stopped; none is skipped; a full-screen ``servesim dashboard`` is started in a pseudo-terminal,
-must paint its first screen, and is stopped. The README's lines run in tests/test_readme.py.
+answer HTTP there, and are stopped; none is skipped; a full-screen ``servesim dashboard`` is
+started in a pseudo-terminal, must paint its first screen, and is stopped. The README's lines
+run in tests/test_readme.py.
 """
 
 from __future__ import annotations
