@@ -1,12 +1,15 @@
-"""Every ``servesim`` command line in docs/*.md *runs* as typed, in doc order, and exits 0.
+"""Every ``servesim`` command line in docs/*.md *runs* as typed and exits 0.
 
 Why: a reader copies these lines; parsing them (tests/test_docs_commands.py) misses a command
 that errors on its input, a file the doc names that is not shipped, or a server that never
-answers. Each line runs in a temporary folder holding a copy of ``examples/`` (the files the
-docs name live there), with ``servesim`` on PATH and the data folder redirected. Servers
-(``servesim serve``, ``servesim emulate``) are started, must answer HTTP on the port the line
-names, and are stopped; a full-screen ``servesim dashboard`` is started in a pseudo-terminal,
-must paint its first screen, and is stopped. The README's lines run in tests/test_readme.py.
+answers. Each doc's lines run in a temporary folder of the doc's holding a copy of ``examples/``
+(the files the docs name live there), with ``servesim`` on PATH and the data folder redirected;
+side by side, except that a line waits for the earlier lines that write a file it names (a doc
+is read in order). Servers (``servesim serve``, ``servesim emulate``) are started on a free
+port (the line's ``--port`` replaced, or one added: 8000 may be held by another test), must
+answer HTTP there, and are stopped; none is skipped; a full-screen ``servesim dashboard`` is
+started in a pseudo-terminal, must paint its first screen, and is stopped. The README's lines
+run in tests/test_readme.py.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -54,14 +61,64 @@ def doc_lines() -> list[tuple[str, str]]:
 
 
 COMMANDS = doc_lines()
+#: The docs whose lines take longest (tune and saturate sweeps, Ray, sim2real) start first, so
+#: that xdist's workers do not wait on one of them at the end.
+HEAVY = ("tuning.md", "emulate.md", "perf.md")
+DOCS = sorted(
+    {d for d, _ in COMMANDS}, key=lambda d: (d not in HEAVY, HEAVY.index(d) if d in HEAVY else 0, d)
+)
+
+#: Lines of one doc run side by side (each waits for the earlier lines that write a file it
+#: names); at most ``SERVERS`` servers at once (each starts Ray or a workbench), each on a port
+#: and with a data folder of its own.
+WORKERS = 5
+SERVERS = 2
+#: Options whose value is a file or folder a line writes (``> FILE`` too).
+WRITES = ("--out", "--out-dir", "--outbox", "--matrix")
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder for the whole run: later lines read what earlier ones wrote (docs are read in order)."""
-    root = tmp_path_factory.mktemp("docs")
+@dataclass
+class Line:
+    """One doc line: how it runs, what it writes, which earlier lines it waits for."""
+
+    cmd: str
+    kind: str  # "run", "serve" (answers HTTP), "paint" (a full-screen dashboard)
+    writes: set[str] = field(default_factory=set)
+    after: list[int] = field(default_factory=list)
+
+
+def _words(cmd: str) -> list[str]:
+    return shlex.split(cmd.replace(" > ", " ").replace(" | ", " "))
+
+
+def plan(cmds: list[str]) -> list[Line]:
+    """The doc's lines in order, each waiting for the earlier ones that write a file it names."""
+    lines: list[Line] = []
+    for cmd in cmds:
+        words = shlex.split(cmd.split(" > ")[0].split(" | ")[0])
+        if words[0] == "servesim" and words[1] in ("serve", "emulate"):
+            kind = "serve"
+        elif words[:2] == ["servesim", "dashboard"] and not {"--headless", "--ui", "--json"} & set(words):
+            kind = "paint"
+        else:
+            kind = "run"
+        line = Line(cmd, kind)
+        if " > " in cmd:
+            line.writes.add(cmd.split(" > ")[1].split()[0])
+        every = _words(cmd)
+        for k, w in enumerate(every[:-1]):
+            if w in WRITES:
+                line.writes.add(every[k + 1].rstrip("/"))
+        named = {w.rstrip("/") for w in every}
+        line.after = [j for j, earlier in enumerate(lines) if earlier.writes & named]
+        lines.append(line)
+    return lines
+
+
+def _work(root: Path) -> Path:
+    """A doc's folder: a copy of examples/ (the files the docs name; later lines of the doc read
+    what earlier ones wrote) and the real vLLM runs docs/perf.md's sim2real line reads."""
     shutil.copytree(ROOT / "examples", root / "examples")
-    # the real vLLM runs docs/perf.md's sim2real line reads, where a checkout has them
     shutil.copytree(ROOT / "tests" / "fixtures" / "sim2real", root / "tests" / "fixtures" / "sim2real")
     return root
 
@@ -74,13 +131,20 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
-def _port(words: list[str]) -> int:
-    return int(words[words.index("--port") + 1]) if "--port" in words else 8000
-
-
-def _free(port: int) -> bool:
+def _free_port() -> int:
+    """A port nothing listens on now (the kernel's pick)."""
     with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def on_port(cmd: str, port: int) -> str:
+    """``cmd`` as typed, listening on ``port``: its ``--port`` replaced, or one added (servers
+    listen on 8000 by default, which another test or program may hold)."""
+    if re.search(r"--port[ =]\d+", cmd):
+        return re.sub(r"--port[ =]\d+", f"--port {port}", cmd)
+    return f"{cmd} --port {port}"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -94,15 +158,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _serves(cmd: str, work: Path) -> None:
-    """Start a server line, wait until it answers HTTP on its port, stop it."""
-    port = _port(shlex.split(cmd))
-    if not _free(port):
-        pytest.skip(f"port {port} is taken on this machine; `{cmd}` binds it as typed")
+def _serves(typed: str, work: Path) -> None:
+    """Start a server line on a free port, wait until it answers HTTP there, stop it. Its data
+    folder is its own (servers run side by side; one may set another with ``--data-dir``)."""
+    port = _free_port()
+    cmd = on_port(typed, port)
     proc = subprocess.Popen(
         ["bash", "-c", f"exec {cmd}"],
         cwd=work,
-        env=_env(work),
+        env=_env(work) | {"SERVESIM_DATA_DIR": str(work / f".data-{port}")},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -122,7 +186,7 @@ def _serves(cmd: str, work: Path) -> None:
                 return
             except OSError:
                 time.sleep(0.5)
-        pytest.fail(f"`{cmd}` did not answer on port {port} within {START_S} s")
+        raise AssertionError(f"`{cmd}` did not answer on port {port} within {START_S} s")
     finally:
         _stop(proc)
 
@@ -171,18 +235,67 @@ def test_the_docs_show_commands_to_run() -> None:
     }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("doc", "cmd"), COMMANDS, ids=[f"{d}:{c[:60]}" for d, c in COMMANDS])
-def test_a_docs_command_runs_as_typed(doc: str, cmd: str, work: Path) -> None:
-    words = shlex.split(cmd.split(" > ")[0].split(" | ")[0])
-    if words[0] == "servesim" and words[1] in ("serve", "emulate"):
-        return _serves(cmd, work)
-    if words[:2] == ["servesim", "dashboard"] and not {"--headless", "--ui", "--json"} & set(words):
-        return _paints(cmd, work)
+def _runs(cmd: str, work: Path) -> None:
     res = subprocess.run(
         ["bash", "-c", cmd], cwd=work, env=_env(work), capture_output=True, text=True, timeout=TIMEOUT_S
     )
     said = f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
-    assert res.returncode == 0, f"{doc}: `{cmd}` exited {res.returncode}\n{said}"
-    assert "Traceback" not in res.stderr, f"{doc}: `{cmd}`\n{said}"
-    assert res.stdout.strip() or " > " in cmd, f"{doc}: `{cmd}` printed nothing"
+    assert res.returncode == 0, f"`{cmd}` exited {res.returncode}\n{said}"
+    assert "Traceback" not in res.stderr, f"`{cmd}`\n{said}"
+    assert res.stdout.strip() or " > " in cmd, f"`{cmd}` printed nothing"
+
+
+RUNNERS: dict[str, Callable[[str, Path], None]] = {"run": _runs, "serve": _serves, "paint": _paints}
+
+
+def test_a_line_waits_for_the_lines_that_write_what_it_reads() -> None:
+    lines = plan(
+        [
+            "python3 -c 'print(1)' > token.txt",
+            "servesim generate-failures -n 5 --out failures.json",
+            "servesim recover failures.json --json",
+            "servesim emulate --token-file token.txt",
+            "servesim serve --port 8080",
+            "servesim tune t.jsonl --out-dir outbox/",
+            "servesim dashboard bursty -n 5",
+        ]
+    )
+    assert [x.after for x in lines] == [[], [], [1], [0], [], [], []]
+    assert [x.kind for x in lines] == ["run", "run", "run", "serve", "serve", "run", "paint"]
+    assert lines[5].writes == {"outbox"}
+    assert (
+        on_port("servesim serve --data-dir ./wb --port 8080", 5) == "servesim serve --data-dir ./wb --port 5"
+    )
+    assert on_port("servesim emulate --replicas 2", 7) == "servesim emulate --replicas 2 --port 7"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", DOCS)
+def test_a_docs_lines_run_as_typed(doc: str, tmp_path: Path) -> None:
+    """Every line of ``doc``, in a folder of its own: side by side where no line reads what
+    another writes, servers one at a time, each on a free port; every line runs, none skips."""
+    work = _work(tmp_path)
+    lines = plan([c for d, c in COMMANDS if d == doc])
+    failures: list[str] = []
+    servers = threading.Semaphore(SERVERS)
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        done: list[Future[None]] = []
+
+        def run(i: int) -> None:
+            for j in lines[i].after:
+                done[j].result()  # an earlier line this one reads from (its failure is reported there)
+            line = lines[i]
+            if line.kind == "serve":
+                with servers:
+                    _serves(line.cmd, work)
+            else:
+                RUNNERS[line.kind](line.cmd, work)
+
+        for i in range(len(lines)):
+            done.append(pool.submit(run, i))
+        for line, fut in zip(lines, done, strict=True):
+            try:
+                fut.result()
+            except Exception as e:  # every failing line is reported, not the first only
+                failures.append(f"{doc}: `{line.cmd}`: {e}")
+    assert not failures, "\n\n".join(failures)

@@ -12,17 +12,17 @@ from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import fleet_sections, parse_fail, print_comparison
-from servesim.cli.common import out_option, request_slo
+from servesim.cli.common import cli_slo, out_option, request_slo
 from servesim.cli.engine_flags import file_settings
-from servesim.cli.pd_cmd import print_pd, run_pd
+from servesim.cli.pd_cmd import pd_deployments, print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
-from servesim.cluster.compare import ClusterFile, LinkSpec, compare_recovery, failure_events
+from servesim.cluster.compare import ClusterFile, LinkSpec, compare_recovery
 from servesim.cluster.pd import DisaggSpec
-from servesim.errors import InputError, describe, shown
+from servesim.errors import InputError, InternalError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
-from servesim.spec import DeploymentSpec, resolve_replicas
+from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedCluster, resolve_cluster
 
 
 def _load_yaml(path: Path) -> Any:
@@ -91,20 +91,29 @@ def register(app: typer.Typer) -> None:
         tr = read_trace(
             trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
         )
+        if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
+            raise InputError(
+                "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
+                "replace them: give one or the other"
+            )
+        timing: dict[str, Any] = {"step_time_ms": step_time_ms, "linear_step_time": linear_step_time}
+        head: dict[str, Any] = {"trace": trace, "num_requests": num_requests, "seed": seed}
         disagg = _disagg_spec(
             cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
-            if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
-                raise InputError(
-                    "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
-                    "replace them: give one or the other"
-                )
-            res, timed = run_pd(
-                tr, disagg, gpu=gpu, step_time_ms=step_time_ms, linear_step_time=linear_step_time
+            spec = _spec(
+                {**head, "disaggregated": pd_deployments(disagg, gpu, timing)},
+                cluster or "disaggregated cluster",
             )
-            print_pd(res, disagg, f"{trace}: {len(tr):,} requests, disaggregated", timed, as_json)
+            res, timed = run_pd(tr, spec)
+            title = f"{trace}: {len(tr):,} requests, disaggregated"
+            print_pd(res, disagg, title, timed, as_json, run=spec)
             return
+        if recovery != "compare" and recovery not in POLICIES:
+            raise InputError(
+                f"unknown recovery {shown(recovery)}; use compare or one of {', '.join(POLICIES)}"
+            )
         reps_keys, route, link = _cluster_setup(cluster, config, replicas)
         if router is not None:
             route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
@@ -118,65 +127,78 @@ def register(app: typer.Typer) -> None:
             )
             if v is not None
         }
+        asked = link.model_fields_set | set(updates)  # the served model and TP, where given
         link = LinkSpec.model_validate({**link.model_dump(), **updates})
-        link.context()  # an unknown model is refused before anything runs
-        if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
-            raise InputError(
-                "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
-                "replace them: give one or the other"
-            )
+        goal = request_slo(slo)  # --slo's wording, and good= refused for a single run
+        spec = _spec(
+            {
+                **head,
+                "deployment": DeploymentSpec(
+                    model=link.model if "model" in asked else None,
+                    gpu=gpu,
+                    tp=link.tp if "tp" in asked else None,
+                    replicas=len(reps_keys),
+                    router=route.policy,
+                    engine={} if cluster is not None else reps_keys[0][1],
+                    **timing,
+                ),
+                "replicas": [{"name": n, "engine": k} for n, k in reps_keys] if cluster is not None else None,
+                # the router's settings where they are not its policy's defaults
+                "router": route if route != RouterSpec(policy=route.policy) else None,
+                "link": link.model_dump(exclude={"model", "tp"}),
+                "failures": [parse_fail(x) for x in fail_at] + _failure_file(failures),
+                "mtbf_s": mtbf_s,
+                "warning_s": warning_s,
+                "recover_after_s": recover_after_s,
+                "recovery": recovery,
+                "slo": cli_slo(slo) if goal is not None else None,
+            },
+            cluster or "the cluster",
+        )
         # Each replica through servesim.spec.resolve: vllm serve's defaults on the GPU, KV sized.
-        hardware = DeploymentSpec(
-            model=None if step_time_ms is not None or linear_step_time else link.model,
-            gpu=gpu,
-            tp=None if step_time_ms is not None or linear_step_time else link.tp,
-            step_time_ms=step_time_ms,
-            linear_step_time=linear_step_time,
-        )
-        resolved = resolve_replicas(hardware, reps_keys, tr)
-        reps = [rep for rep, _ in resolved]
-        setups = [s for _, s in resolved]
-        timed_as = setups[0].timed_as + ("" if len(setups) == 1 else " (each replica)")
-        defaults_line = setups[0].defaults_line
-        listed = [parse_fail(x) for x in fail_at] + _failure_file(failures)
-        events = failure_events(
-            listed,
-            [r.name for r in reps],
-            tr,
-            mtbf_s=mtbf_s,
-            warning_s=warning_s,
-            recover_after_s=recover_after_s,
-            seed=seed,
-        )
-        goal = request_slo(slo)
-        if recovery != "compare" and recovery not in POLICIES:
-            raise InputError(
-                f"unknown recovery {shown(recovery)}; use compare or one of {', '.join(POLICIES)}"
-            )
-        for note in dict.fromkeys(n for s in setups for n in s.notes):  # once the input is known good
+        run = resolve_cluster(spec, tr)
+        if not isinstance(run, ResolvedCluster):
+            raise InternalError("a cluster without pools resolved as a disaggregated one")
+        for note in run.notes:  # once the input is known good
             typer.echo(f"warning: {note}", err=True)
-        names = list(POLICIES) if recovery == "compare" else [recovery]
         rows, results = compare_recovery(
-            tr, reps, route, events, link, names, slo=goal, baseline=recovery == "compare"
+            tr,
+            run.replicas,
+            run.router,
+            run.events,
+            run.link,
+            run.strategies,
+            slo=run.slo,
+            baseline=run.baseline,
         )
         # The charts of one run: the policy asked for, or under compare the one that recovers best.
         pick = min((r for r in rows if r.strategy in results), key=lambda r: r.e2e_p99_ms).strategy
-        views = fleet_sections(results[pick], len(reps), pick)
+        views = fleet_sections(results[pick], len(run.replicas), pick)
         if not as_json:
-            typer.echo(f"timed as: {timed_as}")
+            typer.echo(f"timed as: {run.timed_as}")
+            defaults_line = run.setups[0].defaults_line
             if defaults_line:
                 typer.echo(defaults_line)
         print_comparison(
             rows,
-            events,
-            link,
-            route,
+            run.events,
+            run.link,
+            run.router,
             as_json,
-            f"{trace}: {len(tr):,} requests on {len(reps)} replicas",
+            f"{trace}: {len(tr):,} requests on {len(run.replicas)} replicas",
             tr.provenance,
             out=out,
             views=views,
+            run=spec,
         )
+
+
+def _spec(data: dict[str, Any], where: object) -> ClusterSpec:
+    """The ``ClusterSpec`` of the flags and files; an error names the field."""
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"{where}: {describe(e)}") from None
 
 
 def _cluster_setup(

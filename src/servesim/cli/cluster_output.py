@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from servesim.cli.common import emit, said_written
-from servesim.cli.trace_input import provenance_json
 from servesim.cluster import ClusterResult, FailureEvent, RouterSpec
 from servesim.cluster.compare import LinkSpec, StrategyOutcome, cluster_document
 from servesim.errors import InputError, shown
-from servesim.report.documents import stamped
+from servesim.report.documents import cluster_run_document
+from servesim.spec import ClusterSpec
 from servesim.traces.schema import TraceProvenance
 from servesim.views.model import Section
 
@@ -50,17 +50,18 @@ def print_comparison(
     provenance: TraceProvenance | None = None,
     out: Path | None = None,
     views: Sequence[Section] = (),
+    run: ClusterSpec | None = None,
 ) -> None:
     """The strategies' outcomes: the table, or with ``--json`` the comparison alone on stdout
-    (with the trace's provenance: every row dropped while reading it); ``out``: that document
-    as a file. ``views``: one run's fleet and replica views (``servesim.views.fleet``): the
-    document's ``sections`` (the charts ``servesim report`` draws); the table is followed by the
-    fleet's verdicts."""
+    (with the trace's provenance: every row dropped while reading it, and ``run``: the
+    ``ClusterSpec`` that produced it); ``out``: that document as a file. ``views``: one run's
+    fleet and replica views (``servesim.views.fleet``): the document's ``sections`` (the charts
+    ``servesim report`` draws); the table is followed by the fleet's verdicts."""
     if as_json or out is not None:
-        doc = {**cluster_document(events, link, route, rows), "trace_provenance": provenance_json(provenance)}
+        doc = cluster_run_document(rows, events, link, route, provenance, run)
         if views:
             doc["sections"] = [v.model_dump(mode="json") for v in views]
-        if emit(stamped("cluster", doc), as_json=as_json, out=out):
+        if emit(doc, as_json=as_json, out=out):
             return
     from servesim.cli.render import print_section
     from servesim.views.cluster import cluster_view

@@ -10,42 +10,47 @@ from rich.console import Console
 from servesim.cli.common import print_json
 from servesim.cluster.pd import DisaggSpec, PDCluster, link_preset
 from servesim.cluster.pd_results import LEGS, PDResult, pd_result
-from servesim.spec import DeploymentSpec, resolve_replicas
+from servesim.errors import InternalError
+from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedDisaggregated, resolve_cluster
 from servesim.traces.schema import Trace
 
 
-def run_pd(
-    tr: Trace,
-    spec: DisaggSpec,
-    *,
-    gpu: str | None,
-    step_time_ms: float | None,
-    linear_step_time: bool,
-) -> tuple[PDResult, str]:
-    """Resolve both pools (vllm serve's defaults on their GPU, KV sized), run, sum up."""
-    timed = step_time_ms is not None or linear_step_time
-    pools = []
-    notes: list[str] = []
-    for tag, pool in (("p", spec.prefill), ("d", spec.decode)):
-        base = DeploymentSpec(
-            model=None if timed else spec.model,
+def pd_deployments(spec: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> dict[str, Any]:
+    """A cluster file's (or the flags') pools as ``servesim.spec.DisaggregatedSpec``: each pool a
+    ``DeploymentSpec`` of the served model on its GPU (the pool's, else ``--gpu``), its replica
+    count and vLLM keys; ``timing``: ``--step-time-ms`` / ``--linear-step-time``."""
+    pools: dict[str, Any] = {}
+    for name, pool in (("prefill", spec.prefill), ("decode", spec.decode)):
+        pools[name] = DeploymentSpec(
+            model=spec.model,
             gpu=pool.gpu or gpu,
-            tp=None if timed else pool.tp,
-            step_time_ms=step_time_ms,
-            linear_step_time=linear_step_time,
+            tp=pool.tp,
+            replicas=pool.replicas,
+            engine={str(k).replace("-", "_"): v for k, v in pool.config.items()},
+            **timing,
         )
-        keys: dict[str, Any] = {str(k).replace("-", "_"): v for k, v in pool.config.items()}
-        resolved = resolve_replicas(base, [(f"{tag}{i}", dict(keys)) for i in range(pool.replicas)], tr)
-        pools.append([rep for rep, _ in resolved])
-        notes.append(resolved[0][1].timed_as)
-    ctx = spec.context()
-    run = PDCluster(tr, pools[0], pools[1], ctx, short_prompt_tokens=spec.short_prompt_tokens).run()
-    return pd_result(run, ctx.bytes_total(1)), f"prefill {notes[0]}; decode {notes[1]}"
+    return {**pools, "link": spec.link, "short_prompt_tokens": spec.short_prompt_tokens}
 
 
-def print_pd(res: PDResult, spec: DisaggSpec, title: str, timed_as: str, as_json: bool) -> None:
+def run_pd(tr: Trace, spec: ClusterSpec) -> tuple[PDResult, str]:
+    """Resolve both pools (``servesim.spec.resolve_cluster``: vllm serve's defaults on their GPU,
+    KV sized), run, sum up; and the pools' ``timed as``."""
+    pd = resolve_cluster(spec, tr)
+    if not isinstance(pd, ResolvedDisaggregated):
+        raise InternalError("a disaggregated cluster resolved without its pools")
+    ctx = pd.context
+    run = PDCluster(tr, pd.prefill, pd.decode, ctx, short_prompt_tokens=pd.short_prompt_tokens).run()
+    return pd_result(run, ctx.bytes_total(1)), pd.timed_as
+
+
+def print_pd(
+    res: PDResult, spec: DisaggSpec, title: str, timed_as: str, as_json: bool, run: ClusterSpec | None = None
+) -> None:
+    """The disaggregated run's summary; ``--json``: with the pools as given (``spec``) and the
+    ``ClusterSpec`` it ran (``run``)."""
     if as_json:
-        print_json({"spec": spec.model_dump(mode="json"), **res.model_dump(mode="json")})
+        extra = {"run": run.model_dump(mode="json")} if run is not None else {}
+        print_json({"spec": spec.model_dump(mode="json"), **extra, **res.model_dump(mode="json")})
         return
     s = res.summary
     link = link_preset(spec.link)
@@ -70,4 +75,4 @@ def print_pd(res: PDResult, spec: DisaggSpec, title: str, timed_as: str, as_json
     out.print(f"  link wait p99 {s.link_wait_p99_ms:.1f} ms (part of transfer)")
 
 
-__all__ = ["print_pd", "run_pd"]
+__all__ = ["pd_deployments", "print_pd", "run_pd"]

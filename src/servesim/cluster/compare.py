@@ -111,9 +111,11 @@ def compare_recovery(
     *,
     slo: SLO | None = None,
     baseline: bool = True,
+    observers: Sequence[Any] = (),
 ) -> tuple[list[StrategyOutcome], dict[str, ClusterResult]]:
     """Run ``trace`` without a failure (``baseline``) and under each recovery strategy with
-    ``failures``; the comparison rows (baseline first) and each strategy's full result."""
+    ``failures``; the comparison rows (baseline first) and each strategy's full result.
+    ``observers``: event observers of the strategies' runs (progress, a timeline)."""
     from servesim.cluster import POLICIES, simulate_cluster
 
     unknown = [s for s in strategies if s not in POLICIES]
@@ -126,7 +128,9 @@ def compare_recovery(
         rows.append(outcome("no failure", simulate_cluster(trace, replicas, router, (), **common), ctx))
     results: dict[str, ClusterResult] = {}
     for name in strategies:
-        results[name] = simulate_cluster(trace, replicas, router, failures, recovery=name, **common)
+        results[name] = simulate_cluster(
+            trace, replicas, router, failures, recovery=name, observers=list(observers), **common
+        )
         rows.append(outcome(name, results[name], ctx))
     return rows, results
 

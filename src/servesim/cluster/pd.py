@@ -85,19 +85,24 @@ class DisaggSpec(BaseModel):
     model: str = Field("llama-3.1-8b", description="Catalog name of the served model (its KV size).")
 
     def context(self) -> RecoveryContext:
-        """The transfer cost model: the served model's KV per rank over the preset link; the
-        smaller TP degree of the two pools sets the shard each rank moves."""
-        from servesim.perf import load_catalog
-        from servesim.perf.catalog import resolve_model
+        """The transfer cost model (``pd_context``)."""
+        return pd_context(self.model, self.prefill.tp, self.decode.tp, self.link)
 
-        preset = link_preset(self.link)
-        return RecoveryContext(
-            model=resolve_model(self.model, load_catalog()),
-            tp=min(self.prefill.tp or 1, self.decode.tp or 1),
-            bandwidth_gbps=preset.bandwidth_gbps,
-            transfer_efficiency=preset.efficiency,
-            setup_latency_s=preset.setup_latency_ms / 1000.0,
-        )
+
+def pd_context(model: str, prefill_tp: int | None, decode_tp: int | None, link: str) -> RecoveryContext:
+    """The transfer cost model: the served model's KV per rank over the preset link; the smaller
+    TP degree of the two pools sets the shard each rank moves."""
+    from servesim.perf import load_catalog
+    from servesim.perf.catalog import resolve_model
+
+    preset = link_preset(link)
+    return RecoveryContext(
+        model=resolve_model(model, load_catalog()),
+        tp=min(prefill_tp or 1, decode_tp or 1),
+        bandwidth_gbps=preset.bandwidth_gbps,
+        transfer_efficiency=preset.efficiency,
+        setup_latency_s=preset.setup_latency_ms / 1000.0,
+    )
 
 
 @dataclass
@@ -302,4 +307,5 @@ __all__ = [
     "check_pd_invariants",
     "link_preset",
     "link_presets",
+    "pd_context",
 ]

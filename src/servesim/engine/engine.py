@@ -28,7 +28,6 @@ from servesim.engine.kv_cache_manager import KVCacheManager, shared_id_prefixes
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.kv_pd import PDConnector
 from servesim.engine.request import (
-    FINISHED,
     OUTCOME_ABORTED,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
@@ -40,7 +39,7 @@ from servesim.engine.request import (
     WAITING,
     Request,
 )
-from servesim.engine.scheduler import Scheduler, StepPlan, running_index
+from servesim.engine.scheduler import Scheduler, StepPlan
 from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 from servesim.errors import ConfigError, EngineStallError, InputError, InternalError
@@ -886,27 +885,14 @@ class Engine:
             self._timeouts.append(r)
 
     def abort(self, r: Request, t: float) -> bool:
-        """Finish ``r`` as aborted at ``t``: its client went away (vLLM's ``finish_requests(...,
-        FINISHED_ABORTED)``). It leaves the running list or the waiting queue and its KV blocks go
-        back to the pool (hashed ones stay in the prefix cache, as for a finished request). Call
-        between steps, never while a step that schedules ``r`` is in flight. False if ``r`` is
-        not live here (already finished, or never here)."""
+        """Finish ``r`` as aborted at ``t``: its client went away (``Scheduler.finish_requests``,
+        vLLM's ``finish_requests(..., FINISHED_ABORTED)``). It leaves the running list or its queue
+        and its KV blocks go back to the pool (hashed ones stay in the prefix cache, as for a
+        finished request). Call between steps, never while a step that schedules ``r`` is in
+        flight. False if ``r`` is not live here (already finished, or never here)."""
         if self.live.get(r.idx) is not r:
             return False
-        sched = self.scheduler
-        if r.status == RUNNING:
-            if r.sync_step >= 0:  # a decode-group member: make the group explicit first
-                sched.materialize_all(self.step, self.now)
-            del sched.running[running_index(sched.running, r)]
-            if r in sched.explicit:
-                sched.explicit.remove(r)
-            self.kv.free(r)
-            r.status = FINISHED
-        else:  # waiting (new or preempted): REJECTED also makes the priority queue drop its entry
-            r.status = REJECTED
-            sched.waiting.remove(r)
-        r.outcome = OUTCOME_ABORTED
-        r.finish_time = t
+        self.scheduler.finish_requests([r], OUTCOME_ABORTED, self.step, t)
         self._close(r)
         if self.emit is not None:
             self.emit(RequestFinished(t, r.req_id, self.name, "aborted", r.num_output, t - r.arrival))

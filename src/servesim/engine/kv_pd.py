@@ -25,7 +25,7 @@ import math
 from typing import Any, Protocol
 
 from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS, OffloadStats
-from servesim.engine.request import Request
+from servesim.engine.request import OUTCOME_ABORTED, Request
 from servesim.errors import InternalError
 
 
@@ -139,8 +139,13 @@ class PDConnector:
     # -- after a step ------------------------------------------------------------------------------
     def request_finished(self, r: Request) -> None:
         """A prefill leg that finished keeps its blocks for the transfer (vLLM's delay_free):
-        they leave the request here, so the scheduler's free returns none of them."""
+        they leave the request here, so the scheduler's free returns none of them. An aborted
+        one sends nothing (NixlConnector delays the free only of a prefill that finished)."""
         self.inflight_prefills.pop(r.idx, None)
+        if r.outcome == OUTCOME_ABORTED:
+            self.remote_decode.discard(r.idx)
+            self.remote_prefill.discard(r.idx)
+            return
         if r.idx not in self.remote_decode or not r.blocks:
             return
         self.remote_decode.discard(r.idx)

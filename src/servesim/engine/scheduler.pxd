@@ -59,6 +59,8 @@ cdef class Scheduler:
     cpdef list _verify(self, StepPlan plan, long long step, double t_end)
     @cython.locals(running=list, r=Request)
     cpdef retire(self, list finished, double t_end)
+    @cython.locals(valid=list, running_gone=list, r=Request, status=cython.longlong, connector=object)
+    cpdef list finish_requests(self, list requests, long long outcome, long long step, double t)
     @cython.locals(group=DecodeGroup, candidates=list, keep=list, r=Request, seg=list)
     cpdef _regroup(self, StepPlan plan, long long next_step)
 

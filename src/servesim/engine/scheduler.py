@@ -29,12 +29,14 @@ from operator import attrgetter
 from servesim.engine.config import EngineConfig
 from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS
 from servesim.engine.kv_connector import waiting_pass as connector_waiting_pass
 from servesim.engine.request import (
     FINISHED,
     OUTCOME_FINISHED,
     OUTCOME_LENGTH_CAPPED,
     PREEMPTED,
+    REJECTED,
     RUNNING,
     WAITING,
     Request,
@@ -485,6 +487,52 @@ class Scheduler:
             r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
             free(r)
             del running[running_index(running, r)]
+
+    # ------------------------------------------------------------------ finish from outside
+    def finish_requests(self, requests: list[Request], outcome: int, step: int, t: float) -> list[Request]:
+        """vLLM's ``Scheduler.finish_requests(request_ids, finished_status)``: requests finished
+        from outside the step loop (a client went away: ``OUTCOME_ABORTED``, vLLM's
+        FINISHED_ABORTED) at ``t``, between steps (``step``: the next one). Running ones leave
+        the running list (a decode-group member is made explicit first); waiting, preempted and
+        KV-loading (WAITING_FOR_REMOTE_KVS) ones leave their queue. Then, as vLLM's
+        ``_free_request``, the connector's ``request_finished`` and the KV blocks back to the
+        pool (hashed ones stay in the prefix cache). A load still in flight for a KV-loading
+        request runs to its end in the connector, which no longer admits the request; its
+        blocks are freed now (vLLM delays that free until the worker reports the load). Returns
+        the requests finished here: not those already finished."""
+        valid: list[Request] = []
+        running_gone: list[Request] = []
+        connector = self.connector
+        for r in requests:
+            status = r.status
+            if status in (FINISHED, REJECTED):
+                continue
+            valid.append(r)
+            if status == RUNNING:
+                if r.sync_step >= 0:  # a decode-group member: make the group explicit first
+                    self.materialize_all(step, t)
+                running_gone.append(r)
+        for r in running_gone:
+            del self.running[running_index(self.running, r)]
+            if r in self.explicit:
+                self.explicit.remove(r)
+        for r in valid:
+            status = r.status
+            # REJECTED marks a queued request gone (the priority queues drop its entry lazily)
+            r.status = FINISHED if status == RUNNING else REJECTED
+            if status == WAITING_FOR_REMOTE_KVS:
+                connector.holding.remove(r)  # type: ignore[attr-defined]
+                connector.finished_recving.discard(r.idx)  # type: ignore[attr-defined]
+                connector.gpu_hit.pop(r.idx, None)  # type: ignore[attr-defined]
+            elif status != RUNNING:
+                self.waiting.remove(r)
+            r.outcome = outcome
+            r.finish_time = t
+            if connector is not None:
+                connector.request_finished(r)  # type: ignore[attr-defined]
+            if r.blocks:
+                self.kv.free(r)
+        return valid
 
     def _regroup(self, plan: StepPlan, next_step: int) -> None:
         """After a step, explicit requests that now decode join the group."""

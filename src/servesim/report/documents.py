@@ -19,8 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from servesim.errors import InputError, describe
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from servesim.cluster import FailureEvent, RouterSpec
+    from servesim.cluster.compare import LinkSpec, StrategyOutcome
     from servesim.engine import SimulationResult
+    from servesim.spec import ClusterSpec
     from servesim.traces import Trace, TraceStats
+    from servesim.traces.schema import TraceProvenance
     from servesim.views.model import Section
 
 Kind = Literal[
@@ -54,6 +60,25 @@ def stamped(kind: Kind, doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` with its ``kind`` and ``schema_version``: how the report (and anyone else) tells
     what a saved result is without guessing from its keys."""
     return {**doc, "kind": kind, "schema_version": SCHEMA_VERSION}
+
+
+def cluster_run_document(
+    rows: Sequence[StrategyOutcome],
+    events: Sequence[FailureEvent],
+    link: LinkSpec,
+    route: RouterSpec,
+    provenance: TraceProvenance | None,
+    run: ClusterSpec | None = None,
+) -> dict[str, Any]:
+    """The typed ``cluster`` document of a recovery comparison, the same from ``servesim cluster
+    --json`` and the web's cluster run: the failures, link, router, one row per strategy, the
+    trace's provenance and ``run``, the ``ClusterSpec`` that produced it."""
+    from servesim.cluster.compare import cluster_document
+
+    extra = {"run": run.model_dump(mode="json")} if run is not None else None
+    doc = cluster_document(events, link, route, rows, extra)
+    doc["trace_provenance"] = None if provenance is None else provenance.model_dump(mode="json")
+    return stamped("cluster", doc)
 
 
 class ReportInputError(InputError):
@@ -220,6 +245,7 @@ __all__ = [
     "Document",
     "Kind",
     "ReportInputError",
+    "cluster_run_document",
     "detect",
     "known_shapes",
     "read_document",

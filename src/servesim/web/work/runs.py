@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from servesim.engine import EngineConfig, SimulationResult, SimulationSummary, StepTimeModel, simulate
-from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine import SimulationResult, SimulationSummary, simulate
 from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
@@ -25,8 +23,6 @@ from servesim.web.schemas import SimulateBody
 from servesim.web.work import Env, Report, trace_path
 
 if TYPE_CHECKING:
-    from servesim.cluster import ClusterResult, RouterSpec
-    from servesim.cluster.compare import LinkSpec
     from servesim.views.model import Section
 
 
@@ -50,8 +46,7 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     config, step = setup.config, setup.step_time
     slo = body.slo.per_request() if body.slo is not None else None
     if body.deployment.replicas > 1 or body.failures:
-        tier = setup.kv_connector if config.kv_offloading_size is not None else None
-        return _cluster(body, trace, config, step, notes, env, report, tier, setup)
+        return _cluster(body, trace, notes, env, report)
     # counters, not per-step events; a CPU tier when the engine sets kv_offloading_size
     result = simulate(trace, config, step, slo=slo, progress=report, kv_connector=setup.kv_connector())
     save_requests(result.to_pandas(), env)
@@ -129,48 +124,42 @@ def save_requests(requests: pd.DataFrame, env: Env) -> None:
     write_records(env["requests_file"], requests, "parquet", extra=True)
 
 
-def _cluster(
-    body: SimulateBody,
-    trace: Trace,
-    config: EngineConfig,
-    step: StepTimeModel,
-    notes: list[str],
-    env: Env,
-    report: Report,
-    tier: Callable[[], OffloadingConnector | None] | None = None,
-    setup: ResolvedDeployment | None = None,
-) -> dict[str, Any]:
-    from servesim.cluster import Replica, RouterSpec, simulate_cluster
-    from servesim.cluster.compare import LinkSpec
-    from servesim.perf.setup import DEFAULT_MODEL
+def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, report: Report) -> dict[str, Any]:
+    """A cluster run: the body as the ``ClusterSpec`` ``servesim cluster --recovery R`` builds,
+    through ``servesim.spec.resolve_cluster``; its document is the CLI's."""
+    from servesim.cluster.compare import compare_recovery
+    from servesim.report.documents import cluster_run_document
+    from servesim.spec import ClusterSpec, ResolvedCluster, resolve_cluster
 
-    n = body.deployment.replicas
-    replicas = [Replica(f"n{i}", config, step, tier) for i in range(n)]
-    names = {r.name for r in replicas}
-    unknown = sorted({f.node for f in body.failures} - names)
-    if unknown:
-        raise InputError(
-            f"failures name unknown replicas {', '.join(unknown)}; the replicas are n0..n{n - 1}"
-        )
-    model = (setup.model if setup is not None else None) or body.deployment.model or DEFAULT_MODEL
-    link = LinkSpec(model=model, tp=setup.tp if setup is not None else 1)
-    ctx = link.context()
-    route = RouterSpec(policy=body.deployment.router)
+    spec = ClusterSpec(
+        trace=env.get("trace_name") or body.trace_id,
+        deployment=body.deployment,
+        failures=body.failures,
+        recovery=body.recovery,
+        slo=body.slo,
+    )
+    run = resolve_cluster(spec, trace)
+    if not isinstance(run, ResolvedCluster):
+        raise InputError("the web runs no disaggregated cluster")
+    n = len(run.replicas)
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
-    result = simulate_cluster(
+    rows, results = compare_recovery(
         trace,
-        replicas,
-        route,
-        body.failures,
-        body.recovery,
-        ctx,
-        slo=body.slo.per_request() if body.slo is not None else None,
+        run.replicas,
+        run.router,
+        run.events,
+        run.link,
+        run.strategies,
+        slo=run.slo,
+        baseline=run.baseline,
         observers=[ProgressCallback(report), timeline],
     )
+    result = results[body.recovery]
     save_requests(result.to_pandas(), env)
     from servesim.views.fleet import fleet_views
     from servesim.views.timeline import failure_timeline
 
+    config = run.setups[0].config
     summary = result.summary
     # The fleet's view and each replica's (views.fleet): the page and the document draw the same.
     views = fleet_views(result, title=f"fleet of {n} replicas", router=body.deployment.router)
@@ -184,32 +173,8 @@ def _cluster(
         "kpis": kpis_by_percentile(summary.cluster),
         "notes": notes,
         # the sections are the page's (above): ``reports.cli_shape`` puts them in, not kept twice
-        "document": cluster_run_document(result, body, link, route, trace),
+        "document": cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec),
     }
-
-
-def cluster_run_document(
-    result: ClusterResult,
-    body: SimulateBody,
-    link: LinkSpec,
-    route: RouterSpec,
-    trace: Trace,
-) -> dict[str, Any]:
-    """The cluster run as ``servesim cluster --recovery POLICY --json`` writes it (kind cluster):
-    the failures, link, router and the one strategy's row; its ``sections`` (the fleet's and
-    each replica's views, which ``servesim report`` draws) are the page's."""
-    from servesim.cluster.compare import cluster_document, outcome
-    from servesim.report.documents import stamped
-
-    row = outcome(body.recovery, result, link.context())
-    doc = cluster_document(
-        body.failures,
-        link,
-        route,
-        [row],
-        {"title": document_title(trace), "trace_provenance": trace.provenance.model_dump(mode="json")},
-    )
-    return stamped("cluster", doc)
 
 
 def _jsonable(value: Any) -> Any:

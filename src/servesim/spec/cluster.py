@@ -1,0 +1,289 @@
+"""``ClusterSpec``: one cluster run as the user states it, and ``resolve_cluster``: what it runs.
+
+A cluster run is "this trace on N replicas of this deployment (or these named replicas, each with
+its own vLLM keys), behind this router, with these node failures, recovered this way", or, for
+prefill/decode disaggregation, "N prefill replicas of one deployment and M decode replicas of
+another, over this KV-transfer link". The CLI's ``servesim cluster`` builds it from its flags and
+files, the web's run form from its body; ``resolve_cluster`` turns it into the replicas
+(``servesim.spec.resolve`` each: ``vllm serve``'s defaults on the GPU, KV sized for the trace),
+the router, the failure events (listed, plus seeded MTBF ones), the migration link and the
+strategies to compare, or the two pools and the transfer model; the result document records the
+spec as its ``run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servesim.cluster.compare import LinkSpec, failure_events
+from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
+from servesim.cluster.pd import pd_context
+from servesim.cluster.recovery import RecoveryContext
+from servesim.cluster.simulate import Replica
+from servesim.engine.results import SLO
+from servesim.errors import ConfigError, shown
+from servesim.perf.setup import DEFAULT_MODEL, DEFAULT_TP
+from servesim.spec.deployment import DeploymentSpec, ResolvedDeployment, resolve_replicas
+from servesim.spec.slo import PercentileSLO
+from servesim.traces.schema import Trace
+
+#: How interrupted requests are recovered: every strategy against a run without a failure
+#: (``compare``), or one of them.
+Recovery = Literal["compare", "planner", "migrate", "restart"]
+STRATEGIES = ("planner", "migrate", "restart")
+
+
+class NamedReplica(BaseModel):
+    """One replica of a heterogeneous cluster: its name and the vLLM keys it sets over the
+    deployment's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, max_length=100)
+    engine: dict[str, Any] = Field(default_factory=dict, description="vLLM keys (EngineConfig names).")
+
+
+class MigrationLink(BaseModel):
+    """The network KV migrates over between replicas (the model whose KV moves is the
+    deployment's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    bandwidth_gbps: float = Field(10.0, gt=0, allow_inf_nan=False, description="Per TP rank, Gbit/s.")
+    transfer_efficiency: float = Field(0.9, gt=0, le=1)
+    setup_latency_ms: float = Field(10.0, ge=0, allow_inf_nan=False)
+    kv_checkpointing: KVCheckpointing = "continuous"
+
+
+class DisaggregatedSpec(BaseModel):
+    """Prefill/decode disaggregation: ``prefill.replicas`` replicas of the prefill deployment,
+    ``decode.replicas`` of the decode one, KV moved over a link preset."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    prefill: DeploymentSpec = Field(default_factory=DeploymentSpec)
+    decode: DeploymentSpec = Field(default_factory=DeploymentSpec)
+    link: str = Field(
+        "rdma-400g", min_length=1, description="KV-transfer link preset (data/perf/links.yaml)."
+    )
+    short_prompt_tokens: int = Field(
+        0, ge=0, description="Prompts shorter than this are prefilled on their decode replica."
+    )
+
+    @model_validator(mode="after")
+    def _one_model(self) -> DisaggregatedSpec:
+        a, b = self.prefill.model or DEFAULT_MODEL, self.decode.model or DEFAULT_MODEL
+        if a != b:
+            raise ConfigError(
+                f"disaggregated.decode.model {shown(b)} differs from disaggregated.prefill.model "
+                f"{shown(a)}: both pools serve one model"
+            )
+        return self
+
+    @property
+    def model(self) -> str:
+        """The served model (its KV bytes set each transfer's size)."""
+        return self.prefill.model or DEFAULT_MODEL
+
+
+class ClusterSpec(BaseModel):
+    """A cluster run: the trace, the replicas' deployment (``deployment.replicas`` identical
+    ones n0..n{N-1}, or ``replicas`` named ones), the router, the failures and how they are
+    recovered, the SLO and the seed; or, with ``disaggregated``, the prefill and decode pools."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trace: str = Field(min_length=1, description="Trace file, bundled trace or generator preset.")
+    num_requests: int | None = Field(None, ge=0, description="Requests to generate (presets only).")
+    seed: int = Field(0, ge=0, description="Seed of generated traces, random routers and MTBF failures.")
+    deployment: DeploymentSpec = Field(
+        default_factory=lambda: DeploymentSpec(replicas=2),
+        description="What every replica runs (model, GPU, TP, vLLM keys) and how many.",
+    )
+    replicas: list[NamedReplica] | None = Field(
+        None, min_length=1, description="Named replicas, each its vLLM keys over the deployment's."
+    )
+    router: RouterSpec | None = Field(
+        None, description="The router's settings (default: deployment.router with its defaults)."
+    )
+    link: MigrationLink = Field(default_factory=MigrationLink)
+    failures: list[FailureEvent] = Field(default_factory=list, description="Node failures, in any order.")
+    mtbf_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Random failures per node with this MTBF (s)."
+    )
+    warning_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="MTBF failures' warning (s).")
+    recover_after_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="MTBF failures' nodes come back after (s)."
+    )
+    recovery: Recovery = "compare"
+    slo: PercentileSLO | None = Field(None, description="p99 caps (also per-request goodput thresholds).")
+    disaggregated: DisaggregatedSpec | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterSpec:
+        dep = self.deployment
+        if self.router is not None and self.router.policy != dep.router and "router" in dep.model_fields_set:
+            raise ConfigError(
+                f"router.policy {shown(self.router.policy)} differs from deployment.router "
+                f"{shown(dep.router)}: give one"
+            )
+        if self.slo is not None and self.slo.min_good_fraction is not None:
+            raise ConfigError(
+                "slo.min_good_fraction is judged by saturate and tune; a single cluster run reports "
+                "the good fraction it measured: leave it out"
+            )
+        if self.disaggregated is not None and (self.failures or self.mtbf_s is not None):
+            raise ConfigError("failures: a disaggregated cluster runs without node failures")
+        if self.replicas is not None:
+            names = [r.name for r in self.replicas]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ConfigError(f"replicas: name {shown(twice[0])} is given twice")
+        return self
+
+    @property
+    def route(self) -> RouterSpec:
+        """The router that spreads the arrivals."""
+        return self.router if self.router is not None else RouterSpec(policy=self.deployment.router)
+
+    def replica_keys(self) -> list[tuple[str, dict[str, Any]]]:
+        """Each replica's name and the vLLM keys it sets."""
+        if self.replicas is not None:
+            return [(r.name, {**self.deployment.engine, **r.engine}) for r in self.replicas]
+        return [(f"n{i}", dict(self.deployment.engine)) for i in range(self.deployment.replicas)]
+
+    def link_spec(self) -> LinkSpec:
+        """The migration link with the model whose KV moves and its TP degree."""
+        return LinkSpec(
+            model=self.deployment.model or DEFAULT_MODEL,
+            tp=self.deployment.tp or DEFAULT_TP,
+            **self.link.model_dump(),
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedCluster:
+    """What ``cluster.compare_recovery`` / ``simulate_cluster`` run: the replicas and their setups,
+    the router, the failure events, the link and the strategies (``baseline``: also a run
+    without a failure)."""
+
+    spec: ClusterSpec
+    replicas: list[Replica]
+    setups: list[ResolvedDeployment]
+    router: RouterSpec
+    events: list[FailureEvent]
+    link: LinkSpec
+    strategies: list[str]
+    baseline: bool
+    slo: SLO | None
+
+    @property
+    def timed_as(self) -> str:
+        return self.setups[0].timed_as + ("" if len(self.setups) == 1 else " (each replica)")
+
+    @property
+    def notes(self) -> list[str]:
+        """The extrapolation warnings of every replica, each once."""
+        return list(dict.fromkeys(n for s in self.setups for n in s.notes))
+
+
+@dataclass(frozen=True)
+class ResolvedDisaggregated:
+    """What ``cluster.pd.PDCluster`` runs: the two pools, the transfer model, the short-prompt
+    threshold, and each pool's ``timed as``."""
+
+    spec: ClusterSpec
+    prefill: list[Replica]
+    decode: list[Replica]
+    context: RecoveryContext
+    short_prompt_tokens: int
+    timed_as: str
+
+
+def _runnable(spec: DeploymentSpec) -> DeploymentSpec:
+    """The deployment as its replicas resolve it: a fixed or linear step time keeps no model,
+    GPU timing or TP (they size only what KV moves)."""
+    if spec.fixed_timing:
+        return spec.model_copy(update={"model": None, "tp": None})
+    return spec
+
+
+def resolve_cluster(
+    spec: ClusterSpec, trace: Trace, *, extra_failures: Sequence[FailureEvent] = ()
+) -> ResolvedCluster | ResolvedDisaggregated:
+    """The one way a ``ClusterSpec`` becomes a run: every replica through ``resolve`` (its KV
+    sized for ``trace``), the failure events checked against the replicas' names, the link's
+    model known. Raises ``ConfigError``/``InputError``/``PerfError`` (``ServesimError``) naming
+    the field. ``extra_failures``: events stated outside the spec (none for a spec read back)."""
+    if spec.disaggregated is not None:
+        return _resolve_disaggregated(spec, trace)
+    link = spec.link_spec()
+    link.context()  # an unknown model is refused before anything runs
+    base = _runnable(spec.deployment)
+    resolved = resolve_replicas(base, spec.replica_keys(), trace)
+    replicas = [rep for rep, _ in resolved]
+    names = [r.name for r in replicas]
+    listed = [*spec.failures, *extra_failures]
+    for i, e in enumerate(listed):
+        if e.node not in names:
+            raise ConfigError(
+                f"failures[{i}].node {shown(e.node)} is not a replica; the replicas are {', '.join(names)}"
+            )
+    events = failure_events(
+        listed,
+        names,
+        trace,
+        mtbf_s=spec.mtbf_s,
+        warning_s=spec.warning_s,
+        recover_after_s=spec.recover_after_s,
+        seed=spec.seed,
+    )
+    compare = spec.recovery == "compare"
+    return ResolvedCluster(
+        spec=spec,
+        replicas=replicas,
+        setups=[s for _, s in resolved],
+        router=spec.route,
+        events=events,
+        link=link,
+        strategies=list(STRATEGIES) if compare else [spec.recovery],
+        baseline=compare,
+        slo=spec.slo.request_slo() if spec.slo is not None else None,
+    )
+
+
+def _resolve_disaggregated(spec: ClusterSpec, trace: Trace) -> ResolvedDisaggregated:
+    disagg = spec.disaggregated
+    if disagg is None:
+        raise ConfigError("not a disaggregated cluster")
+    ctx = pd_context(disagg.model, disagg.prefill.tp, disagg.decode.tp, disagg.link)
+    pools: list[list[Replica]] = []
+    timed: list[str] = []
+    for tag, pool in (("p", disagg.prefill), ("d", disagg.decode)):
+        base = _runnable(pool)
+        keys = [(f"{tag}{i}", dict(pool.engine)) for i in range(pool.replicas)]
+        resolved = resolve_replicas(base, keys, trace)
+        pools.append([rep for rep, _ in resolved])
+        timed.append(resolved[0][1].timed_as)
+    return ResolvedDisaggregated(
+        spec=spec,
+        prefill=pools[0],
+        decode=pools[1],
+        context=ctx,
+        short_prompt_tokens=disagg.short_prompt_tokens,
+        timed_as=f"prefill {timed[0]}; decode {timed[1]}",
+    )
+
+
+__all__ = [
+    "STRATEGIES",
+    "ClusterSpec",
+    "DisaggregatedSpec",
+    "MigrationLink",
+    "NamedReplica",
+    "Recovery",
+    "ResolvedCluster",
+    "ResolvedDisaggregated",
+    "resolve_cluster",
+]
