@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.web.conftest import GOOD_CSV, run_job, wait_job
+from conftest import GOOD_CSV, run_job, wait_job
 from typer.testing import CliRunner
 
 from servesim.cli.main import app

@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
-from servesim.cli.cluster_output import fleet_sections, parse_fail, print_comparison
+from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import cli_slo, out_option, request_slo
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.pd_cmd import pd_deployments, print_pd, run_pd
@@ -23,6 +23,7 @@ from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, InternalError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedCluster, resolve_cluster
+from servesim.views.fleet import fleet_sections
 
 
 def _load_yaml(path: Path) -> Any:

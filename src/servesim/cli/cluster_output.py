@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from servesim.cli.common import emit, said_written
-from servesim.cluster import ClusterResult, FailureEvent, RouterSpec
+from servesim.cluster import FailureEvent, RouterSpec
 from servesim.cluster.compare import LinkSpec, StrategyOutcome, cluster_document
 from servesim.errors import InputError, shown
 from servesim.report.documents import cluster_run_document
@@ -30,14 +30,6 @@ def parse_fail(text: str) -> FailureEvent:
         return FailureEvent(node=node, time_s=float(when), recover_after_s=float(back) if plus else None)
     except ValueError as e:
         raise InputError(f"--fail {shown(text)}: {e}") from None
-
-
-def fleet_sections(result: ClusterResult, replicas: int, recovery: str) -> list[Section]:
-    """The fleet's and each replica's views of one run (``servesim.views.fleet``), titled as
-    every cluster-running command titles them."""
-    from servesim.views.fleet import fleet_views
-
-    return fleet_views(result, title=f"fleet of {replicas} replicas, {recovery} recovery")
 
 
 def print_comparison(
@@ -75,4 +67,4 @@ def print_comparison(
     said_written(out)
 
 
-__all__ = ["fleet_sections", "parse_fail", "print_comparison"]
+__all__ = ["parse_fail", "print_comparison"]

@@ -14,13 +14,14 @@ from typing import Any
 import typer
 
 from servesim.bounds import MAX_REPLICAS
-from servesim.cli.cluster_output import fleet_sections, parse_fail, print_comparison
+from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.cli.simulate_cmd import TRACE_HELP, deploy, report_result
 from servesim.cluster.compare import LinkSpec, outcome
 from servesim.errors import InputError, shown, user_errors
 from servesim.spec import DeploymentSpec
+from servesim.views.fleet import fleet_sections
 
 
 def parse_speed(text: str) -> float:

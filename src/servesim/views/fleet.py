@@ -661,3 +661,9 @@ __all__ = [
     "replica_results",
     "run_end",
 ]
+
+
+def fleet_sections(result: ClusterResult, replicas: int, recovery: str) -> list[Section]:
+    """The fleet's and each replica's views of one run, titled as every interface titles them
+    (``servesim cluster``, the dashboard and the web write the same ``sections``)."""
+    return fleet_views(result, title=f"fleet of {replicas} replicas, {recovery} recovery")

@@ -24,7 +24,8 @@ def cli_shape(row: JobRow) -> dict[str, Any]:
     if row.kind == "simulate" and isinstance(r.get("document"), dict):
         doc = dict(r["document"])  # written by the job, as ``servesim simulate/cluster --json`` writes it
         if doc.get("kind") == "cluster" and "sections" not in doc:
-            doc["sections"] = r.get("sections", [])  # the fleet's and each replica's views, as shown
+            # the fleet's and each replica's views, as shown; the page's event table is not the CLI's
+            doc["sections"] = [x for x in r.get("sections", []) if x.get("key") != "timeline"]
         return doc
     shape = _shape(row, r)
     kind = _KINDS.get(row.kind)

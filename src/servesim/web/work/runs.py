@@ -156,13 +156,13 @@ def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, repor
     )
     result = results[body.recovery]
     save_requests(result.to_pandas(), env)
-    from servesim.views.fleet import fleet_views
+    from servesim.views.fleet import fleet_sections
     from servesim.views.timeline import failure_timeline
 
     config = run.setups[0].config
     summary = result.summary
     # The fleet's view and each replica's (views.fleet): the page and the document draw the same.
-    views = fleet_views(result, title=f"fleet of {n} replicas", router=body.deployment.router)
+    views = fleet_sections(result, n, body.recovery)  # the document's, as servesim cluster writes them
     sections = [views[0], failure_timeline(timeline.events), *views[1:]]
     shown = [x.model_dump(mode="json") for x in sections]
     return {
