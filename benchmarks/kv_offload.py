@@ -135,6 +135,36 @@ def seam_cost(
         print(f"|  | ({repeats} runs each, alternating: {spread}; load average {_load()}) | | | |")
 
 
+#: The compiled core's step loop (Engine.run_until's C body): what ``--instructions`` counts.
+STEP_LOOP = "__pyx_f_8servesim_6engine_6engine_6Engine_run_until"
+
+
+def seam_instructions(pythons: list[str], n: int) -> None:
+    """Instructions executed in the compiled step loop (valgrind's callgrind, collection on only
+    inside ``STEP_LOOP``) for one no-prefix ``simulate`` of ``n`` requests per interpreter: a count
+    that does not move with the host's load, where CPU seconds on a shared host do."""
+    print(f"## Instructions in the step loop (callgrind), {n:,} requests, no prefix caching\n")
+    print("| checkout | steps | instructions | per step | vs the first |")
+    print("|---|---|---|---|---|")
+    first = None
+    for python in pythons:
+        argv = ["valgrind", "--tool=callgrind", "--cache-sim=no", "--collect-atstart=no"]
+        argv += [f"--toggle-collect={STEP_LOOP}", "--callgrind-out-file=/dev/null"]
+        argv += [python, str(Path(__file__).resolve()), "--probe", "no-prefix", "--probe-path", "-"]
+        out = subprocess.run(
+            [*argv, "--probe-n", str(n)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=tempfile.gettempdir(),
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        ir = int(out.stderr.split("Collected : ")[1].split()[0])
+        steps = json.loads(out.stdout.strip().splitlines()[-1])["steps"]
+        first = first or ir
+        print(f"| {python} | {steps:,} | {ir:,} | {ir / steps:,.0f} | {100 * (ir / first - 1):+.2f} % |")
+
+
 # --- 2./3. offload size vs one more GPU ---------------------------------------------------------
 
 
@@ -247,6 +277,12 @@ def main() -> None:
     ap.add_argument("--multi-turn-sizes", default="4,16,64", help="CPU tier sizes, GiB (generated)")
     ap.add_argument("--baseline-python", help="interpreter of a checkout from before the seam")
     ap.add_argument("--python", help="interpreter of the checkout to measure (default: this one's)")
+    ap.add_argument(
+        "--instructions",
+        type=int,
+        metavar="N",
+        help="also count the step loop's instructions (callgrind) on N requests, each interpreter",
+    )
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seam-workloads", default="no-prefix,prefix", help="no-prefix, prefix")
     ap.add_argument("--seam-requests", type=int, default=200_000, help="requests of the no-prefix run")
@@ -261,8 +297,15 @@ def main() -> None:
     skip = set(args.skip.split(","))
     if "seam" not in skip:
         seam_cost(
-            args.baseline_python, args.repeats, args.seam_requests, args.seam_workloads.split(","), args.python
+            args.baseline_python,
+            args.repeats,
+            args.seam_requests,
+            args.seam_workloads.split(","),
+            args.python,
         )
+        if args.instructions:
+            pythons = [args.baseline_python] if args.baseline_python else []
+            seam_instructions([*pythons, args.python or sys.executable], args.instructions)
     if "mooncake" not in skip:
         if args.mooncake:
             sizes = [float(s) for s in args.sizes.split(",")]

@@ -82,7 +82,8 @@ def cost_view(
         else ""
     )
     text = [
-        f"at {usd_per_gpu_hour:g} $/GPU-hour for {gpus} GPU(s){host}, serving this traffic at the run's rates "
-        f"({summary.request_throughput:,.2f} req/s, {summary.output_token_throughput:,.0f} output tok/s)"
+        f"at {usd_per_gpu_hour:g} $/GPU-hour for {gpus} GPU(s){host}, serving this traffic at the run's "
+        f"rates ({summary.request_throughput:,.2f} req/s, "
+        f"{summary.output_token_throughput:,.0f} output tok/s)"
     ]
     return Section(key="cost", title="cost", kpis=kpis, text=text)
