@@ -141,18 +141,34 @@ def test_the_report_shows_the_cpu_tier_of_a_run_and_of_a_cluster(tmp_path: Path)
     res = runner.invoke(app, ["report", str(sim), "--out", str(tmp_path / "r1"), "-f", "md"])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r1" / "report.md").read_text()
-    assert "CPU offload tier" in md and f"{off['loaded_tokens']:,}" in md and f"{off['stored_tokens']:,}" in md
+    assert (
+        "CPU offload tier" in md and f"{off['loaded_tokens']:,}" in md and f"{off['stored_tokens']:,}" in md
+    )
     assert f"{off['cpu_hit_rate']:.1%}" in md and "GPU prefix-hit rate" in md and "tokens recomputed" in md
     plain = tmp_path / "plain.json"
     assert runner.invoke(app, [*args, "--out", str(plain)]).exit_code == 0
-    assert runner.invoke(app, ["report", str(plain), "--out", str(tmp_path / "r0"), "-f", "md"]).exit_code == 0
+    assert (
+        runner.invoke(app, ["report", str(plain), "--out", str(tmp_path / "r0"), "-f", "md"]).exit_code == 0
+    )
     assert "CPU offload" not in (tmp_path / "r0" / "report.md").read_text()
 
     cfg = tmp_path / "tier.yaml"
     cfg.write_text("num_gpu_blocks: 600\nkv_offloading_size: 16\n")
     clu = tmp_path / "cluster.json"
     res = runner.invoke(
-        app, ["cluster", str(trace), "--replicas", "2", "-c", str(cfg), "--recovery", "migrate", "--out", str(clu)]
+        app,
+        [
+            "cluster",
+            str(trace),
+            "--replicas",
+            "2",
+            "-c",
+            str(cfg),
+            "--recovery",
+            "migrate",
+            "--out",
+            str(clu),
+        ],
     )
     assert res.exit_code == 0, res.output
     tiers = json.loads(clu.read_text())["offload"]["migrate"]

@@ -57,7 +57,9 @@ def test_a_cpu_tier_adds_its_host_memory_to_the_cost() -> None:
     assert plain == cost_view(s, gpus=2, usd_per_gpu_hour=2.5, host_memory_gib=0)
     usd_h = 2 * 2.5 + 64 * HOST_MEMORY_USD_PER_GIB_HOUR
     assert tier.kpi("usd_per_hour").value == pytest.approx(usd_h)
-    assert tier.kpi("usd_per_m_output_tokens").value == pytest.approx(usd_h / 3600 / s.output_token_throughput * 1e6)
+    assert tier.kpi("usd_per_m_output_tokens").value == pytest.approx(
+        usd_h / 3600 / s.output_token_throughput * 1e6
+    )
     assert "64 GiB of host memory" in tier.text[0] and "GiB" not in plain.text[0]
 
 
