@@ -82,20 +82,29 @@ def _child(python: str, workload: str, path: str, n: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def seam_cost(baseline: str | None, repeats: int, n: int, workloads: list[str]) -> None:
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def seam_cost(
+    baseline: str | None, repeats: int, n: int, workloads: list[str], python: str | None = None
+) -> None:
     sys.path.insert(0, str(HERE))
     from prefix_trace import write_prefix_trace
 
     prefix_path = Path(tempfile.gettempdir()) / "servesim-kv-offload-prefix.jsonl"
     write_prefix_trace(prefix_path, n // 5)
+    this = python or sys.executable
     print("## The seam's cost when off (no connector): CPU s of one simulate(), median (min)\n")
-    print("| workload | steps | this checkout | before the seam | cost: median (min) |")
+    print(f"this checkout: {this}; before the seam: {baseline or '(none)'}; load average {_load()}\n")
+    print("| workload | steps | this checkout | before the seam | cost: median (min; paired median) |")
     print("|---|---|---|---|---|")
     for workload in workloads:
         now: list[float] = []
         before: list[float] = []
         for _ in range(repeats):
-            a = _child(sys.executable, workload, str(prefix_path), n)
+            a = _child(this, workload, str(prefix_path), n)
             now.append(a["cpu_s"])
             if baseline:
                 b = _child(baseline, workload, str(prefix_path), n)
@@ -109,7 +118,11 @@ def seam_cost(baseline: str | None, repeats: int, n: int, workloads: list[str]) 
         }
         if before:
             m_before = statistics.median(before)
-            cost = f"{100 * (m_now / m_before - 1):+.1f} % ({100 * (min(now) / min(before) - 1):+.1f} %)"
+            paired = statistics.median(x / y for x, y in zip(now, before, strict=True))  # run i vs run i
+            cost = (
+                f"{100 * (m_now / m_before - 1):+.1f} % ({100 * (min(now) / min(before) - 1):+.1f} %; "
+                f"paired {100 * (paired - 1):+.1f} %)"
+            )
             print(
                 f"| {label[workload]} | {a['steps']:,} | {m_now:.3f} ({min(now):.3f}) s | "
                 f"{m_before:.3f} ({min(before):.3f}) s | {cost} |"
@@ -119,7 +132,37 @@ def seam_cost(baseline: str | None, repeats: int, n: int, workloads: list[str]) 
         spread = f"this checkout {min(now):.3f}-{max(now):.3f} s"
         if before:
             spread += f", before {min(before):.3f}-{max(before):.3f} s"
-        print(f"|  | ({repeats} runs each, alternating: {spread}) | | | |")
+        print(f"|  | ({repeats} runs each, alternating: {spread}; load average {_load()}) | | | |")
+
+
+#: The compiled core's step loop (Engine.run_until's C body): what ``--instructions`` counts.
+STEP_LOOP = "__pyx_f_8servesim_6engine_6engine_6Engine_run_until"
+
+
+def seam_instructions(pythons: list[str], n: int) -> None:
+    """Instructions executed in the compiled step loop (valgrind's callgrind, collection on only
+    inside ``STEP_LOOP``) for one no-prefix ``simulate`` of ``n`` requests per interpreter: a count
+    that does not move with the host's load, where CPU seconds on a shared host do."""
+    print(f"## Instructions in the step loop (callgrind), {n:,} requests, no prefix caching\n")
+    print("| checkout | steps | instructions | per step | vs the first |")
+    print("|---|---|---|---|---|")
+    first = None
+    for python in pythons:
+        argv = ["valgrind", "--tool=callgrind", "--cache-sim=no", "--collect-atstart=no"]
+        argv += [f"--toggle-collect={STEP_LOOP}", "--callgrind-out-file=/dev/null"]
+        argv += [python, str(Path(__file__).resolve()), "--probe", "no-prefix", "--probe-path", "-"]
+        out = subprocess.run(
+            [*argv, "--probe-n", str(n)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=tempfile.gettempdir(),
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        ir = int(out.stderr.split("Collected : ")[1].split()[0])
+        steps = json.loads(out.stdout.strip().splitlines()[-1])["steps"]
+        first = first or ir
+        print(f"| {python} | {steps:,} | {ir:,} | {ir / steps:,.0f} | {100 * (ir / first - 1):+.2f} % |")
 
 
 # --- 2./3. offload size vs one more GPU ---------------------------------------------------------
@@ -233,6 +276,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="64,128,256", help="CPU tier sizes, GiB (Mooncake)")
     ap.add_argument("--multi-turn-sizes", default="4,16,64", help="CPU tier sizes, GiB (generated)")
     ap.add_argument("--baseline-python", help="interpreter of a checkout from before the seam")
+    ap.add_argument("--python", help="interpreter of the checkout to measure (default: this one's)")
+    ap.add_argument(
+        "--instructions",
+        type=int,
+        metavar="N",
+        help="also count the step loop's instructions (callgrind) on N requests, each interpreter",
+    )
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seam-workloads", default="no-prefix,prefix", help="no-prefix, prefix")
     ap.add_argument("--seam-requests", type=int, default=200_000, help="requests of the no-prefix run")
@@ -246,7 +296,16 @@ def main() -> None:
         return
     skip = set(args.skip.split(","))
     if "seam" not in skip:
-        seam_cost(args.baseline_python, args.repeats, args.seam_requests, args.seam_workloads.split(","))
+        seam_cost(
+            args.baseline_python,
+            args.repeats,
+            args.seam_requests,
+            args.seam_workloads.split(","),
+            args.python,
+        )
+        if args.instructions:
+            pythons = [args.baseline_python] if args.baseline_python else []
+            seam_instructions([*pythons, args.python or sys.executable], args.instructions)
     if "mooncake" not in skip:
         if args.mooncake:
             sizes = [float(s) for s in args.sizes.split(",")]

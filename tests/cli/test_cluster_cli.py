@@ -76,13 +76,59 @@ def test_a_cpu_tier_on_every_replica_runs_and_shortens_the_turns(tmp_path: Path)
     trace = tmp_path / "mt.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     p99 = {}
+    docs = {}
     configs = {"plain": "num_gpu_blocks: 600\n", "tier": "num_gpu_blocks: 600\nkv_offloading_size: 16\n"}
     for name, keys in configs.items():
         cfg = tmp_path / f"{name}.yaml"
         cfg.write_text(keys)
         res = runner.invoke(app, ["cluster", str(trace), "--replicas", "2", "-c", str(cfg), "--json"])
         assert res.exit_code == 0, res.output
-        row = json.loads(res.stdout)["strategies"][0]
+        docs[name] = json.loads(res.stdout)
+        row = docs[name]["strategies"][0]
         assert row["strategy"] == "no failure" and row["num_finished"] == len(rows)
         p99[name] = row["ttft_p99_ms"]
     assert p99["tier"] < 0.8 * p99["plain"], p99
+    # The tiers' figures (issue 31.4), fleet and per replica, for every run; none without a tier.
+    assert "offload" not in docs["plain"] and "offload" not in docs["plain"]["strategies"][0]
+    tiers = docs["tier"]["offload"]
+    assert set(tiers) == {r["strategy"] for r in docs["tier"]["strategies"]}
+    base = tiers["no failure"]
+    assert set(base["replicas"]) == {"n0", "n1"}
+    for key in ("loaded_tokens", "stored_tokens", "recomputed_tokens"):
+        assert base["fleet"][key] == sum(r[key] for r in base["replicas"].values()), key
+    assert base["fleet"]["loaded_tokens"] > 0 and 0 < base["fleet"]["cpu_hit_rate"] <= 1
+    assert all(0 <= r["gpu_hit_rate"] <= 1 for r in [base["fleet"], *base["replicas"].values()])
+
+
+def test_the_cluster_prints_its_cpu_tiers_fleet_and_per_replica(tmp_path: Path) -> None:
+    """Human output: a 'CPU offload tiers' table with the fleet's and each replica's GPU and CPU
+    hit rates and tokens loaded, stored and recomputed, as --json gives them; none without."""
+    rows = [
+        {"req_id": f"c{c}t{t}", "arrival_time_s": t * 6.0 + c * 0.05, "prompt_len": 1600 + 500 * t,
+         "output_len": 40, "prefix_group": f"conv{c}", "prefix_len": 1500 + 500 * t}
+        for t in range(3) for c in range(16)
+    ]  # fmt: skip
+    trace = tmp_path / "mt.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tmp_path / "tier.yaml"
+    cfg.write_text("num_gpu_blocks: 600\nkv_offloading_size: 16\n")
+    args = ["cluster", str(trace), "--replicas", "2", "-c", str(cfg), "--recovery", "migrate"]
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    fig = json.loads(res.stdout)["offload"]["migrate"]
+    human = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert human.exit_code == 0, human.output
+    text = human.stdout
+    assert "CPU offload tiers" in text
+    table = text[text.index("CPU offload tiers") :]
+    assert "GPU hit %" in table and "CPU hit %" in table and "loaded tokens" in table, table
+    rows = [ln.split("│") for ln in table.splitlines() if ln.count("│") == 9]  # its 8 columns
+    lines = {cells[2].strip(): "│".join(cells) for cells in rows if cells[1].strip() == "migrate"}
+    assert set(lines) == {"fleet", "n0", "n1"}, text
+    for name, off in [("fleet", fig["fleet"]), *fig["replicas"].items()]:
+        line = lines[name]
+        assert f"{100 * off['gpu_hit_rate']:.1f}" in line and f"{100 * off['cpu_hit_rate']:.1f}" in line, line
+        assert f"{off['loaded_tokens']:,}" in line and f"{off['stored_tokens']:,}" in line, line
+    cfg.write_text("num_gpu_blocks: 600\n")
+    plain = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert plain.exit_code == 0 and "CPU offload" not in plain.stdout

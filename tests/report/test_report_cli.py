@@ -188,3 +188,70 @@ def test_a_diff_of_two_studies_compares_best_configs_and_fronts(tmp_path: Path) 
     assert "best configuration of each study" in md
     row = next(line for line in md.splitlines() if line.startswith("| max_num_seqs |"))
     assert row.replace(" ", "").endswith("|7|differs|"), row
+
+
+def _conversations(tmp_path: Path) -> Path:
+    """Turns that repeat more than a 600-block GPU cache keeps between them (a CPU tier's case)."""
+    rows = [
+        {"req_id": f"c{c}t{t}", "arrival_time_s": t * 6.0 + c * 0.05, "prompt_len": 1600 + 500 * t,
+         "output_len": 40, "prefix_group": f"conv{c}", "prefix_len": 1500 + 500 * t}
+        for t in range(3) for c in range(16)
+    ]  # fmt: skip
+    trace = tmp_path / "mt.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return trace
+
+
+def test_the_report_shows_the_cpu_tier_of_a_run_and_of_a_cluster(tmp_path: Path) -> None:
+    """Issue 31.4: a simulate result with --kv-offloading-size reports its CPU tier (GPU and CPU
+    hit rates, tokens loaded, stored, recomputed) and a cluster result each replica's tier, with
+    the figures of the result document; without a tier the report has no such table."""
+    trace = _conversations(tmp_path)
+    sim = tmp_path / "sim.json"
+    args = ["simulate", str(trace), "--num-gpu-blocks", "600", "--no-requests"]
+    res = runner.invoke(app, [*args, "--kv-offloading-size", "16", "--out", str(sim)])
+    assert res.exit_code == 0, res.output
+    off = json.loads(sim.read_text())["summary"]["offload"]
+    assert off["loaded_tokens"] > 0
+    res = runner.invoke(app, ["report", str(sim), "--out", str(tmp_path / "r1"), "-f", "md"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r1" / "report.md").read_text()
+    assert (
+        "CPU offload tier" in md and f"{off['loaded_tokens']:,}" in md and f"{off['stored_tokens']:,}" in md
+    )
+    assert f"{off['cpu_hit_rate']:.1%}" in md and "GPU prefix-hit rate" in md and "tokens recomputed" in md
+    plain = tmp_path / "plain.json"
+    assert runner.invoke(app, [*args, "--out", str(plain)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["report", str(plain), "--out", str(tmp_path / "r0"), "-f", "md"]).exit_code == 0
+    )
+    assert "CPU offload" not in (tmp_path / "r0" / "report.md").read_text()
+
+    cfg = tmp_path / "tier.yaml"
+    cfg.write_text("num_gpu_blocks: 600\nkv_offloading_size: 16\n")
+    clu = tmp_path / "cluster.json"
+    res = runner.invoke(
+        app,
+        [
+            "cluster",
+            str(trace),
+            "--replicas",
+            "2",
+            "-c",
+            str(cfg),
+            "--recovery",
+            "migrate",
+            "--out",
+            str(clu),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    tiers = json.loads(clu.read_text())["offload"]["migrate"]
+    res = runner.invoke(app, ["report", str(clu), "--out", str(tmp_path / "r2"), "-f", "md"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r2" / "report.md").read_text()
+    assert "CPU offload tiers" in md
+    for name in ("fleet", "n0", "n1"):
+        fig = tiers["fleet"] if name == "fleet" else tiers["replicas"][name]
+        row = next(ln for ln in md.splitlines() if ln.startswith(f"| migrate | {name} |"))
+        assert f"{fig['loaded_tokens']:,}" in row and f"{100 * fig['cpu_hit_rate']:.1f}" in row, row

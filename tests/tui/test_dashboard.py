@@ -370,6 +370,34 @@ def test_the_cpu_tier_gauge_shows_usage_hits_and_tokens_as_the_run_reports_them(
     drive(plain, none)
 
 
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("offload", [None, 16.0])
+def test_every_tile_fits_at_80x24_with_and_without_the_cpu_tier(replicas: int, offload: float | None) -> None:
+    """At 80x24 (a cluster's replica strip included) every tile of the side panel lies inside
+    it: the KV gauge, the CPU gauge with a tier, the latency gauges, tok/s and its sparkline; the
+    queue and the event log keep rows too. (With the tier the side panel used to need 14 lines
+    of the 10-11 it had: tok/s fell off the bottom.)"""
+    app = DashboardApp(_tier_spec(_multi_turn(), offload, replicas=replicas), paused=True, start_at=20.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        screen = app.screen.region
+        side = app.query_one("#side").content_region
+        tiles = ["#kv", "#latency", "#tput", "#spark"] + (["#cpu"] if offload is not None else [])
+        for tile in tiles:
+            region = app.query_one(tile).region
+            assert region.height > 0 and side.contains_region(region), (tile, region, side)
+        assert str(app.query_one("#tput").render()).startswith("tok/s ")
+        if offload is not None:
+            cpu = str(app.query_one("#cpu").render())
+            assert cpu.startswith("CPU ") and " chunks\n" in cpu and "loaded " in cpu
+            assert app.query_one("#cpu").region.height == 3  # all three of its lines
+        for panel in ("#batch", "#queue", "#events"):
+            inner = app.query_one(panel).content_region
+            assert inner.height >= 3 and screen.contains_region(app.query_one(panel).region), panel
+
+    drive(app, body, (80, 24))
+
+
 def test_each_replica_of_a_cluster_shows_its_own_cpu_tier() -> None:
     """On two replicas each engine has its own tier (the router splits the conversations): ]
     switches the gauge to the other replica's figures, and a restart keeps the tier."""

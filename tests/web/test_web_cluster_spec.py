@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from conftest import GOOD_CSV, run_job, wait_job
 from typer.testing import CliRunner
 
+from conftest import GOOD_CSV, run_job, wait_job
 from servesim.cli.main import app
 from servesim.spec import ClusterSpec
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from servesim.bounds import MAX_REPLICAS
 from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec, failure_schedule
 from servesim.cluster.recovery import RecoveryContext
-from servesim.cluster.results import ClusterResult
+from servesim.cluster.results import ClusterOffload, ClusterResult
 from servesim.cluster.simulate import Replica
 from servesim.engine.results import SLO
 from servesim.errors import InputError, shown
@@ -81,6 +81,9 @@ class StrategyOutcome(BaseModel):
     restarted: int
     tokens_recomputed: int
     gb_moved: float
+    # The CPU tiers' figures (fleet and per replica) when the replicas have one; kept out of the
+    # row's dump: the cluster document carries them as its own ``offload`` section.
+    offload: ClusterOffload | None = Field(None, exclude=True)
 
 
 def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyOutcome:
@@ -98,6 +101,7 @@ def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyO
         restarted=s.impact.num_restarted,
         tokens_recomputed=s.impact.tokens_recomputed,
         gb_moved=ctx.bytes_total(s.impact.tokens_moved) / 1e9,
+        offload=s.offload,
     )
 
 
@@ -166,12 +170,16 @@ def cluster_document(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The comparison as a document: the failures, link, router and one row per strategy (plus
-    optional sections such as the planner's per-request ``decisions``)."""
+    optional sections such as the planner's per-request ``decisions``). With CPU offload tiers,
+    ``offload`` maps each strategy to its tiers' figures (``fleet`` and ``replicas``); without
+    one the section is absent."""
+    tiers = {r.strategy: r.offload.model_dump(mode="json") for r in rows if r.offload is not None}
     return {
         "failures": [e.model_dump(mode="json") for e in events],
         "link": link.model_dump(mode="json"),
         "router": route.model_dump(mode="json"),
         "strategies": [r.model_dump(mode="json") for r in rows],
+        **({"offload": tiers} if tiers else {}),
         **(extra or {}),
     }
 

@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field
 from servesim.cluster.config import FailureEvent
 from servesim.cluster.simulate import ClusterRun
 from servesim.engine.config import EngineConfig
-from servesim.engine.results import SLO, LatencyStats, SimulationSummary, summarize
-from servesim.engine.simulate import event_frame, itl_samples, requests_frame, steps_frame
+from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.results import SLO, LatencyStats, OffloadSummary, SimulationSummary, summarize
+from servesim.engine.simulate import event_frame, itl_samples, offload_summary, requests_frame, steps_frame
 
 
 class FailureImpact(BaseModel):
@@ -32,6 +33,20 @@ class ClusterSummary(BaseModel):
     impact: FailureImpact
     num_failures: int
     num_parked_unfinished: int = Field(description="Requests no replica was left to serve.")
+    offload: ClusterOffload | None = Field(
+        None, description="The replicas' CPU offload tiers (``kv_offloading_size``); None without one."
+    )
+
+
+class ClusterOffload(BaseModel):
+    """What the replicas' CPU tiers did: the fleet's figures (every tier summed; hit rates over
+    the fleet's first admissions) and each replica's (``OffloadSummary`` each)."""
+
+    fleet: OffloadSummary
+    replicas: dict[str, OffloadSummary] = Field(description="Replicas with a CPU tier, by name.")
+
+
+ClusterSummary.model_rebuild()
 
 
 class ClusterResult:
@@ -152,6 +167,12 @@ def build_cluster_result(
             max(engines[i].max_model_len for i in mine),
             no_itl,
         )
+    offload = _offload(run, cluster, requests)
+    if offload is not None:
+        cluster.offload = offload.fleet
+        for name, off in offload.replicas.items():
+            if name in per_replica:
+                per_replica[name].offload = off
     moved = requests["num_moves"] > 0
     impact = FailureImpact(
         num_interrupted=int(moved.sum()),
@@ -169,6 +190,7 @@ def build_cluster_result(
         impact=impact,
         num_failures=len(run.failures),
         num_parked_unfinished=run.parked_at_end,
+        offload=offload,
     )
     itl = {
         spec.name: (
@@ -192,3 +214,30 @@ def build_cluster_result(
         recovery=recovery,
         router=router,
     )
+
+
+def _offload(run: ClusterRun, cluster: SimulationSummary, requests: pd.DataFrame) -> ClusterOffload | None:
+    """The CPU tiers' figures, fleet and per replica (None when no replica has a tier). A
+    replica's GPU hit rate counts the first admissions on its engines, its recomputed tokens
+    those of the requests it finished (as its summary does)."""
+    tiers: list[list[OffloadingConnector]] = [[] for _ in run.replicas]
+    queries = [0] * len(run.replicas)
+    hits = [0] * len(run.replicas)
+    for engine, k in zip(run.engines, run.engine_replica, strict=True):
+        queries[k] += engine.rec.prefix_queries
+        hits[k] += engine.rec.prefix_hits
+        if isinstance(engine.kv_connector, OffloadingConnector):
+            tiers[k].append(engine.kv_connector)
+    fleet = offload_summary(tiers, cluster.prefix_cache_hit_rate, cluster.recomputed_tokens)
+    if fleet is None:
+        return None
+    recomputed = requests.groupby("replica")["recomputed_tokens"].sum() if len(requests) else None
+    per: dict[str, OffloadSummary] = {}
+    for k, spec in enumerate(run.replicas):
+        caching = spec.config.enable_prefix_caching
+        gpu_rate = (hits[k] / queries[k] if queries[k] else 0.0) if caching else None  # as summarize()
+        rec = int(recomputed.get(spec.name, 0)) if recomputed is not None else 0
+        off = offload_summary([tiers[k]], gpu_rate, rec)
+        if off is not None:
+            per[spec.name] = off
+    return ClusterOffload(fleet=fleet, replicas=per)

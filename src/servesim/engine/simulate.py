@@ -179,22 +179,39 @@ def build_result(
         )
     conn = engine.kv_connector
     if isinstance(conn, OffloadingConnector):
-        st = conn.stats
-        summary.offload = OffloadSummary(
-            cpu_chunks=conn.manager.num_chunks,
-            blocks_per_chunk=conn.bpc,
-            gpu_hit_rate=summary.prefix_cache_hit_rate,
-            cpu_hit_rate=st.hit_tokens / st.queried_tokens if st.queried_tokens else None,
-            loaded_tokens=st.loaded_tokens,
-            stored_tokens=st.stored_tokens,
-            recomputed_tokens=summary.recomputed_tokens,
-            load_jobs=st.load_jobs,
-            store_jobs=st.store_jobs,
-            store_failures=st.store_failures,
-            chunks_evicted=conn.manager.evicted_chunks,
-            cpu_chunks_stored_at_end=conn.manager.num_stored(),
-        )
+        summary.offload = offload_summary([[conn]], summary.prefix_cache_hit_rate, summary.recomputed_tokens)
     return result
+
+
+def offload_summary(
+    tiers: Sequence[Sequence[OffloadingConnector]], gpu_hit_rate: float | None, recomputed_tokens: int
+) -> OffloadSummary | None:
+    """The CPU tiers' figures summed: ``tiers`` holds one list per replica, its connectors in the
+    order its engines ran (a replica back from a failure starts a fresh, empty tier). Counters
+    (tokens, jobs, evictions) add up over every connector; the CPU hit rate is their hits over
+    their queries; the tier's size is each replica's (its last engine's) summed over replicas,
+    and so is what it held at the end. ``gpu_hit_rate`` and ``recomputed_tokens`` come from the
+    summary the figures go with. None when no tier is given."""
+    conns = [c for lives in tiers for c in lives]
+    if not conns:
+        return None
+    stats = [c.stats for c in conns]
+    queried = sum(st.queried_tokens for st in stats)
+    last = [lives[-1] for lives in tiers if lives]
+    return OffloadSummary(
+        cpu_chunks=sum(c.manager.num_chunks for c in last),
+        blocks_per_chunk=last[0].bpc,
+        gpu_hit_rate=gpu_hit_rate,
+        cpu_hit_rate=sum(st.hit_tokens for st in stats) / queried if queried else None,
+        loaded_tokens=sum(st.loaded_tokens for st in stats),
+        stored_tokens=sum(st.stored_tokens for st in stats),
+        recomputed_tokens=recomputed_tokens,
+        load_jobs=sum(st.load_jobs for st in stats),
+        store_jobs=sum(st.store_jobs for st in stats),
+        store_failures=sum(st.store_failures for st in stats),
+        chunks_evicted=sum(c.manager.evicted_chunks for c in conns),
+        cpu_chunks_stored_at_end=sum(c.manager.num_stored() for c in last),
+    )
 
 
 _REQUEST_ARRAYS = (

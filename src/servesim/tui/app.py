@@ -107,11 +107,14 @@ class DashboardApp(App[None]):
         yield Static(id="status")
         if self.spec.is_cluster:
             yield ReplicaStrip(id="replicas")
-        with Horizontal(id="top"):
+        # With a CPU tier the side panel has four tiles: packed without gaps, and the top row no
+        # shorter than they are (dashboard.tcss, ``-tier``), so tok/s stays on it at 80x24.
+        tier = self.spec.config.kv_offloading_size is not None
+        with Horizontal(id="top", classes="-tier" if tier else ""):
             yield BatchTable(id="batch")
-            with Vertical(id="side"):
+            with Vertical(id="side", classes="-tier" if tier else ""):
                 yield KvGauge(id="kv")
-                if self.spec.config.kv_offloading_size is not None:
+                if tier:
                     yield CpuTierGauge(id="cpu")
                 yield LatencyGauges(id="latency")
                 yield Throughput(id="tput")

@@ -52,6 +52,64 @@ DECISION_COLUMNS = [
 ]
 
 
+OFFLOAD_COLUMNS = [
+    Column(key="run", label="run", kind="str"),
+    Column(key="replica", label="replica", kind="str"),
+    Column(
+        key="gpu_hit_pct",
+        label="GPU hit",
+        unit="%",
+        help="Prompt tokens found in the GPU prefix cache (first admissions, as vLLM).",
+    ),
+    Column(
+        key="cpu_hit_pct",
+        label="CPU hit",
+        unit="%",
+        help="Of the tokens beyond the GPU hit, those the CPU tier supplied (vLLM's connector stats).",
+    ),
+    Column(key="loaded_tokens", label="loaded", unit="tokens", kind="int", help="Loaded from the CPU tier."),
+    Column(key="stored_tokens", label="stored", unit="tokens", kind="int", help="Stored to the CPU tier."),
+    Column(
+        key="recomputed_tokens",
+        label="recomputed",
+        unit="tokens",
+        kind="int",
+        help="Computed again after a preemption.",
+    ),
+    Column(key="chunks_evicted", label="evicted", unit="chunks", kind="int"),
+]
+
+
+def _pct(x: Any) -> float | None:
+    return None if x is None else 100.0 * float(x)
+
+
+def offload_table(tiers: Mapping[str, Any]) -> Table:
+    """The replicas' CPU offload tiers under each run: the fleet's row, then each replica's."""
+    rows: list[list[Any]] = []
+    for run, doc in tiers.items():
+        for name, off in [("fleet", doc["fleet"]), *doc.get("replicas", {}).items()]:
+            rows.append(
+                [
+                    run,
+                    name,
+                    _pct(off.get("gpu_hit_rate")),
+                    _pct(off.get("cpu_hit_rate")),
+                    off["loaded_tokens"],
+                    off["stored_tokens"],
+                    off["recomputed_tokens"],
+                    off["chunks_evicted"],
+                ]
+            )
+    return Table(
+        key="offload_tiers",
+        title="CPU offload tiers (fleet, then each replica)",
+        columns=OFFLOAD_COLUMNS,
+        rows=rows,
+        notes=["a replica back from a failure starts with an empty tier; the fleet row sums every tier"],
+    )
+
+
 def _strategy_cell(row: Mapping[str, Any], key: str) -> Any:
     """A strategy row's value; the interrupted requests' latency is missing when none was."""
     if key == "interrupted_e2e_p99_ms" and not row.get("interrupted"):
@@ -85,6 +143,8 @@ def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
             f"checkpointing {link.get('kv_checkpointing')}"
         )
     tables = [table]
+    if doc.get("offload"):
+        tables.append(offload_table(doc["offload"]))
     decisions = list(doc.get("decisions") or [])
     if decisions:
         shown = decisions[:max_decisions]
