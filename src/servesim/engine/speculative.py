@@ -150,19 +150,31 @@ class AcceptanceModel:
     """How many of ``n`` drafts the target accepts: position i with ``rates[i]`` given i-1 were.
 
     Draws come from a generator seeded by (seed, request index, verification number), so they
-    do not depend on batch composition or on which other requests ran."""
+    do not depend on batch composition or on which other requests ran. ``per_request`` (by trace
+    position, the trace's ``spec_accept_rate`` column) overrides the rates of the requests that
+    have one with that rate at every position; NaN rows, and requests past its end, keep ``rates``."""
 
-    __slots__ = ("rates", "seed")
+    __slots__ = ("per_request", "rates", "seed")
 
-    def __init__(self, rates: tuple[float, ...], seed: int) -> None:
+    def __init__(
+        self, rates: tuple[float, ...], seed: int, per_request: list[float] | None = None
+    ) -> None:
         self.rates = rates
         self.seed = seed
+        self.per_request = per_request
 
     def accepted(self, r: Request, n: int) -> int:
         """Drafts accepted of ``n`` at ``r``'s next verification."""
         rng = random.Random((self.seed << 48) ^ (r.idx << 20) ^ r.spec_verifications)
-        rates = self.rates
         a = 0
+        pr = self.per_request
+        if pr is not None and r.idx < len(pr):
+            p = pr[r.idx]
+            if p == p:  # not NaN: the request's own rate at every position
+                while a < n and rng.random() < p:
+                    a += 1
+                return a
+        rates = self.rates
         while a < n and rng.random() < rates[a if a < len(rates) else -1]:
             a += 1
         return a

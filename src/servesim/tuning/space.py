@@ -14,6 +14,7 @@ Defaults (an 8B-class model on 80 GB GPUs; override for yours)::
     replicas                      1..4
     queue_timeout_s               none, 10, 60
     kv_offloading_size            none                        (GiB of host memory; not searched)
+    num_speculative_tokens        0                           (speculative decoding's k; 0 = off)
 
 A knob the hardware context does not model (TP and memory share with ``FixedHardware``) is fixed
 at the context's value. On the command line: ``--space max_num_seqs=64,128,256``,
@@ -24,6 +25,9 @@ at the context's value. On the command line: ``--space max_num_seqs=64,128,256``
 by default, so a default space is the space it was before the knob existed (same trials, same
 fingerprint); with it, a trial's host memory is bounded by ``perf.offload.host_memory_gib``
 and priced in the plan at ``perf.offload.HOST_MEMORY_USD_PER_GIB_HOUR``.
+``--space num_speculative_tokens=0,1,2,3,4`` searches speculative decoding's k (0 = off) with the
+method and acceptance of ``--speculative-config`` (or of ``--config``); off by default, with the
+same fingerprint as before the knob.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ KNOBS: dict[str, str] = {
     "replicas": "int",
     "queue_timeout_s": "optional_float",
     "kv_offloading_size": "optional_float",
+    "num_speculative_tokens": "int",
 }
 
 
@@ -122,6 +127,7 @@ class SearchSpace(BaseModel):
     replicas: Knob = Field(default_factory=lambda: Knob(low=1, high=4))
     queue_timeout_s: Knob = Field(default_factory=lambda: _c(None, 10.0, 60.0))
     kv_offloading_size: Knob = Field(default_factory=lambda: _c(None))
+    num_speculative_tokens: Knob = Field(default_factory=lambda: _c(0))
 
     @model_validator(mode="after")
     def _types(self) -> SearchSpace:
@@ -205,6 +211,7 @@ class SearchSpace(BaseModel):
             draw("replicas", sp.replicas)
         draw("queue_timeout_s", sp.queue_timeout_s)
         draw("kv_offloading_size", sp.kv_offloading_size)
+        draw("num_speculative_tokens", sp.num_speculative_tokens)
         return {name: p[name] for name in KNOBS}
 
     def grid(self, max_model_len: int | None = None, max_gpus: int | None = None) -> list[dict[str, Any]]:
@@ -270,6 +277,7 @@ class SearchSpace(BaseModel):
             "gpu_memory_utilization",
             "queue_timeout_s",
             "kv_offloading_size",
+            "num_speculative_tokens",
         ):
             total *= len(v[n])
         return total
@@ -307,6 +315,8 @@ class SearchSpace(BaseModel):
         data = self.model_dump(mode="json")
         if self.kv_offloading_size == _c(None):  # off: the fingerprint of the space before the knob
             del data["kv_offloading_size"]
+        if self.num_speculative_tokens == _c(0):  # off: likewise
+            del data["num_speculative_tokens"]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, str]:
