@@ -221,11 +221,29 @@ def study_fingerprint(
         "workload": workload.describe(),
         "hardware": hardware.describe(),
         "slo": slo.model_dump(mode="json") if slo else None,
-        "space": space.model_dump(mode="json"),
+        "space": space.model_dump(mode="json", exclude=_off_knobs(space)),
         "trial": spec.model_dump(mode="json"),
         "settings": settings.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _off_knobs(space: SearchSpace) -> set[str]:
+    """Knobs at their 'off' default, left out of a study's fingerprint: a study that does not
+    search speculation keeps the name it had before the knob existed."""
+    return {"num_speculative_tokens"} if space.num_speculative_tokens.choices == [0] else set()
+
+
+def check_speculation(space: SearchSpace, fixed: dict[str, Any] | None, base: Deployment) -> None:
+    """A space that searches ``num_speculative_tokens`` > 0 needs the method and acceptance
+    (``speculative_config`` among the fixed fields, or the baseline's): say so up front."""
+    knob = space.num_speculative_tokens
+    values = knob.choices if knob.choices is not None else [knob.low, knob.high]
+    if any(v for v in values) and (fixed or {}).get("speculative_config") is None and base.speculative_config is None:
+        raise InputError(
+            "--space num_speculative_tokens searches speculative decoding: give its method and acceptance "
+            "with --speculative-config (e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}')"
+        )
 
 
 def rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
@@ -418,6 +436,7 @@ def tune(
     mml = int(spec.fixed["max_model_len"])
     base = baseline or vllm_default_deployment(hardware, mml, **(fixed or {}))
     sp = (space or SearchSpace()).effective(hardware).including(knob_values(base, hardware))
+    check_speculation(sp, fixed, base)
     fp = study_fingerprint(workload, hardware, slo, sp, spec, ev)
     name = study_name or f"servesim-tune-{fp}"
     ctx = EvalContext(workload, hardware, slo, ev)
