@@ -306,6 +306,12 @@ def register(app: typer.Typer) -> None:
         ),
         jobs: int = typer.Option(2, min=1, help="Workers (process pool or Ray CPUs)."),
         address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+        compare_off: bool = typer.Option(
+            True,
+            "--compare-off/--no-compare-off",
+            help="With --speculative-config: also search the deployment with speculation off and "
+            "state the load where speculation stops paying (doubles the simulations).",
+        ),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
         *,
@@ -338,6 +344,7 @@ def register(app: typer.Typer) -> None:
                     n_jobs=jobs,
                     address=address,
                     progress=hook,
+                    compare_off=compare_off,
                 )
             doc = stamped(
                 "saturate",
