@@ -235,6 +235,17 @@ def _event_order(e: Event) -> tuple[float, int]:
 class _Base:
     """What a single-replica and a cluster run share: advancing, snapshots and events."""
 
+    def speculation_totals(self) -> tuple[int, int] | None:
+        """Speculative decoding so far: (drafts accepted, verifications) over every engine, as
+        vLLM's spec-decode counters; None when the run does not speculate."""
+        engines = self.sim.engines if isinstance(self, LiveClusterRun) else [self.engine]  # type: ignore[attr-defined]
+        if not any(e.scheduler.spec_k for e in engines):
+            return None
+        return (
+            sum(e.scheduler.spec_accepted for e in engines),
+            sum(e.scheduler.spec_verifications for e in engines),
+        )
+
     def advance_steps(self, n: int = 1) -> int:
         """Run exactly ``n`` engine steps (fewer only when the run ends); returns how many ran."""
         with _gc_paused():
