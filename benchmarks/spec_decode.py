@@ -69,7 +69,9 @@ PUBLISHED: tuple[tuple[str, str, str, int, int, tuple[float, float] | None, floa
 PROMPT_LEN, OUTPUT_LEN = 128, 512  # MT-bench-like: short turns, a few hundred output tokens
 
 
-def _batch_throughput(model_name: str, gpu: str, batch: int, spec: dict[str, object] | None) -> tuple[float, float]:
+def _batch_throughput(
+    model_name: str, gpu: str, batch: int, spec: dict[str, object] | None
+) -> tuple[float, float]:
     """Output tokens/s of ``batch`` equal requests served together, and the run's tokens per
     verifying step (1 without speculation)."""
     trace = Trace.from_records(
@@ -83,26 +85,33 @@ def _batch_throughput(model_name: str, gpu: str, batch: int, spec: dict[str, obj
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = build_step_time_model(model_name, gpu, max_num_seqs=mns, max_num_batched_tokens=mbt)
-    cfg = EngineConfig(max_num_seqs=mns, max_num_batched_tokens=mbt, num_gpu_blocks=25_000, speculative_config=spec)
+    cfg = EngineConfig(
+        max_num_seqs=mns, max_num_batched_tokens=mbt, num_gpu_blocks=25_000, speculative_config=spec
+    )
     res = simulate(trace, cfg, model, pooled_itl=False)
     s = res.summary
     first = float(res.requests["first_token_s"].min())
     last = float(res.requests["finish_s"].max())
     tps = batch * (OUTPUT_LEN - 1) / (last - first)  # decode throughput (the first token is the prefill's)
-    mal = s.speculative.mean_acceptance_length if s.speculative and s.speculative.mean_acceptance_length else 1.0
+    mal = (
+        s.speculative.mean_acceptance_length
+        if s.speculative and s.speculative.mean_acceptance_length
+        else 1.0
+    )
     return tps, mal
 
 
 def validate() -> None:
     print("servesim vs published speed-ups (EAGLE-3 preset acceptance, chain drafts; roofline, no profile)")
-    head = f"{'configuration':<20} {'k':>2} {'off tok/s':>10} {'on tok/s':>9} {'tok/step':>8} {'servesim':>9} {'published':>9} {'diff':>7}"
-    print(head)
+    head = f"{'configuration':<20} {'k':>2} {'off tok/s':>10} {'on tok/s':>9} {'tok/step':>8}"
+    print(head + f" {'servesim':>9} {'published':>9} {'diff':>7}")
     for label, model, gpu, batch, k, pub_tps, pub_ratio, source in PUBLISHED:
         off, _ = _batch_throughput(model, gpu, batch, None)
         on, mal = _batch_throughput(model, gpu, batch, {"method": "eagle3", "num_speculative_tokens": k})
         ratio = on / off
         diff = (ratio - pub_ratio) / pub_ratio * 100
-        print(f"{label:<20} {k:>2} {off:>10.1f} {on:>9.1f} {mal:>8.2f} {ratio:>8.2f}x {pub_ratio:>8.2f}x {diff:>+6.0f}%")
+        row = f"{label:<20} {k:>2} {off:>10.1f} {on:>9.1f} {mal:>8.2f}"
+        print(row + f" {ratio:>8.2f}x {pub_ratio:>8.2f}x {diff:>+6.0f}%")
         if pub_tps is not None:
             print(f"{'':<20}    published tok/s: off {pub_tps[1]:.1f}, on {pub_tps[0]:.1f}")
         print(f"{'':<20}    source: {source}")

@@ -62,15 +62,17 @@ def test_a_trace_without_the_column_writes_the_same_files(tmp_path: Path) -> Non
     header = (tmp_path / "t.csv").read_text().splitlines()[0]
     assert "spec_accept_rate" not in header
     write_trace(t, tmp_path / "t.jsonl")
-    assert all("spec_accept_rate" not in json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines())
+    assert all(
+        "spec_accept_rate" not in json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()
+    )
 
 
-@pytest.mark.parametrize(("cell", "reason"), [("1.5", "above 1"), ("-0.1", "negative"), ("abc", "not a number")])
+@pytest.mark.parametrize(
+    ("cell", "reason"), [("1.5", "above 1"), ("-0.1", "negative"), ("abc", "not a number")]
+)
 def test_a_bad_rate_names_the_file_row_and_field(tmp_path: Path, cell: str, reason: str) -> None:
     p = tmp_path / "bad.csv"
-    p.write_text(
-        "arrival_time_s,prompt_len,output_len,spec_accept_rate\n0,10,5,0.5\n0.1,10,5," + cell + "\n"
-    )
+    p.write_text("arrival_time_s,prompt_len,output_len,spec_accept_rate\n0,10,5,0.5\n0.1,10,5," + cell + "\n")
     t = load_trace(p)  # bad rows are dropped and reported, as for every other field
     assert len(t) == 1
     (d,) = t.provenance.dropped

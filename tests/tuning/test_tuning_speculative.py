@@ -91,7 +91,8 @@ def test_tune_searches_k_and_recommends_speculation_when_only_it_meets_a_tight_t
     recommendation speculates, its vllm serve line carries --speculative-config, and the trial
     table shows each trial's k."""
     code, out, err = _tune(
-        ["--speculative-config", json.dumps(EAGLE3), "--space", "num_speculative_tokens=0,1,3", "--json"], tmp_path
+        ["--speculative-config", json.dumps(EAGLE3), "--space", "num_speculative_tokens=0,1,3", "--json"],
+        tmp_path,
     )
     assert code == 0, out + err
     data = json.loads(out)
@@ -103,7 +104,13 @@ def test_tune_searches_k_and_recommends_speculation_when_only_it_meets_a_tight_t
     assert rec.meets_slo and rec.deployment.num_speculative_tokens in (1, 3)
     assert '"method": "eagle3"' in rec.vllm_serve_command
     code, human, err = _tune(
-        ["--speculative-config", json.dumps(EAGLE3), "--space", "num_speculative_tokens=0,1,3", "--no-recommend"],
+        [
+            "--speculative-config",
+            json.dumps(EAGLE3),
+            "--space",
+            "num_speculative_tokens=0,1,3",
+            "--no-recommend",
+        ],
         tmp_path,
     )
     assert code == 0, human + err

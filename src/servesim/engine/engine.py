@@ -410,7 +410,9 @@ class Engine:
                 kv_connector.kv = self.kv  # a prefill leg's blocks are freed when its send is done
         self.scheduler = Scheduler(config, self.kv, mml, fast, kv_connector)
         if spec is not None and t.spec_accept_rate is not None:  # the trace's own acceptance
-            self.scheduler.acceptance = AcceptanceModel(spec.rates(), spec.acceptance_seed, t.spec_accept_rate)
+            self.scheduler.acceptance = AcceptanceModel(
+                spec.rates(), spec.acceptance_seed, t.spec_accept_rate
+            )
         self.check_invariants = check_invariants
         self.rec = Recorder(t.n)
         if record_token_times:

@@ -180,9 +180,7 @@ class AcceptanceModel:
 
     __slots__ = ("per_request", "rates", "seed")
 
-    def __init__(
-        self, rates: tuple[float, ...], seed: int, per_request: list[float] | None = None
-    ) -> None:
+    def __init__(self, rates: tuple[float, ...], seed: int, per_request: list[float] | None = None) -> None:
         self.rates = rates
         self.seed = seed
         self.per_request = per_request

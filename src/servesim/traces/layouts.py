@@ -96,8 +96,8 @@ NATIVE = Layout(
     convert=_convert_native,
     help=(
         "req_id (filled with row numbers when the column is absent), arrival_time_s, prompt_len, "
-        "output_len; optional: priority, tenant, sla_ttft_ms, sla_e2e_ms, prefix_group, prefix_len, hash_ids, "
-        "spec_accept_rate"
+        "output_len; optional: priority, tenant, sla_ttft_ms, sla_e2e_ms, prefix_group, prefix_len, "
+        "hash_ids, spec_accept_rate"
     ),
 )
 

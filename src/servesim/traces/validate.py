@@ -405,7 +405,11 @@ def validate_chunk(
         out["hash_ids"] = _hash_ids_column(chk, columns["hash_ids"], "hash_ids")
     if "spec_accept_rate" in columns:
         rate = _float_column(
-            chk, columns["spec_accept_rate"], "spec_accept_rate", what="acceptance rate", positive=False,
+            chk,
+            columns["spec_accept_rate"],
+            "spec_accept_rate",
+            what="acceptance rate",
+            positive=False,
             required=False,
         )
         with np.errstate(invalid="ignore"):

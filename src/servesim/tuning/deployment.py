@@ -195,7 +195,9 @@ class Deployment(BaseModel):
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
         if sc is not None:  # vLLM's JSON keys only (servesim's acceptance inputs are not flags)
-            keys = sc.model_dump(include={"method", "num_speculative_tokens", "draft_tensor_parallel_size", "model"})
+            keys = sc.model_dump(
+                include={"method", "num_speculative_tokens", "draft_tensor_parallel_size", "model"}
+            )
             args.append(("speculative-config", json.dumps({k: v for k, v in keys.items() if v is not None})))
         return args
 

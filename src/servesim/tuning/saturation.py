@@ -250,7 +250,9 @@ def find_saturation(
 
     def run(ex: Executor) -> SaturationReport:
         search = RateSearch(workload, deployment, hardware, slo, st, ev, ex, ref, progress)
-        rep = _search(search, workload, deployment, hardware, slo, st, target_rate, config.num_gpu_blocks, res)
+        rep = _search(
+            search, workload, deployment, hardware, slo, st, target_rate, config.num_gpu_blocks, res
+        )
         sc = deployment.speculative()
         if sc is None or not compare_off:
             return rep

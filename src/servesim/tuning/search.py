@@ -239,10 +239,14 @@ def check_speculation(space: SearchSpace, fixed: dict[str, Any] | None, base: De
     (``speculative_config`` among the fixed fields, or the baseline's): say so up front."""
     knob = space.num_speculative_tokens
     values = knob.choices if knob.choices is not None else [knob.low, knob.high]
-    if any(v for v in values) and (fixed or {}).get("speculative_config") is None and base.speculative_config is None:
+    if (
+        any(v for v in values)
+        and (fixed or {}).get("speculative_config") is None
+        and base.speculative_config is None
+    ):
         raise InputError(
             "--space num_speculative_tokens searches speculative decoding: give its method and acceptance "
-            "with --speculative-config (e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}')"
+            'with --speculative-config (e.g. \'{"method": "eagle3", "num_speculative_tokens": 3}\')'
         )
 
 

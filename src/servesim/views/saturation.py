@@ -203,19 +203,26 @@ def speculation_table(rep: SaturationReport) -> Table | None:
     rows: list[list[Any]] = [
         [r, a, b, (b / a if a > 0 else None), g_on, g_off]
         for r, a, b, g_on, g_off in zip(
-            sp.rates_rps, sp.tpot_p50_on_ms, sp.tpot_p50_off_ms, sp.goodput_on_rps, sp.goodput_off_rps, strict=True
+            sp.rates_rps,
+            sp.tpot_p50_on_ms,
+            sp.tpot_p50_off_ms,
+            sp.goodput_on_rps,
+            sp.goodput_off_rps,
+            strict=True,
         )
     ]
     return Table(
         key="speculation",
-        title=f"speculative decoding ({sp.method}, k = {sp.num_speculative_tokens}) on vs off (mean over seeds)",
+        title=f"speculative decoding ({sp.method}, k = {sp.num_speculative_tokens}) on vs off "
+        "(mean over seeds)",
         columns=cols,
         rows=rows,
         notes=[
             f"expected tokens per verifying step {sp.mean_acceptance_length:.2f}"
             if sp.mean_acceptance_length is not None
             else "acceptance from the trace",
-            f"off: SLO knee {_rate(sp.off_goodput_knee_rps)} req/s, unstable from {_rate(sp.off_saturation_rps)} req/s",
+            f"off: SLO knee {_rate(sp.off_goodput_knee_rps)} req/s, "
+            f"unstable from {_rate(sp.off_saturation_rps)} req/s",
         ],
     )
 
@@ -229,12 +236,16 @@ def speculation_verdict(rep: SaturationReport) -> Verdict | None:
     if sp.crossover_rps is None:
         text = f"{what} lowers TPOT p50 at every rate compared (up to {_rate(sp.pays_up_to_rps)} req/s)"
     elif sp.pays_up_to_rps is None:
-        text = f"{what} does not pay at any rate compared (TPOT p50 no lower than off from {_rate(sp.crossover_rps)} req/s)"
+        text = (
+            f"{what} does not pay at any rate compared "
+            f"(TPOT p50 no lower than off from {_rate(sp.crossover_rps)} req/s)"
+        )
     else:
         i = sp.rates_rps.index(sp.crossover_rps)
         text = (
-            f"{what} stops paying at {_rate(sp.crossover_rps)} req/s: TPOT p50 {sp.tpot_p50_on_ms[i]:,.1f} ms "
-            f"on vs {sp.tpot_p50_off_ms[i]:,.1f} ms off (it pays up to {_rate(sp.pays_up_to_rps)} req/s)"
+            f"{what} stops paying at {_rate(sp.crossover_rps)} req/s: "
+            f"TPOT p50 {sp.tpot_p50_on_ms[i]:,.1f} ms on vs {sp.tpot_p50_off_ms[i]:,.1f} ms off "
+            f"(it pays up to {_rate(sp.pays_up_to_rps)} req/s)"
         )
     return Verdict(key="speculation_crossover", label="speculation", status="info", text=text)
 

@@ -39,7 +39,7 @@ def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> T
         Column(key="ttft_p99_ms", label="TTFT p99", unit="ms", help=define("ttft_ms")),
         Column(key="tpot_p99_ms", label="TPOT p99", unit="ms", help=define("tpot_ms")),
     ]
-    params = PARAM_COLUMNS
+    params: tuple[tuple[str, str, str], ...] = PARAM_COLUMNS
     outcomes = [by_number[n].outcome for n in numbers]
     if any(o is not None and o.params.get("num_speculative_tokens") for o in outcomes):
         params = (*PARAM_COLUMNS, SPEC_COLUMN)  # only a study that searched speculation shows k
