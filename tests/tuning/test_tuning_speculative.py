@@ -98,8 +98,8 @@ def test_tune_searches_k_and_recommends_speculation_when_only_it_meets_a_tight_t
     data = json.loads(out)
     study = TuneResult.model_validate(data["study"])
     rec = SchedulerRecommendation.model_validate(data["recommendation"])
-    assert {t.params["num_speculative_tokens"] for t in study.trials} == {0, 1, 3}
-    off = [t for t in study.trials if t.params["num_speculative_tokens"] == 0]
+    assert {t.params.get("num_speculative_tokens", 0) for t in study.trials} == {0, 1, 3}
+    off = [t for t in study.trials if t.params.get("num_speculative_tokens", 0) == 0]
     assert off and all(t.outcome is not None and not t.outcome.feasible for t in off)
     assert rec.meets_slo and rec.deployment.num_speculative_tokens in (1, 3)
     assert '"method": "eagle3"' in rec.vllm_serve_command
@@ -121,7 +121,7 @@ def test_speculative_config_alone_searches_off_and_its_k(tmp_path: Path) -> None
     code, out, err = _tune(["--speculative-config", json.dumps(EAGLE3), "--no-recommend", "--json"], tmp_path)
     assert code == 0, out + err
     study = TuneResult.model_validate(json.loads(out)["study"])
-    assert {t.params["num_speculative_tokens"] for t in study.trials} == {0, 3}
+    assert {t.params.get("num_speculative_tokens", 0) for t in study.trials} == {0, 3}
 
 
 def test_searching_k_without_a_method_is_one_line_naming_the_flag(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import shlex
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.speculative import MAX_SPEC_TOKENS, SpeculativeConfig
@@ -72,6 +72,17 @@ class Deployment(BaseModel):
     # Passed through to the engine unchanged (vLLM defaults); not searched.
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
+
+    @model_serializer(mode="wrap")
+    def _drop_speculation_when_off(self, handler: Any) -> Any:
+        """A deployment without speculation keeps its document byte for byte (no k, no config)."""
+        d = handler(self)
+        if isinstance(d, dict):
+            if d.get("num_speculative_tokens", 1) == 0:
+                del d["num_speculative_tokens"]
+            if "speculative_config" in d and d["speculative_config"] is None:
+                del d["speculative_config"]
+        return d
 
     @model_validator(mode="after")
     def _vllm_rules(self) -> Deployment:

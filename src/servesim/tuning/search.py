@@ -64,7 +64,7 @@ from servesim.tuning.jobs import (
     plan_trial,
 )
 from servesim.tuning.slo import PercentileSLO
-from servesim.tuning.space import KNOBS, SearchSpace
+from servesim.tuning.space import KNOBS, OFF_WHEN_ABSENT, SearchSpace, present_knobs
 from servesim.tuning.workload import Workload
 
 Progress = Callable[[int, int], None]
@@ -474,7 +474,7 @@ def knob_values(d: Deployment, hardware: Hardware) -> dict[str, Any]:
         v["tensor_parallel_size"] = hardware.default_tensor_parallel_size
     if "gpu_memory_utilization" not in hardware.varies:
         v["gpu_memory_utilization"] = hardware.default_gpu_memory_utilization
-    return v
+    return present_knobs(v)
 
 
 def cheapest_candidates(sp: SearchSpace, base: dict[str, Any], mml: int) -> list[tuple[str, dict[str, Any]]]:
@@ -627,12 +627,17 @@ def fewest_changes(
     return choose(cands, base, baseline.number if baseline is not None else None, model_tolerance())
 
 
+def _knobs(params: dict[str, Any]) -> dict[str, Any]:
+    """The knobs of ``params``, speculation's k left out when off (0 or absent: the same)."""
+    return present_knobs({k: params.get(k) for k in KNOBS if k in params or k not in OFF_WHEN_ABSENT})
+
+
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in KNOBS)
+    return _knobs(a) == _knobs(b)
 
 
 def _key(params: dict[str, Any]) -> str:
-    return json.dumps({k: params.get(k) for k in KNOBS}, sort_keys=True, default=str)
+    return json.dumps(_knobs(params), sort_keys=True, default=str)
 
 
 def _run_trials(

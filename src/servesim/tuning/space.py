@@ -107,6 +107,21 @@ class Knob(BaseModel):
         return text + (" (log)" if self.log else "")
 
 
+#: Knobs whose 'off' value is left out of a deployment's parameters (so that a study that does not
+#: search them records the parameters it did before they existed), with that value.
+OFF_WHEN_ABSENT: dict[str, Value] = {"num_speculative_tokens": 0}
+
+
+def knob_value(values: dict[str, Any], name: str) -> Any:
+    """``values[name]``, or the knob's 'off' value when it is left out (``OFF_WHEN_ABSENT``)."""
+    return values.get(name, OFF_WHEN_ABSENT.get(name))
+
+
+def present_knobs(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the knobs at their 'off' value (``OFF_WHEN_ABSENT``)."""
+    return {k: v for k, v in values.items() if k not in OFF_WHEN_ABSENT or v != OFF_WHEN_ABSENT[k]}
+
+
 def _c(*values: Value) -> Knob:
     return Knob(choices=list(values))
 
@@ -212,7 +227,9 @@ class SearchSpace(BaseModel):
         draw("queue_timeout_s", sp.queue_timeout_s)
         draw("kv_offloading_size", sp.kv_offloading_size)
         draw("num_speculative_tokens", sp.num_speculative_tokens)
-        return {name: p[name] for name in KNOBS}
+        # k = 0 (off) is left out of the parameters, so that a study without speculation records
+        # the parameters it did before the knob existed (a missing k is the deployment's 0).
+        return present_knobs({name: p[name] for name in KNOBS})
 
     def grid(self, max_model_len: int | None = None, max_gpus: int | None = None) -> list[dict[str, Any]]:
         """Every valid deployment of a discrete space, in a fixed order (``ValueError`` when a
@@ -287,9 +304,9 @@ class SearchSpace(BaseModel):
         configuration is always a point of the search."""
         upd: dict[str, Knob] = {}
         for name in KNOBS:
-            if name not in values:
+            if name not in values and name not in OFF_WHEN_ABSENT:
                 continue
-            v = values[name]
+            v = knob_value(values, name)
             knob: Knob = getattr(self, name)
             if knob.choices is not None:
                 if v not in knob.choices:
@@ -320,7 +337,10 @@ class SearchSpace(BaseModel):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, str]:
-        return {name: getattr(self, name).describe() for name in KNOBS}
+        out = {name: getattr(self, name).describe() for name in KNOBS}
+        if self.num_speculative_tokens == _c(0):  # off: described as before the knob existed
+            del out["num_speculative_tokens"]
+        return out
 
 
 @functools.cache
@@ -388,7 +408,7 @@ class _FixedPick(_Pick):
 
     def __call__(self, name: str, kind: str, knob: Knob) -> Any:
         base = name.split(":")[0]
-        v = self.values[base]
+        v = self.values[base] if base not in OFF_WHEN_ABSENT else knob_value(self.values, base)
         if knob.choices is not None:
             if v not in knob.choices:
                 raise InputError(f"{base}={shown(v)} is not among the allowed values {knob.describe()}")

@@ -57,7 +57,7 @@ def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> T
                 o.goodput_per_gpu,
                 o.ttft_p99_ms.max if o.ttft_p99_ms else None,
                 o.tpot_p99_ms.max if o.tpot_p99_ms else None,
-                *(p.get(k) for k, _, _ in params),
+                *(p.get(k, 0 if k == SPEC_COLUMN[0] else None) for k, _, _ in params),
             ]
         )
     return Table(key=key, title=title, columns=cols, rows=rows)
