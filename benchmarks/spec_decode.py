@@ -8,6 +8,12 @@ stops paying.
 
     uv run python benchmarks/spec_decode.py
     uv run python benchmarks/spec_decode.py --requests 400 --loads 2,8,16,32,64
+    uv run python benchmarks/spec_decode.py --validate   # servesim vs published speed-ups
+
+``--validate`` replays the published measurements of ``PUBLISHED`` (model, GPU, batch size) on
+the roofline: a batch of B equal requests arriving together (B = the concurrency the source
+ran at), EAGLE-3 with the preset acceptance, and prints servesim's output-token throughput
+with and without speculation next to the published ratio (docs/perf.md, "Speculative decoding").
 
 Figures are printed, never asserted. Acceptance levels are per-position conditional rates
 (``speculative.ACCEPTANCE_PRESETS``): "high" is the EAGLE-3 preset, "low" a flat 0.4.
@@ -34,12 +40,93 @@ def scaled(base: Trace, factor: float) -> Trace:
     return Trace(df, base.provenance)
 
 
+#: Published measured speed-ups (output-token throughput, speculation on / off), with sources.
+#: (label, model, gpu, batch, k, published on/off tok/s or None, published ratio, source)
+PUBLISHED: tuple[tuple[str, str, str, int, int, tuple[float, float] | None, float, str], ...] = (
+    (
+        "EAGLE-3, batch 1",
+        "llama-3.1-8b",
+        "h100",
+        1,
+        5,
+        (373.25, 158.34),
+        373.25 / 158.34,
+        "SGLang docs 'Speculative Decoding' (from the EAGLE-3 paper, arXiv:2503.01840): "
+        "LLaMA-Instruct 3.1 8B, MT-bench, 1 x H100, 158.34 -> 373.25 tok/s",
+    ),
+    (
+        "EAGLE-3, batch 64",
+        "llama-3.1-8b",
+        "h100",
+        64,
+        5,
+        None,
+        1.38,
+        "EAGLE-3 paper (arXiv:2503.01840) abstract and sec. 4: SGLang, H100, LLaMA-3.1-8B, "
+        "MT-bench, 1.38x throughput at batch size 64",
+    ),
+)
+PROMPT_LEN, OUTPUT_LEN = 128, 512  # MT-bench-like: short turns, a few hundred output tokens
+
+
+def _batch_throughput(
+    model_name: str, gpu: str, batch: int, spec: dict[str, object] | None
+) -> tuple[float, float]:
+    """Output tokens/s of ``batch`` equal requests served together, and the run's tokens per
+    verifying step (1 without speculation)."""
+    trace = Trace.from_records(
+        [
+            {"req_id": f"b{i}", "arrival_time_s": 0.0, "prompt_len": PROMPT_LEN, "output_len": OUTPUT_LEN}
+            for i in range(batch)
+        ],
+        source=f"batch of {batch}",
+    )
+    mns, mbt = max(batch, 1), 8192
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_step_time_model(model_name, gpu, max_num_seqs=mns, max_num_batched_tokens=mbt)
+    cfg = EngineConfig(
+        max_num_seqs=mns, max_num_batched_tokens=mbt, num_gpu_blocks=25_000, speculative_config=spec
+    )
+    res = simulate(trace, cfg, model, pooled_itl=False)
+    s = res.summary
+    first = float(res.requests["first_token_s"].min())
+    last = float(res.requests["finish_s"].max())
+    tps = batch * (OUTPUT_LEN - 1) / (last - first)  # decode throughput (the first token is the prefill's)
+    mal = (
+        s.speculative.mean_acceptance_length
+        if s.speculative and s.speculative.mean_acceptance_length
+        else 1.0
+    )
+    return tps, mal
+
+
+def validate() -> None:
+    print("servesim vs published speed-ups (EAGLE-3 preset acceptance, chain drafts; roofline, no profile)")
+    head = f"{'configuration':<20} {'k':>2} {'off tok/s':>10} {'on tok/s':>9} {'tok/step':>8}"
+    print(head + f" {'servesim':>9} {'published':>9} {'diff':>7}")
+    for label, model, gpu, batch, k, pub_tps, pub_ratio, source in PUBLISHED:
+        off, _ = _batch_throughput(model, gpu, batch, None)
+        on, mal = _batch_throughput(model, gpu, batch, {"method": "eagle3", "num_speculative_tokens": k})
+        ratio = on / off
+        diff = (ratio - pub_ratio) / pub_ratio * 100
+        row = f"{label:<20} {k:>2} {off:>10.1f} {on:>9.1f} {mal:>8.2f}"
+        print(row + f" {ratio:>8.2f}x {pub_ratio:>8.2f}x {diff:>+6.0f}%")
+        if pub_tps is not None:
+            print(f"{'':<20}    published tok/s: off {pub_tps[1]:.1f}, on {pub_tps[0]:.1f}")
+        print(f"{'':<20}    source: {source}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--validate", action="store_true", help="compare with published speed-ups and exit")
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--loads", default="2,8,32,64,128", help="request rates (req/s) to replay the trace at")
     ap.add_argument("--max-k", type=int, default=4)
     args = ap.parse_args()
+    if args.validate:
+        validate()
+        return
     loads = [float(x) for x in args.loads.split(",")]
     base = generate_trace(
         GeneratorSpec(num_requests=args.requests, seed=0, arrival=PoissonArrivals(rate=1.0))

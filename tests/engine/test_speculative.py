@@ -118,3 +118,19 @@ def test_draft_time_is_charged() -> None:
     assert free.summary.speculative.draft_time_s == 0.0  # type: ignore[union-attr]
     assert paid.summary.speculative.draft_time_s > 0  # type: ignore[union-attr]
     assert paid.summary.tpot_ms.mean > free.summary.tpot_ms.mean
+
+
+def test_every_preset_states_its_source_and_the_figures_it_quotes_are_its_own() -> None:
+    """The 'N tokens/step at k = K' a source note quotes is what the preset gives (no drift)."""
+    import re
+
+    from servesim.engine.speculative import ACCEPTANCE_PRESETS, ACCEPTANCE_SOURCES
+
+    assert set(ACCEPTANCE_SOURCES) == set(ACCEPTANCE_PRESETS)
+    for method, note in ACCEPTANCE_SOURCES.items():
+        quoted = re.findall(r"(\d\.\d\d) tokens/step at k = (\d)", note)
+        quoted += re.findall(r"(\d\.\d\d) at k = (\d)", note)
+        assert quoted, method
+        for length, k in quoted:
+            sp = SpeculativeConfig(method=method, num_speculative_tokens=int(k))  # type: ignore[arg-type]
+            assert 1 + sp.mean_accepted() == pytest.approx(float(length), abs=0.005), (method, k)

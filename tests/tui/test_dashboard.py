@@ -420,3 +420,36 @@ def test_each_replica_of_a_cluster_shows_its_own_cpu_tier() -> None:
         assert again is not None and all(r.cpu_tier is not None for r in again.replicas)
 
     drive(app, body, (120, 36))
+
+
+@pytest.mark.parametrize(("rate", "per_step"), [(1.0, "4.00"), (0.0, "1.00")])
+def test_speculation_shows_accepted_tokens_per_step_and_their_history(rate: float, per_step: str) -> None:
+    """With --speculative-config the side panel has a tile (tokens per verifying step now and
+    over the run) and a sparkline of its history: every draft accepted gives k + 1 = 4 tokens a
+    step, none 1. Without speculation there is no tile."""
+    from textual.css.query import NoMatches
+
+    from servesim.tui.widgets import SpecSpark
+
+    cfg = EngineConfig(
+        num_gpu_blocks=800,
+        max_num_seqs=32,
+        speculative_config={"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rates": [rate]},
+    )
+    app = DashboardApp(spec(config=cfg), paused=True, start_at=8.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        tile = str(app.query_one("#spec").render())
+        assert tile.startswith("spec k=3 tok/step ") and f"tok/step {per_step} (run {per_step})" in tile
+        data = app.query_one("#specspark", SpecSpark).data
+        assert len(data) >= 2 and all(f"{v:.2f}" == per_step for v in data)
+
+    drive(app, body, (100, 30))
+
+    plain = DashboardApp(spec(), paused=True, start_at=2.0)
+
+    async def none(pilot: Pilot[None], app: DashboardApp) -> None:
+        with pytest.raises(NoMatches):
+            app.query_one("#spec")
+
+    drive(plain, none)

@@ -49,6 +49,7 @@ from servesim.cluster import RouterSpec
 from servesim.cluster.config import RouterPolicy
 from servesim.engine.config import SchedulingPolicy
 from servesim.engine.simulate import describe_model
+from servesim.engine.speculative import SpeculativeConfig
 from servesim.errors import InputError, InternalError, user_errors
 from servesim.paths import data_dir
 from servesim.report.documents import stamped
@@ -78,6 +79,7 @@ from servesim.tuning import (
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
 from servesim.tuning.hardware import hardware_of as study_hardware
 from servesim.tuning.scenario import BatchScenarioResult
+from servesim.tuning.space import Knob
 
 DEFAULT_STUDY_FILE = "servesim-tune.db"
 TRACE_HELP = (
@@ -217,16 +219,25 @@ def print_recommendation(rec: SchedulerRecommendation) -> None:
 
 
 def trial_deployments(
-    res: TuneResult, numbers: list[int], max_model_len: int, policy: str
+    res: TuneResult,
+    numbers: list[int],
+    max_model_len: int,
+    policy: str,
+    fixed: dict[str, Any] | None = None,
 ) -> list[Deployment]:
-    """The study's trials ``numbers`` as deployments, for ``recommend`` to re-verify."""
+    """The study's trials ``numbers`` as deployments, for ``recommend`` to re-verify (``fixed``:
+    the study's fields that were not searched, e.g. its speculative config)."""
     by_number = {r.number: r for r in res.trials}
     out = []
     for n in numbers:
         o = by_number[n].outcome
         if o is None:
             raise InternalError("invariant broken: o is None")
-        out.append(Deployment.model_validate({"max_model_len": max_model_len, "policy": policy, **o.params}))
+        out.append(
+            Deployment.model_validate(
+                {**(fixed or {}), "max_model_len": max_model_len, "policy": policy, **o.params}
+            )
+        )
     return out
 
 
@@ -295,6 +306,12 @@ def register(app: typer.Typer) -> None:
         ),
         jobs: int = typer.Option(2, min=1, help="Workers (process pool or Ray CPUs)."),
         address: str | None = typer.Option(None, help="Ray cluster address (with --executor ray)."),
+        compare_off: bool = typer.Option(
+            True,
+            "--compare-off/--no-compare-off",
+            help="With --speculative-config: also search the deployment with speculation off and "
+            "state the load where speculation stops paying (doubles the simulations).",
+        ),
         out: Path | None = typer.Option(None, help="Write the JSON report here."),
         as_json: bool = typer.Option(False, "--json", help="Print the JSON report alone on stdout."),
         *,
@@ -327,6 +344,7 @@ def register(app: typer.Typer) -> None:
                     n_jobs=jobs,
                     address=address,
                     progress=hook,
+                    compare_off=compare_off,
                 )
             doc = stamped(
                 "saturate",
@@ -380,6 +398,13 @@ def register(app: typer.Typer) -> None:
             None, help="vLLM --max-model-len (default: longest request + 1)."
         ),
         policy: SchedulingPolicy = typer.Option("fcfs", help="Waiting-queue order (not searched)."),
+        speculative_config: str | None = typer.Option(
+            None,
+            "--speculative-config",
+            metavar="JSON",
+            help="vLLM's --speculative-config (method, k, acceptance_rates...): searched as "
+            "num_speculative_tokens in {0, its k} unless --space names that knob (0 = off).",
+        ),
         router: RouterPolicy = typer.Option("least_outstanding", help="Router policy for several replicas."),
         model: str | None = typer.Option(
             None, help=f"Model (servesim perf catalog); default {DEFAULT_MODEL}."
@@ -451,6 +476,7 @@ def register(app: typer.Typer) -> None:
             )
             say_drops(wl.provenance)
             sp = read_space(space, space_file)
+            spec_cfg = SpeculativeConfig.model_validate(speculative_config) if speculative_config else None
             settings = TuneSettings(
                 objective=objective.value,
                 n_trials=trials,
@@ -472,6 +498,14 @@ def register(app: typer.Typer) -> None:
                     engine={**file_settings(config), "max_model_len": mml, "policy": policy},
                 )
                 current = Deployment.from_spec(current_spec, mml)
+            if spec_cfg is None and current is not None:
+                spec_cfg = current.speculative_config
+            fixed: dict[str, Any] = {"policy": policy}
+            if spec_cfg is not None:
+                fixed["speculative_config"] = spec_cfg.model_dump(mode="json")
+                if sp.num_speculative_tokens.choices == [0]:  # the knob left at off: search {0, k}
+                    k = spec_cfg.num_speculative_tokens
+                    sp = sp.with_overrides({"num_speculative_tokens": Knob(choices=[0, k])})
             ctx = EvalContext(wl, hw, goal, ev)
             rec: SchedulerRecommendation | None = None
             with make_executor(executor.value, ctx, n_jobs=jobs, address=address) as ex:
@@ -485,7 +519,7 @@ def register(app: typer.Typer) -> None:
                         settings=settings,
                         eval_settings=ev,
                         max_model_len=max_model_len,
-                        fixed={"policy": policy},
+                        fixed=fixed,
                         executor=ex,
                         n_jobs=jobs,
                         storage=url,
@@ -500,7 +534,7 @@ def register(app: typer.Typer) -> None:
                             f"no trial of study {res.study_name} could run ({res.n_trials} trials, all "
                             "invalid): widen the search space (more replicas, --max-gpus)"
                         )
-                    candidates = trial_deployments(res, picks, mml, policy)
+                    candidates = trial_deployments(res, picks, mml, policy, fixed)
                     with progress_bar(not as_json, "verifying") as hook:
                         rec = recommend(
                             wl,
@@ -521,7 +555,7 @@ def register(app: typer.Typer) -> None:
                             },
                             progress=hook,
                             baseline=Deployment.model_validate(
-                                {"max_model_len": mml, "policy": policy, **res.baseline.params}
+                                {"max_model_len": mml, **fixed, **res.baseline.params}
                             )
                             if res.baseline is not None
                             else current,

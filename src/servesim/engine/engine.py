@@ -40,6 +40,7 @@ from servesim.engine.request import (
     Request,
 )
 from servesim.engine.scheduler import Scheduler, StepPlan
+from servesim.engine.speculative import AcceptanceModel
 from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 from servesim.errors import ConfigError, EngineStallError, InputError, InternalError
@@ -91,6 +92,11 @@ class TraceArrays:
         self.hash_ids: list[Any] = df["hash_ids"].tolist()
         self.hash_block_size = trace.hash_block_size
         self.num_shared_ids: list[int] | None = None
+        # Per-request draft acceptance rates (NaN: the method's model); None when no row has one.
+        self.spec_accept_rate: list[float] | None = None
+        rate = df["spec_accept_rate"]
+        if bool(rate.notna().any()):
+            self.spec_accept_rate = rate.astype(np.float64).tolist()
         if trim_hash_ids and self.hash_block_size:
             self.num_shared_ids = shared_id_prefixes(self.hash_ids, self.prompt_len, self.hash_block_size)
 
@@ -402,6 +408,10 @@ class Engine:
             if isinstance(kv_connector, PDConnector):
                 kv_connector.kv = self.kv  # a prefill leg's blocks are freed when its send is done
         self.scheduler = Scheduler(config, self.kv, mml, fast, kv_connector)
+        if spec is not None and t.spec_accept_rate is not None:  # the trace's own acceptance
+            self.scheduler.acceptance = AcceptanceModel(
+                spec.rates(), spec.acceptance_seed, t.spec_accept_rate
+            )
         self.check_invariants = check_invariants
         self.rec = Recorder(t.n)
         if record_token_times:

@@ -27,25 +27,49 @@ from servesim.errors import ConfigError
 
 SpecMethod = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
 
-#: Per-position conditional acceptance rates by method (position 1 first), used when the config
-#: gives none. Sources (see docs/perf.md, "Speculative decoding"):
-#: * eagle3: EAGLE-3 paper (Li et al., 2025, arXiv:2503.01840), LLaMA-3.1-8B, MT-bench, chain
-#:   drafts: average acceptance length ~6.1 at depth 7 (tree); a chain of k = 3 keeps ~3.0-3.3
-#:   tokens/step, i.e. conditional rates near 0.8 decaying slowly.
-#: * eagle: EAGLE-1/2 papers (arXiv:2401.15077, 2406.16858): acceptance length ~3.6-4.0 at depth 5
-#:   on MT-bench (LLaMA2-chat 7B); conditional rates ~0.75 falling to ~0.6.
-#: * mtp: DeepSeek-V3 technical report (arXiv:2412.19437 sec. 5.4.3): the second token is accepted
-#:   85-90 % of the time (one MTP module); further positions reuse the module and decay.
-#: * ngram: prompt lookup; vLLM's own measurements (blog "Spec decode in vLLM", 2024) show
-#:   strong gains only on input-grounded tasks; a ~0.5 first-position rate is typical for chat.
-#: * draft_model: a small same-family draft (e.g. Llama-3.2-1B for 8B), ~0.7 per position.
-#: These are presets, not measurements of your model: give ``acceptance_rates`` for your own.
+#: Per-position conditional acceptance rates by method (position 1 first), used when neither the
+#: config (``acceptance_rates``) nor the trace (``spec_accept_rate``) gives them. Each preset is
+#: checked against the published figure in ``ACCEPTANCE_SOURCES``; the figure it reproduces is the
+#: mean acceptance length (tokens per verifying step, 1 + accepted drafts) at the stated k, or
+#: the first-position rate. These are presets, not measurements of your model: give your own.
 ACCEPTANCE_PRESETS: dict[str, tuple[float, ...]] = {
     "eagle3": (0.80, 0.75, 0.72, 0.70, 0.68, 0.66, 0.64, 0.62),
     "eagle": (0.75, 0.70, 0.65, 0.62, 0.60, 0.58, 0.56, 0.54),
     "mtp": (0.88, 0.80, 0.75, 0.70, 0.66, 0.62, 0.58, 0.55),
     "ngram": (0.50, 0.45, 0.40, 0.36, 0.33, 0.30, 0.28, 0.26),
     "draft_model": (0.72, 0.68, 0.65, 0.62, 0.60, 0.58, 0.56, 0.54),
+}
+
+#: Where each preset comes from, and what it reproduces (docs/perf.md, "Acceptance presets").
+ACCEPTANCE_SOURCES: dict[str, str] = {
+    "eagle3": (
+        "EAGLE-3 (Li et al., arXiv:2503.01840): LLaMA-3.1-8B-Instruct on MT-bench; in SGLang on one "
+        "H100 158.34 -> 373.25 tok/s at batch 1 (2.36x) and 1.38x throughput at batch 64. The paper's "
+        "acceptance lengths (~6 tokens) are for tree drafts of depth 8; for vLLM's chain the preset "
+        "gives 2.83 tokens/step at k = 3 and 3.34 at k = 5, which reproduces the batch-1 speed-up "
+        "within 5 % on servesim's roofline (benchmarks/spec_decode.py --validate)"
+    ),
+    "eagle": (
+        "EAGLE (Li et al., arXiv:2401.15077) reports a first-draft acceptance rate (0-alpha) of "
+        "~0.75-0.8 on MT-bench for 7B chat models, falling with depth; EAGLE-2 (arXiv:2406.16858) "
+        "~1.4x faster than EAGLE-1 with dynamic trees. Preset: 0.75 first, 2.62 tokens/step at k = 3"
+    ),
+    "mtp": (
+        "DeepSeek-V3 technical report (arXiv:2412.19437, sec. 5.4.3): the second token of its one "
+        "MTP module is accepted 85-90 % of the time, 1.8x tokens/s. Preset: 0.88 first (inside "
+        "85-90 %), 1.88 tokens/step at k = 1 (DeepSeek: 1.8x tokens/s); later positions reuse the "
+        "module (vLLM) and decay, a servesim extrapolation"
+    ),
+    "ngram": (
+        "vLLM docs (features/speculative_decoding, n-gram): prompt lookup gives modest speed-ups "
+        "except on input-grounded tasks (summarisation, code edits); no per-position figure is "
+        "published. Preset: 0.5 first, 1.81 tokens/step at k = 3, a chat-like guess, not a measurement"
+    ),
+    "draft_model": (
+        "vLLM PR #24322 (draft_model method) measures acceptance lengths for same-family drafts "
+        "(e.g. Qwen3-1.7B for Qwen3-32B, k = 3) on MT-bench without a per-position table. Preset: "
+        "0.72 first, 2.53 tokens/step at k = 3, a small same-family draft; not a measurement"
+    ),
 }
 
 MAX_SPEC_TOKENS = 16
@@ -150,19 +174,29 @@ class AcceptanceModel:
     """How many of ``n`` drafts the target accepts: position i with ``rates[i]`` given i-1 were.
 
     Draws come from a generator seeded by (seed, request index, verification number), so they
-    do not depend on batch composition or on which other requests ran."""
+    do not depend on batch composition or on which other requests ran. ``per_request`` (by trace
+    position, the trace's ``spec_accept_rate`` column) overrides the rates of the requests that
+    have one with that rate at every position; NaN rows, and requests past its end, keep ``rates``."""
 
-    __slots__ = ("rates", "seed")
+    __slots__ = ("per_request", "rates", "seed")
 
-    def __init__(self, rates: tuple[float, ...], seed: int) -> None:
+    def __init__(self, rates: tuple[float, ...], seed: int, per_request: list[float] | None = None) -> None:
         self.rates = rates
         self.seed = seed
+        self.per_request = per_request
 
     def accepted(self, r: Request, n: int) -> int:
         """Drafts accepted of ``n`` at ``r``'s next verification."""
         rng = random.Random((self.seed << 48) ^ (r.idx << 20) ^ r.spec_verifications)
-        rates = self.rates
         a = 0
+        pr = self.per_request
+        if pr is not None and r.idx < len(pr):
+            p = pr[r.idx]
+            if p == p:  # not NaN: the request's own rate at every position
+                while a < n and rng.random() < p:
+                    a += 1
+                return a
+        rates = self.rates
         while a < n and rng.random() < rates[a if a < len(rates) else -1]:
             a += 1
         return a

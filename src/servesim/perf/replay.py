@@ -83,6 +83,7 @@ def _trace(rs: RequestSet, send: np.ndarray) -> Trace:
             "prefix_group": pd.Series(rs.prefix_group, dtype=object),
             "prefix_len": rs.prefix_len.astype(np.int64),
             "hash_ids": pd.Series([None] * n, dtype=object),
+            "spec_accept_rate": np.full(n, np.nan),
         }
     )
     order = np.argsort(df["arrival_time_s"].to_numpy(), kind="stable")

@@ -89,13 +89,15 @@ NATIVE = Layout(
         "prefix_group",
         "prefix_len",
         "hash_ids",
+        "spec_accept_rate",
     ),
     names={c: c for c in COLUMNS},
     text_columns=("req_id", "tenant", "prefix_group", "hash_ids"),
     convert=_convert_native,
     help=(
         "req_id (filled with row numbers when the column is absent), arrival_time_s, prompt_len, "
-        "output_len; optional: priority, tenant, sla_ttft_ms, sla_e2e_ms, prefix_group, prefix_len, hash_ids"
+        "output_len; optional: priority, tenant, sla_ttft_ms, sla_e2e_ms, prefix_group, prefix_len, "
+        "hash_ids, spec_accept_rate"
     ),
 )
 

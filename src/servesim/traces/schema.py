@@ -30,6 +30,7 @@ COLUMNS: tuple[str, ...] = (
     "prefix_group",
     "prefix_len",
     "hash_ids",
+    "spec_accept_rate",
 )
 
 TraceFormat = Literal[
@@ -69,6 +70,14 @@ class RequestRecord(BaseModel):
     prefix_group: str | None = Field(None, description="Shared-prefix group name.")
     prefix_len: int = Field(0, ge=0, description="Tokens shared with the prefix group (<= prompt_len).")
     hash_ids: list[int] | None = Field(None, description="Content id per hash block of the prompt.")
+    spec_accept_rate: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Speculative decoding: the request's per-position draft acceptance rate (each "
+        "draft accepted with this probability given the one before it was); none: the method's model.",
+    )
 
     @model_validator(mode="after")
     def _check_prefix(self) -> RequestRecord:
@@ -122,6 +131,7 @@ def _empty_frame() -> pd.DataFrame:
             "prefix_group": pd.Series([], dtype=object),
             "prefix_len": pd.Series([], dtype="int64"),
             "hash_ids": pd.Series([], dtype=object),
+            "spec_accept_rate": pd.Series([], dtype="float64"),
         }
     )
 
@@ -132,7 +142,8 @@ class Trace:
     ``df`` has exactly the columns of ``COLUMNS`` with these dtypes: ``req_id``/``tenant``/
     ``prefix_group`` object (str or None), ``arrival_time_s``/``sla_*`` float64 (NaN = none),
     ``prompt_len``/``output_len``/``priority``/``prefix_len`` int64, ``hash_ids`` object (list of
-    int or None). Rows are sorted by arrival (stable), ``req_id`` is unique, the index is 0..n-1.
+    int or None), ``spec_accept_rate`` float64 (NaN = none). Rows are sorted by arrival (stable),
+    ``req_id`` is unique, the index is 0..n-1.
     """
 
     __slots__ = ("df", "provenance")
@@ -200,6 +211,10 @@ class Trace:
                 "prefix_group": pd.Series([r.prefix_group for r in recs], dtype=object),
                 "prefix_len": np.array([r.prefix_len for r in recs], dtype=np.int64),
                 "hash_ids": pd.Series([r.hash_ids for r in recs], dtype=object),
+                "spec_accept_rate": np.array(
+                    [np.nan if r.spec_accept_rate is None else r.spec_accept_rate for r in recs],
+                    dtype=np.float64,
+                ),
             }
         )
         order = np.argsort(df["arrival_time_s"].to_numpy(), kind="stable")
@@ -243,4 +258,5 @@ def _record_from_row(row: Mapping[Any, Any]) -> RequestRecord:
         prefix_group=None if row["prefix_group"] is None else str(row["prefix_group"]),
         prefix_len=int(row["prefix_len"]),
         hash_ids=None if ids is None else [int(h) for h in ids],
+        spec_accept_rate=_opt_float(row["spec_accept_rate"]),
     )

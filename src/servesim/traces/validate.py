@@ -403,6 +403,22 @@ def validate_chunk(
         )
     if "hash_ids" in columns:
         out["hash_ids"] = _hash_ids_column(chk, columns["hash_ids"], "hash_ids")
+    if "spec_accept_rate" in columns:
+        rate = _float_column(
+            chk,
+            columns["spec_accept_rate"],
+            "spec_accept_rate",
+            what="acceptance rate",
+            positive=False,
+            required=False,
+        )
+        with np.errstate(invalid="ignore"):
+            chk.flag(
+                rate > 1.0,
+                "spec_accept_rate",
+                lambda i: f"acceptance rate above 1 ({float(rate[i])!r}); give a probability in [0, 1]",
+            )
+        out["spec_accept_rate"] = rate
     _cross_checks(chk, out, hash_block_size)
 
     good = ~chk.bad

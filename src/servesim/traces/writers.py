@@ -89,8 +89,18 @@ def _open_out(path: Path, compress: bool) -> Iterator[IO[str]]:
             yield f
 
 
+#: Optional columns a writer leaves out when no row has a value, so that a trace without them
+#: writes the same file as before they existed (the reader fills the same default).
+_OMIT_WHEN_EMPTY = ("spec_accept_rate",)
+
+
+def _written_columns(trace: Trace) -> list[str]:
+    df = trace.df
+    return [c for c in COLUMNS if c not in _OMIT_WHEN_EMPTY or bool(df[c].notna().any())]
+
+
 def _write_csv(trace: Trace, f: IO[str]) -> None:
-    df = trace.df.copy()
+    df = trace.df[_written_columns(trace)].copy()
     df["hash_ids"] = [None if h is None else json.dumps(list(h)) for h in df["hash_ids"].tolist()]
     # A lone CR inside a text field is only quoted when CR is part of the line terminator.
     has_cr = any(_contains(df[c], "\r") for c in _TEXT_COLUMNS)
@@ -144,6 +154,7 @@ _ARROW_SCHEMA = pa.schema(
         ("prefix_group", pa.string()),
         ("prefix_len", pa.int64()),
         ("hash_ids", pa.list_(pa.int64())),
+        ("spec_accept_rate", pa.float64()),
     ]
 )
 
@@ -151,7 +162,9 @@ _ARROW_SCHEMA = pa.schema(
 def _write_parquet(trace: Trace, path: Path) -> None:
     df = trace.df
     arrays = []
-    for fld in _ARROW_SCHEMA:
+    keep = set(_written_columns(trace))
+    schema = pa.schema([fld for fld in _ARROW_SCHEMA if fld.name in keep])
+    for fld in schema:
         values = df[fld.name]
         if pa.types.is_floating(fld.type) and fld.name != "arrival_time_s":
             arr = values.to_numpy(dtype=np.float64)
@@ -165,5 +178,5 @@ def _write_parquet(trace: Trace, path: Path) -> None:
     meta = {
         PARQUET_META_KEY: json.dumps({"hash_block_size": trace.hash_block_size, "format_version": 1}).encode()
     }
-    table = pa.Table.from_arrays(arrays, schema=_ARROW_SCHEMA.with_metadata(meta))
+    table = pa.Table.from_arrays(arrays, schema=schema.with_metadata(meta))
     pq.write_table(table, path)

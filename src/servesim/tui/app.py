@@ -35,6 +35,8 @@ from servesim.tui.widgets import (
     QueueTable,
     ReplicaStrip,
     SlotTable,
+    SpecSpark,
+    SpecTile,
     Throughput,
     ThroughputSpark,
 )
@@ -93,6 +95,10 @@ class DashboardApp(App[None]):
         self.injected: list[FailureEvent] = []
         self.spark: deque[float] = deque(maxlen=120)
         self._spark_t = -1.0
+        # Speculative decoding: tokens per verifying step, sampled with the throughput.
+        self.spec_spark: deque[float] = deque(maxlen=120)
+        self._spec_last: tuple[int, int] = (0, 0)
+        self.spec_recent: float | None = None
         self.snap: RunSnapshot | None = None
         self._last = 0.0
         self.renders = 0
@@ -119,6 +125,9 @@ class DashboardApp(App[None]):
                 yield LatencyGauges(id="latency")
                 yield Throughput(id="tput")
                 yield ThroughputSpark([], id="spark")
+                if self.spec.config.speculative_config is not None:
+                    yield SpecTile(id="spec")
+                    yield SpecSpark([], id="specspark")
         with Horizontal(id="bottom"):
             yield QueueTable(id="queue")
             yield EventLog(id="events")
@@ -177,6 +186,13 @@ class DashboardApp(App[None]):
         if self.clock > self._spark_t:
             self.spark.append(snap.total_tokens_per_s)
             self._spark_t = self.clock
+            totals = self.live.speculation_totals()
+            if totals is not None:
+                acc, ver = totals[0] - self._spec_last[0], totals[1] - self._spec_last[1]
+                if ver > 0:  # 1 + accepted drafts per verification since the last sample
+                    self.spec_recent = 1.0 + acc / ver
+                    self.spec_spark.append(self.spec_recent)
+                self._spec_last = totals
 
     # ------------------------------------------------------------------ rendering
     def refresh_view(self) -> None:
@@ -220,6 +236,12 @@ class DashboardApp(App[None]):
         self.main.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
         self.main.query_one("#tput", Throughput).show(snap)
         self.main.query_one("#spark", ThroughputSpark).data = list(self.spark)
+        sc = self.spec.config.speculative_config
+        if sc is not None:
+            totals = self.live.speculation_totals()
+            overall = 1.0 + totals[0] / totals[1] if totals and totals[1] else None
+            self.main.query_one("#spec", SpecTile).show(sc.num_speculative_tokens, self.spec_recent, overall)
+            self.main.query_one("#specspark", SpecSpark).data = list(self.spec_spark)
         events = run.events()
         log = self.main.query_one("#events", EventLog)
         log.add(events, replicated=self.spec.is_cluster)
@@ -342,6 +364,8 @@ class DashboardApp(App[None]):
         self.spec, self.live, self.injected = spec, run, []
         self.clock, self._spark_t = 0.0, -1.0
         self.spark.clear()
+        self.spec_spark.clear()
+        self._spec_last, self.spec_recent = (0, 0), None
         log = self.main.query_one("#events", EventLog)
         what = ", ".join(f"{k} {v}" for k, v in flags.items())
         line = f"{t:7.2f}s restarted with {what}"

@@ -360,6 +360,23 @@ class ThroughputSpark(Sparkline):
     pass
 
 
+class SpecTile(Static):
+    """Speculative decoding: tokens per verifying step (1 + accepted drafts) since the last
+    sample, and over the run so far; the sparkline below shows the recent history."""
+
+    def show(self, k: int, recent: float | None, overall: float | None) -> None:
+        t = Text("spec ", style="bold")
+        t.append(f"k={k} ")
+        t.append("tok/step ")
+        t.append("-" if recent is None else f"{recent:.2f}", style="bold")
+        t.append(f" (run {'-' if overall is None else f'{overall:.2f}'})", style="dim")
+        self.update(t)
+
+
+class SpecSpark(Sparkline):
+    """Accepted tokens per step over time (tokens per verifying step, 1 = nothing accepted)."""
+
+
 class ReplicaStrip(Static):
     """One line per cluster: each replica's state, the one shown in the panels marked."""
 

@@ -53,6 +53,8 @@ def flag_name(knob: str) -> str:
         return "replicas"
     if knob == "queue_timeout_s":
         return "gateway queue timeout"
+    if knob == "num_speculative_tokens":
+        return "--speculative-config num_speculative_tokens"
     return "--" + knob.replace("_", "-")
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from servesim.tuning.space import KNOBS
+from servesim.tuning.space import KNOBS, knob_value
 from servesim.tuning.uncertainty import sigma_ln
 
 METRICS = ("ttft", "tpot", "e2e")
@@ -83,7 +83,7 @@ def pressure_clearly_lower(
 
 def changed_knobs(values: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
     """The searched knobs whose value differs from the baseline's, in ``KNOBS`` order."""
-    return [k for k in KNOBS if values.get(k) != baseline.get(k)]
+    return [k for k in KNOBS if knob_value(values, k) != knob_value(baseline, k)]
 
 
 class Candidate(BaseModel):

@@ -13,13 +13,15 @@ names as keys, vLLM's own spellings; see ``docs/vllm-scheduling.md`` §1).
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from servesim.engine.config import EngineConfig
+from servesim.engine.speculative import MAX_SPEC_TOKENS, SpeculativeConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
 from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_TP
@@ -55,9 +57,32 @@ class Deployment(BaseModel):
         description="vLLM --kv-offloading-size: GiB of host memory for the CPU KV tier, summed over "
         "TP ranks (--kv-offloading-backend native); None = no CPU tier.",
     )
+    num_speculative_tokens: int = Field(
+        0,
+        ge=0,
+        le=MAX_SPEC_TOKENS,
+        description="Speculative decoding's k (vLLM --speculative-config num_speculative_tokens); "
+        "0 = off. The method and acceptance come from speculative_config.",
+    )
+    speculative_config: SpeculativeConfig | None = Field(
+        None,
+        description="vLLM --speculative-config (method, acceptance, draft cost); not searched: "
+        "num_speculative_tokens replaces its k, 0 turns it off.",
+    )
     # Passed through to the engine unchanged (vLLM defaults); not searched.
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
+
+    @model_serializer(mode="wrap")
+    def _drop_speculation_when_off(self, handler: Any) -> Any:
+        """A deployment without speculation keeps its document byte for byte (no k, no config)."""
+        d = handler(self)
+        if isinstance(d, dict):
+            if d.get("num_speculative_tokens", 1) == 0:
+                del d["num_speculative_tokens"]
+            if "speculative_config" in d and d["speculative_config"] is None:
+                del d["speculative_config"]
+        return d
 
     @model_validator(mode="after")
     def _vllm_rules(self) -> Deployment:
@@ -86,7 +111,16 @@ class Deployment(BaseModel):
             "scheduler_reserve_full_isl": self.scheduler_reserve_full_isl,
             "queue_timeout_s": self.queue_timeout_s,
             "kv_offloading_size": self.kv_offloading_size,
+            **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
         }
+
+    def speculative(self) -> SpeculativeConfig | None:
+        """The engine's speculative config: ``speculative_config`` with this deployment's k, or
+        None when k is 0 (off)."""
+        k = self.num_speculative_tokens
+        if not k or self.speculative_config is None:
+            return None
+        return self.speculative_config.model_copy(update={"num_speculative_tokens": k})
 
     def spec(self, hardware: Hardware) -> DeploymentSpec:
         """This deployment as a ``DeploymentSpec`` on ``hardware`` (its model, GPU and profile)."""
@@ -131,6 +165,8 @@ class Deployment(BaseModel):
             watermark=config.watermark,
             scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
             kv_offloading_size=config.kv_offloading_size,
+            num_speculative_tokens=sc.num_speculative_tokens if (sc := config.speculative_config) else 0,
+            speculative_config=config.speculative_config,
         )
 
     @classmethod
@@ -168,6 +204,12 @@ class Deployment(BaseModel):
             args.append(("scheduling-policy", self.policy))
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
+        sc = self.speculative()
+        if sc is not None:  # vLLM's JSON keys only (servesim's acceptance inputs are not flags)
+            keys = sc.model_dump(
+                include={"method", "num_speculative_tokens", "draft_tensor_parallel_size", "model"}
+            )
+            args.append(("speculative-config", json.dumps({k: v for k, v in keys.items() if v is not None})))
         return args
 
     def vllm_serve_command(self, model: str) -> str:
@@ -253,6 +295,14 @@ def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
                 f"long_prefill_token_threshold {d.long_prefill_token_threshold} with chunked prefill off: "
                 "vLLM applies the cap before the chunking check and so splits long prompts anyway, "
                 "contradicting --no-enable-chunked-prefill; set it to 0 or enable chunked prefill",
+            )
+        )
+    if d.num_speculative_tokens and d.speculative_config is None:
+        out.append(
+            (
+                "speculation_without_method",
+                f"num_speculative_tokens {d.num_speculative_tokens} needs a speculative config (its "
+                "method and acceptance): give --speculative-config, or speculative-config in --config",
             )
         )
     return out

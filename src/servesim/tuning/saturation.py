@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from servesim.errors import InputError
 from servesim.tuning.deployment import Deployment, resolve_deployment
@@ -74,6 +74,50 @@ class SaturationReport(BaseModel):
     points: list[RatePoint] = Field(description="Every rate evaluated, by rate.")
     num_simulations: int
     notes: list[str] = Field(default_factory=list)
+    speculation: SpeculationComparison | None = Field(
+        None,
+        description="With speculative decoding on: the same deployment with it off, rate by rate, "
+        "and where speculation stops paying; left out when the deployment does not speculate.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_speculation(self, handler: Any) -> Any:
+        """A deployment without speculation keeps its document byte for byte (no ``speculation``)."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("speculation", 0) is None:
+            del d["speculation"]
+        return d
+
+
+class SpeculationComparison(BaseModel):
+    """Speculation on against off on the same rates: TPOT, goodput, and the crossover load."""
+
+    method: str
+    num_speculative_tokens: int
+    mean_acceptance_length: float | None = Field(
+        None,
+        description="Expected tokens per verifying step (1 + accepted drafts) under the config's "
+        "acceptance rates (a trace's spec_accept_rate column overrides them per request).",
+    )
+    rates_rps: list[float] = Field(description="The rates both deployments ran at, ascending.")
+    tpot_p50_on_ms: list[float] = Field(description="TPOT p50 with speculation (mean over seeds).")
+    tpot_p50_off_ms: list[float] = Field(description="TPOT p50 without it (mean over seeds).")
+    goodput_on_rps: list[float]
+    goodput_off_rps: list[float]
+    off_goodput_knee_rps: float | None = Field(description="The SLO knee with speculation off.")
+    off_saturation_rps: float | None = Field(description="The saturation rate with speculation off.")
+    crossover_rps: float | None = Field(
+        description="The lowest rate compared at which speculation's TPOT p50 is no better than off's "
+        "(None: it pays at every rate compared)."
+    )
+    pays_up_to_rps: float | None = Field(
+        description="The highest rate below the crossover (every compared rate when it always pays); "
+        "None when it pays at none."
+    )
+    num_simulations: int = Field(description="Simulations of the off deployment and the extra rates.")
+
+
+SaturationReport.model_rebuild()
 
 
 class RateSearch:
@@ -191,8 +235,11 @@ def find_saturation(
     n_jobs: int = 2,
     address: str | None = None,
     progress: Progress | None = None,
+    compare_off: bool = True,
 ) -> SaturationReport:
-    """Search the goodput knee (with an SLO) and the saturation rate of ``deployment``."""
+    """Search the goodput knee (with an SLO) and the saturation rate of ``deployment``. With
+    speculative decoding on and ``compare_off``, the same search runs with it off, both run at
+    every rate either evaluated, and ``speculation`` says where speculation stops paying."""
     st = settings or SaturationSettings()
     ev = eval_settings or EvalSettings()
     config, res = resolve_deployment(deployment, hardware)  # fail early, with the reason
@@ -200,16 +247,71 @@ def find_saturation(
     if ref is None:
         raise InputError(f"{workload.name} has no arrival rate: give a target rate")
     ctx = EvalContext(workload, hardware, slo, ev)
-    if not isinstance(executor, str):
-        search = RateSearch(workload, deployment, hardware, slo, st, ev, executor, ref, progress)
-        return _search(
-            search, workload, deployment, hardware, slo, st, target_rate, config.num_gpu_blocks, res
-        )
-    with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
+
+    def run(ex: Executor) -> SaturationReport:
         search = RateSearch(workload, deployment, hardware, slo, st, ev, ex, ref, progress)
-        return _search(
+        rep = _search(
             search, workload, deployment, hardware, slo, st, target_rate, config.num_gpu_blocks, res
         )
+        sc = deployment.speculative()
+        if sc is None or not compare_off:
+            return rep
+        off_dep = deployment.model_copy(update={"num_speculative_tokens": 0})
+        off = RateSearch(workload, off_dep, hardware, slo, st, ev, ex, ref, progress)
+        off_rep = _search(off, workload, off_dep, hardware, slo, st, target_rate, config.num_gpu_blocks, res)
+        before = search.simulations
+        ks = sorted(set(search.points) | set(off.points))
+        on_points = [search.point(k) for k in ks]
+        off_points = [off.point(k) for k in ks]
+        cmp = _compare(sc.method, sc.num_speculative_tokens, on_points, off_points, off_rep)
+        cmp = cmp.model_copy(
+            update={
+                "num_simulations": off.simulations + search.simulations - before,
+                "mean_acceptance_length": 1.0 + sc.mean_accepted(),
+            }
+        )
+        return rep.model_copy(
+            update={
+                "points": [search.points[k] for k in sorted(search.points)],
+                "num_simulations": search.simulations,
+                "speculation": cmp,
+            }
+        )
+
+    if not isinstance(executor, str):
+        return run(executor)
+    with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
+        return run(ex)
+
+
+def _compare(
+    method: str,
+    k: int,
+    on: Sequence[RatePoint],
+    off: Sequence[RatePoint],
+    off_rep: SaturationReport,
+) -> SpeculationComparison:
+    """Rate by rate: the crossover is the lowest rate whose TPOT p50 with speculation is no lower
+    than without (speculation's extra verification work outweighs its extra tokens per step)."""
+    rates = [p.rate_rps for p in on]
+    t_on = [p.tpot_ms.p50.mean for p in on]
+    t_off = [p.tpot_ms.p50.mean for p in off]
+    cross = next((i for i, (a, b) in enumerate(zip(t_on, t_off, strict=True)) if a >= b), None)
+    pays = rates[-1] if cross is None else (rates[cross - 1] if cross > 0 else None)
+    return SpeculationComparison(
+        method=method,
+        num_speculative_tokens=k,
+        rates_rps=rates,
+        tpot_p50_on_ms=t_on,
+        tpot_p50_off_ms=t_off,
+        goodput_on_rps=[p.goodput_rps.mean for p in on],
+        goodput_off_rps=[p.goodput_rps.mean for p in off],
+        off_goodput_knee_rps=off_rep.goodput_knee_rps,
+        off_saturation_rps=off_rep.saturation_rps,
+        crossover_rps=None if cross is None else rates[cross],
+        pays_up_to_rps=pays,
+        num_simulations=0,
+    )
 
 
 def _search(

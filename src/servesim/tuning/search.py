@@ -64,7 +64,7 @@ from servesim.tuning.jobs import (
     plan_trial,
 )
 from servesim.tuning.slo import PercentileSLO
-from servesim.tuning.space import KNOBS, SearchSpace
+from servesim.tuning.space import KNOBS, OFF_WHEN_ABSENT, SearchSpace, present_knobs
 from servesim.tuning.workload import Workload
 
 Progress = Callable[[int, int], None]
@@ -221,11 +221,33 @@ def study_fingerprint(
         "workload": workload.describe(),
         "hardware": hardware.describe(),
         "slo": slo.model_dump(mode="json") if slo else None,
-        "space": space.model_dump(mode="json"),
+        "space": space.model_dump(mode="json", exclude=_off_knobs(space)),
         "trial": spec.model_dump(mode="json"),
         "settings": settings.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _off_knobs(space: SearchSpace) -> set[str]:
+    """Knobs at their 'off' default, left out of a study's fingerprint: a study that does not
+    search speculation keeps the name it had before the knob existed."""
+    return {"num_speculative_tokens"} if space.num_speculative_tokens.choices == [0] else set()
+
+
+def check_speculation(space: SearchSpace, fixed: dict[str, Any] | None, base: Deployment) -> None:
+    """A space that searches ``num_speculative_tokens`` > 0 needs the method and acceptance
+    (``speculative_config`` among the fixed fields, or the baseline's): say so up front."""
+    knob = space.num_speculative_tokens
+    values = knob.choices if knob.choices is not None else [knob.low, knob.high]
+    if (
+        any(v for v in values)
+        and (fixed or {}).get("speculative_config") is None
+        and base.speculative_config is None
+    ):
+        raise InputError(
+            "--space num_speculative_tokens searches speculative decoding: give its method and acceptance "
+            'with --speculative-config (e.g. \'{"method": "eagle3", "num_speculative_tokens": 3}\')'
+        )
 
 
 def rdb_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
@@ -418,6 +440,7 @@ def tune(
     mml = int(spec.fixed["max_model_len"])
     base = baseline or vllm_default_deployment(hardware, mml, **(fixed or {}))
     sp = (space or SearchSpace()).effective(hardware).including(knob_values(base, hardware))
+    check_speculation(sp, fixed, base)
     fp = study_fingerprint(workload, hardware, slo, sp, spec, ev)
     name = study_name or f"servesim-tune-{fp}"
     ctx = EvalContext(workload, hardware, slo, ev)
@@ -451,7 +474,7 @@ def knob_values(d: Deployment, hardware: Hardware) -> dict[str, Any]:
         v["tensor_parallel_size"] = hardware.default_tensor_parallel_size
     if "gpu_memory_utilization" not in hardware.varies:
         v["gpu_memory_utilization"] = hardware.default_gpu_memory_utilization
-    return v
+    return present_knobs(v)
 
 
 def cheapest_candidates(sp: SearchSpace, base: dict[str, Any], mml: int) -> list[tuple[str, dict[str, Any]]]:
@@ -604,12 +627,17 @@ def fewest_changes(
     return choose(cands, base, baseline.number if baseline is not None else None, model_tolerance())
 
 
+def _knobs(params: dict[str, Any]) -> dict[str, Any]:
+    """The knobs of ``params``, speculation's k left out when off (0 or absent: the same)."""
+    return present_knobs({k: params.get(k) for k in KNOBS if k in params or k not in OFF_WHEN_ABSENT})
+
+
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in KNOBS)
+    return _knobs(a) == _knobs(b)
 
 
 def _key(params: dict[str, Any]) -> str:
-    return json.dumps({k: params.get(k) for k in KNOBS}, sort_keys=True, default=str)
+    return json.dumps(_knobs(params), sort_keys=True, default=str)
 
 
 def _run_trials(

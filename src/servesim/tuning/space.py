@@ -14,6 +14,7 @@ Defaults (an 8B-class model on 80 GB GPUs; override for yours)::
     replicas                      1..4
     queue_timeout_s               none, 10, 60
     kv_offloading_size            none                        (GiB of host memory; not searched)
+    num_speculative_tokens        0                           (speculative decoding's k; 0 = off)
 
 A knob the hardware context does not model (TP and memory share with ``FixedHardware``) is fixed
 at the context's value. On the command line: ``--space max_num_seqs=64,128,256``,
@@ -24,6 +25,9 @@ at the context's value. On the command line: ``--space max_num_seqs=64,128,256``
 by default, so a default space is the space it was before the knob existed (same trials, same
 fingerprint); with it, a trial's host memory is bounded by ``perf.offload.host_memory_gib``
 and priced in the plan at ``perf.offload.HOST_MEMORY_USD_PER_GIB_HOUR``.
+``--space num_speculative_tokens=0,1,2,3,4`` searches speculative decoding's k (0 = off) with the
+method and acceptance of ``--speculative-config`` (or of ``--config``); off by default, with the
+same fingerprint as before the knob.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ KNOBS: dict[str, str] = {
     "replicas": "int",
     "queue_timeout_s": "optional_float",
     "kv_offloading_size": "optional_float",
+    "num_speculative_tokens": "int",
 }
 
 
@@ -102,6 +107,21 @@ class Knob(BaseModel):
         return text + (" (log)" if self.log else "")
 
 
+#: Knobs whose 'off' value is left out of a deployment's parameters (so that a study that does not
+#: search them records the parameters it did before they existed), with that value.
+OFF_WHEN_ABSENT: dict[str, Value] = {"num_speculative_tokens": 0}
+
+
+def knob_value(values: dict[str, Any], name: str) -> Any:
+    """``values[name]``, or the knob's 'off' value when it is left out (``OFF_WHEN_ABSENT``)."""
+    return values.get(name, OFF_WHEN_ABSENT.get(name))
+
+
+def present_knobs(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the knobs at their 'off' value (``OFF_WHEN_ABSENT``)."""
+    return {k: v for k, v in values.items() if k not in OFF_WHEN_ABSENT or v != OFF_WHEN_ABSENT[k]}
+
+
 def _c(*values: Value) -> Knob:
     return Knob(choices=list(values))
 
@@ -122,6 +142,7 @@ class SearchSpace(BaseModel):
     replicas: Knob = Field(default_factory=lambda: Knob(low=1, high=4))
     queue_timeout_s: Knob = Field(default_factory=lambda: _c(None, 10.0, 60.0))
     kv_offloading_size: Knob = Field(default_factory=lambda: _c(None))
+    num_speculative_tokens: Knob = Field(default_factory=lambda: _c(0))
 
     @model_validator(mode="after")
     def _types(self) -> SearchSpace:
@@ -205,7 +226,10 @@ class SearchSpace(BaseModel):
             draw("replicas", sp.replicas)
         draw("queue_timeout_s", sp.queue_timeout_s)
         draw("kv_offloading_size", sp.kv_offloading_size)
-        return {name: p[name] for name in KNOBS}
+        draw("num_speculative_tokens", sp.num_speculative_tokens)
+        # k = 0 (off) is left out of the parameters, so that a study without speculation records
+        # the parameters it did before the knob existed (a missing k is the deployment's 0).
+        return present_knobs({name: p[name] for name in KNOBS})
 
     def grid(self, max_model_len: int | None = None, max_gpus: int | None = None) -> list[dict[str, Any]]:
         """Every valid deployment of a discrete space, in a fixed order (``ValueError`` when a
@@ -270,6 +294,7 @@ class SearchSpace(BaseModel):
             "gpu_memory_utilization",
             "queue_timeout_s",
             "kv_offloading_size",
+            "num_speculative_tokens",
         ):
             total *= len(v[n])
         return total
@@ -279,9 +304,9 @@ class SearchSpace(BaseModel):
         configuration is always a point of the search."""
         upd: dict[str, Knob] = {}
         for name in KNOBS:
-            if name not in values:
+            if name not in values and name not in OFF_WHEN_ABSENT:
                 continue
-            v = values[name]
+            v = knob_value(values, name)
             knob: Knob = getattr(self, name)
             if knob.choices is not None:
                 if v not in knob.choices:
@@ -307,10 +332,15 @@ class SearchSpace(BaseModel):
         data = self.model_dump(mode="json")
         if self.kv_offloading_size == _c(None):  # off: the fingerprint of the space before the knob
             del data["kv_offloading_size"]
+        if self.num_speculative_tokens == _c(0):  # off: likewise
+            del data["num_speculative_tokens"]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, str]:
-        return {name: getattr(self, name).describe() for name in KNOBS}
+        out = {name: getattr(self, name).describe() for name in KNOBS}
+        if self.num_speculative_tokens == _c(0):  # off: described as before the knob existed
+            del out["num_speculative_tokens"]
+        return out
 
 
 @functools.cache
@@ -378,7 +408,7 @@ class _FixedPick(_Pick):
 
     def __call__(self, name: str, kind: str, knob: Knob) -> Any:
         base = name.split(":")[0]
-        v = self.values[base]
+        v = self.values[base] if base not in OFF_WHEN_ABSENT else knob_value(self.values, base)
         if knob.choices is not None:
             if v not in knob.choices:
                 raise InputError(f"{base}={shown(v)} is not among the allowed values {knob.describe()}")

@@ -318,6 +318,9 @@ def _content_hash(trace: Trace) -> str:
         h.update(np.ascontiguousarray(df[col].to_numpy()).tobytes())
     h.update("\x1f".join(map(str, df["req_id"])).encode())
     h.update("\x1f".join(map(str, df["prefix_group"])).encode())
+    rate = df["spec_accept_rate"]
+    if bool(rate.notna().any()):  # hashed only when given: older traces keep their hash
+        h.update(np.ascontiguousarray(rate.to_numpy(dtype=np.float64)).tobytes())
     return h.hexdigest()[:16]
 
 

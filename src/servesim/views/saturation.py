@@ -187,6 +187,69 @@ def saturation_verdicts(rep: SaturationReport) -> list[Verdict]:
     return out
 
 
+def speculation_table(rep: SaturationReport) -> Table | None:
+    """Speculation on against off at each rate both ran (None: the deployment does not speculate)."""
+    sp = rep.speculation
+    if sp is None:
+        return None
+    cols = [
+        Column(key="rate_rps", label="rate", unit="req/s", decimals=3, help=define("offered_rps")),
+        Column(key="tpot_p50_on_ms", label="TPOT p50 on", unit="ms", help=define("tpot_ms")),
+        Column(key="tpot_p50_off_ms", label="TPOT p50 off", unit="ms", help=define("tpot_ms")),
+        Column(key="speedup", label="TPOT off/on", decimals=2, help="Above 1: speculation pays."),
+        Column(key="goodput_on_rps", label="goodput on", unit="req/s", decimals=2, help=define("goodput")),
+        Column(key="goodput_off_rps", label="goodput off", unit="req/s", decimals=2, help=define("goodput")),
+    ]
+    rows: list[list[Any]] = [
+        [r, a, b, (b / a if a > 0 else None), g_on, g_off]
+        for r, a, b, g_on, g_off in zip(
+            sp.rates_rps,
+            sp.tpot_p50_on_ms,
+            sp.tpot_p50_off_ms,
+            sp.goodput_on_rps,
+            sp.goodput_off_rps,
+            strict=True,
+        )
+    ]
+    return Table(
+        key="speculation",
+        title=f"speculative decoding ({sp.method}, k = {sp.num_speculative_tokens}) on vs off "
+        "(mean over seeds)",
+        columns=cols,
+        rows=rows,
+        notes=[
+            f"expected tokens per verifying step {sp.mean_acceptance_length:.2f}"
+            if sp.mean_acceptance_length is not None
+            else "acceptance from the trace",
+            f"off: SLO knee {_rate(sp.off_goodput_knee_rps)} req/s, "
+            f"unstable from {_rate(sp.off_saturation_rps)} req/s",
+        ],
+    )
+
+
+def speculation_verdict(rep: SaturationReport) -> Verdict | None:
+    """Where speculation stops paying: the crossover load, in words."""
+    sp = rep.speculation
+    if sp is None:
+        return None
+    what = f"{sp.method} with k = {sp.num_speculative_tokens}"
+    if sp.crossover_rps is None:
+        text = f"{what} lowers TPOT p50 at every rate compared (up to {_rate(sp.pays_up_to_rps)} req/s)"
+    elif sp.pays_up_to_rps is None:
+        text = (
+            f"{what} does not pay at any rate compared "
+            f"(TPOT p50 no lower than off from {_rate(sp.crossover_rps)} req/s)"
+        )
+    else:
+        i = sp.rates_rps.index(sp.crossover_rps)
+        text = (
+            f"{what} stops paying at {_rate(sp.crossover_rps)} req/s: "
+            f"TPOT p50 {sp.tpot_p50_on_ms[i]:,.1f} ms on vs {sp.tpot_p50_off_ms[i]:,.1f} ms off "
+            f"(it pays up to {_rate(sp.pays_up_to_rps)} req/s)"
+        )
+    return Verdict(key="speculation_crossover", label="speculation", status="info", text=text)
+
+
 def saturation_view(rep: SaturationReport) -> Section:
     """The curve as a table and as series against the arrival rate, with the two thresholds."""
     rates = [p.rate_rps for p in rep.points]
@@ -273,12 +336,37 @@ def saturation_view(rep: SaturationReport) -> Section:
             "pace with the arrivals (throughput is capped at the offered rate): the trace ends before "
             "the engine falls behind for good, too short to measure the service rate there"
         )
+    tables = [curve_table(rep)]
+    verdicts = saturation_verdicts(rep)
+    spec_table, spec_verdict = speculation_table(rep), speculation_verdict(rep)
+    if spec_table is not None and spec_verdict is not None and rep.speculation is not None:
+        sp = rep.speculation
+        tables.append(spec_table)
+        verdicts.append(spec_verdict)
+        series.append(
+            Series(
+                key="speculation_tpot_curve",
+                title="TPOT p50 with and without speculation",
+                x_label="arrival rate",
+                x_unit="req/s",
+                y_label="TPOT p50 (on)",
+                y_unit="ms",
+                x=sp.rates_rps,
+                y=sp.tpot_p50_on_ms,
+                lines=[Line(label="TPOT p50 (off)", y=sp.tpot_p50_off_ms)],
+                marks=[Mark(x=sp.crossover_rps, label=f"stops paying {sp.crossover_rps:,.3g}")]
+                if sp.crossover_rps is not None
+                else [],
+                kind="line",
+                help=define("tpot_ms"),
+            )
+        )
     return Section(
         key="saturation",
         title="saturation",
-        tables=[curve_table(rep)],
+        tables=tables,
         series=series,
-        verdicts=saturation_verdicts(rep),
+        verdicts=verdicts,
         text=text,
     )
 
@@ -290,4 +378,6 @@ __all__ = [
     "point_state",
     "saturation_verdicts",
     "saturation_view",
+    "speculation_table",
+    "speculation_verdict",
 ]

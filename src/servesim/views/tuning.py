@@ -26,6 +26,8 @@ PARAM_COLUMNS = (
     ("replicas", "replicas", "int"),
     ("queue_timeout_s", "timeout", "float"),
 )
+#: Speculative decoding's k (0 = off), shown when a study searched it.
+SPEC_COLUMN = ("num_speculative_tokens", "spec k", "int")
 
 
 def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> Table:
@@ -37,7 +39,11 @@ def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> T
         Column(key="ttft_p99_ms", label="TTFT p99", unit="ms", help=define("ttft_ms")),
         Column(key="tpot_p99_ms", label="TPOT p99", unit="ms", help=define("tpot_ms")),
     ]
-    cols += [Column(key=k, label=label, kind=kind, decimals=2) for k, label, kind in PARAM_COLUMNS]
+    params: tuple[tuple[str, str, str], ...] = PARAM_COLUMNS
+    outcomes = [by_number[n].outcome for n in numbers]
+    if any(o is not None and o.params.get("num_speculative_tokens") for o in outcomes):
+        params = (*PARAM_COLUMNS, SPEC_COLUMN)  # only a study that searched speculation shows k
+    cols += [Column(key=k, label=label, kind=kind, decimals=2) for k, label, kind in params]
     rows: list[list[Any]] = []
     for n in numbers:
         o = by_number[n].outcome
@@ -51,7 +57,7 @@ def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> T
                 o.goodput_per_gpu,
                 o.ttft_p99_ms.max if o.ttft_p99_ms else None,
                 o.tpot_p99_ms.max if o.tpot_p99_ms else None,
-                *(p.get(k) for k, _, _ in PARAM_COLUMNS),
+                *(p.get(k, 0 if k == SPEC_COLUMN[0] else None) for k, _, _ in params),
             ]
         )
     return Table(key=key, title=title, columns=cols, rows=rows)
