@@ -14,7 +14,7 @@ from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import out_option, request_slo
 from servesim.cli.engine_flags import file_settings
-from servesim.cli.pd_cmd import print_pd, run_pd
+from servesim.cli.pd_cmd import pd_failures, print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
@@ -100,8 +100,22 @@ def register(app: typer.Typer) -> None:
                     "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
                     "replace them: give one or the other"
                 )
+            pd_events = pd_failures(
+                disagg,
+                [parse_fail(x) for x in fail_at] + _failure_file(failures),
+                tr,
+                mtbf_s=mtbf_s,
+                warning_s=warning_s,
+                recover_after_s=recover_after_s,
+                seed=seed,
+            )
             res, timed = run_pd(
-                tr, disagg, gpu=gpu, step_time_ms=step_time_ms, linear_step_time=linear_step_time
+                tr,
+                disagg,
+                gpu=gpu,
+                step_time_ms=step_time_ms,
+                linear_step_time=linear_step_time,
+                failures=pd_events,
             )
             print_pd(res, disagg, f"{trace}: {len(tr):,} requests, disaggregated", timed, as_json)
             return

@@ -232,7 +232,8 @@ class PDCluster:
             self._events.append((f.time_s, 0, i, "fail", pool, k, f))
             if f.recover_after_s is not None:
                 self._events.append((f.time_s + f.recover_after_s, 1, i, "recover", pool, k, f))
-            self.run_.failures.append(PDFailure(f.node, pool, f.time_s, f.recover_after_s))
+            name = (self.p_specs if pool == "prefill" else self.d_specs)[k].name
+            self.run_.failures.append(PDFailure(name, pool, f.time_s, f.recover_after_s))
         self._events.sort(key=lambda e: e[:3])
         self._down_until: dict[tuple[str, int], float] = {}
 
@@ -392,6 +393,9 @@ class PDCluster:
         alive = self._alive("decode")
         if not alive:
             self._parked.append(d)
+            p = self.run_.prefill_of.get(d.idx)
+            if not self._decode_back_after(t) and p is not None and self._prefill_holds(d.idx, t):
+                self._conn(self.p_eng[p]).send_done(d.idx, t)  # nobody will ever read it
             return None
         k = target if target is not None else self.d_router.pick(d, self.d_views, alive)
         if remote is None:
@@ -403,6 +407,9 @@ class PDCluster:
         return self.d_specs[k].name
 
     # -- failures ----------------------------------------------------------------------------
+    def _decode_back_after(self, t: float) -> bool:
+        return any(e[3] == "recover" and e[4] == "decode" and e[0] >= t for e in self._events)
+
     def _note(self, r: Request, t: float, node: str, action: str, target: str | None, why: str = "") -> None:
         self.run_.recoveries.append(PDRecovery(r.req_id, t, node, action, target, why))
 
