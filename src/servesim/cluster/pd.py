@@ -295,6 +295,7 @@ class PDCluster:
         """The transfer of ``idx`` in flight at ``t`` is cut off (an end of it was lost)."""
         run = self.run_
         x = run.transfers.pop(idx)
+        x.start_s = min(x.start_s, t)  # cut while still queued for the link: it never started
         x.end_s, x.landed = t, False
         run.sender.pop(idx, None)
         run.receiver.pop(idx, None)
@@ -440,8 +441,11 @@ class PDCluster:
             if not conn.holds(idx, t):
                 continue  # landed already: its blocks were only waiting to be freed
             touched += 1
-            dk = run.decode_of[idx]
+            dk = run.decode_of.get(idx)
             d = run.decode_req[idx]
+            if dk is None or not self.d_alive[dk]:  # parked since its decode replica was lost: it will prefill there
+                self._note(d, t, name, "prefill-on-decode", None, "parked: no decode replica up")
+                continue
             dconn = self._conn(self.d_eng[dk])
             if idx in dconn.remote_prefill:  # not allocated yet: it prefills there instead
                 dconn.remote_prefill.discard(idx)
