@@ -67,7 +67,17 @@ def test_each_pool_has_its_own_gpu_and_tp(tmp_path: Path) -> None:
 
 
 def test_fail_a_pool_replica_reports_what_failed_and_recovered() -> None:
-    args = [*BASE, "--prefill-replicas", "2", "--decode-replicas", "2", "--fail", "decode:0@3", "--fail", "p1@4+2"]
+    args = [
+        *BASE,
+        "--prefill-replicas",
+        "2",
+        "--decode-replicas",
+        "2",
+        "--fail",
+        "decode:0@3",
+        "--fail",
+        "p1@4+2",
+    ]
     res = runner.invoke(app, [*args, "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -88,7 +98,9 @@ def test_fail_a_pool_replica_reports_what_failed_and_recovered() -> None:
 
 
 def test_fail_names_a_replica_of_a_pool() -> None:
-    res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "decode:3@1"])
+    res = runner.invoke(
+        app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "decode:3@1"]
+    )
     assert res.exit_code != 0 and "the decode pool has 1" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "n0@1"])
     assert res.exit_code != 0 and "unknown replica" in res.output

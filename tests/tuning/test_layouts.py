@@ -30,7 +30,9 @@ def test_every_layout_spends_exactly_the_budget() -> None:
     labels = {lay.label for lay in space}
     assert {"agg 4xTP1", "agg 2xTP2", "agg 1xTP4", "1P3D TP1/TP1", "2P2D TP1/TP1", "3P1D TP1/TP1"} <= labels
     assert "1P1D TP2/TP2" in labels and "2P1D TP1/TP2" in labels
-    flagged = layout_space(2, ("disagg",), tps=(1,), prefill_batched_tokens=(None, 8192), decode_max_seqs=(None,))
+    flagged = layout_space(
+        2, ("disagg",), tps=(1,), prefill_batched_tokens=(None, 8192), decode_max_seqs=(None,)
+    )
     assert [lay.prefill_config for lay in flagged] == [{}, {"max_num_batched_tokens": 8192}]
     with pytest.raises(InputError, match="layouts"):
         layout_space(2, ("both",))
@@ -92,7 +94,18 @@ def test_compare_layouts_recommends_a_front_point_and_explains_it() -> None:
     assert any("disaggregation buys" in x or "aggregated wins" in x for x in ans.reasons)
 
 
-BASE = ["tune", "poisson_20_rps", "-n", "150", "--step-time-ms", "10", "--layouts", "agg,disagg", "--gpus", "2"]
+BASE = [
+    "tune",
+    "poisson_20_rps",
+    "-n",
+    "150",
+    "--step-time-ms",
+    "10",
+    "--layouts",
+    "agg,disagg",
+    "--gpus",
+    "2",
+]
 
 
 def test_cli_json_document() -> None:

@@ -131,8 +131,10 @@ RECOVERY_ACTIONS = {
     "re-prefill": "its prefill was under way (or queued) on the lost prefill replica: run again on another",
     "prefill-on-decode": "its KV was lost with the prefill replica before it was read: its decode "
     "replica recomputes the prompt",
-    "re-route": "it was queued on the lost decode replica: sent to another (its KV still on the prefill side)",
-    "re-transfer": "its KV was still held on the prefill side: read again by another decode replica (a new leg)",
+    "re-route": "it was queued on the lost decode replica: sent to another (its KV still on the "
+    "prefill side)",
+    "re-transfer": "its KV was still held on the prefill side: read again by another decode replica "
+    "(a new leg)",
     "recompute": "its KV existed only on the lost decode replica (or recomputing was cheaper): "
     "prompt and outputs so far recomputed on another",
 }
@@ -443,7 +445,9 @@ class PDCluster:
             touched += 1
             dk = run.decode_of.get(idx)
             d = run.decode_req[idx]
-            if dk is None or not self.d_alive[dk]:  # parked since its decode replica was lost: it will prefill there
+            if (
+                dk is None or not self.d_alive[dk]
+            ):  # parked since its decode replica was lost: it will prefill there
                 self._note(d, t, name, "prefill-on-decode", None, "parked: no decode replica up")
                 continue
             dconn = self._conn(self.d_eng[dk])
@@ -560,9 +564,9 @@ def check_pd_invariants(run: PDRun) -> None:
         if idx not in parked and d.outcome != OUTCOME_FINISHED:
             raise InternalError(f"invariant broken: {d.req_id} did not finish (outcome {d.outcome})")
     landed: dict[str, int] = {}
-    for x in run.legs:
-        if x.landed:
-            landed[x.req_id] = landed.get(x.req_id, 0) + 1
+    for leg in run.legs:
+        if leg.landed:
+            landed[leg.req_id] = landed.get(leg.req_id, 0) + 1
     twice = sorted(k for k, v in landed.items() if v > 1)
     if twice:
         raise InternalError(f"invariant broken: {twice[0]}'s KV transferred twice")

@@ -329,7 +329,9 @@ def break_even_bandwidth(
         return BreakEven(
             **common,
             gbps=None,
-            note=f"{disagg.label} still beats {against} at {lo_gbps:g} Gbit/s: the link is not what limits it",
+            note=(
+                f"{disagg.label} still beats {against} at {lo_gbps:g} Gbit/s: the link is not what limits it"
+            ),
             probes=probes,
         )
     a, b = math.log(lo_gbps), math.log(hi)  # loses at a, wins at b
@@ -357,7 +359,8 @@ def _ms(x: float | None) -> str:
 
 def _explain(rec: LayoutPoint, agg: LayoutPoint | None, dis: LayoutPoint | None) -> list[str]:
     out = [
-        f"{rec.label}: {rec.goodput_per_gpu:.3f} good requests/s per GPU ({rec.good_requests} of {rec.num_requests} within the SLO)"
+        f"{rec.label}: {rec.goodput_per_gpu:.3f} good requests/s per GPU "
+        f"({rec.good_requests} of {rec.num_requests} within the SLO)"
     ]
     if agg is None or dis is None:
         out.append("only one kind of layout was searched: nothing to weigh it against")
@@ -373,7 +376,8 @@ def _explain(rec: LayoutPoint, agg: LayoutPoint | None, dis: LayoutPoint | None)
         buys.append(f"TPOT p99 ({_ms(a_tpot)} -> {_ms(d_tpot)}: decodes no longer share steps with prefills)")
     if dis.ttft_p99_ms < agg.ttft_p99_ms:
         buys.append(
-            f"TTFT p99 ({_ms(agg.ttft_p99_ms)} -> {_ms(dis.ttft_p99_ms)}: prefills no longer queue behind decodes)"
+            f"TTFT p99 ({_ms(agg.ttft_p99_ms)} -> {_ms(dis.ttft_p99_ms)}: "
+            "prefills no longer queue behind decodes)"
         )
     costs = []
     if d_tpot > a_tpot:
