@@ -8,11 +8,18 @@ allocates blocks and waits (WAITING_FOR_REMOTE_KVS) while its worker pulls the K
 decode step recomputes the last prompt token and samples the first output token. Prompts
 shorter than ``short_prompt_tokens`` skip disaggregation: the decode replica prefills them itself.
 
-A transfer starts when the decode replica has allocated the blocks (vLLM's pull), queues behind
-the transfers already bound for that decode replica (its inbound link: every TP rank's NIC
-carries its own KV shard, so the shards move in parallel), then takes ``setup_latency +
-wire bytes / (bandwidth × efficiency)`` (``RecoveryContext.transfer_s``, the migration model).
-The prefill replica frees the blocks when the transfer has landed.
+A transfer starts when the decode replica has allocated the blocks (vLLM's pull), queues until
+both the prefill replica's outbound link and the decode replica's inbound link are free (every
+TP rank's NIC carries its own KV shard, so the shards move in parallel), then takes
+``setup_latency + wire bytes / (bandwidth × efficiency)`` (``RecoveryContext.transfer_s``, the
+migration model). The prefill replica frees the blocks when the transfer has landed.
+
+Failures (``failures``: replicas of either pool by name) are handled as docs/cluster.md
+("Failures in either pool") says: a lost prefill replica's prefills run again elsewhere and the
+KV it held for transfers is recomputed on the decode side; a lost decode replica's requests are
+re-routed, re-transferred from the prefill side (which holds the KV until it has been read) or
+recomputed, as the recovery planner's ``decide_job`` chooses. ``PDRun.recoveries`` says what
+became of each.
 
 Replicas run step by step in time order (an event of one can change another's next step), on
 ``Engine`` exactly as stand-alone.
