@@ -64,3 +64,43 @@ def test_each_pool_has_its_own_gpu_and_tp(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     timed = " ".join(res.stdout.split())
     assert "prefill llama-3.1-8b on 2 x h100" in timed and "decode llama-3.1-8b on 1 x a100" in timed
+
+
+def test_fail_a_pool_replica_reports_what_failed_and_recovered() -> None:
+    args = [
+        *BASE,
+        "--prefill-replicas",
+        "2",
+        "--decode-replicas",
+        "2",
+        "--fail",
+        "decode:0@3",
+        "--fail",
+        "p1@4+2",
+    ]
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [(f["node"], f["pool"], f["time_s"], f["recover_after_s"]) for f in out["failures"]] == [
+        ("d0", "decode", 3.0, None),
+        ("p1", "prefill", 4.0, 2.0),
+    ]
+    s = out["summary"]
+    assert s["num_requests"] == 200 and s["num_unfinished"] == 0
+    assert sum(s["recoveries"].values()) == len(out["recoveries"]) > 0
+    assert all(r["decode_replica"] != "d0" or r["e2e_s"] for r in out["requests"])
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0, human.output
+    text = " ".join(human.stdout.split())
+    assert "d0 (decode) lost at 3 s, not back" in text
+    assert "p1 (prefill) lost at 4 s, back after 2 s" in text
+    assert "recovered (requests):" in text and "short-prompt threshold off" in text
+
+
+def test_fail_names_a_replica_of_a_pool() -> None:
+    res = runner.invoke(
+        app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "decode:3@1"]
+    )
+    assert res.exit_code != 0 and "the decode pool has 1" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "n0@1"])
+    assert res.exit_code != 0 and "unknown replica" in res.output

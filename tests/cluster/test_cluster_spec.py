@@ -50,8 +50,12 @@ def _error(data: dict[str, object]) -> str:
             "disaggregated.decode.model 'llama-3.1-8b' differs from disaggregated.prefill.model 'qwen2.5-7b'",
         ),
         (
-            {"trace": "t", "disaggregated": {}, "failures": [{"node": "p0", "time_s": 1}]},
-            "a disaggregated cluster runs without node failures",
+            {"trace": "t", "disaggregated": {}, "mtbf_s": 100},
+            "a disaggregated cluster's failures are listed events",
+        ),
+        (
+            {"trace": "t", "disaggregated": {}, "failures": [{"node": "n0", "time_s": 1}]},
+            "failures[0].node",
         ),
         ({"trace": "t", "surprise": 1}, "surprise"),
     ],

@@ -14,7 +14,7 @@ from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import cli_slo, out_option, request_slo
 from servesim.cli.engine_flags import file_settings
-from servesim.cli.pd_cmd import pd_deployments, print_pd, run_pd
+from servesim.cli.pd_cmd import pd_deployments, pd_failures, print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
@@ -103,8 +103,17 @@ def register(app: typer.Typer) -> None:
             cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
+            pd_events = pd_failures(  # the pools' failures, MTBF draws included, as listed events
+                disagg,
+                [parse_fail(x) for x in fail_at] + _failure_file(failures),
+                tr,
+                mtbf_s=mtbf_s,
+                warning_s=warning_s,
+                recover_after_s=recover_after_s,
+                seed=seed,
+            )
             spec = _spec(
-                {**head, "disaggregated": pd_deployments(disagg, gpu, timing)},
+                {**head, "disaggregated": pd_deployments(disagg, gpu, timing), "failures": pd_events},
                 cluster or "disaggregated cluster",
             )
             res, timed = run_pd(tr, spec)

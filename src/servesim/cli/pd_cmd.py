@@ -8,11 +8,40 @@ from typing import Any
 from rich.console import Console
 
 from servesim.cli.common import print_json
-from servesim.cluster.pd import DisaggSpec, PDCluster, link_preset
+from servesim.cluster.config import FailureEvent
+from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, PDCluster, link_preset, parse_pool_node
 from servesim.cluster.pd_results import LEGS, PDResult, pd_result
-from servesim.errors import InternalError
+from servesim.errors import InputError, InternalError
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedDisaggregated, resolve_cluster
 from servesim.traces.schema import Trace
+
+
+def pd_failures(
+    spec: DisaggSpec,
+    listed: list[FailureEvent],
+    tr: Trace,
+    *,
+    mtbf_s: float | None,
+    warning_s: float,
+    recover_after_s: float | None,
+    seed: int,
+) -> list[FailureEvent]:
+    """``--fail`` / ``--failures`` / ``--mtbf-s`` for the pools: nodes named ``p0``/``d1`` or
+    ``prefill:0``/``decode:1`` (normalised to the replica names), checked as one plan."""
+    from servesim.cluster.compare import failure_events
+
+    if warning_s > 0 or any(f.warning_s > 0 for f in listed):
+        raise InputError("--warning-s: announced failures are not modelled for prefill/decode pools")
+    n_p, n_d = spec.prefill.replicas, spec.decode.replicas
+    named = []
+    for f in listed:
+        pool, k = parse_pool_node(f.node, n_p, n_d)
+        named.append(f.model_copy(update={"node": f"{pool[0]}{k}"}))
+    nodes = [f"p{i}" for i in range(n_p)] + [f"d{i}" for i in range(n_d)]
+    try:
+        return failure_events(named, nodes, tr, mtbf_s=mtbf_s, recover_after_s=recover_after_s, seed=seed)
+    except ValueError as e:
+        raise InputError(f"--fail: {e}") from None
 
 
 def pd_deployments(spec: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +68,9 @@ def run_pd(tr: Trace, spec: ClusterSpec) -> tuple[PDResult, str]:
     if not isinstance(pd, ResolvedDisaggregated):
         raise InternalError("a disaggregated cluster resolved without its pools")
     ctx = pd.context
-    run = PDCluster(tr, pd.prefill, pd.decode, ctx, short_prompt_tokens=pd.short_prompt_tokens).run()
+    run = PDCluster(
+        tr, pd.prefill, pd.decode, ctx, short_prompt_tokens=pd.short_prompt_tokens, failures=spec.failures
+    ).run()
     return pd_result(run, ctx.bytes_total(1)), pd.timed_as
 
 
@@ -57,10 +88,15 @@ def print_pd(
     out = Console(highlight=False)
     out.print(title)
     out.print(f"timed as: {timed_as}")
+    short = (
+        f"short prompts (< {spec.short_prompt_tokens} tokens) prefilled on the decode replica: {s.num_local}"
+        if spec.short_prompt_tokens
+        else "short-prompt threshold off"
+        + (f" ({s.num_local} prefilled on a decode replica after a loss)" if s.num_local else "")
+    )
     out.print(
         f"{spec.prefill.replicas}P{spec.decode.replicas}D, link {spec.link} "
-        f"({link.bandwidth_gbps:g} Gbit/s per TP rank, {link.setup_latency_ms:g} ms setup), "
-        f"short prompts (< {spec.short_prompt_tokens} tokens) prefilled on the decode replica: {s.num_local}"
+        f"({link.bandwidth_gbps:g} Gbit/s per TP rank, {link.setup_latency_ms:g} ms setup), {short}"
     )
     tpot50 = f"{s.tpot_p50_ms:.1f}" if s.tpot_p50_ms is not None else "-"
     tpot99 = f"{s.tpot_p99_ms:.1f}" if s.tpot_p99_ms is not None else "-"
@@ -73,6 +109,28 @@ def print_pd(
         x = s.legs[leg]
         out.print(f"  {leg:<14} {x.mean_ms:10.1f} {x.p50_ms:10.1f} {x.p99_ms:10.1f}")
     out.print(f"  link wait p99 {s.link_wait_p99_ms:.1f} ms (part of transfer)")
+    if res.failures:
+        print_pd_failures(out, res)
 
 
-__all__ = ["pd_deployments", "print_pd", "run_pd"]
+def print_pd_failures(out: Console, res: PDResult) -> None:
+    """What failed, and what became of the requests it held."""
+    s = res.summary
+    out.print("failures:")
+    for f in res.failures:
+        back = f", back after {f.recover_after_s:g} s" if f.recover_after_s is not None else ", not back"
+        out.print(f"  {f.node} ({f.pool}) lost at {f.time_s:g} s{back}: {f.requests} requests touched")
+    out.print("recovered (requests):")
+    for action, what in RECOVERY_ACTIONS.items():
+        n = s.recoveries.get(action, 0)
+        if n:
+            out.print(f"  {action:<17} {n:6d}  {what}")
+    if not s.recoveries:
+        out.print("  none: no request was on a lost replica")
+    out.print(
+        f"transfers: {s.transfer_legs} legs, {s.cut_transfers} cut off by a loss; "
+        f"unfinished (no decode replica came back): {s.num_unfinished}"
+    )
+
+
+__all__ = ["pd_deployments", "pd_failures", "print_pd", "print_pd_failures", "run_pd"]

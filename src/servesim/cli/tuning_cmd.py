@@ -278,6 +278,116 @@ def _storage(text: str | None) -> str | None:
 ERRORS: tuple[type[Exception], ...] = (*user_errors(), optuna.exceptions.OptunaError)
 
 
+def _int_list(text: str | None, flag: str) -> list[int | None]:
+    if text is None:
+        return [None]
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: use whole numbers separated by commas, e.g. 2048,8192") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"{flag} {text!r}: use positive whole numbers separated by commas")
+    return list(dict.fromkeys(vals))
+
+
+def run_layouts(
+    trace: str,
+    *,
+    layouts: str | None,
+    gpus: int | None,
+    slo: str | None,
+    model: str | None,
+    gpu: str | None,
+    step_time_ms: float | None,
+    linear_step_time: bool,
+    link: str,
+    short_prompt_tokens: int,
+    prefill_batched_tokens: str | None,
+    decode_max_seqs: str | None,
+    break_even: bool,
+    seed: int,
+    num_requests: int | None,
+    strict: bool,
+    hash_block_size: int | None,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """``servesim tune --layouts agg,disagg --gpus N``: servesim.tuning.layouts, printed."""
+    from servesim.cli.trace_input import read_trace
+    from servesim.cluster.pd import link_preset
+    from servesim.tuning.layouts import LayoutRunner, compare_layouts
+
+    if gpus is None:
+        raise InputError("--layouts needs --gpus N: the GPU budget every layout spends")
+    kinds = [x.strip() for x in (layouts or "agg,disagg").split(",") if x.strip()]
+    if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
+        raise InputError(
+            "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time replace them: "
+            "give one or the other"
+        )
+    link_preset(link)  # an unknown link is refused before anything runs
+    goal = cli_slo(slo)
+    ttft = getattr(goal, "ttft_p99_ms", None) if goal is not None else None
+    tpot = getattr(goal, "tpot_p99_ms", None) if goal is not None else None
+    pbt = _int_list(prefill_batched_tokens, "--prefill-batched-tokens")
+    dms = _int_list(decode_max_seqs, "--decode-max-seqs")
+    tr = read_trace(
+        trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+    )
+    runner = LayoutRunner(
+        tr,
+        model=model or "llama-3.1-8b",
+        gpu=gpu,
+        step_time_ms=step_time_ms,
+        linear_step_time=linear_step_time,
+        link=link,
+        short_prompt_tokens=short_prompt_tokens,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+    )
+    ans = compare_layouts(
+        runner, gpus, kinds, prefill_batched_tokens=pbt, decode_max_seqs=dms, break_even=break_even
+    )
+    if emit({"layouts": ans.model_dump(mode="json")}, as_json=as_json, out=out):
+        return
+    print_layouts(ans, f"{trace}: {len(tr):,} requests, {gpus} GPUs")
+    said_written(out)
+
+
+def print_layouts(ans: Any, title: str) -> None:
+    console = Console(highlight=False)
+    console.print(title)
+    caps = (
+        ", ".join(f"{k} <= {v:g}" for k, v in ans.slo.items() if v is not None)
+        or "none (every request counts)"
+    )
+    console.print(f"per-request SLO for goodput: {caps}; disaggregated over {ans.link}")
+    t = FitTable(title="layouts (* on the Pareto front)", title_justify="left")
+    for col in ("layout", "GPUs", "goodput/GPU", "good", "TTFT p99", "TPOT p99"):
+        t.add_column(col)
+    for p in sorted(ans.points, key=lambda p: -p.goodput_per_gpu):
+        tpot = "-" if p.tpot_p99_ms is None else f"{p.tpot_p99_ms:.1f} ms"
+        t.add_row(
+            ("* " if p.pareto else "  ") + p.label,
+            str(p.gpus),
+            f"{p.goodput_per_gpu:.3f}",
+            f"{p.good_requests}/{p.num_requests}",
+            f"{p.ttft_p99_ms:.1f} ms",
+            tpot,
+        )
+    console.print(t)
+    console.print(f"recommended: {ans.recommended}")
+    for r in ans.reasons:
+        console.print(f"  - {r}")
+    be = ans.break_even
+    if be is not None:
+        probes = ", ".join(f"{g:.3g} Gbit/s -> {v:.3f}" for g, v in be.probes)
+        console.print(
+            f"break-even bandwidth: {'-' if be.gbps is None else f'{be.gbps:.3g} Gbit/s per TP rank'}"
+        )
+        console.print(f"  probes (goodput/GPU): {probes}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("saturate")
     @cluster_deployment_flags
@@ -455,8 +565,56 @@ def register(app: typer.Typer) -> None:
             None, help="Write {study, recommendation} (the --json document, the report's input) here."
         ),
         as_json: bool = typer.Option(False, "--json", help="Print {study, recommendation} alone on stdout."),
+        layouts: str | None = typer.Option(
+            None,
+            help="Aggregated vs disaggregated at equal GPUs instead of the flag search: agg, disagg or "
+            "agg,disagg (with --gpus).",
+        ),
+        gpus: int | None = typer.Option(None, min=1, max=64, help="GPU budget of every layout (--layouts)."),
+        link: str = typer.Option("rdma-400g", help="KV-transfer link of disaggregated layouts (--layouts)."),
+        short_prompt_tokens: int = typer.Option(
+            0, min=0, help="Disaggregated layouts: prompts shorter than this prefill on the decode replica."
+        ),
+        prefill_batched_tokens: str | None = typer.Option(
+            None, help="Prefill pool max_num_batched_tokens values to try, e.g. 2048,8192 (--layouts)."
+        ),
+        decode_max_seqs: str | None = typer.Option(
+            None, help="Decode pool max_num_seqs values to try, e.g. 256,512 (--layouts)."
+        ),
+        break_even: bool = typer.Option(
+            True,
+            "--break-even/--no-break-even",
+            help="Bisect the link bandwidth where disaggregation stops paying.",
+        ),
     ) -> None:
-        """Search vLLM flags, TP and replicas with Optuna; recommend, re-verified on fresh seeds."""
+        """Search vLLM flags, TP and replicas with Optuna; recommend, re-verified on fresh seeds.
+        With --layouts/--gpus: aggregated vs disaggregated layouts of one GPU budget instead."""
+        if layouts is not None or gpus is not None:
+            try:
+                run_layouts(
+                    trace,
+                    layouts=layouts,
+                    gpus=gpus,
+                    slo=slo,
+                    model=model,
+                    gpu=gpu,
+                    step_time_ms=step_time_ms,
+                    linear_step_time=linear_step_time,
+                    link=link,
+                    short_prompt_tokens=short_prompt_tokens,
+                    prefill_batched_tokens=prefill_batched_tokens,
+                    decode_max_seqs=decode_max_seqs,
+                    break_even=break_even,
+                    seed=seed,
+                    num_requests=num_requests,
+                    strict=strict,
+                    hash_block_size=hash_block_size,
+                    out=out,
+                    as_json=as_json,
+                )
+            except ERRORS as exc:
+                fail(exc)
+            return
         url = _storage(storage)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is too much
         try:

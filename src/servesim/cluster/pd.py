@@ -8,11 +8,18 @@ allocates blocks and waits (WAITING_FOR_REMOTE_KVS) while its worker pulls the K
 decode step recomputes the last prompt token and samples the first output token. Prompts
 shorter than ``short_prompt_tokens`` skip disaggregation: the decode replica prefills them itself.
 
-A transfer starts when the decode replica has allocated the blocks (vLLM's pull), queues behind
-the transfers already bound for that decode replica (its inbound link: every TP rank's NIC
-carries its own KV shard, so the shards move in parallel), then takes ``setup_latency +
-wire bytes / (bandwidth × efficiency)`` (``RecoveryContext.transfer_s``, the migration model).
-The prefill replica frees the blocks when the transfer has landed.
+A transfer starts when the decode replica has allocated the blocks (vLLM's pull), queues until
+both the prefill replica's outbound link and the decode replica's inbound link are free (every
+TP rank's NIC carries its own KV shard, so the shards move in parallel), then takes
+``setup_latency + wire bytes / (bandwidth × efficiency)`` (``RecoveryContext.transfer_s``, the
+migration model). The prefill replica frees the blocks when the transfer has landed.
+
+Failures (``failures``: replicas of either pool by name) are handled as docs/cluster.md
+("Failures in either pool") says: a lost prefill replica's prefills run again elsewhere and the
+KV it held for transfers is recomputed on the decode side; a lost decode replica's requests are
+re-routed, re-transferred from the prefill side (which holds the KV until it has been read) or
+recomputed, as the recovery planner's ``decide_job`` chooses. ``PDRun.recoveries`` says what
+became of each.
 
 Replicas run step by step in time order (an event of one can change another's next step), on
 ``Engine`` exactly as stand-alone.
@@ -28,7 +35,7 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.cluster.config import RouterSpec
+from servesim.cluster.config import FailureEvent, RouterSpec
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.cluster.simulate import Replica
@@ -107,7 +114,7 @@ def pd_context(model: str, prefill_tp: int | None, decode_tp: int | None, link: 
 
 @dataclass
 class Transfer:
-    """One prompt's KV moved from a prefill replica to a decode replica."""
+    """One prompt's KV moved from a prefill replica to a decode replica (one leg)."""
 
     req_id: str
     prefill: str
@@ -115,8 +122,43 @@ class Transfer:
     blocks: int
     tokens: int
     ready_s: float  # the decode replica allocated the blocks (the pull is issued)
-    start_s: float  # the link is free for it
-    end_s: float  # landed; the prefill replica frees its blocks
+    start_s: float  # both links are free for it
+    end_s: float  # landed; the prefill replica frees its blocks (or when it was cut off)
+    landed: bool = True  # False: an end of the link was lost mid-transfer
+
+
+@dataclass
+class PDRecovery:
+    """What became of one request when a replica it depended on was lost."""
+
+    req_id: str
+    time_s: float
+    node: str  # the lost replica
+    action: str  # see RECOVERY_ACTIONS
+    target: str | None  # where it went on (None: parked, no replica of that pool up)
+    reason: str = ""
+
+
+RECOVERY_ACTIONS = {
+    "re-prefill": "its prefill was under way (or queued) on the lost prefill replica: run again on another",
+    "prefill-on-decode": "its KV was lost with the prefill replica before it was read: its decode "
+    "replica recomputes the prompt",
+    "re-route": "it was queued on the lost decode replica: sent to another (its KV still on the "
+    "prefill side)",
+    "re-transfer": "its KV was still held on the prefill side: read again by another decode replica "
+    "(a new leg)",
+    "recompute": "its KV existed only on the lost decode replica (or recomputing was cheaper): "
+    "prompt and outputs so far recomputed on another",
+}
+
+
+@dataclass
+class PDFailure:
+    node: str
+    pool: str  # "prefill" | "decode"
+    time_s: float
+    recover_s: float | None
+    requests: int = 0  # requests the loss touched
 
 
 @dataclass
@@ -130,8 +172,34 @@ class PDRun:
     decode_req: dict[int, Request]
     prefill_of: dict[int, int]  # request idx -> prefill replica index
     decode_of: dict[int, int]
-    transfers: dict[int, Transfer] = field(default_factory=dict)
+    transfers: dict[int, Transfer] = field(default_factory=dict)  # the leg that landed, per request
     local: set[int] = field(default_factory=set)  # short prompts prefilled on the decode replica
+    legs: list[Transfer] = field(default_factory=list)  # every transfer, landed or cut off
+    failures: list[PDFailure] = field(default_factory=list)
+    recoveries: list[PDRecovery] = field(default_factory=list)
+    parked: list[int] = field(default_factory=list)  # never placed: no decode replica came back
+    sender: dict[int, PDConnector] = field(default_factory=dict)  # who sent the landed leg
+    receiver: dict[int, PDConnector] = field(default_factory=dict)  # who received it
+    retired: list[Engine] = field(default_factory=list)  # engines of lost replicas
+
+
+def parse_pool_node(node: str, n_prefill: int, n_decode: int) -> tuple[str, int]:
+    """A replica of a disaggregated cluster: ``p0``/``d1`` (their names) or ``prefill:0``/``decode:1``."""
+    pool, sep, num = node.partition(":")
+    if sep:
+        tag = {"prefill": "p", "decode": "d"}.get(pool)
+        if tag is None or not num.isdigit():
+            raise InputError(f"unknown replica {shown(node)}: use prefill:N or decode:N (or pN / dN)")
+    else:
+        tag, num = node[:1], node[1:]
+        if tag not in ("p", "d") or not num.isdigit():
+            raise InputError(f"unknown replica {shown(node)}: use pN / dN or prefill:N / decode:N")
+    k = int(num)
+    n = n_prefill if tag == "p" else n_decode
+    if k >= n:
+        name = "prefill" if tag == "p" else "decode"
+        raise InputError(f"no replica {shown(node)}: the {name} pool has {n} (0..{n - 1})")
+    return ("prefill" if tag == "p" else "decode"), k
 
 
 class PDCluster:
@@ -147,6 +215,7 @@ class PDCluster:
         short_prompt_tokens: int = 0,
         prefill_router: RouterSpec | None = None,
         decode_router: RouterSpec | None = None,
+        failures: Sequence[FailureEvent] = (),
     ) -> None:
         if not prefill or not decode:
             raise InputError("a disaggregated cluster needs at least one prefill and one decode replica")
@@ -164,8 +233,30 @@ class PDCluster:
         self.d_eng = [self._engine(s, k) for k, s in enumerate(decode)]
         self.p_views = [ReplicaView(e) for e in self.p_eng]
         self.d_views = [ReplicaView(e) for e in self.d_eng]
-        self._link_free = [0.0] * len(decode)  # each decode replica's inbound link
+        self.p_alive = [True] * len(prefill)
+        self.d_alive = [True] * len(decode)
+        self._in_free = [0.0] * len(decode)  # each decode replica's inbound link
+        self._out_free = [0.0] * len(prefill)  # each prefill replica's outbound link
+        self._parked: list[Request] = []  # decode legs waiting for any decode replica to come back
         self.run_ = PDRun(trace, self.p_eng, self.d_eng, {}, {}, {}, {})
+        self._events: list[tuple[float, int, int, str, str, int, FailureEvent]] = []
+        names = [s.name for s in prefill] + [s.name for s in decode]
+        for i, f in enumerate(sorted(failures, key=lambda f: (f.time_s, f.node))):
+            pool, k = self._node(f.node, names)
+            self._events.append((f.time_s, 0, i, "fail", pool, k, f))
+            if f.recover_after_s is not None:
+                self._events.append((f.time_s + f.recover_after_s, 1, i, "recover", pool, k, f))
+            name = (self.p_specs if pool == "prefill" else self.d_specs)[k].name
+            self.run_.failures.append(PDFailure(name, pool, f.time_s, f.recover_after_s))
+        self._events.sort(key=lambda e: e[:3])
+        self._down_until: dict[tuple[str, int], float] = {}
+
+    def _node(self, node: str, names: list[str]) -> tuple[str, int]:
+        if node in names:
+            i = names.index(node)
+            n_p = len(self.p_specs)
+            return ("prefill", i) if i < n_p else ("decode", i - n_p)
+        return parse_pool_node(node, len(self.p_specs), len(self.d_specs))
 
     def _engine(self, spec: Replica, decode_k: int | None) -> Engine:
         if decode_k is None:
@@ -186,126 +277,346 @@ class PDCluster:
             kv_connector=conn,
         )
 
+    @staticmethod
+    def _conn(e: Engine) -> PDConnector:
+        conn = e.kv_connector
+        if not isinstance(conn, PDConnector):
+            raise InternalError("invariant broken: a replica without its P/D connector")
+        return conn
+
     def _transfer(self, k: int, r: Request, now: float, n_blocks: int) -> float:
-        """The decode replica ``k`` pulls ``r``'s prompt KV: queue on its link, then the wire."""
+        """The decode replica ``k`` pulls ``r``'s prompt KV: it queues until both the prefill
+        replica's outbound link and ``k``'s inbound link are free, then takes the wire time."""
         run = self.run_
         p = run.prefill_of[r.idx]
         if r.idx in run.transfers:
             raise InternalError(f"invariant broken: {r.req_id}'s KV transferred twice")
         tokens = n_blocks * self.d_specs[k].config.block_size
-        start = max(now, self._link_free[k])
+        start = max(now, self._in_free[k], self._out_free[p])
         end = start + self.link.setup_latency_s + self.link.transfer_s(tokens)
-        self._link_free[k] = end
-        run.transfers[r.idx] = Transfer(
-            r.req_id, self.p_specs[p].name, self.d_specs[k].name, n_blocks, tokens, now, start, end
-        )
-        conn = self.p_eng[p].kv_connector
-        if not isinstance(conn, PDConnector):
-            raise InternalError("invariant broken: a prefill replica without its P/D connector")
-        conn.send_done(r.idx, end)
+        self._in_free[k] = end
+        self._out_free[p] = end
+        x = Transfer(r.req_id, self.p_specs[p].name, self.d_specs[k].name, n_blocks, tokens, now, start, end)
+        run.transfers[r.idx] = x
+        run.legs.append(x)
+        p_conn = self._conn(self.p_eng[p])
+        p_conn.send_done(r.idx, end)
+        run.sender[r.idx] = p_conn
+        run.receiver[r.idx] = self._conn(self.d_eng[k])
         return end
+
+    def _cut(self, idx: int, t: float) -> None:
+        """The transfer of ``idx`` in flight at ``t`` is cut off (an end of it was lost)."""
+        run = self.run_
+        x = run.transfers.pop(idx)
+        x.start_s = min(x.start_s, t)  # cut while still queued for the link: it never started
+        x.end_s, x.landed = t, False
+        run.sender.pop(idx, None)
+        run.receiver.pop(idx, None)
 
     def run(self) -> PDRun:
         arr = self.arrays
-        engines = self.p_eng + self.d_eng
         n_p = len(self.p_eng)
-        inflight: list[PendingStep | None] = [None] * len(engines)
+        inflight: list[PendingStep | None] = [None] * (n_p + len(self.d_eng))
+        alive = self.p_alive + self.d_alive
         nxt = 0
+        ev = 0
         while True:
+            engines = self.p_eng + self.d_eng
             t_arr = arr.arrival[nxt] if nxt < arr.n else math.inf
+            t_ev = self._events[ev][0] if ev < len(self._events) else math.inf
+            t_ext = min(t_arr, t_ev)
             for k, e in enumerate(engines):
-                if inflight[k] is None:
-                    inflight[k] = e.begin_step(t_arr)
+                if inflight[k] is None and alive[k]:
+                    inflight[k] = e.begin_step(t_ext)
             k_step, t_step = -1, math.inf
-            for k, p in enumerate(inflight):
-                if p is not None and p.end < t_step:
-                    k_step, t_step = k, p.end
-            if k_step >= 0 and t_step <= t_arr:
-                p = inflight[k_step]
-                if p is None:
+            for k, pend in enumerate(inflight):
+                if pend is not None and pend.end < t_step:
+                    k_step, t_step = k, pend.end
+            if k_step >= 0 and t_step <= t_ext:
+                pend = inflight[k_step]
+                if pend is None:
                     raise InternalError("invariant broken: no step in flight")
-                finished = engines[k_step].end_step(p)
+                finished = engines[k_step].end_step(pend)
                 inflight[k_step] = None
                 if k_step < n_p:
                     for r in finished:
                         self._hand_off(r, t_step)
                 continue
-            if t_arr == math.inf:
+            if t_ext == math.inf:
                 break
-            self._arrive(arr.make_request(nxt), arr.make_request(nxt))
-            nxt += 1
-        for e in engines:
-            e.finish()
+            if t_arr <= t_ev:
+                self._arrive(arr.make_request(nxt), arr.make_request(nxt))
+                nxt += 1
+                continue
+            t, _, _, kind, pool, k, _f = self._events[ev]
+            ev += 1
+            slot = k if pool == "prefill" else n_p + k
+            inflight[slot] = None  # a step in flight is lost with the replica
+            if kind == "fail":
+                alive[slot] = False
+                self._fail(pool, k, t)
+            else:
+                alive[slot] = True
+                self._recover(pool, k, t)
+        for k, e in enumerate(self.p_eng + self.d_eng):
+            if alive[k]:
+                e.finish()
+        self.run_.prefill, self.run_.decode = self.p_eng, self.d_eng
+        self.run_.parked = [r.idx for r in self._parked]
         check_pd_invariants(self.run_)
         return self.run_
+
+    # -- routing -----------------------------------------------------------------------------
+    def _alive(self, pool: str) -> list[int]:
+        flags = self.p_alive if pool == "prefill" else self.d_alive
+        return [k for k, a in enumerate(flags) if a]
 
     def _arrive(self, r: Request, d_copy: Request) -> None:
         run = self.run_
         t = r.arrival
-        if r.prompt_len < self.short:
-            k = self.d_router.pick(d_copy, self.d_views, range(len(self.d_eng)))
+        run.decode_req[r.idx] = d_copy
+        if r.prompt_len < self.short or not self._alive("prefill"):
             run.local.add(r.idx)
-            run.decode_req[r.idx] = d_copy
-            run.decode_of[r.idx] = k
-            self.d_eng[k].submit(d_copy, t)
+            self._to_decode(d_copy, t)
             return
-        k = self.p_router.pick(r, self.p_views, range(len(self.p_eng)))
-        r.max_tokens = 1  # the prefill leg: one token, its KV kept for the decode replica
-        conn = self.p_eng[k].kv_connector
-        if not isinstance(conn, PDConnector):
-            raise InternalError("invariant broken: a prefill replica without its P/D connector")
-        conn.mark_remote_decode(r.idx)
         run.prefill_req[r.idx] = r
+        r.max_tokens = 1  # the prefill leg: one token, its KV kept for the decode replica
+        self._to_prefill(r, t)  # the decode leg is submitted when the prefill leg finishes
+
+    def _to_prefill(self, r: Request, t: float) -> str:
+        run = self.run_
+        k = self.p_router.pick(r, self.p_views, self._alive("prefill"))
+        self._conn(self.p_eng[k]).mark_remote_decode(r.idx)
         run.prefill_of[r.idx] = k
-        run.decode_req[r.idx] = d_copy  # submitted when the prefill leg finishes
         self.p_eng[k].submit(r, t)
+        return self.p_specs[k].name
 
     def _hand_off(self, r: Request, t: float) -> None:
         """The prefill leg finished at ``t``: the proxy sends the request to a decode replica."""
-        run = self.run_
-        d = run.decode_req[r.idx]
-        k = self.d_router.pick(d, self.d_views, range(len(self.d_eng)))
-        conn = self.d_eng[k].kv_connector
-        if not isinstance(conn, PDConnector):
-            raise InternalError("invariant broken: a decode replica without its P/D connector")
-        conn.mark_remote_prefill(r.idx)
-        run.decode_of[r.idx] = k
+        self._to_decode(self.run_.decode_req[r.idx], t)
+
+    def _prefill_holds(self, idx: int, t: float) -> bool:
+        p = self.run_.prefill_of.get(idx)
+        return p is not None and self.p_alive[p] and self._conn(self.p_eng[p]).holds(idx, t)
+
+    def _to_decode(
+        self, d: Request, t: float, target: int | None = None, remote: bool | None = None
+    ) -> str | None:
+        """Submit the decode leg to ``target`` (else the router's least-KV pick), pulling its KV
+        from the prefill side when that still holds it; parked when no decode replica is up."""
+        alive = self._alive("decode")
+        if not alive:
+            self._parked.append(d)
+            p = self.run_.prefill_of.get(d.idx)
+            if not self._decode_back_after(t) and p is not None and self._prefill_holds(d.idx, t):
+                self._conn(self.p_eng[p]).send_done(d.idx, t)  # nobody will ever read it
+            return None
+        k = target if target is not None else self.d_router.pick(d, self.d_views, alive)
+        if remote is None:
+            remote = self._prefill_holds(d.idx, t)
+        if remote:
+            self._conn(self.d_eng[k]).mark_remote_prefill(d.idx)
+        self.run_.decode_of[d.idx] = k
         self.d_eng[k].submit(d, t)
+        return self.d_specs[k].name
+
+    # -- failures ----------------------------------------------------------------------------
+    def _decode_back_after(self, t: float) -> bool:
+        return any(e[3] == "recover" and e[4] == "decode" and e[0] >= t for e in self._events)
+
+    def _note(self, r: Request, t: float, node: str, action: str, target: str | None, why: str = "") -> None:
+        self.run_.recoveries.append(PDRecovery(r.req_id, t, node, action, target, why))
+
+    def _failure(self, node: str, t: float) -> PDFailure:
+        for f in self.run_.failures:
+            if f.node == node and f.time_s == t:
+                return f
+        raise InternalError(f"invariant broken: no failure of {node} at {t}")
+
+    def _fail(self, pool: str, k: int, t: float) -> None:
+        if pool == "prefill":
+            self._fail_prefill(k, t)
+        else:
+            self._fail_decode(k, t)
+
+    def _fail_prefill(self, k: int, t: float) -> None:
+        """Its prefill legs run again on another prefill replica (none: on their decode replica);
+        the KV it held for transfers is lost: those requests' decode replicas recompute the prompt
+        (vLLM's load-failure "recompute"), whether the read had started or not."""
+        run = self.run_
+        name = self.p_specs[k].name
+        eng = self.p_eng[k]
+        conn = self._conn(eng)
+        self.p_alive[k] = False
+        victims = [r for r, _ in eng.evict_all()]
+        touched = len(victims)
+        for idx in conn.pending_sends():
+            if not conn.holds(idx, t):
+                continue  # landed already: its blocks were only waiting to be freed
+            touched += 1
+            dk = run.decode_of.get(idx)
+            d = run.decode_req[idx]
+            if (
+                dk is None or not self.d_alive[dk]
+            ):  # parked since its decode replica was lost: it will prefill there
+                self._note(d, t, name, "prefill-on-decode", None, "parked: no decode replica up")
+                continue
+            dconn = self._conn(self.d_eng[dk])
+            if idx in dconn.remote_prefill:  # not allocated yet: it prefills there instead
+                dconn.remote_prefill.discard(idx)
+            elif dconn.receiving(idx):
+                dconn.fail_recv(idx, t)
+                self._cut(idx, t)
+            self._note(d, t, name, "prefill-on-decode", self.d_specs[dk].name)
+        for r in victims:
+            if self._alive("prefill"):
+                self._note(r, t, name, "re-prefill", self._to_prefill(r, t))
+            else:
+                d = run.decode_req[r.idx]
+                run.prefill_req.pop(r.idx, None)
+                run.prefill_of.pop(r.idx, None)
+                run.local.add(r.idx)
+                self._note(d, t, name, "prefill-on-decode", self._to_decode(d, t, remote=False))
+        run.retired.append(eng)
+        self._failure(name, t).requests = touched
+
+    def _fail_decode(self, k: int, t: float) -> None:
+        """Each request on it: queued ones go to another decode replica; those whose KV the
+        prefill side still holds (the read had not landed) are re-transferred or recomputed, as
+        the recovery planner's cost model decides; the rest recompute prompt and outputs."""
+        run = self.run_
+        name = self.d_specs[k].name
+        eng = self.d_eng[k]
+        conn = self._conn(eng)
+        self.d_alive[k] = False
+        evicted = eng.evict_all()
+        holding: list[Request] = []
+        while len(conn.holding):
+            holding.append(conn.holding.pop())
+        touched = len(evicted) + len(holding)
+        for r, computed in evicted:
+            if computed == 0 and r.num_output == 0:  # queued, never scheduled here
+                self._note(r, t, name, "re-route", self._to_decode(r, t))
+            else:
+                self._recover_decode(r, t, name, with_kv=self._prefill_holds(r.idx, t))
+        for r in holding:
+            idx = r.idx
+            fresh = self.arrays.make_request(idx)
+            run.decode_req[idx] = fresh
+            if idx in run.transfers and conn.receiving(idx):
+                self._cut(idx, t)
+            self._recover_decode(fresh, t, name, with_kv=self._prefill_holds(idx, t))
+        run.retired.append(eng)
+        self._failure(name, t).requests = touched
+
+    def _recover_decode(self, r: Request, t: float, node: str, *, with_kv: bool) -> None:
+        """The planner's choice for a decode leg whose KV was lost: re-transfer it from the
+        prefill side (``with_kv``: that still holds it) or recompute, and where."""
+        from servesim.cluster.planning import target_state
+        from servesim.cluster.recovery import JobSpec, decide_job
+
+        alive = self._alive("decode")
+        p = self.run_.prefill_of.get(r.idx)
+        if not alive:
+            if with_kv and p is not None:
+                self._conn(self.p_eng[p]).resend(r.idx)  # kept until a decode replica reads it
+            self._to_decode(r, t)
+            self._note(r, t, node, "re-transfer" if with_kv else "recompute", None, "no decode replica up")
+            return
+        tokens = r.prompt_len
+        spec = JobSpec(
+            job_id=r.req_id,
+            prompt_tokens=tokens,
+            generated_tokens=r.num_output,
+            kv_cache_checkpointed=with_kv,
+            checkpoint_offset_tokens=tokens if with_kv else None,
+        )
+        out_wait = max(0.0, self._out_free[p] - t) if p is not None else 0.0
+        targets = [
+            target_state(self.d_views[j], str(j), r, max(out_wait, self._in_free[j] - t, 0.0)) for j in alive
+        ]
+        d = decide_job(spec, self.link, targets, weigh_load=True)
+        target = int(d.target) if d.target is not None else alive[0]
+        migrate = with_kv and d.strategy == "MIGRATE_STATE" and d.moved_tokens > 0
+        if with_kv and p is not None:
+            p_conn = self._conn(self.p_eng[p])
+            if migrate:
+                p_conn.resend(r.idx)
+            else:
+                p_conn.send_done(r.idx, t)  # nobody will read it: freed at its next step
+        where = self._to_decode(r, t, target=target, remote=migrate)
+        self._note(r, t, node, "re-transfer" if migrate else "recompute", where, d.reason)
+
+    def _recover(self, pool: str, k: int, t: float) -> None:
+        """The replica comes back empty (cold prefix cache) and takes work again."""
+        if pool == "prefill":
+            self.p_eng[k] = self._engine(self.p_specs[k], None)
+            self.p_eng[k].now = t
+            self.p_views[k] = ReplicaView(self.p_eng[k])
+            self.p_alive[k] = True
+            return
+        self.d_eng[k] = self._engine(self.d_specs[k], k)
+        self.d_eng[k].now = t
+        self.d_views[k] = ReplicaView(self.d_eng[k])
+        self.d_alive[k] = True
+        parked, self._parked = self._parked, []
+        for d in parked:
+            self._to_decode(d, t)
 
 
 def check_pd_invariants(run: PDRun) -> None:
-    """docs/invariants.md (P/D): every disaggregated request's KV transferred exactly once, none
-    decoded before its KV landed, none lost (each finished on a decode replica)."""
+    """docs/invariants.md (P/D): none lost (each request finished on a decode replica, or is
+    reported parked when no decode replica was ever up again); each request's KV landed at most
+    once, and exactly once for a disaggregated request that did not recompute its prompt (a
+    re-transfer after a lost decode replica is a new leg; the cut-off one did not land); none
+    decoded before its KV landed; no prefill replica freed a request's blocks before its transfer."""
+    parked = set(run.parked)
     for idx, d in run.decode_req.items():
-        if d.outcome != OUTCOME_FINISHED:
+        if idx not in parked and d.outcome != OUTCOME_FINISHED:
             raise InternalError(f"invariant broken: {d.req_id} did not finish (outcome {d.outcome})")
-        if idx in run.local:
+    landed: dict[str, int] = {}
+    for leg in run.legs:
+        if leg.landed:
+            landed[leg.req_id] = landed.get(leg.req_id, 0) + 1
+    twice = sorted(k for k, v in landed.items() if v > 1)
+    if twice:
+        raise InternalError(f"invariant broken: {twice[0]}'s KV transferred twice")
+    recomputed = {r.req_id for r in run.recoveries if r.action in ("prefill-on-decode", "recompute")}
+    retired = {id(e.kv_connector) for e in run.retired}
+    for idx, d in run.decode_req.items():
+        if idx in run.local or idx in parked:
             continue
         x = run.transfers.get(idx)
         if x is None:
-            raise InternalError(f"invariant broken: {d.req_id}'s KV never transferred")
-        conn = run.decode[run.decode_of[idx]].kv_connector
-        p_conn = run.prefill[run.prefill_of[idx]].kv_connector
-        if not isinstance(conn, PDConnector) or not isinstance(p_conn, PDConnector):
-            raise InternalError("invariant broken: a replica without its P/D connector")
-        if conn.recv_done.get(idx, math.inf) < x.end_s or d.first_scheduled < conn.recv_done[idx]:
+            if d.req_id not in recomputed:
+                raise InternalError(f"invariant broken: {d.req_id}'s KV never transferred")
+            continue
+        conn = run.receiver[idx]
+        p_conn = run.sender[idx]
+        got = conn.recv_done.get(idx, math.inf)
+        if got < x.end_s or d.first_token < got:
             raise InternalError(f"invariant broken: {d.req_id} decoded before its KV landed")
-        if p_conn.sent.get(idx, -1.0) < x.end_s:
+        if id(p_conn) not in retired and p_conn.sent.get(idx, -1.0) < x.end_s:
             raise InternalError(f"invariant broken: {d.req_id}'s prefill blocks freed before the transfer")
-    if len(run.transfers) != len(run.decode_req) - len(run.local):
-        raise InternalError("invariant broken: transfers and disaggregated requests differ")
+    if len(landed) != len(run.transfers):
+        raise InternalError("invariant broken: transfers and landed legs differ")
     if len(run.decode_req) != len(run.trace):
         raise InternalError("invariant broken: requests lost")
 
 
 __all__ = [
+    "RECOVERY_ACTIONS",
     "DisaggSpec",
     "PDCluster",
+    "PDFailure",
+    "PDRecovery",
     "PDRun",
     "PoolSpec",
     "Transfer",
     "check_pd_invariants",
     "link_preset",
     "link_presets",
+    "parse_pool_node",
     "pd_context",
 ]

@@ -24,12 +24,33 @@ class PDRequestRow(BaseModel):
     transfer_s: float = Field(description="Blocks allocated to the KV reported landed (link queue + wire).")
     decode_s: float = Field(description="KV landed to the last token.")
     transfer_tokens: int
+    recovered: list[str] = Field(
+        default_factory=list,
+        description="What became of it after a lost replica (cluster.pd.RECOVERY_ACTIONS).",
+    )
 
 
 class LegStats(BaseModel):
     mean_ms: float
     p50_ms: float
     p99_ms: float
+
+
+class PDFailureRow(BaseModel):
+    node: str
+    pool: str
+    time_s: float
+    recover_after_s: float | None
+    requests: int = Field(description="Requests on it or waiting for its KV when it was lost.")
+
+
+class PDRecoveryRow(BaseModel):
+    req_id: str
+    time_s: float
+    node: str
+    action: str
+    target: str | None
+    reason: str
 
 
 class PDSummary(BaseModel):
@@ -45,12 +66,18 @@ class PDSummary(BaseModel):
     output_tokens_per_s: float
     legs: dict[str, LegStats] = Field(description="Per leg, over disaggregated requests.")
     transfer_gb: float = Field(description="KV moved, all TP ranks together, GB.")
-    link_wait_p99_ms: float = Field(description="Time transfers queued behind others on their link.")
+    link_wait_p99_ms: float = Field(description="Time transfers queued behind others on their links.")
+    transfer_legs: int = Field(0, description="Transfers started, the cut-off ones included.")
+    cut_transfers: int = Field(0, description="Transfers cut off by a lost replica (not landed).")
+    num_unfinished: int = Field(0, description="Parked: no decode replica was up again to take them.")
+    recoveries: dict[str, int] = Field(default_factory=dict, description="Requests per recovery action.")
 
 
 class PDResult(BaseModel):
     summary: PDSummary
     requests: list[PDRequestRow]
+    failures: list[PDFailureRow] = Field(default_factory=list)
+    recoveries: list[PDRecoveryRow] = Field(default_factory=list)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -59,21 +86,36 @@ def _pct(xs: list[float], q: float) -> float:
 
 def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
     rows: list[PDRequestRow] = []
+    parked = set(run.parked)
+    actions: dict[str, list[str]] = {}
+    for rec in run.recoveries:
+        actions.setdefault(rec.req_id, []).append(rec.action)
     for idx in sorted(run.decode_req):
+        if idx in parked:
+            continue
         d = run.decode_req[idx]
         dk = run.decode_of[idx]
-        dconn = run.decode[dk].kv_connector
         arrival = d.arrival
         out = d.num_output
         tpot = (d.finish_time - d.first_token) / (out - 1) if out > 1 else None
+        x = run.transfers.get(idx)
+        prefill_name: str | None = None
+        tokens = 0
         if idx in run.local:
             legs = (d.first_scheduled - arrival, 0.0, 0.0, 0.0, d.finish_time - d.first_scheduled)
-            prefill_name = None
-            tokens = 0
+        elif x is None:  # its KV was lost before it landed: its decode replica recomputed the prompt
+            p = run.prefill_req[idx]
+            prefill_name = run.prefill[run.prefill_of[idx]].name
+            legs = (
+                p.first_scheduled - arrival,
+                p.finish_time - p.first_scheduled,
+                d.first_scheduled - p.finish_time,
+                0.0,
+                d.finish_time - d.first_scheduled,
+            )
         else:
             p = run.prefill_req[idx]
-            x = run.transfers[idx]
-            landed = dconn.recv_done[idx]  # type: ignore[union-attr]
+            landed = run.receiver[idx].recv_done[idx]
             legs = (
                 p.first_scheduled - arrival,
                 p.finish_time - p.first_scheduled,
@@ -97,22 +139,25 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
                 transfer_s=legs[3],
                 decode_s=legs[4],
                 transfer_tokens=tokens,
+                recovered=actions.get(d.req_id, []),
             )
         )
+    done = [r for i, r in run.decode_req.items() if i not in parked]
     dis = [r for r in rows if r.prefill_replica is not None]
     ttft = [r.ttft_s for r in rows]
     tpots = [r.tpot_s for r in rows if r.tpot_s is not None]
     e2e = [r.e2e_s for r in rows]
-    span = max((r.finish_time for r in run.decode_req.values()), default=0.0) - min(
-        (r.arrival for r in run.decode_req.values()), default=0.0
-    )
+    span = max((r.finish_time for r in done), default=0.0) - min((r.arrival for r in done), default=0.0)
     legs_stats = {}
     for leg in LEGS:
         xs = [getattr(r, f"{leg}_s") for r in dis]
         legs_stats[leg] = LegStats(
             mean_ms=float(np.mean(xs) * 1000.0) if xs else 0.0, p50_ms=_pct(xs, 50), p99_ms=_pct(xs, 99)
         )
-    waits = [x.start_s - x.ready_s for x in run.transfers.values()]
+    waits = [x.start_s - x.ready_s for x in run.legs]
+    counts: dict[str, int] = {}
+    for rec in run.recoveries:
+        counts[rec.action] = counts.get(rec.action, 0) + 1
     summary = PDSummary(
         num_requests=len(rows),
         num_disaggregated=len(dis),
@@ -123,12 +168,45 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
         tpot_p99_ms=_pct(tpots, 99) if tpots else None,
         e2e_p50_ms=_pct(e2e, 50),
         e2e_p99_ms=_pct(e2e, 99),
-        output_tokens_per_s=sum(r.num_output for r in run.decode_req.values()) / span if span > 0 else 0.0,
+        output_tokens_per_s=sum(r.num_output for r in done) / span if span > 0 else 0.0,
         legs=legs_stats,
         transfer_gb=sum(x.tokens for x in run.transfers.values()) * bytes_per_token_all_ranks / 1e9,
         link_wait_p99_ms=_pct(waits, 99),
+        transfer_legs=len(run.legs),
+        cut_transfers=sum(1 for x in run.legs if not x.landed),
+        num_unfinished=len(parked),
+        recoveries=counts,
     )
-    return PDResult(summary=summary, requests=rows)
+    return PDResult(
+        summary=summary,
+        requests=rows,
+        failures=[
+            PDFailureRow(
+                node=f.node, pool=f.pool, time_s=f.time_s, recover_after_s=f.recover_s, requests=f.requests
+            )
+            for f in run.failures
+        ],
+        recoveries=[
+            PDRecoveryRow(
+                req_id=r.req_id,
+                time_s=r.time_s,
+                node=r.node,
+                action=r.action,
+                target=r.target,
+                reason=r.reason,
+            )
+            for r in run.recoveries
+        ],
+    )
 
 
-__all__ = ["LEGS", "LegStats", "PDRequestRow", "PDResult", "PDSummary", "pd_result"]
+__all__ = [
+    "LEGS",
+    "LegStats",
+    "PDFailureRow",
+    "PDRecoveryRow",
+    "PDRequestRow",
+    "PDResult",
+    "PDSummary",
+    "pd_result",
+]

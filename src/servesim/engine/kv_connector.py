@@ -437,7 +437,7 @@ def waiting_pass(sched: Any, plan: Any, budget: int, thr: int, now: float, end: 
         load_async = False
         hit: list[int] = []
         hit_tokens = 0
-        fresh = r.num_computed == 0
+        fresh = r.num_computed == 0 and not r.blocks  # a failed load keeps its blocks
         if fresh:
             hit = kv.lookup(r)
             hit_tokens = len(hit) * bs

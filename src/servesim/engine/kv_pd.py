@@ -76,6 +76,7 @@ class PDConnector:
         self.recv_tokens: dict[int, int] = {}
         self.recv_done: dict[int, float] = {}  # the receive reported finished
         self.sent: dict[int, float] = {}  # the send reported finished (blocks freed)
+        self.recv_failed: dict[int, float] = {}  # the source was lost mid-receive (recomputed here)
         self.recv_blocks = 0
         self.sent_blocks = 0
 
@@ -159,6 +160,34 @@ class PDConnector:
     def send_done(self, idx: int, t: float) -> None:
         """A cluster's link: the decode replica has read request ``idx``'s KV by ``t``."""
         self._send_due[idx] = t
+
+    def fail_recv(self, idx: int, t: float) -> None:
+        """The KV source was lost mid-transfer (vLLM's ``kv_load_failure_policy`` "recompute"):
+        the receive is reported finished with only the local prefix-cache hit valid, so the
+        request keeps its blocks and recomputes the rest of its prompt here."""
+        r, _ = self._recv.pop(idx)
+        self.recv_failed[idx] = t
+        r.num_computed = self.gpu_hit.get(idx, 0)
+        if r.status == WAITING_FOR_REMOTE_KVS:
+            self.finished_recving.add(idx)
+
+    def resend(self, idx: int) -> None:
+        """The decode replica that was reading request ``idx``'s KV is lost: keep the blocks until
+        another one reads them (``send_done``) or the planner recomputes instead (``send_done(now)``)."""
+        if idx in self._kept:
+            self._send_due[idx] = math.inf
+
+    def holds(self, idx: int, t: float) -> bool:
+        """Request ``idx``'s KV is still here for a decode replica to read (its send not done by ``t``)."""
+        return idx in self._kept and self._send_due.get(idx, math.inf) > t
+
+    def pending_sends(self) -> list[int]:
+        """Requests whose KV this (prefill) side still holds for a decode replica."""
+        return list(self._kept)
+
+    def receiving(self, idx: int) -> bool:
+        """Request ``idx``'s KV is on its way here (its receive not reported yet)."""
+        return idx in self._recv
 
     def complete_due(self, t: float) -> None:
         """``update_connector_output``: receives and sends that ended by ``t``."""

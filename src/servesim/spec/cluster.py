@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servesim.cluster.compare import LinkSpec, failure_events
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
-from servesim.cluster.pd import pd_context
+from servesim.cluster.pd import parse_pool_node, pd_context
 from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.simulate import Replica
 from servesim.engine.results import SLO
-from servesim.errors import ConfigError, shown
+from servesim.errors import ConfigError, InputError, shown
 from servesim.perf.setup import DEFAULT_MODEL, DEFAULT_TP
 from servesim.spec.deployment import DeploymentSpec, ResolvedDeployment, resolve_replicas
 from servesim.spec.slo import PercentileSLO
@@ -133,8 +133,18 @@ class ClusterSpec(BaseModel):
                 "slo.min_good_fraction is judged by saturate and tune; a single cluster run reports "
                 "the good fraction it measured: leave it out"
             )
-        if self.disaggregated is not None and (self.failures or self.mtbf_s is not None):
-            raise ConfigError("failures: a disaggregated cluster runs without node failures")
+        if self.disaggregated is not None and self.mtbf_s is not None:
+            raise ConfigError(
+                "mtbf_s: a disaggregated cluster's failures are listed events (the CLI draws --mtbf-s "
+                "into them): give failures"
+            )
+        if self.disaggregated is not None:
+            pools = self.disaggregated.prefill.replicas, self.disaggregated.decode.replicas
+            for i, f in enumerate(self.failures):
+                try:
+                    parse_pool_node(f.node, *pools)
+                except InputError as e:
+                    raise ConfigError(f"failures[{i}].node: {e}") from None
         if self.replicas is not None:
             names = [r.name for r in self.replicas]
             twice = sorted({n for n in names if names.count(n) > 1})

@@ -19,7 +19,8 @@ spreads) · ``hardware`` (the spec every trial shares; ``servesim.spec.resolve``
 · ``workload`` (rate scaling, seeds) · ``evaluate`` (one run, statuses, KV exhaustion) · ``jobs``
 and ``executors`` (local / process pool / Ray) · ``saturation`` · ``space`` and ``search``
 (Optuna) · ``recommend`` (``explain``: ablations and structured ``reasons``; ``capacity``) ·
-``scenario``. See docs/tuning.md.
+``scenario`` · ``layouts`` (aggregated vs disaggregated at equal GPUs, the break-even link
+bandwidth). See docs/tuning.md.
 """
 
 from servesim.tuning.capacity import CapacityAnswer, CapacityTry, find_capacity

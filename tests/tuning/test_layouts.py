@@ -1,0 +1,138 @@
+"""Aggregated vs disaggregated layouts at equal GPUs (servesim.tuning.layouts): the space, the
+Pareto front, the break-even bisection, and `servesim tune --layouts` (JSON and human output)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+from servesim.errors import InputError
+from servesim.traces.schema import Trace
+from servesim.tuning.layouts import (
+    Layout,
+    LayoutPoint,
+    LayoutRunner,
+    break_even_bandwidth,
+    compare_layouts,
+    layout_space,
+    pareto_front,
+)
+
+runner = CliRunner()
+
+
+def test_every_layout_spends_exactly_the_budget() -> None:
+    space = layout_space(4, ("agg", "disagg"), tps=(1, 2, 4))
+    assert all(lay.gpus == 4 for lay in space)
+    labels = {lay.label for lay in space}
+    assert {"agg 4xTP1", "agg 2xTP2", "agg 1xTP4", "1P3D TP1/TP1", "2P2D TP1/TP1", "3P1D TP1/TP1"} <= labels
+    assert "1P1D TP2/TP2" in labels and "2P1D TP1/TP2" in labels
+    flagged = layout_space(
+        2, ("disagg",), tps=(1,), prefill_batched_tokens=(None, 8192), decode_max_seqs=(None,)
+    )
+    assert [lay.prefill_config for lay in flagged] == [{}, {"max_num_batched_tokens": 8192}]
+    with pytest.raises(InputError, match="layouts"):
+        layout_space(2, ("both",))
+    with pytest.raises(InputError, match="no disagg layout fits 1 GPUs"):
+        layout_space(1, ("disagg",))
+
+
+def _pt(label: str, g: float, ttft: float, tpot: float) -> LayoutPoint:
+    lay = Layout(kind="agg", replicas=1)
+    return LayoutPoint(
+        label=label, layout=lay, gpus=1, good_requests=1, num_requests=1, goodput_rps=g,
+        goodput_per_gpu=g, ttft_p99_ms=ttft, tpot_p99_ms=tpot, e2e_p99_ms=1.0, meets_p99=True,
+    )  # fmt: skip
+
+
+def test_pareto_front_drops_dominated_points() -> None:
+    pts = [_pt("a", 2.0, 100, 10), _pt("b", 1.0, 50, 10), _pt("c", 1.0, 120, 12), _pt("d", 2.0, 100, 9)]
+    assert pareto_front(pts) == [1, 3]  # a is beaten by d on TPOT, c by everyone
+
+
+def _trace(n: int = 120, rate: float = 12.0) -> Trace:
+    return Trace.from_records(
+        [
+            {"req_id": f"r{i}", "arrival_time_s": i / rate, "prompt_len": 3000 if i % 3 == 0 else 200,
+             "output_len": 60}
+            for i in range(n)
+        ],
+        source="t",
+    )  # fmt: skip
+
+
+def test_break_even_bisects_to_where_disaggregation_stops_paying() -> None:
+    """The bisection brackets the bandwidth: probes above the answer beat the target, the
+    highest probe below it does not."""
+    r = LayoutRunner(_trace(), model="llama-3.1-8b", gpu=None, ttft_ms=400, tpot_ms=20)
+    dis = Layout(kind="disagg", prefill_replicas=1, decode_replicas=1)
+    top = r.point(dis).goodput_per_gpu
+    be = break_even_bandwidth(r, dis, 0.97 * top, "target", lo_gbps=0.1, iterations=5)
+    assert be.gbps is not None and 0.1 < be.gbps < 400
+    for gbps, g in be.probes:
+        if gbps >= be.gbps - 1e-9:
+            assert g > 0.97 * top
+    below = [g for gbps, g in be.probes if gbps < be.gbps - 1e-9]
+    assert below and all(g <= 0.97 * top for g in below)  # bisection keeps only losers below the answer
+    never = break_even_bandwidth(r, dis, 10 * top, "target")
+    assert never.gbps is None and "does not beat" in never.note and len(never.probes) == 1
+
+
+def test_compare_layouts_recommends_a_front_point_and_explains_it() -> None:
+    r = LayoutRunner(_trace(), model="llama-3.1-8b", gpu=None, ttft_ms=400, tpot_ms=20)
+    ans = compare_layouts(r, 2, tps=(1, 2), break_even=False)
+    labels = [p.label for p in ans.points]
+    assert labels == ["agg 2xTP1", "agg 1xTP2", "1P1D TP1/TP1"]
+    front = [p.label for p in ans.points if p.pareto]
+    assert ans.recommended in front
+    best = max(ans.points, key=lambda p: p.goodput_per_gpu)
+    assert ans.recommended == best.label
+    assert ans.reasons[0].startswith(ans.recommended)
+    assert any("disaggregation buys" in x or "aggregated wins" in x for x in ans.reasons)
+
+
+BASE = [
+    "tune",
+    "poisson_20_rps",
+    "-n",
+    "150",
+    "--step-time-ms",
+    "10",
+    "--layouts",
+    "agg,disagg",
+    "--gpus",
+    "2",
+]
+
+
+def test_cli_json_document() -> None:
+    res = runner.invoke(app, [*BASE, "--slo", "ttft_p99_ms=200,tpot_p99_ms=20", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)["layouts"]
+    assert doc["gpus"] == 2 and doc["slo"] == {"ttft_ms": 200.0, "tpot_ms": 20.0}
+    assert {p["label"] for p in doc["points"]} == {"agg 2xTP1", "1P1D TP1/TP1"}  # a fixed step time: TP 1
+    assert doc["recommended"] in {p["label"] for p in doc["points"] if p["pareto"]}
+    assert doc["break_even"]["against"] == doc["best_agg"]
+    assert doc["break_even"]["probes"][0][0] == 400.0
+
+
+def test_cli_human_output() -> None:
+    res = runner.invoke(app, [*BASE, "--no-break-even", "--link", "tcp-25g"])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.stdout.split())  # the console wraps long lines
+    assert "poisson_20_rps: 150 requests, 2 GPUs" in out
+    assert "per-request SLO for goodput: none (every request counts); disaggregated over tcp-25g" in out
+    assert "agg 2xTP1" in out and "1P1D TP1/TP1" in out and "goodput/GPU" in out
+    assert "recommended: " in out and "break-even" not in out
+
+
+def test_cli_bad_input_names_the_flag() -> None:
+    res = runner.invoke(app, ["tune", "poisson_20_rps", "-n", "20", "--layouts", "agg,disagg"])
+    assert res.exit_code != 0 and "--gpus" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, [*BASE, "--decode-max-seqs", "x"])
+    assert res.exit_code != 0 and "--decode-max-seqs" in res.output
+    res = runner.invoke(app, [*BASE, "--link", "carrier-pigeon"])
+    assert res.exit_code != 0 and "unknown link" in res.output
