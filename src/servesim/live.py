@@ -238,16 +238,10 @@ class _Base:
     def speculation_totals(self) -> tuple[int, int] | None:
         """Speculative decoding so far: (drafts accepted, verifications) over every engine, as
         vLLM's spec-decode counters; None when the run does not speculate."""
-        engines = self._engine_cores()
-        if not any(e.scheduler.spec_k for e in engines):
+        counters = [e.speculation for e in self._engines()]
+        if not any(k for k, _, _ in counters):
             return None
-        return (
-            sum(e.scheduler.spec_accepted for e in engines),
-            sum(e.scheduler.spec_verifications for e in engines),
-        )
-
-    def _engine_cores(self) -> list[Engine]:
-        raise NotImplementedError
+        return sum(a for _, a, _ in counters), sum(v for _, _, v in counters)
 
     def advance_steps(self, n: int = 1) -> int:
         """Run exactly ``n`` engine steps (fewer only when the run ends); returns how many ran."""
@@ -604,9 +598,6 @@ class LiveRun(_Base):
         self._samples = []
         self._result: SimulationResult | None = None
 
-    def _engine_cores(self) -> list[Engine]:
-        return [self.engine]
-
     @property
     def now(self) -> float:
         """Simulated time: the end of the latest step (or the arrival an idle engine jumped to)."""
@@ -730,9 +721,6 @@ class LiveClusterRun(_Base):
         self._moves_seen = 0
         self._index: dict[str, int] | None = None
         self._result: ClusterResult | None = None
-
-    def _engine_cores(self) -> list[Engine]:
-        return list(self.sim.engines)
 
     @property
     def now(self) -> float:

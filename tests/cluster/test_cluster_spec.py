@@ -130,6 +130,7 @@ def test_the_cli_records_the_spec_it_ran_and_the_spec_runs_again_alike(tmp_path:
         baseline=run.baseline,
     )
     again = cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec)
+    assert [s["key"] for s in doc.pop("sections")][:2] == ["fleet", "replica.n0"]  # one run's views
     assert again == doc
 
 

@@ -97,6 +97,13 @@ class ReplicaView:
         """Requests with an outcome here."""
         return int(self._engine.num_closed)
 
+    @property
+    def speculation(self) -> tuple[int, int, int]:
+        """Speculative decoding's counters: (draft tokens per step k, drafts accepted,
+        verifications) as vLLM's spec-decode metrics count them; k 0 when it does not speculate."""
+        s = self._engine.scheduler
+        return int(s.spec_k), int(s.spec_accepted), int(s.spec_verifications)
+
     # ------------------------------------------------------------------ queues
     @property
     def num_running(self) -> int:
