@@ -15,7 +15,7 @@ import typer
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
-from servesim.cli.common import fail, request_slo
+from servesim.cli.common import cli_slo, fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.cli.simulate_cmd import TRACE_HELP, deploy, report_result
 from servesim.cluster.compare import LinkSpec, outcome
@@ -119,6 +119,22 @@ def register(app: typer.Typer) -> None:
             )
             if spec.is_cluster and any(e.node not in {f"n{i}" for i in range(replicas)} for e in events):
                 raise InputError(f"--fail names a replica that does not exist; replicas: n0..n{replicas - 1}")
+            run = None
+            if spec.is_cluster:  # the ClusterSpec ``servesim cluster`` records for the same flags
+                from servesim.spec import ClusterSpec
+
+                policy = (route or RouterSpec()).policy
+                run = ClusterSpec(
+                    trace=trace,
+                    num_requests=num_requests,
+                    seed=seed,
+                    deployment=dep.model_copy(update={"replicas": replicas, "router": policy}),
+                    router=route if route is not None and route != RouterSpec(policy=policy) else None,
+                    link=link.model_dump(exclude={"model", "tp"}),
+                    failures=events,
+                    recovery=recovery,
+                    slo=cli_slo(slo) if goal is not None else None,
+                )
             title = f"{trace}: {len(tr):,} requests"
             if headless or ui == "simple":
                 _run_plain(
@@ -130,6 +146,7 @@ def register(app: typer.Typer) -> None:
                     title=title,
                     setup=setup,
                     out=out,
+                    run=run,
                 )
                 return
             if as_json:
@@ -153,8 +170,10 @@ def _run_plain(
     title: str,
     setup: Any = None,
     out: Path | None = None,
+    run: Any = None,
 ) -> None:
-    """``--headless`` (straight to the end) or ``--ui simple`` (progress lines), then the summary."""
+    """``--headless`` (straight to the end) or ``--ui simple`` (progress lines), then the summary;
+    ``run``: a cluster's ``ClusterSpec``, recorded in its document."""
     from servesim import ClusterResult, RouterSpec
     from servesim.tui.simple import run_simple
 
@@ -177,6 +196,7 @@ def _run_plain(
             provenance=spec.trace.provenance,
             out=out,
             views=fleet_sections(result, spec.replicas, spec.recovery),
+            run=run,
         )
         return
     report_result(
