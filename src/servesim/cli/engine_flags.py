@@ -92,8 +92,10 @@ def _checked(
             try:
                 adapters[key].validate_python(value)
             except ValidationError as e:
-                msg = e.errors()[0]["msg"]
-                raise ConfigError(f"--{key.replace('_', '-')}: {msg}") from None
+                err = e.errors()[0]
+                msg = str(err["msg"]).removeprefix("Value error, ")
+                inner = ".".join(str(x) for x in err["loc"])  # a JSON flag's key: speculative_config's
+                raise ConfigError(f"--{key.replace('_', '-')}: {inner + ': ' if inner else ''}{msg}") from None
         return values
 
     return check

@@ -19,7 +19,7 @@ cdef class TraceArrays:
 cdef class Recorder:
     cdef public object steps, step_end, itl_run_first, itl_run_last, itl_gaps
     cdef public object first_scheduled, first_token, finish, num_output, preemptions, recomputed
-    cdef public object reused, prefix_hit, outcome, token_steps
+    cdef public object reused, prefix_hit, outcome, token_steps, spec_steps
     cdef public list preemption_events, starvation_events
     cdef public long long prefix_queries, prefix_hits
     cdef public bint rolling
@@ -64,7 +64,8 @@ cdef class Engine:
     @cython.locals(p=PendingStep, ended=cython.longlong, last=cython.double, end=cython.double)
     cpdef tuple steps_until(self, PendingStep pending, double horizon, double t_ext, double until)
     @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,
-                   t_end=cython.double, finished=list, r=Request, prefill=cython.longlong)
+                   t_end=cython.double, finished=list, r=Request, prefill=cython.longlong,
+                   v0=cython.longlong, a0=cython.longlong)
     cpdef list end_step(self, PendingStep p)
     @cython.locals(sched=Scheduler, group=DecodeGroup, step=cython.longlong, t=cython.double,
                    next_arrival=cython.double, n=cython.longlong, end=cython.longlong, pool=BlockPool,

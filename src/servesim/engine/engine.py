@@ -183,6 +183,9 @@ class Recorder:
         self.prefix_hit = array("q", [0]) * n_requests
         self.outcome = array("q", [OUTCOME_UNFINISHED]) * n_requests
         self.token_steps: dict[int, list[int]] | None = None
+        # Speculative decoding only (None when off): per step, the request-verifications and the
+        # drafts they accepted, two int64 entries a step (vLLM's per-iteration spec-decode counts).
+        self.spec_steps: array[int] | None = None
         # Preemption events: (time, step, request index, tokens computed when preempted).
         self.preemption_events: list[tuple[float, int, int, int]] = []
         self.starvation_events: list[tuple[float, int, int, int]] = []  # same shape
@@ -223,6 +226,8 @@ class Recorder:
             drop = min(n - keep_steps, bisect_right(self.step_end, oldest_arrival))
             del self.step_end[:drop]
             del self.steps[: drop * self.step_size]
+            if self.spec_steps is not None:
+                del self.spec_steps[: 2 * drop]
             self.step_base += drop
         used = self.request_top - self.request_base
         if used > 2 * keep_requests:
@@ -414,6 +419,8 @@ class Engine:
             )
         self.check_invariants = check_invariants
         self.rec = Recorder(t.n)
+        if spec is not None:
+            self.rec.spec_steps = array("q")
         if record_token_times:
             self.rec.token_steps = {}
         self.now = 0.0
@@ -562,7 +569,13 @@ class Engine:
         step = self.step
         t_end = now + p.duration
         rec.step_end.append(t_end)
-        finished = sched.update(plan, step, t_end)
+        if self._spec_k:
+            v0 = sched.spec_verifications
+            a0 = sched.spec_accepted
+            finished = sched.update(plan, step, t_end)
+            rec.spec_steps.extend((sched.spec_verifications - v0, sched.spec_accepted - a0))
+        else:
+            finished = sched.update(plan, step, t_end)
         if plan.preempted:
             for r in plan.preempted:
                 rec.preemption_events.append((now, step, r.idx, r.lost_tokens))

@@ -212,6 +212,14 @@ class OffloadSummary(BaseModel):
     cpu_chunks_stored_at_end: int
 
 
+def tokens_per_verifying_step(accepted: int, verifications: int) -> float | None:
+    """Accepted tokens per step, as vLLM's spec-decode metrics define the mean acceptance length:
+    tokens a verifying request emits in a step (its accepted drafts plus the bonus/target token),
+    ``1 + accepted / verifications``; None when nothing was verified. The one formula the run's
+    summary, its time series (views), the web and the dashboard's tile use."""
+    return 1.0 + accepted / verifications if verifications > 0 else None
+
+
 class SpeculativeSummary(BaseModel):
     """What speculative decoding did in a run (vLLM's spec-decode metrics: drafts, accepted)."""
 

@@ -21,6 +21,7 @@ from servesim.engine.results import (
     OffloadSummary,
     SimulationResult,
     SpeculativeSummary,
+    tokens_per_verifying_step,
     good_mask,
     itl_stats,
     summarize,
@@ -174,7 +175,7 @@ def build_result(
             draft_tokens=dr,
             accepted_tokens=ac,
             acceptance_rate=ac / dr if dr else None,
-            mean_acceptance_length=1.0 + ac / v if v else None,
+            mean_acceptance_length=tokens_per_verifying_step(ac, v),
             draft_time_s=engine.draft_time_s,
         )
     conn = engine.kv_connector
@@ -299,6 +300,11 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
         copy=False,
     )
     steps["kv_usage"] = table["kv_blocks_used"] / engine.pool.usable_blocks
+    spec = engine.rec.spec_steps
+    if spec is not None:  # speculative decoding: each step's verifications and accepted drafts
+        counts = np.frombuffer(spec, dtype=np.int64).reshape(-1, 2).copy()
+        steps["spec_verifications"] = counts[:, 0]
+        steps["spec_accepted"] = counts[:, 1]
     return steps
 
 

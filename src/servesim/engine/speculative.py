@@ -20,7 +20,7 @@ import json
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servesim.engine.request import Request
 from servesim.errors import ConfigError
@@ -129,12 +129,12 @@ class SpeculativeConfig(BaseModel):
             data = {k: v for k, v in data.items() if k not in _IGNORED_VLLM_KEYS}
         return data
 
-    @model_validator(mode="after")
-    def _check(self) -> SpeculativeConfig:
-        rates = self.acceptance_rates
+    @field_validator("acceptance_rates")
+    @classmethod
+    def _check_rates(cls, rates: tuple[float, ...] | None) -> tuple[float, ...] | None:
         if rates is not None and (not rates or any(not 0.0 <= p <= 1.0 for p in rates)):
-            raise ConfigError("speculative_config.acceptance_rates: each rate must be in [0, 1]")
-        return self
+            raise ConfigError("at least one rate, each in [0, 1]")
+        return rates
 
     @property
     def num_lookahead_tokens(self) -> int:

@@ -23,6 +23,7 @@ from textual.widgets import Footer, Static
 
 from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
 from servesim.errors import describe, user_errors
+from servesim.engine.results import tokens_per_verifying_step
 from servesim.events import ReplicaDown
 from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
 from servesim.tui.spec import DashboardSpec
@@ -189,9 +190,10 @@ class DashboardApp(App[None]):
             totals = self.live.speculation_totals()
             if totals is not None:
                 acc, ver = totals[0] - self._spec_last[0], totals[1] - self._spec_last[1]
-                if ver > 0:  # 1 + accepted drafts per verification since the last sample
-                    self.spec_recent = 1.0 + acc / ver
-                    self.spec_spark.append(self.spec_recent)
+                recent = tokens_per_verifying_step(acc, ver)  # since the last sample
+                if recent is not None:
+                    self.spec_recent = recent
+                    self.spec_spark.append(recent)
                 self._spec_last = totals
 
     # ------------------------------------------------------------------ rendering
@@ -239,7 +241,7 @@ class DashboardApp(App[None]):
         sc = self.spec.config.speculative_config
         if sc is not None:
             totals = self.live.speculation_totals()
-            overall = 1.0 + totals[0] / totals[1] if totals and totals[1] else None
+            overall = tokens_per_verifying_step(*totals) if totals else None
             self.main.query_one("#spec", SpecTile).show(sc.num_speculative_tokens, self.spec_recent, overall)
             self.main.query_one("#specspark", SpecSpark).data = list(self.spec_spark)
         events = run.events()

@@ -57,6 +57,17 @@ METRICS: dict[str, MetricDef] = {
     "num_tokens": MetricDef(
         "tokens/step", "tokens", "Tokens scheduled in one engine step (≤ max_num_batched_tokens)."
     ),
+    "accepted_tokens_per_step": MetricDef(
+        "accepted tokens/step",
+        "tokens",
+        "Speculative decoding: tokens a verifying request emits per step, 1 + accepted drafts / "
+        "verifications (vLLM's mean acceptance length; 1 = no draft accepted, k + 1 = all).",
+    ),
+    "spec_acceptance_rate": MetricDef(
+        "acceptance rate",
+        None,
+        "Speculative decoding: accepted draft tokens / draft tokens verified (vLLM's draft acceptance rate).",
+    ),
     "kv_usage": MetricDef("KV usage", None, "KV blocks in use / usable blocks (vLLM's null block excluded)."),
     "preemptions": MetricDef(
         "preemptions", None, "Requests evicted from the batch to free KV blocks (recomputed later)."

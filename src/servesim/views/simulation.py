@@ -20,6 +20,7 @@ from servesim.engine.results import (
     SimulationResult,
     SimulationSummary,
     SpeculativeSummary,
+    tokens_per_verifying_step,
 )
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Line, Section, Series, Table, Verdict
@@ -107,6 +108,28 @@ def kpis(summary: SimulationSummary, percentile: str = "p99") -> list[Kpi]:
                 unit=unit,
                 decimals=dec,
                 help=define(key),
+            )
+        )
+    sp = summary.speculative
+    if sp is not None:
+        out.append(
+            Kpi(
+                key="accepted_tokens_per_step",
+                label=f"accepted tokens per step (k = {sp.num_speculative_tokens})",
+                value=sp.mean_acceptance_length,
+                unit="tokens",
+                decimals=2,
+                help=define("accepted_tokens_per_step"),
+            )
+        )
+        out.append(
+            Kpi(
+                key="spec_acceptance_rate",
+                label="draft acceptance rate",
+                value=sp.acceptance_rate,
+                unit="%",
+                decimals=1,
+                help=define("spec_acceptance_rate"),
             )
         )
     return out
@@ -465,10 +488,47 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("output_token_throughput"),
         )
     )
+    spec = spec_series(result, t0, t1, bins, max_points)
+    if spec is not None:
+        out.append(spec)
     split = latency_split_series(result.requests)
     if split is not None:
         out.append(split)
     return out
+
+
+def spec_series(result: SimulationResult, t0: float, t1: float, bins: int, max_points: int) -> Series | None:
+    """Speculative decoding: accepted tokens per verifying step over time, each time bin's
+    accepted drafts over its verifications (``tokens_per_verifying_step``, the summary's formula);
+    bins without a verification are left out. None when the run does not speculate."""
+    st = result.steps
+    sp = result.summary.speculative
+    if sp is None or "spec_verifications" not in st:
+        return None
+    t = st["start_s"].to_numpy(dtype=np.float64) + st["duration_s"].to_numpy(dtype=np.float64)
+    x, ver = time_binned(t, st["spec_verifications"].to_numpy(), t0, t1, bins)
+    _, acc = time_binned(t, st["spec_accepted"].to_numpy(), t0, t1, bins)
+    pts = [
+        (float(xi), v)
+        for xi, a, n in zip(x, acc, ver, strict=True)
+        if (v := tokens_per_verifying_step(int(a), int(n))) is not None
+    ]
+    if not pts:
+        return None
+    k = sp.num_speculative_tokens
+    run = "-" if sp.mean_acceptance_length is None else f"{sp.mean_acceptance_length:.2f}"
+    return series(
+        "accepted_tokens_per_step",
+        f"accepted tokens per verifying step (run {run}, k = {k})",
+        np.asarray([p[0] for p in pts]),
+        np.asarray([p[1] for p in pts]),
+        y_label="tokens per step",
+        y_unit="tokens",
+        max_points=max_points,
+        reference=float(k + 1),
+        reference_label=f"every draft accepted (k + 1 = {k + 1})",
+        help=define("accepted_tokens_per_step"),
+    )
 
 
 def latency_split_series(requests: Any) -> Series | None:

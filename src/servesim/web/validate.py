@@ -64,8 +64,14 @@ def typed_deployment(spec: DeploymentSpec) -> DeploymentSpec:
     for key, value in spec.engine.items():
         try:
             typed[key] = _ADAPTERS[key].validate_python(value)
-        except ValidationError as exc:
-            errors.append({"field": f"{FIELD}.engine.{key}", "reason": exc.errors()[0]["msg"]})
+        except ValidationError as exc:  # a nested object's errors name its field (speculative_config.method)
+            errors.extend(
+                {
+                    "field": ".".join([f"{FIELD}.engine.{key}", *(str(x) for x in e["loc"])]),
+                    "reason": str(e["msg"]).removeprefix("Value error, "),
+                }
+                for e in exc.errors()
+            )
     if errors:
         raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors)
     return spec.model_copy(update={"engine": typed}) if typed != spec.engine else spec

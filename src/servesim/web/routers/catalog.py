@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import APIRouter, Query
 
 from servesim.engine import EngineConfig
+from servesim.engine.speculative import ACCEPTANCE_PRESETS, MAX_SPEC_TOKENS, SpeculativeConfig, SpecMethod
 from servesim.spec import DeploymentSpec, PercentileSLO
 from servesim.traces import FORMAT_NAMES, PRESETS
 from servesim.web.schemas import WEB_MAX_REPLICAS
@@ -19,6 +20,8 @@ SERVESIM_ONLY = frozenset({"starvation_threshold", "starvation_mitigation", "que
 SIZED = frozenset({"num_gpu_blocks"})
 #: The deployment's fields the form offers (profiles and fixed step times are the CLI's).
 DEPLOYMENT_FORM = ("model", "gpu", "tp", "gpu_memory_utilization", "replicas", "router")
+#: An object, not a flag's value: the form's "Speculative decoding" group (``speculative_fields``).
+NESTED = frozenset({"speculative_config"})
 
 
 def deployment_fields() -> list[dict[str, Any]]:
@@ -51,6 +54,22 @@ def deployment_fields() -> list[dict[str, Any]]:
         "(vLLM --num-gpu-blocks-override); empty: sized as vLLM does.",
     )
     return [*out, blocks]
+
+
+def speculative_fields() -> dict[str, Any]:
+    """The Run tab's "Speculative decoding" group: ``EngineConfig.speculative_config`` (vLLM's
+    ``--speculative-config`` JSON, as the CLI takes it): the engine's methods, k's bound, each
+    method's acceptance preset (per-position rates) and the fields' help from the library."""
+    props = SpeculativeConfig.model_json_schema()["properties"]
+    return {
+        "name": "speculative_config",
+        "flag": "--speculative-config",
+        "help": EngineConfig.model_fields["speculative_config"].description or "",
+        "methods": list(get_args(SpecMethod)),
+        "max_num_speculative_tokens": MAX_SPEC_TOKENS,
+        "presets": {m: list(r) for m, r in ACCEPTANCE_PRESETS.items()},
+        "field_help": {k: props[k].get("description", "") for k in ("method", "num_speculative_tokens", "acceptance_rates")},
+    }
 
 
 def flag_specs(model: type[Any], skip: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
@@ -94,7 +113,8 @@ def _catalog() -> dict[str, Any]:
             {"name": g.name, "description": g.description, "memory_gb": g.memory_bytes / 1e9}
             for g in cat.gpus.values()
         ],
-        "engine_flags": flag_specs(EngineConfig, SIZED),
+        "engine_flags": flag_specs(EngineConfig, SIZED | NESTED),
+        "speculative": speculative_fields(),
         "deployment_fields": deployment_fields(),
         "percentile_slo_fields": flag_specs(PercentileSLO),
         "presets": list(PRESETS),

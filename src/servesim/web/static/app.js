@@ -200,6 +200,8 @@
     delete dep.engine;
     if (engine.num_gpu_blocks !== undefined) { dep.num_gpu_blocks = engine.num_gpu_blocks; delete engine.num_gpu_blocks; }
     fillFields("dep", dep);
+    fillSpec(engine.speculative_config);
+    delete engine.speculative_config;
     fillFields("eng", engine);
     showGpuDefaults();
     if (params.slo !== undefined) { for (const i of $("slo-fields").querySelectorAll("input[name]")) i.value = ""; fillFields("slo", params.slo); }
@@ -212,7 +214,7 @@
     const d = params.deployment;
     const cat = state.catalog.deployment_fields.reduce((o, f) => Object.assign(o, { [f.name]: f.default }), {});
     const tp = d.tp || cat.tp;
-    const flags = Object.entries(d.engine || {}).map(([k, v]) => `${k} ${typeof v === "number" ? SS.fmt(v, Number.isInteger(v) ? "int" : "float") : String(v)}`);
+    const flags = Object.entries(d.engine || {}).map(([k, v]) => k === "speculative_config" && v ? `speculative ${v.method} k=${v.num_speculative_tokens}${v.acceptance_rates ? ` acceptance ${v.acceptance_rates.join(",")}` : ""}` : `${k} ${typeof v === "number" ? SS.fmt(v, Number.isInteger(v) ? "int" : "float") : String(v)}`);
     const reps = d.replicas || 1;
     const slo = params.slo && Object.keys(params.slo).length
       ? Object.entries(params.slo).map(([k, v]) => (k === "min_good_fraction" ? `good=${v}` : `${k}=${v}`)).join(",") : "none";
@@ -244,6 +246,7 @@
     const eng = $("engine-fields");
     for (const spec of cat.engine_flags) eng.append(inputFor(spec, "eng"));
     eng.addEventListener("input", (e) => { if (e.target.name) e.target.dataset.touched = "1"; });
+    buildSpecFields(cat.speculative);
     $("dep-gpu").addEventListener("change", showGpuDefaults);
     const slo = $("slo-fields");
     const pdefaults = { ttft_p99_ms: 1000, tpot_p99_ms: 100 };
@@ -254,6 +257,62 @@
     fillSelect($("gen-preset"), cat.presets.map((p) => ({ value: p, label: p })), "default");
     fillSelect($("upload-format"), [{ value: "", label: "auto-detect" }, ...cat.formats.map((f) => ({ value: f, label: f }))], "");
     SS.glossary = cat.glossary || {};
+  }
+  /* The "Speculative decoding" group: EngineConfig.speculative_config, vLLM's --speculative-config
+     object (method, num_speculative_tokens, acceptance_rates), sent whole when a method is chosen. */
+  function buildSpecFields(sp) {
+    const box = $("spec-fields");
+    if (!box || !sp) return;
+    const help = (id, text) => el("p", { class: "field-help", id: `${id}-help` }, text);
+    const method = el("select", { id: "spec-method", "aria-describedby": "spec-method-help" },
+      [el("option", { value: "" }, "off"), ...sp.methods.map((m) => el("option", { value: m }, m))]);
+    const k = el("input", { id: "spec-k", type: "number", min: 1, max: sp.max_num_speculative_tokens, step: 1, placeholder: "k, e.g. 3", "aria-describedby": "spec-k-help", "data-type": "integer" });
+    const acc = el("input", { id: "spec-acceptance", type: "text", placeholder: "the method's preset", "aria-describedby": "spec-acceptance-help" });
+    const presetHelp = () => {
+      const m = method.value;
+      const p = m && sp.presets[m];
+      $("spec-acceptance-help").textContent = `${sp.field_help.acceptance_rates} One rate (every position) or per-position rates, comma-separated, each in [0, 1]; empty: the method's preset${p ? ` (${m}: ${p.join(", ")})` : ""}.`;
+      acc.placeholder = p ? `preset ${p.slice(0, 3).join(", ")}, ...` : "the method's preset";
+      k.disabled = acc.disabled = !m;
+    };
+    method.addEventListener("change", presetHelp);
+    clear(box,
+      el("div", {}, el("label", { for: "spec-method" }, el("code", {}, "method")), method, help("spec-method", `${sp.help} ${sp.field_help.method} off: no speculation.`)),
+      el("div", {}, el("label", { for: "spec-k" }, el("code", {}, "num_speculative_tokens")), k, help("spec-k", `${sp.field_help.num_speculative_tokens} 1 to ${sp.max_num_speculative_tokens}.`)),
+      el("div", {}, el("label", { for: "spec-acceptance" }, el("code", {}, "acceptance_rates")), acc, help("spec-acceptance", "")));
+    presetHelp();
+  }
+  /* The group as the body's ``speculative_config`` (undefined when off); a field the browser
+     cannot read is a form error naming it, as readFields does. */
+  function readSpec() {
+    const method = $("spec-method");
+    if (!method || !method.value) return undefined;
+    const k = $("spec-k");
+    const acc = $("spec-acceptance");
+    const out = { method: method.value };
+    const bad = fieldError(k);
+    k.toggleAttribute("aria-invalid", !!bad);
+    if (bad) throw new ApiError({ status: 422, title: "Invalid settings", detail: `speculative_config.num_speculative_tokens: ${bad}`, errors: [{ field: "speculative_config.num_speculative_tokens", reason: bad }] });
+    if (k.value !== "") out.num_speculative_tokens = Number(k.value);
+    const text = acc.value.trim();
+    if (text) {
+      const rates = text.split(/[\s,]+/).filter((x) => x).map(Number);
+      const wrong = rates.some((x) => !Number.isFinite(x));
+      acc.toggleAttribute("aria-invalid", wrong);
+      if (wrong) throw new ApiError({ status: 422, title: "Invalid settings", detail: "speculative_config.acceptance_rates: not a list of numbers", errors: [{ field: "speculative_config.acceptance_rates", reason: "not a list of numbers" }] });
+      out.acceptance_rates = rates;
+    }
+    return out;
+  }
+  /* A run's speculative_config (or none: off) back into the group. */
+  function fillSpec(sc) {
+    const method = $("spec-method");
+    if (!method) return;
+    method.value = sc && sc.method ? sc.method : "";
+    $("spec-k").value = sc && sc.num_speculative_tokens != null ? String(sc.num_speculative_tokens) : "";
+    $("spec-acceptance").value = sc && sc.acceptance_rates ? sc.acceptance_rates.join(", ") : "";
+    for (const i of [method, $("spec-k"), $("spec-acceptance")]) i.removeAttribute("aria-invalid");
+    method.dispatchEvent(new Event("change"));
   }
   function nonNull(obj) {
     const out = {};
@@ -266,6 +325,8 @@
   function runSettings(single) {
     const deployment = readFields($("deployment-fields"));
     const engine = readFields($("engine-fields"), true);
+    const spec = readSpec();
+    if (spec !== undefined) engine.speculative_config = spec;
     if (deployment.num_gpu_blocks !== null && deployment.num_gpu_blocks !== undefined) engine.num_gpu_blocks = deployment.num_gpu_blocks;
     delete deployment.num_gpu_blocks;
     deployment.engine = engine;
