@@ -80,6 +80,8 @@ def test_compare_and_the_basket_carry_overlays_named_after_each_run_and_trace(
         "ttft_ms_cdf_overlay",
         "tpot_ms_overlay",
         "tpot_ms_cdf_overlay",
+        "itl_ms_overlay",
+        "itl_ms_cdf_overlay",
         "e2e_ms_overlay",
         "e2e_ms_cdf_overlay",
         "num_waiting_overlay",
@@ -91,7 +93,7 @@ def test_compare_and_the_basket_carry_overlays_named_after_each_run_and_trace(
     assert names[0].startswith("A: ") and names[1].startswith("B: ")
     # the title starts with the trace's name; its digest follows (the name is not said twice)
     assert all(re.fullmatch(r"[AB]: .+: .+ \(\S+\)", n) and " · " not in n for n in names), names
-    queue = ov["series"][6]
+    queue = ov["series"][keys.index("num_waiting_overlay")]
     assert (
         queue["y"]
         == next(s for s in three_runs[0]["result"]["sections"] if s["key"] == "simulation")["series"][0]["y"]

@@ -698,3 +698,75 @@ def test_two_sweeps_compared_and_two_kinds_refused(page: Any) -> None:
         and "a saturate run and B" in text
         and "simulate run" in text
     )
+
+
+def _cdf_median(trace: dict[str, Any]) -> float:
+    """Where a CDF trace (as drawn) first reaches one half: the run's p50 read off the chart."""
+    return float(next(x for x, y in zip(trace["x"], trace["y"], strict=True) if y >= 0.5))
+
+
+def test_speculative_decoding_on_the_run_tab_restored_and_compared_with_it_off(page: Any) -> None:
+    """Issue 33: the Run tab's "Speculative decoding" group sends vLLM's --speculative-config
+    object; the result shows accepted tokens per step (tile and series), the acceptance rate
+    measured; a reload restores the group; a bad rate is refused naming the field; the same trace
+    with speculation off compares in the Compare tab, whose TPOT CDF names both runs."""
+    upload_and_run(page)  # 200 short requests at 20 req/s: a light load
+    page.click("#tab-run")
+    page.fill("#eng-max_num_seqs", "64")
+    assert page.input_value("#spec-method") == "" and page.is_disabled("#spec-k")  # off by default
+    page.select_option("#spec-method", "eagle3")
+    assert "eagle3: 0.8, 0.75, 0.72" in (page.text_content("#spec-acceptance-help") or "")  # its preset
+    page.fill("#spec-k", "3")
+    page.fill("#spec-acceptance", "1.5")
+    EXPECTED.append("status of 422 (Unprocessable Entity)")  # the refused rate itself
+    page.click("#run-button")
+    refused = page.locator("#run-job [role='alert'], #run-results [role='alert']").first
+    refused.wait_for()
+    assert "speculative_config.acceptance_rates: at least one rate, each in [0, 1]" in refused.inner_text()
+    page.fill("#spec-acceptance", "0.8, 0.7, 0.6")
+    page.click("#run-button")
+    tile = page.locator("#run-results .kpi[data-key='accepted_tokens_per_step']")
+    tile.wait_for()
+    assert "k = 3" in tile.inner_text()
+    per_step = float((tile.locator(".value").text_content() or "").split()[0])
+    assert 1.0 < per_step < 4.0  # 1 + accepted drafts per verification
+    rate = page.text_content("#run-results .kpi[data-key='spec_acceptance_rate'] .value") or ""
+    assert 0 < float(rate.split()[0].rstrip("%")) < 100
+    assert "speculative eagle3 k=3 acceptance 0.8,0.7,0.6" in (page.text_content("#run-results .run-settings") or "")
+    page.wait_for_selector("#run-results [data-key='accepted_tokens_per_step'].js-plotly-plot")
+    charts = {c["key"]: c for c in honest_charts(page, "#run-results", "Run")}
+    line = charts["accepted_tokens_per_step"]
+    assert line["title"].startswith(f"accepted tokens per verifying step (run {per_step:.2f}, k = 3)")
+    assert line["y"] == "tokens per step (tokens)" and line["x"] == "time (s)"
+    assert all(1.0 <= y <= 4.0 for t in line["traces"] for y in t["y"])
+    tile.scroll_into_view_if_needed()
+    shot(page, "run-speculative.png")
+    page.reload()  # the run's settings come back, the group with them
+    page.wait_for_selector("body[data-ready='1']")
+    page.click("#tab-run")
+    page.wait_for_selector("#run-results .kpi[data-key='accepted_tokens_per_step']")
+    assert page.input_value("#spec-method") == "eagle3" and page.input_value("#spec-k") == "3"
+    assert page.input_value("#spec-acceptance") == "0.8, 0.7, 0.6"
+    page.select_option("#spec-method", "")  # the same trace, speculation off
+    page.click("#run-button")
+    page.wait_for_selector("#run-results .kpi[data-key='accepted_tokens_per_step']", state="detached")
+    page.wait_for_selector("#run-results .kpi[data-key='tpot_ms_p99']")
+    assert "speculative" not in (page.text_content("#run-results .run-settings") or "")
+    page.click("#tab-compare")
+    page.wait_for_selector("#compare-a option", state="attached")
+    page.click("#compare-form button[type='submit']")  # A: the speculating run, B: the one without
+    page.wait_for_selector("#compare-results [data-section='runs_overlay'] .js-plotly-plot >> nth=3")
+    diff = page.locator("#compare-results table[data-key='config_diff'] tbody tr", has_text="speculative_config.method")
+    assert diff.first.locator("td").all_inner_texts() == ["speculative_config.method", "eagle3", "–"]
+    overlaid = {c["key"]: c for c in honest_charts(page, "#compare-results", "Compare")}
+    cdf = overlaid["tpot_ms_cdf_overlay"]
+    assert cdf["x"] == "TPOT (ms)"
+    names = [t["name"] for t in cdf["traces"]]
+    assert len(names) == 2 and names[0].startswith("A: ") and names[1].startswith("B: "), names
+    on, off = (_cdf_median(t) for t in cdf["traces"])
+    assert on < off, (on, off)  # light load: more tokens per step, a shorter time per output token
+    itl = overlaid["itl_ms_cdf_overlay"]  # the token gaps of both runs, on one chart
+    assert itl["y"] == "share of token gaps at or below" and len(itl["traces"]) == 2
+    box = page.locator("#compare-results [data-section='runs_overlay']")
+    box.scroll_into_view_if_needed()
+    box.screenshot(path=str(IMAGES / "compare-speculation.png"))

@@ -91,7 +91,7 @@ def basket_view(
 
 
 #: The latency distributions an overlay draws (histogram and CDF of each run on shared bins).
-OVERLAID_LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
+OVERLAID_LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")  # ITL: token gaps, not requests
 #: The time series an overlay draws, each run on its own time axis.
 OVERLAID_SERIES = ("num_waiting", "output_tokens_per_s", "kv_usage")
 #: Shared bins of an overlaid histogram.
@@ -127,6 +127,7 @@ def latency_overlays(runs: Sequence[tuple[str, Section]]) -> list[Series]:
             continue
         label, unit = metric_label(key)
         label = got[0].label or label
+        what = got[0].count_label  # "requests"; ITL counts token gaps
         lo = min(h.edges[0] for h in got)
         hi = max(h.edges[-1] for h in got)
         if not hi > lo:
@@ -140,16 +141,16 @@ def latency_overlays(runs: Sequence[tuple[str, Section]]) -> list[Series]:
         per_run = [
             Series(
                 key=f"{key}_overlay",
-                title=f"{label}: share of requests per bin, run by run",
+                title=f"{label}: share of {what} per bin, run by run",
                 x_label=label,
                 x_unit=unit,
-                y_label="share of requests",
+                y_label=f"share of {what}",
                 y_unit=None,
                 x=hx,
                 y=[*sh.tolist(), float(sh[-1])],
                 kind="step",
                 marks=marks,
-                help=f"Each run's {label} histogram on shared bins (its requests per bin / its requests).",
+                help=f"Each run's {label} histogram on shared bins (its {what} per bin / its {what}).",
             )
             for sh in shares
         ]
@@ -160,13 +161,13 @@ def latency_overlays(runs: Sequence[tuple[str, Section]]) -> list[Series]:
                 title=f"{label}: CDF, run by run",
                 x_label=label,
                 x_unit=unit,
-                y_label="share of requests at or below",
+                y_label=f"share of {what} at or below",
                 y_unit=None,
                 x=[float(e) for e in h.edges],
                 y=(np.cumsum([0, *h.counts]) / max(h.count, 1)).tolist(),
                 kind="line",
                 marks=marks,
-                help=f"Share of each run's requests with {label} at or below x (exact at its bin edges).",
+                help=f"Share of each run's {what} with {label} at or below x (exact at its bin edges).",
             )
             for h in got
         ]
