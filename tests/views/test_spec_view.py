@@ -41,7 +41,11 @@ def test_the_tile_is_the_dashboards_figure_and_the_series_sums_to_the_summary() 
     view = simulation_view(res)
     tiles = {k.key: k for k in view.kpis}
     tile = tiles["accepted_tokens_per_step"]
-    assert tile.value == tokens_per_verifying_step(*totals) == pytest.approx(1 + sp.accepted_tokens / sp.verifications)
+    assert (
+        tile.value
+        == tokens_per_verifying_step(*totals)
+        == pytest.approx(1 + sp.accepted_tokens / sp.verifications)
+    )
     assert 1.0 < tile.value < 4.0 and "k = 3" in tile.label
     assert tiles["spec_acceptance_rate"].value == pytest.approx(sp.accepted_tokens / sp.draft_tokens)
     # the steps carry each step's verifications and accepted drafts: they add up to the run's
@@ -50,6 +54,14 @@ def test_the_tile_is_the_dashboards_figure_and_the_series_sums_to_the_summary() 
     assert int(st["spec_accepted"].sum()) == sp.accepted_tokens
     accepted_logged = [sum(d["spec_accepted"].values()) for d in log]  # type: ignore[attr-defined]
     assert st["spec_accepted"].tolist() == accepted_logged
+    assert st["spec_rows"].tolist() == [len(d["spec_scheduled"]) for d in log]  # type: ignore[arg-type]
+    # output tokens per second counts a verifying request's 1 + accepted tokens (its step is a
+    # chunk of 1 + k, not a decode): over the run, every output token but the prefills' first ones
+    tput = next(s for s in view.series if s.key == "output_tokens_per_s")
+    t0, t1 = float(st["start_s"].iloc[0]), float((st["start_s"] + st["duration_s"]).iloc[-1])
+    emitted = sum(tput.y) * (t1 - t0) / len(tput.x)
+    total, n = int(res.requests["num_output"].sum()), len(res.requests)
+    assert total - n - 1e-6 <= emitted <= total + 3 * n  # + at most k past a stop, trimmed
     line = next(s for s in view.series if s.key == "accepted_tokens_per_step")
     assert line.reference == 4.0 and len(line.x) == len(line.y) > 3
     assert all(1.0 <= y <= 4.0 for y in line.y)

@@ -732,7 +732,9 @@ def test_speculative_decoding_on_the_run_tab_restored_and_compared_with_it_off(p
     assert 1.0 < per_step < 4.0  # 1 + accepted drafts per verification
     rate = page.text_content("#run-results .kpi[data-key='spec_acceptance_rate'] .value") or ""
     assert 0 < float(rate.split()[0].rstrip("%")) < 100
-    assert "speculative eagle3 k=3 acceptance 0.8,0.7,0.6" in (page.text_content("#run-results .run-settings") or "")
+    assert "speculative eagle3 k=3 acceptance 0.8,0.7,0.6" in (
+        page.text_content("#run-results .run-settings") or ""
+    )
     page.wait_for_selector("#run-results [data-key='accepted_tokens_per_step'].js-plotly-plot")
     charts = {c["key"]: c for c in honest_charts(page, "#run-results", "Run")}
     line = charts["accepted_tokens_per_step"]
@@ -756,13 +758,19 @@ def test_speculative_decoding_on_the_run_tab_restored_and_compared_with_it_off(p
     page.wait_for_selector("#compare-a option", state="attached")
     page.click("#compare-form button[type='submit']")  # A: the speculating run, B: the one without
     page.wait_for_selector("#compare-results [data-section='runs_overlay'] .js-plotly-plot >> nth=3")
-    diff = page.locator("#compare-results table[data-key='config_diff'] tbody tr", has_text="speculative_config.method")
+    diff = page.locator(
+        "#compare-results table[data-key='config_diff'] tbody tr", has_text="speculative_config.method"
+    )
     assert diff.first.locator("td").all_inner_texts() == ["speculative_config.method", "eagle3", "–"]
     overlaid = {c["key"]: c for c in honest_charts(page, "#compare-results", "Compare")}
     cdf = overlaid["tpot_ms_cdf_overlay"]
     assert cdf["x"] == "TPOT (ms)"
     names = [t["name"] for t in cdf["traces"]]
     assert len(names) == 2 and names[0].startswith("A: ") and names[1].startswith("B: "), names
+    assert "eagle3 k=3" in names[0] and "eagle3" not in names[1]  # the run's title says it speculates
+    tput = overlaid["output_tokens_per_s_overlay"]  # both runs emit the same tokens at one arrival rate
+    means = [sum(t["y"]) / len(t["y"]) for t in tput["traces"]]
+    assert means[0] > 0.8 * means[1] > 0, means
     on, off = (_cdf_median(t) for t in cdf["traces"])
     assert on < off, (on, off)  # light load: more tokens per step, a shorter time per output token
     itl = overlaid["itl_ms_cdf_overlay"]  # the token gaps of both runs, on one chart

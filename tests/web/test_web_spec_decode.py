@@ -30,8 +30,16 @@ def test_the_catalog_offers_the_group_not_a_text_flag(client: TestClient) -> Non
 @pytest.mark.parametrize(
     ("config", "field", "words"),
     [
-        ({"method": "eagle3", "num_speculative_tokens": 0}, "num_speculative_tokens", "greater than or equal to 1"),
-        ({"method": "eagle3", "num_speculative_tokens": 17}, "num_speculative_tokens", "less than or equal to 16"),
+        (
+            {"method": "eagle3", "num_speculative_tokens": 0},
+            "num_speculative_tokens",
+            "greater than or equal to 1",
+        ),
+        (
+            {"method": "eagle3", "num_speculative_tokens": 17},
+            "num_speculative_tokens",
+            "less than or equal to 16",
+        ),
         ({"method": "medusa", "num_speculative_tokens": 2}, "method", "'ngram', 'eagle', 'eagle3'"),
         ({"method": "eagle3"}, "num_speculative_tokens", "Field required"),
         ({**SPEC, "acceptance_rates": [0.8, 1.5]}, "acceptance_rates", "each in [0, 1]"),
@@ -42,7 +50,9 @@ def test_the_catalog_offers_the_group_not_a_text_flag(client: TestClient) -> Non
 def test_a_bad_config_is_a_422_naming_the_nested_field(
     client: TestClient, trace_id: str, config: dict[str, object], field: str, words: str
 ) -> None:
-    r = client.post("/api/simulate", json={"trace_id": trace_id, "deployment": {"engine": {"speculative_config": config}}})
+    r = client.post(
+        "/api/simulate", json={"trace_id": trace_id, "deployment": {"engine": {"speculative_config": config}}}
+    )
     assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
     errors = r.json()["errors"]
     assert errors[0]["field"] == f"body.deployment.engine.speculative_config.{field}", errors
@@ -50,9 +60,15 @@ def test_a_bad_config_is_a_422_naming_the_nested_field(
     assert f"speculative_config.{field}: " in r.json()["detail"]
 
 
-def test_a_speculating_run_carries_its_config_and_shows_tokens_per_step(client: TestClient, trace_id: str) -> None:
+def test_a_speculating_run_carries_its_config_and_shows_tokens_per_step(
+    client: TestClient, trace_id: str
+) -> None:
     config = {**SPEC, "acceptance_rates": [0.7]}
-    run = run_job(client, "/api/simulate", {"trace_id": trace_id, "deployment": {"engine": {"speculative_config": config}}})
+    run = run_job(
+        client,
+        "/api/simulate",
+        {"trace_id": trace_id, "deployment": {"engine": {"speculative_config": config}}},
+    )
     # the document carries the config as it was given (the CLI's JSON), and the engine ran it
     assert run["job"]["params"]["deployment"]["engine"]["speculative_config"]["method"] == "eagle3"
     assert run["result"]["config"]["speculative_config"]["acceptance_rates"] == [0.7]

@@ -95,7 +95,9 @@ def _checked(
                 err = e.errors()[0]
                 msg = str(err["msg"]).removeprefix("Value error, ")
                 inner = ".".join(str(x) for x in err["loc"])  # a JSON flag's key: speculative_config's
-                raise ConfigError(f"--{key.replace('_', '-')}: {inner + ': ' if inner else ''}{msg}") from None
+                raise ConfigError(
+                    f"--{key.replace('_', '-')}: {inner + ': ' if inner else ''}{msg}"
+                ) from None
         return values
 
     return check

@@ -183,8 +183,9 @@ class Recorder:
         self.prefix_hit = array("q", [0]) * n_requests
         self.outcome = array("q", [OUTCOME_UNFINISHED]) * n_requests
         self.token_steps: dict[int, list[int]] | None = None
-        # Speculative decoding only (None when off): per step, the request-verifications and the
-        # drafts they accepted, two int64 entries a step (vLLM's per-iteration spec-decode counts).
+        # Speculative decoding only (None when off): per step, the request-verifications, the
+        # drafts they accepted and the requests that had drafts scheduled (padding rows too: each
+        # samples a token), three int64 entries a step (vLLM's per-iteration spec-decode counts).
         self.spec_steps: array[int] | None = None
         # Preemption events: (time, step, request index, tokens computed when preempted).
         self.preemption_events: list[tuple[float, int, int, int]] = []
@@ -227,7 +228,7 @@ class Recorder:
             del self.step_end[:drop]
             del self.steps[: drop * self.step_size]
             if self.spec_steps is not None:
-                del self.spec_steps[: 2 * drop]
+                del self.spec_steps[: 3 * drop]
             self.step_base += drop
         used = self.request_top - self.request_base
         if used > 2 * keep_requests:
@@ -573,7 +574,8 @@ class Engine:
             v0 = sched.spec_verifications
             a0 = sched.spec_accepted
             finished = sched.update(plan, step, t_end)
-            rec.spec_steps.extend((sched.spec_verifications - v0, sched.spec_accepted - a0))
+            counts = (sched.spec_verifications - v0, sched.spec_accepted - a0, len(plan.spec))
+            rec.spec_steps.extend(counts)  # type: ignore[union-attr]  # set whenever _spec_k is
         else:
             finished = sched.update(plan, step, t_end)
         if plan.preempted:

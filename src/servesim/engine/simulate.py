@@ -21,10 +21,10 @@ from servesim.engine.results import (
     OffloadSummary,
     SimulationResult,
     SpeculativeSummary,
-    tokens_per_verifying_step,
     good_mask,
     itl_stats,
     summarize,
+    tokens_per_verifying_step,
 )
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.events import Observer
@@ -302,9 +302,10 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
     steps["kv_usage"] = table["kv_blocks_used"] / engine.pool.usable_blocks
     spec = engine.rec.spec_steps
     if spec is not None:  # speculative decoding: each step's verifications and accepted drafts
-        counts = np.frombuffer(spec, dtype=np.int64).reshape(-1, 2).copy()
+        counts = np.frombuffer(spec, dtype=np.int64).reshape(-1, 3).copy()
         steps["spec_verifications"] = counts[:, 0]
         steps["spec_accepted"] = counts[:, 1]
+        steps["spec_rows"] = counts[:, 2]  # requests that ran 1 + drafts tokens (counted as chunks)
     return steps
 
 

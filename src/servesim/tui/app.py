@@ -22,8 +22,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
-from servesim.errors import describe, user_errors
 from servesim.engine.results import tokens_per_verifying_step
+from servesim.errors import describe, user_errors
 from servesim.events import ReplicaDown
 from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
 from servesim.tui.spec import DashboardSpec

@@ -475,7 +475,10 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("preemptions"),
         )
     )
-    x, toks = time_binned(end, st["num_decodes"].to_numpy(), t0, t1, bins)
+    emitted = st["num_decodes"].to_numpy()
+    if "spec_rows" in st:  # a verifying request emits 1 + its accepted drafts (its step is a chunk)
+        emitted = emitted + st["spec_rows"].to_numpy() + st["spec_accepted"].to_numpy()
+    x, toks = time_binned(end, emitted, t0, t1, bins)
     out.append(
         series(
             "output_tokens_per_s",

@@ -60,7 +60,7 @@ def typed_deployment(spec: DeploymentSpec) -> DeploymentSpec:
     type (``"64"`` is 64), as the CLI checks each flag: 422 naming every field refused. The job
     then stores and resolves typed values."""
     typed: dict[str, Any] = {}
-    errors = []
+    errors: list[dict[str, str]] = []
     for key, value in spec.engine.items():
         try:
             typed[key] = _ADAPTERS[key].validate_python(value)

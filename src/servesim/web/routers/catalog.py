@@ -8,7 +8,7 @@ from typing import Any, get_args
 from fastapi import APIRouter, Query
 
 from servesim.engine import EngineConfig
-from servesim.engine.speculative import ACCEPTANCE_PRESETS, MAX_SPEC_TOKENS, SpeculativeConfig, SpecMethod
+from servesim.engine.speculative import ACCEPTANCE_PRESETS, MAX_SPEC_TOKENS, SpecMethod, SpeculativeConfig
 from servesim.spec import DeploymentSpec, PercentileSLO
 from servesim.traces import FORMAT_NAMES, PRESETS
 from servesim.web.schemas import WEB_MAX_REPLICAS
@@ -68,7 +68,10 @@ def speculative_fields() -> dict[str, Any]:
         "methods": list(get_args(SpecMethod)),
         "max_num_speculative_tokens": MAX_SPEC_TOKENS,
         "presets": {m: list(r) for m, r in ACCEPTANCE_PRESETS.items()},
-        "field_help": {k: props[k].get("description", "") for k in ("method", "num_speculative_tokens", "acceptance_rates")},
+        "field_help": {
+            k: props[k].get("description", "")
+            for k in ("method", "num_speculative_tokens", "acceptance_rates")
+        },
     }
 
 

@@ -66,7 +66,9 @@ def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
         if replicas > 1 or body.failures
         else "1 replica"
     )
-    title = body.label or f"{name}: max_num_seqs {engine.max_num_seqs}, {shape}"
+    sc = engine.speculative_config  # a speculating run says so: on vs off reads apart in Compare
+    spec = f", {sc.method} k={sc.num_speculative_tokens}" if sc is not None else ""
+    title = body.label or f"{name}: max_num_seqs {engine.max_num_seqs}, {shape}{spec}"
     return _submit(wb, "simulate", title, body, body.trace_id)
 
 
