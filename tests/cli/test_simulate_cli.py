@@ -239,3 +239,14 @@ def test_speculative_config_flag_shows_acceptance_in_human_and_json(tmp_path: Pa
     assert (
         bad.exit_code == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1
     )
+    for value, said in (  # the JSON's key is named, in the library's words (the web's 422 too)
+        ('{"method":"eagle3","num_speculative_tokens":0}', "num_speculative_tokens: Input should be greater"),
+        (
+            '{"method":"eagle3","num_speculative_tokens":3,"acceptance_rates":[2]}',
+            "acceptance_rates: at least one",
+        ),
+    ):
+        bad = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", value])
+        assert bad.exit_code == 2 and bad.stderr.startswith(f"error: --speculative-config: {said}"), (
+            bad.stderr
+        )

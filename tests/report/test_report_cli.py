@@ -255,3 +255,19 @@ def test_the_report_shows_the_cpu_tier_of_a_run_and_of_a_cluster(tmp_path: Path)
         fig = tiers["fleet"] if name == "fleet" else tiers["replicas"][name]
         row = next(ln for ln in md.splitlines() if ln.startswith(f"| migrate | {name} |"))
         assert f"{fig['loaded_tokens']:,}" in row and f"{100 * fig['cpu_hit_rate']:.1f}" in row, row
+
+
+def test_a_speculating_run_reports_accepted_tokens_per_step(tmp_path: Path) -> None:
+    """Issue 33: ``servesim report`` of a speculating simulate document has the web's tiles (the
+    shared views): accepted tokens per step as the summary says, the acceptance rate, the series."""
+    doc = _simulate(
+        tmp_path, "spec.json", "--speculative-config", '{"method":"eagle3","num_speculative_tokens":3}'
+    )
+    sp = json.loads(doc.read_text())["summary"]["speculative"]
+    res = runner.invoke(app, ["report", str(doc), "--out", str(tmp_path / "r"), "-f", "md"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    head = next(ln for ln in md.splitlines() if "accepted tokens per step (k = 3)" in ln and "TTFT" in ln)
+    row = md.splitlines()[md.splitlines().index(head) + 2]  # the tiles' values under their header
+    assert f"{sp['mean_acceptance_length']:.2f}" in row and f"{sp['acceptance_rate']:.1%}" in row
+    assert f"accepted tokens per verifying step (run {sp['mean_acceptance_length']:.2f}, k = 3)" in md
