@@ -63,6 +63,11 @@ def test_edit_a_runs_slo_recompute_and_see_a_fresh_simulates_figures(
     loose = _fresh(tmp_path, "ttft_p99_ms=1000,tpot_p99_ms=100")
     assert _tile(page, "good_fraction").startswith(f"{loose['num_good'] / 200 * 100:.1f}")
     jobs = len(httpx.get(server + "/api/runs").json())
+    rate = loose["prefix_cache_hit_rate"]
+    assert 0 < rate < 1
+    assert _tile(page, "prefix_cache_hit_rate") == f"{rate * 100:.1f} %"  # the run's own tiles have it
+    spark = page.locator("#run-results .kpi[data-key='prefix_cache_hit_rate'] svg.spark")
+    assert spark.count() == 1
 
     fresh = _fresh(tmp_path, ",".join(f"{k}={v}" for k, v in SLO.items()))
     assert fresh["num_good"] < loose["num_good"]  # the edit changes what a person reads
@@ -108,8 +113,7 @@ def test_edit_a_runs_slo_recompute_and_see_a_fresh_simulates_figures(
     assert "'ttft_p99_ms': 'abc' is not a number" in (page.text_content("#rescore-result") or "")
 
     # the prefix-cache hit rate: a tile and a chart per time bin, titled with its axes
-    rate = fresh["prefix_cache_hit_rate"]
-    assert 0 < rate < 1
+    assert fresh["prefix_cache_hit_rate"] == rate  # no SLO moves it
     assert _tile(page, "prefix_cache_hit_rate") == f"{rate * 100:.1f} %"
     label = page.text_content("#run-results .kpi[data-key='prefix_cache_hit_rate'] .label")
     assert label == "prefix cache hit rate"

@@ -103,13 +103,20 @@ def kpis_by_percentile(summary: SimulationSummary) -> dict[str, list[dict[str, A
 def run_result(result: SimulationResult, notes: list[str], view: Section | None = None) -> dict[str, Any]:
     """The stored answer of one run: its config, summary and the views the page draws (``view``:
     its ``simulation_view`` when already built)."""
-    from servesim.views.simulation import prefix_hit_series, queue_by_reason, simulation_view
+    from servesim.views.simulation import (
+        prefix_cache_kpi,
+        prefix_hit_series,
+        queue_by_reason,
+        simulation_view,
+    )
     from servesim.views.sparklines import kpi_sparklines
 
     view = simulation_view(result) if view is None else view
     hit_rate = prefix_hit_series(result)
+    tile = prefix_cache_kpi(result.summary)
     more = [*queue_by_reason(result), *([hit_rate] if hit_rate is not None else [])]
-    view = view.model_copy(update={"series": [*view.series, *more]})
+    tiles = [*view.kpis, *([tile] if tile is not None else [])]
+    view = view.model_copy(update={"series": [*view.series, *more], "kpis": tiles})
     return {
         "config": result.config.model_dump(mode="json"),
         "step_time_model": _jsonable(result.step_time_model),
