@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from conftest import run_job
+from conftest import GOOD_CSV, run_job
 from servesim.cli.main import app
 
 runner = CliRunner()
@@ -140,13 +140,41 @@ def test_a_bad_slo_is_a_422_worded_as_the_cli_s(
     assert reason.replace("slo ", "--slo ", 1) in " ".join(cli.output.split())
 
 
-def test_what_cannot_be_rescored_says_why(client: TestClient, sla_trace: tuple[str, Path]) -> None:
+def test_a_cluster_run_is_rescored_as_its_fleet(
+    client: TestClient, sla_trace: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas, one lost at 5 s and back at 10 s: the fleet's figures at the SLO are those of
+    the same cluster run simulated with it."""
+    body = {
+        "trace_id": sla_trace[0],
+        "deployment": {"gpu": "l4", "replicas": 2},
+        "failures": [{"node": "n1", "time_s": 5, "recover_after_s": 5}],
+    }
+    stored = run_job(client, "/api/simulate", body)
+    fresh = run_job(client, "/api/simulate", {**body, "slo": SLO_X})["result"]["summary"]
+    _no_engine(monkeypatch)
+    r = client.post(f"/api/runs/{stored['job']['id']}/slo", json={"slo": SLO_X})
+    assert r.status_code == 200, r.text
+    assert r.json()["scope"] == "fleet" and r.json()["summary"] == fresh
+    assert fresh["num_good"] < stored["result"]["summary"]["num_good"]
+
+
+def test_what_cannot_be_rescored_says_why(
+    client: TestClient, sla_trace: tuple[str, Path], unscored: dict[str, Any]
+) -> None:
     r = client.post("/api/runs/" + "0" * 32 + "/slo", json={"slo": SLO_X})
     assert r.status_code == 404
-    cluster = run_job(
-        client, "/api/simulate", {"trace_id": sla_trace[0], "deployment": {"gpu": "l4", "replicas": 2}}
-    )
-    r = client.post(f"/api/runs/{cluster['job']['id']}/slo", json={"slo": SLO_X})
-    assert r.status_code == 422 and "cluster run" in r.json()["detail"]
-    r = client.post(f"/api/runs/{cluster['job']['id']}/slo", json={"slo": SLO_X, "extra": 1})
+    r = client.post(f"/api/runs/{unscored['job']['id']}/slo", json={"slo": SLO_X, "extra": 1})
     assert r.status_code == 422
+    sweep = run_job(
+        client, "/api/saturate", {"trace_id": sla_trace[0], "slo": {"ttft_p99_ms": 1000}, "seeds": 1, "rtol": 0.3}
+    )
+    r = client.post(f"/api/runs/{sweep['job']['id']}/slo", json={"slo": SLO_X})
+    assert r.status_code == 422 and "only a simulation run is re-scored" in r.json()["detail"]
+    # a run whose trace was deleted (its own trace: the other tests keep theirs, in any order)
+    other = client.post("/api/traces?name=other.csv", content=GOOD_CSV)
+    assert other.status_code == 201, other.text
+    run = run_job(client, "/api/simulate", {"trace_id": other.json()["id"]})
+    assert client.delete(f"/api/traces/{other.json()['id']}").status_code in (200, 204)
+    r = client.post(f"/api/runs/{run['job']['id']}/slo", json={"slo": SLO_X})
+    assert r.status_code == 422 and "trace was deleted" in r.json()["detail"]

@@ -183,25 +183,23 @@ def download_csv(run_id: RunId, wb: WB) -> StreamingResponse:
     "/runs/{run_id}/slo",
     responses={
         **RESULT,
-        **responses(s422="An SLO that does not parse, or a run without per-request records to re-score"),
+        **responses(
+            s422="An SLO that does not parse, not a simulation, or a run without per-request records or "
+            "trace to re-score"
+        ),
     },
     summary="Re-score a finished run against another SLO, from its stored per-request records",
 )
 def rescore(run_id: RunId, body: RescoreBody, wb: WB) -> dict[str, Any]:
     """Attainment, good requests and goodput at ``slo``, computed from the run's stored records by
-    the simulation's own formula; nothing is re-simulated and the stored run is not changed."""
+    the simulation's own formula; nothing is re-simulated and the stored run is not changed. A
+    cluster run is re-scored as its fleet (``scope`` fleet; the per-replica figures are not)."""
     from servesim.web.work.runs import rescore_run
 
     row = _done(wb, run_id)
     result = row.result or {}
     if row.kind != "simulate" or "summary" not in result:
         raise Problem(422, f"run {run_id} is a {row.kind} job: only a simulation run is re-scored")
-    if "cluster" in result:
-        raise Problem(
-            422,
-            f"run {run_id} is a cluster run: re-scoring takes a single-replica run (re-run the "
-            "cluster with the SLO instead)",
-        )
     records = wb.storage.requests_file(row.id)
     if not records.exists():
         raise Problem(422, f"run {run_id} has no stored per-request records to re-score")
@@ -210,7 +208,9 @@ def rescore(run_id: RunId, body: RescoreBody, wb: WB) -> dict[str, Any]:
         raise Problem(
             422, f"run {run_id}'s trace was deleted: its per-request SLAs are needed to re-score the run"
         )
-    return {"run_id": row.id, **rescore_run(result["summary"], records, trace, body.slo)}
+    # a cluster run's ``summary`` is its fleet's (over every replica's records): re-scored as one
+    scope = "fleet" if "cluster" in result else "run"
+    return {"run_id": row.id, "scope": scope, **rescore_run(result["summary"], records, trace, body.slo)}
 
 
 @router.get(
