@@ -166,9 +166,8 @@ def test_what_cannot_be_rescored_says_why(
     assert r.status_code == 404
     r = client.post(f"/api/runs/{unscored['job']['id']}/slo", json={"slo": SLO_X, "extra": 1})
     assert r.status_code == 422
-    sweep = run_job(
-        client, "/api/saturate", {"trace_id": sla_trace[0], "slo": {"ttft_p99_ms": 1000}, "seeds": 1, "rtol": 0.3}
-    )
+    body = {"trace_id": sla_trace[0], "slo": {"ttft_p99_ms": 1000}, "seeds": 1, "rtol": 0.3}
+    sweep = run_job(client, "/api/saturate", body)
     r = client.post(f"/api/runs/{sweep['job']['id']}/slo", json={"slo": SLO_X})
     assert r.status_code == 422 and "only a simulation run is re-scored" in r.json()["detail"]
     # a run whose trace was deleted (its own trace: the other tests keep theirs, in any order)
