@@ -126,3 +126,48 @@ def test_edit_a_runs_slo_recompute_and_see_a_fresh_simulates_figures(
     chart = page.locator("#run-results .js-plotly-plot[data-key='prefix_hit_rate']")
     chart.scroll_into_view_if_needed()
     chart.screenshot(path=str(IMAGES / "prefix-hit-rate.png"))
+
+
+def test_a_cluster_run_is_rescored_as_its_fleet_and_stays_so_when_the_fleet_is_drawn_again(
+    page: Any, server: str
+) -> None:
+    drop_file(page, "sla.csv", SLA_CSV)
+    page.wait_for_selector("#trace-status:has-text('200 requests stored')")
+    page.click("#tab-run")
+    page.fill("#dep-replicas", "2")
+    page.click("#run-button")
+    page.wait_for_selector("#run-results .toolbar:has-text('2 replicas')")
+    page.wait_for_selector("#run-results section[data-section='fleet'] .kpi[data-key='goodput']")
+    href = page.get_attribute("#run-results .toolbar a[href$='/result.json']", "href") or ""
+    run_id = href.split("/")[3]
+    job = httpx.get(f"{server}/api/runs/{run_id}").json()["job"]
+    body = {**job["params"], "slo": {k: float(v) for k, v in SLO.items()}}
+    r = httpx.post(server + "/api/simulate", json=body, timeout=30)
+    assert r.status_code == 202, r.text
+    for _ in range(600):
+        st = httpx.get(f"{server}/api/jobs/{r.json()['id']}").json()
+        if st["status"] != "queued" and st["status"] != "running":
+            break
+        page.wait_for_timeout(200)
+    assert st["status"] == "done", st
+    fresh = httpx.get(f"{server}/api/runs/{r.json()['id']}").json()["result"]["summary"]
+    jobs = len(httpx.get(server + "/api/runs").json())
+    want_share = f"{fresh['num_good'] / fresh['num_requests'] * 100:.1f} %"
+    assert _tile(page, "good_fraction") != want_share  # the run's own SLO (1,000 / 100 ms) reads otherwise
+
+    for name, value in SLO.items():
+        page.fill(f"#rescore-{name}", value)
+    page.click("#rescore-form button[type='submit']")
+    page.wait_for_selector("#rescore-result .rescore-note")
+    assert "the fleet's figures" in (page.text_content("#rescore-result .rescore-note") or "")
+    want_goodput = f"{fresh['goodput']:,.2f} req/s"
+    assert _tile(page, "goodput") == want_goodput and _tile(page, "good_fraction") == want_share
+    # another replica's charts, then the fleet again: still the re-scored figures
+    page.select_option("#replica-select", index=1)
+    page.wait_for_selector("#cluster-view[data-showing^='replica.']")
+    page.select_option("#replica-select", "fleet")
+    page.wait_for_selector("#cluster-view[data-showing='fleet'] .kpi[data-key='goodput']")
+    assert _tile(page, "goodput") == want_goodput and _tile(page, "good_fraction") == want_share
+    verdict = page.text_content("#cluster-view .verdict[data-key='slo']") or ""
+    assert f"{fresh['num_good']:,} of {fresh['num_requests']:,} requests" in verdict
+    assert len(httpx.get(server + "/api/runs").json()) == jobs  # nothing was simulated

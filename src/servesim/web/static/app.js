@@ -453,11 +453,9 @@
     costBox(box, run.job.id);
     const sparks = r.sparklines || {};
     const first = r.kpis ? { sparklines: sparks, before: (sec) => percentileSwitcher(sec, r.kpis, sparks) } : {};
+    if (r.kpis && run.job.kind === "simulate") sloRescoreBox(box, run, sparks);
     if (r.cluster) SS.clusterRun(box, r.sections, first);  // the fleet or one replica (views.fleet)
-    else {
-      if (r.kpis && run.job.kind === "simulate") sloRescoreBox(box, run, sparks);
-      r.sections.forEach((s, i) => SS.section(box, s, i === 0 ? first : {}));
-    }
+    else r.sections.forEach((s, i) => SS.section(box, s, i === 0 ? first : {}));
   }
   /* Post-hoc SLO: the run judged at another SLO from its stored per-request records
      (POST /api/runs/{id}/slo), nothing re-simulated; the form starts at the run's own SLO. */
@@ -481,21 +479,35 @@
       for (const input of fields.querySelectorAll("input")) if (input.value.trim() !== "") slo[input.name] = input.value.trim();
       try {
         const d = await api(`/api/runs/${run.job.id}/slo`, { method: "POST", json: { slo: Object.keys(slo).length ? slo : null } });
-        applyRescore(box, d, sparks, run.result.sections[0]);
-        clear(out, el("p", { class: "help rescore-note" }, `note: ${d.note} (the stored run keeps its own SLO)`));
+        applyRescore(box, d, sparks, run.result);
+        const scope = d.scope === "fleet" ? "; the fleet's figures (each replica's charts are the run's own)" : "";
+        clear(out, el("p", { class: "help rescore-note" }, `note: ${d.note} (the stored run keeps its own SLO${scope})`));
       } catch (err) { clear(out, problemBlock(err)); }
     });
     box.append(form, out);
   }
-  /* The re-scored tiles (every percentile), SLO verdict and latency/totals tables in the run's view. */
-  function applyRescore(box, d, sparks, stored) {
-    const sec = box.querySelector('section[data-section="simulation"]');
+  /* The re-scored tiles (every percentile), SLO verdict, latency/totals tables and histogram SLO
+     lines in the run's view (a cluster's: the fleet's). The shown result is updated too, so a
+     re-drawn view (the fleet picked again) shows the re-scored figures. */
+  function applyRescore(box, d, sparks, result) {
+    const key = result.cluster ? "fleet" : "simulation";
+    const stored = (result.sections || []).find((x) => x.key === key);
+    const sec = box.querySelector(`section[data-section="${key}"]`);
     const s = d.sections[0];
-    if (!sec || !s) return;
+    if (!sec || !s || !stored) return;
     // the goodput and attainment sparklines counted good requests at the run's own SLO: not shown re-scored
-    sparks = Object.fromEntries(Object.entries(sparks).filter(([k]) => k !== "goodput" && k !== "good_fraction"));
-    for (const v of sec.querySelectorAll(':scope > .verdict[data-key="slo"]')) v.remove();
+    delete sparks.goodput;
+    delete sparks.good_fraction;
+    result.kpis = d.kpis;
+    const caps = d.summary.slo || {};
     const verdict = (s.verdicts || []).find((v) => v.key === "slo");
+    const captions = Object.fromEntries((stored.tables || []).map((t) => [t.key, t.title]));
+    const fresh = Object.fromEntries((s.tables || []).filter((t) => t.key === "latency" || t.key === "totals").map((t) => [t.key, Object.assign({}, t, { title: captions[t.key] ?? t.title })]));
+    stored.kpis = d.kpis.p99;
+    stored.verdicts = [...(verdict ? [verdict] : []), ...(stored.verdicts || []).filter((v) => v.key !== "slo")];
+    stored.tables = (stored.tables || []).map((t) => fresh[t.key] || t);
+    stored.histograms = (stored.histograms || []).map((h) => ["ttft_ms", "tpot_ms", "e2e_ms"].includes(h.key) ? Object.assign({}, h, { slo: caps[h.key] ?? null }) : h);
+    for (const v of sec.querySelectorAll(':scope > .verdict[data-key="slo"]')) v.remove();
     if (verdict) sec.querySelector(":scope > h2").after(SS.verdict(verdict));
     const bar = sec.querySelector(":scope > .switcher");
     if (bar) bar.remove();
@@ -503,25 +515,19 @@
     if (grid) clear(grid, ...d.kpis.p99.map((k) => SS.kpi(k, sparks[k.key])));
     percentileSwitcher(sec, d.kpis, sparks);
     // the latency histograms' SLO lines move to the new caps (their counts are the run's)
-    const caps = d.summary.slo || {};
-    for (const h of (stored && stored.histograms) || []) {
+    for (const h of stored.histograms) {
       if (!["ttft_ms", "tpot_ms", "e2e_ms"].includes(h.key)) continue;
       const old = sec.querySelector(`.chart[data-key="${h.key}"]`);
       if (!old) continue;
-      const drawn = SS.histogram(old.parentNode, Object.assign({}, h, { slo: caps[h.key] ?? null }));
+      const drawn = SS.histogram(old.parentNode, h);
       if (!drawn) continue;
       old.parentNode.insertBefore(drawn, old);
       if (window.Plotly) window.Plotly.purge(old);
       old.remove();
     }
-    for (const t of s.tables || []) {
-      if (t.key !== "latency" && t.key !== "totals") continue;
+    for (const t of Object.values(fresh)) {  // captioned as the run's own (its trace, "latency, fleet")
       const old = sec.querySelector(`table[data-key="${t.key}"]`);
-      if (!old) continue;
-      const fresh = SS.table(t);
-      const caption = old.querySelector("caption");  // the run's own caption (its trace), not the view's title
-      if (caption && fresh.querySelector("caption")) fresh.querySelector("caption").textContent = caption.textContent;
-      old.closest(".table-wrap").replaceWith(fresh);
+      if (old) old.closest(".table-wrap").replaceWith(SS.table(t));
     }
   }
   /* $/1M tokens and goodput per $ at the GPU price the user enters (the server has no price). */
