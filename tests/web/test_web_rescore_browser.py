@@ -168,6 +168,9 @@ def test_a_cluster_run_is_rescored_as_its_fleet_and_stays_so_when_the_fleet_is_d
     page.select_option("#replica-select", "fleet")
     page.wait_for_selector("#cluster-view[data-showing='fleet'] .kpi[data-key='goodput']")
     assert _tile(page, "goodput") == want_goodput and _tile(page, "good_fraction") == want_share
+    tiles = page.locator("#cluster-view section[data-section='fleet'] > .kpis .kpi")
+    keys = [tiles.nth(i).get_attribute("data-key") for i in range(tiles.count())]
+    assert "prefix_cache_hit_rate" not in keys and "goodput" in keys  # the fleet section's own tiles
     verdict = page.text_content("#cluster-view .verdict[data-key='slo']") or ""
     assert f"{fresh['num_good']:,} of {fresh['num_requests']:,} requests" in verdict
     assert len(httpx.get(server + "/api/runs").json()) == jobs  # nothing was simulated

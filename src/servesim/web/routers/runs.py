@@ -210,7 +210,8 @@ def rescore(run_id: RunId, body: RescoreBody, wb: WB) -> dict[str, Any]:
         )
     # a cluster run's ``summary`` is its fleet's (over every replica's records): re-scored as one
     scope = "fleet" if "cluster" in result else "run"
-    return {"run_id": row.id, "scope": scope, **rescore_run(result["summary"], records, trace, body.slo)}
+    scored = rescore_run(result["summary"], records, trace, body.slo, fleet=scope == "fleet")
+    return {"run_id": row.id, "scope": scope, **scored}
 
 
 @router.get(

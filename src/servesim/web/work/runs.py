@@ -90,13 +90,13 @@ def run_document(
 PERCENTILES = ("p50", "p90", "p95", "p99")
 
 
-def kpis_by_percentile(summary: SimulationSummary) -> dict[str, list[dict[str, Any]]]:
-    """The KPI tiles at each percentile, so the page switches without asking the server, and the
-    prefix-cache hit rate's tile when prefix caching was on."""
+def kpis_by_percentile(summary: SimulationSummary, *, prefix: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """The KPI tiles at each percentile, so the page switches without asking the server, and (a
+    one-replica run's: ``prefix``) the prefix-cache hit rate's tile when prefix caching was on."""
     from servesim.views.simulation import kpis, prefix_cache_kpi
 
-    prefix = prefix_cache_kpi(summary)
-    extra = [prefix.model_dump(mode="json")] if prefix is not None else []
+    tile = prefix_cache_kpi(summary) if prefix else None
+    extra = [tile.model_dump(mode="json")] if tile is not None else []
     return {p: [k.model_dump(mode="json") for k in kpis(summary, p)] + extra for p in PERCENTILES}
 
 
@@ -183,7 +183,7 @@ def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, repor
         "summary": summary.cluster.model_dump(mode="json"),
         "cluster": summary.model_dump(mode="json", exclude={"replicas", "cluster"}),
         "sections": shown,
-        "kpis": kpis_by_percentile(summary.cluster),
+        "kpis": kpis_by_percentile(summary.cluster, prefix=False),  # the fleet section's tiles
         "notes": notes,
         # the sections are the page's (above): ``reports.cli_shape`` puts them in, not kept twice
         "document": cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec),
@@ -201,12 +201,18 @@ RESCORED_NOTE = "recomputed from the stored per-request records, not re-simulate
 
 
 def rescore_run(
-    summary: dict[str, Any], requests_file: Path, trace_file: Path, slo: PercentileSLO | None
+    summary: dict[str, Any],
+    requests_file: Path,
+    trace_file: Path,
+    slo: PercentileSLO | None,
+    *,
+    fleet: bool = False,
 ) -> dict[str, Any]:
     """A finished single-replica run judged against another SLO, without re-simulating: its stored
     per-request records (``save_requests``) and its trace's per-request SLAs through
     ``servesim.engine.results.rescore`` (the good-request test and goodput of ``simulate`` itself),
-    then the same KPIs, verdicts and tables as the run's page. The stored run is not changed."""
+    then the same KPIs, verdicts and tables as the run's page (``fleet``: a cluster run's fleet,
+    whose tiles are the fleet section's). The stored run is not changed."""
     import pyarrow.parquet as pq
 
     from servesim.engine.results import rescore
@@ -231,7 +237,7 @@ def rescore_run(
     return {
         "slo": slo.model_dump(mode="json") if slo is not None else None,
         "summary": scored.model_dump(mode="json"),
-        "kpis": kpis_by_percentile(scored),
+        "kpis": kpis_by_percentile(scored, prefix=not fleet),
         "sections": [view.model_dump(mode="json")],
         "note": RESCORED_NOTE,
     }
