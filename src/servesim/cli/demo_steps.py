@@ -262,7 +262,6 @@ def cluster(run: DemoRun) -> None:
     from servesim.cluster import FailureEvent
     from servesim.cluster.compare import cluster_document, compare_recovery
     from servesim.spec import ClusterSpec, DeploymentSpec, PercentileSLO, ResolvedCluster, resolve_cluster
-
     from servesim.traces import open_trace, write_trace
 
     path = run.out / "inputs" / "cluster.csv"  # the spec names the trace the run read
