@@ -235,8 +235,8 @@ def run_cost(
     dep = current_params(row.kind, row.params).get("deployment", {})
     gpus = int(dep.get("tp") or DEFAULT_TP) * int(dep.get("replicas", 1))
     summary = SimulationSummary.model_validate(row.result["summary"])
-    tier = (row.params.get("engine") or {}).get("kv_offloading_size")  # GiB per replica (its TP ranks)
-    host_gib = float(tier) * int(row.params.get("replicas", 1)) if tier else 0.0
+    tier = (dep.get("engine") or {}).get("kv_offloading_size")  # GiB per replica (its TP ranks)
+    host_gib = float(tier) * int(dep.get("replicas", 1)) if tier else 0.0
     view = cost_view(summary, gpus=gpus, usd_per_gpu_hour=usd_per_gpu_hour, host_memory_gib=host_gib)
     return {"gpus": gpus, "sections": [view.model_dump(mode="json")]}
 
