@@ -36,6 +36,10 @@ HUMAN: list[tuple[str, list[str]]] = [
         [json.loads((DEMO / "inputs" / "failure-n1.json").read_text())["active_jobs"][0]["job_id"] + ": "],
     ),
     ("reschedule {ex}/demo/inputs/interrupted.json", ["re-admission order (sla-aware)"]),
+    (  # the demo cluster step's trace (its cluster.json records the spec it ran on this file)
+        "cluster {ex}/demo/inputs/cluster.csv --replicas 3 --fail n1@25 --recovery planner",
+        ["cluster.csv: 1,500 requests on 3 replicas", "recovery strategies compared", "planner"],
+    ),
 ]
 #: The demo's result documents, read back by `servesim report` (README: a report from JSON results).
 DOCUMENTS = sorted(p.name for p in DEMO.glob("*.json"))

@@ -146,3 +146,25 @@ def test_bad_cluster_flags_and_files_name_the_field(tmp_path: Path) -> None:
         assert res.exit_code == 2, (args, res.output)
         assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1, res.stderr
         assert words in res.stderr, res.stderr
+
+
+def test_the_demos_cluster_run_is_its_recorded_spec() -> None:
+    """The demo's cluster.json records the ClusterSpec it ran (its trace a file beside it): read
+    back and resolved as ``servesim cluster`` resolves it, it gives the same strategies' rows."""
+    demo = Path(__file__).parents[2] / "examples" / "demo"
+    doc = json.loads((demo / "cluster.json").read_text())
+    spec = ClusterSpec.model_validate(doc["run"])
+    trace = read_trace(str(demo / spec.trace))
+    run = resolve_cluster(spec, trace)
+    assert isinstance(run, ResolvedCluster)
+    rows, _ = compare_recovery(
+        trace,
+        run.replicas,
+        run.router,
+        run.events,
+        run.link,
+        run.strategies,
+        slo=run.slo,
+        baseline=run.baseline,
+    )
+    assert [r.model_dump(mode="json") for r in rows] == doc["strategies"]

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from servesim.cli.main import app
 
 runner = CliRunner()
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"  # (not from conftest: xdist mixes them)
 
 
 def _simulate(tmp_path: Path, name: str, *flags: str) -> Path:
@@ -144,9 +145,7 @@ def test_the_diff_overlays_both_runs_as_the_web_compare_does(tmp_path: Path) -> 
 
 
 def test_a_diff_of_two_sweeps_compares_their_saturation_points(tmp_path: Path) -> None:
-    from conftest import EXAMPLES
-
-    src = json.loads((EXAMPLES / "saturate.json").read_text())
+    src = json.loads((DEMO / "saturate.json").read_text())
     b = {**src, "saturation_rps": src["saturation_rps"] * 2}
     (tmp_path / "a.json").write_text(json.dumps(src))
     (tmp_path / "b.json").write_text(json.dumps(b))
@@ -169,9 +168,7 @@ def test_a_diff_of_two_sweeps_compares_their_saturation_points(tmp_path: Path) -
 
 
 def test_a_diff_of_two_studies_compares_best_configs_and_fronts(tmp_path: Path) -> None:
-    from conftest import EXAMPLES
-
-    src = json.loads((EXAMPLES / "tune.json").read_text())
+    src = json.loads((DEMO / "tune.json").read_text())
     best = src["study"]["best"]
     other = {
         **src,

@@ -257,22 +257,37 @@ def cluster_trace() -> Trace:
 
 
 def cluster(run: DemoRun) -> None:
-    """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies."""
-    from servesim.cluster import POLICIES, FailureEvent, Replica, RouterSpec
-    from servesim.cluster.compare import LinkSpec, cluster_document, compare_recovery
-    from servesim.engine import SLO
+    """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies. The
+    run is the ``ClusterSpec`` ``servesim cluster`` builds, resolved as it resolves it."""
+    from servesim.cluster import FailureEvent
+    from servesim.cluster.compare import cluster_document, compare_recovery
+    from servesim.spec import ClusterSpec, DeploymentSpec, PercentileSLO, ResolvedCluster, resolve_cluster
+    from servesim.traces import open_trace, write_trace
 
-    trace = cluster_trace()
-    setup = _serve_defaults(trace)
+    path = run.out / "inputs" / "cluster.csv"  # the spec names the trace the run read
+    write_trace(cluster_trace(), path)
+    run.files["inputs/cluster.csv"] = path
+    trace = open_trace(str(path))
+    horizon = float(trace.df["arrival_time_s"].max())
     # vllm serve's batch limits on the GPU; a small KV cache so that the failure's lost requests
     # are felt (CLUSTER_BLOCKS, stated in the action's parameters)
-    cfg = setup.config.model_copy(update={"num_gpu_blocks": CLUSTER_BLOCKS, "starvation_threshold": 2})
-    reps = [Replica(f"n{i}", cfg, setup.step_time) for i in range(3)]
-    horizon = float(trace.df["arrival_time_s"].max())
-    events = [FailureEvent(node=NODE_DOWN, time_s=round(horizon / 2, 3))]
-    link = LinkSpec(model=MODEL, bandwidth_gbps=LINK_GBPS)
-    route = RouterSpec()
-    slo = SLO(ttft_ms=1000, tpot_ms=100)
+    spec = ClusterSpec(
+        trace="inputs/cluster.csv",  # relative to the output folder, as the other inputs
+        deployment=DeploymentSpec(
+            model=MODEL,
+            gpu=GPU,
+            replicas=3,
+            engine={"num_gpu_blocks": CLUSTER_BLOCKS, "starvation_threshold": 2},
+        ),
+        link={"bandwidth_gbps": LINK_GBPS},
+        failures=[FailureEvent(node=NODE_DOWN, time_s=round(horizon / 2, 3))],
+        recovery="compare",
+        slo=PercentileSLO(ttft_p99_ms=1000, tpot_p99_ms=100),
+    )
+    resolved = resolve_cluster(spec, trace)
+    if not isinstance(resolved, ResolvedCluster):
+        raise InternalError("invariant broken: the demo's cluster resolved as a disaggregated one")
+    cfg, events = resolved.setups[0].config, resolved.events
     params = {
         "trace": f"azure_conv_like at {CLUSTER_RATE} req/s",
         "num_requests": len(trace),
@@ -282,7 +297,16 @@ def cluster(run: DemoRun) -> None:
         "bandwidth_gbps": LINK_GBPS,
     }
     with record_action("cluster", params) as h:
-        rows, results = compare_recovery(trace, reps, route, events, link, list(POLICIES), slo=slo)
+        rows, results = compare_recovery(
+            trace,
+            resolved.replicas,
+            resolved.router,
+            events,
+            resolved.link,
+            resolved.strategies,
+            slo=resolved.slo,
+            baseline=resolved.baseline,
+        )
         planner = results.get("planner")
         if planner is None:
             raise InternalError("invariant broken: planner is None")
@@ -291,8 +315,10 @@ def cluster(run: DemoRun) -> None:
             "decisions": planner.moves.to_dict(orient="records"),
             "num_starved": starved,
             "num_requests": len(trace),
+            "run": spec.model_dump(mode="json"),
         }
-        h.output(run.write("cluster.json", cluster_document(events, link, route, rows, extra)))
+        doc = cluster_document(events, resolved.link, resolved.router, rows, extra)
+        h.output(run.write("cluster.json", doc))
     run.state.update(cluster_trace=trace, planner=planner, failure=events[0], max_num_seqs=cfg.max_num_seqs)
     p = rows[1]
     run.say(

@@ -470,6 +470,38 @@ def itl_stats(step_durations_s: np.ndarray, step_weights: np.ndarray, gaps_s: np
     return LatencyStats.of_positive_weights(values, weights)
 
 
+def per_second(count: float, duration_s: float) -> float:
+    """A count over the run's duration (first arrival to last completion): every rate of the
+    summary, goodput included; 0 for a run that took no time."""
+    return count / duration_s if duration_s > 0 else 0.0
+
+
+def rescore(
+    summary: SimulationSummary,
+    requests: pd.DataFrame,
+    slo: SLO | None,
+    sla_ttft_ms: np.ndarray,
+    sla_e2e_ms: np.ndarray,
+) -> SimulationSummary:
+    """The same run judged against another SLO, from its per-request records alone (no engine
+    run): which requests are good (``good_mask``, as the simulation decides it), how many, the
+    goodput (``per_second`` over the run's duration) and each class's SLA violations. Every other
+    figure (latencies, throughput, the caps' percentiles) is the run's and does not move.
+    ``sla_*_ms``: the trace's per-request SLAs (NaN where none), as ``simulate`` reads them."""
+    good = good_mask(requests, slo, sla_ttft_ms, sla_e2e_ms)
+    scored = requests.assign(good=good)
+    n_good = int(good.sum())
+    return summary.model_copy(
+        update={
+            "slo": slo,
+            "num_good": n_good,
+            "goodput": per_second(n_good, summary.duration_s),
+            "by_priority": class_metrics(scored, "priority"),
+            "by_tenant": class_metrics(scored, "tenant"),
+        }
+    )
+
+
 def summarize(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
@@ -507,7 +539,7 @@ def summarize(
     kv_usage = steps["kv_usage"].to_numpy(dtype=np.float64)
 
     def rate(x: float) -> float:
-        return x / duration if duration > 0 else 0.0
+        return per_second(x, duration)
 
     return SimulationSummary(
         num_requests=len(requests),
@@ -564,5 +596,7 @@ __all__ = [
     "SimulationSummary",
     "good_mask",
     "itl_stats",
+    "per_second",
+    "rescore",
     "summarize",
 ]

@@ -750,3 +750,64 @@ __all__ = [
     "tokens_per_step_histogram",
     "totals_table",
 ]
+
+
+def prefix_cache_kpi(summary: SimulationSummary) -> Kpi | None:
+    """The prefix-cache hit rate tile (vLLM's figure: hits / queries at first admission); None
+    when the run had prefix caching off."""
+    if summary.prefix_cache_hit_rate is None:
+        return None
+    return Kpi(
+        key="prefix_cache_hit_rate",
+        label="prefix cache hit rate",
+        value=summary.prefix_cache_hit_rate,
+        unit="%",
+        decimals=1,
+        help=define("prefix_cache_hit_rate"),
+    )
+
+
+def prefix_hit_bins(result: SimulationResult, bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prefix-cache hits and queries (prompt tokens) binned by when each request was first
+    admitted, over the run's steps: the bins' left edges, hits and queries. The engine counts a
+    request's hit at its first admission and its whole prompt as the query, so the hits over the
+    queries of all bins are the summary's ``prefix_cache_hit_rate``."""
+    req = result.requests
+    st = result.steps
+    t = st["start_s"].to_numpy(dtype=np.float64)
+    end = t + st["duration_s"].to_numpy(dtype=np.float64)
+    first = req["first_scheduled_s"].to_numpy(dtype=np.float64)
+    admitted = ~np.isnan(first)
+    at = first[admitted]
+    t0, t1 = float(t[0]), float(end[-1])
+    x, hits = time_binned(at, req["prefix_hit_tokens"].to_numpy(dtype=np.float64)[admitted], t0, t1, bins)
+    _, queries = time_binned(at, req["prompt_len"].to_numpy(dtype=np.float64)[admitted], t0, t1, bins)
+    return x, hits, queries
+
+
+def prefix_hit_series(result: SimulationResult, max_points: int = MAX_POINTS) -> Series | None:
+    """The prefix-cache hit rate per time bin (the bins of ``time_series``), as a share of the
+    prompt tokens of the requests first admitted in the bin; bins where none was admitted are
+    left out (no rate to show). None when prefix caching was off or nothing ran."""
+    rate = result.summary.prefix_cache_hit_rate
+    st = result.steps
+    if rate is None or not len(st) or not result.requests["first_scheduled_s"].notna().any():
+        return None
+    bins = min(max(10, max_points // 4), max(1, len(st)))
+    x, hits, queries = prefix_hit_bins(result, bins)
+    some = queries > 0
+    return series(
+        "prefix_hit_rate",
+        f"prefix-cache hit rate per time bin (whole run {rate:.1%})",
+        x[some],
+        hits[some] / queries[some] * 100.0,
+        x_label="time (first admission)",
+        y_label="hit rate",
+        y_unit="%",
+        kind="bar",
+        max_points=max_points,
+        reference=rate * 100.0,
+        reference_label="whole run",
+        help="Prompt tokens found in the prefix cache / prompt tokens of the requests first "
+        "admitted in the bin.",
+    )

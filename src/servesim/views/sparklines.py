@@ -4,7 +4,8 @@ A latency percentile in a bin is that percentile of the requests *observed* in t
 dashboard scraping the server would see them: TTFT at the first token, TPOT and E2E at the finish;
 ITL from the steps that ran in the bin (a step's duration stands for each of its token gaps, as in
 ``simulation.itl_values``). Throughputs are finished requests / output tokens / good requests per
-second of the bin; SLO attainment the share of the bin's finished requests that were good. Bins
+second of the bin; SLO attainment the share of the bin's finished requests that were good; the
+prefix-cache hit rate that of the prompt tokens of the requests first admitted in the bin. Bins
 without a sample are left out (a line through them would invent a value).
 """
 
@@ -94,6 +95,23 @@ def kpi_sparklines(result: SimulationResult, *, bins: int = 24) -> dict[str, Ser
             "%",
             [c for c, h in zip(centers, has, strict=True) if h],
             _r(good[has] / finished[has]),
+        )
+    if result.summary.prefix_cache_hit_rate is not None:  # by first admission, as simulation.prefix_hit_bins
+        admit = _bin_index(req["first_scheduled_s"].to_numpy(dtype=np.float64), t0, t1, bins)
+        seen = admit >= 0
+        hits = np.bincount(
+            admit[seen], weights=req["prefix_hit_tokens"].to_numpy(dtype=np.float64)[seen], minlength=bins
+        )
+        queries = np.bincount(
+            admit[seen], weights=req["prompt_len"].to_numpy(dtype=np.float64)[seen], minlength=bins
+        )
+        some = queries > 0
+        out["prefix_cache_hit_rate"] = _spark(
+            "prefix_cache_hit_rate",
+            "prefix cache hit rate",
+            "%",
+            [c for c, h in zip(centers, some, strict=True) if h],
+            _r(hits[some] / queries[some]),
         )
     return out
 

@@ -164,6 +164,16 @@ class SimulateBody(SpecBody):
     _one_run = field_validator("slo")(single_run_slo)
 
 
+class RescoreBody(Strict):
+    """Another SLO for a finished run (``POST /api/runs/{id}/slo``): the same ``slo`` as a
+    simulation's, read by the same parser; null (or none given) scores the run with no SLO."""
+
+    slo: PercentileSLO | None = SLOField
+
+    _slo = field_validator("slo", mode="before")(read_slo)
+    _one_run = field_validator("slo")(single_run_slo)
+
+
 class SaturateBody(SpecBody):
     _cluster_keys = True
 

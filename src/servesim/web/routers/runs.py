@@ -18,6 +18,7 @@ from servesim.web.schemas import (
     ID_PATTERN,
     AdviseBody,
     JobOut,
+    RescoreBody,
     SaturateBody,
     SimulateBody,
     TuneBody,
@@ -180,6 +181,41 @@ def download_csv(run_id: RunId, wb: WB) -> StreamingResponse:
     )
 
 
+@router.post(
+    "/runs/{run_id}/slo",
+    responses={
+        **RESULT,
+        **responses(
+            s422="An SLO that does not parse, not a simulation, or a run without per-request records or "
+            "trace to re-score"
+        ),
+    },
+    summary="Re-score a finished run against another SLO, from its stored per-request records",
+)
+def rescore(run_id: RunId, body: RescoreBody, wb: WB) -> dict[str, Any]:
+    """Attainment, good requests and goodput at ``slo``, computed from the run's stored records by
+    the simulation's own formula; nothing is re-simulated and the stored run is not changed. A
+    cluster run is re-scored as its fleet (``scope`` fleet; the per-replica figures are not)."""
+    from servesim.web.work.runs import rescore_run
+
+    row = _done(wb, run_id)
+    result = row.result or {}
+    if row.kind != "simulate" or "summary" not in result:
+        raise Problem(422, f"run {run_id} is a {row.kind} job: only a simulation run is re-scored")
+    records = wb.storage.requests_file(row.id)
+    if not records.exists():
+        raise Problem(422, f"run {run_id} has no stored per-request records to re-score")
+    trace = wb.storage.trace_file(row.trace_id) if row.trace_id else None
+    if trace is None or not trace.exists():
+        raise Problem(
+            422, f"run {run_id}'s trace was deleted: its per-request SLAs are needed to re-score the run"
+        )
+    # a cluster run's ``summary`` is its fleet's (over every replica's records): re-scored as one
+    scope = "fleet" if "cluster" in result else "run"
+    scored = rescore_run(result["summary"], records, trace, body.slo, fleet=scope == "fleet")
+    return {"run_id": row.id, "scope": scope, **scored}
+
+
 @router.get(
     "/runs/{run_id}/cost", responses=RESULT, summary="Cost of a simulation run at a GPU price you enter"
 )
@@ -201,8 +237,8 @@ def run_cost(
     dep = current_params(row.kind, row.params).get("deployment", {})
     gpus = int(dep.get("tp") or DEFAULT_TP) * int(dep.get("replicas", 1))
     summary = SimulationSummary.model_validate(row.result["summary"])
-    tier = (row.params.get("engine") or {}).get("kv_offloading_size")  # GiB per replica (its TP ranks)
-    host_gib = float(tier) * int(row.params.get("replicas", 1)) if tier else 0.0
+    tier = (dep.get("engine") or {}).get("kv_offloading_size")  # GiB per replica (its TP ranks)
+    host_gib = float(tier) * int(dep.get("replicas", 1)) if tier else 0.0
     view = cost_view(summary, gpus=gpus, usd_per_gpu_hour=usd_per_gpu_hour, host_memory_gib=host_gib)
     return {"gpus": gpus, "sections": [view.model_dump(mode="json")]}
 

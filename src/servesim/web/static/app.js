@@ -514,8 +514,82 @@
     costBox(box, run.job.id);
     const sparks = r.sparklines || {};
     const first = r.kpis ? { sparklines: sparks, before: (sec) => percentileSwitcher(sec, r.kpis, sparks) } : {};
+    if (r.kpis && run.job.kind === "simulate") sloRescoreBox(box, run, sparks);
     if (r.cluster) SS.clusterRun(box, r.sections, first);  // the fleet or one replica (views.fleet)
     else r.sections.forEach((s, i) => SS.section(box, s, i === 0 ? first : {}));
+  }
+  /* Post-hoc SLO: the run judged at another SLO from its stored per-request records
+     (POST /api/runs/{id}/slo), nothing re-simulated; the form starts at the run's own SLO. */
+  const RESCORE_FIELDS = { ttft_p99_ms: "TTFT p99 cap (ms)", tpot_p99_ms: "TPOT p99 cap (ms)", e2e_p99_ms: "E2E p99 cap (ms)" };
+  function sloRescoreBox(box, run, sparks) {
+    const stored = (run.job.params && run.job.params.slo) || {};
+    const fields = el("div", { class: "rescore-fields" });
+    for (const [name, label] of Object.entries(RESCORE_FIELDS)) {
+      const id = `rescore-${name}`;
+      const v = stored[name];
+      fields.append(el("label", { for: id }, label),
+        el("input", { id, name, type: "text", inputmode: "decimal", placeholder: "no cap", value: v === null || v === undefined ? "" : String(v) }));
+    }
+    const out = el("div", { id: "rescore-result", "aria-live": "polite" });
+    const form = el("form", { class: "inline", id: "rescore-form", "aria-label": "SLO for this run" },
+      el("strong", {}, "SLO for this run"), fields,
+      el("button", { type: "submit", class: "secondary small" }, "Recompute"));
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const slo = {};
+      for (const input of fields.querySelectorAll("input")) if (input.value.trim() !== "") slo[input.name] = input.value.trim();
+      try {
+        const d = await api(`/api/runs/${run.job.id}/slo`, { method: "POST", json: { slo: Object.keys(slo).length ? slo : null } });
+        applyRescore(box, d, sparks, run.result);
+        const scope = d.scope === "fleet" ? "; the fleet's figures (each replica's charts are the run's own)" : "";
+        clear(out, el("p", { class: "help rescore-note" }, `note: ${d.note} (the stored run keeps its own SLO${scope})`));
+      } catch (err) { clear(out, problemBlock(err)); }
+    });
+    box.append(form, out);
+  }
+  /* The re-scored tiles (every percentile), SLO verdict, latency/totals tables and histogram SLO
+     lines in the run's view (a cluster's: the fleet's). The shown result is updated too, so a
+     re-drawn view (the fleet picked again) shows the re-scored figures. */
+  function applyRescore(box, d, sparks, result) {
+    const key = result.cluster ? "fleet" : "simulation";
+    const stored = (result.sections || []).find((x) => x.key === key);
+    const sec = box.querySelector(`section[data-section="${key}"]`);
+    const s = d.sections[0];
+    if (!sec || !s || !stored) return;
+    // the goodput and attainment sparklines counted good requests at the run's own SLO: not shown re-scored
+    delete sparks.goodput;
+    delete sparks.good_fraction;
+    result.kpis = d.kpis;
+    const caps = d.summary.slo || {};
+    const verdict = (s.verdicts || []).find((v) => v.key === "slo");
+    const captions = Object.fromEntries((stored.tables || []).map((t) => [t.key, t.title]));
+    const fresh = Object.fromEntries((s.tables || []).filter((t) => t.key === "latency" || t.key === "totals").map((t) => [t.key, Object.assign({}, t, { title: captions[t.key] ?? t.title })]));
+    stored.kpis = d.kpis.p99;
+    stored.verdicts = [...(verdict ? [verdict] : []), ...(stored.verdicts || []).filter((v) => v.key !== "slo")];
+    stored.tables = (stored.tables || []).map((t) => fresh[t.key] || t);
+    stored.histograms = (stored.histograms || []).map((h) => ["ttft_ms", "tpot_ms", "e2e_ms"].includes(h.key) ? Object.assign({}, h, { slo: caps[h.key] ?? null }) : h);
+    for (const v of sec.querySelectorAll(':scope > .verdict[data-key="slo"]')) v.remove();
+    if (verdict) sec.querySelector(":scope > h2").after(SS.verdict(verdict));
+    const bar = sec.querySelector(":scope > .switcher");
+    if (bar) bar.remove();
+    const grid = sec.querySelector(":scope > .kpis");
+    if (grid) clear(grid, ...d.kpis.p99.map((k) => SS.kpi(k, sparks[k.key])));
+    percentileSwitcher(sec, d.kpis, sparks);
+    // the latency histograms' SLO lines move to the new caps (their counts are the run's)
+    for (const h of stored.histograms) {
+      if (!["ttft_ms", "tpot_ms", "e2e_ms"].includes(h.key)) continue;
+      const old = sec.querySelector(`.chart[data-key="${h.key}"]`);
+      if (!old) continue;
+      const drawn = SS.histogram(old.parentNode, h);
+      if (!drawn) continue;
+      old.parentNode.insertBefore(drawn, old);
+      if (window.Plotly) window.Plotly.purge(old);
+      old.remove();
+    }
+    for (const t of Object.values(fresh)) {  // captioned as the run's own (its trace, "latency, fleet")
+      const old = sec.querySelector(`table[data-key="${t.key}"]`);
+      if (old) old.closest(".table-wrap").replaceWith(SS.table(t));
+    }
   }
   /* $/1M tokens and goodput per $ at the GPU price the user enters (the server has no price). */
   function costBox(box, runId) {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -16,7 +17,7 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
 )
-from servesim.spec import DeploymentSpec, ResolvedDeployment
+from servesim.spec import DeploymentSpec, PercentileSLO, ResolvedDeployment
 from servesim.traces import Trace, load_trace
 from servesim.web.defaults import setup_notes
 from servesim.web.schemas import SimulateBody
@@ -89,21 +90,33 @@ def run_document(
 PERCENTILES = ("p50", "p90", "p95", "p99")
 
 
-def kpis_by_percentile(summary: SimulationSummary) -> dict[str, list[dict[str, Any]]]:
-    """The KPI tiles at each percentile, so the page switches without asking the server."""
-    from servesim.views.simulation import kpis
+def kpis_by_percentile(summary: SimulationSummary, *, prefix: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """The KPI tiles at each percentile, so the page switches without asking the server, and (a
+    one-replica run's: ``prefix``) the prefix-cache hit rate's tile when prefix caching was on."""
+    from servesim.views.simulation import kpis, prefix_cache_kpi
 
-    return {p: [k.model_dump(mode="json") for k in kpis(summary, p)] for p in PERCENTILES}
+    tile = prefix_cache_kpi(summary) if prefix else None
+    extra = [tile.model_dump(mode="json")] if tile is not None else []
+    return {p: [k.model_dump(mode="json") for k in kpis(summary, p)] + extra for p in PERCENTILES}
 
 
 def run_result(result: SimulationResult, notes: list[str], view: Section | None = None) -> dict[str, Any]:
     """The stored answer of one run: its config, summary and the views the page draws (``view``:
     its ``simulation_view`` when already built)."""
-    from servesim.views.simulation import queue_by_reason, simulation_view
+    from servesim.views.simulation import (
+        prefix_cache_kpi,
+        prefix_hit_series,
+        queue_by_reason,
+        simulation_view,
+    )
     from servesim.views.sparklines import kpi_sparklines
 
     view = simulation_view(result) if view is None else view
-    view = view.model_copy(update={"series": [*view.series, *queue_by_reason(result)]})
+    hit_rate = prefix_hit_series(result)
+    tile = prefix_cache_kpi(result.summary)
+    more = [*queue_by_reason(result), *([hit_rate] if hit_rate is not None else [])]
+    tiles = [*view.kpis, *([tile] if tile is not None else [])]
+    view = view.model_copy(update={"series": [*view.series, *more], "kpis": tiles})
     return {
         "config": result.config.model_dump(mode="json"),
         "step_time_model": _jsonable(result.step_time_model),
@@ -170,7 +183,7 @@ def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, repor
         "summary": summary.cluster.model_dump(mode="json"),
         "cluster": summary.model_dump(mode="json", exclude={"replicas", "cluster"}),
         "sections": shown,
-        "kpis": kpis_by_percentile(summary.cluster),
+        "kpis": kpis_by_percentile(summary.cluster, prefix=False),  # the fleet section's tiles
         "notes": notes,
         # the sections are the page's (above): ``reports.cli_shape`` puts them in, not kept twice
         "document": cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec),
@@ -181,3 +194,50 @@ def _jsonable(value: Any) -> Any:
     import orjson
 
     return orjson.loads(orjson.dumps(value, default=str))
+
+
+#: What the page says under a re-scored run's figures.
+RESCORED_NOTE = "recomputed from the stored per-request records, not re-simulated"
+
+
+def rescore_run(
+    summary: dict[str, Any],
+    requests_file: Path,
+    trace_file: Path,
+    slo: PercentileSLO | None,
+    *,
+    fleet: bool = False,
+) -> dict[str, Any]:
+    """A finished single-replica run judged against another SLO, without re-simulating: its stored
+    per-request records (``save_requests``) and its trace's per-request SLAs through
+    ``servesim.engine.results.rescore`` (the good-request test and goodput of ``simulate`` itself),
+    then the same KPIs, verdicts and tables as the run's page (``fleet``: a cluster run's fleet,
+    whose tiles are the fleet section's). The stored run is not changed."""
+    import pyarrow.parquet as pq
+
+    from servesim.engine.results import rescore
+    from servesim.views.simulation import summary_view
+
+    records = pq.read_table(requests_file).to_pandas()
+    sla = load_trace(trace_file).df
+    if len(sla) != len(records):
+        raise InputError(
+            f"the run's trace has {len(sla):,} requests and its records {len(records):,}: "
+            "it is not the trace the run simulated"
+        )
+    stored = SimulationSummary.model_validate(summary)
+    scored = rescore(
+        stored,
+        records,
+        slo.per_request() if slo is not None else None,
+        sla["sla_ttft_ms"].to_numpy(dtype="float64"),
+        sla["sla_e2e_ms"].to_numpy(dtype="float64"),
+    )
+    view = summary_view(scored, title="simulation")
+    return {
+        "slo": slo.model_dump(mode="json") if slo is not None else None,
+        "summary": scored.model_dump(mode="json"),
+        "kpis": kpis_by_percentile(scored, prefix=not fleet),
+        "sections": [view.model_dump(mode="json")],
+        "note": RESCORED_NOTE,
+    }
