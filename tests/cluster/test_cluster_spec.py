@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from servesim.cli.main import app
 from servesim.cli.trace_input import read_trace
-from servesim.cluster.compare import compare_recovery
 from servesim.errors import ConfigError, InputError, describe
 from servesim.report.documents import cluster_run_document
 from servesim.spec import ClusterSpec, ResolvedCluster, ResolvedDisaggregated, resolve_cluster
@@ -119,16 +118,7 @@ def test_the_cli_records_the_spec_it_ran_and_the_spec_runs_again_alike(tmp_path:
     trace = read_trace(spec.trace, num_requests=spec.num_requests, seed=spec.seed)
     run = resolve_cluster(spec, trace)
     assert isinstance(run, ResolvedCluster)
-    rows, _ = compare_recovery(
-        trace,
-        run.replicas,
-        run.router,
-        run.events,
-        run.link,
-        run.strategies,
-        slo=run.slo,
-        baseline=run.baseline,
-    )
+    rows, _ = run.run(trace)
     again = cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec)
     assert [s["key"] for s in doc.pop("sections")][:2] == ["fleet", "replica.n0"]  # one run's views
     assert again == doc
@@ -157,14 +147,5 @@ def test_the_demos_cluster_run_is_its_recorded_spec() -> None:
     trace = read_trace(str(demo / spec.trace))
     run = resolve_cluster(spec, trace)
     assert isinstance(run, ResolvedCluster)
-    rows, _ = compare_recovery(
-        trace,
-        run.replicas,
-        run.router,
-        run.events,
-        run.link,
-        run.strategies,
-        slo=run.slo,
-        baseline=run.baseline,
-    )
+    rows, _ = run.run(trace)
     assert [r.model_dump(mode="json") for r in rows] == doc["strategies"]

@@ -18,7 +18,7 @@ from servesim.cli.pd_cmd import pd_deployments, pd_failures, print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
-from servesim.cluster.compare import ClusterFile, LinkSpec, compare_recovery
+from servesim.cluster.compare import ClusterFile, LinkSpec
 from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, InternalError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
@@ -171,16 +171,7 @@ def register(app: typer.Typer) -> None:
             raise InternalError("a cluster without pools resolved as a disaggregated one")
         for note in run.notes:  # once the input is known good
             typer.echo(f"warning: {note}", err=True)
-        rows, results = compare_recovery(
-            tr,
-            run.replicas,
-            run.router,
-            run.events,
-            run.link,
-            run.strategies,
-            slo=run.slo,
-            baseline=run.baseline,
-        )
+        rows, results = run.run(tr)
         # The charts of one run: the policy asked for, or under compare the one that recovers best.
         pick = min((r for r in rows if r.strategy in results), key=lambda r: r.e2e_p99_ms).strategy
         views = fleet_sections(results[pick], len(run.replicas), pick)

@@ -260,7 +260,7 @@ def cluster(run: DemoRun) -> None:
     """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies. The
     run is the ``ClusterSpec`` ``servesim cluster`` builds, resolved as it resolves it."""
     from servesim.cluster import FailureEvent
-    from servesim.cluster.compare import cluster_document, compare_recovery
+    from servesim.cluster.compare import cluster_document
     from servesim.spec import ClusterSpec, DeploymentSpec, PercentileSLO, ResolvedCluster, resolve_cluster
     from servesim.traces import open_trace, write_trace
 
@@ -297,16 +297,7 @@ def cluster(run: DemoRun) -> None:
         "bandwidth_gbps": LINK_GBPS,
     }
     with record_action("cluster", params) as h:
-        rows, results = compare_recovery(
-            trace,
-            resolved.replicas,
-            resolved.router,
-            events,
-            resolved.link,
-            resolved.strategies,
-            slo=resolved.slo,
-            baseline=resolved.baseline,
-        )
+        rows, results = resolved.run(trace)
         planner = results.get("planner")
         if planner is None:
             raise InternalError("invariant broken: planner is None")

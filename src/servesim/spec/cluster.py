@@ -19,10 +19,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servesim.cluster.compare import LinkSpec, failure_events
+from servesim.cluster.compare import LinkSpec, StrategyOutcome, compare_recovery, failure_events
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
 from servesim.cluster.pd import parse_pool_node, pd_context
 from servesim.cluster.recovery import RecoveryContext
+from servesim.cluster.results import ClusterResult
 from servesim.cluster.simulate import Replica
 from servesim.engine.results import SLO
 from servesim.errors import ConfigError, InputError, shown
@@ -196,6 +197,23 @@ class ResolvedCluster:
     def notes(self) -> list[str]:
         """The extrapolation warnings of every replica, each once."""
         return list(dict.fromkeys(n for s in self.setups for n in s.notes))
+
+    def run(
+        self, trace: Trace, *, observers: Sequence[Any] = ()
+    ) -> tuple[list[StrategyOutcome], dict[str, ClusterResult]]:
+        """``cluster.compare_recovery`` of this cluster on ``trace``: the rows (the no-failure
+        baseline first when asked) and each strategy's result, as every interface runs it."""
+        return compare_recovery(
+            trace,
+            self.replicas,
+            self.router,
+            self.events,
+            self.link,
+            self.strategies,
+            slo=self.slo,
+            baseline=self.baseline,
+            observers=observers,
+        )
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,6 @@ def save_requests(requests: pd.DataFrame, env: Env) -> None:
 def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, report: Report) -> dict[str, Any]:
     """A cluster run: the body as the ``ClusterSpec`` ``servesim cluster --recovery R`` builds,
     through ``servesim.spec.resolve_cluster``; its document is the CLI's."""
-    from servesim.cluster.compare import compare_recovery
     from servesim.report.documents import cluster_run_document
     from servesim.spec import ClusterSpec, ResolvedCluster, resolve_cluster
 
@@ -156,17 +155,7 @@ def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, repor
         raise InputError("the web runs no disaggregated cluster")
     n = len(run.replicas)
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
-    rows, results = compare_recovery(
-        trace,
-        run.replicas,
-        run.router,
-        run.events,
-        run.link,
-        run.strategies,
-        slo=run.slo,
-        baseline=run.baseline,
-        observers=[ProgressCallback(report), timeline],
-    )
+    rows, results = run.run(trace, observers=[ProgressCallback(report), timeline])
     result = results[body.recovery]
     save_requests(result.to_pandas(), env)
     from servesim.views.fleet import fleet_sections
