@@ -108,6 +108,15 @@ def page(browser: Any, server: str) -> Iterator[Any]:
 EXPECTED: list[str] = []
 
 
+def wait_until(done: Any, timeout_s: float, what: str, every_s: float = 0.2) -> None:
+    """Poll ``done()`` until it is true; a hang guard (fails with ``what``), not a timing target."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout_s:g} s")
+        time.sleep(every_s)
+
+
 def shot(page: Any, name: str) -> None:
     IMAGES.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(IMAGES / name))
@@ -599,10 +608,8 @@ def test_one_deployment_and_one_slo_serve_every_tab_and_survive_a_reload(page: A
     }
     r = httpx.post(server + "/api/simulate", json=old, timeout=30, headers={"Origin": server})
     assert r.status_code == 202, r.text
-    deadline = time.monotonic() + 90
-    while httpx.get(f"{server}/api/jobs/{r.json()['id']}", timeout=30).json()["status"] != "done":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    job = f"{server}/api/jobs/{r.json()['id']}"
+    wait_until(lambda: httpx.get(job, timeout=30).json()["status"] == "done", 90, "the old-body run finished")
     page.click("#tab-history")
     page.wait_for_selector("#history-table tbody tr:has-text('an older body')")
     page.locator("#history-table tbody tr", has_text="an older body").locator(
@@ -633,10 +640,7 @@ def _sweep(page: Any, max_num_seqs: str) -> None:
     page.click("#tab-sweep")
     page.fill("#sweep-seeds", "1")
     page.click("#sweep-submit")
-    deadline = time.monotonic() + 180
-    while _done_runs(page, "saturate") <= before:
-        assert time.monotonic() < deadline, "the sweep did not finish"
-        time.sleep(1)
+    wait_until(lambda: _done_runs(page, "saturate") > before, 180, "the sweep finished", every_s=1)
     page.wait_for_selector("#sweep-results [data-section='saturation'] .js-plotly-plot", timeout=120_000)
 
 
