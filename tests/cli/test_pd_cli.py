@@ -104,3 +104,22 @@ def test_fail_names_a_replica_of_a_pool() -> None:
     assert res.exit_code != 0 and "the decode pool has 1" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "n0@1"])
     assert res.exit_code != 0 and "unknown replica" in res.output
+
+
+def test_prompts_past_max_model_len_are_rejected_not_a_crash(tmp_path: Path) -> None:
+    """A prefill replica refuses a prompt past its context (as vLLM answers 400): the request
+    has that outcome, is left out of the latencies and counted; the rest run as usual."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("req_id,arrival_time_s,prompt_len,output_len\na,0,100,5\nb,0.1,9000,5\nc,0.2,120,5\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max_model_len: 4096\n")
+    args = ["cluster", str(trace), "--step-time-ms", "10", "-c", str(cfg)]
+    args += ["--prefill-replicas", "1", "--decode-replicas", "1"]
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["summary"]["num_rejected"] == 1 and out["summary"]["num_requests"] == 2
+    assert [r["req_id"] for r in out["requests"]] == ["a", "c"]
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0, human.output
+    assert "rejected (not in the latencies): 1 of 3" in human.stdout

@@ -104,6 +104,11 @@ def print_pd(
     out.print(f"TPOT p50/p99 {tpot50} / {tpot99} ms")
     out.print(f"E2E  p50/p99 {s.e2e_p50_ms:.1f} / {s.e2e_p99_ms:.1f} ms")
     out.print(f"output tokens/s {s.output_tokens_per_s:.1f}; KV moved {s.transfer_gb:.3f} GB")
+    if s.num_rejected:
+        out.print(
+            f"rejected (not in the latencies): {s.num_rejected} of "
+            f"{s.num_requests + s.num_rejected + s.num_unfinished}"
+        )
     out.print(f"per leg over {s.num_disaggregated} disaggregated requests (mean / p50 / p99 ms):")
     for leg in LEGS:
         x = s.legs[leg]

@@ -27,7 +27,9 @@ Replicas run step by step in time order (an event of one can change another's ne
 
 from __future__ import annotations
 
+import heapq
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,7 +44,13 @@ from servesim.cluster.simulate import Replica
 from servesim.engine.engine import Engine, PendingStep, TraceArrays
 from servesim.engine.kv_pd import PDConnector
 from servesim.engine.replica import ReplicaView
-from servesim.engine.request import OUTCOME_FINISHED, Request
+from servesim.engine.request import (
+    OUTCOME_FINISHED,
+    OUTCOME_LENGTH_CAPPED,
+    OUTCOME_REJECTED_TIMEOUT,
+    OUTCOME_REJECTED_TOO_LONG,
+    Request,
+)
 from servesim.errors import InputError, InternalError, shown
 from servesim.traces.schema import Trace
 
@@ -181,6 +189,7 @@ class PDRun:
     sender: dict[int, PDConnector] = field(default_factory=dict)  # who sent the landed leg
     receiver: dict[int, PDConnector] = field(default_factory=dict)  # who received it
     retired: list[Engine] = field(default_factory=list)  # engines of lost replicas
+    num_online: int = 0  # requests submitted online (``PDCluster.submit``), beyond the trace's
 
 
 def parse_pool_node(node: str, n_prefill: int, n_decode: int) -> tuple[str, int]:
@@ -249,7 +258,13 @@ class PDCluster:
             name = (self.p_specs if pool == "prefill" else self.d_specs)[k].name
             self.run_.failures.append(PDFailure(name, pool, f.time_s, f.recover_after_s))
         self._events.sort(key=lambda e: e[:3])
-        self._down_until: dict[tuple[str, int], float] = {}
+        self._ev = 0  # the next of ``_events`` to apply
+        self.inflight: list[PendingStep | None] = [None] * (len(prefill) + len(decode))
+        self.now = 0.0
+        self._next_arrival = 0  # the next trace row to arrive
+        self._online: list[tuple[float, int, Request]] = []  # submitted arrivals (a heap)
+        self._origin: dict[int, Request] = {}  # submitted requests' fields, for fresh copies
+        self._next_idx = self.arrays.n
 
     def _node(self, node: str, names: list[str]) -> tuple[str, int]:
         if node in names:
@@ -314,58 +329,147 @@ class PDCluster:
         run.sender.pop(idx, None)
         run.receiver.pop(idx, None)
 
+    # -- the clock ---------------------------------------------------------------------------
     def run(self) -> PDRun:
-        arr = self.arrays
+        """Every arrival and failure of the trace, to the end; the outcome, invariants checked."""
+        self.advance()
+        return self.finish()
+
+    def advance(self, until: float = math.inf, max_steps: int = sys.maxsize) -> int:
+        """Process step ends, arrivals (the trace's and ``submit``'s) and failures in time order;
+        returns the engine steps ended. Stops before the first step end or event at or after
+        ``until``, after ``max_steps`` step ends, or when nothing is left to do, which includes
+        the case where only empty steps remain, waiting for KV that nobody will ever read
+        (``_stuck``): stepping on would never end."""
         n_p = len(self.p_eng)
-        inflight: list[PendingStep | None] = [None] * (n_p + len(self.d_eng))
-        alive = self.p_alive + self.d_alive
-        nxt = 0
-        ev = 0
+        steps = 0
         while True:
             engines = self.p_eng + self.d_eng
-            t_arr = arr.arrival[nxt] if nxt < arr.n else math.inf
-            t_ev = self._events[ev][0] if ev < len(self._events) else math.inf
+            t_arr = self._next_arrival_time()
+            t_ev = self._events[self._ev][0] if self._ev < len(self._events) else math.inf
             t_ext = min(t_arr, t_ev)
+            horizon = t_ext if t_ext < until else until
             for k, e in enumerate(engines):
-                if inflight[k] is None and alive[k]:
-                    inflight[k] = e.begin_step(t_ext)
+                if self.inflight[k] is None and self._is_alive(k):
+                    self.inflight[k] = e.begin_step(horizon)
             k_step, t_step = -1, math.inf
-            for k, pend in enumerate(inflight):
+            for k, pend in enumerate(self.inflight):
                 if pend is not None and pend.end < t_step:
                     k_step, t_step = k, pend.end
-            if k_step >= 0 and t_step <= t_ext:
-                pend = inflight[k_step]
+            if k_step >= 0 and t_step <= t_ext and t_step < until:
+                pend = self.inflight[k_step]
                 if pend is None:
                     raise InternalError("invariant broken: no step in flight")
                 finished = engines[k_step].end_step(pend)
-                inflight[k_step] = None
+                self.inflight[k_step] = None
                 if k_step < n_p:
                     for r in finished:
                         self._hand_off(r, t_step)
+                if t_step > self.now:
+                    self.now = t_step
+                steps += 1
+                if steps >= max_steps or (t_ext == math.inf and _empty(pend) and self._stuck()):
+                    return steps
                 continue
-            if t_ext == math.inf:
-                break
+            if t_ext == math.inf or t_ext >= until:
+                return steps
+            self.now = t_ext
             if t_arr <= t_ev:
-                self._arrive(arr.make_request(nxt), arr.make_request(nxt))
-                nxt += 1
+                r = self._pop_arrival()
+                self._arrive(r, self._copy(r))
                 continue
-            t, _, _, kind, pool, k, _f = self._events[ev]
-            ev += 1
+            t, _, _, kind, pool, k, _f = self._events[self._ev]
+            self._ev += 1
             slot = k if pool == "prefill" else n_p + k
-            inflight[slot] = None  # a step in flight is lost with the replica
+            self.inflight[slot] = None  # a step in flight is lost with the replica
             if kind == "fail":
-                alive[slot] = False
                 self._fail(pool, k, t)
             else:
-                alive[slot] = True
                 self._recover(pool, k, t)
+
+    def finish(self) -> PDRun:
+        """Close every live replica (outcomes, pending sends drained) and check docs/invariants.md's
+        P/D invariants over the whole run."""
         for k, e in enumerate(self.p_eng + self.d_eng):
-            if alive[k]:
+            if self._is_alive(k):
                 e.finish()
+        run = self.run_
+        for idx, r in run.prefill_req.items():  # timed out in a prefill queue: never handed off
+            if r.outcome in REJECTED and run.decode_req[idx].outcome not in REJECTED:
+                self._reject(r)
         self.run_.prefill, self.run_.decode = self.p_eng, self.d_eng
         self.run_.parked = [r.idx for r in self._parked]
         check_pd_invariants(self.run_)
         return self.run_
+
+    def next_time(self) -> float:
+        """When the next step ends or arrival or failure is due (inf: nothing is pending)."""
+        t_ev = self._events[self._ev][0] if self._ev < len(self._events) else math.inf
+        t = min(self._next_arrival_time(), t_ev)
+        for pend in self.inflight:
+            if pend is not None and pend.end < t:
+                t = pend.end
+        return t
+
+    def make_request(
+        self, req_id: str, arrival_s: float, prompt_len: int, max_tokens: int, *, priority: int = 0
+    ) -> Request:
+        """A request that is not in the trace, for ``submit`` (the next free request index)."""
+        r = Request(self._next_idx, req_id, arrival_s, prompt_len, max_tokens, priority, -1, 0, None, 0)
+        self._next_idx += 1
+        return r
+
+    def submit(self, r: Request) -> None:
+        """An online arrival at ``r.arrival`` (not before the cluster's time): routed as a trace
+        row arriving then would be (after any trace row arriving at the same time)."""
+        if r.arrival < self.now:
+            raise InputError(f"an arrival at {r.arrival} s is in the past (the cluster is at {self.now} s)")
+        self._origin[r.idx] = r
+        self.run_.num_online += 1
+        heapq.heappush(self._online, (r.arrival, r.idx, self._copy(r)))
+
+    def _next_arrival_time(self) -> float:
+        arr = self.arrays
+        t = arr.arrival[self._next_arrival] if self._next_arrival < arr.n else math.inf
+        if self._online and self._online[0][0] < t:
+            return self._online[0][0]
+        return t
+
+    def _pop_arrival(self) -> Request:
+        arr = self.arrays
+        nxt = self._next_arrival
+        if nxt < arr.n and (not self._online or arr.arrival[nxt] <= self._online[0][0]):
+            self._next_arrival = nxt + 1
+            return arr.make_request(nxt)
+        return heapq.heappop(self._online)[2]
+
+    def _copy(self, r: Request) -> Request:
+        """A fresh request with ``r``'s trace fields: the other leg, or a decode leg started over."""
+        if r.idx < self.arrays.n:
+            return self.arrays.make_request(r.idx)
+        o = self._origin[r.idx]
+        return Request(o.idx, o.req_id, o.arrival, o.prompt_len, o.max_tokens, o.priority, -1, 0, None, 0)
+
+    def _is_alive(self, slot: int) -> bool:
+        n_p = len(self.p_alive)
+        return self.p_alive[slot] if slot < n_p else self.d_alive[slot - n_p]
+
+    def _stuck(self) -> bool:
+        """No arrival or failure is left, every step in flight schedules nothing, and no KV
+        transfer will ever end: the empty steps vLLM takes while transfers are pending would go on
+        for ever. (``check_pd_invariants`` then names any request that did not finish.)"""
+        if any(p is not None and not _empty(p) for p in self.inflight):
+            return False
+        views = self.p_views + self.d_views
+        for k, e in enumerate(self.p_eng + self.d_eng):
+            if not self._is_alive(k):
+                continue
+            conn = self._conn(e)
+            if views[k].num_running or views[k].num_waiting or conn.finished_recving:
+                return False
+            if conn.next_due() < math.inf:
+                return False
+        return True
 
     # -- routing -----------------------------------------------------------------------------
     def _alive(self, pool: str) -> list[int]:
@@ -390,7 +494,15 @@ class PDCluster:
         self._conn(self.p_eng[k]).mark_remote_decode(r.idx)
         run.prefill_of[r.idx] = k
         self.p_eng[k].submit(r, t)
+        if r.outcome in REJECTED:
+            self._reject(r)
         return self.p_specs[k].name
+
+    def _reject(self, r: Request) -> None:
+        """The prefill replica refused the prefill leg (a prompt past its ``max_model_len``, or a
+        queue timeout): the proxy returns that error to the client, and no decode leg runs."""
+        d = self.run_.decode_req[r.idx]
+        d.outcome, d.status, d.finish_time = r.outcome, r.status, r.finish_time
 
     def _hand_off(self, r: Request, t: float) -> None:
         """The prefill leg finished at ``t``: the proxy sends the request to a decode replica."""
@@ -419,6 +531,9 @@ class PDCluster:
             self._conn(self.d_eng[k]).mark_remote_prefill(d.idx)
         self.run_.decode_of[d.idx] = k
         self.d_eng[k].submit(d, t)
+        p = self.run_.prefill_of.get(d.idx)
+        if d.outcome in REJECTED and remote and p is not None:  # refused here: nobody reads the KV
+            self._conn(self.p_eng[p]).send_done(d.idx, t)
         return self.d_specs[k].name
 
     # -- failures ----------------------------------------------------------------------------
@@ -502,7 +617,7 @@ class PDCluster:
                 self._recover_decode(r, t, name, with_kv=self._prefill_holds(r.idx, t))
         for r in holding:
             idx = r.idx
-            fresh = self.arrays.make_request(idx)
+            fresh = self._copy(r)
             run.decode_req[idx] = fresh
             if idx in run.transfers and conn.receiving(idx):
                 self._cut(idx, t)
@@ -565,6 +680,17 @@ class PDCluster:
             self._to_decode(d, t)
 
 
+#: A request's outcomes that close it without output (the client gets an error).
+REJECTED = frozenset({OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT})
+#: Outcomes of a request served to the end (``finished_max_model_len`` included).
+SERVED = frozenset({OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED})
+
+
+def _empty(p: PendingStep) -> bool:
+    """A step that computes nothing (vLLM steps so while KV transfers are pending)."""
+    return p.plan.num_group_decodes == 0 and not p.plan.scheduled
+
+
 def check_pd_invariants(run: PDRun) -> None:
     """docs/invariants.md (P/D): none lost (each request finished on a decode replica, or is
     reported parked when no decode replica was ever up again); each request's KV landed at most
@@ -573,7 +699,7 @@ def check_pd_invariants(run: PDRun) -> None:
     decoded before its KV landed; no prefill replica freed a request's blocks before its transfer."""
     parked = set(run.parked)
     for idx, d in run.decode_req.items():
-        if idx not in parked and d.outcome != OUTCOME_FINISHED:
+        if idx not in parked and d.outcome not in SERVED and d.outcome not in REJECTED:
             raise InternalError(f"invariant broken: {d.req_id} did not finish (outcome {d.outcome})")
     landed: dict[str, int] = {}
     for leg in run.legs:
@@ -585,7 +711,7 @@ def check_pd_invariants(run: PDRun) -> None:
     recomputed = {r.req_id for r in run.recoveries if r.action in ("prefill-on-decode", "recompute")}
     retired = {id(e.kv_connector) for e in run.retired}
     for idx, d in run.decode_req.items():
-        if idx in run.local or idx in parked:
+        if idx in run.local or idx in parked or d.outcome in REJECTED:
             continue
         x = run.transfers.get(idx)
         if x is None:
@@ -601,7 +727,7 @@ def check_pd_invariants(run: PDRun) -> None:
             raise InternalError(f"invariant broken: {d.req_id}'s prefill blocks freed before the transfer")
     if len(landed) != len(run.transfers):
         raise InternalError("invariant broken: transfers and landed legs differ")
-    if len(run.decode_req) != len(run.trace):
+    if len(run.decode_req) != len(run.trace) + run.num_online:
         raise InternalError("invariant broken: requests lost")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from servesim.cluster.pd import PDRun
+from servesim.cluster.pd import REJECTED, PDRun
 
 LEGS = ("prefill_queue", "prefill", "decode_queue", "transfer", "decode")
 
@@ -70,6 +70,9 @@ class PDSummary(BaseModel):
     transfer_legs: int = Field(0, description="Transfers started, the cut-off ones included.")
     cut_transfers: int = Field(0, description="Transfers cut off by a lost replica (not landed).")
     num_unfinished: int = Field(0, description="Parked: no decode replica was up again to take them.")
+    num_rejected: int = Field(
+        0, description="Refused (prompt past max_model_len, or a queue timeout): no latency counted."
+    )
     recoveries: dict[str, int] = Field(default_factory=dict, description="Requests per recovery action.")
 
 
@@ -90,8 +93,9 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
     actions: dict[str, list[str]] = {}
     for rec in run.recoveries:
         actions.setdefault(rec.req_id, []).append(rec.action)
+    rejected = {i for i, d in run.decode_req.items() if d.outcome in REJECTED}
     for idx in sorted(run.decode_req):
-        if idx in parked:
+        if idx in parked or idx in rejected:
             continue
         d = run.decode_req[idx]
         dk = run.decode_of[idx]
@@ -142,7 +146,7 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
                 recovered=actions.get(d.req_id, []),
             )
         )
-    done = [r for i, r in run.decode_req.items() if i not in parked]
+    done = [r for i, r in run.decode_req.items() if i not in parked and i not in rejected]
     dis = [r for r in rows if r.prefill_replica is not None]
     ttft = [r.ttft_s for r in rows]
     tpots = [r.tpot_s for r in rows if r.tpot_s is not None]
@@ -175,6 +179,7 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
         transfer_legs=len(run.legs),
         cut_transfers=sum(1 for x in run.legs if not x.landed),
         num_unfinished=len(parked),
+        num_rejected=len(rejected),
         recoveries=counts,
     )
     return PDResult(

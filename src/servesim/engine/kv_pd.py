@@ -222,6 +222,15 @@ class PDConnector:
         legs still hold blocks for their sends (``Scheduler.has_finished_requests``)."""
         return len(self.holding) > 0 or bool(self._kept)
 
+    def next_due(self) -> float:
+        """The earliest time a receive or a send in flight here ends (inf: none will)."""
+        t = min((due for _, due in self._recv.values()), default=math.inf)
+        for idx in self._kept:
+            due = self._send_due.get(idx, math.inf)
+            if due < t:
+                t = due
+        return t
+
     def has_pending_loads(self) -> bool:
         return bool(self._recv)
 
