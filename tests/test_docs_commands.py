@@ -21,6 +21,7 @@ from typer._click.exceptions import UsageError
 from typer.core import TyperGroup as Group
 from typer.exceptions import Exit
 
+from docs_fences import shell_or_plain_blocks
 from servesim.cli.main import app
 from servesim.spec import parse_slo
 
@@ -31,7 +32,7 @@ def doc_commands() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for doc in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
         text = doc.read_text(encoding="utf-8")
-        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, flags=re.S):
+        for _, block in shell_or_plain_blocks(text):
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 cmd = line.strip().removeprefix("$ ").split(" # ")[0].strip()
                 cmd = cmd.removeprefix("uv run ").removeprefix(".venv/bin/")

@@ -9,7 +9,8 @@ is read in order). Servers (``servesim serve``, ``servesim emulate``) are starte
 port (the line's ``--port`` replaced, or one added: 8000 may be held by another test), must
 answer HTTP there, and are stopped; none is skipped; a full-screen ``servesim dashboard`` is
 started in a pseudo-terminal, must paint its first screen, and is stopped. The README's lines
-run in tests/test_readme.py.
+run in tests/test_readme.py. Benchmarks (minutes, from a checkout) are shown indented, not
+fenced, and are not run here. Blocks are paired as a reader sees them (tests/docs_fences.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+from docs_fences import shell_or_plain_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Generous per-command bound on a loaded 2-core machine; the docs' lines take seconds.
 TIMEOUT_S = 300
@@ -50,7 +53,7 @@ def doc_lines() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for doc in sorted((ROOT / "docs").glob("*.md")):
         text = doc.read_text(encoding="utf-8")
-        for lang, block in re.findall(r"```(bash|sh|console)?\n(.*?)```", text, flags=re.S):
+        for lang, block in shell_or_plain_blocks(text):
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 cmd = line.strip().removeprefix("$ ").split(" # ")[0].strip()
                 # a shell block's every line (one may make a file a later line reads); elsewhere
@@ -63,7 +66,7 @@ def doc_lines() -> list[tuple[str, str]]:
 COMMANDS = doc_lines()
 #: The docs whose lines take longest (tune and saturate sweeps, Ray, sim2real) start first, so
 #: that xdist's workers do not wait on one of them at the end.
-HEAVY = ("tuning.md", "emulate.md", "perf.md")
+HEAVY = ("tuning.md", "cluster.md", "emulate.md", "perf.md")
 DOCS = sorted(
     {d for d, _ in COMMANDS}, key=lambda d: (d not in HEAVY, HEAVY.index(d) if d in HEAVY else 0, d)
 )
