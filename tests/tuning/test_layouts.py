@@ -4,6 +4,7 @@ Pareto front, the break-even bisection, and `servesim tune --layouts` (JSON and 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -136,3 +137,61 @@ def test_cli_bad_input_names_the_flag() -> None:
     assert res.exit_code != 0 and "--decode-max-seqs" in res.output
     res = runner.invoke(app, [*BASE, "--link", "carrier-pigeon"])
     assert res.exit_code != 0 and "unknown link" in res.output
+
+
+class _Scripted(LayoutRunner):
+    """A runner whose goodput per GPU is given per layout kind: the decision logic alone."""
+
+    def __init__(self, per_gpu: dict[str, float]) -> None:
+        super().__init__(_trace(4), model="llama-3.1-8b", gpu=None, step_time_ms=10)
+        self.per_gpu = per_gpu
+
+    def point(self, lay: Layout, bandwidth_gbps: float | None = None) -> LayoutPoint:
+        g = self.per_gpu[lay.kind]
+        return _pt(lay.label, g, 100.0, 10.0).model_copy(update={"layout": lay, "gpus": lay.gpus})
+
+
+def test_a_lead_that_does_not_hold_on_fresh_seeds_is_not_recommended() -> None:
+    """Disaggregated leads on the search trace (1.1 vs 1.0 per GPU) but trails on both fresh
+    seeds (0.9): the aggregated layout is recommended, and the reasons say why."""
+    ans = compare_layouts(
+        _Scripted({"agg": 1.0, "disagg": 1.1}),
+        2,
+        tps=(1,),
+        break_even=False,
+        fresh=lambda seed: _Scripted({"agg": 1.0, "disagg": 0.9}),
+        verify_seeds=[1000, 1001],
+    )
+    v = ans.verification
+    assert v is not None and v.recommended == "1P1D TP1/TP1" and v.against == "agg 2xTP1"
+    assert not v.holds and v.wins == 0 and [c.seed for c in v.checks] == [1000, 1001]
+    assert ans.recommended == "agg 2xTP1"
+    assert any("led on the search trace but not on 2 fresh seeds" in r for r in ans.reasons)
+    kept = compare_layouts(
+        _Scripted({"agg": 1.0, "disagg": 1.1}),
+        2,
+        tps=(1,),
+        break_even=False,
+        fresh=lambda seed: _Scripted({"agg": 1.0, "disagg": 1.05}),
+        verify_seeds=[1000],
+    )
+    assert kept.recommended == "1P1D TP1/TP1" and kept.verification is not None and kept.verification.holds
+
+
+def test_cli_document_is_stamped_verified_and_reported(tmp_path: Path) -> None:
+    out = tmp_path / "layouts.json"
+    res = runner.invoke(app, [*BASE, "--no-break-even", "--verify-seeds", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    human = " ".join(res.stdout.split())
+    assert "fresh seeds (" in human and "1000: " in human and "1001: " in human
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "layouts" and doc["schema_version"] == 1
+    v = doc["layouts"]["verification"]
+    assert [c["seed"] for c in v["checks"]] == [1000, 1001]
+    assert v["note"] in doc["layouts"]["reasons"]
+    rep = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "rep")])
+    assert rep.exit_code == 0, rep.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"aggregated or disaggregated? 2 GPUs: {doc['layouts']['recommended']}" in md
+    assert "fresh seeds: " in md and "| 1000 |" in md
+    assert (tmp_path / "rep" / "report.html").exists()

@@ -311,8 +311,10 @@ def run_layouts(
     hash_block_size: int | None,
     out: Path | None,
     as_json: bool,
+    verify_seeds: int = 3,
 ) -> None:
-    """``servesim tune --layouts agg,disagg --gpus N``: servesim.tuning.layouts, printed."""
+    """``servesim tune --layouts agg,disagg --gpus N``: servesim.tuning.layouts, printed; the
+    recommendation re-verified on ``verify_seeds`` fresh seeds of the same traffic."""
     from servesim.cli.trace_input import read_trace
     from servesim.cluster.pd import link_preset
     from servesim.tuning.layouts import LayoutRunner, compare_layouts
@@ -345,10 +347,22 @@ def run_layouts(
         ttft_ms=ttft,
         tpot_ms=tpot,
     )
-    ans = compare_layouts(
-        runner, gpus, kinds, prefill_batched_tokens=pbt, decode_max_seqs=dms, break_even=break_even
+    from servesim.tuning.workload import FRESH_SEED_BASE, Workload
+
+    workload = Workload.from_source(
+        trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
     )
-    if emit({"layouts": ans.model_dump(mode="json")}, as_json=as_json, out=out):
+    ans = compare_layouts(
+        runner,
+        gpus,
+        kinds,
+        prefill_batched_tokens=pbt,
+        decode_max_seqs=dms,
+        break_even=break_even,
+        fresh=lambda s: runner.with_trace(workload.trace(None, s)),
+        verify_seeds=[FRESH_SEED_BASE + i for i in range(verify_seeds)],
+    )
+    if emit(stamped("layouts", {"layouts": ans.model_dump(mode="json")}), as_json=as_json, out=out):
         return
     print_layouts(ans, f"{trace}: {len(tr):,} requests, {gpus} GPUs")
     said_written(out)
@@ -379,6 +393,12 @@ def print_layouts(ans: Any, title: str) -> None:
     console.print(f"recommended: {ans.recommended}")
     for r in ans.reasons:
         console.print(f"  - {r}")
+    v = ans.verification
+    if v is not None:
+        seeds = ", ".join(
+            f"{c.seed}: {c.recommended_per_gpu:.3f} vs {c.against_per_gpu:.3f}" for c in v.checks
+        )
+        console.print(f"fresh seeds ({v.recommended} vs {v.against}, goodput/GPU): {seeds}")
     be = ans.break_even
     if be is not None:
         probes = ", ".join(f"{g:.3g} Gbit/s -> {v:.3f}" for g, v in be.probes)
@@ -611,6 +631,7 @@ def register(app: typer.Typer) -> None:
                     hash_block_size=hash_block_size,
                     out=out,
                     as_json=as_json,
+                    verify_seeds=verify_seeds,
                 )
             except ERRORS as exc:
                 fail(exc)

@@ -51,12 +51,14 @@ cdef class Scheduler:
     @cython.locals(group=DecodeGroup, r=Request)
     cpdef materialize_all(self, long long step, double now)
     @cython.locals(mml=cython.longlong, finished=list, r=Request, n=cython.longlong, c=cython.longlong,
-                   o=cython.longlong, seg=list, group=DecodeGroup, done=list, connector=object)
+                   o=cython.longlong, group=DecodeGroup, done=list, connector=object)
     cpdef list update(self, StepPlan plan, long long step, double t_end)
     @cython.locals(mml=cython.longlong, k=cython.longlong, kv=KVCacheManager, finished=list, r=Request,
                    n=cython.longlong, c=cython.longlong, d=cython.longlong, a=cython.longlong,
-                   o=cython.longlong, stop=cython.bint, emitted=cython.longlong, seg=list)
+                   o=cython.longlong, stop=cython.bint, emitted=cython.longlong)
     cpdef list _verify(self, StepPlan plan, long long step, double t_end)
+    @cython.locals(seg=list)
+    cdef inline void _emitted(self, Request r, long long step, double t_end)
     @cython.locals(running=list, r=Request)
     cpdef retire(self, list finished, double t_end)
     @cython.locals(valid=list, running_gone=list, r=Request, status=cython.longlong, connector=object)

@@ -381,15 +381,7 @@ class Scheduler:
                 continue  # a partial prefill chunk samples nothing
             o = r.num_output + 1
             r.num_output = o
-            if r.first_token < 0:
-                r.first_token = t_end
-            seg = r.segments
-            if seg and seg[-2] + seg[-1] == step:
-                seg[-1] += 1
-            else:
-                seg.append(step)
-                seg.append(1)
-            r.last_token = t_end
+            self._emitted(r, step, t_end)
             if o >= r.max_tokens or r.prompt_len + o >= mml:
                 finished.append(r)
         group = self.group
@@ -459,15 +451,7 @@ class Scheduler:
                     break
             r.num_computed -= a + 1 - emitted
             r.num_output = o
-            if r.first_token < 0:
-                r.first_token = t_end
-            seg = r.segments
-            if seg and seg[-2] + seg[-1] == step:
-                seg[-1] += 1
-            else:
-                seg.append(step)
-                seg.append(1)
-            r.last_token = t_end
+            self._emitted(r, step, t_end)
             if kv.caching:  # vLLM caches the newly verified full blocks
                 kv.cache_blocks(r, r.num_computed)
             if stop:
@@ -475,6 +459,19 @@ class Scheduler:
             else:
                 r.spec_tokens = k
         return finished
+
+    def _emitted(self, r: Request, step: int, t_end: float) -> None:
+        """``r`` sampled output in step ``step`` (ending at ``t_end``): its first-token time, its
+        run of consecutive token steps (``segments``: start, length pairs) and its last token."""
+        if r.first_token < 0:
+            r.first_token = t_end
+        seg = r.segments
+        if seg and seg[-2] + seg[-1] == step:
+            seg[-1] += 1
+        else:
+            seg.append(step)
+            seg.append(1)
+        r.last_token = t_end
 
     def retire(self, finished: list[Request], t_end: float) -> None:
         """Requests that produced their last token in the step ending at ``t_end`` leave the

@@ -26,6 +26,7 @@ ORDER: list[Kind] = [
     "saturate",
     "tune",
     "recommendation",
+    "layouts",
     "cluster",
     "recover",
     "reschedule",
@@ -232,6 +233,20 @@ def _recommendation(doc: Document) -> ReportPart:
     return _recommendation_part(doc, doc.data, [])
 
 
+def _layouts(doc: Document) -> ReportPart:
+    """``tune --layouts``: the layouts compared, the recommendation and its checks."""
+    from servesim.tuning.layouts import LayoutAnswer
+    from servesim.views.layouts import layouts_view
+
+    try:
+        ans = LayoutAnswer.model_validate(doc.data.get("layouts"))
+    except ValidationError as exc:
+        raise ReportInputError(f"{doc.name}: not a valid layouts answer: {describe(exc)}") from None
+    return ReportPart(
+        kind=doc.kind, source=doc.name, title="aggregated or disaggregated", sections=[layouts_view(ans)]
+    )
+
+
 def _cluster(doc: Document) -> ReportPart:
     """The strategies compared, then the run's own views when the document holds them (the
     fleet's and each replica's, ``servesim.views.fleet``: the same sections the web draws)."""
@@ -296,6 +311,7 @@ BUILDERS: dict[str, Callable[[Document], ReportPart]] = {
     "saturate": _saturate,
     "tune": _tune,
     "recommendation": _recommendation,
+    "layouts": _layouts,
     "cluster": _cluster,
     "recover": _recover,
     "reschedule": _reschedule,
@@ -308,6 +324,7 @@ BUILDERS: dict[str, Callable[[Document], ReportPart]] = {
 HEADLINE: dict[str, list[str]] = {
     "simulation": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
     "recommendation": ["gpus", "knee_headroom", "headroom"],
+    "layouts": ["goodput_per_gpu", "gpus", "break_even_gbps"],
     "cluster": ["best_recovery_e2e_p99_ms", "starved"],
     "fleet": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
 }
@@ -316,6 +333,7 @@ HEADLINE: dict[str, list[str]] = {
 GROUP_TITLES = {
     "simulation": "simulated configuration",
     "recommendation": "recommended configuration",
+    "layouts": "recommended layout",
     "cluster": "node failure",
     "fleet": "the fleet",
 }

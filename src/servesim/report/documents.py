@@ -30,7 +30,16 @@ if TYPE_CHECKING:
     from servesim.views.model import Section
 
 Kind = Literal[
-    "simulate", "trace", "saturate", "tune", "recommendation", "cluster", "recover", "reschedule", "advise"
+    "simulate",
+    "trace",
+    "saturate",
+    "tune",
+    "recommendation",
+    "layouts",
+    "cluster",
+    "recover",
+    "reschedule",
+    "advise",
 ]
 
 #: Keys every document of a kind holds (the first matching kind wins), and the command behind it.
@@ -38,6 +47,7 @@ SHAPES: list[tuple[Kind, frozenset[str], str]] = [
     ("simulate", frozenset({"config", "step_time_model", "summary"}), "servesim simulate --json"),
     ("tune", frozenset({"study", "recommendation"}), "servesim tune --json"),
     ("recommendation", frozenset({"vllm_serve_command", "deployment", "rationale"}), "recommendation.json"),
+    ("layouts", frozenset({"layouts"}), "servesim tune --layouts agg,disagg --gpus N --json"),
     ("saturate", frozenset({"points", "saturation_rps", "deployment"}), "servesim saturate --json"),
     ("cluster", frozenset({"strategies", "failures", "router"}), "servesim cluster --json"),
     ("recover", frozenset({"scheduled_migrations", "interrupted_node"}), "servesim recover --json"),

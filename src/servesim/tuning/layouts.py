@@ -134,6 +134,26 @@ class BreakEven(BaseModel):
     probes: list[tuple[float, float]] = Field(description="(Gbit/s, goodput per GPU) simulated.")
 
 
+class SeedCheck(BaseModel):
+    seed: int
+    recommended_per_gpu: float
+    against_per_gpu: float
+    recommended_meets_p99: bool
+
+
+class LayoutVerification(BaseModel):
+    """The recommendation and the best layout of the other kind, re-run on fresh seeds: traffic
+    the comparison never saw (``Workload``'s seeds: redrawn arrivals, or circular shifts of a
+    recorded trace), as every other ``tune`` recommendation is re-verified."""
+
+    recommended: str = Field(description="The layout the search trace ranked first.")
+    against: str = Field(description="The best layout of the other kind on the search trace.")
+    checks: list[SeedCheck]
+    holds: bool = Field(description="Its mean goodput per GPU over the fresh seeds is at least the other's.")
+    wins: int = Field(description="Fresh seeds on which it was at least as good.")
+    note: str
+
+
 class LayoutAnswer(BaseModel):
     gpus: int
     slo: dict[str, float | None]
@@ -144,6 +164,9 @@ class LayoutAnswer(BaseModel):
     recommended: str
     reasons: list[str]
     break_even: BreakEven | None
+    verification: LayoutVerification | None = Field(
+        None, description="Fresh-seed re-runs of the recommendation against the other kind's best."
+    )
 
 
 # ---------------------------------------------------------------------------------------- runs
@@ -173,6 +196,13 @@ class LayoutRunner:
         self.short = short_prompt_tokens
         self.ttft_ms = ttft_ms
         self.tpot_ms = tpot_ms
+
+    def with_trace(self, trace: Trace) -> LayoutRunner:
+        """The same layouts' runner on other traffic (a fresh seed's)."""
+        other = LayoutRunner.__new__(LayoutRunner)
+        other.__dict__.update(self.__dict__)
+        other.trace = trace
+        return other
 
     @property
     def timed(self) -> bool:
@@ -409,8 +439,14 @@ def compare_layouts(
     break_even: bool = True,
     lo_gbps: float = 0.1,
     progress: Callable[[str], None] | None = None,
+    fresh: Callable[[int], LayoutRunner] | None = None,
+    verify_seeds: Sequence[int] = (),
 ) -> LayoutAnswer:
-    """Every layout of the budget simulated; the front, the recommendation and the break-even."""
+    """Every layout of the budget simulated; the front, the recommendation and the break-even.
+
+    With ``fresh`` (a runner on the traffic of a seed) and ``verify_seeds``, the recommendation is
+    re-run against the best layout of the other kind on each seed (``verify_layouts``); if it does
+    not hold there on average, the other one is recommended instead, and the reasons say why."""
     if runner.timed:
         tps = (1,)  # a fixed step time does not change with TP
     space = layout_space(
@@ -426,10 +462,18 @@ def compare_layouts(
     agg, dis = _best(points, "agg"), _best(points, "disagg")
     on_front = [points[i] for i in front]
     rec = min(on_front, key=lambda p: (-p.goodput_per_gpu, p.ttft_p99_ms))
+    check = None
+    if fresh is not None and verify_seeds and agg is not None and dis is not None:
+        other = dis if rec.layout.kind == "agg" else agg
+        check = verify_layouts(fresh, rec, other, verify_seeds, progress)
+        if not check.holds:
+            rec = other
     be = None
     if break_even and agg is not None and dis is not None:
         be = break_even_bandwidth(runner, dis.layout, agg.goodput_per_gpu, agg.label, lo_gbps=lo_gbps)
     reasons = _explain(rec, agg, dis)
+    if check is not None:
+        reasons.append(check.note)
     if be is not None:
         reasons.append(be.note)
     return LayoutAnswer(
@@ -442,6 +486,52 @@ def compare_layouts(
         recommended=rec.label,
         reasons=reasons,
         break_even=be,
+        verification=check,
+    )
+
+
+def verify_layouts(
+    fresh: Callable[[int], LayoutRunner],
+    rec: LayoutPoint,
+    other: LayoutPoint,
+    seeds: Sequence[int],
+    progress: Callable[[str], None] | None = None,
+) -> LayoutVerification:
+    """``rec`` and ``other`` on each seed's traffic: does the search trace's ranking hold?"""
+    checks = []
+    for seed in seeds:
+        if progress is not None:
+            progress(f"fresh seed {seed}")
+        runner = fresh(seed)
+        a, b = runner.point(rec.layout), runner.point(other.layout)
+        checks.append(
+            SeedCheck(
+                seed=seed,
+                recommended_per_gpu=a.goodput_per_gpu,
+                against_per_gpu=b.goodput_per_gpu,
+                recommended_meets_p99=a.meets_p99,
+            )
+        )
+    mean_a = sum(c.recommended_per_gpu for c in checks) / len(checks)
+    mean_b = sum(c.against_per_gpu for c in checks) / len(checks)
+    wins = sum(c.recommended_per_gpu >= c.against_per_gpu for c in checks)
+    holds = mean_a >= mean_b
+    seeds_txt = ", ".join(str(s) for s in seeds)
+    if holds:
+        note = (
+            f"re-run on {len(checks)} fresh seeds ({seeds_txt}): {rec.label} {mean_a:.3f} vs "
+            f"{other.label} {mean_b:.3f} good requests/s per GPU on average, at least as good on {wins} "
+            f"of {len(checks)}"
+        )
+    else:
+        note = (
+            f"{rec.label} led on the search trace but not on {len(checks)} fresh seeds ({seeds_txt}): "
+            f"{mean_a:.3f} vs {other.label} {mean_b:.3f} good requests/s per GPU on average (at least as "
+            f"good on {wins} of {len(checks)}), so {other.label} is recommended: the lead was the "
+            "trace's, not the layout's"
+        )
+    return LayoutVerification(
+        recommended=rec.label, against=other.label, checks=checks, holds=holds, wins=wins, note=note
     )
 
 
@@ -452,8 +542,11 @@ __all__ = [
     "LayoutAnswer",
     "LayoutPoint",
     "LayoutRunner",
+    "LayoutVerification",
+    "SeedCheck",
     "break_even_bandwidth",
     "compare_layouts",
     "layout_space",
     "pareto_front",
+    "verify_layouts",
 ]

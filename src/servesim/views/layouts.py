@@ -1,0 +1,157 @@
+"""The view of ``servesim tune --layouts``: aggregated vs disaggregated layouts of one GPU budget,
+the Pareto front, the recommendation with its reasons, its fresh-seed check and the break-even
+link bandwidth. Figures are the answer's (``tuning.layouts.LayoutAnswer``); nothing is recomputed."""
+
+from __future__ import annotations
+
+from servesim.tuning.layouts import LayoutAnswer
+from servesim.views.model import Cell, Column, Kpi, Line, Section, Series, Table, Verdict
+
+
+def layouts_view(ans: LayoutAnswer) -> Section:
+    """Every layout's goodput per GPU and p99s (front marked), the chart of goodput per GPU vs
+    TTFT p99 by kind, the verdict and, when they ran, the fresh seeds and the break-even probes."""
+    points = sorted(ans.points, key=lambda p: -p.goodput_per_gpu)
+    rec = next(p for p in ans.points if p.label == ans.recommended)
+    cols = [
+        Column(key="layout", label="layout", kind="str"),
+        Column(key="kind", label="kind", kind="str"),
+        Column(key="gpus", label="GPUs", kind="int"),
+        Column(
+            key="goodput_per_gpu",
+            label="goodput/GPU",
+            unit="req/s",
+            decimals=3,
+            help="Requests within the per-request SLO per second of the run, over the layout's GPUs.",
+        ),
+        Column(key="good", label="good", kind="str"),
+        Column(key="ttft_p99_ms", label="TTFT p99", unit="ms"),
+        Column(key="tpot_p99_ms", label="TPOT p99", unit="ms"),
+        Column(key="pareto", label="on the front", kind="str"),
+    ]
+    rows: list[list[Cell]] = [
+        [
+            p.label,
+            "aggregated" if p.layout.kind == "agg" else "disaggregated",
+            p.gpus,
+            p.goodput_per_gpu,
+            f"{p.good_requests}/{p.num_requests}",
+            p.ttft_p99_ms,
+            p.tpot_p99_ms,
+            "yes" if p.pareto else "no",
+        ]
+        for p in points
+    ]
+    caps = ", ".join(f"{k} <= {v:g}" for k, v in ans.slo.items() if v is not None) or "none"
+    table = Table(
+        key="layouts",
+        title=f"layouts of {ans.gpus} GPUs (per-request SLO: {caps}; disaggregated over {ans.link})",
+        columns=cols,
+        rows=rows,
+    )
+    tables = [table]
+    series: list[Series] = []
+    by_kind = {k: [p for p in ans.points if p.layout.kind == k] for k in ("agg", "disagg")}
+    first, second = ("agg", "disagg") if by_kind["agg"] else ("disagg", "agg")
+    if by_kind[first]:
+        series.append(
+            Series(
+                key="front",
+                title="goodput per GPU against TTFT p99, by layout",
+                x_label="TTFT p99",
+                x_unit="ms",
+                y_label="goodput per GPU",
+                y_unit="req/s",
+                x=[p.ttft_p99_ms for p in by_kind[first]],
+                y=[p.goodput_per_gpu for p in by_kind[first]],
+                kind="scatter",
+                name="aggregated" if first == "agg" else "disaggregated",
+                lines=[
+                    Line(
+                        label="disaggregated" if second == "disagg" else "aggregated",
+                        x=[p.ttft_p99_ms for p in by_kind[second]],
+                        y=[p.goodput_per_gpu for p in by_kind[second]],
+                    )
+                ]
+                if by_kind[second]
+                else [],
+                help="Up and to the left is better; the table marks the Pareto front.",
+            )
+        )
+    v = ans.verification
+    if v is not None:
+        tables.append(
+            Table(
+                key="fresh_seeds",
+                title=f"fresh seeds: {v.recommended} against {v.against}",
+                columns=[
+                    Column(key="seed", label="seed", kind="str"),
+                    Column(key="rec", label=v.recommended, unit="req/s per GPU", decimals=3),
+                    Column(key="other", label=v.against, unit="req/s per GPU", decimals=3),
+                    Column(key="meets", label="p99 within the SLO", kind="str"),
+                ],
+                rows=[
+                    [
+                        c.seed,
+                        c.recommended_per_gpu,
+                        c.against_per_gpu,
+                        "yes" if c.recommended_meets_p99 else "no",
+                    ]
+                    for c in v.checks
+                ],
+            )
+        )
+    be = ans.break_even
+    if be is not None and be.probes:
+        probes = sorted(be.probes)
+        series.append(
+            Series(
+                key="break_even",
+                title=f"{be.layout}: goodput per GPU against link bandwidth",
+                x_label="link bandwidth per TP rank",
+                x_unit="Gbit/s",
+                y_label="goodput per GPU",
+                y_unit="req/s",
+                x=[g for g, _ in probes],
+                y=[y for _, y in probes],
+                kind="scatter",
+                name=be.layout,
+                reference=next((p.goodput_per_gpu for p in ans.points if p.label == be.against), None),
+                reference_label=f"{be.against} (aggregated)",
+                help=be.note,
+            )
+        )
+    status = "pass" if v is None or v.holds else "warn"
+    verdicts = [
+        Verdict(
+            key="recommended",
+            label="recommended",
+            status=status,
+            text="; ".join(ans.reasons),
+        )
+    ]
+    kpis = [
+        Kpi(
+            key="goodput_per_gpu",
+            label="goodput per GPU",
+            value=rec.goodput_per_gpu,
+            unit="req/s",
+            decimals=3,
+        ),
+        Kpi(key="gpus", label="GPUs", value=float(rec.gpus), unit=None, decimals=0),
+        Kpi(key="ttft_p99_ms", label="TTFT p99", value=rec.ttft_p99_ms, unit="ms"),
+        Kpi(key="tpot_p99_ms", label="TPOT p99", value=rec.tpot_p99_ms, unit="ms"),
+    ]
+    if be is not None and be.gbps is not None:
+        kpis.append(Kpi(key="break_even_gbps", label="break-even bandwidth", value=be.gbps, unit="Gbit/s"))
+    return Section(
+        key="layouts",
+        title=f"aggregated or disaggregated? {ans.gpus} GPUs: {ans.recommended}",
+        kpis=kpis,
+        tables=tables,
+        series=series,
+        verdicts=verdicts,
+    )
+
+
+__all__ = ["layouts_view"]
