@@ -95,8 +95,11 @@ def test_draft_model_is_the_catalog_model_on_the_draft_tp() -> None:
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        ({"model": "nope"}, r"speculative_config.model 'nope' is not a model of servesim's catalog; known "
-         r"models: .*llama-3.2-1b"),
+        (
+            {"model": "nope"},
+            r"speculative_config.model 'nope' is not a model of servesim's catalog; known "
+            r"models: .*llama-3.2-1b",
+        ),
         ({}, "speculative_config.model: method 'draft_model' needs the draft model's name"),
         ({"model": "qwen2.5-7b"}, "vocabulary .* differs"),
     ],
@@ -142,7 +145,9 @@ def test_not_a_fixed_fraction_the_head_costs_more_of_a_step_at_high_batch() -> N
 
 
 def _run(spec: dict[str, object], model: object) -> object:
-    cfg = EngineConfig(max_num_seqs=MNS, max_num_batched_tokens=MBT, num_gpu_blocks=3000, speculative_config=spec)
+    cfg = EngineConfig(
+        max_num_seqs=MNS, max_num_batched_tokens=MBT, num_gpu_blocks=3000, speculative_config=spec
+    )
     return simulate(_trace(), cfg, model)  # type: ignore[arg-type]
 
 

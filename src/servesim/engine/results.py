@@ -236,7 +236,8 @@ class SpeculativeSummary(BaseModel):
     )
     draft_time_s: float = Field(description="Simulated time of the drafter's passes, summed over steps.")
     draft_timing: str = Field(
-        "", description="How the drafter's passes were timed (its roofline, or a fraction of the target's step)."
+        "",
+        description="How the drafter's passes were timed (its roofline, or a fraction of the target's step).",
     )
 
 

@@ -211,7 +211,9 @@ def build_drafter(target: RooflineStepTime, spec: SpeculativeConfig) -> Roofline
             )
             return RooflineDrafter(first, _pass_model(target, model, tp, first=False), k, label)
         shape = head_spec(target.model, spec.method, tp)
-        first = _pass_model(target, shape.spec, tp, shape.every_pass_params + shape.first_pass_params, first=True)
+        first = _pass_model(
+            target, shape.spec, tp, shape.every_pass_params + shape.first_pass_params, first=True
+        )
         later = _pass_model(target, shape.spec, tp, shape.every_pass_params, first=False)
     except PerfError as e:
         raise ConfigError(f"speculative_config: the drafter cannot run {where}: {e}") from None
