@@ -137,7 +137,7 @@ def main() -> None:
         "--draft-step-fraction",
         type=float,
         default=None,
-        help="time each draft pass as this fraction of the target's decode step (default: the drafter's roofline)",
+        help="each draft pass this fraction of the target's decode step (default: the drafter's roofline)",
     )
     args = ap.parse_args()
     if args.validate:
