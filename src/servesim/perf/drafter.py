@@ -207,7 +207,7 @@ def build_drafter(target: RooflineStepTime, spec: SpeculativeConfig) -> Roofline
             first = _pass_model(target, model, tp, first=True)
             label = (
                 f"draft model {model.name} {where}, its roofline: k = {k} passes "
-                f"({first.weight_bytes_read / 1e9:.2f} GB of weights read a pass per GPU)"
+                f"({_weights(first, 'a pass')})"
             )
             return RooflineDrafter(first, _pass_model(target, model, tp, first=False), k, label)
         shape = head_spec(target.model, spec.method, tp)
@@ -219,9 +219,14 @@ def build_drafter(target: RooflineStepTime, spec: SpeculativeConfig) -> Roofline
         raise ConfigError(f"speculative_config: the drafter cannot run {where}: {e}") from None
     label = (
         f"{_LABELS[spec.method]} of {target.model.name} {where}, its roofline: {shape.notes}; "
-        f"k = {k} passes ({later.weight_bytes_read / 1e9:.2f} GB of weights read a later pass per GPU)"
+        f"k = {k} passes ({_weights(later, 'a later pass')})"
     )
     return RooflineDrafter(first, later, k, label)
+
+
+def _weights(pass_model: RooflineStepTime, when: str) -> str:
+    said = f"{pass_model.weight_bytes_read / 1e9:.2f} GB of weights read {when} per GPU"
+    return f"{said}, plus the routed experts it touches" if pass_model.model.is_moe else said
 
 
 def _draft_model(spec: SpeculativeConfig, target: ModelSpec) -> ModelSpec:
