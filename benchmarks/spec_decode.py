@@ -9,11 +9,14 @@ stops paying.
     uv run python benchmarks/spec_decode.py
     uv run python benchmarks/spec_decode.py --requests 400 --loads 2,8,16,32,64
     uv run python benchmarks/spec_decode.py --validate   # servesim vs published speed-ups
+    uv run python benchmarks/spec_decode.py --validate --draft-step-fraction 0.07  # a fixed drafter cost
 
 ``--validate`` replays the published measurements of ``PUBLISHED`` (model, GPU, batch size) on
 the roofline: a batch of B equal requests arriving together (B = the concurrency the source
 ran at), EAGLE-3 with the preset acceptance, and prints servesim's output-token throughput
 with and without speculation next to the published ratio (docs/perf.md, "Speculative decoding").
+The drafter is timed on its own roofline (``perf/drafter.py``: the EAGLE-3 head of the target)
+unless ``--draft-step-fraction`` fixes each pass at that fraction of the target's decode step.
 
 Figures are printed, never asserted. Acceptance levels are per-position conditional rates
 (``speculative.ACCEPTANCE_PRESETS``): "high" is the EAGLE-3 preset, "low" a flat 0.4.
@@ -101,13 +104,20 @@ def _batch_throughput(
     return tps, mal
 
 
-def validate() -> None:
-    print("servesim vs published speed-ups (EAGLE-3 preset acceptance, chain drafts; roofline, no profile)")
+def validate(fraction: float | None) -> None:
+    drafter = "drafter on its roofline" if fraction is None else f"draft_step_fraction {fraction:g}"
+    print(
+        "servesim vs published speed-ups (EAGLE-3 preset acceptance, chain drafts; roofline with the "
+        f"shipped profile, {drafter})"
+    )
     head = f"{'configuration':<20} {'k':>2} {'off tok/s':>10} {'on tok/s':>9} {'tok/step':>8}"
     print(head + f" {'servesim':>9} {'published':>9} {'diff':>7}")
     for label, model, gpu, batch, k, pub_tps, pub_ratio, source in PUBLISHED:
         off, _ = _batch_throughput(model, gpu, batch, None)
-        on, mal = _batch_throughput(model, gpu, batch, {"method": "eagle3", "num_speculative_tokens": k})
+        spec: dict[str, object] = {"method": "eagle3", "num_speculative_tokens": k}
+        if fraction is not None:
+            spec["draft_step_fraction"] = fraction
+        on, mal = _batch_throughput(model, gpu, batch, spec)
         ratio = on / off
         diff = (ratio - pub_ratio) / pub_ratio * 100
         row = f"{label:<20} {k:>2} {off:>10.1f} {on:>9.1f} {mal:>8.2f}"
@@ -123,9 +133,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--loads", default="2,8,32,64,128", help="request rates (req/s) to replay the trace at")
     ap.add_argument("--max-k", type=int, default=4)
+    ap.add_argument(
+        "--draft-step-fraction",
+        type=float,
+        default=None,
+        help="each draft pass this fraction of the target's decode step (default: the drafter's roofline)",
+    )
     args = ap.parse_args()
     if args.validate:
-        validate()
+        validate(args.draft_step_fraction)
         return
     loads = [float(x) for x in args.loads.split(",")]
     base = generate_trace(
@@ -142,6 +158,8 @@ def main() -> None:
                 spec = None
                 if k:
                     spec = {"method": "eagle3", "num_speculative_tokens": k, "acceptance_rates": rates}
+                    if args.draft_step_fraction is not None:
+                        spec["draft_step_fraction"] = args.draft_step_fraction
                 cfg = EngineConfig(
                     max_num_seqs=256,
                     max_num_batched_tokens=8192,

@@ -250,3 +250,22 @@ def test_speculative_config_flag_shows_acceptance_in_human_and_json(tmp_path: Pa
         assert bad.exit_code == 2 and bad.stderr.startswith(f"error: --speculative-config: {said}"), (
             bad.stderr
         )
+
+
+def test_a_draft_model_servesim_does_not_know_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    """method draft_model times the catalog model ``speculative_config.model`` names: an unknown
+    one is one line naming the key and listing the choices, never a traceback."""
+    value = '{"method":"draft_model","model":"nope","num_speculative_tokens":3}'
+    bad = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", value])
+    assert bad.exit_code == 2, bad.output
+    line = bad.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in bad.output
+    assert line.startswith("error: speculative_config.model 'nope' is not a model of servesim's catalog")
+    assert "llama-3.2-1b" in line and "draft_step_fraction" in line
+    ok = '{"method":"draft_model","model":"llama-3.2-1b","num_speculative_tokens":3}'
+    res = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", ok, "--json"])
+    assert res.exit_code == 0, res.output
+    sp = json.loads(res.stdout)["summary"]["speculative"]
+    assert sp["draft_timing"].startswith("draft model llama-3.2-1b on 1 x h100") and sp["draft_time_s"] > 0
+    human = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", ok])
+    assert human.exit_code == 0 and f"{sp['draft_time_s']:.2f} s of the drafter's passes" in human.stdout

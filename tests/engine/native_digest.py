@@ -60,7 +60,31 @@ def generated_runs() -> None:
             absorb(simulate(trace, config, LinearStepTime(), fast=fast, step_log=log.append), log)
 
 
+def speculative_runs() -> None:
+    """Speculative decoding with the drafter on its own roofline (an EAGLE-3 head, a draft model)
+    and as a fraction of the target's step: the engine's drafter hook in both cores."""
+    import warnings
+
+    from servesim.perf.roofline import build_step_time_model
+
+    trace = generate_trace(GeneratorSpec(num_requests=400, seed=3, arrival=PoissonArrivals(rate=30.0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_step_time_model("llama-3.1-8b", "h100", max_num_seqs=64, max_num_batched_tokens=1024)
+    for spec in (
+        {"method": "eagle3", "num_speculative_tokens": 3},
+        {"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 2},
+        {"method": "eagle", "num_speculative_tokens": 4, "draft_step_fraction": 0.05},
+    ):
+        config = EngineConfig(
+            num_gpu_blocks=4000, max_num_seqs=64, max_num_batched_tokens=1024, speculative_config=spec
+        )
+        log: list[dict[str, object]] = []
+        absorb(simulate(trace, config, model, step_log=log.append), log)
+
+
 if __name__ == "__main__":
     drawn_runs()
     generated_runs()
+    speculative_runs()
     json.dump({"core": _native.core(), "digest": DIGEST.hexdigest()}, sys.stdout)

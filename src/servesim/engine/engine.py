@@ -41,7 +41,7 @@ from servesim.engine.request import (
 )
 from servesim.engine.scheduler import Scheduler, StepPlan
 from servesim.engine.speculative import AcceptanceModel
-from servesim.engine.step_time import BatchComposition, StepTimeModel
+from servesim.engine.step_time import BatchComposition, StepTimeModel, resolve_drafter
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 from servesim.errors import ConfigError, EngineStallError, InputError, InternalError
 from servesim.events import (
@@ -391,7 +391,10 @@ class Engine:
         self._empty_steps = 0
         self.step_time = step_time
         spec = config.speculative_config
-        self._draft_fraction = spec.draft_fraction() if spec is not None else 0.0
+        # The drafter's passes: timed by the step-time model's own drafter (perf's roofline) when
+        # it has one, else as ``draft_fraction`` of the target's decode step per pass.
+        self._drafter = resolve_drafter(step_time, spec) if spec is not None else None
+        self._draft_fraction = spec.draft_fraction() if spec is not None and self._drafter is None else 0.0
         self._spec_k = spec.num_speculative_tokens if spec is not None else 0
         self.draft_time_s = 0.0
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
@@ -521,8 +524,8 @@ class Engine:
             self._empty_steps = 0
         batch = plan.batch()
         dt = self._step_time(batch)
-        if self._draft_fraction > 0.0:
-            draft = self._draft_time(plan)
+        if self._draft_fraction > 0.0 or self._drafter is not None:
+            draft = self._draft_time(plan, batch)
             self.draft_time_s += draft
             dt += draft
         if not dt > 0:
@@ -862,12 +865,21 @@ class Engine:
             )
         )
 
-    def _draft_time(self, plan: StepPlan) -> float:
-        """The drafter's k passes after the step, over every request that samples in it: each
-        pass costs ``draft_fraction`` of the target's decode step over the same sequences
-        (their context lengths as the step leaves them)."""
+    def _draft_time(self, plan: StepPlan, batch: BatchComposition) -> float:
+        """The drafter's k passes after the step. With a drafter of the step-time model's own
+        (``DraftTimeModel``): its first pass over what the target computed (``batch``), then
+        k - 1 passes of one token per request of the step, as vLLM's proposers run (every
+        request in the batch, partial prefills too: their drafts are discarded). Otherwise over
+        every request that samples in the step, each pass ``draft_fraction`` of the target's
+        decode step over the same sequences (their context lengths as the step leaves them)."""
         n = 0
         ctx = 0
+        drafter = self._drafter
+        if drafter is not None:
+            for r, m in plan.scheduled:
+                n += 1
+                ctx += r.num_computed + m
+            return drafter.draft_time(batch, n, ctx) if n else 0.0
         for r, m in plan.scheduled:
             c = r.num_computed + m
             if c >= r.prompt_len + r.num_output:
@@ -876,6 +888,23 @@ class Engine:
         if n == 0:
             return 0.0
         return self._spec_k * self._draft_fraction * self._step_time(BatchComposition(n, ctx, [], 0))
+
+    def draft_timing(self) -> str:
+        """How the drafter's passes are timed, in one line (speculative decoding only)."""
+        spec = self.config.speculative_config
+        if spec is None:
+            return ""
+        if self._drafter is not None:
+            return str(self._drafter.describe())
+        f = self._draft_fraction
+        if spec.draft_step_fraction is not None:
+            return f"each pass {f:g} of the target's decode step (draft_step_fraction, as given)"
+        if f == 0.0:
+            return f"{spec.method}: no GPU time charged (a CPU lookup)"
+        return (
+            f"each pass {f:g} of the target's decode step (DRAFT_STEP_FRACTION[{spec.method!r}]: "
+            "the step-time model has no drafter roofline)"
+        )
 
     def _spec_fields(self, plan: StepPlan) -> tuple[dict[str, int], dict[str, int]] | tuple[()]:
         """The step's drafts verified and accepted per request (speculative decoding only)."""

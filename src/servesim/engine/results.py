@@ -235,6 +235,10 @@ class SpeculativeSummary(BaseModel):
         description="Tokens emitted per verifying request-step: 1 + accepted / verifications (vLLM's)."
     )
     draft_time_s: float = Field(description="Simulated time of the drafter's passes, summed over steps.")
+    draft_timing: str = Field(
+        "",
+        description="How the drafter's passes were timed (its roofline, or a fraction of the target's step).",
+    )
 
 
 class SimulationSummary(BaseModel):

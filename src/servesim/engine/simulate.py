@@ -177,6 +177,7 @@ def build_result(
             acceptance_rate=ac / dr if dr else None,
             mean_acceptance_length=tokens_per_verifying_step(ac, v),
             draft_time_s=engine.draft_time_s,
+            draft_timing=engine.draft_timing(),
         )
     conn = engine.kv_connector
     if isinstance(conn, OffloadingConnector):

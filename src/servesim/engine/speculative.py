@@ -75,10 +75,13 @@ ACCEPTANCE_SOURCES: dict[str, str] = {
 MAX_SPEC_TOKENS = 16
 
 #: One draft pass relative to a target decode step over the same sequences (the drafter runs k
-#: passes per step). ngram: a CPU lookup (~0). EAGLE/EAGLE-3 head and one MTP module: one decoder
-#: layer plus the shared LM head, i.e. about (1 layer + LM head) / (32 layers + LM head) of an
-#: 8B target's weight reads, ~0.06, plus its launches; a same-family 1B draft for an 8B target:
-#: its parameter ratio, ~0.15. Roofline ratios, not measurements (docs/perf.md).
+#: passes per step): the fallback for step-time models without a drafter roofline of their own
+#: (the engine's constant and linear models; ``servesim.perf``'s roofline times the drafter itself,
+#: ``perf/drafter.py``), and what ``draft_step_fraction`` overrides. ngram: a CPU lookup (0).
+#: EAGLE/EAGLE-3 head and one MTP module: about one decoder layer plus the LM head of an 8B
+#: target's weight reads, ~0.06 (the roofline gives 0.047 for Llama-3.1-8B's EAGLE-3 head at
+#: batch 1, 0.055 at batch 64, on one H100); a same-family 1B draft for an 8B target: its
+#: parameter ratio, ~0.15 (roofline: 0.16 at batch 1). Roofline ratios, not measurements.
 DRAFT_STEP_FRACTION: dict[str, float] = {
     "ngram": 0.0,
     "eagle": 0.06,
@@ -95,8 +98,15 @@ class SpeculativeConfig(BaseModel):
 
     method: SpecMethod = Field(description="Drafter: ngram, eagle, eagle3, mtp or draft_model.")
     num_speculative_tokens: int = Field(ge=1, le=MAX_SPEC_TOKENS, description="Drafts per step (k).")
-    draft_tensor_parallel_size: int | None = Field(None, ge=1, le=64, description="TP of the draft model.")
-    model: str | None = Field(None, description="Draft model or head (vLLM's key; not read by servesim).")
+    draft_tensor_parallel_size: int | None = Field(
+        None, ge=1, le=64, description="TP of the drafter: 1 or the target's (vLLM's default: the target's)."
+    )
+    model: str | None = Field(
+        None,
+        description="draft_model: the draft model, a name of servesim's catalog (or a local config.json), "
+        "timed on the roofline; eagle/eagle3/mtp: the head's checkpoint (not read: the head is derived "
+        "from the target's shape).",
+    )
     # servesim additions (vLLM measures these; a simulator must be told them).
     acceptance_rates: tuple[float, ...] | None = Field(
         None,
@@ -108,7 +118,8 @@ class SpeculativeConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="Time of one draft pass over the batch, as a fraction of the target's "
-        "decode step for the same sequences (default: the method's, DRAFT_STEP_FRACTION).",
+        "decode step for the same sequences. Given, it wins; unset, the roofline times the drafter "
+        "itself, and other step-time models use the method's DRAFT_STEP_FRACTION.",
     )
 
     @model_validator(mode="before")
@@ -147,6 +158,8 @@ class SpeculativeConfig(BaseModel):
         return 1 if self.method == "draft_model" else 0
 
     def draft_fraction(self) -> float:
+        """One draft pass as a fraction of the target's decode step: the one given, else the
+        method's ``DRAFT_STEP_FRACTION`` (used only where the step-time model has no drafter)."""
         f = self.draft_step_fraction
         return DRAFT_STEP_FRACTION[self.method] if f is None else f
 

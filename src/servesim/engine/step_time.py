@@ -5,11 +5,20 @@ The engine asks a ``StepTimeModel`` once per step, passing the batch composition
 each chunk attends to. The hardware/model roofline lives in ``servesim.perf``; here are the
 two models the engine itself needs: a constant (for tests and step-by-step comparison with
 vLLM's scheduler) and a linear stand-in.
+
+With speculative decoding the drafter's passes after each step are timed too. A step-time model
+that can time a drafter of its own (``servesim.perf``'s roofline) has a ``drafter(spec)`` method
+returning a ``DraftTimeModel`` (``DraftSource``); for any other model, or when the config gives
+``draft_step_fraction``, the engine charges that fraction of the target's decode step per pass
+(``SpeculativeConfig.draft_fraction``).
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from servesim.engine.speculative import SpeculativeConfig
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +61,41 @@ class StepTimeModel(Protocol):
     """Anything that turns a batch composition into a step duration in seconds (> 0)."""
 
     def step_time(self, batch: BatchComposition) -> float: ...
+
+
+@runtime_checkable
+class DraftTimeModel(Protocol):
+    """The drafter's time after one target step (speculative decoding)."""
+
+    def draft_time(self, batch: BatchComposition, num_rows: int, ctx_sum: int) -> float:
+        """Seconds of the drafter's k passes after a target step over ``batch``: vLLM's first pass
+        runs over every token the target computed (``batch``), the next k - 1 over one token per
+        request of the step (``num_rows`` of them, whose contexts sum to ``ctx_sum`` as the step
+        leaves them, growing by one a pass)."""
+        ...
+
+    def describe(self) -> str:
+        """One line: what the drafter is and how it is timed (for reports)."""
+        ...
+
+
+@runtime_checkable
+class DraftSource(Protocol):
+    """A step-time model that times a drafter of its own (``perf``'s roofline does)."""
+
+    def drafter(self, spec: SpeculativeConfig) -> DraftTimeModel | None:
+        """The drafter of ``spec`` on this deployment, or None where it costs no GPU time
+        (n-gram) and the config's fraction (0 for n-gram) applies. Raises ``ConfigError`` for
+        a drafter that cannot run here (an unknown draft model, a TP vLLM refuses)."""
+        ...
+
+
+def resolve_drafter(step_time: object, spec: SpeculativeConfig) -> DraftTimeModel | None:
+    """The drafter the engine times: the step-time model's own unless the config gives
+    ``draft_step_fraction`` (which wins) or the model has none (None: the fraction applies)."""
+    if spec.draft_step_fraction is not None or not isinstance(step_time, DraftSource):
+        return None
+    return step_time.drafter(spec)
 
 
 class ConstantStepTime(BaseModel):

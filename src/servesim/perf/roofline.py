@@ -33,12 +33,15 @@ from __future__ import annotations
 import math
 import warnings
 from bisect import bisect_left
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servesim.engine.step_time import BatchComposition
+from servesim.engine.step_time import BatchComposition, DraftTimeModel
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
 from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_per_token, kv_heads_per_rank
 from servesim.perf.profile import HardwareProfile, resolve_profile
+
+if TYPE_CHECKING:
+    from servesim.engine.speculative import SpeculativeConfig
 
 #: How the note on a token budget past the calibrated step sizes starts (``perf.setup`` finds it).
 BUDGET_NOTE = "max_num_batched_tokens"
@@ -92,9 +95,14 @@ class RooflineStepTime:
         max_num_seqs: int = 128,
         max_num_batched_tokens: int = 2048,
         cudagraphs: bool = True,
+        extra_gemm_params: float = 0.0,
     ) -> None:
         check_tp(model, tp)
         self.model = model
+        # Parameters per rank of further dense GEMMs every token runs through, in the activation
+        # dtype (a draft head's fusion fc: ``perf.drafter``); 0 for a plain model.
+        self.extra_gemm_params = extra_gemm_params
+        self._drafters: dict[tuple[object, ...], DraftTimeModel | None] = {}
         self.gpu = gpu
         self.tp = tp
         self.profile = profile or HardwareProfile()
@@ -129,6 +137,9 @@ class RooflineStepTime:
         flops_s_per_token = 0.0  # seconds of GEMM compute per token (dense part)
         weight_bytes = moe_layers * m.router_params_per_layer * ab
         flops_s_per_token += moe_layers * 2 * m.router_params_per_layer / (p16 * eta_c)
+        if self.extra_gemm_params:
+            weight_bytes += self.extra_gemm_params * ab
+            flops_s_per_token += 2 * self.extra_gemm_params / (p16 * eta_c)
         for params, bpw, module in groups:
             weight_bytes += params * bpw
             wd = m.weight_dtype if module in m.quantized_modules else None
@@ -355,6 +366,7 @@ class RooflineStepTime:
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "cudagraphs": self.cudagraphs,
             "largest_cudagraph": self._cg_max,
+            **({"extra_gemm_params": self.extra_gemm_params} if self.extra_gemm_params else {}),
             "profile": self.profile.model_dump(mode="json"),
         }
 
@@ -373,7 +385,20 @@ class RooflineStepTime:
             max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens,
             cudagraphs=self.cudagraphs,
+            extra_gemm_params=self.extra_gemm_params,
         )
+
+    # ------------------------------------------------------------------ speculative decoding
+    def drafter(self, spec: SpeculativeConfig) -> DraftTimeModel | None:
+        """The drafter of ``spec`` timed on this roofline (``engine.step_time.DraftSource``):
+        a draft model of the catalog or an EAGLE / MTP head of this model's shape; None for
+        n-gram (a CPU lookup: no GPU time). Kept per drafter (a run asks once)."""
+        from servesim.perf.drafter import build_drafter
+
+        key = (spec.method, spec.model, spec.draft_tensor_parallel_size, spec.num_speculative_tokens)
+        if key not in self._drafters:
+            self._drafters[key] = build_drafter(self, spec)
+        return self._drafters[key]
 
 
 def extrapolation_warnings(

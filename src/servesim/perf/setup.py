@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel
+from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
 from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile
@@ -166,6 +166,8 @@ def replica_setup(
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
     cfg = EngineConfig.model_validate(cfg.model_dump())
+    if cfg.speculative_config is not None:
+        resolve_drafter(setup.step_time, cfg.speculative_config)  # a drafter that cannot run: say so now
     blocks = (
         f"{cfg.num_gpu_blocks:,} KV blocks as vLLM sizes them at gpu_memory_utilization {util:g}"
         if setup.num_gpu_blocks is not None
