@@ -103,6 +103,7 @@ def register(app: typer.Typer) -> None:
             cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
+            goal = request_slo(slo)  # the same --slo as simulate's: good= refused for one run
             pd_events = pd_failures(  # the pools' failures, MTBF draws included, as listed events
                 disagg,
                 [parse_fail(x) for x in fail_at] + _failure_file(failures),
@@ -113,7 +114,12 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
             )
             spec = _spec(
-                {**head, "disaggregated": pd_deployments(disagg, gpu, timing), "failures": pd_events},
+                {
+                    **head,
+                    "disaggregated": pd_deployments(disagg, gpu, timing),
+                    "failures": pd_events,
+                    "slo": cli_slo(slo) if goal is not None else None,
+                },
                 cluster or "disaggregated cluster",
             )
             res, timed = run_pd(tr, spec)

@@ -10,7 +10,7 @@ from rich.console import Console
 from servesim.cli.common import print_json
 from servesim.cluster.config import FailureEvent
 from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, PDCluster, link_preset, parse_pool_node
-from servesim.cluster.pd_results import LEGS, PDResult, pd_result
+from servesim.cluster.pd_results import LEGS, PDResult, PDSummary, pd_result
 from servesim.errors import InputError, InternalError
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedDisaggregated, resolve_cluster
 from servesim.traces.schema import Trace
@@ -71,7 +71,7 @@ def run_pd(tr: Trace, spec: ClusterSpec) -> tuple[PDResult, str]:
     run = PDCluster(
         tr, pd.prefill, pd.decode, ctx, short_prompt_tokens=pd.short_prompt_tokens, failures=spec.failures
     ).run()
-    return pd_result(run, ctx.bytes_total(1)), pd.timed_as
+    return pd_result(run, ctx.bytes_total(1), pd.slo), pd.timed_as
 
 
 def print_pd(
@@ -104,6 +104,8 @@ def print_pd(
     out.print(f"TPOT p50/p99 {tpot50} / {tpot99} ms")
     out.print(f"E2E  p50/p99 {s.e2e_p50_ms:.1f} / {s.e2e_p99_ms:.1f} ms")
     out.print(f"output tokens/s {s.output_tokens_per_s:.1f}; KV moved {s.transfer_gb:.3f} GB")
+    for line in slo_lines(s):
+        out.print(line)
     out.print(f"per leg over {s.num_disaggregated} disaggregated requests (mean / p50 / p99 ms):")
     for leg in LEGS:
         x = s.legs[leg]
@@ -111,6 +113,29 @@ def print_pd(
     out.print(f"  link wait p99 {s.link_wait_p99_ms:.1f} ms (part of transfer)")
     if res.failures:
         print_pd_failures(out, res)
+
+
+def slo_lines(s: PDSummary) -> list[str]:
+    """The SLO's verdict, as ``simulate`` words it: each p99 against its cap, then the goodput
+    and how many requests were good (nothing without an SLO)."""
+    if s.slo is None or s.num_good is None or s.goodput is None:
+        return []
+    p99 = {"ttft_ms": s.ttft_p99_ms, "tpot_ms": s.tpot_p99_ms, "e2e_ms": s.e2e_p99_ms}
+    parts = []
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E")):
+        cap = getattr(s.slo, key)
+        if cap is None:
+            continue
+        got = p99[key]
+        verdict = "n/a" if got is None else ("pass" if got <= cap else "FAIL")
+        shown_p99 = "-" if got is None else f"{got:.1f}"
+        parts.append(f"{label} p99 {shown_p99} ms vs {cap:g} ms {verdict}")
+    total = s.num_requests + s.num_unfinished
+    return [
+        "SLO: " + "; ".join(parts),
+        f"goodput {s.goodput:.2f} req/s ({s.num_good:,} of {total:,} requests meet the SLO, "
+        f"{(s.good_fraction or 0.0):.1%})",
+    ]
 
 
 def print_pd_failures(out: Console, res: PDResult) -> None:
@@ -133,4 +158,4 @@ def print_pd_failures(out: Console, res: PDResult) -> None:
     )
 
 
-__all__ = ["pd_deployments", "pd_failures", "print_pd", "print_pd_failures", "run_pd"]
+__all__ = ["pd_deployments", "pd_failures", "print_pd", "print_pd_failures", "run_pd", "slo_lines"]

@@ -219,7 +219,7 @@ class ResolvedCluster:
 @dataclass(frozen=True)
 class ResolvedDisaggregated:
     """What ``cluster.pd.PDCluster`` runs: the two pools, the transfer model, the short-prompt
-    threshold, and each pool's ``timed as``."""
+    threshold, each pool's ``timed as``, and the SLO its requests are judged by."""
 
     spec: ClusterSpec
     prefill: list[Replica]
@@ -227,6 +227,7 @@ class ResolvedDisaggregated:
     context: RecoveryContext
     short_prompt_tokens: int
     timed_as: str
+    slo: SLO | None = None  # the per-request thresholds of the spec's SLO (goodput), if any
 
 
 def _runnable(spec: DeploymentSpec) -> DeploymentSpec:
@@ -301,6 +302,7 @@ def _resolve_disaggregated(spec: ClusterSpec, trace: Trace) -> ResolvedDisaggreg
         context=ctx,
         short_prompt_tokens=disagg.short_prompt_tokens,
         timed_as=f"prefill {timed[0]}; decode {timed[1]}",
+        slo=spec.slo.request_slo() if spec.slo is not None else None,
     )
 
 
