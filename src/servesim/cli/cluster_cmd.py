@@ -22,6 +22,7 @@ from servesim.cluster.compare import ClusterFile, LinkSpec
 from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, InternalError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
+from servesim.report.documents import disaggregated_title
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedCluster, resolve_cluster
 from servesim.views.fleet import fleet_sections
 
@@ -123,8 +124,8 @@ def register(app: typer.Typer) -> None:
                 cluster or "disaggregated cluster",
             )
             res, timed = run_pd(tr, spec)
-            title = f"{trace}: {len(tr):,} requests, disaggregated"
-            print_pd(res, disagg, title, timed, as_json, run=spec)
+            title = disaggregated_title(trace, len(tr))
+            print_pd(res, disagg, title, timed, as_json, spec, tr.provenance, out)
             return
         if recovery != "compare" and recovery not in POLICIES:
             raise InputError(

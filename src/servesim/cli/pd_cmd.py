@@ -3,17 +3,21 @@ decode pools, KV transfers over a modelled link), printed with each leg's share 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from servesim.cli.common import print_json
+from servesim.cli.common import emit, said_written
+from servesim.cli.render import print_section
 from servesim.cluster.config import FailureEvent
-from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, PDCluster, link_preset, parse_pool_node
-from servesim.cluster.pd_results import LEGS, PDResult, PDSummary, pd_result
+from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, link_preset, parse_pool_node
+from servesim.cluster.pd_results import LEGS, PDResult, PDSummary
 from servesim.errors import InputError, InternalError
-from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedDisaggregated, resolve_cluster
-from servesim.traces.schema import Trace
+from servesim.report.documents import disaggregated_run_document
+from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
+from servesim.traces.schema import Trace, TraceProvenance
+from servesim.views.disagg import disagg_view
 
 
 def pd_failures(
@@ -44,45 +48,40 @@ def pd_failures(
         raise InputError(f"--fail: {e}") from None
 
 
-def pd_deployments(spec: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> dict[str, Any]:
-    """A cluster file's (or the flags') pools as ``servesim.spec.DisaggregatedSpec``: each pool a
-    ``DeploymentSpec`` of the served model on its GPU (the pool's, else ``--gpu``), its replica
-    count and vLLM keys; ``timing``: ``--step-time-ms`` / ``--linear-step-time``."""
-    pools: dict[str, Any] = {}
-    for name, pool in (("prefill", spec.prefill), ("decode", spec.decode)):
-        pools[name] = DeploymentSpec(
-            model=spec.model,
-            gpu=pool.gpu or gpu,
-            tp=pool.tp,
-            replicas=pool.replicas,
-            engine={str(k).replace("-", "_"): v for k, v in pool.config.items()},
-            **timing,
-        )
-    return {**pools, "link": spec.link, "short_prompt_tokens": spec.short_prompt_tokens}
+def pd_deployments(spec: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> DisaggregatedSpec:
+    """A cluster file's (or the flags') pools as ``servesim.spec.DisaggregatedSpec``
+    (``DisaggregatedSpec.of_pools``, as the web states them); ``timing``: ``--step-time-ms`` /
+    ``--linear-step-time``."""
+    return DisaggregatedSpec.of_pools(spec, gpu, timing)
 
 
 def run_pd(tr: Trace, spec: ClusterSpec) -> tuple[PDResult, str]:
     """Resolve both pools (``servesim.spec.resolve_cluster``: vllm serve's defaults on their GPU,
-    KV sized), run, sum up; and the pools' ``timed as``."""
+    KV sized), run, sum up (``ResolvedDisaggregated.run``); and the pools' ``timed as``."""
     pd = resolve_cluster(spec, tr)
     if not isinstance(pd, ResolvedDisaggregated):
         raise InternalError("a disaggregated cluster resolved without its pools")
-    ctx = pd.context
-    run = PDCluster(
-        tr, pd.prefill, pd.decode, ctx, short_prompt_tokens=pd.short_prompt_tokens, failures=spec.failures
-    ).run()
-    return pd_result(run, ctx.bytes_total(1), pd.slo), pd.timed_as
+    return pd.run(tr), pd.timed_as
 
 
 def print_pd(
-    res: PDResult, spec: DisaggSpec, title: str, timed_as: str, as_json: bool, run: ClusterSpec | None = None
+    res: PDResult,
+    spec: DisaggSpec,
+    title: str,
+    timed_as: str,
+    as_json: bool,
+    run: ClusterSpec,
+    provenance: TraceProvenance | None = None,
+    out: Path | None = None,
 ) -> None:
-    """The disaggregated run's summary; ``--json``: with the pools as given (``spec``) and the
-    ``ClusterSpec`` it ran (``run``)."""
-    if as_json:
-        extra = {"run": run.model_dump(mode="json")} if run is not None else {}
-        print_json({"spec": spec.model_dump(mode="json"), **extra, **res.model_dump(mode="json")})
-        return
+    """The disaggregated run's summary; ``--json`` (and ``--out``): its ``disaggregated`` document
+    (``report.documents.disaggregated_run_document``: the pools as given, the ``ClusterSpec`` it
+    ran, the result and its view), the one the web writes for the same run."""
+    if as_json or out is not None:
+        doc = disaggregated_run_document(res, spec, run, provenance, title)
+        if emit(doc, as_json=as_json, out=out):
+            return
+    path = out
     s = res.summary
     link = link_preset(spec.link)
     out = Console(highlight=False)
@@ -113,6 +112,8 @@ def print_pd(
     out.print(f"  link wait p99 {s.link_wait_p99_ms:.1f} ms (part of transfer)")
     if res.failures:
         print_pd_failures(out, res)
+    print_section(disagg_view(res, spec, title=title), out, tables=["pools"], verdicts=False, text=False)
+    said_written(path)
 
 
 def slo_lines(s: PDSummary) -> list[str]:

@@ -21,6 +21,7 @@ CONFIG_PATHS: dict[str, list[str]] = {
     "recommendation": ["deployment"],
     "tune": ["recommendation", "deployment"],
     "cluster": ["router"],
+    "disaggregated": ["spec"],
     "reschedule": [],
     "recover": ["context"],
     "advise": ["advice"],

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servesim.cluster.compare import LinkSpec, StrategyOutcome, compare_recovery, failure_events
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
-from servesim.cluster.pd import parse_pool_node, pd_context
+from servesim.cluster.pd import DisaggSpec, PDCluster, parse_pool_node, pd_context
+from servesim.cluster.pd_results import PDResult, pd_result
 from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.results import ClusterResult
 from servesim.cluster.simulate import Replica
@@ -86,6 +87,24 @@ class DisaggregatedSpec(BaseModel):
     def model(self) -> str:
         """The served model (its KV bytes set each transfer's size)."""
         return self.prefill.model or DEFAULT_MODEL
+
+    @classmethod
+    def of_pools(cls, pools: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> DisaggregatedSpec:
+        """The pools as given (a cluster file's ``prefill``/``decode``, the CLI's flags, the web's
+        form): each a ``DeploymentSpec`` of the served model on its GPU (the pool's, else
+        ``gpu``), its replica count and vLLM keys; ``timing``: ``step_time_ms`` /
+        ``linear_step_time``. The one way every interface states a disaggregated cluster."""
+        made: dict[str, DeploymentSpec] = {}
+        for name, pool in (("prefill", pools.prefill), ("decode", pools.decode)):
+            made[name] = DeploymentSpec(
+                model=pools.model,
+                gpu=pool.gpu or gpu,
+                tp=pool.tp,
+                replicas=pool.replicas,
+                engine={str(k).replace("-", "_"): v for k, v in pool.config.items()},
+                **timing,
+            )
+        return cls(**made, link=pools.link, short_prompt_tokens=pools.short_prompt_tokens)
 
 
 class ClusterSpec(BaseModel):
@@ -228,6 +247,19 @@ class ResolvedDisaggregated:
     short_prompt_tokens: int
     timed_as: str
     slo: SLO | None = None  # the per-request thresholds of the spec's SLO (goodput), if any
+
+    def run(self, trace: Trace) -> PDResult:
+        """``PDCluster`` of these pools on ``trace``, summed up (``pd_result``, judged by the
+        spec's SLO): the one call of every interface (CLI, web)."""
+        run = PDCluster(
+            trace,
+            self.prefill,
+            self.decode,
+            self.context,
+            short_prompt_tokens=self.short_prompt_tokens,
+            failures=self.spec.failures,
+        ).run()
+        return pd_result(run, self.context.bytes_total(1), self.slo)
 
 
 def _runnable(spec: DeploymentSpec) -> DeploymentSpec:

@@ -240,28 +240,26 @@ def pools_table(res: PDResult, spec: DisaggSpec) -> Table:
     cols = [
         Column(key="replica", label="replica", kind="str"),
         Column(key="pool", label="pool", kind="str"),
-        Column(key="gpu", label="GPU × TP", kind="str"),
         Column(key="prefilled", label="requests prefilled", kind="int"),
         Column(key="decoded", label="requests decoded", kind="int"),
         Column(key="sent", label="KV sent", unit="GB", kind="float", decimals=3),
         Column(key="received", label="KV received", unit="GB", kind="float", decimals=3),
-        Column(key="lost", label="lost", kind="bool"),
     ]
+    if lost:
+        cols.append(Column(key="lost", label="lost", kind="bool"))
     rows: list[list[Any]] = []
     for tag, pool_name, pool in (("p", "prefill", spec.prefill), ("d", "decode", spec.decode)):
-        hw = f"{pool.gpu or 'default GPU'} × {pool.tp or 1}"
         for i in range(pool.replicas):
             name = f"{tag}{i}"
             rows.append(
                 [
                     name,
                     pool_name,
-                    hw,
                     prefilled.get(name, 0) + local.get(name, 0),
                     decoded.get(name, 0),
                     sent.get(name, 0) * per_token,
                     received.get(name, 0) * per_token,
-                    name in lost,
+                    *([name in lost] if lost else []),
                 ]
             )
     notes = []
