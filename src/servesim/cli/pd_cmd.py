@@ -11,11 +11,12 @@ from rich.console import Console
 from servesim.cli.common import emit, said_written
 from servesim.cli.render import print_section
 from servesim.cluster.config import FailureEvent
-from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, link_preset, parse_pool_node
+from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, link_preset
 from servesim.cluster.pd_results import LEGS, PDResult, PDSummary
 from servesim.errors import InputError, InternalError
 from servesim.report.documents import disaggregated_run_document
 from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
+from servesim.spec.cluster import pool_failures
 from servesim.traces.schema import Trace, TraceProvenance
 from servesim.views.disagg import disagg_view
 
@@ -37,10 +38,7 @@ def pd_failures(
     if warning_s > 0 or any(f.warning_s > 0 for f in listed):
         raise InputError("--warning-s: announced failures are not modelled for prefill/decode pools")
     n_p, n_d = spec.prefill.replicas, spec.decode.replicas
-    named = []
-    for f in listed:
-        pool, k = parse_pool_node(f.node, n_p, n_d)
-        named.append(f.model_copy(update={"node": f"{pool[0]}{k}"}))
+    named = pool_failures(listed, n_p, n_d)
     nodes = [f"p{i}" for i in range(n_p)] + [f"d{i}" for i in range(n_d)]
     try:
         return failure_events(named, nodes, tr, mtbf_s=mtbf_s, recover_after_s=recover_after_s, seed=seed)

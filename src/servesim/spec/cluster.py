@@ -92,8 +92,9 @@ class DisaggregatedSpec(BaseModel):
     def of_pools(cls, pools: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> DisaggregatedSpec:
         """The pools as given (a cluster file's ``prefill``/``decode``, the CLI's flags, the web's
         form): each a ``DeploymentSpec`` of the served model on its GPU (the pool's, else
-        ``gpu``), its replica count and vLLM keys; ``timing``: ``step_time_ms`` /
-        ``linear_step_time``. The one way every interface states a disaggregated cluster."""
+        ``gpu``), its replica count and vLLM keys; ``timing``: the ``DeploymentSpec`` fields both
+        pools share (``step_time_ms`` / ``linear_step_time``, the web's memory share). The one way
+        every interface states a disaggregated cluster."""
         made: dict[str, DeploymentSpec] = {}
         for name, pool in (("prefill", pools.prefill), ("decode", pools.decode)):
             made[name] = DeploymentSpec(
@@ -262,7 +263,18 @@ class ResolvedDisaggregated:
         return pd_result(run, self.context.bytes_total(1), self.slo)
 
 
-def _runnable(spec: DeploymentSpec) -> DeploymentSpec:
+def pool_failures(listed: Sequence[FailureEvent], n_prefill: int, n_decode: int) -> list[FailureEvent]:
+    """Failures of a disaggregated cluster's replicas with each node under its replica name
+    (``prefill:0`` is ``p0``, ``decode:1`` is ``d1``), as the CLI's ``--fail`` and the web's form
+    name them; an unknown replica raises ``InputError`` naming it and the pool's size."""
+    out = []
+    for f in listed:
+        pool, k = parse_pool_node(f.node, n_prefill, n_decode)
+        out.append(f.model_copy(update={"node": f"{pool[0]}{k}"}))
+    return out
+
+
+def runnable_deployment(spec: DeploymentSpec) -> DeploymentSpec:
     """The deployment as its replicas resolve it: a fixed or linear step time keeps no model,
     GPU timing or TP (they size only what KV moves)."""
     if spec.fixed_timing:
@@ -281,7 +293,7 @@ def resolve_cluster(
         return _resolve_disaggregated(spec, trace)
     link = spec.link_spec()
     link.context()  # an unknown model is refused before anything runs
-    base = _runnable(spec.deployment)
+    base = runnable_deployment(spec.deployment)
     resolved = resolve_replicas(base, spec.replica_keys(), trace)
     replicas = [rep for rep, _ in resolved]
     names = [r.name for r in replicas]
@@ -322,7 +334,7 @@ def _resolve_disaggregated(spec: ClusterSpec, trace: Trace) -> ResolvedDisaggreg
     pools: list[list[Replica]] = []
     timed: list[str] = []
     for tag, pool in (("p", disagg.prefill), ("d", disagg.decode)):
-        base = _runnable(pool)
+        base = runnable_deployment(pool)
         keys = [(f"{tag}{i}", dict(pool.engine)) for i in range(pool.replicas)]
         resolved = resolve_replicas(base, keys, trace)
         pools.append([rep for rep, _ in resolved])
@@ -347,5 +359,7 @@ __all__ = [
     "Recovery",
     "ResolvedCluster",
     "ResolvedDisaggregated",
+    "pool_failures",
     "resolve_cluster",
+    "runnable_deployment",
 ]
