@@ -52,7 +52,8 @@ def test_out_writes_the_json_document_and_the_human_output_says_so(written: tupl
     assert doc["kind"] == "disaggregated" and doc["schema_version"] == 1
     assert doc["title"] == "poisson_20_rps: 120 requests, disaggregated"
     assert doc["run"]["disaggregated"]["decode"]["replicas"] == 2 and doc["run"]["slo"]["ttft_p99_ms"] == 40
-    (view,) = (Section.model_validate(s) for s in doc["sections"])
+    view, dist = (Section.model_validate(s) for s in doc["sections"])
+    assert dist.key == "disaggregated.distributions" and dist.histogram("ttft_ms").slo == 40
     assert view.key == "disaggregated" and view.kpi("goodput").value == doc["summary"]["goodput"]
     bar = view.chart("leg_breakdown")
     assert bar.stacked and bar.y[0] == pytest.approx(
@@ -65,8 +66,9 @@ def test_the_report_draws_the_breakdown_and_the_pools(written: tuple[Path, str],
     doc = json.loads(path.read_text())
     report = build_report([read_document(path)])
     (part,) = report.parts
-    assert part.kind == "disaggregated" and [s.key for s in part.sections] == ["disaggregated"]
-    assert part.sections[0].model_dump(mode="json") == doc["sections"][0]  # as written
+    assert [s.key for s in part.sections] == ["disaggregated", "disaggregated.distributions"]
+    assert part.kind == "disaggregated"
+    assert [s.model_dump(mode="json") for s in part.sections] == doc["sections"]  # as written
     assert report.kpis[0].title == "prefill/decode pools (pd.json)"
     assert [k.key for k in report.kpis[0].kpis] == [
         "ttft_ms_p99",
@@ -97,7 +99,7 @@ def test_a_document_without_its_view_is_drawn_again_from_its_result(
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({k: v for k, v in doc.items() if k != "sections"}))
     (part,) = build_report([read_document(bare)]).parts
-    assert part.sections[0].model_dump(mode="json") == doc["sections"][0]
+    assert [s.model_dump(mode="json") for s in part.sections] == doc["sections"]
 
 
 def test_a_broken_document_is_one_line(written: tuple[Path, str], tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from servesim.engine.results import SLO
 from servesim.perf import load_catalog
 from servesim.perf.catalog import resolve_model
 from servesim.traces.schema import Trace
-from servesim.views.disagg import LEG_ORDER, disagg_view
+from servesim.views.disagg import LEG_ORDER, disagg_sections, disagg_view
 
 STEP = 0.01
 RR = RouterSpec(policy="round_robin")
@@ -68,12 +68,18 @@ def test_the_stacked_breakdown_is_the_result_s_legs_and_its_means_add_up_to_e2e(
     mean_e2e = sum(r.e2e_s for r in dis) / len(dis) * 1000.0
     means = [bar.y[0], *(ln.y[0] for ln in bar.lines)]
     assert sum(means) == pytest.approx(mean_e2e, abs=1e-2)
-    assert f"the means add up to the mean E2E, {mean_e2e:,.1f} ms" in bar.title
+    assert bar.title == f"where a request's time goes, per leg ({len(dis)} requests)"
+    assert f"the means add up to the mean E2E of the disaggregated requests ({mean_e2e:,.1f} ms)" in (
+        bar.help or ""
+    )
     legs = view.table("legs")
     assert legs.column("leg") == [label for _, label in LEG_ORDER]
-    # each leg's distribution over the disaggregated requests, and TTFT/TPOT/E2E's
-    assert {h.key for h in view.histograms} == {"ttft_ms", "tpot_ms", "e2e_ms", *(f"leg.{k}" for k in LEGS)}
-    assert view.histogram("leg.transfer").count == len(dis)
+    # each leg's distribution over the disaggregated requests, and TTFT/TPOT/E2E's, after the view
+    main, dist = disagg_sections(res, _spec(1, 2))
+    assert main == view and dist.key == "disaggregated.distributions" and not view.histograms
+    assert {h.key for h in dist.histograms} == {"ttft_ms", "tpot_ms", "e2e_ms", *(f"leg.{k}" for k in LEGS)}
+    assert dist.histogram("leg.transfer").count == len(dis)
+    assert dist.histogram("e2e_ms").count == 40
     # no SLO: no goodput tile, no failures' tables
     assert {"goodput", "good_fraction"}.isdisjoint(k.key for k in view.kpis)
     assert {t.key for t in view.tables} == {"legs", "pools", "figures"}
@@ -119,7 +125,7 @@ def test_failures_and_recoveries_appear_only_when_a_replica_was_lost() -> None:
     assert dict(
         zip(view.table("pools").column("replica"), view.table("pools").column("lost"), strict=True)
     ) == {
-        "p0": False,
-        "d0": True,
-        "d1": False,
+        "p0": "",
+        "d0": "lost at 0.5 s",
+        "d1": "",
     }

@@ -95,7 +95,9 @@ def test_the_web_and_the_cli_write_the_same_disaggregated_document(
     web = client.get(f"/api/runs/{run['job']['id']}/document.json")
     assert web.status_code == 200, web.text
     doc = web.json()
-    res = runner.invoke(app, ["cluster", str(path), *(f.format(cfg=cfg, blocks=blocks) for f in flags), "--json"])
+    res = runner.invoke(
+        app, ["cluster", str(path), *(f.format(cfg=cfg, blocks=blocks) for f in flags), "--json"]
+    )
     assert res.exit_code == 0, res.output
     cli = json.loads(res.stdout)
 
@@ -107,8 +109,8 @@ def test_the_web_and_the_cli_write_the_same_disaggregated_document(
     # the page shows the document's view: the per-leg breakdown and the pools' table
     result = run["result"]
     assert result["sections"] == doc["sections"]
-    (view,) = result["sections"]
-    assert view["key"] == "disaggregated"
+    view, dist = result["sections"]
+    assert view["key"] == "disaggregated" and dist["key"] == "disaggregated.distributions"
     assert [s["key"] for s in view["series"]] == ["leg_breakdown"]
     assert "pools" in {t["key"] for t in view["tables"]}
     assert result["disaggregated"]["num_requests"] == doc["summary"]["num_requests"] == 200

@@ -260,7 +260,7 @@ def _disaggregated(doc: Document) -> ReportPart:
     web draws), or for a document without it the same view built again from its result."""
     from servesim.cluster.pd import DisaggSpec
     from servesim.cluster.pd_results import PDResult
-    from servesim.views.disagg import disagg_view
+    from servesim.views.disagg import disagg_sections
 
     raw = doc.data.get("sections")
     title = str(doc.data.get("title") or "disaggregated run")
@@ -283,7 +283,7 @@ def _disaggregated(doc: Document) -> ReportPart:
                 f"{doc.name}: not a valid disaggregated result: spec: {describe(exc)}"
             ) from None
         result = PDResult.model_validate({k: v for k, v in doc.data.items() if k in PDResult.model_fields})
-        sections = [disagg_view(result, pools, title=title)]
+        sections = disagg_sections(result, pools, title=title)
     return ReportPart(kind=doc.kind, source=doc.name, title=title, sections=sections)
 
 

@@ -115,7 +115,7 @@ def disaggregated_run_document(
     with the per-leg breakdown, every request's legs, failures, recoveries), the trace's
     provenance and ``sections``: the run's view (``servesim.views.disagg``) that ``servesim
     report`` and the web page draw."""
-    from servesim.views.disagg import disagg_view
+    from servesim.views.disagg import disagg_sections
 
     doc: dict[str, Any] = {
         "title": title,
@@ -123,7 +123,7 @@ def disaggregated_run_document(
         "run": run.model_dump(mode="json"),
         **result.model_dump(mode="json"),
         "trace_provenance": None if provenance is None else provenance.model_dump(mode="json"),
-        "sections": [disagg_view(result, pools, title=title).model_dump(mode="json")],
+        "sections": [v.model_dump(mode="json") for v in disagg_sections(result, pools, title=title)],
     }
     return stamped("disaggregated", doc)
 

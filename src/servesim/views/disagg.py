@@ -155,8 +155,7 @@ def leg_breakdown(res: PDResult) -> Series | None:
     mean_e2e = sum(row[0] for row in stats)
     return Series(
         key="leg_breakdown",
-        title=f"where a request's time goes, per leg ({s.num_disaggregated:,} disaggregated; "
-        f"the means add up to the mean E2E, {mean_e2e:,.1f} ms)",
+        title=f"where a request's time goes, per leg ({s.num_disaggregated:,} requests)",
         x_label="statistic over the requests",
         x_unit=None,
         y_label="time in the leg",
@@ -170,8 +169,9 @@ def leg_breakdown(res: PDResult) -> Series | None:
             Line(label=label, y=[round(v, 3) for v in stats[i]]) for i, (_, label) in enumerate(LEG_ORDER)
         ][1:],
         stacked=True,
-        help="Each leg's mean, p50 and p99, stacked in the order a request runs them. "
-        + " ".join(f"{label}: {LEG_HELP[key]}" for key, label in LEG_ORDER),
+        help=f"Each leg's mean, p50 and p99, stacked in the order a request runs them; the means add up "
+        f"to the mean E2E of the disaggregated requests ({mean_e2e:,.1f} ms), a stack of p99s is no "
+        "request's E2E. " + " ".join(f"{label}: {LEG_HELP[key]}" for key, label in LEG_ORDER),
     )
 
 
@@ -189,7 +189,7 @@ def _histograms(res: PDResult, bins: int) -> list[Histogram]:
         out.append(
             histogram(
                 key,
-                f"{label} distribution, every leg counted",
+                f"{label}, every leg counted",
                 v,
                 "ms",
                 bins=bins,
@@ -206,7 +206,7 @@ def _histograms(res: PDResult, bins: int) -> list[Histogram]:
         out.append(
             histogram(
                 f"leg.{key}",
-                f"{label} leg distribution ({len(dis):,} disaggregated requests)",
+                f"{label} leg",
                 v,
                 "ms",
                 bins=bins,
@@ -236,7 +236,10 @@ def pools_table(res: PDResult, spec: DisaggSpec) -> Table:
         else:
             prefilled[r.prefill_replica] = prefilled.get(r.prefill_replica, 0) + 1
             sent[r.prefill_replica] = sent.get(r.prefill_replica, 0) + r.transfer_tokens
-    lost = {f.node for f in res.failures}
+    lost: dict[str, str] = {}
+    for f in res.failures:
+        back = f", back after {f.recover_after_s:g} s" if f.recover_after_s is not None else ""
+        lost[f.node] = (lost[f.node] + "; " if f.node in lost else "") + f"lost at {f.time_s:g} s{back}"
     cols = [
         Column(key="replica", label="replica", kind="str"),
         Column(key="pool", label="pool", kind="str"),
@@ -246,7 +249,7 @@ def pools_table(res: PDResult, spec: DisaggSpec) -> Table:
         Column(key="received", label="KV received", unit="GB", kind="float", decimals=3),
     ]
     if lost:
-        cols.append(Column(key="lost", label="lost", kind="bool"))
+        cols.append(Column(key="lost", label="failures", kind="str"))
     rows: list[list[Any]] = []
     for tag, pool_name, pool in (("p", "prefill", spec.prefill), ("d", "decode", spec.decode)):
         for i in range(pool.replicas):
@@ -259,7 +262,7 @@ def pools_table(res: PDResult, spec: DisaggSpec) -> Table:
                     decoded.get(name, 0),
                     sent.get(name, 0) * per_token,
                     received.get(name, 0) * per_token,
-                    *([name in lost] if lost else []),
+                    *([lost.get(name, "")] if lost else []),
                 ]
             )
     notes = []
@@ -382,9 +385,9 @@ def _verdicts(res: PDResult) -> list[Verdict]:
     return out
 
 
-def disagg_view(res: PDResult, spec: DisaggSpec, *, title: str | None = None, bins: int = 40) -> Section:
-    """The run's section (key ``disaggregated``): tiles, the per-leg breakdown, distributions,
-    the pools' table, failures when any."""
+def disagg_view(res: PDResult, spec: DisaggSpec, *, title: str | None = None) -> Section:
+    """The run's section (key ``disaggregated``): tiles, the per-leg breakdown, the legs' and
+    the pools' tables, failures when any (the distributions are ``distributions_view``)."""
     bar = leg_breakdown(res)
     return Section(
         key="disaggregated",
@@ -392,7 +395,6 @@ def disagg_view(res: PDResult, spec: DisaggSpec, *, title: str | None = None, bi
         kpis=_kpis(res),
         tables=[leg_table(res), pools_table(res, spec), figures_table(res, spec), *_failure_tables(res)],
         series=[bar] if bar is not None else [],
-        histograms=_histograms(res, bins),
         verdicts=_verdicts(res),
         text=[
             "TTFT, TPOT and E2E count every leg: prefill queue, prefill, KV transfer, decode queue, decode."
@@ -400,4 +402,27 @@ def disagg_view(res: PDResult, spec: DisaggSpec, *, title: str | None = None, bi
     )
 
 
-__all__ = ["LEG_ORDER", "disagg_view", "layout_label", "leg_breakdown", "leg_table", "pools_table"]
+def distributions_view(res: PDResult, *, bins: int = 40) -> Section:
+    """TTFT/TPOT/E2E over every leg (the SLO marked) and each leg's own distribution."""
+    return Section(
+        key="disaggregated.distributions",
+        title="distributions: latencies over every leg, and each leg",
+        histograms=_histograms(res, bins),
+    )
+
+
+def disagg_sections(res: PDResult, spec: DisaggSpec, *, title: str | None = None) -> list[Section]:
+    """The sections of a disaggregated run, as the document, the report and the web show them."""
+    return [disagg_view(res, spec, title=title), distributions_view(res)]
+
+
+__all__ = [
+    "LEG_ORDER",
+    "disagg_sections",
+    "disagg_view",
+    "distributions_view",
+    "layout_label",
+    "leg_breakdown",
+    "leg_table",
+    "pools_table",
+]
