@@ -70,16 +70,16 @@ def print_pd(
     as_json: bool,
     run: ClusterSpec,
     provenance: TraceProvenance | None = None,
-    out: Path | None = None,
+    written: Path | None = None,
 ) -> None:
     """The disaggregated run's summary; ``--json`` (and ``--out``): its ``disaggregated`` document
     (``report.documents.disaggregated_run_document``: the pools as given, the ``ClusterSpec`` it
-    ran, the result and its view), the one the web writes for the same run."""
-    if as_json or out is not None:
+    ran, the result and its view), the one the web writes for the same run; ``written``: the
+    ``--out`` file."""
+    if as_json or written is not None:
         doc = disaggregated_run_document(res, spec, run, provenance, title)
-        if emit(doc, as_json=as_json, out=out):
+        if emit(doc, as_json=as_json, out=written):
             return
-    path = out
     s = res.summary
     link = link_preset(spec.link)
     out = Console(highlight=False)
@@ -111,7 +111,7 @@ def print_pd(
     if res.failures:
         print_pd_failures(out, res)
     print_section(disagg_view(res, spec, title=title), out, tables=["pools"], verdicts=False, text=False)
-    said_written(path)
+    said_written(written)
 
 
 def slo_lines(s: PDSummary) -> list[str]:

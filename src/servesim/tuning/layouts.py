@@ -213,14 +213,18 @@ class LayoutRunner:
 
     def latencies(self, lay: Layout, bandwidth_gbps: float | None = None) -> tuple[pd.DataFrame, float]:
         """Each request's outcome and TTFT/TPOT/E2E in ms (TPOT NaN: one output token), in trace
-        order, as ``engine.results.good_mask`` reads them, and the run's span in seconds."""
+        order, as ``engine.results.good_mask`` reads them, the same in seconds (``*_s``: the
+        p99s are taken of those), and the run's span in seconds."""
         if lay.kind == "agg":
             from servesim.cluster import simulate_cluster
 
             reps = self._replicas("n", lay.replicas, lay.tp, {})
             df = simulate_cluster(self.trace, reps, pooled_itl=False, replica_summaries=False).requests
             span = float(df["finish_s"].max() - df["arrival_s"].min()) if len(df) else 0.0
-            return df[["outcome", "ttft_ms", "tpot_ms", "e2e_ms"]].reset_index(drop=True), span
+            out = df[["outcome", "ttft_ms", "tpot_ms", "e2e_ms"]].reset_index(drop=True)
+            for m in ("ttft", "tpot", "e2e"):
+                out[f"{m}_s"] = out[f"{m}_ms"].to_numpy(dtype=np.float64) / 1000.0
+            return out, span
         from servesim.cluster.pd import PDCluster
         from servesim.engine.results import OUTCOME_FINISHED
 
@@ -232,17 +236,24 @@ class LayoutRunner:
         d = self._replicas("d", lay.decode_replicas, lay.decode_tp, lay.decode_config)
         run = PDCluster(self.trace, p, d, ctx, short_prompt_tokens=self.short).run()
         reqs = [run.decode_req[i] for i in sorted(run.decode_req)]  # every one finished (no failures)
+        ttft = np.array([r.first_token - r.arrival for r in reqs], dtype=np.float64)
+        tpot = np.array(
+            [
+                (r.finish_time - r.first_token) / (r.num_output - 1) if r.num_output > 1 else math.nan
+                for r in reqs
+            ],
+            dtype=np.float64,
+        )
+        e2e = np.array([r.finish_time - r.arrival for r in reqs], dtype=np.float64)
         frame = pd.DataFrame(
             {
                 "outcome": [OUTCOME_FINISHED] * len(reqs),
-                "ttft_ms": [(r.first_token - r.arrival) * 1000.0 for r in reqs],
-                "tpot_ms": [
-                    (r.finish_time - r.first_token) / (r.num_output - 1) * 1000.0
-                    if r.num_output > 1
-                    else math.nan
-                    for r in reqs
-                ],
-                "e2e_ms": [(r.finish_time - r.arrival) * 1000.0 for r in reqs],
+                "ttft_ms": ttft * 1000.0,
+                "tpot_ms": tpot * 1000.0,
+                "e2e_ms": e2e * 1000.0,
+                "ttft_s": ttft,
+                "tpot_s": tpot,
+                "e2e_s": e2e,
             }
         )
         span = max(r.finish_time for r in reqs) - min(r.arrival for r in reqs) if reqs else 0.0
@@ -269,11 +280,11 @@ class LayoutRunner:
         )
         n_good = int(good.sum())
         rate = per_second(n_good, span)
-        ttft = frame["ttft_ms"].to_numpy(dtype=np.float64)
-        ttft = ttft[~np.isnan(ttft)] / 1000.0
-        tpot = frame["tpot_ms"].to_numpy(dtype=np.float64) / 1000.0
-        e2e = frame["e2e_ms"].to_numpy(dtype=np.float64)
-        e2e = e2e[~np.isnan(e2e)] / 1000.0
+        ttft = frame["ttft_s"].to_numpy(dtype=np.float64)
+        ttft = ttft[~np.isnan(ttft)]
+        tpot = frame["tpot_s"].to_numpy(dtype=np.float64)
+        e2e = frame["e2e_s"].to_numpy(dtype=np.float64)
+        e2e = e2e[~np.isnan(e2e)]
         tp = tpot[~np.isnan(tpot)]
         t99 = float(np.percentile(ttft, 99) * 1000.0) if len(ttft) else 0.0
         o99 = float(np.percentile(tp, 99) * 1000.0) if len(tp) else None
