@@ -37,6 +37,8 @@ def test_a_1p1d_run_shows_the_per_leg_breakdown_and_the_pools(
     page.click("#run-button")
     page.wait_for_selector("#run-results [data-section='disaggregated'] .js-plotly-plot")
     assert "1P1D over tcp-25g" in (page.text_content("#run-results .toolbar strong") or "")
+    # Compare, the basket and the cost box read runs of identical replicas: not offered here
+    assert page.locator("#run-results #basket-add").count() == 0 and page.locator("#cost-form").count() == 0
     charts = {c["key"]: c for c in honest_charts(page, "#run-results", "Run (disaggregated)")}
     bar = charts["leg_breakdown"]
     assert bar["title"].startswith("where a request's time goes, per leg")

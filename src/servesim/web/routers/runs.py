@@ -85,7 +85,8 @@ def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
         shape = f"{pd.prefill.replicas}P{pd.decode.replicas}D over {pd.link}{fails}"
     sc = engine.speculative_config  # a speculating run says so: on vs off reads apart in Compare
     spec = f", {sc.method} k={sc.num_speculative_tokens}" if sc is not None else ""
-    title = body.label or f"{name}: max_num_seqs {engine.max_num_seqs}, {shape}{spec}"
+    flags = f"max_num_seqs {engine.max_num_seqs}, " if pd is None else ""  # each pool's GPU sets its own
+    title = body.label or f"{name}: {flags}{shape}{spec}"
     return _submit(wb, "simulate", title, body, body.trace_id)
 
 

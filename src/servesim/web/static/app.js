@@ -535,9 +535,11 @@
       el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
       el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"),
       el("a", { href: `/api/runs/${run.job.id}/requests.csv`, download: "" }, "Download per-request CSV"),
-      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
-      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
-      el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket"),
+      // Compare and the basket read runs of identical replicas: a disaggregated run is not offered to them
+      r.disaggregated ? [] : [
+        el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
+        el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
+        el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket")],
       loadButton("load-settings", run));
     box.append(toolbar, settingsLine(run.job.params) || "");
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
