@@ -123,3 +123,49 @@ def test_prompts_past_max_model_len_are_rejected_not_a_crash(tmp_path: Path) -> 
     human = runner.invoke(app, args)
     assert human.exit_code == 0, human.output
     assert "rejected (not in the latencies): 1 of 3" in human.stdout
+
+
+def test_slo_is_honoured_as_simulate_honours_it() -> None:
+    args = [
+        *BASE,
+        "--prefill-replicas",
+        "1",
+        "--decode-replicas",
+        "2",
+        "--slo",
+        "ttft_p99_ms=40,tpot_p99_ms=50",
+    ]
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    s = out["summary"]
+    assert out["run"]["slo"] == {
+        "ttft_p99_ms": 40.0,
+        "tpot_p99_ms": 50.0,
+        "e2e_p99_ms": None,
+        "min_good_fraction": None,
+    }
+    assert s["slo"] == {"ttft_ms": 40.0, "tpot_ms": 50.0, "e2e_ms": None}
+    # every request judged on the TTFT/TPOT it got over every leg
+    good = [r["ttft_s"] * 1000 <= 40 and (r["tpot_s"] or 0.0) * 1000 <= 50 for r in out["requests"]]
+    assert [r["good"] for r in out["requests"]] == good
+    assert 0 < s["num_good"] == sum(good) < 200 and s["good_fraction"] == s["num_good"] / 200
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0, human.output
+    text = " ".join(human.stdout.split())
+    verdict = "pass" if s["ttft_p99_ms"] <= 40 else "FAIL"
+    assert f"SLO: TTFT p99 {s['ttft_p99_ms']:.1f} ms vs 40 ms {verdict}" in text
+    assert f"goodput {s['goodput']:.2f} req/s ({s['num_good']} of 200 requests meet the SLO" in text
+
+
+def test_without_slo_no_slo_keys_and_good_fraction_refused() -> None:
+    res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--json"])
+    out = json.loads(res.stdout)
+    assert not {"slo", "num_good", "goodput", "good_fraction"} & set(out["summary"])
+    assert all("good" not in r for r in out["requests"])
+    res = runner.invoke(
+        app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--slo", "ttft_p99_ms=40,good=0.9"]
+    )
+    assert res.exit_code == 2 and "--slo good=FRACTION is judged by saturate and tune" in res.output
+    res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--slo", "ttft=4"])
+    assert res.exit_code == 2 and "--slo 'ttft' names no percentile" in res.output

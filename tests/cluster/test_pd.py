@@ -125,3 +125,44 @@ def test_link_presets_carry_sources() -> None:
     assert all("bandwidth_gbps" in p.sources for p in presets.values())
     with pytest.raises(InputError, match="unknown link"):
         link_preset("carrier-pigeon")
+
+
+def _sla_trace(rows: list[tuple[float, int, int, float | None]]) -> Trace:
+    return Trace.from_records(
+        [
+            {"req_id": f"r{i}", "arrival_time_s": a, "prompt_len": p, "output_len": o, "sla_ttft_ms": s}
+            for i, (a, p, o, s) in enumerate(rows)
+        ],
+        source="t",
+    )
+
+
+def test_slo_judges_each_request_by_every_leg_hand_counted() -> None:
+    """Five isolated requests of one 100-token prompt (10 s apart, nothing shared): each lands its
+    KV after the same L seconds, so its E2E is L + outputs x 10 ms and its TPOT 10 ms (one-token
+    outputs: TPOT counts as 0). An E2E cap of L + 60 ms keeps outputs 1, 2 and 4; the 2-output one
+    carries its own trace SLA of TTFT <= 1 ms and fails it. Good: outputs 1 and 4, 2 of 5."""
+    from servesim.engine.results import SLO
+
+    outs = [1, 2, 4, 8, 16]
+    rows = [(10.0 * i, 100, o, 1.0 if o == 2 else None) for i, o in enumerate(outs)]
+    ctx = _ctx()
+    run = PDCluster(_sla_trace(rows), [_rep("p0")], [_rep("d0")], ctx).run()
+    plain = pd_result(run, ctx.bytes_total(1))
+    landed = plain.requests[0].e2e_s - STEP  # L: the first request's E2E less its one decode step
+    for r, o in zip(plain.requests, outs, strict=True):
+        assert r.e2e_s == pytest.approx(landed + o * STEP)
+    cap = (landed + 6 * STEP) * 1000.0
+    res = pd_result(run, ctx.bytes_total(1), SLO(e2e_ms=cap))
+    s = res.summary
+    assert [r.good for r in res.requests] == [True, False, True, False, False]
+    assert (s.num_good, s.good_fraction) == (2, 0.4)
+    span = 40.0 + landed + 16 * STEP  # first arrival to the last completion
+    assert s.goodput == pytest.approx(2 / span)
+    # a TPOT cap under the 10 ms step: only the one-token output (TPOT counted 0) is good
+    tight = pd_result(run, ctx.bytes_total(1), SLO(tpot_ms=5.0))
+    assert [r.good for r in tight.requests] == [True, False, False, False, False]
+    # without an SLO the document has no SLO key at all
+    dumped = plain.model_dump(mode="json")
+    assert not {"slo", "num_good", "goodput", "good_fraction"} & set(dumped["summary"])
+    assert "good" not in dumped["requests"][0]

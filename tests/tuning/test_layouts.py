@@ -195,3 +195,22 @@ def test_cli_document_is_stamped_verified_and_reported(tmp_path: Path) -> None:
     assert f"aggregated or disaggregated? 2 GPUs: {doc['layouts']['recommended']}" in md
     assert "fresh seeds: " in md and "| 1000 |" in md
     assert (tmp_path / "rep" / "report.html").exists()
+
+
+def test_a_layout_s_good_requests_are_the_engine_s_good_mask() -> None:
+    """Layouts count good requests by ``engine.results.good_mask``, the test of every run: the
+    same thresholds, and also each request's own SLA in the trace (here: ten requests with a 1 ms
+    TTFT SLA no layout can meet), in either kind of layout."""
+    plain = _trace(60)
+    tight = Trace.from_records(
+        [
+            {**r.model_dump(exclude_none=True), **({"sla_ttft_ms": 1.0} if i < 10 else {})}
+            for i, r in enumerate(plain.records())
+        ],
+        source="t",
+    )
+    for lay in (Layout(kind="agg", replicas=2), Layout(kind="disagg", prefill_replicas=1, decode_replicas=1)):
+        a = LayoutRunner(plain, model="llama-3.1-8b", gpu=None, ttft_ms=1e6).point(lay)
+        b = LayoutRunner(tight, model="llama-3.1-8b", gpu=None, ttft_ms=1e6).point(lay)
+        assert a.good_requests == 60 and b.good_requests == 50, lay.label
+        assert b.goodput_rps == pytest.approx(a.goodput_rps * 50 / 60)

@@ -22,6 +22,7 @@ from servesim.cluster.compare import ClusterFile, LinkSpec
 from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, InternalError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
+from servesim.report.documents import disaggregated_title
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedCluster, resolve_cluster
 from servesim.views.fleet import fleet_sections
 
@@ -103,6 +104,7 @@ def register(app: typer.Typer) -> None:
             cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
+            goal = request_slo(slo)  # the same --slo as simulate's: good= refused for one run
             pd_events = pd_failures(  # the pools' failures, MTBF draws included, as listed events
                 disagg,
                 [parse_fail(x) for x in fail_at] + _failure_file(failures),
@@ -113,12 +115,17 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
             )
             spec = _spec(
-                {**head, "disaggregated": pd_deployments(disagg, gpu, timing), "failures": pd_events},
+                {
+                    **head,
+                    "disaggregated": pd_deployments(disagg, gpu, timing),
+                    "failures": pd_events,
+                    "slo": cli_slo(slo) if goal is not None else None,
+                },
                 cluster or "disaggregated cluster",
             )
             res, timed = run_pd(tr, spec)
-            title = f"{trace}: {len(tr):,} requests, disaggregated"
-            print_pd(res, disagg, title, timed, as_json, run=spec)
+            title = disaggregated_title(trace, len(tr))
+            print_pd(res, disagg, title, timed, as_json, spec, tr.provenance, out)
             return
         if recovery != "compare" and recovery not in POLICIES:
             raise InputError(

@@ -3,17 +3,22 @@ decode pools, KV transfers over a modelled link), printed with each leg's share 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from servesim.cli.common import print_json
+from servesim.cli.common import emit, said_written
+from servesim.cli.render import print_section
 from servesim.cluster.config import FailureEvent
-from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, PDCluster, link_preset, parse_pool_node
-from servesim.cluster.pd_results import LEGS, PDResult, pd_result
+from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, link_preset
+from servesim.cluster.pd_results import LEGS, PDResult, PDSummary
 from servesim.errors import InputError, InternalError
-from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedDisaggregated, resolve_cluster
-from servesim.traces.schema import Trace
+from servesim.report.documents import disaggregated_run_document
+from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
+from servesim.spec.cluster import pool_failures
+from servesim.traces.schema import Trace, TraceProvenance
+from servesim.views.disagg import disagg_view
 
 
 def pd_failures(
@@ -33,10 +38,7 @@ def pd_failures(
     if warning_s > 0 or any(f.warning_s > 0 for f in listed):
         raise InputError("--warning-s: announced failures are not modelled for prefill/decode pools")
     n_p, n_d = spec.prefill.replicas, spec.decode.replicas
-    named = []
-    for f in listed:
-        pool, k = parse_pool_node(f.node, n_p, n_d)
-        named.append(f.model_copy(update={"node": f"{pool[0]}{k}"}))
+    named = pool_failures(listed, n_p, n_d)
     nodes = [f"p{i}" for i in range(n_p)] + [f"d{i}" for i in range(n_d)]
     try:
         return failure_events(named, nodes, tr, mtbf_s=mtbf_s, recover_after_s=recover_after_s, seed=seed)
@@ -44,45 +46,40 @@ def pd_failures(
         raise InputError(f"--fail: {e}") from None
 
 
-def pd_deployments(spec: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> dict[str, Any]:
-    """A cluster file's (or the flags') pools as ``servesim.spec.DisaggregatedSpec``: each pool a
-    ``DeploymentSpec`` of the served model on its GPU (the pool's, else ``--gpu``), its replica
-    count and vLLM keys; ``timing``: ``--step-time-ms`` / ``--linear-step-time``."""
-    pools: dict[str, Any] = {}
-    for name, pool in (("prefill", spec.prefill), ("decode", spec.decode)):
-        pools[name] = DeploymentSpec(
-            model=spec.model,
-            gpu=pool.gpu or gpu,
-            tp=pool.tp,
-            replicas=pool.replicas,
-            engine={str(k).replace("-", "_"): v for k, v in pool.config.items()},
-            **timing,
-        )
-    return {**pools, "link": spec.link, "short_prompt_tokens": spec.short_prompt_tokens}
+def pd_deployments(spec: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> DisaggregatedSpec:
+    """A cluster file's (or the flags') pools as ``servesim.spec.DisaggregatedSpec``
+    (``DisaggregatedSpec.of_pools``, as the web states them); ``timing``: ``--step-time-ms`` /
+    ``--linear-step-time``."""
+    return DisaggregatedSpec.of_pools(spec, gpu, timing)
 
 
 def run_pd(tr: Trace, spec: ClusterSpec) -> tuple[PDResult, str]:
     """Resolve both pools (``servesim.spec.resolve_cluster``: vllm serve's defaults on their GPU,
-    KV sized), run, sum up; and the pools' ``timed as``."""
+    KV sized), run, sum up (``ResolvedDisaggregated.run``); and the pools' ``timed as``."""
     pd = resolve_cluster(spec, tr)
     if not isinstance(pd, ResolvedDisaggregated):
         raise InternalError("a disaggregated cluster resolved without its pools")
-    ctx = pd.context
-    run = PDCluster(
-        tr, pd.prefill, pd.decode, ctx, short_prompt_tokens=pd.short_prompt_tokens, failures=spec.failures
-    ).run()
-    return pd_result(run, ctx.bytes_total(1)), pd.timed_as
+    return pd.run(tr), pd.timed_as
 
 
 def print_pd(
-    res: PDResult, spec: DisaggSpec, title: str, timed_as: str, as_json: bool, run: ClusterSpec | None = None
+    res: PDResult,
+    spec: DisaggSpec,
+    title: str,
+    timed_as: str,
+    as_json: bool,
+    run: ClusterSpec,
+    provenance: TraceProvenance | None = None,
+    written: Path | None = None,
 ) -> None:
-    """The disaggregated run's summary; ``--json``: with the pools as given (``spec``) and the
-    ``ClusterSpec`` it ran (``run``)."""
-    if as_json:
-        extra = {"run": run.model_dump(mode="json")} if run is not None else {}
-        print_json({"spec": spec.model_dump(mode="json"), **extra, **res.model_dump(mode="json")})
-        return
+    """The disaggregated run's summary; ``--json`` (and ``--out``): its ``disaggregated`` document
+    (``report.documents.disaggregated_run_document``: the pools as given, the ``ClusterSpec`` it
+    ran, the result and its view), the one the web writes for the same run; ``written``: the
+    ``--out`` file."""
+    if as_json or written is not None:
+        doc = disaggregated_run_document(res, spec, run, provenance, title)
+        if emit(doc, as_json=as_json, out=written):
+            return
     s = res.summary
     link = link_preset(spec.link)
     out = Console(highlight=False)
@@ -109,6 +106,8 @@ def print_pd(
             f"rejected (not in the latencies): {s.num_rejected} of "
             f"{s.num_requests + s.num_rejected + s.num_unfinished}"
         )
+    for line in slo_lines(s):
+        out.print(line)
     out.print(f"per leg over {s.num_disaggregated} disaggregated requests (mean / p50 / p99 ms):")
     for leg in LEGS:
         x = s.legs[leg]
@@ -116,6 +115,31 @@ def print_pd(
     out.print(f"  link wait p99 {s.link_wait_p99_ms:.1f} ms (part of transfer)")
     if res.failures:
         print_pd_failures(out, res)
+    print_section(disagg_view(res, spec, title=title), out, tables=["pools"], verdicts=False, text=False)
+    said_written(written)
+
+
+def slo_lines(s: PDSummary) -> list[str]:
+    """The SLO's verdict, as ``simulate`` words it: each p99 against its cap, then the goodput
+    and how many requests were good (nothing without an SLO)."""
+    if s.slo is None or s.num_good is None or s.goodput is None:
+        return []
+    p99 = {"ttft_ms": s.ttft_p99_ms, "tpot_ms": s.tpot_p99_ms, "e2e_ms": s.e2e_p99_ms}
+    parts = []
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E")):
+        cap = getattr(s.slo, key)
+        if cap is None:
+            continue
+        got = p99[key]
+        verdict = "n/a" if got is None else ("pass" if got <= cap else "FAIL")
+        shown_p99 = "-" if got is None else f"{got:.1f}"
+        parts.append(f"{label} p99 {shown_p99} ms vs {cap:g} ms {verdict}")
+    total = s.num_requests + s.num_unfinished
+    return [
+        "SLO: " + "; ".join(parts),
+        f"goodput {s.goodput:.2f} req/s ({s.num_good:,} of {total:,} requests meet the SLO, "
+        f"{(s.good_fraction or 0.0):.1%})",
+    ]
 
 
 def print_pd_failures(out: Console, res: PDResult) -> None:
@@ -138,4 +162,4 @@ def print_pd_failures(out: Console, res: PDResult) -> None:
     )
 
 
-__all__ = ["pd_deployments", "pd_failures", "print_pd", "print_pd_failures", "run_pd"]
+__all__ = ["pd_deployments", "pd_failures", "print_pd", "print_pd_failures", "run_pd", "slo_lines"]

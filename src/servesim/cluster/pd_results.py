@@ -1,12 +1,29 @@
 """A disaggregated run's figures: TTFT/TPOT/E2E over every leg, and each request's time split
-into prefill queue, prefill, decode queue, transfer and decode (the five add up to its E2E)."""
+into prefill queue, prefill, decode queue, transfer and decode (the five add up to its E2E).
+
+With an SLO (``pd_result(..., slo=)``) each request is judged good or not by the engine's own test
+(``engine.results.good_mask``: finished, and within every threshold the run's SLO and the trace's
+per-request SLAs set; a one-token output's TPOT counts as 0), and goodput is ``per_second`` of the
+good ones over the run's span, as ``simulate`` and ``cluster`` count them. Without one the
+summary and the rows carry no SLO field at all (the document is byte for byte as before).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from pydantic import BaseModel, Field
+import pandas as pd
+from pydantic import BaseModel, Field, model_serializer
 
 from servesim.cluster.pd import REJECTED, PDRun
+from servesim.engine.results import (
+    OUTCOME_FINISHED,
+    OUTCOME_UNFINISHED,
+    SLO,
+    good_mask,
+    per_second,
+)
 
 LEGS = ("prefill_queue", "prefill", "decode_queue", "transfer", "decode")
 
@@ -28,6 +45,16 @@ class PDRequestRow(BaseModel):
         default_factory=list,
         description="What became of it after a lost replica (cluster.pd.RECOVERY_ACTIONS).",
     )
+    good: bool | None = Field(
+        None, description="Met every SLO threshold (``good_mask``); left out when the run had no SLO."
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_good_without_slo(self, handler: Any) -> Any:
+        d = handler(self)
+        if isinstance(d, dict) and d.get("good", 0) is None:
+            del d["good"]
+        return d
 
 
 class LegStats(BaseModel):
@@ -74,6 +101,24 @@ class PDSummary(BaseModel):
         0, description="Refused (prompt past max_model_len, or a queue timeout): no latency counted."
     )
     recoveries: dict[str, int] = Field(default_factory=dict, description="Requests per recovery action.")
+    slo: SLO | None = Field(None, description="The per-request thresholds; left out when none was given.")
+    num_good: int | None = Field(None, description="Requests meeting every threshold (with an SLO).")
+    good_fraction: float | None = Field(
+        None, description="SLO attainment: good over every request of the trace, unfinished ones included."
+    )
+    goodput: float | None = Field(None, description="Good requests per second over the run's span.")
+
+    @model_serializer(mode="wrap")
+    def _drop_slo_when_off(self, handler: Any) -> Any:
+        """A run without an SLO keeps its document byte for byte (no SLO keys)."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("slo", 0) is None:
+            for key in _SLO_KEYS:
+                d.pop(key, None)
+        return d
+
+
+_SLO_KEYS = ("slo", "num_good", "good_fraction", "goodput")
 
 
 class PDResult(BaseModel):
@@ -87,7 +132,31 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q) * 1000.0) if xs else 0.0
 
 
-def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
+def pd_good(run: PDRun, rows: list[PDRequestRow], slo: SLO) -> np.ndarray:
+    """Which requests of the trace are good, in trace order: ``good_mask`` over each finished
+    request's TTFT/TPOT/E2E (every leg counted) and the trace's per-request SLAs; a parked request
+    (never decoded) is unfinished and so not good."""
+    n = len(run.trace)
+    ttft = np.full(n, np.nan)
+    tpot = np.full(n, np.nan)
+    e2e = np.full(n, np.nan)
+    outcome = np.full(n, OUTCOME_UNFINISHED, dtype=object)
+    index = {r.req_id: i for i, r in run.decode_req.items()}
+    for row in rows:
+        i = index[row.req_id]
+        outcome[i] = OUTCOME_FINISHED
+        ttft[i] = row.ttft_s * 1000.0
+        e2e[i] = row.e2e_s * 1000.0
+        tpot[i] = np.nan if row.tpot_s is None else row.tpot_s * 1000.0
+    frame = pd.DataFrame({"outcome": outcome, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e})
+    df = run.trace.df
+    return good_mask(
+        frame, slo, df["sla_ttft_ms"].to_numpy(dtype=np.float64), df["sla_e2e_ms"].to_numpy(dtype=np.float64)
+    )
+
+
+def pd_result(run: PDRun, bytes_per_token_all_ranks: int, slo: SLO | None = None) -> PDResult:
+    """The run's rows and summary; ``slo``: also which requests are good and the goodput."""
     rows: list[PDRequestRow] = []
     parked = set(run.parked)
     actions: dict[str, list[str]] = {}
@@ -162,6 +231,18 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
     counts: dict[str, int] = {}
     for rec in run.recoveries:
         counts[rec.action] = counts.get(rec.action, 0) + 1
+    scored: dict[str, Any] = {}
+    if slo is not None:
+        good = pd_good(run, rows, slo)
+        index = {r.req_id: i for i, r in run.decode_req.items()}
+        rows = [r.model_copy(update={"good": bool(good[index[r.req_id]])}) for r in rows]
+        n_good = int(good.sum())
+        scored = {
+            "slo": slo,
+            "num_good": n_good,
+            "good_fraction": n_good / len(good) if len(good) else 0.0,
+            "goodput": per_second(n_good, span),
+        }
     summary = PDSummary(
         num_requests=len(rows),
         num_disaggregated=len(dis),
@@ -181,6 +262,7 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int) -> PDResult:
         num_unfinished=len(parked),
         num_rejected=len(rejected),
         recoveries=counts,
+        **scored,
     )
     return PDResult(
         summary=summary,
@@ -213,5 +295,6 @@ __all__ = [
     "PDRequestRow",
     "PDResult",
     "PDSummary",
+    "pd_good",
     "pd_result",
 ]

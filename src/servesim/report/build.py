@@ -28,6 +28,7 @@ ORDER: list[Kind] = [
     "recommendation",
     "layouts",
     "cluster",
+    "disaggregated",
     "recover",
     "reschedule",
     "advise",
@@ -269,6 +270,38 @@ def _cluster(doc: Document) -> ReportPart:
     )
 
 
+def _disaggregated(doc: Document) -> ReportPart:
+    """A prefill/decode run: the view the document holds (``servesim.views.disagg``, the one the
+    web draws), or for a document without it the same view built again from its result."""
+    from servesim.cluster.pd import DisaggSpec
+    from servesim.cluster.pd_results import PDResult
+    from servesim.views.disagg import disagg_sections
+
+    raw = doc.data.get("sections")
+    title = str(doc.data.get("title") or "disaggregated run")
+    if raw:
+        if not isinstance(raw, list):
+            raise ReportInputError(
+                f"{doc.name}: not a valid disaggregated result: sections must be a list of views"
+            )
+        try:
+            sections = [Section.model_validate(s) for s in raw]
+        except ValidationError as exc:
+            raise ReportInputError(
+                f"{doc.name}: not a valid disaggregated result: a view in sections: {describe(exc)}"
+            ) from None
+    else:
+        try:
+            pools = DisaggSpec.model_validate(doc.data["spec"])
+        except ValidationError as exc:
+            raise ReportInputError(
+                f"{doc.name}: not a valid disaggregated result: spec: {describe(exc)}"
+            ) from None
+        result = PDResult.model_validate({k: v for k, v in doc.data.items() if k in PDResult.model_fields})
+        sections = disagg_sections(result, pools, title=title)
+    return ReportPart(kind=doc.kind, source=doc.name, title=title, sections=sections)
+
+
 def _recover(doc: Document) -> ReportPart:
     from servesim.cluster.recovery import RecoveryPlan
     from servesim.views.recovery import recovery_view
@@ -313,6 +346,7 @@ BUILDERS: dict[str, Callable[[Document], ReportPart]] = {
     "recommendation": _recommendation,
     "layouts": _layouts,
     "cluster": _cluster,
+    "disaggregated": _disaggregated,
     "recover": _recover,
     "reschedule": _reschedule,
     "advise": _advise,
@@ -327,6 +361,7 @@ HEADLINE: dict[str, list[str]] = {
     "layouts": ["goodput_per_gpu", "gpus", "break_even_gbps"],
     "cluster": ["best_recovery_e2e_p99_ms", "starved"],
     "fleet": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
+    "disaggregated": ["ttft_ms_p99", "tpot_ms_p99", "e2e_ms_p99", "goodput", "output_token_throughput"],
 }
 
 
@@ -336,6 +371,7 @@ GROUP_TITLES = {
     "layouts": "recommended layout",
     "cluster": "node failure",
     "fleet": "the fleet",
+    "disaggregated": "prefill/decode pools",
 }
 
 

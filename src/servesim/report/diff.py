@@ -22,6 +22,7 @@ CONFIG_PATHS: dict[str, list[str]] = {
     "tune": ["recommendation", "deployment"],
     "cluster": ["router"],
     "layouts": ["layouts", "slo"],
+    "disaggregated": ["spec"],
     "reschedule": [],
     "recover": ["context"],
     "advise": ["advice"],

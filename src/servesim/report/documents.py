@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
     from servesim.cluster import FailureEvent, RouterSpec
     from servesim.cluster.compare import LinkSpec, StrategyOutcome
+    from servesim.cluster.pd import DisaggSpec
+    from servesim.cluster.pd_results import PDResult
     from servesim.engine import SimulationResult
     from servesim.spec import ClusterSpec
     from servesim.traces import Trace, TraceStats
@@ -37,6 +39,7 @@ Kind = Literal[
     "recommendation",
     "layouts",
     "cluster",
+    "disaggregated",
     "recover",
     "reschedule",
     "advise",
@@ -50,6 +53,11 @@ SHAPES: list[tuple[Kind, frozenset[str], str]] = [
     ("layouts", frozenset({"layouts"}), "servesim tune --layouts agg,disagg --gpus N --json"),
     ("saturate", frozenset({"points", "saturation_rps", "deployment"}), "servesim saturate --json"),
     ("cluster", frozenset({"strategies", "failures", "router"}), "servesim cluster --json"),
+    (
+        "disaggregated",
+        frozenset({"spec", "summary", "requests", "recoveries"}),
+        "servesim cluster --prefill-replicas N --decode-replicas M --json",
+    ),
     ("recover", frozenset({"scheduled_migrations", "interrupted_node"}), "servesim recover --json"),
     ("reschedule", frozenset({"rescheduled_queue", "requests", "policy"}), "servesim reschedule --json"),
     ("advise", frozenset({"advice", "verification", "advisor"}), "servesim advise --json"),
@@ -89,6 +97,37 @@ def cluster_run_document(
     doc = cluster_document(events, link, route, rows, extra)
     doc["trace_provenance"] = None if provenance is None else provenance.model_dump(mode="json")
     return stamped("cluster", doc)
+
+
+def disaggregated_title(source: str, num_requests: int) -> str:
+    """The title of a disaggregated run, as the CLI and the web give it."""
+    return f"{source}: {num_requests:,} requests, disaggregated"
+
+
+def disaggregated_run_document(
+    result: PDResult,
+    pools: DisaggSpec,
+    run: ClusterSpec,
+    provenance: TraceProvenance | None,
+    title: str,
+) -> dict[str, Any]:
+    """The typed ``disaggregated`` document of a prefill/decode run, the same from ``servesim
+    cluster --prefill-replicas ... --json`` (or ``--out``) and the web's disaggregated run: the
+    pools as given (``spec``), ``run`` (the ``ClusterSpec`` that produced it), the result (summary
+    with the per-leg breakdown, every request's legs, failures, recoveries), the trace's
+    provenance and ``sections``: the run's view (``servesim.views.disagg``) that ``servesim
+    report`` and the web page draw."""
+    from servesim.views.disagg import disagg_sections
+
+    doc: dict[str, Any] = {
+        "title": title,
+        "spec": pools.model_dump(mode="json"),
+        "run": run.model_dump(mode="json"),
+        **result.model_dump(mode="json"),
+        "trace_provenance": None if provenance is None else provenance.model_dump(mode="json"),
+        "sections": [v.model_dump(mode="json") for v in disagg_sections(result, pools, title=title)],
+    }
+    return stamped("disaggregated", doc)
 
 
 class ReportInputError(InputError):
@@ -163,6 +202,7 @@ def read_document(path: str | Path, name: str | None = None) -> Document:
 
 def _result_models() -> dict[str, type[Any]]:
     """Each kind's published model (``servesim schema NAME``): what its document must satisfy."""
+    from servesim.cluster.pd_results import PDResult
     from servesim.cluster.recovery.models import RecoveryPlan
     from servesim.engine.results import SimulationReport
     from servesim.resched.models import ReschedulePlan
@@ -177,6 +217,7 @@ def _result_models() -> dict[str, type[Any]]:
         "saturate": SaturationReport,
         "tune study": TuneResult,
         "recommendation": SchedulerRecommendation,
+        "disaggregated": PDResult,
         "recover": RecoveryPlan,
         "reschedule": ReschedulePlan,
     }
@@ -257,6 +298,8 @@ __all__ = [
     "ReportInputError",
     "cluster_run_document",
     "detect",
+    "disaggregated_run_document",
+    "disaggregated_title",
     "known_shapes",
     "read_document",
     "simulation_document",

@@ -301,7 +301,7 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
     if labels:
         layout["xaxis"]["type"] = "category"
     if s.lines:
-        layout["barmode"] = "group"
+        layout["barmode"] = "stack" if s.stacked else "group"
         layout["showlegend"] = True
         layout["legend"] = {"orientation": "h", "y": -0.25, "font": {"size": 10}}
         layout["margin"] = {**layout["margin"], "b": 80}

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servesim.cluster.compare import LinkSpec, StrategyOutcome, compare_recovery, failure_events
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
-from servesim.cluster.pd import parse_pool_node, pd_context
+from servesim.cluster.pd import DisaggSpec, PDCluster, parse_pool_node, pd_context
+from servesim.cluster.pd_results import PDResult, pd_result
 from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.results import ClusterResult
 from servesim.cluster.simulate import Replica
@@ -86,6 +87,25 @@ class DisaggregatedSpec(BaseModel):
     def model(self) -> str:
         """The served model (its KV bytes set each transfer's size)."""
         return self.prefill.model or DEFAULT_MODEL
+
+    @classmethod
+    def of_pools(cls, pools: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> DisaggregatedSpec:
+        """The pools as given (a cluster file's ``prefill``/``decode``, the CLI's flags, the web's
+        form): each a ``DeploymentSpec`` of the served model on its GPU (the pool's, else
+        ``gpu``), its replica count and vLLM keys; ``timing``: the ``DeploymentSpec`` fields both
+        pools share (``step_time_ms`` / ``linear_step_time``, the web's memory share). The one way
+        every interface states a disaggregated cluster."""
+        made: dict[str, DeploymentSpec] = {}
+        for name, pool in (("prefill", pools.prefill), ("decode", pools.decode)):
+            made[name] = DeploymentSpec(
+                model=pools.model,
+                gpu=pool.gpu or gpu,
+                tp=pool.tp,
+                replicas=pool.replicas,
+                engine={str(k).replace("-", "_"): v for k, v in pool.config.items()},
+                **timing,
+            )
+        return cls(**made, link=pools.link, short_prompt_tokens=pools.short_prompt_tokens)
 
 
 class ClusterSpec(BaseModel):
@@ -219,7 +239,7 @@ class ResolvedCluster:
 @dataclass(frozen=True)
 class ResolvedDisaggregated:
     """What ``cluster.pd.PDCluster`` runs: the two pools, the transfer model, the short-prompt
-    threshold, and each pool's ``timed as``."""
+    threshold, each pool's ``timed as``, and the SLO its requests are judged by."""
 
     spec: ClusterSpec
     prefill: list[Replica]
@@ -227,9 +247,34 @@ class ResolvedDisaggregated:
     context: RecoveryContext
     short_prompt_tokens: int
     timed_as: str
+    slo: SLO | None = None  # the per-request thresholds of the spec's SLO (goodput), if any
+
+    def run(self, trace: Trace) -> PDResult:
+        """``PDCluster`` of these pools on ``trace``, summed up (``pd_result``, judged by the
+        spec's SLO): the one call of every interface (CLI, web)."""
+        run = PDCluster(
+            trace,
+            self.prefill,
+            self.decode,
+            self.context,
+            short_prompt_tokens=self.short_prompt_tokens,
+            failures=self.spec.failures,
+        ).run()
+        return pd_result(run, self.context.bytes_total(1), self.slo)
 
 
-def _runnable(spec: DeploymentSpec) -> DeploymentSpec:
+def pool_failures(listed: Sequence[FailureEvent], n_prefill: int, n_decode: int) -> list[FailureEvent]:
+    """Failures of a disaggregated cluster's replicas with each node under its replica name
+    (``prefill:0`` is ``p0``, ``decode:1`` is ``d1``), as the CLI's ``--fail`` and the web's form
+    name them; an unknown replica raises ``InputError`` naming it and the pool's size."""
+    out = []
+    for f in listed:
+        pool, k = parse_pool_node(f.node, n_prefill, n_decode)
+        out.append(f.model_copy(update={"node": f"{pool[0]}{k}"}))
+    return out
+
+
+def runnable_deployment(spec: DeploymentSpec) -> DeploymentSpec:
     """The deployment as its replicas resolve it: a fixed or linear step time keeps no model,
     GPU timing or TP (they size only what KV moves)."""
     if spec.fixed_timing:
@@ -248,7 +293,7 @@ def resolve_cluster(
         return _resolve_disaggregated(spec, trace)
     link = spec.link_spec()
     link.context()  # an unknown model is refused before anything runs
-    base = _runnable(spec.deployment)
+    base = runnable_deployment(spec.deployment)
     resolved = resolve_replicas(base, spec.replica_keys(), trace)
     replicas = [rep for rep, _ in resolved]
     names = [r.name for r in replicas]
@@ -289,7 +334,7 @@ def _resolve_disaggregated(spec: ClusterSpec, trace: Trace) -> ResolvedDisaggreg
     pools: list[list[Replica]] = []
     timed: list[str] = []
     for tag, pool in (("p", disagg.prefill), ("d", disagg.decode)):
-        base = _runnable(pool)
+        base = runnable_deployment(pool)
         keys = [(f"{tag}{i}", dict(pool.engine)) for i in range(pool.replicas)]
         resolved = resolve_replicas(base, keys, trace)
         pools.append([rep for rep, _ in resolved])
@@ -301,6 +346,7 @@ def _resolve_disaggregated(spec: ClusterSpec, trace: Trace) -> ResolvedDisaggreg
         context=ctx,
         short_prompt_tokens=disagg.short_prompt_tokens,
         timed_as=f"prefill {timed[0]}; decode {timed[1]}",
+        slo=spec.slo.request_slo() if spec.slo is not None else None,
     )
 
 
@@ -313,5 +359,7 @@ __all__ = [
     "Recovery",
     "ResolvedCluster",
     "ResolvedDisaggregated",
+    "pool_failures",
     "resolve_cluster",
+    "runnable_deployment",
 ]

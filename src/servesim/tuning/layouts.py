@@ -8,7 +8,8 @@ layout runs the same trace: aggregated ones on ``servesim.cluster``'s simulator 
 disaggregated ones on ``PDCluster`` over the chosen link (``evaluate``).
 
 Each point is scored by **goodput per GPU**: requests that met the per-request thresholds (TTFT
-<= the SLO's TTFT cap, TPOT <= its TPOT cap) per second of the run, over the GPUs; next to it
+<= the SLO's TTFT cap, TPOT <= its TPOT cap, the trace's own SLAs: ``engine.results.good_mask``,
+the test of every run) per second of the run (``per_second``), over the GPUs; next to it
 TTFT p99 and TPOT p99. The Pareto front keeps the points no other beats on all three
 (``pareto_front``). The recommendation is the front's best goodput per GPU (ties: lower TTFT
 p99), explained against the best layout of the other kind: which SLO disaggregation buys, or why
@@ -28,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import InputError
@@ -239,21 +241,22 @@ class LayoutRunner:
     def link_gbps(self, lay: Layout) -> float:
         return float(self._spec(lay).context().bandwidth_gbps)
 
-    def latencies(
-        self, lay: Layout, bandwidth_gbps: float | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        """TTFT, TPOT (NaN: one output token) and E2E per request in seconds, and the run's span."""
+    def latencies(self, lay: Layout, bandwidth_gbps: float | None = None) -> tuple[pd.DataFrame, float]:
+        """Each request's outcome and TTFT/TPOT/E2E in ms (TPOT NaN: one output token), in trace
+        order, as ``engine.results.good_mask`` reads them, the same in seconds (``*_s``: the
+        p99s are taken of those), and the run's span in seconds."""
         if lay.kind == "agg":
             from servesim.cluster import simulate_cluster
 
             reps = self._replicas("n", lay.replicas, lay.tp, {})
             df = simulate_cluster(self.trace, reps, pooled_itl=False, replica_summaries=False).requests
-            ttft = df["ttft_ms"].to_numpy(dtype=np.float64) / 1000.0
-            tpot = df["tpot_ms"].to_numpy(dtype=np.float64) / 1000.0
-            e2e = df["e2e_ms"].to_numpy(dtype=np.float64) / 1000.0
             span = float(df["finish_s"].max() - df["arrival_s"].min()) if len(df) else 0.0
-            return ttft, tpot, e2e, span
+            out = df[["outcome", "ttft_ms", "tpot_ms", "e2e_ms"]].reset_index(drop=True)
+            for m in ("ttft", "tpot", "e2e"):
+                out[f"{m}_s"] = out[f"{m}_ms"].to_numpy(dtype=np.float64) / 1000.0
+            return out, span
         from servesim.cluster.pd import PDCluster
+        from servesim.engine.results import OUTCOME_FINISHED
 
         spec = self._spec(lay)
         ctx = spec.context()
@@ -262,27 +265,56 @@ class LayoutRunner:
         p = self._replicas("p", lay.prefill_replicas, lay.prefill_tp, lay.prefill_config)
         d = self._replicas("d", lay.decode_replicas, lay.decode_tp, lay.decode_config)
         run = PDCluster(self.trace, p, d, ctx, short_prompt_tokens=self.short).run()
-        reqs = [run.decode_req[i] for i in sorted(run.decode_req)]
-        ttft = np.array([r.first_token - r.arrival for r in reqs])
+        reqs = [run.decode_req[i] for i in sorted(run.decode_req)]  # every one finished (no failures)
+        ttft = np.array([r.first_token - r.arrival for r in reqs], dtype=np.float64)
         tpot = np.array(
             [
                 (r.finish_time - r.first_token) / (r.num_output - 1) if r.num_output > 1 else math.nan
                 for r in reqs
-            ]
+            ],
+            dtype=np.float64,
         )
-        e2e = np.array([r.finish_time - r.arrival for r in reqs])
+        e2e = np.array([r.finish_time - r.arrival for r in reqs], dtype=np.float64)
+        frame = pd.DataFrame(
+            {
+                "outcome": [OUTCOME_FINISHED] * len(reqs),
+                "ttft_ms": ttft * 1000.0,
+                "tpot_ms": tpot * 1000.0,
+                "e2e_ms": e2e * 1000.0,
+                "ttft_s": ttft,
+                "tpot_s": tpot,
+                "e2e_s": e2e,
+            }
+        )
         span = max(r.finish_time for r in reqs) - min(r.arrival for r in reqs) if reqs else 0.0
-        return ttft, tpot, e2e, span
+        return frame, span
 
     def point(self, lay: Layout, bandwidth_gbps: float | None = None) -> LayoutPoint:
-        ttft, tpot, e2e, span = self.latencies(lay, bandwidth_gbps)
-        good = np.ones(len(ttft), dtype=bool)
-        if self.ttft_ms is not None:
-            good &= ttft * 1000.0 <= self.ttft_ms
-        if self.tpot_ms is not None:
-            good &= np.isnan(tpot) | (tpot * 1000.0 <= self.tpot_ms)
+        """The layout scored: good requests by the engine's own test (``good_mask``: finished,
+        within the TTFT/TPOT thresholds and the trace's per-request SLAs) per second of the run
+        (``per_second``), over its GPUs; and the p99s."""
+        from servesim.engine.results import SLO, good_mask, per_second
+
+        frame, span = self.latencies(lay, bandwidth_gbps)
+        sla = self.trace.df
+        slo = (
+            SLO(ttft_ms=self.ttft_ms, tpot_ms=self.tpot_ms)
+            if self.ttft_ms is not None or self.tpot_ms is not None
+            else None
+        )
+        good = good_mask(
+            frame,
+            slo,
+            sla["sla_ttft_ms"].to_numpy(dtype=np.float64),
+            sla["sla_e2e_ms"].to_numpy(dtype=np.float64),
+        )
         n_good = int(good.sum())
-        rate = n_good / span if span > 0 else 0.0
+        rate = per_second(n_good, span)
+        ttft = frame["ttft_s"].to_numpy(dtype=np.float64)
+        ttft = ttft[~np.isnan(ttft)]
+        tpot = frame["tpot_s"].to_numpy(dtype=np.float64)
+        e2e = frame["e2e_s"].to_numpy(dtype=np.float64)
+        e2e = e2e[~np.isnan(e2e)]
         tp = tpot[~np.isnan(tpot)]
         t99 = float(np.percentile(ttft, 99) * 1000.0) if len(ttft) else 0.0
         o99 = float(np.percentile(tp, 99) * 1000.0) if len(tp) else None
@@ -294,7 +326,7 @@ class LayoutRunner:
             layout=lay,
             gpus=lay.gpus,
             good_requests=n_good,
-            num_requests=len(ttft),
+            num_requests=len(frame),
             goodput_rps=rate,
             goodput_per_gpu=rate / lay.gpus,
             ttft_p99_ms=t99,

@@ -100,13 +100,19 @@ class Series(_Frozen):
         default_factory=list, description="Labels of x when x only index categories (0, 1, 2 ...)."
     )
     name: str | None = Field(None, description="The legend name of y (else y_label).")
+    stacked: bool = Field(
+        False, description="Bars: ``lines`` stacked on y (parts of one whole), not side by side."
+    )
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No ``spans`` key when there are none: a series without an outage dumps as before."""
+        """No ``spans`` key when there are none, no ``stacked`` when not stacked: a series without
+        either dumps as before."""
         out: dict[str, Any] = handler(self)
         if not self.spans:
             out.pop("spans", None)
+        if not self.stacked:
+            out.pop("stacked", None)
         return out
 
 

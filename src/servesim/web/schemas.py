@@ -14,13 +14,16 @@ result.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from servesim.cluster import FailureEvent
 from servesim.resched import Policy
 from servesim.spec import DeploymentSpec, PercentileSLO, SLOError
+
+if TYPE_CHECKING:
+    from servesim.cluster.pd import DisaggSpec
 
 ID_PATTERN = r"^[0-9a-f]{32}$"
 #: The most replicas one web job simulates (a cluster of 1,024 is the CLI's, not a shared server's).
@@ -148,8 +151,53 @@ SLOField: Any = Field(
 )
 
 
+class PoolBody(Strict):
+    """One pool of a disaggregated run: its replicas, GPU and TP (the deployment's model and vLLM
+    keys apply to every pool)."""
+
+    replicas: int = Field(1, ge=1, le=WEB_MAX_REPLICAS, description="Replicas of this pool.")
+    gpu: str | None = Field(
+        None, min_length=1, max_length=100, description="GPU (default: the deployment's)."
+    )
+    tp: int | None = Field(
+        None, ge=1, le=8, description="Tensor-parallel degree (default: the deployment's)."
+    )
+
+
+class DisaggregatedBody(Strict):
+    """Prefill/decode disaggregation: the two pools, the KV-transfer link, the short-prompt
+    threshold (``servesim cluster --prefill-replicas N --decode-replicas M``)."""
+
+    prefill: PoolBody = Field(default_factory=PoolBody)
+    decode: PoolBody = Field(default_factory=PoolBody)
+    link: str = Field("rdma-400g", min_length=1, max_length=100, description="KV-transfer link preset.")
+    short_prompt_tokens: int = Field(
+        0, ge=0, le=10_000_000, description="Prompts shorter than this are prefilled on their decode replica."
+    )
+
+    @field_validator("link")
+    @classmethod
+    def _known_link(cls, value: str) -> str:
+        from servesim.cluster.pd import link_presets
+
+        presets = link_presets()
+        if value not in presets:
+            raise ValueError(f"unknown link {value!r}; presets: {', '.join(sorted(presets))}")
+        return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> DisaggregatedBody:
+        total = self.prefill.replicas + self.decode.replicas
+        if total > WEB_MAX_REPLICAS:
+            raise ValueError(
+                f"{total} replicas in the two pools: this server simulates at most {WEB_MAX_REPLICAS} per job"
+            )
+        return self
+
+
 class SimulateBody(SpecBody):
-    """One replica (``deployment.replicas`` 1) or a cluster with failures (more replicas, ``failures``)."""
+    """One replica (``deployment.replicas`` 1), a cluster with failures (more replicas,
+    ``failures``), or prefill and decode pools (``disaggregated``; failures name ``pN``/``dN``)."""
 
     _cluster_keys = True
     _legacy_slo = True
@@ -159,9 +207,59 @@ class SimulateBody(SpecBody):
     label: str | None = Field(None, max_length=200)
     failures: list[FailureEvent] = Field(default_factory=list, max_length=64)
     recovery: Literal["planner", "migrate", "restart"] = "planner"
+    disaggregated: DisaggregatedBody | None = Field(
+        None, description="Prefill and decode pools instead of identical replicas (null: aggregated)."
+    )
 
     _slo = field_validator("slo", mode="before")(read_slo)
     _one_run = field_validator("slo")(single_run_slo)
+
+    @model_validator(mode="after")
+    def _pools(self) -> SimulateBody:
+        pd = self.disaggregated
+        if pd is None:
+            return self
+        if self.deployment.replicas != 1:
+            raise ValueError(
+                "deployment.replicas: a disaggregated run's replicas are its pools' "
+                "(disaggregated.prefill.replicas, disaggregated.decode.replicas); leave it at 1"
+            )
+        from servesim.cluster.pd import parse_pool_node
+
+        for i, f in enumerate(self.failures):
+            try:
+                parse_pool_node(f.node, pd.prefill.replicas, pd.decode.replicas)
+            except ValueError as e:
+                raise ValueError(f"failures[{i}].node: {e}") from None
+        if self.deployment.profile is not None:
+            raise ValueError(
+                "deployment.profile: a disaggregated run times each pool on its own GPU; leave it out"
+            )
+        return self
+
+    def pools(self) -> DisaggSpec:
+        """The pools as the CLI's flags (or a cluster file) state them: each pool's replicas, GPU
+        and TP (else the deployment's TP), the deployment's vLLM keys on both, its model served."""
+        from servesim.cluster.pd import DisaggSpec, PoolSpec
+
+        pd, dep = self.disaggregated, self.deployment
+        if pd is None:
+            raise ValueError("not a disaggregated run")
+        made = {
+            name: PoolSpec(replicas=p.replicas, gpu=p.gpu, tp=p.tp or dep.tp, config=dict(dep.engine))
+            for name, p in (("prefill", pd.prefill), ("decode", pd.decode))
+        }
+        model = {"model": dep.model} if dep.model is not None else {}
+        return DisaggSpec(**made, link=pd.link, short_prompt_tokens=pd.short_prompt_tokens, **model)
+
+    def shared(self) -> dict[str, Any]:
+        """What every pool takes from the deployment besides its model and keys: the step timing
+        and the memory share, where set (``DisaggregatedSpec.of_pools``)."""
+        dep = self.deployment
+        out: dict[str, Any] = {"step_time_ms": dep.step_time_ms, "linear_step_time": dep.linear_step_time}
+        if dep.gpu_memory_utilization is not None:
+            out["gpu_memory_utilization"] = dep.gpu_memory_utilization
+        return out
 
 
 class RescoreBody(Strict):

@@ -16,7 +16,7 @@ from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.perf.setup import DEFAULT_TP
 from servesim.spec import DeploymentSpec
 from servesim.web.problems import Problem
-from servesim.web.schemas import WEB_MAX_REPLICAS, AdviseBody, SpecBody, TuneBody
+from servesim.web.schemas import WEB_MAX_REPLICAS, AdviseBody, SimulateBody, SpecBody, TuneBody
 
 FIELD = "body.deployment"
 
@@ -111,6 +111,29 @@ def checked_engine(spec: DeploymentSpec) -> EngineConfig:
     except ConfigError as exc:  # the bound every interface gets from servesim.spec.resolve
         raise _refuse(f"{FIELD}.engine.kv_offloading_size", str(exc)) from None
     return config
+
+
+def check_pools(body: SimulateBody) -> None:
+    """A disaggregated run's pools checked at the door as the deployment is: each pool's GPU in
+    the catalog (422 naming ``body.disaggregated.POOL.gpu``), and the deployment's vLLM keys with
+    the ``vllm serve`` defaults of each pool's GPU (``checked_engine``)."""
+    from servesim.perf import load_catalog
+    from servesim.spec import DisaggregatedSpec
+    from servesim.spec.cluster import runnable_deployment
+
+    pd = body.disaggregated
+    if pd is None:
+        return
+    catalog = load_catalog()
+    for name, pool in (("prefill", pd.prefill), ("decode", pd.decode)):
+        if pool.gpu is not None:
+            try:
+                catalog.gpu(pool.gpu)
+            except user_errors() as exc:
+                raise _refuse(f"body.disaggregated.{name}.gpu", str(exc)) from None
+    made = DisaggregatedSpec.of_pools(body.pools(), body.deployment.gpu, body.shared())
+    for dep in (made.prefill, made.decode):  # each as its replicas resolve it
+        checked_engine(runnable_deployment(dep).model_copy(update={"replicas": 1}))
 
 
 def _reason(exc: Exception) -> str:

@@ -103,11 +103,22 @@ def flag_specs(model: type[Any], skip: frozenset[str] = frozenset()) -> list[dic
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, Any]:
+    from servesim.cluster.pd import link_presets
     from servesim.perf import load_catalog
     from servesim.views.glossary import METRICS
 
     cat = load_catalog()
     return {
+        # the KV-transfer links of a disaggregated run (data/perf/links.yaml)
+        "links": [
+            {
+                "name": name,
+                "description": x.description,
+                "bandwidth_gbps": x.bandwidth_gbps,
+                "setup_latency_ms": x.setup_latency_ms,
+            }
+            for name, x in link_presets().items()
+        ],
         "models": [
             {"name": m.name, "hf_id": m.hf_id, "architecture": m.architecture, "dtype": m.dtype}
             for m in cat.models.values()

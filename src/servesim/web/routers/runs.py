@@ -23,7 +23,7 @@ from servesim.web.schemas import (
     SimulateBody,
     TuneBody,
 )
-from servesim.web.validate import at_the_door, check_advisor, check_tune
+from servesim.web.validate import at_the_door, check_advisor, check_pools, check_tune
 
 router = APIRouter(prefix="/api", tags=["runs"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -41,6 +41,17 @@ def job_out(row: JobRow) -> JobOut:
     a run stored with an older body reads as what it was translated to)."""
     out = JobOut.model_validate(row, from_attributes=True)
     return out.model_copy(update={"params": current_params(row.kind, row.params)})
+
+
+def _not_disaggregated(row: JobRow, what: str) -> None:
+    """A disaggregated run has no single-replica summary: ``what`` (re-scoring, cost, compare)
+    is refused with why, not a failure deep in a view."""
+    if row.kind == "simulate" and "disaggregated" in (row.result or {}):
+        raise Problem(
+            422,
+            f"run {row.id} is a disaggregated run (prefill and decode pools): {what} takes runs of "
+            "identical replicas; run it again with another SLO, or read its document",
+        )
 
 
 def _trace_name(wb: Workbench, trace_id: str) -> str:
@@ -67,9 +78,15 @@ def simulate(body: SimulateBody, wb: WB) -> JSONResponse:
         if replicas > 1 or body.failures
         else "1 replica"
     )
+    pd = body.disaggregated
+    if pd is not None:
+        check_pools(body)
+        fails = f", {len(body.failures)} failures" if body.failures else ""
+        shape = f"{pd.prefill.replicas}P{pd.decode.replicas}D over {pd.link}{fails}"
     sc = engine.speculative_config  # a speculating run says so: on vs off reads apart in Compare
     spec = f", {sc.method} k={sc.num_speculative_tokens}" if sc is not None else ""
-    title = body.label or f"{name}: max_num_seqs {engine.max_num_seqs}, {shape}{spec}"
+    flags = f"max_num_seqs {engine.max_num_seqs}, " if pd is None else ""  # each pool's GPU sets its own
+    title = body.label or f"{name}: {flags}{shape}{spec}"
     return _submit(wb, "simulate", title, body, body.trace_id)
 
 
@@ -200,6 +217,7 @@ def rescore(run_id: RunId, body: RescoreBody, wb: WB) -> dict[str, Any]:
 
     row = _done(wb, run_id)
     result = row.result or {}
+    _not_disaggregated(row, "re-scoring")
     if row.kind != "simulate" or "summary" not in result:
         raise Problem(422, f"run {run_id} is a {row.kind} job: only a simulation run is re-scored")
     records = wb.storage.requests_file(row.id)
@@ -232,6 +250,7 @@ def run_cost(
     row = _done(wb, run_id)
     if row.kind != "simulate" or not row.result:
         raise Problem(422, "cost takes a simulation run")
+    _not_disaggregated(row, "cost")
     from servesim.perf.setup import DEFAULT_TP
 
     dep = current_params(row.kind, row.params).get("deployment", {})
@@ -268,6 +287,8 @@ def download_compare_report(
     from servesim.web.reports import report_html
 
     ra, rb = _done(wb, a), _done(wb, b)
+    for r in (ra, rb):
+        _not_disaggregated(r, "compare")
     if ra.kind != rb.kind:
         raise Problem(422, f"a report compares two runs of one kind ({ra.kind} and {rb.kind} given)")
     return _attachment(report_html([ra, rb]), f"servesim-diff-{ra.id[:8]}-{rb.id[:8]}.html")
@@ -289,6 +310,8 @@ def compare(
     from servesim.web.compare import COMPARABLE, legend_name, overlay_sections, study_sections
 
     ra, rb = _done(wb, a), _done(wb, b)
+    for r in (ra, rb):
+        _not_disaggregated(r, "compare")
     if ra.kind != rb.kind:
         raise Problem(
             422,
@@ -340,6 +363,7 @@ def compare_basket(
     for r in rows:
         if r.kind != "simulate":
             raise Problem(422, f"run {r.id} is a {r.kind} job: a basket compares simulation runs")
+        _not_disaggregated(r, "a basket")
     jobs = [job_out(r).model_dump(mode="json") for r in rows]
     labels = [f"{j['created_at'][11:19]} {j['title']}"[:80] for j in jobs]
     summaries = [SimulationSummary.model_validate((r.result or {})["summary"]) for r in rows]

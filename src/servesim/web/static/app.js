@@ -206,6 +206,21 @@
     showGpuDefaults();
     if (params.slo !== undefined) { for (const i of $("slo-fields").querySelectorAll("input[name]")) i.value = ""; fillFields("slo", params.slo); }
     if (params.recovery && $("run-recovery")) $("run-recovery").value = params.recovery;
+    if ($("run-layout") && "disaggregated" in params) {  // a Run tab run (null: aggregated)
+      const pd = params.disaggregated;
+      $("run-layout").value = pd ? "disaggregated" : "aggregated";
+      if (pd) {
+        for (const pool of ["prefill", "decode"]) {
+          const p = pd[pool] || {};
+          $(`pd-${pool}-replicas`).value = String(p.replicas || 1);
+          $(`pd-${pool}-gpu`).value = p.gpu || "";
+          $(`pd-${pool}-tp`).value = p.tp ? String(p.tp) : "";
+        }
+        $("pd-link").value = pd.link || "rdma-400g";
+        $("pd-short").value = String(pd.short_prompt_tokens || 0);
+      }
+      $("run-layout").dispatchEvent(new Event("change"));
+    }
     if (params.failures && $("run-failures")) $("run-failures").value = params.failures.map((f) => `${f.node}@${f.time_s}${f.recover_after_s != null ? "+" + f.recover_after_s : ""}`).join(", ");
   }
   /* The deployment and SLO a run used, in one line under its title (what a person checks first). */
@@ -218,6 +233,11 @@
     const reps = d.replicas || 1;
     const slo = params.slo && Object.keys(params.slo).length
       ? Object.entries(params.slo).map(([k, v]) => (k === "min_good_fraction" ? `good=${v}` : `${k}=${v}`)).join(",") : "none";
+    const pd = params.disaggregated;
+    const pools = pd ? ["prefill", "decode"].map((n) => { const p = pd[n] || {}; return `${n} ${p.replicas || 1} × (${p.tp || tp} × ${p.gpu || d.gpu || cat.gpu})`; }).join(", ") : "";
+    if (pd) return el("p", { class: "help run-settings" },
+      `Disaggregated: ${d.model || cat.model}, ${pools}, link ${pd.link || "rdma-400g"}`
+      + `${flags.length ? ", " + flags.join(", ") : ", vllm serve's defaults"} · SLO: ${slo}`);
     return el("p", { class: "help run-settings" },
       `Deployment: ${d.model || cat.model} on ${tp} × ${d.gpu || cat.gpu}${reps > 1 ? `, ${reps} replicas (${d.router || cat.router})` : ""}`
       + `${flags.length ? ", " + flags.join(", ") : ", vllm serve's defaults"} · SLO: ${slo}`);
@@ -254,6 +274,16 @@
       const help = spec.name === "min_good_fraction" ? `${spec.help} Judged by the Throughput curve and Tune (a single run reports the good fraction it measured).` : spec.help;
       slo.append(inputFor(Object.assign({}, spec, { flag: spec.name, nullable: true, help }), "slo", pdefaults[spec.name] ?? null));
     }
+    for (const pool of ["prefill", "decode"]) fillSelect($(`pd-${pool}-gpu`), [{ value: "", label: "same" }, ...cat.gpus.map((g) => ({ value: g.name, label: g.name }))], "");
+    fillSelect($("pd-link"), (cat.links || []).map((l) => ({ value: l.name, label: `${l.name} (${SS.fmt(l.bandwidth_gbps)} Gbit/s)` })), "rdma-400g");
+    const layout = () => {
+      const pd = $("run-layout").value === "disaggregated";
+      $("pd-fields").hidden = !pd;
+      $("run-recovery-box").hidden = pd;  // a pool's loss is recovered as docs/cluster.md says, not by a strategy
+      $("run-failures").placeholder = pd ? "d0@5, p0@8+4" : "n0@20+30";
+    };
+    $("run-layout").addEventListener("change", layout);
+    layout();
     fillSelect($("gen-preset"), cat.presets.map((p) => ({ value: p, label: p })), "default");
     fillSelect($("upload-format"), [{ value: "", label: "auto-detect" }, ...cat.formats.map((f) => ({ value: f, label: f }))], "");
     SS.glossary = cat.glossary || {};
@@ -505,13 +535,15 @@
       el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
       el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"),
       el("a", { href: `/api/runs/${run.job.id}/requests.csv`, download: "" }, "Download per-request CSV"),
-      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
-      el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
-      el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket"),
+      // Compare and the basket read runs of identical replicas: a disaggregated run is not offered to them
+      r.disaggregated ? [] : [
+        el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.a", run.job.id); toast("Set as the comparison baseline (A)"); } }, "Use as baseline"),
+        el("button", { type: "button", class: "secondary small", onclick: () => { localStorage.setItem("servesim.compare.b", run.job.id); toast("Set as the compared run (B)"); } }, "Compare with baseline"),
+        el("button", { type: "button", class: "secondary small", id: "basket-add", onclick: () => addToBasket(run.job) }, "Add to basket")],
       loadButton("load-settings", run));
     box.append(toolbar, settingsLine(run.job.params) || "");
     for (const n of r.notes || []) box.append(el("p", { class: "help" }, "note: " + n));
-    costBox(box, run.job.id);
+    if (!r.disaggregated) costBox(box, run.job.id);  // cost reads a run of identical replicas
     const sparks = r.sparklines || {};
     const first = r.kpis ? { sparklines: sparks, before: (sec) => percentileSwitcher(sec, r.kpis, sparks) } : {};
     if (r.kpis && run.job.kind === "simulate") sloRescoreBox(box, run, sparks);
@@ -627,6 +659,16 @@
           failures: parseFailures($("run-failures").value),
           recovery: $("run-recovery").value,
         });
+        if ($("run-layout").value === "disaggregated") {
+          // the pools are the replicas: the deployment's model and flags apply to both
+          delete body.recovery;
+          body.deployment.replicas = 1;
+          const pool = (n) => {
+            const tp = $(`pd-${n}-tp`).value.trim();
+            return { replicas: parseInt($(`pd-${n}-replicas`).value, 10) || 1, gpu: $(`pd-${n}-gpu`).value || null, tp: tp ? parseInt(tp, 10) : null };
+          };
+          body.disaggregated = { prefill: pool("prefill"), decode: pool("decode"), link: $("pd-link").value, short_prompt_tokens: parseInt($("pd-short").value, 10) || 0 };
+        }
         submit("run", "/api/simulate", body, renderRun);
       } catch (err) { clear(jobBox("run"), problemBlock(err)); }
     });

@@ -188,7 +188,7 @@ SS.series = function (container, s, extra) {
   else Object.assign(trace, { type: "scatter", mode: measured ? "lines+markers" : "lines", line: { shape: s.kind === "step" ? "hv" : "linear", width: 1.5, color: measured ? "#c05600" : undefined } });
   div.dataset.key = s.key;
   const lines = (s.lines || []).map((ln) => s.kind === "bar"
-    ? { type: "bar", x: xs, y: ln.y, name: ln.label, hovertemplate: trace.hovertemplate }  // grouped next to the first
+    ? { type: "bar", x: xs, y: ln.y, name: ln.label, hovertemplate: trace.hovertemplate }  // grouped next to the first (stacked on it: s.stacked)
     : { type: "scatter", mode: "lines", x: xs, y: ln.y, name: ln.label, line: { dash: "dot", width: 1.5 } });
   const traces = [trace, ...lines, ...((extra && extra.traces) || [])];
   const shapes = [];
@@ -208,7 +208,7 @@ SS.series = function (container, s, extra) {
     xaxis: { title: { text: axisTitle(s.x_label, s.x_unit) }, type: cats ? "category" : undefined },
     yaxis: { title: { text: axisTitle(s.y_label, s.y_unit) }, type: s.log_y ? "log" : undefined, rangemode: !s.log_y && Math.min(...s.y) >= 0 ? "tozero" : undefined },
   };
-  if (lines.length) Object.assign(layout, { barmode: "group", showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND });
+  if (lines.length) Object.assign(layout, { barmode: s.stacked ? "stack" : "group", showlegend: true, legend: LEGEND_OUTSIDE, margin: MARGIN_LEGEND });
   SS.plot(div, traces, Object.assign(layout, (extra && extra.layout) || {}));
   return div;
 };

@@ -42,6 +42,8 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
     trace = load_trace(trace_path(env, body.trace_id))
     if env.get("trace_name"):  # the name it was uploaded as, not the server's storage path
         trace.provenance = trace.provenance.model_copy(update={"source": env["trace_name"]})
+    if body.disaggregated is not None:
+        return _disaggregated(body, trace, env, report)
     setup = deployment(body.deployment, trace)
     notes = setup_notes(setup)
     config, step = setup.config, setup.step_time
@@ -177,6 +179,49 @@ def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, repor
         # the sections are the page's (above): ``reports.cli_shape`` puts them in, not kept twice
         "document": cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec),
     }
+
+
+def _disaggregated(body: SimulateBody, trace: Trace, env: Env, report: Report) -> dict[str, Any]:
+    """Prefill and decode pools: the body as the ``ClusterSpec`` ``servesim cluster
+    --prefill-replicas N --decode-replicas M`` builds (``DisaggregatedSpec.of_pools`` of the pools
+    as the flags state them), resolved by ``servesim.spec.resolve_cluster`` and run by
+    ``ResolvedDisaggregated.run``; its document is the CLI's (``disaggregated_run_document``)."""
+    from servesim.report.documents import disaggregated_run_document, disaggregated_title
+    from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
+    from servesim.spec.cluster import pool_failures
+
+    pools = body.pools()
+    source = env.get("trace_name") or body.trace_id
+    spec = ClusterSpec(
+        trace=source,
+        disaggregated=DisaggregatedSpec.of_pools(pools, body.deployment.gpu, body.shared()),
+        failures=pool_failures(body.failures, pools.prefill.replicas, pools.decode.replicas),
+        slo=body.slo,
+    )
+    run = resolve_cluster(spec, trace)
+    if not isinstance(run, ResolvedDisaggregated):
+        raise InputError("a disaggregated run resolved without its pools")
+    report(0, len(trace))
+    result = run.run(trace)  # one run of both pools (PDCluster has no progress callback)
+    report(len(trace), len(trace))
+    _save_pd_requests(result, env)
+    doc = disaggregated_run_document(
+        result, pools, spec, trace.provenance, disaggregated_title(source, len(trace))
+    )
+    return {
+        "disaggregated": result.summary.model_dump(mode="json"),
+        "sections": doc["sections"],
+        "notes": [f"timed as: {run.timed_as}"],
+        "document": doc,
+    }
+
+
+def _save_pd_requests(result: Any, env: Env) -> None:
+    """Every request's legs for the CSV download (``PDRequestRow``'s fields, in Parquet)."""
+    rows = [r.model_dump(mode="json") for r in result.requests]
+    for r in rows:
+        r["recovered"] = ";".join(r["recovered"])
+    pd.DataFrame(rows).to_parquet(env["requests_file"], index=False)
 
 
 def _jsonable(value: Any) -> Any:
