@@ -123,3 +123,13 @@ def test_prompts_past_max_model_len_are_rejected_not_a_crash(tmp_path: Path) -> 
     human = runner.invoke(app, args)
     assert human.exit_code == 0, human.output
     assert "rejected (not in the latencies): 1 of 3" in human.stdout
+
+
+def test_out_writes_the_json_document(tmp_path: Path) -> None:
+    """--out (every result command's) writes the document --json prints, after the human output."""
+    out = tmp_path / "pd.json"
+    args = [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1"]
+    res = runner.invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "per leg over" in res.stdout and res.stdout.endswith(f"result written to {out}\n")
+    assert json.loads(out.read_text()) == json.loads(runner.invoke(app, [*args, "--json"]).stdout)
