@@ -1072,8 +1072,9 @@ class LivePDRun(_Base):
 
     @property
     def done(self) -> bool:
-        """Nothing is left to run (every request has an outcome, or is parked for good)."""
-        return self._done or self.sim.next_time() == math.inf
+        """Nothing is left to run (every request has an outcome, or is parked for good): known
+        once an advance stops short of its step count (a step just ended has no next one begun)."""
+        return self._done
 
     def _num_arrived(self) -> int:
         return len(self.sim.run_.decode_req)
@@ -1085,8 +1086,10 @@ class LivePDRun(_Base):
             return 0
         done = self.sim.advance(until, max_steps)
         self._steps += done
-        if done < max_steps and self.sim.next_time() < until:
-            self._done = True  # stopped short: only empty steps waiting on KV nobody reads remain
+        if done < max_steps:
+            t = self.sim.next_time()
+            # nothing is due, or only empty steps waiting on KV nobody reads (it stopped short)
+            self._done = t == math.inf or t < until
         return done
 
     def _advance_steps(self, n: int = 1) -> int:

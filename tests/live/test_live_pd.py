@@ -78,10 +78,11 @@ def test_piecewise_with_snapshots_is_the_one_go_run(failures: list[FailureEvent]
             live.advance_until(t)
         else:
             live.advance_steps(3)
-        live.snapshot()  # looking changes nothing
+        snap = live.snapshot()  # looking changes nothing
         live.events()
         snaps += 1
     assert snaps > 5
+    assert snap.done and snap.num_closed == len(ROWS)  # done once every request has its outcome
     got = live.finish()
     want = _one_go(failures)
     assert got.model_dump() == want.model_dump()  # every request's figures, the summary, the failures
