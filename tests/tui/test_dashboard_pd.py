@@ -89,7 +89,8 @@ def test_the_pools_each_replica_labelled_and_the_legs_tile_is_the_runs_result(si
         snap = app.snap
         assert snap is not None and snap.pd is not None
         status = text(app, "#status")
-        assert "t 2.00s" in status and "1P2D tcp-25g" in status
+        assert "t 2.00s" in status and f"done {snap.num_closed}/{N}" in status
+        assert app.query_one("#legs").border_title == "legs (ms) · KV on tcp-25g"
         prefill, decode = text(app, "#pools").splitlines()
         assert prefill.startswith("prefill") and " p0 " in prefill and "d0" not in prefill
         assert decode.startswith("decode") and "▸d0 " in decode and " d1 " in decode
@@ -248,5 +249,21 @@ def test_enter_shows_a_requests_legs() -> None:
         assert (
             "prefill scheduled on p0" in shown and "KV pull p0->d0 issued" in shown and "KV landed" in shown
         )
+
+    drive(app, body, (80, 24))
+
+
+def test_f_on_a_replica_whose_later_failure_is_given_says_why_not() -> None:
+    app = DashboardApp(pd_spec([FailureEvent(node="p0", time_s=3.0)]), paused=True, start_at=1.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        await pilot.press("f", "enter")  # p0, lost now, for good: it fails again at 3 s
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert any("not failed" in m and "node 'p0' fails at 3.0 s while already down" in m for m in said), (
+            said
+        )
+        assert isinstance(app.spec, PDDashboardSpec) and len(app.spec.cluster.failures) == 1
+        assert "p0 DOWN" not in text(app, "#pools")
 
     drive(app, body, (80, 24))

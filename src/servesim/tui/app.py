@@ -162,8 +162,7 @@ class DashboardApp(App[None]):
     def on_mount(self) -> None:
         self.main.query_one("#side").border_title = "KV · latency · tok/s"
         self.main.query_one("#events").border_title = "events"
-        if self.pd:
-            self.main.query_one("#legs").border_title = "legs (ms) · KV transfer"
+
         if self.start_at > 0:
             self.fast_forward(self.start_at)
         self.refresh_view()
@@ -240,9 +239,6 @@ class DashboardApp(App[None]):
         if self.lagging and not self.paused:
             t.append(" (engine-bound)", style="yellow")
         t.append(f" · step {snap.step:,} · done {snap.num_closed:,}/{snap.num_requests:,}")
-        if isinstance(self.spec, PDDashboardSpec):
-            link = snap.pd.link if snap.pd is not None else None
-            t.append(f" · {self.spec.layout}" + (f" {link}" if link else ""), style="bold")
         t.append(
             f" · seqs {cfg.max_num_seqs} · chunked {'on' if cfg.enable_chunked_prefill else 'off'}",
             style="dim",
@@ -250,7 +246,10 @@ class DashboardApp(App[None]):
         self.main.query_one("#status", Static).update(t)
         if self.pd:
             self.main.query_one("#pools", PoolStrip).show(reps, self.selected)
-            self.main.query_one("#legs", LegsTile).show(snap)
+            legs = self.main.query_one("#legs", LegsTile)
+            legs.show(snap)
+            link = snap.pd.link if snap.pd is not None else None
+            legs.border_title = "legs (ms) · KV" + (f" on {link}" if link else "")
         elif self.spec.is_cluster:
             self.main.query_one("#replicas", ReplicaStrip).show(reps, self.selected)
         batch = self.main.query_one("#batch", BatchTable)

@@ -21,6 +21,7 @@ from servesim import (
     StepTimeModel,
     Trace,
 )
+from servesim.cluster import FailurePlan
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.errors import InputError, InternalError, describe
 from servesim.live import LivePDRun
@@ -173,4 +174,8 @@ class PDDashboardSpec:
     def with_failure(self, event: FailureEvent) -> PDDashboardSpec:
         """The same run with one more failure."""
         failures = sorted([*self.cluster.failures, event], key=lambda f: (f.time_s, f.node))
+        try:
+            FailurePlan(events=failures)  # checked as one plan, as ``servesim cluster`` checks --fail
+        except ValidationError as e:
+            raise InputError(describe(e)) from None
         return self._with(self.cluster.model_copy(update={"failures": failures}))
