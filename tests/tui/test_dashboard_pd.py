@@ -133,14 +133,20 @@ def test_the_pools_each_replica_labelled_and_the_legs_tile_is_the_runs_result(si
     drive(app, body, size)
 
 
-def test_every_tile_fits_at_80x24() -> None:
-    """At 80x24 the pools' two lines, the batch and its gauges, the queue, the events and the
-    legs tile (header, five legs, two transfer lines) are all whole on the screen."""
-    app = DashboardApp(pd_spec(), paused=True, start_at=3.0)
+@pytest.mark.parametrize(("n_prefill", "n_decode"), [(1, 2), (6, 6)])
+def test_every_tile_fits_at_80x24(n_prefill: int, n_decode: int) -> None:
+    """At 80x24 the pools' two lines (six replicas a pool too: the words dropped, never wrapped
+    onto the other pool's line), the batch and its gauges, the queue, the events and the legs
+    tile (header, five legs, two transfer lines) are all whole on the screen."""
+    app = DashboardApp(pd_spec(n_prefill=n_prefill, n_decode=n_decode), paused=True, start_at=3.0)
 
     async def body(pilot: Pilot[None], app: DashboardApp) -> None:
         screen = app.screen.region
         assert app.query_one("#pools").region.height == 2
+        prefill, decode = text(app, "#pools").splitlines()
+        assert len(prefill) <= 80 and len(decode) <= 80
+        assert all(f"p{k} " in prefill for k in range(n_prefill))
+        assert all(f"d{k} " in decode for k in range(n_decode))
         side = app.query_one("#side").content_region
         for tile in ("#kv", "#latency", "#tput", "#spark"):
             region = app.query_one(tile).region

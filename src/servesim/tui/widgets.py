@@ -398,10 +398,19 @@ class ReplicaStrip(Static):
 class PoolStrip(Static):
     """A disaggregated cluster's pools, one line each: every replica's slots in use and KV usage
     (a decode replica's requests waiting for their KV too), ``DOWN`` when lost; the one shown in
-    the panels marked."""
+    the panels marked. Lines too long for the terminal go short (``d0 17 21% w9``: running, KV,
+    waiting for KV), then are cut: never wrapped onto the other pool's line."""
 
     def show(self, replicas: Sequence[ReplicaState], selected: int) -> None:
-        t = Text()
+        t = self._strip(replicas, selected, compact=False)
+        width = self.size.width
+        if width and any(len(line) > width for line in t.plain.splitlines()):
+            t = self._strip(replicas, selected, compact=True)
+        self.update(t)
+
+    @staticmethod
+    def _strip(replicas: Sequence[ReplicaState], selected: int, *, compact: bool) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
         for pool in ("prefill", "decode"):
             t.append(f"{pool:<8}", style="bold")
             for k, r in enumerate(replicas):
@@ -412,13 +421,14 @@ class PoolStrip(Static):
                     t.append(f"{mark}{r.name} DOWN ", style=BAD if k != selected else "bold red reverse")
                     continue
                 style = "bold reverse" if k == selected else ""
-                t.append(f"{mark}{r.name} {len(r.running)}/{r.max_num_seqs} kv {r.kv_usage:.0%}", style=style)
+                slots = f"{len(r.running)}" if compact else f"{len(r.running)}/{r.max_num_seqs} kv"
+                t.append(f"{mark}{r.name} {slots} {r.kv_usage:.0%}", style=style)
                 if r.kv_wait:
-                    t.append(f" wait-KV {r.kv_wait}", style="cyan")
+                    t.append(f" w{r.kv_wait}" if compact else f" wait-KV {r.kv_wait}", style="cyan")
                 t.append(" ")
             if pool == "prefill":
                 t.append("\n")
-        self.update(t)
+        return t
 
 
 def _ms(v: float) -> str:
