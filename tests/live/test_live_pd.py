@@ -5,6 +5,7 @@ disaggregated run adds: the pools, the requests waiting for their KV, the transf
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -171,3 +172,24 @@ def test_a_timeline_goes_leg_by_leg() -> None:
     assert any(w.startswith(f"KV pull {row.prefill_replica}->{row.decode_replica}") for w in texts)
     assert "KV landed" in texts and "first token" in texts
     assert [t for t, _ in tl.events] == sorted(t for t, _ in tl.events)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_random_mix_of_steps_and_time_is_the_one_go_run(seed: int) -> None:
+    """Pauses anywhere (a step at a time, a little or a lot of time, looking in between), a
+    failure of each pool on the way: still the one-go run, request by request."""
+    rng = random.Random(seed)
+    failures = [
+        FailureEvent(node="p1", time_s=0.03 * seed),
+        FailureEvent(node="d0", time_s=0.07, recover_after_s=0.05),
+    ]
+    live = _live(failures)
+    while not live.done:
+        if rng.random() < 0.5:
+            live.advance_steps(rng.randint(1, 7))
+        else:
+            live.advance_until(live.now + rng.expovariate(1 / 0.02), max_steps=rng.choice([3, 50, 10**9]))
+        if rng.random() < 0.3:
+            live.snapshot(waiting_shown=rng.randint(0, 5))
+            live.events()
+    assert live.finish().model_dump() == _one_go(failures).model_dump()
