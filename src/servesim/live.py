@@ -103,6 +103,7 @@ class Slot:
     chunk: int
     chunks: int
     moved: bool = False  # taken off a lost replica at least once
+    waiting_for_kv: bool = False  # P/D: its blocks allocated, its KV being pulled (WAITING_FOR_REMOTE_KVS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,10 @@ class ReplicaState:
     cpu_tier: CpuTierState | None = None  # vLLM's CPU offload tier (None: the replica has none)
     pool: str | None = None  # prefill/decode disaggregation: "prefill" or "decode"
     kv_wait: int = 0  # decode legs holding blocks here, waiting for their KV (WAITING_FOR_REMOTE_KVS)
+    # vLLM's KV-holding queue (requests with blocks, not running; admitted before ``waiting``):
+    # the first WAITING_SHOWN, in order, and how many
+    holding: tuple[Slot, ...] = ()
+    num_holding: int = 0
 
     @property
     def kv_usage(self) -> float:
@@ -1111,12 +1116,18 @@ class LivePDRun(_Base):
         snap = self._snapshot(self._steps, self._num_arrived(), self.done, 0, waiting_shown)
         sim = self.sim
         pools = ["prefill"] * len(sim.p_specs) + ["decode"] * len(sim.d_specs)
-        conns = [e.kv_connector for e in sim.p_eng + sim.d_eng]
-        reps = tuple(
-            replace(r, pool=pool, kv_wait=_kv_waiting(conn) if r.alive else 0)
-            for r, pool, conn in zip(snap.replicas, pools, conns, strict=True)
-        )
-        return replace(snap, replicas=reps, pd=self._pd_state(sum(r.kv_wait for r in reps)))
+        views = sim.p_views + sim.d_views
+        reps = []
+        for r, pool, view, e in zip(snap.replicas, pools, views, sim.p_eng + sim.d_eng, strict=True):
+            conn = e.kv_connector
+            queue = list(conn.holding) if r.alive and isinstance(conn, PDConnector) else []
+            held = tuple(
+                replace(self._slot(view, q, r.name), waiting_for_kv=q.status == WAITING_FOR_REMOTE_KVS)
+                for q in queue[:waiting_shown]
+            )
+            kv_wait = sum(1 for q in queue if q.status == WAITING_FOR_REMOTE_KVS)
+            reps.append(replace(r, pool=pool, kv_wait=kv_wait, holding=held, num_holding=len(queue)))
+        return replace(snap, replicas=tuple(reps), pd=self._pd_state(sum(r.kv_wait for r in reps)))
 
     def _pd_state(self, waiting_for_kv: int) -> PDState:
         now = self.now
@@ -1237,30 +1248,31 @@ class LivePDRun(_Base):
                 ev.append((x.end_s, "transfer cut off: a replica was lost"))
             elif x.end_s <= now:
                 ev.append((x.end_s, "KV landed"))
-            else:
-                state = "waiting for KV"
         for rec in run.recoveries:
             if rec.req_id == req_id:
                 ev.append((rec.time_s, f"{rec.action} after {rec.node} was lost -> {rec.target or 'parked'}"))
         d = run.decode_req.get(i)
         dk = run.decode_of.get(i)
-        if d is not None and dk is not None:
+        if d is not None and dk is not None:  # handed to its decode replica (or prefilling there)
             dname = sim.d_specs[dk].name
-            if i in run.local and p is None:
-                state, where = "decode queue", dname
+            where = dname
             if d.first_scheduled >= 0:
                 ev.append((d.first_scheduled, f"decode scheduled on {dname}"))
-                state, where = "decoding", dname
             if d.first_token >= 0:
                 ev.append((d.first_token, "first token"))
+            view = sim.d_views[dk]
+            live = view.request(i) if sim.d_alive[dk] else None
             if d.outcome:
-                state, where = OUTCOMES[d.outcome], dname
+                state = OUTCOMES[d.outcome]
                 ev.append((d.finish_time, f"{state} with {d.num_output:,} tokens"))
-            live = sim.d_views[dk].request(i) if sim.d_alive[dk] else None
+            elif live is not None and view.is_running(live):
+                state = "decoding" if d.first_token >= 0 else "prefilling"  # a short prompt: here
+            elif d.status == WAITING_FOR_REMOTE_KVS:
+                state = "waiting for KV"
+            else:
+                state = "decode queue"
             if live is not None:
-                slot = self._slot(sim.d_views[dk], live, dname)
-                if not sim.d_views[dk].is_running(live) and live.status == WAITING_FOR_REMOTE_KVS:
-                    state = "waiting for KV"
+                slot = self._slot(view, live, dname)
         return RequestTimeline(
             req_id,
             state,
@@ -1287,12 +1299,6 @@ class LivePDRun(_Base):
     def _check_open(self) -> None:
         if self._result is not None:
             raise InputError("this run is finished; start a new LivePDRun to run again")
-
-
-def _kv_waiting(conn: object) -> int:
-    """Requests on a replica holding their blocks while their KV is pulled (WAITING_FOR_REMOTE_KVS)."""
-    holding = conn.holding if isinstance(conn, PDConnector) else None
-    return 0 if holding is None else sum(1 for r in holding if r.status == WAITING_FOR_REMOTE_KVS)
 
 
 __all__ = [

@@ -20,7 +20,7 @@ from servesim.spec.cluster import ResolvedDisaggregated
 from servesim.tui.app import DashboardApp
 from servesim.tui.screens import DetailScreen, FailScreen, SeqsScreen
 from servesim.tui.spec import PDDashboardSpec
-from servesim.tui.widgets import BatchTable, EventLog
+from servesim.tui.widgets import BatchTable, EventLog, QueueTable
 
 SIZES = [(80, 24), (160, 48)]
 N = 200
@@ -271,5 +271,34 @@ def test_f_on_a_replica_whose_later_failure_is_given_says_why_not() -> None:
         )
         assert isinstance(app.spec, PDDashboardSpec) and len(app.spec.cluster.failures) == 1
         assert "p0 DOWN" not in text(app, "#pools")
+
+    drive(app, body, (80, 24))
+
+
+def test_the_queue_lists_the_requests_waiting_for_their_kv_first() -> None:
+    """vLLM admits its KV-holding queue before the waiting queue: a decode replica's queue panel
+    lists the requests whose KV is being pulled first, marked KV, each one's timeline saying so."""
+    app = DashboardApp(pd_spec(), paused=True, start_at=2.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        snap = app.snap
+        assert snap is not None
+        d0 = snap.replicas[1]
+        assert d0.label == "d0 (decode)" and d0.kv_wait > 0
+        queue = app.query_one("#queue", QueueTable)
+        total = d0.num_holding + d0.num_waiting
+        assert queue.border_title == f"waiting d0 {total}"
+        assert queue.row_count == total
+        rows = [queue.get_row_at(i) for i in range(queue.row_count)]
+        marked = [str(r[1]).removesuffix(" KV") for r in rows if str(r[1]).endswith(" KV")]
+        assert len(marked) == d0.kv_wait and all(str(r[1]).endswith(" KV") for r in rows[: d0.kv_wait])
+        assert marked == [s.req_id for s in d0.holding if s.waiting_for_kv]
+        # the mark and the title are on the screen at 80x24
+        inner = queue.content_region.width
+        assert queue.region.width >= len(str(queue.border_title)) + 6  # corner, spaces, corner
+        assert inner >= 4 + 1 + len(f"{marked[0]} KV")
+        tl = app.live.timeline(marked[0])
+        assert tl.state == "waiting for KV" and tl.replica == "d0"
+        assert any(w.startswith("KV pull p0->d0 issued") for _t, w in tl.events)
 
     drive(app, body, (80, 24))

@@ -259,10 +259,12 @@ class DashboardApp(App[None]):
         )
         batch.show(rep.running, self.clock)
         queue = self.main.query_one("#queue", QueueTable)
-        shown = f" (first {len(rep.waiting)})" if rep.num_waiting > len(rep.waiting) else ""
+        listed = (*rep.holding, *rep.waiting)  # vLLM admits the KV-holding queue first
+        total = rep.num_holding + rep.num_waiting
+        shown = f" (first {len(listed)})" if total > len(listed) else ""
         here = f" {rep.name}" if self.pd else where  # the pool is in the batch's title
-        queue.border_title = f"waiting{here} {rep.num_waiting:,}{shown}"
-        queue.show(rep.waiting, self.clock)
+        queue.border_title = f"waiting{here} {total:,}{shown}"  # those waiting for KV: marked KV
+        queue.show(listed, self.clock)
         if self.spec.is_cluster:
             self.main.query_one("#side").border_title = "KV · latency · tok/s (all)"
         self.main.query_one("#kv", KvGauge).show(rep, rep.name if self.spec.is_cluster else None)

@@ -38,7 +38,8 @@ HELP = """\
   decode done/total, green; ×N preempted N times (yellow); STARVED
   (red): preempted starvation_threshold times.
 [b]Waiting[/b]: the queue in scheduling order. ↑ jumped ahead (a
-  re-prioritisation); pre: preemptions; mv: moved from a lost replica.
+  re-prioritisation); pre: preemptions; mv: moved from a lost replica;
+  r7 KV: its KV is being pulled from a prefill replica (listed first).
 [b]KV / latency[/b]: KV blocks in use, prefix-cache hit rate; rolling
   p50/p99 TTFT and TPOT of the last window against the SLO: green
   within 80 % of it, amber up to it, red past it; tokens per second.

@@ -48,6 +48,8 @@ def phase_text(s: Slot) -> Text:
 def req_text(s: Slot) -> Text:
     if s.starved:
         return Text(f"{s.req_id} STARVED", style=STARVED)
+    if s.waiting_for_kv:  # P/D: queued with its blocks while its KV is pulled
+        return Text(f"{s.req_id} KV", style="bold cyan")
     if s.num_preemptions:
         return Text(f"{s.req_id} ×{s.num_preemptions}", style=PREEMPTED)
     return Text(s.req_id)
