@@ -163,3 +163,17 @@ def test_bad_pd_flags_are_one_line_errors(args: list[str], message: str) -> None
     res = runner.invoke(app, ["dashboard", "poisson_20_rps", "-n", "20", *args])
     assert res.exit_code == 2, res.output
     assert message in res.stderr and "Traceback" not in res.output
+
+
+def test_engine_flags_of_a_pd_dashboard_are_both_pools_config(tmp_path: Path) -> None:
+    """--config keys go to both pools, as for `servesim cluster`; the dashboard's engine flags
+    over them too: --max-num-seqs 8 runs what a --config file with max_num_seqs 8 runs."""
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text("max_num_seqs: 8\n")
+    clus = json.loads(runner.invoke(app, ["cluster", *PD, "--config", str(cfg), "--json"]).stdout)
+    by_file = runner.invoke(app, ["dashboard", *PD, "--config", str(cfg), "--headless", "--json"])
+    by_flag = runner.invoke(app, ["dashboard", *PD, "--max-num-seqs", "8", "--headless", "--json"])
+    assert by_file.exit_code == 0 and by_flag.exit_code == 0, by_file.output + by_flag.output
+    assert json.loads(by_file.stdout) == clus == json.loads(by_flag.stdout)
+    assert clus["run"]["disaggregated"]["prefill"]["engine"] == {"max_num_seqs": 8}
+    assert clus["run"]["disaggregated"]["decode"]["engine"] == {"max_num_seqs": 8}
