@@ -1195,13 +1195,16 @@ class LivePDRun(_Base):
         touched (``LegRecovered``)."""
         out = self._engine_events()
         sim = self.sim
-        applied = sim._events[: sim._ev]  # the failure and recovery events applied so far
-        for t, _order, _i, kind, pool, k, _f in applied[self._events_seen :]:
+        # the failure and recovery events applied so far (PDCluster keeps them in time order and
+        # applies them one by one: ``_ev`` is the next; it publishes no other record of them)
+        applied = sim._events[: sim._ev]
+        for event in applied[self._events_seen :]:
+            t, kind, pool, k = event[0], event[3], event[4], event[5]
             name = (sim.p_specs if pool == "prefill" else sim.d_specs)[k].name
             if kind == "fail":
                 taken = next((f.requests for f in sim.run_.failures if f.node == name and f.time_s == t), 0)
                 out.append(ReplicaDown(t, name, taken))
-            else:
+            elif kind == "recover":
                 out.append(ReplicaUp(t, name))
         self._events_seen = len(applied)
         recs = sim.run_.recoveries
