@@ -1113,7 +1113,8 @@ class LivePDRun(_Base):
 
     # ------------------------------------------------------------------ views
     def snapshot(self, waiting_shown: int = WAITING_SHOWN) -> RunSnapshot:
-        snap = self._snapshot(self._steps, self._num_arrived(), self.done, 0, waiting_shown)
+        parked = len(self.sim._parked)  # decode legs waiting for a decode replica to come back
+        snap = self._snapshot(self._steps, self._num_arrived(), self.done, parked, waiting_shown)
         sim = self.sim
         pools = ["prefill"] * len(sim.p_specs) + ["decode"] * len(sim.d_specs)
         views = sim.p_views + sim.d_views

@@ -193,3 +193,20 @@ def test_a_random_mix_of_steps_and_time_is_the_one_go_run(seed: int) -> None:
             live.snapshot(waiting_shown=rng.randint(0, 5))
             live.events()
     assert live.finish().model_dump() == _one_go(failures).model_dump()
+
+
+def test_decode_legs_with_no_decode_replica_up_are_parked_until_one_is_back() -> None:
+    p, d = _pools()
+    live = LivePDRun(
+        _trace(), p, d[:1], _ctx(), failures=[FailureEvent(node="d0", time_s=0.05, recover_after_s=0.2)]
+    )
+    live.advance_until(0.2)
+    snap = live.snapshot()
+    assert [r.alive for r in snap.replicas] == [True, True, False] and snap.num_parked > 0
+    live.advance_until(0.3)
+    assert live.snapshot().num_parked == 0
+    p, d = _pools()
+    whole = PDCluster(
+        _trace(), p, d[:1], _ctx(), failures=[FailureEvent(node="d0", time_s=0.05, recover_after_s=0.2)]
+    )
+    assert live.finish() == pd_result(whole.run(), whole.link.bytes_total(1))

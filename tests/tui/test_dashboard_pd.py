@@ -302,3 +302,20 @@ def test_the_queue_lists_the_requests_waiting_for_their_kv_first() -> None:
         assert any(w.startswith("KV pull p0->d0 issued") for _t, w in tl.events)
 
     drive(app, body, (80, 24))
+
+
+def test_with_every_decode_replica_down_the_strip_counts_the_parked_requests() -> None:
+    spec = pd_spec([FailureEvent(node="d0", time_s=1.0, recover_after_s=2.0)], n_decode=1)
+    app = DashboardApp(spec, paused=True, start_at=2.5)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        snap = app.snap
+        assert snap is not None and snap.num_parked > 0
+        decode = text(app, "#pools").splitlines()[1]
+        assert "d0 DOWN" in decode and decode.endswith(f"{snap.num_parked:,} parked")
+        app.fast_forward(3.5)
+        app.refresh_view()
+        await pilot.pause()
+        assert "parked" not in text(app, "#pools") and "d0 DOWN" not in text(app, "#pools")
+
+    drive(app, body, (80, 24))

@@ -245,7 +245,7 @@ class DashboardApp(App[None]):
         )
         self.main.query_one("#status", Static).update(t)
         if self.pd:
-            self.main.query_one("#pools", PoolStrip).show(reps, self.selected)
+            self.main.query_one("#pools", PoolStrip).show(reps, self.selected, snap.num_parked)
             legs = self.main.query_one("#legs", LegsTile)
             legs.show(snap)
             link = snap.pd.link if snap.pd is not None else None

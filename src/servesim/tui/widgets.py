@@ -403,15 +403,15 @@ class PoolStrip(Static):
     the panels marked. Lines too long for the terminal go short (``d0 17 21% w9``: running, KV,
     waiting for KV), then are cut: never wrapped onto the other pool's line."""
 
-    def show(self, replicas: Sequence[ReplicaState], selected: int) -> None:
-        t = self._strip(replicas, selected, compact=False)
+    def show(self, replicas: Sequence[ReplicaState], selected: int, parked: int = 0) -> None:
+        t = self._strip(replicas, selected, parked, compact=False)
         width = self.size.width
         if width and any(len(line) > width for line in t.plain.splitlines()):
-            t = self._strip(replicas, selected, compact=True)
+            t = self._strip(replicas, selected, parked, compact=True)
         self.update(t)
 
     @staticmethod
-    def _strip(replicas: Sequence[ReplicaState], selected: int, *, compact: bool) -> Text:
+    def _strip(replicas: Sequence[ReplicaState], selected: int, parked: int, *, compact: bool) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         for pool in ("prefill", "decode"):
             t.append(f"{pool:<8}", style="bold")
@@ -430,6 +430,8 @@ class PoolStrip(Static):
                 t.append(" ")
             if pool == "prefill":
                 t.append("\n")
+        if parked:  # decode legs with no decode replica up to take them
+            t.append(f"{parked:,} parked", style=BAD)
         return t
 
 
