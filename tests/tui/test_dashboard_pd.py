@@ -319,3 +319,16 @@ def test_with_every_decode_replica_down_the_strip_counts_the_parked_requests() -
         assert "parked" not in text(app, "#pools") and "d0 DOWN" not in text(app, "#pools")
 
     drive(app, body, (80, 24))
+
+
+def test_s_runs_exactly_one_engine_step_of_either_pool() -> None:
+    app = DashboardApp(pd_spec(), paused=True, start_at=1.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        before = app.live.step
+        await pilot.press("s")
+        assert app.live.step == before + 1 and f"step {before + 1:,}" in text(app, "#status")
+        await pilot.press("s", "s")
+        assert app.live.step == before + 3 and app.paused
+
+    drive(app, body, (80, 24))
