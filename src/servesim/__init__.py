@@ -38,7 +38,15 @@ if TYPE_CHECKING:
         StepTimeModel,
         simulate,
     )
-    from servesim.live import LiveClusterRun, LiveRun, ReplicaState, RequestTimeline, RunSnapshot, Slot
+    from servesim.live import (
+        LiveClusterRun,
+        LivePDRun,
+        LiveRun,
+        ReplicaState,
+        RequestTimeline,
+        RunSnapshot,
+        Slot,
+    )
     from servesim.online import OnlineFleet, OnlineRequest, ReplicaMetrics
     from servesim.perf.setup import ReplicaSetup, default_deployment, replica_setup
     from servesim.traces import (
@@ -63,6 +71,7 @@ _LAZY: dict[str, str] = {
     "RouterSpec": "servesim.cluster",
     "simulate_cluster": "servesim.cluster",
     "LiveClusterRun": "servesim.live",
+    "LivePDRun": "servesim.live",
     "LiveRun": "servesim.live",
     "ReplicaState": "servesim.live",
     "RequestTimeline": "servesim.live",
@@ -125,6 +134,7 @@ __all__ = [
     "LatencyStats",
     "LinearStepTime",
     "LiveClusterRun",
+    "LivePDRun",
     "LiveRun",
     "OnlineFleet",
     "OnlineRequest",

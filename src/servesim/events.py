@@ -179,6 +179,18 @@ class RecoveryDecision:
 
 
 @dataclass(frozen=True, slots=True)
+class LegRecovered:
+    """Prefill/decode disaggregation: what became of a request when a replica it depended on was
+    lost (``action``: one of ``servesim.cluster.pd.RECOVERY_ACTIONS``; ``target`` None: parked)."""
+
+    time_s: float
+    req_id: str
+    lost_replica: str
+    action: str
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Redispatched:
     """A request taken off a lost replica (or parked) routed again; ``from_replica`` None: parked."""
 
@@ -213,6 +225,7 @@ Event = (
     | ReplicaUp
     | RecoveryDecision
     | Redispatched
+    | LegRecovered
     | Progress
 )
 
@@ -323,6 +336,7 @@ __all__ = [
     "Event",
     "EventRecorder",
     "FirstToken",
+    "LegRecovered",
     "Observer",
     "Progress",
     "ProgressCallback",

@@ -22,7 +22,7 @@ import math
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -39,9 +39,12 @@ from servesim.cluster import (
     build_cluster_result,
     cluster_simulator,
 )
+from servesim.cluster.pd import REJECTED, SERVED, PDCluster
+from servesim.cluster.pd_results import LEGS, PDResult, pd_result
 from servesim.engine import SLO, EngineConfig, LinearStepTime, SimulationResult, StepTimeModel
 from servesim.engine.engine import Engine
-from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS, OffloadingConnector
+from servesim.engine.kv_pd import PDConnector
 from servesim.engine.replica import CpuTierState, ReplicaView
 from servesim.engine.request import (
     OUTCOME_FINISHED,
@@ -55,6 +58,7 @@ from servesim.engine.simulate import build_result, describe_model
 from servesim.errors import InputError, shown
 from servesim.events import (
     Event,
+    LegRecovered,
     Observer,
     Progress,
     RecoveryDecision,
@@ -99,6 +103,7 @@ class Slot:
     chunk: int
     chunks: int
     moved: bool = False  # taken off a lost replica at least once
+    waiting_for_kv: bool = False  # P/D: its blocks allocated, its KV being pulled (WAITING_FOR_REMOTE_KVS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +124,51 @@ class ReplicaState:
     prefix_hit_rate: float | None
     num_preemptions: int
     cpu_tier: CpuTierState | None = None  # vLLM's CPU offload tier (None: the replica has none)
+    pool: str | None = None  # prefill/decode disaggregation: "prefill" or "decode"
+    kv_wait: int = 0  # decode legs holding blocks here, waiting for their KV (WAITING_FOR_REMOTE_KVS)
+    # vLLM's KV-holding queue (requests with blocks, not running; admitted before ``waiting``):
+    # the first WAITING_SHOWN, in order, and how many
+    holding: tuple[Slot, ...] = ()
+    num_holding: int = 0
 
     @property
     def kv_usage(self) -> float:
         return self.kv_blocks_used / self.kv_blocks_usable if self.kv_blocks_usable else 0.0
+
+    @property
+    def label(self) -> str:
+        """The name, with the pool of a disaggregated replica: ``p0 (prefill)``, ``d1 (decode)``."""
+        return f"{self.name} ({self.pool})" if self.pool else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class LegFigures:
+    """One leg of a disaggregated run over its requests finished so far: mean and p99 (ms)."""
+
+    leg: str  # one of ``servesim.cluster.pd_results.LEGS``
+    mean_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class PDState:
+    """What a prefill/decode-disaggregated run adds to a snapshot: the KV transfers so far and
+    each leg's share of the time of the requests finished so far (``pd_result``'s figures, which
+    they equal once the run is done)."""
+
+    link: str | None  # the link preset's name (None: a link given as a cost model)
+    short_prompt_tokens: int
+    waiting_for_kv: int  # decode legs with their blocks allocated, waiting for the KV to land
+    transfers_queued: int  # pulls issued, queued behind other transfers on a link
+    transfers_in_flight: int  # on the wire now
+    transfers_landed: int
+    transfers_cut: int  # cut off by a lost replica
+    kv_moved_gb: float  # KV landed so far, all TP ranks together
+    link_wait_mean_ms: float | None  # queueing for the links, over the transfers started so far
+    link_wait_p99_ms: float | None
+    num_disaggregated: int  # finished requests the legs are over
+    num_local: int  # finished short prompts (prefilled on their decode replica)
+    legs: tuple[LegFigures, ...]  # empty before the first disaggregated request finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +195,7 @@ class RunSnapshot:
     output_tokens_per_s: float
     total_tokens_per_s: float
     num_parked: int = 0
+    pd: PDState | None = None  # a prefill/decode-disaggregated run's transfers and legs
 
     @property
     def running(self) -> tuple[Slot, ...]:
@@ -290,6 +337,15 @@ class _Base:
     def now(self) -> float:
         raise NotImplementedError
 
+    def _output_engines(self) -> set[int] | None:
+        """ids of the engines whose requests are the clients' (latencies, outputs, outcomes);
+        None: every engine's."""
+        return None
+
+    def _closed_elsewhere(self) -> int:
+        """Requests closed without an outcome on an output engine (none but in P/D)."""
+        return 0
+
     # ------------------------------------------------------------------ views
     def _slot(self, engine: ReplicaView, r: Request, name: str | None) -> Slot:
         computed = engine.computed_tokens(r)
@@ -361,8 +417,17 @@ class _Base:
         out_tokens = closed = finished_n = 0
         step_tokens = 0.0
         live_ttft: list[float] = []
+        outs = self._output_engines()
         for engine in self._engines():
             rec = engine.records
+            # Tokens of the steps that ended in the window (the step table: exact, cheap).
+            ends = np.frombuffer(rec.step_end, dtype=np.float64)
+            k0 = int(np.searchsorted(ends, lo, side="right"))
+            if k0 < len(ends):
+                step_tokens += float(rec.step_table()["num_tokens"][k0:].sum(dtype=np.int64))
+            if outs is not None and id(engine) not in outs:
+                continue  # a prefill leg: its one token is not the client's
+            self._note_held(engine)
             first = np.frombuffer(rec.first_token, dtype=np.float64)
             fin = np.frombuffer(rec.finish, dtype=np.float64)
             nout = np.frombuffer(rec.num_output, dtype=np.int64)
@@ -375,12 +440,7 @@ class _Base:
             finished_n += int(np.count_nonzero(ok))
             closed += engine.num_closed
             out_tokens += int(nout.sum())
-            # Tokens of the steps that ended in the window (the step table: exact, cheap).
-            ends = np.frombuffer(rec.step_end, dtype=np.float64)
-            k0 = int(np.searchsorted(ends, lo, side="right"))
-            if k0 < len(ends):
-                step_tokens += float(rec.step_table()["num_tokens"][k0:].sum(dtype=np.int64))
-            self._note_held(engine)
+        closed += self._closed_elsewhere()
         for engine, r in self._open_requests():
             if r.first_token >= lo:
                 live_ttft.append((r.first_token - r.arrival) * 1e3)
@@ -414,8 +474,9 @@ class _Base:
         ones waiting (each once, with the engine it is on)."""
         out: list[tuple[ReplicaView, Request]] = []
         seen: set[int] = set()
+        outs = self._output_engines()
         for _name, engine, alive, _acc in self._replicas():
-            if not alive:
+            if not alive or (outs is not None and id(engine) not in outs):
                 continue
             for r in engine.running():
                 out.append((engine, r))
@@ -904,4 +965,354 @@ class LiveClusterRun(_Base):
             raise InputError("this run is finished; start a new LiveClusterRun to run again")
 
 
-__all__ = ["LiveClusterRun", "LiveRun", "ReplicaState", "RequestTimeline", "RunSnapshot", "Slot"]
+class LivePDRun(_Base):
+    """A prefill/decode-disaggregated cluster (``servesim.cluster.pd.PDCluster``) you advance
+    yourself; ``finish()`` returns the ``PDResult`` its one-go ``run()`` gives (``pd_result``) on
+    the same inputs. Replicas are named as the pools name them (p0.., d0..), each snapshot's
+    ``ReplicaState.pool`` says which, and ``RunSnapshot.pd`` has the transfers and the legs.
+    TTFT/TPOT and outputs are the decode legs' (a prefill leg's one token is not the client's)."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        prefill: Sequence[Replica],
+        decode: Sequence[Replica],
+        link: RecoveryContext,
+        *,
+        short_prompt_tokens: int = 0,
+        failures: Sequence[FailureEvent] = (),
+        link_name: str | None = None,
+        slo: SLO | None = None,
+        window_s: float = 30.0,
+    ) -> None:
+        self._setup(trace, window_s)
+        self.slo = slo
+        self.link_name = link_name
+        self.sim = PDCluster(
+            trace, prefill, decode, link, short_prompt_tokens=short_prompt_tokens, failures=failures
+        )
+        self._bytes_per_token = link.bytes_total(1)
+        self._samples = []
+        self._clock = 0.0
+        self._steps = 0
+        self._done = False
+        # Every engine incarnation (a lost replica's engine stays, its records count), in order.
+        self._views: list[ReplicaView] = []
+        self._engine_ids: dict[int, tuple[ReplicaView, str, str]] = {}  # id(engine) -> view, name, pool
+        self._decode_ids: set[int] = set()  # ids of the decode engines' views
+        self._register()
+        # Legs of the finished requests, read once each (a finished leg never changes).
+        self._counted = np.zeros(len(trace), dtype=bool)
+        self._leg_values: dict[str, list[float]] = {leg: [] for leg in LEGS}
+        self._num_local = 0
+        self._events_seen = 0
+        self._recoveries_seen = 0
+        self._result: PDResult | None = None
+
+    # ------------------------------------------------------------------ the engines
+    def _register(self) -> None:
+        sim = self.sim
+        for pool, engines, views, specs in (
+            ("prefill", sim.p_eng, sim.p_views, sim.p_specs),
+            ("decode", sim.d_eng, sim.d_views, sim.d_specs),
+        ):
+            for e, v, spec in zip(engines, views, specs, strict=True):
+                if id(e) not in self._engine_ids:
+                    self._engine_ids[id(e)] = (v, spec.name, pool)
+                    self._views.append(v)
+                    if pool == "decode":
+                        self._decode_ids.add(id(v))
+
+    def _engines(self) -> list[ReplicaView]:
+        self._register()
+        return self._views
+
+    def _output_engines(self) -> set[int] | None:
+        self._register()
+        return self._decode_ids
+
+    def _closed_elsewhere(self) -> int:
+        """Prefill legs the prefill replica refused (no decode leg ran: the client got the error)."""
+        n = 0
+        for v in self._views:
+            if id(v) not in self._decode_ids:
+                code = np.frombuffer(v.records.outcome, dtype=np.int64)
+                n += int(
+                    np.count_nonzero((code == OUTCOME_REJECTED_TOO_LONG) | (code == OUTCOME_REJECTED_TIMEOUT))
+                )
+        return n
+
+    def _replicas(self) -> list[tuple[str | None, ReplicaView, bool, bool]]:
+        sim = self.sim
+        out: list[tuple[str | None, ReplicaView, bool, bool]] = []
+        for k, spec in enumerate(sim.p_specs):
+            out.append((spec.name, sim.p_views[k], sim.p_alive[k], sim.p_alive[k]))
+        for k, spec in enumerate(sim.d_specs):
+            out.append((spec.name, sim.d_views[k], sim.d_alive[k], sim.d_alive[k]))
+        return out
+
+    def _engine_name(self, engine: ReplicaView) -> str | None:
+        for v, name, _pool in self._engine_ids.values():
+            if v is engine:
+                return name
+        return None
+
+    @property
+    def replica_names(self) -> list[str]:
+        return [s.name for s in self.sim.p_specs] + [s.name for s in self.sim.d_specs]
+
+    @property
+    def alive(self) -> list[bool]:
+        return [*self.sim.p_alive, *self.sim.d_alive]
+
+    @property
+    def now(self) -> float:
+        """Simulated time: as far as the run was advanced."""
+        return max(self._clock, self.sim.now)
+
+    @property
+    def step(self) -> int:
+        """Engine steps ended so far, over both pools."""
+        return self._steps
+
+    @property
+    def done(self) -> bool:
+        """Nothing is left to run (every request has an outcome, or is parked for good): known
+        once an advance stops short of its step count (a step just ended has no next one begun)."""
+        return self._done
+
+    def _num_arrived(self) -> int:
+        return len(self.sim.run_.decode_req)
+
+    # ------------------------------------------------------------------ advancing
+    def _advance(self, until: float, max_steps: int) -> int:
+        self._check_open()
+        if self._done:
+            return 0
+        done = self.sim.advance(until, max_steps)
+        self._steps += done
+        if done < max_steps:
+            t = self.sim.next_time()
+            # nothing is due, or only empty steps waiting on KV nobody reads (it stopped short)
+            self._done = t == math.inf or t < until
+        return done
+
+    def _advance_steps(self, n: int = 1) -> int:
+        """Run exactly ``n`` engine steps (on whichever replicas end one next); returns how many."""
+        done = self._advance(math.inf, n) if n > 0 else 0
+        self._clock = max(self._clock, self.sim.now)
+        return done
+
+    def _advance_until(self, t_s: float, max_steps: int = sys.maxsize) -> int:
+        """Process every step end, arrival and failure before ``t_s`` (or ``max_steps`` step ends)."""
+        done = self._advance(t_s, max_steps)
+        if done < max_steps and t_s != math.inf and not self._done:
+            self._clock = max(self._clock, t_s)
+        self._clock = max(self._clock, self.sim.now)
+        return done
+
+    # ------------------------------------------------------------------ views
+    def snapshot(self, waiting_shown: int = WAITING_SHOWN) -> RunSnapshot:
+        parked = len(self.sim._parked)  # decode legs waiting for a decode replica to come back
+        snap = self._snapshot(self._steps, self._num_arrived(), self.done, parked, waiting_shown)
+        sim = self.sim
+        pools = ["prefill"] * len(sim.p_specs) + ["decode"] * len(sim.d_specs)
+        views = sim.p_views + sim.d_views
+        reps = []
+        for r, pool, view, e in zip(snap.replicas, pools, views, sim.p_eng + sim.d_eng, strict=True):
+            conn = e.kv_connector
+            queue = list(conn.holding) if r.alive and isinstance(conn, PDConnector) else []
+            held = tuple(
+                replace(self._slot(view, q, r.name), waiting_for_kv=q.status == WAITING_FOR_REMOTE_KVS)
+                for q in queue[:waiting_shown]
+            )
+            kv_wait = sum(1 for q in queue if q.status == WAITING_FOR_REMOTE_KVS)
+            reps.append(replace(r, pool=pool, kv_wait=kv_wait, holding=held, num_holding=len(queue)))
+        return replace(snap, replicas=tuple(reps), pd=self._pd_state(sum(r.kv_wait for r in reps)))
+
+    def _pd_state(self, waiting_for_kv: int) -> PDState:
+        now = self.now
+        run = self.sim.run_
+        queued = flying = landed = cut = tokens = 0
+        waits: list[float] = []
+        for x in run.legs:
+            if not x.landed:
+                cut += 1
+            elif x.end_s <= now:
+                landed += 1
+                tokens += x.tokens
+            elif x.start_s <= now:
+                flying += 1
+            else:
+                queued += 1
+            if x.start_s <= now:
+                waits.append(x.start_s - x.ready_s)
+        self._count_finished()
+        legs = tuple(
+            LegFigures(leg, float(np.mean(xs) * 1000.0), float(np.percentile(np.asarray(xs), 99) * 1000.0))
+            for leg, xs in self._leg_values.items()
+            if xs
+        )
+        return PDState(
+            self.link_name,
+            self.sim.short,
+            waiting_for_kv,
+            queued,
+            flying,
+            landed,
+            cut,
+            tokens * self._bytes_per_token / 1e9,
+            float(np.mean(waits) * 1000.0) if waits else None,
+            float(np.percentile(np.asarray(waits), 99) * 1000.0) if waits else None,
+            len(self._leg_values[LEGS[0]]),
+            self._num_local,
+            legs,
+        )
+
+    def _count_finished(self) -> None:
+        """Split the requests whose decode leg finished since the last call by leg (``pd_result``'s
+        split, of those requests alone)."""
+        fresh = np.zeros(len(self.trace), dtype=bool)
+        for v in self._views:
+            if id(v) in self._decode_ids:
+                code = np.frombuffer(v.records.outcome, dtype=np.int64)
+                fresh |= (code == OUTCOME_FINISHED) | (code == OUTCOME_LENGTH_CAPPED)
+        new = np.flatnonzero(fresh & ~self._counted)
+        if not len(new):
+            return
+        self._counted[new] = True
+        run = self.sim.run_
+        part = replace(run, decode_req={int(i): run.decode_req[int(i)] for i in new}, parked=[])
+        for row in pd_result(part, self._bytes_per_token).requests:
+            if row.prefill_replica is None:
+                self._num_local += 1
+                continue
+            for leg in LEGS:
+                self._leg_values[leg].append(getattr(row, f"{leg}_s"))
+
+    def events(self) -> list[Event]:
+        """What happened since the previous call, in time order: the engines' (as
+        ``LiveRun.events``), replicas lost and back, and what became of each request a loss
+        touched (``LegRecovered``)."""
+        out = self._engine_events()
+        sim = self.sim
+        # the failure and recovery events applied so far (PDCluster keeps them in time order and
+        # applies them one by one: ``_ev`` is the next; it publishes no other record of them)
+        applied = sim._events[: sim._ev]
+        for event in applied[self._events_seen :]:
+            t, kind, pool, k = event[0], event[3], event[4], event[5]
+            name = (sim.p_specs if pool == "prefill" else sim.d_specs)[k].name
+            if kind == "fail":
+                taken = next((f.requests for f in sim.run_.failures if f.node == name and f.time_s == t), 0)
+                out.append(ReplicaDown(t, name, taken))
+            elif kind == "recover":
+                out.append(ReplicaUp(t, name))
+        self._events_seen = len(applied)
+        recs = sim.run_.recoveries
+        for r in recs[self._recoveries_seen :]:
+            out.append(LegRecovered(r.time_s, r.req_id, r.node, r.action, r.target))
+        self._recoveries_seen = len(recs)
+        return sorted(out, key=_event_order)
+
+    def timeline(self, req_id: str) -> RequestTimeline:
+        """What happened to ``req_id`` so far, leg by leg: its prefill, its KV transfer(s), its decode."""
+        ids = self.trace.df["req_id"].astype(str).tolist()
+        try:
+            i = ids.index(req_id)
+        except ValueError:
+            raise InputError(f"no request {shown(req_id)} in the trace") from None
+        row = self.trace.df.iloc[i]
+        now = self.now
+        sim, run = self.sim, self.sim.run_
+        ev: list[tuple[float, str]] = [(float(row["arrival_time_s"]), "arrived")]
+        state, where, slot = "not arrived", None, None
+        p = run.prefill_req.get(i)
+        pk = run.prefill_of.get(i)
+        if p is not None and pk is not None:
+            pname = sim.p_specs[pk].name
+            state, where = "prefilling", pname
+            if p.first_scheduled >= 0:
+                ev.append((p.first_scheduled, f"prefill scheduled on {pname}"))
+            if p.finish_time >= 0 and p.outcome in SERVED:
+                ev.append((p.finish_time, f"prefilled on {pname}: handed to a decode replica"))
+                state = "decode queue"
+            elif p.outcome in REJECTED:
+                state = OUTCOMES[p.outcome]
+                ev.append((p.finish_time, f"{state} on {pname}"))
+            live = sim.p_views[pk].request(i) if sim.p_alive[pk] else None
+            if live is not None:
+                slot = self._slot(sim.p_views[pk], live, pname)
+        for x in run.legs:
+            if x.req_id != req_id:
+                continue
+            ev.append((x.ready_s, f"KV pull {x.prefill}->{x.decode} issued ({x.tokens:,} tokens)"))
+            if x.start_s > x.ready_s and x.start_s <= now:
+                ev.append((x.start_s, "on the link (after queueing for it)"))
+            if not x.landed:
+                ev.append((x.end_s, "transfer cut off: a replica was lost"))
+            elif x.end_s <= now:
+                ev.append((x.end_s, "KV landed"))
+        for rec in run.recoveries:
+            if rec.req_id == req_id:
+                ev.append((rec.time_s, f"{rec.action} after {rec.node} was lost -> {rec.target or 'parked'}"))
+        d = run.decode_req.get(i)
+        dk = run.decode_of.get(i)
+        if d is not None and dk is not None:  # handed to its decode replica (or prefilling there)
+            dname = sim.d_specs[dk].name
+            where = dname
+            if d.first_scheduled >= 0:
+                ev.append((d.first_scheduled, f"decode scheduled on {dname}"))
+            if d.first_token >= 0:
+                ev.append((d.first_token, "first token"))
+            view = sim.d_views[dk]
+            live = view.request(i) if sim.d_alive[dk] else None
+            if d.outcome:
+                state = OUTCOMES[d.outcome]
+                ev.append((d.finish_time, f"{state} with {d.num_output:,} tokens"))
+            elif live is not None and view.is_running(live):
+                state = "decoding" if d.first_token >= 0 else "prefilling"  # a short prompt: here
+            elif d.status == WAITING_FOR_REMOTE_KVS:
+                state = "waiting for KV"
+            else:
+                state = "decode queue"
+            if live is not None:
+                slot = self._slot(view, live, dname)
+        return RequestTimeline(
+            req_id,
+            state,
+            where,
+            int(row["prompt_len"]),
+            int(row["output_len"]),
+            int(row["priority"]),
+            self._tenant[i],
+            slot,
+            tuple(sorted(set(ev))),
+        )
+
+    # ------------------------------------------------------------------ the end
+    def finish(self) -> PDResult:
+        """Run to the end and return the ``PDResult`` of ``PDCluster(...).run()`` on the same inputs."""
+        if self._result is None:
+            with _gc_paused():
+                self.sim.advance()
+            self._clock = max(self._clock, self.sim.now)
+            self._result = pd_result(self.sim.finish(), self._bytes_per_token, self.slo)
+            self._done = True
+        return self._result
+
+    def _check_open(self) -> None:
+        if self._result is not None:
+            raise InputError("this run is finished; start a new LivePDRun to run again")
+
+
+__all__ = [
+    "LegFigures",
+    "LiveClusterRun",
+    "LivePDRun",
+    "LiveRun",
+    "PDState",
+    "ReplicaState",
+    "RequestTimeline",
+    "RunSnapshot",
+    "Slot",
+]

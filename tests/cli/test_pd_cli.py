@@ -169,3 +169,13 @@ def test_without_slo_no_slo_keys_and_good_fraction_refused() -> None:
     assert res.exit_code == 2 and "--slo good=FRACTION is judged by saturate and tune" in res.output
     res = runner.invoke(app, [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1", "--slo", "ttft=4"])
     assert res.exit_code == 2 and "--slo 'ttft' names no percentile" in res.output
+
+
+def test_out_writes_the_json_document(tmp_path: Path) -> None:
+    """--out (every result command's) writes the document --json prints, after the human output."""
+    out = tmp_path / "pd.json"
+    args = [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1"]
+    res = runner.invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "per leg over" in res.stdout and res.stdout.endswith(f"result written to {out}\n")
+    assert json.loads(out.read_text()) == json.loads(runner.invoke(app, [*args, "--json"]).stdout)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -71,3 +72,108 @@ def test_bad_flags_are_one_line_errors(args: list[str], message: str) -> None:
     res = runner.invoke(app, ["dashboard", "bursty", "-n", "20", *args])
     assert res.exit_code == 2
     assert message in res.stderr and "Traceback" not in res.output
+
+
+PD = [
+    "poisson_20_rps",
+    "-n",
+    "120",
+    "--step-time-ms",
+    "10",
+    "--prefill-replicas",
+    "1",
+    "--decode-replicas",
+    "2",
+]
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["--fail", "d1@1.5+1", "--link", "tcp-25g", "--short-prompt-tokens", "200"]]
+)
+def test_headless_pd_json_is_the_cluster_commands_document(extra: list[str]) -> None:
+    """A disaggregated run: --headless --json is what `servesim cluster --prefill-replicas ...
+    --json` prints for the same flags, per-request legs included."""
+    dash = runner.invoke(app, ["dashboard", *PD, *extra, "--headless", "--json"])
+    clus = runner.invoke(app, ["cluster", *PD, *extra, "--json"])
+    assert dash.exit_code == 0 and clus.exit_code == 0, dash.output + clus.output
+    doc = json.loads(dash.stdout)
+    assert doc == json.loads(clus.stdout)
+    assert doc["summary"]["num_requests"] == 120 and doc["summary"]["legs"]["transfer"]["mean_ms"] > 0
+    assert doc["run"]["disaggregated"]["decode"]["replicas"] == 2
+    if extra:
+        assert [f["node"] for f in doc["failures"]] == ["d1"] and doc["summary"]["num_local"] > 0
+
+
+def test_headless_pd_out_and_human_output_are_the_cluster_commands(tmp_path: Path) -> None:
+    out = tmp_path / "pd.json"
+    dash = runner.invoke(app, ["dashboard", *PD, "--headless", "--out", str(out)])
+    clus = runner.invoke(app, ["cluster", *PD])
+    assert dash.exit_code == 0 and clus.exit_code == 0, dash.output + clus.output
+    assert dash.stdout == clus.stdout + f"result written to {out}\n"
+    assert "per leg over 120 disaggregated requests" in dash.stdout and "1P2D, link rdma-400g" in dash.stdout
+    assert json.loads(out.read_text()) == json.loads(runner.invoke(app, ["cluster", *PD, "--json"]).stdout)
+
+
+def test_simple_ui_of_a_pd_run_prints_its_transfers() -> None:
+    res = runner.invoke(app, ["dashboard", *PD, "--ui", "simple", "--speed", "20x"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("t ") and "KV-wait" in lines[0] and "transfers" in lines[0]
+    assert any(line.startswith("per leg over 120 disaggregated requests") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefill-replicas", "1"], "--prefill-replicas and --decode-replicas go together"),
+        (["--decode-replicas", "2"], "--prefill-replicas and --decode-replicas go together"),
+        (
+            ["--prefill-replicas", "1", "--decode-replicas", "2", "--fail", "d5@1"],
+            "no replica 'd5': the decode pool has 2 (0..1)",
+        ),
+        (["--prefill-replicas", "1", "--decode-replicas", "2", "--fail", "n0@1"], "unknown replica 'n0'"),
+        (["--prefill-replicas", "1", "--decode-replicas", "1", "--link", "pigeon"], "unknown link 'pigeon'"),
+        (
+            ["--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "3"],
+            "--replicas is for an aggregated cluster",
+        ),
+        (
+            ["--prefill-replicas", "1", "--decode-replicas", "1", "--router", "random"],
+            "--router is for an aggregated cluster",
+        ),
+        (["--prefill-replicas", "0", "--decode-replicas", "1"], "--prefill-replicas"),
+        (["--link", "tcp-25g"], "--link and --short-prompt-tokens are for a disaggregated cluster"),
+        (["--prefill-replicas", "1", "--decode-replicas", "1", "--json"], "--json needs --headless"),
+        (
+            [
+                "--prefill-replicas",
+                "1",
+                "--decode-replicas",
+                "1",
+                "--model",
+                "llama-3.1-8b",
+                "--step-time-ms",
+                "5",
+            ],
+            "--model/--gpu choose roofline step times",
+        ),
+    ],
+)
+def test_bad_pd_flags_are_one_line_errors(args: list[str], message: str) -> None:
+    res = runner.invoke(app, ["dashboard", "poisson_20_rps", "-n", "20", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr and "Traceback" not in res.output
+
+
+def test_engine_flags_of_a_pd_dashboard_are_both_pools_config(tmp_path: Path) -> None:
+    """--config keys go to both pools, as for `servesim cluster`; the dashboard's engine flags
+    over them too: --max-num-seqs 8 runs what a --config file with max_num_seqs 8 runs."""
+    cfg = tmp_path / "vllm.yaml"
+    cfg.write_text("max_num_seqs: 8\n")
+    clus = json.loads(runner.invoke(app, ["cluster", *PD, "--config", str(cfg), "--json"]).stdout)
+    by_file = runner.invoke(app, ["dashboard", *PD, "--config", str(cfg), "--headless", "--json"])
+    by_flag = runner.invoke(app, ["dashboard", *PD, "--max-num-seqs", "8", "--headless", "--json"])
+    assert by_file.exit_code == 0 and by_flag.exit_code == 0, by_file.output + by_flag.output
+    assert json.loads(by_file.stdout) == clus == json.loads(by_flag.stdout)
+    assert clus["run"]["disaggregated"]["prefill"]["engine"] == {"max_num_seqs": 8}
+    assert clus["run"]["disaggregated"]["decode"]["engine"] == {"max_num_seqs": 8}

@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from servesim import SLO, EngineConfig, LinearStepTime, open_trace
+from servesim import SLO, EngineConfig, FailureEvent, LinearStepTime, open_trace
+from servesim.spec import (
+    ClusterSpec,
+    DeploymentSpec,
+    DisaggregatedSpec,
+    ResolvedDisaggregated,
+    resolve_cluster,
+)
 from servesim.tui.app import DashboardApp
-from servesim.tui.spec import DashboardSpec
+from servesim.tui.spec import DashboardSpec, PDDashboardSpec
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "images"
 CHROMIUM = "/usr/bin/chromium"
@@ -32,17 +39,40 @@ SHOTS = {
     # name: (replicas, simulated time, keys, terminal size)
     "dashboard": (1, 12.0, (), (80, 24)),
     "dashboard-cluster": (3, 6.0, ("f", "enter"), (120, 36)),
+    "dashboard-pd": (0, 2.0, (), (80, 24)),  # 0: 1P2D over tcp-25g, d1 lost at 1.5 s
 }
 
 
+def pd_spec() -> PDDashboardSpec:
+    """docs/dashboard.md's P/D screen: 1P2D over a slow link, a decode replica lost and back."""
+    tr = open_trace("poisson_20_rps", num_requests=300, seed=0)
+    cluster = ClusterSpec(
+        trace="poisson_20_rps",
+        num_requests=300,
+        disaggregated=DisaggregatedSpec(
+            prefill=DeploymentSpec(step_time_ms=10, replicas=1),
+            decode=DeploymentSpec(step_time_ms=10, replicas=2),
+            link="tcp-25g",
+        ),
+        failures=[FailureEvent(node="d1", time_s=1.5, recover_after_s=5.0)],
+    )
+    resolved = resolve_cluster(cluster, tr)
+    assert isinstance(resolved, ResolvedDisaggregated)
+    return PDDashboardSpec(tr, "poisson_20_rps", cluster, resolved, slo=SLO(ttft_ms=1000, tpot_ms=50))
+
+
 def render_svg(replicas: int, at: float, keys: tuple[str, ...], size: tuple[int, int]) -> str:
-    spec = DashboardSpec(
-        open_trace("bursty", num_requests=400, seed=3),
-        "bursty",
-        EngineConfig(num_gpu_blocks=800, max_num_seqs=32),
-        LinearStepTime(),
-        replicas=replicas,
-        slo=SLO(ttft_ms=2000, tpot_ms=50, e2e_ms=8000),
+    spec: DashboardSpec | PDDashboardSpec = (
+        pd_spec()
+        if replicas == 0
+        else DashboardSpec(
+            open_trace("bursty", num_requests=400, seed=3),
+            "bursty",
+            EngineConfig(num_gpu_blocks=800, max_num_seqs=32),
+            LinearStepTime(),
+            replicas=replicas,
+            slo=SLO(ttft_ms=2000, tpot_ms=50, e2e_ms=8000),
+        )
     )
     app = DashboardApp(spec, paused=True, start_at=at)
 

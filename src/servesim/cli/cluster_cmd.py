@@ -14,7 +14,7 @@ from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import cli_slo, out_option, request_slo
 from servesim.cli.engine_flags import file_settings
-from servesim.cli.pd_cmd import pd_deployments, pd_failures, print_pd, run_pd
+from servesim.cli.pd_cmd import check_timing, disagg_spec, pd_cluster_spec, pd_failures, print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
@@ -93,11 +93,7 @@ def register(app: typer.Typer) -> None:
         tr = read_trace(
             trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
         )
-        if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
-            raise InputError(
-                "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
-                "replace them: give one or the other"
-            )
+        check_timing(step_time_ms, linear_step_time, model, gpu)
         timing: dict[str, Any] = {"step_time_ms": step_time_ms, "linear_step_time": linear_step_time}
         head: dict[str, Any] = {"trace": trace, "num_requests": num_requests, "seed": seed}
         disagg = _disagg_spec(
@@ -114,14 +110,14 @@ def register(app: typer.Typer) -> None:
                 recover_after_s=recover_after_s,
                 seed=seed,
             )
-            spec = _spec(
-                {
-                    **head,
-                    "disaggregated": pd_deployments(disagg, gpu, timing),
-                    "failures": pd_events,
-                    "slo": cli_slo(slo) if goal is not None else None,
-                },
+            spec = pd_cluster_spec(
+                head,
+                disagg,
+                gpu,
+                timing,
+                pd_events,
                 cluster or "disaggregated cluster",
+                slo=cli_slo(slo) if goal is not None else None,
             )
             res, timed = run_pd(tr, spec)
             title = disaggregated_title(trace, len(tr))
@@ -240,27 +236,10 @@ def _disagg_spec(
             data = dict(raw)
     if not data and n_prefill is None and n_decode is None:
         return None
-    if (n_prefill is None) != (n_decode is None) and not data:
-        raise InputError("--prefill-replicas and --decode-replicas go together")
     keys = file_settings(config)
-    for pool, n in (("prefill", n_prefill), ("decode", n_decode)):
-        p = dict(data.get(pool) or {})
-        if n is not None:
-            p["replicas"] = n
-        if keys and "config" not in p:
-            p["config"] = dict(keys)
-        if tp is not None:
-            p["tp"] = tp
-        data[pool] = p
-    for key, v in (("link", link), ("short_prompt_tokens", short), ("model", model)):
-        if v is not None:
-            data[key] = v
-    try:
-        spec = DisaggSpec.model_validate(data)
-    except ValidationError as e:
-        raise InputError(f"{cluster or 'disaggregated cluster'}: {describe(e)}") from None
-    spec.context()  # an unknown link or model is refused before anything runs
-    return spec
+    return disagg_spec(
+        data, keys, n_prefill, n_decode, link, short, model, tp, cluster or "disaggregated cluster"
+    )
 
 
 def _failure_file(path: Path | None) -> list[FailureEvent]:

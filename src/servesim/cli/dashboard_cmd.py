@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,11 +17,20 @@ from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import cli_slo, fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
+from servesim.cli.pd_cmd import check_timing, disagg_spec, pd_cluster_spec, pd_failures, print_pd
 from servesim.cli.simulate_cmd import TRACE_HELP, deploy, report_result
 from servesim.cluster.compare import LinkSpec, outcome
-from servesim.errors import InputError, shown, user_errors
-from servesim.spec import DeploymentSpec
+from servesim.cluster.pd import DisaggSpec
+from servesim.cluster.pd_results import PDResult
+from servesim.engine import SLO
+from servesim.errors import InputError, InternalError, shown, user_errors
+from servesim.report.documents import disaggregated_title
+from servesim.spec import DeploymentSpec, ResolvedDisaggregated, resolve_cluster
+from servesim.traces.schema import Trace
 from servesim.views.fleet import fleet_sections
+
+if TYPE_CHECKING:
+    from servesim.tui.spec import PDDashboardSpec
 
 
 def parse_speed(text: str) -> float:
@@ -72,6 +81,18 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(
             None, "--out", help="With --headless or --ui simple: write the JSON result here."
         ),
+        prefill_replicas: int | None = typer.Option(
+            None, min=1, max=64, help="Disaggregated: replicas of the prefill pool (with --decode-replicas)."
+        ),
+        decode_replicas: int | None = typer.Option(
+            None, min=1, max=64, help="Disaggregated: decode pool size."
+        ),
+        link_name: str | None = typer.Option(
+            None, "--link", help="Disaggregated: KV-transfer link preset (default rdma-400g)."
+        ),
+        short_prompt_tokens: int | None = typer.Option(
+            None, min=0, help="Disaggregated: prompts shorter than this prefill on the decode replica."
+        ),
         *,
         flags: dict[str, Any],
         deployment: DeploymentSpec,
@@ -87,7 +108,53 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"--ui {shown(ui)}: use full or simple")
             dep = deployment_spec(deployment, config, flags)
             goal = request_slo(slo)  # refused before any line is printed, as every command does
+            disagg = disagg_spec(
+                {},
+                dep.engine,
+                prefill_replicas,
+                decode_replicas,
+                link_name,
+                short_prompt_tokens,
+                deployment.model,
+                deployment.tp,
+            )
+            if disagg is None and (link_name is not None or short_prompt_tokens is not None):
+                raise InputError(
+                    "--link and --short-prompt-tokens are for a disaggregated cluster: "
+                    "give --prefill-replicas and --decode-replicas"
+                )
             tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            if disagg is not None:
+                pd_spec = _pd_spec(
+                    disagg,
+                    deployment,
+                    tr,
+                    trace,
+                    fail_at,
+                    seed=seed,
+                    num_requests=num_requests,
+                    goal=goal,
+                    slo_text=slo,
+                    replicas=replicas,
+                    router=router,
+                    recovery=recovery,
+                    kv_checkpointing=kv_checkpointing,
+                )
+                if headless or ui == "simple":
+                    _run_pd_plain(pd_spec, disagg, headless=headless, speed=rate, as_json=as_json, out=out)
+                    return
+                if as_json:
+                    raise InputError("--json needs --headless (the dashboard is for people)")
+                if out is not None:
+                    raise InputError("--out needs --headless or --ui simple (the dashboard is for people)")
+        except user_errors() as exc:
+            fail(exc)
+        if disagg is not None:
+            from servesim.tui.app import DashboardApp
+
+            DashboardApp(pd_spec, speed=rate, paused=paused, start_at=start_at).run()
+            return
+        try:
             setup, rebuild = deploy(dep, tr, as_json=as_json or not headless)
             cfg, step = setup.config, setup.step_time
             events = sorted((parse_fail(x) for x in fail_at), key=lambda e: (e.time_s, e.node))
@@ -158,6 +225,94 @@ def register(app: typer.Typer) -> None:
         from servesim.tui.app import DashboardApp
 
         DashboardApp(spec, speed=rate, paused=paused, start_at=start_at).run()
+
+
+def _pd_spec(
+    disagg: DisaggSpec,
+    deployment: DeploymentSpec,
+    tr: Trace,
+    trace: str,
+    fail_at: list[str],
+    *,
+    seed: int,
+    num_requests: int | None,
+    goal: SLO | None,
+    slo_text: str | None,
+    replicas: int,
+    router: str | None,
+    recovery: str,
+    kv_checkpointing: str,
+) -> PDDashboardSpec:
+    """A disaggregated dashboard run: the ``ClusterSpec`` ``servesim cluster --prefill-replicas
+    ... --decode-replicas ...`` records for the same flags (``cli.pd_cmd``'s plumbing), resolved."""
+    from servesim.tui.spec import PDDashboardSpec
+
+    for flag, given in (
+        ("--replicas", replicas != 1),
+        ("--router", router is not None),
+        ("--recovery", recovery != "planner"),
+        ("--kv-checkpointing", kv_checkpointing != "continuous"),
+    ):
+        if given:
+            raise InputError(
+                f"{flag} is for an aggregated cluster; a disaggregated one routes and recovers "
+                "as deployed (docs/cluster.md): leave it out"
+            )
+    check_timing(deployment.step_time_ms, deployment.linear_step_time, deployment.model, deployment.gpu)
+    events = pd_failures(
+        disagg,
+        [parse_fail(x) for x in fail_at],
+        tr,
+        mtbf_s=None,
+        warning_s=0.0,
+        recover_after_s=None,
+        seed=seed,
+    )
+    timing = {
+        "step_time_ms": deployment.step_time_ms,
+        "linear_step_time": deployment.linear_step_time,
+        "gpu_memory_utilization": deployment.gpu_memory_utilization,
+        "profile": deployment.profile,
+    }
+    head = {"trace": trace, "num_requests": num_requests, "seed": seed}
+    spec = pd_cluster_spec(
+        head,
+        disagg,
+        deployment.gpu,
+        timing,
+        events,
+        "disaggregated cluster",
+        slo=cli_slo(slo_text) if goal is not None else None,
+    )
+    resolved = resolve_cluster(spec, tr)
+    if not isinstance(resolved, ResolvedDisaggregated):
+        raise InternalError("a disaggregated cluster resolved without its pools")
+    title = disaggregated_title(trace, len(tr))
+    return PDDashboardSpec(tr, title, spec, resolved, slo=goal)
+
+
+def _run_pd_plain(
+    spec: PDDashboardSpec,
+    disagg: DisaggSpec,
+    *,
+    headless: bool,
+    speed: float,
+    as_json: bool,
+    out: Path | None,
+) -> None:
+    """``--headless`` / ``--ui simple`` of a disaggregated run: what ``servesim cluster`` prints
+    (and writes) for the same flags."""
+    from servesim.tui.simple import run_simple
+
+    live = spec.start()
+    result: Any = (
+        live.finish() if headless else run_simple(live, sys.stderr if as_json else sys.stdout, speed=speed)
+    )
+    if not isinstance(result, PDResult):
+        raise InternalError("a disaggregated run ended without its P/D result")
+    print_pd(
+        result, disagg, spec.title, spec.resolved.timed_as, as_json, spec.cluster, spec.trace.provenance, out
+    )
 
 
 def _run_plain(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import emit, said_written
@@ -13,12 +14,80 @@ from servesim.cli.render import print_section
 from servesim.cluster.config import FailureEvent
 from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, link_preset
 from servesim.cluster.pd_results import LEGS, PDResult, PDSummary
-from servesim.errors import InputError, InternalError
+from servesim.errors import InputError, InternalError, describe
 from servesim.report.documents import disaggregated_run_document
 from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
 from servesim.spec.cluster import pool_failures
 from servesim.traces.schema import Trace, TraceProvenance
 from servesim.views.disagg import disagg_view
+
+
+def check_timing(
+    step_time_ms: float | None, linear_step_time: bool, model: str | None, gpu: str | None
+) -> None:
+    """Roofline step times (a model on a GPU) or a fixed/linear step time, not both."""
+    if (step_time_ms is not None or linear_step_time) and (model is not None or gpu is not None):
+        raise InputError(
+            "--model/--gpu choose roofline step times; --step-time-ms / --linear-step-time "
+            "replace them: give one or the other"
+        )
+
+
+def disagg_spec(
+    data: dict[str, Any],
+    keys: dict[str, Any],
+    n_prefill: int | None,
+    n_decode: int | None,
+    link: str | None,
+    short: int | None,
+    model: str | None,
+    tp: int | None,
+    where: object = "disaggregated cluster",
+) -> DisaggSpec | None:
+    """The disaggregated layout, if one is asked for: a cluster file's ``prefill``/``decode``
+    pools (``data``; empty: none), or the pool sizes on the command line, both pools with the
+    vLLM ``keys`` (``--config``'s; the dashboard's engine flags over them) where a pool sets none."""
+    data = dict(data)
+    if not data and n_prefill is None and n_decode is None:
+        return None
+    if (n_prefill is None) != (n_decode is None) and not data:
+        raise InputError("--prefill-replicas and --decode-replicas go together")
+    for pool, n in (("prefill", n_prefill), ("decode", n_decode)):
+        p = dict(data.get(pool) or {})
+        if n is not None:
+            p["replicas"] = n
+        if keys and "config" not in p:
+            p["config"] = dict(keys)
+        if tp is not None:
+            p["tp"] = tp
+        data[pool] = p
+    for key, v in (("link", link), ("short_prompt_tokens", short), ("model", model)):
+        if v is not None:
+            data[key] = v
+    try:
+        spec = DisaggSpec.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"{where}: {describe(e)}") from None
+    spec.context()  # an unknown link or model is refused before anything runs
+    return spec
+
+
+def pd_cluster_spec(
+    head: dict[str, Any],
+    spec: DisaggSpec,
+    gpu: str | None,
+    timing: dict[str, Any],
+    failures: list[FailureEvent],
+    where: object,
+    slo: Any = None,
+) -> ClusterSpec:
+    """The ``ClusterSpec`` a disaggregated run records (``head``: trace, num_requests, seed;
+    ``slo``: the run's, or None); an error names the field."""
+    data = {**head, "disaggregated": pd_deployments(spec, gpu, timing), "failures": failures, "slo": slo}
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"{where}: {describe(e)}") from None
 
 
 def pd_failures(
@@ -162,4 +231,14 @@ def print_pd_failures(out: Console, res: PDResult) -> None:
     )
 
 
-__all__ = ["pd_deployments", "pd_failures", "print_pd", "print_pd_failures", "run_pd", "slo_lines"]
+__all__ = [
+    "check_timing",
+    "disagg_spec",
+    "pd_cluster_spec",
+    "pd_deployments",
+    "pd_failures",
+    "print_pd",
+    "print_pd_failures",
+    "run_pd",
+    "slo_lines",
+]

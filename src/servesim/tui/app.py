@@ -25,14 +25,17 @@ from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
 from servesim.engine.results import tokens_per_verifying_step
 from servesim.errors import describe, user_errors
 from servesim.events import ReplicaDown
+from servesim.live import LivePDRun
 from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
-from servesim.tui.spec import DashboardSpec
+from servesim.tui.spec import DashboardSpec, PDDashboardSpec
 from servesim.tui.widgets import (
     BatchTable,
     CpuTierGauge,
     EventLog,
     KvGauge,
     LatencyGauges,
+    LegsTile,
+    PoolStrip,
     QueueTable,
     ReplicaStrip,
     SlotTable,
@@ -71,7 +74,7 @@ class DashboardApp(App[None]):
 
     def __init__(
         self,
-        spec: DashboardSpec,
+        spec: DashboardSpec | PDDashboardSpec,
         *,
         speed: float = 1.0,
         paused: bool = False,
@@ -82,7 +85,8 @@ class DashboardApp(App[None]):
     ) -> None:
         super().__init__()
         self.spec = spec
-        self.live: LiveRun | LiveClusterRun = spec.start()
+        self.pd = isinstance(spec, PDDashboardSpec)  # prefill/decode pools: their strip and legs tile
+        self.live: LiveRun | LiveClusterRun | LivePDRun = spec.start()
         self.speed = min(max(speed, SPEEDS[0]), SPEEDS[1])
         self.paused = paused
         self.start_at = start_at
@@ -92,7 +96,8 @@ class DashboardApp(App[None]):
         self.screenshot_dir = screenshot_dir
         self.clock = 0.0  # the simulated time shown
         self.lagging = False
-        self.selected = 0
+        # a disaggregated run opens on its first decode replica (the batch the clients wait on)
+        self.selected = len(spec.resolved.prefill) if isinstance(spec, PDDashboardSpec) else 0
         self.injected: list[FailureEvent] = []
         self.spark: deque[float] = deque(maxlen=120)
         self._spark_t = -1.0
@@ -112,6 +117,9 @@ class DashboardApp(App[None]):
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         yield Static(id="status")
+        if self.pd:
+            yield from self._compose_pd()
+            return
         if self.spec.is_cluster:
             yield ReplicaStrip(id="replicas")
         # With a CPU tier the side panel has four tiles: packed without gaps, and the top row no
@@ -134,9 +142,27 @@ class DashboardApp(App[None]):
             yield EventLog(id="events")
         yield Footer(show_command_palette=False, compact=True)
 
+    def _compose_pd(self) -> ComposeResult:
+        """Prefill/decode pools: a line per pool, the shown replica's batch and gauges, then its
+        queue, the events and the legs tile (at 80x24: ten rows each, every tile whole)."""
+        yield PoolStrip(id="pools")
+        with Horizontal(id="top", classes="-pd"):
+            yield BatchTable(id="batch")
+            with Vertical(id="side", classes="-pd"):
+                yield KvGauge(id="kv")
+                yield LatencyGauges(id="latency")
+                yield Throughput(id="tput")
+                yield ThroughputSpark([], id="spark")
+        with Horizontal(id="bottom", classes="-pd"):
+            yield QueueTable(id="queue")
+            yield EventLog(id="events")
+            yield LegsTile(id="legs")
+        yield Footer(show_command_palette=False, compact=True)
+
     def on_mount(self) -> None:
         self.main.query_one("#side").border_title = "KV · latency · tok/s"
         self.main.query_one("#events").border_title = "events"
+
         if self.start_at > 0:
             self.fast_forward(self.start_at)
         self.refresh_view()
@@ -218,28 +244,37 @@ class DashboardApp(App[None]):
             style="dim",
         )
         self.main.query_one("#status", Static).update(t)
-        if self.spec.is_cluster:
+        if self.pd:
+            self.main.query_one("#pools", PoolStrip).show(reps, self.selected, snap.num_parked)
+            legs = self.main.query_one("#legs", LegsTile)
+            legs.show(snap)
+            link = snap.pd.link if snap.pd is not None else None
+            legs.border_title = "legs (ms) · KV" + (f" on {link}" if link else "")
+        elif self.spec.is_cluster:
             self.main.query_one("#replicas", ReplicaStrip).show(reps, self.selected)
         batch = self.main.query_one("#batch", BatchTable)
-        where = f" {rep.name}" if self.spec.is_cluster else ""
+        where = f" {rep.label}" if self.spec.is_cluster else ""
         batch.border_title = f"batch{where} {len(rep.running)}/{rep.max_num_seqs}" + (
             "" if rep.alive else " DOWN"
         )
         batch.show(rep.running, self.clock)
         queue = self.main.query_one("#queue", QueueTable)
-        shown = f" (first {len(rep.waiting)})" if rep.num_waiting > len(rep.waiting) else ""
-        queue.border_title = f"waiting{where} {rep.num_waiting:,}{shown}"
-        queue.show(rep.waiting, self.clock)
+        listed = (*rep.holding, *rep.waiting)  # vLLM admits the KV-holding queue first
+        total = rep.num_holding + rep.num_waiting
+        shown = f" (first {len(listed)})" if total > len(listed) else ""
+        here = f" {rep.name}" if self.pd else where  # the pool is in the batch's title
+        queue.border_title = f"waiting{here} {total:,}{shown}"  # those waiting for KV: marked KV
+        queue.show(listed, self.clock)
         if self.spec.is_cluster:
             self.main.query_one("#side").border_title = "KV · latency · tok/s (all)"
         self.main.query_one("#kv", KvGauge).show(rep, rep.name if self.spec.is_cluster else None)
-        if self.spec.config.kv_offloading_size is not None:
+        if self.spec.config.kv_offloading_size is not None and not self.pd:
             self.main.query_one("#cpu", CpuTierGauge).show(rep)
         self.main.query_one("#latency", LatencyGauges).show(snap, self.spec.slo)
         self.main.query_one("#tput", Throughput).show(snap)
         self.main.query_one("#spark", ThroughputSpark).data = list(self.spark)
         sc = self.spec.config.speculative_config
-        if sc is not None:
+        if sc is not None and not self.pd:
             totals = self.live.speculation_totals()
             overall = tokens_per_verifying_step(*totals) if totals else None
             self.main.query_one("#spec", SpecTile).show(sc.num_speculative_tokens, self.spec_recent, overall)
@@ -314,6 +349,13 @@ class DashboardApp(App[None]):
 
     def action_fail(self) -> None:
         run = self.live
+        if isinstance(run, LivePDRun):
+            alive = [n for n, a in zip(run.replica_names, run.alive, strict=True) if a]
+            if not alive:
+                self.notify("every replica is down", severity="warning")
+                return
+            self.push_screen(FailScreen(alive), self._pd_fail_chosen)
+            return
         if not isinstance(run, LiveClusterRun):
             self.notify("failures need a cluster: start with --replicas 2 (or more)", severity="warning")
             return
@@ -340,6 +382,24 @@ class DashboardApp(App[None]):
             self.selected = self.live.replica_names.index(busiest)
         self.refresh_view()
 
+    def _pd_fail_chosen(self, choice: tuple[str, float | None] | None) -> None:
+        """A disaggregated run: the failure is one more of the run's (``--fail NODE@NOW``): the
+        run replays to now with it, then it strikes (even paused)."""
+        if choice is None or not isinstance(self.spec, PDDashboardSpec):
+            return
+        name, back = choice
+        t = self.clock
+        try:
+            spec = self.spec.with_failure(FailureEvent(node=name, time_s=t, recover_after_s=back))
+            run = spec.start()
+        except user_errors() as e:
+            self.notify(f"not failed: {describe(e)}", severity="error")
+            return
+        self._replace_run(spec, run, t, f"{t:7.2f}s {name} failed (f): the run replayed to now", quiet=True)
+        self.live.advance_until(t + 1e-9)  # process the failure now, even paused
+        self.selected = self.live.replica_names.index(name)  # type: ignore[union-attr]
+        self.refresh_view()
+
     def action_toggle_chunked(self) -> None:
         self.restart(enable_chunked_prefill=not self.spec.config.enable_chunked_prefill)
 
@@ -351,29 +411,46 @@ class DashboardApp(App[None]):
             self.restart(max_num_seqs=value)
 
     def restart(self, **flags: object) -> None:
-        """Run the same trace again with changed flags, fast-forwarded to the same time."""
+        """Run the same trace again with changed flags, fast-forwarded to the same time (a
+        disaggregated run: the flags in both pools)."""
         t = self.clock
+        what = ", ".join(f"{k} {v}" for k, v in flags.items())
         try:
-            spec = self.spec.with_flags(**flags)
-            if spec.is_cluster:
-                spec = replace(
-                    spec, failures=tuple(sorted([*spec.failures, *self.injected], key=lambda f: f.time_s))
-                )
+            spec: DashboardSpec | PDDashboardSpec
+            if isinstance(self.spec, PDDashboardSpec):
+                spec, line = self.spec.with_flags(**flags), f"{t:7.2f}s restarted with {what} (both pools)"
+            else:
+                spec, line = self.spec.with_flags(**flags), f"{t:7.2f}s restarted with {what}"
+                if spec.is_cluster:
+                    failures = sorted([*spec.failures, *self.injected], key=lambda f: f.time_s)
+                    spec = replace(spec, failures=tuple(failures))
             run = spec.start()
         except user_errors() as e:
             self.notify(f"not restarted: {describe(e)}", severity="error")
             return
+        self._replace_run(spec, run, t, line)
+        self.refresh_view()
+
+    def _replace_run(
+        self,
+        spec: DashboardSpec | PDDashboardSpec,
+        run: LiveRun | LiveClusterRun | LivePDRun,
+        t: float,
+        line: str,
+        quiet: bool = False,
+    ) -> None:
+        """Show ``run`` (of ``spec``) from the start, fast-forwarded to ``t``; ``quiet``: the same
+        run up to ``t`` (a failure added at ``t``), so its events before ``t`` are not logged twice."""
         self.spec, self.live, self.injected = spec, run, []
         self.clock, self._spark_t = 0.0, -1.0
         self.spark.clear()
         self.spec_spark.clear()
         self._spec_last, self.spec_recent = (0, 0), None
         log = self.main.query_one("#events", EventLog)
-        what = ", ".join(f"{k} {v}" for k, v in flags.items())
-        line = f"{t:7.2f}s restarted with {what}"
         log.note(line, "bold")
         self.fast_forward(t)
-        self.refresh_view()
+        if quiet:
+            run.events()  # the replay's events up to now: shown already
 
     def on_slot_table_chosen(self, event: SlotTable.Chosen) -> None:
         self.push_screen(DetailScreen(self.live.timeline(event.slot.req_id)))

@@ -38,12 +38,21 @@ HELP = """\
   decode done/total, green; ×N preempted N times (yellow); STARVED
   (red): preempted starvation_threshold times.
 [b]Waiting[/b]: the queue in scheduling order. ↑ jumped ahead (a
-  re-prioritisation); pre: preemptions; mv: moved from a lost replica.
+  re-prioritisation); pre: preemptions; mv: moved from a lost replica;
+  r7 KV: its KV is being pulled from a prefill replica (listed first).
 [b]KV / latency[/b]: KV blocks in use, prefix-cache hit rate; rolling
   p50/p99 TTFT and TPOT of the last window against the SLO: green
   within 80 % of it, amber up to it, red past it; tokens per second.
 [b]Events[/b]: preemptions, STARVED, rejections, node losses, each
   recovery decision and the rescheduler's re-admission order.
+
+[b]Prefill/decode pools[/b] (--prefill-replicas/--decode-replicas): a line
+  per pool; wait-KV N: decode legs holding their blocks while their KV is
+  pulled (WAITING_FOR_REMOTE_KVS). [b]legs[/b]: mean/p99 ms of prefill queue,
+  prefill, decode queue, transfer, decode over the requests finished so
+  far; KV landed, transfers on the wire and queued for a link, the link
+  queueing p99. f fails a replica of either pool (the run replays to now
+  with it); c and m restart both pools with the flag.
 """
 
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 from servesim import ClusterResult, LiveClusterRun, LiveRun, RunSnapshot, SimulationResult
+from servesim.cluster.pd_results import PDResult
+from servesim.live import LivePDRun
 
 
 def progress_line(snap: RunSnapshot, speed: float) -> str:
@@ -17,6 +19,13 @@ def progress_line(snap: RunSnapshot, speed: float) -> str:
         return "-" if v is None else f"{v:,.0f}"
 
     down = sum(not r.alive for r in snap.replicas)
+    pd = snap.pd
+    transfers = (
+        f"  KV-wait {pd.waiting_for_kv:,}  transfers {pd.transfers_in_flight:,} on the wire "
+        f"{pd.transfers_queued:,} queued  KV moved {pd.kv_moved_gb:,.2f} GB"
+        if pd is not None
+        else ""
+    )
     return (
         f"t {snap.time_s:9,.2f}s x{speed:g}  step {snap.step:,}  "
         f"done {snap.num_closed:,}/{snap.num_requests:,}  "
@@ -24,19 +33,20 @@ def progress_line(snap: RunSnapshot, speed: float) -> str:
         f"kv {snap.kv_blocks_used / snap.kv_blocks_usable if snap.kv_blocks_usable else 0:.0%}  "
         f"ttft p50/p99 {ms(snap.ttft_p50_ms)}/{ms(snap.ttft_p99_ms)} ms  "
         f"tpot p99 {ms(snap.tpot_p99_ms)} ms  {snap.total_tokens_per_s:,.0f} tok/s"
+        + transfers
         + (f"  {down} replica(s) down" if down else "")
     )
 
 
 def run_simple(
-    live: LiveRun | LiveClusterRun,
+    live: LiveRun | LiveClusterRun | LivePDRun,
     out: TextIO,
     *,
     speed: float,
     every_s: float = 1.0,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
-) -> SimulationResult | ClusterResult:
+) -> SimulationResult | ClusterResult | PDResult:
     """Advance at ``speed`` simulated seconds per wall second, a line every ``every_s`` of wall
     time (and one at the end), then finish the run."""
     t_sim = 0.0

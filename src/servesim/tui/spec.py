@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
 
 from servesim import (
     SLO,
@@ -19,7 +21,11 @@ from servesim import (
     StepTimeModel,
     Trace,
 )
+from servesim.cluster import FailurePlan
 from servesim.engine.kv_connector import OffloadingConnector
+from servesim.errors import InputError, InternalError, describe
+from servesim.live import LivePDRun
+from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
 
 Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
 
@@ -88,3 +94,88 @@ class DashboardSpec:
         if self.rebuild is not None:
             config, step = self.rebuild(config)
         return replace(self, config=config, step_time=step)
+
+
+@dataclass(frozen=True)
+class PDDashboardSpec:
+    """A prefill/decode-disaggregated dashboard run: the ``ClusterSpec`` ``servesim cluster
+    --prefill-replicas N --decode-replicas M`` records for the same flags, resolved as it resolves
+    it (``servesim.spec.resolve_cluster``). A changed flag applies to both pools; a failure
+    injected from the dashboard is one more of the spec's failures (the run replays to now)."""
+
+    trace: Trace
+    title: str
+    cluster: ClusterSpec
+    resolved: ResolvedDisaggregated
+    slo: SLO | None = None
+    window_s: float = 30.0
+
+    is_cluster: ClassVar[bool] = True
+
+    @property
+    def disagg(self) -> DisaggregatedSpec:
+        d = self.cluster.disaggregated
+        if d is None:
+            raise InternalError("a P/D dashboard without its pools")
+        return d
+
+    @property
+    def config(self) -> EngineConfig:
+        """The decode pool's engine (the status line's figures; a changed flag starts from it)."""
+        return self.resolved.decode[0].config
+
+    @property
+    def prefill_config(self) -> EngineConfig:
+        return self.resolved.prefill[0].config
+
+    @property
+    def failures(self) -> tuple[FailureEvent, ...]:
+        return tuple(self.cluster.failures)
+
+    @property
+    def layout(self) -> str:
+        """``1P2D``."""
+        return f"{len(self.resolved.prefill)}P{len(self.resolved.decode)}D"
+
+    def start(self) -> LivePDRun:
+        r = self.resolved
+        return LivePDRun(
+            self.trace,
+            r.prefill,
+            r.decode,
+            r.context,
+            short_prompt_tokens=r.short_prompt_tokens,
+            failures=self.cluster.failures,
+            link_name=self.disagg.link,
+            slo=self.slo,
+            window_s=self.window_s,
+        )
+
+    def _with(self, cluster: ClusterSpec) -> PDDashboardSpec:
+        try:
+            cluster = ClusterSpec.model_validate(cluster.model_dump())
+        except ValidationError as e:
+            raise InputError(describe(e)) from None
+        resolved = resolve_cluster(cluster, self.trace)
+        if not isinstance(resolved, ResolvedDisaggregated):
+            raise InternalError("a disaggregated cluster resolved without its pools")
+        return replace(self, cluster=cluster, resolved=resolved)
+
+    def with_flags(self, **updates: Any) -> PDDashboardSpec:
+        """The same run with vLLM flags changed in both pools (each resolved again: KV sized,
+        vLLM's rules checked; a flag a pool refuses is refused naming it)."""
+        d = self.disagg
+        pools = {
+            name: pool.model_copy(update={"engine": {**pool.engine, **updates}})
+            for name, pool in (("prefill", d.prefill), ("decode", d.decode))
+        }
+        return self._with(self.cluster.model_copy(update={"disaggregated": d.model_copy(update=pools)}))
+
+    def with_failure(self, event: FailureEvent) -> PDDashboardSpec:
+        """The same run with one more failure."""
+        failures = sorted([*self.cluster.failures, event], key=lambda f: (f.time_s, f.node))
+        try:
+            FailurePlan(events=failures)  # checked as one plan, as ``servesim cluster`` checks --fail
+        except ValidationError as e:
+            raise InputError(describe(e)) from None
+        return self._with(self.cluster.model_copy(update={"failures": failures}))

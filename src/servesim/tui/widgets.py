@@ -17,8 +17,10 @@ from textual.strip import Strip
 from textual.widgets import RichLog, Sparkline, Static
 
 from servesim import SLO, ReplicaState, RunSnapshot, Slot
+from servesim.cluster.pd_results import LEGS
 from servesim.events import (
     Event,
+    LegRecovered,
     RecoveryDecision,
     ReplicaDown,
     ReplicaUp,
@@ -46,6 +48,8 @@ def phase_text(s: Slot) -> Text:
 def req_text(s: Slot) -> Text:
     if s.starved:
         return Text(f"{s.req_id} STARVED", style=STARVED)
+    if s.waiting_for_kv:  # P/D: queued with its blocks while its KV is pulled
+        return Text(f"{s.req_id} KV", style="bold cyan")
     if s.num_preemptions:
         return Text(f"{s.req_id} ×{s.num_preemptions}", style=PREEMPTED)
     return Text(s.req_id)
@@ -393,6 +397,75 @@ class ReplicaStrip(Static):
         self.update(t)
 
 
+class PoolStrip(Static):
+    """A disaggregated cluster's pools, one line each: every replica's slots in use and KV usage
+    (a decode replica's requests waiting for their KV too), ``DOWN`` when lost; the one shown in
+    the panels marked. Lines too long for the terminal go short (``d0 17 21% w9``: running, KV,
+    waiting for KV), then are cut: never wrapped onto the other pool's line."""
+
+    def show(self, replicas: Sequence[ReplicaState], selected: int, parked: int = 0) -> None:
+        t = self._strip(replicas, selected, parked, compact=False)
+        width = self.size.width
+        if width and any(len(line) > width for line in t.plain.splitlines()):
+            t = self._strip(replicas, selected, parked, compact=True)
+        self.update(t)
+
+    @staticmethod
+    def _strip(replicas: Sequence[ReplicaState], selected: int, parked: int, *, compact: bool) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        for pool in ("prefill", "decode"):
+            t.append(f"{pool:<8}", style="bold")
+            for k, r in enumerate(replicas):
+                if r.pool != pool:
+                    continue
+                mark = "▸" if k == selected else " "
+                if not r.alive:
+                    t.append(f"{mark}{r.name} DOWN ", style=BAD if k != selected else "bold red reverse")
+                    continue
+                style = "bold reverse" if k == selected else ""
+                slots = f"{len(r.running)}" if compact else f"{len(r.running)}/{r.max_num_seqs} kv"
+                t.append(f"{mark}{r.name} {slots} {r.kv_usage:.0%}", style=style)
+                if r.kv_wait:
+                    t.append(f" w{r.kv_wait}" if compact else f" wait-KV {r.kv_wait}", style="cyan")
+                t.append(" ")
+            if pool == "prefill":
+                t.append("\n")
+        if parked:  # decode legs with no decode replica up to take them
+            t.append(f"{parked:,} parked", style=BAD)
+        return t
+
+
+def _ms(v: float) -> str:
+    return f"{v:,.1f}" if v < 10_000 else f"{v:,.0f}"
+
+
+class LegsTile(Static):
+    """A disaggregated run: each leg's mean and p99 over the requests finished so far (prefill
+    queue, prefill, decode queue, transfer, decode: the five add up to a request's E2E), then
+    the KV transfers: GB landed, on the wire and queued for a link, requests waiting for their
+    KV, the links' queueing p99."""
+
+    def show(self, snap: RunSnapshot) -> None:
+        pd = snap.pd
+        t = Text()
+        if pd is None:
+            self.update(t)
+            return
+        t.append(f"{f'{pd.num_disaggregated:,} done':<14}{'mean':>8}{'p99':>8}\n", style="dim")
+        figures = {x.leg: x for x in pd.legs}
+        for leg in LEGS:
+            x = figures.get(leg)
+            t.append(f"{leg.replace('_', ' '):<14}", style="bold")
+            t.append(f"{'-' if x is None else _ms(x.mean_ms):>8}{'-' if x is None else _ms(x.p99_ms):>8}\n")
+        t.append(f"KV {pd.kv_moved_gb:,.2f} GB", style="bold")
+        t.append(f" · wire {pd.transfers_in_flight} · queue {pd.transfers_queued}")
+        self.border_subtitle = f"{pd.transfers_cut:,} cut off by a loss" if pd.transfers_cut else ""
+        wait = "-" if pd.link_wait_p99_ms is None else _ms(pd.link_wait_p99_ms)
+        t.append(f"\nwait-KV {pd.waiting_for_kv}", style="cyan" if pd.waiting_for_kv else "")
+        t.append(f" · queue p99 {wait}")
+        self.update(t)
+
+
 def describe_event(e: Event) -> tuple[str, str] | None:
     """An event as one log line and its style (None: not for the log)."""
     if isinstance(e, RequestPreempted):
@@ -411,6 +484,8 @@ def describe_event(e: Event) -> tuple[str, str] | None:
         cost = f"{e.tokens_moved:,} tok in {e.delay_s * 1e3:,.0f} ms, " if e.tokens_moved else ""
         move = f"{e.req_id} {e.strategy} {e.from_replica}->{e.to_replica}"
         return f"{move}: {cost}{e.recompute_tokens:,} to recompute", "cyan"
+    if isinstance(e, LegRecovered):
+        return f"{e.req_id} {e.action} ({e.lost_replica} lost) -> {e.target or 'parked'}", "cyan"
     return None
 
 
@@ -438,7 +513,9 @@ class EventLog(RichLog):
                 continue
             text, style = told
             where = (
-                getattr(e, "replica", None) if replicated and not isinstance(e, RecoveryDecision) else None
+                getattr(e, "replica", None)
+                if replicated and not isinstance(e, RecoveryDecision | LegRecovered)
+                else None
             )
             prefix = f"{where} " if where and not text.startswith(where) else ""
             self.note(f"{e.time_s:7.2f}s {prefix}{text}", style)  # type: ignore[union-attr]
