@@ -88,7 +88,12 @@ PD = [
 
 
 @pytest.mark.parametrize(
-    "extra", [[], ["--fail", "d1@1.5+1", "--link", "tcp-25g", "--short-prompt-tokens", "200"]]
+    "extra",
+    [
+        [],
+        ["--fail", "d1@1.5+1", "--link", "tcp-25g", "--short-prompt-tokens", "200"],
+        ["--slo", "ttft_p99_ms=150,tpot_p99_ms=12"],
+    ],
 )
 def test_headless_pd_json_is_the_cluster_commands_document(extra: list[str]) -> None:
     """A disaggregated run: --headless --json is what `servesim cluster --prefill-replicas ...
@@ -100,8 +105,10 @@ def test_headless_pd_json_is_the_cluster_commands_document(extra: list[str]) -> 
     assert doc == json.loads(clus.stdout)
     assert doc["summary"]["num_requests"] == 120 and doc["summary"]["legs"]["transfer"]["mean_ms"] > 0
     assert doc["run"]["disaggregated"]["decode"]["replicas"] == 2
-    if extra:
+    if "--fail" in extra:
         assert [f["node"] for f in doc["failures"]] == ["d1"] and doc["summary"]["num_local"] > 0
+    if "--slo" in extra:  # judged by the same SLO, recorded in the run
+        assert doc["run"]["slo"]["ttft_p99_ms"] == 150 and 0 < doc["summary"]["num_good"] <= 120
 
 
 def test_headless_pd_out_and_human_output_are_the_cluster_commands(tmp_path: Path) -> None:
