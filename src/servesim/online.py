@@ -31,7 +31,7 @@ from servesim.cluster import (
     RouterSpec,
     cluster_simulator,
 )
-from servesim.cluster.pd import PDCluster, PDRecovery, Transfer
+from servesim.cluster.pd import SERVED, PDCluster, PDRecovery, Transfer
 from servesim.cluster.simulate import Move
 from servesim.engine.request import FINISHED, OUTCOME_UNFINISHED, OUTCOMES, REJECTED, Request
 from servesim.errors import ConfigError
@@ -447,6 +447,41 @@ class OnlinePDFleet:
         if p is not None and d is not None and d not in self.cluster.parked_requests:
             return self.prefill_names[p]
         return None
+
+    def legs(self, req: OnlineRequest) -> dict[str, tuple[str, float]] | None:
+        """A served request's time split as ``cluster.pd_results`` splits it (the same formulas;
+        tests/live/test_online_pd.py checks they agree): per leg, the replica and the seconds.
+        None until it is served (or when it was rejected, aborted, or forgotten)."""
+        run = self.cluster.run_
+        idx = req._r.idx
+        d = run.decode_req.get(idx)
+        dk = run.decode_of.get(idx)
+        if d is None or dk is None or d.outcome not in SERVED:
+            return None
+        dn = self.decode_names[dk]
+        x = run.transfers.get(idx)
+        if idx in run.local:
+            return {
+                "decode_queue": (dn, d.first_scheduled - d.arrival),
+                "decode": (dn, d.finish_time - d.first_scheduled),
+            }
+        p = run.prefill_req[idx]
+        pn = self.prefill_names[run.prefill_of[idx]]
+        out = {
+            "prefill_queue": (pn, p.first_scheduled - d.arrival),
+            "prefill": (pn, p.finish_time - p.first_scheduled),
+        }
+        if x is None:  # its KV was lost before it landed: the decode replica recomputed the prompt
+            return out | {
+                "decode_queue": (dn, d.first_scheduled - p.finish_time),
+                "decode": (dn, d.finish_time - d.first_scheduled),
+            }
+        landed = run.receiver[idx].recv_done[idx]
+        return out | {
+            "decode_queue": (dn, x.ready_s - p.finish_time),
+            "transfer": (dn, landed - x.ready_s),
+            "decode": (dn, d.finish_time - landed),
+        }
 
     def ended_transfers(self) -> list[Transfer]:
         """The KV transfers that ended (landed, or were cut off) since the last call."""

@@ -7,30 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import cli_slo, out_option, request_slo
 from servesim.cli.engine_flags import file_settings
-from servesim.cli.pd_cmd import pd_deployments, pd_failures, print_pd, run_pd
+from servesim.cli.pd_cmd import disagg_spec, load_yaml, pd_deployments, pd_failures, print_pd, run_pd
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
 from servesim.cluster.compare import ClusterFile, LinkSpec
-from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, InternalError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedCluster, resolve_cluster
 from servesim.views.fleet import fleet_sections
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise InputError(f"{path}: {e}") from e
 
 
 def register(app: typer.Typer) -> None:
@@ -99,7 +90,7 @@ def register(app: typer.Typer) -> None:
             )
         timing: dict[str, Any] = {"step_time_ms": step_time_ms, "linear_step_time": linear_step_time}
         head: dict[str, Any] = {"trace": trace, "num_requests": num_requests, "seed": seed}
-        disagg = _disagg_spec(
+        disagg = disagg_spec(
             cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
@@ -208,59 +199,17 @@ def _cluster_setup(
     """Each replica's name and the vLLM keys it sets (a ``--cluster`` file's, else ``--config``'s
     for ``n`` identical replicas), the router and the link."""
     if cluster is not None:
-        spec = ClusterFile.model_validate(_load_yaml(cluster))
+        spec = ClusterFile.model_validate(load_yaml(cluster))
         return spec.replica_keys(str(cluster)), spec.router, spec.link
     keys = file_settings(config)
     return [(f"n{i}", dict(keys)) for i in range(n)], RouterSpec(), LinkSpec()
-
-
-def _disagg_spec(
-    cluster: Path | None,
-    config: Path | None,
-    n_prefill: int | None,
-    n_decode: int | None,
-    link: str | None,
-    short: int | None,
-    model: str | None,
-    tp: int | None,
-) -> DisaggSpec | None:
-    """The disaggregated layout, if one is asked for: a cluster file with ``prefill``/``decode``
-    pools, or the pool sizes on the command line (both pools with ``--config``'s keys)."""
-    data: dict[str, Any] = {}
-    if cluster is not None:
-        raw = _load_yaml(cluster)
-        if isinstance(raw, dict) and ("prefill" in raw or "decode" in raw):
-            data = dict(raw)
-    if not data and n_prefill is None and n_decode is None:
-        return None
-    if (n_prefill is None) != (n_decode is None) and not data:
-        raise InputError("--prefill-replicas and --decode-replicas go together")
-    keys = file_settings(config)
-    for pool, n in (("prefill", n_prefill), ("decode", n_decode)):
-        p = dict(data.get(pool) or {})
-        if n is not None:
-            p["replicas"] = n
-        if keys and "config" not in p:
-            p["config"] = dict(keys)
-        if tp is not None:
-            p["tp"] = tp
-        data[pool] = p
-    for key, v in (("link", link), ("short_prompt_tokens", short), ("model", model)):
-        if v is not None:
-            data[key] = v
-    try:
-        spec = DisaggSpec.model_validate(data)
-    except ValidationError as e:
-        raise InputError(f"{cluster or 'disaggregated cluster'}: {describe(e)}") from None
-    spec.context()  # an unknown link or model is refused before anything runs
-    return spec
 
 
 def _failure_file(path: Path | None) -> list[FailureEvent]:
     """``--failures FILE``: a list of failure events, or a mapping with ``events``."""
     if path is None:
         return []
-    data = _load_yaml(path)
+    data = load_yaml(path)
     items = data.get("events", data) if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise InputError(f"{path}: expected a list of failure events")

@@ -3,17 +3,70 @@ decode pools, KV transfers over a modelled link), printed with each leg's share 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
+from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import print_json
+from servesim.cli.engine_flags import file_settings
 from servesim.cluster.config import FailureEvent
 from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, PDCluster, link_preset, parse_pool_node
 from servesim.cluster.pd_results import LEGS, PDResult, pd_result
-from servesim.errors import InputError, InternalError
+from servesim.errors import InputError, InternalError, describe
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedDisaggregated, resolve_cluster
 from servesim.traces.schema import Trace
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{path}: {e}") from e
+
+
+def disagg_spec(
+    cluster: Path | None,
+    config: Path | None,
+    n_prefill: int | None,
+    n_decode: int | None,
+    link: str | None,
+    short: int | None,
+    model: str | None,
+    tp: int | None,
+) -> DisaggSpec | None:
+    """The disaggregated layout, if one is asked for: a cluster file with ``prefill``/``decode``
+    pools, or the pool sizes on the command line (both pools with ``--config``'s keys)."""
+    data: dict[str, Any] = {}
+    if cluster is not None:
+        raw = load_yaml(cluster)
+        if isinstance(raw, dict) and ("prefill" in raw or "decode" in raw):
+            data = dict(raw)
+    if not data and n_prefill is None and n_decode is None:
+        return None
+    if (n_prefill is None) != (n_decode is None) and not data:
+        raise InputError("--prefill-replicas and --decode-replicas go together")
+    keys = file_settings(config)
+    for pool, n in (("prefill", n_prefill), ("decode", n_decode)):
+        p = dict(data.get(pool) or {})
+        if n is not None:
+            p["replicas"] = n
+        if keys and "config" not in p:
+            p["config"] = dict(keys)
+        if tp is not None:
+            p["tp"] = tp
+        data[pool] = p
+    for key, v in (("link", link), ("short_prompt_tokens", short), ("model", model)):
+        if v is not None:
+            data[key] = v
+    try:
+        spec = DisaggSpec.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"{cluster or 'disaggregated cluster'}: {describe(e)}") from None
+    spec.context()  # an unknown link or model is refused before anything runs
+    return spec
 
 
 def pd_failures(
@@ -138,4 +191,12 @@ def print_pd_failures(out: Console, res: PDResult) -> None:
     )
 
 
-__all__ = ["pd_deployments", "pd_failures", "print_pd", "print_pd_failures", "run_pd"]
+__all__ = [
+    "disagg_spec",
+    "load_yaml",
+    "pd_deployments",
+    "pd_failures",
+    "print_pd",
+    "print_pd_failures",
+    "run_pd",
+]

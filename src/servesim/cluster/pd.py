@@ -448,7 +448,16 @@ class PDCluster:
         ``hash_ids``: one id per ``hash_block_size`` prompt tokens naming the prefix up to there
         (prefix caching on either leg, and the prefill router's prefix-aware pick)."""
         r = Request(
-            self._next_idx, req_id, arrival_s, prompt_len, max_tokens, priority, -1, 0, hash_ids, hash_block_size
+            self._next_idx,
+            req_id,
+            arrival_s,
+            prompt_len,
+            max_tokens,
+            priority,
+            -1,
+            0,
+            hash_ids,
+            hash_block_size,
         )
         self._next_idx += 1
         return r
@@ -605,7 +614,14 @@ class PDCluster:
         out = []
         for idx in gone:
             out.append(run.decode_req.pop(idx))
-            for table in (run.prefill_req, run.prefill_of, run.decode_of, run.transfers, run.sender, run.receiver):
+            for table in (
+                run.prefill_req,
+                run.prefill_of,
+                run.decode_of,
+                run.transfers,
+                run.sender,
+                run.receiver,
+            ):
                 table.pop(idx, None)  # type: ignore[attr-defined]
             run.local.discard(idx)
             self._origin.pop(idx, None)
