@@ -93,6 +93,8 @@ def pd_failures(
     nodes = [f"p{i}" for i in range(n_p)] + [f"d{i}" for i in range(n_d)]
     try:
         return failure_events(named, nodes, tr, mtbf_s=mtbf_s, recover_after_s=recover_after_s, seed=seed)
+    except ValidationError as e:  # the plan's own check (a node failing while down)
+        raise InputError(f"--fail: {describe(e)}") from None
     except ValueError as e:
         raise InputError(f"--fail: {e}") from None
 
