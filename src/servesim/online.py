@@ -460,9 +460,9 @@ class OnlinePDFleet:
             return None
         dn = self.decode_names[dk]
         x = run.transfers.get(idx)
-        if idx in run.local:
+        if idx in run.local:  # prefilled on the decode replica: its queue there is the first
             return {
-                "decode_queue": (dn, d.first_scheduled - d.arrival),
+                "prefill_queue": (dn, d.first_scheduled - d.arrival),
                 "decode": (dn, d.finish_time - d.first_scheduled),
             }
         p = run.prefill_req[idx]
