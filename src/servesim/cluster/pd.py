@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.cluster.config import FailureEvent, FailurePlan, RouterSpec
 from servesim.cluster.recovery.costs import RecoveryContext
@@ -55,7 +55,7 @@ from servesim.engine.request import (
     RUNNING,
     Request,
 )
-from servesim.errors import InputError, InternalError, shown
+from servesim.errors import InputError, InternalError, describe, shown
 from servesim.traces.schema import Trace
 
 
@@ -548,8 +548,8 @@ class PDCluster:
         ]
         try:
             FailurePlan(events=[*listed, event])
-        except ValueError as e:
-            raise InputError(f"cannot fail {shown(name)} at {time_s:g} s: {e}") from None
+        except ValidationError as e:
+            raise InputError(f"cannot fail {shown(name)} at {time_s:g} s: {describe(e)}") from None
         i = len(self.run_.failures)
         insort(self._events, (time_s, 0, i, "fail", pool, k, event), lo=self._ev, key=lambda e: e[:3])
         if recover_after_s is not None:
