@@ -21,6 +21,7 @@ from servesim.cluster.pd import pd_context
 from servesim.emulate.emulator import PDLayout
 
 runner = CliRunner()
+PD = ["--prefill-replicas", "1", "--decode-replicas", "1"]
 
 
 def layout(link: str = "tcp-25g", n_decode: int = 1) -> PDLayout:
@@ -123,7 +124,8 @@ def test_a_lost_decode_replica_is_recovered_and_listed(make_server: Any) -> None
             n += 1
             words += len(line.split('"text":"')[1].split('"')[0].split())
             if n == 3:  # decoding on a decode replica now
-                where = srv.call(lambda: srv.emulator.fleet.replica_of(next(iter(srv.emulator._streams.values())).req))
+                (stream,) = srv.emulator._streams.values()
+                where = srv.call(lambda s=stream: srv.emulator.fleet.replica_of(s.req))
                 ok = httpx.post(srv.url + "/admin/fail", json={"replica": where}, timeout=5)
                 assert ok.status_code == 200, ok.text
         assert words == 400  # the stream went on from the other decode replica, no token twice
@@ -140,13 +142,13 @@ def test_a_lost_decode_replica_is_recovered_and_listed(make_server: Any) -> None
         (["--prefill-replicas", "1"], "--prefill-replicas and --decode-replicas go together"),
         (["--link", "rdma-200g"], "--link: only for a disaggregated fleet"),
         (["--short-prompt-tokens", "64"], "--short-prompt-tokens: only for a disaggregated fleet"),
-        (["--prefill-replicas", "1", "--decode-replicas", "1", "--replicas", "2"], "--replicas: a disaggregated"),
-        (["--prefill-replicas", "1", "--decode-replicas", "1", "--router", "random"], "--router: a disaggregated"),
-        (["--prefill-replicas", "1", "--decode-replicas", "1", "--link", "nope"], "unknown link 'nope'; presets:"),
-        (["--prefill-replicas", "1", "--decode-replicas", "2", "--fail", "d2@5"], "the decode pool has 2 (0..1)"),
-        (["--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "replica-0@5"], "use pN / dN"),
+        ([*PD, "--replicas", "2"], "--replicas: a disaggregated"),
+        ([*PD, "--router", "random"], "--router: a disaggregated"),
+        ([*PD, "--link", "nope"], "unknown link 'nope'; presets:"),
+        ([*PD[:3], "2", "--fail", "d2@5"], "the decode pool has 2 (0..1)"),
+        ([*PD, "--fail", "replica-0@5"], "use pN / dN"),
         (
-            ["--prefill-replicas", "1", "--decode-replicas", "1", "--fail", "d0@1", "--fail", "d0@2"],
+            [*PD, "--fail", "d0@1", "--fail", "d0@2"],
             "--fail: node 'd0' fails at 2.0 s while already down",
         ),
     ],

@@ -217,7 +217,7 @@ def test_an_abort_after_the_finish_or_twice_changes_nothing() -> None:
 def test_a_lost_replica_is_injected_online_and_checked_as_a_plan() -> None:
     fleet = _fleet()
     fleet.fail("d0", 0.5, 1.0)
-    with pytest.raises(InputError, match="'d0' fails at 0.7 s while already down"):
+    with pytest.raises(InputError, match=r"'d0' fails at 0\.7 s while already down"):
         fleet.fail("d0", 0.7)
     with pytest.raises(InputError, match="no replica 'd7'"):
         fleet.fail("d7", 1.0)
