@@ -208,8 +208,8 @@ def _disaggregated(
                     f"{flag}: only for a disaggregated fleet (--prefill-replicas and --decode-replicas)"
                 )
         return None
-    for flag, value in given.items():
-        if value is not None and n_prefill is not None and n_decode is not None:
+    for flag, asked in given.items():
+        if asked is not None and n_prefill is not None and n_decode is not None:
             raise InputError(
                 f"{flag}: a disaggregated fleet is --prefill-replicas + --decode-replicas, "
                 "routed as vLLM's P/D proxy (prefix-aware prefill, least-KV decode)"

@@ -622,7 +622,7 @@ class PDCluster:
                 run.sender,
                 run.receiver,
             ):
-                table.pop(idx, None)  # type: ignore[attr-defined]
+                table.pop(idx, None)
             run.local.discard(idx)
             self._origin.pop(idx, None)
             self.aborted.discard(idx)
