@@ -82,7 +82,7 @@ def test_a_completion_streams_from_the_decode_leg_after_prefill_and_transfer(mak
 
 
 def test_a_disconnect_during_the_transfer_aborts_both_legs_and_frees_their_blocks(make_server: Any) -> None:
-    srv = make_server(time_scale=5.0, disaggregated=layout())  # ~1 s of wall time on the link
+    srv = make_server(time_scale=20.0, disaggregated=layout())  # ~5 s of wall time on the link
     fleet = srv.emulator.fleet
     body = {"model": MODEL, "prompt": "hello " * 2500, "max_tokens": 200, "stream": True}
     with httpx.Client(timeout=60) as c, c.stream("POST", srv.url + "/v1/completions", json=body) as r:
@@ -184,3 +184,28 @@ def test_the_layout_reaches_the_ray_serve_ingress(monkeypatch: pytest.MonkeyPatc
     assert settings.failures == (("p0", 30.0, 10.0),)
     em = Emulator(settings.replicas, model=settings.model, failures=settings.failures, disaggregated=pd)
     assert em.fleet.names == ["p0", "d0", "d1"] and em.label_names == ("model_name", "engine", "pool")
+
+
+@pytest.mark.ray
+def test_a_disaggregated_fleet_on_ray_serve() -> None:
+    """The layout on Ray Serve itself: a stream from the decode pool, both pools on /metrics."""
+    from conftest import free_port
+
+    ray_serve = pytest.importorskip("servesim.emulate.ray_serve")
+    settings = ray_serve.EmulatorSettings(
+        replicas=[], model=MODEL, time_scale=2.0, port=free_port(), disaggregated=layout()
+    )
+    url = f"http://127.0.0.1:{settings.port}"
+    try:
+        ray_serve.start(settings, num_cpus=2)
+        body = {"model": MODEL, "prompt": "hello " * 2000, "max_tokens": 5}
+        done = httpx.post(url + "/v1/completions", json=body, timeout=120)
+        assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 5
+        ss = samples(url)
+    finally:
+        ray_serve.stop()
+    assert value(ss, "vllm:nixl_bytes_transferred_count", engine="d0", pool="decode") == 1
+    assert value(ss, "vllm:generation_tokens_total", engine="d0", pool="decode") == 5
+    ttft = value(ss, "vllm:time_to_first_token_seconds_sum", engine="d0", pool="decode")
+    assert ttft > value(ss, "servesim:kv_transfer_leg_seconds_sum", engine="d0", pool="decode") > 0.1
+    assert {s.labels["pool"] for s in ss if s.name == "vllm:num_requests_running"} == {"prefill", "decode"}
