@@ -124,7 +124,7 @@ class ReplicaState:
     prefix_hit_rate: float | None
     num_preemptions: int
     cpu_tier: CpuTierState | None = None  # vLLM's CPU offload tier (None: the replica has none)
-    pool: str | None = None  # prefill/decode disaggregation: "prefill" or "decode"
+    role: str | None = None  # prefill/decode disaggregation: its pool, "prefill" or "decode"
     kv_wait: int = 0  # decode legs holding blocks here, waiting for their KV (WAITING_FOR_REMOTE_KVS)
     # vLLM's KV-holding queue (requests with blocks, not running; admitted before ``waiting``):
     # the first WAITING_SHOWN, in order, and how many
@@ -138,7 +138,7 @@ class ReplicaState:
     @property
     def label(self) -> str:
         """The name, with the pool of a disaggregated replica: ``p0 (prefill)``, ``d1 (decode)``."""
-        return f"{self.name} ({self.pool})" if self.pool else self.name
+        return f"{self.name} ({self.role})" if self.role else self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -969,7 +969,7 @@ class LivePDRun(_Base):
     """A prefill/decode-disaggregated cluster (``servesim.cluster.pd.PDCluster``) you advance
     yourself; ``finish()`` returns the ``PDResult`` its one-go ``run()`` gives (``pd_result``) on
     the same inputs. Replicas are named as the pools name them (p0.., d0..), each snapshot's
-    ``ReplicaState.pool`` says which, and ``RunSnapshot.pd`` has the transfers and the legs.
+    ``ReplicaState.role`` says which, and ``RunSnapshot.pd`` has the transfers and the legs.
     TTFT/TPOT and outputs are the decode legs' (a prefill leg's one token is not the client's)."""
 
     def __init__(
@@ -1113,7 +1113,7 @@ class LivePDRun(_Base):
 
     # ------------------------------------------------------------------ views
     def snapshot(self, waiting_shown: int = WAITING_SHOWN) -> RunSnapshot:
-        parked = len(self.sim._parked)  # decode legs waiting for a decode replica to come back
+        parked = len(self.sim.parked_requests)  # decode legs waiting for a decode replica to come back
         snap = self._snapshot(self._steps, self._num_arrived(), self.done, parked, waiting_shown)
         sim = self.sim
         pools = ["prefill"] * len(sim.p_specs) + ["decode"] * len(sim.d_specs)
@@ -1127,7 +1127,7 @@ class LivePDRun(_Base):
                 for q in queue[:waiting_shown]
             )
             kv_wait = sum(1 for q in queue if q.status == WAITING_FOR_REMOTE_KVS)
-            reps.append(replace(r, pool=pool, kv_wait=kv_wait, holding=held, num_holding=len(queue)))
+            reps.append(replace(r, role=pool, kv_wait=kv_wait, holding=held, num_holding=len(queue)))
         return replace(snap, replicas=tuple(reps), pd=self._pd_state(sum(r.kv_wait for r in reps)))
 
     def _pd_state(self, waiting_for_kv: int) -> PDState:
@@ -1196,11 +1196,8 @@ class LivePDRun(_Base):
         touched (``LegRecovered``)."""
         out = self._engine_events()
         sim = self.sim
-        # the failure and recovery events applied so far (PDCluster keeps them in time order and
-        # applies them one by one: ``_ev`` is the next; it publishes no other record of them)
-        applied = sim._events[: sim._ev]
-        for event in applied[self._events_seen :]:
-            t, kind, pool, k = event[0], event[3], event[4], event[5]
+        applied = sim.applied_events()  # the failures and comebacks applied so far, in order
+        for t, kind, pool, k in applied[self._events_seen :]:
             name = (sim.p_specs if pool == "prefill" else sim.d_specs)[k].name
             if kind == "fail":
                 taken = next((f.requests for f in sim.run_.failures if f.node == name and f.time_s == t), 0)

@@ -65,6 +65,7 @@ def test_no_reader_reaches_into_an_engine() -> None:
     allowed = {
         # OnlineRequest's own handle on its request (the class's private field, same module).
         "online.py: ._r",
+        "online.py: ._first",  # OnlinePDRequest's handle on its first leg (same module)
         # The cluster owns its engines: bounding their records (roll_records) is its operation.
         "cluster/simulate.py: .rec",
     }

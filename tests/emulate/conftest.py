@@ -18,7 +18,7 @@ import uvicorn
 from servesim import EngineConfig, Replica, RouterSpec, replica_setup
 from servesim.emulate.app import build_app
 from servesim.emulate.edge import Edge
-from servesim.emulate.emulator import Emulator
+from servesim.emulate.emulator import Emulator, PDLayout
 
 MODEL = "llama-3.1-8b"
 
@@ -64,15 +64,18 @@ def make_server() -> Iterator[object]:
         api_key: str | None = None,
         edge: bool = False,
         router: str | None = None,
+        disaggregated: PDLayout | None = None,
         **kw: object,
     ) -> Server:
-        """``edge``: the app behind ``servesim.emulate.edge.Edge``, as the Ray proxy runs it."""
+        """``edge``: the app behind ``servesim.emulate.edge.Edge``, as the Ray proxy runs it;
+        ``disaggregated``: prefill and decode pools instead of ``n_replicas``."""
         emulator = Emulator(
-            replicas(n_replicas, **kw),  # type: ignore[arg-type]
+            [] if disaggregated is not None else replicas(n_replicas, **kw),  # type: ignore[arg-type]
             model=MODEL,
             router=None if router is None else RouterSpec.model_validate({"policy": router}),
             time_scale=time_scale,
             max_streams=max_streams,
+            disaggregated=disaggregated,
         )
         port = free_port()
         app: Any = build_app(emulator, api_key=api_key, trust_edge_stamp=edge)

@@ -105,7 +105,7 @@ def test_snapshots_show_the_pools_the_kv_waits_and_the_transfers() -> None:
         pd = snap.pd
         assert pd is not None and pd.link == "slow" and pd.short_prompt_tokens == 64
         assert pd.waiting_for_kv == sum(r.kv_wait for r in snap.replicas)
-        assert all(r.kv_wait == 0 for r in snap.replicas if r.pool == "prefill")
+        assert all(r.kv_wait == 0 for r in snap.replicas if r.role == "prefill")
         seen_wait |= pd.waiting_for_kv > 0
         seen_flying |= pd.transfers_in_flight > 0
         assert pd.kv_moved_gb >= moved  # KV moved so far only grows

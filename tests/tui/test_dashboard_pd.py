@@ -96,7 +96,7 @@ def test_the_pools_each_replica_labelled_and_the_legs_tile_is_the_runs_result(si
         assert decode.startswith("decode") and "▸d0 " in decode and " d1 " in decode
         d0 = snap.replicas[1]
         assert f"d0 {len(d0.running)}/{d0.max_num_seqs} kv {d0.kv_usage:.0%}" in decode
-        waits = [r.kv_wait for r in snap.replicas if r.pool == "decode"]
+        waits = [r.kv_wait for r in snap.replicas if r.role == "decode"]
         assert sum(waits) == snap.pd.waiting_for_kv > 0  # transfers are under way at 2 s
         assert decode.count("wait-KV") == sum(1 for w in waits if w)
         batch = app.query_one("#batch", BatchTable)

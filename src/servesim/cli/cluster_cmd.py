@@ -7,31 +7,30 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import cli_slo, out_option, request_slo
 from servesim.cli.engine_flags import file_settings
-from servesim.cli.pd_cmd import check_timing, disagg_spec, pd_cluster_spec, pd_failures, print_pd, run_pd
+from servesim.cli.pd_cmd import (
+    check_timing,
+    disagg_from_files,
+    load_yaml,
+    pd_cluster_spec,
+    pd_failures,
+    print_pd,
+    run_pd,
+)
 from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
 from servesim.cluster.compare import ClusterFile, LinkSpec
-from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, InternalError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
 from servesim.report.documents import disaggregated_title
 from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedCluster, resolve_cluster
 from servesim.views.fleet import fleet_sections
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise InputError(f"{path}: {e}") from e
 
 
 def register(app: typer.Typer) -> None:
@@ -96,7 +95,7 @@ def register(app: typer.Typer) -> None:
         check_timing(step_time_ms, linear_step_time, model, gpu)
         timing: dict[str, Any] = {"step_time_ms": step_time_ms, "linear_step_time": linear_step_time}
         head: dict[str, Any] = {"trace": trace, "num_requests": num_requests, "seed": seed}
-        disagg = _disagg_spec(
+        disagg = disagg_from_files(
             cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
@@ -211,42 +210,17 @@ def _cluster_setup(
     """Each replica's name and the vLLM keys it sets (a ``--cluster`` file's, else ``--config``'s
     for ``n`` identical replicas), the router and the link."""
     if cluster is not None:
-        spec = ClusterFile.model_validate(_load_yaml(cluster))
+        spec = ClusterFile.model_validate(load_yaml(cluster))
         return spec.replica_keys(str(cluster)), spec.router, spec.link
     keys = file_settings(config)
     return [(f"n{i}", dict(keys)) for i in range(n)], RouterSpec(), LinkSpec()
-
-
-def _disagg_spec(
-    cluster: Path | None,
-    config: Path | None,
-    n_prefill: int | None,
-    n_decode: int | None,
-    link: str | None,
-    short: int | None,
-    model: str | None,
-    tp: int | None,
-) -> DisaggSpec | None:
-    """The disaggregated layout, if one is asked for: a cluster file with ``prefill``/``decode``
-    pools, or the pool sizes on the command line (both pools with ``--config``'s keys)."""
-    data: dict[str, Any] = {}
-    if cluster is not None:
-        raw = _load_yaml(cluster)
-        if isinstance(raw, dict) and ("prefill" in raw or "decode" in raw):
-            data = dict(raw)
-    if not data and n_prefill is None and n_decode is None:
-        return None
-    keys = file_settings(config)
-    return disagg_spec(
-        data, keys, n_prefill, n_decode, link, short, model, tp, cluster or "disaggregated cluster"
-    )
 
 
 def _failure_file(path: Path | None) -> list[FailureEvent]:
     """``--failures FILE``: a list of failure events, or a mapping with ``events``."""
     if path is None:
         return []
-    data = _load_yaml(path)
+    data = load_yaml(path)
     items = data.get("events", data) if isinstance(data, dict) else data
     if not isinstance(items, list):
         raise InputError(f"{path}: expected a list of failure events")

@@ -2,20 +2,25 @@
 
 Ray is imported only when the command runs (``servesim --help`` stays fast). Loopback by
 default; any other address needs a token (``--token``/``--token-file``), never printed.
+``--prefill-replicas N --decode-replicas M``: a disaggregated fleet behind one endpoint, its pools
+resolved as ``servesim cluster`` resolves them (``servesim.spec.ClusterSpec``, ``resolve_cluster``).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from servesim.cli.common import fail, read_token
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
-from servesim.errors import InputError
+from servesim.errors import InputError, InternalError
 from servesim.spec import DeploymentSpec
+
+if TYPE_CHECKING:
+    from servesim.emulate.emulator import PDLayout
 
 DEFAULT_MAX_MODEL_LEN = 8192  # the context the emulated replicas serve unless --max-model-len says
 
@@ -26,10 +31,12 @@ def register(app: typer.Typer) -> None:
     @engine_flags
     def emulate_cmd(
         config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        replicas: int = typer.Option(
-            1, "--replicas", min=1, max=64, help="Replicas replica-0..replica-{N-1}."
+        replicas: int | None = typer.Option(
+            None, "--replicas", min=1, max=64, help="Replicas replica-0..replica-{N-1} (default 1)."
         ),
-        router: str = typer.Option("least_outstanding", help="Router policy (servesim's routers)."),
+        router: str | None = typer.Option(
+            None, help="Router policy (servesim's routers; default least_outstanding)."
+        ),
         time_scale: float = typer.Option(
             1.0, min=0.001, help="Wall seconds per simulated second (10: the GPU runs ten times slower)."
         ),
@@ -54,6 +61,21 @@ def register(app: typer.Typer) -> None:
         num_cpus: int = typer.Option(2, min=1, help="CPUs of the local Ray instance."),
         duration_s: float | None = typer.Option(
             None, min=0.1, help="Stop after this many wall seconds (default: serve until interrupted)."
+        ),
+        prefill_replicas: int | None = typer.Option(
+            None,
+            min=1,
+            max=64,
+            help="Disaggregated: replicas p0.. of the prefill pool (with --decode-replicas).",
+        ),
+        decode_replicas: int | None = typer.Option(
+            None, min=1, max=64, help="Disaggregated: replicas d0.. of the decode pool."
+        ),
+        link_name: str | None = typer.Option(
+            None, "--link", help="Disaggregated: KV-transfer link preset (default rdma-400g)."
+        ),
+        short_prompt_tokens: int | None = typer.Option(
+            None, min=0, help="Disaggregated: prompts shorter than this prefill on the decode replica."
         ),
         *,
         flags: dict[str, Any],
@@ -81,22 +103,41 @@ def register(app: typer.Typer) -> None:
                 dep = dep.model_copy(
                     update={"engine": {**dep.engine, "max_model_len": DEFAULT_MAX_MODEL_LEN}}
                 )
-            setup, _ = deploy(dep, None, as_json=False)
-            cfg, step = setup.config, setup.step_time
-            names = [f"replica-{k}" for k in range(replicas)]
-            failures = []
-            for text in fail_at:
-                f = parse_fail(text)
-                if f.node not in names:
-                    raise InputError(f"--fail {text!r}: no replica {f.node!r}; replicas: {', '.join(names)}")
-                failures.append((f.node, f.time_s, f.recover_after_s))
-            route = RouterSpec.model_validate({"policy": router})
             model = deployment.model or DEFAULT_MODEL
+            pd = _disaggregated(
+                dep,
+                config,
+                prefill_replicas,
+                decode_replicas,
+                link_name,
+                short_prompt_tokens,
+                fail_at,
+                given={"--replicas": replicas, "--router": router},
+            )
+            fleet: list[Replica] = []
+            layout = None
+            if pd is not None:
+                layout, failures, size, timed_as = pd
+                typer.echo(f"timed as: {timed_as}")
+            else:
+                setup, _ = deploy(dep, None, as_json=False)
+                size = f"{replicas or 1}"
+                names = [f"replica-{k}" for k in range(replicas or 1)]
+                failures = []
+                for text in fail_at:
+                    f = parse_fail(text)
+                    if f.node not in names:
+                        raise InputError(
+                            f"--fail {text!r}: no replica {f.node!r}; replicas: {', '.join(names)}"
+                        )
+                    failures.append((f.node, f.time_s, f.recover_after_s))
+                fleet = [Replica(n, setup.config, setup.step_time) for n in names]
+            route = RouterSpec.model_validate({"policy": router or "least_outstanding"})
             context = LinkSpec(model=model, tp=deployment.tp or 1).context()
             from servesim.emulate.ray_serve import EmulatorSettings
 
             settings = EmulatorSettings(
-                replicas=[Replica(n, cfg, step) for n in names],
+                replicas=fleet,
                 model=served_model_name or model,
                 router=route,
                 time_scale=time_scale,
@@ -106,6 +147,7 @@ def register(app: typer.Typer) -> None:
                 port=port,
                 failures=tuple(failures),
                 context=context,
+                disaggregated=layout,
             )
         except caught as exc:
             fail(exc)
@@ -119,7 +161,7 @@ def register(app: typer.Typer) -> None:
             try:
                 ray_serve.start(settings, address=address, num_cpus=num_cpus, on_ray_up=signals.reinstall)
                 typer.echo(
-                    f"emulating {replicas} x {settings.model} on http://{host}:{port}/v1 "
+                    f"emulating {size} x {settings.model} on http://{host}:{port}/v1 "
                     f"(time scale {time_scale:g}; Ctrl-C or SIGTERM stops)"
                 )
                 deadline = None if duration_s is None else time.monotonic() + duration_s
@@ -134,3 +176,68 @@ def register(app: typer.Typer) -> None:
                 ray_serve.stop()
         if error is not None:
             fail(error)
+
+
+def _disaggregated(
+    dep: DeploymentSpec,
+    config: Path | None,
+    n_prefill: int | None,
+    n_decode: int | None,
+    link: str | None,
+    short: int | None,
+    fail_at: list[str],
+    *,
+    given: dict[str, object],
+) -> tuple[PDLayout, list[tuple[str, float, float | None]], str, str] | None:
+    """The disaggregated fleet the flags ask for (None: an aggregated one): the pools checked and
+    named as ``servesim cluster`` does (``pd_cmd.disagg_spec``, ``pd_failures``), each pool the
+    command's deployment (its model, GPU, TP and vLLM keys), resolved by ``resolve_cluster``;
+    the failures as (replica, simulated s, recover after); the fleet's size for the banner, and
+    how its pools are timed. ``given``: the aggregated fleet's flags, refused here."""
+    from servesim.cli.cluster_output import parse_fail
+    from servesim.cli.pd_cmd import disagg_from_files, pd_failures
+    from servesim.emulate.emulator import PDLayout
+    from servesim.spec import ClusterSpec, ResolvedDisaggregated, resolve_cluster
+    from servesim.spec.cluster import DisaggregatedSpec
+    from servesim.traces.schema import Trace
+
+    if n_prefill is None and n_decode is None:
+        for flag, value in (("--link", link), ("--short-prompt-tokens", short)):
+            if value is not None:
+                raise InputError(
+                    f"{flag}: only for a disaggregated fleet (--prefill-replicas and --decode-replicas)"
+                )
+        return None
+    for flag, asked in given.items():
+        if asked is not None and n_prefill is not None and n_decode is not None:
+            raise InputError(
+                f"{flag}: a disaggregated fleet is --prefill-replicas + --decode-replicas, "
+                "routed as vLLM's P/D proxy (prefix-aware prefill, least-KV decode)"
+            )
+    spec = disagg_from_files(None, config, n_prefill, n_decode, link, short, dep.model, dep.tp)
+    if spec is None:
+        raise InternalError("a disaggregated layout asked for and none made")
+    online = Trace.empty("<online>")
+    events = pd_failures(
+        spec,
+        [parse_fail(x) for x in fail_at],
+        online,
+        mtbf_s=None,
+        warning_s=0.0,
+        recover_after_s=None,
+        seed=0,
+    )
+    pools = DisaggregatedSpec(
+        prefill=dep.model_copy(update={"replicas": spec.prefill.replicas}),
+        decode=dep.model_copy(update={"replicas": spec.decode.replicas}),
+        link=spec.link,
+        short_prompt_tokens=spec.short_prompt_tokens,
+    )
+    run = ClusterSpec(trace="<online>", disaggregated=pools, failures=events)
+    pd = resolve_cluster(run, online)
+    if not isinstance(pd, ResolvedDisaggregated):
+        raise InternalError("a disaggregated cluster resolved without its pools")
+    layout = PDLayout(pd.prefill, pd.decode, pd.context, pd.short_prompt_tokens)
+    failures = [(f.node, f.time_s, f.recover_after_s) for f in events]
+    size = f"{spec.prefill.replicas}P{spec.decode.replicas}D (link {spec.link})"
+    return layout, failures, size, pd.timed_as

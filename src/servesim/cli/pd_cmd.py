@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import emit, said_written
+from servesim.cli.engine_flags import file_settings
 from servesim.cli.render import print_section
 from servesim.cluster.config import FailureEvent
 from servesim.cluster.pd import RECOVERY_ACTIONS, DisaggSpec, link_preset
@@ -90,6 +92,39 @@ def pd_cluster_spec(
         raise InputError(f"{where}: {describe(e)}") from None
 
 
+def load_yaml(path: Path) -> Any:
+    """A YAML file the user gave (a cluster or failures file); unreadable: an error naming it."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{path}: {e}") from e
+
+
+def disagg_from_files(
+    cluster: Path | None,
+    config: Path | None,
+    n_prefill: int | None,
+    n_decode: int | None,
+    link: str | None,
+    short: int | None,
+    model: str | None,
+    tp: int | None,
+) -> DisaggSpec | None:
+    """``disagg_spec`` of the command line: a ``--cluster`` file with ``prefill``/``decode`` pools,
+    or the pool sizes, both pools with ``--config``'s keys (``servesim cluster``, ``emulate``)."""
+    data: dict[str, Any] = {}
+    if cluster is not None:
+        raw = load_yaml(cluster)
+        if isinstance(raw, dict) and ("prefill" in raw or "decode" in raw):
+            data = dict(raw)
+    if not data and n_prefill is None and n_decode is None:
+        return None
+    keys = file_settings(config)
+    return disagg_spec(
+        data, keys, n_prefill, n_decode, link, short, model, tp, cluster or "disaggregated cluster"
+    )
+
+
 def pd_failures(
     spec: DisaggSpec,
     listed: list[FailureEvent],
@@ -111,6 +146,8 @@ def pd_failures(
     nodes = [f"p{i}" for i in range(n_p)] + [f"d{i}" for i in range(n_d)]
     try:
         return failure_events(named, nodes, tr, mtbf_s=mtbf_s, recover_after_s=recover_after_s, seed=seed)
+    except ValidationError as e:  # the plan's own check (a node failing while down)
+        raise InputError(f"--fail: {describe(e)}") from None
     except ValueError as e:
         raise InputError(f"--fail: {e}") from None
 
@@ -233,7 +270,9 @@ def print_pd_failures(out: Console, res: PDResult) -> None:
 
 __all__ = [
     "check_timing",
+    "disagg_from_files",
     "disagg_spec",
+    "load_yaml",
     "pd_cluster_spec",
     "pd_deployments",
     "pd_failures",

@@ -30,28 +30,32 @@ from __future__ import annotations
 import heapq
 import math
 import sys
+from bisect import insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servesim.cluster.config import FailureEvent, RouterSpec
+from servesim.cluster.config import FailureEvent, FailurePlan, RouterSpec
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
 from servesim.cluster.simulate import Replica
 from servesim.engine.engine import Engine, PendingStep, TraceArrays
 from servesim.engine.kv_pd import PDConnector
-from servesim.engine.replica import ReplicaView
+from servesim.engine.replica import ReplicaView, close_unheld
 from servesim.engine.request import (
+    OUTCOME_ABORTED,
     OUTCOME_FINISHED,
     OUTCOME_LENGTH_CAPPED,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
+    OUTCOME_UNFINISHED,
+    RUNNING,
     Request,
 )
-from servesim.errors import InputError, InternalError, shown
+from servesim.errors import InputError, InternalError, describe, shown
 from servesim.traces.schema import Trace
 
 
@@ -132,7 +136,8 @@ class Transfer:
     ready_s: float  # the decode replica allocated the blocks (the pull is issued)
     start_s: float  # both links are free for it
     end_s: float  # landed; the prefill replica frees its blocks (or when it was cut off)
-    landed: bool = True  # False: an end of the link was lost mid-transfer
+    landed: bool = True  # False: an end of the link was lost mid-transfer (or the request aborted)
+    aborted: bool = False  # cut because the client went away (``PDCluster.abort``)
 
 
 @dataclass
@@ -265,6 +270,14 @@ class PDCluster:
         self._online: list[tuple[float, int, Request]] = []  # submitted arrivals (a heap)
         self._origin: dict[int, Request] = {}  # submitted requests' fields, for fresh copies
         self._next_idx = self.arrays.n
+        # Client aborts (``abort``): a heap of (time, seq, request idx); those whose leg is in a
+        # step in flight wait for that step's end (per engine slot), as vLLM applies them.
+        self._aborts: list[tuple[float, int, int]] = []
+        self._abort_seq = 0
+        self._aborts_after_step: list[list[int]] = [[] for _ in self.inflight]
+        self.aborted: set[int] = set()  # request indices closed by ``abort`` (legs cut by one)
+        self._rolling: tuple[int, int] | None = None  # ``roll_records``
+        self.legs_base = 0  # ``run_.legs`` entries dropped by ``trim_records``
 
     def _node(self, node: str, names: list[str]) -> tuple[str, int]:
         if node in names:
@@ -347,7 +360,8 @@ class PDCluster:
             engines = self.p_eng + self.d_eng
             t_arr = self._next_arrival_time()
             t_ev = self._events[self._ev][0] if self._ev < len(self._events) else math.inf
-            t_ext = min(t_arr, t_ev)
+            t_ab = self._aborts[0][0] if self._aborts else math.inf
+            t_ext = min(t_arr, t_ev, t_ab)
             horizon = t_ext if t_ext < until else until
             for k, e in enumerate(engines):
                 if self.inflight[k] is None and self._is_alive(k):
@@ -365,6 +379,8 @@ class PDCluster:
                 if k_step < n_p:
                     for r in finished:
                         self._hand_off(r, t_step)
+                if self._aborts_after_step[k_step]:
+                    self._apply_aborts(k_step, t_step)
                 if t_step > self.now:
                     self.now = t_step
                 steps += 1
@@ -374,9 +390,13 @@ class PDCluster:
             if t_ext == math.inf or t_ext >= until:
                 return steps
             self.now = t_ext
-            if t_arr <= t_ev:
+            if t_arr <= t_ev and t_arr <= t_ab:
                 r = self._pop_arrival()
                 self._arrive(r, self._copy(r))
+                continue
+            if t_ab < t_ev:
+                _, _, idx = heapq.heappop(self._aborts)
+                self._abort(idx, t_ab)
                 continue
             t, _, _, kind, pool, k, _f = self._events[self._ev]
             self._ev += 1
@@ -384,6 +404,8 @@ class PDCluster:
             self.inflight[slot] = None  # a step in flight is lost with the replica
             if kind == "fail":
                 self._fail(pool, k, t)
+                if self._aborts_after_step[slot]:  # waiting for a step lost with the replica
+                    self._apply_aborts(slot, t)
             else:
                 self._recover(pool, k, t)
 
@@ -405,17 +427,38 @@ class PDCluster:
     def next_time(self) -> float:
         """When the next step ends or arrival or failure is due (inf: nothing is pending)."""
         t_ev = self._events[self._ev][0] if self._ev < len(self._events) else math.inf
-        t = min(self._next_arrival_time(), t_ev)
+        t = min(self._next_arrival_time(), t_ev, self._aborts[0][0] if self._aborts else math.inf)
         for pend in self.inflight:
             if pend is not None and pend.end < t:
                 t = pend.end
         return t
 
     def make_request(
-        self, req_id: str, arrival_s: float, prompt_len: int, max_tokens: int, *, priority: int = 0
+        self,
+        req_id: str,
+        arrival_s: float,
+        prompt_len: int,
+        max_tokens: int,
+        *,
+        priority: int = 0,
+        hash_ids: list[int] | None = None,
+        hash_block_size: int = 0,
     ) -> Request:
-        """A request that is not in the trace, for ``submit`` (the next free request index)."""
-        r = Request(self._next_idx, req_id, arrival_s, prompt_len, max_tokens, priority, -1, 0, None, 0)
+        """A request that is not in the trace, for ``submit`` (the next free request index).
+        ``hash_ids``: one id per ``hash_block_size`` prompt tokens naming the prefix up to there
+        (prefix caching on either leg, and the prefill router's prefix-aware pick)."""
+        r = Request(
+            self._next_idx,
+            req_id,
+            arrival_s,
+            prompt_len,
+            max_tokens,
+            priority,
+            -1,
+            0,
+            hash_ids,
+            hash_block_size,
+        )
         self._next_idx += 1
         return r
 
@@ -427,6 +470,171 @@ class PDCluster:
         self._origin[r.idx] = r
         self.run_.num_online += 1
         heapq.heappush(self._online, (r.arrival, r.idx, self._copy(r)))
+
+    # -- online: aborts, failures, rolling records ---------------------------------------------
+    def abort(self, r: Request, time_s: float) -> None:
+        """The client of ``r`` (a ``make_request`` request, submitted) went away at ``time_s``:
+        as vLLM's P/D proxy, both legs are aborted. The leg a replica holds finishes as aborted
+        and its blocks go back to the pool; a KV read in flight is cut (its link freed); the
+        prefill side frees the blocks it kept for the transfer. Applied between steps, in time
+        order with arrivals and failures: a leg in a step in flight is aborted when it ends."""
+        heapq.heappush(self._aborts, (max(time_s, self.now, r.arrival), self._abort_seq, r.idx))
+        self._abort_seq += 1
+
+    def _apply_aborts(self, slot: int, t: float) -> None:
+        idxs, self._aborts_after_step[slot] = self._aborts_after_step[slot], []
+        for idx in idxs:
+            self._abort(idx, t)
+
+    def _abort(self, idx: int, t: float) -> None:
+        run = self.run_
+        d = run.decode_req.get(idx)
+        if d is None or d.outcome != OUTCOME_UNFINISHED:
+            return  # finished or rejected before the abort took effect (or never submitted)
+        n_p = len(self.p_eng)
+        k = run.decode_of.get(idx)
+        if k is not None and self.d_alive[k] and self.d_views[k].holds(d):
+            if self.inflight[n_p + k] is not None and d.status == RUNNING:
+                self._aborts_after_step[n_p + k].append(idx)
+                return
+            conn = self._conn(self.d_eng[k])
+            receiving = conn.receiving(idx)
+            self.d_eng[k].abort(d, t)
+            if receiving:  # the read is cut: its blocks went back with the request
+                conn.cancel_recv(idx)
+                self._cut_by_abort(idx, k, t)
+        else:
+            p = run.prefill_of.get(idx)
+            pr = run.prefill_req.get(idx)
+            if pr is not None and p is not None and self.p_alive[p] and self.p_views[p].holds(pr):
+                if self.inflight[p] is not None and pr.status == RUNNING:
+                    self._aborts_after_step[p].append(idx)
+                    return
+                self.p_eng[p].abort(pr, t)  # no KV kept: the decode leg never starts
+            elif d in self._parked:
+                self._parked.remove(d)
+            close_unheld(d, t)
+        self.aborted.add(idx)
+        p = run.prefill_of.get(idx)
+        if p is not None and self._prefill_holds(idx, t):
+            self._conn(self.p_eng[p]).send_done(idx, t)  # nobody will read it: freed at its next step
+
+    def _cut_by_abort(self, idx: int, k: int, t: float) -> None:
+        """The aborted request's transfer stops at ``t``: the links it held (or was queued for)
+        are free again from then, where no later transfer was booked behind it."""
+        x = self.run_.transfers[idx]
+        p = self.run_.prefill_of[idx]
+        free_at = max(x.start_s, min(t, x.end_s))
+        if self._in_free[k] == x.end_s:
+            self._in_free[k] = free_at
+        if self._out_free[p] == x.end_s:
+            self._out_free[p] = free_at
+        self._cut(idx, t)
+        x.aborted = True
+
+    def inject_failure(self, node: str, time_s: float, recover_after_s: float | None = None) -> FailureEvent:
+        """Add a failure of ``node`` (``p0``/``d1`` or ``prefill:0``/``decode:1``) at ``time_s``
+        (not before the cluster's time), optionally back ``recover_after_s`` later."""
+        names = [s.name for s in self.p_specs] + [s.name for s in self.d_specs]
+        pool, k = self._node(node, names)
+        name = (self.p_specs if pool == "prefill" else self.d_specs)[k].name
+        if time_s < self.now:
+            raise InputError(f"a failure at {time_s} s is in the past (the cluster is at {self.now} s)")
+        event = FailureEvent(node=name, time_s=time_s, recover_after_s=recover_after_s)
+        listed = [
+            e[6].model_copy(update={"node": (self.p_specs if e[4] == "prefill" else self.d_specs)[e[5]].name})
+            for e in self._events
+            if e[3] == "fail"
+        ]
+        try:
+            FailurePlan(events=[*listed, event])
+        except ValidationError as e:
+            raise InputError(f"cannot fail {shown(name)} at {time_s:g} s: {describe(e)}") from None
+        i = len(self.run_.failures)
+        insort(self._events, (time_s, 0, i, "fail", pool, k, event), lo=self._ev, key=lambda e: e[:3])
+        if recover_after_s is not None:
+            back = (time_s + recover_after_s, 1, i, "recover", pool, k, event)
+            insort(self._events, back, lo=self._ev, key=lambda e: e[:3])
+        self.run_.failures.append(PDFailure(name, pool, time_s, recover_after_s))
+        return event
+
+    def applied_events(self) -> list[tuple[float, str, str, int]]:
+        """The failures and comebacks applied so far, in the order applied: (time, "fail" or
+        "recover", pool, replica index in its pool)."""
+        return [(e[0], e[3], e[4], e[5]) for e in self._events[: self._ev]]
+
+    @property
+    def parked_requests(self) -> list[Request]:
+        """Decode legs waiting for any decode replica to come back, in the order they will go."""
+        return list(self._parked)
+
+    def kv_waiting(self, e: Engine) -> int:
+        """Requests on ``e`` waiting for their KV to land (WAITING_FOR_REMOTE_KVS)."""
+        return len(self._conn(e).holding)
+
+    def roll_records(self, keep_steps: int, keep_requests: int) -> None:
+        """Keep only the latest records from now on (``trim_records``): an online run that never
+        ends holds bounded memory. No result can be built (``finish``) afterwards."""
+        if keep_steps < 1 or keep_requests < 1:
+            raise InputError("roll_records keeps at least one step and one request")
+        self._rolling = (keep_steps, keep_requests)
+        self.trim_records()
+
+    def trim_records(self) -> list[Request]:
+        """Apply ``roll_records``: every engine's recorder (lost replicas' too) keeps its latest
+        steps and request columns, and the run forgets the closed requests (finished, rejected
+        or aborted, no KV held for them) beyond the latest ``keep_requests``, with their legs'
+        bookkeeping; ``run_.legs`` and ``run_.recoveries`` keep their latest entries (``legs_base``
+        counts the legs dropped). Cheap until due. Returns the decode legs forgotten."""
+        if self._rolling is None:
+            return []
+        steps, keep = self._rolling
+        engines = self.p_eng + self.d_eng + self.run_.retired
+        due = [e for e in engines if e.rec.trim_due(steps, keep)]
+        if due:
+            oldest = min(
+                (r.arrival for e in self.p_eng + self.d_eng for r in e.live.values()), default=math.inf
+            )
+            oldest = min([oldest, *(r.arrival for r in self._parked)])
+            for e in due:
+                e.rec.trim(steps, keep, oldest)
+        run = self.run_
+        if len(run.legs) > 2 * keep:
+            drop = len(run.legs) - keep
+            del run.legs[:drop]
+            self.legs_base += drop
+        if len(run.recoveries) > 2 * keep:
+            del run.recoveries[: len(run.recoveries) - keep]
+        if len(run.decode_req) <= 2 * keep:
+            return []
+        held = {i for e in self.p_eng for i in self._conn(e).pending_sends()}
+        parked = {r.idx for r in self._parked}
+        closed = [
+            idx
+            for idx, d in run.decode_req.items()
+            if d.outcome != OUTCOME_UNFINISHED and idx not in held and idx not in parked
+        ]
+        gone = closed[: max(0, len(run.decode_req) - keep)]
+        conns = [self._conn(e) for e in self.p_eng + self.d_eng]
+        out = []
+        for idx in gone:
+            out.append(run.decode_req.pop(idx))
+            for table in (
+                run.prefill_req,
+                run.prefill_of,
+                run.decode_of,
+                run.transfers,
+                run.sender,
+                run.receiver,
+            ):
+                table.pop(idx, None)
+            run.local.discard(idx)
+            self._origin.pop(idx, None)
+            self.aborted.discard(idx)
+            for c in conns:
+                for col in (c.recv_started, c.recv_tokens, c.recv_done, c.sent, c.recv_failed, c.gpu_hit):
+                    col.pop(idx, None)
+        return out
 
     def _next_arrival_time(self) -> float:
         arr = self.arrays
@@ -448,7 +656,10 @@ class PDCluster:
         if r.idx < self.arrays.n:
             return self.arrays.make_request(r.idx)
         o = self._origin[r.idx]
-        return Request(o.idx, o.req_id, o.arrival, o.prompt_len, o.max_tokens, o.priority, -1, 0, None, 0)
+        ids = None if o.hash_ids is None else list(o.hash_ids)
+        return Request(
+            o.idx, o.req_id, o.arrival, o.prompt_len, o.max_tokens, o.priority, -1, 0, ids, o.hash_block_size
+        )
 
     def _is_alive(self, slot: int) -> bool:
         n_p = len(self.p_alive)
@@ -682,6 +893,8 @@ class PDCluster:
 
 #: A request's outcomes that close it without output (the client gets an error).
 REJECTED = frozenset({OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT})
+#: A request whose client went away (``PDCluster.abort``): both legs aborted.
+ABORTED = frozenset({OUTCOME_ABORTED})
 #: Outcomes of a request served to the end (``finished_max_model_len`` included).
 SERVED = frozenset({OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED})
 
@@ -699,7 +912,7 @@ def check_pd_invariants(run: PDRun) -> None:
     decoded before its KV landed; no prefill replica freed a request's blocks before its transfer."""
     parked = set(run.parked)
     for idx, d in run.decode_req.items():
-        if idx not in parked and d.outcome not in SERVED and d.outcome not in REJECTED:
+        if idx not in parked and d.outcome not in SERVED and d.outcome not in REJECTED | ABORTED:
             raise InternalError(f"invariant broken: {d.req_id} did not finish (outcome {d.outcome})")
     landed: dict[str, int] = {}
     for leg in run.legs:
@@ -711,7 +924,7 @@ def check_pd_invariants(run: PDRun) -> None:
     recomputed = {r.req_id for r in run.recoveries if r.action in ("prefill-on-decode", "recompute")}
     retired = {id(e.kv_connector) for e in run.retired}
     for idx, d in run.decode_req.items():
-        if idx in run.local or idx in parked or d.outcome in REJECTED:
+        if idx in run.local or idx in parked or d.outcome in REJECTED | ABORTED:
             continue
         x = run.transfers.get(idx)
         if x is None:

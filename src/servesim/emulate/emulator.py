@@ -11,6 +11,15 @@ aborts the request (its KV freed); ``fail`` loses a replica and its requests fol
 planner's decision (their streams resume on the survivor).
 
 Latency histograms on /metrics are in simulated seconds: what the emulated vLLM would report.
+
+Disaggregated (``disaggregated=PDLayout(...)``): the fleet is a prefill pool and a decode pool
+(``servesim.OnlinePDFleet``), the client sees one endpoint as behind vLLM's P/D proxy or llm-d:
+its tokens stream from the decode replica, its TTFT counts prefill, KV transfer and the first
+decode step, and a disconnect aborts both legs. Every metric carries a ``pool`` label next to
+``engine``; the request's legs are observed on the replica that ran each (queue and prefill time
+on the prefill replica, queue and decode time on the decode replica), and each KV transfer as
+vLLM's NixlConnector reports it on the decode side (``vllm:nixl_xfer_time_seconds``,
+``vllm:nixl_bytes_transferred``, ``vllm:nixl_num_failed_transfers``).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from servesim import OnlineFleet, OnlineRequest, RecoveryContext, Replica, Route
 from servesim.emulate.edge import sleep_until
 from servesim.emulate.tokens import HASH_BLOCK, block_hashes
 from servesim.errors import InputError
+from servesim.online import OnlinePDFleet
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py, V1 engine), seconds: TTFT to 2560 s, inter-token
 # latency to 80 s, request latencies (e2e, queue) to 7680 s.
@@ -46,6 +56,21 @@ E2E_BUCKETS = (
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 UNROUTED = "unrouted"  # the engine label of requests waiting for any replica to come back
+# vLLM's NixlConnector buckets (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py):
+# transfer time 5 ms to 5 s; bytes per transfer 2 KiB to 8 GiB, every other power of two.
+NIXL_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
+
+
+@dataclass(frozen=True)
+class PDLayout:
+    """A disaggregated fleet: the prefill and decode replicas, the KV link (the served model's
+    KV size and the preset's bandwidth and setup latency), the short-prompt threshold."""
+
+    prefill: list[Replica]
+    decode: list[Replica]
+    link: RecoveryContext
+    short_prompt_tokens: int = 0
 
 
 class Overloaded(Exception):
@@ -90,8 +115,8 @@ class _FleetCollector(Collector):
         self.emulator = emulator
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
-        model = self.emulator.model
-        labels = ["model_name", "engine"]
+        em = self.emulator
+        labels = list(em.label_names)
         running = GaugeMetricFamily(
             "vllm:num_requests_running", "Requests in the running batch.", labels=labels
         )
@@ -104,8 +129,8 @@ class _FleetCollector(Collector):
         )
         hits = CounterMetricFamily("vllm:prefix_cache_hits", "Prefix-cache hits, in tokens.", labels=labels)
         preempt = CounterMetricFamily("vllm:num_preemptions", "Preemptions.", labels=labels)
-        for m in self.emulator.fleet.replica_metrics():
-            lv = [model, m.name]
+        for m in em.fleet.replica_metrics():
+            lv = list(em.label_values(m.name))
             running.add_metric(lv, m.num_running)
             waiting.add_metric(lv, m.num_waiting)
             kv.add_metric(lv, m.kv_usage)
@@ -114,7 +139,7 @@ class _FleetCollector(Collector):
             preempt.add_metric(lv, m.num_preemptions)
         # Requests no replica holds (every replica down): still waiting, so counted as waiting,
         # under engine="unrouted" (a sum over engines is the fleet's whole queue).
-        waiting.add_metric([model, UNROUTED], self.emulator.fleet.num_parked())
+        waiting.add_metric(list(em.label_values(UNROUTED)), em.fleet.num_parked())
         yield from (running, waiting, kv, queries, hits, preempt)
 
 
@@ -135,10 +160,25 @@ class Emulator:
         frontend_latency_s: float | None = None,
         async_scheduling: bool | None = None,
         lag_s: float | None = None,
+        disaggregated: PDLayout | None = None,
     ) -> None:
         if not time_scale > 0 or math.isinf(time_scale):
             raise InputError(f"--time-scale must be a positive number, not {time_scale}")
-        self.fleet = OnlineFleet(replicas, router, recovery, context, rolling_records=True)
+        self.fleet: OnlineFleet | OnlinePDFleet
+        self.pools: dict[str, str] | None = None  # disaggregated: each replica's pool
+        if disaggregated is not None:
+            pd = disaggregated
+            self.fleet = OnlinePDFleet(
+                pd.prefill,
+                pd.decode,
+                pd.link,
+                short_prompt_tokens=pd.short_prompt_tokens,
+                rolling_records=True,
+            )
+            self.pools = self.fleet.pools
+            replicas = [*pd.prefill, *pd.decode]
+        else:
+            self.fleet = OnlineFleet(replicas, router, recovery, context, rolling_records=True)
         self.model = model
         self.time_scale = time_scale
         self.max_streams = max_streams
@@ -170,7 +210,9 @@ class Emulator:
             self.fleet.fail(node, at, back)
         self.registry = CollectorRegistry()
         self.registry.register(_FleetCollector(self))
-        lab = ["model_name", "engine"]  # as vLLM V1 labels every metric (engine: the replica)
+        # as vLLM V1 labels every metric (engine: the replica); disaggregated, its pool too
+        self.label_names: tuple[str, ...] = ("model_name", "engine", *(("pool",) if self.pools else ()))
+        lab = list(self.label_names)
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds", "TTFT.", lab, registry=self.registry, buckets=TTFT_BUCKETS
         )
@@ -202,6 +244,55 @@ class Emulator:
         self.generation_tokens = Counter(
             "vllm:generation_tokens", "Output tokens.", lab, registry=self.registry
         )
+        if self.pools is not None:  # the legs and the KV transfers of a disaggregated fleet
+            self.prefill_time = Histogram(
+                "vllm:request_prefill_time_seconds",
+                "Time in the prefill phase (the prefill leg, on the prefill replica).",
+                lab,
+                registry=self.registry,
+                buckets=E2E_BUCKETS,
+            )
+            self.decode_time = Histogram(
+                "vllm:request_decode_time_seconds",
+                "Time in the decode phase (KV landed to the last token, on the decode replica).",
+                lab,
+                registry=self.registry,
+                buckets=E2E_BUCKETS,
+            )
+            self.transfer_leg = Histogram(
+                "servesim:kv_transfer_leg_seconds",
+                "Decode blocks allocated to the KV landed: link queue plus wire (the transfer leg).",
+                lab,
+                registry=self.registry,
+                buckets=TTFT_BUCKETS,
+            )
+            self.xfer_time = Histogram(
+                "vllm:nixl_xfer_time_seconds",
+                "Histogram of transfer duration for NIXL KV Cache transfers.",
+                lab,
+                registry=self.registry,
+                buckets=NIXL_TIME_BUCKETS,
+            )
+            self.xfer_bytes = Histogram(
+                "vllm:nixl_bytes_transferred",
+                "Histogram of bytes transferred per NIXL KV Cache transfers.",
+                lab,
+                registry=self.registry,
+                buckets=NIXL_BYTES_BUCKETS,
+            )
+            self.xfer_failed = Counter(
+                "vllm:nixl_num_failed_transfers",
+                "Number of failed NIXL KV Cache transfers.",
+                lab,
+                registry=self.registry,
+            )
+
+    def label_values(self, engine: str) -> tuple[str, ...]:
+        """A replica's label values: the model, the replica, and (disaggregated) its pool;
+        requests no replica holds are the decode pool's (parked decode legs)."""
+        if self.pools is None:
+            return (self.model, engine)
+        return (self.model, engine, self.pools.get(engine, "decode"))
 
     # ------------------------------------------------------------------ the clock
     def sim_now(self) -> float:
@@ -240,13 +331,22 @@ class Emulator:
 
     def _publish(self) -> None:
         """Wake the streams that changed; observe their latencies (simulated seconds)."""
+        if isinstance(self.fleet, OnlinePDFleet):
+            bytes_per_token = self.fleet.link.bytes_total(1)
+            for x in self.fleet.ended_transfers():
+                lv = self.label_values(x.decode)
+                if x.landed:
+                    self.xfer_time.labels(*lv).observe(x.end_s - x.start_s)
+                    self.xfer_bytes.labels(*lv).observe(x.tokens * bytes_per_token)
+                elif not x.aborted:  # cut off by a lost replica
+                    self.xfer_failed.labels(*lv).inc()
         for s in self._streams.values():
             r = s.req
             n = r.num_output
             if n == s.seen and not r.done:
                 continue
             s.engine = self.fleet.replica_of(r) or s.engine
-            labels = (self.model, s.engine)
+            labels = self.label_values(s.engine)
             if n > s.seen:
                 if not s.first_seen and r.first_token_s is not None:
                     s.first_seen = True
@@ -363,19 +463,37 @@ class Emulator:
             return
         r = s.req
         s.engine = self.fleet.replica_of(r) or s.engine
+        lv = self.label_values(s.engine)
         if not r.done:
             self.fleet.abort(r, self.sim_now())
-            self.success.labels(self.model, s.engine, "abort").inc()
+            self.success.labels(*lv, "abort").inc()
             self._wake.set()
             return
         reason = {"finished": "length", "finished_max_model_len": "length", "aborted": "abort"}.get(
             r.outcome, "error"
         )
-        self.success.labels(self.model, s.engine, reason).inc()
+        self.success.labels(*lv, reason).inc()
         if r.finish_s is not None:
-            self.e2e.labels(self.model, s.engine).observe(r.finish_s - r.arrival_s)
-        if r.first_scheduled_s is not None:
-            self.queue.labels(self.model, s.engine).observe(r.first_scheduled_s - r.arrival_s)
+            self.e2e.labels(*lv).observe(r.finish_s - r.arrival_s)
+        if isinstance(self.fleet, OnlinePDFleet):
+            self._observe_legs(self.fleet, r)
+        elif r.first_scheduled_s is not None:
+            self.queue.labels(*lv).observe(r.first_scheduled_s - r.arrival_s)
+
+    def _observe_legs(self, fleet: OnlinePDFleet, r: OnlineRequest) -> None:
+        """A served disaggregated request's legs, each on the replica that ran it."""
+        legs = fleet.legs(r)
+        if legs is None:
+            return
+        hist = {
+            "prefill_queue": self.queue,
+            "decode_queue": self.queue,
+            "prefill": self.prefill_time,
+            "transfer": self.transfer_leg,
+            "decode": self.decode_time,
+        }
+        for leg, (engine, seconds) in legs.items():
+            hist[leg].labels(*self.label_values(engine)).observe(max(0.0, seconds))
 
     # ------------------------------------------------------------------ failures
     def fail(self, replica: str, recover_after_s: float | None = None) -> float:
@@ -395,6 +513,18 @@ class Emulator:
 
     def moves(self) -> list[dict[str, object]]:
         """The recovery decisions taken so far, one per interrupted request."""
+        if isinstance(self.fleet, OnlinePDFleet):  # cluster.pd.RECOVERY_ACTIONS
+            return [
+                {
+                    "request": m.req_id,
+                    "time_s": m.time_s,
+                    "from": m.node,
+                    "to": m.target,
+                    "strategy": m.action,
+                    "reason": m.reason,
+                }
+                for m in self.fleet.recoveries
+            ]
         return [
             {
                 "request": m.req_id,

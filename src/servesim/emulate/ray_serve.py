@@ -28,10 +28,13 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim import RecoveryContext, Replica, RouterSpec
 from servesim.errors import ServesimError
+
+if TYPE_CHECKING:
+    from servesim.emulate.emulator import PDLayout
 
 APP_NAME = "servesim-emulate"
 
@@ -51,6 +54,7 @@ class EmulatorSettings:
     failures: tuple[tuple[str, float, float | None], ...] = ()  # (replica, at simulated s, recover after)
     context: RecoveryContext | None = None  # the model's KV size and the link, for the planner
     trust_edge_stamp: bool = False  # the proxy stamps receipts (set by ``start`` when it can)
+    disaggregated: PDLayout | None = None  # prefill and decode pools instead of ``replicas``
 
 
 # Ray Serve's switches for the local instance ``start`` launches (see the module docstring).
@@ -85,6 +89,7 @@ def _ingress_class() -> Any:
                 max_streams=settings.max_streams,
                 failures=settings.failures,
                 context=settings.context,
+                disaggregated=settings.disaggregated,
             )
 
         def __serve_build_asgi_app__(self) -> Any:

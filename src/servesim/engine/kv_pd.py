@@ -171,6 +171,10 @@ class PDConnector:
         if r.status == WAITING_FOR_REMOTE_KVS:
             self.finished_recving.add(idx)
 
+    def cancel_recv(self, idx: int) -> None:
+        """The request was aborted mid-receive (its blocks went back with it): the read is cut."""
+        self._recv.pop(idx, None)
+
     def resend(self, idx: int) -> None:
         """The decode replica that was reading request ``idx``'s KV is lost: keep the blocks until
         another one reads them (``send_done``) or the planner recomputes instead (``send_done(now)``)."""

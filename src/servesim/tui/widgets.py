@@ -416,7 +416,7 @@ class PoolStrip(Static):
         for pool in ("prefill", "decode"):
             t.append(f"{pool:<8}", style="bold")
             for k, r in enumerate(replicas):
-                if r.pool != pool:
+                if r.role != pool:
                     continue
                 mark = "▸" if k == selected else " "
                 if not r.alive:
