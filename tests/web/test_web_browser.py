@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from bench_sample import bench_result
+from tests.polling import wait_until
 
 from conftest import GOOD_CSV, SEED_RECOVERY, SMALL_SPACE
 from servesim.report.pdf import CHROMIUM_ARGS
@@ -106,15 +107,6 @@ def page(browser: Any, server: str) -> Iterator[Any]:
 
 #: Console lines a test causes on purpose (the browser logs every 4xx answer it receives).
 EXPECTED: list[str] = []
-
-
-def wait_until(done: Any, timeout_s: float, what: str, every_s: float = 0.2) -> None:
-    """Poll ``done()`` until it is true; a hang guard (fails with ``what``), not a timing target."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout_s:g} s")
-        time.sleep(every_s)
 
 
 def shot(page: Any, name: str) -> None:
