@@ -179,3 +179,11 @@ def test_out_writes_the_json_document(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "per leg over" in res.stdout and res.stdout.endswith(f"result written to {out}\n")
     assert json.loads(out.read_text()) == json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+
+
+def test_an_aggregated_clusters_flags_are_refused_with_pools_not_dropped() -> None:
+    pools = [*BASE, "--prefill-replicas", "1", "--decode-replicas", "1"]
+    for extra in (["--replicas", "3"], ["--router", "round_robin"], ["--recovery", "restart"]):
+        res = runner.invoke(app, [*pools, *extra])
+        assert res.exit_code != 0, extra
+        assert f"{extra[0]} is for an aggregated cluster" in res.output and "Traceback" not in res.output

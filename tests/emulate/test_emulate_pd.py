@@ -15,7 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.polling import wait_until
 from typer.testing import CliRunner
 
-from conftest import MODEL
+from conftest import (
+    MODEL,
+    free_port,  # tests/emulate's (at import: xdist workers load others later)
+)
 from servesim import EngineConfig, Replica, replica_setup
 from servesim.cli.main import app
 from servesim.cluster.pd import pd_context
@@ -188,8 +191,6 @@ def test_the_layout_reaches_the_ray_serve_ingress(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.ray
 def test_a_disaggregated_fleet_on_ray_serve() -> None:
     """The layout on Ray Serve itself: a stream from the decode pool, both pools on /metrics."""
-    from conftest import free_port
-
     ray_serve = pytest.importorskip("servesim.emulate.ray_serve")
     settings = ray_serve.EmulatorSettings(
         replicas=[], model=MODEL, time_scale=2.0, port=free_port(), disaggregated=layout()

@@ -37,8 +37,8 @@ def register(app: typer.Typer) -> None:
     @app.command("cluster")
     def cluster_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),
-        replicas: int = typer.Option(
-            2, "--replicas", min=1, max=MAX_REPLICAS, help="Identical replicas n0..n{N-1}."
+        replicas: int | None = typer.Option(
+            None, "--replicas", min=1, max=MAX_REPLICAS, help="Identical replicas n0..n{N-1} (default 2)."
         ),
         config: Path | None = typer.Option(None, "--config", "-c", help="vLLM keys for every replica."),
         cluster: Path | None = typer.Option(None, help="YAML/JSON with replicas, router and context."),
@@ -99,6 +99,18 @@ def register(app: typer.Typer) -> None:
             cluster, config, prefill_replicas, decode_replicas, link_name, short_prompt_tokens, model, tp
         )
         if disagg is not None:
+            for flag, given in (
+                ("--replicas", replicas is not None),
+                ("--router", router is not None),
+                ("--recovery", recovery != "compare"),
+                ("--kv-checkpointing", kv_checkpointing is not None),
+                ("--bandwidth-gbps", bandwidth_gbps is not None),
+            ):
+                if given:  # an aggregated cluster's flag: refused, not silently dropped
+                    raise InputError(
+                        f"{flag} is for an aggregated cluster; a disaggregated one routes and recovers "
+                        "as deployed and moves KV over --link (docs/cluster.md): leave it out"
+                    )
             goal = request_slo(slo)  # the same --slo as simulate's: good= refused for one run
             pd_events = pd_failures(  # the pools' failures, MTBF draws included, as listed events
                 disagg,
@@ -126,7 +138,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(
                 f"unknown recovery {shown(recovery)}; use compare or one of {', '.join(POLICIES)}"
             )
-        reps_keys, route, link = _cluster_setup(cluster, config, replicas)
+        reps_keys, route, link = _cluster_setup(cluster, config, 2 if replicas is None else replicas)
         if router is not None:
             route = RouterSpec.model_validate({**route.model_dump(), "policy": router, "seed": seed})
         updates = {
