@@ -201,6 +201,17 @@ def print_pd(
         f"{spec.prefill.replicas}P{spec.decode.replicas}D, link {spec.link} "
         f"({link.bandwidth_gbps:g} Gbit/s per TP rank, {link.setup_latency_ms:g} ms setup), {short}"
     )
+    if not s.num_requests:  # as simulate says it: no latency of nobody, no "pass"
+        why = (
+            f"{s.num_rejected} rejected, {s.num_unfinished} never decoded"
+            if s.num_rejected or s.num_unfinished
+            else "no requests"
+        )
+        out.print(f"no request was served ({why}): nothing to measure (--json gives the empty report)")
+        if res.failures:
+            print_pd_failures(out, res)
+        said_written(written)
+        return
     tpot50 = f"{s.tpot_p50_ms:.1f}" if s.tpot_p50_ms is not None else "-"
     tpot99 = f"{s.tpot_p99_ms:.1f}" if s.tpot_p99_ms is not None else "-"
     out.print(f"TTFT p50/p99 {s.ttft_p50_ms:.1f} / {s.ttft_p99_ms:.1f} ms")
