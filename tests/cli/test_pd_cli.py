@@ -192,7 +192,8 @@ def test_an_aggregated_clusters_flags_are_refused_with_pools_not_dropped() -> No
 def test_an_empty_trace_says_nothing_was_served_not_a_passing_slo(tmp_path: Path) -> None:
     trace = tmp_path / "empty.csv"
     trace.write_text("req_id,arrival_time_s,prompt_len,output_len\n")
-    args = ["cluster", str(trace), "--step-time-ms", "10", "--prefill-replicas", "1", "--decode-replicas", "1"]
+    args = ["cluster", str(trace), "--step-time-ms", "10"]
+    args += ["--prefill-replicas", "1", "--decode-replicas", "1"]
     res = runner.invoke(app, [*args, "--slo", "ttft_p99_ms=100"])
     assert res.exit_code == 0, res.output
     out = " ".join(res.stdout.split())
