@@ -13,6 +13,7 @@ MAX_SEQS = 1 << 20  # running requests (max_num_seqs), 1,048,576
 MAX_TOKENS = 1 << 24  # tokens per step, per request, per context (16,777,216)
 MAX_BLOCK_SIZE = 1 << 12  # tokens per KV block, 4,096
 MAX_GPU_BLOCKS = 1 << 22  # 4,194,304 KV blocks (67M tokens at 16 per block): ~0.4 GB of block table
+MAX_SEED = (1 << 63) - 1  # a seed: fits JSON's integers, numpy's SeedSequence and SQLite
 MAX_REPLICAS = 1024  # replicas of a cluster (cluster --replicas, --cluster FILE)
 MAX_SURVIVORS = 1024  # idle survivors a recovery plan assumes (recover --survivors)
 MAX_RATE = 1e6  # requests per second of a load (scenario simulated_qps)

@@ -18,13 +18,15 @@ from servesim.cli.cluster_output import parse_fail, print_comparison
 from servesim.cli.common import cli_slo, fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.cli.pd_cmd import check_timing, disagg_spec, pd_cluster_spec, pd_failures, print_pd
-from servesim.cli.simulate_cmd import TRACE_HELP, deploy, report_result
+from servesim.cli.simulate_cmd import TRACE_HELP, report_answer, say_prepared
 from servesim.cluster.compare import LinkSpec, outcome
 from servesim.cluster.pd import DisaggSpec
 from servesim.cluster.pd_results import PDResult
 from servesim.engine import SLO
 from servesim.errors import InputError, InternalError, shown, user_errors
 from servesim.report.documents import disaggregated_title
+from servesim.services.inputs import TraceInput
+from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
 from servesim.spec import DeploymentSpec, ResolvedDisaggregated, resolve_cluster
 from servesim.traces.schema import Trace
 from servesim.views.fleet import fleet_sections
@@ -98,7 +100,7 @@ def register(app: typer.Typer) -> None:
         deployment: DeploymentSpec,
     ) -> None:
         """Watch a trace run live: batch slots, the waiting queue, KV, latency against the SLO."""
-        from servesim import RouterSpec, open_trace
+        from servesim import RouterSpec
         from servesim.cluster import FailurePlan
         from servesim.tui.spec import DashboardSpec
 
@@ -123,8 +125,9 @@ def register(app: typer.Typer) -> None:
                     "--link and --short-prompt-tokens are for a disaggregated cluster: "
                     "give --prefill-replicas and --decode-replicas"
                 )
-            tr = open_trace(trace, seed=seed, num_requests=num_requests)
+            source = TraceInput(source=trace, seed=seed, num_requests=num_requests)
             if disagg is not None:
+                tr = source.open()
                 pd_spec = _pd_spec(
                     disagg,
                     deployment,
@@ -155,7 +158,9 @@ def register(app: typer.Typer) -> None:
             DashboardApp(pd_spec, speed=rate, paused=paused, start_at=start_at).run()
             return
         try:
-            setup, rebuild = deploy(dep, tr, as_json=as_json or not headless)
+            prepared = prepare(SimulateRequest(trace=source, deployment=dep, slo=cli_slo(slo)))
+            say_prepared(prepared, as_json or not headless)
+            tr, setup, rebuild = prepared.trace, prepared.setup, prepared.rebuild
             cfg, step = setup.config, setup.step_time
             events = sorted((parse_fail(x) for x in fail_at), key=lambda e: (e.time_s, e.node))
             FailurePlan(events=events)
@@ -211,7 +216,7 @@ def register(app: typer.Typer) -> None:
                     as_json=as_json,
                     link=link,
                     title=title,
-                    setup=setup,
+                    prepared=prepared,
                     out=out,
                     run=run,
                 )
@@ -323,7 +328,7 @@ def _run_plain(
     as_json: bool,
     link: Any,
     title: str,
-    setup: Any = None,
+    prepared: PreparedRun | None = None,
     out: Path | None = None,
     run: Any = None,
 ) -> None:
@@ -332,6 +337,9 @@ def _run_plain(
     from servesim import ClusterResult, RouterSpec
     from servesim.tui.simple import run_simple
 
+    if headless and prepared is not None and not spec.is_cluster:  # simulate's run and document
+        report_answer(prepared.run(), as_json=as_json, out=out, include_requests=True)
+        return
     live = spec.start()
     if headless:
         result = live.finish()
@@ -354,6 +362,6 @@ def _run_plain(
             run=run,
         )
         return
-    report_result(
-        result, spec.trace, as_json=as_json, out=out, include_requests=True, title=title, setup=setup
-    )
+    if prepared is None:
+        raise InternalError("a one-replica dashboard run without its prepared request")
+    report_answer(SimulateAnswer(prepared, result), as_json=as_json, out=out, include_requests=True)

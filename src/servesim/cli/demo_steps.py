@@ -112,21 +112,26 @@ SIMULATE_COMMAND = (
 
 def simulate_real(run: DemoRun) -> None:
     """The real hour on the default deployment, ``vllm serve``'s defaults on the GPU, per-request
-    SLOs: ``SIMULATE_COMMAND`` run the way ``servesim simulate`` runs it (a ``DeploymentSpec``,
-    ``servesim.spec.resolve``, the command's own document)."""
-    from servesim.cli.common import request_slo
-    from servesim.cli.simulate_cmd import result_document, run_title
-    from servesim.engine import simulate
-    from servesim.spec import DeploymentSpec, resolve_for_trace
+    SLOs: ``SIMULATE_COMMAND``'s request, answered by the service ``servesim simulate`` calls
+    (``servesim.services.run``), its document the command's own."""
+    from servesim.report.documents import simulate_document
+    from servesim.services.inputs import TraceInput
+    from servesim.services.run import SimulateRequest, prepare
+    from servesim.spec import DeploymentSpec, PercentileSLO
 
     trace: Trace = run.state["real"]
-    setup, _ = resolve_for_trace(DeploymentSpec(model=MODEL, gpu=GPU), trace)
-    slo = request_slo(SLO_PERCENTILE)
+    request = SimulateRequest(
+        trace=TraceInput(source=REAL_TRACE),
+        deployment=DeploymentSpec(model=MODEL, gpu=GPU),
+        slo=PercentileSLO.parse(SLO_PERCENTILE),
+    )
+    prepared = prepare(request, trace=trace)  # the trace read at ingest
     with record_action(
         "simulate", {"trace": REAL_TRACE, "model": MODEL, "gpu": GPU, "slo": SLO_PERCENTILE}
     ) as h:
-        result = simulate(trace, setup.config, setup.step_time, slo=slo, kv_connector=setup.kv_connector())
-        doc = result_document(result, trace, title=run_title(REAL_TRACE, trace), setup=setup)
+        answer = prepared.run()
+        result = answer.result
+        doc = simulate_document(answer)
         doc.update(model=MODEL, command=SIMULATE_COMMAND)  # provenance: what to type to get it again
         h.output(run.write("simulate.json", doc))
     s = result.summary

@@ -8,29 +8,22 @@ JSON line per engine step, to compare with vLLM's own scheduler.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from servesim.cli.common import json_bytes, request_slo
+from servesim.cli.common import cli_slo, json_bytes, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
+from servesim.cli.progress import progress_sink
 from servesim.cli.records_out import records_format, requests_format_option, requests_out_option
-from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
-from servesim.engine import (
-    SLO,
-    EngineConfig,
-    SimulationResult,
-    StepTimeModel,
-    simulate,
-)
-from servesim.events import Observer, ProgressCallback, StepLogWriter
+from servesim.cli.trace_input import hash_block_size_option, seed_option, strict_option
+from servesim.events import StepLogWriter
 from servesim.io import atomic_file
+from servesim.services.inputs import TraceInput
+from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
 from servesim.spec import DeploymentSpec, Rebuild, ResolvedDeployment, resolve_for_trace
 from servesim.traces import Trace
 
@@ -63,137 +56,75 @@ def deploy(
     return resolved, rebuild
 
 
-@contextmanager
-def progress_bar(enabled: bool, label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A Rich progress bar on stderr (only for humans: never with --json or without a terminal);
-    yields its ``update(done, total)`` (wrap it in ``ProgressCallback`` to observe a run)."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    with Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
+def say_prepared(prepared: PreparedRun, as_json: bool) -> None:
+    """What a run will be, before it starts: warnings on stderr; with a human output, the
+    ``timed as`` and ``defaults`` lines first on stdout."""
+    for line in prepared.warnings:
+        typer.echo(line, err=True)
+    if not as_json:
+        for line in prepared.header:
+            typer.echo(line)
 
 
 def run_and_report(
-    trace: Trace,
-    config: EngineConfig,
-    model: StepTimeModel,
+    prepared: PreparedRun,
     *,
-    slo: SLO | None,
     as_json: bool,
     out: Path | None,
     step_log: Path | None,
     include_requests: bool,
-    naive: bool,
-    title: str,
-    check_invariants: bool = False,
     views: bool = True,
     requests_out: Path | None = None,
     requests_format: str | None = None,
-    setup: ResolvedDeployment | None = None,
-) -> SimulationResult:
+) -> SimulateAnswer:
+    """Run a prepared request (``servesim.services.run``), with a step log and a progress bar
+    when asked, then report it (``report_answer``)."""
     writer = StepLogWriter(str(step_log)) if step_log is not None else None
     try:
-        with progress_bar(not as_json, "simulating") as hook:
-            observers: list[Observer] = [] if hook is None else [ProgressCallback(hook)]
-            if writer is not None:
-                observers.append(writer)
-            result = simulate(
-                trace,
-                config,
-                model,
-                slo=slo,
-                fast=not naive,
-                observers=observers,
-                check_invariants=check_invariants,
-                kv_connector=setup.kv_connector() if setup is not None else None,
-            )
+        with progress_sink(not as_json) as sink:
+            answer = prepared.run(progress=sink, observers=[writer] if writer is not None else [])
     except BaseException:
         if writer is not None:
             writer.abort()  # a failed run leaves no step log
         raise
     if writer is not None:
         writer.close()
-    report_result(
-        result,
-        trace,
+    report_answer(
+        answer,
         as_json=as_json,
         out=out,
         include_requests=include_requests,
-        title=title,
         views=views,
         requests_out=requests_out,
         requests_format=requests_format,
-        setup=setup,
     )
-    return result
+    return answer
 
 
-def run_title(trace_arg: str, trace: Trace) -> str:
-    """The title of a ``simulate`` run: the trace as given and its size."""
-    return f"{trace_arg}: {len(trace):,} requests"
-
-
-def result_document(
-    result: SimulationResult,
-    trace: Trace,
-    *,
-    title: str,
-    views: bool = True,
-    setup: ResolvedDeployment | None = None,
-) -> dict[str, Any]:
-    """``servesim simulate --json``'s document without the per-request records (the demo writes
-    this same document for the same run)."""
-    from servesim.report.documents import simulation_document
-    from servesim.traces import inspect_trace
-
-    return simulation_document(
-        result,
-        trace=trace,
-        stats=inspect_trace(trace),
-        title=title,
-        include_requests=False,
-        sections=views,
-        setup=setup.describe() if setup is not None else None,
-    )
-
-
-def report_result(
-    result: SimulationResult,
-    trace: Trace,
+def report_answer(
+    answer: SimulateAnswer,
     *,
     as_json: bool,
     out: Path | None,
     include_requests: bool,
-    title: str,
     views: bool = True,
     requests_out: Path | None = None,
     requests_format: str | None = None,
-    setup: ResolvedDeployment | None = None,
 ) -> None:
-    """The summary view (or with ``--json`` the result document alone on stdout); ``out``: the
+    """The summary view (or with ``--json`` the answer's document alone on stdout); ``out``: the
     same document as a file (the report's input); ``requests_out``: the per-request records as a
     JSON-lines or Parquet file. Records are streamed from the result's columns a chunk at a time
     (``servesim.engine.records``), never built all at once."""
+    from servesim.report.documents import simulate_document
+
+    result = answer.result
     fmt = records_format(requests_out, requests_format)
     if requests_out is not None and fmt is not None:
         from servesim.engine.records import write_records
 
         write_records(requests_out, result.requests, "parquet" if fmt == "parquet" else "jsonl")
     if out is not None or as_json:
-        doc = result_document(result, trace, title=title, views=views, setup=setup)
+        doc = simulate_document(answer, sections=views)
 
         def pieces() -> Iterator[bytes]:
             if not include_requests:
@@ -216,10 +147,10 @@ def report_result(
     from servesim.views.simulation import summary_view
 
     console = Console()
-    if len(trace):
-        print_section(summary_view(result.summary, title=title), console)
+    if len(answer.trace):
+        print_section(summary_view(result.summary, title=answer.title), console)
     else:  # nothing to measure: no 0.0 ms latencies; the files hold the empty run's result
-        console.print(f"{title}: no requests, nothing to measure", soft_wrap=True)
+        console.print(f"{answer.title}: no requests, nothing to measure", soft_wrap=True)
     if out is not None:
         console.print(f"report written to {out}", soft_wrap=True)  # a path is never cut
     if requests_out is not None:
@@ -238,7 +169,7 @@ def register(app: typer.Typer) -> None:
             help="p99 caps, also per-request goodput thresholds: "
             "ttft_p99_ms=500,tpot_p99_ms=50,e2e_p99_ms=20000.",
         ),
-        seed: int = typer.Option(0, help="Seed for generated traces and seed-JSON arrivals."),
+        seed: int = seed_option("Seed for generated traces and seed-JSON arrivals."),
         num_requests: int | None = typer.Option(
             None, "--num-requests", "-n", help="Requests to generate (presets only)."
         ),
@@ -266,31 +197,39 @@ def register(app: typer.Typer) -> None:
         deployment: DeploymentSpec,
     ) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
-        spec = deployment_spec(deployment, config, flags)
-        goal = request_slo(slo)
+        request_slo(slo)  # --slo's wording, and good= refused for a single run, before any work
         records_format(requests_out, requests_format)  # a bad name fails before the run
-        tr = read_trace(
-            trace, seed=seed, num_requests=num_requests, strict=strict, hash_block_size=hash_block_size
+        request = SimulateRequest(
+            trace=TraceInput(
+                source=trace,
+                seed=seed,
+                num_requests=num_requests,
+                strict=strict,
+                hash_block_size=hash_block_size,
+            ),
+            deployment=deployment_spec(deployment, config, flags),
+            slo=cli_slo(slo),
+            naive=naive,
+            check_invariants=check_invariants,
         )
-        setup, _ = deploy(spec, tr, as_json=as_json)
-        cfg, step_model = setup.config, setup.step_time
-        if len(tr) == 0 and not as_json and out is None and requests_out is None and step_log is None:
+        prepared = prepare(request)
+        say_prepared(prepared, as_json)
+        if (
+            len(prepared.trace) == 0
+            and not as_json
+            and out is None
+            and requests_out is None
+            and step_log is None
+        ):
             typer.echo(f"{trace}: no requests, nothing to measure (--json gives the empty report)")
             return
         run_and_report(
-            tr,
-            cfg,
-            step_model,
-            slo=goal,
+            prepared,
             as_json=as_json,
             out=out,
             step_log=step_log,
             include_requests=requests if requests is not None else requests_out is None,
-            naive=naive,
-            check_invariants=check_invariants,
-            title=run_title(trace, tr),
             views=views,
             requests_out=requests_out,
             requests_format=requests_format,
-            setup=setup,
         )

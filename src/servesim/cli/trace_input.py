@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from servesim.bounds import MAX_SEED
 from servesim.traces import Trace, open_trace
 from servesim.traces.schema import TraceProvenance
 
@@ -27,6 +28,11 @@ HASH_BLOCK_HELP = "Tokens per hash_ids entry (native CSV/JSONL traces with hash_
 def strict_option() -> Any:
     """``--strict``: the first bad row is an error (exit 2) instead of a skipped row."""
     return typer.Option(False, "--strict", help=STRICT_HELP)
+
+
+def seed_option(help_text: str = "Seed of generated traces.") -> Any:
+    """``--seed N``: a non-negative integer that fits JSON and numpy (``bounds.MAX_SEED``)."""
+    return typer.Option(0, "--seed", min=0, max=MAX_SEED, help=help_text)
 
 
 def hash_block_size_option() -> Any:
@@ -89,5 +95,6 @@ __all__ = [
     "provenance_json",
     "read_trace",
     "say_drops",
+    "seed_option",
     "strict_option",
 ]

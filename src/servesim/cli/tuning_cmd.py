@@ -42,7 +42,7 @@ from servesim.cli.engine_flags import (
     engine_flags,
     file_settings,
 )
-from servesim.cli.simulate_cmd import progress_bar
+from servesim.cli.progress import progress_bar
 from servesim.cli.tables import FitTable
 from servesim.cli.trace_input import hash_block_size_option, provenance_json, say_drops, strict_option
 from servesim.cluster import RouterSpec

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from servesim.cluster.pd import DisaggSpec
     from servesim.cluster.pd_results import PDResult
     from servesim.engine import SimulationResult
+    from servesim.services.run import SimulateAnswer
     from servesim.spec import ClusterSpec
     from servesim.traces import Trace, TraceStats
     from servesim.traces.schema import TraceProvenance
@@ -289,6 +290,30 @@ def simulation_document(
     return stamped("simulate", doc)
 
 
+def simulate_document(
+    answer: SimulateAnswer,
+    *,
+    include_requests: bool = False,
+    sections: bool = True,
+    view: Section | None = None,
+) -> dict[str, Any]:
+    """The ``simulate`` document of a ``servesim.services.run`` answer: what ``servesim simulate
+    --json`` prints, the web's run stores and the demo writes for the same request (``view``: the
+    answer's ``simulation_view`` titled ``answer.title`` when the caller has built it)."""
+    from servesim.traces import inspect_trace
+
+    return simulation_document(
+        answer.result,
+        trace=answer.trace,
+        stats=inspect_trace(answer.trace),
+        title=answer.title,
+        include_requests=include_requests,
+        sections=sections,
+        setup=answer.setup.describe(),
+        view=view,
+    )
+
+
 __all__ = [
     "KINDS",
     "SCHEMA_VERSION",
@@ -302,6 +327,7 @@ __all__ = [
     "disaggregated_title",
     "known_shapes",
     "read_document",
+    "simulate_document",
     "simulation_document",
     "stamped",
 ]

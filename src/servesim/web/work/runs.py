@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from servesim.engine import SimulationResult, SimulationSummary, simulate
+from servesim.engine import SimulationResult, SimulationSummary
 from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
@@ -17,6 +17,8 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
 )
+from servesim.services.inputs import TraceInput
+from servesim.services.run import SimulateRequest, prepare
 from servesim.spec import DeploymentSpec, PercentileSLO, ResolvedDeployment
 from servesim.traces import Trace, load_trace
 from servesim.web.defaults import setup_notes
@@ -39,53 +41,37 @@ def deployment(spec: DeploymentSpec, trace: Trace | int) -> ResolvedDeployment:
 
 def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     body = SimulateBody.model_validate(params)
-    trace = load_trace(trace_path(env, body.trace_id))
-    if env.get("trace_name"):  # the name it was uploaded as, not the server's storage path
-        trace.provenance = trace.provenance.model_copy(update={"source": env["trace_name"]})
     if body.disaggregated is not None:
+        trace = _trace(body, env)
         return _disaggregated(body, trace, env, report)
-    setup = deployment(body.deployment, trace)
-    notes = setup_notes(setup)
-    config, step = setup.config, setup.step_time
-    slo = body.slo.per_request() if body.slo is not None else None
     if body.deployment.replicas > 1 or body.failures:
-        return _cluster(body, trace, notes, env, report)
-    # counters, not per-step events; a CPU tier when the engine sets kv_offloading_size
-    result = simulate(trace, config, step, slo=slo, progress=report, kv_connector=setup.kv_connector())
-    save_requests(result.to_pandas(), env)
+        trace = _trace(body, env)
+        setup = deployment(body.deployment, trace)
+        return _cluster(body, trace, setup_notes(setup), env, report)
+    # ``servesim simulate``'s request and service: the same answer and document for the same run
+    request = SimulateRequest(trace=trace_input(body.trace_id, env), deployment=body.deployment, slo=body.slo)
+    answer = prepare(request).run(progress=lambda _phase, done, total, _detail=None: report(done, total))
+    save_requests(answer.result.to_pandas(), env)
+    from servesim.report.documents import simulate_document
     from servesim.views.simulation import simulation_view
 
     # One simulation view for the page and the document (it differs only in its title): building
     # it is the costliest view of a long run.
-    view = simulation_view(result, title=document_title(trace))
-    out = run_result(result, notes, view.model_copy(update={"title": "simulation"}))
-    out["document"] = run_document(result, trace, setup, view)
+    view = simulation_view(answer.result, title=answer.title)
+    out = run_result(
+        answer.result, setup_notes(answer.setup), view.model_copy(update={"title": "simulation"})
+    )
+    out["document"] = simulate_document(answer, view=view)
     return out
 
 
-def document_title(trace: Trace) -> str:
-    """The document's title, as the CLI titles it."""
-    return f"{trace.provenance.source}: {len(trace):,} requests"
+def trace_input(trace_id: str, env: Env) -> TraceInput:
+    """A stored trace as a request's ``TraceInput``, named as it was uploaded."""
+    return TraceInput(source=str(trace_path(env, trace_id)), label=env.get("trace_name") or None)
 
 
-def run_document(
-    result: SimulationResult, trace: Trace, setup: ResolvedDeployment, view: Section | None = None
-) -> dict[str, Any]:
-    """The run's typed document, the one ``servesim simulate --json`` writes for the same run
-    (``kind`` simulate, the spec and defaults applied in ``setup``): the report and the
-    result download read it. ``view``: the run's simulation view already built, titled
-    ``document_title``."""
-    from servesim.report.documents import simulation_document
-    from servesim.traces import inspect_trace
-
-    return simulation_document(
-        result,
-        trace=trace,
-        stats=inspect_trace(trace),
-        title=document_title(trace),
-        setup=setup.describe(),
-        view=view,
-    )
+def _trace(body: SimulateBody, env: Env) -> Trace:
+    return trace_input(body.trace_id, env).open()
 
 
 #: The percentile switcher's choices (every LatencyStats percentile).

@@ -1,0 +1,21 @@
+"""One question, one function: the use cases every interface calls.
+
+Why: the CLI, the web workbench, the dashboard, the emulator's setup, the demo and the report used
+to each write their own workflow, and the same question got different answers depending on where
+it was asked. Here each question has one typed request (a Pydantic model an interface builds from
+its flags, form or file) and one function that answers it with a typed answer:
+
+* ``services.run``        — a run: one replica (``SimulateRequest``), an aggregated cluster or
+  prefill/decode pools, with failures (``ClusterRequest``);
+* ``services.capacity``   — a saturation sweep and a tuning study (layouts included);
+* ``services.plans``      — a recovery plan, a rescheduling, an advice.
+
+An interface only builds a request, calls the function, and renders the answer with
+``servesim.views`` (its ``--json`` document with ``servesim.report.documents``): no shortlisting,
+verification seeds, capacity, cost or comparison logic lives above this layer. The services sit
+above the libraries (engine, cluster, tuning, advisor) and below views and report; import-linter
+checks both (``pyproject.toml``).
+
+Submodules are imported where used (``from servesim.services.run import simulate``): the package
+itself imports nothing heavy, so a command that needs one service pays only for that one.
+"""

@@ -1,0 +1,137 @@
+"""A run of one replica: ``SimulateRequest`` -> ``SimulateAnswer``.
+
+``servesim simulate``, the web's Run tab, the dashboard's ``--headless`` and the demo's simulation
+step all build a ``SimulateRequest`` and call ``simulate`` (or ``prepare`` then ``run``, to show
+what times the steps before a long run starts): the same trace reading, the same
+``servesim.spec.resolve`` of the deployment, the same engine call, so the same answer. The answer's
+document is ``servesim.report.documents.simulate_document(answer)`` for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.services.inputs import Progress, TraceInput, counter, dropped_rows_line
+from servesim.spec import DeploymentSpec, PercentileSLO, Rebuild, ResolvedDeployment, resolve_for_trace
+
+if TYPE_CHECKING:
+    from servesim.engine import SLO, SimulationResult
+    from servesim.events import Observer
+    from servesim.traces import Trace
+
+
+class SimulateRequest(BaseModel):
+    """One trace on one replica of a deployment, judged against an SLO."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trace: TraceInput
+    deployment: DeploymentSpec = Field(default_factory=DeploymentSpec)
+    slo: PercentileSLO | None = Field(None, description="p99 caps, also per-request goodput thresholds.")
+    naive: bool = Field(False, description="The naive loop (the fast path's reference).")
+    check_invariants: bool = Field(False, description="Check block/token conservation every step.")
+
+    def request_slo(self) -> SLO | None:
+        """The engine's per-request SLO (``good=`` refused: a single run measures its fraction)."""
+        return None if self.slo is None else self.slo.per_request()
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A request with its trace read and its deployment resolved: what the run will be, said
+    before it starts (``header``, ``warnings``); ``run`` runs it."""
+
+    request: SimulateRequest
+    trace: Trace
+    setup: ResolvedDeployment
+    slo: SLO | None
+    #: the same deployment resolved again after engine flags change (the dashboard's restart)
+    rebuild: Rebuild = field(compare=False)
+
+    @property
+    def title(self) -> str:
+        """``azure-conv: 19,366 requests``: the trace as named and its size."""
+        return f"{self.request.trace.name}: {len(self.trace):,} requests"
+
+    @property
+    def header(self) -> list[str]:
+        """The first lines of a human-readable answer: what times the steps, the defaults applied."""
+        lines = [f"timed as: {self.setup.timed_as}"]
+        if self.setup.defaults_line:
+            lines.append(self.setup.defaults_line)
+        return lines
+
+    @property
+    def warnings(self) -> list[str]:
+        """Skipped trace rows and the step-time model's extrapolation notes (stderr lines)."""
+        drops = dropped_rows_line(self.trace.provenance)
+        return [*([drops] if drops else []), *(f"warning: {n}" for n in self.setup.notes)]
+
+    def run(self, *, progress: Progress | None = None, observers: Sequence[Observer] = ()) -> SimulateAnswer:
+        """Simulate (``progress``: phase ``simulating``; ``observers``: the run's events, e.g. a
+        step log)."""
+        from servesim.engine import simulate as engine_simulate
+
+        req = self.request
+        result = engine_simulate(
+            self.trace,
+            self.setup.config,
+            self.setup.step_time,
+            slo=self.slo,
+            fast=not req.naive,
+            observers=observers,
+            check_invariants=req.check_invariants,
+            kv_connector=self.setup.kv_connector(),
+            progress=counter(progress, "simulating"),
+        )
+        return SimulateAnswer(prepared=self, result=result)
+
+
+@dataclass(frozen=True)
+class SimulateAnswer:
+    """The run's result, with what produced it."""
+
+    prepared: PreparedRun
+    result: SimulationResult
+
+    @property
+    def request(self) -> SimulateRequest:
+        return self.prepared.request
+
+    @property
+    def trace(self) -> Trace:
+        return self.prepared.trace
+
+    @property
+    def setup(self) -> ResolvedDeployment:
+        return self.prepared.setup
+
+    @property
+    def title(self) -> str:
+        return self.prepared.title
+
+
+def prepare(request: SimulateRequest, *, trace: Trace | None = None) -> PreparedRun:
+    """Read the trace and resolve the deployment (``servesim.spec.resolve``: vllm serve's defaults
+    on the GPU, the KV cache sized for the trace's longest request unless the engine sets
+    ``max_model_len``); the SLO is checked first, so a bad one fails before any work.
+    ``trace``: the request's trace, when the caller has read it already (the demo reads the real
+    hour once, to inspect it and to simulate it)."""
+    slo = request.request_slo()
+    trace = request.trace.open() if trace is None else trace
+    setup, rebuild = resolve_for_trace(request.deployment, trace)
+    return PreparedRun(request=request, trace=trace, setup=setup, slo=slo, rebuild=rebuild)
+
+
+def simulate(
+    request: SimulateRequest, *, progress: Progress | None = None, observers: Sequence[Observer] = ()
+) -> SimulateAnswer:
+    """``prepare`` and ``run``: the answer to "what does this trace do on this deployment?"."""
+    return prepare(request).run(progress=progress, observers=observers)
+
+
+__all__ = ["PreparedRun", "SimulateAnswer", "SimulateRequest", "prepare", "simulate"]
