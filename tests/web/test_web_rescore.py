@@ -56,13 +56,13 @@ def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
 
     import servesim
     import servesim.engine
-    import servesim.web.work.runs
 
     def refuse(*a: Any, **k: Any) -> Any:
         raise AssertionError("re-scoring ran the engine")
 
     engine_module = sys.modules["servesim.engine.simulate"]  # the package's ``simulate`` is the function
-    for mod in (servesim, servesim.engine, engine_module, servesim.web.work.runs):
+    # every run goes through servesim.services.run, which calls the engine's ``simulate``
+    for mod in (servesim, servesim.engine, engine_module):
         monkeypatch.setattr(mod, "simulate", refuse)
 
 

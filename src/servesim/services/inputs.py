@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.bounds import MAX_SEED
+from servesim.traces.schema import TraceProvenance
 
 if TYPE_CHECKING:
     from servesim.traces import Trace
-    from servesim.traces.schema import TraceProvenance
 
 #: Skipped rows named in the warning line (all are counted; the document lists the first 1000).
 LISTED_DROPS = 3
@@ -42,11 +42,16 @@ class TraceInput(BaseModel):
         None, ge=1, le=1 << 20, description="Tokens per hash_ids entry (CSV/JSONL cannot store it)."
     )
     label: str | None = Field(None, description="The name results show (default: source).")
+    provenance: TraceProvenance | None = Field(
+        None,
+        description="How the trace was read where it was read first (the web reads an upload once, "
+        "keeps it as Parquet and its provenance beside it): the results say that, not the copy's.",
+    )
 
     @property
     def name(self) -> str:
         """The trace's name in titles and provenance."""
-        return self.label or self.source
+        return self.label or (self.provenance.source if self.provenance is not None else self.source)
 
     def open(self) -> Trace:
         """The trace (``servesim.traces.open_trace``), its provenance named ``name``."""
@@ -59,6 +64,8 @@ class TraceInput(BaseModel):
             strict=self.strict,
             hash_block_size=self.hash_block_size,
         )
+        if self.provenance is not None:
+            trace.provenance = self.provenance
         if self.label is not None:
             trace.provenance = trace.provenance.model_copy(update={"source": self.label})
         return trace

@@ -7,6 +7,7 @@ from typing import Any
 
 from servesim.actionlog import file_digest, record_action
 from servesim.errors import InputError, user_errors
+from servesim.io import write_text_atomic
 from servesim.traces import (
     Trace,
     TraceError,
@@ -37,6 +38,8 @@ def summary_section(trace: Trace, name: str) -> tuple[dict[str, Any], dict[str, 
 def store(trace: Trace, name: str, origin: str, digest: str, storage: Storage) -> TraceRow:
     trace_id = new_id()
     write_trace(trace, storage.trace_file(trace_id))
+    provenance = trace.provenance.model_copy(update={"source": name})
+    write_text_atomic(storage.provenance_file(trace_id), provenance.model_dump_json() + "\n")
     stats, section = summary_section(trace, name)
     return TraceRow(
         id=trace_id,

@@ -58,6 +58,11 @@ class Storage:
     def trace_file(self, trace_id: str) -> Path:
         return self.root / "traces" / f"{check_id(trace_id)}.parquet"
 
+    def provenance_file(self, trace_id: str) -> Path:
+        """How a stored trace was read when it came in (its format, notes and skipped rows): a
+        run's document says that, as the CLI's does for the same file, not the Parquet copy's."""
+        return self.root / "traces" / f"{check_id(trace_id)}.provenance.json"
+
     def requests_file(self, job_id: str) -> Path:
         return self.root / "runs" / f"{check_id(job_id)}.parquet"
 

@@ -154,6 +154,7 @@ def delete_trace(trace_id: TraceId, wb: WB) -> Response:
                 raise Problem(409, "a job is still using this trace: cancel it or wait for it to finish")
             s.delete(row)
         wb.storage.trace_file(trace_id).unlink(missing_ok=True)
+        wb.storage.provenance_file(trace_id).unlink(missing_ok=True)
     return Response(status_code=204)
 
 

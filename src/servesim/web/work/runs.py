@@ -21,6 +21,7 @@ from servesim.services.inputs import TraceInput
 from servesim.services.run import SimulateRequest, prepare
 from servesim.spec import DeploymentSpec, PercentileSLO, ResolvedDeployment
 from servesim.traces import Trace, load_trace
+from servesim.traces.schema import TraceProvenance
 from servesim.web.defaults import setup_notes
 from servesim.web.schemas import SimulateBody
 from servesim.web.work import Env, Report, trace_path
@@ -66,8 +67,13 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
 
 
 def trace_input(trace_id: str, env: Env) -> TraceInput:
-    """A stored trace as a request's ``TraceInput``, named as it was uploaded."""
-    return TraceInput(source=str(trace_path(env, trace_id)), label=env.get("trace_name") or None)
+    """A stored trace as a request's ``TraceInput``: named as it was uploaded, with the provenance
+    it was read with then (format, notes, skipped rows), kept beside it at ingest (a trace stored
+    by an older servesim has only its name)."""
+    path = trace_path(env, trace_id)
+    sidecar = path.with_name(f"{path.stem}.provenance.json")
+    provenance = TraceProvenance.model_validate_json(sidecar.read_bytes()) if sidecar.exists() else None
+    return TraceInput(source=str(path), label=env.get("trace_name") or None, provenance=provenance)
 
 
 def _trace(body: SimulateBody, env: Env) -> Trace:
