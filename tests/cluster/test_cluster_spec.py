@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from servesim.cli.main import app
 from servesim.cli.trace_input import read_trace
 from servesim.errors import ConfigError, InputError, describe
-from servesim.report.documents import cluster_run_document
 from servesim.spec import ClusterSpec, ResolvedCluster, ResolvedDisaggregated, resolve_cluster
 
 runner = CliRunner()
@@ -115,13 +114,12 @@ def test_the_cli_records_the_spec_it_ran_and_the_spec_runs_again_alike(tmp_path:
     doc = json.loads(res.stdout)
     spec = ClusterSpec.model_validate(doc["run"])
     assert spec.seed == 4 and spec.route.policy == "power_of_two" and spec.route.seed == 4
-    trace = read_trace(spec.trace, num_requests=spec.num_requests, seed=spec.seed)
-    run = resolve_cluster(spec, trace)
-    assert isinstance(run, ResolvedCluster)
-    rows, _ = run.run(trace)
-    again = cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec)
-    assert [s["key"] for s in doc.pop("sections")][:2] == ["fleet", "replica.n0"]  # one run's views
-    assert again == doc
+    from servesim.report.documents import cluster_answer_document
+    from servesim.services.cluster import ClusterRequest, run_cluster
+
+    assert [s["key"] for s in doc["sections"]][:2] == ["fleet", "replica.n0"]  # one run's views
+    again = cluster_answer_document(run_cluster(ClusterRequest(spec=spec)))
+    assert json.loads(json.dumps(again)) == doc
 
 
 def test_bad_cluster_flags_and_files_name_the_field(tmp_path: Path) -> None:
@@ -140,12 +138,15 @@ def test_bad_cluster_flags_and_files_name_the_field(tmp_path: Path) -> None:
 
 def test_the_demos_cluster_run_is_its_recorded_spec() -> None:
     """The demo's cluster.json records the ClusterSpec it ran (its trace a file beside it): read
-    back and resolved as ``servesim cluster`` resolves it, it gives the same strategies' rows."""
+    back and answered as ``servesim cluster`` answers it (``servesim.services.cluster``), it gives
+    the same document, byte for byte in JSON: one question, one answer (issue 45)."""
+    from servesim.report.documents import cluster_answer_document
+    from servesim.services.cluster import ClusterRequest, run_cluster
+    from servesim.services.inputs import TraceInput
+
     demo = Path(__file__).parents[2] / "examples" / "demo"
     doc = json.loads((demo / "cluster.json").read_text())
     spec = ClusterSpec.model_validate(doc["run"])
-    trace = read_trace(str(demo / spec.trace))
-    run = resolve_cluster(spec, trace)
-    assert isinstance(run, ResolvedCluster)
-    rows, _ = run.run(trace)
-    assert [r.model_dump(mode="json") for r in rows] == doc["strategies"]
+    source = TraceInput(source=str(demo / spec.trace), label=spec.trace)
+    answer = run_cluster(ClusterRequest(spec=spec, trace=source))
+    assert json.loads(json.dumps(cluster_answer_document(answer))) == doc

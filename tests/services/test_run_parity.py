@@ -35,3 +35,26 @@ def test_simulate_web_and_dashboard_give_one_document(folder: Path, monkeypatch:
     # the web keeps per-request records as its CSV download, not in the document (--no-requests)
     assert web["requests"] is None
     assert without(web, "requests") == without(cli, "requests")
+
+
+def test_a_cluster_with_a_failure_gives_one_document(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``servesim cluster --recovery planner``, the web's Run tab with replicas and a failure, and
+    ``servesim dashboard --headless`` of the same cluster: one ``ClusterSpec``, one answer."""
+    flags = ["--replicas", "2", "--fail", "n1@2", "--recovery", "planner", "--model", "qwen2.5-7b"]
+    cli = cli_json(["cluster", "trace.csv", *flags, "--slo", SLO, "--json"], folder, monkeypatch)
+    dash = cli_json(
+        ["dashboard", "trace.csv", *flags, "--slo", SLO, "--headless", "--json"], folder, monkeypatch
+    )
+    assert cli["strategies"][0]["strategy"] == "planner" and cli["strategies"][0]["interrupted"] > 0
+    assert [s["key"] for s in cli["sections"]] == ["fleet", "replica.n0", "replica.n1"]
+    assert dash == cli
+    with web_client(folder / "web-cluster") as client:
+        body = {
+            "trace_id": upload(client, folder / "trace.csv"),
+            "deployment": {"model": "qwen2.5-7b", "replicas": 2},
+            "failures": [{"node": "n1", "time_s": 2}],
+            "recovery": "planner",
+            "slo": SLO,
+        }
+        web = web_document(client, "/api/simulate", body)
+    assert web == cli

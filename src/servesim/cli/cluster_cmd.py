@@ -10,7 +10,7 @@ import typer
 from pydantic import ValidationError
 
 from servesim.bounds import MAX_REPLICAS
-from servesim.cli.cluster_output import parse_fail, print_comparison
+from servesim.cli.cluster_output import parse_fail, print_cluster
 from servesim.cli.common import cli_slo, out_option, request_slo
 from servesim.cli.engine_flags import file_settings
 from servesim.cli.pd_cmd import (
@@ -26,11 +26,12 @@ from servesim.cli.simulate_cmd import TRACE_HELP
 from servesim.cli.trace_input import hash_block_size_option, read_trace, strict_option
 from servesim.cluster import POLICIES, FailureEvent, RouterSpec
 from servesim.cluster.compare import ClusterFile, LinkSpec
-from servesim.errors import InputError, InternalError, describe, shown
+from servesim.errors import InputError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
 from servesim.report.documents import disaggregated_title
-from servesim.spec import ClusterSpec, DeploymentSpec, ResolvedCluster, resolve_cluster
-from servesim.views.fleet import fleet_sections
+from servesim.services.cluster import ClusterRequest, prepare_cluster
+from servesim.services.inputs import TraceInput
+from servesim.spec import ClusterSpec, DeploymentSpec
 
 
 def register(app: typer.Typer) -> None:
@@ -179,33 +180,19 @@ def register(app: typer.Typer) -> None:
             },
             cluster or "the cluster",
         )
-        # Each replica through servesim.spec.resolve: vllm serve's defaults on the GPU, KV sized.
-        run = resolve_cluster(spec, tr)
-        if not isinstance(run, ResolvedCluster):
-            raise InternalError("a cluster without pools resolved as a disaggregated one")
-        for note in run.notes:  # once the input is known good
-            typer.echo(f"warning: {note}", err=True)
-        rows, results = run.run(tr)
-        # The charts of one run: the policy asked for, or under compare the one that recovers best.
-        pick = min((r for r in rows if r.strategy in results), key=lambda r: r.e2e_p99_ms).strategy
-        views = fleet_sections(results[pick], len(run.replicas), pick)
-        if not as_json:
-            typer.echo(f"timed as: {run.timed_as}")
-            defaults_line = run.setups[0].defaults_line
-            if defaults_line:
-                typer.echo(defaults_line)
-        print_comparison(
-            rows,
-            run.events,
-            run.link,
-            run.router,
-            as_json,
-            f"{trace}: {len(tr):,} requests on {len(run.replicas)} replicas",
-            tr.provenance,
-            out=out,
-            views=views,
-            run=spec,
+        # servesim.services.cluster: each replica through servesim.spec.resolve (vllm serve's
+        # defaults on the GPU, KV sized), the strategies compared, the run whose charts are shown
+        source = TraceInput(
+            source=trace, num_requests=num_requests, seed=seed, strict=strict, hash_block_size=hash_block_size
         )
+        prepared = prepare_cluster(ClusterRequest(spec=spec, trace=source), trace=tr)
+        for note in prepared.resolved.notes:  # once the input is known good
+            typer.echo(f"warning: {note}", err=True)
+        answer = prepared.run()
+        if not as_json:
+            for line in prepared.header:
+                typer.echo(line)
+        print_cluster(answer, as_json, out)
 
 
 def _spec(data: dict[str, Any], where: object) -> ClusterSpec:

@@ -14,22 +14,22 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from servesim.bounds import MAX_REPLICAS
-from servesim.cli.cluster_output import parse_fail, print_comparison
+from servesim.cli.cluster_output import parse_fail, print_cluster
 from servesim.cli.common import cli_slo, fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.cli.pd_cmd import check_timing, disagg_spec, pd_cluster_spec, pd_failures, print_pd
 from servesim.cli.simulate_cmd import TRACE_HELP, report_answer, say_prepared
-from servesim.cluster.compare import LinkSpec, outcome
+from servesim.cluster.compare import LinkSpec
 from servesim.cluster.pd import DisaggSpec
 from servesim.cluster.pd_results import PDResult
 from servesim.engine import SLO
 from servesim.errors import InputError, InternalError, shown, user_errors
 from servesim.report.documents import disaggregated_title
+from servesim.services.cluster import ClusterRequest, prepare_cluster
 from servesim.services.inputs import TraceInput
 from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
 from servesim.spec import DeploymentSpec, ResolvedDisaggregated, resolve_cluster
 from servesim.traces.schema import Trace
-from servesim.views.fleet import fleet_sections
 
 if TYPE_CHECKING:
     from servesim.tui.spec import PDDashboardSpec
@@ -207,15 +207,12 @@ def register(app: typer.Typer) -> None:
                     recovery=recovery,
                     slo=cli_slo(slo) if goal is not None else None,
                 )
-            title = f"{trace}: {len(tr):,} requests"
             if headless or ui == "simple":
                 _run_plain(
                     spec,
                     headless=headless,
                     speed=rate,
                     as_json=as_json,
-                    link=link,
-                    title=title,
                     prepared=prepared,
                     out=out,
                     run=run,
@@ -326,42 +323,35 @@ def _run_plain(
     headless: bool,
     speed: float,
     as_json: bool,
-    link: Any,
-    title: str,
     prepared: PreparedRun | None = None,
     out: Path | None = None,
     run: Any = None,
 ) -> None:
     """``--headless`` (straight to the end) or ``--ui simple`` (progress lines), then the summary;
     ``run``: a cluster's ``ClusterSpec``, recorded in its document."""
-    from servesim import ClusterResult, RouterSpec
+    from servesim.cluster import ClusterResult
+    from servesim.engine import SimulationResult
     from servesim.tui.simple import run_simple
 
     if headless and prepared is not None and not spec.is_cluster:  # simulate's run and document
         report_answer(prepared.run(), as_json=as_json, out=out, include_requests=True)
         return
-    live = spec.start()
-    if headless:
-        result = live.finish()
-    else:
-        result = run_simple(live, sys.stderr if as_json else sys.stdout, speed=speed)
-    if isinstance(result, ClusterResult):
-        rows = [outcome(spec.recovery, result, spec.context)]
-        route = spec.router or RouterSpec()
-        failures = list(live.sim.failures)
-        print_comparison(
-            rows,
-            failures,
-            link,
-            route,
-            as_json,
-            f"{title} on {spec.replicas} replicas",
-            provenance=spec.trace.provenance,
-            out=out,
-            views=fleet_sections(result, spec.replicas, spec.recovery),
-            run=run,
-        )
+    if spec.is_cluster:  # servesim cluster's request, answer and document
+        if run is None:
+            raise InternalError("a cluster dashboard run without its ClusterSpec")
+        cluster = prepare_cluster(ClusterRequest(spec=run), trace=spec.trace)
+        if headless:
+            answer = cluster.run()
+        else:
+            stepped = run_simple(spec.start(), sys.stderr if as_json else sys.stdout, speed=speed)
+            if not isinstance(stepped, ClusterResult):
+                raise InternalError("a cluster dashboard run ended without its cluster result")
+            answer = cluster.answer(stepped)
+        print_cluster(answer, as_json, out)
         return
+    result = run_simple(spec.start(), sys.stderr if as_json else sys.stdout, speed=speed)
+    if not isinstance(result, SimulationResult):
+        raise InternalError("a one-replica dashboard run ended without its simulation result")
     if prepared is None:
         raise InternalError("a one-replica dashboard run without its prepared request")
     report_answer(SimulateAnswer(prepared, result), as_json=as_json, out=out, include_requests=True)

@@ -263,16 +263,20 @@ def cluster_trace() -> Trace:
 
 def cluster(run: DemoRun) -> None:
     """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies. The
-    run is the ``ClusterSpec`` ``servesim cluster`` builds, resolved as it resolves it."""
+    run is the ``ClusterSpec`` ``servesim cluster`` builds, answered by the service it calls
+    (``servesim.services.cluster``); its document is the command's."""
     from servesim.cluster import FailureEvent
-    from servesim.cluster.compare import cluster_document
-    from servesim.spec import ClusterSpec, DeploymentSpec, PercentileSLO, ResolvedCluster, resolve_cluster
-    from servesim.traces import open_trace, write_trace
+    from servesim.report.documents import cluster_answer_document
+    from servesim.services.cluster import ClusterRequest, prepare_cluster
+    from servesim.services.inputs import TraceInput
+    from servesim.spec import ClusterSpec, DeploymentSpec, PercentileSLO
+    from servesim.traces import write_trace
 
     path = run.out / "inputs" / "cluster.csv"  # the spec names the trace the run read
     write_trace(cluster_trace(), path)
     run.files["inputs/cluster.csv"] = path
-    trace = open_trace(str(path))
+    source = TraceInput(source=str(path), label="inputs/cluster.csv")  # no machine path in the examples
+    trace = source.open()
     horizon = float(trace.df["arrival_time_s"].max())
     # vllm serve's batch limits on the GPU; a small KV cache so that the failure's lost requests
     # are felt (CLUSTER_BLOCKS, stated in the action's parameters)
@@ -289,10 +293,8 @@ def cluster(run: DemoRun) -> None:
         recovery="compare",
         slo=PercentileSLO(ttft_p99_ms=1000, tpot_p99_ms=100),
     )
-    resolved = resolve_cluster(spec, trace)
-    if not isinstance(resolved, ResolvedCluster):
-        raise InternalError("invariant broken: the demo's cluster resolved as a disaggregated one")
-    cfg, events = resolved.setups[0].config, resolved.events
+    prepared = prepare_cluster(ClusterRequest(spec=spec, trace=source), trace=trace)
+    cfg, events = prepared.resolved.setups[0].config, prepared.resolved.events
     params = {
         "trace": f"azure_conv_like at {CLUSTER_RATE} req/s",
         "num_requests": len(trace),
@@ -302,24 +304,18 @@ def cluster(run: DemoRun) -> None:
         "bandwidth_gbps": LINK_GBPS,
     }
     with record_action("cluster", params) as h:
-        rows, results = resolved.run(trace)
-        planner = results.get("planner")
+        answer = prepared.run()
+        planner = answer.results.get("planner")
         if planner is None:
             raise InternalError("invariant broken: planner is None")
-        starved = int(planner.requests["starved"].sum())
-        extra = {
-            "decisions": planner.moves.to_dict(orient="records"),
-            "num_starved": starved,
-            "num_requests": len(trace),
-            "run": spec.model_dump(mode="json"),
-        }
-        doc = cluster_document(events, resolved.link, resolved.router, rows, extra)
+        doc = cluster_answer_document(answer)
         h.output(run.write("cluster.json", doc))
     run.state.update(cluster_trace=trace, planner=planner, failure=events[0], max_num_seqs=cfg.max_num_seqs)
-    p = rows[1]
+    p = answer.rows[1]
     run.say(
         f"cluster: {NODE_DOWN} fails at {events[0].time_s:g} s; {p.interrupted} requests interrupted "
-        f"({p.migrated} migrated, {p.restarted} restarted by the planner); {starved} STARVED on the survivors"
+        f"({p.migrated} migrated, {p.restarted} restarted by the planner); {doc['num_starved']} STARVED "
+        "on the survivors"
     )
 
 

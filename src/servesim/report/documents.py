@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from servesim.cluster.pd import DisaggSpec
     from servesim.cluster.pd_results import PDResult
     from servesim.engine import SimulationResult
+    from servesim.services.cluster import ClusterAnswer
     from servesim.services.run import SimulateAnswer
     from servesim.spec import ClusterSpec
     from servesim.traces import Trace, TraceStats
@@ -98,6 +99,26 @@ def cluster_run_document(
     doc = cluster_document(events, link, route, rows, extra)
     doc["trace_provenance"] = None if provenance is None else provenance.model_dump(mode="json")
     return stamped("cluster", doc)
+
+
+def cluster_answer_document(answer: ClusterAnswer) -> dict[str, Any]:
+    """The ``cluster`` document of a ``servesim.services.cluster`` answer, the one ``servesim
+    cluster --json``, the web's cluster run, ``dashboard --headless`` and the demo give for the
+    same request: every strategy's row, the spec as ``run``, the trace's provenance, the shown
+    run's fleet and replica views as ``sections`` and, when the planner ran, its per-request
+    decisions and how many requests starved."""
+    from servesim.views.fleet import fleet_sections
+
+    r = answer.resolved
+    doc = cluster_run_document(answer.rows, r.events, r.link, r.router, answer.trace.provenance, answer.spec)
+    views = fleet_sections(answer.result, len(r.replicas), answer.shown)
+    doc["sections"] = [v.model_dump(mode="json") for v in views]
+    planner = answer.results.get("planner")
+    if planner is not None and r.events:
+        doc["decisions"] = planner.moves.to_dict(orient="records")
+        doc["num_starved"] = int(planner.requests["starved"].sum())
+    doc["num_requests"] = len(answer.trace)
+    return doc
 
 
 def disaggregated_title(source: str, num_requests: int) -> str:
@@ -321,6 +342,7 @@ __all__ = [
     "Document",
     "Kind",
     "ReportInputError",
+    "cluster_answer_document",
     "cluster_run_document",
     "detect",
     "disaggregated_run_document",

@@ -11,7 +11,6 @@ from servesim.engine import SimulationResult, SimulationSummary
 from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
-    ProgressCallback,
     RecoveryDecision,
     ReplicaDown,
     ReplicaUp,
@@ -46,9 +45,7 @@ def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, 
         trace = _trace(body, env)
         return _disaggregated(body, trace, env, report)
     if body.deployment.replicas > 1 or body.failures:
-        trace = _trace(body, env)
-        setup = deployment(body.deployment, trace)
-        return _cluster(body, trace, setup_notes(setup), env, report)
+        return _cluster(body, env, report)
     # ``servesim simulate``'s request and service: the same answer and document for the same run
     request = SimulateRequest(trace=trace_input(body.trace_id, env), deployment=body.deployment, slo=body.slo)
     answer = prepare(request).run(progress=lambda _phase, done, total, _detail=None: report(done, total))
@@ -131,11 +128,12 @@ def save_requests(requests: pd.DataFrame, env: Env) -> None:
     write_records(env["requests_file"], requests, "parquet", extra=True)
 
 
-def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, report: Report) -> dict[str, Any]:
+def _cluster(body: SimulateBody, env: Env, report: Report) -> dict[str, Any]:
     """A cluster run: the body as the ``ClusterSpec`` ``servesim cluster --recovery R`` builds,
-    through ``servesim.spec.resolve_cluster``; its document is the CLI's."""
-    from servesim.report.documents import cluster_run_document
-    from servesim.spec import ClusterSpec, ResolvedCluster, resolve_cluster
+    answered by ``servesim.services.cluster``; its document is the CLI's."""
+    from servesim.report.documents import cluster_answer_document
+    from servesim.services.cluster import ClusterRequest, prepare_cluster
+    from servesim.spec import ClusterSpec
 
     spec = ClusterSpec(
         trace=env.get("trace_name") or body.trace_id,
@@ -144,32 +142,29 @@ def _cluster(body: SimulateBody, trace: Trace, notes: list[str], env: Env, repor
         recovery=body.recovery,
         slo=body.slo,
     )
-    run = resolve_cluster(spec, trace)
-    if not isinstance(run, ResolvedCluster):
-        raise InputError("the web runs no disaggregated cluster")
-    n = len(run.replicas)
+    request = ClusterRequest(spec=spec, trace=trace_input(body.trace_id, env))
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
-    rows, results = run.run(trace, observers=[ProgressCallback(report), timeline])
-    result = results[body.recovery]
+    answer = prepare_cluster(request).run(
+        progress=lambda _phase, done, total, _detail=None: report(done, total), observers=[timeline]
+    )
+    result = answer.result
     save_requests(result.to_pandas(), env)
-    from servesim.views.fleet import fleet_sections
     from servesim.views.timeline import failure_timeline
 
-    config = run.setups[0].config
+    document = cluster_answer_document(answer)
+    # the page shows the document's views (the fleet's, then each replica's) and the failures'
+    # timeline after the fleet's; the document keeps the CLI's sections
+    views = document["sections"]
+    sections = [views[0], failure_timeline(timeline.events).model_dump(mode="json"), *views[1:]]
     summary = result.summary
-    # The fleet's view and each replica's (views.fleet): the page and the document draw the same.
-    views = fleet_sections(result, n, body.recovery)  # the document's, as servesim cluster writes them
-    sections = [views[0], failure_timeline(timeline.events), *views[1:]]
-    shown = [x.model_dump(mode="json") for x in sections]
     return {
-        "config": config.model_dump(mode="json"),
+        "config": answer.resolved.setups[0].config.model_dump(mode="json"),
         "summary": summary.cluster.model_dump(mode="json"),
         "cluster": summary.model_dump(mode="json", exclude={"replicas", "cluster"}),
-        "sections": shown,
+        "sections": sections,
         "kpis": kpis_by_percentile(summary.cluster, prefix=False),  # the fleet section's tiles
-        "notes": notes,
-        # the sections are the page's (above): ``reports.cli_shape`` puts them in, not kept twice
-        "document": cluster_run_document(rows, run.events, run.link, run.router, trace.provenance, spec),
+        "notes": setup_notes(answer.resolved.setups[0]),
+        "document": document,
     }
 
 
