@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import servesim.cli.simulate_cmd as simulate_cmd
 from servesim.cli.main import app
 
 runner = CliRunner()
@@ -50,9 +49,11 @@ def _new_files(folder: Path, before: set[str]) -> set[str]:
 def test_simulate_checks_out_before_running_and_leaves_no_step_log(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import servesim.engine
+
     ran: list[int] = []
-    real = simulate_cmd.simulate
-    monkeypatch.setattr(simulate_cmd, "simulate", lambda *a, **k: ran.append(1) or real(*a, **k))
+    real = servesim.engine.simulate  # what every run calls (servesim.services.run)
+    monkeypatch.setattr(servesim.engine, "simulate", lambda *a, **k: ran.append(1) or real(*a, **k))
     before = _files(folder)
     code, out = _invoke(
         ["simulate", "default", "-n", "30", *FAST, "--step-log", "s.jsonl", "--out", "afile/run.json"]

@@ -86,6 +86,11 @@ class StrategyOutcome(BaseModel):
     offload: ClusterOffload | None = Field(None, exclude=True)
 
 
+#: The row of a run without a failure: the comparison's baseline, or the whole answer when no
+#: failure is injected (every strategy would be the same run).
+NO_FAILURE = "no failure"
+
+
 def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyOutcome:
     """One row of the comparison (GB moved: the KV-bytes formula over all TP ranks)."""
     s = result.summary
@@ -118,7 +123,8 @@ def compare_recovery(
     observers: Sequence[Any] = (),
 ) -> tuple[list[StrategyOutcome], dict[str, ClusterResult]]:
     """Run ``trace`` without a failure (``baseline``) and under each recovery strategy with
-    ``failures``; the comparison rows (baseline first) and each strategy's full result.
+    ``failures``; the comparison rows (baseline first) and each strategy's full result. Without
+    a failure there is nothing to compare: one run, its row and result named ``NO_FAILURE``.
     ``observers``: event observers of the strategies' runs (progress, a timeline)."""
     from servesim.cluster import POLICIES, simulate_cluster
 
@@ -127,9 +133,12 @@ def compare_recovery(
         raise InputError(f"unknown recovery {shown(unknown[0])}; use one of {', '.join(POLICIES)}")
     ctx = link.context()
     common: dict[str, Any] = {"context": ctx, "kv_checkpointing": link.kv_checkpointing, "slo": slo}
+    if not failures:  # nothing to recover: one run, not the same run once per strategy
+        result = simulate_cluster(trace, replicas, router, (), observers=list(observers), **common)
+        return [outcome(NO_FAILURE, result, ctx)], {NO_FAILURE: result}
     rows: list[StrategyOutcome] = []
     if baseline:
-        rows.append(outcome("no failure", simulate_cluster(trace, replicas, router, (), **common), ctx))
+        rows.append(outcome(NO_FAILURE, simulate_cluster(trace, replicas, router, (), **common), ctx))
     results: dict[str, ClusterResult] = {}
     for name in strategies:
         results[name] = simulate_cluster(
@@ -185,6 +194,7 @@ def cluster_document(
 
 
 __all__ = [
+    "NO_FAILURE",
     "ClusterFile",
     "LinkSpec",
     "StrategyOutcome",

@@ -81,11 +81,11 @@ class PreparedCluster:
     def answer(self, result: ClusterResult) -> ClusterAnswer:
         """The answer of this cluster run stepped elsewhere (the dashboard's live run of the
         spec's one recovery strategy), as ``run`` would have given it."""
-        from servesim.cluster.compare import outcome
+        from servesim.cluster.compare import NO_FAILURE, outcome
 
         if len(self.resolved.strategies) != 1 or self.resolved.baseline:
             raise InternalError("invariant broken: a live cluster run compares no strategies")
-        strategy = self.resolved.strategies[0]
+        strategy = self.resolved.strategies[0] if self.resolved.events else NO_FAILURE
         row = outcome(strategy, result, self.resolved.link.context())
         return ClusterAnswer(prepared=self, rows=[row], results={strategy: result})
 

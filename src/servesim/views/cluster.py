@@ -119,13 +119,18 @@ def _strategy_cell(row: Mapping[str, Any], key: str) -> Any:
 
 def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
     rows = list(doc.get("strategies", []))
+    failures = list(doc.get("failures", []))
+    compared = bool(failures) or len(rows) > 1  # an older document ran every strategy without one
+    # without a failure the recovery columns would all be zero: the run's own figures only
+    columns = STRATEGY_COLUMNS if compared else STRATEGY_COLUMNS[:5]
     table = Table(
         key="strategies",
-        title="recovery strategies compared (same trace, same failures)",
-        columns=STRATEGY_COLUMNS,
-        rows=[[_strategy_cell(r, c.key) for c in STRATEGY_COLUMNS] for r in rows],
+        title="recovery strategies compared (same trace, same failures)"
+        if compared
+        else "one run: no failure injected, nothing to recover",
+        columns=columns,
+        rows=[[_strategy_cell(r, c.key) for c in columns] for r in rows],
     )
-    failures = list(doc.get("failures", []))
     text = [
         "failures: "
         + "; ".join(

@@ -666,4 +666,5 @@ __all__ = [
 def fleet_sections(result: ClusterResult, replicas: int, recovery: str) -> list[Section]:
     """The fleet's and each replica's views of one run, titled as every interface titles them
     (``servesim cluster``, the dashboard and the web write the same ``sections``)."""
-    return fleet_views(result, title=f"fleet of {replicas} replicas, {recovery} recovery")
+    how = "no failure" if recovery == "no failure" else f"{recovery} recovery"
+    return fleet_views(result, title=f"fleet of {replicas} replicas, {how}")
