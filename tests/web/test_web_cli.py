@@ -90,3 +90,44 @@ def test_workers_do_not_outlive_a_killed_server(tmp_path: Path) -> None:
     while _marked(mark) and time.monotonic() < deadline:
         time.sleep(0.3)
     assert _marked(mark) == []
+
+
+def test_sigterm_stops_the_server_cleanly_with_status_0(tmp_path: Path) -> None:
+    """Issue 47: ``servesim serve`` ended with status -15 on SIGTERM (what systemd, Docker and
+    Kubernetes send): uvicorn drains, then the command exits 0 and says it stopped."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+    from tests.polling import wait_until
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = str(Path(sys.executable).parent / "servesim")
+    proc = subprocess.Popen(
+        [exe, "serve", "--port", str(port), "--data-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/api/catalog", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return proc.poll() is not None
+
+    try:
+        wait_until(answers, 90, "the server did not answer")  # a hang guard
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert code == 0, err
+    assert "servesim workbench stopped" in err and "Traceback" not in err

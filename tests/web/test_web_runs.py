@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.polling import wait_until
 
 from conftest import SMALL_SPACE, run_job, section, settings_for, wait_job
 from servesim.actionlog import read_log
@@ -264,11 +265,16 @@ def test_cancel_time_limit_and_queue_bound(tmp_path: Path) -> None:
         tid = c.post("/api/traces/generate", json={"num_requests": 300}).json()["id"]
         long = {"trace_id": tid, "n_trials": 200, "trial_seeds": 3}
         first = c.post("/api/tune", json=long).json()["id"]  # runs until the time limit
+        running_first = lambda: c.get(f"/api/jobs/{first}").json()["status"] == "running"  # noqa: E731
+        wait_until(running_first, 120, "the first job did not start")  # a hang guard
         second = c.post("/api/tune", json=long).json()["id"]  # waits for the worker
         third = c.post("/api/tune", json=long)
         assert third.status_code == 429 and "waiting" in third.json()["detail"]
         assert c.delete(f"/api/jobs/{second}").status_code == 202
-        assert wait_job(c, second)["status"] == "cancelled"
+        # a job that never started reads cancelled at once (issue 47: it said "queued")
+        assert c.get(f"/api/jobs/{second}").json()["status"] == "cancelled"
+        assert c.get(f"/api/runs/{second}").json()["job"]["status"] == "cancelled"
+        assert c.delete(f"/api/jobs/{second}").status_code == 409
         st = wait_job(c, first)
         assert st["status"] == "failed" and "time limit of 3 s" in st["error"]
         assert c.delete(f"/api/jobs/{first}").status_code == 409

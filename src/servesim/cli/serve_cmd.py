@@ -6,6 +6,7 @@ stays fast). Anything but loopback needs a token; the token is never printed or 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
@@ -78,4 +79,10 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"servesim workbench on http://{shown}:{port}/ (data: {settings.data_dir})", err=True)
         if settings.token is not None:
             typer.echo("every request needs the token: open the page once as /?token=<your token>", err=True)
-        uvicorn.run(web_app, host=host, port=port, access_log=False, log_level="info")
+        from servesim.cli.stop_signals import Stop, stop_on_signals
+
+        # uvicorn drains on SIGTERM/SIGINT, then raises the signal again for the handler it found:
+        # ours turns it into a clean exit 0 (the default would end the process with -15)
+        with contextlib.suppress(Stop), stop_on_signals():
+            uvicorn.run(web_app, host=host, port=port, access_log=False, log_level="info")
+        typer.echo("servesim workbench stopped", err=True)

@@ -76,6 +76,7 @@ class JobManager:
         self._slots = threading.BoundedSemaphore(settings.max_concurrent_jobs)
         self._live: dict[str, LiveJob] = {}
         self._lock = threading.Lock()
+        self._warming: threading.Thread | None = None
         self._closing = threading.Event()
         self._idle: queue_mod.Queue[_Worker] = queue_mod.Queue()
 
@@ -123,7 +124,8 @@ class JobManager:
                 return
             self._idle.put(worker)
 
-        threading.Thread(target=start, daemon=True).start()
+        self._warming = threading.Thread(target=start, daemon=True)
+        self._warming.start()
 
     def state(self, job_id: str) -> dict[str, Any] | None:
         """Status and progress now (in flight: memory; else the database)."""
@@ -149,12 +151,22 @@ class JobManager:
         }
 
     def cancel(self, job_id: str) -> bool:
-        """Stop a queued or running job; False when it had already ended."""
-        live = self._live.get(job_id)
-        if live is None or live.status in FINAL_STATES:
-            return False
-        live.cancel.set()
+        """Stop a queued or running job; False when it had already ended. A queued job is
+        cancelled at once (it reads ``cancelled`` from now on); a running one stops its worker."""
+        with self._lock:
+            live = self._live.get(job_id)
+            if live is None or live.status in FINAL_STATES:
+                return False
+            live.cancel.set()
+            self._cancel_if_queued(live)
         return True
+
+    def _cancel_if_queued(self, live: LiveJob) -> bool:
+        """Finish a job that never started as cancelled (caller holds ``_lock``); True if it is
+        cancelled (now or before)."""
+        if live.cancel.is_set() and live.status == "queued":
+            self._finish(live, "cancelled", None, "cancelled before it started", 0.0)
+        return live.status == "cancelled"
 
     def num_running(self) -> int:
         with self.db.session() as s:
@@ -165,6 +177,8 @@ class JobManager:
         for live in list(self._live.values()):
             live.cancel.set()
         deadline = time.monotonic() + wait_s
+        if self._warming is not None:  # a worker still starting is stopped too, not orphaned
+            self._warming.join(wait_s)
         for live in list(self._live.values()):
             if live.thread is not None:
                 live.thread.join(max(0.0, deadline - time.monotonic()))
@@ -191,7 +205,8 @@ class JobManager:
         try:
             while not self._slots.acquire(timeout=_POLL_S):
                 if live.cancel.is_set():
-                    self._finish(live, "cancelled", None, "cancelled before it started", 0.0)
+                    with self._lock:  # cancelled, or the server is closing
+                        self._cancel_if_queued(live)
                     return
             try:
                 self._run(live, params)
@@ -206,11 +221,12 @@ class JobManager:
                 self._live.pop(live.id, None)
 
     def _run(self, live: LiveJob, params: dict[str, Any]) -> None:
-        if live.cancel.is_set():
-            self._finish(live, "cancelled", None, "cancelled before it started", 0.0)
-            return
+        with self._lock:  # one transition at a time: ``cancel`` finishes a job still queued
+            if live.cancel.is_set():
+                self._cancel_if_queued(live)
+                return
+            self._set(live, status="running", started=time.monotonic())
         started = now_iso()
-        self._set(live, status="running", started=time.monotonic())
         self._update_row(live.id, status="running", started_at=started)
         t0 = time.monotonic()
         outcome: tuple[str, dict[str, Any] | None, str | None] = ("failed", None, "no result")

@@ -398,6 +398,19 @@ class GenerateBody(Strict):
     name: str | None = Field(None, max_length=200)
 
 
+class JobState(BaseModel):
+    """A job's status and progress: ``GET /api/jobs/{id}``'s body, and the JSON ``data`` of every
+    event its ``/events`` stream sends (``event: progress`` while it runs, then one ``event: end``)."""
+
+    id: str
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
+    done: int = Field(description="Units of work done (requests simulated, trials, rates).")
+    total: int = Field(description="Units of work in all (0 until the job knows).")
+    eta_s: float | None = Field(None, description="Seconds left at the rate so far (running jobs).")
+    extra: dict[str, Any] | None = Field(None, description="A snapshot the page draws (a study's trials).")
+    error: str | None = Field(None, description="Why it failed or was cancelled.")
+
+
 class JobOut(BaseModel):
     id: str
     kind: str

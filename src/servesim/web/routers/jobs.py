@@ -14,7 +14,7 @@ from servesim.web.app import Workbench, workbench
 from servesim.web.db import FINAL_STATES
 from servesim.web.openapi import responses
 from servesim.web.problems import Problem
-from servesim.web.schemas import ID_PATTERN
+from servesim.web.schemas import ID_PATTERN, JobState
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 WB = Annotated[Workbench, Depends(workbench)]
@@ -23,7 +23,9 @@ _TICK_S = 0.25
 _KEEPALIVE_S = 15.0
 
 
-@router.get("/{job_id}", responses=responses(404), summary="A job's status and progress")
+@router.get(
+    "/{job_id}", response_model=JobState, responses=responses(404), summary="A job's status and progress"
+)
 def job_status(job_id: JobId, wb: WB) -> dict[str, Any]:
     state = wb.jobs.state(job_id)
     if state is None:
@@ -35,7 +37,27 @@ def job_status(job_id: JobId, wb: WB) -> dict[str, Any]:
     "/{job_id}/events",
     summary="Progress as server-sent events (event: progress ..., then end)",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}, **responses(404)},
+    responses={
+        200: {
+            "description": "A text/event-stream: a `retry:` line, then `event: progress` events while the "
+            "job runs and one `event: end` when it has ended, each with `data:` a JSON JobState "
+            "(the body of GET /api/jobs/{id}); `: keep-alive` comments every 15 s of quiet.",
+            "content": {
+                "text/event-stream": {
+                    "schema": {"type": "string"},
+                    "itemSchema": {
+                        "type": "object",
+                        "required": ["event", "data"],
+                        "properties": {
+                            "event": {"type": "string", "enum": ["progress", "end"]},
+                            "data": {"$ref": "#/components/schemas/JobState"},
+                        },
+                    },
+                }
+            },
+        },
+        **responses(404),
+    },
 )
 async def job_events(job_id: JobId, request: Request, wb: WB) -> StreamingResponse:
     if wb.jobs.state(job_id) is None:
