@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,12 @@ def test_tune_json_study_and_recommendation(tmp_path: Path) -> None:
     assert rec.requires_human_review and rec.meets_slo and rec.verification_seeds == [1000, 1001]
     assert study.choice is not None and rec.source["trials"][0] == study.choice.chosen == study.shortlist()[0]
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["recommendation.json", "vllm-config.yaml", "vllm-serve-command.txt"]
+    # issue 46: the Kubernetes manifest beside the command, its args the command's
+    assert files == ["recommendation.json", "vllm-config.yaml", "vllm-k8s.yaml", "vllm-serve-command.txt"]
+    manifest = list(yaml.safe_load_all((out / "vllm-k8s.yaml").read_text()))
+    assert [m["kind"] for m in manifest] == ["Deployment", "Service"]
+    container = manifest[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] + container["args"] == shlex.split(rec.vllm_serve_command)
     assert SchedulerRecommendation.model_validate_json((out / "recommendation.json").read_text()) == rec
     assert (
         yaml.safe_load((out / "vllm-config.yaml").read_text())["max-num-seqs"] == rec.deployment.max_num_seqs

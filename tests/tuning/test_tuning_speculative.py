@@ -34,7 +34,9 @@ def test_a_deployment_turns_k_into_the_engines_speculative_config_and_vllms_flag
     assert keys["speculative_config"]["num_speculative_tokens"] == 2  # k replaced, method kept
     assert keys["speculative_config"]["method"] == "eagle3"
     cmd = d.vllm_serve_command("meta-llama/Llama-3.1-8B-Instruct")
-    assert """--speculative-config '{"method": "eagle3", "num_speculative_tokens": 2}'""" in cmd
+    # issue 46: vLLM starts EAGLE-3 only with the head's checkpoint, the catalog's published one
+    head = '"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"'
+    assert f"""--speculative-config '{{"method": "eagle3", {head}, "num_speculative_tokens": 2}}'""" in cmd
     off = Deployment(max_model_len=4096, num_speculative_tokens=0, speculative_config=EAGLE3)
     assert "speculative_config" not in off.engine_keys()  # k = 0: off, the engine sees nothing
     assert "speculative" not in off.vllm_serve_command("m")

@@ -7,16 +7,26 @@ when it is the trace's own longest request + 1: a longer request would be refuse
 a day and, at a $/GPU-hour the user gives (never a built-in price), the $ a day and per 1M tokens
 at the predicted throughput, and the headroom to the SLO knee (the highest rate where the SLO still
 holds) next to the headroom to queue instability. Numbers only: ``views.tuning`` words them.
+
+``kubernetes_manifest`` (``recommendation_manifest`` of a recommendation) writes the same answer as
+a Kubernetes Deployment per replica set and a Service, the args those of the ``vllm serve`` line.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+import re
+import shlex
+from typing import TYPE_CHECKING, Any, Literal
 
+import yaml
 from pydantic import BaseModel, Field
 
 from servesim.perf.offload import HOST_MEMORY_USD_PER_GIB_HOUR
 from servesim.tuning.deployment import Deployment
+
+if TYPE_CHECKING:
+    from servesim.tuning.recommend import SchedulerRecommendation
 
 
 def usd_per_million(
@@ -114,3 +124,154 @@ def deploy_plan(
         unstable_rps=unstable_rps,
         headroom_to_instability=headroom,
     )
+
+
+# ---------------------------------------------------------------------- Kubernetes
+#: The image the manifest runs: vLLM's OpenAI server at the release servesim models (vLLM 0.33).
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+
+#: vllm serve's default port (``--port``), the container's and the Service's.
+VLLM_PORT = 8000
+
+#: The seconds the startup probe allows before the liveness probe may restart the pod: a first
+#: start downloads the weights and compiles (a 70B model: tens of GB); 60 x 30 s = 30 min.
+STARTUP_PERIOD_S, STARTUP_FAILURES = 30, 60
+
+
+def k8s_name(model: str) -> str:
+    """A DNS-1123 name for the model's objects: its repo name, lower case, ``-vllm`` added."""
+    base = re.sub(r"[^a-z0-9]+", "-", model.rsplit("/", 1)[-1].lower()).strip("-") or "model"
+    return f"{base[:58].rstrip('-')}-vllm"
+
+
+def kubernetes_manifest(
+    d: Deployment,
+    model: str,
+    *,
+    router: str | None = None,
+    name: str | None = None,
+    header: list[str] | None = None,
+) -> str:
+    """``d`` serving ``model`` as Kubernetes objects, as NVIDIA's AIConfigurator and llm-d's
+    configurators emit them: one Deployment for the replica set (``replicas`` pods of one
+    ``vllm serve`` on ``nvidia.com/gpu: TP`` GPUs each, the command's args, startup / readiness
+    / liveness probes on vLLM's ``/health``, shared memory for TP) and a Service in front.
+
+    The Service spreads connections over the pods as separate servers, which is what servesim
+    simulates (not vLLM's ``--data-parallel-size``); the simulated ``router`` policy and the
+    gateway queue timeout are not Kubernetes settings: the header and the annotations say so.
+    Deterministic: the same deployment gives the same bytes."""
+    from servesim.perf.speculators import served_id
+
+    model = served_id(model)
+    name = name or k8s_name(model)
+    args = shlex.split(d.vllm_serve_command(model))[2:]  # what follows `vllm serve`
+
+    def labels() -> dict[str, str]:  # a fresh mapping at each use: no YAML anchors
+        return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+
+    annotations = {"servesim.io/tensor-parallel-size": str(d.tensor_parallel_size)}
+    if router is not None and d.replicas > 1:
+        annotations["servesim.io/simulated-router"] = router
+    if d.queue_timeout_s is not None:
+        annotations["servesim.io/gateway-queue-timeout-s"] = f"{d.queue_timeout_s:g}"
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "labels": {**labels(), "app.kubernetes.io/managed-by": "servesim"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "replicas": d.replicas,
+            "selector": {"matchLabels": labels()},
+            "template": {
+                "metadata": {"labels": labels()},
+                "spec": {
+                    "containers": [_container(d, args)],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels()},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels(),
+            "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    body = yaml.safe_dump_all([deployment, service], sort_keys=False, default_flow_style=False, width=1000)
+    lines = [f"# {h}" for h in _manifest_header(d, router, header)]
+    return "\n".join([*lines, "---", body.rstrip("\n")]) + "\n"
+
+
+def _probe(period_s: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period_s,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _container(d: Deployment, args: list[str]) -> dict[str, Any]:
+    """The vllm serve container: its GPUs (requests = limits, as extended resources must be), the
+    CPU KV tier's host memory when there is one, the probes, a Hugging Face token if the cluster
+    has the ``hf-token`` secret (gated models), shared memory at /dev/shm."""
+    gpus = {"nvidia.com/gpu": d.tensor_parallel_size}
+    requests: dict[str, Any] = dict(gpus)
+    if d.kv_offloading_size is not None:  # host memory of the CPU KV tier (the server needs more)
+        requests["memory"] = f"{math.ceil(d.kv_offloading_size)}Gi"
+    token = {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}
+    limits = dict(gpus)
+    return {
+        "name": "vllm",
+        "image": VLLM_IMAGE,
+        "command": ["vllm", "serve"],
+        "args": args,
+        "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "env": [{"name": "HF_TOKEN", "valueFrom": token}],
+        "resources": {"requests": requests, "limits": limits},
+        "startupProbe": _probe(STARTUP_PERIOD_S, STARTUP_FAILURES),
+        "readinessProbe": _probe(10, 3),
+        "livenessProbe": _probe(30, 3),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+
+
+def _manifest_header(d: Deployment, router: str | None, extra: list[str] | None) -> list[str]:
+    out = list(
+        extra or ["Generated by servesim (simulation): review before use (requires_human_review: true)."]
+    )
+    gpus = f"{d.tensor_parallel_size} GPU{'s' if d.tensor_parallel_size > 1 else ''}"
+    if d.replicas == 1:
+        out.append(f"One replica: one vllm serve on {gpus}, behind one Service.")
+    else:
+        out.append(
+            f"{d.replicas} replicas, each one vllm serve on {gpus} ({d.gpus} GPUs), behind one Service."
+        )
+    if router in ("random", "round_robin") and d.replicas > 1:
+        out.append(
+            f"servesim simulated a {router} router; a Service spreads connections much like it, per "
+            "connection rather than per request (clients that keep one connection stick to one pod)."
+        )
+    elif router is not None and d.replicas > 1:
+        out.append(
+            f"servesim simulated a {router} router; a Service spreads connections at random: put a "
+            "router that implements it in front (e.g. llm-d's inference scheduler, vLLM's production-stack)."
+        )
+    if d.queue_timeout_s is not None:
+        out.append(f"queue_timeout_s {d.queue_timeout_s:g} is not a vLLM flag: set it in the gateway.")
+    return out
+
+
+def recommendation_manifest(rec: SchedulerRecommendation) -> str:
+    """The recommendation as Kubernetes objects (``kubernetes_manifest``): what ``servesim tune
+    --out-dir`` writes as ``vllm-k8s.yaml`` and the web and the report can offer."""
+    router = rec.deploy.router if rec.deploy is not None else rec.router
+    return kubernetes_manifest(rec.deployment, rec.model, router=router if rec.replicas > 1 else None)

@@ -25,11 +25,17 @@ from servesim.engine.speculative import MAX_SPEC_TOKENS, SpeculativeConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
 from servesim.perf.setup import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_TP
+from servesim.perf.speculators import PLACEHOLDER_DRAFT, draft_checkpoint, served_id
 from servesim.spec import DeploymentSpec, ResolvedDeployment, engine_values
 from servesim.tuning.hardware import Hardware, spec_on
 
 #: vLLM's ``CacheConfig.block_size`` choices (``BlockSize`` literal).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+
+#: What vLLM 0.33's attention backends on NVIDIA GPUs take (``get_supported_kernel_block_sizes``:
+#: ``MultipleOf(16)`` for FlashAttention, Triton and FlexAttention, 16/32/64 for FlashInfer): a
+#: server with another ``--block-size`` finds no backend and does not start.
+CUDA_BLOCK_MULTIPLE = 16
 
 
 class Deployment(BaseModel):
@@ -184,8 +190,18 @@ class Deployment(BaseModel):
         )
 
     # ------------------------------------------------------------------ vllm serve
-    def vllm_args(self) -> list[tuple[str, Any]]:
-        """``(long flag name, value)`` pairs, value True/False for the boolean flags."""
+    def vllm_args(self, model: str | None = None, *, strict: bool = True) -> list[tuple[str, Any]]:
+        """``(long flag name, value)`` pairs, value True/False for the boolean flags.
+
+        With the served ``model`` the command is one vLLM 0.33 starts (``serve_problems``): the
+        speculative config names its draft (``perf.speculators.draft_checkpoint``: the given one,
+        else the catalog's published head) and ``--max-model-len`` fits the model; ``ConfigError``
+        otherwise, or with ``strict=False`` the ``DRAFT_MODEL`` placeholder (a simulation's
+        settings shown as a command: the report). Without it, the flags as set (a table)."""
+        if model is not None and strict:
+            problems = serve_problems(self, model)
+            if problems:
+                raise ConfigError("; ".join(problems))
         args: list[tuple[str, Any]] = [
             ("tensor-parallel-size", self.tensor_parallel_size),
             ("max-model-len", self.max_model_len),
@@ -193,7 +209,8 @@ class Deployment(BaseModel):
             ("max-num-batched-tokens", self.max_num_batched_tokens),
             ("enable-chunked-prefill", self.enable_chunked_prefill),
         ]
-        if self.long_prefill_token_threshold:
+        if 0 < self.long_prefill_token_threshold < self.max_model_len:  # at or above it, the cap never
+            # binds (no prompt is that long) and vLLM refuses one above --max-model-len
             args.append(("long-prefill-token-threshold", self.long_prefill_token_threshold))
         args += [
             ("enable-prefix-caching", self.enable_prefix_caching),
@@ -206,16 +223,15 @@ class Deployment(BaseModel):
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
         if sc is not None:  # vLLM's JSON keys only (servesim's acceptance inputs are not flags)
-            keys = sc.model_dump(
-                include={"method", "num_speculative_tokens", "draft_tensor_parallel_size", "model"}
-            )
-            args.append(("speculative-config", json.dumps({k: v for k, v in keys.items() if v is not None})))
+            args.append(("speculative-config", json.dumps(_speculative_json(sc, model))))
         return args
 
-    def vllm_serve_command(self, model: str) -> str:
-        """``vllm serve MODEL --flag value ...`` for one replica (booleans as ``--x`` / ``--no-x``)."""
+    def vllm_serve_command(self, model: str, *, strict: bool = True) -> str:
+        """``vllm serve MODEL --flag value ...`` for one replica (booleans as ``--x`` / ``--no-x``);
+        a catalog name as its Hugging Face id (``vllm_args`` says what ``strict`` does)."""
+        model = served_id(model)
         parts = ["vllm", "serve", model]
-        for name, value in self.vllm_args():
+        for name, value in self.vllm_args(model, strict=strict):
             if isinstance(value, bool):
                 parts.append(f"--{name}" if value else f"--no-{name}")
             else:
@@ -224,7 +240,9 @@ class Deployment(BaseModel):
 
     def replica_commands(self, model: str, first_port: int = 8000, gpus_per_node: int = 8) -> list[str]:
         """One ``vllm serve`` line per replica: its GPUs (``CUDA_VISIBLE_DEVICES``, numbered within a
-        node of ``gpus_per_node``) and its port; the router sends to these ports."""
+        node of ``gpus_per_node``) and its port; the router sends to these ports. Replicas are
+        separate servers behind the router, as servesim simulates them, not vLLM's
+        ``--data-parallel-size`` (whose own front end balances; docs/tuning.md)."""
         one = self.vllm_serve_command(model)
         lines = []
         for i in range(self.replicas):
@@ -243,8 +261,9 @@ class Deployment(BaseModel):
         ``<flag>: false`` from a config file (some drop it, keeping the default True), while the
         ``--no-`` form means the same to all of them.
         """
+        model = served_id(model)
         data: dict[str, Any] = {"model": model}
-        for name, value in self.vllm_args():
+        for name, value in self.vllm_args(model):
             if isinstance(value, bool):
                 data[name if value else f"no-{name}"] = True
             else:
@@ -252,6 +271,72 @@ class Deployment(BaseModel):
         lines = [f"# {h}" for h in header or []]
         body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
         return "\n".join([*lines, body.rstrip("\n")]) + "\n"
+
+
+def _speculative_json(sc: SpeculativeConfig, model: str | None) -> dict[str, Any]:
+    """vLLM's ``--speculative-config`` object: the method, the draft's checkpoint (with a served
+    ``model``: the one vLLM needs, ``DRAFT_MODEL`` where none is known; without: as given), k and
+    the draft's TP where given."""
+    if model is None:
+        draft = served_id(sc.model) if sc.model is not None else None
+    else:
+        try:
+            draft = draft_checkpoint(sc.method, sc.model, model)
+        except ConfigError:  # strict callers checked first (serve_problems): a shown simulation
+            draft = PLACEHOLDER_DRAFT
+    out: dict[str, Any] = {"method": sc.method}
+    if draft is not None:
+        out["model"] = draft
+    out["num_speculative_tokens"] = sc.num_speculative_tokens
+    if sc.draft_tensor_parallel_size is not None:
+        out["draft_tensor_parallel_size"] = sc.draft_tensor_parallel_size
+    return out
+
+
+def serve_problems(d: Deployment, model: str) -> list[str]:
+    """Why vLLM 0.33 would not start ``d`` serving ``model`` (empty: it would), beyond the rules
+    every deployment obeys (``deployment_problems``): a speculative config without the draft vLLM
+    needs, a ``--max-model-len`` above the catalog model's context."""
+    out: list[str] = []
+    sc = d.speculative()
+    if sc is not None:
+        try:
+            draft_checkpoint(sc.method, sc.model, model)
+        except ConfigError as e:
+            out.append(str(e))
+    if d.block_size % CUDA_BLOCK_MULTIPLE:
+        out.append(
+            f"--block-size {d.block_size}: vLLM 0.33 on NVIDIA GPUs has no attention backend for it "
+            f"(FlashAttention, FlashInfer, Triton and FlexAttention take multiples of "
+            f"{CUDA_BLOCK_MULTIPLE}) and refuses to start: use 16, 32, 64 or 128"
+        )
+    limit = _context_limit(model)
+    if limit is not None and d.max_model_len > limit:
+        out.append(
+            f"--max-model-len {d.max_model_len} is above {model}'s context ({limit:,} tokens, its "
+            "max_position_embeddings): vLLM refuses to start; the trace has longer requests than "
+            "the model takes (give --max-model-len, or drop them)"
+        )
+    return out
+
+
+def check_speculative_draft(spec: SpeculativeConfig | None, hardware: Hardware) -> None:
+    """Before any work: ``ConfigError`` (naming ``--speculative-config`` and what to give) when a
+    recommendation that speculates with ``spec`` on ``hardware``'s model could not be written as
+    a command vLLM starts (no drafter vLLM needs is known); nothing when it could, or no spec."""
+    if spec is not None:
+        draft_checkpoint(spec.method, spec.model, hardware.serve_model)
+
+
+def _context_limit(model: str) -> int | None:
+    """The catalog model's max_position_embeddings (None: a model servesim does not know)."""
+    from servesim.perf.catalog import load_catalog
+    from servesim.perf.errors import PerfError
+
+    try:
+        return load_catalog().model(model).max_position_embeddings
+    except PerfError:
+        return None
 
 
 def _fmt(value: Any) -> str:
