@@ -242,8 +242,8 @@ class FleetBase(Fleet[RunT], ABC):
 
     @property
     def max_model_len(self) -> int:
-        """The longest context every replica takes (online: each replica must say it)."""
-        return min(int(r.config.max_model_len or 0) for r in self.replicas)
+        """The longest context every replica takes (online each replica's config says it)."""
+        return min(v.max_model_len for v in self.views)
 
     @property
     @abstractmethod
