@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     )
     from servesim.live import (
         LiveClusterRun,
+        LiveFleetRun,
         LivePDRun,
         LiveRun,
         ReplicaState,
@@ -71,6 +72,7 @@ _LAZY: dict[str, str] = {
     "RouterSpec": "servesim.cluster",
     "simulate_cluster": "servesim.cluster",
     "LiveClusterRun": "servesim.live",
+    "LiveFleetRun": "servesim.live",
     "LivePDRun": "servesim.live",
     "LiveRun": "servesim.live",
     "ReplicaState": "servesim.live",
@@ -134,6 +136,7 @@ __all__ = [
     "LatencyStats",
     "LinearStepTime",
     "LiveClusterRun",
+    "LiveFleetRun",
     "LivePDRun",
     "LiveRun",
     "OnlineFleet",

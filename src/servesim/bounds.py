@@ -15,6 +15,8 @@ MAX_BLOCK_SIZE = 1 << 12  # tokens per KV block, 4,096
 MAX_GPU_BLOCKS = 1 << 22  # 4,194,304 KV blocks (67M tokens at 16 per block): ~0.4 GB of block table
 MAX_SEED = (1 << 63) - 1  # a seed: fits JSON's integers, numpy's SeedSequence and SQLite
 MAX_REPLICAS = 1024  # replicas of a cluster (cluster --replicas, --cluster FILE)
+MAX_POOL_REPLICAS = 64  # replicas of one pool of a disaggregated cluster (prefill or decode)
+MAX_TP = 64  # tensor-parallel degree of a replica
 MAX_SURVIVORS = 1024  # idle survivors a recovery plan assumes (recover --survivors)
 MAX_RATE = 1e6  # requests per second of a load (scenario simulated_qps)
 MAX_SCENARIO_PROMPT = 8192  # mean prompt tokens a load scenario draws (its generator's cap)
@@ -43,6 +45,12 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("num_gpu_blocks", "every engine config", MAX_GPU_BLOCKS),
     Bound("block_size", "every engine config; recover, reschedule, scenario", MAX_BLOCK_SIZE),
     Bound("replicas", "--replicas of cluster, saturate, dashboard, advise; --cluster FILE", MAX_REPLICAS),
+    Bound(
+        "replicas of a prefill or decode pool",
+        "--prefill-replicas/--decode-replicas of cluster, dashboard, emulate; a cluster file's pools",
+        MAX_POOL_REPLICAS,
+    ),
+    Bound("tensor-parallel degree (tp)", "every deployment's --tp; a cluster file's pools", MAX_TP),
     Bound("survivors", "recover --survivors", MAX_SURVIVORS),
     Bound("simulated_qps (requests/s)", "load scenario", MAX_RATE),
     Bound("mean_input_tokens", "load scenario", MAX_SCENARIO_PROMPT),

@@ -1,13 +1,17 @@
 """A fleet served online: requests arrive, stream and leave at times the caller gives.
 
 ``servesim.live`` drives a run whose requests are all known up front; an emulator (``servesim
-emulate``) learns them one by one from clients. ``OnlineFleet`` is the cluster simulator fed that
-way: ``submit`` routes a request at its arrival time exactly as a trace row arriving then would be
-(tests/live check that a trace submitted online gives the batch run's records), ``abort`` finishes a
-request whose client went away (vLLM's ``FINISHED_ABORTED``: its KV blocks go back to the pool),
-``fail`` loses a replica (its requests are recovered by the recovery planner's decision), and
-``advance_until`` moves the shared clock. No wall clock here: the caller maps real time to
-simulated time, so this module is deterministic and testable without a server.
+emulate``) learns them one by one from clients. ``OnlineFleet`` is a fleet (``cluster.fleet.Fleet``:
+an aggregated cluster, or prefill/decode pools with ``OnlineFleet.disaggregated``) fed that way:
+``submit`` routes a request at its arrival time exactly as a trace row arriving then would be
+(tests/live check that a trace submitted online gives the batch run's records), ``abort``
+finishes a request whose client went away (vLLM's ``FINISHED_ABORTED``: its KV blocks go back to
+the pool; both legs of a disaggregated request), ``fail`` loses a replica (its requests are
+recovered as the fleet recovers them), and ``advance_until`` moves the shared clock. A
+disaggregated request's client sees its decode leg (the stream vLLM's P/D proxy returns);
+``legs`` and ``ended_transfers`` say what its legs and the KV transfers took. No wall clock here:
+the caller maps real time to simulated time, so this module is deterministic and testable
+without a server.
 
 ``rolling_records=True`` (what the emulator uses) keeps only each engine's latest step rows and
 request columns, so a server that runs for days holds bounded memory; no batch result can be
@@ -22,18 +26,12 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from servesim.cluster import (
-    ClusterSimulator,
-    KVCheckpointing,
-    RecoveryContext,
-    Replica,
-    RouterSpec,
-    cluster_simulator,
-)
-from servesim.cluster.pd import SERVED, PDCluster, PDRecovery, Transfer
+from servesim.cluster import KVCheckpointing, RecoveryContext, Replica, RouterSpec, cluster_simulator
+from servesim.cluster.fleet import FleetBase, Legs
+from servesim.cluster.pd import PDCluster, PDRecovery, Transfer
 from servesim.cluster.simulate import Move
-from servesim.engine.replica import ReplicaView
 from servesim.engine.request import FINISHED, OUTCOME_UNFINISHED, OUTCOMES, REJECTED, Request
 from servesim.errors import ConfigError
 from servesim.traces.schema import Trace
@@ -60,12 +58,15 @@ class ReplicaMetrics:
 
 
 class OnlineRequest:
-    """A submitted request as its client sees it: tokens so far, timings, outcome (read-only)."""
+    """A submitted request as its client sees it: tokens so far, timings, outcome (read-only).
+    Disaggregated, that is its decode leg (the stream the proxy returns), and the first leg's
+    first scheduling (its queue time)."""
 
-    __slots__ = ("_r",)
+    __slots__ = ("_first", "_r")
 
     def __init__(self, r: Request) -> None:
-        self._r = r
+        self._r = r  # the leg its client is served by (a fresh one when a lost replica restarted it)
+        self._first: Request | None = None  # a disaggregated request's first leg (prefill, or local)
 
     @property
     def req_id(self) -> str:
@@ -89,7 +90,8 @@ class OnlineRequest:
 
     @property
     def first_scheduled_s(self) -> float | None:
-        return self._r.first_scheduled if self._r.first_scheduled >= 0 else None
+        first = self._first if self._first is not None else self._r
+        return first.first_scheduled if first.first_scheduled >= 0 else None
 
     @property
     def first_token_s(self) -> float | None:
@@ -117,8 +119,22 @@ class OnlineRequest:
         return self._r.num_preemptions
 
 
+#: A disaggregated fleet's request (the same type: ``OnlineRequest`` follows its legs).
+OnlinePDRequest = OnlineRequest
+
+
+def _sized(replicas: Sequence[Replica]) -> None:
+    unsized = [r.name for r in replicas if r.config.max_model_len is None]
+    if unsized:  # a batch run derives it from the trace; online there is none
+        raise ConfigError(f"replicas {', '.join(unsized)}: an online fleet needs max_model_len set")
+
+
 class OnlineFleet:
-    """Replicas on one simulated clock, fed online; see the module docstring."""
+    """A fleet on one simulated clock, fed online; see the module docstring. ``OnlineFleet(replicas,
+    ...)`` is an aggregated cluster, ``OnlineFleet.disaggregated(prefill, decode, link, ...)``
+    prefill/decode pools, ``OnlineFleet.of(fleet)`` any fleet. ``rolling_records`` (what the
+    emulator uses): bounded memory (``Fleet.roll_records``); tests that compare with a batch run
+    leave it off."""
 
     def __init__(
         self,
@@ -131,10 +147,8 @@ class OnlineFleet:
         fast: bool = False,
         rolling_records: bool = False,
     ) -> None:
-        unsized = [r.name for r in replicas if r.config.max_model_len is None]
-        if unsized:  # a batch run derives it from the trace; online there is none
-            raise ConfigError(f"replicas {', '.join(unsized)}: an online fleet needs max_model_len set")
-        self.sim: ClusterSimulator = cluster_simulator(
+        _sized(replicas)
+        sim = cluster_simulator(
             Trace.empty("<online>"),
             replicas,
             router,
@@ -144,10 +158,59 @@ class OnlineFleet:
             kv_checkpointing=kv_checkpointing,
             fast=fast,
         )
-        self.names = [r.name for r in replicas]
+        self._attach(sim, rolling_records)
+
+    @classmethod
+    def disaggregated(
+        cls,
+        prefill: Sequence[Replica],
+        decode: Sequence[Replica],
+        link: RecoveryContext,
+        *,
+        short_prompt_tokens: int = 0,
+        prefill_router: RouterSpec | None = None,
+        decode_router: RouterSpec | None = None,
+        rolling_records: bool = False,
+    ) -> OnlineFleet:
+        """A prefill pool and a decode pool (``cluster.pd.PDCluster``): a request arrives at a
+        prefill replica, its KV moves to a decode replica over the link and its tokens stream
+        from there (the client's TTFT counts prefill, transfer and the first decode step);
+        ``abort`` aborts both legs; ``fail`` loses a replica of either pool (``p0``, ``d1``)."""
+        _sized([*prefill, *decode])
+        sim = PDCluster(
+            Trace.empty("<online>"),
+            prefill,
+            decode,
+            link,
+            short_prompt_tokens=short_prompt_tokens,
+            prefill_router=prefill_router,
+            decode_router=decode_router,
+        )
+        return cls.of(sim, rolling_records=rolling_records)
+
+    @classmethod
+    def of(cls, sim: FleetBase[Any], *, rolling_records: bool = False) -> OnlineFleet:
+        """``sim`` (a fleet with no trace rows: ``Trace.empty``) fed online."""
+        fleet = cls.__new__(cls)
+        cls._attach(fleet, sim, rolling_records)
+        return fleet
+
+    def _attach(self, sim: FleetBase[Any], rolling_records: bool) -> None:
+        self.sim = sim
+        self.names = sim.replica_names
+        self.pools = sim.pools  # a disaggregated fleet's: each replica's pool
+        self.link = sim.link  # the link KV moves over (a disaggregated fleet's transfers)
+        self._open: dict[int, OnlineRequest] = {}  # disaggregated, not closed: their legs followed
+        self._leg_cursor = 0  # the fleet's transfers (absolute) already looked at
+        self._booked: list[Transfer] = []  # transfers booked whose end is not reported yet
         self.rolling_records = rolling_records
         if rolling_records:  # a server that runs for days: hold the latest records only
-            self.sim.roll_records(ROLLING_STEPS, ROLLING_REQUESTS)
+            sim.roll_records(ROLLING_STEPS, ROLLING_REQUESTS)
+
+    @property
+    def cluster(self) -> FleetBase[Any]:
+        """The fleet (``sim``; a disaggregated fleet's ``PDCluster``)."""
+        return self.sim
 
     @property
     def now(self) -> float:
@@ -156,7 +219,7 @@ class OnlineFleet:
 
     @property
     def max_model_len(self) -> int:
-        return min(v.max_model_len for v in self.sim.views)
+        return self.sim.max_model_len
 
     def submit(
         self,
@@ -181,7 +244,10 @@ class OnlineFleet:
             hash_block_size=hash_block_size,
         )
         self.sim.submit(r)
-        return OnlineRequest(r)
+        req = OnlineRequest(r)
+        if self.sim.disaggregated:
+            self._open[r.idx] = req
+        return req
 
     def abort(self, req: OnlineRequest, time_s: float) -> None:
         """The client went away at ``time_s``: the request finishes as aborted, its KV freed."""
@@ -194,9 +260,30 @@ class OnlineFleet:
     def advance_until(self, time_s: float) -> int:
         """Apply every step end and event before ``time_s``; returns the steps ended."""
         steps = self.sim.advance(time_s)
+        if self.sim.disaggregated:
+            self._follow()
         if self.rolling_records:
-            self.sim.trim_records()
+            for d in self.sim.trim_records():  # forgotten by the fleet: its client keeps it
+                req = self._open.pop(d.idx, None)
+                if req is not None:
+                    req._r = d
         return steps
+
+    def _follow(self) -> None:
+        """Point every open request at its current legs (a lost decode replica's request starts a
+        fresh decode leg); forget the closed ones."""
+        closed = []
+        for idx, req in self._open.items():
+            legs = self.sim.follow(req._r)
+            if legs is None:
+                continue  # not arrived yet
+            req._r = legs[0]
+            if req._first is None:
+                req._first = legs[1]
+            if req.done:
+                closed.append(idx)
+        for idx in closed:
+            del self._open[idx]
 
     def next_time(self) -> float:
         """When the next step ends or event is due (inf: nothing to do until a submission)."""
@@ -207,51 +294,68 @@ class OnlineFleet:
         """Every recovery decision so far (request, from, to, strategy, tokens moved, delay)."""
         return self.sim.moves
 
+    @property
+    def recoveries(self) -> list[PDRecovery]:
+        """A disaggregated fleet's: what became of each request a lost replica held (the latest,
+        when rolling)."""
+        return self.sim.recoveries
+
     def num_parked(self) -> int:
-        """Requests no replica holds: they wait for one to come back (every replica is down)."""
+        """Requests no replica holds: they wait for one to come back (every replica of their
+        pool is down)."""
         return self.sim.num_parked
 
     def parked(self) -> list[OnlineRequest]:
-        """The requests waiting for a replica to come back (every replica is down), oldest first."""
+        """The requests waiting for a replica to come back, oldest first."""
         return [OnlineRequest(r) for r in self.sim.parked]
 
+    def pool_of(self, name: str) -> str:
+        """A disaggregated fleet's replica's pool ("" on an aggregated fleet)."""
+        return (self.pools or {}).get(name, "")
+
     def replica_of(self, req: OnlineRequest) -> str | None:
-        """The replica holding ``req`` now, or the one that finished it; None while none does
-        (waiting for a replica to come back, or in transit between two)."""
-        r = req._r
-        for k, view in enumerate(self.sim.views):
-            if view.holds(r):
-                return self.names[k]
-        if r.finish_time >= 0:  # latest incarnation first: a moved request finished there
-            for view, k in zip(
-                reversed(self.sim.engine_views), reversed(self.sim.engine_replica), strict=True
-            ):
-                rec = view.records
-                i = r.idx - rec.request_base
-                if 0 <= i < len(rec.finish) and rec.finish[i] == r.finish_time:
-                    return self.names[k]
-        return None
+        """The replica holding ``req`` now, or the one that finished it (disaggregated: the decode
+        replica streaming it, or while its prefill leg runs the prefill replica); None while none
+        does (waiting for a replica to come back, or in transit between two)."""
+        return self.sim.replica_of(req._r)
+
+    def legs(self, req: OnlineRequest) -> Legs | None:
+        """A served disaggregated request's time split as ``cluster.pd_results`` splits it (the
+        same formulas; tests/live/test_online_pd.py checks they agree): per leg, the replica and
+        the seconds. None until it is served (or when it was rejected, aborted, or forgotten; or
+        on an aggregated fleet)."""
+        return self.sim.legs(req._r)
+
+    def ended_transfers(self) -> list[Transfer]:
+        """The KV transfers that ended (landed, or were cut off) since the last call (none on an
+        aggregated fleet)."""
+        legs, self._leg_cursor = self.sim.transfer_legs(self._leg_cursor)
+        self._booked.extend(legs)
+        now = self.sim.now
+        ended = [x for x in self._booked if x.end_s <= now or not x.landed]
+        if ended:
+            self._booked = [x for x in self._booked if not (x.end_s <= now or not x.landed)]
+        return ended
 
     def replica_metrics(self) -> list[ReplicaMetrics]:
-        """Per replica, over all its incarnations (a recovered node starts a new engine)."""
+        """Per replica (of both pools), over all its incarnations (a recovered one starts a new
+        engine); a disaggregated replica's waiting requests include its KV-holding queue."""
+        snap = self.sim.snapshot()
         out = []
-        for k, name in enumerate(self.names):
-            view = self.sim.views[k]
-            past = [
-                v.records
-                for v, j in zip(self.sim.engine_views, self.sim.engine_replica, strict=True)
-                if j == k
-            ]
+        for rep in snap.replicas:
+            past = [e.view.records for e in snap.engines if e.name == rep.name]
+            view, alive = rep.view, rep.alive
             out.append(
                 ReplicaMetrics(
-                    name=name,
-                    alive=self.sim.alive[k],
-                    num_running=view.num_running if self.sim.alive[k] else 0,
-                    num_waiting=view.num_waiting if self.sim.alive[k] else 0,
-                    kv_usage=view.kv_usage if self.sim.alive[k] else 0.0,
+                    name=rep.name or "",
+                    alive=alive,
+                    num_running=view.num_running if alive else 0,
+                    num_waiting=view.num_waiting + len(rep.holding) if alive else 0,
+                    kv_usage=view.kv_usage if alive else 0.0,
                     prefix_cache_queries=sum(rec.prefix_queries for rec in past),
                     prefix_cache_hits=sum(rec.prefix_hits for rec in past),
                     num_preemptions=sum(rec.num_preemption_events() for rec in past),
+                    pool=rep.role or "",
                 )
             )
         return out
@@ -259,288 +363,21 @@ class OnlineFleet:
     def step_in_flight_at_arrival(self, req: OnlineRequest) -> float:
         """The duration of the step its replica was running when ``req`` arrived, if it had to
         wait for it (0 otherwise): what vLLM's asynchronous scheduling adds to its latencies (a
-        request arriving during step n joins step n+2; ``servesim.perf.replay.async_lag``)."""
-        r = req._r
-        if r.first_scheduled < 0:
+        request arriving during step n joins step n+2; ``servesim.perf.replay.async_lag``).
+        Disaggregated: on the replica of the first leg (the prefill replica, or the decode
+        replica that prefilled a short prompt)."""
+        first = req._first if req._first is not None else req._r
+        if first.first_scheduled < 0:
             return 0.0
         for view in self.sim.engine_views:
             rec = view.records
-            i = r.idx - rec.request_base  # the recorder keeps the latest requests (roll_records)
-            here = view.holds(r) or (
-                0 <= i < len(rec.first_scheduled) and rec.first_scheduled[i] == r.first_scheduled
-            )
-            if not here:
-                continue
-            k = bisect_right(rec.step_end, r.arrival)  # among the steps kept
-            if k >= len(rec.step_end):
-                return 0.0
-            start, duration = rec.step_row(rec.step_base + k)[:2]
-            running = start <= r.arrival < start + duration and r.first_scheduled > r.arrival
-            return duration if running else 0.0
-        return 0.0
-
-    def check_invariants(self) -> None:
-        """Block and token conservation on every live replica (tests)."""
-        for k, engine in enumerate(self.sim.current):
-            if self.sim.alive[k] and self.sim.inflight[k] is None:
-                engine.assert_invariants()
-
-
-class OnlinePDRequest(OnlineRequest):
-    """A request of a disaggregated fleet as its client sees it: the decode leg (the stream the
-    proxy returns), and the first leg's first scheduling (its queue time)."""
-
-    __slots__ = ("_first",)
-
-    def __init__(self, r: Request) -> None:
-        super().__init__(r)
-        self._first: Request | None = None  # the prefill leg (or the decode leg, prefilled there)
-
-    @property
-    def first_scheduled_s(self) -> float | None:
-        first = self._first if self._first is not None else self._r
-        return first.first_scheduled if first.first_scheduled >= 0 else None
-
-
-class OnlinePDFleet:
-    """A prefill pool and a decode pool (``cluster.pd.PDCluster``) fed online: ``OnlineFleet``'s
-    interface where it applies. A request arrives at a prefill replica, its KV moves to a decode
-    replica over the link and its tokens stream from there (the client's TTFT counts prefill,
-    transfer and the first decode step); ``abort`` aborts both legs; ``fail`` loses a replica of
-    either pool (``p0``, ``d1``), whose requests go on as docs/cluster.md's P/D recovery says.
-    ``rolling_records``: bounded memory (``PDCluster.roll_records``); tests that compare with a
-    batch run leave it off."""
-
-    def __init__(
-        self,
-        prefill: Sequence[Replica],
-        decode: Sequence[Replica],
-        link: RecoveryContext,
-        *,
-        short_prompt_tokens: int = 0,
-        prefill_router: RouterSpec | None = None,
-        decode_router: RouterSpec | None = None,
-        rolling_records: bool = False,
-    ) -> None:
-        unsized = [r.name for r in (*prefill, *decode) if r.config.max_model_len is None]
-        if unsized:  # a batch run derives it from the trace; online there is none
-            raise ConfigError(f"replicas {', '.join(unsized)}: an online fleet needs max_model_len set")
-        self.cluster = PDCluster(
-            Trace.empty("<online>"),
-            prefill,
-            decode,
-            link,
-            short_prompt_tokens=short_prompt_tokens,
-            prefill_router=prefill_router,
-            decode_router=decode_router,
-        )
-        self.link = link
-        self.prefill_names = [r.name for r in prefill]
-        self.decode_names = [r.name for r in decode]
-        self.names = self.prefill_names + self.decode_names
-        self.pools = {n: "prefill" for n in self.prefill_names} | {n: "decode" for n in self.decode_names}
-        self._max_model_len = min(int(r.config.max_model_len or 0) for r in (*prefill, *decode))
-        self._open: dict[int, OnlinePDRequest] = {}  # submitted, not closed: their legs followed
-        self._leg_cursor = 0  # ``run_.legs`` entries (absolute) already looked at
-        self._booked: list[Transfer] = []  # transfers booked whose end is not reported yet
-        self.rolling_records = rolling_records
-        if rolling_records:
-            self.cluster.roll_records(ROLLING_STEPS, ROLLING_REQUESTS)
-
-    @property
-    def now(self) -> float:
-        return self.cluster.now
-
-    @property
-    def max_model_len(self) -> int:
-        return self._max_model_len
-
-    def submit(
-        self,
-        req_id: str,
-        time_s: float,
-        prompt_len: int,
-        max_tokens: int,
-        *,
-        priority: int = 0,
-        hash_ids: list[int] | None = None,
-        hash_block_size: int = 0,
-    ) -> OnlinePDRequest:
-        """A request arriving at ``time_s`` (clamped to the fleet's time), as ``OnlineFleet.submit``."""
-        r = self.cluster.make_request(
-            req_id,
-            max(time_s, self.cluster.now),
-            prompt_len,
-            max_tokens,
-            priority=priority,
-            hash_ids=hash_ids,
-            hash_block_size=hash_block_size,
-        )
-        self.cluster.submit(r)
-        req = OnlinePDRequest(r)
-        self._open[r.idx] = req
-        return req
-
-    def abort(self, req: OnlineRequest, time_s: float) -> None:
-        """The client went away at ``time_s``: both legs aborted, every block they held freed."""
-        self.cluster.abort(req._r, time_s)
-
-    def fail(self, node: str, time_s: float, recover_after_s: float | None = None) -> None:
-        """Lose ``node`` (a replica of either pool) at ``time_s``, optionally back later."""
-        self.cluster.inject_failure(node, max(time_s, self.cluster.now), recover_after_s)
-
-    def advance_until(self, time_s: float) -> int:
-        """Apply every step end and event before ``time_s``; returns the steps ended."""
-        steps = self.cluster.advance(time_s)
-        self._follow()
-        if self.rolling_records:
-            for d in self.cluster.trim_records():
-                req = self._open.pop(d.idx, None)
-                if req is not None:
-                    req._r = d
-        return steps
-
-    def _follow(self) -> None:
-        """Point every open request at its current legs (a lost decode replica's request starts a
-        fresh decode leg); forget the closed ones."""
-        run = self.cluster.run_
-        closed = []
-        for idx, req in self._open.items():
-            d = run.decode_req.get(idx)
-            if d is None:
-                continue  # not arrived yet
-            req._r = d
-            if req._first is None:
-                req._first = run.prefill_req.get(idx, d)
-            if req.done:
-                closed.append(idx)
-        for idx in closed:
-            del self._open[idx]
-
-    def next_time(self) -> float:
-        return self.cluster.next_time()
-
-    @property
-    def recoveries(self) -> list[PDRecovery]:
-        """What became of each request a lost replica held (the latest, when rolling)."""
-        return self.cluster.run_.recoveries
-
-    def num_parked(self) -> int:
-        """Decode legs no decode replica holds: they wait for one to come back."""
-        return len(self.cluster.parked_requests)
-
-    def parked(self) -> list[OnlineRequest]:
-        return [OnlineRequest(r) for r in self.cluster.parked_requests]
-
-    def pool_of(self, name: str) -> str:
-        return self.pools[name]
-
-    def replica_of(self, req: OnlineRequest) -> str | None:
-        """The decode replica streaming (or that finished) ``req``; while its prefill leg runs,
-        the prefill replica; None while none holds it (parked, or not arrived)."""
-        run = self.cluster.run_
-        idx = req._r.idx
-        d = run.decode_req.get(idx)
-        k = run.decode_of.get(idx)
-        if d is not None and k is not None and (self.cluster.d_views[k].holds(d) or d.finish_time >= 0):
-            return self.decode_names[k]
-        p = run.prefill_of.get(idx)
-        if p is not None and d is not None and d not in self.cluster.parked_requests:
-            return self.prefill_names[p]
-        return None
-
-    def legs(self, req: OnlineRequest) -> dict[str, tuple[str, float]] | None:
-        """A served request's time split as ``cluster.pd_results`` splits it (the same formulas;
-        tests/live/test_online_pd.py checks they agree): per leg, the replica and the seconds.
-        None until it is served (or when it was rejected, aborted, or forgotten)."""
-        run = self.cluster.run_
-        idx = req._r.idx
-        d = run.decode_req.get(idx)
-        dk = run.decode_of.get(idx)
-        if d is None or dk is None or d.outcome not in SERVED:
-            return None
-        dn = self.decode_names[dk]
-        x = run.transfers.get(idx)
-        if idx in run.local:  # prefilled on the decode replica: its queue there is the first
-            return {
-                "prefill_queue": (dn, d.first_scheduled - d.arrival),
-                "decode": (dn, d.finish_time - d.first_scheduled),
-            }
-        p = run.prefill_req[idx]
-        pn = self.prefill_names[run.prefill_of[idx]]
-        out = {
-            "prefill_queue": (pn, p.first_scheduled - d.arrival),
-            "prefill": (pn, p.finish_time - p.first_scheduled),
-        }
-        if x is None:  # its KV was lost before it landed: the decode replica recomputed the prompt
-            return out | {
-                "decode_queue": (dn, d.first_scheduled - p.finish_time),
-                "decode": (dn, d.finish_time - d.first_scheduled),
-            }
-        landed = run.receiver[idx].recv_done[idx]
-        return out | {
-            "decode_queue": (dn, x.ready_s - p.finish_time),
-            "transfer": (dn, landed - x.ready_s),
-            "decode": (dn, d.finish_time - landed),
-        }
-
-    def ended_transfers(self) -> list[Transfer]:
-        """The KV transfers that ended (landed, or were cut off) since the last call."""
-        c = self.cluster
-        legs = c.run_.legs
-        start = max(self._leg_cursor - c.legs_base, 0)
-        self._booked.extend(legs[start:])
-        self._leg_cursor = c.legs_base + len(legs)
-        now = c.now
-        ended = [x for x in self._booked if x.end_s <= now or not x.landed]
-        if ended:
-            self._booked = [x for x in self._booked if not (x.end_s <= now or not x.landed)]
-        return ended
-
-    def replica_metrics(self) -> list[ReplicaMetrics]:
-        """Per replica of both pools, over all its incarnations (a recovered one starts a new engine)."""
-        c = self.cluster
-        out = []
-        pools = (
-            ("prefill", c.p_eng, c.p_views, c.p_alive, self.prefill_names),
-            ("decode", c.d_eng, c.d_views, c.d_alive, self.decode_names),
-        )
-        for pool, engines, views, alive, names in pools:
-            for k, name in enumerate(names):
-                past = [ReplicaView(e).records for e in (*c.run_.retired, engines[k]) if e.name == name]
-                holding = c.kv_waiting(engines[k]) if alive[k] else 0
-                out.append(
-                    ReplicaMetrics(
-                        name=name,
-                        alive=alive[k],
-                        num_running=views[k].num_running if alive[k] else 0,
-                        num_waiting=views[k].num_waiting + holding if alive[k] else 0,
-                        kv_usage=views[k].kv_usage if alive[k] else 0.0,
-                        prefix_cache_queries=sum(rec.prefix_queries for rec in past),
-                        prefix_cache_hits=sum(rec.prefix_hits for rec in past),
-                        num_preemptions=sum(rec.num_preemption_events() for rec in past),
-                        pool=pool,
-                    )
-                )
-        return out
-
-    def step_in_flight_at_arrival(self, req: OnlineRequest) -> float:
-        """As ``OnlineFleet.step_in_flight_at_arrival``, on the replica of the first leg (the
-        prefill replica, or the decode replica that prefilled a short prompt)."""
-        first = req._first if isinstance(req, OnlinePDRequest) and req._first is not None else req._r
-        if first.first_scheduled < 0:
-            return 0.0
-        c = self.cluster
-        for e in (*c.p_eng, *c.d_eng, *c.run_.retired):
-            view = ReplicaView(e)
-            rec = view.records
-            i = first.idx - rec.request_base
+            i = first.idx - rec.request_base  # the recorder keeps the latest requests (roll_records)
             here = view.holds(first) or (
                 0 <= i < len(rec.first_scheduled) and rec.first_scheduled[i] == first.first_scheduled
             )
             if not here:
                 continue
-            k = bisect_right(rec.step_end, first.arrival)
+            k = bisect_right(rec.step_end, first.arrival)  # among the steps kept
             if k >= len(rec.step_end):
                 return 0.0
             start, duration = rec.step_row(rec.step_base + k)[:2]
@@ -549,12 +386,30 @@ class OnlinePDFleet:
         return 0.0
 
     def check_invariants(self) -> None:
-        """Block and token conservation on every live replica of both pools (tests)."""
-        c = self.cluster
-        alive = c.p_alive + c.d_alive
-        for k, engine in enumerate(c.p_eng + c.d_eng):
-            if alive[k] and c.inflight[k] is None:
-                engine.assert_invariants()
+        """Block and token conservation on every live replica (tests)."""
+        self.sim.check_invariants()
+
+
+def OnlinePDFleet(
+    prefill: Sequence[Replica],
+    decode: Sequence[Replica],
+    link: RecoveryContext,
+    *,
+    short_prompt_tokens: int = 0,
+    prefill_router: RouterSpec | None = None,
+    decode_router: RouterSpec | None = None,
+    rolling_records: bool = False,
+) -> OnlineFleet:
+    """``OnlineFleet.disaggregated``: a prefill pool and a decode pool fed online."""
+    return OnlineFleet.disaggregated(
+        prefill,
+        decode,
+        link,
+        short_prompt_tokens=short_prompt_tokens,
+        prefill_router=prefill_router,
+        decode_router=decode_router,
+        rolling_records=rolling_records,
+    )
 
 
 __all__ = ["OnlineFleet", "OnlinePDFleet", "OnlinePDRequest", "OnlineRequest", "ReplicaMetrics"]

@@ -9,6 +9,8 @@ Public API::
                      slo=SLO(...)) -> ClusterResult
 
 The per-job planner (``servesim.cluster.recovery``) is also usable alone (``servesim recover``).
+Every fleet (``ClusterSimulator``, ``servesim.cluster.pd.PDCluster``) is a ``Fleet``
+(``servesim.cluster.fleet``): what ``servesim.live`` and ``servesim.online`` drive.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec, failure_schedule
+from servesim.cluster.fleet import Fleet, FleetBase, FleetSnapshot
 from servesim.cluster.planning import planner_policy, target_state
 from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.results import ClusterResult, ClusterSummary, FailureImpact, build_cluster_result
@@ -125,6 +128,9 @@ __all__ = [
     "FailureEvent",
     "FailureImpact",
     "FailurePlan",
+    "Fleet",
+    "FleetBase",
+    "FleetSnapshot",
     "Interrupted",
     "KVCheckpointing",
     "RecoveryContext",

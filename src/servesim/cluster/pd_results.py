@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field, model_serializer
 
-from servesim.cluster.pd import REJECTED, PDRun
+from servesim.cluster.pd.records import REJECTED, PDRun, leg_split
+from servesim.cluster.pd.state import LEGS
+from servesim.engine.request import Request
 from servesim.engine.results import (
     OUTCOME_FINISHED,
     OUTCOME_UNFINISHED,
@@ -24,8 +26,6 @@ from servesim.engine.results import (
     good_mask,
     per_second,
 )
-
-LEGS = ("prefill_queue", "prefill", "decode_queue", "transfer", "decode")
 
 
 class PDRequestRow(BaseModel):
@@ -157,80 +157,11 @@ def pd_good(run: PDRun, rows: list[PDRequestRow], slo: SLO) -> np.ndarray:
 
 def pd_result(run: PDRun, bytes_per_token_all_ranks: int, slo: SLO | None = None) -> PDResult:
     """The run's rows and summary; ``slo``: also which requests are good and the goodput."""
-    rows: list[PDRequestRow] = []
     parked = set(run.parked)
-    actions: dict[str, list[str]] = {}
-    for rec in run.recoveries:
-        actions.setdefault(rec.req_id, []).append(rec.action)
     rejected = {i for i, d in run.decode_req.items() if d.outcome in REJECTED}
-    for idx in sorted(run.decode_req):
-        if idx in parked or idx in rejected:
-            continue
-        d = run.decode_req[idx]
-        dk = run.decode_of[idx]
-        arrival = d.arrival
-        out = d.num_output
-        tpot = (d.finish_time - d.first_token) / (out - 1) if out > 1 else None
-        x = run.transfers.get(idx)
-        prefill_name: str | None = None
-        tokens = 0
-        if idx in run.local:
-            legs = (d.first_scheduled - arrival, 0.0, 0.0, 0.0, d.finish_time - d.first_scheduled)
-        elif x is None:  # its KV was lost before it landed: its decode replica recomputed the prompt
-            p = run.prefill_req[idx]
-            prefill_name = run.prefill[run.prefill_of[idx]].name
-            legs = (
-                p.first_scheduled - arrival,
-                p.finish_time - p.first_scheduled,
-                d.first_scheduled - p.finish_time,
-                0.0,
-                d.finish_time - d.first_scheduled,
-            )
-        else:
-            p = run.prefill_req[idx]
-            landed = run.receiver[idx].recv_done[idx]
-            legs = (
-                p.first_scheduled - arrival,
-                p.finish_time - p.first_scheduled,
-                x.ready_s - p.finish_time,
-                landed - x.ready_s,
-                d.finish_time - landed,
-            )
-            prefill_name = x.prefill
-            tokens = x.tokens
-        rows.append(
-            PDRequestRow(
-                req_id=d.req_id,
-                prefill_replica=prefill_name,
-                decode_replica=run.decode[dk].name or str(dk),
-                ttft_s=d.first_token - arrival,
-                tpot_s=tpot,
-                e2e_s=d.finish_time - arrival,
-                prefill_queue_s=legs[0],
-                prefill_s=legs[1],
-                decode_queue_s=legs[2],
-                transfer_s=legs[3],
-                decode_s=legs[4],
-                transfer_tokens=tokens,
-                recovered=actions.get(d.req_id, []),
-            )
-        )
+    rows = _rows(run, parked | rejected)
     done = [r for i, r in run.decode_req.items() if i not in parked and i not in rejected]
-    dis = [r for r in rows if r.prefill_replica is not None]
-    ttft = [r.ttft_s for r in rows]
-    tpots = [r.tpot_s for r in rows if r.tpot_s is not None]
-    e2e = [r.e2e_s for r in rows]
     span = max((r.finish_time for r in done), default=0.0) - min((r.arrival for r in done), default=0.0)
-    legs_stats = {}
-    for leg in LEGS:
-        xs = [getattr(r, f"{leg}_s") for r in dis]
-        legs_stats[leg] = LegStats(
-            mean_ms=float(np.mean(xs) * 1000.0) if xs else 0.0, p50_ms=_pct(xs, 50), p99_ms=_pct(xs, 99)
-        )
-    waits = [x.start_s - x.ready_s for x in run.legs]
-    counts: dict[str, int] = {}
-    for rec in run.recoveries:
-        counts[rec.action] = counts.get(rec.action, 0) + 1
     scored: dict[str, Any] = {}
     if slo is not None:
         good = pd_good(run, rows, slo)
@@ -243,27 +174,7 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int, slo: SLO | None = None
             "good_fraction": n_good / len(good) if len(good) else 0.0,
             "goodput": per_second(n_good, span),
         }
-    summary = PDSummary(
-        num_requests=len(rows),
-        num_disaggregated=len(dis),
-        num_local=len(rows) - len(dis),
-        ttft_p50_ms=_pct(ttft, 50),
-        ttft_p99_ms=_pct(ttft, 99),
-        tpot_p50_ms=_pct(tpots, 50) if tpots else None,
-        tpot_p99_ms=_pct(tpots, 99) if tpots else None,
-        e2e_p50_ms=_pct(e2e, 50),
-        e2e_p99_ms=_pct(e2e, 99),
-        output_tokens_per_s=sum(r.num_output for r in done) / span if span > 0 else 0.0,
-        legs=legs_stats,
-        transfer_gb=sum(x.tokens for x in run.transfers.values()) * bytes_per_token_all_ranks / 1e9,
-        link_wait_p99_ms=_pct(waits, 99),
-        transfer_legs=len(run.legs),
-        cut_transfers=sum(1 for x in run.legs if not x.landed),
-        num_unfinished=len(parked),
-        num_rejected=len(rejected),
-        recoveries=counts,
-        **scored,
-    )
+    summary = _summary(run, rows, done, span, bytes_per_token_all_ranks, len(parked), len(rejected), scored)
     return PDResult(
         summary=summary,
         requests=rows,
@@ -284,6 +195,88 @@ def pd_result(run: PDRun, bytes_per_token_all_ranks: int, slo: SLO | None = None
             )
             for r in run.recoveries
         ],
+    )
+
+
+def _rows(run: PDRun, skipped: set[int]) -> list[PDRequestRow]:
+    """One row per served request (``skipped``: parked and rejected ones), in request order."""
+    actions: dict[str, list[str]] = {}
+    for rec in run.recoveries:
+        actions.setdefault(rec.req_id, []).append(rec.action)
+    rows: list[PDRequestRow] = []
+    for idx in sorted(run.decode_req):
+        if idx in skipped:
+            continue
+        d = run.decode_req[idx]
+        dk = run.decode_of[idx]
+        arrival = d.arrival
+        out = d.num_output
+        tpot = (d.finish_time - d.first_token) / (out - 1) if out > 1 else None
+        prefill_name, legs, tokens, _ = leg_split(run, idx)
+        rows.append(
+            PDRequestRow(
+                req_id=d.req_id,
+                prefill_replica=prefill_name,
+                decode_replica=run.decode[dk].name or str(dk),
+                ttft_s=d.first_token - arrival,
+                tpot_s=tpot,
+                e2e_s=d.finish_time - arrival,
+                prefill_queue_s=legs[0],
+                prefill_s=legs[1],
+                decode_queue_s=legs[2],
+                transfer_s=legs[3],
+                decode_s=legs[4],
+                transfer_tokens=tokens,
+                recovered=actions.get(d.req_id, []),
+            )
+        )
+    return rows
+
+
+def _summary(
+    run: PDRun,
+    rows: list[PDRequestRow],
+    done: list[Request],
+    span: float,
+    bytes_per_token_all_ranks: int,
+    num_parked: int,
+    num_rejected: int,
+    scored: dict[str, Any],
+) -> PDSummary:
+    dis = [r for r in rows if r.prefill_replica is not None]
+    ttft = [r.ttft_s for r in rows]
+    tpots = [r.tpot_s for r in rows if r.tpot_s is not None]
+    e2e = [r.e2e_s for r in rows]
+    legs_stats = {}
+    for leg in LEGS:
+        xs = [getattr(r, f"{leg}_s") for r in dis]
+        legs_stats[leg] = LegStats(
+            mean_ms=float(np.mean(xs) * 1000.0) if xs else 0.0, p50_ms=_pct(xs, 50), p99_ms=_pct(xs, 99)
+        )
+    waits = [x.start_s - x.ready_s for x in run.legs]
+    counts: dict[str, int] = {}
+    for rec in run.recoveries:
+        counts[rec.action] = counts.get(rec.action, 0) + 1
+    return PDSummary(
+        num_requests=len(rows),
+        num_disaggregated=len(dis),
+        num_local=len(rows) - len(dis),
+        ttft_p50_ms=_pct(ttft, 50),
+        ttft_p99_ms=_pct(ttft, 99),
+        tpot_p50_ms=_pct(tpots, 50) if tpots else None,
+        tpot_p99_ms=_pct(tpots, 99) if tpots else None,
+        e2e_p50_ms=_pct(e2e, 50),
+        e2e_p99_ms=_pct(e2e, 99),
+        output_tokens_per_s=sum(r.num_output for r in done) / span if span > 0 else 0.0,
+        legs=legs_stats,
+        transfer_gb=sum(x.tokens for x in run.transfers.values()) * bytes_per_token_all_ranks / 1e9,
+        link_wait_p99_ms=_pct(waits, 99),
+        transfer_legs=len(run.legs),
+        cut_transfers=sum(1 for x in run.legs if not x.landed),
+        num_unfinished=num_parked,
+        num_rejected=num_rejected,
+        recoveries=counts,
+        **scored,
     )
 
 

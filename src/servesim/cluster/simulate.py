@@ -22,22 +22,29 @@ import gc
 import heapq
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec
+from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
+from servesim.cluster.fleet import FleetBase, Interrupted, Replica, RequestStory
+from servesim.cluster.policies import (
+    Decision,
+    RecoveryPolicy,
+    Strategy,
+    default_context,
+    migrate_policy,
+    restart_policy,
+)
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.cluster.router import Router
-from servesim.engine.config import EngineConfig
-from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine, PendingStep, TraceArrays
-from servesim.engine.kv_connector import OffloadingConnector
-from servesim.engine.replica import ReplicaView, close_unheld
+from servesim.cluster.story import engine_story
+from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine
+from servesim.engine.replica import close_unheld
 from servesim.engine.request import OUTCOME_UNFINISHED, Request
 from servesim.engine.request import RUNNING as RUNNING_STATUS
-from servesim.engine.step_time import StepTimeModel
 from servesim.errors import InputError, InternalError, shown
 from servesim.events import (
+    Event,
     Observer,
     Progress,
     RecoveryDecision,
@@ -50,74 +57,6 @@ from servesim.events import (
     fan_out,
 )
 from servesim.traces.schema import Trace
-
-Strategy = Literal["MIGRATE_STATE", "COLD_RESTART"]
-
-
-@dataclass(frozen=True)
-class Replica:
-    """One replica: a name, its vLLM settings and how long its steps take."""
-
-    name: str
-    config: EngineConfig
-    step_time: StepTimeModel
-    # vLLM's CPU offload tier (``config.kv_offloading_size``): builds a fresh connector for each
-    # engine of this replica (a replica that comes back after a failure has an empty tier).
-    kv_connector: Callable[[], OffloadingConnector | None] | None = None
-
-
-@dataclass(frozen=True)
-class Interrupted:
-    """A request taken off a lost replica, as a recovery policy sees it."""
-
-    request: Request
-    node: str
-    time_s: float
-    computed_tokens: int  # KV the request had on the lost node
-    checkpointed_tokens: int  # of those, KV that survived (0: cold restart only)
-    link_wait_s: tuple[float, ...] = ()  # per replica: until transfers already bound for it land
-
-
-@dataclass(frozen=True)
-class Decision:
-    strategy: Strategy
-    target: int  # replica index
-    delay_s: float  # until the request reaches the target (the KV transfer time)
-    tokens_moved: int
-
-
-# A recovery policy decides from the survivors' read-only views (``ReplicaView``), by replica index.
-RecoveryPolicy = Callable[
-    [Interrupted, Sequence[ReplicaView], Sequence[int], RecoveryContext, Router], Decision
-]
-
-
-def restart_policy(
-    job: Interrupted,
-    replicas: Sequence[ReplicaView],
-    eligible: Sequence[int],
-    ctx: RecoveryContext,
-    router: Router,
-) -> Decision:
-    """Always recompute on the survivor the router picks."""
-    return Decision("COLD_RESTART", router.pick(job.request, replicas, eligible), 0.0, 0)
-
-
-def migrate_policy(
-    job: Interrupted,
-    replicas: Sequence[ReplicaView],
-    eligible: Sequence[int],
-    ctx: RecoveryContext,
-    router: Router,
-) -> Decision:
-    """Migrate whatever KV survived (the last token is always recomputed, as vLLM does for
-    loaded KV); restart when nothing survived."""
-    target = router.pick(job.request, replicas, eligible)
-    r = job.request
-    moved = min(job.checkpointed_tokens, r.prompt_len + r.num_output - 1)
-    if moved <= 0:
-        return Decision("COLD_RESTART", target, 0.0, 0)
-    return Decision("MIGRATE_STATE", target, ctx.setup_latency_s + ctx.transfer_s(moved), moved)
 
 
 @dataclass(frozen=True)
@@ -164,7 +103,7 @@ class ClusterRun:
     parked_at_end: int = 0
 
 
-class ClusterSimulator:
+class ClusterSimulator(FleetBase[ClusterRun]):
     """Drives replica engines on one clock; see the module docstring for the rules."""
 
     def __init__(
@@ -188,9 +127,7 @@ class ClusterSimulator:
         unknown = {f.node for f in failures} - set(names)
         if unknown:
             raise InputError(f"failure events name unknown nodes {sorted(unknown)}; replicas: {names}")
-        self.trace = trace
-        self.arrays = TraceArrays(trace)
-        self.replicas = list(replicas)
+        super().__init__(trace, replicas)
         self.router = Router(router or RouterSpec())
         self.recovery = recovery
         self.context = context or default_context()
@@ -200,19 +137,9 @@ class ClusterSimulator:
         self.observers = list(observers)
         self.emit = fan_out(self.observers)
         self._steps_done = 0
-        self.engines: list[Engine] = []  # every incarnation of every replica, in creation order
-        self.engine_views: list[ReplicaView] = []  # a read-only view of each of them
-        self._rolling: tuple[int, int] | None = None  # (steps, requests) kept: roll_records
-        self.current: list[Engine] = []
-        self.views: list[ReplicaView] = []  # what routers, policies and watchers read, per replica
-        self.engine_replica: list[int] = []
         for k in range(len(replicas)):
-            self.current.append(self._new_engine(k))
-            self.views.append(self.engine_views[-1])
-        self.alive = [True] * len(replicas)
-        self.accepting = [True] * len(replicas)
-        self.inflight: list[PendingStep | None] = [None] * len(replicas)
-        self.moves: list[Move] = []
+            self._start(k)
+        self._moves: list[Move] = []
         self.failures = sorted(failures, key=lambda f: (f.time_s, f.node))
         # External events: (time, kind, seq, payload); at equal times transfers land first, then
         # warnings, failures, recoveries.
@@ -226,21 +153,13 @@ class ClusterSimulator:
                 self._push(f.time_s + f.recover_after_s, 3, ("recover", f))
         self._snapshots: dict[int, int] = {}  # request idx -> KV tokens snapshotted at a warning
         self._link_free = [0.0] * len(replicas)  # when each replica's inbound link is free again
-        self._parked: list[Request] = []  # waiting for any replica to come back
-        # Node events as processed: (time, "warn" | "fail" | "recover", node, requests taken off).
-        self.node_events: list[tuple[float, str, str, int]] = []
-        self.interrupted: list[Interrupted] = []  # every job taken off a lost node with KV on it
         self._next_arrival = 0  # next trace row to route
-        self.now = 0.0  # time of the latest step end or event processed
-        # Online runs (``submit``/``abort``): the next request index, and aborts waiting for the
-        # step in flight on their replica to end (per replica) or for their transfer to land.
-        self._next_idx = self.arrays.n
-        self._aborts_after_step: list[list[Request]] = [[] for _ in replicas]
+        # Online runs (``abort``): aborts whose request is in transit wait for it to land.
         self._abort_on_landing: set[int] = set()
 
     def _new_engine(self, k: int) -> Engine:
         spec = self.replicas[k]
-        engine = Engine(
+        return Engine(
             self.arrays,
             spec.config,
             spec.step_time,
@@ -250,48 +169,19 @@ class ClusterSimulator:
             name=spec.name,
             kv_connector=spec.kv_connector() if spec.kv_connector is not None else None,
         )
-        if self._rolling is not None:
-            engine.rec.trim(*self._rolling)
-        self.engines.append(engine)
-        self.engine_views.append(ReplicaView(engine))
-        self.engine_replica.append(k)
-        return engine
-
-    def roll_records(self, keep_steps: int, keep_requests: int) -> None:
-        """Keep only the latest records on every engine from now on (``Recorder.trim``): an
-        online run that never ends holds bounded memory. No result can be built afterwards."""
-        if keep_steps < 1 or keep_requests < 1:
-            raise InputError("roll_records keeps at least one step and one request")
-        self._rolling = (keep_steps, keep_requests)
-        self.trim_records()
-
-    def trim_records(self) -> None:
-        """Apply ``roll_records`` to every engine, past incarnations included (cheap until due)."""
-        if self._rolling is not None:
-            steps, requests = self._rolling
-            due = [e for e in self.engines if e.rec.trim_due(steps, requests)]
-            if due:  # every step since the oldest request still in the fleet stays
-                oldest = self._oldest_arrival()
-                for engine in due:
-                    engine.rec.trim(steps, requests, oldest)
 
     @property
-    def num_parked(self) -> int:
-        """Requests waiting for any replica to come back (none is up to take them)."""
-        return len(self._parked)
+    def link(self) -> RecoveryContext:
+        """The migration link (the recovery cost model's)."""
+        return self.context
 
     @property
-    def parked(self) -> list[Request]:
-        """The requests waiting for any replica to come back, in the order they will be routed."""
-        return list(self._parked)
+    def moves(self) -> list[Move]:
+        """Every recovery decision so far (request, from, to, strategy, tokens moved, delay)."""
+        return self._moves
 
-    def _oldest_arrival(self) -> float:
-        """The earliest arrival of a request still in the fleet: on a replica, waiting for one,
-        or in transit between two."""
-        times = [r.arrival for v in self.views for r in v.live_requests()]
-        times += [r.arrival for r in self._parked]
-        times += [p.request.arrival for *_, p in self._events if isinstance(p, _Transit)]
-        return min(times, default=math.inf)
+    def _in_transit(self) -> list[Request]:
+        return [p.request for *_, p in self._events if isinstance(p, _Transit)]
 
     def _push(self, t: float, kind: int, payload: Payload) -> None:
         heapq.heappush(self._events, (t, kind, self._seq, payload))
@@ -300,6 +190,10 @@ class ClusterSimulator:
     @property
     def num_routed(self) -> int:
         """Trace rows routed so far (arrived at the cluster)."""
+        return self._next_arrival
+
+    @property
+    def num_arrived(self) -> int:
         return self._next_arrival
 
     @property
@@ -337,10 +231,14 @@ class ClusterSimulator:
             self.replicas,
             self.engines,
             self.engine_replica,
-            self.moves,
+            self._moves,
             self.failures,
             len(self._parked),
         )
+
+    def finish(self) -> ClusterRun:
+        """``close``: the fleet protocol's end."""
+        return self.close()
 
     def advance(self, until: float = math.inf, max_steps: int = sys.maxsize) -> int:
         """Process steps and external events in time order; returns the engine steps ended.
@@ -409,18 +307,25 @@ class ClusterSimulator:
                 t, _kind, _seq, payload = heapq.heappop(self._events)
                 self._handle(t, payload)
 
+    def advance_steps(self, n: int) -> int:
+        """Exactly ``n`` step ends (fewer only when nothing is left), each one engine step:
+        multi-step decode stretches are off meanwhile (results are the same either way)."""
+        engines = self.current
+        saved = [e.stretch for e in engines]
+        for e in engines:
+            e.stretch = False
+        try:
+            return self.advance(math.inf, n)
+        finally:
+            for e, was in zip(engines, saved, strict=True):
+                e.stretch = was
+
     def inject_failure(self, node: str, time_s: float, recover_after_s: float | None = None) -> FailureEvent:
         """Add a failure of ``node`` at ``time_s`` (not before any event already processed)."""
         names = [r.name for r in self.replicas]
         if node not in names:
             raise InputError(f"no replica {shown(node)}; replicas: {', '.join(names)}")
-        if time_s < self.now:
-            raise InputError(f"a failure at {time_s} s is in the past (the cluster is at {self.now} s)")
-        event = FailureEvent(node=node, time_s=time_s, recover_after_s=recover_after_s)
-        try:
-            FailurePlan(events=[*self.failures, event])
-        except ValueError as e:
-            raise InputError(f"cannot fail {shown(node)} at {time_s:g} s: {e}") from None
+        event = self._planned_failure(node, time_s, recover_after_s, self.failures)
         self.failures = sorted([*self.failures, event], key=lambda f: (f.time_s, f.node))
         self._push(time_s, 2, ("fail", event))
         if recover_after_s is not None:
@@ -428,40 +333,10 @@ class ClusterSimulator:
         return event
 
     # ------------------------------------------------------------------ online runs
-    def make_request(
-        self,
-        req_id: str,
-        arrival_s: float,
-        prompt_len: int,
-        max_tokens: int,
-        *,
-        priority: int = 0,
-        hash_ids: list[int] | None = None,
-        hash_block_size: int = 0,
-        group: int = -1,
-        prefix_len: int = 0,
-    ) -> Request:
-        """A request that is not in the trace, for ``submit`` (the next free request index)."""
-        r = Request(
-            self._next_idx,
-            req_id,
-            arrival_s,
-            prompt_len,
-            max_tokens,
-            priority,
-            group,
-            prefix_len,
-            hash_ids,
-            hash_block_size,
-        )
-        self._next_idx += 1
-        return r
-
     def submit(self, r: Request) -> None:
         """An online arrival at ``r.arrival`` (not before the cluster's time): routed as a trace
         row arriving then would be (same tie order: before transfers and node events)."""
-        if r.arrival < self.now:
-            raise InputError(f"an arrival at {r.arrival} s is in the past (the cluster is at {self.now} s)")
+        self._check_arrival(r)
         self._push(r.arrival, -1, _Arrival(r))
 
     def abort(self, r: Request, time_s: float) -> None:
@@ -497,10 +372,8 @@ class ClusterSimulator:
         else:  # on its way to a survivor
             self._abort_on_landing.add(r.idx)
 
-    def _apply_aborts(self, k: int, t: float) -> None:
-        aborts, self._aborts_after_step[k] = self._aborts_after_step[k], []
-        for r in aborts:
-            self.current[k].abort(r, t)  # False when it finished in that very step
+    def _abort_after_step(self, k: int, r: Request, t: float) -> None:
+        self.current[k].abort(r, t)  # False when it finished in that very step
 
     def _close_aborted(self, r: Request, t: float) -> None:
         """Abort a request held by no engine (parked, in transit, or on a node just lost)."""
@@ -567,9 +440,7 @@ class ClusterSimulator:
             self._fail(k, t)
         else:  # recover: the node comes back empty (cold prefix cache)
             self.current[k].finish()
-            self.current[k] = self._new_engine(k)
-            self.views[k] = self.engine_views[-1]
-            self.current[k].now = t
+            self._start(k).now = t
             self.alive[k] = True
             self.accepting[k] = True
             parked, self._parked = self._parked, []
@@ -610,7 +481,7 @@ class ClusterSimulator:
             if moved > 0:  # the transfer queues behind those already bound for the target
                 delay += waits[d.target]
                 self._link_free[d.target] = t + delay
-            self.moves.append(
+            self._moves.append(
                 Move(
                     r.req_id,
                     t,
@@ -624,7 +495,7 @@ class ClusterSimulator:
             )
             r.external_tokens = moved
             if self.emit is not None:
-                m = self.moves[-1]
+                m = self._moves[-1]
                 self.emit(
                     RecoveryDecision(
                         t, r.req_id, node, m.to_node, d.strategy, moved, m.recompute_tokens, delay
@@ -645,13 +516,47 @@ class ClusterSimulator:
             return min(computed, self._snapshots.get(r.idx, 0))
         return 0
 
+    # ------------------------------------------------------------------ reading
+    def recovery_events(self, start: int = 0) -> list[Event]:
+        return [
+            RecoveryDecision(
+                m.time_s,
+                m.req_id,
+                m.from_node,
+                m.to_node,
+                m.strategy,
+                m.tokens_moved,
+                m.recompute_tokens,
+                m.delay_s,
+            )
+            for m in self._moves[start:]
+        ]
 
-def default_context() -> RecoveryContext:
-    """Llama-3.1-8B (its KV size), one GPU per replica, the planner's default link."""
-    from servesim.perf import load_catalog
-    from servesim.perf.catalog import resolve_model
+    def story(self, idx: int, now: float) -> RequestStory:
+        """Request ``idx`` across every incarnation (``engine_story``), with its recovery moves."""
+        rid = self.arrays.req_id[idx]
+        notes = [
+            (m.time_s, f"{m.strategy} {m.from_node}->{m.to_node} ({m.recompute_tokens:,} to recompute)")
+            for m in self._moves
+            if m.req_id == rid
+        ]
+        engines = self.engine_list()
+        return engine_story(idx, self.arrays.arrival[idx], engines, self.views, self._next_arrival, notes)
 
-    return RecoveryContext(model=resolve_model("llama-3.1-8b", load_catalog()))
+    def replica_of(self, r: Request) -> str | None:
+        """The replica holding ``r`` now, or the one that finished it; None while none does
+        (waiting for a replica to come back, or in transit between two)."""
+        names = self.replica_names
+        for k, view in enumerate(self.views):
+            if view.holds(r):
+                return names[k]
+        if r.finish_time >= 0:  # latest incarnation first: a moved request finished there
+            for view, k in zip(reversed(self.engine_views), reversed(self.engine_replica), strict=True):
+                rec = view.records
+                i = r.idx - rec.request_base
+                if 0 <= i < len(rec.finish) and rec.finish[i] == r.finish_time:
+                    return names[k]
+        return None
 
 
 __all__ = [

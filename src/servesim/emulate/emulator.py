@@ -13,7 +13,7 @@ planner's decision (their streams resume on the survivor).
 Latency histograms on /metrics are in simulated seconds: what the emulated vLLM would report.
 
 Disaggregated (``disaggregated=PDLayout(...)``): the fleet is a prefill pool and a decode pool
-(``servesim.OnlinePDFleet``), the client sees one endpoint as behind vLLM's P/D proxy or llm-d:
+(``servesim.OnlineFleet.disaggregated``), the client sees one endpoint as behind vLLM's P/D proxy or llm-d:
 its tokens stream from the decode replica, its TTFT counts prefill, KV transfer and the first
 decode step, and a disconnect aborts both legs. Every metric carries a ``pool`` label next to
 ``engine``; the request's legs are observed on the replica that ran each (queue and prefill time
@@ -39,7 +39,6 @@ from servesim import OnlineFleet, OnlineRequest, RecoveryContext, Replica, Route
 from servesim.emulate.edge import sleep_until
 from servesim.emulate.tokens import HASH_BLOCK, block_hashes
 from servesim.errors import InputError
-from servesim.online import OnlinePDFleet
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py, V1 engine), seconds: TTFT to 2560 s, inter-token
 # latency to 80 s, request latencies (e2e, queue) to 7680 s.
@@ -164,21 +163,20 @@ class Emulator:
     ) -> None:
         if not time_scale > 0 or math.isinf(time_scale):
             raise InputError(f"--time-scale must be a positive number, not {time_scale}")
-        self.fleet: OnlineFleet | OnlinePDFleet
-        self.pools: dict[str, str] | None = None  # disaggregated: each replica's pool
+        self.fleet: OnlineFleet
         if disaggregated is not None:
             pd = disaggregated
-            self.fleet = OnlinePDFleet(
+            self.fleet = OnlineFleet.disaggregated(
                 pd.prefill,
                 pd.decode,
                 pd.link,
                 short_prompt_tokens=pd.short_prompt_tokens,
                 rolling_records=True,
             )
-            self.pools = self.fleet.pools
             replicas = [*pd.prefill, *pd.decode]
         else:
             self.fleet = OnlineFleet(replicas, router, recovery, context, rolling_records=True)
+        self.pools: dict[str, str] | None = self.fleet.pools  # disaggregated: each replica's pool
         self.model = model
         self.time_scale = time_scale
         self.max_streams = max_streams
@@ -208,6 +206,11 @@ class Emulator:
         self._t0 = 0.0
         for node, at, back in failures:  # scheduled: (replica, simulated s from start, recover after)
             self.fleet.fail(node, at, back)
+        self._register_metrics()
+
+    def _register_metrics(self) -> None:
+        """vLLM's /metrics (the fleet's gauges read at scrape time, the latency histograms and
+        counters observed as requests stream); disaggregated, the legs' and transfers' too."""
         self.registry = CollectorRegistry()
         self.registry.register(_FleetCollector(self))
         # as vLLM V1 labels every metric (engine: the replica); disaggregated, its pool too
@@ -245,47 +248,50 @@ class Emulator:
             "vllm:generation_tokens", "Output tokens.", lab, registry=self.registry
         )
         if self.pools is not None:  # the legs and the KV transfers of a disaggregated fleet
-            self.prefill_time = Histogram(
-                "vllm:request_prefill_time_seconds",
-                "Time in the prefill phase (the prefill leg, on the prefill replica).",
-                lab,
-                registry=self.registry,
-                buckets=E2E_BUCKETS,
-            )
-            self.decode_time = Histogram(
-                "vllm:request_decode_time_seconds",
-                "Time in the decode phase (KV landed to the last token, on the decode replica).",
-                lab,
-                registry=self.registry,
-                buckets=E2E_BUCKETS,
-            )
-            self.transfer_leg = Histogram(
-                "servesim:kv_transfer_leg_seconds",
-                "Decode blocks allocated to the KV landed: link queue plus wire (the transfer leg).",
-                lab,
-                registry=self.registry,
-                buckets=TTFT_BUCKETS,
-            )
-            self.xfer_time = Histogram(
-                "vllm:nixl_xfer_time_seconds",
-                "Histogram of transfer duration for NIXL KV Cache transfers.",
-                lab,
-                registry=self.registry,
-                buckets=NIXL_TIME_BUCKETS,
-            )
-            self.xfer_bytes = Histogram(
-                "vllm:nixl_bytes_transferred",
-                "Histogram of bytes transferred per NIXL KV Cache transfers.",
-                lab,
-                registry=self.registry,
-                buckets=NIXL_BYTES_BUCKETS,
-            )
-            self.xfer_failed = Counter(
-                "vllm:nixl_num_failed_transfers",
-                "Number of failed NIXL KV Cache transfers.",
-                lab,
-                registry=self.registry,
-            )
+            self._register_pd_metrics(lab)
+
+    def _register_pd_metrics(self, lab: list[str]) -> None:
+        self.prefill_time = Histogram(
+            "vllm:request_prefill_time_seconds",
+            "Time in the prefill phase (the prefill leg, on the prefill replica).",
+            lab,
+            registry=self.registry,
+            buckets=E2E_BUCKETS,
+        )
+        self.decode_time = Histogram(
+            "vllm:request_decode_time_seconds",
+            "Time in the decode phase (KV landed to the last token, on the decode replica).",
+            lab,
+            registry=self.registry,
+            buckets=E2E_BUCKETS,
+        )
+        self.transfer_leg = Histogram(
+            "servesim:kv_transfer_leg_seconds",
+            "Decode blocks allocated to the KV landed: link queue plus wire (the transfer leg).",
+            lab,
+            registry=self.registry,
+            buckets=TTFT_BUCKETS,
+        )
+        self.xfer_time = Histogram(
+            "vllm:nixl_xfer_time_seconds",
+            "Histogram of transfer duration for NIXL KV Cache transfers.",
+            lab,
+            registry=self.registry,
+            buckets=NIXL_TIME_BUCKETS,
+        )
+        self.xfer_bytes = Histogram(
+            "vllm:nixl_bytes_transferred",
+            "Histogram of bytes transferred per NIXL KV Cache transfers.",
+            lab,
+            registry=self.registry,
+            buckets=NIXL_BYTES_BUCKETS,
+        )
+        self.xfer_failed = Counter(
+            "vllm:nixl_num_failed_transfers",
+            "Number of failed NIXL KV Cache transfers.",
+            lab,
+            registry=self.registry,
+        )
 
     def label_values(self, engine: str) -> tuple[str, ...]:
         """A replica's label values: the model, the replica, and (disaggregated) its pool;
@@ -331,7 +337,7 @@ class Emulator:
 
     def _publish(self) -> None:
         """Wake the streams that changed; observe their latencies (simulated seconds)."""
-        if isinstance(self.fleet, OnlinePDFleet):
+        if self.pools is not None:
             bytes_per_token = self.fleet.link.bytes_total(1)
             for x in self.fleet.ended_transfers():
                 lv = self.label_values(x.decode)
@@ -475,12 +481,12 @@ class Emulator:
         self.success.labels(*lv, reason).inc()
         if r.finish_s is not None:
             self.e2e.labels(*lv).observe(r.finish_s - r.arrival_s)
-        if isinstance(self.fleet, OnlinePDFleet):
+        if self.pools is not None:
             self._observe_legs(self.fleet, r)
         elif r.first_scheduled_s is not None:
             self.queue.labels(*lv).observe(r.first_scheduled_s - r.arrival_s)
 
-    def _observe_legs(self, fleet: OnlinePDFleet, r: OnlineRequest) -> None:
+    def _observe_legs(self, fleet: OnlineFleet, r: OnlineRequest) -> None:
         """A served disaggregated request's legs, each on the replica that ran it."""
         legs = fleet.legs(r)
         if legs is None:
@@ -513,7 +519,7 @@ class Emulator:
 
     def moves(self) -> list[dict[str, object]]:
         """The recovery decisions taken so far, one per interrupted request."""
-        if isinstance(self.fleet, OnlinePDFleet):  # cluster.pd.RECOVERY_ACTIONS
+        if self.pools is not None:  # cluster.pd.RECOVERY_ACTIONS
             return [
                 {
                     "request": m.req_id,

@@ -17,17 +17,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from servesim.cluster.compare import LinkSpec, StrategyOutcome, compare_recovery, failure_events
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
-from servesim.cluster.pd import DisaggSpec, PDCluster, parse_pool_node, pd_context
+from servesim.cluster.pd import DisaggSpec, PDCluster, PoolSpec, parse_pool_node, pd_context
+from servesim.cluster.pd.spec import ShortPromptTokens
 from servesim.cluster.pd_results import PDResult, pd_result
 from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.results import ClusterResult
 from servesim.cluster.simulate import Replica
 from servesim.engine.results import SLO
-from servesim.errors import ConfigError, InputError, shown
+from servesim.errors import ConfigError, InputError, describe, shown
 from servesim.perf.setup import DEFAULT_MODEL, DEFAULT_TP
 from servesim.spec.deployment import DeploymentSpec, ResolvedDeployment, resolve_replicas
 from servesim.spec.slo import PercentileSLO
@@ -61,7 +62,8 @@ class MigrationLink(BaseModel):
 
 class DisaggregatedSpec(BaseModel):
     """Prefill/decode disaggregation: ``prefill.replicas`` replicas of the prefill deployment,
-    ``decode.replicas`` of the decode one, KV moved over a link preset."""
+    ``decode.replicas`` of the decode one, KV moved over a link preset. Each pool is a deployment
+    within the one pool type's bounds (``cluster.pd.PoolSpec``: replicas, GPU, TP)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     prefill: DeploymentSpec = Field(default_factory=DeploymentSpec)
@@ -69,9 +71,7 @@ class DisaggregatedSpec(BaseModel):
     link: str = Field(
         "rdma-400g", min_length=1, description="KV-transfer link preset (data/perf/links.yaml)."
     )
-    short_prompt_tokens: int = Field(
-        0, ge=0, description="Prompts shorter than this are prefilled on their decode replica."
-    )
+    short_prompt_tokens: ShortPromptTokens = 0
 
     @model_validator(mode="after")
     def _one_model(self) -> DisaggregatedSpec:
@@ -81,6 +81,15 @@ class DisaggregatedSpec(BaseModel):
                 f"disaggregated.decode.model {shown(b)} differs from disaggregated.prefill.model "
                 f"{shown(a)}: both pools serve one model"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _pools_bounded(self) -> DisaggregatedSpec:
+        for name, pool in (("prefill", self.prefill), ("decode", self.decode)):
+            try:
+                PoolSpec(replicas=pool.replicas, gpu=pool.gpu, tp=pool.tp)
+            except ValidationError as e:
+                raise ConfigError(f"{name}.{describe(e)}") from None
         return self
 
     @property

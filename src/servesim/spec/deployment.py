@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from servesim.bounds import MAX_GPU_BLOCKS, MAX_REPLICAS
+from servesim.bounds import MAX_GPU_BLOCKS, MAX_REPLICAS, MAX_TP
 from servesim.cluster.config import RouterPolicy
 from servesim.cluster.simulate import Replica
 from servesim.engine.config import EngineConfig
@@ -48,7 +48,9 @@ class DeploymentSpec(BaseModel):
         None, description=f"Served model (catalog name or config.json); default {DEFAULT_MODEL}."
     )
     gpu: str | None = Field(None, description=f"GPU of a replica; default {DEFAULT_GPU}.")
-    tp: int | None = Field(None, ge=1, le=64, description=f"Tensor-parallel degree; default {DEFAULT_TP}.")
+    tp: int | None = Field(
+        None, ge=1, le=MAX_TP, description=f"Tensor-parallel degree; default {DEFAULT_TP}."
+    )
     gpu_memory_utilization: float | None = Field(
         None,
         gt=0,

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -21,11 +21,10 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from servesim import FailureEvent, LiveClusterRun, LiveRun, RunSnapshot
+from servesim import FailureEvent, LiveFleetRun, LiveRun, RunSnapshot
 from servesim.engine.results import tokens_per_verifying_step
 from servesim.errors import describe, user_errors
-from servesim.events import ReplicaDown
-from servesim.live import LivePDRun
+from servesim.events import RecoveryDecision, ReplicaDown
 from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
 from servesim.tui.spec import DashboardSpec, PDDashboardSpec
 from servesim.tui.widgets import (
@@ -86,7 +85,7 @@ class DashboardApp(App[None]):
         super().__init__()
         self.spec = spec
         self.pd = isinstance(spec, PDDashboardSpec)  # prefill/decode pools: their strip and legs tile
-        self.live: LiveRun | LiveClusterRun | LivePDRun = spec.start()
+        self.live: LiveRun | LiveFleetRun[Any] = spec.start()
         self.speed = min(max(speed, SPEEDS[0]), SPEEDS[1])
         self.paused = paused
         self.start_at = start_at
@@ -282,11 +281,11 @@ class DashboardApp(App[None]):
         events = run.events()
         log = self.main.query_one("#events", EventLog)
         log.add(events, replicated=self.spec.is_cluster)
-        if isinstance(run, LiveClusterRun) and any(isinstance(e, ReplicaDown) for e in events):
+        if isinstance(run, LiveFleetRun) and any(isinstance(e, ReplicaDown) for e in events):
             self._show_recovery_order(run, log)
         self.renders += 1
 
-    def _show_recovery_order(self, run: LiveClusterRun, log: EventLog) -> None:
+    def _show_recovery_order(self, run: LiveFleetRun[Any], log: EventLog) -> None:
         plan = run.recovery_queue()
         if plan is None:
             return
@@ -349,24 +348,24 @@ class DashboardApp(App[None]):
 
     def action_fail(self) -> None:
         run = self.live
-        if isinstance(run, LivePDRun):
+        if isinstance(run, LiveFleetRun) and self.pd:
             alive = [n for n, a in zip(run.replica_names, run.alive, strict=True) if a]
             if not alive:
                 self.notify("every replica is down", severity="warning")
                 return
             self.push_screen(FailScreen(alive), self._pd_fail_chosen)
             return
-        if not isinstance(run, LiveClusterRun):
+        if not isinstance(run, LiveFleetRun):
             self.notify("failures need a cluster: start with --replicas 2 (or more)", severity="warning")
             return
-        alive = [n for n, a in zip(run.replica_names, run.sim.alive, strict=True) if a]
+        alive = [n for n, a in zip(run.replica_names, run.alive, strict=True) if a]
         if not alive:
             self.notify("every replica is down", severity="warning")
             return
         self.push_screen(FailScreen(alive), self._fail_chosen)
 
     def _fail_chosen(self, choice: tuple[str, float | None] | None) -> None:
-        if choice is None or not isinstance(self.live, LiveClusterRun):
+        if choice is None or not isinstance(self.live, LiveFleetRun):
             return
         name, back = choice
         try:
@@ -374,9 +373,10 @@ class DashboardApp(App[None]):
         except user_errors() as e:
             self.notify(describe(e), severity="error")
             return
-        moves = len(self.live.sim.moves)
+        moves = self.live.sim.num_recoveries
         self.live.advance_until(self.clock + 1e-9)  # process the failure now, even paused
-        targets = [m.to_node for m in self.live.sim.moves[moves:]]
+        decided = self.live.sim.recovery_events(moves)
+        targets = [e.to_replica for e in decided if isinstance(e, RecoveryDecision)]
         if targets:  # show where most of its jobs went
             busiest = max(set(targets), key=lambda n: (targets.count(n), n))
             self.selected = self.live.replica_names.index(busiest)
@@ -434,7 +434,7 @@ class DashboardApp(App[None]):
     def _replace_run(
         self,
         spec: DashboardSpec | PDDashboardSpec,
-        run: LiveRun | LiveClusterRun | LivePDRun,
+        run: LiveRun | LiveFleetRun[Any],
         t: float,
         line: str,
         quiet: bool = False,

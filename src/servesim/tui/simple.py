@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
-from servesim import ClusterResult, LiveClusterRun, LiveRun, RunSnapshot, SimulationResult
+from servesim import ClusterResult, LiveFleetRun, LiveRun, RunSnapshot, SimulationResult
 from servesim.cluster.pd_results import PDResult
-from servesim.live import LivePDRun
 
 
 def progress_line(snap: RunSnapshot, speed: float) -> str:
@@ -39,7 +38,7 @@ def progress_line(snap: RunSnapshot, speed: float) -> str:
 
 
 def run_simple(
-    live: LiveRun | LiveClusterRun | LivePDRun,
+    live: LiveRun | LiveFleetRun[Any],
     out: TextIO,
     *,
     speed: float,

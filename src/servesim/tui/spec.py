@@ -11,9 +11,11 @@ from pydantic import ValidationError
 
 from servesim import (
     SLO,
+    ClusterResult,
     EngineConfig,
     FailureEvent,
     LiveClusterRun,
+    LiveFleetRun,
     LiveRun,
     RecoveryContext,
     Replica,
@@ -22,6 +24,7 @@ from servesim import (
     Trace,
 )
 from servesim.cluster import FailurePlan
+from servesim.cluster.pd_results import PDResult
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.errors import InputError, InternalError, describe
 from servesim.live import LivePDRun
@@ -65,7 +68,7 @@ class DashboardSpec:
         tier = None if self.kv_connector is None else self._connector
         return [Replica(f"n{i}", self.config, self.step_time, tier) for i in range(self.replicas)]
 
-    def start(self) -> LiveRun | LiveClusterRun:
+    def start(self) -> LiveRun | LiveFleetRun[ClusterResult]:
         if not self.is_cluster:
             return LiveRun(
                 self.trace,
@@ -137,7 +140,7 @@ class PDDashboardSpec:
         """``1P2D``."""
         return f"{len(self.resolved.prefill)}P{len(self.resolved.decode)}D"
 
-    def start(self) -> LivePDRun:
+    def start(self) -> LiveFleetRun[PDResult]:
         r = self.resolved
         return LivePDRun(
             self.trace,

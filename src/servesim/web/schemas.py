@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from servesim.cluster import FailureEvent
+from servesim.cluster.pd import PoolSpec
+from servesim.cluster.pd.spec import ShortPromptTokens
 from servesim.resched import Policy
 from servesim.spec import DeploymentSpec, PercentileSLO, SLOError
 
@@ -151,17 +153,24 @@ SLOField: Any = Field(
 )
 
 
-class PoolBody(Strict):
-    """One pool of a disaggregated run: its replicas, GPU and TP (the deployment's model and vLLM
-    keys apply to every pool)."""
+class PoolBody(PoolSpec):
+    """One pool of a disaggregated run: the one pool type (``cluster.pd.PoolSpec``: replicas, GPU
+    and TP, the deployment's where unset) with this server's per-job replica bound; the
+    deployment's model and vLLM keys apply to every pool."""
 
     replicas: int = Field(1, ge=1, le=WEB_MAX_REPLICAS, description="Replicas of this pool.")
-    gpu: str | None = Field(
-        None, min_length=1, max_length=100, description="GPU (default: the deployment's)."
+    config: dict[str, object] = Field(
+        default_factory=dict,
+        max_length=0,
+        description="Not set here: the deployment's vLLM keys (deployment.engine) apply to both pools.",
     )
-    tp: int | None = Field(
-        None, ge=1, le=8, description="Tensor-parallel degree (default: the deployment's)."
-    )
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _keys_are_the_deployments(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value:
+            raise ValueError("a pool takes the deployment's vLLM keys (deployment.engine): set them there")
+        return value
 
 
 class DisaggregatedBody(Strict):
@@ -171,9 +180,7 @@ class DisaggregatedBody(Strict):
     prefill: PoolBody = Field(default_factory=PoolBody)
     decode: PoolBody = Field(default_factory=PoolBody)
     link: str = Field("rdma-400g", min_length=1, max_length=100, description="KV-transfer link preset.")
-    short_prompt_tokens: int = Field(
-        0, ge=0, le=10_000_000, description="Prompts shorter than this are prefilled on their decode replica."
-    )
+    short_prompt_tokens: ShortPromptTokens = 0
 
     @field_validator("link")
     @classmethod
@@ -240,7 +247,7 @@ class SimulateBody(SpecBody):
     def pools(self) -> DisaggSpec:
         """The pools as the CLI's flags (or a cluster file) state them: each pool's replicas, GPU
         and TP (else the deployment's TP), the deployment's vLLM keys on both, its model served."""
-        from servesim.cluster.pd import DisaggSpec, PoolSpec
+        from servesim.cluster.pd import DisaggSpec
 
         pd, dep = self.disaggregated, self.deployment
         if pd is None:
