@@ -29,7 +29,7 @@ from servesim.cluster.compare import ClusterFile, LinkSpec
 from servesim.errors import InputError, describe, shown
 from servesim.perf.setup import DEFAULT_GPU
 from servesim.report.documents import disaggregated_title
-from servesim.services.cluster import ClusterRequest, prepare_cluster
+from servesim.services.cluster import ClusterRequest, prepare_aggregated
 from servesim.services.inputs import TraceInput
 from servesim.spec import ClusterSpec, DeploymentSpec
 
@@ -185,7 +185,7 @@ def register(app: typer.Typer) -> None:
         source = TraceInput(
             source=trace, num_requests=num_requests, seed=seed, strict=strict, hash_block_size=hash_block_size
         )
-        prepared = prepare_cluster(ClusterRequest(spec=spec, trace=source), trace=tr)
+        prepared = prepare_aggregated(ClusterRequest(spec=spec, trace=source), trace=tr)
         for note in prepared.resolved.notes:  # once the input is known good
             typer.echo(f"warning: {note}", err=True)
         answer = prepared.run()

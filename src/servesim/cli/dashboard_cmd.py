@@ -25,7 +25,7 @@ from servesim.cluster.pd_results import PDResult
 from servesim.engine import SLO
 from servesim.errors import InputError, InternalError, shown, user_errors
 from servesim.report.documents import disaggregated_title
-from servesim.services.cluster import ClusterRequest, prepare_cluster
+from servesim.services.cluster import ClusterRequest, prepare_aggregated
 from servesim.services.inputs import TraceInput
 from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
 from servesim.spec import DeploymentSpec, ResolvedDisaggregated, resolve_cluster
@@ -339,7 +339,7 @@ def _run_plain(
     if spec.is_cluster:  # servesim cluster's request, answer and document
         if run is None:
             raise InternalError("a cluster dashboard run without its ClusterSpec")
-        cluster = prepare_cluster(ClusterRequest(spec=run), trace=spec.trace)
+        cluster = prepare_aggregated(ClusterRequest(spec=run), trace=spec.trace)
         if headless:
             answer = cluster.run()
         else:

@@ -267,7 +267,7 @@ def cluster(run: DemoRun) -> None:
     (``servesim.services.cluster``); its document is the command's."""
     from servesim.cluster import FailureEvent
     from servesim.report.documents import cluster_answer_document
-    from servesim.services.cluster import ClusterRequest, prepare_cluster
+    from servesim.services.cluster import ClusterRequest, prepare_aggregated
     from servesim.services.inputs import TraceInput
     from servesim.spec import ClusterSpec, DeploymentSpec, PercentileSLO
     from servesim.traces import write_trace
@@ -293,7 +293,7 @@ def cluster(run: DemoRun) -> None:
         recovery="compare",
         slo=PercentileSLO(ttft_p99_ms=1000, tpot_p99_ms=100),
     )
-    prepared = prepare_cluster(ClusterRequest(spec=spec, trace=source), trace=trace)
+    prepared = prepare_aggregated(ClusterRequest(spec=spec, trace=source), trace=trace)
     cfg, events = prepared.resolved.setups[0].config, prepared.resolved.events
     params = {
         "trace": f"azure_conv_like at {CLUSTER_RATE} req/s",

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from servesim.cluster.pd import DisaggSpec
     from servesim.cluster.pd_results import PDResult
     from servesim.engine import SimulationResult
-    from servesim.services.cluster import ClusterAnswer
+    from servesim.services.cluster import ClusterAnswer, DisaggregatedAnswer
     from servesim.services.run import SimulateAnswer
     from servesim.spec import ClusterSpec
     from servesim.traces import Trace, TraceStats
@@ -101,13 +101,20 @@ def cluster_run_document(
     return stamped("cluster", doc)
 
 
-def cluster_answer_document(answer: ClusterAnswer) -> dict[str, Any]:
-    """The ``cluster`` document of a ``servesim.services.cluster`` answer, the one ``servesim
-    cluster --json``, the web's cluster run, ``dashboard --headless`` and the demo give for the
-    same request: every strategy's row, the spec as ``run``, the trace's provenance, the shown
-    run's fleet and replica views as ``sections`` and, when the planner ran, its per-request
-    decisions and how many requests starved."""
+def cluster_answer_document(answer: ClusterAnswer | DisaggregatedAnswer) -> dict[str, Any]:
+    """The document of a ``servesim.services.cluster`` answer, the one ``servesim cluster
+    --json``, the web's cluster run, ``dashboard --headless`` and the demo give for the same
+    request. Replicas: a ``cluster`` document (every strategy's row, the spec as ``run``, the
+    trace's provenance, the shown run's fleet and replica views as ``sections`` and, when the
+    planner ran, its per-request decisions and how many requests starved). Pools: a
+    ``disaggregated`` document (``disaggregated_run_document``)."""
+    from servesim.services.cluster import DisaggregatedAnswer
     from servesim.views.fleet import fleet_sections
+
+    if isinstance(answer, DisaggregatedAnswer):
+        return disaggregated_run_document(
+            answer.result, answer.pools, answer.spec, answer.trace.provenance, answer.title
+        )
 
     r = answer.resolved
     doc = cluster_run_document(answer.rows, r.events, r.link, r.router, answer.trace.provenance, answer.spec)

@@ -1,11 +1,13 @@
-"""A cluster run: ``ClusterRequest`` -> ``ClusterAnswer``.
+"""A cluster run: ``ClusterRequest`` -> ``ClusterAnswer`` (replicas behind a router) or
+``DisaggregatedAnswer`` (prefill and decode pools).
 
-``servesim cluster``, the web's Run tab with replicas or failures, ``servesim dashboard
+``servesim cluster``, the web's Run tab with replicas, failures or pools, ``servesim dashboard
 --headless`` of a cluster and the demo's cluster step all state the run as a
 ``servesim.spec.ClusterSpec`` and call ``run_cluster``: the same trace reading, the same
-``resolve_cluster`` (every replica through ``servesim.spec.resolve``), the same comparison of
-recovery strategies and the same choice of the run whose charts are shown. The document is
-``servesim.report.documents.cluster_answer_document(answer)`` for all of them.
+``resolve_cluster`` (every replica through ``servesim.spec.resolve``, the failures drawn and
+checked), the same comparison of recovery strategies and the same choice of the run whose charts
+are shown. The document is ``servesim.report.documents.cluster_answer_document(answer)`` for all
+of them.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import InternalError
 from servesim.services.inputs import Progress, TraceInput, dropped_rows_line
-from servesim.spec import ClusterSpec, ResolvedCluster, resolve_cluster
+from servesim.spec import ClusterSpec, ResolvedCluster, ResolvedDisaggregated, resolve_cluster
 
 if TYPE_CHECKING:
     from servesim.cluster import ClusterResult
     from servesim.cluster.compare import StrategyOutcome
+    from servesim.cluster.pd import DisaggSpec
+    from servesim.cluster.pd_results import PDResult
     from servesim.traces import Trace
 
 
@@ -128,22 +132,110 @@ class ClusterAnswer:
         return self.prepared.title
 
 
-def prepare_cluster(request: ClusterRequest, *, trace: Trace | None = None) -> PreparedCluster:
+@dataclass(frozen=True)
+class PreparedDisaggregated:
+    """Prefill/decode pools with the trace read, every replica resolved and the failures drawn."""
+
+    request: ClusterRequest
+    trace: Trace
+    resolved: ResolvedDisaggregated
+
+    @property
+    def title(self) -> str:
+        return f"{self.request.trace_input().name}: {len(self.trace):,} requests, disaggregated"
+
+    @property
+    def pools(self) -> DisaggSpec:
+        """The pools, link and threshold in the one pool type (the document's ``spec``)."""
+        disagg = self.request.spec.disaggregated
+        if disagg is None:
+            raise InternalError("invariant broken: a disaggregated run without its pools")
+        return disagg.pools()
+
+    @property
+    def header(self) -> list[str]:
+        return [f"timed as: {self.resolved.timed_as}"]
+
+    @property
+    def warnings(self) -> list[str]:
+        drops = dropped_rows_line(self.trace.provenance)
+        return [drops] if drops else []
+
+    def run(self, *, progress: Progress | None = None) -> DisaggregatedAnswer:
+        """Both pools on the trace (``progress``: phase ``simulating``, requests)."""
+        if progress is not None:
+            progress("simulating", 0, len(self.trace))
+        result = self.resolved.run(self.trace)
+        if progress is not None:
+            progress("simulating", len(self.trace), len(self.trace))
+        return DisaggregatedAnswer(prepared=self, result=result)
+
+    def answer(self, result: PDResult) -> DisaggregatedAnswer:
+        """The answer of this run stepped elsewhere (the dashboard's live run)."""
+        return DisaggregatedAnswer(prepared=self, result=result)
+
+
+@dataclass(frozen=True)
+class DisaggregatedAnswer:
+    """The pools' result: each request's legs, the pools' figures, failures and recoveries."""
+
+    prepared: PreparedDisaggregated
+    result: PDResult
+
+    @property
+    def spec(self) -> ClusterSpec:
+        return self.prepared.request.spec
+
+    @property
+    def trace(self) -> Trace:
+        return self.prepared.trace
+
+    @property
+    def title(self) -> str:
+        return self.prepared.title
+
+    @property
+    def pools(self) -> DisaggSpec:
+        return self.prepared.pools
+
+
+def prepare_cluster(
+    request: ClusterRequest, *, trace: Trace | None = None
+) -> PreparedCluster | PreparedDisaggregated:
     """Read the trace (``trace``: already read by the caller) and resolve the cluster
-    (``servesim.spec.resolve_cluster``); an aggregated cluster only (prefill/decode pools:
-    ``run_cluster`` says so)."""
+    (``servesim.spec.resolve_cluster``): replicas behind a router, or prefill/decode pools."""
     trace = request.trace_input().open() if trace is None else trace
     resolved = resolve_cluster(request.spec, trace)
-    if not isinstance(resolved, ResolvedCluster):
-        raise InternalError("invariant broken: prefill/decode pools given to the aggregated cluster's run")
+    if isinstance(resolved, ResolvedDisaggregated):
+        return PreparedDisaggregated(request=request, trace=trace, resolved=resolved)
     return PreparedCluster(request=request, trace=trace, resolved=resolved)
+
+
+def prepare_aggregated(request: ClusterRequest, *, trace: Trace | None = None) -> PreparedCluster:
+    """``prepare_cluster`` of a cluster without pools (an error otherwise)."""
+    prepared = prepare_cluster(request, trace=trace)
+    if not isinstance(prepared, PreparedCluster):
+        raise InternalError("invariant broken: prefill/decode pools where replicas were expected")
+    return prepared
 
 
 def run_cluster(
     request: ClusterRequest, *, progress: Progress | None = None, observers: Sequence[Any] = ()
-) -> ClusterAnswer:
-    """``prepare_cluster`` and ``run``."""
-    return prepare_cluster(request).run(progress=progress, observers=observers)
+) -> ClusterAnswer | DisaggregatedAnswer:
+    """``prepare_cluster`` and ``run``: the answer to "what does this trace do on this cluster?"."""
+    prepared = prepare_cluster(request)
+    if isinstance(prepared, PreparedDisaggregated):
+        return prepared.run(progress=progress)
+    return prepared.run(progress=progress, observers=observers)
 
 
-__all__ = ["ClusterAnswer", "ClusterRequest", "PreparedCluster", "prepare_cluster", "run_cluster"]
+__all__ = [
+    "ClusterAnswer",
+    "ClusterRequest",
+    "DisaggregatedAnswer",
+    "PreparedCluster",
+    "PreparedDisaggregated",
+    "prepare_aggregated",
+    "prepare_cluster",
+    "run_cluster",
+]

@@ -116,6 +116,18 @@ class DisaggregatedSpec(BaseModel):
             )
         return cls(**made, link=pools.link, short_prompt_tokens=pools.short_prompt_tokens)
 
+    def pools(self) -> DisaggSpec:
+        """The pools in the one pool type (``cluster.pd.PoolSpec``: replicas, GPU, TP, vLLM keys),
+        with the link, the short-prompt threshold and the served model: what the run's document
+        and views show as its ``spec``."""
+        made = {
+            name: PoolSpec(replicas=d.replicas, gpu=d.gpu, tp=d.tp, config=dict(d.engine))
+            for name, d in (("prefill", self.prefill), ("decode", self.decode))
+        }
+        return DisaggSpec(
+            **made, link=self.link, short_prompt_tokens=self.short_prompt_tokens, model=self.model
+        )
+
 
 class ClusterSpec(BaseModel):
     """A cluster run: the trace, the replicas' deployment (``deployment.replicas`` identical
@@ -163,24 +175,26 @@ class ClusterSpec(BaseModel):
                 "slo.min_good_fraction is judged by saturate and tune; a single cluster run reports "
                 "the good fraction it measured: leave it out"
             )
-        if self.disaggregated is not None and self.mtbf_s is not None:
-            raise ConfigError(
-                "mtbf_s: a disaggregated cluster's failures are listed events (the CLI draws --mtbf-s "
-                "into them): give failures"
-            )
         if self.disaggregated is not None:
-            pools = self.disaggregated.prefill.replicas, self.disaggregated.decode.replicas
-            for i, f in enumerate(self.failures):
-                try:
-                    parse_pool_node(f.node, *pools)
-                except InputError as e:
-                    raise ConfigError(f"failures[{i}].node: {e}") from None
+            self._pools_fail_as_listed(self.disaggregated)
         if self.replicas is not None:
             names = [r.name for r in self.replicas]
             twice = sorted({n for n in names if names.count(n) > 1})
             if twice:
                 raise ConfigError(f"replicas: name {shown(twice[0])} is given twice")
         return self
+
+    def _pools_fail_as_listed(self, disagg: DisaggregatedSpec) -> None:
+        """A disaggregated cluster's failures name its replicas (``p0``/``d1`` or ``prefill:0``)
+        and come unannounced (an announced failure is not modelled for the pools)."""
+        if self.warning_s > 0 or any(f.warning_s > 0 for f in self.failures):
+            raise ConfigError("warning_s: announced failures are not modelled for prefill/decode pools")
+        pools = disagg.prefill.replicas, disagg.decode.replicas
+        for i, f in enumerate(self.failures):
+            try:
+                parse_pool_node(f.node, *pools)
+            except InputError as e:
+                raise ConfigError(f"failures[{i}].node: {e}") from None
 
     @property
     def route(self) -> RouterSpec:
@@ -257,6 +271,8 @@ class ResolvedDisaggregated:
     short_prompt_tokens: int
     timed_as: str
     slo: SLO | None = None  # the per-request thresholds of the spec's SLO (goodput), if any
+    #: the failures as run: the listed ones under their replica names, plus seeded MTBF draws
+    events: tuple[FailureEvent, ...] = ()
 
     def run(self, trace: Trace) -> PDResult:
         """``PDCluster`` of these pools on ``trace``, summed up (``pd_result``, judged by the
@@ -267,7 +283,7 @@ class ResolvedDisaggregated:
             self.decode,
             self.context,
             short_prompt_tokens=self.short_prompt_tokens,
-            failures=self.spec.failures,
+            failures=list(self.events),
         ).run()
         return pd_result(run, self.context.bytes_total(1), self.slo)
 
@@ -356,7 +372,29 @@ def _resolve_disaggregated(spec: ClusterSpec, trace: Trace) -> ResolvedDisaggreg
         short_prompt_tokens=disagg.short_prompt_tokens,
         timed_as=f"prefill {timed[0]}; decode {timed[1]}",
         slo=spec.slo.request_slo() if spec.slo is not None else None,
+        events=tuple(_pool_events(spec, disagg, trace)),
     )
+
+
+def _pool_events(spec: ClusterSpec, disagg: DisaggregatedSpec, trace: Trace) -> list[FailureEvent]:
+    """The pools' failures as run: the listed ones under their replica names (``prefill:0`` is
+    ``p0``) plus, with ``mtbf_s``, seeded random ones per replica over the trace's span, checked
+    as one plan (a replica failing while down is refused, naming it)."""
+    n_p, n_d = disagg.prefill.replicas, disagg.decode.replicas
+    nodes = [f"p{i}" for i in range(n_p)] + [f"d{i}" for i in range(n_d)]
+    try:
+        return failure_events(
+            pool_failures(spec.failures, n_p, n_d),
+            nodes,
+            trace,
+            mtbf_s=spec.mtbf_s,
+            recover_after_s=spec.recover_after_s,
+            seed=spec.seed,
+        )
+    except ValidationError as e:  # the plan's own check
+        raise ConfigError(f"failures: {describe(e)}") from None
+    except ValueError as e:
+        raise ConfigError(f"failures: {e}") from None
 
 
 __all__ = [

@@ -132,7 +132,7 @@ def _cluster(body: SimulateBody, env: Env, report: Report) -> dict[str, Any]:
     """A cluster run: the body as the ``ClusterSpec`` ``servesim cluster --recovery R`` builds,
     answered by ``servesim.services.cluster``; its document is the CLI's."""
     from servesim.report.documents import cluster_answer_document
-    from servesim.services.cluster import ClusterRequest, prepare_cluster
+    from servesim.services.cluster import ClusterRequest, prepare_aggregated
     from servesim.spec import ClusterSpec
 
     spec = ClusterSpec(
@@ -144,7 +144,7 @@ def _cluster(body: SimulateBody, env: Env, report: Report) -> dict[str, Any]:
     )
     request = ClusterRequest(spec=spec, trace=trace_input(body.trace_id, env))
     timeline = EventRecorder(ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision)
-    answer = prepare_cluster(request).run(
+    answer = prepare_aggregated(request).run(
         progress=lambda _phase, done, total, _detail=None: report(done, total), observers=[timeline]
     )
     result = answer.result
