@@ -7,8 +7,9 @@
    (at most ``max_candidates``; if none does, the first is reported with ``meets_slo: false``);
    the predicted numbers are those runs' means, with min/max/std: the recommendation claims only
    what these runs show;
-2. searches its **saturation rate** and goodput knee (``saturation.find_saturation``, the same
-   fresh seeds) for the headroom at the target load;
+2. searches its **SLO knee** and **unstable rate** (``saturation.find_saturation``, the one
+   capacity search ``servesim saturate`` runs, on the same fresh seeds) for the headroom at the
+   target load;
 3. runs **ablations** (one fresh seed each: chunked prefill flipped, the long-prefill cap removed,
    half the sequences, half the token budget, prefix caching flipped, one replica fewer) and
    writes the rationale from the measured differences, not from rules of thumb;
@@ -31,7 +32,7 @@ from servesim.tuning.changes import FlagChange, measure_changes
 from servesim.tuning.choice import Tolerance, model_tolerance
 from servesim.tuning.deploy import DeployPlan, deploy_plan
 from servesim.tuning.deployment import Deployment, resolve_deployment
-from servesim.tuning.evaluate import EvalSettings, LatencySpread, RatePoint, RunMetrics, Status
+from servesim.tuning.evaluate import EvalSettings, LatencySpread, RunMetrics, Status
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
 from servesim.tuning.explain import (
     Ablation,
@@ -44,7 +45,7 @@ from servesim.tuning.explain import (
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import EvalContext, RunJob
 from servesim.tuning.reasons import Reason
-from servesim.tuning.saturation import RateSearch, SaturationReport, SaturationSettings, _search
+from servesim.tuning.saturation import SaturationReport, SaturationSettings, find_saturation
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import Spread
 from servesim.tuning.uncertainty import ErrorBars, error_bars
@@ -245,9 +246,21 @@ def recommend(
             if more is not None and more_runs is not None:
                 d, runs, verdict = more, more_runs, "add_capacity"
         config, res = resolve_deployment(d, hardware)
-        search = RateSearch(workload, d, hardware, slo, sat_settings, ev, ex, rate, progress)
-        search.points[0] = RatePoint.of(rate, runs, ev, slo is not None)  # the runs just made
-        sat = _search(search, workload, d, hardware, slo, sat_settings, rate, config.num_gpu_blocks, res)
+        # The headroom: the one capacity search (``saturation.find_saturation``, as ``servesim
+        # saturate`` runs it), the runs just made at the target rate its first point.
+        sat = find_saturation(
+            workload,
+            d,
+            hardware,
+            slo,
+            target_rate=rate,
+            settings=sat_settings,
+            eval_settings=ev,
+            executor=ex,
+            progress=progress,
+            compare_off=False,
+            known=runs,
+        )
         ablations = run_ablations(ex, d, workload, hardware, rate, seeds[0], slo)
         changes = (
             measure_changes(ex, baseline, b_runs[0], d, hardware, rate, slo)
