@@ -274,8 +274,8 @@ _LAYOUTS: dict[str, tuple[Any, Any]] = {
 
 
 def layout_options(func: F) -> F:
-    """``tune``'s layouts options as ``layouts: LayoutFlags``."""
-    return _group("layouts", _LAYOUTS, LayoutFlags)(func)
+    """``tune``'s layouts options as ``layout: LayoutFlags``."""
+    return _group("layout", _LAYOUTS, LayoutFlags)(func)
 
 
 # ------------------------------------------------------------------------------ checks

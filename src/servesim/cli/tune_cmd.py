@@ -243,16 +243,16 @@ def register(app: typer.Typer) -> None:
         source: TraceFlags,
         run: Execution,
         study: StudyFlags,
-        layouts: LayoutFlags,
+        layout: LayoutFlags,
     ) -> None:
         """Search vLLM flags, TP and replicas with Optuna; recommend, re-verified on fresh seeds.
         With --layouts/--gpus: aggregated vs disaggregated layouts of one GPU budget instead."""
         try:
             spec = deployment_spec(deployment, config, flags)
             goal = cli_slo(slo)
-            if layouts.asked:
+            if layout.asked:
                 _layouts(
-                    layouts_request(trace, spec, goal, source, layouts, study.verify_seeds), out, as_json
+                    layouts_request(trace, spec, goal, source, layout, study.verify_seeds), out, as_json
                 )
                 return
             _tune(
