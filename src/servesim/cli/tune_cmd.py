@@ -251,9 +251,7 @@ def register(app: typer.Typer) -> None:
             spec = deployment_spec(deployment, config, flags)
             goal = cli_slo(slo)
             if layout.asked:
-                _layouts(
-                    layouts_request(trace, spec, goal, source, layout, study.verify_seeds), out, as_json
-                )
+                _layouts(layouts_request(trace, spec, goal, source, layout, study.verify_seeds), out, as_json)
                 return
             _tune(
                 tune_request(trace, spec, goal, target_rate, source, run, study), study.out_dir, out, as_json

@@ -335,9 +335,8 @@ def lead_clauses(rec: SchedulerRecommendation) -> list[str]:
     base = baseline_name(rec)
     changes = changes_text(rec)
     if rec.verdict == "keep":
-        what = (
-            f"Keep {'vLLM' if base.startswith('vLLM') else 'your'} current settings: nothing tried beat them"
-        )
+        kept = "vLLM's defaults" if base.startswith("vLLM") else "your current settings"
+        what = f"Keep {kept}: nothing tried beat them"
     elif rec.verdict == "add_capacity":
         what = "Add capacity: no scheduler setting meets the SLO on the GPUs searched"
         what += f"; {changes}" if changes else ""

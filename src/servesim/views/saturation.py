@@ -73,11 +73,14 @@ def workload_text(workload: dict[str, Any]) -> str:
 
 
 def scope_text(rep: SaturationReport) -> str:
-    """``on azure-conv (19,366 requests) under SLO ttft_p99_ms=500,tpot_p99_ms=50, 3 fresh seeds``:
-    what the knee and the unstable rate were measured on, said on the line that gives them."""
+    """``on azure-conv (19,366 requests) under SLO ttft_p99_ms=500,tpot_p99_ms=50, 3 fresh seeds per
+    rate``: what the knee and the unstable rate were measured on, said on the line that gives them."""
+    from servesim.tuning.workload import fresh_seeds
+
     slo = f"SLO {rep.slo.describe()}" if rep.slo is not None else "no SLO"
-    seeds = len(rep.settings.seeds)
-    return f"on {workload_text(rep.workload)} under {slo}, {seeds} seed{'s' if seeds > 1 else ''} per rate"
+    n = len(rep.settings.seeds)
+    fresh = "fresh " if rep.settings.seeds == fresh_seeds(n) else ""
+    return f"on {workload_text(rep.workload)} under {slo}, {n} {fresh}seed{'s' if n > 1 else ''} per rate"
 
 
 def _slo_word(ok: bool | None) -> str:
