@@ -70,6 +70,8 @@ def test_saturate_and_tunes_headroom_are_one_search_on_the_same_fresh_seeds() ->
 
 
 def test_no_rate_is_stable_where_the_slo_fails_or_the_queue_grows() -> None:
+    """The issue's 17.1 req/s, "stable" with TTFT p99 at 18 s against a 500 ms SLO, reads "over
+    the SLO"; a queue that grows as throughput falls behind is "overloaded" or "unstable"."""
     from servesim.views.saturation import curve_table, point_state, saturation_view
 
     wl, hw, slo, d = _fast_case()
@@ -78,8 +80,10 @@ def test_no_rate_is_stable_where_the_slo_fails_or_the_queue_grows() -> None:
     )
     states = [point_state(p) for p in rep.points]
     assert "stable" in states and any(p.slo_ok is False and not p.queue_saturated for p in rep.points)
+    cut = QueueTestSettings().min_slope
     for p, state in zip(rep.points, states, strict=True):
-        if p.slo_ok is False or p.queue_slope.mean >= QueueTestSettings().min_slope:
+        behind = p.throughput_rps.mean < 0.98 * p.offered_rps.mean and p.queue_slope.mean >= cut
+        if p.slo_ok is False or p.queue_saturated or behind:
             assert state != "stable", (p.rate_rps, p.slo_ok, p.queue_slope.mean)
     assert [row[1] for row in curve_table(rep).rows] == states
     view = saturation_view(rep)

@@ -2,12 +2,11 @@
 line, the SLO knee (highest rate where the SLO holds) and the unstable rate marked, throughput
 against offered load over its measurement window, and the headroom stated against the knee.
 
-A rate is only called stable where the engine keeps up, the queue does not grow and the SLO holds
-(``state_words``): throughput below the offered rate while the queue grows is "overloaded" even
-before the queue test calls it saturated, a growing queue is said, and a rate whose p99s miss the
-SLO is "over the SLO". Every line that gives the knee or the unstable rate names what they were
-measured on (``scope_text``: the traffic, its size, the SLO), so a figure from resampled traffic
-or another SLO says so where it is read."""
+A rate is only called stable where the engine keeps up and the SLO holds (``state_words``):
+throughput below the offered rate while the queue grows is "overloaded" even before the queue test
+calls it saturated, and a rate whose p99s miss the SLO is "over the SLO". Every line that gives
+the knee or the unstable rate names what they were measured on (``scope_text``: the traffic, its
+size, the SLO), so a figure from resampled traffic or another SLO says so where it is read."""
 
 from __future__ import annotations
 
@@ -29,30 +28,29 @@ WINDOW = "completions between the 10th and 90th percentile finish times, at most
 OVER_SLO = "over the SLO"
 
 
-def state_words(status: Status, slo_ok: bool | None, *, overloaded: bool = False, grows: bool = False) -> str:
+def state_words(status: Status, slo_ok: bool | None, *, overloaded: bool = False) -> str:
     """The load state a reader acts on, the one wording of every view: unstable (the queue grows
-    without bound), KV thrashing, overloaded (falling behind), queue grows, over the SLO, and
-    "stable" only where none of these holds."""
+    without bound), KV thrashing, overloaded (falling behind while the queue grows), over the SLO,
+    and "stable" only where none of these holds."""
     if status == "QUEUE_SATURATED":
         return "unstable"
     if status == "KV_THRASHING":
         return "KV thrashing"
     if overloaded:
         return "overloaded"
-    if grows:
-        return "queue grows"
     if slo_ok is False:
         return OVER_SLO
     return "stable"
 
 
 def point_state(p: RatePoint) -> str:
-    """A rate's load state (``state_words``). "The queue grows" by the queue test's own measure: at
-    least the smallest overload it counts (not yet significant on these seeds, or the test would
-    have called the rate unstable); "overloaded" when the throughput also falls behind."""
+    """A rate's load state (``state_words``): "overloaded" when the throughput falls behind the
+    offered rate and the queue grows by the queue test's own measure (at least the smallest
+    overload it counts; not yet significant on these seeds, or the test would have called the rate
+    unstable). A growing queue while the finishes keep pace is the window's noise, not growth."""
     falls_behind = p.throughput_rps.mean < p.offered_rps.mean * (1 - KEEPS_UP)
     grows = p.queue_slope.mean >= QueueTestSettings().min_slope
-    return state_words(p.status, p.slo_ok, overloaded=falls_behind and grows, grows=grows)
+    return state_words(p.status, p.slo_ok, overloaded=falls_behind and grows)
 
 
 def workload_text(workload: dict[str, Any]) -> str:
@@ -150,9 +148,9 @@ def curve_table(rep: SaturationReport) -> Table:
         notes=[
             f"throughput: finished requests per second over the {WINDOW}",
             "load state: stable = the queue keeps up and the SLO holds; over the SLO = the queue keeps "
-            f"up but a p99 misses its cap; queue grows = by at least {QueueTestSettings().min_slope:.0%} "
-            f"of the arrival rate; overloaded = it grows and throughput falls more than {KEEPS_UP:.0%} "
-            "below the offered rate; unstable = the queue grows without bound on most seeds",
+            f"up but a p99 misses its cap; overloaded = throughput more than {KEEPS_UP:.0%} below the "
+            f"offered rate while the queue grows by at least {QueueTestSettings().min_slope:.0%} of the "
+            "arrival rate; unstable = the queue grows without bound on most seeds",
             *rep.notes,
         ],
     )
