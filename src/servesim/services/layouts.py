@@ -38,7 +38,8 @@ class LayoutsRequest(BaseModel):
     trace: TraceInput
     deployment: DeploymentSpec = Field(
         default_factory=DeploymentSpec,
-        description="The model and GPU (or a fixed step time) of every layout; TP is searched.",
+        description="The model and GPU (or a fixed step time) of every layout; TP is searched and "
+        "its vLLM keys are not used (every pool runs vllm serve's defaults but for the values tried).",
     )
     gpus: int = Field(ge=1, le=64, description="The GPU budget every layout spends.")
     layouts: list[LayoutKind] = Field(

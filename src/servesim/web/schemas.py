@@ -280,7 +280,12 @@ class SaturateBody(SpecBody):
     slo: PercentileSLO | None = SLOField
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     seeds: int = Field(2, ge=1, le=5, description="Replicate seeds per rate.")
-    rtol: float = Field(0.05, ge=0.01, le=0.5)
+    rtol: float = Field(
+        0.02,
+        ge=0.01,
+        le=0.5,
+        description="Relative resolution of the rate search (the lattice tune's headroom uses too).",
+    )
     label: str | None = Field(None, max_length=200)
 
     _slo = field_validator("slo", mode="before")(read_slo)
