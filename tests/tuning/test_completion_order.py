@@ -14,7 +14,7 @@ import pytest
 from reordering import Order, ReorderingExecutor
 
 from servesim.cli.demo_steps import _tuning_setup
-from servesim.cli.tuning_cmd import trial_deployments
+from servesim.services.tune import trial_deployments
 from servesim.tuning import EvalSettings, TuneSettings, parse_space, recommend, tune
 from servesim.tuning.executors import Executor, LocalExecutor
 from servesim.tuning.jobs import EvalContext
@@ -30,7 +30,7 @@ def _document(executor: Executor) -> str:
     res = tune(
         wl, hw, slo, space=space, settings=settings, fixed={"policy": "fcfs"}, executor=executor, n_jobs=1
     )
-    candidates = trial_deployments(res, res.ranked[:3], wl.default_max_model_len(), "fcfs")
+    candidates = trial_deployments(res, res.ranked[:3], wl.default_max_model_len(), {"policy": "fcfs"})
     rec = recommend(
         wl, hw, slo, candidates, target_rate=res.target_rate_rps, verify_seeds=[1000, 1001], executor=executor
     )

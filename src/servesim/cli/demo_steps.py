@@ -148,94 +148,127 @@ def simulate_real(run: DemoRun) -> None:
     )
 
 
-def _tuning_setup() -> tuple[Any, Any, Any]:
-    from servesim.traces import preset_spec
-    from servesim.tuning import PercentileSLO, Workload
-    from servesim.tuning.hardware import PerfHardware
+#: The traffic of the demo's sweep and study: 500 requests of the bundled conversation trace's
+#: lengths, Poisson at its rate (a generator preset: the sweep can rescale it, fresh seeds redraw it).
+CAPACITY_TRACE = "azure_conv_like"
+CAPACITY_REQUESTS = 500
+#: The study's space: small enough for the 2-GPU budget (every trial runs; none is pruned as too big).
+TUNE_SPACE = ["tensor_parallel_size=1,2", "replicas=1,2", "enable_chunked_prefill=true"]
+#: Fresh seeds of the sweep and of the study's re-verification: the same seeds and the same rate
+#: lattice, so both give the same SLO knee for the same deployment.
+CAPACITY_SEEDS = 2
+#: The command lines the demo's sweep and study are (their documents are the ones they print).
+SATURATE_COMMAND = (
+    f"servesim saturate {CAPACITY_TRACE} -n {CAPACITY_REQUESTS} --seed {SEED} --model {MODEL} --gpu {GPU} "
+    f"--slo {SLO_PERCENTILE} --seeds {CAPACITY_SEEDS} --json"
+)
+TUNE_COMMAND = (
+    f"servesim tune {CAPACITY_TRACE} -n {CAPACITY_REQUESTS} --seed {SEED} --model {MODEL} --gpu {GPU} "
+    f"--slo {SLO_PERCENTILE} --objective pareto --trials 16 --trial-seeds 1 --verify-seeds {CAPACITY_SEEDS} "
+    f"--max-gpus 2 {' '.join(f'--space {x}' for x in TUNE_SPACE)} --storage memory --executor local "
+    "--jobs 1 --json"
+)
 
-    wl = Workload.from_spec(
-        preset_spec("azure_conv_like").model_copy(update={"num_requests": 500, "seed": SEED})
+
+def _capacity_trace() -> Any:
+    from servesim.services.inputs import TraceInput
+
+    return TraceInput(source=CAPACITY_TRACE, num_requests=CAPACITY_REQUESTS, seed=SEED)
+
+
+def saturate_request() -> Any:
+    """``SATURATE_COMMAND``'s request (``servesim.services.capacity.SaturateRequest``)."""
+    from servesim.services.capacity import Execution, SaturateRequest
+    from servesim.spec import DeploymentSpec, PercentileSLO
+
+    return SaturateRequest(
+        trace=_capacity_trace(),
+        deployment=DeploymentSpec(model=MODEL, gpu=GPU),
+        slo=PercentileSLO.parse(SLO_PERCENTILE),
+        seeds=CAPACITY_SEEDS,
+        execution=Execution(executor="local"),
     )
-    hw = PerfHardware(model=MODEL, gpu=GPU, tensor_parallel_size=1, gpu_memory_utilization=0.9)
-    return wl, hw, PercentileSLO.parse(SLO_PERCENTILE)
+
+
+def tune_request() -> Any:
+    """``TUNE_COMMAND``'s request (``servesim.services.tune.TuneRequest``): a small Pareto study."""
+    from servesim.services.capacity import Execution
+    from servesim.services.tune import TuneRequest
+    from servesim.spec import DeploymentSpec, PercentileSLO
+    from servesim.tuning import parse_space
+
+    return TuneRequest(
+        trace=_capacity_trace(),
+        deployment=DeploymentSpec(model=MODEL, gpu=GPU),
+        slo=PercentileSLO.parse(SLO_PERCENTILE),
+        objective="pareto",
+        trials=16,
+        seed=SEED,
+        trial_seeds=1,
+        verify_seeds=CAPACITY_SEEDS,
+        max_gpus=2,
+        space=parse_space(TUNE_SPACE),
+        storage=None,
+        execution=Execution(executor="local", jobs=1),
+    )
+
+
+def _tuning_setup() -> tuple[Any, Any, Any]:
+    """The demo study's workload, hardware and SLO (as the service prepares them)."""
+    from servesim.services.tune import prepare
+
+    prepared = prepare(tune_request())
+    return prepared.workload, prepared.hardware, prepared.request.slo
 
 
 def saturate(run: DemoRun) -> None:
-    """Scale the arrival rate of Azure-like traffic: the goodput knee and the unstable rate."""
-    from servesim.tuning import SaturationSettings, find_saturation
-    from servesim.tuning.deployment import vllm_default_deployment
+    """Scale the arrival rate of Azure-like traffic: ``SATURATE_COMMAND``'s request, answered by
+    the service ``servesim saturate`` calls; the line says what the knee was measured on."""
+    from servesim.report.capacity import saturate_document
+    from servesim.services.capacity import saturate as sweep
+    from servesim.views.saturation import scope_text
 
-    wl, hw, goal = _tuning_setup()
-    dep = vllm_default_deployment(hw, wl.default_max_model_len())  # what `vllm serve` runs on GPU
-    params = {"trace": "azure_conv_like", "num_requests": 500, "seed": SEED, "slo": SLO_PERCENTILE}
+    params = {"trace": CAPACITY_TRACE, "num_requests": CAPACITY_REQUESTS, "seed": SEED, "slo": SLO_PERCENTILE}
     with record_action("saturate", params) as h:
-        rep = find_saturation(
-            wl,
-            dep,
-            hw,
-            goal,
-            target_rate=wl.base_rate,
-            settings=SaturationSettings(seeds=[0, 1], rtol=0.05),
-            executor="local",
-        )
-        h.output(run.write("saturate.json", rep.model_dump(mode="json")))
+        answer = sweep(saturate_request())
+        h.output(run.write("saturate.json", saturate_document(answer)))
+    rep = answer.report
     run.headline.update(goodput_knee_rps=rep.goodput_knee_rps, saturation_rps=rep.saturation_rps)
     knee = "-" if rep.goodput_knee_rps is None else f"{rep.goodput_knee_rps:,.3g}"
     sat = "-" if rep.saturation_rps is None else f"{rep.saturation_rps:,.3g}"
     run.say(
-        f"saturate: goodput knee {knee} req/s, unstable from {sat} req/s ({rep.num_simulations} simulations)"
+        f"saturate: SLO knee {knee} req/s, unstable from {sat} req/s {scope_text(rep)} "
+        f"({rep.num_simulations} simulations)"
     )
 
 
 def tune(run: DemoRun) -> None:
-    """A small Pareto study (NSGA-II) and its recommendation, re-verified on fresh seeds."""
+    """A small Pareto study (NSGA-II) and its recommendation, re-verified on fresh seeds:
+    ``TUNE_COMMAND``'s request, answered by the service ``servesim tune`` calls."""
     import optuna
 
-    from servesim.cli.tuning_cmd import trial_deployments, write_outbox
-    from servesim.tuning import TuneSettings, parse_space, recommend
-    from servesim.tuning import tune as run_study
+    from servesim.cli.capacity_render import write_outbox
+    from servesim.report.capacity import tune_document
+    from servesim.services.tune import tune as study
+    from servesim.views.recommendation import lead_clauses
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    wl, hw, goal = _tuning_setup()
-    settings = TuneSettings(objective="pareto", n_trials=16, seed=SEED, seeds=[0], max_gpus=2)
-    # A small space that fits the 2-GPU budget (every trial runs; none is pruned as too big).
-    space = parse_space(["tensor_parallel_size=1,2", "replicas=1,2", "enable_chunked_prefill=true"])
     params = {
-        "trace": "azure_conv_like",
+        "trace": CAPACITY_TRACE,
         "trials": 16,
         "objective": "pareto",
         "seed": SEED,
         "slo": SLO_PERCENTILE,
     }
     with record_action("tune", params) as h:
-        res = run_study(
-            wl, hw, goal, space=space, settings=settings, fixed={"policy": "fcfs"}, executor="local", n_jobs=1
-        )
-        rec = None
-        if res.best is not None:
-            rec = recommend(
-                wl,
-                hw,
-                goal,
-                trial_deployments(res, res.shortlist(3), wl.default_max_model_len(), "fcfs"),
-                target_rate=res.target_rate_rps,
-                verify_seeds=[1000, 1001],
-                executor="local",
-                source={
-                    "study": res.study_name,
-                    "storage": None,
-                    "objective": res.objective,
-                    "trials": res.shortlist(3),
-                },
-            )
+        answer = study(tune_request())
+        rec = answer.recommendation
+        if rec is not None:
             for p in write_outbox(rec, run.outbox / "recommendation"):
                 h.output(p)
                 run.files[str(p.relative_to(run.out))] = p
-        doc = {
-            "study": res.model_dump(mode="json"),
-            "recommendation": rec.model_dump(mode="json") if rec else None,
-        }
-        h.output(run.write("tune.json", doc))
+        h.output(run.write("tune.json", tune_document(answer)))
+    res = answer.study
     if rec is None:
         run.say(f"tune: {res.n_trials} trials, none feasible under {SLO_PERCENTILE}")
         return
@@ -243,7 +276,7 @@ def tune(run: DemoRun) -> None:
     run.say(
         f"tune: {res.n_trials} trials ({res.n_feasible} feasible, "
         f"{len(res.pareto_front)} on the Pareto front); "
-        f"recommended {rec.replicas} x TP {rec.deployment.tensor_parallel_size}, {rec.status}"
+        f"recommended {rec.replicas} x TP {rec.deployment.tensor_parallel_size}: {lead_clauses(rec)[0]}"
     )
 
 

@@ -176,6 +176,11 @@ def _with_options(
     return wrapper  # type: ignore[return-value]
 
 
+#: ``with_options(func, options, name, collect, after)``: the mechanism above, for other groups
+#: of options a command takes as one value (``cli.capacity_options``).
+with_options = _with_options
+
+
 def engine_flags(func: F) -> F:
     """Give ``func`` (which takes ``flags: dict[str, Any]``) every engine setting as an option."""
     options = _engine_options()
@@ -229,4 +234,5 @@ __all__ = [
     "engine_flags",
     "file_settings",
     "option",
+    "with_options",
 ]

@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "recover, advise), with a report.",
     ),
     "scenario": (
-        "servesim.cli.tuning_cmd",
+        "servesim.cli.scenario_cmd",
         "Answer a question in a JSON file: a request list under a batch config, or a load on a "
         "KV-block budget (examples/inputs/).",
     ),
@@ -52,11 +52,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run a trace on a cluster with node failures; compare recovery strategies on p99 TTFT/E2E.",
     ),
     "saturate": (
-        "servesim.cli.tuning_cmd",
+        "servesim.cli.saturate_cmd",
         "Scale the arrival rate: goodput knee, saturation rate, curve and status per rate.",
     ),
     "tune": (
-        "servesim.cli.tuning_cmd",
+        "servesim.cli.tune_cmd",
         "Search vLLM flags, TP and replicas with Optuna; recommend, re-verified on fresh seeds.",
     ),
     "advise": (

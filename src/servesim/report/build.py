@@ -379,7 +379,6 @@ GROUP_TITLES = {
 def headline(parts: Sequence[ReportPart], documents: Sequence[Document] = ()) -> list[KpiGroup]:
     """The KPI strip: the first simulation's latency, goodput and throughput; the sweep's knee and
     unstable rate; the recommendation's size and headroom; what a failure cost."""
-    from servesim.views.glossary import METRICS
 
     groups: list[KpiGroup] = []
     seen: set[str] = set()
@@ -396,21 +395,32 @@ def headline(parts: Sequence[ReportPart], documents: Sequence[Document] = ()) ->
         doc = next((d for d in documents if d.name == part.source and d.kind == "saturate"), None)
         if doc is not None and "saturation" not in seen:
             seen.add("saturation")
-            kpis = [
-                Kpi(
-                    key=key,
-                    label=METRICS[key].label if key != "saturation_rps" else "unstable from",
-                    value=doc.data.get(key),
-                    unit="req/s",
-                    decimals=1,
-                    help=METRICS[key].definition,
-                )
-                for key in ("goodput_knee_rps", "saturation_rps")
-            ]
-            groups.append(
-                KpiGroup(title=f"saturation sweep of the simulated configuration ({doc.name})", kpis=kpis)
-            )
+            groups.append(sweep_kpis(doc))
     return groups
+
+
+def sweep_kpis(doc: Document) -> KpiGroup:
+    """The sweep's SLO knee and unstable rate, titled with what they were measured on (the
+    traffic and the SLO: a sweep of resampled traffic or under another SLO says so here)."""
+    from servesim.tuning import SaturationReport
+    from servesim.views.glossary import METRICS
+    from servesim.views.saturation import scope_text
+
+    kpis = [
+        Kpi(
+            key=key,
+            label=METRICS[key].label if key != "saturation_rps" else "unstable from",
+            value=doc.data.get(key),
+            unit="req/s",
+            decimals=1,
+            help=METRICS[key].definition,
+        )
+        for key in ("goodput_knee_rps", "saturation_rps")
+    ]
+    rep = SaturationReport.model_validate(
+        {k: v for k, v in doc.data.items() if k in SaturationReport.model_fields}
+    )
+    return KpiGroup(title=f"saturation sweep {scope_text(rep)} ({doc.name})", kpis=kpis)
 
 
 def lead_of(documents: Sequence[Document]) -> Lead | None:

@@ -7,7 +7,10 @@ its flags, form or file) and one function that answers it with a typed answer:
 
 * ``services.run``        — a run: one replica (``SimulateRequest``), an aggregated cluster or
   prefill/decode pools, with failures (``ClusterRequest``);
-* ``services.capacity``   — a saturation sweep and a tuning study (layouts included);
+* ``services.capacity``   — a saturation sweep (``SaturateRequest``), and what the capacity
+  questions share (where the runs go, the traffic, the deployment checked before any work);
+* ``services.tune``       — a tuning study and its recommendation (``TuneRequest``);
+* ``services.layouts``    — aggregated or disaggregated at one GPU budget (``LayoutsRequest``);
 * ``services.plans``      — a recovery plan, a rescheduling, an advice.
 
 An interface only builds a request, calls the function, and renders the answer with

@@ -7,8 +7,9 @@
    (at most ``max_candidates``; if none does, the first is reported with ``meets_slo: false``);
    the predicted numbers are those runs' means, with min/max/std: the recommendation claims only
    what these runs show;
-2. searches its **saturation rate** and goodput knee (``saturation.find_saturation``, the same
-   fresh seeds) for the headroom at the target load;
+2. searches its **SLO knee** and **unstable rate** (``saturation.find_saturation``, the one
+   capacity search ``servesim saturate`` runs, on the same fresh seeds) for the headroom at the
+   target load;
 3. runs **ablations** (one fresh seed each: chunked prefill flipped, the long-prefill cap removed,
    half the sequences, half the token budget, prefix caching flipped, one replica fewer) and
    writes the rationale from the measured differences, not from rules of thumb;
@@ -21,6 +22,7 @@ to review (``requires_human_review`` is always true).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -31,7 +33,7 @@ from servesim.tuning.changes import FlagChange, measure_changes
 from servesim.tuning.choice import Tolerance, model_tolerance
 from servesim.tuning.deploy import DeployPlan, deploy_plan
 from servesim.tuning.deployment import Deployment, resolve_deployment
-from servesim.tuning.evaluate import EvalSettings, LatencySpread, RatePoint, RunMetrics, Status
+from servesim.tuning.evaluate import EvalSettings, LatencySpread, RunMetrics, Status
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
 from servesim.tuning.explain import (
     Ablation,
@@ -44,7 +46,7 @@ from servesim.tuning.explain import (
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import EvalContext, RunJob
 from servesim.tuning.reasons import Reason
-from servesim.tuning.saturation import RateSearch, SaturationReport, SaturationSettings, _search
+from servesim.tuning.saturation import SaturationReport, SaturationSettings, find_saturation
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import Spread
 from servesim.tuning.uncertainty import ErrorBars, error_bars
@@ -217,57 +219,119 @@ def recommend(
     ctx = EvalContext(workload, hardware, slo, ev)
     ex, owned = _resolve_executor(executor, ctx, n_jobs, address)
     try:
-        chosen: tuple[Deployment, list[RunMetrics], int] | None = None
-        first: tuple[Deployment, list[RunMetrics], int] | None = None
-        for i, d in enumerate(candidates[:max_candidates]):
-            runs = verify(ex, d, rate, seeds)
-            if first is None:
-                first = (d, runs, i)
-            if _verified(runs, slo):
-                chosen = (d, runs, i)
-                break
-        if first is None:
-            raise InternalError("invariant broken: first is None")
-        d, runs, index = chosen or first
-        verdict: Literal["change", "keep", "add_capacity"] = "change"
-        base_sum = alt_sum = None
-        b_runs: list[RunMetrics] = []
+        pick = _first_that_holds(ex, candidates[:max_candidates], rate, seeds, slo)
         if baseline is not None:
-            b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
-            base_sum = RunSummary.of(baseline, b_runs, slo)
-            cand_sum = RunSummary.of(d, runs, slo)
-            if baseline == d or not beats(cand_sum, base_sum):
-                alt_sum = None if baseline == d else cand_sum
-                d, runs, verdict = baseline, b_runs, "keep"
-        cap: CapacityAnswer | None = None
-        if add_capacity and not _verified(runs, slo):
-            cap, more, more_runs = find_capacity(ex, d, rate, seeds, slo, max_replicas=max_replicas)
-            if more is not None and more_runs is not None:
-                d, runs, verdict = more, more_runs, "add_capacity"
+            _against_baseline(ex, pick, baseline, rate, seeds, slo)
+        if add_capacity and not _verified(pick.runs, slo):
+            _with_capacity(ex, pick, rate, seeds, slo, max_replicas)
+        d, runs = pick.d, pick.runs
         config, res = resolve_deployment(d, hardware)
-        search = RateSearch(workload, d, hardware, slo, sat_settings, ev, ex, rate, progress)
-        search.points[0] = RatePoint.of(rate, runs, ev, slo is not None)  # the runs just made
-        sat = _search(search, workload, d, hardware, slo, sat_settings, rate, config.num_gpu_blocks, res)
+        # the headroom: ``servesim saturate``'s search, the runs just made its target-rate point
+        sat = find_saturation(
+            workload,
+            d,
+            hardware,
+            slo,
+            target_rate=rate,
+            settings=sat_settings,
+            eval_settings=ev,
+            executor=ex,
+            progress=progress,
+            compare_off=False,
+            known=runs,
+        )
         ablations = run_ablations(ex, d, workload, hardware, rate, seeds[0], slo)
         changes = (
-            measure_changes(ex, baseline, b_runs[0], d, hardware, rate, slo)
-            if baseline is not None and b_runs and d != baseline
+            measure_changes(ex, baseline, pick.b_runs[0], d, hardware, rate, slo)
+            if baseline is not None and pick.b_runs and d != baseline
             else []
         )
     finally:
         if owned:
             ex.close()
-    notes = list(res.notes)
-    if chosen is None:
-        notes.append(
-            f"none of the first {min(len(candidates), max_candidates)} candidates met the SLO on every fresh "
-            "seed; this one is reported with meets_slo false"
-        )
-    elif index > 0:
-        notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
+    notes = [*res.notes, *_pick_notes(pick, min(len(candidates), max_candidates))]
     rec = build_recommendation(
         workload, hardware, slo, d, runs, sat, ablations, config.num_gpu_blocks, rate, ev, source or {}, notes
     )
+    return _deployed(rec, pick, changes, workload, slo, rate, usd_per_gpu_hour)
+
+
+def _pick_notes(pick: _Pick, tried: int) -> list[str]:
+    if not pick.held:
+        return [
+            f"none of the first {tried} candidates met the SLO on every fresh seed; this one is reported "
+            "with meets_slo false"
+        ]
+    if pick.index > 0:
+        return [f"the {pick.index} better-ranked candidate(s) failed re-verification on fresh seeds"]
+    return []
+
+
+@dataclass
+class _Pick:
+    """The deployment being recommended as the steps decide it: the candidate that held (or the
+    first), then the baseline kept, or replicas added."""
+
+    d: Deployment
+    runs: list[RunMetrics]
+    index: int
+    #: a candidate met the SLO on every fresh seed
+    held: bool
+    verdict: Literal["change", "keep", "add_capacity"] = "change"
+    base_sum: RunSummary | None = None
+    alt_sum: RunSummary | None = None
+    b_runs: list[RunMetrics] = field(default_factory=list)
+    cap: CapacityAnswer | None = None
+
+
+def _first_that_holds(
+    ex: Executor, candidates: Sequence[Deployment], rate: float, seeds: list[int], slo: PercentileSLO | None
+) -> _Pick:
+    """Each candidate on the fresh seeds until one meets the SLO on all (else the first)."""
+    first: _Pick | None = None
+    for i, d in enumerate(candidates):
+        runs = verify(ex, d, rate, seeds)
+        if _verified(runs, slo):
+            return _Pick(d, runs, i, held=True)
+        if first is None:
+            first = _Pick(d, runs, i, held=False)
+    if first is None:
+        raise InternalError("invariant broken: no candidate to verify")
+    return first
+
+
+def _against_baseline(
+    ex: Executor, pick: _Pick, baseline: Deployment, rate: float, seeds: list[int], slo: PercentileSLO | None
+) -> None:
+    """The baseline on the same fresh seeds; kept unless the candidate beats it."""
+    pick.b_runs = pick.runs if baseline == pick.d else verify(ex, baseline, rate, seeds)
+    pick.base_sum = RunSummary.of(baseline, pick.b_runs, slo)
+    cand_sum = RunSummary.of(pick.d, pick.runs, slo)
+    if baseline == pick.d or not beats(cand_sum, pick.base_sum):
+        pick.alt_sum = None if baseline == pick.d else cand_sum
+        pick.d, pick.runs, pick.verdict = baseline, pick.b_runs, "keep"
+
+
+def _with_capacity(
+    ex: Executor, pick: _Pick, rate: float, seeds: list[int], slo: PercentileSLO | None, max_replicas: int
+) -> None:
+    """Replicas of the flags added until the SLO holds on every fresh seed (when some count does)."""
+    pick.cap, more, more_runs = find_capacity(ex, pick.d, rate, seeds, slo, max_replicas=max_replicas)
+    if more is not None and more_runs is not None:
+        pick.d, pick.runs, pick.verdict = more, more_runs, "add_capacity"
+
+
+def _deployed(
+    rec: SchedulerRecommendation,
+    pick: _Pick,
+    changes: list[FlagChange],
+    workload: Workload,
+    slo: PercentileSLO | None,
+    rate: float,
+    usd_per_gpu_hour: float | None,
+) -> SchedulerRecommendation:
+    """The recommendation with its verdict, its comparisons, each change alone and the plan."""
+    d = pick.d
     sample = workload.sample().df
     plan = deploy_plan(
         d,
@@ -285,19 +349,19 @@ def recommend(
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
     reasons = list(rec.reasons)
-    mine = RunSummary.of(d, runs, slo)
-    if base_sum is not None and verdict != "keep":
-        reasons.insert(1, comparison_reason(mine, base_sum, "baseline"))
-    if alt_sum is not None:
-        reasons.insert(1, comparison_reason(mine, alt_sum, "candidate"))
-    if cap is not None:
-        reasons.insert(1, capacity_reason(cap))
+    mine = RunSummary.of(d, pick.runs, slo)
+    if pick.base_sum is not None and pick.verdict != "keep":
+        reasons.insert(1, comparison_reason(mine, pick.base_sum, "baseline"))
+    if pick.alt_sum is not None:
+        reasons.insert(1, comparison_reason(mine, pick.alt_sum, "candidate"))
+    if pick.cap is not None:
+        reasons.insert(1, capacity_reason(pick.cap))
     return rec.model_copy(
         update={
-            "verdict": verdict,
-            "baseline": base_sum,
-            "best_alternative": alt_sum,
-            "capacity": cap,
+            "verdict": pick.verdict,
+            "baseline": pick.base_sum,
+            "best_alternative": pick.alt_sum,
+            "capacity": pick.cap,
             "reasons": reasons,
             "changes": changes,
             "deploy": plan,

@@ -3,9 +3,16 @@
 Rates live on a geometric lattice ``r_k = r_ref x (1 + rtol)^k`` around a reference rate (the
 target rate, else the workload's own). Two thresholds are searched on it, sharing evaluations:
 
-* the **goodput knee**: the highest rate at which the SLOs hold on *every* seed;
-* the **saturation rate**: the lowest rate at which the queue is unstable on most seeds (the
-  slope test of ``stats.queue_trend``, or load shedding by the queue timeout).
+* the **SLO knee** (``goodput_knee_rps``): the highest rate at which the SLOs hold on *every*
+  seed with a stable queue (``slo_holds``);
+* the **unstable rate** (``saturation_rps``): the lowest rate at which the queue is unstable on
+  most seeds (the slope test of ``stats.queue_trend``, or load shedding by the queue timeout).
+
+**One capacity number.** ``find_saturation`` is the one code path of both: ``servesim saturate``,
+the headroom of ``tune``'s recommendation (``recommend`` calls it with the runs it has just made at
+the target rate), the demo, the web and the report all read these two figures from it, measured
+on the fresh seeds (``workload.fresh_seeds``: traffic no search saw), so the same trace, SLO and
+deployment give the same knee wherever it is asked.
 
 Each search brackets by doubling (or halving) the rate from ``r_ref`` until the verdict flips,
 then bisects the lattice indices, so each threshold is found to within one lattice step
@@ -31,7 +38,7 @@ from servesim.tuning.executors import Executor, ExecutorKind, LocalExecutor, mak
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import EvalContext, RunJob
 from servesim.tuning.slo import PercentileSLO
-from servesim.tuning.workload import Workload
+from servesim.tuning.workload import Workload, fresh_seeds
 
 Progress = Callable[[int, int], None]
 
@@ -41,7 +48,11 @@ class SaturationSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, description="Replicate seeds.")
+    seeds: list[int] = Field(
+        default_factory=lambda: fresh_seeds(3),
+        min_length=1,
+        description="Replicate seeds (default: the three fresh seeds every capacity figure uses).",
+    )
     rtol: float = Field(0.02, gt=0, le=0.5, description="Lattice step: relative resolution of the rates.")
     min_rate: float | None = Field(None, gt=0, description="Lowest rate tried (default reference / 256).")
     max_rate: float | None = Field(None, gt=0, description="Highest rate tried (default reference x 256).")
@@ -236,20 +247,27 @@ def find_saturation(
     address: str | None = None,
     progress: Progress | None = None,
     compare_off: bool = True,
+    known: Sequence[RunMetrics] = (),
 ) -> SaturationReport:
-    """Search the goodput knee (with an SLO) and the saturation rate of ``deployment``. With
+    """Search the SLO knee (with an SLO) and the unstable rate of ``deployment``. With
     speculative decoding on and ``compare_off``, the same search runs with it off, both run at
-    every rate either evaluated, and ``speculation`` says where speculation stops paying."""
+    every rate either evaluated, and ``speculation`` says where speculation stops paying.
+    ``known``: runs of ``deployment`` already made at the reference rate on ``settings.seeds``
+    (``recommend``'s verification runs), used as that rate's point instead of running it again."""
     st = settings or SaturationSettings()
     ev = eval_settings or EvalSettings()
     config, res = resolve_deployment(deployment, hardware)  # fail early, with the reason
     ref = target_rate or workload.base_rate
     if ref is None:
         raise InputError(f"{workload.name} has no arrival rate: give a target rate")
+    if known and [r.seed for r in known] != list(st.seeds):
+        raise InputError("the known runs must be the search's seeds, in order")
     ctx = EvalContext(workload, hardware, slo, ev)
 
     def run(ex: Executor) -> SaturationReport:
         search = RateSearch(workload, deployment, hardware, slo, st, ev, ex, ref, progress)
+        if known:
+            search.points[0] = RatePoint.of(ref, list(known), ev, slo is not None)
         rep = _search(
             search, workload, deployment, hardware, slo, st, target_rate, config.num_gpu_blocks, res
         )
@@ -337,7 +355,7 @@ def _search(
                 search.point(k)
     if s_hi is None:
         notes.append(
-            f"the queue stayed stable up to the highest rate tried ({search.rate(search.kmax):.3g} req/s)"
+            f"the queue grew without bound at no rate tried, up to {search.rate(search.kmax):.3g} req/s"
         )
     if s_lo is None:
         notes.append(

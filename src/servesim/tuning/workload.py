@@ -59,6 +59,16 @@ from servesim.traces.schema import Trace, TraceProvenance
 FRESH_SEED_BASE = 1000
 
 
+def fresh_seeds(n: int) -> list[int]:
+    """The ``n`` fresh replicate seeds (``FRESH_SEED_BASE``, + 1, ...): traffic no search saw.
+    Every capacity figure (the SLO knee, the unstable rate) and every re-verification runs on
+    these, so ``saturate``, ``tune``'s headroom, the demo, the web and the report measure the
+    same deployment on the same traffic and give the same number."""
+    if n < 1:
+        raise InputError(f"at least one seed is needed, got {n}")
+    return [FRESH_SEED_BASE + i for i in range(n)]
+
+
 def arrival_rate(model: ArrivalModel) -> float | None:
     """The nominal mean rate of an arrival process (None for a burst: it has no rate)."""
     if isinstance(model, PoissonArrivals | GammaArrivals | ConstantArrivals):

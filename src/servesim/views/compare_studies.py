@@ -48,7 +48,7 @@ def _row(what: str, values: Sequence[float | None]) -> list[Cell]:
 
 SATURATION_POINTS = (
     ("goodput_knee_rps", "SLO knee (highest rate meeting the SLO), req/s"),
-    ("max_stable_rps", "highest stable rate, req/s"),
+    ("max_stable_rps", "highest rate the queue test passes, req/s"),
     ("saturation_rps", "unstable from, req/s"),
     ("target_rate_rps", "target rate, req/s"),
 )

@@ -21,9 +21,9 @@ def cli_shape(row: JobRow) -> dict[str, Any]:
     from servesim.report.documents import stamped
 
     r = row.result or {}
-    if row.kind == "simulate" and isinstance(r.get("document"), dict):
-        doc = dict(r["document"])  # written by the job, as ``servesim simulate/cluster --json`` writes it
-        if doc.get("kind") == "cluster" and "sections" not in doc:
+    if isinstance(r.get("document"), dict):
+        doc = dict(r["document"])  # written by the job, as the command's ``--json`` writes it
+        if row.kind == "simulate" and doc.get("kind") == "cluster" and "sections" not in doc:
             # the fleet's and each replica's views, as shown; the page's event table is not the CLI's
             doc["sections"] = [x for x in r.get("sections", []) if x.get("key") != "timeline"]
         return doc

@@ -22,6 +22,7 @@ from servesim.cluster import FailureEvent
 from servesim.cluster.pd import PoolSpec
 from servesim.cluster.pd.spec import ShortPromptTokens
 from servesim.resched import Policy
+from servesim.services.layouts import LAYOUT_KINDS, LayoutKind
 from servesim.spec import DeploymentSpec, PercentileSLO, SLOError
 
 if TYPE_CHECKING:
@@ -286,10 +287,47 @@ class SaturateBody(SpecBody):
     slo: PercentileSLO | None = SLOField
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     seeds: int = Field(2, ge=1, le=5, description="Replicate seeds per rate.")
-    rtol: float = Field(0.05, ge=0.01, le=0.5)
+    rtol: float = Field(
+        0.02,
+        ge=0.01,
+        le=0.5,
+        description="Relative resolution of the rate search (the lattice tune's headroom uses too).",
+    )
     label: str | None = Field(None, max_length=200)
 
     _slo = field_validator("slo", mode="before")(read_slo)
+
+
+class LayoutsBody(Strict):
+    """Aggregated against disaggregated layouts of one GPU budget instead of the flag search
+    (``servesim tune --layouts agg,disagg --gpus N``): the deployment's model and GPU serve every
+    layout, each pool at vllm serve's defaults but for the values tried here."""
+
+    kinds: list[LayoutKind] = Field(
+        default_factory=lambda: list(LAYOUT_KINDS), min_length=1, description="The kinds compared."
+    )
+    gpus: int = Field(ge=1, le=WEB_MAX_REPLICAS, description="The GPU budget every layout spends.")
+    link: str = Field("rdma-400g", min_length=1, max_length=100, description="KV-transfer link preset.")
+    short_prompt_tokens: int = Field(
+        0, ge=0, le=10_000_000, description="Prompts shorter than this prefill on their decode replica."
+    )
+    prefill_batched_tokens: list[Annotated[int, Field(ge=1, le=1 << 24)]] = Field(
+        default_factory=list, max_length=8, description="Prefill pool max_num_batched_tokens values to try."
+    )
+    decode_max_seqs: list[Annotated[int, Field(ge=1, le=1 << 20)]] = Field(
+        default_factory=list, max_length=8, description="Decode pool max_num_seqs values to try."
+    )
+    break_even: bool = Field(True, description="Bisect the link bandwidth where disaggregation stops paying.")
+
+    @field_validator("link")
+    @classmethod
+    def _known_link(cls, value: str) -> str:
+        from servesim.cluster.pd import link_presets
+
+        presets = link_presets()
+        if value not in presets:
+            raise ValueError(f"unknown link {value!r}; presets: {', '.join(sorted(presets))}")
+        return value
 
 
 class TuneBody(SpecBody):
@@ -310,6 +348,16 @@ class TuneBody(SpecBody):
     space: dict[str, Any] | None = Field(None, description="Knob -> choices or {low, high} (docs/tuning.md).")
     study_name: str | None = Field(
         None, max_length=120, pattern=r"^[A-Za-z0-9_.:-]+$", description="Resume this stored study."
+    )
+    gpu_hour_usd: float | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        allow_inf_nan=False,
+        description="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only).",
+    )
+    layouts: LayoutsBody | None = Field(
+        None, description="Compare layouts of one GPU budget instead of searching flags (verify_seeds apply)."
     )
     label: str | None = Field(None, max_length=200)
 

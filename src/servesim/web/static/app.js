@@ -712,7 +712,7 @@
   function renderTune(run) {
     const box = clear($("tune-results"));
     const r = run.result;
-    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, r.study ? `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible` : `layouts of ${r.layouts.gpus} GPUs: ${r.layouts.recommended} recommended`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
       el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"), loadButton("tune-load-settings", run)), settingsLine(run.job.params) || "");
     if (r.no_recommendation) box.append(SS.verdict({ key: "none", label: "No recommendation", status: "warn", text: r.no_recommendation }));
     if (r.recommendation) {
@@ -725,7 +725,7 @@
       box.append(el("div", { class: "section", id: "recommendation-card" }, el("h2", {}, "Recommendation (review before use)"), pre, copy));
     }
     for (const s of r.sections) SS.section(box, s);
-    trialLoader(box, r);
+    if (r.study) trialLoader(box, r);
   }
   /* The study's trials as they finish (read from the Optuna storage by the job while it runs). */
   function liveTrials(extra) {

@@ -1,92 +1,103 @@
-"""Capacity jobs: a saturation sweep and a tuning study (stored in the workbench's database)."""
+"""Capacity jobs: a saturation sweep and a tuning study (layouts included), stored in the
+workbench's database. Each builds the request ``servesim saturate`` / ``servesim tune`` builds
+from its flags and calls the same service (``servesim.services.capacity``, ``.tune``,
+``.layouts``), so the browser gives the CLI's answer; the job keeps the answer's document (what
+``GET /api/runs/{id}/document.json`` serves) and the views the page draws."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servesim.spec import DeploymentSpec
-from servesim.traces import load_trace
-from servesim.tuning import (
-    Deployment,
-    EvalContext,
-    EvalSettings,
-    Hardware,
-    PercentileSLO,
-    SaturationSettings,
-    SearchSpace,
-    TuneSettings,
-    Workload,
-    find_saturation,
-    hardware_of,
-    make_executor,
-    recommend,
-    space_from_mapping,
-    tune,
-)
-from servesim.views.model import Section
+from servesim.errors import InternalError
+from servesim.services.capacity import Execution, SaturateRequest
+from servesim.services.layouts import LayoutsRequest
+from servesim.services.tune import TuneRequest
+from servesim.tuning import SearchSpace, space_from_mapping
 from servesim.web.schemas import SaturateBody, TuneBody
-from servesim.web.work import Env, Report, trace_path
+from servesim.web.work import Env, Report
+from servesim.web.work.runs import trace_input
 
-
-def hardware(spec: DeploymentSpec) -> Hardware:
-    """The study's hardware context of the request's deployment (as the CLI's ``saturate``/``tune``)."""
-    return hardware_of(spec)
-
-
-def workload(trace_id: str, env: Env) -> Workload:
-    return Workload.from_trace(load_trace(trace_path(env, trace_id)))
+if TYPE_CHECKING:
+    from servesim.views.model import Section
 
 
 def saturate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
+    """``servesim saturate``'s request of the body, answered by its service."""
+    from servesim.report.capacity import saturate_document
+    from servesim.services.capacity import saturate
     from servesim.views.saturation import saturation_view
 
     body = SaturateBody.model_validate(params)
-    wl = workload(body.trace_id, env)
-    spec = body.deployment
-    dep = Deployment.from_spec(spec, wl.default_max_model_len())
-    rep = find_saturation(
-        wl,
-        dep,
-        hardware(spec),
-        body.slo,
-        target_rate=body.target_rate or wl.base_rate,
-        settings=SaturationSettings(seeds=list(range(body.seeds)), rtol=body.rtol),
-        executor="local",
-        progress=report,
+    request = SaturateRequest(
+        trace=trace_input(body.trace_id, env),
+        deployment=body.deployment,
+        slo=body.slo,
+        target_rate=body.target_rate,
+        seeds=body.seeds,
+        rtol=body.rtol,
+        execution=Execution(executor="local"),
     )
+    answer = saturate(request, progress=lambda _phase, done, total, _detail=None: report(done, total))
     return {
-        "report": rep.model_dump(mode="json"),
-        "sections": [saturation_view(rep).model_dump(mode="json")],
+        "report": answer.report.model_dump(mode="json"),
+        "sections": [saturation_view(answer.report).model_dump(mode="json")],
+        "document": saturate_document(answer),
     }
 
 
-def derived_study_name(
-    wl: Workload,
-    hw: Hardware,
-    slo: PercentileSLO | None,
-    space: SearchSpace,
-    settings: TuneSettings,
-    target_rate: float | None,
-    ev: EvalSettings,
-) -> str:
-    """The name ``tune`` derives from everything that defines the study (the same settings resume
-    the same study); known before the study starts, so the page can follow its trials."""
-    from servesim.tuning.search import study_fingerprint, trial_spec
+def tune_request(body: TuneBody, env: Env) -> TuneRequest:
+    """The study of a Tune body: ``servesim tune``'s request, in the server's study storage, one
+    trial at a time on the server's tune executor."""
+    return TuneRequest(
+        trace=trace_input(body.trace_id, env),
+        deployment=body.deployment,
+        baseline=body.baseline,
+        slo=body.slo,
+        target_rate=body.target_rate,
+        objective=body.objective,
+        trials=body.n_trials,
+        seed=body.seed,
+        trial_seeds=body.trial_seeds,
+        verify_seeds=body.verify_seeds,
+        max_gpus=body.max_gpus,
+        space=space_from_mapping(body.space) if body.space else SearchSpace(),
+        gpu_hour_usd=body.gpu_hour_usd,
+        storage=env["db_url"],
+        study_name=body.study_name,
+        execution=Execution.model_validate({"executor": env["tune_executor"], "jobs": 1}),
+    )
 
-    spec = trial_spec(wl, settings, target_rate=target_rate)
-    return f"servesim-tune-{study_fingerprint(wl, hw, slo, space.effective(hw), spec, ev)}"
+
+def layouts_request(body: TuneBody, env: Env) -> LayoutsRequest:
+    """The layouts question of a Tune body that gives ``layouts``: ``servesim tune --layouts``'s."""
+    lay = body.layouts
+    if lay is None:
+        raise InternalError("invariant broken: a layouts request of a body without layouts")
+    return LayoutsRequest(
+        trace=trace_input(body.trace_id, env),
+        deployment=body.deployment,
+        gpus=lay.gpus,
+        layouts=lay.kinds,
+        slo=body.slo,
+        link=lay.link,
+        short_prompt_tokens=lay.short_prompt_tokens,
+        prefill_batched_tokens=lay.prefill_batched_tokens,
+        decode_max_seqs=lay.decode_max_seqs,
+        break_even=lay.break_even,
+        verify_seeds=body.verify_seeds,
+    )
 
 
 def live_trials(db_url: str, study_name: str, limit: int = 300) -> list[dict[str, Any]]:
     """The study's finished trials so far (number, state, feasible, TTFT p99, goodput per GPU)."""
     import optuna
 
-    from servesim.tuning.search import _record
+    from servesim.tuning.ranking import record_of
 
     study = optuna.load_study(study_name=study_name, storage=db_url)
     out = []
     for t in study.get_trials(deepcopy=False)[-limit:]:
-        r = _record(t)
+        r = record_of(t)
         o = r.outcome
         out.append(
             {
@@ -119,96 +130,67 @@ def param_importance(db_url: str, study_name: str, objective: str) -> Section | 
 
 
 def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
-    """Trials into the stored study (resumable), then the re-verified recommendation of the best."""
+    """Trials into the stored study (resumable), then the re-verified recommendation: the study
+    ``servesim tune`` runs for the same request (or, with ``layouts``, its layouts question)."""
     import optuna
 
-    from servesim.views.tuning import recommendation_view, scatter_trials, trials_view
+    from servesim.services.tune import prepare
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the job's progress says enough
     body = TuneBody.model_validate(params)
-    wl = workload(body.trace_id, env)
-    hw = hardware(body.deployment)
-    space = space_from_mapping(body.space) if body.space else SearchSpace()
-    settings = TuneSettings(
-        objective=body.objective,
-        n_trials=body.n_trials,
-        seed=body.seed,
-        seeds=list(range(body.trial_seeds)),
-        max_gpus=body.max_gpus,
-    )
-    ev = EvalSettings()
-    n = body.n_trials
-    name = body.study_name or derived_study_name(wl, hw, body.slo, space, settings, body.target_rate, ev)
+    if body.layouts is not None:
+        return layouts_job(body, env, report)
+    prepared = prepare(tune_request(body, env))
+    name, n, v = prepared.study_name, body.n_trials, body.verify_seeds
 
-    mml = wl.default_max_model_len()
-    current = None  # the user's configuration (the shared deployment panel's), the study's baseline
-    if body.baseline:
-        current = Deployment.from_spec(body.deployment, mml)
+    def progress(phase: str, done: int, total: int, _detail: Any = None) -> None:
+        if phase == "trials":
+            report(done, total + v, {"study": name, "trials": live_trials(env["db_url"], name)})
+        else:  # verifying: the recommendation's runs and its headroom search
+            report(n + done * v // max(total, 1), n + v)
 
-    def trial_progress(done: int, total: int) -> None:
-        report(done, total + body.verify_seeds, {"study": name, "trials": live_trials(env["db_url"], name)})
+    return tune_result(prepared.run(progress=progress), env)
 
-    with make_executor(env["tune_executor"], EvalContext(wl, hw, body.slo, ev), n_jobs=1) as ex:  # type: ignore[arg-type]
-        res = tune(
-            wl,
-            hw,
-            body.slo,
-            target_rate=body.target_rate,
-            space=space,
-            settings=settings,
-            eval_settings=ev,
-            executor=ex,
-            n_jobs=1,
-            storage=env["db_url"],
-            study_name=name,
-            progress=trial_progress,
-            baseline=current,
-        )
-        rec = None
-        if res.best is not None:
-            by_number = {r.number: r for r in res.trials}
-            candidates = []
-            for num in res.shortlist(3):
-                o = by_number[num].outcome
-                if o is not None:
-                    candidates.append(Deployment.model_validate({"max_model_len": mml, **o.params}))
-            rec = recommend(
-                wl,
-                hw,
-                body.slo,
-                candidates,
-                target_rate=res.target_rate_rps,
-                verify_seeds=[1000 + i for i in range(body.verify_seeds)],
-                eval_settings=ev,
-                executor=ex,
-                source={
-                    "study": res.study_name,
-                    "objective": res.objective,
-                    "trials": res.shortlist(3),
-                    "baseline_origin": "config" if current is not None else "vllm defaults",
-                },
-                baseline=Deployment.model_validate({"max_model_len": mml, **res.baseline.params})
-                if res.baseline is not None
-                else current,
-                progress=lambda done, total: report(
-                    n + done * body.verify_seeds // max(total, 1), n + body.verify_seeds
-                ),
-            )
+
+def tune_result(answer: Any, env: Env) -> dict[str, Any]:
+    """What the page draws of a study (the trials, their scatter, the importance, the
+    recommendation card) and the answer's document."""
+    from servesim.report.capacity import tune_document
+    from servesim.views.recommendation import recommendation_view
+    from servesim.views.trials import scatter_trials, trials_view
+
+    res, rec = answer.study, answer.recommendation
     sections = [trials_view(res).model_dump(mode="json")]
-    importance = param_importance(env["db_url"], name, res.objective)
+    importance = param_importance(env["db_url"], res.study_name, res.objective)
     if importance is not None:
         sections.append(importance.model_dump(mode="json"))
     if rec is not None:
         sections.insert(0, recommendation_view(rec).model_dump(mode="json"))
     return {
-        "executor": ex.kind,  # where the trials ran (--tune-executor)
+        "executor": answer.executor,  # where the trials ran (--tune-executor)
         "study": res.model_dump(mode="json", exclude={"trials"}),
         "trials": [t.model_dump(mode="json") for t in res.trials],
         "scatter_trials": [t.number for t in scatter_trials(res)],  # the scatter's points, in order
         "recommendation": rec.model_dump(mode="json") if rec is not None else None,
         "no_recommendation": None
         if rec is not None
-        else f"no feasible trial in study {res.study_name} after {res.n_trials} trials: relax the SLO, "
-        "widen the search space or run more trials",
+        else f"no recommendation for study {res.study_name} after {res.n_trials} trials",
         "sections": sections,
+        "document": tune_document(answer),
+    }
+
+
+def layouts_job(body: TuneBody, env: Env, report: Report) -> dict[str, Any]:
+    """``servesim tune --layouts``'s question for the body, answered by its service."""
+    from servesim.report.capacity import layouts_document
+    from servesim.services.layouts import compare
+    from servesim.views.layouts import layouts_view
+
+    report(0, 1)
+    answer = compare(layouts_request(body, env))
+    report(1, 1)
+    return {
+        "layouts": answer.answer.model_dump(mode="json"),
+        "sections": [layouts_view(answer.answer).model_dump(mode="json")],
+        "document": layouts_document(answer),
     }

@@ -1,0 +1,319 @@
+"""A tuning study and its recommendation: ``TuneRequest`` -> ``TuneAnswer``.
+
+The one tune workflow: trials (``tuning.search.tune``) -> the shortlist (the fewest-changes
+choice's order; with no feasible trial, the nearest miss) -> re-verification on fresh seeds, the
+baseline on the same seeds, added capacity when no setting meets the SLO, the headroom from the
+one capacity search, the GPU price (``tuning.recommend.recommend``, called only here). The fixed
+parameters (the queue policy, speculative decoding, the context length, the KV blocks) hold in
+every trial and in the recommendation. ``servesim tune``, the web's Tune job and the demo's study
+build a ``TuneRequest`` and call ``tune`` (or ``prepare`` then ``PreparedTune.run``, to know the
+study's name before it starts), so the same study gives the same answer wherever it is asked.
+The answer's document is ``report.capacity.tune_document(answer)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.bounds import MAX_SEED
+from servesim.errors import InputError, InternalError
+from servesim.services.capacity import Execution, checked_hardware, workload_of
+from servesim.services.inputs import Progress, TraceInput, counter
+from servesim.spec import DeploymentSpec, PercentileSLO
+from servesim.tuning.space import Knob, SearchSpace
+
+if TYPE_CHECKING:
+    from servesim.engine.speculative import SpeculativeConfig
+    from servesim.traces.schema import TraceProvenance
+    from servesim.tuning import (
+        Deployment,
+        EvalSettings,
+        Hardware,
+        SchedulerRecommendation,
+        TuneResult,
+        TuneSettings,
+        Workload,
+    )
+    from servesim.tuning.executors import Executor
+
+#: Engine keys that set the study rather than a configuration to beat: the KV blocks of the
+#: hardware, the context length, the queue order and speculative decoding hold in every trial.
+STUDY_KEYS = frozenset({"num_gpu_blocks", "max_model_len", "policy", "speculative_config"})
+#: Candidates re-verified on fresh seeds, best first (the first that holds is recommended).
+SHORTLIST = 3
+
+
+class TuneRequest(BaseModel):
+    """An Optuna study over vLLM flags, TP and replicas for a trace and an SLO, and (``recommend``)
+    its re-verified recommendation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trace: TraceInput
+    deployment: DeploymentSpec = Field(
+        default_factory=DeploymentSpec,
+        description="The hardware (model, GPU, TP, memory share, timing) and the engine keys set: the "
+        "study-wide ones (num_gpu_blocks, max_model_len, policy, speculative_config) and the user's "
+        "configuration (the baseline).",
+    )
+    baseline: bool = Field(
+        True,
+        description="The deployment's configuration is the study's baseline (evaluated first, the answer "
+        "never worse than it); without one, or false: vllm serve's defaults.",
+    )
+    slo: PercentileSLO | None = None
+    target_rate: float | None = Field(None, gt=0, allow_inf_nan=False, description="Load to plan for.")
+    objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
+    latency_metric: Literal["ttft", "tpot", "e2e"] = Field("ttft", description="The Pareto front's p99.")
+    trials: int = Field(40, ge=1, description="Trials this run adds to the study.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed.")
+    trial_seeds: int = Field(2, ge=1, le=20, description="Seeds (replicates) per trial.")
+    verify_seeds: int = Field(3, ge=1, le=20, description="Fresh seeds re-verifying the recommendation.")
+    max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP at most this.")
+    space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
+    gpu_hour_usd: float | None = Field(None, ge=0, allow_inf_nan=False, description="$ per GPU-hour.")
+    recommend: bool = Field(True, description="Verify and explain the best trial (false: trials only).")
+    storage: str | None = Field(None, description="Optuna RDB URL (None: in memory).")
+    study_name: str | None = Field(None, description="Study name (default: derived from the settings).")
+    execution: Execution = Field(default_factory=lambda: Execution(executor="process"))
+
+
+@dataclass(frozen=True)
+class PreparedTune:
+    """A request with its traffic read, its hardware checked and its study defined: the study's
+    name is known before the first trial (the web follows its trials by it)."""
+
+    request: TuneRequest
+    workload: Workload
+    hardware: Hardware
+    settings: TuneSettings
+    evaluation: EvalSettings
+    space: SearchSpace
+    #: the deployment fields every trial keeps (policy, speculative config)
+    fixed: dict[str, Any]
+    max_model_len: int
+    #: the user's configuration (None: vllm serve's defaults are the baseline)
+    current: Deployment | None
+    study_name: str
+
+    def run(self, *, progress: Progress | None = None) -> TuneAnswer:
+        """The trials, then (``request.recommend``) the recommendation (``progress``: phases
+        ``trials`` and ``verifying``)."""
+        from servesim.tuning import EvalContext, make_executor
+
+        ex = self.request.execution
+        ctx = EvalContext(self.workload, self.hardware, self.request.slo, self.evaluation)
+        with make_executor(ex.executor, ctx, n_jobs=ex.jobs, address=ex.address) as executor:
+            study = self._study(executor, progress)
+            rec = self._recommend(study, executor, progress) if self.request.recommend else None
+            kind = executor.kind
+        return TuneAnswer(self, study, rec, kind)
+
+    def _study(self, executor: Executor, progress: Progress | None) -> TuneResult:
+        from servesim.tuning import tune
+
+        req = self.request
+        return tune(
+            self.workload,
+            self.hardware,
+            req.slo,
+            target_rate=req.target_rate,
+            space=self.space,
+            settings=self.settings,
+            eval_settings=self.evaluation,
+            max_model_len=self.max_model_len,
+            fixed=self.fixed,
+            executor=executor,
+            n_jobs=req.execution.jobs,
+            storage=req.storage,
+            study_name=self.study_name,
+            progress=counter(progress, "trials"),
+            baseline=self.current,
+        )
+
+    def _recommend(
+        self, study: TuneResult, executor: Executor, progress: Progress | None
+    ) -> SchedulerRecommendation:
+        """The shortlist (or the nearest miss) re-verified on fresh seeds against the baseline,
+        with capacity added when nothing meets the SLO, priced at the request's GPU-hour."""
+        from servesim.tuning import Deployment, recommend
+        from servesim.tuning.workload import fresh_seeds
+
+        picks = study.shortlist(SHORTLIST) or ([study.nearest_miss.number] if study.nearest_miss else [])
+        if not picks:
+            raise InputError(
+                f"no trial of study {study.study_name} could run ({study.n_trials} trials, all invalid): "
+                "widen the search space (more replicas, --max-gpus)"
+            )
+        base = study.baseline
+        baseline = (
+            Deployment.model_validate({"max_model_len": self.max_model_len, **self.fixed, **base.params})
+            if base is not None
+            else self.current
+        )
+        return recommend(
+            self.workload,
+            self.hardware,
+            self.request.slo,
+            trial_deployments(study, picks, self.max_model_len, self.fixed),
+            target_rate=study.target_rate_rps,
+            verify_seeds=fresh_seeds(self.request.verify_seeds),
+            eval_settings=self.evaluation,
+            executor=executor,
+            source={
+                "study": study.study_name,
+                "storage": self.request.storage,
+                "objective": study.objective,
+                "trials": picks,
+                "baseline_trial": base.number if base is not None else None,
+                "baseline_origin": "config" if self.current is not None else "vllm defaults",
+            },
+            progress=counter(progress, "verifying"),
+            baseline=baseline,
+            add_capacity=True,
+            usd_per_gpu_hour=self.request.gpu_hour_usd,
+        )
+
+
+@dataclass(frozen=True)
+class TuneAnswer:
+    """The study after this run and its recommendation (None: ``recommend`` was off)."""
+
+    prepared: PreparedTune
+    study: TuneResult
+    recommendation: SchedulerRecommendation | None
+    #: where the trials ran (local, process, ray)
+    executor: str
+
+    @property
+    def request(self) -> TuneRequest:
+        return self.prepared.request
+
+    @property
+    def workload(self) -> Workload:
+        return self.prepared.workload
+
+    @property
+    def hardware(self) -> Hardware:
+        return self.prepared.hardware
+
+    @property
+    def provenance(self) -> TraceProvenance | None:
+        return self.prepared.workload.provenance
+
+
+def trial_deployments(
+    res: TuneResult, numbers: Sequence[int], max_model_len: int, fixed: dict[str, Any]
+) -> list[Deployment]:
+    """The study's trials ``numbers`` as deployments, for ``recommend`` to re-verify (``fixed``:
+    the study's fields that were not searched: the policy, the speculative config)."""
+    from servesim.tuning import Deployment
+
+    by_number = {r.number: r for r in res.trials}
+    out = []
+    for n in numbers:
+        o = by_number[n].outcome
+        if o is None:
+            raise InternalError(f"invariant broken: trial {n} has no outcome")
+        out.append(Deployment.model_validate({**fixed, "max_model_len": max_model_len, **o.params}))
+    return out
+
+
+def prepare(request: TuneRequest) -> PreparedTune:
+    """Check the deployment (before the trace is read), read the traffic, and define the study:
+    its settings, the fixed fields, the baseline, the space (speculation searched as
+    ``num_speculative_tokens`` in {0, k} unless the space names it) and the study's name."""
+    from servesim.cluster import RouterSpec
+    from servesim.spec import engine_values
+    from servesim.tuning import EvalSettings, TuneSettings
+    from servesim.tuning.deployment import check_speculative_draft
+    from servesim.tuning.search import derived_study_name
+
+    spec = request.deployment
+    hardware = checked_hardware(spec)
+    engine_values(spec)  # the configuration's keys by vLLM's own rules, before any work
+    fixed, space = _fixed(spec, request.space)
+    # a speculating recommendation must name a drafter vLLM can load: refused before any trial
+    check_speculative_draft(_speculative(fixed), hardware)
+    workload = workload_of(request.trace)
+    mml = int(spec.engine.get("max_model_len") or workload.default_max_model_len())
+    current = _current(request, mml, fixed)
+    settings = TuneSettings(
+        objective=request.objective,
+        n_trials=request.trials,
+        seed=request.seed,
+        seeds=list(range(request.trial_seeds)),
+        latency_metric=request.latency_metric,
+        max_gpus=request.max_gpus,
+    )
+    evaluation = EvalSettings(router=RouterSpec(policy=spec.router))
+    name = request.study_name or derived_study_name(
+        workload,
+        hardware,
+        request.slo,
+        space=space,
+        settings=settings,
+        eval_settings=evaluation,
+        target_rate=request.target_rate,
+        max_model_len=mml,
+        fixed=fixed,
+        baseline=current,
+    )
+    return PreparedTune(request, workload, hardware, settings, evaluation, space, fixed, mml, current, name)
+
+
+def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], SearchSpace]:
+    """The fields every trial keeps, and the space with speculation's k searched in {0, k} when the
+    deployment speculates and the space leaves the knob at off."""
+    from servesim.engine.speculative import SpeculativeConfig
+
+    fixed: dict[str, Any] = {"policy": spec.engine.get("policy", "fcfs")}
+    raw = spec.engine.get("speculative_config")
+    if raw is not None:
+        sc = SpeculativeConfig.model_validate(raw)
+        fixed["speculative_config"] = sc.model_dump(mode="json")
+        if space.num_speculative_tokens.choices == [0]:
+            space = space.with_overrides(
+                {"num_speculative_tokens": Knob(choices=[0, sc.num_speculative_tokens])}
+            )
+    return fixed, space
+
+
+def _speculative(fixed: dict[str, Any]) -> SpeculativeConfig | None:
+    from servesim.engine.speculative import SpeculativeConfig
+
+    raw = fixed.get("speculative_config")
+    return None if raw is None else SpeculativeConfig.model_validate(raw)
+
+
+def _current(request: TuneRequest, mml: int, fixed: dict[str, Any]) -> Deployment | None:
+    """The user's configuration as the study's baseline: the deployment's engine keys beyond the
+    study-wide ones (None when it sets none, or ``request.baseline`` is off: vllm serve's defaults)."""
+    from servesim.tuning import Deployment
+
+    spec = request.deployment
+    if not request.baseline or not set(spec.engine) - STUDY_KEYS:
+        return None
+    engine = {**spec.engine, "max_model_len": mml, "policy": fixed["policy"]}
+    return Deployment.from_spec(spec.model_copy(update={"engine": engine}), mml)
+
+
+def tune(request: TuneRequest, *, progress: Progress | None = None) -> TuneAnswer:
+    """``prepare`` and ``run``: the answer to "which vLLM settings, TP and replicas serve this
+    traffic within this SLO on the fewest GPUs?"."""
+    return prepare(request).run(progress=progress)
+
+
+__all__ = [
+    "STUDY_KEYS",
+    "PreparedTune",
+    "TuneAnswer",
+    "TuneRequest",
+    "prepare",
+    "trial_deployments",
+    "tune",
+]

@@ -1,0 +1,166 @@
+"""Views of a tuning study: its trials (the best, the Pareto front, a scatter), what the pruned
+ones broke and, when no trial is feasible, how far each infeasible trial is from the SLO."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servesim.tuning.study import TrialRecord, TuneResult
+from servesim.views.glossary import define
+from servesim.views.model import Column, Section, Series, Table
+from servesim.views.reasons import ms_text
+
+PARAM_COLUMNS = (
+    ("max_num_seqs", "seqs", "int"),
+    ("max_num_batched_tokens", "tokens", "int"),
+    ("enable_chunked_prefill", "chunk", "bool"),
+    ("long_prefill_token_threshold", "thr", "int"),
+    ("enable_prefix_caching", "prefix", "bool"),
+    ("block_size", "block", "int"),
+    ("gpu_memory_utilization", "mem", "float"),
+    ("tensor_parallel_size", "TP", "int"),
+    ("replicas", "replicas", "int"),
+    ("queue_timeout_s", "timeout", "float"),
+)
+#: Speculative decoding's k (0 = off), shown when a study searched it.
+SPEC_COLUMN = ("num_speculative_tokens", "spec k", "int")
+
+
+def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> Table:
+    by_number = {r.number: r for r in res.trials}
+    cols = [
+        Column(key="trial", label="trial", kind="int"),
+        Column(key="gpus", label="GPUs", kind="int"),
+        Column(key="goodput_per_gpu", label="goodput/GPU", unit="req/s", decimals=3, help=define("goodput")),
+        Column(key="ttft_p99_ms", label="TTFT p99", unit="ms", help=define("ttft_ms")),
+        Column(key="tpot_p99_ms", label="TPOT p99", unit="ms", help=define("tpot_ms")),
+    ]
+    params: tuple[tuple[str, str, str], ...] = PARAM_COLUMNS
+    outcomes = [by_number[n].outcome for n in numbers]
+    if any(o is not None and o.params.get("num_speculative_tokens") for o in outcomes):
+        params = (*PARAM_COLUMNS, SPEC_COLUMN)  # only a study that searched speculation shows k
+    cols += [Column(key=k, label=label, kind=kind, decimals=2) for k, label, kind in params]
+    rows: list[list[Any]] = []
+    for n in numbers:
+        o = by_number[n].outcome
+        if o is None:
+            continue
+        p = o.params
+        rows.append(
+            [
+                n,
+                o.gpus,
+                o.goodput_per_gpu,
+                o.ttft_p99_ms.max if o.ttft_p99_ms else None,
+                o.tpot_p99_ms.max if o.tpot_p99_ms else None,
+                *(p.get(k, 0 if k == SPEC_COLUMN[0] else None) for k, _, _ in params),
+            ]
+        )
+    return Table(key=key, title=title, columns=cols, rows=rows)
+
+
+def scatter_trials(res: TuneResult) -> list[TrialRecord]:
+    """The trials the scatter draws, in its point order (an interface maps a clicked point back)."""
+    return [r for r in res.trials if r.outcome is not None and r.outcome.ttft_p99_ms is not None]
+
+
+def trials_view(res: TuneResult, top: int = 8) -> Section:
+    """The study: counts, why trials were pruned, the best trials, the Pareto front and a scatter."""
+    text = [
+        f"study {res.study_name} ({res.storage or 'in memory'}): {res.n_trials} trials, "
+        f"{res.n_complete} complete, "
+        f"{res.n_pruned} pruned as invalid, {res.n_feasible} feasible; objective {res.objective} at "
+        f"{res.target_rate_rps:,.3g} req/s"
+    ]
+    text += [f"pruned {info.count}x [{rule}]: {info.example}" for rule, info in res.invalid_reasons.items()]
+    text += res.budget_notes
+    seeded = [f"{s.role} = trial {s.number}" for s in res.seeded if s.number is not None]
+    if seeded:
+        text.append("evaluated before sampling: " + ", ".join(seeded))
+    text += [f"{s.role} not evaluated: {s.note}" for s in res.seeded if s.number is None and s.role != "grid"]
+    if res.reused:
+        text.append(f"{res.reused} trial(s) repeated an evaluated combination and were not simulated again")
+    if res.nearest_miss is not None:
+        m = res.nearest_miss
+        text.append(
+            f"no feasible trial: the nearest miss is trial {m.number} on {m.gpus} GPU(s), "
+            + "; ".join(breach_text(b.constraint, b.measured, b.limit, b.excess) for b in m.breaches)
+        )
+    done = scatter_trials(res)
+    scatter = Series(
+        key="trials",
+        title="trials: goodput per GPU against TTFT p99",
+        x_label="TTFT p99",
+        x_unit="ms",
+        y_label="goodput per GPU",
+        y_unit="req/s",
+        x=[r.outcome.ttft_p99_ms.max for r in done if r.outcome and r.outcome.ttft_p99_ms],
+        y=[r.outcome.goodput_per_gpu for r in done if r.outcome],
+        kind="scatter",
+    )
+    front = [r.number for r in res.pareto_front]
+    return Section(
+        key="tuning",
+        title="tuning study",
+        tables=[
+            trials_table(res, res.ranked[:top], "best_trials", "best feasible trials"),
+            trials_table(res, front, "pareto_front", "Pareto front"),
+            infeasibility_table(res),
+        ],
+        series=[scatter],
+        text=text,
+    )
+
+
+def breach_text(constraint: str, measured: float, limit: float, excess: float) -> str:
+    if constraint.endswith("_p99"):
+        name = constraint.replace("_p99", "").upper() + " p99"
+        return f"{name} {ms_text(measured)} ms > {ms_text(limit)} ms (+{excess:.0%})"
+    if constraint == "good_fraction":
+        return f"good fraction {measured:.1%} < {limit:.1%}"
+    if constraint == "queue_saturated":
+        return f"queue saturated on {measured:g} seed(s)"
+    return f"{measured:.3f} preemptions per request > {limit:g} (KV thrashing)"
+
+
+def infeasibility_table(res: TuneResult) -> Table:
+    """Which constraint each trial broke and by how much (nearest to feasible first)."""
+    names = res.constraint_names
+    cols = [
+        Column(key="trial", label="trial", kind="int"),
+        Column(key="gpus", label="GPUs", kind="int"),
+        Column(key="distance", label="worst excess", kind="pct", decimals=0),
+        *(Column(key=n, label=f"{n} over", kind="pct", decimals=0) for n in names),
+        *(Column(key=k, label=label, kind=kind, decimals=2) for k, label, kind in PARAM_COLUMNS),
+    ]
+    rows: list[list[Any]] = []
+    for row in res.infeasible:
+        over: dict[str, float] = {b.constraint: b.excess for b in row.breaches}
+        rows.append(
+            [
+                row.number,
+                row.gpus,
+                row.distance,
+                *(over.get(n) for n in names),
+                *(row.params.get(k) for k, _, _ in PARAM_COLUMNS),
+            ]
+        )
+    notes = ["excess: how far beyond the limit (p99 / cap - 1; share of seeds saturated)"] if rows else []
+    return Table(
+        key="infeasible",
+        title="what each trial broke (no feasible trial)",
+        columns=cols,
+        rows=rows,
+        notes=notes,
+    )
+
+
+__all__ = [
+    "PARAM_COLUMNS",
+    "SPEC_COLUMN",
+    "breach_text",
+    "infeasibility_table",
+    "scatter_trials",
+    "trials_table",
+    "trials_view",
+]

@@ -1,0 +1,191 @@
+"""One question, one answer (issue 45): the capacity questions asked of the CLI, the web API and
+the demo give the same document.
+
+The same trace and settings go through ``servesim saturate --json``, ``servesim tune --json``
+(with and without ``--layouts``) and the web's jobs (``POST /api/saturate`` or ``/api/tune``, then
+``GET /api/runs/{id}/document.json``); the demo's sweep and study are compared with the command
+lines they say they are (``SATURATE_COMMAND``, ``TUNE_COMMAND``). What is left out, and why:
+
+* ``trace_provenance``: the CLI read the CSV file, the server its stored Parquet copy of the same
+  upload; the provenance says so (format, path), as it should.
+* ``storage`` (``study.storage``, ``recommendation.source.storage``): where the study is kept, the
+  server's SQLite database against the CLI's ``--storage memory``; the study's name, which is
+  derived from everything that defines the study, must still be the same.
+
+Everything else, every figure included, must be equal.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from tests.web.conftest import GOOD_CSV, run_job, settings_for
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+from servesim.web.app import create_app
+
+runner = CliRunner()
+SLO = "ttft_p99_ms=400,tpot_p99_ms=40"
+LINEAR = ["--linear-step-time", "--num-gpu-blocks", "3000"]
+LINEAR_SPEC = {"linear_step_time": True, "engine": {"num_gpu_blocks": 3000}}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("parity")
+    (path / "t.csv").write_bytes(GOOD_CSV)
+    return path
+
+
+@pytest.fixture(scope="module")
+def client(folder: Path) -> Iterator[TestClient]:
+    """A server of its own: its study storage holds only this module's studies."""
+    with TestClient(create_app(settings_for(folder / "web"))) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def trace_id(client: TestClient) -> str:
+    r = client.post("/api/traces?name=t.csv", content=GOOD_CSV)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def _cli(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, Any]:
+    """The command's ``--json`` document, run where the trace is (it names it ``t.csv``, as the
+    upload is named)."""
+    monkeypatch.chdir(folder)
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+def _web(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    run = run_job(client, path, body)
+    r = client.get(f"/api/runs/{run['job']['id']}/document.json")
+    assert r.status_code == 200, r.text
+    doc: dict[str, Any] = r.json()
+    return doc
+
+
+def _comparable(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document less where it was asked (see the module docstring)."""
+    out = json.loads(json.dumps(doc))
+    out.pop("trace_provenance", None)
+    if isinstance(out.get("study"), dict):
+        out["study"].pop("storage")
+    rec = out.get("recommendation")
+    if isinstance(rec, dict):
+        rec["source"].pop("storage")
+    return out
+
+
+def test_saturate_cli_and_web(
+    folder: Path, client: TestClient, trace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli = _cli(
+        folder, monkeypatch, "saturate", "t.csv", *LINEAR, "--slo", SLO, "--seeds", "1", "--rtol", "0.1"
+    )
+    body = {"trace_id": trace_id, "deployment": LINEAR_SPEC, "slo": SLO, "seeds": 1, "rtol": 0.1}
+    web = _web(client, "/api/saturate", body)
+    assert cli["kind"] == "saturate" and cli["goodput_knee_rps"] is not None
+    assert cli["settings"]["seeds"] == [1000]  # the fresh seed tune's headroom also runs on
+    assert _comparable(web) == _comparable(cli)
+
+
+def test_tune_cli_and_web(
+    folder: Path, client: TestClient, trace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    space = {"replicas": [1, 2], "max_num_seqs": [16, 64], "enable_chunked_prefill": [True]}
+    flags = [f"--space={k}={','.join(str(v).lower() for v in vs)}" for k, vs in space.items()]
+    cli = _cli(
+        folder,
+        monkeypatch,
+        "tune",
+        "t.csv",
+        *LINEAR,
+        "--slo",
+        SLO,
+        "--trials",
+        "3",
+        "--trial-seeds",
+        "1",
+        "--verify-seeds",
+        "1",
+        *flags,
+        "--gpu-hour-usd",
+        "2.5",
+        "--storage",
+        "memory",
+        "--executor",
+        "local",
+        "--jobs",
+        "1",
+    )
+    body = {
+        "trace_id": trace_id,
+        "deployment": LINEAR_SPEC,
+        "slo": SLO,
+        "n_trials": 3,
+        "trial_seeds": 1,
+        "verify_seeds": 1,
+        "space": space,
+        "gpu_hour_usd": 2.5,
+    }
+    web = _web(client, "/api/tune", body)
+    assert cli["kind"] == "tune" and cli["recommendation"] is not None
+    assert cli["recommendation"]["deploy"]["usd_per_gpu_hour"] == 2.5
+    assert _comparable(web) == _comparable(cli)
+
+
+def test_tune_layouts_cli_and_web(
+    folder: Path, client: TestClient, trace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli = _cli(
+        folder,
+        monkeypatch,
+        "tune",
+        "t.csv",
+        "--layouts",
+        "agg,disagg",
+        "--gpus",
+        "2",
+        "--slo",
+        SLO,
+        "--verify-seeds",
+        "1",
+        "--no-break-even",
+    )
+    body = {
+        "trace_id": trace_id,
+        "slo": SLO,
+        "verify_seeds": 1,
+        "layouts": {"kinds": ["agg", "disagg"], "gpus": 2, "break_even": False},
+    }
+    web = _web(client, "/api/tune", body)
+    assert cli["kind"] == "layouts" and cli["layouts"]["verification"] is not None
+    assert _comparable(web) == _comparable(cli)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["saturate", "tune"])
+def test_the_demo_step_is_its_command(step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's sweep and study write the document of the command line they name."""
+    from servesim.cli import demo_steps
+
+    command = {"saturate": demo_steps.SATURATE_COMMAND, "tune": demo_steps.TUNE_COMMAND}[step]
+    args = shlex.split(command)[1:]
+    assert args[-1] == "--json"
+    cli = _cli(tmp_path, monkeypatch, *args[:-1])
+    run = demo_steps.DemoRun(tmp_path / "demo")
+    getattr(demo_steps, step)(run)
+    demo = json.loads((tmp_path / "demo" / f"{step}.json").read_text())
+    assert demo == cli
