@@ -21,6 +21,8 @@ def cli_shape(row: JobRow) -> dict[str, Any]:
     from servesim.report.documents import stamped
 
     r = row.result or {}
+    if row.kind in ("recover", "reschedule", "advise") and isinstance(r.get("document"), dict):
+        return dict(r["document"])  # the service's answer as the command's document
     if row.kind == "simulate" and isinstance(r.get("document"), dict):
         doc = dict(r["document"])  # written by the job, as ``servesim simulate/cluster --json`` writes it
         if doc.get("kind") == "cluster" and "sections" not in doc:
