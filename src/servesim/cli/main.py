@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "recover, advise), with a report.",
     ),
     "scenario": (
-        "servesim.cli.tuning_cmd",
+        "servesim.cli.scenario_cmd",
         "Answer a question in a JSON file: a request list under a batch config, or a load on a "
         "KV-block budget (examples/inputs/).",
     ),

@@ -1,10 +1,9 @@
-"""``servesim saturate``, ``servesim tune`` and ``servesim scenario``: capacity planning.
+"""``servesim saturate`` and ``servesim tune``: capacity planning (``scenario``: ``scenario_cmd``).
 
 * ``saturate TRACE --slo ttft_p99_ms=...,tpot_p99_ms=...``: scale the arrival rate and find the
   goodput knee and the saturation rate, with the throughput-latency curve and a status per rate.
 * ``tune TRACE --slo ...``: an Optuna study over vLLM flags, TP and replicas (stored in SQLite so
   it resumes), then a re-verified ``SchedulerRecommendation`` with the ``vllm serve`` command.
-* ``scenario FILE.json``: the seed files' two scenario shapes.
 
 Every command prints its result alone on stdout with ``--json``; errors are one line on stderr
 with exit code 2. ``--out-dir`` writes the recommendation to a folder for review: nothing is
@@ -13,7 +12,6 @@ ever applied.
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,6 @@ from servesim.cli.common import (
     emit,
     fail,
     json_bytes,
-    out_option,
     print_json,
     print_timed_as,
     said_written,
@@ -68,17 +65,14 @@ from servesim.tuning import (
     TuneSettings,
     Workload,
     find_saturation,
-    load_scenario_file,
     make_executor,
     parse_space,
     recommend,
-    run_scenario,
     space_from_mapping,
     tune,
 )
 from servesim.tuning.hardware import DEFAULT_GPU, DEFAULT_MODEL, PerfHardware
 from servesim.tuning.hardware import hardware_of as study_hardware
-from servesim.tuning.scenario import BatchScenarioResult
 from servesim.tuning.space import Knob
 
 DEFAULT_STUDY_FILE = "servesim-tune.db"
@@ -773,52 +767,3 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(130) from None
         except ERRORS as exc:
             fail(exc)
-
-    @app.command("scenario")
-    def scenario_cmd(
-        file: Path = typer.Argument(..., help="A scenario JSON file (either shape; see docs/tuning.md)."),
-        out: Path | None = out_option(),
-        as_json: bool = typer.Option(False, "--json", help="Print the result alone on stdout."),
-    ) -> None:
-        """Answer a question in a JSON file: a request list under a batch config (p90 TTFT, TPOT, advice),
-        or a load (qps, mean lengths) on a KV-block budget (STABLE/QUEUE_SATURATED); examples/inputs/."""
-        try:
-            result = run_scenario(load_scenario_file(file))
-        except ERRORS as exc:
-            fail(exc)
-        if emit(result.model_dump(mode="json"), as_json=as_json, out=out):
-            return
-        hw_info = result.details.get("hardware", {}) if result.details else {}
-        if hw_info:
-            # The memory model sizes the blocks when the scenario states none: the count it found.
-            blocks = result.details.get("num_gpu_blocks") or hw_info.get("num_gpu_blocks")
-            kv = f"{blocks:,} KV blocks" if isinstance(blocks, int) else "KV blocks as vLLM sizes them"
-            print_timed_as(
-                f"{hw_info.get('model')} on {hw_info.get('tensor_parallel_size', 1)} x {hw_info.get('gpu')}, "
-                f"roofline step times; {kv}"
-            )
-        console = Console()
-        t = FitTable(show_header=False, title=str(file), title_justify="left")
-        t.add_column("field", style="bold")
-        t.add_column("value")
-        data: dict[str, Any] = result.model_dump(mode="json", exclude={"details"})
-        if isinstance(result, BatchScenarioResult) and result.simulated_batch_count == 0:
-            data = {k: ("no requests" if k.startswith("estimated_") else v) for k, v in data.items()}
-        for k, v in data.items():
-            t.add_row(k, f"{v:,.1f}" if isinstance(v, float) else str(v))
-        console.print(t)
-        if not isinstance(result, BatchScenarioResult) or result.details:
-            d = result.details
-            console.print(
-                f"context: {d.get('hardware', {}).get('model')} on {d.get('hardware', {}).get('gpu')}, "
-                f"{d.get('num_gpu_blocks'):,} KV blocks, max_model_len {d.get('max_model_len')}"
-            )
-        if not isinstance(result, BatchScenarioResult):
-            from rich.markup import escape
-
-            from servesim.views.tuning import reason_text
-
-            for r in result.reasons:
-                console.print(f"  - {escape(reason_text(r))}")
-        sys.stdout.flush()
-        said_written(out)
