@@ -181,6 +181,10 @@ def _with_options(
     return wrapper  # type: ignore[return-value]
 
 
+#: ``_with_options`` for other option sets (``cli.model_flags``).
+with_options = _with_options
+
+
 def engine_flags(func: F) -> F:
     """Give ``func`` (which takes ``flags: dict[str, Any]``) every engine setting as an option."""
     options = _engine_options()
@@ -251,4 +255,5 @@ __all__ = [
     "file_settings",
     "hardware_flags",
     "option",
+    "with_options",
 ]

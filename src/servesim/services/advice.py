@@ -21,12 +21,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.actionlog import AdvisorUsage
+from servesim.advisor.models import ActionLogEntry
 from servesim.bounds import MAX_SEED
 from servesim.errors import InputError, shown
 from servesim.services.inputs import Progress, TraceInput, dropped_rows_line, timing_words
 from servesim.spec import DeploymentSpec, PercentileSLO
-
-from servesim.advisor.models import ActionLogEntry
 
 if TYPE_CHECKING:
     from servesim.advisor import AdviceResult
