@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 from servesim.cli.tables import FitTable
 
 if TYPE_CHECKING:
-    from servesim.perf import CalibrationReport, KVCapacity
-    from servesim.perf.catalog import Catalog
-    from servesim.services.perf import StepAnswer
+    from servesim.services.perf import CalibrationReport, Catalog, KVCapacity, StepAnswer
 
 GiB = 1 << 30
 

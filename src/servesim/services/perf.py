@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.perf import ExtrapolationWarning, PerfError
+from servesim.perf import CalibrationReport, ExtrapolationWarning, KVCapacity, PerfError
+from servesim.perf.catalog import Catalog
 from servesim.perf.setup import DEFAULT_GPU, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_TP
 
 if TYPE_CHECKING:
     from servesim.engine.step_time import BatchComposition
-    from servesim.perf import HardwareProfile, KVCapacity
-    from servesim.perf.catalog import Catalog
+    from servesim.perf import HardwareProfile
     from servesim.perf.roofline import RooflineStepTime
 
 
@@ -183,7 +183,10 @@ def profile(name: str) -> HardwareProfile:
 __all__ = [
     "DEFAULT_GPU",
     "DEFAULT_MODEL",
+    "CalibrationReport",
+    "Catalog",
     "ExtrapolationWarning",
+    "KVCapacity",
     "MemoryRequest",
     "PerfError",
     "StepAnswer",
