@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
 from servesim.cli.engine_flags import hardware_flags
 from servesim.cli.perf_tables import calibration_tables, gpus_table, memory_table, models_table, step_table
 from servesim.cli.tables import FitTable
-from servesim.errors import user_errors
+from servesim.errors import describe, user_errors
 from servesim.io import write_text_atomic
 from servesim.services import perf as perf_service
 from servesim.services.calibration import (
@@ -96,6 +96,8 @@ def _guard() -> Iterator[None]:
         warnings.simplefilter("always", ExtrapolationWarning)
         try:
             yield
+        except ValidationError as e:  # a request's field, worded as every command words it
+            _fail(describe(e))
         except user_errors() as e:
             _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         finally:
@@ -266,8 +268,8 @@ def calibrate_cmd(
     num_gpu_blocks: int | None = typer.Option(
         None, "--num-gpu-blocks", help="KV blocks (default: the memory model's)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the re-created bench arrivals."),
-    workers: int = typer.Option(1, "--workers", help="Processes for re-simulating bench runs."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the re-created bench arrivals."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Processes for re-simulating bench runs."),
     catalog: CatalogOpt = None,
     as_json: AsJson = False,
     *,
@@ -336,8 +338,8 @@ def sim2real_cmd(
     save_profile: Path | None = typer.Option(
         None, "--save-profile", help="With --calibrate: save the all-data fit."
     ),
-    workers: int = typer.Option(1, "--workers", help="Processes for simulating experiments."),
-    max_iter: int = typer.Option(8, "--max-iter", help="Calibration iterations (per fit)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Processes for simulating experiments."),
+    max_iter: int = typer.Option(8, "--max-iter", min=1, help="Calibration iterations (per fit)."),
     as_json: AsJson = False,
 ) -> None:
     """Re-create every experiment's workload, simulate it, and write predictions (ms) for score.py."""
