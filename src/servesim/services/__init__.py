@@ -8,7 +8,11 @@ its flags, form or file) and one function that answers it with a typed answer:
 * ``services.run``        — a run: one replica (``SimulateRequest``), an aggregated cluster or
   prefill/decode pools, with failures (``ClusterRequest``);
 * ``services.capacity``   — a saturation sweep and a tuning study (layouts included);
-* ``services.plans``      — a recovery plan, a rescheduling, an advice.
+* ``services.recovery``, ``services.rescheduling``, ``services.advice`` — a recovery plan, a
+  rescheduling, an advice; ``services.scenario`` — a question in a scenario file;
+* ``services.traces``, ``services.generate`` — reading, inspecting, converting, generating traces;
+* ``services.perf``, ``services.calibration``, ``services.measured`` — the step-time and memory
+  model, its calibration and sim2real check, measured runs replayed.
 
 An interface only builds a request, calls the function, and renders the answer with
 ``servesim.views`` (its ``--json`` document with ``servesim.report.documents``): no shortlisting,
