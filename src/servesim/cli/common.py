@@ -74,19 +74,9 @@ def json_bytes(data: Any) -> bytes:
 
 def timed_as(step_time_model: dict[str, Any], num_gpu_blocks: int | None = None) -> str:
     """The ``timed as: ...`` line from a step-time model's description (``describe_model``)."""
-    kind = step_time_model.get("kind")
-    if kind == "constant":
-        text = f"every engine step {1000 * float(step_time_model['step_time_s']):g} ms (constant, as asked)"
-    elif kind == "linear":
-        text = "servesim's linear step model (an uncalibrated stand-in, as asked)"
-    elif kind == "roofline":
-        text = (
-            f"{step_time_model.get('model')} on {step_time_model.get('tp', 1)} x "
-            f"{step_time_model.get('gpu')}, roofline step times"
-        )
-    else:
-        text = f"a {kind or 'custom'} step-time model"
-    return text if num_gpu_blocks is None else f"{text}; {num_gpu_blocks:,} KV blocks"
+    from servesim.services.inputs import timing_words
+
+    return timing_words(step_time_model, num_gpu_blocks)
 
 
 def cli_slo(text: str | None) -> Any:

@@ -12,12 +12,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from servesim.actionlog import AdvisorUsage, record_action
+from servesim.actionlog import ActionHandle, AdvisorUsage, record_action
 from servesim.errors import InternalError
 from servesim.io import write_text_atomic
 from servesim.traces import Trace
+
+if TYPE_CHECKING:
+    from servesim.services.advice import AdviseAnswer, AdviseRequest
+    from servesim.services.recovery import RecoverAnswer
+    from servesim.services.rescheduling import RescheduleAnswer
 
 MODEL = "llama-3.1-8b"
 GPU = "h100"
@@ -61,14 +66,6 @@ class DemoRun:
 
     def say(self, text: str) -> None:
         self.lines.append(text)
-
-
-def _serve_defaults(trace: Trace) -> Any:
-    """The demo's deployment resolved as ``servesim simulate --model MODEL --gpu GPU`` resolves it:
-    what ``vllm serve`` runs on that GPU (servesim.spec.resolve), sized for the trace."""
-    from servesim.spec import DeploymentSpec, resolve_for_trace
-
-    return resolve_for_trace(DeploymentSpec(model=MODEL, gpu=GPU), trace)[0]
 
 
 def _synthetic(preset: str, n: int, seed: int = SEED) -> Trace:
@@ -354,21 +351,38 @@ def cluster(run: DemoRun) -> None:
 
 def recover(run: DemoRun) -> None:
     """The failure as a record of its interrupted jobs: migrate or recompute each; manifests."""
-    from servesim.cluster.recovery import plan_recovery, write_manifests
-
     record = failure_record(run)
     path = run.write("inputs/failure-n1.json", record, document=False)
     with record_action("recover", {"events": str(path)}) as h:
         h.input_file("events", path)
-        plan = plan_recovery(record)
-        for p in write_manifests(plan, run.outbox / "recovery"):
-            h.output(p)
-            run.files[str(p.relative_to(run.out))] = p
-        h.output(run.write("recover.json", plan.model_dump(mode="json")))
+        plan = save_recovery(run, record, h).plans[0]
     run.say(
         f"recover: {len(plan.scheduled_migrations)} jobs planned ({plan.num_migrations} migrate, "
         f"{plan.num_cold_restarts} restart cold); hand-off manifests in {run.outbox / 'recovery'}"
     )
+
+
+def save_recovery(run: DemoRun, record: Any, h: ActionHandle | None = None) -> RecoverAnswer:
+    """``servesim recover RECORD --outbox OUT/outbox/recovery``'s request, answered by its service
+    (``servesim.services.recovery``): the manifests written, ``recover.json`` the command's document."""
+    from servesim.report.documents import recover_document
+    from servesim.services.recovery import RecoverRequest
+    from servesim.services.recovery import recover as plan_recovery
+
+    answer = plan_recovery(RecoverRequest(events=record))
+    for p in answer.write_manifests(run.outbox / "recovery")[0]:
+        _output(run, h, p)
+    path = run.write("recover.json", recover_document(answer))
+    if h is not None:
+        h.output(path)
+    return answer
+
+
+def _output(run: DemoRun, h: ActionHandle | None, path: Path) -> None:
+    """A file a step wrote for review: in its action's outputs and the demo's file list."""
+    if h is not None:
+        h.output(path)
+    run.files[str(path.relative_to(run.out))] = path
 
 
 def failure_record(run: DemoRun) -> dict[str, Any]:
@@ -417,20 +431,29 @@ def failure_record(run: DemoRun) -> dict[str, Any]:
 
 def reschedule(run: DemoRun) -> None:
     """Re-admit the interrupted requests SLA-aware, aging the ones preempted again and again."""
-    from servesim.resched import parse_input
-    from servesim.resched import reschedule as plan_reschedule
-
     data = reschedule_input(run)
     path = run.write("inputs/interrupted.json", data, document=False)
     with record_action("reschedule", {"file": str(path)}) as h:
         h.input_file("file", path)
-        plan = plan_reschedule(parse_input(data))
-        h.output(run.write("reschedule.json", plan.model_dump(mode="json")))
+        plan = save_rescheduling(run, data, h).plan
     aged = sum(1 for p in plan.requests if p.aged)
     run.say(
         f"reschedule: {len(plan.requests)} requests, {plan.num_violations} projected SLA misses, "
         f"{aged} aged (starvation guard), {plan.prefix_cache_savings_tokens:,} tokens reused"
     )
+
+
+def save_rescheduling(run: DemoRun, data: Any, h: ActionHandle | None = None) -> RescheduleAnswer:
+    """``servesim reschedule FILE``'s request, answered by its service; ``reschedule.json`` its document."""
+    from servesim.report.documents import reschedule_document
+    from servesim.services.rescheduling import RescheduleRequest
+    from servesim.services.rescheduling import reschedule as plan_reschedule
+
+    answer = plan_reschedule(RescheduleRequest(data=data))
+    path = run.write("reschedule.json", reschedule_document(answer))
+    if h is not None:
+        h.output(path)
+    return answer
 
 
 def reschedule_input(run: DemoRun) -> dict[str, Any]:
@@ -463,45 +486,58 @@ def reschedule_input(run: DemoRun) -> dict[str, Any]:
     return {"batch_capacity": 16, "interrupted_requests": reqs, "model": MODEL, "gpu": GPU}
 
 
-def advise(run: DemoRun) -> None:
-    """Batching advice for the bursty trace (rules, or Claude with a key), re-simulated."""
-    from servesim.advisor import BatchingCase, ClaudeAdvisor, write_outbox
-    from servesim.advisor import advise as get_advice
-    from servesim.advisor.optimize import optimizer_best
-    from servesim.engine import SLO
+#: The demo's advice: the bursty trace on the default deployment, 6 optimizer trials.
+ADVISE_TRIALS = 6
 
-    trace: Trace = run.state["bursty"]
-    setup = _serve_defaults(trace)
-    case = BatchingCase(
-        trace,
-        setup.config,
-        setup.step_time,
-        slo=SLO(ttft_ms=1000, tpot_ms=100),
-        hardware=f"{MODEL} on one {GPU.upper()} (servesim.perf roofline)",
+
+def advise(run: DemoRun) -> None:
+    """Batching advice for the bursty trace (rules, or the DSPy program with a key), re-simulated."""
+    from servesim.services.advice import AdviseRequest
+    from servesim.services.inputs import TraceInput
+    from servesim.spec import DeploymentSpec, PercentileSLO
+
+    request = AdviseRequest(
+        task="batching",
+        trace=TraceInput(source="inputs/bursty.csv"),  # read at ingest (run.state["bursty"])
+        deployment=DeploymentSpec(model=MODEL, gpu=GPU),
+        slo=PercentileSLO(ttft_p99_ms=1000, tpot_p99_ms=100),
+        optimize=ADVISE_TRIALS,
+        seed=SEED,
+        advisor=run.advisor,
     )
-    with record_action("advise", {"trace": "inputs/bursty.csv", "advisor": run.advisor, "optimize": 6}) as h:
-        case.optimizer_best = optimizer_best(case, 6, SEED)
-        claude = ClaudeAdvisor() if run.advisor in ("auto", "claude") and ClaudeAdvisor.available() else None
-        result = get_advice(case, run.advisor, claude=claude)
-        calls = [e for e in result.action_log if e.advisor == result.advisor]
-        model = next((e.model for e in calls if e.model), None)
-        h.advisor = run.advisor_usage = AdvisorUsage(
-            advisor=result.advisor,
-            model=model,
-            input_tokens=sum(e.input_tokens for e in calls) if model else None,
-            output_tokens=sum(e.output_tokens for e in calls) if model else None,
-        )
-        written = write_outbox(result, case, run.outbox / "advice", model=MODEL)
-        for p in written:
-            h.output(p)
-            run.files[str(p.relative_to(run.out))] = p
-        doc = result.model_dump(mode="json")
-        doc["outbox_files"] = [str(p.relative_to(run.out)) for p in written]
-        h.output(run.write("advise.json", doc))
+    params = {"trace": "inputs/bursty.csv", "advisor": run.advisor, "optimize": ADVISE_TRIALS}
+    with record_action("advise", params) as h:
+        answer = save_advice(run, request, run.state["bursty"], h)
     from servesim.views.advisor import verdict_words
 
-    v = result.verification
-    run.say(f"advise: {result.advisor} advisor, {verdict_words(v)[0]}: {v.reason}")
+    v = answer.result.verification
+    run.say(f"advise: {answer.result.advisor} advisor, {verdict_words(v)[0]}: {v.reason}")
+
+
+def save_advice(
+    run: DemoRun, request: AdviseRequest, trace: Trace | None = None, h: ActionHandle | None = None
+) -> AdviseAnswer:
+    """``servesim advise ... --apply --outbox OUT/outbox/advice``'s request, answered by its service
+    (``servesim.services.advice``); ``advise.json`` its document, the outbox files named relative
+    to the output folder. The committed examples name no machine path, so the document leaves out
+    the trace's provenance (``inspect-bursty.json`` describes the trace)."""
+    from servesim.report.documents import advise_document
+    from servesim.services.advice import prepare
+
+    answer = prepare(request, trace=trace).run()
+    usage = answer.usage()
+    run.advisor_usage = usage
+    if h is not None:
+        h.advisor = usage
+    written = answer.write_outbox(run.outbox / "advice")
+    for p in written:
+        _output(run, h, p)
+    doc = advise_document(answer, [str(p.relative_to(run.out)) for p in written])
+    doc.pop("trace_provenance", None)
+    path = run.write("advise.json", doc)
+    if h is not None:
+        h.output(path)
+    return answer
 
 
 def report(run: DemoRun) -> None:

@@ -18,7 +18,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
@@ -103,12 +103,15 @@ def _checked(
     return check
 
 
-def option(name: str, field: FieldInfo, *, keep_default: bool = False) -> tuple[Any, Any]:
+def option(
+    name: str, field: FieldInfo, *, keep_default: bool = False, help_text: str | None = None
+) -> tuple[Any, Any]:
     """``(annotation, typer.Option)`` for one spec field (``None`` = not given, unless
-    ``keep_default``: then the field's default is the option's)."""
+    ``keep_default``: then the field's default is the option's); ``help_text`` replaces the
+    field's description where a command reads the value differently (its default, its source)."""
     kebab = name.replace("_", "-")
     base = _base(field.annotation)
-    help_text = _help(name, field)
+    help_text = _help(name, field) if help_text is None else help_text
     default = field.default if keep_default else None
     if base is bool:
         if keep_default:
@@ -131,12 +134,14 @@ def _engine_options() -> dict[str, tuple[Any, Any]]:
 FLAG_NAMES = tuple(EngineConfig.model_fields)
 
 
-def _deployment_options(fields: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+def _deployment_options(
+    fields: tuple[str, ...], helps: Mapping[str, str] | None = None
+) -> dict[str, tuple[Any, Any]]:
     specs = DeploymentSpec.model_fields
     out = {}
     for name in fields:
         keep = name in ("linear_step_time", "replicas", "router")
-        out[name] = option(name, specs[name], keep_default=keep)
+        out[name] = option(name, specs[name], keep_default=keep, help_text=(helps or {}).get(name))
     return out
 
 
@@ -177,7 +182,7 @@ def _with_options(
 
 
 #: ``with_options(func, options, name, collect, after)``: the mechanism above, for other groups
-#: of options a command takes as one value (``cli.capacity_options``).
+#: of options a command takes as one value (``cli.capacity_options``, ``cli.model_flags``).
 with_options = _with_options
 
 
@@ -187,8 +192,8 @@ def engine_flags(func: F) -> F:
     return _with_options(func, options, "flags", _checked(options, EngineConfig.model_fields), "config")
 
 
-def _deployment(func: F, fields: tuple[str, ...]) -> F:
-    options = _deployment_options(fields)
+def _deployment(func: F, fields: tuple[str, ...], helps: Mapping[str, str] | None = None) -> F:
+    options = _deployment_options(fields, helps)
     check = _checked(options, DeploymentSpec.model_fields)
     return _with_options(
         func, options, "deployment", lambda v: DeploymentSpec.model_validate(check(v)), "config"
@@ -198,6 +203,22 @@ def _deployment(func: F, fields: tuple[str, ...]) -> F:
 def deployment_flags(func: F) -> F:
     """Give ``func`` (which takes ``deployment: DeploymentSpec``) the deployment options."""
     return _deployment(func, HARDWARE_FIELDS)
+
+
+def hardware_flags(*fields: str, helps: Mapping[str, str] | None = None) -> Callable[[F], F]:
+    """Give ``func`` (which takes ``deployment: DeploymentSpec``) the named deployment options
+    (``model``, ``gpu``, ``tp``, ...): the planners and the step-time commands, which take what
+    times the steps but run no replica of their own. Each flag's name, type and bound is the
+    spec's (``--tp`` also spelled ``--tensor-parallel-size``); ``helps`` words a flag for a command
+    that reads it differently (a default of its own, a CSV column first)."""
+    unknown = [f for f in fields if f not in DeploymentSpec.model_fields]
+    if unknown:
+        raise TypeError(f"not DeploymentSpec fields: {unknown}")
+
+    def decorate(func: F) -> F:
+        return _deployment(func, fields, helps)
+
+    return decorate
 
 
 def cluster_deployment_flags(func: F) -> F:
@@ -233,6 +254,7 @@ __all__ = [
     "deployment_spec",
     "engine_flags",
     "file_settings",
+    "hardware_flags",
     "option",
     "with_options",
 ]

@@ -138,6 +138,34 @@ def _sends(rs: RequestSet, duration: np.ndarray) -> np.ndarray:
     return send
 
 
+def _client_round(
+    rs: RequestSet, send: np.ndarray, config: EngineConfig, step_time: StepTimeModel, profile: HardwareProfile
+) -> tuple[SimulationResult, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One simulation of the requests sent at ``send``, as the client sees it: the result, each
+    request's TTFT and E2E (async-scheduling lag and front-end latency added), its output count
+    and its lag, in request order."""
+    n = len(rs)
+    res = simulate(_trace(rs, send), config, step_time)
+    req = res.requests
+    idx = req["req_id"].astype(np.int64).to_numpy()
+    arrival = np.empty(n)
+    first_sched = np.empty(n)
+    first_tok = np.empty(n)
+    finish = np.empty(n)
+    nout = np.empty(n, dtype=np.int64)
+    arrival[idx] = req["arrival_s"].to_numpy()
+    first_sched[idx] = req["first_scheduled_s"].to_numpy()
+    first_tok[idx] = req["first_token_s"].to_numpy()
+    finish[idx] = req["finish_s"].to_numpy()
+    nout[idx] = req["num_output"].to_numpy()
+    steps = res.steps
+    lag = np.zeros(n)
+    if profile.async_scheduling:
+        lag = async_lag(arrival, first_sched, steps["start_s"].to_numpy(), steps["duration_s"].to_numpy())
+    extra = lag + profile.frontend_latency_s
+    return res, first_tok - arrival + extra, finish - arrival + extra, nout, lag
+
+
 def replay(
     rs: RequestSet,
     config: EngineConfig,
@@ -185,26 +213,7 @@ def replay(
                 converged = False
                 break
             send = new_send
-        res = simulate(_trace(rs, send), config, step_time)
-        req = res.requests
-        idx = req["req_id"].astype(np.int64).to_numpy()
-        arrival = np.empty(n)
-        first_sched = np.empty(n)
-        first_tok = np.empty(n)
-        finish = np.empty(n)
-        nout = np.empty(n, dtype=np.int64)
-        arrival[idx] = req["arrival_s"].to_numpy()
-        first_sched[idx] = req["first_scheduled_s"].to_numpy()
-        first_tok[idx] = req["first_token_s"].to_numpy()
-        finish[idx] = req["finish_s"].to_numpy()
-        nout[idx] = req["num_output"].to_numpy()
-        steps = res.steps
-        lag = np.zeros(n)
-        if profile.async_scheduling:
-            lag = async_lag(arrival, first_sched, steps["start_s"].to_numpy(), steps["duration_s"].to_numpy())
-        extra = lag + profile.frontend_latency_s
-        ttft = first_tok - arrival + extra
-        e2e = finish - arrival + extra
+        res, ttft, e2e, nout, lag = _client_round(rs, send, config, step_time, profile)
         # Relaxation: the plain iteration oscillates (more hold-back -> less load -> shorter
         # latencies -> less hold-back); averaging with the previous round damps it.
         duration = e2e if (rounds == 1 and not warm) else relax * e2e + (1.0 - relax) * duration

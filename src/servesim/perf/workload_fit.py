@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from servesim.perf.calibration import (
     stamp_fitted,
 )
 from servesim.perf.errors import CalibrationError
-from servesim.perf.fit import LOSSES, fit_log_coefficients
+from servesim.perf.fit import LOSSES, LogFit, fit_log_coefficients
 from servesim.perf.memory import weight_bytes_per_gpu
 from servesim.perf.profile import FittedRange, HardwareProfile
 from servesim.perf.workload_case import CaseEvaluator, WorkloadCase, workload_residuals
@@ -100,74 +101,27 @@ def calibrate_workloads(
             f"{n_targets} measured metrics cannot determine {len(names)} coefficients ({', '.join(names)}); "
             "fit fewer (--fit) or add runs"
         )
-    chord: np.ndarray | None = None
-    if frozen_jacobian is not None:
-        missing = [c.name for c in cases if c.name not in frozen_jacobian]
-        if missing:
-            raise CalibrationError(f"frozen_jacobian lacks the cases {missing}")
-        chord = np.vstack([np.asarray(frozen_jacobian[c.name]) for c in cases])
-        if chord.shape != (n_targets, len(names)):
-            raise CalibrationError(
-                f"frozen_jacobian has shape {chord.shape}, expected {(n_targets, len(names))}"
-            )
+    chord = _frozen_chord(cases, names, frozen_jacobian, n_targets)
     if loss not in LOSSES:
         raise CalibrationError(f"unknown loss {shown(loss)}: use one of {', '.join(LOSSES)}")
     ev = CaseEvaluator(cases, workers)
-    count = 0
-    raw_at: dict[bytes, np.ndarray] = {}
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        """Residuals at x; the last point's are cached (the solver asks for its Jacobian next)."""
-        nonlocal count
-        key = x.tobytes()
-        if key in raw_at:
-            return raw_at[key]
-        count += 1
-        preds, _ = ev(profile_at(base, names, x))
-        r = workload_residuals(cases, preds)
-        if progress is not None:
-            progress(f"evaluation {count}: rms log error {math.sqrt(float(np.mean(r**2))):.4f}")
-        raw_at.clear()
-        raw_at[key] = r
-        return r
-
-    last_jac: list[np.ndarray] = []
-    last_point: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def jacobian(x: np.ndarray) -> np.ndarray:
-        nonlocal chord
-        r = residuals(x)
-        if chord is None:
-            j = forward_differences(residuals, x, hi, diff_step)
-        else:
-            if last_point:
-                # Broyden: make the Jacobian exact along the step just taken.
-                x_prev, r_prev = last_point[0]
-                dx = x - x_prev
-                dd = float(dx @ dx)
-                if dd > 0:
-                    chord = chord + np.outer(r - r_prev - chord @ dx, dx) / dd
-            last_point[:] = [(x.copy(), r.copy())]
-            j = chord
-        last_jac[:] = [j]
-        return j
-
     x_center = np.log([getattr(base, n) for n in names])
     x_start = np.log([getattr(start or base, n) for n in names])
     lo, hi = ln_bounds(names)
+    objective = _Objective(cases, ev, base, names, progress, chord, hi, diff_step)
     try:
         # Closed-loop cases start every evaluation from the base profile's fixed point, so that
         # the objective is a deterministic function of the coefficients.
         pred0, ev.warm = ev(base)
         r0 = workload_residuals(cases, pred0)
         res = fit_log_coefficients(
-            residuals,
+            objective.residuals,
             x_start,
             lower=lo,
             upper=hi,
             prior_weight=prior_weight,
             prior_center=x_center,
-            jacobian=jacobian,
+            jacobian=objective.jacobian,
             loss=loss,
             loss_scale=loss_scale,
             max_iter=max_iter,
@@ -177,7 +131,108 @@ def calibrate_workloads(
         pred1, _ = ev(fitted)
     finally:
         ev.close()
-    j_final = last_jac[0] if last_jac else np.zeros((n_targets, len(names)))
+    j_final = objective.last_jac[0] if objective.last_jac else np.zeros((n_targets, len(names)))
+    fit_run = _FitRun(names=names, base=base, result=res, fitted=fitted, evaluations=objective.count + 2)
+    return _report(cases, fit_run, pred0, pred1, r0, j_final, name=name, loss=loss)
+
+
+def _frozen_chord(
+    cases: Sequence[WorkloadCase],
+    names: Sequence[str],
+    frozen_jacobian: Mapping[str, np.ndarray] | None,
+    n_targets: int,
+) -> np.ndarray | None:
+    """The given Jacobian's rows of ``cases``, stacked (None: take forward differences)."""
+    if frozen_jacobian is None:
+        return None
+    missing = [c.name for c in cases if c.name not in frozen_jacobian]
+    if missing:
+        raise CalibrationError(f"frozen_jacobian lacks the cases {missing}")
+    chord = np.vstack([np.asarray(frozen_jacobian[c.name]) for c in cases])
+    if chord.shape != (n_targets, len(names)):
+        raise CalibrationError(f"frozen_jacobian has shape {chord.shape}, expected {(n_targets, len(names))}")
+    return chord
+
+
+class _Objective:
+    """The fit's residuals (every case re-simulated at a point; the last point's cached, as the
+    solver asks for its Jacobian next) and their Jacobian: forward differences, or the frozen
+    one updated along each step taken (Broyden)."""
+
+    def __init__(
+        self,
+        cases: Sequence[WorkloadCase],
+        ev: CaseEvaluator,
+        base: HardwareProfile,
+        names: list[str],
+        progress: Callable[[str], None] | None,
+        chord: np.ndarray | None,
+        upper: np.ndarray,
+        diff_step: float,
+    ) -> None:
+        self.cases, self.ev, self.base, self.names = cases, ev, base, names
+        self.progress, self.chord, self.upper, self.diff_step = progress, chord, upper, diff_step
+        self.count = 0
+        self.raw_at: dict[bytes, np.ndarray] = {}
+        self.last_jac: list[np.ndarray] = []
+        self.last_point: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        """Residuals at x; the last point's are cached (the solver asks for its Jacobian next)."""
+        key = x.tobytes()
+        if key in self.raw_at:
+            return self.raw_at[key]
+        self.count += 1
+        preds, _ = self.ev(profile_at(self.base, self.names, x))
+        r = workload_residuals(self.cases, preds)
+        if self.progress is not None:
+            self.progress(f"evaluation {self.count}: rms log error {math.sqrt(float(np.mean(r**2))):.4f}")
+        self.raw_at.clear()
+        self.raw_at[key] = r
+        return r
+
+    def jacobian(self, x: np.ndarray) -> np.ndarray:
+        r = self.residuals(x)
+        if self.chord is None:
+            j = forward_differences(self.residuals, x, self.upper, self.diff_step)
+        else:
+            if self.last_point:
+                # Broyden: make the Jacobian exact along the step just taken.
+                x_prev, r_prev = self.last_point[0]
+                dx = x - x_prev
+                dd = float(dx @ dx)
+                if dd > 0:
+                    self.chord = self.chord + np.outer(r - r_prev - self.chord @ dx, dx) / dd
+            self.last_point[:] = [(x.copy(), r.copy())]
+            j = self.chord
+        self.last_jac[:] = [j]
+        return j
+
+
+@dataclass(frozen=True)
+class _FitRun:
+    """What a fit found: the coefficients fitted, from where, the solver's result, the profile."""
+
+    names: list[str]
+    base: HardwareProfile
+    result: LogFit
+    fitted: HardwareProfile
+    evaluations: int
+
+
+def _report(
+    cases: Sequence[WorkloadCase],
+    run: _FitRun,
+    pred0: Sequence[Mapping[str, float]],
+    pred1: Sequence[Mapping[str, float]],
+    r0: np.ndarray,
+    j_final: np.ndarray,
+    *,
+    name: str | None,
+    loss: str,
+) -> CalibrationReport:
+    """The fit's report: errors before and after, per case, the stamped profile, the Jacobian."""
+    names, res = run.names, run.result
     keys = [(i, k) for i, c in enumerate(cases) for k in sorted(c.targets)]
     meas = np.array([cases[i].targets[k] for i, k in keys])
 
@@ -192,17 +247,16 @@ def calibrate_workloads(
         for i, c in enumerate(cases)
     }
     after = ErrorStats.of(flat(pred1), meas)
-    rng = workload_fitted_range(cases)
     fitted = stamp_fitted(
-        fitted,
+        run.fitted,
         name,
-        rng,
+        workload_fitted_range(cases),
         {
             "method": f"workload re-simulation, {loss} loss on ln(predicted/measured) "
             "(scipy.optimize.least_squares)",
             "fitted": names,
             "cases": [c.name for c in cases],
-            "targets": n_targets,
+            "targets": len(meas),
             "mape_after": after.mape,
             "rms_log_error_before": float(np.sqrt(np.mean(r0**2))),
         },
@@ -210,12 +264,12 @@ def calibrate_workloads(
     return CalibrationReport(
         kind="workloads",
         profile=fitted,
-        parameters=fitted_parameters(names, base, res),
+        parameters=fitted_parameters(names, run.base, res),
         before=ErrorStats.of(flat(pred0), meas),
         after=after,
         per_group=per_case,
         iterations=res.iterations,
-        evaluations=count + 2,
+        evaluations=run.evaluations,
         converged=res.converged,
         message=res.message,
         predictions={c.name: pred1[i] for i, c in enumerate(cases)},

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
     from servesim.cluster.pd import DisaggSpec
     from servesim.cluster.pd_results import PDResult
     from servesim.engine import SimulationResult
+    from servesim.services.advice import AdviseAnswer
     from servesim.services.cluster import ClusterAnswer, DisaggregatedAnswer
+    from servesim.services.recovery import RecoverAnswer
+    from servesim.services.rescheduling import RescheduleAnswer
     from servesim.services.run import SimulateAnswer
     from servesim.spec import ClusterSpec
     from servesim.traces import Trace, TraceStats
@@ -342,6 +345,58 @@ def simulate_document(
     )
 
 
+def recover_document(
+    answer: RecoverAnswer, manifests: Sequence[Sequence[Path]] | None = None
+) -> dict[str, Any]:
+    """The document of a ``servesim.services.recovery`` answer, the same from ``servesim recover
+    --json``, the web's recovery and the demo's: one record's plan (kind ``recover``), or for a
+    failure log the totals and every plan. ``manifests``: the hand-off manifests the interface
+    wrote (per plan), listed under ``manifests`` (a machine's paths: an interface's output, not
+    part of the answer)."""
+    plans = answer.plans
+    written = None if manifests is None else [str(p) for w in manifests for p in w]
+    if answer.single:
+        doc: dict[str, Any] = plans[0].model_dump(mode="json")
+        if written is not None:
+            doc["manifests"] = written
+        return stamped("recover", doc)
+    log: dict[str, Any] = {
+        "num_events": len(plans),
+        "total_recompute_tokens": answer.total_recompute_tokens,
+        "total_bytes_to_move": sum(p.total_bytes_to_move for p in plans),
+        "num_invalid_jobs": answer.num_invalid_jobs,
+        "requires_human_review": True,
+        "plans": [p.model_dump(mode="json") for p in plans],
+    }
+    if written is not None:
+        log["manifests"] = written
+    return log
+
+
+def reschedule_document(answer: RescheduleAnswer) -> dict[str, Any]:
+    """The ``reschedule`` document of a ``servesim.services.rescheduling`` answer: what ``servesim
+    reschedule --json`` prints, the web stores and the demo writes for the same input."""
+    return stamped("reschedule", answer.plan.model_dump(mode="json"))
+
+
+def advise_document(answer: AdviseAnswer, outbox_files: Sequence[str] | None = None) -> dict[str, Any]:
+    """The ``advise`` document of a ``servesim.services.advice`` answer, the same from ``servesim
+    advise --json``, the web's advise job and the demo: the checked advice with every advisor
+    call, a recovery record's invalid jobs (left out of the advice), a trace's provenance.
+    ``outbox_files``: what the interface wrote for review, listed under ``outbox_files``."""
+    doc: dict[str, Any] = answer.result.model_dump(mode="json")
+    if outbox_files is not None:
+        doc["outbox_files"] = list(outbox_files)
+    if answer.case.task == "fallback":
+        doc["invalid_jobs"] = [j.model_dump(mode="json") for j in answer.invalid_jobs]
+    trace = answer.trace
+    if trace is not None:
+        doc["trace_provenance"] = (
+            None if trace.provenance is None else trace.provenance.model_dump(mode="json")
+        )
+    return stamped("advise", doc)
+
+
 __all__ = [
     "KINDS",
     "SCHEMA_VERSION",
@@ -349,6 +404,7 @@ __all__ = [
     "Document",
     "Kind",
     "ReportInputError",
+    "advise_document",
     "cluster_answer_document",
     "cluster_run_document",
     "detect",
@@ -356,6 +412,8 @@ __all__ = [
     "disaggregated_title",
     "known_shapes",
     "read_document",
+    "recover_document",
+    "reschedule_document",
     "simulate_document",
     "simulation_document",
     "stamped",

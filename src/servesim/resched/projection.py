@@ -62,6 +62,93 @@ def _duration(model: StepTimeModel, batch: BatchComposition) -> float:
     return float(dt)
 
 
+def _decode_stretch(
+    running: list[_Running], model: StepTimeModel, t: float, completion: list[float]
+) -> tuple[list[_Running], float, int]:
+    """Pure decode steps until the first of ``running`` completes: m decodes per step, each
+    context one longer than in the step before. The requests still running, the time, the steps."""
+    m = len(running)
+    k = min(r.left for r in running)
+    ctx = sum(r.computed + 1 for r in running)
+    for q in range(k):
+        t += _duration(model, BatchComposition(m, ctx + q * m, []))
+    for r in running:
+        r.computed += k
+        r.num_tokens += k
+        r.left -= k
+        if r.left == 0:
+            completion[r.i] = t
+    return [r for r in running if r.left > 0], t, k
+
+
+class _Queue:
+    """The jobs not yet admitted, in admission order, and when each was admitted."""
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        self.jobs = jobs
+        self.next = 0
+        self.admitted = [0.0] * len(jobs)
+
+    @property
+    def empty(self) -> bool:
+        return self.next >= len(self.jobs)
+
+    def admit(self, t: float) -> _Running:
+        r = _Running(self.next, self.jobs[self.next])
+        self.admitted[self.next] = t
+        self.next += 1
+        return r
+
+
+def _schedule(
+    running: list[_Running], queue: _Queue, batch_capacity: int, budget: int, t: float
+) -> list[tuple[_Running, int]]:
+    """One step's tokens: the running requests first (in order), then new admissions while the
+    budget and the batch have room (``running`` grows by them)."""
+    left = budget
+    scheduled: list[tuple[_Running, int]] = []
+    for r in running:
+        if left == 0:
+            break
+        c = min(r.num_tokens - r.computed, left)
+        scheduled.append((r, c))
+        left -= c
+    while left > 0 and not queue.empty and len(running) < batch_capacity:
+        r = queue.admit(t)
+        running.append(r)
+        c = min(r.num_tokens - r.computed, left)
+        scheduled.append((r, c))
+        left -= c
+    return scheduled
+
+
+def _composition(scheduled: list[tuple[_Running, int]]) -> BatchComposition:
+    decodes = 0
+    ctx = 0
+    chunks: list[tuple[int, int]] = []
+    for r, c in scheduled:
+        if c == 1:
+            decodes += 1
+            ctx += r.computed + 1
+        else:
+            chunks.append((c, r.computed))
+    return BatchComposition(decodes, ctx, chunks)
+
+
+def _advance(scheduled: list[tuple[_Running, int]], t: float, completion: list[float]) -> bool:
+    """Apply a step's tokens; True when a request completed in it."""
+    finished = False
+    for r, c in scheduled:
+        r.computed += c
+        if r.computed == r.num_tokens:
+            r.num_tokens += 1
+            r.left -= 1
+            if r.left == 0:
+                completion[r.i] = t
+                finished = True
+    return finished
+
+
 def project(
     jobs: Sequence[Job],
     batch_capacity: int,
@@ -80,80 +167,30 @@ def project(
     for j in jobs:
         if not (0 <= j.computed < j.num_tokens and j.samples >= 1):
             raise InputError(f"invalid job {j}")
-    n = len(jobs)
-    admitted = [0.0] * n
-    completion = [0.0] * n
+    queue = _Queue(jobs)
+    completion = [0.0] * len(jobs)
     running: list[_Running] = []
-    nxt = 0
     t = 0.0
     steps = 0
     budget = max_num_batched_tokens
-    while running or nxt < n:
+    while running or not queue.empty:
         m = len(running)
         if (
             fast
             and m
             and m <= budget
-            and (nxt >= n or m >= batch_capacity)
+            and (queue.empty or m >= batch_capacity)
             and all(r.num_tokens - r.computed == 1 for r in running)
         ):
-            # Pure decode stretch until the first of them completes: m decodes per step, each
-            # context one longer than in the step before.
-            k = min(r.left for r in running)
-            ctx = sum(r.computed + 1 for r in running)
-            for q in range(k):
-                t += _duration(model, BatchComposition(m, ctx + q * m, []))
+            running, t, k = _decode_stretch(running, model, t, completion)
             steps += k
-            for r in running:
-                r.computed += k
-                r.num_tokens += k
-                r.left -= k
-                if r.left == 0:
-                    completion[r.i] = t
-            running = [r for r in running if r.left > 0]
             continue
-
-        left = budget
-        scheduled: list[tuple[_Running, int]] = []
-        for r in running:
-            if left == 0:
-                break
-            c = min(r.num_tokens - r.computed, left)
-            scheduled.append((r, c))
-            left -= c
-        while left > 0 and nxt < n and len(running) < batch_capacity:
-            r = _Running(nxt, jobs[nxt])
-            admitted[nxt] = t
-            nxt += 1
-            running.append(r)
-            c = min(r.num_tokens - r.computed, left)
-            scheduled.append((r, c))
-            left -= c
-
-        decodes = 0
-        ctx = 0
-        chunks: list[tuple[int, int]] = []
-        for r, c in scheduled:
-            if c == 1:
-                decodes += 1
-                ctx += r.computed + 1
-            else:
-                chunks.append((c, r.computed))
-        t += _duration(model, BatchComposition(decodes, ctx, chunks))
+        scheduled = _schedule(running, queue, batch_capacity, budget, t)
+        t += _duration(model, _composition(scheduled))
         steps += 1
-
-        finished = False
-        for r, c in scheduled:
-            r.computed += c
-            if r.computed == r.num_tokens:
-                r.num_tokens += 1
-                r.left -= 1
-                if r.left == 0:
-                    completion[r.i] = t
-                    finished = True
-        if finished:
+        if _advance(scheduled, t, completion):
             running = [r for r in running if r.left > 0]
-    return Projection(admitted, completion, steps)
+    return Projection(queue.admitted, completion, steps)
 
 
 def solo_service_s(job: Job, max_num_batched_tokens: int, model: StepTimeModel) -> float:

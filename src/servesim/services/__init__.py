@@ -11,7 +11,11 @@ its flags, form or file) and one function that answers it with a typed answer:
   questions share (where the runs go, the traffic, the deployment checked before any work);
 * ``services.tune``       — a tuning study and its recommendation (``TuneRequest``);
 * ``services.layouts``    — aggregated or disaggregated at one GPU budget (``LayoutsRequest``);
-* ``services.plans``      — a recovery plan, a rescheduling, an advice.
+* ``services.recovery``, ``services.rescheduling``, ``services.advice`` — a recovery plan, a
+  rescheduling, an advice; ``services.scenario`` — a question in a scenario file;
+* ``services.traces``, ``services.generate`` — reading, inspecting, converting, generating traces;
+* ``services.perf``, ``services.calibration``, ``services.measured`` — the step-time and memory
+  model, its calibration and sim2real check, measured runs replayed.
 
 An interface only builds a request, calls the function, and renders the answer with
 ``servesim.views`` (its ``--json`` document with ``servesim.report.documents``): no shortlisting,

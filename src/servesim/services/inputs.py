@@ -90,6 +90,24 @@ def counter(progress: Progress | None, phase: str) -> Callable[[int, int], None]
     return update
 
 
+def timing_words(step_time_model: Mapping[str, Any], num_gpu_blocks: int | None = None) -> str:
+    """What times the engine's steps, from a step-time model's description (``describe_model``):
+    the words after ``timed as:`` in every interface."""
+    kind = step_time_model.get("kind")
+    if kind == "constant":
+        text = f"every engine step {1000 * float(step_time_model['step_time_s']):g} ms (constant, as asked)"
+    elif kind == "linear":
+        text = "servesim's linear step model (an uncalibrated stand-in, as asked)"
+    elif kind == "roofline":
+        text = (
+            f"{step_time_model.get('model')} on {step_time_model.get('tp', 1)} x "
+            f"{step_time_model.get('gpu')}, roofline step times"
+        )
+    else:
+        text = f"a {kind or 'custom'} step-time model"
+    return text if num_gpu_blocks is None else f"{text}; {num_gpu_blocks:,} KV blocks"
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
@@ -112,4 +130,4 @@ def dropped_rows_line(prov: TraceProvenance | None) -> str | None:
     )
 
 
-__all__ = ["Progress", "TraceInput", "counter", "dropped_rows_line"]
+__all__ = ["Progress", "TraceInput", "counter", "dropped_rows_line", "timing_words"]

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +255,66 @@ def batch_trace(s: BatchScenario) -> Trace:
     return Trace.from_records(records, source="scenario", format="native-json")
 
 
+def _neighbours(
+    bc: BatchConfig,
+    config: Callable[[int, int], EngineConfig],
+    run: Callable[[EngineConfig], RunMetrics],
+    base: RunMetrics,
+) -> tuple[list[dict[str, Any]], tuple[str, RunMetrics] | None]:
+    """Each limit of the batch config halved and doubled (a config vLLM refuses is skipped): what
+    each gave, and the one with the lowest p90 TTFT whose mean TPOT stays within the tolerance."""
+    tried: list[dict[str, Any]] = []
+    best: tuple[str, RunMetrics] | None = None
+    variants = [
+        ("max_num_seqs", bc.max_num_seqs * 2, bc.max_num_batched_tokens),
+        ("max_num_seqs", bc.max_num_seqs // 2, bc.max_num_batched_tokens),
+        ("max_num_batched_tokens", bc.max_num_seqs, bc.max_num_batched_tokens * 2),
+        ("max_num_batched_tokens", bc.max_num_seqs, bc.max_num_batched_tokens // 2),
+    ]
+    for knob, mns, mbt in variants:
+        try:
+            cfg = config(mns, mbt)
+        except ValueError:
+            continue
+        m = run(cfg)
+        value = mns if knob == "max_num_seqs" else mbt
+        old = bc.max_num_seqs if knob == "max_num_seqs" else bc.max_num_batched_tokens
+        tried.append(
+            {"change": f"{knob} {old} -> {value}", "p90_ttft_ms": m.ttft_ms.p90, "tpot_ms": m.tpot_ms.mean}
+        )
+        if m.tpot_ms.mean <= TPOT_TOLERANCE * base.tpot_ms.mean + 1e-9 and (
+            best is None or m.ttft_ms.p90 < best[1].ttft_ms.p90
+        ):
+            best = (f"{knob} from {old} to {value}", m)
+    return tried, best
+
+
+def _batch_advice(bc: BatchConfig, base: RunMetrics, best: tuple[str, RunMetrics] | None) -> str:
+    """The recommendation's sentence: the change that lowers p90 TTFT by 10 %, or keep the config."""
+    if base.queue_saturated:
+        text = (
+            f"the queue grows at this arrival rate (the server completes {base.queue.slope:.0%} less than "
+            "arrives); "
+        )
+    else:
+        text = ""
+    if best is not None and best[1].ttft_ms.p90 < 0.9 * base.ttft_ms.p90:
+        m = best[1]
+        text += (
+            f"change {best[0]}: p90 TTFT {base.ttft_ms.p90:,.1f} -> {m.ttft_ms.p90:,.1f} ms, mean TPOT "
+            f"{base.tpot_ms.mean:,.1f} -> {m.tpot_ms.mean:,.1f} ms"
+        )
+    else:
+        text += (
+            f"keep max_num_seqs {bc.max_num_seqs} and max_num_batched_tokens {bc.max_num_batched_tokens}: "
+            f"halving or doubling either does not lower p90 TTFT ({base.ttft_ms.p90:,.1f} ms) by 10 % "
+            f"without raising mean TPOT by more than {TPOT_TOLERANCE - 1:.0%}"
+        )
+        if base.queue_saturated:
+            text += "; add replicas or lower the rate"
+    return text[0].upper() + text[1:]
+
+
 def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -> BatchScenarioResult:
     ev = settings or EvalSettings()
     if not s.requests:
@@ -284,51 +345,8 @@ def run_batch_scenario(s: BatchScenario, settings: EvalSettings | None = None) -
         bc.max_num_seqs, bc.max_num_batched_tokens
     )  # invalid configs fail here, with the reason
     base, result = _run(trace, base_cfg, hw, ev)
-    tried: list[dict[str, Any]] = []
-    best: tuple[str, RunMetrics] | None = None
-    variants = [
-        ("max_num_seqs", bc.max_num_seqs * 2, bc.max_num_batched_tokens),
-        ("max_num_seqs", bc.max_num_seqs // 2, bc.max_num_batched_tokens),
-        ("max_num_batched_tokens", bc.max_num_seqs, bc.max_num_batched_tokens * 2),
-        ("max_num_batched_tokens", bc.max_num_seqs, bc.max_num_batched_tokens // 2),
-    ]
-    for knob, mns, mbt in variants:
-        try:
-            cfg = config(mns, mbt)
-        except ValueError:
-            continue
-        m, _ = _run(trace, cfg, hw, ev)
-        value = mns if knob == "max_num_seqs" else mbt
-        old = bc.max_num_seqs if knob == "max_num_seqs" else bc.max_num_batched_tokens
-        tried.append(
-            {"change": f"{knob} {old} -> {value}", "p90_ttft_ms": m.ttft_ms.p90, "tpot_ms": m.tpot_ms.mean}
-        )
-        if m.tpot_ms.mean <= TPOT_TOLERANCE * base.tpot_ms.mean + 1e-9 and (
-            best is None or m.ttft_ms.p90 < best[1].ttft_ms.p90
-        ):
-            best = (f"{knob} from {old} to {value}", m)
-    if base.queue_saturated:
-        text = (
-            f"the queue grows at this arrival rate (the server completes {base.queue.slope:.0%} less than "
-            "arrives); "
-        )
-    else:
-        text = ""
-    if best is not None and best[1].ttft_ms.p90 < 0.9 * base.ttft_ms.p90:
-        m = best[1]
-        text += (
-            f"change {best[0]}: p90 TTFT {base.ttft_ms.p90:,.1f} -> {m.ttft_ms.p90:,.1f} ms, mean TPOT "
-            f"{base.tpot_ms.mean:,.1f} -> {m.tpot_ms.mean:,.1f} ms"
-        )
-    else:
-        text += (
-            f"keep max_num_seqs {bc.max_num_seqs} and max_num_batched_tokens {bc.max_num_batched_tokens}: "
-            f"halving or doubling either does not lower p90 TTFT ({base.ttft_ms.p90:,.1f} ms) by 10 % "
-            f"without raising mean TPOT by more than {TPOT_TOLERANCE - 1:.0%}"
-        )
-        if base.queue_saturated:
-            text += "; add replicas or lower the rate"
-    text = text[0].upper() + text[1:]
+    tried, best = _neighbours(bc, config, lambda cfg: _run(trace, cfg, hw, ev)[0], base)
+    text = _batch_advice(bc, base, best)
     return BatchScenarioResult(
         simulated_batch_count=result.summary.num_steps,
         estimated_p90_ttft_ms=base.ttft_ms.p90,
@@ -374,6 +392,65 @@ def load_scenario_trace(s: LoadScenario, max_total: int) -> Trace:
     return generate_trace(spec)
 
 
+def _prompt_facts(trace: Trace, max_num_batched_tokens: int, mml: int) -> dict[str, Any]:
+    """The prompts' lengths next to the step's token budget: why chunked prefill matters or not."""
+    prompts = trace.df["prompt_len"]
+    return {
+        "prompt_max": int(prompts.max()),
+        "prompt_p99": float(prompts.quantile(0.99)),
+        "prompt_p50": float(prompts.median()),
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_model_len": mml,
+    }
+
+
+def _load_details(
+    hw: PerfHardware,
+    num_requests: int,
+    base: RunMetrics,
+    sweep: list[tuple[int, RunMetrics]],
+    on: RunMetrics,
+    off: RunMetrics,
+    *,
+    blocks: int,
+    mml: int,
+    defaults: tuple[int, int],
+    kv_tokens: int,
+    holds: int,
+    tolerance: dict[str, float | str],
+) -> dict[str, Any]:
+    """What a load scenario measured: the run at vllm serve's defaults, the max_num_seqs sweep and
+    its rule, chunked prefill on and off."""
+    return {
+        "hardware": hw.describe(),
+        "num_gpu_blocks": blocks,
+        "max_model_len": mml,
+        "baseline": {
+            "max_num_seqs": defaults[0],
+            "max_num_batched_tokens": defaults[1],
+            "enable_chunked_prefill": True,
+        },
+        "num_requests": num_requests,
+        "kv_tokens": kv_tokens,
+        "sequences_the_cache_holds": holds,
+        "mean_running": base.mean_running,
+        "max_kv_usage": base.max_kv_usage,
+        "kv_blocked_time_fraction": base.kv_blocked_time_fraction,
+        "preemptions_per_request": base.preemptions_per_request,
+        "queue_slope": base.queue.slope,
+        "queue_p_value": base.queue.p_value,
+        "throughput_rps": base.throughput_rps,
+        "ttft_ms": base.ttft_ms.model_dump(),
+        "tpot_ms": base.tpot_ms.model_dump(),
+        "max_num_seqs_sweep": {str(mns): m.ttft_ms.p99 for mns, m in sweep},
+        "max_num_seqs_rule": "smallest power of two whose TTFT p99 is at most the default's + the "
+        "step-time model's measured TTFT p99 error",
+        **tolerance,
+        "chunked_prefill_off": {"ttft_p99_ms": off.ttft_ms.p99, "tpot_p99_ms": off.tpot_ms.p99},
+        "chunked_prefill_on": {"ttft_p99_ms": on.ttft_ms.p99, "tpot_p99_ms": on.tpot_ms.p99},
+    }
+
+
 def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> LoadScenarioResult:
     ev = settings or EvalSettings()
     blocks = s.kv_cache_blocks_available + 1
@@ -400,9 +477,8 @@ def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> 
         mns = 2**k
         m = base if mns == mns0 else _run(trace, config(mns, True), hw, ev)[0]
         sweep.append((mns, m))
-    # Fewest changes that are not worse than what vllm serve runs by default: the smallest
-    # max_num_seqs whose TTFT p99 is within the step-time model's measured TTFT error of the
-    # default's (a closer gap is not a finding; more sequences than that buy nothing).
+    # The smallest max_num_seqs whose TTFT p99 is within the step-time model's measured TTFT
+    # error of vllm serve's default (a closer gap is not a finding; more sequences buy nothing).
     tol = model_tolerance()
     allowed = base.ttft_ms.p99 / tol.latency_ratio("ttft")
     rec_mns = next(mns for mns, m in sweep if m.ttft_ms.p99 <= allowed)
@@ -412,14 +488,7 @@ def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> 
     mean_tokens = float((trace.df["prompt_len"] + trace.df["output_len"]).mean())
     holds = math.floor(kv_tokens / mean_tokens)
     capacity = scenario_capacity(trace, config(mns0, True), hw, ev, base) if base.status != "STABLE" else None
-    prompts = trace.df["prompt_len"]
-    prompt_facts = {
-        "prompt_max": int(prompts.max()),
-        "prompt_p99": float(prompts.quantile(0.99)),
-        "prompt_p50": float(prompts.median()),
-        "max_num_batched_tokens": config(rec_mns, chunked).max_num_batched_tokens,
-        "max_model_len": mml,
-    }
+    prompt_facts = _prompt_facts(trace, config(rec_mns, chunked).max_num_batched_tokens, mml)
     tolerance: dict[str, float | str] = {
         "ttft_p99_tolerance": 1 / tol.latency_ratio("ttft") - 1,
         "ttft_p99_allowed_ms": allowed,
@@ -445,34 +514,20 @@ def run_load_scenario(s: LoadScenario, settings: EvalSettings | None = None) -> 
         status=base.status,
         recommended_max_num_seqs=rec_mns,
         recommended_chunked_prefill=chunked,
-        details={
-            "hardware": hw.describe(),
-            "num_gpu_blocks": blocks,
-            "max_model_len": mml,
-            "baseline": {
-                "max_num_seqs": mns0,
-                "max_num_batched_tokens": mbt0,
-                "enable_chunked_prefill": True,
-            },
-            "num_requests": len(trace),
-            "kv_tokens": kv_tokens,
-            "sequences_the_cache_holds": holds,
-            "mean_running": base.mean_running,
-            "max_kv_usage": base.max_kv_usage,
-            "kv_blocked_time_fraction": base.kv_blocked_time_fraction,
-            "preemptions_per_request": base.preemptions_per_request,
-            "queue_slope": base.queue.slope,
-            "queue_p_value": base.queue.p_value,
-            "throughput_rps": base.throughput_rps,
-            "ttft_ms": base.ttft_ms.model_dump(),
-            "tpot_ms": base.tpot_ms.model_dump(),
-            "max_num_seqs_sweep": {str(mns): m.ttft_ms.p99 for mns, m in sweep},
-            "max_num_seqs_rule": "smallest power of two whose TTFT p99 is at most the default's + the "
-            "step-time model's measured TTFT p99 error",
-            **tolerance,
-            "chunked_prefill_off": {"ttft_p99_ms": off.ttft_ms.p99, "tpot_p99_ms": off.tpot_ms.p99},
-            "chunked_prefill_on": {"ttft_p99_ms": on.ttft_ms.p99, "tpot_p99_ms": on.tpot_ms.p99},
-        },
+        details=_load_details(
+            hw,
+            len(trace),
+            base,
+            sweep,
+            on,
+            off,
+            blocks=blocks,
+            mml=mml,
+            defaults=(mns0, mbt0),
+            kv_tokens=kv_tokens,
+            holds=holds,
+            tolerance=tolerance,
+        ),
         reasons=reasons,
         capacity=capacity,
     )

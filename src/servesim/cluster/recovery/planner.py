@@ -324,6 +324,85 @@ def _assumptions(
     return out
 
 
+def _survivors(
+    inp: RecoveryInput, cat: Catalog, targets: Sequence[TargetState] | None
+) -> tuple[list[TargetState], list[str], bool]:
+    """The survivors to plan onto (the given ``targets``, else the record's ``cluster``, else idle
+    ones), the step-time model's notes, and whether they are the assumed idle ones."""
+    spec = inp.context
+    if targets is not None:
+        states = list(targets)
+        if not states:
+            raise InputError("no survivor to recover onto: targets is empty")
+        return states, [], False
+    step_time, notes = build_step_time(spec, cat)
+    blocks = usable_blocks(spec, cat)
+    if inp.cluster:
+        return [target_from_spec(t, spec, step_time, blocks) for t in inp.cluster], notes, False
+    return default_targets(spec, step_time, blocks), notes, True
+
+
+def _decide_all(
+    inp: RecoveryInput,
+    ctx: RecoveryContext,
+    states: list[TargetState],
+    on_decision: Callable[[JobDecision], None] | None,
+) -> list[JobDecision]:
+    """Every valid job in input order, each placed on its survivor (``states`` is updated)."""
+    index = {t.name: i for i, t in enumerate(states)}
+    if len(index) != len(states):
+        raise InputError("survivor names must be unique")
+    decisions: list[JobDecision] = []
+    for job in inp.active_jobs:
+        d = decide_job(job, ctx, states)
+        if d.est_recovery_ms is not None and d.target is not None:
+            i = index[d.target]
+            states[i] = place(states[i], job, d)
+        decisions.append(d)
+        if on_decision is not None:
+            on_decision(d)
+    return decisions
+
+
+def _target_summaries(
+    before: Sequence[TargetState], after: Sequence[TargetState], decisions: Sequence[JobDecision]
+) -> list[TargetSummary]:
+    assigned: dict[str, list[str]] = {t.name: [] for t in after}
+    for d in decisions:
+        if d.target is not None:
+            assigned[d.target].append(d.job_id)
+    return [
+        TargetSummary(
+            name=a.name,
+            free_blocks_before=b.free_blocks,
+            free_slots_before=b.free_slots,
+            free_blocks_after=a.free_blocks,
+            free_slots_after=a.free_slots,
+            running_decodes=a.running_decodes,
+            queued_prefill_tokens=a.queued_prefill_tokens,
+            jobs=assigned[a.name],
+        )
+        for b, a in zip(before, after, strict=True)
+    ]
+
+
+def _context_summary(ctx: RecoveryContext, gpu: str, first: TargetState) -> ContextSummary:
+    return ContextSummary(
+        model=ctx.model.name,
+        gpu=gpu,
+        tp=ctx.tp,
+        kv_dtype=ctx.kv_dtype,
+        kv_bytes_per_token_per_rank=ctx.kv_bytes_per_token_per_rank,
+        network_bandwidth_gbps=ctx.bandwidth_gbps,
+        transfer_efficiency=ctx.transfer_efficiency,
+        setup_latency_ms=round(ctx.setup_latency_s * 1000.0, 9),
+        nic_per_rank=ctx.nic_per_rank,
+        block_size=ctx.block_size,
+        max_num_batched_tokens=first.max_num_batched_tokens,
+        step_time_model=describe_model(first.step_time),
+    )
+
+
 def plan_recovery(
     data: RecoveryInput | Mapping[str, Any],
     context: RecoveryContext | Mapping[str, Any] | None = None,
@@ -346,38 +425,13 @@ def plan_recovery(
         overrides["context"] = dict(context)
         context = None
     inp = data if isinstance(data, RecoveryInput) and not overrides else parse_input(data, **overrides)
-    spec = inp.context
     cat = catalog or load_catalog()
-    ctx = (context or build_context(spec, inp.network_bandwidth_gbps, cat)).with_bandwidth(
+    ctx = (context or build_context(inp.context, inp.network_bandwidth_gbps, cat)).with_bandwidth(
         inp.network_bandwidth_gbps
     )
-    notes: list[str] = []
-    default_cluster = False
-    if targets is None:
-        step_time, notes = build_step_time(spec, cat)
-        blocks = usable_blocks(spec, cat)
-        if inp.cluster:
-            states = [target_from_spec(t, spec, step_time, blocks) for t in inp.cluster]
-        else:
-            states = default_targets(spec, step_time, blocks)
-            default_cluster = True
-    else:
-        states = list(targets)
-        if not states:
-            raise InputError("no survivor to recover onto: targets is empty")
+    states, notes, default_cluster = _survivors(inp, cat, targets)
     before = list(states)
-    index = {t.name: i for i, t in enumerate(states)}
-    if len(index) != len(states):
-        raise InputError("survivor names must be unique")
-    decisions: list[JobDecision] = []
-    for job in inp.active_jobs:
-        d = decide_job(job, ctx, states)
-        if d.est_recovery_ms is not None and d.target is not None:
-            i = index[d.target]
-            states[i] = place(states[i], job, d)
-        decisions.append(d)
-        if on_decision is not None:
-            on_decision(d)
+    decisions = _decide_all(inp, ctx, states, on_decision)
     waiting = [
         WaitingJob(
             job_id=d.job_id,
@@ -389,10 +443,6 @@ def plan_recovery(
         for d in decisions
         if d.waits_for_capacity
     ]
-    assigned: dict[str, list[str]] = {t.name: [] for t in states}
-    for d in decisions:
-        if d.target is not None:
-            assigned[d.target].append(d.job_id)
     return RecoveryPlan(
         interrupted_node=inp.interrupted_node,
         preemption_timestamp=inp.preemption_timestamp,
@@ -406,33 +456,8 @@ def plan_recovery(
         capacity_status=CapacityStatus.INSUFFICIENT if waiting else CapacityStatus.SUFFICIENT,
         waiting_jobs=waiting,
         break_even_gbps={d.job_id: d.break_even_gbps for d in decisions},
-        targets=[
-            TargetSummary(
-                name=a.name,
-                free_blocks_before=b.free_blocks,
-                free_slots_before=b.free_slots,
-                free_blocks_after=a.free_blocks,
-                free_slots_after=a.free_slots,
-                running_decodes=a.running_decodes,
-                queued_prefill_tokens=a.queued_prefill_tokens,
-                jobs=assigned[a.name],
-            )
-            for b, a in zip(before, states, strict=True)
-        ],
-        context=ContextSummary(
-            model=ctx.model.name,
-            gpu=spec.gpu if targets is None else "(given targets)",
-            tp=ctx.tp,
-            kv_dtype=ctx.kv_dtype,
-            kv_bytes_per_token_per_rank=ctx.kv_bytes_per_token_per_rank,
-            network_bandwidth_gbps=ctx.bandwidth_gbps,
-            transfer_efficiency=ctx.transfer_efficiency,
-            setup_latency_ms=round(ctx.setup_latency_s * 1000.0, 9),
-            nic_per_rank=ctx.nic_per_rank,
-            block_size=ctx.block_size,
-            max_num_batched_tokens=states[0].max_num_batched_tokens,
-            step_time_model=describe_model(states[0].step_time),
-        ),
+        targets=_target_summaries(before, states, decisions),
+        context=_context_summary(ctx, inp.context.gpu if targets is None else "(given targets)", states[0]),
         assumptions=_assumptions(ctx, default_cluster, len(states), notes),
     )
 

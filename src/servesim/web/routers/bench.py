@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from servesim.actionlog import record_action
-from servesim.perf.setup import DEFAULT_MODEL
+from servesim.services.perf import DEFAULT_MODEL
 from servesim.web.app import Workbench, workbench
 from servesim.web.db import BenchRow, now_iso
 from servesim.web.defaults import stored_params
@@ -29,22 +29,6 @@ JSON_TYPES = {"", "application/json", "application/octet-stream", "text/plain"}
 
 def bench_out(row: BenchRow) -> BenchOut:
     return BenchOut.model_validate(row, from_attributes=True)
-
-
-def _summary(result: Any) -> dict[str, Any]:
-    """What the page lists of a stored result (the statistics it reports, the workload's shape)."""
-    return {
-        "format": "vllm-bench",
-        "model_id": result.model_id,
-        "num_prompts": result.num_prompts,
-        "completed": result.completed,
-        "failed": result.failed,
-        "request_rate": result.request_rate,
-        "burstiness": result.burstiness,
-        "max_concurrency": result.max_concurrency,
-        "detailed": result.detailed,
-        "stats": result.stats(),
-    }
 
 
 @router.post(
@@ -78,8 +62,7 @@ async def upload_bench(
 ) -> BenchOut:
     import orjson
 
-    from servesim.perf.bench_io import bench_requests, parse_bench_result
-    from servesim.perf.sim2real import experiment_stats, is_experiment, parse_experiment
+    from servesim.services.measured import NoLatencyStatistic, TooManyRequests, read_measured
 
     shown = display_name(name)
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -97,35 +80,15 @@ async def upload_bench(
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise Problem(422, f"{shown}: not JSON: {e}", errors=[{"field": None, "reason": str(e)}]) from None
-    if is_experiment(data):
-        exp = parse_experiment(data, shown)
-        exp.model_spec(), exp.gpu_spec(), exp.spec  # the deployment and workload can be re-created
-        summary = {
-            "format": "sim2real",
-            "model_id": exp.model,
-            "experiment": exp.id,
-            "num_prompts": None,
-            "request_rate": None,
-            "detailed": False,
-            "stats": experiment_stats(exp),
-        }
-        return _store(wb, shown, raw, summary)
-    result = parse_bench_result(data, shown)
-    n = len(result.input_lens or ()) or result.num_prompts or result.completed or 0
-    if n > wb.settings.max_requests_per_trace:
-        raise Problem(
-            413,
-            f"{shown}: {n:,} requests; this server re-runs at most {wb.settings.max_requests_per_trace:,}",
-            errors=[{"field": "num_prompts", "reason": "too many requests for this server"}],
-        )
-    bench_requests(result, shown)  # the workload can be re-created (lengths, count)
-    if len(result.stats()) == 0:
-        raise Problem(
-            422,
-            f"{shown}: no latency statistic to compare (mean_ttft_ms, p99_e2el_ms, ...)",
-            errors=[{"field": "mean_ttft_ms", "reason": "missing: the file reports no latency"}],
-        )
-    return _store(wb, shown, raw, _summary(result))
+    try:
+        run = read_measured(data, shown, max_requests=wb.settings.max_requests_per_trace)
+    except TooManyRequests as e:
+        reason = "too many requests for this server"
+        raise Problem(413, str(e), errors=[{"field": "num_prompts", "reason": reason}]) from None
+    except NoLatencyStatistic as e:
+        reason = "missing: the file reports no latency"
+        raise Problem(422, str(e), errors=[{"field": "mean_ttft_ms", "reason": reason}]) from None
+    return _store(wb, shown, raw, run.summary)
 
 
 def _store(wb: Workbench, shown: str, raw: bytes, summary: dict[str, Any]) -> BenchOut:

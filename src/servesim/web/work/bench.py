@@ -1,10 +1,10 @@
 """Measured-vs-simulated jobs: a stored ``vllm bench serve`` result, re-run through servesim.
 
-The workload is the benchmark's own (``servesim.perf.bench_io``: its lengths, rate, burstiness and
-client concurrency, the send times seeded as vllm bench draws them), replayed as its client saw it
-(``servesim.perf.replay``: closed loop, async-scheduling lag, front-end latency) under the
-deployment the user chose; or, when the user picks a finished simulation run, that run's requests.
-The comparison itself is ``servesim.views.measured.overlay_view``.
+The workload is the benchmark's own (its lengths, rate, burstiness and client concurrency, the
+send times seeded as vllm bench draws them), replayed as its client saw it under the deployment
+the user chose (``servesim.services.measured.replay_bench``); or, when the user picks a finished
+simulation run, that run's requests. The comparison itself is
+``servesim.views.measured.overlay_view``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from servesim.errors import InputError
-from servesim.perf.bench_io import BenchServeResult, bench_requests, bench_samples, parse_bench_result
+from servesim.services.measured import BenchServeResult, bench_samples, parse_bench_result
 from servesim.views.measured import Sample, overlay_view, records_samples, replay_samples
 from servesim.web.schemas import BenchSimulateBody
 from servesim.web.work import Env, Report
@@ -33,7 +33,7 @@ def load_bench(path: Path, name: str) -> BenchServeResult:
 
 
 def overlay_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
-    from servesim.perf.sim2real import is_experiment
+    from servesim.services.measured import is_experiment
 
     body = BenchSimulateBody.model_validate(params)
     data = json.loads(bench_file(env, body.bench_id).read_text(encoding="utf-8"))
@@ -77,17 +77,11 @@ def overlay_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, A
 def _replayed(
     bench: BenchServeResult, body: BenchSimulateBody
 ) -> tuple[dict[str, Sample], dict[str, float | None], list[str], dict[str, Any], list[str]]:
-    from servesim.perf.profile import HardwareProfile
-    from servesim.perf.replay import replay
+    from servesim.services.measured import replay_bench
     from servesim.web.defaults import setup_notes
-    from servesim.web.work.runs import deployment
 
-    rs = bench_requests(bench, "the benchmark", seed=body.seed)
-    longest = int((rs.prompt_len + rs.output_len).max()) + 1
-    setup = deployment(body.deployment, longest)
-    config, step, notes = setup.config, setup.step_time, setup_notes(setup)
-    profile = getattr(step, "profile", None)
-    out = replay(rs, config, step, profile if isinstance(profile, HardwareProfile) else HardwareProfile())
+    run = replay_bench(bench, body.deployment, body.seed)
+    rs, out = run.requests, run.outcome
     sim, throughput = replay_samples(out)
     conc = f", at most {rs.max_concurrency} in flight" if rs.max_concurrency else ""
     text = [
@@ -97,7 +91,7 @@ def _replayed(
     ]
     if not bench.detailed:
         text.append("the file has no per-request lists (--save-detailed): lengths are the mean lengths")
-    return sim, throughput, notes, config.model_dump(mode="json"), text
+    return sim, throughput, setup_notes(run.setup), run.setup.config.model_dump(mode="json"), text
 
 
 def _stored_run(env: Env, run_id: str) -> tuple[dict[str, Sample], dict[str, float | None], list[str]]:
@@ -114,20 +108,15 @@ def _experiment_job(data: dict[str, Any], report: Report) -> dict[str, Any]:
     """A sim2real experiment (a measured inference-perf run): re-run exactly as ``servesim sim2real``
     does (its model, GPU, TP, limits and workload; the same default profile), overlaid with its
     whole-run measurements."""
-    from servesim.perf.sim2real import (
-        default_experiment_profile,
-        experiment_stats,
-        parse_experiment,
-        run_experiment,
-    )
+    from servesim.services.measured import replay_experiment
 
-    exp = parse_experiment(data, "the experiment")
     report(0, 1)
-    pred, out, info = run_experiment(exp, default_experiment_profile([exp]))
-    sim, throughput = replay_samples(out)
+    run = replay_experiment(data)
+    exp, pred, info = run.experiment, run.prediction, run.info
+    sim, throughput = replay_samples(run.outcome)
     itl_label = "ITL mean (inference-perf: (E2E - TTFT) / (outputs - 1))"
     view = overlay_view(
-        experiment_stats(exp),
+        run.measured,
         {},
         sim,
         simulated_throughput=throughput,

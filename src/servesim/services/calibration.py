@@ -1,0 +1,234 @@
+"""Fitting the step-time model to measurements, and checking it against real runs.
+
+* ``calibrate(CalibrateRequest)``: a profile's efficiency factors and overheads fitted to step-level
+  CSV files (the engine's own step times) or to ``vllm bench serve --save-result`` files (each
+  benchmark's workload re-simulated as its client saw it), with the fit's error before and after;
+* ``sim2real(Sim2RealRequest)``: every sim2real experiment's workload re-created and simulated
+  (with a given profile, the default one, or profiles fitted on the experiments), its predictions
+  and their error against the measurements and the peer simulators'.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servesim.io import write_text_atomic
+from servesim.perf import PerfError
+from servesim.services.perf import catalog
+
+if TYPE_CHECKING:
+    from servesim.perf import CalibrationReport
+    from servesim.perf.catalog import Catalog
+    from servesim.perf.sim2real import RunSettings, Sim2RealExperiment
+
+#: What a bench-result fit frees when the request names none (at most as many as the targets).
+BENCH_FIT = ("gemm_bandwidth_efficiency", "gemm_compute_efficiency", "frontend_latency_s")
+
+
+class CalibrateRequest(BaseModel):
+    """Measurements to fit (all ``.csv`` step files or all ``.json`` bench results) and how."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    files: list[Path] = Field(min_length=1)
+    model: str | None = Field(
+        None, description="Unless the CSV has a model column (bench results: required)."
+    )
+    gpu: str | None = Field(None, description="Unless the CSV has a gpu column (bench results: required).")
+    tp: int | None = Field(None, ge=1, le=64, description="Unless the CSV has a tp column (default 1).")
+    base: str | None = Field(None, description="Profile to start from (default: the GPU's).")
+    fit: list[str] | None = Field(None, description="Coefficients to fit (default: what the data determine).")
+    max_num_seqs: int = Field(128, ge=1, description="Server setting of the bench runs.")
+    max_num_batched_tokens: int = Field(2048, ge=1, description="Server setting of the bench runs.")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False)
+    num_gpu_blocks: int | None = Field(None, description="KV blocks (default: the memory model's).")
+    seed: int = Field(0, ge=0, description="Seed of the re-created bench arrivals.")
+    workers: int = Field(1, ge=1, description="Processes for re-simulating bench runs.")
+    catalog: Path | None = None
+
+    def kind(self) -> Literal["csv", "json"]:
+        kinds = {f.suffix.lower() for f in self.files}
+        if kinds - {".csv", ".json"} or len(kinds) != 1:
+            raise PerfError("give either step-level .csv files or vllm bench .json files (not both)")
+        return "csv" if kinds == {".csv"} else "json"
+
+
+def _steps(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
+    from servesim.perf import calibrate_steps, read_step_csv, resolve_profile
+
+    groups = []
+    for f in request.files:
+        groups += read_step_csv(f, model=request.model, gpu=request.gpu, tp=request.tp, catalog=cat)
+    gpus = {g.gpu.name for g in groups}
+    start = resolve_profile(request.base, gpus.pop() if len(gpus) == 1 else None)
+    return calibrate_steps(groups, base=start, fit=request.fit)
+
+
+def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
+    from servesim.perf import calibrate_workloads, read_bench_result, resolve_profile
+
+    if request.model is None or request.gpu is None:
+        raise PerfError("bench results need --model and --gpu (and --tp if not 1)")
+    cases = [
+        read_bench_result(
+            f,
+            model=request.model,
+            gpu=request.gpu,
+            tp=request.tp or 1,
+            max_num_seqs=request.max_num_seqs,
+            max_num_batched_tokens=request.max_num_batched_tokens,
+            num_gpu_blocks=request.num_gpu_blocks,
+            gpu_memory_utilization=request.gpu_memory_utilization,
+            seed=request.seed,
+            catalog=cat,
+        )
+        for f in request.files
+    ]
+    start = resolve_profile(request.base, cases[0].gpu.name)
+    names = request.fit
+    if names is None:
+        n_targets = sum(len(c.targets) for c in cases)
+        names = list(BENCH_FIT[: max(1, min(len(BENCH_FIT), n_targets))])
+    return calibrate_workloads(cases, base=start, fit=names, workers=request.workers)
+
+
+def calibrate(request: CalibrateRequest, out: Path | None = None) -> CalibrationReport:
+    """The fit (``out``: the fitted profile saved there as JSON)."""
+    cat = catalog(request.catalog)
+    report = _steps(request, cat) if request.kind() == "csv" else _bench(request, cat)
+    if out is not None:
+        report.profile.save(out)
+    return report
+
+
+# ----------------------------------------------------------------------------------- sim2real
+CalibrateMode = Literal["none", "all", "loo"]
+
+
+class Sim2RealRequest(BaseModel):
+    """A folder of sim2real experiments, how to re-create them, and which profile predicts them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    directory: Path
+    profile: str | None = Field(None, description="Profile to predict with (not with calibrate).")
+    calibrate: CalibrateMode = Field("none", description="loo: each fitted on the others; all: one fit.")
+    kv_blocks: Literal["model", "measured"] = "model"
+    output_tokens: Literal["spec", "implied"] = "spec"
+    itl_tokens: Literal["counted", "generated"] = "counted"
+    questions: Literal["per-session", "fresh"] = "per-session"
+    save_profile: Path | None = Field(None, description="With calibrate: save the all-data fit.")
+    workers: int = Field(1, ge=1)
+    max_iter: int = Field(8, ge=1)
+
+
+@dataclass(frozen=True)
+class Sim2RealAnswer:
+    """The predictions (score.py's PRED.json), their errors, and the peers' errors."""
+
+    experiments: list[Sim2RealExperiment]
+    settings: RunSettings
+    predictions: dict[str, Any]
+    infos: dict[str, Any]
+    ape: dict[str, Any]
+    mape: dict[str, Any]
+    peers_mape: dict[str, Any]
+
+    @property
+    def settled(self) -> bool:
+        """Every closed-loop replay settled within its rounds."""
+        return all(i.get("converged", True) for i in self.infos.values())
+
+    def document(self, out: Path, calibration: str) -> dict[str, Any]:
+        """``sim2real --json``."""
+        return {
+            "out": str(out),
+            "settings": self.settings.model_dump(),
+            "calibration": calibration,
+            "experiments": self.infos,
+            "ape": self.ape,
+            "mape": self.mape,
+            "peers_mape": self.peers_mape,
+        }
+
+
+def _profile(
+    request: Sim2RealRequest, exps: list[Sim2RealExperiment], settings: RunSettings, say: Any
+) -> Any:
+    """The profile(s) that predict: fitted (one per fold, or one on all), given, or the default."""
+    from servesim.perf import resolve_profile
+    from servesim.perf.sim2real import calibrate_experiments, default_experiment_profile
+
+    if request.calibrate != "none":
+        if request.profile is not None:
+            raise PerfError("--profile and --calibrate exclude each other")
+        cal = calibrate_experiments(
+            exps,
+            settings=settings,
+            leave_one_out=request.calibrate == "loo",
+            workers=request.workers,
+            max_iter=request.max_iter,
+            progress=say,
+        )
+        if request.save_profile is not None:
+            cal.full.profile.save(request.save_profile)
+        return cal.fold_profiles() if request.calibrate == "loo" else cal.full.profile
+    if request.profile is None:
+        return default_experiment_profile(exps)
+    gpus = {e.gpu_spec().name for e in exps}
+    return resolve_profile(request.profile, gpus.pop() if len(gpus) == 1 else None)
+
+
+def sim2real(
+    request: Sim2RealRequest, out: Path, *, say: Callable[[str], None] | None = None
+) -> Sim2RealAnswer:
+    """Predict every experiment (written to ``out`` in score.py's format) and score the predictions;
+    ``say``: a line per stage of a long fit."""
+    from servesim.perf.sim2real import (
+        RunSettings,
+        ape_table,
+        load_experiments,
+        mape_summary,
+        peer_predictions,
+        predict_experiments,
+    )
+
+    exps = load_experiments(request.directory)
+    settings = RunSettings(
+        kv_blocks=request.kv_blocks,
+        output_tokens=request.output_tokens,
+        itl_tokens=request.itl_tokens,
+        questions=request.questions,
+    )
+    prof = _profile(request, exps, settings, say)
+    preds, infos = predict_experiments(exps, prof, settings, workers=request.workers)
+    write_text_atomic(out, json.dumps(preds, indent=1, sort_keys=True) + "\n")
+    apes = ape_table(preds, exps)
+    peers = {
+        name: mape_summary(ape_table(p, [e for e in exps if e.id in p]))
+        for name, p in peer_predictions(exps).items()
+    }
+    return Sim2RealAnswer(
+        experiments=exps,
+        settings=settings,
+        predictions=preds,
+        infos=infos,
+        ape=apes,
+        mape=mape_summary(apes),
+        peers_mape=peers,
+    )
+
+
+__all__ = [
+    "CalibrateRequest",
+    "Sim2RealAnswer",
+    "Sim2RealRequest",
+    "calibrate",
+    "sim2real",
+]
