@@ -47,9 +47,9 @@ def _error(data: dict[str, object]) -> str:
             {"trace": "t", "disaggregated": {"prefill": {"model": "qwen2.5-7b"}, "decode": {}}},
             "disaggregated.decode.model 'llama-3.1-8b' differs from disaggregated.prefill.model 'qwen2.5-7b'",
         ),
-        (
-            {"trace": "t", "disaggregated": {}, "mtbf_s": 100},
-            "a disaggregated cluster's failures are listed events",
+        (  # MTBF failures of pools are drawn when the spec resolves; an announced one is not modelled
+            {"trace": "t", "disaggregated": {}, "mtbf_s": 100, "warning_s": 5},
+            "warning_s: announced failures are not modelled for prefill/decode pools",
         ),
         (
             {"trace": "t", "disaggregated": {}, "failures": [{"node": "n0", "time_s": 1}]},
@@ -128,7 +128,7 @@ def test_bad_cluster_flags_and_files_name_the_field(tmp_path: Path) -> None:
     for args, words in (
         (["--fail", "n5@1"], "failures[0].node 'n5' is not a replica; the replicas are n0, n1"),
         (["--cluster", str(twice)], "replicas: name 'a' is given twice"),
-        (["--mtbf-s", "0"], "mtbf_s"),
+        (["--mtbf-s", "0"], "--mtbf-s: Input should be greater than 0"),
     ):
         res = runner.invoke(app, ["cluster", "poisson_20_rps", "-n", "30", *args])
         assert res.exit_code == 2, (args, res.output)
@@ -150,3 +150,29 @@ def test_the_demos_cluster_run_is_its_recorded_spec() -> None:
     source = TraceInput(source=str(demo / spec.trace), label=spec.trace)
     answer = run_cluster(ClusterRequest(spec=spec, trace=source))
     assert json.loads(json.dumps(cluster_answer_document(answer))) == doc
+
+
+def test_pools_fail_at_random_as_the_spec_says_and_run_again_alike() -> None:
+    """A disaggregated spec keeps ``mtbf_s`` (drawn when it resolves, seeded), as an aggregated one
+    does: the recorded spec runs again with the same failures, whichever interface runs it."""
+    trace = read_trace("poisson_20_rps", num_requests=200)
+    spec = ClusterSpec(
+        trace="poisson_20_rps",
+        num_requests=200,
+        seed=3,
+        disaggregated={"prefill": {"replicas": 2}, "decode": {"replicas": 2}},  # type: ignore[arg-type]
+        mtbf_s=4.0,
+        recover_after_s=1.0,
+    )
+    first, again = resolve_cluster(spec, trace), resolve_cluster(spec, trace)
+    assert isinstance(first, ResolvedDisaggregated) and isinstance(again, ResolvedDisaggregated)
+    assert first.events == again.events
+    nodes = {e.node for e in first.events}
+    assert len(first.events) > 1 and nodes <= {"p0", "p1", "d0", "d1"}
+    assert [e.time_s for e in first.events] == sorted(e.time_s for e in first.events)
+    assert [f.node for f in first.run(trace).failures] == [e.node for e in first.events]
+    with pytest.raises(ValidationError, match="warning_s"):
+        ClusterSpec.model_validate({**spec.model_dump(), "warning_s": 1.0})
+    listed = {**spec.model_dump(), "mtbf_s": None, "failures": [{"node": "decode:1", "time_s": 1.0}]}
+    named = resolve_cluster(ClusterSpec.model_validate(listed), trace)
+    assert isinstance(named, ResolvedDisaggregated) and [e.node for e in named.events] == ["d1"]

@@ -238,6 +238,8 @@ def test_the_report_shows_the_cpu_tier_of_a_run_and_of_a_cluster(tmp_path: Path)
             str(cfg),
             "--recovery",
             "migrate",
+            "--fail",
+            "n1@9",
             "--out",
             str(clu),
         ],

@@ -62,7 +62,7 @@ def test_simple_ui_prints_progress_lines_then_the_summary() -> None:
     [
         (["--speed", "fast"], "--speed 'fast'"),
         (["--ui", "fancy"], "--ui 'fancy'"),
-        (["--replicas", "2", "--fail", "n7@1"], "replicas: n0..n1"),
+        (["--replicas", "2", "--fail", "n7@1"], "the replicas are n0, n1"),  # servesim cluster's words
         (["--fail", "n0"], "NODE@TIME"),
         (["--max-num-seqs", "0"], "--max-num-seqs"),
         (["--json"], "--json needs --headless"),

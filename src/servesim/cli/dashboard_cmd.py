@@ -1,38 +1,54 @@
 """``servesim dashboard``: a trace replayed live in the terminal, on one replica or a cluster.
 
-The engine flags, the trace, the deployment (``--model/--gpu/--tp``), the cluster (``--replicas``,
-``--router``, ``--fail``) and ``--slo`` mean what they mean for ``simulate`` and ``cluster``: the same
-parsing and setup code. Textual is imported only when the full-screen dashboard starts.
+The engine flags, the trace, the deployment (``--model/--gpu/--tp``), the fleet (``--replicas``,
+``--router``, ``--fail``, the pools, ...) and ``--slo`` mean what they mean for ``simulate`` and
+``cluster``: the same request (``SimulateRequest``, or the ``ClusterSpec`` of ``cli.cluster_flags``)
+prepared by the same service. ``--headless`` is that service's answer and document; ``--ui
+simple`` steps the same run live, then prints the same document. Textual is imported only when
+the full-screen dashboard starts.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from servesim.bounds import MAX_REPLICAS
-from servesim.cli.cluster_output import parse_fail, print_cluster
+from servesim.cli.capacity_options import ConfigOpt, TraceArg, TraceFlags, trace_options
+from servesim.cli.cluster_flags import ClusterInputs, FleetFlags, cluster_spec, fleet_options
+from servesim.cli.cluster_output import print_cluster
 from servesim.cli.common import cli_slo, fail, request_slo
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
-from servesim.cli.pd_cmd import check_timing, disagg_spec, pd_cluster_spec, pd_failures, print_pd
-from servesim.cli.simulate_cmd import TRACE_HELP, report_answer, say_prepared
-from servesim.cluster.compare import LinkSpec
-from servesim.cluster.pd import DisaggSpec
-from servesim.cluster.pd_results import PDResult
-from servesim.engine import SLO
+from servesim.cli.pd_output import print_pd
+from servesim.cli.simulate_cmd import report_answer, say_prepared
 from servesim.errors import InputError, InternalError, shown, user_errors
-from servesim.report.documents import disaggregated_title
-from servesim.services.cluster import ClusterRequest, prepare_aggregated
-from servesim.services.inputs import TraceInput
+from servesim.services.cluster import (
+    ClusterRequest,
+    PreparedCluster,
+    PreparedDisaggregated,
+    prepare_cluster,
+)
 from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
-from servesim.spec import DeploymentSpec, ResolvedDisaggregated, resolve_cluster
-from servesim.traces.schema import Trace
+from servesim.spec import DeploymentSpec
 
 if TYPE_CHECKING:
-    from servesim.tui.spec import PDDashboardSpec
+    from servesim.tui.spec import DashboardSpec, PDDashboardSpec
+
+Prepared = PreparedRun | PreparedCluster | PreparedDisaggregated
+
+SloOpt = Annotated[str | None, typer.Option(help="SLOs for the gauges, e.g. ttft_p99_ms=500,tpot_p99_ms=50.")]
+SpeedOpt = Annotated[
+    str, typer.Option(help="Simulated seconds per wall second (10x, 0.5x); + and - change it.")
+]
+UiOpt = Annotated[str, typer.Option(help="full (the dashboard) or simple (progress lines).")]
+HeadlessOpt = Annotated[bool, typer.Option(help="No display: run to the end, print simulate's summary.")]
+StartOpt = Annotated[float, typer.Option(min=0, help="Open at this simulated time (fast-forwarded).")]
+PausedOpt = Annotated[bool, typer.Option(help="Open paused.")]
+OutOpt = Annotated[
+    Path | None, typer.Option("--out", help="With --headless or --ui simple: write the JSON result here.")
+]
 
 
 def parse_speed(text: str) -> float:
@@ -48,310 +64,158 @@ def parse_speed(text: str) -> float:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("dashboard")
-    @deployment_flags
-    @engine_flags
-    def dashboard_cmd(
-        trace: str = typer.Argument(..., help=TRACE_HELP),
-        config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON file of vLLM keys."),
-        replicas: int = typer.Option(
-            1, "--replicas", min=1, max=MAX_REPLICAS, help="Identical replicas n0..n{N-1}."
-        ),
-        router: str | None = typer.Option(
-            None, help="Router policy of a cluster (default least_outstanding)."
-        ),
-        fail_at: list[str] = typer.Option([], "--fail", help="NODE@TIME[+RECOVER_AFTER], repeatable."),
-        recovery: str = typer.Option(
-            "planner", help="Recovery of interrupted jobs: planner, migrate or restart."
-        ),
-        kv_checkpointing: str = typer.Option("continuous", help="none | on_warning | continuous."),
-        slo: str | None = typer.Option(
-            None, help="SLOs for the gauges, e.g. ttft_p99_ms=500,tpot_p99_ms=50."
-        ),
-        seed: int = typer.Option(0, help="Seed for generated traces and random routers."),
-        num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests (presets)."),
-        speed: str = typer.Option(
-            "1x", help="Simulated seconds per wall second (10x, 0.5x); + and - change it."
-        ),
-        ui: str = typer.Option("full", help="full (the dashboard) or simple (progress lines)."),
-        headless: bool = typer.Option(False, help="No display: run to the end, print simulate's summary."),
-        start_at: float = typer.Option(0.0, min=0, help="Open at this simulated time (fast-forwarded)."),
-        paused: bool = typer.Option(False, help="Open paused."),
-        as_json: bool = typer.Option(
-            False, "--json", help="With --headless: the JSON result alone on stdout."
-        ),
-        out: Path | None = typer.Option(
-            None, "--out", help="With --headless or --ui simple: write the JSON result here."
-        ),
-        prefill_replicas: int | None = typer.Option(
-            None, min=1, max=64, help="Disaggregated: replicas of the prefill pool (with --decode-replicas)."
-        ),
-        decode_replicas: int | None = typer.Option(
-            None, min=1, max=64, help="Disaggregated: decode pool size."
-        ),
-        link_name: str | None = typer.Option(
-            None, "--link", help="Disaggregated: KV-transfer link preset (default rdma-400g)."
-        ),
-        short_prompt_tokens: int | None = typer.Option(
-            None, min=0, help="Disaggregated: prompts shorter than this prefill on the decode replica."
-        ),
-        *,
-        flags: dict[str, Any],
-        deployment: DeploymentSpec,
-    ) -> None:
-        """Watch a trace run live: batch slots, the waiting queue, KV, latency against the SLO."""
-        from servesim import RouterSpec
-        from servesim.cluster import FailurePlan
-        from servesim.tui.spec import DashboardSpec
-
-        try:
-            rate = parse_speed(speed)
-            if ui not in ("full", "simple"):
-                raise InputError(f"--ui {shown(ui)}: use full or simple")
-            dep = deployment_spec(deployment, config, flags)
-            goal = request_slo(slo)  # refused before any line is printed, as every command does
-            disagg = disagg_spec(
-                {},
-                dep.engine,
-                prefill_replicas,
-                decode_replicas,
-                link_name,
-                short_prompt_tokens,
-                deployment.model,
-                deployment.tp,
-            )
-            if disagg is None and (link_name is not None or short_prompt_tokens is not None):
-                raise InputError(
-                    "--link and --short-prompt-tokens are for a disaggregated cluster: "
-                    "give --prefill-replicas and --decode-replicas"
-                )
-            source = TraceInput(source=trace, seed=seed, num_requests=num_requests)
-            if disagg is not None:
-                tr = source.open()
-                pd_spec = _pd_spec(
-                    disagg,
-                    deployment,
-                    tr,
-                    trace,
-                    fail_at,
-                    seed=seed,
-                    num_requests=num_requests,
-                    goal=goal,
-                    slo_text=slo,
-                    replicas=replicas,
-                    router=router,
-                    recovery=recovery,
-                    kv_checkpointing=kv_checkpointing,
-                )
-                if headless or ui == "simple":
-                    _run_pd_plain(pd_spec, disagg, headless=headless, speed=rate, as_json=as_json, out=out)
-                    return
-                if as_json:
-                    raise InputError("--json needs --headless (the dashboard is for people)")
-                if out is not None:
-                    raise InputError("--out needs --headless or --ui simple (the dashboard is for people)")
-        except user_errors() as exc:
-            fail(exc)
-        if disagg is not None:
-            from servesim.tui.app import DashboardApp
-
-            DashboardApp(pd_spec, speed=rate, paused=paused, start_at=start_at).run()
-            return
-        try:
-            prepared = prepare(SimulateRequest(trace=source, deployment=dep, slo=cli_slo(slo)))
-            say_prepared(prepared, as_json or not headless)
-            tr, setup, rebuild = prepared.trace, prepared.setup, prepared.rebuild
-            cfg, step = setup.config, setup.step_time
-            events = sorted((parse_fail(x) for x in fail_at), key=lambda e: (e.time_s, e.node))
-            FailurePlan(events=events)
-            link = LinkSpec.model_validate(
-                {
-                    "kv_checkpointing": kv_checkpointing,
-                    "tp": deployment.tp or 1,
-                    **({"model": deployment.model} if deployment.model else {}),
-                }
-            )
-            route = (
-                RouterSpec.model_validate({"policy": router, "seed": seed}) if router is not None else None
-            )
-            spec = DashboardSpec(
-                tr,
-                trace,
-                cfg,
-                step,
-                replicas=replicas,
-                router=route,
-                failures=tuple(events),
-                recovery=recovery,
-                context=link.context() if replicas > 1 or events or route else None,
-                kv_checkpointing=link.kv_checkpointing,
-                slo=goal,
-                rebuild=rebuild,
-                kv_connector=setup.kv_connector if cfg.kv_offloading_size is not None else None,
-            )
-            if spec.is_cluster and any(e.node not in {f"n{i}" for i in range(replicas)} for e in events):
-                raise InputError(f"--fail names a replica that does not exist; replicas: n0..n{replicas - 1}")
-            run = None
-            if spec.is_cluster:  # the ClusterSpec ``servesim cluster`` records for the same flags
-                from servesim.spec import ClusterSpec
-
-                policy = (route or RouterSpec()).policy
-                run = ClusterSpec(
-                    trace=trace,
-                    num_requests=num_requests,
-                    seed=seed,
-                    deployment=dep.model_copy(update={"replicas": replicas, "router": policy}),
-                    router=route if route is not None and route != RouterSpec(policy=policy) else None,
-                    link=link.model_dump(exclude={"model", "tp"}),
-                    failures=events,
-                    recovery=recovery,
-                    slo=cli_slo(slo) if goal is not None else None,
-                )
-            if headless or ui == "simple":
-                _run_plain(
-                    spec,
-                    headless=headless,
-                    speed=rate,
-                    as_json=as_json,
-                    prepared=prepared,
-                    out=out,
-                    run=run,
-                )
-                return
-            if as_json:
-                raise InputError("--json needs --headless (the dashboard is for people)")
-            if out is not None:
-                raise InputError("--out needs --headless or --ui simple (the dashboard is for people)")
-        except user_errors() as exc:
-            fail(exc)
-        from servesim.tui.app import DashboardApp
-
-        DashboardApp(spec, speed=rate, paused=paused, start_at=start_at).run()
+    app.command("dashboard")(dashboard_cmd)
 
 
-def _pd_spec(
-    disagg: DisaggSpec,
+@deployment_flags
+@engine_flags
+@trace_options("Seed for generated traces and random routers.")
+@fleet_options(
+    replicas_help="Identical replicas n0..n{N-1} (default 1: one replica).",
+    recovery_help="Recovery of interrupted jobs: planner (default), migrate or restart.",
+)
+def dashboard_cmd(
+    trace: TraceArg,
+    config: ConfigOpt = None,
+    slo: SloOpt = None,
+    speed: SpeedOpt = "1x",
+    ui: UiOpt = "full",
+    headless: HeadlessOpt = False,
+    start_at: StartOpt = 0.0,
+    paused: PausedOpt = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With --headless: the JSON result alone on stdout.")
+    ] = False,
+    out: OutOpt = None,
+    *,
+    flags: dict[str, Any],
     deployment: DeploymentSpec,
-    tr: Trace,
+    source: TraceFlags,
+    fleet: FleetFlags,
+) -> None:
+    """Watch a trace run live: batch slots, the waiting queue, KV, latency against the SLO."""
+    try:
+        rate = parse_speed(speed)
+        if ui not in ("full", "simple"):
+            raise InputError(f"--ui {shown(ui)}: use full or simple")
+        request_slo(slo)  # refused before any line is printed, as every command does
+        if not (headless or ui == "simple"):
+            for flag, given in (("--json", as_json), ("--out", out is not None)):
+                if given:
+                    raise InputError(f"{flag} needs --headless or --ui simple (the dashboard is for people)")
+        prepared = _prepare(trace, config, slo, flags, deployment, source, fleet)
+        # the run's first lines (a disaggregated run's summary says its own timing)
+        say_prepared(prepared, as_json or not headless or isinstance(prepared, PreparedDisaggregated))
+        if headless or ui == "simple":
+            _run_plain(prepared, headless=headless, speed=rate, as_json=as_json, out=out)
+            return
+        spec = dashboard_spec(prepared)
+        if not sys.stdout.isatty():  # a pipe or a file: the full screen would wait for keys forever
+            raise InputError("the full-screen dashboard needs a terminal: use --ui simple or --headless")
+    except user_errors() as exc:
+        fail(exc)
+    from servesim.tui.app import DashboardApp
+
+    DashboardApp(spec, speed=rate, paused=paused, start_at=start_at).run()
+
+
+def _prepare(
     trace: str,
-    fail_at: list[str],
-    *,
-    seed: int,
-    num_requests: int | None,
-    goal: SLO | None,
-    slo_text: str | None,
-    replicas: int,
-    router: str | None,
-    recovery: str,
-    kv_checkpointing: str,
-) -> PDDashboardSpec:
-    """A disaggregated dashboard run: the ``ClusterSpec`` ``servesim cluster --prefill-replicas
-    ... --decode-replicas ...`` records for the same flags (``cli.pd_cmd``'s plumbing), resolved."""
-    from servesim.tui.spec import PDDashboardSpec
-
-    for flag, given in (
-        ("--replicas", replicas != 1),
-        ("--router", router is not None),
-        ("--recovery", recovery != "planner"),
-        ("--kv-checkpointing", kv_checkpointing != "continuous"),
-    ):
-        if given:
-            raise InputError(
-                f"{flag} is for an aggregated cluster; a disaggregated one routes and recovers "
-                "as deployed (docs/cluster.md): leave it out"
-            )
-    check_timing(deployment.step_time_ms, deployment.linear_step_time, deployment.model, deployment.gpu)
-    events = pd_failures(
-        disagg,
-        [parse_fail(x) for x in fail_at],
-        tr,
-        mtbf_s=None,
-        warning_s=0.0,
-        recover_after_s=None,
-        seed=seed,
+    config: Path | None,
+    slo: str | None,
+    flags: dict[str, Any],
+    deployment: DeploymentSpec,
+    source: TraceFlags,
+    fleet: FleetFlags,
+) -> Prepared:
+    """The request the flags state, prepared by its service: ``servesim simulate``'s for one
+    replica, ``servesim cluster``'s for replicas, failures or pools (its defaults: one replica,
+    the planner's recovery)."""
+    if not fleet.fleet_asked:
+        dep = deployment_spec(deployment, config, flags)
+        return prepare(SimulateRequest(trace=source.input(trace), deployment=dep, slo=cli_slo(slo)))
+    inputs = ClusterInputs(
+        trace,
+        deployment,
+        flags,
+        config,
+        fleet,
+        cli_slo(slo),
+        seed=source.seed,
+        num_requests=source.num_requests,
     )
-    timing = {
-        "step_time_ms": deployment.step_time_ms,
-        "linear_step_time": deployment.linear_step_time,
-        "gpu_memory_utilization": deployment.gpu_memory_utilization,
-        "profile": deployment.profile,
-    }
-    head = {"trace": trace, "num_requests": num_requests, "seed": seed}
-    spec = pd_cluster_spec(
-        head,
-        disagg,
-        deployment.gpu,
-        timing,
-        events,
-        "disaggregated cluster",
-        slo=cli_slo(slo_text) if goal is not None else None,
+    spec = cluster_spec(inputs, default_replicas=1, default_recovery="planner")
+    if spec.disaggregated is None and (spec.recovery == "compare" or spec.replicas is not None):
+        raise InputError(
+            "the dashboard runs one recovery strategy on identical replicas or on pools: "
+            "--recovery compare and a --cluster file of named replicas are for servesim cluster"
+        )
+    return prepare_cluster(ClusterRequest(spec=spec, trace=source.input(trace)))
+
+
+def dashboard_spec(prepared: Prepared) -> DashboardSpec | PDDashboardSpec:
+    """What the full-screen dashboard steps: the prepared request's trace, engines and failures."""
+    from servesim.tui.spec import DashboardSpec, PDDashboardSpec
+
+    if isinstance(prepared, PreparedDisaggregated):
+        slo = prepared.resolved.slo
+        return PDDashboardSpec(
+            prepared.trace, prepared.title, prepared.request.spec, prepared.resolved, slo=slo
+        )
+    if isinstance(prepared, PreparedRun):
+        setup = prepared.setup
+        return DashboardSpec(
+            prepared.trace,
+            prepared.request.trace.name,
+            setup.config,
+            setup.step_time,
+            slo=prepared.slo,
+            rebuild=prepared.rebuild,
+            kv_connector=setup.kv_connector if setup.config.kv_offloading_size is not None else None,
+        )
+    from servesim.spec import resolve_for_trace
+    from servesim.spec.cluster import runnable_deployment
+
+    r = prepared.resolved
+    setup = r.setups[0]
+    _, rebuild = resolve_for_trace(runnable_deployment(prepared.request.spec.deployment), prepared.trace)
+    return DashboardSpec(
+        prepared.trace,
+        prepared.request.trace_input().name,
+        setup.config,
+        setup.step_time,
+        replicas=len(r.replicas),
+        router=r.router,
+        failures=tuple(r.events),
+        recovery=r.strategies[0],
+        context=r.link.context(),
+        kv_checkpointing=r.link.kv_checkpointing,
+        slo=r.slo,
+        rebuild=rebuild,
+        kv_connector=setup.kv_connector if setup.config.kv_offloading_size is not None else None,
     )
-    resolved = resolve_cluster(spec, tr)
-    if not isinstance(resolved, ResolvedDisaggregated):
-        raise InternalError("a disaggregated cluster resolved without its pools")
-    title = disaggregated_title(trace, len(tr))
-    return PDDashboardSpec(tr, title, spec, resolved, slo=goal)
 
 
-def _run_pd_plain(
-    spec: PDDashboardSpec,
-    disagg: DisaggSpec,
-    *,
-    headless: bool,
-    speed: float,
-    as_json: bool,
-    out: Path | None,
-) -> None:
-    """``--headless`` / ``--ui simple`` of a disaggregated run: what ``servesim cluster`` prints
-    (and writes) for the same flags."""
+def _run_plain(prepared: Prepared, *, headless: bool, speed: float, as_json: bool, out: Path | None) -> None:
+    """``--headless``: the service's answer; ``--ui simple``: the same run stepped live (progress
+    lines), answered as the service answers it. Then the command's summary or document."""
     from servesim.tui.simple import run_simple
 
-    live = spec.start()
-    result: Any = (
-        live.finish() if headless else run_simple(live, sys.stderr if as_json else sys.stdout, speed=speed)
-    )
-    if not isinstance(result, PDResult):
-        raise InternalError("a disaggregated run ended without its P/D result")
-    print_pd(
-        result, disagg, spec.title, spec.resolved.timed_as, as_json, spec.cluster, spec.trace.provenance, out
-    )
+    def stepped() -> Any:
+        return run_simple(
+            dashboard_spec(prepared).start(), sys.stderr if as_json else sys.stdout, speed=speed
+        )
 
-
-def _run_plain(
-    spec: Any,
-    *,
-    headless: bool,
-    speed: float,
-    as_json: bool,
-    prepared: PreparedRun | None = None,
-    out: Path | None = None,
-    run: Any = None,
-) -> None:
-    """``--headless`` (straight to the end) or ``--ui simple`` (progress lines), then the summary;
-    ``run``: a cluster's ``ClusterSpec``, recorded in its document."""
-    from servesim.cluster import ClusterResult
-    from servesim.engine import SimulationResult
-    from servesim.tui.simple import run_simple
-
-    if headless and prepared is not None and not spec.is_cluster:  # simulate's run and document
-        report_answer(prepared.run(), as_json=as_json, out=out, include_requests=True)
+    if isinstance(prepared, PreparedDisaggregated):
+        print_pd(prepared.run() if headless else prepared.answer(stepped()), as_json, out)
         return
-    if spec.is_cluster:  # servesim cluster's request, answer and document
-        if run is None:
-            raise InternalError("a cluster dashboard run without its ClusterSpec")
-        cluster = prepare_aggregated(ClusterRequest(spec=run), trace=spec.trace)
-        if headless:
-            answer = cluster.run()
-        else:
-            stepped = run_simple(spec.start(), sys.stderr if as_json else sys.stdout, speed=speed)
-            if not isinstance(stepped, ClusterResult):
-                raise InternalError("a cluster dashboard run ended without its cluster result")
-            answer = cluster.answer(stepped)
-        print_cluster(answer, as_json, out)
+    if isinstance(prepared, PreparedCluster):
+        print_cluster(prepared.run() if headless else prepared.answer(stepped()), as_json, out)
         return
-    result = run_simple(spec.start(), sys.stderr if as_json else sys.stdout, speed=speed)
-    if not isinstance(result, SimulationResult):
-        raise InternalError("a one-replica dashboard run ended without its simulation result")
-    if prepared is None:
-        raise InternalError("a one-replica dashboard run without its prepared request")
-    report_answer(SimulateAnswer(prepared, result), as_json=as_json, out=out, include_requests=True)
+    result = prepared.run() if headless else SimulateAnswer(prepared, stepped())
+    if not isinstance(result, SimulateAnswer):
+        raise InternalError("a one-replica dashboard run ended without its answer")
+    report_answer(result, as_json=as_json, out=out, include_requests=True)
+
+
+__all__ = ["dashboard_cmd", "dashboard_spec", "parse_speed", "register"]

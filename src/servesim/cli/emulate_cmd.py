@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         from pydantic import ValidationError
 
         from servesim import RouterSpec
-        from servesim.cli.cluster_output import parse_fail
+        from servesim.cli.cluster_flags import parse_fail
         from servesim.cli.simulate_cmd import deploy
         from servesim.cluster import Replica
         from servesim.cluster.compare import LinkSpec
@@ -190,12 +190,12 @@ def _disaggregated(
     given: dict[str, object],
 ) -> tuple[PDLayout, list[tuple[str, float, float | None]], str, str] | None:
     """The disaggregated fleet the flags ask for (None: an aggregated one): the pools checked and
-    named as ``servesim cluster`` does (``pd_cmd.disagg_spec``, ``pd_failures``), each pool the
+    named as ``servesim cluster`` does (``cluster_flags.disagg_spec``, ``resolve_cluster``), each pool the
     command's deployment (its model, GPU, TP and vLLM keys), resolved by ``resolve_cluster``;
     the failures as (replica, simulated s, recover after); the fleet's size for the banner, and
     how its pools are timed. ``given``: the aggregated fleet's flags, refused here."""
-    from servesim.cli.cluster_output import parse_fail
-    from servesim.cli.pd_cmd import disagg_from_files, pd_failures
+    from servesim.cli.cluster_flags import FleetFlags, disagg_spec, parse_fail
+    from servesim.cli.engine_flags import file_settings
     from servesim.emulate.emulator import PDLayout
     from servesim.spec import ClusterSpec, ResolvedDisaggregated, resolve_cluster
     from servesim.spec.cluster import DisaggregatedSpec
@@ -214,29 +214,24 @@ def _disaggregated(
                 f"{flag}: a disaggregated fleet is --prefill-replicas + --decode-replicas, "
                 "routed as vLLM's P/D proxy (prefix-aware prefill, least-KV decode)"
             )
-    spec = disagg_from_files(None, config, n_prefill, n_decode, link, short, dep.model, dep.tp)
+    pools_flags = FleetFlags(
+        prefill_replicas=n_prefill, decode_replicas=n_decode, link=link, short_prompt_tokens=short
+    )
+    spec = disagg_spec({}, file_settings(config), pools_flags, dep)
     if spec is None:
         raise InternalError("a disaggregated layout asked for and none made")
     online = Trace.empty("<online>")
-    events = pd_failures(
-        spec,
-        [parse_fail(x) for x in fail_at],
-        online,
-        mtbf_s=None,
-        warning_s=0.0,
-        recover_after_s=None,
-        seed=0,
-    )
     pools = DisaggregatedSpec(
         prefill=dep.model_copy(update={"replicas": spec.prefill.replicas}),
         decode=dep.model_copy(update={"replicas": spec.decode.replicas}),
         link=spec.link,
         short_prompt_tokens=spec.short_prompt_tokens,
     )
-    run = ClusterSpec(trace="<online>", disaggregated=pools, failures=events)
+    run = ClusterSpec(trace="<online>", disaggregated=pools, failures=[parse_fail(x) for x in fail_at])
     pd = resolve_cluster(run, online)
     if not isinstance(pd, ResolvedDisaggregated):
         raise InternalError("a disaggregated cluster resolved without its pools")
+    events = pd.events
     layout = PDLayout(pd.prefill, pd.decode, pd.context, pd.short_prompt_tokens)
     failures = [(f.node, f.time_s, f.recover_after_s) for f in events]
     size = f"{spec.prefill.replicas}P{spec.decode.replicas}D (link {spec.link})"

@@ -73,7 +73,7 @@ def _help(name: str, field: FieldInfo) -> str:
     return f"{text}; {note}." if note else f"{text}."
 
 
-def _annotated(field: FieldInfo) -> Any:
+def annotated(field: FieldInfo) -> Any:
     """The field's type with its constraints (``Annotated[int, Ge(1)]``), for a ``TypeAdapter``."""
     return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
 
@@ -83,7 +83,7 @@ def _checked(
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Check each given value against its field's bounds and type, naming the flag
     (``error: --max-num-seqs: Input should be greater than or equal to 1``), before any work."""
-    adapters = {key: TypeAdapter(_annotated(fields[key])) for key in options}
+    adapters = {key: TypeAdapter(annotated(fields[key])) for key in options}
 
     def check(values: dict[str, Any]) -> dict[str, Any]:
         for key, value in values.items():
@@ -249,6 +249,7 @@ def deployment_spec(
 
 __all__ = [
     "FLAG_NAMES",
+    "annotated",
     "cluster_deployment_flags",
     "deployment_flags",
     "deployment_spec",

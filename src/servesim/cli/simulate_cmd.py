@@ -22,6 +22,7 @@ from servesim.cli.records_out import records_format, requests_format_option, req
 from servesim.cli.trace_input import hash_block_size_option, seed_option, strict_option
 from servesim.events import StepLogWriter
 from servesim.io import atomic_file
+from servesim.services.cluster import PreparedCluster, PreparedDisaggregated
 from servesim.services.inputs import TraceInput
 from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
 from servesim.spec import DeploymentSpec, Rebuild, ResolvedDeployment, resolve_for_trace
@@ -56,7 +57,7 @@ def deploy(
     return resolved, rebuild
 
 
-def say_prepared(prepared: PreparedRun, as_json: bool) -> None:
+def say_prepared(prepared: PreparedRun | PreparedCluster | PreparedDisaggregated, as_json: bool) -> None:
     """What a run will be, before it starts: warnings on stderr; with a human output, the
     ``timed as`` and ``defaults`` lines first on stdout."""
     for line in prepared.warnings:

@@ -42,8 +42,7 @@ def deployment(spec: DeploymentSpec, trace: Trace | int) -> ResolvedDeployment:
 def simulate_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]:
     body = SimulateBody.model_validate(params)
     if body.disaggregated is not None:
-        trace = _trace(body, env)
-        return _disaggregated(body, trace, env, report)
+        return _disaggregated(body, env, report)
     if body.deployment.replicas > 1 or body.failures:
         return _cluster(body, env, report)
     # ``servesim simulate``'s request and service: the same answer and document for the same run
@@ -71,10 +70,6 @@ def trace_input(trace_id: str, env: Env) -> TraceInput:
     sidecar = path.with_name(f"{path.stem}.provenance.json")
     provenance = TraceProvenance.model_validate_json(sidecar.read_bytes()) if sidecar.exists() else None
     return TraceInput(source=str(path), label=env.get("trace_name") or None, provenance=provenance)
-
-
-def _trace(body: SimulateBody, env: Env) -> Trace:
-    return trace_input(body.trace_id, env).open()
 
 
 #: The percentile switcher's choices (every LatencyStats percentile).
@@ -168,37 +163,32 @@ def _cluster(body: SimulateBody, env: Env, report: Report) -> dict[str, Any]:
     }
 
 
-def _disaggregated(body: SimulateBody, trace: Trace, env: Env, report: Report) -> dict[str, Any]:
+def _disaggregated(body: SimulateBody, env: Env, report: Report) -> dict[str, Any]:
     """Prefill and decode pools: the body as the ``ClusterSpec`` ``servesim cluster
     --prefill-replicas N --decode-replicas M`` builds (``DisaggregatedSpec.of_pools`` of the pools
-    as the flags state them), resolved by ``servesim.spec.resolve_cluster`` and run by
-    ``ResolvedDisaggregated.run``; its document is the CLI's (``disaggregated_run_document``)."""
-    from servesim.report.documents import disaggregated_run_document, disaggregated_title
-    from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
-    from servesim.spec.cluster import pool_failures
+    as the flags state them), answered by ``servesim.services.cluster``; its document is the
+    CLI's."""
+    from servesim.report.documents import cluster_answer_document
+    from servesim.services.cluster import ClusterRequest, PreparedDisaggregated, prepare_cluster
+    from servesim.spec import ClusterSpec, DisaggregatedSpec
 
     pools = body.pools()
-    source = env.get("trace_name") or body.trace_id
     spec = ClusterSpec(
-        trace=source,
+        trace=env.get("trace_name") or body.trace_id,
         disaggregated=DisaggregatedSpec.of_pools(pools, body.deployment.gpu, body.shared()),
-        failures=pool_failures(body.failures, pools.prefill.replicas, pools.decode.replicas),
+        failures=body.failures,
         slo=body.slo,
     )
-    run = resolve_cluster(spec, trace)
-    if not isinstance(run, ResolvedDisaggregated):
+    prepared = prepare_cluster(ClusterRequest(spec=spec, trace=trace_input(body.trace_id, env)))
+    if not isinstance(prepared, PreparedDisaggregated):
         raise InputError("a disaggregated run resolved without its pools")
-    report(0, len(trace))
-    result = run.run(trace)  # one run of both pools (PDCluster has no progress callback)
-    report(len(trace), len(trace))
-    _save_pd_requests(result, env)
-    doc = disaggregated_run_document(
-        result, pools, spec, trace.provenance, disaggregated_title(source, len(trace))
-    )
+    answer = prepared.run(progress=lambda _phase, done, total, _detail=None: report(done, total))
+    _save_pd_requests(answer.result, env)
+    doc = cluster_answer_document(answer)
     return {
-        "disaggregated": result.summary.model_dump(mode="json"),
+        "disaggregated": answer.result.summary.model_dump(mode="json"),
         "sections": doc["sections"],
-        "notes": [f"timed as: {run.timed_as}"],
+        "notes": [f"timed as: {prepared.resolved.timed_as}"],
         "document": doc,
     }
 
