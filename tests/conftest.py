@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-sys.path.insert(0, str(Path(__file__).parent / "engine"))
+# Helpers are imported by name (``from polling import wait_until``): tests/'s own and the
+# engine's (other folders use its trace builders) are on the path for every test; each folder's
+# own are, for its tests, by pytest. Never import from a conftest (tests/test_suite_imports.py).
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent / "engine")]
 
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", deadline=None)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.engine.abort_scenarios import SCENARIOS
+from abort_scenarios import SCENARIOS
 
 from servesim.engine import _native
 from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS

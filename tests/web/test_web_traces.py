@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 from fastapi.testclient import TestClient
+from web_helpers import GOOD_CSV, settings_for
 
-from conftest import GOOD_CSV, settings_for
 from servesim.actionlog import read_log
 from servesim.web.app import create_app
 
