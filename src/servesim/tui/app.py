@@ -172,6 +172,10 @@ class DashboardApp(App[None]):
 
     # ------------------------------------------------------------------ the clock
     def tick(self) -> None:
+        if not self.is_running or not self.screen_stack:
+            # Quitting: Textual closes the screens (the stack goes empty) before it stops the
+            # app's timers, so a tick can still come; there is nothing left to advance or show.
+            return
         now = perf_counter()
         dt, self._last = min(now - self._last, 0.5), now
         # Keep the display at fps: when ticks come late (the terminal paints slowly, the host is
