@@ -101,6 +101,7 @@ def test_sigterm_stops_the_server_cleanly_with_status_0(tmp_path: Path) -> None:
     import sys
 
     import httpx
+
     from polling import wait_until
 
     with socket.socket() as s:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from polling import wait_until
 from web_helpers import SEED_RECOVERY, SEED_RESCHED, SMALL_SPACE, run_job, section, settings_for, wait_job
 
+from polling import wait_until
 from servesim.actionlog import read_log
 from servesim.web.app import create_app
 
