@@ -9,8 +9,9 @@ is read in order). Servers (``servesim serve``, ``servesim emulate``) are starte
 port (the line's ``--port`` replaced, or one added: 8000 may be held by another test), must
 answer HTTP there, and are stopped; none is skipped; a full-screen ``servesim dashboard`` is
 started in a pseudo-terminal, must paint its first screen, and is stopped. The README's lines
-run in tests/test_readme.py. Benchmarks (minutes, from a checkout) are shown indented, not
-fenced, and are not run here. Blocks are paired as a reader sees them (tests/docs_fences.py).
+run in tests/test_readme.py. The few lines that take minutes as typed run with fewer trials,
+seeds or probes (tests/doc_sizes.py). Benchmarks (minutes, from a checkout) are shown indented,
+not fenced, and are not run here. Blocks are paired as a reader sees them (tests/docs_fences.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from doc_sizes import as_run
 from docs_fences import shell_or_plain_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,7 +242,12 @@ def test_the_docs_show_commands_to_run() -> None:
 
 def _runs(cmd: str, work: Path) -> None:
     res = subprocess.run(
-        ["bash", "-c", cmd], cwd=work, env=_env(work), capture_output=True, text=True, timeout=TIMEOUT_S
+        ["bash", "-c", as_run(cmd)],
+        cwd=work,
+        env=_env(work),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     said = f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
     assert res.returncode == 0, f"`{cmd}` exited {res.returncode}\n{said}"
