@@ -25,3 +25,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Commands write their action log to the data folder: never the user's during tests."""
     os.environ["SERVESIM_DATA_DIR"] = str(tmp_path_factory.mktemp("servesim-data"))
+
+
+#: Markers of the long tests (tens of seconds to minutes each: servers, Ray, Chromium, docs).
+LONG = ("slow", "browser", "ray")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first, each group in the order collected. xdist hands tests out in this
+    order, so the two workers share the long ones from the start and end on short ones, instead
+    of one worker starting a minutes-long test (the docs', the browser's) when the other is
+    nearly done. The order of the rest, and what any test checks, is unchanged."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in LONG))
