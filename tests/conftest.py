@@ -31,9 +31,16 @@ def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
 LONG = ("slow", "browser", "ray")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long tests first, each group in the order collected. xdist hands tests out in this
+    """The long tests first, each group in the order collected: xdist hands tests out in this
     order, so the two workers share the long ones from the start and end on short ones, instead
     of one worker starting a minutes-long test (the docs', the browser's) when the other is
-    nearly done. The order of the rest, and what any test checks, is unchanged."""
+    nearly done. The tests that start a local Ray instance form one xdist group (``make unit``
+    runs ``--dist loadgroup``): one worker runs them one after another while the other keeps
+    busy, instead of two Ray instances starting at once on a 2-core machine, each twice as slow.
+    What any test checks is unchanged."""
+    for item in items:
+        if item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
     items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in LONG))

@@ -78,6 +78,8 @@ DOCS = sorted(
 #: and with a data folder of its own.
 WORKERS = 5
 SERVERS = 2
+#: Docs whose servers start a local Ray instance each (``servesim emulate``): marked ``ray``.
+RAY_DOCS = ("emulate.md",)
 #: Options whose value is a file or folder a line writes (``> FILE`` too).
 WRITES = ("--out", "--out-dir", "--outbox", "--matrix")
 
@@ -280,7 +282,9 @@ def test_a_line_waits_for_the_lines_that_write_what_it_reads() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc", DOCS)
+@pytest.mark.parametrize(
+    "doc", [pytest.param(d, marks=pytest.mark.ray) if d in RAY_DOCS else d for d in DOCS]
+)
 def test_a_docs_lines_run_as_typed(doc: str, tmp_path: Path) -> None:
     """Every line of ``doc``, in a folder of its own: side by side where no line reads what
     another writes, servers one at a time, each on a free port; every line runs, none skips."""

@@ -42,6 +42,7 @@ def _tune(folder: Path, executor: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_tuning_jobs_run_on_ray_when_configured(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     local = _tune(tmp_path / "local", "local")
