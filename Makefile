@@ -43,10 +43,12 @@ lint: sync
 typecheck: sync
 	$(UV_RUN) mypy src
 
+# --durations: the slowest tests are printed, so the suite's time stays visible as it grows
+# (budget: `make test` in 12 minutes on a 2-core machine that is busy with other work).
 unit: sync  # not under uv run: Ray would start its workers through uv
-	.venv/bin/python -m pytest -n 2
+	.venv/bin/python -m pytest -n 2 --dist loadgroup --durations=25
 	# the engine's oracle and fast == naive tests again, on the pure-Python reference core
-	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n 2 tests/engine
+	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n 2 --durations=10 tests/engine
 
 test: lint typecheck unit
 

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-sys.path.insert(0, str(Path(__file__).parent / "engine"))
+# Helpers are imported by name (``from polling import wait_until``): tests/'s own and the
+# engine's (other folders use its trace builders) are on the path for every test; each folder's
+# own are, for its tests, by pytest. Never import from a conftest (tests/test_suite_imports.py).
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent / "engine")]
 
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", deadline=None)
@@ -22,3 +25,22 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Commands write their action log to the data folder: never the user's during tests."""
     os.environ["SERVESIM_DATA_DIR"] = str(tmp_path_factory.mktemp("servesim-data"))
+
+
+#: Markers of the long tests (tens of seconds to minutes each: servers, Ray, Chromium, docs).
+LONG = ("slow", "browser", "ray")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first, each group in the order collected: xdist hands tests out in this
+    order, so the two workers share the long ones from the start and end on short ones, instead
+    of one worker starting a minutes-long test (the docs', the browser's) when the other is
+    nearly done. The tests that start a local Ray instance form one xdist group (``make unit``
+    runs ``--dist loadgroup``): one worker runs them one after another while the other keeps
+    busy, instead of two Ray instances starting at once on a 2-core machine, each twice as slow.
+    What any test checks is unchanged."""
+    for item in items:
+        if item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in LONG))

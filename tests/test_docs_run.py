@@ -9,8 +9,9 @@ is read in order). Servers (``servesim serve``, ``servesim emulate``) are starte
 port (the line's ``--port`` replaced, or one added: 8000 may be held by another test), must
 answer HTTP there, and are stopped; none is skipped; a full-screen ``servesim dashboard`` is
 started in a pseudo-terminal, must paint its first screen, and is stopped. The README's lines
-run in tests/test_readme.py. Benchmarks (minutes, from a checkout) are shown indented, not
-fenced, and are not run here. Blocks are paired as a reader sees them (tests/docs_fences.py).
+run in tests/test_readme.py. The few lines that take minutes as typed run with fewer trials,
+seeds or probes (tests/doc_sizes.py). Benchmarks (minutes, from a checkout) are shown indented,
+not fenced, and are not run here. Blocks are paired as a reader sees them (tests/docs_fences.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from doc_sizes import as_run
 from docs_fences import shell_or_plain_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +78,8 @@ DOCS = sorted(
 #: and with a data folder of its own.
 WORKERS = 5
 SERVERS = 2
+#: Docs whose servers start a local Ray instance each (``servesim emulate``): marked ``ray``.
+RAY_DOCS = ("emulate.md",)
 #: Options whose value is a file or folder a line writes (``> FILE`` too).
 WRITES = ("--out", "--out-dir", "--outbox", "--matrix")
 
@@ -240,7 +244,12 @@ def test_the_docs_show_commands_to_run() -> None:
 
 def _runs(cmd: str, work: Path) -> None:
     res = subprocess.run(
-        ["bash", "-c", cmd], cwd=work, env=_env(work), capture_output=True, text=True, timeout=TIMEOUT_S
+        ["bash", "-c", as_run(cmd)],
+        cwd=work,
+        env=_env(work),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     said = f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
     assert res.returncode == 0, f"`{cmd}` exited {res.returncode}\n{said}"
@@ -273,7 +282,9 @@ def test_a_line_waits_for_the_lines_that_write_what_it_reads() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc", DOCS)
+@pytest.mark.parametrize(
+    "doc", [pytest.param(d, marks=pytest.mark.ray) if d in RAY_DOCS else d for d in DOCS]
+)
 def test_a_docs_lines_run_as_typed(doc: str, tmp_path: Path) -> None:
     """Every line of ``doc``, in a folder of its own: side by side where no line reads what
     another writes, servers one at a time, each on a free port; every line runs, none skips."""

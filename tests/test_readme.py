@@ -1,9 +1,11 @@
 """The README's commands run as typed, on a fresh checkout, and write only what they were asked to.
 
-Every line of the README's ``bash`` blocks is run (continuation lines joined) in a temporary
-folder holding a copy of ``examples/``, with ``servesim`` on PATH as ``source .venv/bin/activate``
-puts it there; ``make`` lines are checked to name real targets (``make test`` would run this
-suite). Each ``python`` block runs as a script. Afterwards the folder holds exactly the files the
+Every line of the README's ``bash`` blocks is run (continuation lines joined), each block in a
+temporary folder of its own holding a copy of ``examples/`` (a block starts with ``make sync &&
+source .venv/bin/activate``, as a fresh shell would), with ``servesim`` on PATH as that line puts
+it there; ``make`` lines are checked to name real targets (``make test`` would run this suite).
+The few lines that take minutes as typed run with fewer trials or seeds (tests/doc_sizes.py).
+Each ``python`` block runs as a script. Afterwards the folder holds exactly the files the
 commands named (``--out``, ``--step-log``, ``> file``): outboxes and studies went to the data
 folder, and nothing else was left in the working directory.
 """
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from doc_sizes import as_run
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Generous bound per command on a loaded 2-core machine (tune/saturate take minutes there).
@@ -30,15 +34,18 @@ def blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
 
 
-def commands() -> list[str]:
+def block_commands(block: str) -> list[str]:
+    """A ``bash`` block's command lines, continuations joined and comments cut."""
     out: list[str] = []
-    for block in blocks("bash"):
-        joined = re.sub(r"\\\n\s*", " ", block)
-        for line in joined.splitlines():
-            cmd = line.split(" # ")[0].split("  #")[0].strip()
-            if cmd and not cmd.startswith("#"):
-                out.append(cmd)
+    for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+        cmd = line.split(" # ")[0].split("  #")[0].strip()
+        if cmd and not cmd.startswith("#"):
+            out.append(cmd)
     return out
+
+
+def commands() -> list[str]:
+    return [cmd for block in blocks("bash") for cmd in block_commands(block)]
 
 
 def _make_targets() -> set[str]:
@@ -76,14 +83,15 @@ def test_the_readme_lists_commands_and_a_setup_line() -> None:
 
 
 @pytest.mark.slow
-def test_every_readme_command_runs_as_typed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("block", range(len(blocks("bash"))))
+def test_every_readme_command_runs_as_typed(block: int, tmp_path: Path) -> None:
     work, data = tmp_path / "clone", tmp_path / "data"
     work.mkdir()
     shutil.copytree(ROOT / "examples", work / "examples")
     env = _env(data)
     before = {p.relative_to(work) for p in work.rglob("*")}
     asked: set[Path] = set()
-    for cmd in commands():
+    for cmd in block_commands(blocks("bash")[block]):
         if cmd.startswith(("servesim serve", "servesim dashboard", "servesim emulate")):
             continue  # servers and a live terminal UI run until stopped (tests/web, tests/tui, tests/emulate)
         if cmd.startswith("make "):
@@ -91,7 +99,7 @@ def test_every_readme_command_runs_as_typed(tmp_path: Path) -> None:
             assert set(targets) <= _make_targets(), cmd
             continue
         res = subprocess.run(
-            ["bash", "-c", cmd], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+            ["bash", "-c", as_run(cmd)], cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
         )
         assert res.returncode == 0, f"{cmd}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
         assert "Traceback" not in res.stderr, cmd

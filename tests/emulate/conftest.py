@@ -1,55 +1,24 @@
 """A real emulator server on loopback for the tests: uvicorn in a thread (fast tests) or Ray
-Serve (``ray`` marker); both stop by themselves at the end of the test."""
+Serve (``ray`` marker); both stop by themselves at the end of the test. What tests import lives
+in emulate_helpers.py (never import from a conftest)."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
+from emulate_helpers import MODEL, Server, free_port, replicas
 
-from servesim import EngineConfig, Replica, RouterSpec, replica_setup
+from servesim import RouterSpec
 from servesim.emulate.app import build_app
 from servesim.emulate.edge import Edge
 from servesim.emulate.emulator import Emulator, PDLayout
-
-MODEL = "llama-3.1-8b"
-
-
-def replicas(n: int = 2, *, max_num_seqs: int = 256, max_model_len: int = 4096) -> list[Replica]:
-    """The default deployment (calibrated Llama-3.1-8B on one H100), ``n`` replicas."""
-    setup = replica_setup(EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len))
-    return [Replica(f"replica-{k}", setup.config, setup.step_time) for k in range(n)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    url: str
-    emulator: Emulator
-    loop: asyncio.AbstractEventLoop | None = None
-
-    def call(self, fn: object) -> object:
-        """Run ``fn()`` on the server's event loop (the emulator is not thread-safe)."""
-        assert self.loop is not None
-        fut = asyncio.run_coroutine_threadsafe(_call(fn), self.loop)
-        return fut.result(timeout=10)
-
-
-async def _call(fn: object) -> object:
-    return fn()  # type: ignore[operator]
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from emulate_helpers import MODEL, replicas
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import MODEL, replicas
 from servesim.emulate.app import build_app, is_loopback
 from servesim.emulate.edge import HEADER
 from servesim.emulate.emulator import Emulator

@@ -7,8 +7,8 @@ import asyncio
 import time
 
 import pytest
+from emulate_helpers import MODEL, replicas
 
-from conftest import MODEL, replicas
 from servesim.emulate.emulator import Emulator
 
 

@@ -17,8 +17,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-
-from conftest import free_port
+from emulate_helpers import free_port
 
 pytestmark = pytest.mark.ray
 

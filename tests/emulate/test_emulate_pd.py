@@ -11,14 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from emulate_helpers import MODEL, free_port
 from prometheus_client.parser import text_string_to_metric_families
-from tests.polling import wait_until
 from typer.testing import CliRunner
 
-from conftest import (
-    MODEL,
-    free_port,  # tests/emulate's (at import: xdist workers load others later)
-)
+from polling import wait_until
 from servesim import EngineConfig, Replica, replica_setup
 from servesim.cli.main import app
 from servesim.cluster.pd import pd_context

@@ -13,9 +13,8 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from emulate_helpers import MODEL, free_port, replicas
 from prometheus_client.parser import text_string_to_metric_families
-
-from conftest import MODEL, free_port, replicas
 
 pytestmark = pytest.mark.ray
 

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import strategies as st
 
 from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime
 from servesim.traces.schema import Trace
+
+#: ``make unit``'s second pass over tests/engine (SERVESIM_PURE_PYTHON=1, the reference core).
+PURE_PASS = os.environ.get("SERVESIM_PURE_PYTHON", "").strip() not in ("", "0")
+
+
+def examples(n: int) -> int:
+    """The examples a heavy property test draws: ``n``, and a quarter of them on the pure-Python
+    pass. That pass re-checks the same properties on the reference core, which is ~10x slower
+    (these three tests took 5 of its 8 minutes); test_native_core.py compares the two cores byte
+    for byte on 60 drawn runs and larger traces besides. The draws are derandomized: the same on
+    every run of a pass."""
+    return max(10, n // 4) if PURE_PASS else n
 
 
 @st.composite

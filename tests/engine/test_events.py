@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import configs, step_models, traces
+from strategies import configs, examples, step_models, traces
 
 import servesim
 from servesim.cluster import FailureEvent, Replica, simulate_cluster
@@ -34,7 +34,7 @@ from servesim.events import (
 )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_events_match_the_results_and_the_naive_loop(data: st.DataObject) -> None:
     trace = data.draw(traces())

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import configs, step_models, traces
+from strategies import configs, examples, step_models, traces
 
 from servesim.engine import SimulationResult, simulate
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fast_path_equals_naive_loop(data: st.DataObject) -> None:
     trace = data.draw(traces())

@@ -59,6 +59,7 @@ def test_the_installed_build_runs_the_compiled_core() -> None:
     assert not str(engine_module.__file__).endswith(".py")
 
 
+@pytest.mark.skipif(PURE_FORCED, reason="the main pass compares both cores (each subprocess picks its own)")
 def test_compiled_and_pure_python_cores_give_identical_bytes() -> None:
     pure = digest(pure=True)
     assert pure["core"] == "pure-python"

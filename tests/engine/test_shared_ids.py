@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import configs, step_models
+from strategies import configs, examples, step_models
 
 from servesim.engine import SimulationResult
 from servesim.engine.engine import Engine, TraceArrays
@@ -68,7 +68,7 @@ def run(
     return build_result(engine, trace, None, {}), log
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_cutting_unshared_hash_ids_changes_nothing(data: st.DataObject) -> None:
     trace = data.draw(hash_id_traces())

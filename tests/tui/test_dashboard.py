@@ -94,7 +94,10 @@ def test_a_single_step_advances_exactly_one_engine_step() -> None:
 
 
 def test_space_runs_the_clock_and_speed_keys_change_it() -> None:
-    app = DashboardApp(spec(), paused=True, speed=8.0)
+    """The wall clock is the test's: half a second at speed 4 is two simulated seconds, on any
+    machine however busy (the app's own timer ticks too, and sees no time pass)."""
+    wall = [100.0]
+    app = DashboardApp(spec(), paused=True, speed=8.0, clock=lambda: wall[0])
 
     async def body(pilot: Pilot[None], app: DashboardApp) -> None:
         await pilot.press("plus")
@@ -102,14 +105,50 @@ def test_space_runs_the_clock_and_speed_keys_change_it() -> None:
         await pilot.press("minus", "minus")
         assert app.speed == 4.0
         await pilot.press("space")
-        await pilot.pause(0.5)
-        assert app.clock > 0 and "running" in status(app)
+        wall[0] += 0.5
+        app.tick()
+        assert app.clock == 2.0 and "running" in status(app) and "t 2.00s" in status(app)
         await pilot.press("space")
-        t = app.clock
-        await pilot.pause(0.3)
-        assert app.clock == t
+        wall[0] += 0.3
+        app.tick()
+        assert app.clock == 2.0 and "paused" in status(app)
 
     drive(app, body)
+
+
+def test_a_tick_while_the_app_shuts_down_does_nothing() -> None:
+    """Issue 47: Textual closes the screens before it stops the app's timers, so when the app
+    shuts down other than by ``exit()`` (after an error, or a test's pilot) the timer can tick in
+    between; the tick read the dashboard screen of an empty stack (IndexError, a red CI by
+    chance). Here a running dashboard's ticks come at those moments on purpose: as the shutdown
+    begins, and after the screens are gone. Neither advances the clock nor renders, and the
+    shutdown ends without an error."""
+    app = DashboardApp(spec(), speed=8.0)
+    seen: list[tuple[int, int, float]] = []
+    close_all = app._close_all
+
+    def look() -> None:
+        seen.append((len(app.screen_stack), app.renders, app.clock))
+
+    async def close_then_tick() -> None:
+        look()
+        app.tick()  # stopping, the screens still there
+        look()
+        await close_all()
+        app.tick()  # the screens gone
+        look()
+
+    app._close_all = close_then_tick  # type: ignore[method-assign]
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        await pilot.press("s")  # one engine step: a clock and renders to compare with
+
+    drive(app, body)  # an error in the shutdown's ticks would raise here
+    (_, renders, clock), during, after = seen
+    assert clock > 0 and renders > 0
+    assert (during, after) == ((1, renders, clock), (0, renders, clock))
+    app.tick()  # and once the app has ended
+    assert (app.renders, app.clock) == (renders, clock)
 
 
 @pytest.mark.parametrize("size", SIZES)

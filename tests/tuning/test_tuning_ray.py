@@ -12,6 +12,7 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_executor_returns_the_local_best_trial() -> None:
     wl = poisson_workload(n=200)
     kw = {

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from web_helpers import SEED_RECOVERY, run_job
 
-from conftest import SEED_RECOVERY, run_job
 from servesim.views.compare import metric_label
 
 

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from bench_sample import bench_result
 from fastapi.testclient import TestClient
-
-from conftest import run_job, section
+from web_helpers import run_job, section
 
 
 def upload(client: TestClient, data: Any, name: str = "bench.json") -> Any:

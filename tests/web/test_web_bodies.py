@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
+from web_helpers import SMALL_SPACE, run_job, settings_for, wait_job
 
-from conftest import SMALL_SPACE, run_job, settings_for, wait_job
 from servesim.cli.main import app
 from servesim.web.app import create_app
 from servesim.web.schemas import SimulateBody

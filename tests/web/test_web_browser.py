@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 from bench_sample import bench_result
-from tests.polling import wait_until
+from web_helpers import GOOD_CSV, SEED_RECOVERY, SMALL_SPACE
 
-from conftest import GOOD_CSV, SEED_RECOVERY, SMALL_SPACE
+from polling import wait_until
 from servesim.report.pdf import CHROMIUM_ARGS
 
 pytestmark = pytest.mark.browser

@@ -101,7 +101,8 @@ def test_sigterm_stops_the_server_cleanly_with_status_0(tmp_path: Path) -> None:
     import sys
 
     import httpx
-    from tests.polling import wait_until
+
+    from polling import wait_until
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from web_helpers import run_job
 
-from conftest import run_job
 from servesim.engine import SLO, EngineConfig, LinearStepTime, SimulationSummary, simulate
 from servesim.traces import generate_trace, preset_spec
 from servesim.views.cost import cost_view

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
+from web_helpers import GOOD_CSV, SMALL_SPACE, settings_for
 
-from conftest import GOOD_CSV, SMALL_SPACE, settings_for
 from servesim.web.app import create_app
 from servesim.web.settings import WebSettings
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from web_helpers import settings_for
 
-from conftest import settings_for
 from servesim.errors import InputError
 from servesim.web import work
 from servesim.web.app import create_app

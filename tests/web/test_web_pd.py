@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
+from web_helpers import GOOD_CSV, run_job
 
-from conftest import GOOD_CSV, run_job
 from servesim.cli.main import app
 from servesim.spec import ClusterSpec
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
+from web_helpers import SEED_RECOVERY, SEED_RESCHED, section, settings_for
 
-from conftest import SEED_RECOVERY, SEED_RESCHED, section, settings_for
 from servesim.actionlog import read_log
 from servesim.web.app import create_app
 from servesim.web.settings import WebSettings

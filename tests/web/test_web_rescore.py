@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
+from web_helpers import GOOD_CSV, run_job
 
-from conftest import GOOD_CSV, run_job
 from servesim.cli.main import app
 
 runner = CliRunner()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from web_helpers import SMALL_SPACE, run_job, settings_for, wait_job
 
-from conftest import SMALL_SPACE, run_job, settings_for, wait_job
 from servesim.web.app import create_app
 from servesim.web.db import Database, JobRow, now_iso
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.polling import wait_until
+from web_helpers import SEED_RECOVERY, SEED_RESCHED, SMALL_SPACE, run_job, section, settings_for, wait_job
 
-from conftest import SMALL_SPACE, run_job, section, settings_for, wait_job
+from polling import wait_until
 from servesim.actionlog import read_log
 from servesim.web.app import create_app
 
@@ -183,8 +183,6 @@ def test_tuning_study_gives_a_recommendation_and_resumes(client: TestClient, tra
 
 
 def test_advisor_says_which_advisor_answered(client: TestClient, trace_id: str) -> None:
-    from conftest import SEED_RECOVERY, SEED_RESCHED
-
     res = run_job(client, "/api/advise", {"task": "reschedule", "data": SEED_RESCHED, "advisor": "rules"})[
         "result"
     ]
@@ -247,8 +245,6 @@ def test_events_stream_progress_then_end(client: TestClient, trace_id: str) -> N
 
 
 def test_history_lists_every_job(client: TestClient, trace_id: str) -> None:
-    from conftest import SEED_RECOVERY
-
     sim = run_job(client, "/api/simulate", {"trace_id": trace_id})["job"]["id"]
     plan = client.post("/api/recover", json={"record": SEED_RECOVERY}).json()["id"]
     rows = client.get("/api/runs").json()
@@ -292,11 +288,14 @@ def test_the_eta_goes_by_the_rate_since_the_first_count() -> None:
     first slice said 'about 600 s left' for a 3 s run. The ETA is the rate since the first count."""
     from servesim.web.jobs import eta_s
 
-    now = time.monotonic()
-    assert eta_s(30_082, 100_000, (now - 1.0, 82)) == pytest.approx(2.33, abs=0.05)
-    assert eta_s(82, 100_000, (now, 82)) is None  # no rate yet
-    assert eta_s(100_000, 100_000, (now - 5.0, 82)) is None  # done
-    assert eta_s(10, 100, None) is None
+    first = (1000.0, 82)  # (time.monotonic(), count) of the first report; the clock is passed in
+    # 30,000 more in the 1 s since: 69,918 left at 30,000/s, not 99,918 at the 30,082/s since 0
+    assert eta_s(30_082, 100_000, first, now=1001.0) == 2.3
+    assert eta_s(30_082, 100_000, first, now=1002.0) == 4.7  # half the rate: twice the time left
+    assert eta_s(82, 100_000, first, now=1003.0) is None  # nothing gained since: no rate yet
+    assert eta_s(1_082, 100_000, first, now=1000.4) is None  # under half a second: too soon to tell
+    assert eta_s(100_000, 100_000, first, now=1005.0) is None  # done
+    assert eta_s(10, 100, None, now=1001.0) is None  # no count yet
 
 
 def test_a_comparison_names_each_runs_trace_and_warns_when_the_workloads_differ(
@@ -330,7 +329,6 @@ def test_the_web_advisor_chooses_as_the_cli_does(monkeypatch: pytest.MonkeyPatch
     stands in for Claude (no network); the job body runs in-process."""
     import dspy
 
-    from conftest import SEED_RESCHED
     from servesim.advisor import RescheduleAdvice
     from servesim.web.work.plans import advise_job
 

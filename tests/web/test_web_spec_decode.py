@@ -8,8 +8,8 @@ from typing import get_args
 
 import pytest
 from fastapi.testclient import TestClient
+from web_helpers import run_job, section
 
-from conftest import run_job, section
 from servesim.engine.results import tokens_per_verifying_step
 from servesim.engine.speculative import ACCEPTANCE_PRESETS, MAX_SPEC_TOKENS, SpecMethod
 

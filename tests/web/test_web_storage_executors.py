@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from web_helpers import SMALL_SPACE, run_job, settings_for
 
-from conftest import SMALL_SPACE, run_job, settings_for
 from servesim.web.app import create_app
 
 TUNE = {"n_trials": 2, "verify_seeds": 1, "space": SMALL_SPACE, "slo": {"ttft_p99_ms": 5000}, "seed": 4}
@@ -42,6 +42,7 @@ def _tune(folder: Path, executor: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_tuning_jobs_run_on_ray_when_configured(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     local = _tune(tmp_path / "local", "local")

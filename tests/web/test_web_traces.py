@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 from fastapi.testclient import TestClient
+from web_helpers import GOOD_CSV, settings_for
 
-from conftest import GOOD_CSV, settings_for
 from servesim.actionlog import read_log
 from servesim.web.app import create_app
 
@@ -105,6 +105,9 @@ def test_too_many_requests_per_trace_is_refused(tmp_path: Path) -> None:
 
 
 def test_generate_list_inspect_delete(client: TestClient, data_dir: Path) -> None:
+    """The action log names what the web did: an upload of its own (the module's other uploads
+    may have run on another xdist worker, with a data folder of its own), a generate, a delete."""
+    assert client.post("/api/traces?name=logged.csv", content=GOOD_CSV).status_code == 201
     r = client.post("/api/traces/generate", json={"preset": "bursty", "num_requests": 120, "seed": 3})
     assert r.status_code == 201
     t = r.json()

@@ -8,6 +8,7 @@ cannot keep up the clock lags and the status line says so. Then one snapshot is 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
@@ -81,6 +82,7 @@ class DashboardApp(App[None]):
         fps: float = 10.0,
         budget_s: float = 0.06,
         screenshot_dir: Path | None = None,
+        clock: Callable[[], float] = perf_counter,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -93,6 +95,7 @@ class DashboardApp(App[None]):
         self.budget_s = budget_s
         self._budget = budget_s
         self.screenshot_dir = screenshot_dir
+        self._clock = clock  # wall seconds: the ticks' pace and the engine's budget (tests pass their own)
         self.clock = 0.0  # the simulated time shown
         self.lagging = False
         # a disaggregated run opens on its first decode replica (the batch the clients wait on)
@@ -165,13 +168,17 @@ class DashboardApp(App[None]):
         if self.start_at > 0:
             self.fast_forward(self.start_at)
         self.refresh_view()
-        self._last = perf_counter()
+        self._last = self._clock()
         self.set_interval(1 / self.fps, self.tick)
         self.main.query_one("#batch").focus()
 
     # ------------------------------------------------------------------ the clock
     def tick(self) -> None:
-        now = perf_counter()
+        if not self.is_running or not self.screen_stack:
+            # Quitting: Textual closes the screens (the stack goes empty) before it stops the
+            # app's timers, so a tick can still come; there is nothing left to advance or show.
+            return
+        now = self._clock()
         dt, self._last = min(now - self._last, 0.5), now
         # Keep the display at fps: when ticks come late (the terminal paints slowly, the host is
         # busy) the engine gets less of each tick, and more again when they are on time.
@@ -194,7 +201,7 @@ class DashboardApp(App[None]):
             if run.advance_until(target, max_steps=STEP_CHUNK) < STEP_CHUNK:
                 self.clock = max(self.clock, target)
                 break
-            if deadline is not None and perf_counter() > deadline:
+            if deadline is not None and self._clock() > deadline:
                 self.clock = max(self.clock, min(run.now, target))
                 self.lagging = True
                 break
@@ -302,7 +309,7 @@ class DashboardApp(App[None]):
     # ------------------------------------------------------------------ actions
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
-        self._last = perf_counter()
+        self._last = self._clock()
         self.refresh_view()
 
     def action_step(self) -> None:

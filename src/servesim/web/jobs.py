@@ -137,7 +137,7 @@ class JobManager:
                 "total": live.total,
                 "version": live.version,
                 "extra": live.extra,
-                "eta_s": eta_s(live.done, live.total, live.first),
+                "eta_s": eta_s(live.done, live.total, live.first, time.monotonic()),
             }
         row = self.db.job(job_id)
         if row is None:
@@ -371,13 +371,15 @@ class _Worker:
         self.outbox.close()
 
 
-def eta_s(done: int, total: int, first: tuple[float, int] | None) -> float | None:
-    """Seconds left at the rate since ``first`` (the time and count of the first report above 0;
-    None before there is a rate to go by). Not the rate since the start: a run's first requests
-    finish only after their whole latency, so the first slice's count says nothing of the rate."""
+def eta_s(done: int, total: int, first: tuple[float, int] | None, now: float) -> float | None:
+    """Seconds left at the rate since ``first`` (the ``time.monotonic()`` and count of the first
+    report above 0; None before there is a rate to go by), at ``now`` (the same clock: passed in,
+    so that the arithmetic is checked without a clock). Not the rate since the start: a run's
+    first requests finish only after their whole latency, so the first slice's count says
+    nothing of the rate."""
     if first is None or total <= 0 or done >= total:
         return None
-    elapsed, gained = time.monotonic() - first[0], done - first[1]
+    elapsed, gained = now - first[0], done - first[1]
     if elapsed < 0.5 or gained <= 0:
         return None
     return round(elapsed * (total - done) / gained, 1)
