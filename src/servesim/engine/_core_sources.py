@@ -16,7 +16,10 @@ COMPILED_MODULES = (
     "block_pool",
     "kv_cache_manager",
     "decode_group",
+    "step_plan",
     "scheduler",
+    "trace_arrays",
+    "recorder",
     "engine",
 )
 

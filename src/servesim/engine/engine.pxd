@@ -4,42 +4,11 @@ cimport cython
 from servesim.engine.block_pool cimport BlockPool
 from servesim.engine.decode_group cimport DecodeGroup
 from servesim.engine.kv_cache_manager cimport KVCacheManager
+from servesim.engine.recorder cimport Recorder
 from servesim.engine.request cimport Request
-from servesim.engine.scheduler cimport Scheduler, StepPlan
-
-
-cdef class TraceArrays:
-    cdef public long long n
-    cdef public list req_id, arrival, prompt_len, output_len, priority, prefix_len, group, hash_ids
-    cdef public object hash_block_size, num_shared_ids, spec_accept_rate
-
-    cpdef Request make_request(self, long long i)
-
-
-cdef class Recorder:
-    cdef public object steps, step_end, itl_run_first, itl_run_last, itl_gaps
-    cdef public object first_scheduled, first_token, finish, num_output, preemptions, recomputed
-    cdef public object reused, prefix_hit, outcome, token_steps, spec_steps
-    cdef public list preemption_events, starvation_events
-    cdef public long long prefix_queries, prefix_hits
-    cdef public bint rolling
-    cdef public long long step_base, request_base, request_top, events_dropped
-
-    @cython.locals(i=cython.longlong)
-    cpdef close_request(self, Request r)
-    @cython.locals(n=cython.Py_ssize_t, drop=cython.Py_ssize_t, used=cython.longlong)
-    cpdef trim(self, long long keep_steps, long long keep_requests, double oldest_arrival=*)
-    cpdef bint trim_due(self, long long keep_steps, long long keep_requests) except -1
-    @cython.locals(seg=list, c=cython.longlong, prev=cython.longlong, j=cython.Py_ssize_t,
-                   s=cython.longlong)
-    cpdef flush_tokens(self, Request r)
-
-
-cdef class PendingStep:
-    cdef public StepPlan plan
-    cdef public object batch
-    cdef public double start, duration
-    cdef public long long num_running, num_waiting, kv_used
+from servesim.engine.scheduler cimport Scheduler
+from servesim.engine.step_plan cimport PendingStep, StepPlan
+from servesim.engine.trace_arrays cimport TraceArrays
 
 
 cdef class Engine:
@@ -59,7 +28,7 @@ cdef class Engine:
 
     cpdef run_until(self, double limit)
     @cython.locals(sched=Scheduler, running=list, arrival=list, n=cython.longlong, timeouts=cython.bint,
-                   now=cython.double, step=cython.longlong, plan=StepPlan, conn=object,
+                   now=cython.double, step=cython.longlong, plan=StepPlan, xfer=object,
                    n_waiting=cython.longlong)
     cpdef PendingStep begin_step(self, double limit=*)
     @cython.locals(p=PendingStep, ended=cython.longlong, last=cython.double, end=cython.double)
@@ -71,13 +40,21 @@ cdef class Engine:
     @cython.locals(sched=Scheduler, group=DecodeGroup, step=cython.longlong, t=cython.double,
                    next_arrival=cython.double, n=cython.longlong, end=cython.longlong, pool=BlockPool,
                    free=cython.longlong, usable=cython.longlong, buckets=list, bs=cython.longlong,
-                   ctx=cython.longlong, running=list, n_running=cython.longlong,
+                   ctx=cython.longlong, n_running=cython.longlong,
                    n_waiting=cython.longlong, first=cython.longlong, pops=cython.longlong,
-                   dt=cython.double, t_end=cython.double, taken=cython.longlong, done=list, r=Request,
+                   dt=cython.double, t_end=cython.double,
                    terms_n=cython.longlong, head=cython.double, per_ctx=cython.double,
                    tail=cython.double, seq=cython.double)
     cpdef bint _decode_stretch(self, double limit) except -1
+    cdef double _stretch_horizon(self, double limit) except? -1.0
+    @cython.locals(group=DecodeGroup, pool=BlockPool, taken=cython.longlong, done=list, rec=Recorder,
+                   r=Request)
+    cdef void _stretch_finish(self, long long step, double t, double dt, double t_end, long long n,
+                              long long free, long long n_running, long long n_waiting) except *
+    @cython.locals(group=DecodeGroup, pool=BlockPool, taken=cython.longlong)
+    cdef void _stretch_end(self, long long step, double t, long long free) except *
     @cython.locals(arrival=list, n=cython.longlong, now=cython.double, mml=cython.longlong,
-                   timeouts=cython.bint, live=dict, i=cython.longlong, r=Request)
+                   timeouts=cython.bint, live=dict, i=cython.longlong, r=Request, trace=TraceArrays,
+                   kv=KVCacheManager)
     cpdef _arrive(self)
     cpdef _close(self, Request r)

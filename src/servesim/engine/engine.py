@@ -11,52 +11,40 @@ dropped silently: every request ends with exactly one outcome.
 from __future__ import annotations
 
 import gc
-import heapq
 import math
 from array import array
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
-from struct import Struct
 from typing import Any
 
-import numpy as np
-
+from servesim.engine import replica_ops
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
-from servesim.engine.kv_cache_manager import KVCacheManager, shared_id_prefixes
-from servesim.engine.kv_connector import OffloadingConnector
-from servesim.engine.kv_pd import PDConnector
+from servesim.engine.engine_events import emit_step, emit_stretch_step
+from servesim.engine.invariants import check_engine
+from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
-    OUTCOME_ABORTED,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
-    OUTCOMES,
-    PREEMPTED,
     REJECTED,
-    RUNNING,
     WAITING,
     Request,
 )
-from servesim.engine.scheduler import Scheduler, StepPlan
-from servesim.engine.speculative import AcceptanceModel
+from servesim.engine.scheduler import Scheduler
+from servesim.engine.speculative import AcceptanceModel, describe_draft_timing
+from servesim.engine.step_plan import PendingStep, StepPlan
 from servesim.engine.step_time import BatchComposition, StepTimeModel, resolve_drafter
-from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
+from servesim.engine.trace_arrays import TraceArrays
 from servesim.errors import ConfigError, EngineStallError, InputError, InternalError
 from servesim.events import (
     Emit,
-    FirstToken,
     Observer,
     Progress,
-    RequestAdmitted,
     RequestArrived,
-    RequestFinished,
-    RequestPreempted,
     RequestRejected,
-    RequestResumed,
-    RequestStarved,
-    StepEvent,
     StepLogObserver,
     fan_out,
 )
@@ -66,278 +54,20 @@ StepLogSink = Callable[[dict[str, Any]], None]  # receives each step's log recor
 PROGRESS_EVERY_STEPS = 1 << 13
 
 
-class TraceArrays:
-    """The columns of a trace the engine reads, as plain arrays (one conversion, up front).
-
-    ``hash_ids`` are cut to the prefix that some other request shares (``shared_id_prefixes``):
-    the rest describes content no other request can hit. ``trim_hash_ids=False`` keeps them whole
-    (the same results, slower: the tests check that the cut changes nothing)."""
-
-    def __init__(self, trace: Trace, trim_hash_ids: bool = True) -> None:
-        df = trace.df
-        self.n = len(df)
-        self.req_id: list[str] = [str(x) for x in df["req_id"].tolist()]
-        self.arrival: list[float] = df["arrival_time_s"].astype(np.float64).tolist()
-        self.prompt_len: list[int] = df["prompt_len"].astype(np.int64).tolist()
-        self.output_len: list[int] = df["output_len"].astype(np.int64).tolist()
-        self.priority: list[int] = df["priority"].astype(np.int64).tolist()
-        self.prefix_len: list[int] = df["prefix_len"].astype(np.int64).tolist()
-        groups: dict[str, int] = {}
-        self.group: list[int] = []
-        for g, plen in zip(df["prefix_group"].tolist(), self.prefix_len, strict=True):
-            if g is None or plen <= 0 or (isinstance(g, float) and np.isnan(g)):
-                self.group.append(-1)
-            else:
-                self.group.append(groups.setdefault(str(g), len(groups)))
-        self.hash_ids: list[Any] = df["hash_ids"].tolist()
-        self.hash_block_size = trace.hash_block_size
-        self.num_shared_ids: list[int] | None = None
-        # Per-request draft acceptance rates (NaN: the method's model); None when no row has one.
-        self.spec_accept_rate: list[float] | None = None
-        rate = df["spec_accept_rate"]
-        if bool(rate.notna().any()):
-            self.spec_accept_rate = rate.astype(np.float64).tolist()
-        if trim_hash_ids and self.hash_block_size:
-            self.num_shared_ids = shared_id_prefixes(self.hash_ids, self.prompt_len, self.hash_block_size)
-
-    def make_request(self, i: int) -> Request:
-        ids = self.hash_ids[i]
-        if ids is not None and self.num_shared_ids is not None:
-            k = self.num_shared_ids[i]
-            ids = ids[:k] if k else None
-        return Request(
-            i,
-            self.req_id[i],
-            self.arrival[i],
-            self.prompt_len[i],
-            self.output_len[i],
-            self.priority[i],
-            self.group[i],
-            self.prefix_len[i],
-            None if ids is None else list(ids),
-            self.hash_block_size or 0,
+def _fast_path_allowed(config: EngineConfig, kv_connector: KVConnector | None) -> bool:
+    """Whether the decode group and its stretches may run; refuses what cannot run at all."""
+    if config.kv_offloading_size is not None and kv_connector is None:
+        raise ConfigError(
+            f"kv_offloading_size {config.kv_offloading_size} GiB needs the model's KV bytes per block "
+            "and the GPU's host link to size and time the CPU tier: build the connector with "
+            "servesim.perf.offload.offloading_connector(config, model, gpu, tp) and pass it as "
+            "kv_connector"
         )
-
-
-# The recorder's per-request columns (floats first, then counts, the outcome last).
-REQUEST_COLUMNS = (
-    "first_scheduled",
-    "first_token",
-    "finish",
-    "num_output",
-    "preemptions",
-    "recomputed",
-    "reused",
-    "prefix_hit",
-    "outcome",
-)
-
-
-class Recorder:
-    """Per-step time series and per-request records in compact arrays (numpy reads them in place)."""
-
-    STEP_FIELDS = (
-        "start_s",
-        "duration_s",
-        "num_tokens",
-        "num_decodes",
-        "num_prefill_tokens",
-        "num_running",
-        "num_waiting",
-        "kv_blocks_used",
-        "num_preempted",
-        "num_admitted",
-        "num_finished",
-    )
-
-    # One step row: two times (float64) then nine counts (int32), 52 bytes; the results read the
-    # rows in place as a numpy structured array (``STEP_DTYPE``), so 9 million steps take 470 MB
-    # once instead of 800 MB twice. bytearray.extend(pack(...)) is twice as fast as array.extend(tuple).
-    STEP_FORMAT = "<2d9i"
-    STEP_DTYPE = np.dtype(
-        [(name, "<f8") for name in STEP_FIELDS[:2]] + [(name, "<i4") for name in STEP_FIELDS[2:]]
-    )
-    _step_struct = Struct(STEP_FORMAT)
-    pack_step = _step_struct.pack
-    unpack_step = _step_struct.unpack_from
-    step_size = _step_struct.size
-
-    def __init__(self, n_requests: int) -> None:
-        # One packed row of STEP_FIELDS per step (``STEP_FORMAT``), read back by numpy without a copy.
-        self.steps = bytearray()
-        self.step_end = array("d")
-        # Pooled inter-token latencies: a run of c consecutive outputs starting at step s
-        # contributes the durations of steps s+1 .. s+c-1; every other gap (after a preemption
-        # or a step without a token) is kept as an explicit value.
-        self.itl_run_first = array("q")
-        self.itl_run_last = array("q")
-        self.itl_gaps = array("d")
-        # Per request (index = trace position), one column per REQUEST_FIELDS entry.
-        self.first_scheduled = array("d", [math.nan]) * n_requests
-        self.first_token = array("d", [math.nan]) * n_requests
-        self.finish = array("d", [math.nan]) * n_requests
-        self.num_output = array("q", [0]) * n_requests
-        self.preemptions = array("q", [0]) * n_requests
-        self.recomputed = array("q", [0]) * n_requests
-        self.reused = array("q", [0]) * n_requests
-        self.prefix_hit = array("q", [0]) * n_requests
-        self.outcome = array("q", [OUTCOME_UNFINISHED]) * n_requests
-        self.token_steps: dict[int, list[int]] | None = None
-        # Speculative decoding only (None when off): per step, the request-verifications, the
-        # drafts they accepted and the requests that had drafts scheduled (padding rows too: each
-        # samples a token), three int64 entries a step (vLLM's per-iteration spec-decode counts).
-        self.spec_steps: array[int] | None = None
-        # Preemption events: (time, step, request index, tokens computed when preempted).
-        self.preemption_events: list[tuple[float, int, int, int]] = []
-        self.starvation_events: list[tuple[float, int, int, int]] = []  # same shape
-        self.prefix_queries = 0
-        self.prefix_hits = 0
-        # A rolling recorder (an online fleet that runs for days: ``ClusterSimulator.roll_records``)
-        # keeps the latest steps and requests only: step k is row k - step_base, request i is
-        # column i - request_base; it pools no inter-token gaps (the online layer measures its own).
-        self.rolling = False
-        self.step_base = 0
-        self.request_base = 0
-        self.request_top = 0  # 1 + the highest request index closed here
-        self.events_dropped = 0  # preemption events no longer kept (rolling)
-
-    def step_row(self, k: int) -> tuple[float, ...]:
-        return self.unpack_step(self.steps, (k - self.step_base) * self.step_size)
-
-    def num_preemption_events(self) -> int:
-        """Preemptions recorded here, including those a rolling recorder no longer keeps."""
-        return self.events_dropped + len(self.preemption_events)
-
-    def trim_due(self, keep_steps: int, keep_requests: int) -> bool:
-        return (
-            len(self.step_end) > 2 * keep_steps
-            or self.request_top - self.request_base > 2 * keep_requests
-            or len(self.preemption_events) > 2 * keep_requests
-            or len(self.starvation_events) > 2 * keep_requests
-        )
-
-    def trim(self, keep_steps: int, keep_requests: int, oldest_arrival: float = math.inf) -> None:
-        """Rolling: forget all but the latest ``keep_steps`` steps and ``keep_requests`` request
-        columns (and preemption/starvation events) once twice as many are held: amortised O(1)
-        per step and per request, memory bounded whatever the run's length. The step in flight
-        at ``oldest_arrival`` (of the requests still here) and every later one are kept."""
-        self.rolling = True
-        n = len(self.step_end)
-        if n > 2 * keep_steps:
-            drop = min(n - keep_steps, bisect_right(self.step_end, oldest_arrival))
-            del self.step_end[:drop]
-            del self.steps[: drop * self.step_size]
-            if self.spec_steps is not None:
-                del self.spec_steps[: 3 * drop]
-            self.step_base += drop
-        used = self.request_top - self.request_base
-        if used > 2 * keep_requests:
-            drop = used - keep_requests
-            for col in REQUEST_COLUMNS:
-                del getattr(self, col)[:drop]
-            self.request_base += drop
-        if len(self.preemption_events) > 2 * keep_requests:
-            drop = len(self.preemption_events) - keep_requests
-            del self.preemption_events[:drop]
-            self.events_dropped += drop
-        if len(self.starvation_events) > 2 * keep_requests:
-            del self.starvation_events[: len(self.starvation_events) - keep_requests]
-
-    def step_table(self) -> np.ndarray:
-        """The steps as a structured array over the recorded bytes (no copy; fields as STEP_FIELDS)."""
-        return np.frombuffer(self.steps, dtype=self.STEP_DTYPE)
-
-    def close_request(self, r: Request) -> None:
-        if r.idx >= self.request_top:
-            self.request_top = r.idx + 1
-        i = r.idx - self.request_base
-        if i < 0:  # rolling, and older than the requests kept: the online layer has its outcome
-            return
-        if i >= len(self.outcome):
-            self.grow(i + 1)
-        if r.first_scheduled >= 0:
-            self.first_scheduled[i] = r.first_scheduled
-        if r.first_token >= 0:
-            self.first_token[i] = r.first_token
-        if r.finish_time >= 0:
-            self.finish[i] = r.finish_time
-        self.num_output[i] = r.num_output
-        self.outcome[i] = r.outcome
-        if r.num_preemptions:  # these columns start at 0: most requests leave them there
-            self.preemptions[i] = r.num_preemptions
-        if r.recomputed_tokens:  # (a request moved off a lost replica has no preemption)
-            self.recomputed[i] = r.recomputed_tokens
-        if r.reused_tokens:
-            self.reused[i] = r.reused_tokens
-        if r.prefix_hit_tokens:
-            self.prefix_hit[i] = r.prefix_hit_tokens
-        if r.segments:
-            self.flush_tokens(r)
-
-    def grow(self, n: int) -> None:
-        """Make room for request index ``n - 1``: online runs (``ClusterSimulator.submit``) add
-        requests beyond the trace the recorder was sized for. Doubles, so appends stay cheap."""
-        extra = max(n, 2 * len(self.outcome), 64) - len(self.outcome)
-        for col in REQUEST_COLUMNS[:3]:
-            getattr(self, col).extend(array("d", [math.nan]) * extra)
-        for col in REQUEST_COLUMNS[3:8]:
-            getattr(self, col).extend(array("q", [0]) * extra)
-        self.outcome.extend(array("q", [OUTCOME_UNFINISHED]) * extra)
-
-    def flush_tokens(self, r: Request) -> None:
-        """Add a request's inter-token gaps on this replica to the pooled ITL figures."""
-        seg = r.segments
-        if not seg or self.rolling:
-            return
-        if r.moved_token_time >= 0:  # the gap across a move from a lost replica
-            self.itl_gaps.append(self.step_end[seg[0]] - r.moved_token_time)
-            r.moved_token_time = -1.0
-        if len(seg) == 2:  # the usual case: one run of outputs
-            c = seg[1]
-            if c > 1:
-                self.itl_run_first.append(seg[0] + 1)
-                self.itl_run_last.append(seg[0] + c - 1)
-        else:
-            end = self.step_end
-            prev = -1
-            for j in range(0, len(seg), 2):
-                s, c = seg[j], seg[j + 1]
-                if prev >= 0:
-                    self.itl_gaps.append(end[s] - end[prev])
-                if c > 1:
-                    self.itl_run_first.append(s + 1)
-                    self.itl_run_last.append(s + c - 1)
-                prev = s + c - 1
-        if self.token_steps is not None:
-            self.token_steps[r.idx] = list(seg)
-
-
-class PendingStep:
-    """A step in flight: scheduled (blocks allocated) with its duration known, not yet applied."""
-
-    __slots__ = ("batch", "duration", "kv_used", "num_running", "num_waiting", "plan", "start")
-
-    def __init__(
-        self,
-        plan: StepPlan,
-        batch: BatchComposition,
-        start: float,
-        duration: float,
-        num_running: int,
-        num_waiting: int,
-        kv_used: int,
-    ) -> None:
-        self.plan = plan
-        self.batch = batch
-        self.start = start
-        self.duration = duration
-        self.num_running = num_running
-        self.num_waiting = num_waiting
-        self.kv_used = kv_used
-
-    @property
-    def end(self) -> float:
-        return self.start + self.duration
+    if config.speculative_config is not None:
+        if kv_connector is not None:
+            raise ConfigError("speculative decoding with KV offloading is not modelled yet")
+        return False  # the decode group assumes one token per step
+    return kv_connector is None
 
 
 class Engine:
@@ -357,25 +87,13 @@ class Engine:
         observers: Sequence[Observer] = (),
         external_arrivals: bool = False,
         name: str | None = None,
-        kv_connector: OffloadingConnector | PDConnector | None = None,
+        kv_connector: KVConnector | None = None,
     ) -> None:
         self.config = config
-        # vLLM's KV connector (kv_connector.py): None is the plain engine. With one, every step
-        # runs the plain (naive) path: the fast path's proofs assume no connector.
+        # vLLM's KV connector (kv_connector_base.py): None is the plain engine. With one, every
+        # step runs the plain (naive) path: the fast path's proofs assume no connector.
         self.kv_connector = kv_connector
-        if config.kv_offloading_size is not None and kv_connector is None:
-            raise ConfigError(
-                f"kv_offloading_size {config.kv_offloading_size} GiB needs the model's KV bytes per block "
-                "and the GPU's host link to size and time the CPU tier: build the connector with "
-                "servesim.perf.offload.offloading_connector(config, model, gpu, tp) and pass it as "
-                "kv_connector"
-            )
-        if kv_connector is not None:
-            fast = False
-        if config.speculative_config is not None:
-            if kv_connector is not None:
-                raise ConfigError("speculative decoding with KV offloading is not modelled yet")
-            fast = False  # the decode group assumes one token per step
+        fast = fast and _fast_path_allowed(config, kv_connector)
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
         self.name = name  # the replica's name in events (None stand-alone)
         observers = [*observers, *([StepLogObserver(step_log)] if step_log is not None else [])]
@@ -390,14 +108,35 @@ class Engine:
         self._decode_terms = getattr(step_time, "decode_terms", None)
         self._empty_steps = 0
         self.step_time = step_time
-        spec = config.speculative_config
-        # The drafter's passes: timed by the step-time model's own drafter (perf's roofline) when
-        # it has one, else as ``draft_fraction`` of the target's decode step per pass.
+        self._init_drafter(step_time)
+        self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
+        self._init_replica(fast)
+        self.check_invariants = check_invariants
+        self.rec = Recorder(self.trace.n)
+        if config.speculative_config is not None:
+            self.rec.spec_steps = array("q")
+        if record_token_times:
+            self.rec.token_steps = {}
+        self.now = 0.0
+        self.step = 0
+        # Next trace row to arrive; a cluster replica gets its requests through submit() instead.
+        self.external_arrivals = external_arrivals
+        self._next = self.trace.n if external_arrivals else 0
+        self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
+        self.live: dict[int, Request] = {}  # arrived and not yet closed
+
+    def _init_drafter(self, step_time: StepTimeModel) -> None:
+        """The drafter's passes: timed by the step-time model's own drafter (perf's roofline) when
+        it has one, else as ``draft_fraction`` of the target's decode step per pass."""
+        spec = self.config.speculative_config
         self._drafter = resolve_drafter(step_time, spec) if spec is not None else None
         self._draft_fraction = spec.draft_fraction() if spec is not None and self._drafter is None else 0.0
         self._spec_k = spec.num_speculative_tokens if spec is not None else 0
         self.draft_time_s = 0.0
-        self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
+
+    def _init_replica(self, fast: bool) -> None:
+        """The replica's context limit, block pool, KV-cache manager and scheduler."""
+        config = self.config
         t = self.trace
         if config.max_model_len is not None:
             mml = config.max_model_len
@@ -409,31 +148,12 @@ class Engine:
         self.kv = KVCacheManager(
             self.pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl
         )
-        if kv_connector is not None:
-            holding: FCFSQueue | PriorityQueue = (
-                PriorityQueue() if config.policy == "priority" else FCFSQueue()
-            )
-            kv_connector.attach(holding, self.kv.block_key)
-            if isinstance(kv_connector, PDConnector):
-                kv_connector.kv = self.kv  # a prefill leg's blocks are freed when its send is done
-        self.scheduler = Scheduler(config, self.kv, mml, fast, kv_connector)
+        self.scheduler = Scheduler(config, self.kv, mml, fast, self.kv_connector)
+        spec = config.speculative_config
         if spec is not None and t.spec_accept_rate is not None:  # the trace's own acceptance
             self.scheduler.acceptance = AcceptanceModel(
                 spec.rates(), spec.acceptance_seed, t.spec_accept_rate
             )
-        self.check_invariants = check_invariants
-        self.rec = Recorder(t.n)
-        if spec is not None:
-            self.rec.spec_steps = array("q")
-        if record_token_times:
-            self.rec.token_steps = {}
-        self.now = 0.0
-        self.step = 0
-        # Next trace row to arrive; a cluster replica gets its requests through submit() instead.
-        self.external_arrivals = external_arrivals
-        self._next = self.trace.n if external_arrivals else 0
-        self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
-        self.live: dict[int, Request] = {}  # arrived and not yet closed
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -479,15 +199,15 @@ class Engine:
         arrival = self.trace.arrival
         n = self.trace.n
         timeouts = self.config.queue_timeout_s is not None
-        conn = self.kv_connector
+        xfer = sched.kv_xfer  # the scheduler's side of the KV connector (None: no connector)
         while True:
-            if conn is not None:
-                conn.complete_due(self.now)  # transfers that ended while the engine idled
+            if xfer is not None:
+                xfer.transfers_done(self.now)  # transfers that ended while the engine idled
             if self._next < n and arrival[self._next] <= self.now:
                 self._arrive()
             if timeouts:
                 self._expire()
-            if not running and not len(waiting) and (conn is None or not conn.keeps_stepping()):  # idle
+            if not running and not len(waiting) and (xfer is None or not xfer.keeps_stepping()):  # idle
                 if self._next >= n or arrival[self._next] >= limit:
                     return None
                 self.now = max(self.now, arrival[self._next])
@@ -508,7 +228,7 @@ class Engine:
         step = self.step
         plan = sched.schedule(step, now)
         if plan.num_group_decodes == 0 and not plan.scheduled:
-            if conn is not None and conn.keeps_stepping():
+            if xfer is not None and xfer.keeps_stepping():
                 self._empty_steps = 0  # only KV transfers in flight: vLLM steps on until they are done
             else:
                 if not plan.preempted:
@@ -525,15 +245,15 @@ class Engine:
         batch = plan.batch()
         dt = self._step_time(batch)
         if self._draft_fraction > 0.0 or self._drafter is not None:
-            draft = self._draft_time(plan, batch)
+            draft = plan.draft_time(batch, self._drafter, self._spec_k, self._draft_fraction, self._step_time)
             self.draft_time_s += draft
             dt += draft
         if not dt > 0:
             raise InputError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
         n_waiting = len(waiting)
-        if conn is not None:
-            conn.build_connector_meta(plan, now, now + dt)
-            n_waiting += len(conn.holding)
+        if xfer is not None:
+            xfer.build_connector_meta(plan, now, now + dt)
+            n_waiting += len(xfer.holding)
         return PendingStep(
             plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
@@ -610,9 +330,7 @@ class Engine:
             )
         )
         if self.emit is not None:
-            self._emit_step(plan, p.duration, finished, t_end)
-        if self.kv_connector is not None:
-            self.kv_connector.step_loaded = []
+            emit_step(self, plan, p.duration, finished, t_end)
         for r in finished:
             self._close(r)
         self.now = t_end
@@ -635,16 +353,12 @@ class Engine:
         group = sched.group
         if group is None:
             raise InternalError("invariant broken: group is None")
-        step = self.step
         t = self.now
-        next_arrival = self.trace.arrival[self._next] if self._next < self.trace.n else math.inf
-        if limit < next_arrival:
-            next_arrival = limit  # a cluster event (routing, failure) the stretch must not pass
-        if next_arrival <= t:
-            return False
+        next_arrival = self._stretch_horizon(limit)
         n = group.n
-        if sched.budget < n:
+        if next_arrival <= t or sched.budget < n:
             return False
+        step = first = self.step
         end = group.next_finish_step()
         pool = self.pool
         free = pool.num_free
@@ -656,11 +370,9 @@ class Engine:
         add_row = self.rec.steps.extend
         pack = self.rec.pack_step
         step_end = self.rec.step_end
-        running = sched.running
-        n_running = len(running)
+        n_running = len(sched.running)
         n_waiting = len(sched.waiting)
         emit = self.emit
-        first = step
         terms_of = self._decode_terms
         terms_n = 0  # the decode count the terms below are for (0: none yet)
         head = per_ctx = tail = seq = 0.0
@@ -685,33 +397,61 @@ class Engine:
             if step < end:
                 add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
                 if emit is not None:
-                    self._emit_stretch_step(step, [])
+                    emit_stretch_step(self, step, [])
                 t = t_end
                 step += 1
                 continue
-            # Members produce their last token in this step: hand them the blocks popped so far
-            # (the pool's order of pops and frees stays the per-step one), then retire them.
-            taken = pool.num_free - free
-            if taken:
-                group.limbo.extend(pool.get_new_blocks(taken))
-            done = group.take_finishing(step, t_end)
-            add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, len(done)))
-            sched.retire(done, t_end)
-            if emit is not None:
-                self._emit_stretch_step(step, done)
-            for r in done:
-                self._close(r)
+            self._stretch_finish(step, t, dt, t_end, n, free, n_running, n_waiting)
             t = t_end
             step += 1
             free = pool.num_free
             n = group.n
             ctx = group.ctx_base
-            n_running = len(running)
+            n_running = len(sched.running)
             if not n or (n_waiting and n_running < sched.max_num_seqs):
                 break  # idle, or a waiting request may be admitted: the next step is a full one
             end = group.next_finish_step()
         if step == first:
             return False
+        self._stretch_end(step, t, free)
+        return True
+
+    def _stretch_horizon(self, limit: float) -> float:
+        """Where a decode stretch must stop: the next arrival, or ``limit`` (a cluster event:
+        routing, a failure) if that comes first."""
+        next_arrival = self.trace.arrival[self._next] if self._next < self.trace.n else math.inf
+        return limit if limit < next_arrival else next_arrival
+
+    def _stretch_finish(
+        self, step: int, t: float, dt: float, t_end: float, n: int, free: int, n_running: int, n_waiting: int
+    ) -> None:
+        """Members produce their last token in this stretch step (``n`` decodes, ``free`` blocks
+        left of the pool's): hand them the blocks popped so far (the pool's order of pops and
+        frees stays the per-step one), record the step, then retire them."""
+        group = self.scheduler.group
+        if group is None:
+            raise InternalError("invariant broken: group is None")
+        pool = self.pool
+        taken = pool.num_free - free
+        if taken:
+            group.limbo.extend(pool.get_new_blocks(taken))
+        done = group.take_finishing(step, t_end)
+        rec = self.rec
+        rec.steps.extend(
+            rec.pack_step(t, dt, n, n, 0, n_running, n_waiting, pool.usable_blocks - free, 0, 0, len(done))
+        )
+        self.scheduler.retire(done, t_end)
+        if self.emit is not None:
+            emit_stretch_step(self, step, done)
+        for r in done:
+            self._close(r)
+
+    def _stretch_end(self, step: int, t: float, free: int) -> None:
+        """A stretch ends at ``t``, before ``step``: the blocks its steps popped go to the group."""
+        group = self.scheduler.group
+        if group is None:
+            raise InternalError("invariant broken: group is None")
+        pool = self.pool
         taken = pool.num_free - free
         if taken:
             group.limbo.extend(pool.get_new_blocks(taken))
@@ -720,38 +460,6 @@ class Engine:
         self.step = step
         if self.check_invariants:
             self.assert_invariants()
-        return True
-
-    def _emit_stretch_step(self, step: int, finished: list[Request]) -> None:
-        """The events of a stretch step (every running request decodes one token)."""
-        emit = self.emit
-        if emit is None:
-            raise InternalError("invariant broken: emit is None")
-        row = self.rec.step_row(step)
-        t_end = row[0] + row[1]
-        for r in finished:
-            emit(self._finished_event(r, t_end))
-        running = self.scheduler.running  # the finished ones have left it: merge them back in order
-        members = heapq.merge(running, finished, key=_admit_seq) if finished else running
-        emit(
-            StepEvent(
-                self.name,
-                step,
-                row[0],
-                row[1],
-                {r.req_id: 1 for r in members},
-                int(row[2]),
-                (),
-                (),
-                (),
-                tuple(r.req_id for r in finished),
-                {},
-                int(row[5]),
-                int(row[6]),
-                int(row[7]),
-                self.pool.usable_blocks - int(row[7]),
-            )
-        )
 
     def _arrive(self) -> None:
         arrival = self.trace.arrival
@@ -760,13 +468,13 @@ class Engine:
         waiting = self.scheduler.waiting
         mml = self.max_model_len
         timeouts = self.config.queue_timeout_s is not None
-        make = self.trace.make_request
-        init = self.kv.init_request
+        trace = self.trace
+        kv = self.kv
         live = self.live
         emit = self.emit
         i = self._next
         while i < n and arrival[i] <= now:
-            r = make(i)
+            r = trace.make_request(i)
             i += 1
             if emit is not None:
                 emit(RequestArrived(r.arrival, r.req_id, self.name))
@@ -779,7 +487,7 @@ class Engine:
                 if emit is not None:
                     emit(RequestRejected(r.arrival, r.req_id, self.name, "prompt_too_long"))
                 continue
-            init(r)
+            kv.init_request(r)
             live[r.idx] = r
             waiting.add(r)
             if timeouts:
@@ -804,118 +512,9 @@ class Engine:
             if self.emit is not None:
                 self.emit(RequestRejected(self.now, r.req_id, self.name, "queue_timeout"))
 
-    def _emit_step(self, plan: StepPlan, dt: float, finished: list[Request], t_end: float) -> None:
-        """The events of one full step: scheduling outcomes, first tokens, finishes, the step."""
-        emit = self.emit
-        if emit is None:
-            raise InternalError("invariant broken: emit is None")
-        now = self.now
-        name = self.name
-        for r in plan.preempted:
-            emit(RequestPreempted(now, r.req_id, name, r.lost_tokens, r.num_preemptions))
-            if r.num_preemptions == self.scheduler.starvation_threshold:
-                emit(RequestStarved(now, r.req_id, name, r.num_preemptions))
-        hits = {id(r): h for r, h in plan.prefix_hits}
-        step_hits = {r.req_id: h for r, h in plan.prefix_hits}
-        conn = self.kv_connector
-        if conn is not None and conn.step_loaded:  # hits at admission: GPU cache + CPU tier
-            for r, h in conn.step_loaded:
-                step_hits[r.req_id] = step_hits.get(r.req_id, 0) + h
-        for r in plan.new:
-            emit(RequestAdmitted(now, r.req_id, name, hits.get(id(r), 0)))
-        for r in plan.resumed:
-            emit(RequestResumed(now, r.req_id, name))
-        for r, _n in plan.scheduled:
-            if r.num_output == 1 and r.first_token == t_end:
-                emit(FirstToken(t_end, r.req_id, name, t_end - r.arrival))
-        for r in finished:
-            emit(self._finished_event(r, t_end))
-        row = self.rec.step_row(self.step)
-        explicit = {id(r): n for r, n in plan.scheduled}
-        tokens: dict[str, int] = {}
-        for r in self.scheduler.running:
-            n = explicit.get(id(r))
-            if n is None and plan.num_group_decodes and r.sync_step >= 0:
-                n = 1
-            if n:
-                tokens[r.req_id] = n
-        for r in finished:  # finished requests left the running list already
-            n = explicit.get(id(r), 1)
-            tokens[r.req_id] = n
-        order = {r.req_id: r.admit_seq for r in list(self.scheduler.running) + finished}
-        scheduled = dict(sorted(tokens.items(), key=lambda kv: order.get(kv[0], -1)))
-        emit(
-            StepEvent(
-                name,
-                self.step,
-                now,
-                dt,
-                scheduled,
-                sum(scheduled.values()),
-                tuple(r.req_id for r in plan.new),
-                tuple(r.req_id for r in plan.resumed),
-                tuple(r.req_id for r in plan.preempted),
-                tuple(r.req_id for r in finished),
-                step_hits,
-                int(row[5]),
-                int(row[6]),
-                int(row[7]),
-                self.pool.usable_blocks - int(row[7]),
-                *self._spec_fields(plan),
-            )
-        )
-
-    def _draft_time(self, plan: StepPlan, batch: BatchComposition) -> float:
-        """The drafter's k passes after the step. With a drafter of the step-time model's own
-        (``DraftTimeModel``): its first pass over what the target computed (``batch``), then
-        k - 1 passes of one token per request of the step, as vLLM's proposers run (every
-        request in the batch, partial prefills too: their drafts are discarded). Otherwise over
-        every request that samples in the step, each pass ``draft_fraction`` of the target's
-        decode step over the same sequences (their context lengths as the step leaves them)."""
-        n = 0
-        ctx = 0
-        drafter = self._drafter
-        if drafter is not None:
-            for r, m in plan.scheduled:
-                n += 1
-                ctx += r.num_computed + m
-            return drafter.draft_time(batch, n, ctx) if n else 0.0
-        for r, m in plan.scheduled:
-            c = r.num_computed + m
-            if c >= r.prompt_len + r.num_output:
-                n += 1
-                ctx += c
-        if n == 0:
-            return 0.0
-        return self._spec_k * self._draft_fraction * self._step_time(BatchComposition(n, ctx, [], 0))
-
     def draft_timing(self) -> str:
         """How the drafter's passes are timed, in one line (speculative decoding only)."""
-        spec = self.config.speculative_config
-        if spec is None:
-            return ""
-        if self._drafter is not None:
-            return str(self._drafter.describe())
-        f = self._draft_fraction
-        if spec.draft_step_fraction is not None:
-            return f"each pass {f:g} of the target's decode step (draft_step_fraction, as given)"
-        if f == 0.0:
-            return f"{spec.method}: no GPU time charged (a CPU lookup)"
-        return (
-            f"each pass {f:g} of the target's decode step (DRAFT_STEP_FRACTION[{spec.method!r}]: "
-            "the step-time model has no drafter roofline)"
-        )
-
-    def _spec_fields(self, plan: StepPlan) -> tuple[dict[str, int], dict[str, int]] | tuple[()]:
-        """The step's drafts verified and accepted per request (speculative decoding only)."""
-        if not self.scheduler.spec_k:
-            return ()
-        return {r.req_id: d for r, d, _a in plan.spec}, {r.req_id: a for r, _d, a in plan.spec}
-
-    def _finished_event(self, r: Request, t_end: float) -> RequestFinished:
-        return RequestFinished(
-            t_end, r.req_id, self.name, OUTCOMES[r.outcome], r.num_output, t_end - r.arrival
-        )
+        return describe_draft_timing(self.config.speculative_config, self._drafter, self._draft_fraction)
 
     # ------------------------------------------------------------------ clusters
     def submit(self, r: Request, t: float) -> None:
@@ -939,20 +538,9 @@ class Engine:
             self._timeouts.append(r)
 
     def abort(self, r: Request, t: float) -> bool:
-        """Finish ``r`` as aborted at ``t``: its client went away (``Scheduler.finish_requests``,
-        vLLM's ``finish_requests(..., FINISHED_ABORTED)``). It leaves the running list or its queue
-        and its KV blocks go back to the pool (hashed ones stay in the prefix cache, as for a
-        finished request). Call between steps, never while a step that schedules ``r`` is in
-        flight. False if ``r`` is not live here (already finished, or never here)."""
-        if self.live.get(r.idx) is not r:
-            return False
-        self.scheduler.finish_requests([r], OUTCOME_ABORTED, self.step, t)
-        self._close(r)
-        if self.emit is not None:
-            self.emit(RequestFinished(t, r.req_id, self.name, "aborted", r.num_output, t - r.arrival))
-        if self.check_invariants:
-            self.assert_invariants()
-        return True
+        """Finish ``r`` as aborted at ``t``: its client went away (``replica_ops.abort``). Call
+        between steps; False if ``r`` is not live here (already finished, or never here)."""
+        return replica_ops.abort(self, r, t)
 
     def computed_tokens(self, r: Request) -> int:
         """Tokens of ``r`` whose KV is on this replica now (exact for decode-group members too)."""
@@ -961,37 +549,8 @@ class Engine:
         return r.num_computed
 
     def evict_all(self) -> list[tuple[Request, int]]:
-        """The replica is lost: take every request off it (running first, then waiting), as of
-        the last completed step; a step in flight is lost with the replica. Returns each request
-        with the KV tokens it had here (0 if it was waiting); requests keep their outputs, and a
-        running one becomes PREEMPTED with ``lost_tokens`` = that KV."""
-        sched = self.scheduler
-        if sched.group is not None:
-            sched.materialize_all(self.step, self.now)
-            limbo = sched.group.limbo  # blocks popped for the step in flight
-            if limbo:
-                self.pool.free(list(limbo), 0, 0)
-                limbo.clear()
-        out: list[tuple[Request, int]] = []
-        for r in list(sched.running):
-            computed = r.num_computed
-            self.kv.free(r)
-            r.lost_tokens = computed
-            r.num_computed = 0
-            r.status = PREEMPTED
-            out.append((r, computed))
-        sched.running.clear()
-        sched.explicit = []
-        while len(sched.waiting):
-            out.append((sched.waiting.pop(), 0))
-        for r, _ in out:
-            self.rec.flush_tokens(r)
-            r.segments = []
-            if r.last_token >= 0:
-                r.moved_token_time = r.last_token
-            self.live.pop(r.idx, None)
-        self._timeouts.clear()
-        return out
+        """The replica is lost: every request comes off it (``replica_ops.evict_all``)."""
+        return replica_ops.evict_all(self)
 
     def _close(self, r: Request) -> None:
         self.live.pop(r.idx, None)
@@ -1006,74 +565,27 @@ class Engine:
         for r in list(self.live.values()):  # only if the loop was cut short
             r.outcome = OUTCOME_UNFINISHED
             self._close(r)
-        if isinstance(self.kv_connector, PDConnector):
-            self.kv_connector.drain(self.now)  # sends the idle engine never stepped for
+        if sched.kv_xfer is not None:
+            sched.kv_xfer.drain(self.now)  # transfers the idle engine never stepped for
         self.assert_invariants(final=True)
 
     # ------------------------------------------------------------------ invariants
     def assert_invariants(self, final: bool = False) -> None:
         """Conservation checks (see docs/invariants.md); cheap enough to run every step in tests."""
-        sched = self.scheduler
-        group = sched.group
-        held: dict[int, int] = {}
-        bs = self.kv.block_size
-        seqs = [r.admit_seq for r in sched.running]
-        if not (seqs == sorted(set(seqs))):
-            raise InternalError("running list out of admission order")
-        for r in sched.running:
-            if not (r.status == RUNNING):
-                raise InternalError(f"{r.req_id} in running with status {r.status}")
-            if not (r.num_output >= 0 and r.num_computed >= 0):
-                raise InternalError(f"{r.req_id} has a negative count")
-            if not (r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)):
-                raise InternalError(
-                    "invariant broken: r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)"
-                )
-            for b in r.blocks:
-                held[b] = held.get(b, 0) + 1
-            if r.sync_step < 0:
-                if not (r.num_computed <= r.prompt_len + r.num_output):
-                    raise InternalError(f"{r.req_id} computed past its tokens")
-                if not (len(r.blocks) * bs >= r.num_computed):
-                    raise InternalError(f"{r.req_id} lacks blocks")
-                if not (
-                    r.num_cached_blocks == min(r.num_computed, r.prompt_len + r.num_output) // bs
-                    or (not self.kv.caching and r.num_cached_blocks == 0)
-                ):
-                    raise InternalError(f"{r.req_id}: hashed blocks out of step with computed tokens")
-        for b in group.limbo if group is not None else ():
-            held[b] = held.get(b, 0) + 1
-        for r in sched.waiting:
-            if r.blocks:
-                raise InternalError(f"waiting request {r.req_id} holds blocks")
-        if self.kv_connector is not None:
-            for r in self.kv_connector.holding:
-                if not r.blocks:
-                    raise InternalError(f"KV-holding request {r.req_id} holds no blocks")
-                for b in r.blocks:
-                    held[b] = held.get(b, 0) + 1
-            if isinstance(self.kv_connector, PDConnector):
-                for blocks in self.kv_connector.kept_blocks():  # prefill legs awaiting their send
-                    for b in blocks:
-                        held[b] = held.get(b, 0) + 1
-        self.pool.check(held)
-        if final:
-            if not (not sched.running and not len(sched.waiting)):
-                raise InternalError("requests left in the engine")
-            if held:
-                raise InternalError("blocks still held at the end")
-            if not (self.pool.num_free == self.pool.usable_blocks):
-                raise InternalError("KV blocks not returned to the pool")
-            if self.external_arrivals:
-                return  # a cluster replica sees only some requests; the cluster checks them all
-            outcomes = self.rec.outcome
-            for i in range(self.trace.n):
-                if not (outcomes[i] != OUTCOME_UNFINISHED):
-                    raise InternalError(f"request {self.trace.req_id[i]} has no outcome")
+        check_engine(self, final)
 
 
-def _admit_seq(r: Request) -> int:
-    return r.admit_seq
+# The compiled core cimports these types (engine.pxd), which keeps them out of its module's
+# namespace: put them back for ``from servesim.engine.engine import TraceArrays`` and the like.
+globals().update(PendingStep=PendingStep, Recorder=Recorder, StepPlan=StepPlan, TraceArrays=TraceArrays)
 
-
-__all__ = ["Engine", "EngineStallError", "StepLogSink"]
+__all__ = [
+    "PROGRESS_EVERY_STEPS",
+    "REQUEST_COLUMNS",
+    "Engine",
+    "EngineStallError",
+    "PendingStep",
+    "Recorder",
+    "StepLogSink",
+    "TraceArrays",
+]

@@ -29,11 +29,12 @@ cdef class KVCacheManager:
     ) except? -1
     @cython.locals(
         pool=BlockPool, bs=cython.longlong, mml=cython.longlong, num_tokens=cython.longlong,
-        num_hit=cython.longlong, room=cython.longlong, total=cython.longlong, more=cython.longlong,
-        slots=cython.longlong,
+        num_hit=cython.longlong, held=cython.longlong, room=cython.longlong, computed=cython.longlong,
+        total=cython.longlong, more=cython.longlong, slots=cython.longlong, hit=list,
     )
-    cpdef bint allocate_admission(
-        self, Request r, long long n, list hit, bint has_running, long long external=*
+    cpdef bint allocate_slots(
+        self, Request r, long long num_new_tokens, list new_computed_blocks, bint has_running,
+        long long num_external_computed_tokens=*, bint delay_cache_blocks=*, long long reserved_blocks=*
     ) except -1
     cpdef free(self, Request r)
     @cython.locals(lo=cython.longlong, hi=cython.longlong)

@@ -230,8 +230,7 @@ class KVCacheManager:
         ``hit`` are the cached blocks it takes from the prefix cache: those sitting in the free
         queue are revived, so they do not count; while others run, the watermark is kept back.
         With ``scheduler_reserve_full_isl`` the whole sequence must fit beyond the ``num_held``
-        blocks it starts from (a gate that reserves nothing): when it does not, -1. Every
-        admission path (plain, asynchronous KV load, load finished) takes its room from here.
+        blocks it starts from (a gate that reserves nothing): when it does not, -1.
         """
         pool = self.pool
         room = pool.num_free
@@ -249,42 +248,60 @@ class KVCacheManager:
                 return -1
         return room
 
-    def allocate_admission(
-        self, r: Request, n: int, hit: list[int], has_running: bool, external: int = 0
+    def allocate_slots(
+        self,
+        r: Request,
+        num_new_tokens: int,
+        new_computed_blocks: list[int],
+        has_running: bool,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> bool:
-        """``allocate_slots`` for a waiting/preempted request.
+        """vLLM's ``allocate_slots`` for a request admitted from a queue; False if it does not fit.
 
-        With ``scheduler_reserve_full_isl`` (vLLM's default) the whole sequence must fit in free
+        Blocks for its computed tokens (``r.num_computed``: those of a request that already holds
+        blocks, its KV loaded; ``new_computed_blocks``: a fresh request's prefix hit, revived;
+        ``num_external_computed_tokens``: tokens a KV connector loads, or KV migrated in from a
+        lost replica) and for ``num_new_tokens`` to compute, plus the drafter's lookahead. With
+        ``scheduler_reserve_full_isl`` (vLLM's default) the whole sequence must fit in free
         blocks, but that check is only a gate: it reserves nothing, so later steps can still run
-        out of blocks and preempt (the reference's Example C). ``external`` tokens arrive with the
-        request (KV migrated from a lost replica, like vLLM's KV-connector loads): they get
-        blocks but no compute.
+        out of blocks and preempt (the reference's Example C). An asynchronous load
+        (``delay_cache_blocks``: vLLM's P/D and offload loads) allocates no lookahead, must leave
+        ``reserved_blocks`` free for the prefills in flight, and hashes its blocks only when the
+        load has finished (the scheduler's ``_update_waiting_for_remote_kv``).
         """
-        room = self.admission_room(r, hit, len(hit), has_running)
+        hit = new_computed_blocks
+        num_hit = len(hit)
+        held = len(r.blocks)
+        room = self.admission_room(r, hit, held + num_hit, has_running)
         if room < 0:
             return False
         pool = self.pool
         bs = self.block_size
         mml = self.max_model_len
-        num_tokens = r.prompt_len + r.num_output
-        num_hit = len(hit)
-        total = num_hit * bs + external
-        if total > mml:
-            total = mml
-        total += n
-        slots = total + self.lookahead
-        more = -(-(slots if slots < mml else mml) // bs) - num_hit
-        if (more if more > 0 else 0) > room:
+        computed = r.num_computed + num_hit * bs + num_external_computed_tokens
+        if computed > mml:
+            computed = mml
+        total = computed + num_new_tokens
+        slots = total if delay_cache_blocks else total + self.lookahead
+        more = -(-(slots if slots < mml else mml) // bs) - held - num_hit
+        if (more if more > 0 else 0) > room - reserved_blocks:
             return False
-        if hit:
+        if num_hit:
             pool.touch(hit)
             r.blocks = hit
+            r.num_cached_blocks = r.num_live_blocks = num_hit
             if more > 0:
                 hit.extend(pool.get_new_blocks(more))
+        elif held:
+            if more > 0:
+                r.blocks.extend(pool.get_new_blocks(more))
         else:
             r.blocks = pool.get_new_blocks(more)
-        r.num_cached_blocks = r.num_live_blocks = num_hit
-        if self.caching:
+            r.num_cached_blocks = r.num_live_blocks = 0
+        if self.caching and not delay_cache_blocks:
+            num_tokens = r.prompt_len + r.num_output
             self.cache_blocks(r, total if total < num_tokens else num_tokens)
         return True
 

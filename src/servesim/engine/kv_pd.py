@@ -21,12 +21,19 @@ step k ends in step k + ``load_steps``, a send issued at the first step after th
 
 from __future__ import annotations
 
+import heapq
 import math
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS, OffloadStats
-from servesim.engine.request import OUTCOME_ABORTED, Request
+from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.kv_connector_base import ConnectorStats, KVConnectorOutput
+from servesim.engine.kv_holding import KVHoldingQueue
+from servesim.engine.request import OUTCOME_ABORTED, WAITING_FOR_REMOTE_KVS, Request
 from servesim.errors import InternalError
+
+if TYPE_CHECKING:
+    from servesim.engine.kv_connector import OffloadingConnector
+    from servesim.engine.step_plan import StepPlan
 
 
 class PDTiming(Protocol):
@@ -59,18 +66,20 @@ class PDConnector:
         self.step_s = step_s
         self.remote_prefill: set[int] = set(remote_prefill or ())
         self.remote_decode: set[int] = set(remote_decode or ())
-        self.holding: Any = None
-        self.key_of: Any = None
-        self.kv: Any = None  # the replica's KVCacheManager (set by the engine)
-        self.finished_recving: set[int] = set()
-        self.inflight_prefills: dict[int, Request] = {}
-        self.gpu_hit: dict[int, int] = {}
-        self.step_loaded: list[tuple[Request, int]] = []
-        self.stats = OffloadStats()
-        self._recv: dict[int, tuple[Request, float]] = {}  # idx -> (request, due)
+        # Bound by the scheduler (bind_kv_cache_manager): the replica's KV-cache manager, and its
+        # KV-holding queue, shown to observers through it (``holding``; it never edits it itself).
+        self.kv: KVCacheManager | None = None
+        self.holding = KVHoldingQueue(priority=False)  # empty until bound
+        self.gpu_hit: dict[int, int] = {}  # receiving request -> its local prefix hit
+        self.stats = ConnectorStats()
+        self._issued = 0  # transfers issued so far: the order they are reported in
+        self._recv: dict[int, tuple[Request, float, int]] = {}  # idx -> (request, due, order)
+        self._recv_heap: list[tuple[float, int]] = []  # (due, idx); stale entries skipped
+        self._failed: list[Request] = []  # receives cut off (fail_recv), not reported yet
         self._new_sends: list[Request] = []  # finished since the last step: sends not issued yet
         self._send_due: dict[int, float] = {}  # idx -> when its send ends (inf: not known yet)
-        self._kept: dict[int, tuple[list[int], int, int]] = {}  # idx -> (blocks, live, cached)
+        self._kept: dict[int, tuple[int, Request]] = {}  # idx -> (order, the leg keeping blocks)
+        self._send_heap: list[tuple[float, int]] = []  # (due, idx) of kept legs; stale skipped
         # What happened, per request index (a cluster's per-leg times and invariants):
         self.recv_started: dict[int, float] = {}  # blocks allocated, the receive issued
         self.recv_tokens: dict[int, int] = {}
@@ -80,9 +89,21 @@ class PDConnector:
         self.recv_blocks = 0
         self.sent_blocks = 0
 
-    def attach(self, holding: Any, key_of: Any) -> None:
+    def bind_kv_cache_manager(self, kv: KVCacheManager, holding: KVHoldingQueue) -> None:
+        self.kv = kv
         self.holding = holding
-        self.key_of = key_of
+
+    @property
+    def finished_recving(self) -> set[int]:
+        """Decode legs whose receive was reported done (or cut off) and that the scheduler has not
+        taken up yet."""
+        done = self.holding.finished_recving
+        if self._failed:
+            return done | {r.idx for r in self._failed if r.status == WAITING_FOR_REMOTE_KVS}
+        return done
+
+    def cpu_tier(self) -> OffloadingConnector | None:
+        return None
 
     def mark_remote_prefill(self, idx: int) -> None:
         self.remote_prefill.add(idx)
@@ -99,22 +120,26 @@ class PDConnector:
                 return count, True
         return 0, False
 
-    def update_state_after_alloc(self, r: Request, num_external: int, now: float, end: float) -> None:
+    def update_state_after_alloc(self, r: Request, num_external: int, now: float) -> None:
         if r.idx not in self.remote_prefill:
             return
         self.remote_prefill.discard(r.idx)  # only one transfer per request
         if not num_external:
             return
-        bs = self.kv.block_size
-        first = -(-(r.prompt_len - num_external) // bs)
+        if self.kv is None:
+            raise InternalError("invariant broken: the P/D connector was not bound to a replica")
+        first = -(-(r.prompt_len - num_external) // self.kv.block_size)
         n_blocks = len(r.blocks) - first
         if self.recv_due_fn is not None:
-            due = self.recv_due_fn(r, now, end, n_blocks)
+            due = self.recv_due_fn(r, now, now, n_blocks)
         elif self.timing is not None:
-            due = self.timing.load_due(now, end, n_blocks)
+            due = self.timing.load_due(now, now, n_blocks)
         else:
             raise InternalError("invariant broken: a P/D connector without timing or link")
-        self._recv[r.idx] = (r, due)
+        self._recv[r.idx] = (r, due, self._issued)
+        self._issued += 1
+        heapq.heappush(self._recv_heap, (due, r.idx))
+        self.gpu_hit[r.idx] = r.prompt_len - num_external
         self.recv_started[r.idx] = now
         self.recv_tokens[r.idx] = num_external
         self.recv_blocks += n_blocks
@@ -123,53 +148,53 @@ class PDConnector:
         self.stats.loaded_tokens += num_external
 
     # -- end of schedule() -----------------------------------------------------------------------
-    def build_connector_meta(self, plan: Any, start: float, end: float) -> None:
-        inflight = self.inflight_prefills
-        for r in plan.preempted:
-            inflight.pop(r.idx, None)
-        for r, n in plan.scheduled:
-            if r.num_computed + n >= r.prompt_len + r.num_output:
-                inflight.pop(r.idx, None)
+    def build_connector_meta(self, plan: StepPlan, start: float, end: float) -> None:
         if self._new_sends:
             for r in self._new_sends:  # reqs_to_send goes to the worker with this step
                 self.stats.store_jobs += 1
                 if self.send_steps is not None:
-                    self._send_due[r.idx] = start + (self.send_steps + 1) * self.step_s
+                    self._set_send_due(r.idx, start + (self.send_steps + 1) * self.step_s)
             self._new_sends = []
 
     # -- after a step ------------------------------------------------------------------------------
-    def request_finished(self, r: Request) -> None:
-        """A prefill leg that finished keeps its blocks for the transfer (vLLM's delay_free):
-        they leave the request here, so the scheduler's free returns none of them. An aborted
-        one sends nothing (NixlConnector delays the free only of a prefill that finished)."""
-        self.inflight_prefills.pop(r.idx, None)
+    def request_finished(self, r: Request) -> bool:
+        """A prefill leg that finished keeps its blocks for the transfer (vLLM's delay_free:
+        True, the scheduler frees them when the send is reported done). An aborted one sends
+        nothing (NixlConnector delays the free only of a prefill that finished)."""
         if r.outcome == OUTCOME_ABORTED:
             self.remote_decode.discard(r.idx)
             self.remote_prefill.discard(r.idx)
-            return
+            return False
         if r.idx not in self.remote_decode or not r.blocks:
-            return
+            return False
         self.remote_decode.discard(r.idx)
-        self._kept[r.idx] = (r.blocks, r.num_live_blocks, r.num_cached_blocks)
-        r.blocks = []
-        r.num_live_blocks = r.num_cached_blocks = 0
+        self._kept[r.idx] = (self._issued, r)
+        self._issued += 1
         self._new_sends.append(r)
-        if r.idx not in self._send_due:
+        due = self._send_due.get(r.idx)
+        if due is None:
             self._send_due[r.idx] = math.inf
+        elif due < math.inf:
+            heapq.heappush(self._send_heap, (due, r.idx))
+        return True
+
+    def _set_send_due(self, idx: int, t: float) -> None:
+        self._send_due[idx] = t
+        if idx in self._kept and t < math.inf:
+            heapq.heappush(self._send_heap, (t, idx))
 
     def send_done(self, idx: int, t: float) -> None:
         """A cluster's link: the decode replica has read request ``idx``'s KV by ``t``."""
-        self._send_due[idx] = t
+        self._set_send_due(idx, t)
 
     def fail_recv(self, idx: int, t: float) -> None:
         """The KV source was lost mid-transfer (vLLM's ``kv_load_failure_policy`` "recompute"):
         the receive is reported finished with only the local prefix-cache hit valid, so the
         request keeps its blocks and recomputes the rest of its prompt here."""
-        r, _ = self._recv.pop(idx)
+        r, _, _ = self._recv.pop(idx)
         self.recv_failed[idx] = t
-        r.num_computed = self.gpu_hit.get(idx, 0)
-        if r.status == WAITING_FOR_REMOTE_KVS:
-            self.finished_recving.add(idx)
+        r.num_computed = self.gpu_hit.pop(idx, 0)
+        self._failed.append(r)
 
     def cancel_recv(self, idx: int) -> None:
         """The request was aborted mid-receive (its blocks went back with it): the read is cut."""
@@ -185,6 +210,10 @@ class PDConnector:
         """Request ``idx``'s KV is still here for a decode replica to read (its send not done by ``t``)."""
         return idx in self._kept and self._send_due.get(idx, math.inf) > t
 
+    def kept_blocks(self) -> list[list[int]]:
+        """Blocks held for sends not yet done."""
+        return [r.blocks for _, r in self._kept.values()]
+
     def pending_sends(self) -> list[int]:
         """Requests whose KV this (prefill) side still holds for a decode replica."""
         return list(self._kept)
@@ -193,53 +222,69 @@ class PDConnector:
         """Request ``idx``'s KV is on its way here (its receive not reported yet)."""
         return idx in self._recv
 
-    def complete_due(self, t: float) -> None:
-        """``update_connector_output``: receives and sends that ended by ``t``."""
-        if self._recv:
-            for idx in [i for i, (_, due) in self._recv.items() if due <= t]:
-                r, _ = self._recv.pop(idx)
-                self.recv_done[idx] = t
-                if r.status == WAITING_FOR_REMOTE_KVS:
-                    self.finished_recving.add(idx)
-        if self._kept:
-            for idx in [i for i in self._kept if self._send_due.get(i, math.inf) <= t]:
-                blocks, live, cached = self._kept.pop(idx)
-                del self._send_due[idx]
-                self.kv.pool.free(blocks, live, cached)
-                self.sent[idx] = t
-                self.sent_blocks += len(blocks)
+    def get_finished(self, t: float) -> KVConnectorOutput | None:
+        """The worker's report: receives and sends that ended by ``t`` (each in the order they
+        were issued), and receives cut off since the last report."""
+        recving: list[Request] = []
+        if self._failed:
+            recving, self._failed = self._failed, []
+        for idx in self._due(self._recv_heap, t, self._recv_order):
+            r, _, _ = self._recv.pop(idx)
+            self.recv_done[idx] = t
+            self.gpu_hit.pop(idx, None)
+            if r.status == WAITING_FOR_REMOTE_KVS:
+                recving.append(r)
+        sending: list[int] = []
+        for idx in self._due(self._send_heap, t, self._send_order):
+            _, r = self._kept.pop(idx)
+            del self._send_due[idx]
+            self.sent[idx] = t
+            self.sent_blocks += len(r.blocks)
+            sending.append(idx)
+        return KVConnectorOutput(recving, sending) if recving or sending else None
 
-    def drain(self, now: float) -> None:
+    @staticmethod
+    def _due(heap: list[tuple[float, int]], t: float, order: Any) -> list[int]:
+        """Pop the entries due by ``t`` off ``heap``; ``order(idx, due)`` is the transfer's issue
+        order, or None when the entry is stale (the transfer is gone, or its due time moved)."""
+        if not heap or heap[0][0] > t:
+            return []
+        due: dict[int, int] = {}
+        while heap and heap[0][0] <= t:
+            d, idx = heapq.heappop(heap)
+            k = order(idx, d)
+            if k is not None:
+                due[idx] = k
+        return sorted(due, key=due.__getitem__)
+
+    def _recv_order(self, idx: int, due: float) -> int | None:
+        e = self._recv.get(idx)
+        return e[2] if e is not None and e[1] == due else None
+
+    def _send_order(self, idx: int, due: float) -> int | None:
+        e = self._kept.get(idx)
+        return e[0] if e is not None and self._send_due.get(idx) == due else None
+
+    def drain(self, now: float) -> KVConnectorOutput | None:
         """End of run: sends still pending end (at their due time, or ``now`` if never read);
         vLLM's engine would step on, idle, until its worker reported them."""
         for idx in list(self._kept):
             due = self._send_due.get(idx, math.inf)
             self.send_done(idx, due if due < math.inf else now)
-        self.complete_due(math.inf)
-
-    def kept_blocks(self) -> list[list[int]]:
-        """Blocks held for sends not yet done (the engine's block-conservation check)."""
-        return [b for b, _, _ in self._kept.values()]
-
-    def keeps_stepping(self) -> bool:
-        """vLLM's engine steps on while requests wait for their KV, and while finished prefill
-        legs still hold blocks for their sends (``Scheduler.has_finished_requests``)."""
-        return len(self.holding) > 0 or bool(self._kept)
+        return self.get_finished(math.inf)
 
     def next_due(self) -> float:
         """The earliest time a receive or a send in flight here ends (inf: none will)."""
-        t = min((due for _, due in self._recv.values()), default=math.inf)
-        for idx in self._kept:
-            due = self._send_due.get(idx, math.inf)
-            if due < t:
-                t = due
+        t = math.inf
+        for heap, order in ((self._recv_heap, self._recv_order), (self._send_heap, self._send_order)):
+            while heap and order(heap[0][1], heap[0][0]) is None:
+                heapq.heappop(heap)  # stale
+            if heap and heap[0][0] < t:
+                t = heap[0][0]
         return t
 
     def has_pending_loads(self) -> bool:
         return bool(self._recv)
-
-    def num_pending(self) -> int:
-        return len(self._recv) + len(self._kept)
 
 
 __all__ = ["PDConnector"]

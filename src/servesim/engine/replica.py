@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, Recorder
+from servesim.engine.engine import Engine
 from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.recorder import Recorder
 from servesim.engine.request import FINISHED, OUTCOME_ABORTED, Request
 from servesim.engine.step_time import StepTimeModel
 
@@ -201,8 +202,8 @@ class ReplicaView:
         tier holds, in whole chunks from the one holding block ``start`` on, as the connector's
         admission lookup would find them (0 without a tier); llm-d's tiered prefix index sees the
         same from vLLM's KV events of the CPU medium."""
-        conn = self._engine.kv_connector
-        if not isinstance(conn, OffloadingConnector):
+        conn = self._cpu_tier()
+        if conn is None:
             return 0
         kv = self._engine.kv
         kv.init_request(r)
@@ -216,8 +217,8 @@ class ReplicaView:
     @property
     def cpu_tier(self) -> CpuTierState | None:
         """The CPU offload tier's figures so far (None: no ``kv_offloading_size``)."""
-        conn = self._engine.kv_connector
-        if not isinstance(conn, OffloadingConnector):
+        conn = self._cpu_tier()
+        if conn is None:
             return None  # no tier, or a P/D connector (no CPU tier)
         st = conn.stats
         return CpuTierState(
@@ -227,6 +228,10 @@ class ReplicaView:
             st.loaded_tokens,
             st.stored_tokens,
         )
+
+    def _cpu_tier(self) -> OffloadingConnector | None:
+        conn = self._engine.kv_connector
+        return conn.cpu_tier() if conn is not None else None
 
     # ------------------------------------------------------------------ records
     @property

@@ -13,6 +13,7 @@ RUNNING = 1
 PREEMPTED = 2
 FINISHED = 3
 REJECTED = 4
+WAITING_FOR_REMOTE_KVS = 6  # vLLM's RequestStatus of that name: blocks allocated, its KV loading
 
 # Outcomes: every request ends with exactly one. Codes index OUTCOMES (their reported names).
 OUTCOMES = (

@@ -4,15 +4,7 @@ cimport cython
 from servesim.engine.decode_group cimport DecodeGroup
 from servesim.engine.kv_cache_manager cimport KVCacheManager
 from servesim.engine.request cimport Request
-
-
-cdef class StepPlan:
-    cdef public list scheduled, preempted, new, resumed, prefix_hits, spec
-    cdef public long long num_group_decodes, group_ctx_sum
-
-    @cython.locals(decodes=cython.longlong, ctx=cython.longlong, prefill=cython.longlong,
-                   r=Request, n=cython.longlong)
-    cpdef batch(self)
+from servesim.engine.step_plan cimport StepPlan, any_prefill_chunk, running_index, running_tokens
 
 
 cdef class Scheduler:
@@ -23,11 +15,11 @@ cdef class Scheduler:
     cdef public object acceptance
     cdef public bint chunked, priority, protect_starved, boost_starved
     cdef public list running, explicit
-    cdef public object waiting, starvation_threshold, connector
+    cdef public object waiting, starvation_threshold, connector, kv_xfer
     cdef public DecodeGroup group
 
     @cython.locals(plan=StepPlan, n_eligible=cython.longlong, thr=cython.longlong, budget=cython.longlong,
-                   connector=object)
+                   xfer=object)
     cpdef StepPlan schedule(self, long long step, double now)
     @cython.locals(running=list, kv=KVCacheManager, budget=cython.longlong, mml=cython.longlong,
                    scheduled=list, i=cython.Py_ssize_t, r=Request, n=cython.longlong, ok=cython.bint,
@@ -42,16 +34,21 @@ cdef class Scheduler:
     cpdef long long _fast_running_pass(self, StepPlan plan, long long step, long long thr) except? -2
     @cython.locals(running=list, kv=KVCacheManager, r=Request, hit=list, hit_tokens=cython.longlong,
                    num_tokens=cython.longlong, ext=cython.longlong, n=cython.longlong,
-                   lost=cython.longlong, reused=cython.longlong, moved=cython.longlong,
                    k=cython.longlong, ds=cython.longlong, ib=cython.longlong, cap=cython.longlong,
-                   padded=cython.bint, pad_ok=cython.bint, has_running_scheduled=cython.bint)
+                   padded=cython.bint, pad_ok=cython.bint, has_running_scheduled=cython.bint,
+                   xfer=object, ready=object, q=object, fresh=cython.bint, load_async=cython.bint,
+                   computed=cython.longlong, reserved=cython.longlong, gpu=cython.longlong,
+                   skipped=list)
     cpdef _waiting_pass(self, StepPlan plan, long long budget, long long thr, double now)
+    @cython.locals(lost=cython.longlong, reused=cython.longlong, moved=cython.longlong)
+    cdef inline void _admit(self, StepPlan plan, Request r, long long computed, long long gpu,
+                            long long ext, long long n, double now) except *
     cpdef Request _victim(self, Request r)
     cpdef _preempt(self, Request r)
     @cython.locals(group=DecodeGroup, r=Request)
     cpdef materialize_all(self, long long step, double now)
     @cython.locals(mml=cython.longlong, finished=list, r=Request, n=cython.longlong, c=cython.longlong,
-                   o=cython.longlong, group=DecodeGroup, done=list, connector=object)
+                   o=cython.longlong, group=DecodeGroup, done=list, xfer=object)
     cpdef list update(self, StepPlan plan, long long step, double t_end)
     @cython.locals(mml=cython.longlong, k=cython.longlong, kv=KVCacheManager, finished=list, r=Request,
                    n=cython.longlong, c=cython.longlong, d=cython.longlong, a=cython.longlong,
@@ -59,16 +56,11 @@ cdef class Scheduler:
     cpdef list _verify(self, StepPlan plan, long long step, double t_end)
     @cython.locals(seg=list)
     cdef inline void _emitted(self, Request r, long long step, double t_end)
-    @cython.locals(running=list, r=Request)
+    @cython.locals(running=list, r=Request, sending=dict)
     cpdef retire(self, list finished, double t_end)
-    @cython.locals(valid=list, running_gone=list, r=Request, status=cython.longlong, connector=object)
+    @cython.locals(valid=list, running_gone=list, r=Request, status=cython.longlong, xfer=object,
+                   in_holding=cython.bint)
     cpdef list finish_requests(self, list requests, long long outcome, long long step, double t)
     @cython.locals(group=DecodeGroup, candidates=list, keep=list, r=Request, seg=list)
     cpdef _regroup(self, StepPlan plan, long long next_step)
 
-
-@cython.locals(n=cython.longlong, cap=cython.longlong)
-cpdef long long running_tokens(Request r, long long thr, long long budget, long long max_model_len) except? -1
-cpdef Py_ssize_t running_index(list running, Request r) except -1
-@cython.locals(r=Request)
-cpdef bint any_prefill_chunk(list scheduled) except -1

@@ -12,6 +12,8 @@ Read with ``docs/vllm-scheduling.md`` §2-§5 (a copy of the reference):
 * Phase B, only if nobody was preempted, admits WAITING requests in queue order while budget
   and ``max_num_seqs`` allow, after a prefix-cache lookup; the first that does not fit (budget
   with chunking off, or the full-sequence block gate) stops the scan (head-of-line blocking).
+  With a KV connector (``kv_connector_base.py``) the same loop asks it vLLM's questions and
+  drains the KV-holding queue's requests whose load has finished first.
 * After the step every scheduled request's ``num_computed`` advances; a request that computed
   all its known tokens samples one output token, and stops at ``max_tokens`` or
   ``max_model_len``; finished requests free their blocks in scheduling order.
@@ -23,14 +25,12 @@ through the same plain code as the naive engine.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
-from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS
-from servesim.engine.kv_connector import waiting_pass as connector_waiting_pass
+from servesim.engine.kv_transfers import KVTransferState
 from servesim.engine.request import (
     FINISHED,
     OUTCOME_FINISHED,
@@ -39,53 +39,23 @@ from servesim.engine.request import (
     REJECTED,
     RUNNING,
     WAITING,
+    WAITING_FOR_REMOTE_KVS,
     Request,
 )
 from servesim.engine.speculative import AcceptanceModel
-from servesim.engine.step_time import BatchComposition
+from servesim.engine.step_plan import (
+    StepPlan,
+    admit_seq,
+    any_prefill_chunk,
+    priority_key,
+    running_index,
+    running_tokens,
+)
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 from servesim.errors import InternalError
 
-
-class StepPlan:
-    """What one step schedules. ``scheduled`` lists explicit (request, tokens) in running order;
-    in a fast step the ``num_group_decodes`` members of the decode group also get one token each."""
-
-    __slots__ = (
-        "group_ctx_sum",
-        "new",
-        "num_group_decodes",
-        "preempted",
-        "prefix_hits",
-        "resumed",
-        "scheduled",
-        "spec",
-    )
-
-    def __init__(self) -> None:
-        self.scheduled: list[tuple[Request, int]] = []
-        self.spec: list[tuple[Request, int, int]] = []  # speculation: (request, drafts, accepted)
-        self.num_group_decodes = 0
-        self.group_ctx_sum = 0
-        self.preempted: list[Request] = []
-        self.new: list[Request] = []
-        self.resumed: list[Request] = []
-        self.prefix_hits: list[tuple[Request, int]] = []
-
-    def batch(self) -> BatchComposition:
-        """What the step computes, for the step-time model (one token = a decode)."""
-        decodes = self.num_group_decodes
-        ctx = self.group_ctx_sum
-        chunks: list[tuple[int, int]] = []
-        prefill = 0
-        for r, n in self.scheduled:
-            if n == 1:
-                decodes += 1
-                ctx += r.num_computed + 1
-            else:
-                chunks.append((n, r.num_computed))
-                prefill += n
-        return BatchComposition(decodes, ctx, chunks, prefill)
+if TYPE_CHECKING:
+    from servesim.engine.kv_connector_base import KVConnector
 
 
 class Scheduler:
@@ -97,11 +67,9 @@ class Scheduler:
         kv: KVCacheManager,
         max_model_len: int,
         fast: bool,
-        connector: object = None,
+        connector: KVConnector | None = None,
     ) -> None:
         self.kv = kv
-        # vLLM's KV connector (kv_connector.py); None: no connector, the plain scheduler below.
-        self.connector = connector
         self.budget = config.max_num_batched_tokens
         self.max_num_seqs = config.max_num_seqs
         self.chunked = config.enable_chunked_prefill
@@ -130,14 +98,18 @@ class Scheduler:
                 raise InternalError("speculative decoding runs on the plain path (fast=False)")
             self.acceptance = AcceptanceModel(spec.rates(), spec.acceptance_seed)
             kv.lookahead = spec.num_lookahead_tokens
+        # vLLM's KV connector (kv_connector_base.py), asked at vLLM's points, and what the
+        # scheduler keeps beside it (kv_transfers.py); None: no connector, none of it runs.
+        self.connector = connector
+        self.kv_xfer = KVTransferState(connector, kv, self.priority) if connector is not None else None
 
     # ------------------------------------------------------------------ schedule
     def schedule(self, step: int, now: float) -> StepPlan:
         plan = StepPlan()
         n_eligible = len(self.running) + len(self.waiting)
-        connector = self.connector
-        if connector is not None:
-            n_eligible += len(connector.holding)  # type: ignore[attr-defined]
+        xfer = self.kv_xfer
+        if xfer is not None:
+            n_eligible += len(xfer.holding)
         thr = self.threshold if n_eligible > 1 else 0
         group = self.group
         if group is not None and group.n:
@@ -148,10 +120,9 @@ class Scheduler:
         else:
             budget = self._running_pass(plan, thr)
         if not plan.preempted:
-            if connector is None:
-                self._waiting_pass(plan, budget, thr, now)
-            else:
-                connector_waiting_pass(self, plan, budget, thr, now, now)
+            self._waiting_pass(plan, budget, thr, now)
+        if xfer is not None:
+            xfer.prefills_done(plan)
         return plan
 
     def _running_pass(self, plan: StepPlan, thr: int) -> int:
@@ -252,10 +223,14 @@ class Scheduler:
         return left
 
     def _waiting_pass(self, plan: StepPlan, budget: int, thr: int, now: float) -> None:
-        """Phase B: admissions in queue order; the first request that does not fit stops it."""
+        """Phase B, vLLM's waiting loop: admissions in queue order, the KV-holding queue's ready
+        requests first (with a connector), then the waiting queue; the first request that does
+        not fit stops it. One the connector cannot answer for yet keeps its place, skipped."""
         waiting = self.waiting
         running = self.running
         kv = self.kv
+        xfer = self.kv_xfer
+        ready = xfer.holding.ready if xfer is not None else None
         k = self.spec_k
         ds = self.draft_slots
         ib = self.input_left if k else budget
@@ -263,70 +238,109 @@ class Scheduler:
         # unless a running request is still prefilling.
         pad_ok = k > 0 and not any_prefill_chunk(plan.scheduled)
         has_running_scheduled = bool(plan.scheduled)
-        while budget > 0 and len(waiting):
-            if ib <= ds:
+        skipped: list[Request] | None = None
+        while budget > 0:
+            q = ready if ready is not None and len(ready) else waiting
+            if not len(q) or ib <= ds or len(running) >= self.max_num_seqs:
                 break
-            if len(running) >= self.max_num_seqs:
-                break
-            r = waiting.peek()
-            hit = kv.lookup(r)
-            hit_tokens = len(hit) * kv.block_size
+            r = q.peek()
+            if xfer is not None and r.status == WAITING_FOR_REMOTE_KVS:  # ready: its load is done
+                xfer.update_waiting_for_remote_kv(r)
             num_tokens = r.prompt_len + r.num_output
-            ext = 0
-            if r.external_tokens:  # a prefix whose KV migrates in (cluster), beyond the local hit
-                ext = min(r.external_tokens, num_tokens - 1) - hit_tokens
-                if ext < 0:
-                    ext = 0
-            n = num_tokens - hit_tokens - ext
+            fresh = r.num_computed == 0 and not r.blocks  # (a failed load keeps its blocks)
+            load_async = False
+            if fresh:  # the prefix-cache lookup, then the connector's tokens beyond the hit
+                hit = kv.lookup(r)
+                hit_tokens = len(hit) * kv.block_size
+                ext = 0
+                if xfer is None:
+                    if r.external_tokens:
+                        ext = self._migrated_tokens(r, hit_tokens, num_tokens)
+                else:
+                    got, load_async = xfer.connector.get_num_new_matched_tokens(r, hit_tokens)
+                    if got is None:  # it cannot tell yet: ask again next step
+                        skipped = [] if skipped is None else skipped
+                        skipped.append(q.pop())
+                        continue
+                    ext = got
+                computed = hit_tokens + ext
+            else:  # its blocks hold its KV (loaded): no lookup
+                hit = []
+                hit_tokens = ext = 0
+                computed = r.num_computed
+            n = 0 if load_async else num_tokens - computed  # an asynchronous load computes nothing
             cap = budget if budget < ib - ds else ib - ds
-            padded = False
-            if (
-                pad_ok
-                and n == 1
-                and (has_running_scheduled or hit_tokens + ext > 0)
-                and hit_tokens + ext + k + 2 <= self.max_model_len
-            ):
+            padded = pad_ok and n == 1 and (has_running_scheduled or computed > 0)
+            if padded and computed + k + 2 <= self.max_model_len:
                 if k + 1 > cap:
                     break  # vLLM: rather not schedule than schedule unpadded
                 n = k + 1
-                padded = True
+            else:
+                padded = False
             if 0 < thr < n:
                 n = thr
             if n > cap:
                 if not self.chunked:
                     break
                 n = cap
-            if not kv.allocate_admission(r, n, hit, bool(running), ext):
+            reserved = xfer.reserved_blocks() if load_async and xfer is not None else 0
+            if not kv.allocate_slots(r, n, hit, bool(running), ext, load_async, reserved):
                 break
-            waiting.pop()
-            running.append(r)
-            r.admit_seq = self._admit_seq
-            self._admit_seq += 1
-            if r.status == WAITING:
-                plan.new.append(r)
-                r.prefix_hit_tokens = hit_tokens
-                r.first_scheduled = now
-            else:
-                plan.resumed.append(r)
-                # Of the tokens it had computed when preempted, the cache still holds `hit` (or,
-                # moved from a lost replica, its migrated KV brings `ext`); the rest is recomputed.
-                lost = r.lost_tokens
-                reused = hit_tokens if hit_tokens < lost else lost
-                moved = ext if ext < lost - reused else lost - reused
-                r.reused_tokens += reused
-                r.migrated_tokens += moved
-                r.recomputed_tokens += lost - reused - moved
-                r.external_tokens = 0
-            if hit_tokens:
-                plan.prefix_hits.append((r, hit_tokens))
-            r.status = RUNNING
-            r.num_computed = hit_tokens + ext
-            plan.scheduled.append((r, n))
+            q.pop()
+            if xfer is not None and xfer.allocated(r, ext, now, fresh, hit_tokens, load_async):
+                continue  # parked in the KV-holding queue until its load is done
+            gpu = hit_tokens if fresh or xfer is None else xfer.local_hit.pop(r.idx, 0)
+            self._admit(plan, r, computed, gpu, ext, n, now)
             budget -= n
             ib -= n + ds
             if padded:
                 r.spec_sched = n - 1
                 r.spec_padded = True
+        if skipped is not None:  # back to the front of the waiting queue, in their order
+            for r in reversed(skipped):
+                waiting.prepend(r)
+
+    @staticmethod
+    def _migrated_tokens(r: Request, hit_tokens: int, num_tokens: int) -> int:
+        """Tokens of a prefix whose KV migrates in with ``r`` (a cluster moved it off a lost
+        replica), beyond its local hit: allocated, not computed."""
+        ext = min(r.external_tokens, num_tokens - 1) - hit_tokens
+        return ext if ext > 0 else 0
+
+    def _admit(
+        self, plan: StepPlan, r: Request, computed: int, gpu: int, ext: int, n: int, now: float
+    ) -> None:
+        """``r`` joins the running list with ``computed`` tokens (``gpu`` of them its prefix hit,
+        ``ext`` loaded by the connector or migrated in) and ``n`` to compute in this step."""
+        self.running.append(r)
+        r.admit_seq = self._admit_seq
+        self._admit_seq += 1
+        if r.status == WAITING:
+            plan.new.append(r)
+            r.prefix_hit_tokens = gpu
+            r.first_scheduled = now
+        else:
+            plan.resumed.append(r)
+            lost = r.lost_tokens
+            if self.kv_xfer is None:
+                # Of the tokens it had computed when preempted, the cache still holds `gpu` (or,
+                # moved from a lost replica, its migrated KV brings `ext`); the rest is recomputed.
+                reused = gpu if gpu < lost else lost
+                moved = ext if ext < lost - reused else lost - reused
+                r.migrated_tokens += moved
+                r.external_tokens = 0
+            else:  # what the connector loaded is recovered too
+                reused = computed if computed < lost else lost
+                moved = 0
+            r.reused_tokens += reused
+            r.recomputed_tokens += lost - reused - moved
+        if gpu:
+            plan.prefix_hits.append((r, gpu))
+        r.status = RUNNING
+        r.num_computed = computed
+        if self.kv_xfer is not None:
+            self.kv_xfer.admitted(plan, r, gpu, n)
+        plan.scheduled.append((r, n))
 
     def _victim(self, r: Request) -> Request:
         """Whom vLLM preempts so that ``r`` can allocate: FCFS the last admitted, priority the
@@ -338,7 +352,7 @@ class Scheduler:
         candidates = running
         if self.protect_starved:
             candidates = [x for x in running if not x.starved] or running
-        return max(candidates, key=_priority_key) if self.priority else candidates[-1]
+        return max(candidates, key=priority_key) if self.priority else candidates[-1]
 
     def _preempt(self, r: Request) -> None:
         self.kv.free_preempted(r)
@@ -390,17 +404,17 @@ class Scheduler:
             if done:
                 if finished:
                     finished.extend(done)
-                    finished.sort(key=_admit_seq)
+                    finished.sort(key=admit_seq)
                 else:
                     finished = done
+        xfer = self.kv_xfer
         if finished:
-            connector = self.connector
-            if connector is not None:
+            if xfer is not None:
                 for r in finished:
-                    connector.request_finished(r)  # type: ignore[attr-defined]
+                    xfer.request_finished(r)
             self.retire(finished, t_end)
-        if self.connector is not None:
-            self.connector.complete_due(t_end)  # type: ignore[attr-defined]
+        if xfer is not None:
+            xfer.transfers_done(t_end)
         if group is not None:
             self._regroup(plan, step + 1)
         return finished
@@ -478,11 +492,14 @@ class Scheduler:
         running list and free their blocks, in scheduling order."""
         running = self.running
         free = self.kv.free
+        # blocks the connector keeps for a send are freed when it is done
+        sending = self.kv_xfer.sending if self.kv_xfer is not None else None
         for r in finished:
             r.status = FINISHED
             r.finish_time = t_end
             r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
-            free(r)
+            if not sending or r.idx not in sending:
+                free(r)
             del running[running_index(running, r)]
 
     # ------------------------------------------------------------------ finish from outside
@@ -499,7 +516,7 @@ class Scheduler:
         the requests finished here: not those already finished."""
         valid: list[Request] = []
         running_gone: list[Request] = []
-        connector = self.connector
+        xfer = self.kv_xfer
         for r in requests:
             status = r.status
             if status in (FINISHED, REJECTED):
@@ -517,16 +534,14 @@ class Scheduler:
             status = r.status
             # REJECTED marks a queued request gone (the priority queues drop its entry lazily)
             r.status = FINISHED if status == RUNNING else REJECTED
-            if status == WAITING_FOR_REMOTE_KVS:
-                connector.holding.remove(r)  # type: ignore[attr-defined]
-                connector.finished_recving.discard(r.idx)  # type: ignore[attr-defined]
-                connector.gpu_hit.pop(r.idx, None)  # type: ignore[attr-defined]
-            elif status != RUNNING:
+            # a request in the KV-holding queue: loading its KV, or loaded and not admitted yet
+            in_holding = xfer is not None and xfer.remove(r)
+            if status != RUNNING and not in_holding:
                 self.waiting.remove(r)
             r.outcome = outcome
             r.finish_time = t
-            if connector is not None:
-                connector.request_finished(r)  # type: ignore[attr-defined]
+            if xfer is not None and xfer.request_finished(r):
+                continue  # its blocks wait for the connector's send
             if r.blocks:
                 self.kv.free(r)
         return valid
@@ -545,7 +560,7 @@ class Scheduler:
                 candidates = plan.new  # already in admission order
             else:
                 candidates = candidates + plan.new + plan.resumed
-                candidates.sort(key=_admit_seq)
+                candidates.sort(key=admit_seq)
         for r in candidates:
             if r.status != RUNNING:
                 continue
@@ -559,40 +574,3 @@ class Scheduler:
 
 
 BOOSTED_PRIORITY = -(1 << 62)
-
-
-def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int:
-    """Tokens a RUNNING request gets in Phase A: what it still needs, capped by the long-prefill
-    threshold, the budget left and the context limit (vLLM: the position must stay below
-    ``max_model_len``). 0 or less: skip it."""
-    n = r.prompt_len + r.num_output + r.spec_tokens - r.num_computed  # vLLM: num_tokens_with_spec
-    if 0 < thr < n:
-        n = thr
-    if n > budget:
-        n = budget
-    cap = max_model_len - r.num_computed - 1
-    return cap if n > cap else n
-
-
-def any_prefill_chunk(scheduled: list[tuple[Request, int]]) -> bool:
-    """Whether a request scheduled so far was a partial prefill after its last step (vLLM's
-    ``prefill_scheduled``, which stops padding admitted decodes)."""
-    for r, _n in scheduled:  # noqa: SIM110 (a loop: Cython compiles no closure in a cpdef)
-        if r.prefill_chunk:
-            return True
-    return False
-
-
-_admit_seq = attrgetter("admit_seq")
-
-
-def running_index(running: list[Request], r: Request) -> int:
-    """Position of ``r`` in the running list, which is sorted by admission order: a binary
-    search (``list.index`` compares element by element through ``__eq__``, far slower)."""
-    return bisect_left(running, r.admit_seq, key=_admit_seq)
-
-
-def _priority_key(r: Request) -> tuple[int, float, int]:
-    # vLLM: max over (priority, arrival_time). Arrival times of real requests are distinct (the
-    # wall clock at receipt), so requests sharing a trace timestamp are ordered by trace position.
-    return (r.priority, r.arrival, r.idx)

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.engine import Engine, Recorder, StepLogSink, TraceArrays
+from servesim.engine.engine import Engine, StepLogSink
 from servesim.engine.kv_connector import OffloadingConnector
-from servesim.engine.kv_pd import PDConnector
+from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.recorder import Recorder
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import (
     SLO,
@@ -27,6 +28,7 @@ from servesim.engine.results import (
     tokens_per_verifying_step,
 )
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
+from servesim.engine.trace_arrays import TraceArrays
 from servesim.events import Observer
 from servesim.traces.schema import Trace
 
@@ -52,7 +54,7 @@ def simulate(
     check_invariants: bool = False,
     record_token_times: bool = False,
     observers: Sequence[Observer] = (),
-    kv_connector: OffloadingConnector | PDConnector | None = None,
+    kv_connector: KVConnector | None = None,
     progress: Callable[[int, int], None] | None = None,
     pooled_itl: bool = True,
 ) -> SimulationResult:
@@ -63,8 +65,8 @@ def simulate(
     (``servesim.events``: steps, request lifecycle, progress); ``step_log`` receives each step's
     log record as a dict (``StepEvent.log_record``).
     ``check_invariants`` checks block and token conservation after every step (slow).
-    ``kv_connector`` plugs vLLM's KV connector seam (``kv_connector.OffloadingConnector``: a CPU
-    tier); None, the default, is the engine without one.
+    ``kv_connector`` plugs vLLM's KV connector seam (``kv_connector_base.KVConnector``; e.g.
+    ``kv_connector.OffloadingConnector``: a CPU tier); None, the default, is the engine without one.
     ``record_token_times`` keeps every output token's time (``SimulationResult.token_times``).
     ``progress(done, total)`` is called a few times a second from the engine's own counter
     (``run_sliced``): unlike a ``Progress`` observer it builds no event per step, so a run with a
@@ -179,9 +181,9 @@ def build_result(
             draft_time_s=engine.draft_time_s,
             draft_timing=engine.draft_timing(),
         )
-    conn = engine.kv_connector
-    if isinstance(conn, OffloadingConnector):
-        summary.offload = offload_summary([[conn]], summary.prefix_cache_hit_rate, summary.recomputed_tokens)
+    tier = engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None
+    if tier is not None:
+        summary.offload = offload_summary([[tier]], summary.prefix_cache_hit_rate, summary.recomputed_tokens)
     return result
 
 

@@ -183,6 +183,24 @@ class SpeculativeConfig(BaseModel):
 _IGNORED_VLLM_KEYS = frozenset({"prompt_lookup_max", "prompt_lookup_min", "quantization", "revision"})
 
 
+def describe_draft_timing(spec: SpeculativeConfig | None, drafter: Any, fraction: float) -> str:
+    """How the drafter's passes are timed, in one line ("" without speculative decoding):
+    ``drafter`` is the step-time model's own (``DraftTimeModel``, None without), ``fraction``
+    the share of the target's decode step charged per pass otherwise."""
+    if spec is None:
+        return ""
+    if drafter is not None:
+        return str(drafter.describe())
+    if spec.draft_step_fraction is not None:
+        return f"each pass {fraction:g} of the target's decode step (draft_step_fraction, as given)"
+    if fraction == 0.0:
+        return f"{spec.method}: no GPU time charged (a CPU lookup)"
+    return (
+        f"each pass {fraction:g} of the target's decode step (DRAFT_STEP_FRACTION[{spec.method!r}]: "
+        "the step-time model has no drafter roofline)"
+    )
+
+
 class AcceptanceModel:
     """How many of ``n`` drafts the target accepts: position i with ``rates[i]`` given i-1 were.
 

@@ -1,0 +1,86 @@
+"""The engine's conservation checks (docs/invariants.md), run by ``Engine.assert_invariants``.
+
+Cheap enough to run after every step in tests (``simulate(..., check_invariants=True)``) and
+always once at the end of a run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim.engine.request import OUTCOME_UNFINISHED, RUNNING
+from servesim.errors import InternalError
+
+if TYPE_CHECKING:
+    from servesim.engine.engine import Engine
+
+
+def check_engine(engine: Engine, final: bool = False) -> None:
+    """Blocks and tokens conserved; with ``final``, the run ended clean (KV-1..6, TOK-1, REQ-1)."""
+    sched = engine.scheduler
+    seqs = [r.admit_seq for r in sched.running]
+    if not (seqs == sorted(set(seqs))):
+        raise InternalError("running list out of admission order")
+    held = _held_blocks(engine)
+    engine.pool.check(held)
+    if final:
+        if not (not sched.running and not len(sched.waiting)):
+            raise InternalError("requests left in the engine")
+        if held:
+            raise InternalError("blocks still held at the end")
+        if not (engine.pool.num_free == engine.pool.usable_blocks):
+            raise InternalError("KV blocks not returned to the pool")
+        if engine.external_arrivals:
+            return  # a cluster replica sees only some requests; the cluster checks them all
+        outcomes = engine.rec.outcome
+        for i in range(engine.trace.n):
+            if not (outcomes[i] != OUTCOME_UNFINISHED):
+                raise InternalError(f"request {engine.trace.req_id[i]} has no outcome")
+
+
+def _held_blocks(engine: Engine) -> dict[int, int]:
+    """Every block some request (or the decode group's limbo) holds -> its number of holders,
+    checking each running request's counts on the way."""
+    sched = engine.scheduler
+    kv = engine.kv
+    bs = kv.block_size
+    held: dict[int, int] = {}
+    for r in sched.running:
+        if not (r.status == RUNNING):
+            raise InternalError(f"{r.req_id} in running with status {r.status}")
+        if not (r.num_output >= 0 and r.num_computed >= 0):
+            raise InternalError(f"{r.req_id} has a negative count")
+        if not (r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)):
+            raise InternalError("invariant broken: r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)")
+        for b in r.blocks:
+            held[b] = held.get(b, 0) + 1
+        if r.sync_step < 0:
+            if not (r.num_computed <= r.prompt_len + r.num_output):
+                raise InternalError(f"{r.req_id} computed past its tokens")
+            if not (len(r.blocks) * bs >= r.num_computed):
+                raise InternalError(f"{r.req_id} lacks blocks")
+            if not (
+                r.num_cached_blocks == min(r.num_computed, r.prompt_len + r.num_output) // bs
+                or (not kv.caching and r.num_cached_blocks == 0)
+            ):
+                raise InternalError(f"{r.req_id}: hashed blocks out of step with computed tokens")
+    group = sched.group
+    for b in group.limbo if group is not None else ():
+        held[b] = held.get(b, 0) + 1
+    for r in sched.waiting:
+        if r.blocks:
+            raise InternalError(f"waiting request {r.req_id} holds blocks")
+    xfer = sched.kv_xfer
+    if xfer is not None:
+        for r in xfer.holding:
+            if not r.blocks:
+                raise InternalError(f"KV-holding request {r.req_id} holds no blocks")
+            for b in r.blocks:
+                held[b] = held.get(b, 0) + 1
+        for r in xfer.sending.values():  # finished, their blocks kept for a send
+            for b in r.blocks:
+                held[b] = held.get(b, 0) + 1
+    return held
+
+
+__all__ = ["check_engine"]

@@ -1,0 +1,67 @@
+"""What happens to a replica from outside its step loop: a client goes away (``abort``), the
+replica is lost (``evict_all``). Called between steps, rarely: kept out of the engine's loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim.engine.request import OUTCOME_ABORTED, PREEMPTED, Request
+from servesim.events import RequestFinished
+
+if TYPE_CHECKING:
+    from servesim.engine.engine import Engine
+
+
+def abort(engine: Engine, r: Request, t: float) -> bool:
+    """Finish ``r`` as aborted at ``t``: its client went away (``Scheduler.finish_requests``,
+    vLLM's ``finish_requests(..., FINISHED_ABORTED)``). It leaves the running list or its queue
+    and its KV blocks go back to the pool (hashed ones stay in the prefix cache, as for a
+    finished request). Call between steps, never while a step that schedules ``r`` is in
+    flight. False if ``r`` is not live here (already finished, or never here)."""
+    if engine.live.get(r.idx) is not r:
+        return False
+    engine.scheduler.finish_requests([r], OUTCOME_ABORTED, engine.step, t)
+    engine._close(r)
+    if engine.emit is not None:
+        engine.emit(RequestFinished(t, r.req_id, engine.name, "aborted", r.num_output, t - r.arrival))
+    if engine.check_invariants:
+        engine.assert_invariants()
+    return True
+
+
+def evict_all(engine: Engine) -> list[tuple[Request, int]]:
+    """The replica is lost: take every request off it (running first, then waiting), as of
+    the last completed step; a step in flight is lost with the replica. Returns each request
+    with the KV tokens it had here (0 if it was waiting); requests keep their outputs, and a
+    running one becomes PREEMPTED with ``lost_tokens`` = that KV."""
+    sched = engine.scheduler
+    if sched.group is not None:
+        sched.materialize_all(engine.step, engine.now)
+        limbo = sched.group.limbo  # blocks popped for the step in flight
+        if limbo:
+            engine.pool.free(list(limbo), 0, 0)
+            limbo.clear()
+    out: list[tuple[Request, int]] = []
+    for r in list(sched.running):
+        computed = r.num_computed
+        engine.kv.free(r)
+        r.lost_tokens = computed
+        r.num_computed = 0
+        r.status = PREEMPTED
+        out.append((r, computed))
+    sched.running.clear()
+    sched.explicit = []
+    while len(sched.waiting):
+        out.append((sched.waiting.pop(), 0))
+    for r, _ in out:
+        engine.rec.flush_tokens(r)
+        r.segments = []
+        if r.last_token >= 0:
+            r.moved_token_time = r.last_token
+        engine.live.pop(r.idx, None)
+    engine._timeouts.clear()
+    return out
+
+
+__all__ = ["abort", "evict_all"]

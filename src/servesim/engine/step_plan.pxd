@@ -1,0 +1,29 @@
+# Cython declarations for step_plan.py (the compiled core; step_plan.py stays the reference).
+cimport cython
+
+from servesim.engine.request cimport Request
+
+
+cdef class StepPlan:
+    cdef public list scheduled, preempted, new, resumed, prefix_hits, spec, loaded
+    cdef public long long num_group_decodes, group_ctx_sum
+
+    @cython.locals(decodes=cython.longlong, ctx=cython.longlong, prefill=cython.longlong,
+                   r=Request, n=cython.longlong)
+    cpdef batch(self)
+    @cython.locals(n=cython.longlong, ctx=cython.longlong, r=Request, m=cython.longlong, c=cython.longlong)
+    cpdef double draft_time(self, batch, drafter, long long k, double draft_fraction, step_time) except? -1.0
+
+
+@cython.locals(n=cython.longlong, cap=cython.longlong)
+cpdef long long running_tokens(Request r, long long thr, long long budget, long long max_model_len) except? -1
+cpdef Py_ssize_t running_index(list running, Request r) except -1
+@cython.locals(r=Request)
+cpdef bint any_prefill_chunk(list scheduled) except -1
+
+
+cdef class PendingStep:
+    cdef public StepPlan plan
+    cdef public object batch
+    cdef public double start, duration
+    cdef public long long num_running, num_waiting, kv_used

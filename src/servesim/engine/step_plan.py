@@ -1,0 +1,163 @@
+"""What one scheduler step schedules (``StepPlan``), a step in flight (``PendingStep``), and the
+rules that size a running request's share.
+
+Kept apart from the scheduler's loops: the engine, the connectors, the events and a cluster
+read a plan; only the scheduler writes one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
+from servesim.engine.request import Request
+from servesim.engine.step_time import BatchComposition
+
+if TYPE_CHECKING:
+    from servesim.engine.step_time import DraftTimeModel
+
+
+class StepPlan:
+    """What one step schedules. ``scheduled`` lists explicit (request, tokens) in running order;
+    in a fast step the ``num_group_decodes`` members of the decode group also get one token each.
+    ``loaded`` (with a KV connector only; None without) lists the step's admissions whose KV the
+    connector brought: (request, tokens beyond its GPU prefix hit)."""
+
+    __slots__ = (
+        "group_ctx_sum",
+        "loaded",
+        "new",
+        "num_group_decodes",
+        "preempted",
+        "prefix_hits",
+        "resumed",
+        "scheduled",
+        "spec",
+    )
+
+    def __init__(self) -> None:
+        self.scheduled: list[tuple[Request, int]] = []
+        self.spec: list[tuple[Request, int, int]] = []  # speculation: (request, drafts, accepted)
+        self.num_group_decodes = 0
+        self.group_ctx_sum = 0
+        self.preempted: list[Request] = []
+        self.new: list[Request] = []
+        self.resumed: list[Request] = []
+        self.prefix_hits: list[tuple[Request, int]] = []
+        self.loaded: list[tuple[Request, int]] | None = None
+
+    def batch(self) -> BatchComposition:
+        """What the step computes, for the step-time model (one token = a decode)."""
+        decodes = self.num_group_decodes
+        ctx = self.group_ctx_sum
+        chunks: list[tuple[int, int]] = []
+        prefill = 0
+        for r, n in self.scheduled:
+            if n == 1:
+                decodes += 1
+                ctx += r.num_computed + 1
+            else:
+                chunks.append((n, r.num_computed))
+                prefill += n
+        return BatchComposition(decodes, ctx, chunks, prefill)
+
+    def draft_time(
+        self,
+        batch: BatchComposition,
+        drafter: DraftTimeModel | None,
+        k: int,
+        draft_fraction: float,
+        step_time: Callable[[BatchComposition], float],
+    ) -> float:
+        """The drafter's ``k`` passes after the step. With a drafter of the step-time model's own
+        (``DraftTimeModel``): its first pass over what the target computed (``batch``), then
+        k - 1 passes of one token per request of the step, as vLLM's proposers run (every
+        request in the batch, partial prefills too: their drafts are discarded). Otherwise over
+        every request that samples in the step, each pass ``draft_fraction`` of the target's
+        decode step (``step_time``) over the same sequences (their context lengths as the step
+        leaves them)."""
+        n = 0
+        ctx = 0
+        if drafter is not None:
+            for r, m in self.scheduled:
+                n += 1
+                ctx += r.num_computed + m
+            return drafter.draft_time(batch, n, ctx) if n else 0.0
+        for r, m in self.scheduled:
+            c = r.num_computed + m
+            if c >= r.prompt_len + r.num_output:
+                n += 1
+                ctx += c
+        if n == 0:
+            return 0.0
+        return k * draft_fraction * step_time(BatchComposition(n, ctx, [], 0))
+
+
+class PendingStep:
+    """A step in flight: scheduled (blocks allocated) with its duration known, not yet applied."""
+
+    __slots__ = ("batch", "duration", "kv_used", "num_running", "num_waiting", "plan", "start")
+
+    def __init__(
+        self,
+        plan: StepPlan,
+        batch: BatchComposition,
+        start: float,
+        duration: float,
+        num_running: int,
+        num_waiting: int,
+        kv_used: int,
+    ) -> None:
+        self.plan = plan
+        self.batch = batch
+        self.start = start
+        self.duration = duration
+        self.num_running = num_running
+        self.num_waiting = num_waiting
+        self.kv_used = kv_used
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+
+def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int:
+    """Tokens a RUNNING request gets in Phase A: what it still needs, capped by the long-prefill
+    threshold, the budget left and the context limit (vLLM: the position must stay below
+    ``max_model_len``). 0 or less: skip it."""
+    n = r.prompt_len + r.num_output + r.spec_tokens - r.num_computed  # vLLM: num_tokens_with_spec
+    if 0 < thr < n:
+        n = thr
+    if n > budget:
+        n = budget
+    cap = max_model_len - r.num_computed - 1
+    return cap if n > cap else n
+
+
+def any_prefill_chunk(scheduled: list[tuple[Request, int]]) -> bool:
+    """Whether a request scheduled so far was a partial prefill after its last step (vLLM's
+    ``prefill_scheduled``, which stops padding admitted decodes)."""
+    for r, _n in scheduled:  # noqa: SIM110 (a loop: Cython compiles no closure in a cpdef)
+        if r.prefill_chunk:
+            return True
+    return False
+
+
+admit_seq = attrgetter("admit_seq")
+
+
+def running_index(running: list[Request], r: Request) -> int:
+    """Position of ``r`` in the running list, which is sorted by admission order: a binary
+    search (``list.index`` compares element by element through ``__eq__``, far slower)."""
+    return bisect_left(running, r.admit_seq, key=admit_seq)
+
+
+def priority_key(r: Request) -> tuple[int, float, int]:
+    # vLLM: max over (priority, arrival_time). Arrival times of real requests are distinct (the
+    # wall clock at receipt), so requests sharing a trace timestamp are ordered by trace position.
+    return (r.priority, r.arrival, r.idx)
+
+
+__all__ = ["PendingStep", "StepPlan", "any_prefill_chunk", "priority_key", "running_index", "running_tokens"]
