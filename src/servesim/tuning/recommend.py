@@ -2,11 +2,14 @@
 
 ``recommend`` takes candidate deployments (best first, e.g. from ``tune``) and:
 
-1. **re-verifies** each on fresh seeds (``FRESH_SEED_BASE`` + 0, 1, 2: traffic the search never
-   saw) at the target rate, until one meets the SLOs on every fresh seed with a stable queue
-   (at most ``max_candidates``; if none does, the first is reported with ``meets_slo: false``);
-   the predicted numbers are those runs' means, with min/max/std: the recommendation claims only
-   what these runs show;
+1. **chooses** on fresh seeds (``FRESH_SEED_BASE`` + 0, 1, 2: traffic the search never saw) at
+   the target rate. With a baseline: the fewest changed settings among the candidates, the
+   baseline, each candidate's changes alone and pairs of them that meet the SLO within the band
+   of the best objective (``selection``: the rule, the band and every candidate are recorded).
+   Without one (or when nothing meets the SLO): the first candidate that meets the SLO on every
+   fresh seed with a stable queue (at most ``max_candidates``; if none does, the first is
+   reported with ``meets_slo: false``). The predicted numbers are the chosen one's runs' means,
+   with min/max/std: the recommendation claims only what these runs show;
 2. searches its **saturation rate** and goodput knee (``saturation.find_saturation``, the same
    fresh seeds) for the headroom at the target load;
 3. runs **ablations** (one fresh seed each: chunked prefill flipped, the long-prefill cap removed,
@@ -21,6 +24,7 @@ to review (``requires_human_review`` is always true).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -45,6 +49,7 @@ from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import EvalContext, RunJob
 from servesim.tuning.reasons import Reason
 from servesim.tuning.saturation import RateSearch, SaturationReport, SaturationSettings, _search
+from servesim.tuning.selection import Pool, Selection, select
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import Spread
 from servesim.tuning.uncertainty import ErrorBars, error_bars
@@ -105,6 +110,12 @@ class SchedulerRecommendation(BaseModel):
         None, description="With verdict keep: the best candidate that did not beat the baseline."
     )
     capacity: CapacityAnswer | None = Field(None, description="With verdict add_capacity: the search.")
+    selection: Selection | None = Field(
+        None,
+        description="How the deployment was chosen: the fewest-changes rule, the band it used, the best "
+        "objective and every candidate considered (None: no baseline to count changes from, or a "
+        "document written before the rule).",
+    )
     error_bars: ErrorBars | None = Field(
         None,
         description="Predicted p99s with the step-time model's measured sim2real error: 80 % intervals, "
@@ -174,6 +185,104 @@ def verify(ex: Executor, deployment: Deployment, rate: float, seeds: Sequence[in
 _verified = runs_meet
 
 
+@dataclass
+class _Pick:
+    """What ``recommend`` answers with, and what it was weighed against."""
+
+    d: Deployment
+    runs: list[RunMetrics]
+    verdict: Literal["change", "keep", "add_capacity"] = "change"
+    base_sum: RunSummary | None = None
+    alt_sum: RunSummary | None = None
+    b_runs: list[RunMetrics] = field(default_factory=list)
+    selection: Selection | None = None
+    cap: CapacityAnswer | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _first_verified(
+    ex: Executor,
+    candidates: Sequence[Deployment],
+    baseline: Deployment | None,
+    rate: float,
+    seeds: list[int],
+    slo: PercentileSLO | None,
+    max_candidates: int,
+) -> _Pick:
+    """The first candidate that meets the SLO on every fresh seed (else the first), kept only if
+    it beats the baseline (``explain.beats``): the rule without a baseline to count changes from,
+    or when nothing in the fewest-changes pool meets the SLO."""
+    chosen: tuple[Deployment, list[RunMetrics], int] | None = None
+    first: tuple[Deployment, list[RunMetrics], int] | None = None
+    for i, d in enumerate(candidates[:max_candidates]):
+        runs = verify(ex, d, rate, seeds)
+        if first is None:
+            first = (d, runs, i)
+        if _verified(runs, slo):
+            chosen = (d, runs, i)
+            break
+    if first is None:
+        raise InternalError("invariant broken: first is None")
+    d, runs, index = chosen or first
+    pick = _Pick(d, runs)
+    if chosen is None:
+        pick.notes.append(
+            f"none of the first {min(len(candidates), max_candidates)} candidates met the SLO on every fresh "
+            "seed; this one is reported with meets_slo false"
+        )
+    elif index > 0:
+        pick.notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
+    if baseline is not None:
+        pick.b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
+        pick.base_sum = RunSummary.of(baseline, pick.b_runs, slo)
+        cand_sum = RunSummary.of(d, runs, slo)
+        if baseline == d or not beats(cand_sum, pick.base_sum):
+            pick.alt_sum = None if baseline == d else cand_sum
+            pick.d, pick.runs, pick.verdict = baseline, pick.b_runs, "keep"
+    return pick
+
+
+def _selected(sel: Selection, pool: Pool, slo: PercentileSLO | None) -> _Pick | None:
+    """The pick of the fewest-changes rule (None: nothing in the pool qualified)."""
+    if sel.chosen is None:
+        return None
+    d, runs = pool.deployments[sel.chosen], pool.runs[sel.chosen]
+    b_runs = pool.runs["baseline"]
+    pick = _Pick(d, runs, "keep" if sel.keep else "change", selection=sel, b_runs=b_runs)
+    pick.base_sum = RunSummary.of(pool.baseline, b_runs, slo)
+    if sel.keep:  # the evidence: the best other candidate, else the search's first trial
+        other = sel.best if sel.best not in (None, "baseline") else "trial 1"
+        if other in pool.runs and len(pool.runs[other]) == len(b_runs):
+            pick.alt_sum = RunSummary.of(pool.deployments[other], pool.runs[other], slo)
+    return pick
+
+
+def _capacity(
+    ex: Executor,
+    pick: _Pick,
+    baseline: Deployment | None,
+    hardware: Hardware,
+    rate: float,
+    seeds: list[int],
+    slo: PercentileSLO | None,
+    max_replicas: int,
+) -> _Pick:
+    """Nothing met the SLO: replicas of the pick's flags until they do (``find_capacity``); then,
+    with a baseline, the fewest-changes rule once more around that replica count, so that the
+    flags change only where the added replicas alone do not suffice."""
+    cap, more, more_runs = find_capacity(ex, pick.d, rate, seeds, slo, max_replicas=max_replicas)
+    pick.cap = cap
+    if more is None or more_runs is None:
+        return pick
+    pick.d, pick.runs, pick.verdict = more, more_runs, "add_capacity"
+    if baseline is not None:
+        sel, pool = select(ex, baseline, [more], hardware, rate, seeds, slo)
+        again = _selected(sel, pool, slo)
+        if again is not None:
+            pick.d, pick.runs, pick.selection = again.d, again.runs, sel
+    return pick
+
+
 def recommend(
     workload: Workload,
     hardware: Hardware,
@@ -194,17 +303,18 @@ def recommend(
     add_capacity: bool = False,
     max_replicas: int = 64,
     usd_per_gpu_hour: float | None = None,
+    fewest_changes: bool = True,
 ) -> SchedulerRecommendation:
-    """Verify, measure headroom, explain and render the first candidate that holds up.
+    """Choose, verify, measure headroom, explain and render a deployment.
 
-    With a ``baseline`` (the user's configuration) the answer is never worse than it at the
-    target load: the baseline runs on the same fresh seeds, and unless the candidate beats it
-    (``explain.beats``) the verdict is *keep*, with the candidate's numbers as the evidence. With
-    ``add_capacity`` (the candidates are the best a search found), when nothing verified meets
-    the SLO replicas of the best flags are added until they do (up to ``max_replicas``): verdict
-    *add_capacity*, with every replica count tried. A candidate beats the baseline only by more
-    than the step-time model's measured error (``choice.model_tolerance``); each knob it changes
-    is then re-simulated alone on the baseline (``changes``). ``usd_per_gpu_hour`` prices the plan."""
+    With a ``baseline`` and ``fewest_changes``, ``selection.select`` chooses among the baseline,
+    the first ``max_candidates`` candidates, their changes alone and pairs of them (the rule, the
+    band and every candidate land in ``selection``; verdict *keep* when the baseline qualifies).
+    Otherwise, or when nothing there meets the SLO, the first candidate meeting it on every fresh
+    seed is taken, kept only if it beats the baseline beyond the model's error (``beats``). With
+    ``add_capacity``, when nothing verified meets the SLO replicas are added until they do (up to
+    ``max_replicas``): verdict *add_capacity*. Each setting the answer changes is re-simulated
+    alone on the baseline (``changes``). ``usd_per_gpu_hour`` prices the plan."""
     if not candidates and baseline is None:
         raise InputError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
@@ -214,60 +324,58 @@ def recommend(
         raise InputError(f"{workload.name} has no arrival rate: give a target rate")
     seeds = list(verify_seeds)
     sat_settings = (saturation or SaturationSettings()).model_copy(update={"seeds": seeds})
-    ctx = EvalContext(workload, hardware, slo, ev)
-    ex, owned = _resolve_executor(executor, ctx, n_jobs, address)
+    ex, owned = _resolve_executor(executor, EvalContext(workload, hardware, slo, ev), n_jobs, address)
     try:
-        chosen: tuple[Deployment, list[RunMetrics], int] | None = None
-        first: tuple[Deployment, list[RunMetrics], int] | None = None
-        for i, d in enumerate(candidates[:max_candidates]):
-            runs = verify(ex, d, rate, seeds)
-            if first is None:
-                first = (d, runs, i)
-            if _verified(runs, slo):
-                chosen = (d, runs, i)
-                break
-        if first is None:
-            raise InternalError("invariant broken: first is None")
-        d, runs, index = chosen or first
-        verdict: Literal["change", "keep", "add_capacity"] = "change"
-        base_sum = alt_sum = None
-        b_runs: list[RunMetrics] = []
-        if baseline is not None:
-            b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
-            base_sum = RunSummary.of(baseline, b_runs, slo)
-            cand_sum = RunSummary.of(d, runs, slo)
-            if baseline == d or not beats(cand_sum, base_sum):
-                alt_sum = None if baseline == d else cand_sum
-                d, runs, verdict = baseline, b_runs, "keep"
-        cap: CapacityAnswer | None = None
-        if add_capacity and not _verified(runs, slo):
-            cap, more, more_runs = find_capacity(ex, d, rate, seeds, slo, max_replicas=max_replicas)
-            if more is not None and more_runs is not None:
-                d, runs, verdict = more, more_runs, "add_capacity"
+        pick = None
+        if baseline is not None and fewest_changes:
+            sel, pool = select(ex, baseline, candidates[:max_candidates], hardware, rate, seeds, slo)
+            pick = _selected(sel, pool, slo)
+        if pick is None:
+            pick = _first_verified(ex, candidates, baseline, rate, seeds, slo, max_candidates)
+        if add_capacity and not _verified(pick.runs, slo):
+            pick = _capacity(ex, pick, baseline, hardware, rate, seeds, slo, max_replicas)
+        d, runs = pick.d, pick.runs
         config, res = resolve_deployment(d, hardware)
         search = RateSearch(workload, d, hardware, slo, sat_settings, ev, ex, rate, progress)
         search.points[0] = RatePoint.of(rate, runs, ev, slo is not None)  # the runs just made
         sat = _search(search, workload, d, hardware, slo, sat_settings, rate, config.num_gpu_blocks, res)
         ablations = run_ablations(ex, d, workload, hardware, rate, seeds[0], slo)
         changes = (
-            measure_changes(ex, baseline, b_runs[0], d, hardware, rate, slo)
-            if baseline is not None and b_runs and d != baseline
+            measure_changes(ex, baseline, pick.b_runs[0], d, hardware, rate, slo)
+            if baseline is not None and pick.b_runs and d != baseline
             else []
         )
     finally:
         if owned:
             ex.close()
-    notes = list(res.notes)
-    if chosen is None:
-        notes.append(
-            f"none of the first {min(len(candidates), max_candidates)} candidates met the SLO on every fresh "
-            "seed; this one is reported with meets_slo false"
-        )
-    elif index > 0:
-        notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
     rec = build_recommendation(
-        workload, hardware, slo, d, runs, sat, ablations, config.num_gpu_blocks, rate, ev, source or {}, notes
+        workload,
+        hardware,
+        slo,
+        d,
+        runs,
+        sat,
+        ablations,
+        config.num_gpu_blocks,
+        rate,
+        ev,
+        source or {},
+        [*res.notes, *pick.notes],
     )
+    return _finish(rec, pick, workload, changes, rate, usd_per_gpu_hour, slo)
+
+
+def _finish(
+    rec: SchedulerRecommendation,
+    pick: _Pick,
+    workload: Workload,
+    changes: list[FlagChange],
+    rate: float,
+    usd_per_gpu_hour: float | None,
+    slo: PercentileSLO | None,
+) -> SchedulerRecommendation:
+    """The deploy plan, the comparisons as reasons and the choice's fields."""
+    d, runs = pick.d, pick.runs
     sample = workload.sample().df
     plan = deploy_plan(
         d,
@@ -286,21 +394,22 @@ def recommend(
     )
     reasons = list(rec.reasons)
     mine = RunSummary.of(d, runs, slo)
-    if base_sum is not None and verdict != "keep":
-        reasons.insert(1, comparison_reason(mine, base_sum, "baseline"))
-    if alt_sum is not None:
-        reasons.insert(1, comparison_reason(mine, alt_sum, "candidate"))
-    if cap is not None:
-        reasons.insert(1, capacity_reason(cap))
+    if pick.base_sum is not None and pick.verdict != "keep":
+        reasons.insert(1, comparison_reason(mine, pick.base_sum, "baseline"))
+    if pick.alt_sum is not None:
+        reasons.insert(1, comparison_reason(mine, pick.alt_sum, "candidate"))
+    if pick.cap is not None:
+        reasons.insert(1, capacity_reason(pick.cap))
     return rec.model_copy(
         update={
-            "verdict": verdict,
-            "baseline": base_sum,
-            "best_alternative": alt_sum,
-            "capacity": cap,
+            "verdict": pick.verdict,
+            "baseline": pick.base_sum,
+            "best_alternative": pick.alt_sum,
+            "capacity": pick.cap,
             "reasons": reasons,
             "changes": changes,
             "deploy": plan,
+            "selection": pick.selection,
         }
     )
 
