@@ -8,6 +8,7 @@ from collections.abc import Callable
 from servesim.traces.schema import Trace
 from servesim.tuning.layout_choice import simplicity
 from servesim.tuning.layouts import Layout, LayoutPoint, LayoutRunner, compare_layouts
+from servesim.views.selection import layout_choice_lines
 
 
 def _trace() -> Trace:
@@ -65,6 +66,10 @@ def test_tp4_s_lead_inside_the_noise_gives_the_simpler_tp1_and_three_gpus_suffic
     assert "3 GPU(s) suffice" in few.note and few.note in ans.reasons
     assert [t.gpus for t in few.tried if t.fresh_meets] == [3]
     assert ans.break_even_note == "not probed: no disaggregated layout was searched"
+    lines = layout_choice_lines(ans)
+    assert "the search trace's lead agg 1xTP4 is not recommended: agg 4xTP1 is" in lines
+    assert "fewest GPUs: 3 GPU(s) suffice" in lines[-2]
+    assert lines[-1] == "break-even bandwidth: none (not probed: no disaggregated layout was searched)"
 
 
 def test_a_lead_beyond_the_noise_is_kept_even_if_it_is_less_simple() -> None:

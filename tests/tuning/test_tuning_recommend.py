@@ -19,6 +19,7 @@ from servesim.tuning import (
     SchedulerRecommendation,
     recommend,
 )
+from servesim.views.selection import selection_lines, selection_view
 from servesim.views.tuning import _ms_unit as _ms
 from servesim.views.tuning import reason_text
 
@@ -170,6 +171,11 @@ def test_never_worse_than_the_baseline() -> None:
     assert sel is not None and sel.chosen == "max_num_seqs 1 -> 32" and not sel.keep
     trial = next(o for o in sel.options if o.origin == "trial")
     assert trial.qualifies and trial.n_changes == 2  # as good, but two changes
+    rule, chosen = selection_lines(better)
+    assert rule.startswith("rule: among the candidates that meet the SLO") and f"band {sel.band:.1%}" in rule
+    assert "chosen max_num_seqs 1 -> 32 (one change alone; 1 change(s)" in chosen
+    view = selection_view(better)
+    assert view is not None and view.tables[0].rows[0][0] == "max_num_seqs 1 -> 32"
 
 
 def test_an_overload_gets_the_capacity_that_meets_the_slo() -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_serializer, model_validator
 
 from servesim.errors import InputError, InternalError
 from servesim.tuning.capacity import CapacityAnswer, find_capacity, runs_meet
@@ -138,6 +138,15 @@ class SchedulerRecommendation(BaseModel):
     config_yaml: str = Field(description="The same flags for vllm serve --config.")
     source: dict[str, Any] = Field(default_factory=dict, description="Where the candidate came from.")
     warnings: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_selection(self, handler: Any) -> Any:
+        """A recommendation made without the fewest-changes rule (no baseline) keeps its document
+        byte for byte (no ``selection`` key)."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("selection", 0) is None:
+            del d["selection"]
+        return d
 
     @model_validator(mode="after")
     def _consistent(self) -> SchedulerRecommendation:
