@@ -18,7 +18,8 @@ from servesim.tuning.choice import model_tolerance
 from servesim.tuning.evaluate import Percentiles, RunMetrics
 from servesim.tuning.jobs import Job, RunJob
 from servesim.tuning.noise import ab_verdict, gap_verdict, metric_floor, relative_spread
-from servesim.tuning.selection import changes_of, distance, select
+from servesim.tuning.selection import changes_of, distance, knob_choices, select
+from servesim.tuning.space import KNOBS, OFF_WHEN_ABSENT, Knob, SearchSpace, space_from_mapping
 from servesim.tuning.stats import QueueTrend
 
 SLO = PercentileSLO.parse("ttft_p99_ms=500,tpot_p99_ms=50")
@@ -239,3 +240,33 @@ def test_an_ab_metric_names_a_winner_only_beyond_its_model_error() -> None:
     big = ab_verdict("ttft_ms.p99", 200.0, 100.0, higher_is_better=False)
     assert big is not None and big.winner == "b"
     assert ab_verdict("goodput", None, 1.0, higher_is_better=True) is None
+
+
+def test_the_space_s_values_alone_find_a_change_no_trial_made_alone() -> None:
+    """The only trial adds a replica; max_num_seqs 64 alone (a value of the space no trial tried)
+    meets the SLO on one GPU, twice the goodput per GPU: it is the answer. Replica counts that
+    cannot reach the band (3 and 4 GPUs against the trial's 2) are not run."""
+    trial = BASE.model_copy(update={"replicas": 2})
+    fixed = {k: [getattr(BASE, k)] for k in KNOBS if k not in OFF_WHEN_ABSENT}
+    space = space_from_mapping({**fixed, "max_num_seqs": [64, 256], "replicas": [1, 2, 3, 4]})
+    assert knob_choices(space, "replicas") == [1, 2, 3, 4]
+
+    def script(d: Deployment, seed: int) -> Figures:
+        return (1.0, 200.0, False) if _meets(d) else (0.3, 9000.0, True)
+
+    ex = Scripted(script)
+    sel, _ = select(ex, BASE, [trial], HW, RATE, SEEDS, SLO, space=space)  # type: ignore[arg-type]
+    assert sel.chosen == "max_num_seqs 256 -> 64" and sel.best == sel.chosen
+    trial_opt = next(o for o in sel.options if o.label == "trial 1")
+    assert trial_opt.meets_slo and not trial_opt.in_band  # half the goodput per GPU
+    assert sel.skipped == 2 and all(d.replicas <= 2 for d, _ in ex.ran)
+    budget, _ = select(Scripted(script), BASE, [trial], HW, RATE, SEEDS, SLO, space=space, max_gpus=1)  # type: ignore[arg-type]
+    assert budget.chosen == "max_num_seqs 256 -> 64"
+
+
+def test_a_stepped_range_gives_its_steps() -> None:
+    space = SearchSpace().with_overrides(
+        {"gpu_memory_utilization": Knob(low=0.8, high=0.95, step=0.05), "replicas": Knob(low=1, high=3)}
+    )
+    assert knob_choices(space, "gpu_memory_utilization") == [0.8, 0.85, 0.9, 0.95]
+    assert knob_choices(space, "replicas") == [1, 2, 3]

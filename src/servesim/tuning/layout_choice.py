@@ -113,14 +113,17 @@ def compare(challenger: list[LayoutRun], incumbent: list[LayoutRun], floor: floa
 
 
 def _contenders(points: Sequence[LayoutPoint], lead: LayoutPoint, floor: float) -> list[LayoutPoint]:
-    """The lead, the simplest layout it does not beat beyond the model's error on the search trace,
-    the best that meets the SLO when the lead does not, and the best of the other kind."""
+    """The lead, the simplest layout it does not beat beyond the model's error on the search trace
+    (or that serves every request within the SLO there, as the lead does), the best that meets the
+    SLO when the lead does not, and the best of the other kind."""
     out = [lead]
     eligible = [p for p in points if p.meets_p99 or not lead.meets_p99]
+    both_serve = _serves_all([_run_of(lead, None)])
     close = [
         p
         for p in eligible
-        if gap_verdict([lead.goodput_per_gpu], [p.goodput_per_gpu], floor=floor).winner != "a"
+        if (both_serve and _serves_all([_run_of(p, None)]))
+        or gap_verdict([lead.goodput_per_gpu], [p.goodput_per_gpu], floor=floor).winner != "a"
     ]
     simple = min(close, key=lambda p: simplicity(p.layout), default=None)
     if simple is not None and simple.label != lead.label:

@@ -51,6 +51,7 @@ from servesim.tuning.reasons import Reason
 from servesim.tuning.saturation import RateSearch, SaturationReport, SaturationSettings, _search
 from servesim.tuning.selection import Pool, Selection, select
 from servesim.tuning.slo import PercentileSLO
+from servesim.tuning.space import SearchSpace
 from servesim.tuning.stats import Spread
 from servesim.tuning.uncertainty import ErrorBars, error_bars
 from servesim.tuning.workload import FRESH_SEED_BASE, Workload
@@ -266,29 +267,65 @@ def _selected(sel: Selection, pool: Pool, slo: PercentileSLO | None) -> _Pick | 
     return pick
 
 
-def _capacity(
-    ex: Executor,
-    pick: _Pick,
-    baseline: Deployment | None,
-    hardware: Hardware,
-    rate: float,
-    seeds: list[int],
-    slo: PercentileSLO | None,
-    max_replicas: int,
-) -> _Pick:
+@dataclass(frozen=True)
+class _How:
+    """What choosing needs besides the candidates."""
+
+    ex: Executor
+    baseline: Deployment | None
+    hardware: Hardware
+    rate: float
+    seeds: list[int]
+    slo: PercentileSLO | None
+    space: SearchSpace | None
+    max_gpus: int | None
+    max_candidates: int
+    max_replicas: int
+
+    def select(self, trials: Sequence[Deployment]) -> _Pick | None:
+        """The fewest-changes rule over ``trials`` (None: no baseline, or nothing qualified)."""
+        if self.baseline is None:
+            return None
+        sel, pool = select(
+            self.ex,
+            self.baseline,
+            trials,
+            self.hardware,
+            self.rate,
+            self.seeds,
+            self.slo,
+            space=self.space,
+            max_gpus=self.max_gpus,
+        )
+        return _selected(sel, pool, self.slo)
+
+
+def _choose(how: _How, candidates: Sequence[Deployment], fewest: bool, add_capacity: bool) -> _Pick:
+    """The rule's pick, else the first verified candidate; then capacity if nothing met the SLO."""
+    pick = how.select(candidates[: how.max_candidates]) if fewest else None
+    if pick is None:
+        pick = _first_verified(
+            how.ex, candidates, how.baseline, how.rate, how.seeds, how.slo, how.max_candidates
+        )
+    if add_capacity and not _verified(pick.runs, how.slo):
+        pick = _capacity(how, pick, fewest)
+    return pick
+
+
+def _capacity(how: _How, pick: _Pick, fewest: bool) -> _Pick:
     """Nothing met the SLO: replicas of the pick's flags until they do (``find_capacity``); then,
     with a baseline, the fewest-changes rule once more around that replica count, so that the
     flags change only where the added replicas alone do not suffice."""
-    cap, more, more_runs = find_capacity(ex, pick.d, rate, seeds, slo, max_replicas=max_replicas)
+    cap, more, more_runs = find_capacity(
+        how.ex, pick.d, how.rate, how.seeds, how.slo, max_replicas=how.max_replicas
+    )
     pick.cap = cap
     if more is None or more_runs is None:
         return pick
     pick.d, pick.runs, pick.verdict = more, more_runs, "add_capacity"
-    if baseline is not None:
-        sel, pool = select(ex, baseline, [more], hardware, rate, seeds, slo)
-        again = _selected(sel, pool, slo)
-        if again is not None:
-            pick.d, pick.runs, pick.selection = again.d, again.runs, sel
+    again = how.select([more]) if fewest else None
+    if again is not None:
+        pick.d, pick.runs, pick.selection = again.d, again.runs, again.selection
     return pick
 
 
@@ -313,6 +350,8 @@ def recommend(
     max_replicas: int = 64,
     usd_per_gpu_hour: float | None = None,
     fewest_changes: bool = True,
+    space: SearchSpace | None = None,
+    max_gpus: int | None = None,
 ) -> SchedulerRecommendation:
     """Choose, verify, measure headroom, explain and render a deployment.
 
@@ -323,7 +362,9 @@ def recommend(
     seed is taken, kept only if it beats the baseline beyond the model's error (``beats``). With
     ``add_capacity``, when nothing verified meets the SLO replicas are added until they do (up to
     ``max_replicas``): verdict *add_capacity*. Each setting the answer changes is re-simulated
-    alone on the baseline (``changes``). ``usd_per_gpu_hour`` prices the plan."""
+    alone on the baseline (``changes``). ``space`` (the searched space): each value of each knob
+    alone on the baseline joins the pool; ``max_gpus``: the budget of the pool's changes.
+    ``usd_per_gpu_hour`` prices the plan."""
     if not candidates and baseline is None:
         raise InputError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
@@ -335,14 +376,8 @@ def recommend(
     sat_settings = (saturation or SaturationSettings()).model_copy(update={"seeds": seeds})
     ex, owned = _resolve_executor(executor, EvalContext(workload, hardware, slo, ev), n_jobs, address)
     try:
-        pick = None
-        if baseline is not None and fewest_changes:
-            sel, pool = select(ex, baseline, candidates[:max_candidates], hardware, rate, seeds, slo)
-            pick = _selected(sel, pool, slo)
-        if pick is None:
-            pick = _first_verified(ex, candidates, baseline, rate, seeds, slo, max_candidates)
-        if add_capacity and not _verified(pick.runs, slo):
-            pick = _capacity(ex, pick, baseline, hardware, rate, seeds, slo, max_replicas)
+        how = _How(ex, baseline, hardware, rate, seeds, slo, space, max_gpus, max_candidates, max_replicas)
+        pick = _choose(how, candidates, fewest_changes and baseline is not None, add_capacity)
         d, runs = pick.d, pick.runs
         config, res = resolve_deployment(d, hardware)
         search = RateSearch(workload, d, hardware, slo, sat_settings, ev, ex, rate, progress)

@@ -44,7 +44,7 @@ from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import RunJob, reason_of
 from servesim.tuning.noise import relative_spread
 from servesim.tuning.slo import PercentileSLO
-from servesim.tuning.space import KNOBS
+from servesim.tuning.space import KNOBS, Knob, SearchSpace
 
 Origin = Literal["baseline", "trial", "single", "pair"]
 
@@ -56,6 +56,8 @@ RULE = (
 )
 #: Most useful single changes combined into pairs (their pairs: at most 6).
 PAIR_FROM = 4
+#: Most values a knob's range gives the single changes.
+MAX_RANGE_VALUES = 16
 
 
 class Option(BaseModel):
@@ -99,6 +101,11 @@ class Selection(BaseModel):
     chosen: str | None = Field(description="The label recommended (None: nothing met the SLO).")
     keep: bool = Field(description="The baseline qualifies: keep what you have.")
     considered: int = Field(description="Candidates in the pool (valid or not).")
+    skipped: int = Field(
+        0,
+        description="Changes not run: more GPUs than the budget, or than any candidate within the "
+        "band can have (its goodput per GPU is at most the target rate / GPUs).",
+    )
     simulations: int = Field(description="Fresh-seed runs the pool took.")
     options: list[Option]
 
@@ -159,13 +166,15 @@ class Pool:
         rate: float,
         seeds: Sequence[int],
         slo: PercentileSLO | None,
+        max_gpus: int | None = None,
     ) -> None:
         self.ex, self.baseline, self.hardware = ex, baseline, hardware
-        self.rate, self.seeds, self.slo = rate, list(seeds), slo
+        self.rate, self.seeds, self.slo, self.max_gpus = rate, list(seeds), slo, max_gpus
         self.options: dict[str, Option] = {}
         self.deployments: dict[str, Deployment] = {}
         self.runs: dict[str, list[RunMetrics]] = {}
         self.simulations = 0
+        self.skipped = 0
 
     def add(self, d: Deployment, origin: Origin, label: str | None = None) -> str | None:
         """Add ``d`` (a duplicate of a member: nothing); its label."""
@@ -189,10 +198,19 @@ class Pool:
         self.deployments[name] = d
         return name
 
-    def add_changes(self, changes: dict[str, Any], origin: Origin) -> str | None:
-        """The baseline with ``changes`` applied (refused by vLLM: recorded, None)."""
+    def refused(self, changes: dict[str, Any]) -> bool:
+        """vLLM refused the baseline with ``changes`` (not merely left out for its GPUs)."""
+        o = self.options.get(_label(changes, self.baseline))
+        return o is not None and not o.valid
+
+    def add_changes(self, changes: dict[str, Any], origin: Origin, gpu_bound: float = math.inf) -> str | None:
+        """The baseline with ``changes`` applied (refused by vLLM: recorded, None; more GPUs than
+        ``gpu_bound`` or the budget: counted in ``skipped``, None)."""
         try:
             d = Deployment.model_validate({**self.baseline.model_dump(), **changes})
+            if d.gpus > gpu_bound or (self.max_gpus is not None and d.gpus > self.max_gpus):
+                self.skipped += 1
+                return None
         except ValueError as exc:
             name = _label(changes, self.baseline)
             if name not in self.options:
@@ -288,7 +306,9 @@ def _useful(pool: Pool, names: Sequence[str]) -> list[str]:
     return sorted(ran, key=key)
 
 
-def _pairs(pool: Pool, singles: list[str], refused: list[tuple[dict[str, Any], Deployment]]) -> list[str]:
+def _pairs(
+    pool: Pool, singles: list[str], refused: list[tuple[dict[str, Any], Deployment]], bound: float
+) -> list[str]:
     """Pairs of the most useful singles, and each refused change with each other setting of its
     trial (vLLM takes some changes only together)."""
     out: list[str] = []
@@ -297,14 +317,14 @@ def _pairs(pool: Pool, singles: list[str], refused: list[tuple[dict[str, Any], D
         ca, cb = pool.options[a].changes, pool.options[b].changes
         if set(ca) & set(cb):
             continue
-        name = pool.add_changes({**ca, **cb}, "pair")
+        name = pool.add_changes({**ca, **cb}, "pair", bound)
         if name is not None and name not in out:
             out.append(name)
     for change, trial in refused:
         for k, v in changes_of(trial, pool.baseline).items():
             if k in change:
                 continue
-            name = pool.add_changes({**change, k: v}, "pair")
+            name = pool.add_changes({**change, k: v}, "pair", bound)
             if name is not None and name not in out:
                 out.append(name)
     return out
@@ -326,9 +346,61 @@ def _finish(pool: Pool, tol: Tolerance) -> Selection:
         chosen=None if chosen is None else chosen.label,
         keep=chosen is not None and chosen.origin == "baseline",
         considered=len(opts),
+        skipped=pool.skipped,
         simulations=pool.simulations,
         options=sorted(opts, key=lambda o: (not o.qualifies, *choice_key(o))),
     )
+
+
+def knob_choices(space: SearchSpace, name: str) -> list[Any]:
+    """The values a knob of ``space`` can take: its choices, the integers of an integer range, the
+    steps of a stepped range (at most ``MAX_RANGE_VALUES``; a continuous range gives none)."""
+    knob: Knob = getattr(space, name)
+    if knob.choices is not None:
+        return list(knob.choices)
+    if knob.low is None or knob.high is None:
+        return []
+    if KNOBS[name] == "int" and not knob.log:
+        step = int(knob.step or 1)
+        return list(range(int(knob.low), int(knob.high) + 1, step))[:MAX_RANGE_VALUES]
+    if knob.step is None:
+        return []
+    n = round((knob.high - knob.low) / knob.step)
+    return [round(knob.low + i * knob.step, 9) for i in range(min(n, MAX_RANGE_VALUES - 1) + 1)]
+
+
+def single_changes(
+    baseline: Deployment, trials: Sequence[Deployment], space: SearchSpace | None
+) -> list[tuple[dict[str, Any], Deployment | None]]:
+    """Each setting a trial changes, then each other value of each knob of ``space``, as one
+    change to the baseline (with the trial it came from, for pairing a refused one)."""
+    out: list[tuple[dict[str, Any], Deployment | None]] = []
+    seen: set[str] = set()
+
+    def put(change: dict[str, Any], source: Deployment | None) -> None:
+        key = json.dumps(change, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append((change, source))
+
+    for t in trials:
+        for k, v in changes_of(t, baseline).items():
+            put({k: v}, t)
+    if space is not None:
+        for k in KNOBS:
+            for v in knob_choices(space, k):
+                if changed_knobs({k: v}, {k: getattr(baseline, k)}):
+                    put({k: v}, None)
+    return out
+
+
+def _gpu_bound(pool: Pool, tol: Tolerance) -> float:
+    """No candidate with more GPUs can reach the band of the best so far: its objective is at most
+    rate / GPUs (a good fraction of 1). Infinite while nothing met the SLO."""
+    best, band, _, _ = _band(pool, tol)
+    if best is None or not best.objective_mean:
+        return math.inf
+    return pool.rate * (1 + band) / best.objective_mean
 
 
 def select(
@@ -340,28 +412,35 @@ def select(
     seeds: Sequence[int],
     slo: PercentileSLO | None,
     tol: Tolerance | None = None,
+    *,
+    space: SearchSpace | None = None,
+    max_gpus: int | None = None,
 ) -> tuple[Selection, Pool]:
-    """The pool around ``baseline`` built, run and chosen from (module docstring). The pool keeps
-    every option's deployment and runs (``Pool.deployments``, ``Pool.runs``)."""
+    """The pool around ``baseline`` built, run and chosen from (module docstring). With ``space``
+    (the searched space) every value of every knob joins the single changes, so that a change no
+    trial happened to make alone is still tried; ``max_gpus`` leaves out singles and pairs beyond
+    the budget. The pool keeps every option's deployment and runs (``Pool.deployments``,
+    ``Pool.runs``)."""
     tol = tol or model_tolerance()
-    pool = Pool(ex, baseline, hardware, rate, seeds, slo)
+    pool = Pool(ex, baseline, hardware, rate, seeds, slo, max_gpus)
     base = pool.add(baseline, "baseline", "baseline")
     named = [pool.add(t, "trial", f"trial {i + 1}") for i, t in enumerate(trials)]
     full = [n for n in [base, *named] if n is not None]
     pool.run(full, seeds)
     singles: list[str] = []
     refused: list[tuple[dict[str, Any], Deployment]] = []
-    for t in trials:
-        for k, v in changes_of(t, baseline).items():
-            name = pool.add_changes({k: v}, "single")
-            if name is None:
-                refused.append(({k: v}, t))
-            elif name not in singles and name not in full:
-                singles.append(name)
+    bound = _gpu_bound(pool, tol)
+    for change, source in single_changes(baseline, trials, space):
+        name = pool.add_changes(change, "single", bound)
+        if name is None:
+            if source is not None and pool.refused(change):
+                refused.append((change, source))
+        elif name not in singles and name not in full:
+            singles.append(name)
     pool.screen(singles)
     _mark(pool, tol)
     if not any(o.qualifies and o.n_changes <= 1 for o in pool.options.values()):
-        pool.screen(_pairs(pool, singles, refused))
+        pool.screen(_pairs(pool, singles, refused, _gpu_bound(pool, tol)))
     return _finish(pool, tol), pool
 
 
