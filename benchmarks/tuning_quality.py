@@ -31,6 +31,7 @@ is the second-largest value, and a configuration at the edge of its SLO can miss
 
     uv run python benchmarks/tuning_quality.py                 # 23 cases, 160 requests each
     uv run python benchmarks/tuning_quality.py --only bursty   # the cases whose name contains it
+    uv run python benchmarks/tuning_quality.py --without-space # recommend() given no space
     uv run python benchmarks/tuning_quality.py --speed 40      # time 40 trials on 10,000 requests
 
 The TPE-against-a-ranked-grid measurement this file held before is ``tuning_tpe.py``.
@@ -77,6 +78,9 @@ HELD_OUT = [5000, 5001, 5002]
 #: recommend's headroom search, cheap: this benchmark does not read it.
 FAST = SaturationSettings(rtol=0.1, curve_fractions=())
 TARGET_REGRET = 0.05
+#: Hand recommend() the searched space (each value alone joins its pool); --without-space: only the
+#: shortlisted trials' changes, as a caller that does not pass the space gets.
+WITH_SPACE = True
 
 
 @dataclass
@@ -196,7 +200,7 @@ def _tuned(
         executor=ex,
         baseline=study_base,
         add_capacity=True,
-        space=space.effective(hw),
+        space=space.effective(hw) if WITH_SPACE else None,
     )
     return res, rec
 
@@ -371,7 +375,10 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=12, help="TPE trials of each flag case's study.")
     ap.add_argument("--only", default="", help="Run the cases whose name contains this.")
     ap.add_argument("--speed", type=int, default=0, help="Only time N trials on 10,000 azure-conv requests.")
+    ap.add_argument("--without-space", action="store_true", help="recommend() without the space's values.")
     args = ap.parse_args()
+    global WITH_SPACE
+    WITH_SPACE = not args.without_space
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.speed:

@@ -1,4 +1,7 @@
-"""How often the tuner finds the best configuration, and how far its pick is from it.
+"""How often the tuner's sampler finds the best configuration, and how far its pick is from it.
+
+(Formerly ``tuning_quality.py``, which now measures the recommendation's fewest-changes answer
+against an exhaustive search: issue 46.8. This one measures TPE against a ranked grid.)
 
 Fixed workloads (the bundled Azure conversation and code traces, a bursty synthetic trace, a
 long-prompt shared-prefix trace, the users' two load-scenario shapes on their stated KV caches),
@@ -21,12 +24,12 @@ Printed per case: the grid's best (GPUs, goodput per GPU), the tuner's pick at e
 its regret (goodput per GPU relative to the best; GPUs against the best's), the flags it changes
 from the baseline (vLLM's defaults) and wall time; at the end how many cases meet the target (no
 more GPUs than the best and within 5 % of its goodput per GPU at the default budget). The pick
-is the one ``servesim tune`` recommends: the fewest changes among the trials within the
+is the study's choice (``TuneResult.choice``): the fewest changes among the trials within the
 step-time model's measured error of the study's best (``tuning.choice``); "flags" shows its
 changes and, in brackets, those of the study's best by the ranking rule alone.
 
-    uv run python benchmarks/tuning_quality.py                # 12 cases, 200 requests each
-    uv run python benchmarks/tuning_quality.py --requests 200 --only azure-conv
+    uv run python benchmarks/tuning_tpe.py                # 12 cases, 200 requests each
+    uv run python benchmarks/tuning_tpe.py --requests 200 --only azure-conv
 """
 
 from __future__ import annotations
