@@ -50,7 +50,8 @@ def chosen_line(sel: Selection) -> str:
     best = (
         "none" if sel.objective_best is None else f"{sel.objective_best:.3g} good req/s per GPU ({sel.best})"
     )
-    head = f"{sel.considered} candidates considered ({sel.simulations} fresh-seed runs); best {best}"
+    skipped = f"; {sel.skipped} not run: too many GPUs to be within the band" if sel.skipped else ""
+    head = f"{sel.considered} candidates considered ({sel.simulations} fresh-seed runs{skipped}); best {best}"
     if o is None:
         return f"{head}: none met the SLO on every fresh seed"
     if sel.keep:
