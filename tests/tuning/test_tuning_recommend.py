@@ -19,6 +19,7 @@ from servesim.tuning import (
     SchedulerRecommendation,
     recommend,
 )
+from servesim.views.selection import selection_lines, selection_view
 from servesim.views.tuning import _ms_unit as _ms
 from servesim.views.tuning import reason_text
 
@@ -155,17 +156,26 @@ def test_never_worse_than_the_baseline() -> None:
     ttft = next(e for e in keep.effects if e.metric == "ttft_p99_ms")
     assert ttft.verdict == "worse" and ttft.alternative == rec.best_alternative.ttft_p99_ms
     assert reason_text(keep).startswith("keep what you have")
-    # A baseline that misses the SLO is replaced, and the comparison says what changed.
+    # A baseline that misses the SLO is replaced, and the comparison says what changed. Issue 46.1:
+    # the candidate changes two settings but max_num_seqs 1 -> 32 alone meets the SLO with the same
+    # goodput per GPU, so the answer is that one change (it was the candidate's two before).
     bad = Deployment(max_num_seqs=1, max_num_batched_tokens=256, max_model_len=mml)
     better = recommend(wl, hw, SLO, [mine], target_rate=5.0, saturation=FAST, baseline=bad)
-    assert better.verdict == "change" and better.deployment == mine and better.meets_slo
+    one_change = bad.model_copy(update={"max_num_seqs": 32})
+    assert better.verdict == "change" and better.deployment == one_change and better.meets_slo
     assert better.baseline is not None and better.baseline.meets_slo is False
     cmp = next(r for r in better.reasons if r.kind == "versus_baseline")
-    assert cmp.against == "baseline" and {c.knob for c in cmp.changes} == {
-        "max_num_seqs",
-        "max_num_batched_tokens",
-    }
+    assert cmp.against == "baseline" and {c.knob for c in cmp.changes} == {"max_num_seqs"}
     assert cmp.alternative_slo_ok is False
+    sel = better.selection
+    assert sel is not None and sel.chosen == "max_num_seqs 1 -> 32" and not sel.keep
+    trial = next(o for o in sel.options if o.origin == "trial")
+    assert trial.qualifies and trial.n_changes == 2  # as good, but two changes
+    rule, chosen = selection_lines(better)
+    assert rule.startswith("rule: among the candidates that meet the SLO") and f"band {sel.band:.1%}" in rule
+    assert "chosen max_num_seqs 1 -> 32 (one change alone; 1 change(s)" in chosen
+    view = selection_view(better)
+    assert view is not None and view.tables[0].rows[0][0] == "max_num_seqs 1 -> 32"
 
 
 def test_an_overload_gets_the_capacity_that_meets_the_slo() -> None:

@@ -26,47 +26,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from servesim.errors import InputError
 from servesim.traces.schema import Trace
+from servesim.tuning.layout_choice import choose_layout, fewest_gpus, verification
+from servesim.tuning.layout_models import (
+    BreakEven,
+    FewestGpus,
+    Layout,
+    LayoutChoice,
+    LayoutPoint,
+    LayoutRun,
+    LayoutVerification,
+    SeedCheck,
+)
 
 TPS = (1, 2, 4, 8)
-
-
-class Layout(BaseModel):
-    """One way to spend the GPU budget."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: Literal["agg", "disagg"]
-    replicas: int = Field(0, ge=0, description="Aggregated: replicas.")
-    tp: int = Field(1, ge=1, description="Aggregated: TP of a replica.")
-    prefill_replicas: int = Field(0, ge=0)
-    prefill_tp: int = Field(1, ge=1)
-    decode_replicas: int = Field(0, ge=0)
-    decode_tp: int = Field(1, ge=1)
-    prefill_config: dict[str, int] = Field(default_factory=dict, description="vLLM keys of the prefill pool.")
-    decode_config: dict[str, int] = Field(default_factory=dict, description="vLLM keys of the decode pool.")
-
-    @property
-    def gpus(self) -> int:
-        if self.kind == "agg":
-            return self.replicas * self.tp
-        return self.prefill_replicas * self.prefill_tp + self.decode_replicas * self.decode_tp
-
-    @property
-    def label(self) -> str:
-        if self.kind == "agg":
-            return f"agg {self.replicas}xTP{self.tp}"
-        flags = "".join(f" P.{k}={v}" for k, v in self.prefill_config.items())
-        flags += "".join(f" D.{k}={v}" for k, v in self.decode_config.items())
-        return (
-            f"{self.prefill_replicas}P{self.decode_replicas}D TP{self.prefill_tp}/TP{self.decode_tp}{flags}"
-        )
 
 
 def layout_space(
@@ -111,51 +91,6 @@ def layout_space(
     return out
 
 
-class LayoutPoint(BaseModel):
-    label: str
-    layout: Layout
-    gpus: int
-    good_requests: int
-    num_requests: int
-    goodput_rps: float
-    goodput_per_gpu: float
-    ttft_p99_ms: float
-    tpot_p99_ms: float | None
-    e2e_p99_ms: float
-    meets_p99: bool = Field(description="TTFT p99 and TPOT p99 within the SLO's caps.")
-    pareto: bool = False
-
-
-class BreakEven(BaseModel):
-    layout: str = Field(description="The disaggregated layout bisected.")
-    against: str = Field(description="The aggregated layout it has to beat.")
-    link: str
-    link_gbps: float
-    gbps: float | None = Field(description="Below this bandwidth per TP rank it stops beating it.")
-    note: str
-    probes: list[tuple[float, float]] = Field(description="(Gbit/s, goodput per GPU) simulated.")
-
-
-class SeedCheck(BaseModel):
-    seed: int
-    recommended_per_gpu: float
-    against_per_gpu: float
-    recommended_meets_p99: bool
-
-
-class LayoutVerification(BaseModel):
-    """The recommendation and the best layout of the other kind, re-run on fresh seeds: traffic
-    the comparison never saw (``Workload``'s seeds: redrawn arrivals, or circular shifts of a
-    recorded trace), as every other ``tune`` recommendation is re-verified."""
-
-    recommended: str = Field(description="The layout the search trace ranked first.")
-    against: str = Field(description="The best layout of the other kind on the search trace.")
-    checks: list[SeedCheck]
-    holds: bool = Field(description="Its mean goodput per GPU over the fresh seeds is at least the other's.")
-    wins: int = Field(description="Fresh seeds on which it was at least as good.")
-    note: str
-
-
 class LayoutAnswer(BaseModel):
     gpus: int
     slo: dict[str, float | None]
@@ -167,7 +102,16 @@ class LayoutAnswer(BaseModel):
     reasons: list[str]
     break_even: BreakEven | None
     verification: LayoutVerification | None = Field(
-        None, description="Fresh-seed re-runs of the recommendation against the other kind's best."
+        None, description="Fresh-seed re-runs of the search trace's lead against the other kind's best."
+    )
+    choice: LayoutChoice | None = Field(
+        None, description="How the recommendation was chosen: a winner only beyond noise, else the simpler."
+    )
+    fewest_gpus: FewestGpus | None = Field(
+        None, description="The fewest GPUs whose layout meets the SLO on every seed (None: no SLO)."
+    )
+    break_even_note: str | None = Field(
+        None, description="Why no break-even bandwidth is given (not probed, or the probe found none)."
     )
 
 
@@ -473,12 +417,14 @@ def compare_layouts(
     progress: Callable[[str], None] | None = None,
     fresh: Callable[[int], LayoutRunner] | None = None,
     verify_seeds: Sequence[int] = (),
+    fewest_search: bool = True,
 ) -> LayoutAnswer:
     """Every layout of the budget simulated; the front, the recommendation and the break-even.
 
-    With ``fresh`` (a runner on the traffic of a seed) and ``verify_seeds``, the recommendation is
-    re-run against the best layout of the other kind on each seed (``verify_layouts``); if it does
-    not hold there on average, the other one is recommended instead, and the reasons say why."""
+    The search trace's lead is recommended only if nothing simpler is as good within the noise
+    (``layout_choice``): with ``fresh`` (a runner on the traffic of a seed) and ``verify_seeds``
+    the contenders are re-run on each seed and compared there, else on the search trace with the
+    model's error alone. With an SLO, the fewest GPUs meeting it are searched (``fewest``)."""
     if runner.timed:
         tps = (1,)  # a fixed step time does not change with TP
     space = layout_space(
@@ -493,19 +439,24 @@ def compare_layouts(
     points = [p.model_copy(update={"pareto": i in front}) for i, p in enumerate(points)]
     agg, dis = _best(points, "agg"), _best(points, "disagg")
     on_front = [points[i] for i in front]
-    rec = min(on_front, key=lambda p: (-p.goodput_per_gpu, p.ttft_p99_ms))
+    lead = min(on_front, key=lambda p: (-p.goodput_per_gpu, p.ttft_p99_ms))
+    seeds = list(verify_seeds) if fresh is not None else []
+    choice, runs = choose_layout(points, lead, fresh, seeds, progress)
+    rec = next(p for p in points if p.label == choice.recommended)
     check = None
-    if fresh is not None and verify_seeds and agg is not None and dis is not None:
-        other = dis if rec.layout.kind == "agg" else agg
-        check = verify_layouts(fresh, rec, other, verify_seeds, progress)
-        if not check.holds:
-            rec = other
+    if seeds and agg is not None and dis is not None:
+        check = verification(lead, dis if lead.layout.kind == "agg" else agg, runs, seeds)
+    fewest = _fewest(runner, gpus, layouts, tps, rec, runs, fresh, seeds, fewest_search, progress)
     be = None
     if break_even and agg is not None and dis is not None:
         be = break_even_bandwidth(runner, dis.layout, agg.goodput_per_gpu, agg.label, lo_gbps=lo_gbps)
+    why_none = _break_even_why(be, break_even, agg, dis)
     reasons = _explain(rec, agg, dis)
+    reasons += [c.note for c in choice.comparisons]
     if check is not None:
         reasons.append(check.note)
+    if fewest is not None:
+        reasons.append(fewest.note)
     if be is not None:
         reasons.append(be.note)
     return LayoutAnswer(
@@ -519,60 +470,53 @@ def compare_layouts(
         reasons=reasons,
         break_even=be,
         verification=check,
+        choice=choice,
+        fewest_gpus=fewest,
+        break_even_note=why_none,
     )
 
 
-def verify_layouts(
-    fresh: Callable[[int], LayoutRunner],
+def _fewest(
+    runner: LayoutRunner,
+    gpus: int,
+    layouts: Sequence[str],
+    tps: Sequence[int],
     rec: LayoutPoint,
-    other: LayoutPoint,
+    runs: dict[str, list[LayoutRun]],
+    fresh: Callable[[int], LayoutRunner] | None,
     seeds: Sequence[int],
-    progress: Callable[[str], None] | None = None,
-) -> LayoutVerification:
-    """``rec`` and ``other`` on each seed's traffic: does the search trace's ranking hold?"""
-    checks = []
-    for seed in seeds:
-        if progress is not None:
-            progress(f"fresh seed {seed}")
-        runner = fresh(seed)
-        a, b = runner.point(rec.layout), runner.point(other.layout)
-        checks.append(
-            SeedCheck(
-                seed=seed,
-                recommended_per_gpu=a.goodput_per_gpu,
-                against_per_gpu=b.goodput_per_gpu,
-                recommended_meets_p99=a.meets_p99,
-            )
-        )
-    mean_a = sum(c.recommended_per_gpu for c in checks) / len(checks)
-    mean_b = sum(c.against_per_gpu for c in checks) / len(checks)
-    wins = sum(c.recommended_per_gpu >= c.against_per_gpu for c in checks)
-    holds = mean_a >= mean_b
-    seeds_txt = ", ".join(str(s) for s in seeds)
-    if holds:
-        note = (
-            f"re-run on {len(checks)} fresh seeds ({seeds_txt}): {rec.label} {mean_a:.3f} vs "
-            f"{other.label} {mean_b:.3f} good requests/s per GPU on average, at least as good on {wins} "
-            f"of {len(checks)}"
-        )
-    else:
-        note = (
-            f"{rec.label} led on the search trace but not on {len(checks)} fresh seeds ({seeds_txt}): "
-            f"{mean_a:.3f} vs {other.label} {mean_b:.3f} good requests/s per GPU on average (at least as "
-            f"good on {wins} of {len(checks)}), so {other.label} is recommended: the lead was the "
-            "trace's, not the layout's"
-        )
-    return LayoutVerification(
-        recommended=rec.label, against=other.label, checks=checks, holds=holds, wins=wins, note=note
-    )
+    search: bool,
+    progress: Callable[[str], None] | None,
+) -> FewestGpus | None:
+    """The fewest GPUs meeting the SLO (None: not searched, or no SLO to meet)."""
+    if not search or (runner.ttft_ms is None and runner.tpot_ms is None):
+        return None
+    meets = rec.meets_p99 and all(r.meets_p99 for r in runs.get(rec.label, []))
+    return fewest_gpus(runner, gpus, layouts, tps, meets, fresh, seeds, progress)
+
+
+def _break_even_why(
+    be: BreakEven | None, asked: bool, agg: LayoutPoint | None, dis: LayoutPoint | None
+) -> str | None:
+    """Why there is no break-even bandwidth to show (None: there is one)."""
+    if be is not None:
+        return None if be.gbps is not None else be.note
+    if dis is None:
+        return "not probed: no disaggregated layout was searched"
+    if agg is None:
+        return "not probed: no aggregated layout to beat"
+    return None if asked else "not probed (--no-break-even)"
 
 
 __all__ = [
     "TPS",
     "BreakEven",
+    "FewestGpus",
     "Layout",
     "LayoutAnswer",
+    "LayoutChoice",
     "LayoutPoint",
+    "LayoutRun",
     "LayoutRunner",
     "LayoutVerification",
     "SeedCheck",
@@ -580,5 +524,4 @@ __all__ = [
     "compare_layouts",
     "layout_space",
     "pareto_front",
-    "verify_layouts",
 ]

@@ -2,11 +2,14 @@
 
 ``recommend`` takes candidate deployments (best first, e.g. from ``tune``) and:
 
-1. **re-verifies** each on fresh seeds (``FRESH_SEED_BASE`` + 0, 1, 2: traffic the search never
-   saw) at the target rate, until one meets the SLOs on every fresh seed with a stable queue
-   (at most ``max_candidates``; if none does, the first is reported with ``meets_slo: false``);
-   the predicted numbers are those runs' means, with min/max/std: the recommendation claims only
-   what these runs show;
+1. **chooses** on fresh seeds (``FRESH_SEED_BASE`` + 0, 1, 2: traffic the search never saw) at
+   the target rate. With a baseline: the fewest changed settings among the candidates, the
+   baseline, each candidate's changes alone and pairs of them that meet the SLO within the band
+   of the best objective (``selection``: the rule, the band and every candidate are recorded).
+   Without one (or when nothing meets the SLO): the first candidate that meets the SLO on every
+   fresh seed with a stable queue (at most ``max_candidates``; if none does, the first is
+   reported with ``meets_slo: false``). The predicted numbers are the chosen one's runs' means,
+   with min/max/std: the recommendation claims only what these runs show;
 2. searches its **SLO knee** and **unstable rate** (``saturation.find_saturation``, the one
    capacity search ``servesim saturate`` runs, on the same fresh seeds) for the headroom at the
    target load;
@@ -25,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_serializer, model_validator
 
 from servesim.errors import InputError, InternalError
 from servesim.tuning.capacity import CapacityAnswer, find_capacity, runs_meet
@@ -47,7 +50,9 @@ from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import EvalContext, RunJob
 from servesim.tuning.reasons import Reason
 from servesim.tuning.saturation import SaturationReport, SaturationSettings, find_saturation
+from servesim.tuning.selection import Pool, Selection, select
 from servesim.tuning.slo import PercentileSLO
+from servesim.tuning.space import SearchSpace
 from servesim.tuning.stats import Spread
 from servesim.tuning.uncertainty import ErrorBars, error_bars
 from servesim.tuning.workload import FRESH_SEED_BASE, Workload
@@ -107,6 +112,12 @@ class SchedulerRecommendation(BaseModel):
         None, description="With verdict keep: the best candidate that did not beat the baseline."
     )
     capacity: CapacityAnswer | None = Field(None, description="With verdict add_capacity: the search.")
+    selection: Selection | None = Field(
+        None,
+        description="How the deployment was chosen: the fewest-changes rule, the band it used, the best "
+        "objective and every candidate considered (None: no baseline to count changes from, or a "
+        "document written before the rule).",
+    )
     error_bars: ErrorBars | None = Field(
         None,
         description="Predicted p99s with the step-time model's measured sim2real error: 80 % intervals, "
@@ -129,6 +140,15 @@ class SchedulerRecommendation(BaseModel):
     config_yaml: str = Field(description="The same flags for vllm serve --config.")
     source: dict[str, Any] = Field(default_factory=dict, description="Where the candidate came from.")
     warnings: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _drop_absent_selection(self, handler: Any) -> Any:
+        """A recommendation made without the fewest-changes rule (no baseline) keeps its document
+        byte for byte (no ``selection`` key)."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("selection", 0) is None:
+            del d["selection"]
+        return d
 
     @model_validator(mode="after")
     def _consistent(self) -> SchedulerRecommendation:
@@ -176,6 +196,140 @@ def verify(ex: Executor, deployment: Deployment, rate: float, seeds: Sequence[in
 _verified = runs_meet
 
 
+@dataclass
+class _Pick:
+    """What ``recommend`` answers with, and what it was weighed against."""
+
+    d: Deployment
+    runs: list[RunMetrics]
+    verdict: Literal["change", "keep", "add_capacity"] = "change"
+    base_sum: RunSummary | None = None
+    alt_sum: RunSummary | None = None
+    b_runs: list[RunMetrics] = field(default_factory=list)
+    selection: Selection | None = None
+    cap: CapacityAnswer | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _first_verified(
+    ex: Executor,
+    candidates: Sequence[Deployment],
+    baseline: Deployment | None,
+    rate: float,
+    seeds: list[int],
+    slo: PercentileSLO | None,
+    max_candidates: int,
+) -> _Pick:
+    """The first candidate that meets the SLO on every fresh seed (else the first), kept only if
+    it beats the baseline (``explain.beats``): the rule without a baseline to count changes from,
+    or when nothing in the fewest-changes pool meets the SLO."""
+    chosen: tuple[Deployment, list[RunMetrics], int] | None = None
+    first: tuple[Deployment, list[RunMetrics], int] | None = None
+    for i, d in enumerate(candidates[:max_candidates]):
+        runs = verify(ex, d, rate, seeds)
+        if first is None:
+            first = (d, runs, i)
+        if _verified(runs, slo):
+            chosen = (d, runs, i)
+            break
+    if first is None:
+        raise InternalError("invariant broken: first is None")
+    d, runs, index = chosen or first
+    pick = _Pick(d, runs)
+    if chosen is None:
+        pick.notes.append(
+            f"none of the first {min(len(candidates), max_candidates)} candidates met the SLO on every fresh "
+            "seed; this one is reported with meets_slo false"
+        )
+    elif index > 0:
+        pick.notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
+    if baseline is not None:
+        pick.b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
+        pick.base_sum = RunSummary.of(baseline, pick.b_runs, slo)
+        cand_sum = RunSummary.of(d, runs, slo)
+        if baseline == d or not beats(cand_sum, pick.base_sum):
+            pick.alt_sum = None if baseline == d else cand_sum
+            pick.d, pick.runs, pick.verdict = baseline, pick.b_runs, "keep"
+    return pick
+
+
+def _selected(sel: Selection, pool: Pool, slo: PercentileSLO | None) -> _Pick | None:
+    """The pick of the fewest-changes rule (None: nothing in the pool qualified)."""
+    if sel.chosen is None:
+        return None
+    d, runs = pool.deployments[sel.chosen], pool.runs[sel.chosen]
+    b_runs = pool.runs["baseline"]
+    pick = _Pick(d, runs, "keep" if sel.keep else "change", selection=sel, b_runs=b_runs)
+    pick.base_sum = RunSummary.of(pool.baseline, b_runs, slo)
+    if sel.keep:  # the evidence: the best other candidate, else the search's first trial
+        other = sel.best if sel.best not in (None, "baseline") else "trial 1"
+        if other in pool.runs and len(pool.runs[other]) == len(b_runs):
+            pick.alt_sum = RunSummary.of(pool.deployments[other], pool.runs[other], slo)
+    return pick
+
+
+@dataclass(frozen=True)
+class _How:
+    """What choosing needs besides the candidates."""
+
+    ex: Executor
+    baseline: Deployment | None
+    hardware: Hardware
+    rate: float
+    seeds: list[int]
+    slo: PercentileSLO | None
+    space: SearchSpace | None
+    max_gpus: int | None
+    max_candidates: int
+    max_replicas: int
+
+    def select(self, trials: Sequence[Deployment]) -> _Pick | None:
+        """The fewest-changes rule over ``trials`` (None: no baseline, or nothing qualified)."""
+        if self.baseline is None:
+            return None
+        sel, pool = select(
+            self.ex,
+            self.baseline,
+            trials,
+            self.hardware,
+            self.rate,
+            self.seeds,
+            self.slo,
+            space=self.space,
+            max_gpus=self.max_gpus,
+        )
+        return _selected(sel, pool, self.slo)
+
+
+def _choose(how: _How, candidates: Sequence[Deployment], fewest: bool, add_capacity: bool) -> _Pick:
+    """The rule's pick, else the first verified candidate; then capacity if nothing met the SLO."""
+    pick = how.select(candidates[: how.max_candidates]) if fewest else None
+    if pick is None:
+        pick = _first_verified(
+            how.ex, candidates, how.baseline, how.rate, how.seeds, how.slo, how.max_candidates
+        )
+    if add_capacity and not _verified(pick.runs, how.slo):
+        pick = _capacity(how, pick, fewest)
+    return pick
+
+
+def _capacity(how: _How, pick: _Pick, fewest: bool) -> _Pick:
+    """Nothing met the SLO: replicas of the pick's flags until they do (``find_capacity``); then,
+    with a baseline, the fewest-changes rule once more around that replica count, so that the
+    flags change only where the added replicas alone do not suffice."""
+    cap, more, more_runs = find_capacity(
+        how.ex, pick.d, how.rate, how.seeds, how.slo, max_replicas=how.max_replicas
+    )
+    pick.cap = cap
+    if more is None or more_runs is None:
+        return pick
+    pick.d, pick.runs, pick.verdict = more, more_runs, "add_capacity"
+    again = how.select([more]) if fewest else None
+    if again is not None:
+        pick.d, pick.runs, pick.selection = again.d, again.runs, again.selection
+    return pick
+
+
 def recommend(
     workload: Workload,
     hardware: Hardware,
@@ -196,17 +350,22 @@ def recommend(
     add_capacity: bool = False,
     max_replicas: int = 64,
     usd_per_gpu_hour: float | None = None,
+    fewest_changes: bool = True,
+    space: SearchSpace | None = None,
+    max_gpus: int | None = None,
 ) -> SchedulerRecommendation:
-    """Verify, measure headroom, explain and render the first candidate that holds up.
+    """Choose, verify, measure headroom, explain and render a deployment.
 
-    With a ``baseline`` (the user's configuration) the answer is never worse than it at the
-    target load: the baseline runs on the same fresh seeds, and unless the candidate beats it
-    (``explain.beats``) the verdict is *keep*, with the candidate's numbers as the evidence. With
-    ``add_capacity`` (the candidates are the best a search found), when nothing verified meets
-    the SLO replicas of the best flags are added until they do (up to ``max_replicas``): verdict
-    *add_capacity*, with every replica count tried. A candidate beats the baseline only by more
-    than the step-time model's measured error (``choice.model_tolerance``); each knob it changes
-    is then re-simulated alone on the baseline (``changes``). ``usd_per_gpu_hour`` prices the plan."""
+    With a ``baseline`` and ``fewest_changes``, ``selection.select`` chooses among the baseline,
+    the first ``max_candidates`` candidates, their changes alone and pairs of them (the rule, the
+    band and every candidate land in ``selection``; verdict *keep* when the baseline qualifies).
+    Otherwise, or when nothing there meets the SLO, the first candidate meeting it on every fresh
+    seed is taken, kept only if it beats the baseline beyond the model's error (``beats``). With
+    ``add_capacity``, when nothing verified meets the SLO replicas are added until they do (up to
+    ``max_replicas``): verdict *add_capacity*. Each setting the answer changes is re-simulated
+    alone on the baseline (``changes``). ``space`` (the searched space): each value of each knob
+    alone on the baseline joins the pool; ``max_gpus``: the budget of the pool's changes.
+    ``usd_per_gpu_hour`` prices the plan."""
     if not candidates and baseline is None:
         raise InputError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
@@ -216,14 +375,10 @@ def recommend(
         raise InputError(f"{workload.name} has no arrival rate: give a target rate")
     seeds = list(verify_seeds)
     sat_settings = (saturation or SaturationSettings()).model_copy(update={"seeds": seeds})
-    ctx = EvalContext(workload, hardware, slo, ev)
-    ex, owned = _resolve_executor(executor, ctx, n_jobs, address)
+    ex, owned = _resolve_executor(executor, EvalContext(workload, hardware, slo, ev), n_jobs, address)
     try:
-        pick = _first_that_holds(ex, candidates[:max_candidates], rate, seeds, slo)
-        if baseline is not None:
-            _against_baseline(ex, pick, baseline, rate, seeds, slo)
-        if add_capacity and not _verified(pick.runs, slo):
-            _with_capacity(ex, pick, rate, seeds, slo, max_replicas)
+        how = _How(ex, baseline, hardware, rate, seeds, slo, space, max_gpus, max_candidates, max_replicas)
+        pick = _choose(how, candidates, fewest_changes and baseline is not None, add_capacity)
         d, runs = pick.d, pick.runs
         config, res = resolve_deployment(d, hardware)
         # the headroom: ``servesim saturate``'s search, the runs just made its target-rate point
@@ -249,89 +404,34 @@ def recommend(
     finally:
         if owned:
             ex.close()
-    notes = [*res.notes, *_pick_notes(pick, min(len(candidates), max_candidates))]
     rec = build_recommendation(
-        workload, hardware, slo, d, runs, sat, ablations, config.num_gpu_blocks, rate, ev, source or {}, notes
+        workload,
+        hardware,
+        slo,
+        d,
+        runs,
+        sat,
+        ablations,
+        config.num_gpu_blocks,
+        rate,
+        ev,
+        source or {},
+        [*res.notes, *pick.notes],
     )
-    return _deployed(rec, pick, changes, workload, slo, rate, usd_per_gpu_hour)
+    return _finish(rec, pick, workload, changes, rate, usd_per_gpu_hour, slo)
 
 
-def _pick_notes(pick: _Pick, tried: int) -> list[str]:
-    if not pick.held:
-        return [
-            f"none of the first {tried} candidates met the SLO on every fresh seed; this one is reported "
-            "with meets_slo false"
-        ]
-    if pick.index > 0:
-        return [f"the {pick.index} better-ranked candidate(s) failed re-verification on fresh seeds"]
-    return []
-
-
-@dataclass
-class _Pick:
-    """The deployment being recommended as the steps decide it: the candidate that held (or the
-    first), then the baseline kept, or replicas added."""
-
-    d: Deployment
-    runs: list[RunMetrics]
-    index: int
-    #: a candidate met the SLO on every fresh seed
-    held: bool
-    verdict: Literal["change", "keep", "add_capacity"] = "change"
-    base_sum: RunSummary | None = None
-    alt_sum: RunSummary | None = None
-    b_runs: list[RunMetrics] = field(default_factory=list)
-    cap: CapacityAnswer | None = None
-
-
-def _first_that_holds(
-    ex: Executor, candidates: Sequence[Deployment], rate: float, seeds: list[int], slo: PercentileSLO | None
-) -> _Pick:
-    """Each candidate on the fresh seeds until one meets the SLO on all (else the first)."""
-    first: _Pick | None = None
-    for i, d in enumerate(candidates):
-        runs = verify(ex, d, rate, seeds)
-        if _verified(runs, slo):
-            return _Pick(d, runs, i, held=True)
-        if first is None:
-            first = _Pick(d, runs, i, held=False)
-    if first is None:
-        raise InternalError("invariant broken: no candidate to verify")
-    return first
-
-
-def _against_baseline(
-    ex: Executor, pick: _Pick, baseline: Deployment, rate: float, seeds: list[int], slo: PercentileSLO | None
-) -> None:
-    """The baseline on the same fresh seeds; kept unless the candidate beats it."""
-    pick.b_runs = pick.runs if baseline == pick.d else verify(ex, baseline, rate, seeds)
-    pick.base_sum = RunSummary.of(baseline, pick.b_runs, slo)
-    cand_sum = RunSummary.of(pick.d, pick.runs, slo)
-    if baseline == pick.d or not beats(cand_sum, pick.base_sum):
-        pick.alt_sum = None if baseline == pick.d else cand_sum
-        pick.d, pick.runs, pick.verdict = baseline, pick.b_runs, "keep"
-
-
-def _with_capacity(
-    ex: Executor, pick: _Pick, rate: float, seeds: list[int], slo: PercentileSLO | None, max_replicas: int
-) -> None:
-    """Replicas of the flags added until the SLO holds on every fresh seed (when some count does)."""
-    pick.cap, more, more_runs = find_capacity(ex, pick.d, rate, seeds, slo, max_replicas=max_replicas)
-    if more is not None and more_runs is not None:
-        pick.d, pick.runs, pick.verdict = more, more_runs, "add_capacity"
-
-
-def _deployed(
+def _finish(
     rec: SchedulerRecommendation,
     pick: _Pick,
-    changes: list[FlagChange],
     workload: Workload,
-    slo: PercentileSLO | None,
+    changes: list[FlagChange],
     rate: float,
     usd_per_gpu_hour: float | None,
+    slo: PercentileSLO | None,
 ) -> SchedulerRecommendation:
-    """The recommendation with its verdict, its comparisons, each change alone and the plan."""
-    d = pick.d
+    """The deploy plan, the comparisons as reasons and the choice's fields."""
+    d, runs = pick.d, pick.runs
     sample = workload.sample().df
     plan = deploy_plan(
         d,
@@ -349,7 +449,7 @@ def _deployed(
         usd_per_gpu_hour=usd_per_gpu_hour,
     )
     reasons = list(rec.reasons)
-    mine = RunSummary.of(d, pick.runs, slo)
+    mine = RunSummary.of(d, runs, slo)
     if pick.base_sum is not None and pick.verdict != "keep":
         reasons.insert(1, comparison_reason(mine, pick.base_sum, "baseline"))
     if pick.alt_sum is not None:
@@ -365,6 +465,7 @@ def _deployed(
             "reasons": reasons,
             "changes": changes,
             "deploy": plan,
+            "selection": pick.selection,
         }
     )
 
