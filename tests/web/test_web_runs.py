@@ -87,6 +87,12 @@ def test_max_num_seqs_changes_the_p99(client: TestClient, trace_id: str) -> None
     ttft = next(m for m in cmp["metrics"] if m["key"] == "ttft_ms.p99")
     assert ttft["delta"] > 0 and ttft["better"] is False
     assert ttft["b"] == narrow["result"]["summary"]["ttft_ms"]["p99"]
+    # a gap the step-time model's error for that metric covers names no better run
+    for m in cmp["metrics"]:
+        if m["noise_band"] is None or not m["a"]:
+            continue
+        gap = abs(m["b"] - m["a"]) / ((abs(m["a"]) + abs(m["b"])) / 2)
+        assert (m["better"] is None) == (gap <= m["noise_band"]), m
 
 
 def test_downloads_json_and_csv(client: TestClient, trace_id: str) -> None:

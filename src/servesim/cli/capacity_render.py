@@ -19,6 +19,7 @@ from servesim.spec import DeploymentSpec
 from servesim.tuning import FixedHardware, Hardware, SaturationReport, SchedulerRecommendation, TuneResult
 from servesim.tuning.hardware import DEFAULT_GPU, PerfHardware
 from servesim.tuning.layouts import LayoutAnswer
+from servesim.views.selection import layout_choice_lines
 
 #: What a capacity command reports as one line (exit 2): the user errors, and Optuna's (a study
 #: storage that is locked, or holds another study); anything else is a bug (``common.report_bug``).
@@ -92,6 +93,7 @@ def print_recommendation(rec: SchedulerRecommendation) -> None:
         *(["baseline"] if rec.baseline else []),
         *(["changes"] if rec.changes else []),
         *(["capacity"] if rec.capacity else []),
+        *(["selection"] if rec.selection else []),
     ]
     print_section(recommendation_view(rec), tables=shown)
 
@@ -148,12 +150,11 @@ def _print_checks(console: Console, ans: LayoutAnswer) -> None:
             f"{c.seed}: {c.recommended_per_gpu:.3f} vs {c.against_per_gpu:.3f}" for c in v.checks
         )
         console.print(f"fresh seeds ({v.recommended} vs {v.against}, goodput/GPU): {seeds}")
+    for line in layout_choice_lines(ans):  # the rule, each comparison, fewest GPUs, break-even
+        console.print(line)
     be = ans.break_even
-    if be is not None:
+    if be is not None and be.probes:
         probes = ", ".join(f"{g:.3g} Gbit/s -> {x:.3f}" for g, x in be.probes)
-        console.print(
-            f"break-even bandwidth: {'-' if be.gbps is None else f'{be.gbps:.3g} Gbit/s per TP rank'}"
-        )
         console.print(f"  probes (goodput/GPU): {probes}")
 
 

@@ -176,6 +176,8 @@ class PreparedTune:
             baseline=baseline,
             add_capacity=True,
             usd_per_gpu_hour=self.request.gpu_hour_usd,
+            space=self.space,  # each searched value alone joins the fewest-changes pool
+            max_gpus=self.settings.max_gpus,
         )
 
 

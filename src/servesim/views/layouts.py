@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from servesim.tuning.layouts import LayoutAnswer
 from servesim.views.model import Cell, Column, Kpi, Line, Section, Series, Table, Verdict
+from servesim.views.selection import layout_choice_lines, layout_choice_view
 
 
 def layouts_view(ans: LayoutAnswer) -> Section:
@@ -128,8 +129,15 @@ def layouts_view(ans: LayoutAnswer) -> Section:
             label="recommended",
             status=status,
             text="; ".join(ans.reasons),
-        )
+        ),
+        *(
+            Verdict(key=f"choice_{i}", label="how it was chosen", status="info", text=line)
+            for i, line in enumerate(layout_choice_lines(ans))
+        ),
     ]
+    choice = layout_choice_view(ans)
+    if choice is not None:
+        tables.extend(choice.tables)
     kpis = [
         Kpi(
             key="goodput_per_gpu",

@@ -14,6 +14,7 @@ from servesim.views.deploy import changes_table, deploy_lines, tolerance_text, v
 from servesim.views.glossary import define
 from servesim.views.model import Column, Kpi, Section, Table, Verdict
 from servesim.views.reasons import METRIC_NAMES, ms_text, ms_unit, rate_text, reason_text
+from servesim.views.selection import chosen_line, rule_line, selection_lines, selection_view
 
 #: The load state a failing SLO gets instead of "stable" (``views.saturation.state_words``).
 OVER_SLO = "over the SLO"
@@ -257,6 +258,10 @@ def recommendation_verdicts(rec: SchedulerRecommendation) -> list[Verdict]:
             text=verdict_text(rec),
         ),
     ]
+    if rec.selection is not None:  # how the fewest-changes rule chose it, right after the verdict
+        out.append(
+            Verdict(key="selection", label="fewest changes", status="info", text=chosen_line(rec.selection))
+        )
     eb_text = error_bars_text(rec)
     if eb_text:
         warn = rec.error_bars is not None and rec.error_bars.within_model_error
@@ -280,13 +285,21 @@ def recommendation_view(rec: SchedulerRecommendation) -> Section:
             *([changes_table(rec)] if rec.changes else []),
             capacity_table(rec),
             ablations_table(rec),
+            *_selection_tables(rec),
         ],
         verdicts=recommendation_verdicts(rec),
         text=[
+            *([rule_line(rec.selection)] if rec.selection is not None else []),
             *(reason_text(r) for r in rec.reasons),
             *(deploy_lines(rec.deploy) if rec.deploy is not None else [rec.vllm_serve_command]),
         ],
     )
+
+
+def _selection_tables(rec: SchedulerRecommendation) -> list[Table]:
+    """The candidates the fewest-changes rule weighed (none without the rule)."""
+    view = selection_view(rec)
+    return [] if view is None else list(view.tables)
 
 
 _VERDICT = {
@@ -372,7 +385,7 @@ def lead_sentence(rec: SchedulerRecommendation) -> str:
 
 def recommendation_lines(rec: SchedulerRecommendation) -> list[str]:
     """The verdict, then one sentence per reason, in the recommendation's order."""
-    return [verdict_text(rec), *(reason_text(r) for r in rec.reasons)]
+    return [verdict_text(rec), *selection_lines(rec), *(reason_text(r) for r in rec.reasons)]
 
 
 __all__ = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesim.tuning.noise import ab_verdict
 from servesim.views.compare import FIGURES, LATENCIES, PERCENTILES
 from servesim.views.compare import metric_label as _label
 from servesim.views.model import Section
@@ -96,13 +97,16 @@ def compare_runs(
 
 
 def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: bool) -> dict[str, Any]:
-    delta = pct = ratio = None
+    delta = pct = ratio = band = None
     better = None
     if isinstance(a, int | float) and isinstance(b, int | float):
         delta = b - a
         pct = (delta / a) if a else None
         ratio = (b / a) if a > 0 and b >= 0 else None  # B/A: read "x118,762", not "+11,876,002 %"
-        better = None if delta == 0 else (delta > 0) == higher_better
+        gap = ab_verdict(key, float(a), float(b), higher_is_better=higher_better)
+        band = None if gap is None else gap.band
+        # inside the step-time model's error for this metric: neither run is "better"
+        better = None if delta == 0 or gap is None or gap.equivalent else gap.winner == "b"
     return {
         "key": key,
         "label": label,
@@ -113,6 +117,7 @@ def _row(key: str, label: str, unit: str | None, a: Any, b: Any, higher_better: 
         "pct": pct,
         "ratio": ratio,
         "better": better,
+        "noise_band": band,
     }
 
 

@@ -1063,6 +1063,8 @@
     $("basket-clear").addEventListener("click", () => { basket.set([]); localStorage.removeItem("servesim.basket.baseline"); clear($("basket-results")); renderBasketList(); });
     renderBasketList();
   }
+  // a difference the step-time model's error for that metric covers: neither run is better
+  const noiseOnly = (r) => r.better === null && r.noise_band != null && r.delta !== null && r.delta !== 0;
   function deltaTable(rows) {
     const table = el("table", { id: "metric-deltas" }, el("caption", {}, "Metric deltas (B − A)"),
       el("thead", {}, el("tr", {}, ["metric", "A", "B", "Δ", "change"].map((h, i) => el("th", { scope: "col", class: i ? "num" : null }, h)))));
@@ -1071,7 +1073,7 @@
       const cls = r.better === null ? null : r.better ? "good" : "bad";
       body.append(el("tr", {}, el("td", {}, r.label + (r.unit ? ` (${r.unit})` : "")), el("td", { class: "num" }, SS.fmt(r.a)), el("td", { class: "num" }, SS.fmt(r.b)),
         el("td", { class: `num ${cls || ""}` }, r.delta === null ? "–" : (r.delta > 0 ? "+" : "") + SS.fmt(r.delta)),
-        el("td", { class: `num ${cls || ""}` }, changeText(r))));
+        el("td", { class: `num ${cls || ""}` }, changeText(r) + (noiseOnly(r) ? ` (within the model's ±${(100 * r.noise_band).toFixed(1)} %)` : ""))));
     }
     table.append(body);
     return el("div", { class: "table-wrap" }, table);
