@@ -25,11 +25,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from tests.web.conftest import GOOD_CSV, run_job, settings_for
+from parity import upload, web_client, web_document, write_trace
 from typer.testing import CliRunner
 
 from servesim.cli.main import app
-from servesim.web.app import create_app
 
 runner = CliRunner()
 SLO = "ttft_p99_ms=400,tpot_p99_ms=40"
@@ -40,22 +39,20 @@ LINEAR_SPEC = {"linear_step_time": True, "engine": {"num_gpu_blocks": 3000}}
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("parity")
-    (path / "t.csv").write_bytes(GOOD_CSV)
+    write_trace(path, "t.csv")
     return path
 
 
 @pytest.fixture(scope="module")
 def client(folder: Path) -> Iterator[TestClient]:
     """A server of its own: its study storage holds only this module's studies."""
-    with TestClient(create_app(settings_for(folder / "web"))) as c:
+    with web_client(folder / "web") as c:
         yield c
 
 
 @pytest.fixture(scope="module")
-def trace_id(client: TestClient) -> str:
-    r = client.post("/api/traces?name=t.csv", content=GOOD_CSV)
-    assert r.status_code == 201, r.text
-    return str(r.json()["id"])
+def trace_id(client: TestClient, folder: Path) -> str:
+    return upload(client, folder / "t.csv")
 
 
 def _cli(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, Any]:
@@ -69,11 +66,7 @@ def _cli(folder: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str,
 
 
 def _web(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    run = run_job(client, path, body)
-    r = client.get(f"/api/runs/{run['job']['id']}/document.json")
-    assert r.status_code == 200, r.text
-    doc: dict[str, Any] = r.json()
-    return doc
+    return web_document(client, path, body)
 
 
 def _comparable(doc: dict[str, Any]) -> dict[str, Any]:

@@ -150,7 +150,7 @@ def _print_checks(console: Console, ans: LayoutAnswer) -> None:
             f"{c.seed}: {c.recommended_per_gpu:.3f} vs {c.against_per_gpu:.3f}" for c in v.checks
         )
         console.print(f"fresh seeds ({v.recommended} vs {v.against}, goodput/GPU): {seeds}")
-    for line in layout_choice_lines(ans):  # the rule, each comparison, fewest GPUs, break-even
+    for line in layout_choice_lines(ans, besides_reasons=True):  # the rule, what reasons do not say
         console.print(line)
     be = ans.break_even
     if be is not None and be.probes:

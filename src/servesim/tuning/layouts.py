@@ -501,11 +501,11 @@ def _break_even_why(
     """Why there is no break-even bandwidth to show (None: there is one)."""
     if be is not None:
         return None if be.gbps is not None else be.note
+    if not asked:  # --no-break-even: nothing to say
+        return None
     if dis is None:
         return "not probed: no disaggregated layout was searched"
-    if agg is None:
-        return "not probed: no aggregated layout to beat"
-    return None if asked else "not probed (--no-break-even)"
+    return "not probed: no aggregated layout to beat" if agg is None else None
 
 
 __all__ = [

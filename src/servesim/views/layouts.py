@@ -132,7 +132,7 @@ def layouts_view(ans: LayoutAnswer) -> Section:
         ),
         *(
             Verdict(key=f"choice_{i}", label="how it was chosen", status="info", text=line)
-            for i, line in enumerate(layout_choice_lines(ans))
+            for i, line in enumerate(layout_choice_lines(ans, besides_reasons=True))
         ),
     ]
     choice = layout_choice_view(ans)

@@ -153,8 +153,9 @@ def fewest_line(ans: LayoutAnswer) -> str | None:
     return None if few is None else f"fewest GPUs: {few.note}"
 
 
-def layout_choice_lines(ans: LayoutAnswer) -> list[str]:
-    """The rule, each comparison, the fewest GPUs and the break-even line."""
+def layout_choice_lines(ans: LayoutAnswer, *, besides_reasons: bool = False) -> list[str]:
+    """The rule, each comparison, the fewest GPUs and the break-even line (``besides_reasons``:
+    only those the answer's reasons do not already say, for a view that shows both)."""
     out: list[str] = []
     ch = ans.choice
     if ch is not None:
@@ -164,6 +165,9 @@ def layout_choice_lines(ans: LayoutAnswer) -> list[str]:
             out.append(f"the search trace's lead {ch.lead} is not recommended: {ch.recommended} is")
         out += [c.note for c in ch.comparisons]
     out += [x for x in (fewest_line(ans), break_even_line(ans)) if x is not None]
+    if besides_reasons:
+        said = set(ans.reasons)
+        out = [x for x in out if x not in said and x.removeprefix("fewest GPUs: ") not in said]
     return out
 
 
