@@ -58,3 +58,26 @@ def test_a_cluster_with_a_failure_gives_one_document(folder: Path, monkeypatch: 
         }
         web = web_document(client, "/api/simulate", body)
     assert web == cli
+
+
+def test_pools_with_a_failure_give_one_document(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefill/decode pools with a decode replica lost and back: ``servesim cluster``, ``servesim
+    dashboard --headless`` and the web's Run tab with pools send one ``ClusterSpec`` to the
+    cluster service and write one document."""
+    flags = ["--prefill-replicas", "1", "--decode-replicas", "2", "--fail", "d1@2+1", "--model", "qwen2.5-7b"]
+    cli = cli_json(["cluster", "trace.csv", *flags, "--slo", SLO, "--json"], folder, monkeypatch)
+    dash = cli_json(
+        ["dashboard", "trace.csv", *flags, "--slo", SLO, "--headless", "--json"], folder, monkeypatch
+    )
+    assert [f["node"] for f in cli["run"]["failures"]] == ["d1"]
+    assert dash == cli
+    with web_client(folder / "web-pools") as client:
+        body = {
+            "trace_id": upload(client, folder / "trace.csv"),
+            "deployment": {"model": "qwen2.5-7b"},
+            "disaggregated": {"prefill": {"replicas": 1}, "decode": {"replicas": 2}},
+            "failures": [{"node": "d1", "time_s": 2, "recover_after_s": 1}],
+            "slo": SLO,
+        }
+        web = web_document(client, "/api/simulate", body)
+    assert web == cli
