@@ -22,7 +22,7 @@ exit status 1 when there is any:
   NVIDIA attention backends (block size a multiple of 16) hold;
 * vLLM itself, where the oracle's virtualenv exists (``--oracle-python``, default
   ``$VLLM_ORACLE_PYTHON`` or ``~/.cache/vllm-oracle-venv/bin/python``; see
-  ``/work/shared/vllm-oracle/README.md``): ``tools/vllm_serve_oracle.py`` parses each command with
+  ``../shared/vllm-oracle/README.md``): ``tools/vllm_serve_oracle.py`` parses each command with
   ``make_arg_parser(FlexibleArgumentParser())`` and builds its ``VllmConfig``
   (``EngineArgs.from_cli_args(...).create_engine_config()``), with local stand-ins for the models.
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vLLM 0.33's own ``vllm serve`` argument handling, run on servesim's commands. Not run in CI.
 
-Runs in the vLLM oracle's virtualenv (``/work/shared/vllm-oracle/setup.sh``: vLLM 0.33.0 on CPU
+Runs in the vLLM oracle's virtualenv (``../shared/vllm-oracle/setup.sh``: vLLM 0.33.0 on CPU
 torch), never in servesim's; ``tools/check_vllm_commands.py`` starts it. Two modes:
 
 * ``--table``: vLLM's ``vllm serve`` flag table as JSON on stdout (every option string, its
