@@ -350,6 +350,7 @@ def recommend(
     add_capacity: bool = False,
     max_replicas: int = 64,
     usd_per_gpu_hour: float | None = None,
+    price_source: str | None = None,
     fewest_changes: bool = True,
     space: SearchSpace | None = None,
     max_gpus: int | None = None,
@@ -365,7 +366,7 @@ def recommend(
     ``max_replicas``): verdict *add_capacity*. Each setting the answer changes is re-simulated
     alone on the baseline (``changes``). ``space`` (the searched space): each value of each knob
     alone on the baseline joins the pool; ``max_gpus``: the budget of the pool's changes.
-    ``usd_per_gpu_hour`` prices the plan."""
+    ``usd_per_gpu_hour`` prices the plan (``price_source``: where that price comes from)."""
     if not candidates and baseline is None:
         raise InputError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
@@ -418,7 +419,8 @@ def recommend(
         source or {},
         [*res.notes, *pick.notes],
     )
-    return _finish(rec, pick, workload, changes, rate, usd_per_gpu_hour, slo)
+    price = (usd_per_gpu_hour, price_source, hardware.base.gpu)
+    return _finish(rec, pick, workload, changes, rate, price, slo)
 
 
 def _finish(
@@ -427,7 +429,7 @@ def _finish(
     workload: Workload,
     changes: list[FlagChange],
     rate: float,
-    usd_per_gpu_hour: float | None,
+    price: tuple[float | None, str | None, str | None],
     slo: PercentileSLO | None,
 ) -> SchedulerRecommendation:
     """The deploy plan, the comparisons as reasons and the choice's fields."""
@@ -446,7 +448,9 @@ def _finish(
         knee_headroom=rec.knee_headroom,
         unstable_rps=rec.saturation_rps,
         headroom=rec.headroom,
-        usd_per_gpu_hour=usd_per_gpu_hour,
+        usd_per_gpu_hour=price[0],
+        price_source=price[1],
+        gpu=price[2],
     )
     reasons = list(rec.reasons)
     mine = RunSummary.of(d, runs, slo)
