@@ -66,6 +66,10 @@ def test_unknown_gpu_names_the_flag(tmp_path: Path) -> None:
         (["--gpu-price", "tpu9=2"], "--gpu-price: unknown GPU 'tpu9'"),
         (["--gpu-types", "h100,tpu9"], "--gpu-types: unknown GPU 'tpu9'"),
         (["--gpu-types", "h100", "--gpu-hour-usd", "2"], "--gpu-hour-usd prices one GPU"),
+        (["--gpu-types", "h100", "--gpu", "l40s"], "--gpu sets one GPU, --gpu-types compares several"),
+        (["--gpu-types", "h100", "--gpus", "2"], "--gpu-types searches the flag study's GPU type"),
+        (["--gpu-types", "h100", "--no-recommend"], "drop --no-recommend"),
+        (["--gpu-types", " "], "--gpu-types: name at least one GPU"),
     ],
 )
 def test_cli_refuses_bad_prices_in_one_line(flags: list[str], words: str) -> None:

@@ -125,8 +125,11 @@ def gpu_prices(study: StudyFlags) -> dict[str, float]:
     flagged = parse_price_overrides(study.gpu_price)
     load_prices().with_overrides(given, "--gpu-prices").with_overrides(flagged)  # unknown GPUs, named
     out = {**given, **flagged}
-    if study.gpu_types is not None and not study.gpu_types.strip():
-        raise InputError("--gpu-types: name at least one GPU, e.g. --gpu-types h100,l40s")
+    if study.gpu_types is not None:
+        if not study.gpu_types.strip():
+            raise InputError("--gpu-types: name at least one GPU, e.g. --gpu-types h100,l40s")
+        if not study.recommend:
+            raise InputError("--gpu-types compares verified recommendations: drop --no-recommend")
     return out
 
 
@@ -300,6 +303,10 @@ def register(app: typer.Typer) -> None:
         try:
             spec = deployment_spec(deployment, config, flags)
             goal = cli_slo(slo)
+            if layout.asked and study.gpu_types is not None:
+                raise InputError("--gpu-types searches the flag study's GPU type: drop --layouts/--gpus")
+            if spec.gpu is not None and study.gpu_types is not None:
+                raise InputError("--gpu sets one GPU, --gpu-types compares several: give one of them")
             if layout.asked:
                 _layouts(layouts_request(trace, spec, goal, source, layout, study.verify_seeds), out, as_json)
                 return
