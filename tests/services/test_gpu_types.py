@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -91,11 +92,12 @@ def test_the_rule_prefers_the_slo_then_the_lower_hourly_price() -> None:
     assert choose([row("a", 2, False), row("b", 1, False)], False) == "b"
 
 
-def test_cli_human_and_json() -> None:
+def test_cli_human_json_and_report(tmp_path: Path) -> None:
     args = [*ARGS, "--gpu-types", "h100,l40s", "--gpu-price", "l40s=0.9"]
-    res = CliRunner().invoke(app, [*args, "--json"])
+    saved = tmp_path / "g.json"
+    res = CliRunner().invoke(app, [*args, "--json", "--out", str(saved)])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)
+    doc = json.loads(saved.read_text())
     ans = GpuTypesAnswer.model_validate(doc["gpu_types"])
     plan = doc["recommendation"]["deploy"]
     assert doc["kind"] == "tune" and plan["gpu"] == ans.cheapest
@@ -108,6 +110,10 @@ def test_cli_human_and_json() -> None:
     assert f"cheapest GPU type: {ans.cheapest}" in out and "/hour" in out
     assert "per 1M output tokens" in out and "GPU-hours a day" in out
     assert "l40s: given" in out and "vllm serve" in out
+    rep = CliRunner().invoke(app, ["report", str(saved), "--out", str(tmp_path / "r"), "--format", "md"])
+    assert rep.exit_code == 0, rep.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "The cheapest deployment across GPU types" in md and f"cheapest GPU type: {ans.cheapest}" in md
 
 
 def test_plain_tune_prices_at_the_gpu_list_price() -> None:

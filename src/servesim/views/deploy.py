@@ -64,7 +64,7 @@ def price_origin(p: DeployPlan) -> str:
     src = p.price_source
     if src is None or src == "given":
         return "given"
-    return f"list price: {src}; override with --gpu-hour-usd or --gpu-price"
+    return f"list price: {src}; override with --gpu-price"
 
 
 def cost_text(p: DeployPlan) -> str:
