@@ -76,3 +76,9 @@ def test_cli_refuses_bad_prices_in_one_line(flags: list[str], words: str) -> Non
     res = CliRunner().invoke(app, ["tune", "poisson_5_rps", "-n", "50", "--storage", "memory", *flags])
     assert res.exit_code == 2, res.output
     assert words in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_perf_gpus_lists_the_list_prices() -> None:
+    res = CliRunner().invoke(app, ["perf", "gpus"])
+    assert res.exit_code == 0, res.output
+    assert "$/GPU-hour" in res.output and f"{load_prices().price('h100').usd_per_gpu_hour:g}" in res.output
