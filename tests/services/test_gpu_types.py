@@ -123,3 +123,20 @@ def test_plain_tune_prices_at_the_gpu_list_price() -> None:
     h100 = load_prices().price("h100")
     assert plan["usd_per_gpu_hour"] == h100.usd_per_gpu_hour and plan["gpu"] == "h100"
     assert h100.source in plan["price_source"] and plan["usd_per_hour"] > 0
+
+
+def test_a_baseline_that_cannot_run_is_not_compared_with() -> None:
+    # vllm serve's TP 1 cannot hold mistral-nemo-12b on an L4: the recommendation is a TP 2 one
+    space = ["tensor_parallel_size=1,2", "max_num_seqs=64", "max_num_batched_tokens=2048", "replicas=1"]
+    args = [
+        "tune", "poisson_5_rps", "-n", "150", "--target-rate", "5", "--model", "mistral-nemo-12b",
+        "--gpu", "l4", "--slo", "ttft_p99_ms=2000,tpot_p99_ms=200", "--trials", "3",
+        "--trial-seeds", "1", "--verify-seeds", "1", "--storage", "memory", "--executor", "local",
+        *[x for s in space for x in ("--space", s)], "--json",
+    ]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout)["recommendation"]
+    assert rec["deployment"]["tensor_parallel_size"] == 2 and rec["deploy"]["gpu"] == "l4"
+    plan = rec["deploy"]
+    assert plan["usd_per_hour"] == pytest.approx(plan["gpus"] * load_prices().price("l4").usd_per_gpu_hour)

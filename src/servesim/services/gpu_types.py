@@ -100,9 +100,10 @@ def price_of(request: TuneRequest, gpu: str | None) -> tuple[float | None, str |
     return p.usd_per_gpu_hour, GIVEN if p.source == GIVEN else f"{p.source}, {p.as_of}"
 
 
-def memory_fit(request: TuneRequest, hardware: Hardware, max_model_len: int) -> str | None:
-    """None when one replica of vllm serve's defaults fits ``hardware`` at some TP of the space (at
-    its highest memory share, within ``max_gpus``); else the reason at the largest TP tried."""
+def memory_fit(request: TuneRequest, hardware: Hardware, max_model_len: int) -> tuple[list[int], str]:
+    """The TP degrees of the space (within ``max_gpus``) at which one replica of vllm serve's
+    defaults fits ``hardware`` (at the space's highest memory share), and, when none does, the
+    reason at the largest TP tried."""
     from servesim.spec import engine_values
     from servesim.tuning import Deployment, resolve_deployment
     from servesim.tuning.selection import knob_choices
@@ -114,7 +115,7 @@ def memory_fit(request: TuneRequest, hardware: Hardware, max_model_len: int) -> 
     utils = [float(u) for u in knob_choices(space, "gpu_memory_utilization")]
     spec = request.deployment.model_copy(update={"gpu": hardware.base.gpu})
     config, _ = engine_values(spec, max_model_len)
-    reason = "no TP to try"
+    reason, fits = "no TP to try", []
     for tp in tps:
         d = Deployment.from_engine_config(
             config, max_model_len=max_model_len, tensor_parallel_size=tp, gpu_memory_utilization=max(utils)
@@ -124,8 +125,13 @@ def memory_fit(request: TuneRequest, hardware: Hardware, max_model_len: int) -> 
         except ValueError as exc:
             reason = f"TP {tp}: {describe(exc)}"
             continue
-        return None
-    return f"does not fit ({', '.join(map(str, tps))} GPU(s) per replica tried): {reason}"
+        fits.append(tp)
+    why = "" if fits else f"does not fit ({', '.join(map(str, tps))} GPU(s) per replica tried): {reason}"
+    return fits, why
+
+
+def _tps(tps: list[int]) -> str:
+    return ", ".join(map(str, tps))
 
 
 def _row(request: TuneRequest, gpu: str, answer: TuneAnswer | None, reason: str | None) -> GpuTypeRow:
@@ -234,14 +240,14 @@ def compare_gpu_types(request: TuneRequest, *, progress: Progress | None = None)
         except ValueError as exc:  # the model or the configuration is refused on this GPU
             rows.append(_row(request, gpu, None, describe(exc)))
             continue
-        misfit = memory_fit(one, prepared.hardware, prepared.max_model_len)
-        if misfit is not None:
+        fits, misfit = memory_fit(one, prepared.hardware, prepared.max_model_len)
+        if not fits:
             rows.append(_row(request, gpu, None, misfit))
             continue
         try:
             answer = prepared.run(progress=progress)
         except InputError as exc:  # every trial refused (e.g. no TP of the space fits its KV)
-            rows.append(_row(request, gpu, None, describe(exc)))
+            rows.append(_row(request, gpu, None, f"{describe(exc)} (one replica fits at TP {_tps(fits)})"))
             continue
         answers[gpu] = answer
         rows.append(_row(request, gpu, answer, None))

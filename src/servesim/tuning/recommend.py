@@ -244,7 +244,11 @@ def _first_verified(
     elif index > 0:
         pick.notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
     if baseline is not None:
-        pick.b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
+        try:
+            pick.b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
+        except ValueError as exc:  # the baseline cannot run here (e.g. TP 1 cannot hold the weights)
+            pick.notes.append(f"the baseline cannot run on this hardware, nothing is compared with it: {exc}")
+            return pick
         pick.base_sum = RunSummary.of(baseline, pick.b_runs, slo)
         cand_sum = RunSummary.of(d, runs, slo)
         if baseline == d or not beats(cand_sum, pick.base_sum):
@@ -258,9 +262,10 @@ def _selected(sel: Selection, pool: Pool, slo: PercentileSLO | None) -> _Pick | 
     if sel.chosen is None:
         return None
     d, runs = pool.deployments[sel.chosen], pool.runs[sel.chosen]
-    b_runs = pool.runs["baseline"]
+    # no runs: the baseline cannot run here (e.g. vllm serve's TP 1 cannot hold the weights)
+    b_runs = pool.runs.get("baseline", [])
     pick = _Pick(d, runs, "keep" if sel.keep else "change", selection=sel, b_runs=b_runs)
-    pick.base_sum = RunSummary.of(pool.baseline, b_runs, slo)
+    pick.base_sum = RunSummary.of(pool.baseline, b_runs, slo) if b_runs else None
     if sel.keep:  # the evidence: the best other candidate, else the search's first trial
         other = sel.best if sel.best not in (None, "baseline") else "trial 1"
         if other in pool.runs and len(pool.runs[other]) == len(b_runs):
