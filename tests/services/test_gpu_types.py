@@ -28,7 +28,9 @@ ARGS = [
 ]  # fmt: skip
 
 
-def _request(model: str, gpus: list[str], prices: dict[str, float] | None = None) -> TuneRequest:
+def _request(
+    model: str, gpus: list[str], prices: dict[str, float] | None = None, space: list[str] = SPACE
+) -> TuneRequest:
     return TuneRequest(
         trace=TraceInput(source="poisson_5_rps", num_requests=150),
         deployment=DeploymentSpec(model=model),
@@ -37,7 +39,7 @@ def _request(model: str, gpus: list[str], prices: dict[str, float] | None = None
         trials=2,
         trial_seeds=1,
         verify_seeds=1,
-        space=parse_space(SPACE, SearchSpace()),
+        space=parse_space(space, SearchSpace()),
         gpu_prices=prices or {},
         gpu_types=gpus,
         storage=None,
@@ -78,6 +80,16 @@ def test_a_gpu_that_cannot_hold_the_model_is_infeasible_with_the_reason() -> Non
     assert "does not fit" in rows["l4"].reason and "TP 1" in rows["l4"].reason
     assert rows["l40s"].feasible and res.answer.cheapest in ("l40s", None)
     assert "l4" not in res.answers  # no trial ran on it
+
+
+def test_a_gpu_that_needs_tp_gets_a_baseline_that_fits() -> None:
+    # TP 1 cannot hold mistral-nemo-12b on an L4, TP 2 can: vllm serve's defaults at TP 2 are the
+    # baseline, and the type is compared like any other
+    space = [*SPACE[:-1], "tensor_parallel_size=1,2"]
+    res = compare_gpu_types(_request("mistral-nemo-12b", ["l4"], space=space))
+    (row,) = res.answer.rows
+    assert row.feasible and row.tensor_parallel_size == 2, row
+    assert res.answers["l4"].request.deployment.tp == 2
 
 
 def test_the_rule_prefers_the_slo_then_the_lower_hourly_price() -> None:

@@ -2,7 +2,8 @@
 
 The GPU type is a categorical dimension searched by type: each type gets the request's own study
 (``services.tune``: the vLLM flags, TP and replicas, so the GPU count too, with vllm serve's
-defaults *for that GPU* as the baseline the fewest-changes rule counts from), its step-time model
+defaults *for that GPU* as the baseline the fewest-changes rule counts from, at the fewest GPUs
+per replica that hold the model when TP 1 does not and no ``--tp`` is given), its step-time model
 and KV sizing built for that GPU (``tuning.hardware.PerfHardware``), and its recommendation
 re-verified on fresh seeds and priced at that GPU's $/GPU-hour (``perf.prices``: the shipped list
 price, or the user's). Before any trial, the memory fit: the model's weights and a
@@ -100,10 +101,12 @@ def price_of(request: TuneRequest, gpu: str | None) -> tuple[float | None, str |
     return p.usd_per_gpu_hour, GIVEN if p.source == GIVEN else f"{p.source}, {p.as_of}"
 
 
-def memory_fit(request: TuneRequest, hardware: Hardware, max_model_len: int) -> tuple[list[int], str]:
+def memory_fit(
+    request: TuneRequest, hardware: Hardware, max_model_len: int, util: float | None = None
+) -> tuple[list[int], str]:
     """The TP degrees of the space (within ``max_gpus``) at which one replica of vllm serve's
-    defaults fits ``hardware`` (at the space's highest memory share), and, when none does, the
-    reason at the largest TP tried."""
+    defaults fits ``hardware`` (at memory share ``util``, default the space's highest), and, when
+    none does, the reason at the largest TP tried."""
     from servesim.spec import engine_values
     from servesim.tuning import Deployment, resolve_deployment
     from servesim.tuning.selection import knob_choices
@@ -118,7 +121,10 @@ def memory_fit(request: TuneRequest, hardware: Hardware, max_model_len: int) -> 
     reason, fits = "no TP to try", []
     for tp in tps:
         d = Deployment.from_engine_config(
-            config, max_model_len=max_model_len, tensor_parallel_size=tp, gpu_memory_utilization=max(utils)
+            config,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=util if util is not None else max(utils),
         )
         try:
             resolve_deployment(d, hardware)
@@ -244,6 +250,12 @@ def compare_gpu_types(request: TuneRequest, *, progress: Progress | None = None)
         if not fits:
             rows.append(_row(request, gpu, None, misfit))
             continue
+        if request.deployment.tp is None:  # vllm serve's defaults at the fewest GPUs that hold them
+            hw = prepared.hardware
+            at = memory_fit(one, hw, prepared.max_model_len, hw.default_gpu_memory_utilization)[0]
+            if at and at[0] != hw.default_tensor_parallel_size:
+                one = one.model_copy(update={"deployment": one.deployment.model_copy(update={"tp": at[0]})})
+                prepared = prepare(one)
         try:
             answer = prepared.run(progress=progress)
         except InputError as exc:  # every trial refused (e.g. no TP of the space fits its KV)
