@@ -45,8 +45,7 @@ def gpus_table(cat: Catalog) -> FitTable:
     )
     for col in ("name", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link GB/s (1 dir)"):
         t.add_column(col)
-    for col in ("$/GPU-hour",):
-        t.add_column(col)
+    t.add_column("$/GPU-hour")
     for n, g in sorted(cat.gpus.items()):
         price = prices.get(n)
         t.add_row(
