@@ -145,6 +145,9 @@ class StudyFlags:
     recommend: bool
     out_dir: Path | None
     gpu_hour_usd: float | None
+    gpu_types: str | None
+    gpu_price: str | None
+    gpu_prices: Path | None
     router: RouterPolicy
 
 
@@ -205,8 +208,25 @@ _STUDY: dict[str, tuple[Any, Any]] = {
         typer.Option(
             None,
             min=0.0,
-            help="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only).",
+            help="$ per GPU-hour of the plan's $ an hour, a day and per 1M tokens (default: the GPU's list "
+            "price, servesim.perf.prices).",
         ),
+    ),
+    "gpu_types": (
+        str | None,
+        typer.Option(
+            None,
+            help="Compare GPU types, e.g. h100,h200,l40s: one study each (memory fit checked first), the "
+            "cheapest meeting the SLO recommended.",
+        ),
+    ),
+    "gpu_price": (
+        str | None,
+        typer.Option(None, help="$ per GPU-hour over the list prices, e.g. h100=2.5,l40s=0.9."),
+    ),
+    "gpu_prices": (
+        Path | None,
+        typer.Option(None, help="YAML file of $ per GPU-hour by GPU (gpu: price), over the list prices."),
     ),
     "router": option("router", DeploymentSpec.model_fields["router"], keep_default=True),
 }

@@ -35,10 +35,19 @@ def models_table(cat: Catalog) -> FitTable:
 
 
 def gpus_table(cat: Catalog) -> FitTable:
-    t = FitTable(title="GPUs")
+    from servesim.perf.prices import load_prices
+
+    prices = load_prices(catalog=cat)
+    month = max((p.as_of or "" for p in prices.rows()), default="")
+    t = FitTable(
+        title="GPUs ($/GPU-hour: on-demand list prices, sourced and dated in servesim/data/perf/"
+        f"gpu_prices.yaml, {month}; tune --gpu-price overrides)"
+    )
     for col in ("name", "memory GiB", "HBM TB/s", "BF16 TFLOP/s", "FP8 TFLOP/s", "link GB/s (1 dir)"):
         t.add_column(col)
+    t.add_column("$/GPU-hour")
     for n, g in sorted(cat.gpus.items()):
+        price = prices.get(n)
         t.add_row(
             n,
             f"{g.memory_bytes / GiB:.1f}",
@@ -46,6 +55,7 @@ def gpus_table(cat: Catalog) -> FitTable:
             f"{g.bf16_flops / 1e12:.0f}",
             f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-",
             f"{g.interconnect_bandwidth / 1e9:.0f} {g.interconnect}",
+            f"{price.usd_per_gpu_hour:g}" if price is not None else "-",
         )
     return t
 

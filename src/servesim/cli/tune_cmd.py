@@ -108,11 +108,29 @@ def tune_request(
         max_gpus=study.max_gpus,
         space=read_space(study.space, study.space_file),
         gpu_hour_usd=study.gpu_hour_usd,
+        gpu_prices=gpu_prices(study),
+        gpu_types=[g.strip() for g in (study.gpu_types or "").split(",") if g.strip()],
         recommend=study.recommend,
         storage=storage_url(study.storage),
         study_name=study.study_name,
         execution=run,
     )
+
+
+def gpu_prices(study: StudyFlags) -> dict[str, float]:
+    """``--gpu-prices FILE`` then ``--gpu-price`` pairs over it (each checked, naming its flag)."""
+    from servesim.perf.prices import load_prices, parse_price_overrides, read_price_file
+
+    given = read_price_file(study.gpu_prices) if study.gpu_prices is not None else {}
+    flagged = parse_price_overrides(study.gpu_price)
+    load_prices().with_overrides(given, "--gpu-prices").with_overrides(flagged)  # unknown GPUs, named
+    out = {**given, **flagged}
+    if study.gpu_types is not None:
+        if not study.gpu_types.strip():
+            raise InputError("--gpu-types: name at least one GPU, e.g. --gpu-types h100,l40s")
+        if not study.recommend:
+            raise InputError("--gpu-types compares verified recommendations: drop --no-recommend")
+    return out
 
 
 def _int_list(text: str | None, flag: str) -> list[int]:
@@ -199,6 +217,41 @@ def _tune(request: TuneRequest, out_dir: Path | None, out: Path | None, as_json:
     _report(answer, out_dir, out, as_json)
 
 
+def _gpu_types(request: TuneRequest, out_dir: Path | None, out: Path | None, as_json: bool) -> None:
+    """One study per GPU type, the comparison, then the chosen type's answer as ``_report`` gives it."""
+    from rich.console import Console
+
+    from servesim.cli.render import print_section
+    from servesim.report.capacity import gpu_types_document
+    from servesim.services.gpu_types import compare_gpu_types
+    from servesim.views.gpu_types import gpu_types_view
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with progress_sink(not as_json) as sink:
+        result = compare_gpu_types(request, progress=sink)
+    if not as_json:
+        print_section(gpu_types_view(result.answer))
+    shown = result.chosen or next(iter(result.answers.values()), None)
+    if shown is None:
+        gpu_types_document(result)  # no type can run: refused with each type's reason
+    rec = shown.recommendation if shown is not None else None
+    files = write_outbox(rec, out_dir) if (rec is not None and out_dir is not None) else []
+    if emit(gpu_types_document(result), as_json=as_json, out=out):
+        return
+    if shown is None:
+        return
+    typer.echo(
+        f"\nthe {'chosen' if result.chosen else 'first'} GPU type's study ({shown.hardware.base.gpu}):"
+    )
+    files += [out] if out is not None else []
+    print_header(shown.hardware, shown.request.deployment)
+    print_tune(shown.study)
+    if rec is not None:
+        print_recommendation(rec)
+    for f in files:
+        Console().print(f"written for review: {f}")
+
+
 def _report(answer: TuneAnswer, out_dir: Path | None, out: Path | None, as_json: bool) -> None:
     from rich.console import Console
 
@@ -250,11 +303,17 @@ def register(app: typer.Typer) -> None:
         try:
             spec = deployment_spec(deployment, config, flags)
             goal = cli_slo(slo)
+            if layout.asked and study.gpu_types is not None:
+                raise InputError("--gpu-types searches the flag study's GPU type: drop --layouts/--gpus")
+            if spec.gpu is not None and study.gpu_types is not None:
+                raise InputError("--gpu sets one GPU, --gpu-types compares several: give one of them")
             if layout.asked:
                 _layouts(layouts_request(trace, spec, goal, source, layout, study.verify_seeds), out, as_json)
                 return
-            _tune(
-                tune_request(trace, spec, goal, target_rate, source, run, study), study.out_dir, out, as_json
-            )
+            request = tune_request(trace, spec, goal, target_rate, source, run, study)
+            if request.gpu_types:
+                _gpu_types(request, study.out_dir, out, as_json)
+                return
+            _tune(request, study.out_dir, out, as_json)
         except ERRORS as exc:
             failed(exc)

@@ -225,6 +225,11 @@ def _tune(doc: Document) -> ReportPart:
 
     study = TuneResult.model_validate(doc.data["study"])
     trials = [trials_view(study)]
+    if doc.data.get("gpu_types") is not None:  # tune --gpu-types: the types compared, first
+        from servesim.services.gpu_types import GpuTypesAnswer
+        from servesim.views.gpu_types import gpu_types_view
+
+        trials.insert(0, gpu_types_view(GpuTypesAnswer.model_validate(doc.data["gpu_types"])))
     rec = doc.data.get("recommendation")
     if rec is None:
         return ReportPart(kind=doc.kind, source=doc.name, title="tuning study", sections=trials)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from servesim.errors import InputError
 from servesim.report.documents import stamped
 
 if TYPE_CHECKING:
     from servesim.services.capacity import SaturateAnswer
+    from servesim.services.gpu_types import GpuTypesResult
     from servesim.services.layouts import LayoutsAnswer
     from servesim.services.tune import TuneAnswer
     from servesim.traces.schema import TraceProvenance
@@ -37,9 +39,21 @@ def tune_document(answer: TuneAnswer) -> dict[str, Any]:
     return stamped("tune", doc)
 
 
+def gpu_types_document(result: GpuTypesResult) -> dict[str, Any]:
+    """``tune --gpu-types``: the ``tune`` document of the chosen type (else of the first type that
+    ran) with ``gpu_types``, the comparison (``services.gpu_types.GpuTypesAnswer``), beside it."""
+    shown = result.chosen or next(iter(result.answers.values()), None)
+    if shown is None:
+        raise InputError(
+            "no GPU type can run this model: " + "; ".join(f"{r.gpu}: {r.reason}" for r in result.answer.rows)
+        )
+    doc = tune_document(shown)
+    return {**doc, "gpu_types": result.answer.model_dump(mode="json")}
+
+
 def layouts_document(answer: LayoutsAnswer) -> dict[str, Any]:
     """The ``layouts`` document: ``{layouts}``, the comparison's answer."""
     return stamped("layouts", {"layouts": answer.answer.model_dump(mode="json")})
 
 
-__all__ = ["layouts_document", "saturate_document", "tune_document"]
+__all__ = ["gpu_types_document", "layouts_document", "saturate_document", "tune_document"]

@@ -75,7 +75,20 @@ class TuneRequest(BaseModel):
     verify_seeds: int = Field(3, ge=1, le=20, description="Fresh seeds re-verifying the recommendation.")
     max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP at most this.")
     space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
-    gpu_hour_usd: float | None = Field(None, ge=0, allow_inf_nan=False, description="$ per GPU-hour.")
+    gpu_hour_usd: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="$ per GPU-hour (None: the GPU's price in servesim.perf.prices, gpu_prices over it).",
+    )
+    gpu_prices: dict[str, float] = Field(
+        default_factory=dict, description="$ per GPU-hour by GPU, over the shipped list prices."
+    )
+    gpu_types: list[str] = Field(
+        default_factory=list,
+        description="GPU types to compare (services.gpu_types: one study each, the cheapest meeting the "
+        "SLO); empty: the deployment's GPU alone.",
+    )
     recommend: bool = Field(True, description="Verify and explain the best trial (false: trials only).")
     storage: str | None = Field(None, description="Optuna RDB URL (None: in memory).")
     study_name: str | None = Field(None, description="Study name (default: derived from the settings).")
@@ -140,6 +153,7 @@ class PreparedTune:
     ) -> SchedulerRecommendation:
         """The shortlist (or the nearest miss) re-verified on fresh seeds against the baseline,
         with capacity added when nothing meets the SLO, priced at the request's GPU-hour."""
+        from servesim.services.gpu_types import price_of
         from servesim.tuning import Deployment, recommend
         from servesim.tuning.workload import fresh_seeds
 
@@ -155,6 +169,7 @@ class PreparedTune:
             if base is not None
             else self.current
         )
+        usd, source = price_of(self.request, self.hardware.base.gpu)
         return recommend(
             self.workload,
             self.hardware,
@@ -175,7 +190,8 @@ class PreparedTune:
             progress=counter(progress, "verifying"),
             baseline=baseline,
             add_capacity=True,
-            usd_per_gpu_hour=self.request.gpu_hour_usd,
+            usd_per_gpu_hour=usd,
+            price_source=source,
             space=self.space,  # each searched value alone joins the fewest-changes pool
             max_gpus=self.settings.max_gpus,
         )
@@ -235,8 +251,14 @@ def prepare(request: TuneRequest) -> PreparedTune:
     from servesim.tuning.deployment import check_speculative_draft
     from servesim.tuning.search import derived_study_name
 
+    if request.gpu_types:
+        raise InputError("a request with gpu_types is answered by services.gpu_types.compare_gpu_types")
     spec = request.deployment
     hardware = checked_hardware(spec)
+    if request.gpu_prices:
+        from servesim.perf.prices import load_prices
+
+        load_prices(request.gpu_prices)  # an unknown GPU or a bad price, before any work
     engine_values(spec)  # the configuration's keys by vLLM's own rules, before any work
     fixed, space = _fixed(spec, request.space)
     # a speculating recommendation must name a drafter vLLM can load: refused before any trial

@@ -4,9 +4,10 @@
 ``vllm serve`` line per replica (``Deployment.replica_commands``), the router that spreads the
 requests, the gateway queue timeout (not a vLLM flag), where ``--max-model-len`` came from (flagged
 when it is the trace's own longest request + 1: a longer request would be refused), the GPU-hours
-a day and, at a $/GPU-hour the user gives (never a built-in price), the $ a day and per 1M tokens
-at the predicted throughput, and the headroom to the SLO knee (the highest rate where the SLO still
-holds) next to the headroom to queue instability. Numbers only: ``views.tuning`` words them.
+a day and, at a $/GPU-hour (the user's, else the GPU's list price from ``servesim.perf.prices``,
+its source stated), the $ an hour, a day and per 1M tokens at the predicted throughput, and the
+headroom to the SLO knee (the highest rate where the SLO still holds) next to the headroom to
+queue instability. Numbers only: ``views.tuning`` words them.
 
 ``kubernetes_manifest`` (``recommendation_manifest`` of a recommendation) writes the same answer as
 a Kubernetes Deployment per replica set and a Service, the args those of the ``vllm serve`` line.
@@ -56,7 +57,15 @@ class DeployPlan(BaseModel):
     )
     longest_request_tokens: int = Field(description="The trace's longest prompt + output.")
     gpu_hours_per_day: float = Field(description="gpus x 24.")
-    usd_per_gpu_hour: float | None = Field(description="The price given (None: no price, no $ figures).")
+    gpu: str | None = Field(None, description="The GPU type (catalog name; None: no GPU modelled).")
+    usd_per_gpu_hour: float | None = Field(description="The price used (None: no price, no $ figures).")
+    price_source: str | None = Field(
+        None, description="Where usd_per_gpu_hour comes from: 'given', or the list price's source and month."
+    )
+    usd_per_hour: float | None = Field(
+        None,
+        description="gpus x usd_per_gpu_hour (+ the CPU KV tier's host memory): the deployment's $/hour.",
+    )
     host_memory_gib: float = Field(
         0.0, description="Host memory of the CPU KV tiers: replicas x --kv-offloading-size (0: no tier)."
     )
@@ -90,13 +99,16 @@ def deploy_plan(
     unstable_rps: float | None,
     headroom: float | None,
     usd_per_gpu_hour: float | None,
+    gpu: str | None = None,
+    price_source: str | None = None,
 ) -> DeployPlan:
     """The plan of ``d`` at ``rate``; $ figures only with a price (the CPU tier's host memory at
     the stated per-GiB assumption added to the GPUs' price)."""
     host_gib = d.replicas * (d.kv_offloading_size or 0.0)
     host_price = HOST_MEMORY_USD_PER_GIB_HOUR if host_gib and usd_per_gpu_hour is not None else None
     host_usd_h = host_gib * host_price if host_price is not None else 0.0
-    usd = None if usd_per_gpu_hour is None else (d.gpus * usd_per_gpu_hour + host_usd_h) * 24
+    usd_h = None if usd_per_gpu_hour is None else d.gpus * usd_per_gpu_hour + host_usd_h
+    usd = None if usd_h is None else usd_h * 24
     out_m = tot_m = None
     if usd_per_gpu_hour is not None:
         out_m = usd_per_million(d.gpus, usd_per_gpu_hour, output_tokens_per_s, host_usd_h)
@@ -112,7 +124,10 @@ def deploy_plan(
         max_model_len_source="trace_max" if d.max_model_len == longest_request_tokens + 1 else "given",
         longest_request_tokens=longest_request_tokens,
         gpu_hours_per_day=d.gpus * 24.0,
+        gpu=gpu,
         usd_per_gpu_hour=usd_per_gpu_hour,
+        price_source=price_source if usd_per_gpu_hour is not None else None,
+        usd_per_hour=usd_h,
         host_memory_gib=host_gib,
         usd_per_host_gib_hour=host_price,
         usd_per_day=usd,

@@ -244,7 +244,11 @@ def _first_verified(
     elif index > 0:
         pick.notes.append(f"the {index} better-ranked candidate(s) failed re-verification on fresh seeds")
     if baseline is not None:
-        pick.b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
+        try:
+            pick.b_runs = runs if baseline == d else verify(ex, baseline, rate, seeds)
+        except ValueError as exc:  # the baseline cannot run here (e.g. TP 1 cannot hold the weights)
+            pick.notes.append(f"the baseline cannot run on this hardware, nothing is compared with it: {exc}")
+            return pick
         pick.base_sum = RunSummary.of(baseline, pick.b_runs, slo)
         cand_sum = RunSummary.of(d, runs, slo)
         if baseline == d or not beats(cand_sum, pick.base_sum):
@@ -258,9 +262,10 @@ def _selected(sel: Selection, pool: Pool, slo: PercentileSLO | None) -> _Pick | 
     if sel.chosen is None:
         return None
     d, runs = pool.deployments[sel.chosen], pool.runs[sel.chosen]
-    b_runs = pool.runs["baseline"]
+    # no runs: the baseline cannot run here (e.g. vllm serve's TP 1 cannot hold the weights)
+    b_runs = pool.runs.get("baseline", [])
     pick = _Pick(d, runs, "keep" if sel.keep else "change", selection=sel, b_runs=b_runs)
-    pick.base_sum = RunSummary.of(pool.baseline, b_runs, slo)
+    pick.base_sum = RunSummary.of(pool.baseline, b_runs, slo) if b_runs else None
     if sel.keep:  # the evidence: the best other candidate, else the search's first trial
         other = sel.best if sel.best not in (None, "baseline") else "trial 1"
         if other in pool.runs and len(pool.runs[other]) == len(b_runs):
@@ -350,6 +355,7 @@ def recommend(
     add_capacity: bool = False,
     max_replicas: int = 64,
     usd_per_gpu_hour: float | None = None,
+    price_source: str | None = None,
     fewest_changes: bool = True,
     space: SearchSpace | None = None,
     max_gpus: int | None = None,
@@ -365,7 +371,7 @@ def recommend(
     ``max_replicas``): verdict *add_capacity*. Each setting the answer changes is re-simulated
     alone on the baseline (``changes``). ``space`` (the searched space): each value of each knob
     alone on the baseline joins the pool; ``max_gpus``: the budget of the pool's changes.
-    ``usd_per_gpu_hour`` prices the plan."""
+    ``usd_per_gpu_hour`` prices the plan (``price_source``: where that price comes from)."""
     if not candidates and baseline is None:
         raise InputError("no candidate deployment to recommend (no feasible trial?)")
     candidates = list(candidates) or [baseline]  # type: ignore[list-item]
@@ -418,7 +424,8 @@ def recommend(
         source or {},
         [*res.notes, *pick.notes],
     )
-    return _finish(rec, pick, workload, changes, rate, usd_per_gpu_hour, slo)
+    price = (usd_per_gpu_hour, price_source, hardware.base.gpu)
+    return _finish(rec, pick, workload, changes, rate, price, slo)
 
 
 def _finish(
@@ -427,7 +434,7 @@ def _finish(
     workload: Workload,
     changes: list[FlagChange],
     rate: float,
-    usd_per_gpu_hour: float | None,
+    price: tuple[float | None, str | None, str | None],
     slo: PercentileSLO | None,
 ) -> SchedulerRecommendation:
     """The deploy plan, the comparisons as reasons and the choice's fields."""
@@ -446,7 +453,9 @@ def _finish(
         knee_headroom=rec.knee_headroom,
         unstable_rps=rec.saturation_rps,
         headroom=rec.headroom,
-        usd_per_gpu_hour=usd_per_gpu_hour,
+        usd_per_gpu_hour=price[0],
+        price_source=price[1],
+        gpu=price[2],
     )
     reasons = list(rec.reasons)
     mine = RunSummary.of(d, runs, slo)

@@ -59,8 +59,17 @@ def max_model_len_text(p: DeployPlan) -> str:
     )
 
 
+def price_origin(p: DeployPlan) -> str:
+    """Where the plan's $/GPU-hour comes from, in words."""
+    src = p.price_source
+    if src is None or src == "given":
+        return "given"
+    return f"list price: {src}; override with --gpu-price"
+
+
 def cost_text(p: DeployPlan) -> str:
-    text = f"{p.gpus} GPU(s): {p.gpu_hours_per_day:,.0f} GPU-hours a day"
+    gpu = f" {p.gpu}" if p.gpu else ""
+    text = f"{p.gpus}{gpu} GPU(s): {p.gpu_hours_per_day:,.0f} GPU-hours a day"
     if p.host_memory_gib:
         text += f", plus {p.host_memory_gib:g} GiB of host memory for the CPU KV tier(s)"
     if p.usd_per_gpu_hour is None:
@@ -69,9 +78,10 @@ def cost_text(p: DeployPlan) -> str:
         text += f" (at ${p.usd_per_host_gib_hour:g}/GiB-hour, servesim's host memory assumption)"
     per_m = "n/a" if p.usd_per_1m_tokens is None else f"${p.usd_per_1m_tokens:,.3g}"
     per_out = "n/a" if p.usd_per_1m_output_tokens is None else f"${p.usd_per_1m_output_tokens:,.3g}"
+    hour = f" (${p.usd_per_hour:,.2f} an hour)" if p.usd_per_hour is not None else ""
     return (
-        f"{text}, ${p.usd_per_day:,.2f} a day at ${p.usd_per_gpu_hour:g}/GPU-hour; {per_m} per 1M tokens "
-        f"(prompt + output), {per_out} per 1M output tokens at the predicted throughput"
+        f"{text}, ${p.usd_per_day:,.2f} a day{hour} at ${p.usd_per_gpu_hour:g}/GPU-hour ({price_origin(p)}); "
+        f"{per_m} per 1M tokens (prompt + output), {per_out} per 1M output tokens at the predicted throughput"
     )
 
 
