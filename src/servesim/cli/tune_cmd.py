@@ -51,10 +51,9 @@ from servesim.cli.trace_input import say_drops
 from servesim.errors import InputError
 from servesim.paths import data_dir
 from servesim.services.capacity import Execution
+from servesim.services.deployment import DeploymentSpec, PercentileSLO
 from servesim.services.layouts import LAYOUT_KINDS, LayoutKind, LayoutsRequest
-from servesim.services.tune import TuneAnswer, TuneRequest
-from servesim.spec import DeploymentSpec, PercentileSLO
-from servesim.tuning import SearchSpace, parse_space, space_from_mapping
+from servesim.services.tune import SearchSpace, TuneAnswer, TuneRequest, parse_space, space_from_mapping
 
 DEFAULT_STUDY_FILE = "servesim-tune.db"
 

@@ -15,11 +15,16 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.engine import SLO, EngineConfig, SimulationReport, SimulationResult, SimulationSummary
+from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.records import RECORD_FORMATS, document_chunks, format_for, write_records
+from servesim.engine.results import rescore, tokens_per_verifying_step
+from servesim.engine.simulate import describe_model
+from servesim.engine.speculative import ACCEPTANCE_PRESETS, MAX_SPEC_TOKENS, SpecMethod, SpeculativeConfig
 from servesim.services.inputs import Progress, TraceInput, counter, dropped_rows_line
 from servesim.spec import DeploymentSpec, PercentileSLO, Rebuild, ResolvedDeployment, resolve_for_trace
 
 if TYPE_CHECKING:
-    from servesim.engine import SLO, SimulationResult
     from servesim.events import Observer
     from servesim.traces import Trace
 
@@ -134,4 +139,27 @@ def simulate(
     return prepare(request).run(progress=progress, observers=observers)
 
 
-__all__ = ["PreparedRun", "SimulateAnswer", "SimulateRequest", "prepare", "simulate"]
+__all__ = [
+    "ACCEPTANCE_PRESETS",
+    "MAX_SPEC_TOKENS",
+    "RECORD_FORMATS",
+    "SLO",
+    "EngineConfig",
+    "OffloadingConnector",
+    "PreparedRun",
+    "SimulateAnswer",
+    "SimulateRequest",
+    "SimulationReport",
+    "SimulationResult",
+    "SimulationSummary",
+    "SpecMethod",
+    "SpeculativeConfig",
+    "describe_model",
+    "document_chunks",
+    "format_for",
+    "prepare",
+    "rescore",
+    "simulate",
+    "tokens_per_verifying_step",
+    "write_records",
+]

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from servesim.engine import SimulationResult, SimulationSummary
 from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
@@ -16,11 +15,10 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
 )
+from servesim.services.deployment import DeploymentSpec, PercentileSLO, ResolvedDeployment
 from servesim.services.inputs import TraceInput
-from servesim.services.run import SimulateRequest, prepare
-from servesim.spec import DeploymentSpec, PercentileSLO, ResolvedDeployment
-from servesim.traces import Trace, load_trace
-from servesim.traces.schema import TraceProvenance
+from servesim.services.run import SimulateRequest, SimulationResult, SimulationSummary, prepare
+from servesim.services.traces import Trace, TraceProvenance, load_trace
 from servesim.web.defaults import setup_notes
 from servesim.web.schemas import SimulateBody
 from servesim.web.work import Env, Report, trace_path
@@ -118,7 +116,7 @@ def save_requests(requests: pd.DataFrame, env: Env) -> None:
     """Per-request records for the CSV download: Parquet (small, typed) streamed in row groups
     by the CLI's writer (``servesim.engine.records``: the ``--json`` fields, plus a cluster's
     ``replica``), which the download turns into CSV a batch at a time."""
-    from servesim.engine.records import write_records
+    from servesim.services.run import write_records
 
     write_records(env["requests_file"], requests, "parquet", extra=True)
 
@@ -128,7 +126,7 @@ def _cluster(body: SimulateBody, env: Env, report: Report) -> dict[str, Any]:
     answered by ``servesim.services.cluster``; its document is the CLI's."""
     from servesim.report.documents import cluster_answer_document
     from servesim.services.cluster import ClusterRequest, prepare_aggregated
-    from servesim.spec import ClusterSpec
+    from servesim.services.deployment import ClusterSpec
 
     spec = ClusterSpec(
         trace=env.get("trace_name") or body.trace_id,
@@ -170,7 +168,7 @@ def _disaggregated(body: SimulateBody, env: Env, report: Report) -> dict[str, An
     CLI's."""
     from servesim.report.documents import cluster_answer_document
     from servesim.services.cluster import ClusterRequest, PreparedDisaggregated, prepare_cluster
-    from servesim.spec import ClusterSpec, DisaggregatedSpec
+    from servesim.services.deployment import ClusterSpec, DisaggregatedSpec
 
     pools = body.pools()
     spec = ClusterSpec(
@@ -226,7 +224,7 @@ def rescore_run(
     whose tiles are the fleet section's). The stored run is not changed."""
     import pyarrow.parquet as pq
 
-    from servesim.engine.results import rescore
+    from servesim.services.run import rescore
     from servesim.views.simulation import summary_view
 
     records = pq.read_table(requests_file).to_pandas()
