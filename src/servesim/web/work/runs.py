@@ -18,7 +18,7 @@ from servesim.events import (
 from servesim.services.deployment import DeploymentSpec, PercentileSLO, ResolvedDeployment
 from servesim.services.inputs import TraceInput
 from servesim.services.run import SimulateRequest, SimulationResult, SimulationSummary, prepare
-from servesim.services.traces import Trace, TraceProvenance, load_trace
+from servesim.services.traces import Trace, TraceProvenance
 from servesim.web.defaults import setup_notes
 from servesim.web.schemas import SimulateBody
 from servesim.web.work import Env, Report, trace_path
@@ -218,30 +218,14 @@ def rescore_run(
     fleet: bool = False,
 ) -> dict[str, Any]:
     """A finished single-replica run judged against another SLO, without re-simulating: its stored
-    per-request records (``save_requests``) and its trace's per-request SLAs through
-    ``servesim.engine.results.rescore`` (the good-request test and goodput of ``simulate`` itself),
-    then the same KPIs, verdicts and tables as the run's page (``fleet``: a cluster run's fleet,
+    per-request records (``save_requests``) and its trace's per-request SLAs re-scored by
+    ``servesim.services.run.rescore_stored`` (the good-request test and goodput of ``simulate``
+    itself), then the same KPIs, verdicts and tables as the run's page (``fleet``: a cluster run's fleet,
     whose tiles are the fleet section's). The stored run is not changed."""
-    import pyarrow.parquet as pq
-
-    from servesim.services.run import rescore
+    from servesim.services.run import rescore_stored
     from servesim.views.simulation import summary_view
 
-    records = pq.read_table(requests_file).to_pandas()
-    sla = load_trace(trace_file).df
-    if len(sla) != len(records):
-        raise InputError(
-            f"the run's trace has {len(sla):,} requests and its records {len(records):,}: "
-            "it is not the trace the run simulated"
-        )
-    stored = SimulationSummary.model_validate(summary)
-    scored = rescore(
-        stored,
-        records,
-        slo.per_request() if slo is not None else None,
-        sla["sla_ttft_ms"].to_numpy(dtype="float64"),
-        sla["sla_e2e_ms"].to_numpy(dtype="float64"),
-    )
+    scored = rescore_stored(summary, requests_file, trace_file, slo)
     view = summary_view(scored, title="simulation")
     return {
         "slo": slo.model_dump(mode="json") if slo is not None else None,
