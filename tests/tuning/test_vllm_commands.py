@@ -141,8 +141,9 @@ ORACLE = check.default_oracle_python()
 @pytest.mark.slow
 @pytest.mark.skipif(
     not ORACLE.exists(),
-    reason=f"no vLLM 0.33 oracle virtualenv at {ORACLE} (bash ../shared/vllm-oracle/setup.sh beside the checkout makes it; "
-    "or set VLLM_ORACLE_PYTHON): vLLM's own parser is not run, the flag-table tests above still are",
+    reason=f"no vLLM 0.33 oracle virtualenv at {ORACLE} (../shared/vllm-oracle/setup.sh beside the "
+    "checkout makes it; or set VLLM_ORACLE_PYTHON): vLLM's own parser is not run, "
+    "the flag-table tests above still are",
 )
 def test_every_emitted_command_passes_vllms_own_parser_and_config_checks(emitted: list) -> None:
     control = _bad([M, "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}'])

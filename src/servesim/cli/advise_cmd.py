@@ -40,8 +40,8 @@ from servesim.services.advice import (
     prepare,
     read_input,
 )
+from servesim.services.deployment import DeploymentSpec
 from servesim.services.inputs import TraceInput
-from servesim.spec import DeploymentSpec
 
 HELPS = {
     "step_time_ms": "Every step takes this long instead of the model's (batching, rescheduling).",

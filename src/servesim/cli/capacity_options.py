@@ -21,11 +21,11 @@ import typer
 from servesim.bounds import MAX_SEED
 from servesim.cli.engine_flags import option, with_options
 from servesim.cli.trace_input import HASH_BLOCK_HELP, STRICT_HELP
-from servesim.cluster.config import RouterPolicy
 from servesim.errors import InputError
 from servesim.services.capacity import Execution
+from servesim.services.cluster import RouterPolicy
+from servesim.services.deployment import DeploymentSpec
 from servesim.services.inputs import TraceInput
-from servesim.spec import DeploymentSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 

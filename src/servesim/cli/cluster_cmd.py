@@ -20,9 +20,8 @@ from servesim.cli.cluster_output import print_cluster
 from servesim.cli.common import cli_slo, request_slo
 from servesim.cli.engine_flags import deployment_flags, engine_flags
 from servesim.cli.pd_output import print_pd
-from servesim.cluster import POLICIES
-from servesim.services.cluster import ClusterRequest, PreparedDisaggregated, prepare_cluster
-from servesim.spec import DeploymentSpec
+from servesim.services.cluster import POLICIES, ClusterRequest, PreparedDisaggregated, prepare_cluster
+from servesim.services.deployment import DeploymentSpec
 
 SloOpt = Annotated[
     str | None,

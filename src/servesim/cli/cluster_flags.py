@@ -21,12 +21,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from servesim.bounds import MAX_POOL_REPLICAS, MAX_REPLICAS
 from servesim.cli.engine_flags import annotated, file_settings, with_options
-from servesim.cluster import POLICIES, FailureEvent, RouterSpec
-from servesim.cluster.compare import ClusterFile, LinkSpec
-from servesim.cluster.pd import DisaggSpec
 from servesim.errors import InputError, describe, shown
-from servesim.spec import ClusterSpec, DeploymentSpec, DisaggregatedSpec, PercentileSLO
-from servesim.spec.cluster import MigrationLink
+from servesim.services.cluster import POLICIES, ClusterFile, DisaggSpec, FailureEvent, LinkSpec, RouterSpec
+from servesim.services.deployment import (
+    ClusterSpec,
+    DeploymentSpec,
+    DisaggregatedSpec,
+    MigrationLink,
+    PercentileSLO,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -82,7 +82,7 @@ def timed_as(step_time_model: dict[str, Any], num_gpu_blocks: int | None = None)
 def cli_slo(text: str | None) -> Any:
     """``--slo`` of every command: ``servesim.spec.parse_slo``, its error worded for the flag
     (the same line whichever command was given it)."""
-    from servesim.spec import parse_slo
+    from servesim.services.deployment import parse_slo
 
     try:
         return parse_slo(text)
@@ -95,7 +95,7 @@ def request_slo(text: str | None) -> Any:
     and wording of every command), as the engine's per-request thresholds (each p99 cap is also
     each request's goodput threshold). ``good=FRACTION`` is a requirement across a sweep or a
     study, so a single run refuses it rather than ignore it."""
-    from servesim.spec import SLOError
+    from servesim.services.deployment import SLOError
 
     goal = cli_slo(text)
     if goal is None:

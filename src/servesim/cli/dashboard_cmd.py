@@ -30,8 +30,8 @@ from servesim.services.cluster import (
     PreparedDisaggregated,
     prepare_cluster,
 )
+from servesim.services.deployment import DeploymentSpec
 from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
-from servesim.spec import DeploymentSpec
 
 if TYPE_CHECKING:
     from servesim.tui.spec import DashboardSpec, PDDashboardSpec
@@ -173,8 +173,7 @@ def dashboard_spec(prepared: Prepared) -> DashboardSpec | PDDashboardSpec:
             rebuild=prepared.rebuild,
             kv_connector=setup.kv_connector if setup.config.kv_offloading_size is not None else None,
         )
-    from servesim.spec import resolve_for_trace
-    from servesim.spec.cluster import runnable_deployment
+    from servesim.services.deployment import resolve_for_trace, runnable_deployment
 
     r = prepared.resolved
     setup = r.setups[0]

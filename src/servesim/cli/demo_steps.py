@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from servesim.actionlog import ActionHandle, AdvisorUsage, record_action
 from servesim.errors import InternalError
 from servesim.io import write_text_atomic
-from servesim.traces import Trace
+from servesim.services.traces import Trace
 
 if TYPE_CHECKING:
     from servesim.services.advice import AdviseAnswer, AdviseRequest
@@ -69,7 +69,7 @@ class DemoRun:
 
 
 def _synthetic(preset: str, n: int, seed: int = SEED) -> Trace:
-    from servesim.traces import generate_trace, preset_spec
+    from servesim.services.traces import generate_trace, preset_spec
 
     return generate_trace(preset_spec(preset).model_copy(update={"num_requests": n, "seed": seed}))
 
@@ -77,7 +77,7 @@ def _synthetic(preset: str, n: int, seed: int = SEED) -> Trace:
 # ---------------------------------------------------------------------------------- steps
 def ingest(run: DemoRun) -> None:
     """Read the real trace and a synthetic one (written to CSV and read back), inspect both."""
-    from servesim.traces import inspect_trace, open_trace, write_trace
+    from servesim.services.traces import inspect_trace, open_trace, write_trace
 
     with record_action("ingest", {"trace": REAL_TRACE}) as h:
         real = open_trace(REAL_TRACE)
@@ -112,9 +112,9 @@ def simulate_real(run: DemoRun) -> None:
     SLOs: ``SIMULATE_COMMAND``'s request, answered by the service ``servesim simulate`` calls
     (``servesim.services.run``), its document the command's own."""
     from servesim.report.documents import simulate_document
+    from servesim.services.deployment import DeploymentSpec, PercentileSLO
     from servesim.services.inputs import TraceInput
     from servesim.services.run import SimulateRequest, prepare
-    from servesim.spec import DeploymentSpec, PercentileSLO
 
     trace: Trace = run.state["real"]
     request = SimulateRequest(
@@ -176,7 +176,7 @@ def _capacity_trace() -> Any:
 def saturate_request() -> Any:
     """``SATURATE_COMMAND``'s request (``servesim.services.capacity.SaturateRequest``)."""
     from servesim.services.capacity import Execution, SaturateRequest
-    from servesim.spec import DeploymentSpec, PercentileSLO
+    from servesim.services.deployment import DeploymentSpec, PercentileSLO
 
     return SaturateRequest(
         trace=_capacity_trace(),
@@ -190,9 +190,8 @@ def saturate_request() -> Any:
 def tune_request() -> Any:
     """``TUNE_COMMAND``'s request (``servesim.services.tune.TuneRequest``): a small Pareto study."""
     from servesim.services.capacity import Execution
-    from servesim.services.tune import TuneRequest
-    from servesim.spec import DeploymentSpec, PercentileSLO
-    from servesim.tuning import parse_space
+    from servesim.services.deployment import DeploymentSpec, PercentileSLO
+    from servesim.services.tune import TuneRequest, parse_space
 
     return TuneRequest(
         trace=_capacity_trace(),
@@ -284,7 +283,7 @@ LINK_GBPS = 25.0
 
 def cluster_trace() -> Trace:
     """Azure-like lengths (resampled from the bundled conversation trace), Poisson 30 req/s."""
-    from servesim.traces import generate_trace, preset_spec
+    from servesim.services.traces import generate_trace, preset_spec
 
     spec = preset_spec("azure_conv_like")
     arrival = preset_spec(f"poisson_{CLUSTER_RATE}_rps").arrival
@@ -295,12 +294,11 @@ def cluster(run: DemoRun) -> None:
     """Three replicas with a small KV cache; n1 fails mid-run; compare recovery strategies. The
     run is the ``ClusterSpec`` ``servesim cluster`` builds, answered by the service it calls
     (``servesim.services.cluster``); its document is the command's."""
-    from servesim.cluster import FailureEvent
     from servesim.report.documents import cluster_answer_document
-    from servesim.services.cluster import ClusterRequest, prepare_aggregated
+    from servesim.services.cluster import ClusterRequest, FailureEvent, prepare_aggregated
+    from servesim.services.deployment import ClusterSpec, DeploymentSpec, PercentileSLO
     from servesim.services.inputs import TraceInput
-    from servesim.spec import ClusterSpec, DeploymentSpec, PercentileSLO
-    from servesim.traces import write_trace
+    from servesim.services.traces import write_trace
 
     path = run.out / "inputs" / "cluster.csv"  # the spec names the trace the run read
     write_trace(cluster_trace(), path)
@@ -493,8 +491,8 @@ ADVISE_TRIALS = 6
 def advise(run: DemoRun) -> None:
     """Batching advice for the bursty trace (rules, or the DSPy program with a key), re-simulated."""
     from servesim.services.advice import AdviseRequest
+    from servesim.services.deployment import DeploymentSpec, PercentileSLO
     from servesim.services.inputs import TraceInput
-    from servesim.spec import DeploymentSpec, PercentileSLO
 
     request = AdviseRequest(
         task="batching",

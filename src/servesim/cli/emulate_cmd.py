@@ -17,7 +17,7 @@ import typer
 from servesim.cli.common import fail, read_token
 from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
 from servesim.errors import InputError, InternalError
-from servesim.spec import DeploymentSpec
+from servesim.services.deployment import DeploymentSpec
 
 if TYPE_CHECKING:
     from servesim.emulate.emulator import PDLayout
@@ -87,11 +87,10 @@ def register(app: typer.Typer) -> None:
         from servesim import RouterSpec
         from servesim.cli.cluster_flags import parse_fail
         from servesim.cli.simulate_cmd import deploy
-        from servesim.cluster import Replica
-        from servesim.cluster.compare import LinkSpec
         from servesim.emulate.app import is_loopback
         from servesim.errors import user_errors
-        from servesim.perf.setup import DEFAULT_MODEL
+        from servesim.services.cluster import LinkSpec, Replica
+        from servesim.services.perf import DEFAULT_MODEL
 
         caught: tuple[type[BaseException], ...] = (ValidationError, OSError, *user_errors())
         try:
@@ -197,9 +196,13 @@ def _disaggregated(
     from servesim.cli.cluster_flags import FleetFlags, disagg_spec, parse_fail
     from servesim.cli.engine_flags import file_settings
     from servesim.emulate.emulator import PDLayout
-    from servesim.spec import ClusterSpec, ResolvedDisaggregated, resolve_cluster
-    from servesim.spec.cluster import DisaggregatedSpec
-    from servesim.traces.schema import Trace
+    from servesim.services.deployment import (
+        ClusterSpec,
+        DisaggregatedSpec,
+        ResolvedDisaggregated,
+        resolve_cluster,
+    )
+    from servesim.services.traces import Trace
 
     if n_prefill is None and n_decode is None:
         for flag, value in (("--link", link), ("--short-prompt-tokens", short)):

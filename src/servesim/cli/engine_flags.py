@@ -26,9 +26,9 @@ import typer
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from servesim.engine.config import EngineConfig
 from servesim.errors import ConfigError, describe
-from servesim.spec import DeploymentSpec, engine_values
+from servesim.services.deployment import DeploymentSpec, engine_values
+from servesim.services.run import EngineConfig
 
 #: What each defaulted engine setting starts from, said in its help (the rest say their value).
 DEFAULT_NOTES = {

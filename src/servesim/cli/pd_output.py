@@ -9,10 +9,15 @@ from rich.console import Console
 
 from servesim.cli.common import emit, said_written
 from servesim.cli.render import print_section
-from servesim.cluster.pd import RECOVERY_ACTIONS, link_preset
-from servesim.cluster.pd_results import LEGS, PDResult, PDSummary
 from servesim.report.documents import cluster_answer_document
-from servesim.services.cluster import DisaggregatedAnswer
+from servesim.services.cluster import (
+    LEGS,
+    RECOVERY_ACTIONS,
+    DisaggregatedAnswer,
+    PDResult,
+    PDSummary,
+    link_preset,
+)
 from servesim.views.disagg import disagg_view
 
 

@@ -36,8 +36,8 @@ from servesim.services.calibration import (
     calibrate,
     sim2real,
 )
+from servesim.services.deployment import DeploymentSpec
 from servesim.services.perf import ExtrapolationWarning, MemoryRequest, StepRequest
-from servesim.spec import DeploymentSpec
 
 _err = Console(stderr=True, highlight=False)
 _out = Console(highlight=False)

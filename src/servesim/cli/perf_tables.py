@@ -35,7 +35,7 @@ def models_table(cat: Catalog) -> FitTable:
 
 
 def gpus_table(cat: Catalog) -> FitTable:
-    from servesim.perf.prices import load_prices
+    from servesim.services.perf import load_prices
 
     prices = load_prices(catalog=cat)
     month = max((p.as_of or "" for p in prices.rows()), default="")

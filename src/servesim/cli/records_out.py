@@ -31,7 +31,7 @@ def requests_format_option() -> Any:
 
 def records_format(path: Path | None, given: str | None) -> str | None:
     """The format to write ``--requests-out`` in (None without the flag); a clear error otherwise."""
-    from servesim.engine.records import RECORD_FORMATS, format_for
+    from servesim.services.run import RECORD_FORMATS, format_for
 
     if given is not None:
         fmt = given.strip().lower()

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from servesim.cli.common import emit, out_option, print_json, print_timed_as, said_written, write_text_atomic
 from servesim.cli.engine_flags import hardware_flags
 from servesim.paths import data_dir
+from servesim.services.deployment import DeploymentSpec
 from servesim.services.recovery import (
     MANIFEST_HEADER,
     RecoverAnswer,
@@ -34,7 +35,6 @@ from servesim.services.recovery import (
     read_cluster,
     read_json,
 )
-from servesim.spec import DeploymentSpec
 
 
 def _ms(x: float | None) -> str:

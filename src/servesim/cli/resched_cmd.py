@@ -14,9 +14,9 @@ import typer
 
 from servesim.cli.common import emit, out_option, print_timed_as, said_written
 from servesim.cli.engine_flags import hardware_flags
+from servesim.services.deployment import DeploymentSpec
 from servesim.services.recovery import read_json
 from servesim.services.rescheduling import Policy, RescheduleRequest, reschedule
-from servesim.spec import DeploymentSpec
 
 #: ``--model/--gpu/--tp`` as this command reads them (the input's context, else the default).
 HELPS = {

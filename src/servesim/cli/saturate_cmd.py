@@ -31,7 +31,7 @@ from servesim.cli.engine_flags import cluster_deployment_flags, deployment_spec,
 from servesim.cli.progress import progress_sink
 from servesim.cli.trace_input import say_drops
 from servesim.services.capacity import Execution, SaturateRequest
-from servesim.spec import DeploymentSpec
+from servesim.services.deployment import DeploymentSpec
 
 TargetOpt = Annotated[
     float | None, typer.Option(help="Load to judge headroom at (default: the trace's rate).")

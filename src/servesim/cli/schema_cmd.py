@@ -9,7 +9,9 @@ import typer
 from pydantic import BaseModel
 
 from servesim.actionlog import ActionRecord
-from servesim.cluster.recovery import (
+from servesim.errors import shown
+from servesim.services.perf import CalibrationReport, GPUSpec, HardwareProfile, KVCapacity, ModelSpec
+from servesim.services.recovery import (
     ClusterSpec,
     FailureLogSpec,
     JobDecision,
@@ -17,14 +19,15 @@ from servesim.cluster.recovery import (
     RecoveryInput,
     RecoveryPlan,
 )
-from servesim.engine import SLO, EngineConfig, SimulationReport
-from servesim.errors import shown
-from servesim.perf import CalibrationReport, GPUSpec, HardwareProfile, KVCapacity, ModelSpec
-from servesim.resched import InterruptedRequest, ProjectedRequest, RescheduleInput, ReschedulePlan
-from servesim.traces.generate import GeneratorSpec
-from servesim.traces.inspect import TraceStats
-from servesim.traces.schema import RequestRecord, TraceProvenance
-from servesim.tuning import (
+from servesim.services.rescheduling import (
+    InterruptedRequest,
+    ProjectedRequest,
+    RescheduleInput,
+    ReschedulePlan,
+)
+from servesim.services.run import SLO, EngineConfig, SimulationReport
+from servesim.services.traces import GeneratorSpec, RequestRecord, TraceProvenance, TraceStats
+from servesim.services.tune import (
     BatchScenario,
     BatchScenarioResult,
     Deployment,

@@ -23,10 +23,10 @@ from servesim.cli.trace_input import hash_block_size_option, seed_option, strict
 from servesim.events import StepLogWriter
 from servesim.io import atomic_file
 from servesim.services.cluster import PreparedCluster, PreparedDisaggregated
+from servesim.services.deployment import DeploymentSpec, Rebuild, ResolvedDeployment, resolve_for_trace
 from servesim.services.inputs import TraceInput
 from servesim.services.run import PreparedRun, SimulateAnswer, SimulateRequest, prepare
-from servesim.spec import DeploymentSpec, Rebuild, ResolvedDeployment, resolve_for_trace
-from servesim.traces import Trace
+from servesim.services.traces import Trace
 
 TRACE_HELP = (
     "Trace file, bundled trace (azure-conv, azure-code) or generator preset "
@@ -121,7 +121,7 @@ def report_answer(
     result = answer.result
     fmt = records_format(requests_out, requests_format)
     if requests_out is not None and fmt is not None:
-        from servesim.engine.records import write_records
+        from servesim.services.run import write_records
 
         write_records(requests_out, result.requests, "parquet" if fmt == "parquet" else "jsonl")
     if out is not None or as_json:
@@ -131,7 +131,7 @@ def report_answer(
             if not include_requests:
                 yield json_bytes(doc)
                 return
-            from servesim.engine.records import document_chunks
+            from servesim.services.run import document_chunks
 
             yield from document_chunks(doc, result.requests, json_bytes)
 

@@ -13,8 +13,7 @@ from typing import Any
 import typer
 
 from servesim.bounds import MAX_SEED
-from servesim.traces import Trace, open_trace
-from servesim.traces.schema import TraceProvenance
+from servesim.services.traces import Trace, TraceProvenance, open_trace
 
 #: Skipped rows named on the stderr line (all are counted; the JSON lists the first 1000).
 LISTED_ON_STDERR = 3

@@ -51,10 +51,9 @@ from servesim.cli.trace_input import say_drops
 from servesim.errors import InputError
 from servesim.paths import data_dir
 from servesim.services.capacity import Execution
+from servesim.services.deployment import DeploymentSpec, PercentileSLO
 from servesim.services.layouts import LAYOUT_KINDS, LayoutKind, LayoutsRequest
-from servesim.services.tune import TuneAnswer, TuneRequest
-from servesim.spec import DeploymentSpec, PercentileSLO
-from servesim.tuning import SearchSpace, parse_space, space_from_mapping
+from servesim.services.tune import SearchSpace, TuneAnswer, TuneRequest, parse_space, space_from_mapping
 
 DEFAULT_STUDY_FILE = "servesim-tune.db"
 
@@ -119,7 +118,7 @@ def tune_request(
 
 def gpu_prices(study: StudyFlags) -> dict[str, float]:
     """``--gpu-prices FILE`` then ``--gpu-price`` pairs over it (each checked, naming its flag)."""
-    from servesim.perf.prices import load_prices, parse_price_overrides, read_price_file
+    from servesim.services.perf import load_prices, parse_price_overrides, read_price_file
 
     given = read_price_file(study.gpu_prices) if study.gpu_prices is not None else {}
     flagged = parse_price_overrides(study.gpu_price)

@@ -103,7 +103,63 @@ def build_cluster_result(
         requests["replica"].to_numpy() if "replica" in requests else np.zeros(len(requests), np.int64)
     )
     requests["replica"] = pd.Series([names[k] if k >= 0 else None for k in replica_of], dtype=object)
-    moves = pd.DataFrame(
+    moves = _moves_frame(run)
+    counts = moves["req_id"].value_counts()
+    requests["num_moves"] = requests["req_id"].map(counts).fillna(0).astype(np.int64)
+    per_engine = _EngineFrames.of(run, names)
+    requests["starved"] = requests["req_id"].isin(per_engine.starved)
+    steps = pd.concat(per_engine.steps, ignore_index=True)
+    preemptions = pd.concat(per_engine.preemptions, ignore_index=True)
+    queries = sum(e.rec.prefix_queries for e in engines)
+    hits = sum(e.rec.prefix_hits for e in engines)
+    caching = any(r.config.enable_prefix_caching for r in run.replicas)
+    mml = max(e.max_model_len for e in engines)
+    no_itl = None if pooled_itl else LatencyStats()
+    cluster = summarize(
+        requests,
+        steps,
+        np.concatenate(per_engine.weights),
+        np.concatenate(per_engine.gaps),
+        slo,
+        queries,
+        hits,
+        caching,
+        mml,
+        no_itl,
+    )
+    per_replica = _replica_summaries(run, requests, per_engine, slo, no_itl) if replica_summaries else {}
+    offload = _offload(run, cluster, requests)
+    if offload is not None:
+        cluster.offload = offload.fleet
+        for name, off in offload.replicas.items():
+            if name in per_replica:
+                per_replica[name].offload = off
+    summary = ClusterSummary(
+        cluster=cluster,
+        replicas=per_replica,
+        impact=_failure_impact(requests, moves),
+        num_failures=len(run.failures),
+        num_parked_unfinished=run.parked_at_end,
+        offload=offload,
+    )
+    return ClusterResult(
+        summary,
+        requests,
+        steps,
+        moves,
+        preemptions,
+        configs={r.name: r.config for r in run.replicas},
+        failures=list(run.failures),
+        itl=_replica_itl(run, per_engine) if replica_summaries else {},  # the views' (the tuner reads none)
+        recovery=recovery,
+        router=router,
+    )
+
+
+def _moves_frame(run: ClusterRun) -> pd.DataFrame:
+    """Every move of an interrupted request, one row each, with its columns even when nothing
+    moved (the impact and the views count on them)."""
+    return pd.DataFrame(
         [m.__dict__ for m in run.moves],
         columns=[
             "req_id",
@@ -116,50 +172,55 @@ def build_cluster_result(
             "delay_s",
         ],
     )
-    counts = moves["req_id"].value_counts()
-    requests["num_moves"] = requests["req_id"].map(counts).fillna(0).astype(np.int64)
-    starved: set[str] = set()
-    frames, weights, gaps, pre = [], [], [], []
-    for engine, name in zip(engines, names, strict=True):
-        st = steps_frame(engine)
-        st.insert(0, "replica", name)
-        frames.append(st)
-        w, g = itl_samples(engine)
-        weights.append(w)
-        gaps.append(g)
-        ev = event_frame(engine.rec.preemption_events, engine.trace)
-        ev.insert(0, "replica", name)
-        pre.append(ev)
-        starved |= set(event_frame(engine.rec.starvation_events, engine.trace)["req_id"])
-    requests["starved"] = requests["req_id"].isin(starved)
-    steps = pd.concat(frames, ignore_index=True)
-    preemptions = pd.concat(pre, ignore_index=True)
-    queries = sum(e.rec.prefix_queries for e in engines)
-    hits = sum(e.rec.prefix_hits for e in engines)
-    caching = any(r.config.enable_prefix_caching for r in run.replicas)
-    mml = max(e.max_model_len for e in engines)
-    no_itl = None if pooled_itl else LatencyStats()
-    cluster = summarize(
-        requests,
-        steps,
-        np.concatenate(weights),
-        np.concatenate(gaps),
-        slo,
-        queries,
-        hits,
-        caching,
-        mml,
-        no_itl,
-    )
+
+
+class _EngineFrames:
+    """Each engine's steps, ITL samples and preemptions tagged with its replica's name, kept per
+    engine so the fleet's figures and each replica's are summarized from the same frames."""
+
+    def __init__(self) -> None:
+        self.steps: list[pd.DataFrame] = []
+        self.weights: list[np.ndarray] = []
+        self.gaps: list[np.ndarray] = []
+        self.preemptions: list[pd.DataFrame] = []
+        self.starved: set[str] = set()
+
+    @classmethod
+    def of(cls, run: ClusterRun, names: list[str]) -> _EngineFrames:
+        out = cls()
+        for engine, name in zip(run.engines, names, strict=True):
+            st = steps_frame(engine)
+            st.insert(0, "replica", name)
+            out.steps.append(st)
+            w, g = itl_samples(engine)
+            out.weights.append(w)
+            out.gaps.append(g)
+            ev = event_frame(engine.rec.preemption_events, engine.trace)
+            ev.insert(0, "replica", name)
+            out.preemptions.append(ev)
+            out.starved |= set(event_frame(engine.rec.starvation_events, engine.trace)["req_id"])
+        return out
+
+
+def _replica_summaries(
+    run: ClusterRun,
+    requests: pd.DataFrame,
+    per_engine: _EngineFrames,
+    slo: SLO | None,
+    no_itl: LatencyStats | None,
+) -> dict[str, SimulationSummary]:
+    """Each replica's summary over the requests it finished and the steps of its engines (a
+    replica restarted after a failure has more than one)."""
+    engines = run.engines
     per_replica: dict[str, SimulationSummary] = {}
-    for k, spec in enumerate(run.replicas if replica_summaries else ()):
+    for k, spec in enumerate(run.replicas):
         mine = [i for i, kk in enumerate(run.engine_replica) if kk == k]
         mask = requests["replica"] == spec.name
         per_replica[spec.name] = summarize(
             requests[mask].reset_index(drop=True),
-            pd.concat([frames[i] for i in mine], ignore_index=True),
-            np.concatenate([weights[i] for i in mine]),
-            np.concatenate([gaps[i] for i in mine]),
+            pd.concat([per_engine.steps[i] for i in mine], ignore_index=True),
+            np.concatenate([per_engine.weights[i] for i in mine]),
+            np.concatenate([per_engine.gaps[i] for i in mine]),
             slo,
             sum(engines[i].rec.prefix_queries for i in mine),
             sum(engines[i].rec.prefix_hits for i in mine),
@@ -167,14 +228,14 @@ def build_cluster_result(
             max(engines[i].max_model_len for i in mine),
             no_itl,
         )
-    offload = _offload(run, cluster, requests)
-    if offload is not None:
-        cluster.offload = offload.fleet
-        for name, off in offload.replicas.items():
-            if name in per_replica:
-                per_replica[name].offload = off
+    return per_replica
+
+
+def _failure_impact(requests: pd.DataFrame, moves: pd.DataFrame) -> FailureImpact:
+    """The interrupted requests against the others: what the failures cost, and how the moves
+    split between migrated state and cold restarts."""
     moved = requests["num_moves"] > 0
-    impact = FailureImpact(
+    return FailureImpact(
         num_interrupted=int(moved.sum()),
         num_migrated=int((moves["strategy"] == "MIGRATE_STATE").sum()),
         num_restarted=int((moves["strategy"] == "COLD_RESTART").sum()),
@@ -184,36 +245,19 @@ def build_cluster_result(
         others_e2e_ms=LatencyStats.of(requests.loc[~moved, "e2e_ms"].to_numpy(dtype=np.float64)),
         interrupted_ttft_ms=LatencyStats.of(requests.loc[moved, "ttft_ms"].to_numpy(dtype=np.float64)),
     )
-    summary = ClusterSummary(
-        cluster=cluster,
-        replicas=per_replica,
-        impact=impact,
-        num_failures=len(run.failures),
-        num_parked_unfinished=run.parked_at_end,
-        offload=offload,
-    )
-    itl = {
+
+
+def _replica_itl(run: ClusterRun, per_engine: _EngineFrames) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each replica's ITL samples (weights, gaps) over its engines, for the views' per-replica
+    distributions; a replica that never got an engine has none."""
+    return {
         spec.name: (
-            np.concatenate([weights[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
-            np.concatenate([gaps[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
+            np.concatenate([per_engine.weights[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
+            np.concatenate([per_engine.gaps[i] for i, kk in enumerate(run.engine_replica) if kk == k]),
         )
-        for k, spec in enumerate(
-            run.replicas if replica_summaries else ()
-        )  # the views' (the tuner reads none)
+        for k, spec in enumerate(run.replicas)
         if k in run.engine_replica
     }
-    return ClusterResult(
-        summary,
-        requests,
-        steps,
-        moves,
-        preemptions,
-        configs={r.name: r.config for r in run.replicas},
-        failures=list(run.failures),
-        itl=itl,
-        recovery=recovery,
-        router=router,
-    )
 
 
 def _offload(run: ClusterRun, cluster: SimulationSummary, requests: pd.DataFrame) -> ClusterOffload | None:

@@ -175,7 +175,6 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
     labels = s.categories
     x: list[Any] = labels if labels and len(labels) == len(s.x) else s.x
     trace: dict[str, Any] = {"x": x, "y": s.y, "name": s.name or s.y_label, "marker": {"color": color}}
-    shapes: list[Any] = []
     if s.kind == "bar":
         trace["type"] = "bar"
     else:
@@ -183,19 +182,30 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
         trace["mode"] = "markers" if s.kind == "scatter" else "lines"
         if s.kind == "step":
             trace["line"] = {"shape": "hv", "color": color}
-    if s.reference is not None:
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "paper",
-                "x0": 0,
-                "x1": 1,
-                "y0": s.reference,
-                "y1": s.reference,
-                "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
-            }
-        )
-    data = [trace]
+    data = [trace, *_line_traces(s, x)]
+    shapes, annotations = _decorations(s)
+    y_axis = _axis(s.y_label, s.y_unit)
+    if s.log_y:
+        y_axis["type"] = "log"
+    elif min(s.y) >= 0:
+        y_axis["rangemode"] = "tozero"
+    layout = _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)
+    layout["annotations"] = annotations
+    if labels:
+        layout["xaxis"]["type"] = "category"
+    if s.lines:
+        layout["barmode"] = "stack" if s.stacked else "group"
+        layout["showlegend"] = True
+        layout["legend"] = {"orientation": "h", "y": -0.25, "font": {"size": 10}}
+        layout["margin"] = {**layout["margin"], "b": 80}
+    return {"data": data, "layout": layout}
+
+
+def _line_traces(s: Series, x: list[Any]) -> list[dict[str, Any]]:
+    """The series' extra lines as traces after its own: grouped bars beside a bar chart's first
+    (p50, p99, mean per category), dotted lines on the series' x, or another run on its own x
+    as a solid line (an overlay), each in the next colour so the first keeps the section's."""
+    data: list[dict[str, Any]] = []
     for j, ln in enumerate(s.lines):
         if s.kind == "bar":  # grouped bars next to the first (p50, p99, mean per category)
             data.append(
@@ -224,6 +234,26 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
                 },
             }
         )
+    return data
+
+
+def _decorations(s: Series) -> tuple[list[Any], list[Any]]:
+    """The shapes and annotations drawn over the data: the reference line and its label, the
+    marked instants (dotted verticals) and the shaded spans (a replica's outage), in the order
+    Plotly layers them."""
+    shapes: list[Any] = []
+    if s.reference is not None:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": s.reference,
+                "y1": s.reference,
+                "line": {"color": "#cf222e", "dash": "dash", "width": 1.5},
+            }
+        )
     annotations = []
     if s.reference is not None and s.reference_label:
         annotations.append(
@@ -239,73 +269,71 @@ def series_spec(s: Series, color: str) -> dict[str, Any]:
             }
         )
     for m in s.marks:
-        shapes.append(
-            {
-                "type": "line",
-                "yref": "paper",
-                "y0": 0,
-                "y1": 1,
-                "x0": m.x,
-                "x1": m.x,
-                "line": {"color": "#5b6475", "dash": "dot", "width": 1.2},
-            }
-        )
-        annotations.append(
-            {
-                "yref": "paper",
-                "y": 1,
-                "x": m.x,
-                "text": m.label,
-                "showarrow": False,
-                "textangle": -90,
-                "xanchor": "right",
-                "yanchor": "top",
-                "font": {"size": 10, "color": "#5b6475"},
-            }
-        )
+        shapes.append(_mark_line(m.x))
+        annotations.append(_mark_label(m.x, m.label))
     for sp in s.spans:  # a replica's outage (views.fleet), shaded under the data
-        shapes.append(
-            {
-                "type": "rect",
-                "yref": "paper",
-                "y0": 0,
-                "y1": 1,
-                "x0": sp.x0,
-                "x1": sp.x1,
-                "layer": "below",
-                "line": {"width": 0},
-                "fillcolor": "rgba(207, 34, 46, 0.10)",
-            }
-        )
-        annotations.append(
-            {
-                "yref": "paper",
-                "y": 1,
-                "x": sp.x0,
-                "text": "<br>".join(sp.label.split("; ")),
-                "showarrow": False,
-                "xanchor": "left",
-                "yanchor": "top",
-                "align": "left",
-                "font": {"size": 10, "color": "#cf222e"},
-                "bgcolor": "rgba(255, 255, 255, 0.8)",
-            }
-        )
-    y_axis = _axis(s.y_label, s.y_unit)
-    if s.log_y:
-        y_axis["type"] = "log"
-    elif min(s.y) >= 0:
-        y_axis["rangemode"] = "tozero"
-    layout = _layout(s.title, _axis(s.x_label, s.x_unit), y_axis, shapes)
-    layout["annotations"] = annotations
-    if labels:
-        layout["xaxis"]["type"] = "category"
-    if s.lines:
-        layout["barmode"] = "stack" if s.stacked else "group"
-        layout["showlegend"] = True
-        layout["legend"] = {"orientation": "h", "y": -0.25, "font": {"size": 10}}
-        layout["margin"] = {**layout["margin"], "b": 80}
-    return {"data": data, "layout": layout}
+        shapes.append(_span_shade(sp.x0, sp.x1))
+        annotations.append(_span_label(sp.x0, sp.label))
+    return shapes, annotations
+
+
+def _mark_line(x: float) -> dict[str, Any]:
+    """A marked instant (the SLO knee, the unstable rate) as a dotted vertical across the plot."""
+    return {
+        "type": "line",
+        "yref": "paper",
+        "y0": 0,
+        "y1": 1,
+        "x0": x,
+        "x1": x,
+        "line": {"color": "#5b6475", "dash": "dot", "width": 1.2},
+    }
+
+
+def _mark_label(x: float, label: str) -> dict[str, Any]:
+    """The marked instant's label, written up its line so marks close together stay legible."""
+    return {
+        "yref": "paper",
+        "y": 1,
+        "x": x,
+        "text": label,
+        "showarrow": False,
+        "textangle": -90,
+        "xanchor": "right",
+        "yanchor": "top",
+        "font": {"size": 10, "color": "#5b6475"},
+    }
+
+
+def _span_shade(x0: float, x1: float) -> dict[str, Any]:
+    """An interval (a replica's outage) shaded under the data, so the curves stay readable."""
+    return {
+        "type": "rect",
+        "yref": "paper",
+        "y0": 0,
+        "y1": 1,
+        "x0": x0,
+        "x1": x1,
+        "layer": "below",
+        "line": {"width": 0},
+        "fillcolor": "rgba(207, 34, 46, 0.10)",
+    }
+
+
+def _span_label(x0: float, label: str) -> dict[str, Any]:
+    """The interval's label at its start, one clause a line (the label joins them with '; ')."""
+    return {
+        "yref": "paper",
+        "y": 1,
+        "x": x0,
+        "text": "<br>".join(label.split("; ")),
+        "showarrow": False,
+        "xanchor": "left",
+        "yanchor": "top",
+        "align": "left",
+        "font": {"size": 10, "color": "#cf222e"},
+        "bgcolor": "rgba(255, 255, 255, 0.8)",
+    }
 
 
 def histogram_spec(h: Histogram, color: str) -> dict[str, Any]:

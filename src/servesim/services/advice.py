@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.actionlog import AdvisorUsage
+from servesim.advisor import ClaudeAdvisor
 from servesim.advisor.models import ActionLogEntry
 from servesim.bounds import MAX_SEED
 from servesim.errors import InputError, shown
@@ -332,6 +333,7 @@ __all__ = [
     "ActionLogEntry",
     "AdviseAnswer",
     "AdviseRequest",
+    "ClaudeAdvisor",
     "CompiledAdvisor",
     "PreparedAdvice",
     "advise",

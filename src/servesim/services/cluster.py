@@ -18,6 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.cluster import POLICIES, FailureEvent, FailurePlan, Replica, RouterSpec
+from servesim.cluster.compare import ClusterFile, LinkSpec
+from servesim.cluster.config import RouterPolicy
+from servesim.cluster.pd import (
+    RECOVERY_ACTIONS,
+    DisaggSpec,
+    PoolSpec,
+    link_preset,
+    link_presets,
+    parse_pool_node,
+)
+from servesim.cluster.pd.spec import ShortPromptTokens
+from servesim.cluster.pd_results import LEGS, PDResult, PDSummary
 from servesim.errors import InternalError
 from servesim.services.inputs import Progress, TraceInput, dropped_rows_line
 from servesim.spec import ClusterSpec, ResolvedCluster, ResolvedDisaggregated, resolve_cluster
@@ -25,8 +38,6 @@ from servesim.spec import ClusterSpec, ResolvedCluster, ResolvedDisaggregated, r
 if TYPE_CHECKING:
     from servesim.cluster import ClusterResult
     from servesim.cluster.compare import StrategyOutcome
-    from servesim.cluster.pd import DisaggSpec
-    from servesim.cluster.pd_results import PDResult
     from servesim.traces import Trace
 
 
@@ -230,11 +241,29 @@ def run_cluster(
 
 
 __all__ = [
+    "LEGS",
+    "POLICIES",
+    "RECOVERY_ACTIONS",
     "ClusterAnswer",
+    "ClusterFile",
     "ClusterRequest",
+    "DisaggSpec",
     "DisaggregatedAnswer",
+    "FailureEvent",
+    "FailurePlan",
+    "LinkSpec",
+    "PDResult",
+    "PDSummary",
+    "PoolSpec",
     "PreparedCluster",
     "PreparedDisaggregated",
+    "Replica",
+    "RouterPolicy",
+    "RouterSpec",
+    "ShortPromptTokens",
+    "link_preset",
+    "link_presets",
+    "parse_pool_node",
     "prepare_aggregated",
     "prepare_cluster",
     "run_cluster",

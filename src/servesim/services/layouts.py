@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,9 +19,7 @@ from servesim.errors import ConfigError
 from servesim.services.capacity import check_names, workload_of
 from servesim.services.inputs import TraceInput
 from servesim.spec import DeploymentSpec, PercentileSLO
-
-if TYPE_CHECKING:
-    from servesim.tuning.layouts import LayoutAnswer
+from servesim.tuning.layouts import LayoutAnswer
 
 LayoutKind = Literal["agg", "disagg"]
 LAYOUT_KINDS: tuple[LayoutKind, ...] = ("agg", "disagg")
@@ -122,4 +120,12 @@ def _values(given: list[int]) -> list[int | None]:
     return list(dict.fromkeys(given)) if given else [None]
 
 
-__all__ = ["DEFAULT_LAYOUT_MODEL", "LAYOUT_KINDS", "LayoutKind", "LayoutsAnswer", "LayoutsRequest", "compare"]
+__all__ = [
+    "DEFAULT_LAYOUT_MODEL",
+    "LAYOUT_KINDS",
+    "LayoutAnswer",
+    "LayoutKind",
+    "LayoutsAnswer",
+    "LayoutsRequest",
+    "compare",
+]

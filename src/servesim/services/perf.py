@@ -17,13 +17,25 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.perf import CalibrationReport, ExtrapolationWarning, KVCapacity, PerfError
+from servesim.perf import (
+    CalibrationReport,
+    ExtrapolationWarning,
+    GPUSpec,
+    HardwareProfile,
+    KVCapacity,
+    ModelSpec,
+    PerfError,
+    load_catalog,
+)
 from servesim.perf.catalog import Catalog
+from servesim.perf.offload import check_offloading_size
+from servesim.perf.prices import load_prices, parse_price_overrides, read_price_file
+from servesim.perf.profile import builtin_profile_names
+from servesim.perf.serve_defaults import apply_serve_defaults
 from servesim.perf.setup import DEFAULT_GPU, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_TP
 
 if TYPE_CHECKING:
     from servesim.engine.step_time import BatchComposition
-    from servesim.perf import HardwareProfile
     from servesim.perf.roofline import RooflineStepTime
 
 
@@ -182,20 +194,32 @@ def profile(name: str) -> HardwareProfile:
 
 __all__ = [
     "DEFAULT_GPU",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_MODEL",
+    "DEFAULT_TP",
     "CalibrationReport",
     "Catalog",
     "ExtrapolationWarning",
+    "GPUSpec",
+    "HardwareProfile",
     "KVCapacity",
     "MemoryRequest",
+    "ModelSpec",
     "PerfError",
     "StepAnswer",
     "StepRequest",
+    "apply_serve_defaults",
     "batch_limits",
+    "builtin_profile_names",
     "catalog",
+    "check_offloading_size",
+    "load_catalog",
+    "load_prices",
     "memory",
+    "parse_price_overrides",
     "prefill_chunks",
     "profile",
     "profiles",
+    "read_price_file",
     "step",
 ]

@@ -20,12 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from servesim.cluster.recovery import (
+    ClusterSpec,
+    FailureLogSpec,
+    JobDecision,
+    JobSpec,
+    RecoveryInput,
+    RecoveryPlan,
+)
 from servesim.cluster.recovery.manifests import MANIFEST_HEADER
 from servesim.errors import InputError
 from servesim.services.inputs import Progress
 
 if TYPE_CHECKING:
-    from servesim.cluster.recovery import JobDecision, RecoveryInput, RecoveryPlan, TargetSpec
+    from servesim.cluster.recovery import TargetSpec
     from servesim.perf.catalog import Catalog
 
 #: What every plan says it is timed by (the planner times the survivors' steps by the roofline).
@@ -225,10 +233,16 @@ def recover(request: RecoverRequest, *, progress: Progress | None = None) -> Rec
 
 __all__ = [
     "MANIFEST_HEADER",
+    "ClusterSpec",
     "FailureLog",
+    "FailureLogSpec",
+    "JobDecision",
+    "JobSpec",
     "PreparedRecovery",
     "RecoverAnswer",
     "RecoverRequest",
+    "RecoveryInput",
+    "RecoveryPlan",
     "check_matrix_name",
     "decision_detail",
     "generate_failure_log",

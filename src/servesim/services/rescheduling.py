@@ -9,15 +9,13 @@ projection. Its document is ``servesim.report.documents.reschedule_document(answ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.resched import InterruptedRequest, ProjectedRequest, RescheduleInput, ReschedulePlan
 from servesim.resched.models import Policy
 from servesim.services.inputs import timing_words
-
-if TYPE_CHECKING:
-    from servesim.resched import RescheduleInput, ReschedulePlan
 
 #: The input's fields a request may override (None: the file's, else the input's default).
 OVERRIDES = (
@@ -85,4 +83,14 @@ def reschedule(request: RescheduleRequest) -> RescheduleAnswer:
     return RescheduleAnswer(request=request, problem=problem, plan=plan_reschedule(problem))
 
 
-__all__ = ["Policy", "RescheduleAnswer", "RescheduleRequest", "parse", "reschedule"]
+__all__ = [
+    "InterruptedRequest",
+    "Policy",
+    "ProjectedRequest",
+    "RescheduleAnswer",
+    "RescheduleInput",
+    "ReschedulePlan",
+    "RescheduleRequest",
+    "parse",
+    "reschedule",
+]

@@ -9,17 +9,24 @@ document is ``servesim.report.documents.simulate_document(answer)`` for all of t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.engine import SLO, EngineConfig, SimulationReport, SimulationResult, SimulationSummary
+from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.records import RECORD_FORMATS, document_chunks, format_for, write_records
+from servesim.engine.results import rescore, tokens_per_verifying_step
+from servesim.engine.simulate import describe_model
+from servesim.engine.speculative import ACCEPTANCE_PRESETS, MAX_SPEC_TOKENS, SpecMethod, SpeculativeConfig
+from servesim.errors import InputError
 from servesim.services.inputs import Progress, TraceInput, counter, dropped_rows_line
 from servesim.spec import DeploymentSpec, PercentileSLO, Rebuild, ResolvedDeployment, resolve_for_trace
 
 if TYPE_CHECKING:
-    from servesim.engine import SLO, SimulationResult
     from servesim.events import Observer
     from servesim.traces import Trace
 
@@ -134,4 +141,56 @@ def simulate(
     return prepare(request).run(progress=progress, observers=observers)
 
 
-__all__ = ["PreparedRun", "SimulateAnswer", "SimulateRequest", "prepare", "simulate"]
+def rescore_stored(
+    summary: Mapping[str, Any], requests_file: Path, trace_file: Path, slo: PercentileSLO | None
+) -> SimulationSummary:
+    """A finished single-replica run judged against another SLO without re-simulating: its stored
+    per-request records (Parquet) and its trace's per-request SLAs through
+    ``servesim.engine.results.rescore`` (the good-request test and goodput of ``simulate``
+    itself). Why here: re-scoring is a question of its own (the web's SLO slider asks it), and
+    its answer must be the engine's, not an interface's. The stored run is not changed."""
+    import pyarrow.parquet as pq
+
+    from servesim.traces import load_trace
+
+    records = pq.read_table(requests_file).to_pandas()
+    sla = load_trace(trace_file).df
+    if len(sla) != len(records):
+        raise InputError(
+            f"the run's trace has {len(sla):,} requests and its records {len(records):,}: "
+            "it is not the trace the run simulated"
+        )
+    stored = SimulationSummary.model_validate(summary)
+    return rescore(
+        stored,
+        records,
+        slo.per_request() if slo is not None else None,
+        sla["sla_ttft_ms"].to_numpy(dtype="float64"),
+        sla["sla_e2e_ms"].to_numpy(dtype="float64"),
+    )
+
+
+__all__ = [
+    "ACCEPTANCE_PRESETS",
+    "MAX_SPEC_TOKENS",
+    "RECORD_FORMATS",
+    "SLO",
+    "EngineConfig",
+    "OffloadingConnector",
+    "PreparedRun",
+    "SimulateAnswer",
+    "SimulateRequest",
+    "SimulationReport",
+    "SimulationResult",
+    "SimulationSummary",
+    "SpecMethod",
+    "SpeculativeConfig",
+    "describe_model",
+    "document_chunks",
+    "format_for",
+    "prepare",
+    "rescore_stored",
+    "simulate",
+    "tokens_per_verifying_step",
+    "write_records",
+]

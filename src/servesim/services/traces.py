@@ -16,13 +16,20 @@ from servesim.bounds import MAX_SEED
 from servesim.traces import (
     BUNDLED_TRACES,
     FORMAT_NAMES,
+    PRESETS,
     Trace,
+    TraceError,
     TraceStats,
+    generate_trace,
     inspect_trace,
     load_trace,
+    open_trace,
+    preset_spec,
     write_trace,
 )
+from servesim.traces.generate import GeneratorSpec
 from servesim.traces.inspect import LengthStats
+from servesim.traces.schema import RequestRecord, TraceProvenance
 
 
 class TraceFile(BaseModel):
@@ -57,9 +64,20 @@ def convert(trace: Trace, dst: Path, to: str | None = None) -> Path:
 __all__ = [
     "BUNDLED_TRACES",
     "FORMAT_NAMES",
+    "PRESETS",
+    "GeneratorSpec",
     "LengthStats",
+    "RequestRecord",
+    "Trace",
+    "TraceError",
     "TraceFile",
+    "TraceProvenance",
     "TraceStats",
     "convert",
+    "generate_trace",
     "inspect_trace",
+    "load_trace",
+    "open_trace",
+    "preset_spec",
+    "write_trace",
 ]

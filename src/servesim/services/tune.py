@@ -24,20 +24,31 @@ from servesim.errors import InputError, InternalError
 from servesim.services.capacity import Execution, checked_hardware, workload_of
 from servesim.services.inputs import Progress, TraceInput, counter
 from servesim.spec import DeploymentSpec, PercentileSLO
+from servesim.tuning import (
+    BatchScenario,
+    BatchScenarioResult,
+    Deployment,
+    FixedHardware,
+    Hardware,
+    LoadScenario,
+    LoadScenarioResult,
+    SaturationReport,
+    SchedulerRecommendation,
+    TuneResult,
+    hardware_of,
+    parse_space,
+    space_from_mapping,
+)
+from servesim.tuning.deploy import recommendation_manifest
+from servesim.tuning.hardware import DEFAULT_GPU, PerfHardware
+from servesim.tuning.noise import ab_verdict
+from servesim.tuning.ranking import record_of
 from servesim.tuning.space import Knob, SearchSpace
 
 if TYPE_CHECKING:
     from servesim.engine.speculative import SpeculativeConfig
     from servesim.traces.schema import TraceProvenance
-    from servesim.tuning import (
-        Deployment,
-        EvalSettings,
-        Hardware,
-        SchedulerRecommendation,
-        TuneResult,
-        TuneSettings,
-        Workload,
-    )
+    from servesim.tuning import EvalSettings, TuneSettings, Workload
     from servesim.tuning.executors import Executor
 
 #: Engine keys that set the study rather than a configuration to beat: the KV blocks of the
@@ -333,11 +344,31 @@ def tune(request: TuneRequest, *, progress: Progress | None = None) -> TuneAnswe
 
 
 __all__ = [
+    "DEFAULT_GPU",
     "STUDY_KEYS",
+    "BatchScenario",
+    "BatchScenarioResult",
+    "Deployment",
+    "FixedHardware",
+    "Hardware",
+    "LoadScenario",
+    "LoadScenarioResult",
+    "PercentileSLO",
+    "PerfHardware",
     "PreparedTune",
+    "SaturationReport",
+    "SchedulerRecommendation",
+    "SearchSpace",
     "TuneAnswer",
     "TuneRequest",
+    "TuneResult",
+    "ab_verdict",
+    "hardware_of",
+    "parse_space",
     "prepare",
+    "recommendation_manifest",
+    "record_of",
+    "space_from_mapping",
     "trial_deployments",
     "tune",
 ]

@@ -23,9 +23,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from servesim import FailureEvent, LiveFleetRun, LiveRun, RunSnapshot
-from servesim.engine.results import tokens_per_verifying_step
 from servesim.errors import describe, user_errors
 from servesim.events import RecoveryDecision, ReplicaDown
+from servesim.services.run import tokens_per_verifying_step
 from servesim.tui.screens import DetailScreen, FailScreen, HelpScreen, SeqsScreen
 from servesim.tui.spec import DashboardSpec, PDDashboardSpec
 from servesim.tui.widgets import (

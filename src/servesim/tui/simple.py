@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from servesim import ClusterResult, LiveFleetRun, LiveRun, RunSnapshot, SimulationResult
-from servesim.cluster.pd_results import PDResult
+from servesim.services.cluster import PDResult
 
 
 def progress_line(snap: RunSnapshot, speed: float) -> str:

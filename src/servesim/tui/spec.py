@@ -23,12 +23,16 @@ from servesim import (
     StepTimeModel,
     Trace,
 )
-from servesim.cluster import FailurePlan
-from servesim.cluster.pd_results import PDResult
-from servesim.engine.kv_connector import OffloadingConnector
 from servesim.errors import InputError, InternalError, describe
 from servesim.live import LivePDRun
-from servesim.spec import ClusterSpec, DisaggregatedSpec, ResolvedDisaggregated, resolve_cluster
+from servesim.services.cluster import FailurePlan, PDResult
+from servesim.services.deployment import (
+    ClusterSpec,
+    DisaggregatedSpec,
+    ResolvedDisaggregated,
+    resolve_cluster,
+)
+from servesim.services.run import OffloadingConnector
 
 Rebuild = Callable[[EngineConfig], tuple[EngineConfig, StepTimeModel]]
 

@@ -17,7 +17,6 @@ from textual.strip import Strip
 from textual.widgets import RichLog, Sparkline, Static
 
 from servesim import SLO, ReplicaState, RunSnapshot, Slot
-from servesim.cluster.pd_results import LEGS
 from servesim.events import (
     Event,
     LegRecovered,
@@ -29,6 +28,7 @@ from servesim.events import (
     RequestRejected,
     RequestStarved,
 )
+from servesim.services.cluster import LEGS
 
 PREFILL = "bold cyan"
 DECODE = "green"

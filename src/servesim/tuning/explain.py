@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from servesim.traces.inspect import inspect_trace
+from servesim.traces.inspect import TraceStats, inspect_trace
 from servesim.tuning.choice import Tolerance, binding_metric, model_tolerance, pressure_clearly_lower
 from servesim.tuning.deployment import Deployment, resolve_deployment
 from servesim.tuning.evaluate import RunMetrics, Status
@@ -266,81 +266,10 @@ def build_reasons(
 ) -> list[Reason]:
     """Every measured statement behind the recommendation, most important first."""
     stats = inspect_trace(workload.sample())
-    n = len(runs)
-    worst = {m: max(r.p99()[m] for r in runs) for m in ("ttft", "tpot", "e2e")}
-    same_seed = runs[0].p99()  # the ablations ran on the first fresh seed: compare on that seed
-    out: list[Reason] = [
-        Reason(
-            kind="prediction",
-            facts={
-                "rate_rps": rate,
-                "replicas": d.replicas,
-                "tensor_parallel_size": d.tensor_parallel_size,
-                "gpus": d.gpus,
-                "ttft_p99_ms": worst["ttft"],
-                "tpot_p99_ms": worst["tpot"],
-                "e2e_p99_ms": worst["e2e"],
-                "seeds": n,
-                "slo": slo.describe() if slo is not None else None,
-                "slo_violations": "; ".join(dict.fromkeys(v for r in runs for v in r.slo_violations)) or None,
-            },
-        )
-    ]
-    out.append(
-        Reason(
-            kind="headroom",
-            facts={
-                "max_stable_rps": sat.max_stable_rps,
-                "saturation_rps": sat.saturation_rps,
-                "headroom": sat.headroom,
-                "highest_rate_tried_rps": max(p.rate_rps for p in sat.points) if sat.points else None,
-            },
-        )
-    )
-    if sat.goodput_knee_rps is not None:
-        out.append(
-            Reason(
-                kind="slo_knee", facts={"knee_rps": sat.goodput_knee_rps, "knee_headroom": sat.knee_headroom}
-            )
-        )
-    pr = stats.prompt
-    prompt_facts = {
-        "prompt_max": int(pr.max),
-        "prompt_p99": float(pr.p99),
-        "prompt_p50": float(pr.p50),
-        "max_num_batched_tokens": d.max_num_batched_tokens,
-        "max_model_len": d.max_model_len,
-    }
-    mean_running = Spread.of([r.mean_running for r in runs]).mean
-    for a in ablations:
-        if a.knob == "enable_chunked_prefill":
-            facts: dict[str, Any] = prompt_facts
-        elif a.knob == "max_num_seqs":
-            facts = {"mean_running": mean_running}
-        elif a.knob == "enable_prefix_caching":
-            facts = {"prefix_reuse_ratio": stats.prefix_reuse_ratio}
-        else:
-            facts = {}
-        out.append(_ablation_reason(a, same_seed, {**facts, "seed": runs[0].seed}))
-    hw = hardware.describe()
-    derived = hw.get("kind") == "perf" and hw.get("num_gpu_blocks") is None
-    out.append(
-        Reason(
-            kind="kv_cache",
-            facts={
-                "blocks": blocks,
-                "block_size": d.block_size,
-                "tokens": (blocks - 1) * d.block_size,
-                "model": hw.get("model") if derived else None,
-                "gpu": hw.get("gpu") if derived else None,
-                "tensor_parallel_size": d.tensor_parallel_size,
-                "gpu_memory_utilization": d.gpu_memory_utilization if derived else None,
-                "peak_use": Spread.of([r.max_kv_usage for r in runs]).max,
-                "preemptions_per_request": Spread.of([r.preemptions_per_request for r in runs]).mean,
-                "kv_exhaustion_events": Spread.of([float(r.kv_exhaustion_events) for r in runs]).mean,
-            },
-        )
-    )
+    out: list[Reason] = [_prediction_reason(slo, d, runs, rate)]
+    out.extend(_capacity_reasons(sat))
+    out.extend(_ablation_reasons(ablations, runs, stats, d))
+    out.append(_kv_cache_reason(hardware, d, runs, blocks))
     if not stats.prefix_reuse_ratio:
         out.append(
             Reason(
@@ -360,3 +289,102 @@ def build_reasons(
             )
         )
     return out
+
+
+def _prediction_reason(
+    slo: PercentileSLO | None, d: Deployment, runs: list[RunMetrics], rate: float
+) -> Reason:
+    """What the recommendation predicts at the rate: the worst p99s over the fresh seeds (the
+    promise must hold on every seed, not on average) and the SLO's violations if any."""
+    n = len(runs)
+    worst = {m: max(r.p99()[m] for r in runs) for m in ("ttft", "tpot", "e2e")}
+    return Reason(
+        kind="prediction",
+        facts={
+            "rate_rps": rate,
+            "replicas": d.replicas,
+            "tensor_parallel_size": d.tensor_parallel_size,
+            "gpus": d.gpus,
+            "ttft_p99_ms": worst["ttft"],
+            "tpot_p99_ms": worst["tpot"],
+            "e2e_p99_ms": worst["e2e"],
+            "seeds": n,
+            "slo": slo.describe() if slo is not None else None,
+            "slo_violations": "; ".join(dict.fromkeys(v for r in runs for v in r.slo_violations)) or None,
+        },
+    )
+
+
+def _capacity_reasons(sat: SaturationReport) -> list[Reason]:
+    """How far the rate is from saturation, and from the SLO's knee when the sweep found one."""
+    out: list[Reason] = []
+    out.append(
+        Reason(
+            kind="headroom",
+            facts={
+                "max_stable_rps": sat.max_stable_rps,
+                "saturation_rps": sat.saturation_rps,
+                "headroom": sat.headroom,
+                "highest_rate_tried_rps": max(p.rate_rps for p in sat.points) if sat.points else None,
+            },
+        )
+    )
+    if sat.goodput_knee_rps is not None:
+        out.append(
+            Reason(
+                kind="slo_knee", facts={"knee_rps": sat.goodput_knee_rps, "knee_headroom": sat.knee_headroom}
+            )
+        )
+    return out
+
+
+def _ablation_reasons(
+    ablations: list[Ablation], runs: list[RunMetrics], stats: TraceStats, d: Deployment
+) -> list[Reason]:
+    """Each ablated knob against the recommendation on the same seed, with the workload facts
+    that explain it (prompt lengths for chunked prefill, the running batch for max_num_seqs,
+    prefix reuse for prefix caching)."""
+    same_seed = runs[0].p99()  # the ablations ran on the first fresh seed: compare on that seed
+    out: list[Reason] = []
+    pr = stats.prompt
+    prompt_facts = {
+        "prompt_max": int(pr.max),
+        "prompt_p99": float(pr.p99),
+        "prompt_p50": float(pr.p50),
+        "max_num_batched_tokens": d.max_num_batched_tokens,
+        "max_model_len": d.max_model_len,
+    }
+    mean_running = Spread.of([r.mean_running for r in runs]).mean
+    for a in ablations:
+        if a.knob == "enable_chunked_prefill":
+            facts: dict[str, Any] = prompt_facts
+        elif a.knob == "max_num_seqs":
+            facts = {"mean_running": mean_running}
+        elif a.knob == "enable_prefix_caching":
+            facts = {"prefix_reuse_ratio": stats.prefix_reuse_ratio}
+        else:
+            facts = {}
+        out.append(_ablation_reason(a, same_seed, {**facts, "seed": runs[0].seed}))
+    return out
+
+
+def _kv_cache_reason(hardware: Hardware, d: Deployment, runs: list[RunMetrics], blocks: int) -> Reason:
+    """The KV cache's size and how full it ran: its origin (model, GPU, memory share) is named
+    only when servesim derived it, not when the blocks were given."""
+    hw = hardware.describe()
+    derived = hw.get("kind") == "perf" and hw.get("num_gpu_blocks") is None
+    return Reason(
+        kind="kv_cache",
+        facts={
+            "blocks": blocks,
+            "block_size": d.block_size,
+            "tokens": (blocks - 1) * d.block_size,
+            "model": hw.get("model") if derived else None,
+            "gpu": hw.get("gpu") if derived else None,
+            "tensor_parallel_size": d.tensor_parallel_size,
+            "gpu_memory_utilization": d.gpu_memory_utilization if derived else None,
+            "peak_use": Spread.of([r.max_kv_usage for r in runs]).max,
+            "preemptions_per_request": Spread.of([r.preemptions_per_request for r in runs]).mean,
+            "kv_exhaustion_events": Spread.of([float(r.kv_exhaustion_events) for r in runs]).mean,
+        },
+    )

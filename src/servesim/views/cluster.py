@@ -150,25 +150,39 @@ def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
     tables = [table]
     if doc.get("offload"):
         tables.append(offload_table(doc["offload"]))
+    decisions = _decisions_table(doc, max_decisions)
+    if decisions is not None:
+        tables.append(decisions)
+    kpis, verdicts = _recovery_judgement(doc, rows)
+    return Section(
+        key="cluster", title="cluster with failures", kpis=kpis, tables=tables, verdicts=verdicts, text=text
+    )
+
+
+def _decisions_table(doc: Mapping[str, Any], max_decisions: int) -> Table | None:
+    """The planner's decision for each interrupted request, the first ``max_decisions`` of them
+    (a long failure interrupts thousands; the note says how many were left out)."""
     decisions = list(doc.get("decisions") or [])
-    if decisions:
-        shown = decisions[:max_decisions]
-        tables.append(
-            Table(
-                key="decisions",
-                title="the planner's decision for each interrupted request",
-                columns=DECISION_COLUMNS,
-                rows=[
-                    [
-                        (float(d[c.key]) * 1000 if c.key == "delay_s" else d.get(c.key))
-                        for c in DECISION_COLUMNS
-                    ]
-                    for d in shown
-                ],
-                notes=[f"first {len(shown)} of {len(decisions)}"] if len(shown) < len(decisions) else [],
-            )
-        )
-    kpis, verdicts = [], []
+    if not decisions:
+        return None
+    shown = decisions[:max_decisions]
+    return Table(
+        key="decisions",
+        title="the planner's decision for each interrupted request",
+        columns=DECISION_COLUMNS,
+        rows=[
+            [(float(d[c.key]) * 1000 if c.key == "delay_s" else d.get(c.key)) for c in DECISION_COLUMNS]
+            for d in shown
+        ],
+        notes=[f"first {len(shown)} of {len(decisions)}"] if len(shown) < len(decisions) else [],
+    )
+
+
+def _recovery_judgement(doc: Mapping[str, Any], rows: list[Any]) -> tuple[list[Kpi], list[Verdict]]:
+    """The best recovery strategy's E2E p99 against the run without the failure, whether any
+    strategy lost requests, and the STARVED count when the document has one."""
+    kpis: list[Kpi] = []
+    verdicts: list[Verdict] = []
     base = next((r for r in rows if r.get("strategy") == "no failure"), None)
     best = min(
         (r for r in rows if r.get("strategy") != "no failure"), key=lambda r: r["e2e_p99_ms"], default=None
@@ -220,9 +234,7 @@ def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
                 else "no request was flagged STARVED",
             )
         )
-    return Section(
-        key="cluster", title="cluster with failures", kpis=kpis, tables=tables, verdicts=verdicts, text=text
-    )
+    return kpis, verdicts
 
 
 __all__ = ["cluster_view"]

@@ -32,7 +32,18 @@ import pandas as pd
 
 from servesim.engine.results import SimulationResult
 from servesim.views.glossary import define
-from servesim.views.model import Column, Histogram, Line, Mark, Section, Series, Span, Table, Verdict
+from servesim.views.model import (
+    Column,
+    Histogram,
+    Line,
+    Mark,
+    Section,
+    Series,
+    Span,
+    Table,
+    Verdict,
+    VerdictStatus,
+)
 from servesim.views.shape import MAX_POINTS, histogram, rounded, series
 from servesim.views.simulation import (
     LATENCIES,
@@ -231,6 +242,47 @@ def _with_lines(s: Series, lines: dict[str, np.ndarray], name: str, extra: dict[
     )
 
 
+def _per_bin_series(
+    st: pd.DataFrame, frames: dict[str, pd.DataFrame], grid: _Grid, points: int, drawn: dict[str, Any]
+) -> list[Series]:
+    """What happens at an instant rather than over time, counted per bin: preemptions by the
+    step that preempted, output tokens by the step that finished them (as a rate), the fleet's
+    sum with each replica a line."""
+    out: list[Series] = []
+    ends = {k: (f["start_s"] + f["duration_s"]).to_numpy(dtype=np.float64) for k, f in frames.items()}
+
+    def binned(frame: pd.DataFrame, when: np.ndarray, column: str) -> np.ndarray:
+        k = np.clip(np.searchsorted(grid.edges, when, side="right") - 1, 0, len(grid.x) - 1)
+        return np.bincount(k, weights=frame[column].to_numpy(dtype=np.float64), minlength=len(grid.x))
+
+    pre = {k: binned(f, f["start_s"].to_numpy(dtype=np.float64), "num_preempted") for k, f in frames.items()}
+    total_pre = int(st["num_preempted"].sum())
+    pre_s = series(
+        "preemptions",
+        f"preemptions per time bin, fleet ({total_pre:,} in all)",
+        grid.x,
+        np.sum(list(pre.values()), axis=0),
+        y_label="preemptions",
+        kind="bar",
+        max_points=points,
+        help=define("preemptions"),
+    )
+    out.append(pre_s.model_copy(update={"name": "fleet", **drawn}))
+    toks = {k: binned(f, ends[k], "num_decodes") / grid.width for k, f in frames.items()}
+    thr = series(
+        "output_tokens_per_s",
+        "output tokens per second, fleet",
+        grid.x,
+        np.sum(list(toks.values()), axis=0),
+        y_label="tokens/s",
+        y_unit="tok/s",
+        max_points=points,
+        help=define("output_token_throughput"),
+    )
+    out.append(_with_lines(thr, toks, "fleet", drawn))
+    return out
+
+
 def fleet_series(
     result: ClusterResult, by_replica: dict[str, SimulationResult], max_points: int = MAX_POINTS
 ) -> list[Series]:
@@ -278,37 +330,7 @@ def fleet_series(
         help=(define("kv_usage") or "") + " Each replica's time-weighted mean per bin (0 while down).",
     )
     out.append(_with_lines(kv, per_kv, "fleet mean", drawn))
-    ends = {k: (f["start_s"] + f["duration_s"]).to_numpy(dtype=np.float64) for k, f in frames.items()}
-
-    def binned(frame: pd.DataFrame, when: np.ndarray, column: str) -> np.ndarray:
-        k = np.clip(np.searchsorted(grid.edges, when, side="right") - 1, 0, len(grid.x) - 1)
-        return np.bincount(k, weights=frame[column].to_numpy(dtype=np.float64), minlength=len(grid.x))
-
-    pre = {k: binned(f, f["start_s"].to_numpy(dtype=np.float64), "num_preempted") for k, f in frames.items()}
-    total_pre = int(st["num_preempted"].sum())
-    pre_s = series(
-        "preemptions",
-        f"preemptions per time bin, fleet ({total_pre:,} in all)",
-        grid.x,
-        np.sum(list(pre.values()), axis=0),
-        y_label="preemptions",
-        kind="bar",
-        max_points=points,
-        help=define("preemptions"),
-    )
-    out.append(pre_s.model_copy(update={"name": "fleet", **drawn}))
-    toks = {k: binned(f, ends[k], "num_decodes") / grid.width for k, f in frames.items()}
-    thr = series(
-        "output_tokens_per_s",
-        "output tokens per second, fleet",
-        grid.x,
-        np.sum(list(toks.values()), axis=0),
-        y_label="tokens/s",
-        y_unit="tok/s",
-        max_points=points,
-        help=define("output_token_throughput"),
-    )
-    out.append(_with_lines(thr, toks, "fleet", drawn))
+    out.extend(_per_bin_series(st, frames, grid, points, drawn))
     split = latency_split_series(result.requests)
     if split is not None:
         out.append(split)
@@ -491,78 +513,98 @@ def fleet_bottleneck(
 ) -> Verdict:
     """What limits the fleet, from the data (see the module docstring for the order)."""
     loads = replica_loads(result, by_replica) if loads is None else loads
-    key, label = "fleet_bottleneck", "fleet bottleneck"
     if not by_replica and len(result.steps):
-        return Verdict(
-            key=key, label=label, status="info", text="the run kept no per-replica figures to read it from"
-        )
+        return _bottleneck("info", "the run kept no per-replica figures to read it from")
     parked = result.summary.num_parked_unfinished
     if parked:
         lost = ", ".join(f"{o.node} at {o.down_s:g} s" for o in outages(result))
-        return Verdict(
-            key=key,
-            label=label,
-            status="fail",
-            text=f"the failure: no replica was left to serve {parked:,} requests (lost: {lost}); "
+        return _bottleneck(
+            "fail",
+            f"the failure: no replica was left to serve {parked:,} requests (lost: {lost}); "
             "more replicas, or replicas that recover, serve them",
         )
     busy = [x for x in loads if x.limit.name != "idle"]
     if not busy:
-        return Verdict(key=key, label=label, status="info", text="no traffic: nothing limits the fleet")
+        return _bottleneck("info", "no traffic: nothing limits the fleet")
+    found = outages(result)
+    hot = _hot_replica(loads, found, router) if len(loads) >= 2 else None
+    if hot is not None:
+        return hot
+    failure = _failure_bottleneck(result, by_replica, found) if found else None
+    if failure is not None:
+        return failure
+    return _binding_limit(busy, len(loads))
+
+
+def _bottleneck(status: VerdictStatus, text: str) -> Verdict:
+    """The fleet-bottleneck verdict: one key and label whichever rule found it."""
+    return Verdict(key="fleet_bottleneck", label="fleet bottleneck", status=status, text=text)
+
+
+def _hot_replica(loads: list[ReplicaLoad], found: list[Outage], router: str | None) -> Verdict | None:
+    """One replica queueing far more than the others: the router, not the fleet's size, is what
+    limits it (checked first, since adding replicas would not help); None when the load is even."""
     n = len(loads)
     total = sum(x.finished for x in loads) or 1
-    found = outages(result)
-    if n >= 2:
-        hot = max(loads, key=lambda x: x.mean_waiting)
-        others = [x for x in loads if x is not hot]
-        rest = float(np.mean([x.mean_waiting for x in others]))
-        if hot.mean_waiting >= HOT_MIN_QUEUE and hot.mean_waiting >= HOT_RATIO * rest + 1e-12:
-            return Verdict(
-                key=key,
-                label=label,
-                status="warn",
-                text=f"one replica hot: {hot.name} held a mean queue of {hot.mean_waiting:,.1f} requests "
-                f"against {rest:,.1f} on the other {len(others)}"
-                + (" while every replica was up" if found else "")
-                + ", busy {hot.busy_share:.0%} of its time "
-                f"(the others {float(np.mean([x.busy_share for x in others])):.0%}), and finished "
-                f"{hot.finished / total:.0%} of the requests (an even split is {1 / n:.0%}); "
-                f"its own limit: {_limit_words(hot.limit)}. The router"
-                + (f" ({router})" if router else "")
-                + " does not spread the load to the replicas' capacity: try least_outstanding or least_kv",
-            )
+    hot = max(loads, key=lambda x: x.mean_waiting)
+    others = [x for x in loads if x is not hot]
+    rest = float(np.mean([x.mean_waiting for x in others]))
+    if hot.mean_waiting >= HOT_MIN_QUEUE and hot.mean_waiting >= HOT_RATIO * rest + 1e-12:
+        return _bottleneck(
+            status="warn",
+            text=f"one replica hot: {hot.name} held a mean queue of {hot.mean_waiting:,.1f} requests "
+            f"against {rest:,.1f} on the other {len(others)}"
+            + (" while every replica was up" if found else "")
+            + ", busy {hot.busy_share:.0%} of its time "
+            f"(the others {float(np.mean([x.busy_share for x in others])):.0%}), and finished "
+            f"{hot.finished / total:.0%} of the requests (an even split is {1 / n:.0%}); "
+            f"its own limit: {_limit_words(hot.limit)}. The router"
+            + (f" ({router})" if router else "")
+            + " does not spread the load to the replicas' capacity: try least_outstanding or least_kv",
+        )
+    return None
+
+
+def _failure_bottleneck(
+    result: ClusterResult, by_replica: dict[str, SimulationResult], found: list[Outage]
+) -> Verdict | None:
+    """The outages as the limit when they show: the interrupted requests' tail far above the
+    others', or the survivors queueing during the outage; None when the fleet absorbed them."""
     impact = result.summary.impact
-    if found:
-        inter, others_e2e = impact.interrupted_e2e_ms, impact.others_e2e_ms
-        during, rest_q = _outage_queue(result, by_replica, found)
-        tail = inter.count > 0 and others_e2e.count > 0 and inter.p99 >= FAILURE_RATIO * others_e2e.p99
-        queued = during >= HOT_MIN_QUEUE and during >= FAILURE_RATIO * rest_q
-        if tail or queued:
-            moved = ", ".join(f"{o.node} at {o.down_s:g} s ({o.num_moved:,} moved)" for o in found)
-            why = []
-            if tail:
-                why.append(
-                    f"the {inter.count:,} interrupted requests' E2E p99 is {inter.p99:,.0f} ms against "
-                    f"{others_e2e.p99:,.0f} ms for the others"
-                )
-            if queued:
-                why.append(
-                    f"the survivors queued {during:,.1f} requests on average during the outage against "
-                    f"{rest_q:,.1f} the rest of the run"
-                )
-            return Verdict(
-                key=key,
-                label=label,
-                status="warn",
-                text=f"the failure: {moved}; "
-                + " and ".join(why)
-                + "; "
-                + (
-                    "cheaper recovery (migrate KV, a faster link) shortens the interrupted requests' tail"
-                    if tail
-                    else "spare capacity on the survivors (another replica) absorbs the outage"
-                ),
+    inter, others_e2e = impact.interrupted_e2e_ms, impact.others_e2e_ms
+    during, rest_q = _outage_queue(result, by_replica, found)
+    tail = inter.count > 0 and others_e2e.count > 0 and inter.p99 >= FAILURE_RATIO * others_e2e.p99
+    queued = during >= HOT_MIN_QUEUE and during >= FAILURE_RATIO * rest_q
+    if tail or queued:
+        moved = ", ".join(f"{o.node} at {o.down_s:g} s ({o.num_moved:,} moved)" for o in found)
+        why = []
+        if tail:
+            why.append(
+                f"the {inter.count:,} interrupted requests' E2E p99 is {inter.p99:,.0f} ms against "
+                f"{others_e2e.p99:,.0f} ms for the others"
             )
+        if queued:
+            why.append(
+                f"the survivors queued {during:,.1f} requests on average during the outage against "
+                f"{rest_q:,.1f} the rest of the run"
+            )
+        return _bottleneck(
+            status="warn",
+            text=f"the failure: {moved}; "
+            + " and ".join(why)
+            + "; "
+            + (
+                "cheaper recovery (migrate KV, a faster link) shortens the interrupted requests' tail"
+                if tail
+                else "spare capacity on the survivors (another replica) absorbs the outage"
+            ),
+        )
+    return None
+
+
+def _binding_limit(busy: list[ReplicaLoad], n: int) -> Verdict:
+    """The scheduler limit that bound for most of the busy replicas' time (weighted by busy time),
+    or plain compute or queueing when none did, with the knob that relaxes it."""
     weights: dict[str, float] = {}
     for x in busy:
         weights[x.limit.name] = weights.get(x.limit.name, 0.0) + x.busy_share * x.up_s
@@ -573,24 +615,18 @@ def fleet_bottleneck(
     )  # share of its busy time with a queue
     of = f"{len(which)} of {n} replicas"
     if name == "none":
-        return Verdict(
-            key=key,
-            label=label,
-            status="pass",
+        return _bottleneck(
+            "pass",
             text=f"compute-bound, no scheduler limit: on {of} requests waited in under 5 % of the busy time "
             f"({who}); latency is the model's compute (a faster GPU or more TP lowers it)",
         )
     if name == "queueing":
-        return Verdict(
-            key=key,
-            label=label,
-            status="warn",
+        return _bottleneck(
+            "warn",
             text=f"queueing: on {of} requests waited with no scheduler limit binding (share of the busy "
             f"time with a queue: {who}); the arrival rate is beyond the fleet's compute: add replicas",
         )
-    return Verdict(
-        key=key,
-        label=label,
+    return _bottleneck(
         status="warn",
         text=f"{'KV-bound' if name == 'KV cache' else name + '-bound'}: {name} was the binding limit on "
         f"{of} (share of the busy time with a queue: {who}); try {LIMIT_ACTIONS[name]}",

@@ -4,6 +4,7 @@ link bandwidth. Figures are the answer's (``tuning.layouts.LayoutAnswer``); noth
 
 from __future__ import annotations
 
+from servesim.tuning.layout_models import BreakEven, LayoutPoint, LayoutVerification
 from servesim.tuning.layouts import LayoutAnswer
 from servesim.views.model import Cell, Column, Kpi, Line, Section, Series, Table, Verdict
 from servesim.views.selection import layout_choice_lines, layout_choice_view
@@ -12,8 +13,48 @@ from servesim.views.selection import layout_choice_lines, layout_choice_view
 def layouts_view(ans: LayoutAnswer) -> Section:
     """Every layout's goodput per GPU and p99s (front marked), the chart of goodput per GPU vs
     TTFT p99 by kind, the verdict and, when they ran, the fresh seeds and the break-even probes."""
-    points = sorted(ans.points, key=lambda p: -p.goodput_per_gpu)
     rec = next(p for p in ans.points if p.label == ans.recommended)
+    tables = [_layouts_table(ans)]
+    series: list[Series] = []
+    front = _front_series(ans)
+    if front is not None:
+        series.append(front)
+    v = ans.verification
+    if v is not None:
+        tables.append(_fresh_seeds_table(v))
+    be = ans.break_even
+    if be is not None and be.probes:
+        series.append(_break_even_series(ans, be))
+    status = "pass" if v is None or v.holds else "warn"
+    verdicts = [
+        Verdict(
+            key="recommended",
+            label="recommended",
+            status=status,
+            text="; ".join(ans.reasons),
+        ),
+        *(
+            Verdict(key=f"choice_{i}", label="how it was chosen", status="info", text=line)
+            for i, line in enumerate(layout_choice_lines(ans, besides_reasons=True))
+        ),
+    ]
+    choice = layout_choice_view(ans)
+    if choice is not None:
+        tables.extend(choice.tables)
+    return Section(
+        key="layouts",
+        title=f"aggregated or disaggregated? {ans.gpus} GPUs: {ans.recommended}",
+        kpis=_layouts_kpis(ans, rec),
+        tables=tables,
+        series=series,
+        verdicts=verdicts,
+    )
+
+
+def _layouts_table(ans: LayoutAnswer) -> Table:
+    """Every layout best goodput per GPU first, with the SLO and link in the title: the table the
+    verdict and the chart refer to (it marks the Pareto front the chart only shows)."""
+    points = sorted(ans.points, key=lambda p: -p.goodput_per_gpu)
     cols = [
         Column(key="layout", label="layout", kind="str"),
         Column(key="kind", label="kind", kind="str"),
@@ -44,100 +85,93 @@ def layouts_view(ans: LayoutAnswer) -> Section:
         for p in points
     ]
     caps = ", ".join(f"{k} <= {v:g}" for k, v in ans.slo.items() if v is not None) or "none"
-    table = Table(
+    return Table(
         key="layouts",
         title=f"layouts of {ans.gpus} GPUs (per-request SLO: {caps}; disaggregated over {ans.link})",
         columns=cols,
         rows=rows,
     )
-    tables = [table]
-    series: list[Series] = []
+
+
+def _front_series(ans: LayoutAnswer) -> Series | None:
+    """Goodput per GPU against TTFT p99, one kind as the scatter and the other as its line, so the
+    trade-off between the two layouts reads at a glance; None when no layout ran."""
     by_kind = {k: [p for p in ans.points if p.layout.kind == k] for k in ("agg", "disagg")}
     first, second = ("agg", "disagg") if by_kind["agg"] else ("disagg", "agg")
-    if by_kind[first]:
-        series.append(
-            Series(
-                key="front",
-                title="goodput per GPU against TTFT p99, by layout",
-                x_label="TTFT p99",
-                x_unit="ms",
-                y_label="goodput per GPU",
-                y_unit="req/s",
-                x=[p.ttft_p99_ms for p in by_kind[first]],
-                y=[p.goodput_per_gpu for p in by_kind[first]],
-                kind="scatter",
-                name="aggregated" if first == "agg" else "disaggregated",
-                lines=[
-                    Line(
-                        label="disaggregated" if second == "disagg" else "aggregated",
-                        x=[p.ttft_p99_ms for p in by_kind[second]],
-                        y=[p.goodput_per_gpu for p in by_kind[second]],
-                    )
-                ]
-                if by_kind[second]
-                else [],
-                help="Up and to the left is better; the table marks the Pareto front.",
+    if not by_kind[first]:
+        return None
+    return Series(
+        key="front",
+        title="goodput per GPU against TTFT p99, by layout",
+        x_label="TTFT p99",
+        x_unit="ms",
+        y_label="goodput per GPU",
+        y_unit="req/s",
+        x=[p.ttft_p99_ms for p in by_kind[first]],
+        y=[p.goodput_per_gpu for p in by_kind[first]],
+        kind="scatter",
+        name="aggregated" if first == "agg" else "disaggregated",
+        lines=[
+            Line(
+                label="disaggregated" if second == "disagg" else "aggregated",
+                x=[p.ttft_p99_ms for p in by_kind[second]],
+                y=[p.goodput_per_gpu for p in by_kind[second]],
             )
-        )
-    v = ans.verification
-    if v is not None:
-        tables.append(
-            Table(
-                key="fresh_seeds",
-                title=f"fresh seeds: {v.recommended} against {v.against}",
-                columns=[
-                    Column(key="seed", label="seed", kind="str"),
-                    Column(key="rec", label=v.recommended, unit="req/s per GPU", decimals=3),
-                    Column(key="other", label=v.against, unit="req/s per GPU", decimals=3),
-                    Column(key="meets", label="p99 within the SLO", kind="str"),
-                ],
-                rows=[
-                    [
-                        c.seed,
-                        c.recommended_per_gpu,
-                        c.against_per_gpu,
-                        "yes" if c.recommended_meets_p99 else "no",
-                    ]
-                    for c in v.checks
-                ],
-            )
-        )
-    be = ans.break_even
-    if be is not None and be.probes:
-        probes = sorted(be.probes)
-        series.append(
-            Series(
-                key="break_even",
-                title=f"{be.layout}: goodput per GPU against link bandwidth",
-                x_label="link bandwidth per TP rank",
-                x_unit="Gbit/s",
-                y_label="goodput per GPU",
-                y_unit="req/s",
-                x=[g for g, _ in probes],
-                y=[y for _, y in probes],
-                kind="scatter",
-                name=be.layout,
-                reference=next((p.goodput_per_gpu for p in ans.points if p.label == be.against), None),
-                reference_label=f"{be.against} (aggregated)",
-                help=be.note,
-            )
-        )
-    status = "pass" if v is None or v.holds else "warn"
-    verdicts = [
-        Verdict(
-            key="recommended",
-            label="recommended",
-            status=status,
-            text="; ".join(ans.reasons),
-        ),
-        *(
-            Verdict(key=f"choice_{i}", label="how it was chosen", status="info", text=line)
-            for i, line in enumerate(layout_choice_lines(ans, besides_reasons=True))
-        ),
-    ]
-    choice = layout_choice_view(ans)
-    if choice is not None:
-        tables.extend(choice.tables)
+        ]
+        if by_kind[second]
+        else [],
+        help="Up and to the left is better; the table marks the Pareto front.",
+    )
+
+
+def _fresh_seeds_table(v: LayoutVerification) -> Table:
+    """The recommendation against its runner-up on seeds the search never saw: whether the choice
+    survives new traffic, not just the seed it was picked on."""
+    return Table(
+        key="fresh_seeds",
+        title=f"fresh seeds: {v.recommended} against {v.against}",
+        columns=[
+            Column(key="seed", label="seed", kind="str"),
+            Column(key="rec", label=v.recommended, unit="req/s per GPU", decimals=3),
+            Column(key="other", label=v.against, unit="req/s per GPU", decimals=3),
+            Column(key="meets", label="p99 within the SLO", kind="str"),
+        ],
+        rows=[
+            [
+                c.seed,
+                c.recommended_per_gpu,
+                c.against_per_gpu,
+                "yes" if c.recommended_meets_p99 else "no",
+            ]
+            for c in v.checks
+        ],
+    )
+
+
+def _break_even_series(ans: LayoutAnswer, be: BreakEven) -> Series:
+    """The disaggregated layout's goodput per GPU at each probed link bandwidth, against the
+    aggregated layout's as the reference: where the link stops being the bottleneck."""
+    probes = sorted(be.probes)
+    return Series(
+        key="break_even",
+        title=f"{be.layout}: goodput per GPU against link bandwidth",
+        x_label="link bandwidth per TP rank",
+        x_unit="Gbit/s",
+        y_label="goodput per GPU",
+        y_unit="req/s",
+        x=[g for g, _ in probes],
+        y=[y for _, y in probes],
+        kind="scatter",
+        name=be.layout,
+        reference=next((p.goodput_per_gpu for p in ans.points if p.label == be.against), None),
+        reference_label=f"{be.against} (aggregated)",
+        help=be.note,
+    )
+
+
+def _layouts_kpis(ans: LayoutAnswer, rec: LayoutPoint) -> list[Kpi]:
+    """The recommended layout's headline figures, and the break-even bandwidth when one was
+    found (a probe that never crossed gives none, and the chart says why)."""
     kpis = [
         Kpi(
             key="goodput_per_gpu",
@@ -150,16 +184,10 @@ def layouts_view(ans: LayoutAnswer) -> Section:
         Kpi(key="ttft_p99_ms", label="TTFT p99", value=rec.ttft_p99_ms, unit="ms"),
         Kpi(key="tpot_p99_ms", label="TPOT p99", value=rec.tpot_p99_ms, unit="ms"),
     ]
+    be = ans.break_even
     if be is not None and be.gbps is not None:
         kpis.append(Kpi(key="break_even_gbps", label="break-even bandwidth", value=be.gbps, unit="Gbit/s"))
-    return Section(
-        key="layouts",
-        title=f"aggregated or disaggregated? {ans.gpus} GPUs: {ans.recommended}",
-        kpis=kpis,
-        tables=tables,
-        series=series,
-        verdicts=verdicts,
-    )
+    return kpis
 
 
 __all__ = ["layouts_view"]

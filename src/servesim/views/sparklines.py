@@ -12,6 +12,7 @@ without a sample are left out (a line through them would invent a value).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from servesim.engine.results import LatencyStats, SimulationResult
 from servesim.views.model import Series
@@ -31,16 +32,12 @@ def _spark(key: str, label: str, unit: str | None, x: list[float], y: list[float
     )
 
 
-def kpi_sparklines(result: SimulationResult, *, bins: int = 24) -> dict[str, Series]:
-    """``{kpi key: Series}`` for every tile of ``simulation.kpis`` at p50/p90/p95/p99."""
-    req = result.requests
-    st = result.steps
-    if not len(st):
-        return {}
-    t0 = float(st["start_s"].iloc[0])
-    t1 = float((st["start_s"] + st["duration_s"]).iloc[-1])
-    width = (t1 - t0) / bins if t1 > t0 else 1.0
-    centers = [round(t0 + (i + 0.5) * width, 6) for i in range(bins)]
+def _latency_sparks(
+    req: pd.DataFrame, st: pd.DataFrame, t0: float, t1: float, bins: int, centers: list[float]
+) -> dict[str, Series]:
+    """Each latency's percentiles per time bin, a request counted when its metric is known (its
+    first token for TTFT, its finish otherwise) and ITL weighted by the decodes of each step;
+    an empty bin is left out rather than drawn as zero."""
     out: dict[str, Series] = {}
     samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {
         "ttft_ms": (
@@ -74,6 +71,41 @@ def kpi_sparklines(result: SimulationResult, *, bins: int = 24) -> dict[str, Ser
                 [x for x, _ in per_bin],
                 [round(float(getattr(s, p)), 4) for _, s in per_bin],
             )
+    return out
+
+
+def _prefix_hit_spark(req: pd.DataFrame, t0: float, t1: float, bins: int, centers: list[float]) -> Series:
+    """The prefix cache's hit rate per time bin, by first admission as
+    ``simulation.prefix_hit_bins`` bins it, so the sparkline and the chart agree."""
+    admit = _bin_index(req["first_scheduled_s"].to_numpy(dtype=np.float64), t0, t1, bins)
+    seen = admit >= 0
+    hits = np.bincount(
+        admit[seen], weights=req["prefix_hit_tokens"].to_numpy(dtype=np.float64)[seen], minlength=bins
+    )
+    queries = np.bincount(
+        admit[seen], weights=req["prompt_len"].to_numpy(dtype=np.float64)[seen], minlength=bins
+    )
+    some = queries > 0
+    return _spark(
+        "prefix_cache_hit_rate",
+        "prefix cache hit rate",
+        "%",
+        [c for c, h in zip(centers, some, strict=True) if h],
+        _r(hits[some] / queries[some]),
+    )
+
+
+def kpi_sparklines(result: SimulationResult, *, bins: int = 24) -> dict[str, Series]:
+    """``{kpi key: Series}`` for every tile of ``simulation.kpis`` at p50/p90/p95/p99."""
+    req = result.requests
+    st = result.steps
+    if not len(st):
+        return {}
+    t0 = float(st["start_s"].iloc[0])
+    t1 = float((st["start_s"] + st["duration_s"]).iloc[-1])
+    width = (t1 - t0) / bins if t1 > t0 else 1.0
+    centers = [round(t0 + (i + 0.5) * width, 6) for i in range(bins)]
+    out = _latency_sparks(req, st, t0, t1, bins, centers)
     finish = _bin_index(req["finish_s"].to_numpy(dtype=np.float64), t0, t1, bins)
     done = finish >= 0
     finished = np.bincount(finish[done], minlength=bins).astype(np.float64)
@@ -97,22 +129,7 @@ def kpi_sparklines(result: SimulationResult, *, bins: int = 24) -> dict[str, Ser
             _r(good[has] / finished[has]),
         )
     if result.summary.prefix_cache_hit_rate is not None:  # by first admission, as simulation.prefix_hit_bins
-        admit = _bin_index(req["first_scheduled_s"].to_numpy(dtype=np.float64), t0, t1, bins)
-        seen = admit >= 0
-        hits = np.bincount(
-            admit[seen], weights=req["prefix_hit_tokens"].to_numpy(dtype=np.float64)[seen], minlength=bins
-        )
-        queries = np.bincount(
-            admit[seen], weights=req["prompt_len"].to_numpy(dtype=np.float64)[seen], minlength=bins
-        )
-        some = queries > 0
-        out["prefix_cache_hit_rate"] = _spark(
-            "prefix_cache_hit_rate",
-            "prefix cache hit rate",
-            "%",
-            [c for c, h in zip(centers, some, strict=True) if h],
-            _r(hits[some] / queries[some]),
-        )
+        out["prefix_cache_hit_rate"] = _prefix_hit_spark(req, t0, t1, bins, centers)
     return out
 
 

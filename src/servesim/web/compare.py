@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.tuning.noise import ab_verdict
+from servesim.services.tune import ab_verdict
 from servesim.views.compare import FIGURES, LATENCIES, PERCENTILES
 from servesim.views.compare import metric_label as _label
 from servesim.views.model import Section
@@ -152,7 +152,7 @@ def overlay_sections(names: list[str], results: list[dict[str, Any]]) -> list[di
 
 def study_sections(kind: str, names: list[str], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Sweeps (saturate) or studies (tune) compared (``views.compare_studies``)."""
-    from servesim.tuning import SaturationReport, TuneResult
+    from servesim.services.tune import SaturationReport, TuneResult
     from servesim.views.compare_studies import study_compare_view, sweep_compare_view
 
     if kind == "saturate":

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from servesim.perf.serve_defaults import apply_serve_defaults
-from servesim.spec import DeploymentSpec, ResolvedDeployment, resolve
+from servesim.services.deployment import DeploymentSpec, ResolvedDeployment, resolve
+from servesim.services.perf import apply_serve_defaults
 from servesim.web.schemas import BODIES
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from servesim.actionlog import file_digest, record_action
 from servesim.errors import InputError, user_errors
 from servesim.io import write_text_atomic
-from servesim.traces import (
+from servesim.services.traces import (
     Trace,
     TraceError,
     generate_trace,

@@ -83,8 +83,7 @@ def responses(*statuses: int, **described: str) -> dict[int | str, dict[str, Any
 
 
 def _set_bounds(schemas: dict[str, Any], paths: dict[str, Any], settings: WebSettings) -> None:
-    from servesim.perf import load_catalog
-    from servesim.perf.profile import builtin_profile_names
+    from servesim.services.perf import builtin_profile_names, load_catalog
 
     cat = load_catalog()
     from servesim.web.schemas import WEB_MAX_REPLICAS

@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from servesim.errors import InternalError, describe, user_errors
-from servesim.spec import SLOError
-from servesim.traces import TraceError
+from servesim.services.deployment import SLOError
+from servesim.services.traces import TraceError
 from servesim.web.security import BodyTooLarge
 
 MEDIA_TYPE = "application/problem+json"

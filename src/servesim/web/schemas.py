@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from servesim.cluster import FailureEvent
-from servesim.cluster.pd import PoolSpec
-from servesim.cluster.pd.spec import ShortPromptTokens
-from servesim.resched import Policy
+from servesim.services.cluster import FailureEvent, PoolSpec, ShortPromptTokens
+from servesim.services.deployment import DeploymentSpec, PercentileSLO, SLOError
 from servesim.services.layouts import LAYOUT_KINDS, LayoutKind
-from servesim.spec import DeploymentSpec, PercentileSLO, SLOError
+from servesim.services.rescheduling import Policy
 
 if TYPE_CHECKING:
-    from servesim.cluster.pd import DisaggSpec
+    from servesim.services.cluster import DisaggSpec
 
 ID_PATTERN = r"^[0-9a-f]{32}$"
 #: The most replicas one web job simulates (a cluster of 1,024 is the CLI's, not a shared server's).
@@ -96,7 +94,7 @@ def read_slo(value: Any) -> Any:
     """A body's ``slo``: null, an object of ``PercentileSLO``'s keys or the CLI's text, read by
     the one parser (``PercentileSLO.from_mapping`` / ``servesim.spec.parse_slo``), so a bad SLO is
     worded as the CLI words it. An empty text or object is no SLO, as an empty ``--slo`` is."""
-    from servesim.spec import parse_slo
+    from servesim.services.deployment import parse_slo
 
     if isinstance(value, str):
         if len(value) > 1000:
@@ -186,7 +184,7 @@ class DisaggregatedBody(Strict):
     @field_validator("link")
     @classmethod
     def _known_link(cls, value: str) -> str:
-        from servesim.cluster.pd import link_presets
+        from servesim.services.cluster import link_presets
 
         presets = link_presets()
         if value not in presets:
@@ -232,7 +230,7 @@ class SimulateBody(SpecBody):
                 "deployment.replicas: a disaggregated run's replicas are its pools' "
                 "(disaggregated.prefill.replicas, disaggregated.decode.replicas); leave it at 1"
             )
-        from servesim.cluster.pd import parse_pool_node
+        from servesim.services.cluster import parse_pool_node
 
         for i, f in enumerate(self.failures):
             try:
@@ -248,7 +246,7 @@ class SimulateBody(SpecBody):
     def pools(self) -> DisaggSpec:
         """The pools as the CLI's flags (or a cluster file) state them: each pool's replicas, GPU
         and TP (else the deployment's TP), the deployment's vLLM keys on both, its model served."""
-        from servesim.cluster.pd import DisaggSpec
+        from servesim.services.cluster import DisaggSpec
 
         pd, dep = self.disaggregated, self.deployment
         if pd is None:
@@ -322,7 +320,7 @@ class LayoutsBody(Strict):
     @field_validator("link")
     @classmethod
     def _known_link(cls, value: str) -> str:
-        from servesim.cluster.pd import link_presets
+        from servesim.services.cluster import link_presets
 
         presets = link_presets()
         if value not in presets:

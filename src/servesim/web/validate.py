@@ -9,12 +9,10 @@ from typing import Annotated, Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from servesim.bounds import MAX_GPU_BLOCKS
-from servesim.engine import EngineConfig
 from servesim.errors import ConfigError, user_errors
-from servesim.perf.offload import check_offloading_size
-from servesim.perf.serve_defaults import apply_serve_defaults
-from servesim.perf.setup import DEFAULT_TP
-from servesim.spec import DeploymentSpec
+from servesim.services.deployment import DeploymentSpec
+from servesim.services.perf import DEFAULT_TP, apply_serve_defaults, check_offloading_size
+from servesim.services.run import EngineConfig
 from servesim.web.problems import Problem
 from servesim.web.schemas import WEB_MAX_REPLICAS, AdviseBody, SimulateBody, SpecBody, TuneBody
 
@@ -29,9 +27,8 @@ def check_deployment(spec: DeploymentSpec, *, max_replicas: int = WEB_MAX_REPLIC
     """The deployment a job will resolve, checked at the door as the CLI checks its flags before
     reading the trace: the catalog's model and GPU, a shipped hardware profile (never a path on
     the server), this server's replica bound, and step timing that does not contradict itself."""
-    from servesim.perf import load_catalog
-    from servesim.perf.profile import builtin_profile_names
-    from servesim.tuning import hardware_of
+    from servesim.services.perf import builtin_profile_names, load_catalog
+    from servesim.services.tune import hardware_of
 
     catalog = load_catalog()
     if spec.model is not None:
@@ -117,9 +114,8 @@ def check_pools(body: SimulateBody) -> None:
     """A disaggregated run's pools checked at the door as the deployment is: each pool's GPU in
     the catalog (422 naming ``body.disaggregated.POOL.gpu``), and the deployment's vLLM keys with
     the ``vllm serve`` defaults of each pool's GPU (``checked_engine``)."""
-    from servesim.perf import load_catalog
-    from servesim.spec import DisaggregatedSpec
-    from servesim.spec.cluster import runnable_deployment
+    from servesim.services.deployment import DisaggregatedSpec, runnable_deployment
+    from servesim.services.perf import load_catalog
 
     pd = body.disaggregated
     if pd is None:
@@ -144,7 +140,7 @@ def _reason(exc: Exception) -> str:
 
 def space_errors(space: dict[str, Any]) -> list[dict[str, str]]:
     """Every knob of a tune space that the tuner would refuse, each with its reason."""
-    from servesim.tuning import space_from_mapping
+    from servesim.services.tune import space_from_mapping
 
     errors = []
     for name, spec in space.items():
@@ -171,7 +167,7 @@ def check_tune(body: TuneBody, max_trials: int) -> None:
 
 
 def check_advisor(body: AdviseBody) -> None:
-    from servesim.advisor import ClaudeAdvisor
+    from servesim.services.advice import ClaudeAdvisor
 
     if body.advisor in ("claude", "dspy") and not ClaudeAdvisor.available():
         reason = "this server has no ANTHROPIC_API_KEY: choose 'rules' or 'auto'"

@@ -7,10 +7,15 @@ from typing import Any, get_args
 
 from fastapi import APIRouter, Query
 
-from servesim.engine import EngineConfig
-from servesim.engine.speculative import ACCEPTANCE_PRESETS, MAX_SPEC_TOKENS, SpecMethod, SpeculativeConfig
-from servesim.spec import DeploymentSpec, PercentileSLO
-from servesim.traces import FORMAT_NAMES, PRESETS
+from servesim.services.deployment import DeploymentSpec, PercentileSLO
+from servesim.services.run import (
+    ACCEPTANCE_PRESETS,
+    MAX_SPEC_TOKENS,
+    EngineConfig,
+    SpecMethod,
+    SpeculativeConfig,
+)
+from servesim.services.traces import FORMAT_NAMES, PRESETS
 from servesim.web.schemas import WEB_MAX_REPLICAS
 
 router = APIRouter(prefix="/api", tags=["catalog"])
@@ -28,7 +33,7 @@ def deployment_fields() -> list[dict[str, Any]]:
     """The shared deployment panel's fields: ``DeploymentSpec``'s (the CLI's ``--model``, ``--gpu``,
     ``--tp`` ... with their defaults), then ``num_gpu_blocks`` (a vLLM key the memory model sizes
     unless it is given, as ``--num-gpu-blocks-override``)."""
-    from servesim.perf.setup import DEFAULT_GPU, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_TP
+    from servesim.services.perf import DEFAULT_GPU, DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MODEL, DEFAULT_TP
 
     defaults = {
         "model": DEFAULT_MODEL,
@@ -103,8 +108,8 @@ def flag_specs(model: type[Any], skip: frozenset[str] = frozenset()) -> list[dic
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, Any]:
-    from servesim.cluster.pd import link_presets
-    from servesim.perf import load_catalog
+    from servesim.services.cluster import link_presets
+    from servesim.services.perf import load_catalog
     from servesim.views.glossary import METRICS
 
     cat = load_catalog()
@@ -146,7 +151,7 @@ def catalog() -> dict[str, Any]:
 def defaults(
     gpu: str = Query("h100", min_length=1, max_length=100, description="A catalog GPU name."),
 ) -> dict[str, Any]:
-    from servesim.perf import load_catalog
+    from servesim.services.perf import load_catalog
     from servesim.web.defaults import engine_defaults
 
     load_catalog().gpu(gpu)  # UnknownGPUError (a user error: 422) names the known ones

@@ -244,14 +244,14 @@ def run_cost(
         float, Query(gt=0, le=10_000, allow_inf_nan=False, description="$ per GPU-hour.")
     ],
 ) -> dict[str, Any]:
-    from servesim.engine import SimulationSummary
+    from servesim.services.run import SimulationSummary
     from servesim.views.cost import cost_view
 
     row = _done(wb, run_id)
     if row.kind != "simulate" or not row.result:
         raise Problem(422, "cost takes a simulation run")
     _not_disaggregated(row, "cost")
-    from servesim.perf.setup import DEFAULT_TP
+    from servesim.services.perf import DEFAULT_TP
 
     dep = current_params(row.kind, row.params).get("deployment", {})
     gpus = int(dep.get("tp") or DEFAULT_TP) * int(dep.get("replicas", 1))
@@ -355,7 +355,7 @@ def compare_basket(
         Query(min_length=1, max_length=12, description="The runs compared with it (1 to 12)."),
     ],
 ) -> dict[str, Any]:
-    from servesim.engine import SimulationSummary
+    from servesim.services.run import SimulationSummary
     from servesim.views.compare import basket_view
     from servesim.web.compare import settings_of
 

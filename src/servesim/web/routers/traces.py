@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from servesim.actionlog import record_action
-from servesim.traces import FORMAT_NAMES
+from servesim.services.traces import FORMAT_NAMES
 from servesim.web.app import Workbench, workbench
 from servesim.web.db import JobRow, TraceRow
 from servesim.web.ingest import generate, ingest_upload

@@ -26,7 +26,7 @@ Report = Callable[..., None]
 
 def serve_forever(inbox: Any, outbox: Any) -> None:
     """A worker process's loop: one job at a time until it reads ``None``."""
-    from servesim.perf import load_catalog
+    from servesim.services.perf import load_catalog
 
     load_catalog()  # parsed once per worker, not once per job
     server = multiprocessing.parent_process()

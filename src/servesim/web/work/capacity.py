@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from servesim.errors import InternalError
 from servesim.services.capacity import Execution, SaturateRequest
 from servesim.services.layouts import LayoutsRequest
-from servesim.services.tune import TuneRequest
-from servesim.tuning import SearchSpace, space_from_mapping
+from servesim.services.tune import SearchSpace, TuneRequest, space_from_mapping
 from servesim.web.schemas import SaturateBody, TuneBody
 from servesim.web.work import Env, Report
 from servesim.web.work.runs import trace_input
@@ -92,7 +91,7 @@ def live_trials(db_url: str, study_name: str, limit: int = 300) -> list[dict[str
     """The study's finished trials so far (number, state, feasible, TTFT p99, goodput per GPU)."""
     import optuna
 
-    from servesim.tuning.ranking import record_of
+    from servesim.services.tune import record_of
 
     study = optuna.load_study(study_name=study_name, storage=db_url)
     out = []

@@ -51,7 +51,7 @@ def advise_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, An
     from servesim.errors import InputError
     from servesim.report.documents import advise_document
     from servesim.services.advice import AdviseRequest, prepare
-    from servesim.spec import DeploymentSpec
+    from servesim.services.deployment import DeploymentSpec
     from servesim.views.advisor import answered_by, score_words, verification_verdict
     from servesim.web.work.runs import trace_input
 

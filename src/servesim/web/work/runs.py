@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from servesim.engine import SimulationResult, SimulationSummary
 from servesim.errors import InputError
 from servesim.events import (
     EventRecorder,
@@ -16,11 +15,10 @@ from servesim.events import (
     ReplicaUp,
     ReplicaWarning,
 )
+from servesim.services.deployment import DeploymentSpec, PercentileSLO, ResolvedDeployment
 from servesim.services.inputs import TraceInput
-from servesim.services.run import SimulateRequest, prepare
-from servesim.spec import DeploymentSpec, PercentileSLO, ResolvedDeployment
-from servesim.traces import Trace, load_trace
-from servesim.traces.schema import TraceProvenance
+from servesim.services.run import SimulateRequest, SimulationResult, SimulationSummary, prepare
+from servesim.services.traces import Trace, TraceProvenance
 from servesim.web.defaults import setup_notes
 from servesim.web.schemas import SimulateBody
 from servesim.web.work import Env, Report, trace_path
@@ -118,7 +116,7 @@ def save_requests(requests: pd.DataFrame, env: Env) -> None:
     """Per-request records for the CSV download: Parquet (small, typed) streamed in row groups
     by the CLI's writer (``servesim.engine.records``: the ``--json`` fields, plus a cluster's
     ``replica``), which the download turns into CSV a batch at a time."""
-    from servesim.engine.records import write_records
+    from servesim.services.run import write_records
 
     write_records(env["requests_file"], requests, "parquet", extra=True)
 
@@ -128,7 +126,7 @@ def _cluster(body: SimulateBody, env: Env, report: Report) -> dict[str, Any]:
     answered by ``servesim.services.cluster``; its document is the CLI's."""
     from servesim.report.documents import cluster_answer_document
     from servesim.services.cluster import ClusterRequest, prepare_aggregated
-    from servesim.spec import ClusterSpec
+    from servesim.services.deployment import ClusterSpec
 
     spec = ClusterSpec(
         trace=env.get("trace_name") or body.trace_id,
@@ -170,7 +168,7 @@ def _disaggregated(body: SimulateBody, env: Env, report: Report) -> dict[str, An
     CLI's."""
     from servesim.report.documents import cluster_answer_document
     from servesim.services.cluster import ClusterRequest, PreparedDisaggregated, prepare_cluster
-    from servesim.spec import ClusterSpec, DisaggregatedSpec
+    from servesim.services.deployment import ClusterSpec, DisaggregatedSpec
 
     pools = body.pools()
     spec = ClusterSpec(
@@ -220,30 +218,14 @@ def rescore_run(
     fleet: bool = False,
 ) -> dict[str, Any]:
     """A finished single-replica run judged against another SLO, without re-simulating: its stored
-    per-request records (``save_requests``) and its trace's per-request SLAs through
-    ``servesim.engine.results.rescore`` (the good-request test and goodput of ``simulate`` itself),
-    then the same KPIs, verdicts and tables as the run's page (``fleet``: a cluster run's fleet,
+    per-request records (``save_requests``) and its trace's per-request SLAs re-scored by
+    ``servesim.services.run.rescore_stored`` (the good-request test and goodput of ``simulate``
+    itself), then the same KPIs, verdicts and tables as the run's page (``fleet``: a cluster run's fleet,
     whose tiles are the fleet section's). The stored run is not changed."""
-    import pyarrow.parquet as pq
-
-    from servesim.engine.results import rescore
+    from servesim.services.run import rescore_stored
     from servesim.views.simulation import summary_view
 
-    records = pq.read_table(requests_file).to_pandas()
-    sla = load_trace(trace_file).df
-    if len(sla) != len(records):
-        raise InputError(
-            f"the run's trace has {len(sla):,} requests and its records {len(records):,}: "
-            "it is not the trace the run simulated"
-        )
-    stored = SimulationSummary.model_validate(summary)
-    scored = rescore(
-        stored,
-        records,
-        slo.per_request() if slo is not None else None,
-        sla["sla_ttft_ms"].to_numpy(dtype="float64"),
-        sla["sla_e2e_ms"].to_numpy(dtype="float64"),
-    )
+    scored = rescore_stored(summary, requests_file, trace_file, slo)
     view = summary_view(scored, title="simulation")
     return {
         "slo": slo.model_dump(mode="json") if slo is not None else None,
