@@ -23,6 +23,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
+from servesim.cli.common import checkout_hint
 from servesim.cli.engine_flags import hardware_flags
 from servesim.cli.perf_tables import calibration_tables, gpus_table, memory_table, models_table, step_table
 from servesim.cli.tables import FitTable
@@ -63,7 +64,7 @@ CALIBRATE_HELPS = {
 
 
 def _fail(msg: str) -> NoReturn:
-    typer.echo(f"error: {msg}", err=True)
+    typer.echo(f"error: {msg}{checkout_hint(msg)}", err=True)
     raise typer.Exit(2)
 
 
