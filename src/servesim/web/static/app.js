@@ -755,7 +755,8 @@
     const byNumber = {};
     for (const t of r.trials || []) byNumber[t.number] = t;
     const front = new Set(((r.study && r.study.pareto_front) || []).map((t) => t.number));
-    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n] && byNumber[n].feasible);
+    const choices = (r.trial_choices || []).filter((c) => byNumber[c.number]);  // labelled by the view
+    const ranked = choices.map((c) => c.number);
     const card = el("div", { id: "trial-config", "aria-live": "polite" });
     const load = (n) => {
       const p = byNumber[n].params;
@@ -797,8 +798,7 @@
     const help = el("p", { class: "help" }, "Click a point of the trials scatter (green: the Pareto front) to see its configuration, or pick a feasible trial:");
     const parts = [el("h2", {}, "Try a trial's configuration"), help];
     if (ranked.length) {
-      const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
-        `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
+      const sel = el("select", { id: "trial-pick" }, choices.map((c) => el("option", { value: String(c.number) }, c.label)));
       sel.addEventListener("change", () => show(parseInt(sel.value, 10)));
       const btn = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => load(parseInt(sel.value, 10)) }, "Load into the Run tab");
       parts.push(el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, btn));
