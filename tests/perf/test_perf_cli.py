@@ -150,3 +150,40 @@ def test_sim2real_cli_smoke(sim2real_dir: Path, tmp_path: Path) -> None:
     assert set(p["62"]) == {"-1", "0", "1"} and p["62"]["-1"]["itl_mean"] > 0
     code, _, err = run("sim2real", str(d), "--out", str(pred), "--profile", "h100", "--calibrate", "all")
     assert code == 2 and "exclude each other" in err
+
+
+def _bench_json(tmp_path: Path) -> Path:
+    f = tmp_path / "bench.json"
+    f.write_text(
+        json.dumps(
+            {
+                "num_prompts": 20,
+                "completed": 20,
+                "request_rate": 4.0,
+                "burstiness": 1.0,
+                "total_input_tokens": 20 * 300,
+                "total_output_tokens": 20 * 30,
+                "mean_ttft_ms": 40.0,
+                "mean_tpot_ms": 8.0,
+            }
+        )
+    )
+    return f
+
+
+def test_calibrate_bench_starts_from_vllm_serves_defaults(tmp_path: Path) -> None:
+    """Like every other command, a bench run's server is vllm serve's defaults row for the GPU
+    (1024 / 8192 on an H100; issue 46: it was 128 / 2048), and the output says so."""
+    from servesim.perf.serve_defaults import vllm_serve_defaults
+
+    seqs, budget = vllm_serve_defaults("h100")
+    f = _bench_json(tmp_path)
+    args = ("calibrate", str(f), "--model", "llama-3.1-8b", "--gpu", "h100", "--fit", "frontend_latency_s")
+    code, out, err = run(*args, "--json")
+    assert code == 0, err
+    said = f"vllm serve's defaults on h100: max_num_seqs {seqs}, max_num_batched_tokens {budget}"
+    assert (seqs, budget) == (1024, 8192) and any(said in n for n in json.loads(out)["notes"])
+    code, _, err = run(*args)
+    assert code == 0 and said in " ".join(err.split()), err
+    code, out, _ = run(*args, "--max-num-seqs", "128", "--max-num-batched-tokens", "2048", "--json")
+    assert code == 0 and not any("defaults" in n for n in json.loads(out)["notes"])

@@ -270,3 +270,27 @@ def test_a_speculating_run_reports_accepted_tokens_per_step(tmp_path: Path) -> N
     row = md.splitlines()[md.splitlines().index(head) + 2]  # the tiles' values under their header
     assert f"{sp['mean_acceptance_length']:.2f}" in row and f"{sp['acceptance_rate']:.1%}" in row
     assert f"accepted tokens per verifying step (run {sp['mean_acceptance_length']:.2f}, k = 3)" in md
+
+
+def test_a_previous_report_is_never_replaced_silently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``servesim report DOC`` without --out writes into the current folder; run again there, it
+    stops naming the report it would replace and how to go on (issue 46: it overwrote it)."""
+    monkeypatch.chdir(tmp_path)
+    doc = str(DEMO / "simulate.json")
+    first = runner.invoke(app, ["report", doc, "--format", "md"])
+    assert first.exit_code == 0, first.output
+    written = (tmp_path / "report.md").read_text(encoding="utf-8")
+    (tmp_path / "report.md").write_text("my edited report", encoding="utf-8")
+    again = runner.invoke(app, ["report", doc, "--format", "md"])
+    assert again.exit_code == 2
+    said = " ".join(again.stderr.split())
+    assert f"report.md already in {tmp_path.resolve()}" in said and "--out" in said and "--force" in said
+    assert (tmp_path / "report.md").read_text(encoding="utf-8") == "my edited report"
+    elsewhere = runner.invoke(app, ["report", doc, "--format", "md", "--out", "second"])
+    assert elsewhere.exit_code == 0 and (tmp_path / "second" / "report.md").exists()
+    forced = runner.invoke(app, ["report", doc, "--format", "md", "--force"])
+    assert forced.exit_code == 0 and (tmp_path / "report.md").read_text(encoding="utf-8") == written
+    helped = " ".join(runner.invoke(app, ["report", "--help"]).stdout.split())
+    assert "never replaced silently" in helped and "--force" in helped

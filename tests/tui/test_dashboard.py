@@ -430,7 +430,9 @@ def test_every_tile_fits_at_80x24_with_and_without_the_cpu_tier(replicas: int, o
             cpu = str(app.query_one("#cpu").render())
             assert cpu.startswith("CPU ") and " chunks\n" in cpu and "loaded " in cpu
             assert app.query_one("#cpu").region.height == 3  # all three of its lines
-        for panel in ("#batch", "#queue", "#events"):
+        # a run already finished at 20 s shows its summary in the batch's place (issue 46)
+        top = "#summary" if app.live.done else "#batch"
+        for panel in (top, "#queue", "#events"):
             inner = app.query_one(panel).content_region
             assert inner.height >= 3 and screen.contains_region(app.query_one(panel).region), panel
 
@@ -492,3 +494,42 @@ def test_speculation_shows_accepted_tokens_per_step_and_their_history(rate: floa
             app.query_one("#spec")
 
     drive(plain, none)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_finished_run_shows_its_summary_not_a_blank_screen(size: tuple[int, int]) -> None:
+    """Issue 46: when the run ended the batch and queue emptied and the screen went blank; the
+    batch's place now holds the run's summary (the figures servesim simulate prints)."""
+    app = DashboardApp(spec(), paused=True, start_at=2.0)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        panel = app.query_one("#summary")
+        assert not panel.display and app.query_one("#batch").display  # running: the batch
+        app.fast_forward(math.inf)
+        app.refresh_view()
+        await pilot.pause()
+        assert app.live.done and panel.display and not app.query_one("#batch").display
+        shown = str(panel.render())
+        result = app.live.finish()
+        assert panel.border_title == "run finished: bursty"
+        assert "TTFT   p50" in shown and "(SLO 2,000.0 ms)" in shown
+        assert f"requests: {result.summary.num_requests:,} ({result.summary.num_finished:,} finished" in shown
+        assert f"preemptions: {result.summary.num_preemptions:,}" in shown
+        assert "SLO attainment:" in shown and "finished within every SLO" in shown
+        await pilot.press("s")  # no step left: nothing breaks, the summary stays
+        assert panel.display and "done 400/400" in status(app)
+
+    drive(app, body, size)
+
+
+def test_a_finished_cluster_shows_the_fleets_summary() -> None:
+    app = DashboardApp(spec(replicas=2), paused=True)
+
+    async def body(pilot: Pilot[None], app: DashboardApp) -> None:
+        app.fast_forward(math.inf)
+        app.refresh_view()
+        await pilot.pause()
+        shown = str(app.query_one("#summary").render())
+        assert app.query_one("#summary").display and "requests: 400 (400 finished" in shown, shown
+
+    drive(app, body)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,29 @@ def test_engine_flags_of_a_pd_dashboard_are_both_pools_config(tmp_path: Path) ->
     assert json.loads(by_file.stdout) == clus == json.loads(by_flag.stdout)
     assert clus["run"]["disaggregated"]["prefill"]["engine"] == {"max_num_seqs": 8}
     assert clus["run"]["disaggregated"]["decode"]["engine"] == {"max_num_seqs": 8}
+
+
+def _first_dashboard_line(path: Path) -> list[str]:
+    line = next(
+        x for x in path.read_text(encoding="utf-8").splitlines() if x.startswith("servesim dashboard ")
+    )
+    return line.split("  #")[0].split()[2:]
+
+
+def test_the_documented_dashboard_run_queues_and_preempts() -> None:
+    """Issue 46: the README's dashboard example never queued or preempted. Its line (and the first
+    of docs/dashboard.md, the same run), run headless, has a waiting queue and preemptions."""
+    root = Path(__file__).resolve().parents[2]
+    readme, doc = (
+        _first_dashboard_line(root / "README.md"),
+        _first_dashboard_line(root / "docs" / "dashboard.md"),
+    )
+    assert readme == doc
+    args = [a for i, a in enumerate(readme) if a != "--speed" and readme[i - 1] != "--speed"]
+    res = runner.invoke(app, ["dashboard", *args, "--headless", "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)["summary"]
+    assert s["max_waiting"] >= 20 and s["num_preemptions"] >= 20 and s["num_preempted_requests"] >= 20
+    human = runner.invoke(app, ["dashboard", *args, "--headless"]).stdout
+    assert f"(max {s['max_waiting']})" in human
+    assert re.search(rf"preemptions\s*│\s*{s['num_preemptions']} \(", human), human

@@ -3,6 +3,7 @@ JSON on stdout, atomic files."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -14,10 +15,27 @@ from servesim.cli.actions import note_failure
 from servesim.errors import InputError, bug_line, describe, user_errors
 from servesim.io import write_text_atomic
 
+#: A path the README and docs name: the files shipped in the checkout's ``examples/`` folder.
+_EXAMPLES_PATH = re.compile(r"(?<![\w/.])(?:\./)?examples/[\w./-]+")
+
+
+def checkout_hint(message: str) -> str:
+    """`` (...)``: where ``examples/...`` lies, when ``message`` names one that is not here (a
+    command copied from the README run outside the checkout); else ``""``."""
+    missing = [p for p in dict.fromkeys(_EXAMPLES_PATH.findall(message)) if not Path(p.rstrip(".")).exists()]
+    if not missing:
+        return ""
+    return (
+        f" ({missing[0].rstrip('.')} is relative to the servesim checkout: examples/ ships there; "
+        "run the command from the checkout's root, or give the file's full path)"
+    )
+
 
 def fail(exc: BaseException | str) -> NoReturn:
-    """Print a one-line error on stderr and exit with code 2 (no traceback)."""
+    """Print a one-line error on stderr and exit with code 2 (no traceback); a missing
+    ``examples/...`` file says that it is relative to the checkout."""
     message = one_line(exc)
+    message += checkout_hint(message)
     note_failure(message)
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)

@@ -23,6 +23,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
+from servesim.cli.common import checkout_hint
 from servesim.cli.engine_flags import hardware_flags
 from servesim.cli.perf_tables import calibration_tables, gpus_table, memory_table, models_table, step_table
 from servesim.cli.tables import FitTable
@@ -63,7 +64,7 @@ CALIBRATE_HELPS = {
 
 
 def _fail(msg: str) -> NoReturn:
-    typer.echo(f"error: {msg}", err=True)
+    typer.echo(f"error: {msg}{checkout_hint(msg)}", err=True)
     raise typer.Exit(2)
 
 
@@ -263,8 +264,12 @@ def calibrate_cmd(
         None, "--fit", help="Comma-separated coefficients to fit (default: what the data determine)."
     ),
     out: Path | None = typer.Option(None, "--out", help="Write the fitted profile JSON here."),
-    max_num_seqs: int = typer.Option(128, "--max-num-seqs", help="Server setting (bench results)."),
-    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", help="Server setting."),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", help="Server setting of the bench runs. " + _SERVE_DEFAULT_HELP
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Server setting of the bench runs. " + _SERVE_DEFAULT_HELP
+    ),
     num_gpu_blocks: int | None = typer.Option(
         None, "--num-gpu-blocks", help="KV blocks (default: the memory model's)."
     ),

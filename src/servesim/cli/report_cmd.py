@@ -13,7 +13,7 @@ from rich.console import Console
 
 from servesim.cli.actions import note_output
 from servesim.cli.common import fail, print_json
-from servesim.errors import user_errors
+from servesim.errors import InputError, user_errors
 
 
 def command_line() -> str:
@@ -31,7 +31,15 @@ def register(app: typer.Typer) -> None:
             "trace inspect (or a recommendation.json).",
         ),
         out: Path = typer.Option(
-            Path("."), "--out", "-o", help="Folder for report.html / report.md / report.pdf."
+            Path("."),
+            "--out",
+            "-o",
+            help="Folder for report.html / report.md / report.pdf (default: the current folder). A "
+            "report already there is never replaced silently: the command stops and names it; give "
+            "another --out, or --force.",
+        ),
+        force: bool = typer.Option(
+            False, "--force", help="Replace the report.* files already in the --out folder."
         ),
         formats: str = typer.Option("html,md", "--format", "-f", help="Comma-separated: html, md, pdf."),
         compare: bool = typer.Option(
@@ -40,10 +48,22 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print {files, inputs} alone on stdout."),
     ) -> None:
         """Write the schedule recommendation report (HTML, Markdown, PDF) over saved results."""
-        from servesim.report import build_report, check_formats, read_inputs, write_rendered
+        from servesim.report import (
+            build_report,
+            check_formats,
+            existing_outputs,
+            read_inputs,
+            write_rendered,
+        )
 
         try:
             fmts = check_formats(formats.split(","))
+            there = [] if force else existing_outputs(out, fmts)
+            if there:
+                raise InputError(
+                    f"{', '.join(p.name for p in there)} already in {out.resolve()} (a previous report): "
+                    "not replaced; give --out NEW_FOLDER for this report, or --force to replace it"
+                )
             docs = read_inputs(inputs)
             report = build_report(docs, command_line=command_line(), compare=compare)
             written = write_rendered(report, out, fmts)

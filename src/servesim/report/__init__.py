@@ -35,6 +35,11 @@ def check_formats(formats: Sequence[str]) -> list[str]:
     return out
 
 
+def existing_outputs(out_dir: str | Path, formats: Sequence[str], name: str = BASENAME) -> list[Path]:
+    """The report files ``write_rendered`` would replace in ``out_dir`` (a previous report)."""
+    return [p for f in check_formats(formats) if (p := Path(out_dir) / f"{name}.{f}").exists()]
+
+
 def write_rendered(
     report: Report, out_dir: str | Path, formats: Sequence[str], name: str = BASENAME
 ) -> list[Path]:

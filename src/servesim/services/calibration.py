@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.io import write_text_atomic
 from servesim.perf import PerfError
-from servesim.services.perf import catalog
+from servesim.services.perf import batch_limits, catalog
 
 if TYPE_CHECKING:
     from servesim.perf import CalibrationReport
@@ -44,8 +44,12 @@ class CalibrateRequest(BaseModel):
     tp: int | None = Field(None, ge=1, le=64, description="Unless the CSV has a tp column (default 1).")
     base: str | None = Field(None, description="Profile to start from (default: the GPU's).")
     fit: list[str] | None = Field(None, description="Coefficients to fit (default: what the data determine).")
-    max_num_seqs: int = Field(128, ge=1, description="Server setting of the bench runs.")
-    max_num_batched_tokens: int = Field(2048, ge=1, description="Server setting of the bench runs.")
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="Server setting of the bench runs (None: what vllm serve runs on the GPU)."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="Server setting of the bench runs (None: what vllm serve runs on the GPU)."
+    )
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, allow_inf_nan=False)
     num_gpu_blocks: int | None = Field(None, description="KV blocks (default: the memory model's).")
     seed: int = Field(0, ge=0, description="Seed of the re-created bench arrivals.")
@@ -72,17 +76,28 @@ def _steps(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
 
 def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
     from servesim.perf import calibrate_workloads, read_bench_result, resolve_profile
+    from servesim.perf.catalog import resolve_gpu
 
     if request.model is None or request.gpu is None:
         raise PerfError("bench results need --model and --gpu (and --tp if not 1)")
+    gpu_name = resolve_gpu(request.gpu, cat).name
+    seqs, budget = batch_limits(gpu_name, request.max_num_seqs, request.max_num_batched_tokens)
+    defaulted = [
+        f"{key} {value}"
+        for key, given, value in (
+            ("max_num_seqs", request.max_num_seqs, seqs),
+            ("max_num_batched_tokens", request.max_num_batched_tokens, budget),
+        )
+        if given is None
+    ]
     cases = [
         read_bench_result(
             f,
             model=request.model,
             gpu=request.gpu,
             tp=request.tp or 1,
-            max_num_seqs=request.max_num_seqs,
-            max_num_batched_tokens=request.max_num_batched_tokens,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=budget,
             num_gpu_blocks=request.num_gpu_blocks,
             gpu_memory_utilization=request.gpu_memory_utilization,
             seed=request.seed,
@@ -95,7 +110,14 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
     if names is None:
         n_targets = sum(len(c.targets) for c in cases)
         names = list(BENCH_FIT[: max(1, min(len(BENCH_FIT), n_targets))])
-    return calibrate_workloads(cases, base=start, fit=names, workers=request.workers)
+    report = calibrate_workloads(cases, base=start, fit=names, workers=request.workers)
+    if defaulted:
+        note = (
+            f"the bench runs' server was taken to run vllm serve's defaults on {gpu_name}: "
+            f"{', '.join(defaulted)} (give --max-num-seqs / --max-num-batched-tokens if it did not)"
+        )
+        report = report.model_copy(update={"notes": [note, *report.notes]})
+    return report
 
 
 def calibrate(request: CalibrateRequest, out: Path | None = None) -> CalibrationReport:

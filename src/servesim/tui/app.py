@@ -108,6 +108,7 @@ class DashboardApp(App[None]):
         self._spec_last: tuple[int, int] = (0, 0)
         self.spec_recent: float | None = None
         self.snap: RunSnapshot | None = None
+        self._summarized: object | None = None  # the finished run whose summary is shown
         self._last = 0.0
         self.renders = 0
 
@@ -129,6 +130,7 @@ class DashboardApp(App[None]):
         tier = self.spec.config.kv_offloading_size is not None
         with Horizontal(id="top", classes="-tier" if tier else ""):
             yield BatchTable(id="batch")
+            yield Static(id="summary")
             with Vertical(id="side", classes="-tier" if tier else ""):
                 yield KvGauge(id="kv")
                 if tier:
@@ -150,6 +152,7 @@ class DashboardApp(App[None]):
         yield PoolStrip(id="pools")
         with Horizontal(id="top", classes="-pd"):
             yield BatchTable(id="batch")
+            yield Static(id="summary")
             with Vertical(id="side", classes="-pd"):
                 yield KvGauge(id="kv")
                 yield LatencyGauges(id="latency")
@@ -264,6 +267,7 @@ class DashboardApp(App[None]):
             "" if rep.alive else " DOWN"
         )
         batch.show(rep.running, self.clock)
+        self._show_summary(snap.done)
         queue = self.main.query_one("#queue", QueueTable)
         listed = (*rep.holding, *rep.waiting)  # vLLM admits the KV-holding queue first
         total = rep.num_holding + rep.num_waiting
@@ -292,6 +296,26 @@ class DashboardApp(App[None]):
             self._show_recovery_order(run, log)
         self.renders += 1
 
+    def _show_summary(self, done: bool) -> None:
+        """A finished run shows its summary where the (now empty) batch was; a restarted one
+        (c, m, f after the end) shows its batch again."""
+        from servesim.views.run_end import run_end_lines
+
+        batch = self.main.query_one("#batch", BatchTable)
+        panel = self.main.query_one("#summary", Static)
+        if not done:
+            if self._summarized is not None:
+                self._summarized = None
+                panel.display, batch.display = False, True
+            return
+        if self._summarized is self.live:
+            return
+        self._summarized = self.live
+        lines = run_end_lines(self.live.finish())
+        panel.border_title = f"run finished: {self.spec.title}"
+        panel.update(Text("\n".join(lines)))
+        batch.display, panel.display = False, True
+
     def _show_recovery_order(self, run: LiveFleetRun[Any], log: EventLog) -> None:
         plan = run.recovery_queue()
         if plan is None:
@@ -315,7 +339,7 @@ class DashboardApp(App[None]):
     def action_step(self) -> None:
         """Exactly one engine step (and pause, so that it can be looked at)."""
         self.paused = True
-        if self.live.advance_steps(1):
+        if not self.live.done and self.live.advance_steps(1):  # a finished run has no step left
             self.clock = max(self.clock, self.live.now)
         self.refresh_view()
 
@@ -355,6 +379,9 @@ class DashboardApp(App[None]):
 
     def action_fail(self) -> None:
         run = self.live
+        if run.done:
+            self.notify("the run is finished: there is nothing left to fail", severity="warning")
+            return
         if isinstance(run, LiveFleetRun) and self.pd:
             alive = [n for n, a in zip(run.replica_names, run.alive, strict=True) if a]
             if not alive:

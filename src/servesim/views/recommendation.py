@@ -272,21 +272,23 @@ def recommendation_verdicts(rec: SchedulerRecommendation) -> list[Verdict]:
 
 
 def recommendation_view(rec: SchedulerRecommendation) -> Section:
-    """The recommendation card: verdict, predicted percentiles, reasons, the vllm serve command."""
+    """The recommendation card: verdict, predicted percentiles, reasons, the vllm serve command
+    (a table with no row, e.g. the capacity search of a run that needed none, is left out)."""
+    tables = [
+        predicted_table(rec),
+        error_bars_table(rec),
+        flags_table(rec),
+        baseline_table(rec),
+        *([changes_table(rec)] if rec.changes else []),
+        capacity_table(rec),
+        ablations_table(rec),
+        *_selection_tables(rec),
+    ]
     return Section(
         key="recommendation",
         title="recommendation",
         kpis=recommendation_kpis(rec),
-        tables=[
-            predicted_table(rec),
-            error_bars_table(rec),
-            flags_table(rec),
-            baseline_table(rec),
-            *([changes_table(rec)] if rec.changes else []),
-            capacity_table(rec),
-            ablations_table(rec),
-            *_selection_tables(rec),
-        ],
+        tables=[t for t in tables if t.rows],
         verdicts=recommendation_verdicts(rec),
         text=[
             *([rule_line(rec.selection)] if rec.selection is not None else []),

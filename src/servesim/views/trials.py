@@ -3,12 +3,15 @@ ones broke and, when no trial is feasible, how far each infeasible trial is from
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.tuning.study import TrialRecord, TuneResult
 from servesim.views.glossary import define
 from servesim.views.model import Column, Section, Series, Table
 from servesim.views.reasons import ms_text
+
+if TYPE_CHECKING:
+    from servesim.tuning.recommend import SchedulerRecommendation
 
 PARAM_COLUMNS = (
     ("max_num_seqs", "seqs", "int"),
@@ -99,17 +102,53 @@ def trials_view(res: TuneResult, top: int = 8) -> Section:
         kind="scatter",
     )
     front = [r.number for r in res.pareto_front]
+    tables = [
+        trials_table(res, res.ranked[:top], "best_trials", "best feasible trials"),
+        trials_table(res, front, "pareto_front", "Pareto front"),
+        infeasibility_table(res),
+    ]
     return Section(
         key="tuning",
         title="tuning study",
-        tables=[
-            trials_table(res, res.ranked[:top], "best_trials", "best feasible trials"),
-            trials_table(res, front, "pareto_front", "Pareto front"),
-            infeasibility_table(res),
-        ],
+        tables=[t for t in tables if t.rows],  # no empty table: what has no row is not shown
         series=[scatter],
         text=text,
     )
+
+
+def _is_deployment(record: TrialRecord, rec: SchedulerRecommendation) -> bool:
+    """The trial ran the recommendation's deployment (with verdict keep: the baseline kept)."""
+    return all(getattr(rec.deployment, k, v) == v for k, v in record.params.items())
+
+
+def trial_choices(res: TuneResult, rec: SchedulerRecommendation | None) -> list[tuple[int, str]]:
+    """The feasible trials an interface offers to try (top-ranked first), each named as the verdict
+    reads: the trial that ran the recommended settings says "recommended" (with verdict keep: "kept");
+    the top-ranked trial is "top-ranked in the search", never "best", and when the verdict keeps the
+    baseline or adds capacity instead it says that it is not the one recommended."""
+    by_number = {r.number: r for r in res.trials}
+    front = {r.number for r in res.pareto_front}
+    out: list[tuple[int, str]] = []
+    for i, n in enumerate(m for m in res.ranked if m in by_number and by_number[m].feasible):
+        record = by_number[n]
+        tags = []
+        if rec is not None and _is_deployment(record, rec):
+            tags.append("kept: the verdict keeps these settings" if rec.verdict == "keep" else "recommended")
+        elif i == 0:
+            top = "top-ranked in the search"
+            if rec is not None and rec.verdict == "keep":
+                top += "; not recommended: the verdict keeps the baseline"
+            elif rec is not None and rec.verdict == "add_capacity":
+                top += "; not recommended: the verdict adds capacity"
+            elif rec is not None:
+                top += "; the recommendation is the fewest changes that do as well"
+            tags.append(top)
+        if n in front:
+            tags.append("Pareto front")
+        p = record.params
+        shown = ", ".join(f"{k} {p[k]}" for k in ("max_num_seqs", "max_num_batched_tokens") if k in p)
+        out.append((n, f"trial {n}" + "".join(f" ({t})" for t in tags) + (f": {shown}" if shown else "")))
+    return out
 
 
 def breach_text(constraint: str, measured: float, limit: float, excess: float) -> str:
@@ -161,6 +200,7 @@ __all__ = [
     "breach_text",
     "infeasibility_table",
     "scatter_trials",
+    "trial_choices",
     "trials_table",
     "trials_view",
 ]

@@ -755,7 +755,8 @@
     const byNumber = {};
     for (const t of r.trials || []) byNumber[t.number] = t;
     const front = new Set(((r.study && r.study.pareto_front) || []).map((t) => t.number));
-    const ranked = ((r.study && r.study.ranked) || []).filter((n) => byNumber[n] && byNumber[n].feasible);
+    const choices = (r.trial_choices || []).filter((c) => byNumber[c.number]);  // labelled by the view
+    const ranked = choices.map((c) => c.number);
     const card = el("div", { id: "trial-config", "aria-live": "polite" });
     const load = (n) => {
       const p = byNumber[n].params;
@@ -797,8 +798,7 @@
     const help = el("p", { class: "help" }, "Click a point of the trials scatter (green: the Pareto front) to see its configuration, or pick a feasible trial:");
     const parts = [el("h2", {}, "Try a trial's configuration"), help];
     if (ranked.length) {
-      const sel = el("select", { id: "trial-pick" }, ranked.map((n, i) => el("option", { value: String(n) },
-        `trial ${n}${i === 0 ? " (best)" : ""}${front.has(n) ? " (Pareto front)" : ""}: max_num_seqs ${byNumber[n].params.max_num_seqs}, max_num_batched_tokens ${byNumber[n].params.max_num_batched_tokens}`)));
+      const sel = el("select", { id: "trial-pick" }, choices.map((c) => el("option", { value: String(c.number) }, c.label)));
       sel.addEventListener("change", () => show(parseInt(sel.value, 10)));
       const btn = el("button", { type: "button", id: "trial-load", class: "secondary small", onclick: () => load(parseInt(sel.value, 10)) }, "Load into the Run tab");
       parts.push(el("form", { class: "inline" }, el("label", { for: "trial-pick" }, "Feasible trial"), sel, btn));
@@ -958,9 +958,34 @@
     // simulations, sweeps and studies: two of one kind compare (the server refuses a mixed pair)
     const runs = (await Promise.all(["simulate", "saturate", "tune"].map((k) => api(`/api/runs?kind=${k}`)))).flat()
       .filter((r) => r.status === "done").sort((x, y) => (x.created_at < y.created_at ? 1 : -1));
+    compareKinds = Object.fromEntries(runs.map((r) => [r.id, r.kind]));
     const items = runs.map((r) => ({ value: r.id, label: `${r.created_at.slice(11, 19)} ${r.kind === "simulate" ? "" : r.kind + ": "}${r.title}` }));
-    fillSelect($("compare-a"), items, localStorage.getItem("servesim.compare.a") || (items[1] || items[0] || {}).value);
-    fillSelect($("compare-b"), items, localStorage.getItem("servesim.compare.b") || (items[0] || {}).value);
+    const [a, b] = comparePair(runs);
+    fillSelect($("compare-a"), items, a);
+    fillSelect($("compare-b"), items, b);
+    if (!a) { $("compare-a").selectedIndex = -1; $("compare-b").selectedIndex = -1; }  // no pair: none chosen
+  }
+  let compareKinds = {};
+  /* The pair preselected: only two runs of one kind (a tune and a simulation do not compare). The
+     stored choice when it is such a pair; else B as stored (or the newest run) with the newest
+     other run of its kind as A; none when no kind has two runs. */
+  function comparePair(runs) {
+    const kind = (id) => (runs.find((r) => r.id === id) || {}).kind;
+    const a = localStorage.getItem("servesim.compare.a"), b = localStorage.getItem("servesim.compare.b");
+    if (a && b && a !== b && kind(a) && kind(a) === kind(b)) return [a, b];
+    const order = kind(b) ? [runs.find((r) => r.id === b), ...runs] : runs;
+    for (const r of order) {
+      const other = runs.find((x) => x.kind === r.kind && x.id !== r.id);
+      if (other) return [other.id, r.id];
+    }
+    return ["", ""];
+  }
+  /* Why A and B cannot be compared, in words (null: they can). */
+  function compareRefusal(a, b) {
+    if (!a || !b) return "Choose two runs of one kind: two simulations, two sweeps or two tuning studies.";
+    const ka = compareKinds[a], kb = compareKinds[b];
+    if (ka && kb && ka !== kb) return `A is a ${ka} run and B a ${kb} run: these cannot be compared. Choose two runs of one kind (two simulations, two sweeps or two tuning studies).`;
+    return null;
   }
   function setupCompare() {
     $("compare-form").addEventListener("submit", async (e) => {
@@ -968,6 +993,8 @@
       const box = $("compare-results");
       try {
         const a = $("compare-a").value, b = $("compare-b").value;
+        const refused = compareRefusal(a, b);
+        if (refused) { clear(box, el("p", { class: "verdict warn", id: "compare-refused", role: "alert" }, refused)); return; }
         localStorage.setItem("servesim.compare.a", a); localStorage.setItem("servesim.compare.b", b);
         const d = await api(`/api/compare?a=${a}&b=${b}`);
         clear(box, el("div", { class: "section" }, el("h2", {}, `A: ${d.a.title} · B: ${d.b.title}`),

@@ -156,7 +156,7 @@ def tune_result(answer: Any, env: Env) -> dict[str, Any]:
     recommendation card) and the answer's document."""
     from servesim.report.capacity import tune_document
     from servesim.views.recommendation import recommendation_view
-    from servesim.views.trials import scatter_trials, trials_view
+    from servesim.views.trials import scatter_trials, trial_choices, trials_view
 
     res, rec = answer.study, answer.recommendation
     sections = [trials_view(res).model_dump(mode="json")]
@@ -170,6 +170,8 @@ def tune_result(answer: Any, env: Env) -> dict[str, Any]:
         "study": res.model_dump(mode="json", exclude={"trials"}),
         "trials": [t.model_dump(mode="json") for t in res.trials],
         "scatter_trials": [t.number for t in scatter_trials(res)],  # the scatter's points, in order
+        # the feasible trials to try, named as the verdict reads ("recommended", not "best")
+        "trial_choices": [{"number": n, "label": label} for n, label in trial_choices(res, rec)],
         "recommendation": rec.model_dump(mode="json") if rec is not None else None,
         "no_recommendation": None
         if rec is not None
