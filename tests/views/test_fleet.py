@@ -3,6 +3,8 @@ and each replica, the failures drawn on the series, and a bottleneck verdict rea
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -56,6 +58,8 @@ def test_the_verdict_names_the_replica_a_cache_only_router_overloads() -> None:
     assert verdict.status == "warn"
     assert verdict.text.startswith(f"one replica hot: {hot} held a mean queue of")
     assert "finished 100% of the requests (an even split is 33%)" in verdict.text
+    assert "{" not in verdict.text  # every figure filled in (the busy share was printed as a template)
+    assert re.search(r", busy \d+% of its time \(the others \d+%\)", verdict.text), verdict.text
     assert "The router (prefix_aware) does not spread the load" in verdict.text
     good = simulate_cluster(trace, replicas(3), RouterSpec(policy="least_outstanding"))
     assert min(s.num_finished for s in good.summary.replicas.values()) > 200

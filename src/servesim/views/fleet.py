@@ -555,7 +555,7 @@ def _hot_replica(loads: list[ReplicaLoad], found: list[Outage], router: str | No
             text=f"one replica hot: {hot.name} held a mean queue of {hot.mean_waiting:,.1f} requests "
             f"against {rest:,.1f} on the other {len(others)}"
             + (" while every replica was up" if found else "")
-            + ", busy {hot.busy_share:.0%} of its time "
+            + f", busy {hot.busy_share:.0%} of its time "
             f"(the others {float(np.mean([x.busy_share for x in others])):.0%}), and finished "
             f"{hot.finished / total:.0%} of the requests (an even split is {1 / n:.0%}); "
             f"its own limit: {_limit_words(hot.limit)}. The router"
