@@ -148,7 +148,7 @@ def test_a_lost_decode_replica_is_recovered_and_listed(make_server: Any) -> None
         ([*PD, "--fail", "replica-0@5"], "use pN / dN"),
         (
             [*PD, "--fail", "d0@1", "--fail", "d0@2"],
-            "--fail: node 'd0' fails at 2.0 s while already down",
+            "node 'd0' fails at 2.0 s while already down",
         ),
     ],
 )

@@ -393,8 +393,8 @@ def _pool_events(spec: ClusterSpec, disagg: DisaggregatedSpec, trace: Trace) -> 
         )
     except ValidationError as e:  # the plan's own check
         raise ConfigError(f"failures: {describe(e)}") from None
-    except ValueError as e:
-        raise ConfigError(f"failures: {e}") from None
+    except ValueError as e:  # worded as the aggregated cluster's plan words it
+        raise ConfigError(str(e)) from None
 
 
 __all__ = [
