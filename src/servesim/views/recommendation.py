@@ -291,8 +291,8 @@ def recommendation_view(rec: SchedulerRecommendation) -> Section:
         tables=[t for t in tables if t.rows],
         verdicts=recommendation_verdicts(rec),
         text=[
-            *([rule_line(rec.selection)] if rec.selection is not None else []),
             *(reason_text(r) for r in rec.reasons),
+            *([rule_line(rec.selection)] if rec.selection is not None else []),
             *(deploy_lines(rec.deploy) if rec.deploy is not None else [rec.vllm_serve_command]),
         ],
     )
