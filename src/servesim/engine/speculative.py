@@ -16,14 +16,16 @@ seeded per (request, verification) so that a run is deterministic whatever the b
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servesim.bounds import MAX_SEED
 from servesim.engine.request import Request
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, reject_bool, shown
 
 SpecMethod = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
 
@@ -112,7 +114,7 @@ class SpeculativeConfig(BaseModel):
         None,
         description="Per-position conditional acceptance rates (default: the method's preset).",
     )
-    acceptance_seed: int = Field(0, ge=0, description="Seed of the accept/reject draws.")
+    acceptance_seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the accept/reject draws.")
     draft_step_fraction: float | None = Field(
         None,
         ge=0.0,
@@ -138,7 +140,34 @@ class SpeculativeConfig(BaseModel):
                 )
         if isinstance(data, dict):
             data = {k: v for k, v in data.items() if k not in _IGNORED_VLLM_KEYS}
+            known = list(cls.model_fields)
+            for key in data:
+                if key not in cls.model_fields:
+                    close = difflib.get_close_matches(str(key), known, n=1)
+                    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+                    raise ConfigError(f"unknown key {shown(key)}; {hint}")
         return data
+
+    _no_bool = field_validator(
+        "num_speculative_tokens",
+        "draft_tensor_parallel_size",
+        "acceptance_seed",
+        mode="before",
+    )(lambda v: reject_bool(v))
+
+    @field_validator("draft_step_fraction", mode="before")
+    @classmethod
+    def _fraction_not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ConfigError(f"expected a number in [0, 1], got {value!r}")
+        return value
+
+    @field_validator("acceptance_rates", mode="before")
+    @classmethod
+    def _rates_not_bool(cls, rates: Any) -> Any:
+        if isinstance(rates, list | tuple) and any(isinstance(p, bool) for p in rates):
+            raise ConfigError("expected numbers in [0, 1], got a boolean")
+        return rates
 
     @field_validator("acceptance_rates")
     @classmethod
@@ -146,6 +175,19 @@ class SpeculativeConfig(BaseModel):
         if rates is not None and (not rates or any(not 0.0 <= p <= 1.0 for p in rates)):
             raise ConfigError("at least one rate, each in [0, 1]")
         return rates
+
+    @model_validator(mode="after")
+    def _drafter_given(self) -> SpeculativeConfig:
+        """What vLLM needs to start each method that no catalog default can give: the
+        ``draft_model`` method runs the model named in ``model`` (vLLM refuses it without one);
+        eagle/eagle3/mtp may leave it out (the catalog's published head, or the target's own MTP
+        layers, is resolved for the served model: ``perf.speculators.draft_checkpoint``)."""
+        if self.method == "draft_model" and self.model is None:
+            raise ConfigError(
+                'model: method \'draft_model\' needs the draft model, e.g. "model": "llama-3.2-1b" '
+                "(a model of servesim's catalog or a Hugging Face id); vLLM does not start without it"
+            )
+        return self
 
     @property
     def num_lookahead_tokens(self) -> int:
