@@ -4,7 +4,9 @@ no traceback) or the right result; small bundled traces (``-n 50``) keep each ca
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from servesim.cli.main import app
@@ -46,3 +48,59 @@ def test_speculation_with_a_cpu_tier_is_refused_naming_both() -> None:
             "speculative_config (ngram) with kv_offloading_size 16 GiB: speculative decoding with a CPU KV "
             "offload tier is not modelled; drop one of them" in line
         ), line
+
+
+@pytest.mark.parametrize(
+    ("item", "said"),
+    [
+        (
+            "max_num_seqs=1..2:0.5",
+            "error: --space 'max_num_seqs=1..2:0.5': max_num_seqs takes whole numbers: its range's step 0.5 "
+            "is not one (e.g. max_num_seqs=1..2:1)",
+        ),
+        (
+            "max_num_seqs=1.5..4",
+            "error: --space 'max_num_seqs=1.5..4': max_num_seqs: '1.5' is not a valid int",
+        ),
+        (
+            "kv_offloading_size=inf",
+            "error: --space 'kv_offloading_size=inf': kv_offloading_size: 'inf' is not a finite number",
+        ),
+        (
+            "kv_offloading_size=1e400",
+            "error: --space 'kv_offloading_size=1e400': kv_offloading_size: '1e400' is not a finite number",
+        ),
+        ("queue_timeout_s=none,nan", "queue_timeout_s: 'nan' is not a finite number"),
+        ("gpu_memory_utilization=0.8..0.9:inf", "gpu_memory_utilization: 'inf' is not a finite number"),
+    ],
+)
+def test_a_search_space_takes_whole_steps_and_finite_numbers(item: str, said: str) -> None:
+    """Issue 47: a half step of an integer knob was a traceback (range() arg 3 must not be zero);
+    inf simulated an infinite CPU tier."""
+    line = refused(["tune", "poisson_20_rps", "-n", "50", "--trials", "1", "--space", item])
+    assert said in line, line
+
+
+def test_a_space_file_takes_finite_numbers_and_whole_steps(tmp_path: Path) -> None:
+    for text, said in (
+        ("kv_offloading_size: [.inf]\n", "inf is not a finite number"),
+        ("max_num_seqs: {low: 1, high: 4, step: 0.5}\n", "max_num_seqs takes whole numbers"),
+    ):
+        path = tmp_path / "space.yaml"
+        path.write_text(text)
+        line = refused(["tune", "poisson_20_rps", "-n", "50", "--trials", "1", "--space-file", str(path)])
+        assert said in line, line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-inf"])
+@pytest.mark.parametrize("cmd", ["saturate", "tune"])
+def test_a_target_rate_is_a_finite_number_named_as_the_flag(cmd: str, value: str) -> None:
+    """Issue 47: refused as ``target_rate`` (the service's field), not the flag the user typed."""
+    line = refused([cmd, "poisson_20_rps", "-n", "50", "--target-rate", value])
+    shown = "inf" if value == "1e400" else value
+    assert line == f"error: --target-rate {shown}: Input should be a finite number", line
+
+
+def test_saturate_rtol_nan_is_not_said_to_be_too_large() -> None:
+    line = refused(["saturate", "poisson_20_rps", "-n", "50", "--rtol", "nan"])
+    assert line == "error: --rtol nan: Input should be a finite number", line
