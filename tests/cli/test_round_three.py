@@ -104,3 +104,39 @@ def test_a_target_rate_is_a_finite_number_named_as_the_flag(cmd: str, value: str
 def test_saturate_rtol_nan_is_not_said_to_be_too_large() -> None:
     line = refused(["saturate", "poisson_20_rps", "-n", "50", "--rtol", "nan"])
     assert line == "error: --rtol nan: Input should be a finite number", line
+
+
+TUNE = ["tune", "poisson_20_rps", "-n", "50"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (  # issue 47: --out-dir was ignored by the layouts question (no file written, none said)
+            ["--layouts", "agg,disagg", "--gpus", "2", "--out-dir", "D"],
+            "error: --out-dir D: the flag search's, which tune --layouts does not run; drop them "
+            "(--out FILE writes the layouts' document)",
+        ),
+        (
+            ["--layouts", "agg", "--gpus", "2", "--trials", "3", "--no-recommend", "--target-rate", "5"],
+            "error: --trials 3, --no-recommend, --target-rate 5: the flag search's",
+        ),
+        (["--layouts", "", "--gpus", "2"], "error: --layouts: use agg, disagg or agg,disagg (got nothing)"),
+        (
+            ["--gpus", "2"],
+            "error: --gpus N is the GPU budget of --layouts: give --layouts agg,disagg with it (the flag "
+            "search's GPU budget is --max-gpus)",
+        ),
+        (
+            ["--link", "tcp-100g", "--no-break-even"],
+            "error: --link tcp-100g, --no-break-even: the layouts question's; give --layouts and --gpus "
+            "with them",
+        ),
+    ],
+)
+def test_flags_a_tune_mode_does_not_read_are_refused(tmp_path: Path, flags: list[str], said: str) -> None:
+    """Issue 47: a flag one mode of ``tune`` does not read is refused, not ignored."""
+    args = [str(tmp_path / a) if a == "D" else a for a in TUNE + flags]
+    line = refused(args)
+    assert line.startswith(said.replace(" D:", f" {tmp_path / 'D'}:")), line
+    assert not (tmp_path / "D").exists()
