@@ -282,7 +282,7 @@ def test_a_speculative_config_the_engine_cannot_use_is_one_line(tmp_path: Path) 
         ('{"method":"ngram","num_speculative_tokens":true}', "num_speculative_tokens: expected an integer"),
         (
             '{"method":"ngram","num_speculativ_tokens":3}',
-            "unknown key 'num_speculativ_tokens'; did you mean 'num_speculative_tokens'?",
+            "num_speculativ_tokens: unknown key; did you mean 'num_speculative_tokens'?",
         ),
         (
             '{"method":"draft_model","num_speculative_tokens":3}',

@@ -160,11 +160,11 @@ def test_every_preset_states_its_source_and_the_figures_it_quotes_are_its_own() 
         ),
         (
             '{"method": "ngram", "num_speculativ_tokens": 3}',
-            "unknown key 'num_speculativ_tokens'; did you mean 'num_speculative_tokens'?",
+            "num_speculativ_tokens: unknown key; did you mean 'num_speculative_tokens'?",
         ),
         (
             '{"method": "ngram", "num_speculative_tokens": 3, "colour": 1}',
-            "unknown key 'colour'; known: method",
+            "colour: unknown key; known: method",
         ),
         (
             '{"method": "draft_model", "num_speculative_tokens": 3}',

@@ -21,11 +21,12 @@ import json
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from servesim.bounds import MAX_SEED
 from servesim.engine.request import Request
-from servesim.errors import ConfigError, reject_bool, shown
+from servesim.errors import ConfigError, reject_bool
 
 SpecMethod = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
 
@@ -140,13 +141,31 @@ class SpeculativeConfig(BaseModel):
                 )
         if isinstance(data, dict):
             data = {k: v for k, v in data.items() if k not in _IGNORED_VLLM_KEYS}
-            known = list(cls.model_fields)
-            for key in data:
-                if key not in cls.model_fields:
-                    close = difflib.get_close_matches(str(key), known, n=1)
-                    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
-                    raise ConfigError(f"unknown key {shown(key)}; {hint}")
         return data
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unknown_keys(cls, data: Any, handler: Any) -> Any:
+        """An unknown key is named where it is (``speculative_config.num_speculativ_tokens``)
+        with the closest known key (difflib), and said first: a typo also leaves a field missing."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if not any(e["type"] == "extra_forbidden" for e in errors):
+                raise
+            known = list(cls.model_fields)
+            out: list[Any] = []
+            for e in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
+                if e["type"] == "extra_forbidden":
+                    close = difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
+                    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+                    kind = PydanticCustomError("extra_forbidden", "unknown key; {hint}", {"hint": hint})
+                    out.append({"type": kind, "loc": e["loc"], "input": e["input"]})
+                else:
+                    ctx = {"ctx": e["ctx"]} if "ctx" in e else {}
+                    out.append({"type": e["type"], "loc": e["loc"], "input": e["input"], **ctx})
+            raise ValidationError.from_exception_data(exc.title, out) from None
 
     _no_bool = field_validator(
         "num_speculative_tokens",
