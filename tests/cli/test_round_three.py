@@ -140,3 +140,32 @@ def test_flags_a_tune_mode_does_not_read_are_refused(tmp_path: Path, flags: list
     line = refused(args)
     assert line.startswith(said.replace(" D:", f" {tmp_path / 'D'}:")), line
     assert not (tmp_path / "D").exists()
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "saturate", "tune"])
+def test_a_speculative_seed_past_json_is_refused_by_flag_and_by_file(tmp_path: Path, cmd: str) -> None:
+    """Issue 47: ``acceptance_seed`` 2**64 simulated and then failed writing JSON; it is bounded
+    by servesim.bounds.MAX_SEED (as --seed) wherever the config is read."""
+    seed = 18446744073709551616
+    flag = refused(
+        [
+            cmd,
+            "poisson_20_rps",
+            "-n",
+            "50",
+            "--speculative-config",
+            f'{{"method":"ngram","num_speculative_tokens":3,"acceptance_seed":{seed}}}',
+        ]
+    )
+    assert flag == (
+        "error: --speculative-config: acceptance_seed: Input should be less than or equal to "
+        "9223372036854775807"
+    ), flag
+    path = tmp_path / "engine.yaml"
+    path.write_text(
+        f"speculative_config:\n  method: ngram\n  num_speculative_tokens: 3\n  acceptance_sed: {seed}\n"
+    )
+    line = refused([cmd, "poisson_20_rps", "-n", "50", "-c", str(path)])
+    assert line == (
+        f"error: {path}: speculative_config.acceptance_sed: unknown key; did you mean 'acceptance_seed'?"
+    ), line
