@@ -158,6 +158,8 @@ def test_every_preset_states_its_source_and_the_figures_it_quotes_are_its_own() 
             '{"method": "eagle3", "num_speculative_tokens": 3, "draft_step_fraction": true}',
             "expected a number",
         ),
+        ('{"method": "eagle3", "num_speculative_tokens": 3, "draft_step_fraction": NaN}', "a finite number"),
+        ('{"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rates": [NaN]}', "each in [0, 1]"),
         (
             '{"method": "ngram", "num_speculativ_tokens": 3}',
             "num_speculativ_tokens: unknown key; did you mean 'num_speculative_tokens'?",

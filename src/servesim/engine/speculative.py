@@ -120,6 +120,7 @@ class SpeculativeConfig(BaseModel):
         None,
         ge=0.0,
         le=1.0,
+        allow_inf_nan=False,
         description="Time of one draft pass over the batch, as a fraction of the target's "
         "decode step for the same sequences. Given, it wins; unset, the roofline times the drafter "
         "itself, and other step-time models use the method's DRAFT_STEP_FRACTION.",
