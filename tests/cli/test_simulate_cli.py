@@ -269,3 +269,29 @@ def test_a_draft_model_servesim_does_not_know_is_one_line_naming_the_key(tmp_pat
     assert sp["draft_timing"].startswith("draft model llama-3.2-1b on 1 x h100") and sp["draft_time_s"] > 0
     human = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", ok])
     assert human.exit_code == 0 and f"{sp['draft_time_s']:.2f} s of the drafter's passes" in human.stdout
+
+
+def test_a_speculative_config_the_engine_cannot_use_is_one_line(tmp_path: Path) -> None:
+    """Issue 47: a seed past 2**63 - 1 simulated and then failed writing JSON (a traceback);
+    unknown keys, booleans for numbers and draft_model without a model are refused at the flag."""
+    for value, said in (
+        (
+            '{"method":"ngram","num_speculative_tokens":3,"acceptance_seed":18446744073709551616}',
+            "acceptance_seed: Input should be less than or equal to 9223372036854775807",
+        ),
+        ('{"method":"ngram","num_speculative_tokens":true}', "num_speculative_tokens: expected an integer"),
+        (
+            '{"method":"ngram","num_speculativ_tokens":3}',
+            "num_speculativ_tokens: unknown key; did you mean 'num_speculative_tokens'?",
+        ),
+        (
+            '{"method":"draft_model","num_speculative_tokens":3}',
+            "model: method 'draft_model' needs the draft",
+        ),
+    ):
+        bad = runner.invoke(
+            app, ["simulate", str(_trace_file(tmp_path)), "--speculative-config", value, "--json"]
+        )
+        assert bad.exit_code == 2, bad.output
+        assert bad.stderr.startswith(f"error: --speculative-config: {said}"), bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.output

@@ -12,7 +12,7 @@ import pytest
 from servesim.engine import ConstantStepTime, EngineConfig, simulate
 from servesim.engine.request import Request
 from servesim.engine.speculative import AcceptanceModel, SpeculativeConfig
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, describe
 from servesim.traces.schema import Trace
 
 
@@ -33,7 +33,10 @@ def test_vllm_json_form_and_derived_slots() -> None:
     assert sp.num_lookahead_tokens == 3 and sp.draft_slots == 0  # vLLM: eagle reserves k slots
     ngram = SpeculativeConfig(method="ngram", num_speculative_tokens=4, prompt_lookup_max=4)  # type: ignore[call-arg]
     assert ngram.num_lookahead_tokens == 0
-    assert SpeculativeConfig(method="draft_model", num_speculative_tokens=2).draft_slots == 1
+    assert (
+        SpeculativeConfig(method="draft_model", num_speculative_tokens=2, model="llama-3.2-1b").draft_slots
+        == 1
+    )
     for bad in ('{"method": "medusa", "num_speculative_tokens": 2}', "not json", '{"method": "ngram"}'):
         with pytest.raises((ConfigError, ValueError)):
             EngineConfig(speculative_config=bad)
@@ -132,5 +135,56 @@ def test_every_preset_states_its_source_and_the_figures_it_quotes_are_its_own() 
         quoted += re.findall(r"(\d\.\d\d) at k = (\d)", note)
         assert quoted, method
         for length, k in quoted:
-            sp = SpeculativeConfig(method=method, num_speculative_tokens=int(k))  # type: ignore[arg-type]
+            model = "llama-3.2-1b" if method == "draft_model" else None
+            sp = SpeculativeConfig(method=method, num_speculative_tokens=int(k), model=model)  # type: ignore[arg-type]
             assert 1 + sp.mean_accepted() == pytest.approx(float(length), abs=0.005), (method, k)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (  # issue 47: a seed past 2**64 simulated, then the JSON writer failed with a traceback
+            '{"method": "ngram", "num_speculative_tokens": 3, "acceptance_seed": 18446744073709551616}',
+            "acceptance_seed: Input should be less than or equal to 9223372036854775807",
+        ),
+        ('{"method": "ngram", "num_speculative_tokens": 3, "acceptance_seed": -1}', "acceptance_seed"),
+        (
+            '{"method": "ngram", "num_speculative_tokens": true}',
+            "num_speculative_tokens: expected an integer",
+        ),
+        ('{"method": "ngram", "num_speculative_tokens": 3, "acceptance_seed": false}', "expected an integer"),
+        ('{"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rates": [true]}', "a boolean"),
+        (
+            '{"method": "eagle3", "num_speculative_tokens": 3, "draft_step_fraction": true}',
+            "expected a number",
+        ),
+        ('{"method": "eagle3", "num_speculative_tokens": 3, "draft_step_fraction": NaN}', "a finite number"),
+        ('{"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rates": [NaN]}', "each in [0, 1]"),
+        (
+            '{"method": "ngram", "num_speculativ_tokens": 3}',
+            "num_speculativ_tokens: unknown key; did you mean 'num_speculative_tokens'?",
+        ),
+        (
+            '{"method": "ngram", "num_speculative_tokens": 3, "colour": 1}',
+            "colour: unknown key; known: method",
+        ),
+        (
+            '{"method": "draft_model", "num_speculative_tokens": 3}',
+            "method 'draft_model' needs the draft model",
+        ),
+    ],
+)
+def test_the_speculative_config_is_strict(value: str, said: str) -> None:
+    """Unknown keys are named (with the closest key), booleans are not numbers, a seed fits
+    JSON and numpy (servesim.bounds.MAX_SEED), and draft_model names its draft model as vLLM needs."""
+    with pytest.raises(ValueError) as refused:
+        EngineConfig(speculative_config=value)
+    assert said in describe(refused.value)
+
+
+def test_methods_with_a_catalog_drafter_need_no_model() -> None:
+    """eagle/eagle3/mtp resolve their head from the catalog (perf.speculators): no model needed."""
+    for method in ("eagle", "eagle3", "mtp", "ngram"):
+        assert SpeculativeConfig(method=method, num_speculative_tokens=2).model is None
+    top = SpeculativeConfig(method="ngram", num_speculative_tokens=1, acceptance_seed=2**63 - 1)
+    assert top.acceptance_seed == 2**63 - 1

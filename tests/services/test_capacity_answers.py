@@ -141,7 +141,8 @@ def test_an_unknown_or_ill_formed_deployment_is_refused_before_the_first_run(
 
     for module in (capacity, layouts, tune):
         monkeypatch.setattr(module, "workload_of", no_work)
-    more = ["-n", "20", *(["--storage", "memory"] if args[0] == "tune" else [])]
+    search = args[0] == "tune" and "--layouts" not in args  # --layouts refuses the search's flags
+    more = ["-n", "20", *(["--storage", "memory"] if search else [])]
     res = runner.invoke(app, [*args, *more])
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
-from web_helpers import GOOD_CSV, run_job, wait_job
+from web_helpers import GOOD_CSV, run_job
 
 from servesim.cli.main import app
 from servesim.spec import ClusterSpec
@@ -101,7 +101,6 @@ def test_a_bad_cluster_run_names_the_field(client: TestClient, csv_trace: tuple[
     trace_id, _ = csv_trace
     body = {"trace_id": trace_id, "replicas": 2, "failures": [{"node": "n7", "time_s": 1.0}]}
     r = client.post("/api/simulate", json=body)
-
-    st = wait_job(client, r.json()["id"])
-    assert st["status"] == "failed"
-    assert "failures[0].node 'n7' is not a replica; the replicas are n0, n1" in st["error"]
+    # refused at submit (issue 47), no longer a job that fails
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/problem+json")
+    assert "failures[0].node: no replica 'n7'; the replicas are n0, n1" in r.json()["detail"]

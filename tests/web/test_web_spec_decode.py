@@ -44,7 +44,8 @@ def test_the_catalog_offers_the_group_not_a_text_flag(client: TestClient) -> Non
         ({"method": "eagle3"}, "num_speculative_tokens", "Field required"),
         ({**SPEC, "acceptance_rates": [0.8, 1.5]}, "acceptance_rates", "each in [0, 1]"),
         ({**SPEC, "acceptance_rates": []}, "acceptance_rates", "at least one rate"),
-        ({**SPEC, "bogus": 1}, "bogus", "Extra inputs are not permitted"),
+        ({**SPEC, "bogus": 1}, "bogus", "unknown key; known: method, num_speculative_tokens"),
+        ({**SPEC, "acceptance_sed": 1}, "acceptance_sed", "unknown key; did you mean 'acceptance_seed'?"),
     ],
 )
 def test_a_bad_config_is_a_422_naming_the_nested_field(

@@ -298,6 +298,34 @@ def layout_options(func: F) -> F:
     return _group("layout", _LAYOUTS, LayoutFlags)(func)
 
 
+def _given(flags: object, table: dict[str, tuple[Any, Any]], keep: frozenset[str]) -> list[str]:
+    """The flags of ``table`` given a value other than their default (``--no-x`` for a switch
+    turned off), less ``keep``: what a mode that does not read them must refuse."""
+    out = []
+    for name, (_, opt) in table.items():
+        value, default = getattr(flags, name), opt.default
+        if name in keep or value == default:
+            continue
+        decl = next((d for d in opt.param_decls if d.startswith("--")), f"--{name.replace('_', '-')}")
+        on, _, off = decl.partition("/")
+        if off:  # a switch: its name says its value
+            out.append(off if value is False else on)
+            continue
+        shown_value = ",".join(map(str, value)) if isinstance(value, list) else getattr(value, "value", value)
+        out.append(f"{on} {shown_value}")
+    return out
+
+
+def study_flags_given(study: StudyFlags) -> list[str]:
+    """The flag search's flags given to ``tune --layouts`` (it reads only --verify-seeds)."""
+    return _given(study, _STUDY, frozenset({"verify_seeds"}))
+
+
+def layout_flags_given(layout: LayoutFlags) -> list[str]:
+    """The layouts question's flags given to the flag search (which reads none of them)."""
+    return _given(layout, _LAYOUTS, frozenset())
+
+
 # ------------------------------------------------------------------------------ checks
 def check_timing(spec: DeploymentSpec, *, needs_blocks: bool = True) -> None:
     """Step-time flags that contradict each other, refused in the flags' words before any work."""

@@ -9,11 +9,12 @@ from typing import Any, NoReturn
 
 import optuna
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from servesim.cli.common import fail, print_timed_as, timed_as, write_text_atomic
 from servesim.cli.tables import FitTable
-from servesim.errors import user_errors
+from servesim.errors import shown, user_errors
 from servesim.services.capacity import DeploymentFieldError
 from servesim.services.deployment import DeploymentSpec
 from servesim.services.layouts import LayoutAnswer
@@ -35,10 +36,39 @@ ERRORS: tuple[type[Exception], ...] = (*user_errors(), optuna.exceptions.OptunaE
 FLAGS = {"tp": "--tp"}
 
 
+#: The request fields (``SaturateRequest``, ``TuneRequest``, ``LayoutsRequest``) that are a flag
+#: of the same name in kebab case on the commands that build them: refused, named as the flag.
+REQUEST_FLAGS = frozenset(
+    {
+        "target_rate",
+        "seeds",
+        "rtol",
+        "min_rate",
+        "max_rate",
+        "trials",
+        "trial_seeds",
+        "verify_seeds",
+        "max_gpus",
+        "gpu_hour_usd",
+        "gpus",
+        "short_prompt_tokens",
+    }
+)
+
+
 def failed(exc: BaseException) -> NoReturn:
-    """One line, exit 2; a deployment setting refused by the service named as its flag."""
+    """One line, exit 2; a deployment setting or a request's flag refused by the service named
+    as its flag (``--target-rate nan: Input should be a finite number``)."""
     if isinstance(exc, DeploymentFieldError):
         fail(f"{FLAGS.get(exc.field, '--' + exc.field.replace('_', '-'))}: {exc.reason}")
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        loc = err["loc"]
+        if len(loc) == 1 and loc[0] in REQUEST_FLAGS:
+            value = err.get("input")
+            said = f"{value:g}" if isinstance(value, float) else shown(value)
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            fail(f"--{str(loc[0]).replace('_', '-')} {said}: {msg}")
     fail(exc)
 
 

@@ -62,6 +62,12 @@ def register(app: typer.Typer) -> None:
         duration_s: float | None = typer.Option(
             None, min=0.1, help="Stop after this many wall seconds (default: serve until interrupted)."
         ),
+        shutdown_timeout_s: float = typer.Option(
+            30.0,
+            min=0.0,
+            max=3600.0,
+            help="On SIGTERM/SIGINT: new requests get 503, open ones this many seconds to finish.",
+        ),
         prefill_replicas: int | None = typer.Option(
             None,
             min=1,
@@ -156,9 +162,11 @@ def register(app: typer.Typer) -> None:
         # SIGTERM and SIGINT (in the foreground or not) stop it cleanly: Serve and Ray shut
         # down, no Ray process is left, exit 0 (servesim.cli.stop_signals).
         error: BaseException | None = None
+        serving = False
         with stop_on_signals() as signals:
             try:
                 ray_serve.start(settings, address=address, num_cpus=num_cpus, on_ray_up=signals.reinstall)
+                serving = True
                 typer.echo(
                     f"emulating {size} x {settings.model} on http://{host}:{port}/v1 "
                     f"(time scale {time_scale:g}; Ctrl-C or SIGTERM stops)"
@@ -167,6 +175,18 @@ def register(app: typer.Typer) -> None:
                 while deadline is None or time.monotonic() < deadline:
                     time.sleep(0.5)
             except Stop as stop:
+                if serving:  # as vLLM's server: no new requests, the open ones finish (bounded)
+                    typer.echo(
+                        f"{stop}: draining the open requests (up to {shutdown_timeout_s:g} s; new "
+                        "ones get 503)",
+                        err=True,
+                    )
+                    signals.hold()
+                    left = ray_serve.drain(shutdown_timeout_s)
+                    if left:
+                        typer.echo(
+                            f"{left} requests still open after {shutdown_timeout_s:g} s: cut", err=True
+                        )
                 typer.echo(f"{stop}: stopping Serve and Ray", err=True)
             except (TimeoutError, OSError, ray_serve.ServeStartError) as exc:
                 error = exc

@@ -30,8 +30,10 @@ from servesim.cli.capacity_options import (
     TraceArg,
     TraceFlags,
     check_timing,
+    layout_flags_given,
     layout_options,
     run_options,
+    study_flags_given,
     study_options,
     trace_options,
 )
@@ -145,7 +147,7 @@ def _int_list(text: str | None, flag: str) -> list[int]:
 
 
 def _kinds(text: str | None) -> list[LayoutKind]:
-    names = [x.strip() for x in (text or "agg,disagg").split(",") if x.strip()]
+    names = [x.strip() for x in ("agg,disagg" if text is None else text).split(",") if x.strip()]
     kinds = [k for k in LAYOUT_KINDS if k in names]
     if not names or set(names) - set(LAYOUT_KINDS):
         raise InputError(f"--layouts: use agg, disagg or agg,disagg (got {','.join(names) or 'nothing'})")
@@ -161,6 +163,11 @@ def layouts_request(
     seeds: int,
 ) -> LayoutsRequest:
     """The layouts question the flags ask for; the flag search's own flags are refused with it."""
+    if lay.layouts is None:
+        raise InputError(
+            "--gpus N is the GPU budget of --layouts: give --layouts agg,disagg with it (the flag "
+            "search's GPU budget is --max-gpus)"
+        )
     if lay.gpus is None:
         raise InputError("--layouts needs --gpus N: the GPU budget every layout spends")
     given = [f"--{k.replace('_', '-')}" for k in spec.engine] + (["--tp"] if spec.tp is not None else [])
@@ -307,8 +314,20 @@ def register(app: typer.Typer) -> None:
             if spec.gpu is not None and study.gpu_types is not None:
                 raise InputError("--gpu sets one GPU, --gpu-types compares several: give one of them")
             if layout.asked:
+                unread = study_flags_given(study) + (
+                    [f"--target-rate {target_rate:g}"] if target_rate is not None else []
+                )
+                if unread:
+                    raise InputError(
+                        f"{', '.join(unread)}: the flag search's, which tune --layouts does not run; "
+                        "drop them (--out FILE writes the layouts' document)"
+                    )
                 _layouts(layouts_request(trace, spec, goal, source, layout, study.verify_seeds), out, as_json)
                 return
+            if given := layout_flags_given(layout):
+                raise InputError(
+                    f"{', '.join(given)}: the layouts question's; give --layouts and --gpus with them"
+                )
             request = tune_request(trace, spec, goal, target_rate, source, run, study)
             if request.gpu_types:
                 _gpu_types(request, study.out_dir, out, as_json)

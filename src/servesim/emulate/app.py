@@ -70,15 +70,37 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
+class Drain:
+    """The app's open HTTP requests (a stream is open until its ``[DONE]`` is sent) and whether
+    new ones are refused: on SIGTERM ``servesim emulate`` closes the door (503, as vLLM's server
+    does while it shuts down) and waits a bounded grace period for the open ones to finish."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.closing = False
+
+    async def close(self, grace_s: float) -> int:
+        """Refuse new requests, then wait up to ``grace_s`` for the open ones; those still open."""
+        self.closing = True
+        deadline = time.monotonic() + grace_s
+        while self.open and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self.open
+
+
 class _Gate:
     """Pure ASGI middleware (a ``BaseHTTPMiddleware`` would relay every streamed chunk through a
-    memory stream and a task): stamps each request's receipt, checks the token on ``/v1``."""
+    memory stream and a task): stamps each request's receipt, checks the token on ``/v1``,
+    counts the open requests and refuses new ones once the server drains (``Drain``)."""
 
-    def __init__(self, app: Any, *, api_key: str | None, trust_edge_stamp: bool, max_body: int) -> None:
+    def __init__(
+        self, app: Any, *, api_key: str | None, trust_edge_stamp: bool, max_body: int, drain: Drain
+    ) -> None:
         self.app = app
         self.expected = None if api_key is None else f"Bearer {api_key}".encode()
         self.trust_edge_stamp = trust_edge_stamp
         self.max_body = max_body
+        self.drain = drain
 
     def _too_large(self) -> JSONResponse:
         return _error(
@@ -90,47 +112,57 @@ class _Gate:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            here = time.monotonic()  # the event loop's clock (asyncio: time.monotonic)
-            edge = self.trust_edge_stamp and any(k == HEADER for k, _ in scope["headers"])
-            scope[RECEIVED] = received_at(scope["headers"], here) if edge else here
-            scope[EDGE] = edge  # the proxy's Edge is in front of this request: it paces the tokens
-            if self.expected is not None and scope["path"].startswith("/v1"):
-                given = dict(scope["headers"]).get(b"authorization", b"")
-                if not secrets.compare_digest(given, self.expected):
-                    await _error("Unauthorized", 401, "AuthenticationError")(scope, receive, send)
-                    return
-            length = dict(scope["headers"]).get(b"content-length", b"")
-            if length.isdigit() and int(length) > self.max_body:
-                await self._too_large()(scope, receive, send)
+            if self.drain.closing:
+                await _error("the server is shutting down", 503, "ServiceUnavailable")(scope, receive, send)
                 return
-            # A body without a Content-Length is counted as it arrives: past the bound, the app
-            # is told the client left (it answers nothing that is sent) and the 413 goes out.
-            seen, over, started = 0, False, False
-
-            async def bounded_receive() -> Any:
-                nonlocal seen, over
-                if over:
-                    return {"type": "http.disconnect"}
-                message = await receive()
-                if message["type"] == "http.request":
-                    seen += len(message.get("body", b""))
-                    if seen > self.max_body:
-                        over = True
-                        return {"type": "http.disconnect"}
-                return message
-
-            async def watched_send(message: Any) -> None:
-                nonlocal started
-                if over:
-                    return
-                started = started or message["type"] == "http.response.start"
-                await send(message)
-
-            await self.app(scope, bounded_receive, watched_send)
-            if over and not started:
-                await self._too_large()(scope, receive, send)
+            self.drain.open += 1
+            try:
+                await self._http(scope, receive, send)
+            finally:
+                self.drain.open -= 1
             return
         await self.app(scope, receive, send)
+
+    async def _http(self, scope: Any, receive: Any, send: Any) -> None:
+        here = time.monotonic()  # the event loop's clock (asyncio: time.monotonic)
+        edge = self.trust_edge_stamp and any(k == HEADER for k, _ in scope["headers"])
+        scope[RECEIVED] = received_at(scope["headers"], here) if edge else here
+        scope[EDGE] = edge  # the proxy's Edge is in front of this request: it paces the tokens
+        if self.expected is not None and scope["path"].startswith("/v1"):
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(given, self.expected):
+                await _error("Unauthorized", 401, "AuthenticationError")(scope, receive, send)
+                return
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_body:
+            await self._too_large()(scope, receive, send)
+            return
+        # A body without a Content-Length is counted as it arrives: past the bound, the app
+        # is told the client left (it answers nothing that is sent) and the 413 goes out.
+        seen, over, started = 0, False, False
+
+        async def bounded_receive() -> Any:
+            nonlocal seen, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def watched_send(message: Any) -> None:
+            nonlocal started
+            if over:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, bounded_receive, watched_send)
+        if over and not started:
+            await self._too_large()(scope, receive, send)
 
 
 class _TimedStream(StreamingResponse):
@@ -207,8 +239,13 @@ def build_app(
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
         return _error(f"{where or 'body'}: {first.get('msg', 'invalid request')}", 400)
 
+    app.state.drain = Drain()
     app.add_middleware(
-        _Gate, api_key=api_key, trust_edge_stamp=trust_edge_stamp, max_body=body_limit(emulator.max_model_len)
+        _Gate,
+        api_key=api_key,
+        trust_edge_stamp=trust_edge_stamp,
+        max_body=body_limit(emulator.max_model_len),
+        drain=app.state.drain,
     )
 
     async def _text_tokens(text: str) -> list[int] | Response:

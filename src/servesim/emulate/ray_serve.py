@@ -95,12 +95,20 @@ def _ingress_class() -> Any:
         def __serve_build_asgi_app__(self) -> Any:
             from servesim.emulate.app import build_app
 
-            return build_app(
+            app = build_app(
                 self.emulator,
                 api_key=self.settings.api_key,
                 bind_host=self.settings.host,
                 trust_edge_stamp=self.settings.trust_edge_stamp,
             )
+            self.drain_state = app.state.drain
+            return app
+
+        async def drain(self, grace_s: float) -> int:
+            """Refuse new requests (503) and wait up to ``grace_s`` for the open ones (their
+            streams run to ``[DONE]``); the number still open then."""
+            state = getattr(self, "drain_state", None)
+            return 0 if state is None else int(await state.close(grace_s))
 
     return EmulatorIngress
 
@@ -202,6 +210,20 @@ def wait_ready(host: str, port: int, timeout_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the emulator did not answer {url} within {timeout_s:g} s")
         time.sleep(0.2)
+
+
+def drain(grace_s: float) -> int | None:
+    """Close the ingress to new requests and wait up to ``grace_s`` for the open ones to finish,
+    as vLLM's server drains on SIGTERM: the number still open then (None: no ingress answered,
+    e.g. a start that did not get that far)."""
+    from ray import serve
+
+    try:
+        handle = serve.get_app_handle(APP_NAME)
+        left: int = handle.drain.remote(grace_s).result(timeout_s=grace_s + 30)
+    except Exception:  # Ray's own errors, a Serve that never came up: nothing to drain
+        return None
+    return left
 
 
 def stop() -> None:

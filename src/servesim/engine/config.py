@@ -108,6 +108,12 @@ class EngineConfig(BaseModel):
         if self.max_model_len is not None:
             self.check_max_model_len(self.max_model_len)
         spec = self.speculative_config
+        if spec is not None and self.kv_offloading_size is not None:
+            raise ConfigError(
+                f"speculative_config ({spec.method}) with kv_offloading_size "
+                f"{self.kv_offloading_size:g} GiB: speculative decoding with a CPU KV offload tier "
+                "is not modelled; drop one of them"
+            )
         if spec is not None and self.max_num_batched_tokens <= spec.num_lookahead_tokens:
             raise ConfigError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must exceed the "

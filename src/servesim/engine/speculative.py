@@ -16,14 +16,17 @@ seeded per (request, verification) so that a run is deterministic whatever the b
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from servesim.bounds import MAX_SEED
 from servesim.engine.request import Request
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, reject_bool
 
 SpecMethod = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
 
@@ -112,11 +115,12 @@ class SpeculativeConfig(BaseModel):
         None,
         description="Per-position conditional acceptance rates (default: the method's preset).",
     )
-    acceptance_seed: int = Field(0, ge=0, description="Seed of the accept/reject draws.")
+    acceptance_seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the accept/reject draws.")
     draft_step_fraction: float | None = Field(
         None,
         ge=0.0,
         le=1.0,
+        allow_inf_nan=False,
         description="Time of one draft pass over the batch, as a fraction of the target's "
         "decode step for the same sequences. Given, it wins; unset, the roofline times the drafter "
         "itself, and other step-time models use the method's DRAFT_STEP_FRACTION.",
@@ -140,12 +144,70 @@ class SpeculativeConfig(BaseModel):
             data = {k: v for k, v in data.items() if k not in _IGNORED_VLLM_KEYS}
         return data
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _unknown_keys(cls, data: Any, handler: Any) -> Any:
+        """An unknown key is named where it is (``speculative_config.num_speculativ_tokens``)
+        with the closest known key (difflib), and said first: a typo also leaves a field missing."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if not any(e["type"] == "extra_forbidden" for e in errors):
+                raise
+            known = list(cls.model_fields)
+            out: list[Any] = []
+            for e in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
+                if e["type"] == "extra_forbidden":
+                    close = difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
+                    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+                    kind = PydanticCustomError("extra_forbidden", "unknown key; {hint}", {"hint": hint})
+                    out.append({"type": kind, "loc": e["loc"], "input": e["input"]})
+                else:
+                    ctx = {"ctx": e["ctx"]} if "ctx" in e else {}
+                    out.append({"type": e["type"], "loc": e["loc"], "input": e["input"], **ctx})
+            raise ValidationError.from_exception_data(exc.title, out) from None
+
+    _no_bool = field_validator(
+        "num_speculative_tokens",
+        "draft_tensor_parallel_size",
+        "acceptance_seed",
+        mode="before",
+    )(lambda v: reject_bool(v))
+
+    @field_validator("draft_step_fraction", mode="before")
+    @classmethod
+    def _fraction_not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ConfigError(f"expected a number in [0, 1], got {value!r}")
+        return value
+
+    @field_validator("acceptance_rates", mode="before")
+    @classmethod
+    def _rates_not_bool(cls, rates: Any) -> Any:
+        if isinstance(rates, list | tuple) and any(isinstance(p, bool) for p in rates):
+            raise ConfigError("expected numbers in [0, 1], got a boolean")
+        return rates
+
     @field_validator("acceptance_rates")
     @classmethod
     def _check_rates(cls, rates: tuple[float, ...] | None) -> tuple[float, ...] | None:
         if rates is not None and (not rates or any(not 0.0 <= p <= 1.0 for p in rates)):
             raise ConfigError("at least one rate, each in [0, 1]")
         return rates
+
+    @model_validator(mode="after")
+    def _drafter_given(self) -> SpeculativeConfig:
+        """What vLLM needs to start each method that no catalog default can give: the
+        ``draft_model`` method runs the model named in ``model`` (vLLM refuses it without one);
+        eagle/eagle3/mtp may leave it out (the catalog's published head, or the target's own MTP
+        layers, is resolved for the served model: ``perf.speculators.draft_checkpoint``)."""
+        if self.method == "draft_model" and self.model is None:
+            raise ConfigError(
+                'model: method \'draft_model\' needs the draft model, e.g. "model": "llama-3.2-1b" '
+                "(a model of servesim's catalog or a Hugging Face id); vLLM does not start without it"
+            )
+        return self
 
     @property
     def num_lookahead_tokens(self) -> int:

@@ -111,7 +111,9 @@ class SaturateRequest(BaseModel):
         None, gt=0, allow_inf_nan=False, description="Load to judge headroom at (default: the trace's)."
     )
     seeds: int = Field(3, ge=1, le=MAX_SEEDS, description="Fresh seeds (replicates) per rate.")
-    rtol: float = Field(0.02, gt=0, le=0.5, description="Relative resolution of the rate search.")
+    rtol: float = Field(
+        0.02, gt=0, le=0.5, allow_inf_nan=False, description="Relative resolution of the rate search."
+    )
     min_rate: float | None = Field(None, gt=0, allow_inf_nan=False, description="Lowest rate to try.")
     max_rate: float | None = Field(None, gt=0, allow_inf_nan=False, description="Highest rate to try.")
     compare_off: bool = Field(

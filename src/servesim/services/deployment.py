@@ -10,6 +10,8 @@ whoever shows it (the web's defaults panel, the dashboard, the emulator's replic
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from servesim.spec import (
     ClusterSpec,
     DeploymentSpec,
@@ -28,6 +30,28 @@ from servesim.spec import (
 )
 from servesim.spec.cluster import runnable_deployment
 
+if TYPE_CHECKING:
+    from servesim.engine.config import EngineConfig
+
+
+def check_drafter(spec: DeploymentSpec, config: EngineConfig) -> None:
+    """The speculative config's drafter built on the deployment's model, GPU and TP as a run
+    builds it (``perf.setup``'s ``resolve_drafter``): a ``ConfigError`` for one that cannot run
+    there (an unknown draft model, another vocabulary, a TP vLLM refuses). An interface checks
+    a body with it before a job starts."""
+    from servesim.engine.step_time import resolve_drafter
+    from servesim.perf.roofline import build_step_time_model
+    from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_TP
+
+    sc = config.speculative_config
+    if sc is None or sc.method == "ngram" or spec.fixed_timing:
+        return
+    tp = DEFAULT_TP if spec.tp is None else spec.tp
+    resolve_drafter(
+        build_step_time_model(spec.model or DEFAULT_MODEL, spec.gpu or DEFAULT_GPU, tp, warn=False), sc
+    )
+
+
 __all__ = [
     "ClusterSpec",
     "DeploymentSpec",
@@ -38,6 +62,7 @@ __all__ = [
     "ResolvedDeployment",
     "ResolvedDisaggregated",
     "SLOError",
+    "check_drafter",
     "engine_values",
     "parse_slo",
     "resolve",

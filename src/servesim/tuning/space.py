@@ -76,6 +76,10 @@ class Knob(BaseModel):
 
     @model_validator(mode="after")
     def _shape(self) -> Knob:
+        numbers = [self.low, self.high, self.step, *(self.choices or ())]
+        for v in numbers:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InputError(f"{v!r} is not a finite number")
         ranged = self.low is not None or self.high is not None
         if (self.choices is None) == (not ranged):
             raise InputError("a knob is either choices or a low..high range")
@@ -122,6 +126,10 @@ def present_knobs(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k not in OFF_WHEN_ABSENT or v != OFF_WHEN_ABSENT[k]}
 
 
+def _whole(v: float | None) -> str:
+    return "1" if v is None else f"{max(1, math.floor(v)):d}"
+
+
 def _c(*values: Value) -> Knob:
     return Knob(choices=list(values))
 
@@ -153,6 +161,14 @@ class SearchSpace(BaseModel):
                     _check_type(name, kind, v)
             elif kind == "bool":
                 raise InputError(f"{name} takes choices, not a range")
+            elif kind == "int":
+                ends = {"low": knob.low, "high": knob.high, "step": knob.step}
+                for what, v in ends.items():
+                    if v is not None and not float(v).is_integer():
+                        raise InputError(
+                            f"{name} takes whole numbers: its range's {what} {v:g} is not one "
+                            f"(e.g. {name}={_whole(knob.low)}..{_whole(knob.high)}:1)"
+                        )
         problems = [p for name in KNOBS for p in knob_problems(name, getattr(self, name))]
         if problems:
             raise InputError("; ".join(problems))
@@ -540,9 +556,12 @@ def _parse_value(name: str, kind: str, text: str) -> Value:
     if kind == "optional_float" and t in ("none", "null", "off"):
         return None
     try:
-        return int(t) if kind == "int" else float(t)
+        value = int(t) if kind == "int" else float(t)
     except ValueError:
         raise InputError(f"{name}: {shown(text)} is not a valid {kind.replace('_', ' ')}") from None
+    if not math.isfinite(value):
+        raise InputError(f"{name}: {shown(text)} is not a finite number")
+    return value
 
 
 def parse_knob(text: str) -> tuple[str, Knob]:

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 Cell = float | int | str | bool | None
 ColumnKind = Literal["int", "float", "str", "pct", "bool"]
@@ -37,6 +44,18 @@ class Table(_Frozen):
     columns: list[Column]
     rows: list[list[Cell]]
     notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rows_fit(self) -> Table:
+        """Every row has one cell per column: a document's table read back (``servesim report``,
+        the web) is refused naming the table and the row, not a renderer's zip() traceback."""
+        n = len(self.columns)
+        for i, row in enumerate(self.rows):
+            if len(row) != n:
+                raise ValueError(
+                    f"table {self.key!r} ({self.title}): row {i + 1} has {len(row)} cells for its {n} columns"
+                )
+        return self
 
     @classmethod
     def figures(cls, key: str, title: str, rows: list[list[Cell]], notes: list[str] | None = None) -> Table:

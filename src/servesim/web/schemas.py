@@ -224,6 +224,13 @@ class SimulateBody(SpecBody):
     def _pools(self) -> SimulateBody:
         pd = self.disaggregated
         if pd is None:
+            names = [f"n{k}" for k in range(self.deployment.replicas)]  # as resolve_cluster names them
+            for i, f in enumerate(self.failures):
+                if f.node not in names:
+                    raise ValueError(
+                        f"failures[{i}].node: no replica {f.node!r}; the replicas are "
+                        f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''}"
+                    )
             return self
         if self.deployment.replicas != 1:
             raise ValueError(

@@ -99,7 +99,10 @@ def checked_engine(spec: DeploymentSpec) -> EngineConfig:
         config = EngineConfig.model_validate(values)
     except ValidationError as exc:
         errors = [
-            {"field": ".".join([FIELD, "engine", *(str(x) for x in e["loc"])]), "reason": e["msg"]}
+            {
+                "field": ".".join([FIELD, "engine", *(str(x) for x in e["loc"])]),
+                "reason": str(e["msg"]).removeprefix("Value error, "),
+            }
             for e in exc.errors()
         ]
         raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors) from None
@@ -107,7 +110,21 @@ def checked_engine(spec: DeploymentSpec) -> EngineConfig:
         check_offloading_size(config.kv_offloading_size, DEFAULT_TP if spec.tp is None else spec.tp)
     except ConfigError as exc:  # the bound every interface gets from servesim.spec.resolve
         raise _refuse(f"{FIELD}.engine.kv_offloading_size", str(exc)) from None
+    check_drafter(spec, config)
     return config
+
+
+def check_drafter(spec: DeploymentSpec, config: EngineConfig) -> None:
+    """The drafter of the speculative config on the deployment's model and GPU, built as the
+    job builds it (``services.deployment.check_drafter``): 422 naming ``speculative_config`` for
+    one that cannot run there (an unknown draft model, another vocabulary, a TP vLLM refuses)."""
+    from servesim.services.deployment import check_drafter as drafter_runs
+
+    try:
+        drafter_runs(spec, config)
+    except ConfigError as exc:
+        reason = str(exc).removeprefix("speculative_config").lstrip(".: ")
+        raise _refuse(f"{FIELD}.engine.speculative_config", reason) from None
 
 
 def check_pools(body: SimulateBody) -> None:
