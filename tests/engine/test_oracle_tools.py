@@ -99,3 +99,17 @@ def test_replay_cases_replays_every_kind_through_servesim() -> None:
 )
 def test_replay_cases_reproduces_a_case_of_every_kind_with_vllm() -> None:
     _assert_all_identical(_replay(oracle_python(), "--against", "vllm"))
+
+
+def test_the_tools_refuse_another_copy_of_the_harness(tmp_path: Path) -> None:
+    """A ``vllm_oracle`` imported from elsewhere first (the shared copy knows none of the offload,
+    P/D or speculative keys) is an error naming both files, not cases skipped as unknown keys."""
+    (tmp_path / "vllm_oracle.py").write_text("")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import vllm_oracle; "
+        f"sys.path.insert(0, {str(TOOLS)!r}); import make_cases; make_cases.load_oracle()"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert run.returncode != 0
+    assert str(tmp_path / "vllm_oracle.py") in run.stderr, run.stderr
+    assert "use this folder's copy" in run.stderr, run.stderr
