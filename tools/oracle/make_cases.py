@@ -2,13 +2,14 @@
 """Generate engine regression cases from vLLM's real scheduler (the oracle). Not run in CI.
 
 Each case is a random trace + scheduler config; vLLM 0.33's own ``Scheduler`` (driven by
-``vllm_oracle.py`` from the shared oracle folder, in its own virtualenv) writes the per-step
-schedule, which is stored gzipped under ``tests/engine/oracle_cases/``. ``tests/engine/
-test_oracle_cases.py`` replays every case through servesim and demands the same schedule.
+``vllm_oracle.py`` of this folder, in the oracle's virtualenv) writes the per-step schedule,
+stored gzipped in the ``--out`` folder. The committed cases (``tests/engine/oracle_cases/``) are
+replayed through servesim by ``tests/engine/test_oracle_cases.py``; a maker refuses to write
+into a committed folder unless given ``--force``. See ``tools/oracle/README.md``.
 
-Usage (with the oracle's virtualenv python, see the oracle README for setup):
-    ORACLE_DIR=../shared/vllm-oracle $VENV/bin/python tools/oracle/make_cases.py [--seed 0] [--per-family 6]
-        [--out DIR]   # a fresh set elsewhere: replay it with tools/oracle/replay_cases.py DIR
+Usage (with the oracle's virtualenv python):
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_cases.py --out DIR [--seed 0] [--per-family 6]
+    # then: tools/oracle/replay_cases.py DIR (through servesim, or vLLM again)
 """
 
 from __future__ import annotations
@@ -16,14 +17,64 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import random
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 STEP_S = 1 / 64  # exact in binary floating point: both sides agree on each arrival's step
-OUT = Path(__file__).resolve().parents[2] / "tests" / "engine" / "oracle_cases"
+HERE = Path(__file__).resolve().parent
+CASES_ROOT = HERE.parents[1] / "tests" / "engine"
+#: The committed cases of each kind (the truth the tests replay): a maker never writes there
+#: unless told to with --force.
+COMMITTED = {
+    "plain": CASES_ROOT / "oracle_cases",
+    "offload": CASES_ROOT / "oracle_offload_cases",
+    "pd": CASES_ROOT / "oracle_pd_cases",
+    "spec": CASES_ROOT / "oracle_spec_cases",
+}
+
+
+def load_oracle() -> ModuleType:
+    """This folder's ``vllm_oracle`` (the one copy of the harness the tools use): the folder goes
+    first on ``sys.path``, and another module of that name imported earlier is refused."""
+    if sys.path[:1] != [str(HERE)]:
+        sys.path.insert(0, str(HERE))
+    import vllm_oracle
+
+    got = Path(vllm_oracle.__file__ or "").resolve()
+    if got != HERE / "vllm_oracle.py":
+        raise SystemExit(
+            f"vllm_oracle was imported from {got}, not {HERE / 'vllm_oracle.py'}: use this folder's copy"
+        )
+    return vllm_oracle
+
+
+def add_out_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="folder to write the cases to (made if missing); a committed cases' folder only with --force",
+    )
+    ap.add_argument(
+        "--force",
+        action="store_true",
+        help="allow --out to be a committed cases' folder (tests/engine/oracle*_cases): replaces the truth",
+    )
+
+
+def out_folder(out: Path, force: bool) -> Path:
+    """``out``, made if missing; a committed cases' folder is refused unless ``force``."""
+    committed = {p.resolve() for p in COMMITTED.values()}
+    if out.resolve() in committed and not force:
+        raise SystemExit(
+            f"refusing to write into {out}: it holds committed oracle cases (the truth the tests "
+            "replay). Give another --out folder, or add --force to replace them on purpose."
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def cdiv(a: int, b: int) -> int:
@@ -54,6 +105,11 @@ def step_row(d: dict) -> list:
         d["num_running"],
         d["num_waiting"],
     ]
+
+
+def plain_steps(records: list[dict]) -> list[list]:
+    """A plain case's ``steps`` from the oracle's per-step records."""
+    return [step_row(d) for d in records]
 
 
 def write_case(out: Path, case: dict) -> None:
@@ -150,17 +206,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=6)
-    ap.add_argument("--examples", action="store_true", help="also store the oracle README's examples a-c")
     ap.add_argument(
-        "--out", type=Path, default=OUT, help="folder to write to (default: the committed cases' folder)"
+        "--examples",
+        type=Path,
+        metavar="DIR",
+        help="also store the oracle README's examples a-c (DIR holds {a,b,c}_trace.jsonl and _config.json)",
     )
+    add_out_args(ap)
     args = ap.parse_args()
-    oracle_dir = Path(os.environ.get("ORACLE_DIR", "../shared/vllm-oracle")).resolve()
-    sys.path.insert(0, str(oracle_dir))
-    import vllm_oracle  # type: ignore[import-not-found]
-
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(args.out, args.force)
+    vllm_oracle = load_oracle()
     rng = random.Random(args.seed)
     cases: list[tuple[str, list[dict], dict]] = []
     for fam in FAMILIES:
@@ -168,19 +223,16 @@ def main() -> int:
             rows = random_trace(rng, fam)
             cases.append((f"{fam}_{k:02d}", rows, random_config(rng, fam, rows)))
     if args.examples:
+        oracle_dir: Path = args.examples
         for ex in "abc":
-            rows = [
-                json.loads(x)
-                for x in (oracle_dir / "examples" / f"{ex}_trace.jsonl").read_text().splitlines()
-                if x
-            ]
-            cfg = json.loads((oracle_dir / "examples" / f"{ex}_config.json").read_text())
+            rows = [json.loads(x) for x in (oracle_dir / f"{ex}_trace.jsonl").read_text().splitlines() if x]
+            cfg = json.loads((oracle_dir / f"{ex}_config.json").read_text())
             cfg["max_model_len"] = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
             cases.append((f"readme_{ex}", rows, cfg))
     with tempfile.TemporaryDirectory() as td:
         for name, rows, cfg in cases:
             summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
-            steps = [step_row(d) for d in records]
+            steps = plain_steps(records)
             case = {
                 "name": name,
                 "vllm_version": summary["vllm_version"],

@@ -3,11 +3,13 @@
 
 Like ``make_cases.py``, but through ``tools/oracle/vllm_oracle.py`` (the shared oracle extended
 with vLLM 0.33's OffloadingConnector, scheduler side, and a fake worker that reports every load
-or store finished a chosen number of steps after it was issued). Cases are stored gzipped under
-``tests/engine/oracle_offload_cases/``; ``tests/engine/test_oracle_offload.py`` replays them.
+or store finished a chosen number of steps after it was issued). Cases are stored gzipped in the
+``--out`` folder; the committed ones (``tests/engine/oracle_offload_cases/``, replayed by
+``tests/engine/test_oracle_offload.py``) are only replaced with ``--force``.
 
 Usage (with the oracle's virtualenv python):
-    $VENV/bin/python tools/oracle/make_offload_cases.py [--seed 0] [--per-family 6]
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_offload_cases.py --out DIR
+        [--seed 0] [--per-family 6]
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from make_cases import add_out_args, load_oracle, out_folder, run_oracle, step_row, write_case  # noqa: E402
+
 STEP_S = 1 / 64
-OUT = HERE.parents[1] / "tests" / "engine" / "oracle_offload_cases"
 
 
 def cdiv(a: int, b: int) -> int:
@@ -95,6 +99,20 @@ def config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
     return cfg
 
 
+def offload_steps(records: list[dict]) -> list[list]:
+    """An offload case's ``steps``: the plain columns, then blocks loaded, blocks stored and the
+    requests waiting for their KV."""
+    return [
+        [
+            *step_row(d),
+            sum(x[2] for x in d["offload"]["loads"]),
+            sum(x[2] for x in d["offload"]["stores"]),
+            d["waiting_for_kv"],
+        ]
+        for d in records
+    ]
+
+
 FAMILIES = ["offload_reuse", "offload_small", "offload_preempt", "offload_priority", "offload_mixed"]
 
 
@@ -105,13 +123,11 @@ def main() -> int:
     ap.add_argument(
         "--families", nargs="*", default=FAMILIES, help="only these families (the others are skipped)"
     )
+    add_out_args(ap)
     args = ap.parse_args()
+    out = out_folder(args.out, args.force)
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"  # vLLM warns on every store the full tier refuses
-    sys.path.insert(0, str(HERE))
-    import vllm_oracle  # type: ignore[import-not-found]
-    from make_cases import run_oracle, step_row, write_case  # type: ignore[import-not-found]
-
-    OUT.mkdir(parents=True, exist_ok=True)
+    vllm_oracle = load_oracle()
     rng = random.Random(args.seed)
     cases = []
     for fam in FAMILIES:
@@ -127,15 +143,7 @@ def main() -> int:
             except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
                 print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
                 continue
-            steps = [
-                [
-                    *step_row(d),
-                    sum(x[2] for x in d["offload"]["loads"]),
-                    sum(x[2] for x in d["offload"]["stores"]),
-                    d["waiting_for_kv"],
-                ]
-                for d in records
-            ]
+            steps = offload_steps(records)
             case = {
                 "name": name,
                 "vllm_version": summary["vllm_version"],
@@ -147,7 +155,7 @@ def main() -> int:
                 "prefix_cache_totals": summary["prefix_cache_totals"],
                 "offload_totals": summary["offload_totals"],
             }
-            write_case(OUT, case)
+            write_case(out, case)
             print(
                 f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
                 f"preemptions, offload {summary['offload_totals']}",

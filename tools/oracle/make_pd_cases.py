@@ -7,11 +7,12 @@ finished ``load_delay_steps`` after the step that issued it and each send ``stor
 after the step that handed it over. Trace rows with ``"pd": "decode"`` arrive with their prompt's
 KV remote (``do_remote_prefill``), rows with ``"pd": "prefill"`` are prefill legs (``max_tokens``
 1, ``do_remote_decode``: blocks kept until the send is done), other rows are served locally (a
-decode replica prefilling a short prompt itself). Cases are stored gzipped under
-``tests/engine/oracle_pd_cases/``; ``tests/engine/test_oracle_pd.py`` replays them.
+decode replica prefilling a short prompt itself). Cases are stored gzipped in the ``--out``
+folder; the committed ones (``tests/engine/oracle_pd_cases/``, replayed by
+``tests/engine/test_oracle_pd.py``) are only replaced with ``--force``.
 
 Usage (with the oracle's virtualenv python):
-    $VENV/bin/python tools/oracle/make_pd_cases.py [--seed 0] [--per-family 6]
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_pd_cases.py --out DIR [--seed 0] [--per-family 6]
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from make_cases import add_out_args, load_oracle, out_folder, run_oracle, step_row, write_case  # noqa: E402
+
 STEP_S = 1 / 64
-OUT = HERE.parents[1] / "tests" / "engine" / "oracle_pd_cases"
 FAMILIES = ["pd_decode", "pd_prefill", "pd_mixed", "pd_pressure", "pd_priority"]
 
 
@@ -101,17 +104,29 @@ def config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
     return cfg
 
 
+def pd_steps(records: list[dict]) -> tuple[list[list], dict[str, int]]:
+    """A P/D case's ``steps`` (the plain columns, then blocks received, sends done and the
+    requests waiting for their KV) and its ``pd_totals``."""
+    steps = []
+    totals = {"recvs": 0, "recv_blocks": 0, "sends": 0}
+    for d in records:
+        x = d["offload"]
+        totals["recvs"] += len(x["recvs"])
+        totals["recv_blocks"] += sum(b for _, b in x["recvs"])
+        totals["sends"] += len(x["sends"])
+        steps.append([*step_row(d), sum(b for _, b in x["recvs"]), len(x["sends"]), d["waiting_for_kv"]])
+    return steps, totals
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=6)
+    add_out_args(ap)
     args = ap.parse_args()
+    out = out_folder(args.out, args.force)
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
-    sys.path.insert(0, str(HERE))
-    import vllm_oracle  # type: ignore[import-not-found]
-    from make_cases import run_oracle, step_row, write_case  # type: ignore[import-not-found]
-
-    OUT.mkdir(parents=True, exist_ok=True)
+    vllm_oracle = load_oracle()
     rng = random.Random(args.seed)
     cases = []
     for fam in FAMILIES:
@@ -125,21 +140,7 @@ def main() -> int:
             except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
                 print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
                 continue
-            steps = []
-            totals = {"recvs": 0, "recv_blocks": 0, "sends": 0}
-            for d in records:
-                x = d["offload"]
-                totals["recvs"] += len(x["recvs"])
-                totals["recv_blocks"] += sum(b for _, b in x["recvs"])
-                totals["sends"] += len(x["sends"])
-                steps.append(
-                    [
-                        *step_row(d),
-                        sum(b for _, b in x["recvs"]),
-                        len(x["sends"]),
-                        d["waiting_for_kv"],
-                    ]
-                )
+            steps, totals = pd_steps(records)
             case = {
                 "name": name,
                 "vllm_version": summary["vllm_version"],
@@ -151,7 +152,7 @@ def main() -> int:
                 "pd_totals": totals,
                 "unfinished": summary.get("unfinished", []),
             }
-            write_case(OUT, case)
+            write_case(out, case)
             print(
                 f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
                 f"preemptions, {totals}",

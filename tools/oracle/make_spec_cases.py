@@ -6,11 +6,13 @@ runner of ``vllm_oracle.py`` (this folder's copy) returns 1 + a sampled tokens f
 verified d drafts, a drawn from a seeded per-position chain, and the fake drafter proposes k
 drafts after every step (``update_draft_token_ids``). The ``lookahead`` family also sets the
 scheduler's ``num_lookahead_tokens`` to k, as EAGLE/MTP/draft-model drafters do, with prefix
-caching off. Each case stores the per-step schedule and the accepted counts; ``tests/engine/
-test_oracle_spec_cases.py`` replays them through servesim with the same accepted counts.
+caching off. Each case stores the per-step schedule and the accepted counts, in the ``--out``
+folder; the committed ones (``tests/engine/oracle_spec_cases/``, replayed through servesim with
+the same accepted counts by ``tests/engine/test_oracle_spec_cases.py``) are only replaced with
+``--force``.
 
 Usage (the oracle's virtualenv python):
-    $VENV/bin/python tools/oracle/make_spec_cases.py [--seed 0] [--per-family 3]
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_spec_cases.py --out DIR [--seed 0] [--per-family 3]
 """
 
 from __future__ import annotations
@@ -23,10 +25,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import vllm_oracle  # noqa: E402
-from make_cases import STEP_S, random_config, random_trace, run_oracle, step_row, write_case  # noqa: E402
+from make_cases import (  # noqa: E402
+    STEP_S,
+    add_out_args,
+    load_oracle,
+    out_folder,
+    random_config,
+    random_trace,
+    run_oracle,
+    step_row,
+    write_case,
+)
 
-OUT = HERE.parents[1] / "tests" / "engine" / "oracle_spec_cases"
 FAMILIES = {  # spec family -> make_cases family its trace and config come from
     "spec_basic": "basic",
     "spec_prefix": "prefix",
@@ -38,12 +48,19 @@ FAMILIES = {  # spec family -> make_cases family its trace and config come from
 }
 
 
+def spec_steps(records: list[dict]) -> list[list]:
+    """A speculative case's ``steps``: the plain columns, then drafts scheduled and accepted."""
+    return [[*step_row(d), d["spec_scheduled"], d["spec_accepted"]] for d in records]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=3)
+    add_out_args(ap)
     args = ap.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = out_folder(args.out, args.force)
+    vllm_oracle = load_oracle()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as td:
         for fam, base in FAMILIES.items():
@@ -65,7 +82,7 @@ def main() -> int:
                     spec["spec_lookahead_tokens"] = k
                 name = f"{fam}_{j:02d}"
                 summary, records = run_oracle(vllm_oracle, td, name, rows, {**cfg, **spec})
-                steps = [[*step_row(d), d["spec_scheduled"], d["spec_accepted"]] for d in records]
+                steps = spec_steps(records)
                 case = {
                     "name": name,
                     "vllm_version": summary["vllm_version"],
@@ -76,7 +93,7 @@ def main() -> int:
                     "steps": steps,
                     "total_preemptions": summary["total_preemptions"],
                 }
-                write_case(OUT, case)
+                write_case(out, case)
                 print(
                     f"{name}: {len(rows)} requests, {len(steps)} steps, k={k}, "
                     f"{summary['total_preemptions']} preemptions",
