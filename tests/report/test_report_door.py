@@ -49,10 +49,11 @@ def test_a_broken_result_document_is_one_line_naming_the_file(
     kind: str, results: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
     broken = []
-    for label, doc in _mutants(results[kind]):
+    for i, (label, doc) in enumerate(_mutants(results[kind])):
         path = tmp_path / f"{kind}.json"
         path.write_text(json.dumps(doc))
-        res = runner.invoke(app, ["report", str(path), "-o", str(tmp_path / "rep"), "-f", "html,md"])
+        # a folder each: a report is never written over a previous one
+        res = runner.invoke(app, ["report", str(path), "-o", str(tmp_path / f"rep{i}"), "-f", "html,md"])
         ok = res.exit_code == 0 or (
             res.exit_code == 2
             and res.output.startswith("error: ")
