@@ -221,6 +221,10 @@ def test_tune_gpu_types_cli_and_web(
     assert [r["gpu"] for r in ans["rows"]] == ["h100", "l40s"] and ans["rows"][1]["price_source"] == "given"
     assert ans["cheapest"] in ("h100", "l40s")
     assert _comparable(web) == _comparable(cli)
+    # the run's report (built from that document) shows the comparison as `servesim report` does
+    run = next(r for r in client.get("/api/runs?kind=tune").json() if r["params"].get("gpu_types"))
+    html = client.get(f"/api/runs/{run['id']}/report.html")
+    assert html.status_code == 200 and "The cheapest deployment across GPU types" in html.text
 
 
 @pytest.mark.slow
