@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from test_web_browser import browser, drop_file, page, server  # noqa: F401 (fixtures)
+from test_web_browser import EXPECTED, browser, drop_file, page, server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -66,3 +66,23 @@ def test_two_gpu_types_compared_with_their_cost_and_the_cheapest_recommended(
     assert (page.text_content("#vllm-command") or "").startswith("vllm serve")
     settings = page.text_content("#tune-results .run-settings") or ""
     assert "l40s | h100" in settings  # the types asked (in the catalog's order), not one GPU
+    # "Load these settings" puts the types compared and the prices given back in the form
+    page.select_option("#tune-gpu-types", [])
+    page.fill("#tune-gpu-prices", "")
+    page.click("#tune-load-settings")
+    picked = page.eval_on_selector("#tune-gpu-types", "s => Array.from(s.selectedOptions).map(o => o.value)")
+    assert sorted(picked) == ["h100", "l40s"]
+    assert page.input_value("#tune-gpu-prices") == "l40s=0.9"
+
+
+def test_a_price_that_is_not_positive_is_refused_naming_the_field(
+    page: Any,  # noqa: F811 (the fixture)
+) -> None:
+    EXPECTED.append("status of 422 (Unprocessable Entity)")  # the refused job itself
+    page.click("#tab-tune")
+    page.select_option("#tune-gpu-types", ["h100", "l40s"])
+    page.fill("#tune-gpu-prices", "l40s=0")
+    page.click("#tune-submit")
+    page.wait_for_selector("#tune-job [role='alert']")
+    text = page.text_content("#tune-job [role='alert']") or ""
+    assert "body.gpu_prices" in text and "a price must be a positive number" in text

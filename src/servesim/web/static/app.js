@@ -206,6 +206,11 @@
     showGpuDefaults();
     if (params.slo !== undefined) { for (const i of $("slo-fields").querySelectorAll("input[name]")) i.value = ""; fillFields("slo", params.slo); }
     if (params.recovery && $("run-recovery")) $("run-recovery").value = params.recovery;
+    if ("gpu_types" in params && $("tune-gpu-types")) {  // a Tune run: the GPU types it compared, the prices given
+      const types = new Set(params.gpu_types || []);
+      for (const o of $("tune-gpu-types").options) o.selected = types.has(o.value);
+      $("tune-gpu-prices").value = Object.entries(params.gpu_prices || {}).map(([g, usd]) => `${g}=${usd}`).join(",");
+    }
     if ($("run-layout") && "disaggregated" in params) {  // a Run tab run (null: aggregated)
       const pd = params.disaggregated;
       $("run-layout").value = pd ? "disaggregated" : "aggregated";
