@@ -170,9 +170,11 @@ def check_tune(body: TuneBody, max_trials: int) -> None:
 def gpu_types_errors(body: TuneBody, max_trials: int) -> list[dict[str, str]]:
     """What cannot go with ``gpu_types`` (as ``servesim tune --gpu-types`` refuses it), each
     naming its field, and the server's trial bound over every type's study."""
-    n = len(body.gpu_types)
-    if not n:
+    from servesim.services.gpu_types import gpu_type_names
+
+    if not body.gpu_types:
         return []
+    n = len(gpu_type_names(body.gpu_types, body.gpu_prices, flag="gpu_types"))  # one study per type
     out = []
     if body.layouts is not None:
         out.append(("body.layouts", "gpu_types searches the flag study's GPU type: drop layouts"))
