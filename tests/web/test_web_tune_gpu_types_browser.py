@@ -55,7 +55,8 @@ def test_two_gpu_types_compared_with_their_cost_and_the_cheapest_recommended(
     assert len(chosen) == 1
     text = page.text_content("#tune-results [data-section='gpu_types']") or ""
     assert f"cheapest GPU type: {chosen[0]}" in text
-    assert f"{chosen[0]} recommended" in (page.text_content("#tune-results .toolbar") or "")
+    toolbar = page.text_content("#tune-results .toolbar") or ""
+    assert f"{chosen[0]} recommended" in toolbar and "cheapest of l40s, h100: 2 trials each" in toolbar
     # the comparison comes first, then the chosen type's recommendation and its command
     order = page.evaluate(
         """() => { const t = document.querySelector("[data-section='gpu_types']");
