@@ -364,7 +364,8 @@ class TuneBody(SpecBody):
         ge=0,
         le=1_000_000,
         allow_inf_nan=False,
-        description="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only).",
+        description="$ per GPU-hour of the deployment's GPU: the plan's $ an hour, a day and per 1M "
+        "tokens (none: the GPU's list price, gpu_prices over it, as servesim tune --gpu-hour-usd).",
     )
     layouts: LayoutsBody | None = Field(
         None, description="Compare layouts of one GPU budget instead of searching flags (verify_seeds apply)."
