@@ -168,6 +168,65 @@ def test_tune_layouts_cli_and_web(
     assert _comparable(web) == _comparable(cli)
 
 
+def test_tune_gpu_types_cli_and_web(
+    folder: Path, client: TestClient, trace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tune --gpu-types h100,l40s --gpu-price l40s=0.9`` and the Tune job's ``gpu_types`` and
+    ``gpu_prices``: one study per type, the same comparison and the chosen type's study."""
+    slo = "ttft_p99_ms=2000,tpot_p99_ms=200"
+    space = {
+        "replicas": [1, 2],
+        "max_num_seqs": [64],
+        "max_num_batched_tokens": [2048],
+        "tensor_parallel_size": [1],
+    }
+    flags = [f"--space={k}={','.join(str(v) for v in vs)}" for k, vs in space.items()]
+    cli = _cli(
+        folder,
+        monkeypatch,
+        "tune",
+        "t.csv",
+        "--gpu-types",
+        "h100,l40s",
+        "--gpu-price",
+        "l40s=0.9",
+        "--slo",
+        slo,
+        "--trials",
+        "2",
+        "--trial-seeds",
+        "1",
+        "--verify-seeds",
+        "1",
+        *flags,
+        "--storage",
+        "memory",
+        "--executor",
+        "local",
+        "--jobs",
+        "1",
+    )
+    body = {
+        "trace_id": trace_id,
+        "slo": slo,
+        "n_trials": 2,
+        "trial_seeds": 1,
+        "verify_seeds": 1,
+        "space": space,
+        "gpu_types": ["h100", "l40s"],
+        "gpu_prices": {"l40s": 0.9},
+    }
+    web = _web(client, "/api/tune", body)
+    ans = cli["gpu_types"]
+    assert [r["gpu"] for r in ans["rows"]] == ["h100", "l40s"] and ans["rows"][1]["price_source"] == "given"
+    assert ans["cheapest"] in ("h100", "l40s")
+    assert _comparable(web) == _comparable(cli)
+    # the run's report (built from that document) shows the comparison as `servesim report` does
+    run = next(r for r in client.get("/api/runs?kind=tune").json() if r["params"].get("gpu_types"))
+    html = client.get(f"/api/runs/{run['id']}/report.html")
+    assert html.status_code == 200 and "The cheapest deployment across GPU types" in html.text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("step", ["saturate", "tune"])
 def test_the_demo_step_is_its_command(step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

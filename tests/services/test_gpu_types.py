@@ -152,3 +152,21 @@ def test_a_baseline_that_cannot_run_is_not_compared_with() -> None:
     assert rec["deployment"]["tensor_parallel_size"] == 2 and rec["deploy"]["gpu"] == "l4"
     plan = rec["deploy"]
     assert plan["usd_per_hour"] == pytest.approx(plan["gpus"] * load_prices().price("l4").usd_per_gpu_hour)
+
+
+@pytest.mark.parametrize(
+    ("update", "words"),
+    [
+        ({"deployment": DeploymentSpec(gpu="h100")}, "--gpu sets one GPU"),
+        ({"gpu_hour_usd": 2.5}, "--gpu-hour-usd prices one GPU"),
+        ({"deployment": DeploymentSpec(linear_step_time=True)}, "roofline step-time model"),
+        ({"recommend": False}, "drop --no-recommend"),
+        ({"gpu_types": ["h100", "tpu"]}, "unknown GPU 'tpu'"),
+    ],
+)
+def test_the_service_refuses_what_cannot_go_with_gpu_types(update: dict[str, object], words: str) -> None:
+    """Every interface gets the refusal from the service, before any trace is read or trial run."""
+    from servesim.errors import InputError
+
+    with pytest.raises(InputError, match=words):
+        compare_gpu_types(_request("llama-3.1-8b", ["h100", "l40s"]).model_copy(update=update))

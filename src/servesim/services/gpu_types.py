@@ -202,10 +202,35 @@ def _explained(rows: list[GpuTypeRow], cheapest: str | None, has_slo: bool) -> l
     return out
 
 
-def check_gpu_types(request: TuneRequest) -> list[str]:
-    """The types' catalog names (each known and priced; ``InputError`` naming the flag)."""
+def gpu_type_names(
+    gpu_types: list[str], gpu_prices: dict[str, float] | None = None, flag: str = "--gpu-types"
+) -> list[str]:
+    """The types' catalog names, each known and priced (the list prices with ``gpu_prices`` over
+    them), in order without repeats: ``InputError`` naming ``flag`` (the web passes its field)."""
     from servesim.perf.prices import load_prices
 
+    table = load_prices(gpu_prices)
+    names: list[str] = []
+    for g in gpu_types:
+        try:
+            name = table.name(g)
+        except InputError:
+            known = ", ".join(sorted(table.catalog.gpus))
+            raise InputError(f"{flag}: unknown GPU {g!r} (known: {known})") from None
+        table.price(name)
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise InputError(f"{flag}: name at least one GPU, e.g. {flag} h100,l40s")
+    return names
+
+
+def check_gpu_types(request: TuneRequest) -> list[str]:
+    """The types' catalog names (each known and priced; ``InputError`` naming the flag), and what
+    cannot go with them refused: one GPU named, one GPU's price, a fixed step time, no
+    recommendation to compare."""
+    if request.deployment.gpu is not None:
+        raise InputError("--gpu sets one GPU, --gpu-types compares several: give one of them")
     if request.gpu_hour_usd is not None:
         raise InputError(
             "--gpu-hour-usd prices one GPU: with --gpu-types give each type's price with --gpu-price "
@@ -213,20 +238,9 @@ def check_gpu_types(request: TuneRequest) -> list[str]:
         )
     if request.deployment.fixed_timing:
         raise InputError("--gpu-types needs the roofline step-time model: drop the fixed step time")
-    table = load_prices(request.gpu_prices)
-    names: list[str] = []
-    for g in request.gpu_types:
-        try:
-            name = table.name(g)
-        except InputError:
-            known = ", ".join(sorted(table.catalog.gpus))
-            raise InputError(f"--gpu-types: unknown GPU {g!r} (known: {known})") from None
-        table.price(name)
-        if name not in names:
-            names.append(name)
-    if not names:
-        raise InputError("--gpu-types: name at least one GPU, e.g. --gpu-types h100,l40s")
-    return names
+    if not request.recommend:
+        raise InputError("--gpu-types compares verified recommendations: drop --no-recommend")
+    return gpu_type_names(request.gpu_types, request.gpu_prices)
 
 
 def compare_gpu_types(request: TuneRequest, *, progress: Progress | None = None) -> GpuTypesResult:
@@ -283,6 +297,7 @@ __all__ = [
     "check_gpu_types",
     "choose",
     "compare_gpu_types",
+    "gpu_type_names",
     "memory_fit",
     "price_of",
 ]

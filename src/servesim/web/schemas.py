@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from servesim.services.cluster import FailureEvent, PoolSpec, ShortPromptTokens
 from servesim.services.deployment import DeploymentSpec, PercentileSLO, SLOError
@@ -27,6 +35,10 @@ if TYPE_CHECKING:
     from servesim.services.cluster import DisaggSpec
 
 ID_PATTERN = r"^[0-9a-f]{32}$"
+#: The most GPU types one Tune job compares (and GPU prices it takes).
+MAX_GPU_TYPES = 16
+#: A catalog GPU's name as a body gives it (checked against the catalog by the field's validator).
+GpuName = Annotated[str, Field(min_length=1, max_length=100)]
 #: The most replicas one web job simulates (a cluster of 1,024 is the CLI's, not a shared server's).
 WEB_MAX_REPLICAS = 16
 #: The older bodies' hardware keys and the ``DeploymentSpec`` field each became.
@@ -359,14 +371,47 @@ class TuneBody(SpecBody):
         ge=0,
         le=1_000_000,
         allow_inf_nan=False,
-        description="$ per GPU-hour: the plan's $ a day and $ per 1M tokens (none: GPU-hours only).",
+        description="$ per GPU-hour of the deployment's GPU: the plan's $ an hour, a day and per 1M "
+        "tokens (none: the GPU's list price, gpu_prices over it, as servesim tune --gpu-hour-usd).",
     )
     layouts: LayoutsBody | None = Field(
         None, description="Compare layouts of one GPU budget instead of searching flags (verify_seeds apply)."
     )
+    gpu_prices: dict[GpuName, float] = Field(
+        default_factory=dict,
+        max_length=MAX_GPU_TYPES,
+        description="$ per GPU-hour by catalog GPU over the shipped list prices (servesim tune "
+        "--gpu-price h100=2.5 / --gpu-prices FILE): each a positive number.",
+    )
+    gpu_types: list[GpuName] = Field(
+        default_factory=list,
+        max_length=MAX_GPU_TYPES,
+        description="GPU types to compare (servesim tune --gpu-types h100,l40s): one study of n_trials "
+        "each, the cheapest verified type meeting the SLO recommended; empty: the deployment's GPU "
+        "alone. Not with deployment.gpu, gpu_hour_usd, layouts or a fixed step time.",
+    )
     label: str | None = Field(None, max_length=200)
 
     _slo = field_validator("slo", mode="before")(read_slo)
+
+    @field_validator("gpu_prices")
+    @classmethod
+    def _priced(cls, value: dict[str, float]) -> dict[str, float]:
+        """Each GPU known and each price positive, in the CLI's words (``perf.prices``)."""
+        from servesim.services.perf import load_prices
+
+        load_prices().with_overrides(value, "gpu_prices")
+        return value
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _known_types(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """Each type known and priced (``services.gpu_types.gpu_type_names``, as the CLI checks)."""
+        from servesim.services.gpu_types import gpu_type_names
+
+        if value:
+            gpu_type_names(value, info.data.get("gpu_prices") or {}, flag="gpu_types")
+        return value
 
     @classmethod
     def older(cls, data: Any) -> Any:

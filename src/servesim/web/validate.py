@@ -179,8 +179,41 @@ def check_tune(body: TuneBody, max_trials: int) -> None:
         errors.append({"field": "body.n_trials", "reason": f"this server runs at most {max_trials} per job"})
     if body.space:
         errors += space_errors(body.space)
+    errors += gpu_types_errors(body, max_trials)
     if errors:
         raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors)
+
+
+def gpu_types_errors(body: TuneBody, max_trials: int) -> list[dict[str, str]]:
+    """What cannot go with ``gpu_types`` (as ``servesim tune --gpu-types`` refuses it), each
+    naming its field, and the server's trial bound over every type's study."""
+    from servesim.services.gpu_types import gpu_type_names
+
+    if not body.gpu_types:
+        return []
+    n = len(gpu_type_names(body.gpu_types, body.gpu_prices, flag="gpu_types"))  # one study per type
+    out = []
+    if body.layouts is not None:
+        out.append(("body.layouts", "gpu_types searches the flag study's GPU type: drop layouts"))
+    if body.deployment.gpu is not None:
+        out.append(("body.deployment.gpu", "sets one GPU, gpu_types compares several: give one of them"))
+    if body.gpu_hour_usd is not None:
+        out.append(
+            ("body.gpu_hour_usd", "prices one GPU: with gpu_types give each type's price in gpu_prices")
+        )
+    if body.deployment.fixed_timing:
+        out.append(
+            ("body.deployment", "gpu_types needs the roofline step-time model: drop the fixed step time")
+        )
+    if n > 1 and body.n_trials * n > max_trials:
+        out.append(
+            (
+                "body.n_trials",
+                f"{body.n_trials} trials for each of {n} GPU types: this server runs at most "
+                f"{max_trials} per job",
+            )
+        )
+    return [{"field": f, "reason": r} for f, r in out]
 
 
 def check_advisor(body: AdviseBody) -> None:

@@ -106,9 +106,10 @@ def tune(body: TuneBody, wb: WB) -> JSONResponse:
     name = _trace_name(wb, body.trace_id)
     body, _ = at_the_door(body)
     check_tune(body, wb.settings.max_trials)
-    return _submit(
-        wb, "tune", body.label or f"{name}: {body.n_trials} trials ({body.objective})", body, body.trace_id
-    )
+    what = f"{body.n_trials} trials ({body.objective})"
+    if body.gpu_types:  # one study per type: the History names the types compared
+        what = f"cheapest of {', '.join(body.gpu_types)}: {body.n_trials} trials each ({body.objective})"
+    return _submit(wb, "tune", body.label or f"{name}: {what}", body, body.trace_id)
 
 
 @router.post("/advise", status_code=202, responses=ACCEPTED, summary="Advice (Claude or rules), re-checked")

@@ -206,6 +206,11 @@
     showGpuDefaults();
     if (params.slo !== undefined) { for (const i of $("slo-fields").querySelectorAll("input[name]")) i.value = ""; fillFields("slo", params.slo); }
     if (params.recovery && $("run-recovery")) $("run-recovery").value = params.recovery;
+    if ("gpu_types" in params && $("tune-gpu-types")) {  // a Tune run: the GPU types it compared, the prices given
+      const types = new Set(params.gpu_types || []);
+      for (const o of $("tune-gpu-types").options) o.selected = types.has(o.value);
+      $("tune-gpu-prices").value = Object.entries(params.gpu_prices || {}).map(([g, usd]) => `${g}=${usd}`).join(",");
+    }
     if ($("run-layout") && "disaggregated" in params) {  // a Run tab run (null: aggregated)
       const pd = params.disaggregated;
       $("run-layout").value = pd ? "disaggregated" : "aggregated";
@@ -238,8 +243,9 @@
     if (pd) return el("p", { class: "help run-settings" },
       `Disaggregated: ${d.model || cat.model}, ${pools}, link ${pd.link || "rdma-400g"}`
       + `${flags.length ? ", " + flags.join(", ") : ", vllm serve's defaults"} · SLO: ${slo}`);
+    const types = params.gpu_types && params.gpu_types.length ? params.gpu_types.join(" | ") : null;
     return el("p", { class: "help run-settings" },
-      `Deployment: ${d.model || cat.model} on ${tp} × ${d.gpu || cat.gpu}${reps > 1 ? `, ${reps} replicas (${d.router || cat.router})` : ""}`
+      `Deployment: ${d.model || cat.model} on ${tp} × ${types || d.gpu || cat.gpu}${reps > 1 ? `, ${reps} replicas (${d.router || cat.router})` : ""}`
       + `${flags.length ? ", " + flags.join(", ") : ", vllm serve's defaults"} · SLO: ${slo}`);
   }
   function loadButton(id, run) {
@@ -262,6 +268,7 @@
         dep.append(el("div", {}, el("label", { for: "dep-gpu" }, "GPU (", el("code", {}, "--gpu"), ")"), sel));
       } else dep.append(inputFor(spec, "dep"));
     }
+    fillSelect($("tune-gpu-types"), cat.gpus.map((g) => ({ value: g.name, label: `${g.name} (${SS.fmt(g.memory_gb, "int")} GB)` })), null);
     dep.addEventListener("input", (e) => { if (e.target.name) e.target.dataset.touched = "1"; });
     const eng = $("engine-fields");
     for (const spec of cat.engine_flags) eng.append(inputFor(spec, "eng"));
@@ -712,8 +719,10 @@
   function renderTune(run) {
     const box = clear($("tune-results"));
     const r = run.result;
-    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, r.study ? `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible` : `layouts of ${r.layouts.gpus} GPUs: ${r.layouts.recommended} recommended`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
+    box.append(el("div", { class: "toolbar" }, el("strong", {}, run.job.title), el("span", { class: "help" }, r.gpu_types ? `${r.gpu_types.rows.length} GPU types compared (one study each): ${r.gpu_types.cheapest ? `${r.gpu_types.cheapest} recommended; its study ${r.study.study_name} below` : "none meets the SLO"}` : r.study ? `study ${r.study.study_name}: ${r.study.n_trials} trials, ${r.study.n_feasible} feasible` : `layouts of ${r.layouts.gpus} GPUs: ${r.layouts.recommended} recommended`), el("a", { href: `/api/runs/${run.job.id}/result.json`, download: "" }, "Download JSON"),
       el("a", { href: `/api/runs/${run.job.id}/report.html`, download: "" }, "Download report"), loadButton("tune-load-settings", run)), settingsLine(run.job.params) || "");
+    const sections = [...r.sections];
+    if (r.gpu_types && sections.length && sections[0].key === "gpu_types") SS.section(box, sections.shift());  // the types compared, above the chosen type's answer
     if (r.no_recommendation) box.append(SS.verdict({ key: "none", label: "No recommendation", status: "warn", text: r.no_recommendation }));
     if (r.recommendation) {
       const cmd = r.recommendation.vllm_serve_command;
@@ -724,7 +733,7 @@
       } }, "Copy the vllm serve command");
       box.append(el("div", { class: "section", id: "recommendation-card" }, el("h2", {}, "Recommendation (review before use)"), pre, copy));
     }
-    for (const s of r.sections) SS.section(box, s);
+    for (const s of sections) SS.section(box, s);
     if (r.study) trialLoader(box, r);
   }
   /* The study's trials as they finish (read from the Optuna storage by the job while it runs). */
@@ -807,14 +816,31 @@
     const chooser = el("div", { class: "section", id: "trial-chooser" }, ...parts);
     if (scatter) scatter.parentElement.after(chooser); else box.append(chooser);
   }
+  /* "h100=2.5,l40s=0.9" as {gpu: price}, as --gpu-price reads it (the server checks each GPU and
+     price: a price that is not a number goes as written, to be refused naming the field). */
+  function gpuPrices(text) {
+    const out = {};
+    for (const item of text.split(",").map((x) => x.trim()).filter(Boolean)) {
+      const [gpu, usd] = item.split("=").map((x) => (x || "").trim());
+      if (!gpu || usd === undefined || !item.includes("=")) {
+        const detail = `gpu_prices: '${item}': use GPU=PRICE pairs, e.g. h100=2.5,l40s=0.9`;
+        throw new ApiError({ status: 422, title: "Invalid settings", detail, errors: [{ field: "gpu_prices", reason: detail }] });
+      }
+      out[gpu] = usd !== "" && Number.isFinite(Number(usd)) ? Number(usd) : usd;
+    }
+    return out;
+  }
   function setupTune() {
     $("tune-form").addEventListener("submit", (e) => {
       e.preventDefault();
       try {
         const s = runSettings();
         const maxg = $("tune-maxgpus").value;
+        const gpuTypes = [...$("tune-gpu-types").selectedOptions].map((o) => o.value);
+        if (gpuTypes.length) delete s.deployment.gpu;  // each type is the study's GPU in turn
         submit("tune", "/api/tune", {
           trace_id: requireTrace(), deployment: s.deployment, slo: s.slo,
+          gpu_types: gpuTypes, gpu_prices: gpuPrices($("tune-gpu-prices").value),
           n_trials: parseInt($("tune-trials").value, 10), objective: $("tune-objective").value,
           verify_seeds: parseInt($("tune-verify").value, 10), max_gpus: maxg ? parseInt(maxg, 10) : null,
           study_name: $("tune-study").value || null,

@@ -61,6 +61,8 @@ def tune_request(body: TuneBody, env: Env) -> TuneRequest:
         max_gpus=body.max_gpus,
         space=space_from_mapping(body.space) if body.space else SearchSpace(),
         gpu_hour_usd=body.gpu_hour_usd,
+        gpu_prices=body.gpu_prices,
+        gpu_types=body.gpu_types,
         storage=env["db_url"],
         study_name=body.study_name,
         execution=Execution.model_validate({"executor": env["tune_executor"], "jobs": 1}),
@@ -139,6 +141,8 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
     body = TuneBody.model_validate(params)
     if body.layouts is not None:
         return layouts_job(body, env, report)
+    if body.gpu_types:
+        return gpu_types_job(body, env, report)
     prepared = prepare(tune_request(body, env))
     name, n, v = prepared.study_name, body.n_trials, body.verify_seeds
 
@@ -149,6 +153,33 @@ def tune_job(params: dict[str, Any], env: Env, report: Report) -> dict[str, Any]
             report(n + done * v // max(total, 1), n + v)
 
     return tune_result(prepared.run(progress=progress), env)
+
+
+def gpu_types_job(body: TuneBody, env: Env, report: Report) -> dict[str, Any]:
+    """``servesim tune --gpu-types``'s question: one study per type (``services.gpu_types``),
+    the comparison above the chosen type's study as a plain study shows it."""
+    from servesim.report.capacity import gpu_types_document
+    from servesim.services.gpu_types import compare_gpu_types
+    from servesim.views.gpu_types import gpu_types_view
+
+    types, n, v = len(body.gpu_types), body.n_trials, body.verify_seeds
+    per_type = n + v
+    at_type, last = [-1], [""]  # the type whose study runs: trials after anything else start one
+
+    def progress(phase: str, done: int, total: int, _detail: Any = None) -> None:
+        if phase == "trials" and last[0] != "trials":
+            at_type[0] = min(at_type[0] + 1, types - 1)
+        last[0] = phase
+        at = max(at_type[0], 0) * per_type
+        at += done if phase == "trials" else n + done * v // max(total, 1)
+        report(min(at, types * per_type), types * per_type)
+
+    result = compare_gpu_types(tune_request(body, env), progress=progress)
+    document = gpu_types_document(result)  # no type can run: refused with each type's reason
+    shown = result.chosen or next(iter(result.answers.values()))
+    out = tune_result(shown, env)
+    out["sections"].insert(0, gpu_types_view(result.answer).model_dump(mode="json"))
+    return {**out, "gpu_types": result.answer.model_dump(mode="json"), "document": document}
 
 
 def tune_result(answer: Any, env: Env) -> dict[str, Any]:
