@@ -19,7 +19,8 @@ cdef class BlockPool:
     @cython.locals(h=cython.longlong, k=cython.longlong, m=cython.Py_ssize_t, dead=list)
     cdef long long _take_leading_dead(self, list out, long long need) except -1
     @cython.locals(blank=list, out=list, need=cython.longlong, have=cython.Py_ssize_t, b=cython.longlong,
-                   s=cython.longlong, content=list, cached=dict, dups=dict)
+                   s=cython.longlong, content=list, cached=dict, hashed=dict, dups=dict, k=cython.longlong,
+                   rec=list, last=cython.Py_ssize_t)
     cpdef list get_new_blocks(self, long long n)
     cpdef _evict_duplicate(self, long long b, h)
     @cython.locals(k=cython.longlong, rec=list, dups=dict, same=list, last=cython.Py_ssize_t)
@@ -33,5 +34,6 @@ cdef class BlockPool:
     cpdef touch(self, list blocks)
     @cython.locals(n=cython.longlong, b=cython.longlong)
     cpdef long long num_evictable_among(self, list blocks) except? -1
-    @cython.locals(freed=cython.longlong, c=cython.longlong, i=cython.Py_ssize_t, b=cython.longlong)
+    @cython.locals(freed=cython.longlong, c=cython.longlong, i=cython.Py_ssize_t, b=cython.longlong,
+                   tail=cython.longlong)
     cpdef free(self, list blocks, long long num_live, long long num_hashed)

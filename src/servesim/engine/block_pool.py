@@ -170,6 +170,7 @@ class BlockPool:
         need = n - have
         content = self.content
         cached = self.cached
+        hashed = self.hashed
         dups = self._dups
         while need:
             b = self._next[0]  # the head: live, as no dead block leads
@@ -177,8 +178,20 @@ class BlockPool:
                 raise RuntimeError(f"{n} blocks taken from the free queue, {n - need} were free")
             h = content[b]  # evict its content key
             content[b] = None
-            if self.slot[b]:
-                self._evict_hashed(b, h)  # type: ignore[arg-type]  # a live block has a key
+            k = self.slot[b]
+            if k:  # filed under hash id h (register_hashed)
+                if dups:
+                    self._evict_hashed(b, h)  # type: ignore[arg-type]  # a live block has a key
+                else:
+                    self.slot[b] = 0
+                    rec = hashed[h]  # type: ignore[index]
+                    rec[k - 1] = 0
+                    last = len(rec) - 1
+                    c = rec[last] - 1
+                    if c:
+                        rec[last] = c
+                    else:
+                        del hashed[h]  # type: ignore[arg-type]
             elif dups and h in dups:
                 self._evict_duplicate(b, h)
             else:
@@ -189,10 +202,12 @@ class BlockPool:
             self.num_live_queued -= 1
             out.append(b)
             need -= 1
-            if need:
-                need -= self._take_leading_dead(out, need)
-            else:
-                self._take_leading_dead(blank, -1)
+            # dead blocks now at the head are taken too (checked here: most often there are none)
+            if self.dead_before[s] if s else self.dead_tail:
+                if need:
+                    need -= self._take_leading_dead(out, need)
+                else:
+                    self._take_leading_dead(blank, -1)
         return out
 
     def _evict_duplicate(self, b: int, h: int) -> None:
@@ -313,15 +328,22 @@ class BlockPool:
                 self.dead_tail += num_hashed - num_live
             else:  # nothing live ahead of them: as good as blank
                 self._blank.extend(blocks[num_live:num_hashed])
-        freed = len(blocks) - num_live
+        freed = 0
         for i in range(num_live - 1, -1, -1):  # tail first
             b = blocks[i]
             c = self.ref[b] - 1
             self.ref[b] = c
-            if c == 0:
-                self._append_live(b)
+            if c == 0:  # _append_live(b), inlined
+                tail = self._prev[0]
+                self._next[tail] = b
+                self._prev[b] = tail
+                self._next[b] = 0
+                self._prev[0] = b
+                self.dead_before[b] = self.dead_tail
+                self.dead_tail = 0
                 freed += 1
-        self.num_free += freed
+        self.num_live_queued += freed
+        self.num_free += freed + len(blocks) - num_live
 
     # ------------------------------------------------------------------ invariants
     def live_queue(self) -> list[int]:
