@@ -20,7 +20,7 @@ cdef class BlockPool:
     cdef long long _take_leading_dead(self, list out, long long need) except -1
     @cython.locals(blank=list, out=list, need=cython.longlong, have=cython.Py_ssize_t, b=cython.longlong,
                    s=cython.longlong, content=list, cached=dict, hashed=dict, dups=dict, k=cython.longlong,
-                   rec=list, last=cython.Py_ssize_t)
+                   rec=list, last=cython.Py_ssize_t, prev=object)
     cpdef list get_new_blocks(self, long long n)
     cpdef _evict_duplicate(self, long long b, h)
     @cython.locals(k=cython.longlong, rec=list, dups=dict, same=list, last=cython.Py_ssize_t)

@@ -172,6 +172,8 @@ class BlockPool:
         cached = self.cached
         hashed = self.hashed
         dups = self._dups
+        prev: object = None  # the hash id of the last block evicted, and its entry
+        rec: list[int] = []
         while need:
             b = self._next[0]  # the head: live, as no dead block leads
             if b == 0:
@@ -179,28 +181,32 @@ class BlockPool:
             h = content[b]  # evict its content key
             content[b] = None
             k = self.slot[b]
-            if k:  # filed under hash id h (register_hashed)
-                if dups:
-                    self._evict_hashed(b, h)  # type: ignore[arg-type]  # a live block has a key
+            if k and not dups:  # filed under hash id h (register_hashed): often the last one's
+                self.slot[b] = 0
+                if h is not prev:
+                    rec = hashed[h]  # type: ignore[index]  # a live block has a key
+                    prev = h
+                out.append(rec[k - 1])  # b itself (the table's int object: none is built)
+                rec[k - 1] = 0
+                last = len(rec) - 1
+                c = rec[last] - 1
+                if c:
+                    rec[last] = c
                 else:
-                    self.slot[b] = 0
-                    rec = hashed[h]  # type: ignore[index]
-                    rec[k - 1] = 0
-                    last = len(rec) - 1
-                    c = rec[last] - 1
-                    if c:
-                        rec[last] = c
-                    else:
-                        del hashed[h]  # type: ignore[arg-type]
-            elif dups and h in dups:
-                self._evict_duplicate(b, h)
+                    del hashed[h]  # type: ignore[arg-type]
+                    prev = None
             else:
-                del cached[h]  # type: ignore[arg-type]  # a live block has a key
+                if k:
+                    self._evict_hashed(b, h)  # type: ignore[arg-type]  # a live block has a key
+                elif dups and h in dups:
+                    self._evict_duplicate(b, h)
+                else:
+                    del cached[h]  # type: ignore[arg-type]  # a live block has a key
+                out.append(b)
             s = self._next[b]
             self._next[0] = s
             self._prev[s] = 0
             self.num_live_queued -= 1
-            out.append(b)
             need -= 1
             # dead blocks now at the head are taken too (checked here: most often there are none)
             if self.dead_before[s] if s else self.dead_tail:
