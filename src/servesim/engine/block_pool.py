@@ -25,7 +25,9 @@ and without a live block queued it holds none. Without shared content every free
 blank and allocation is one slice of a list.
 
 Per block, the queue and the reference counts are array cells (C integers in the compiled
-core): only publishing, looking up and evicting content keys touch a dictionary. Reference
+core): only publishing, looking up and evicting content keys touch a dictionary. Keys given
+by ``hash_ids`` are filed one entry per hash id (``hashed``: the blocks of its consecutive keys,
+``register_hashed``), so a 512-token id costs one entry and no key object per 16-token block. Reference
 counts mean something only for live blocks; every other held block has exactly one owner.
 Which physical block id goes where never changes an observable result: blocks are
 interchangeable until they carry content.
@@ -56,10 +58,12 @@ class BlockPool:
         "dead_before",
         "dead_tail",
         "enable_caching",
+        "hashed",
         "num_free",
         "num_gpu_blocks",
         "num_live_queued",
         "ref",
+        "slot",
     )
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
@@ -79,6 +83,12 @@ class BlockPool:
         # twice before either was registered) in _dups, in registration order, as vLLM keeps them.
         self.cached: dict[int, int] = {}
         self._dups: dict[int, list[int]] = {}
+        # Keys filed per hash id (register_hashed): base -> [block or 0 for each of its ``per``
+        # keys base + 4*k, then how many are non-zero]; a live block filed there has the base as
+        # its ``content`` and k + 1 as its ``slot`` (0: its content is a key of ``cached``).
+        # Duplicates wait in _dups under their full key.
+        self.hashed: dict[int, list[int]] = {}
+        self.slot = _zeros(num_gpu_blocks)
 
     @property
     def usable_blocks(self) -> int:
@@ -160,27 +170,50 @@ class BlockPool:
         need = n - have
         content = self.content
         cached = self.cached
+        hashed = self.hashed
         dups = self._dups
+        prev: object = None  # the hash id of the last block evicted, and its entry
+        rec: list[int] = []
         while need:
             b = self._next[0]  # the head: live, as no dead block leads
             if b == 0:
                 raise RuntimeError(f"{n} blocks taken from the free queue, {n - need} were free")
             h = content[b]  # evict its content key
             content[b] = None
-            if dups and h in dups:
-                self._evict_duplicate(b, h)
+            k = self.slot[b]
+            if k and not dups:  # filed under hash id h (register_hashed): often the last one's
+                self.slot[b] = 0
+                if h is not prev:
+                    rec = hashed[h]  # type: ignore[index]  # a live block has a key
+                    prev = h
+                out.append(rec[k - 1])  # b itself (the table's int object: none is built)
+                rec[k - 1] = 0
+                last = len(rec) - 1
+                c = rec[last] - 1
+                if c:
+                    rec[last] = c
+                else:
+                    del hashed[h]  # type: ignore[arg-type]
+                    prev = None
             else:
-                del cached[h]  # type: ignore[arg-type]  # a live block has a key
+                if k:
+                    self._evict_hashed(b, h)  # type: ignore[arg-type]  # a live block has a key
+                elif dups and h in dups:
+                    self._evict_duplicate(b, h)
+                else:
+                    del cached[h]  # type: ignore[arg-type]  # a live block has a key
+                out.append(b)
             s = self._next[b]
             self._next[0] = s
             self._prev[s] = 0
             self.num_live_queued -= 1
-            out.append(b)
             need -= 1
-            if need:
-                need -= self._take_leading_dead(out, need)
-            else:
-                self._take_leading_dead(blank, -1)
+            # dead blocks now at the head are taken too (checked here: most often there are none)
+            if self.dead_before[s] if s else self.dead_tail:
+                if need:
+                    need -= self._take_leading_dead(out, need)
+                else:
+                    self._take_leading_dead(blank, -1)
         return out
 
     def _evict_duplicate(self, b: int, h: int) -> None:
@@ -195,7 +228,59 @@ class BlockPool:
         if not dups:
             del self._dups[h]
 
+    def _evict_hashed(self, b: int, base: int) -> None:
+        """Drop evicted block ``b`` filed under hash-id ``base`` (``register_hashed``)."""
+        k = self.slot[b] - 1
+        self.slot[b] = 0
+        rec = self.hashed[base]
+        dups = self._dups
+        if dups:
+            key = base + 4 * k
+            same = dups.get(key)
+            if same is not None:  # other blocks carry the same content: the next one takes over
+                if rec[k] == b:
+                    rec[k] = same.pop(0)
+                else:
+                    same.remove(b)
+                if not same:
+                    del dups[key]
+                return
+        rec[k] = 0
+        last = len(rec) - 1
+        rec[last] -= 1
+        if not rec[last]:
+            del self.hashed[base]
+
     # ------------------------------------------------------------------ prefix cache
+    def register_hashed(self, blocks: list[int], lo: int, hi: int, bases: list[int], per: int) -> None:
+        """``register`` for ``blocks[lo:hi]``, block ``i`` keyed ``bases[i // per] + 4 * (i % per)``
+        (``hash_id_bases``), filed in ``hashed`` under its base: one table entry per base, no
+        key built. The same table, hits and evictions as ``register`` with those keys."""
+        content = self.content
+        hashed = self.hashed
+        base = 0
+        rec: list[int] = []
+        for i in range(lo, hi):
+            held = blocks[i]  # the list's own int object, filed as is
+            b = held
+            k = i % per
+            if k == 0 or i == lo:
+                base = bases[i // per]
+                got = hashed.get(base)
+                if got is None:
+                    rec = [0] * (per + 1)
+                    hashed[base] = rec
+                else:
+                    rec = got
+            content[b] = base
+            self.slot[b] = k + 1
+            self.ref[b] = 1
+            if rec[k]:
+                self._dups.setdefault(base + 4 * k, []).append(held)
+            else:
+                rec[k] = held
+                rec[per] += 1
+
     def register(self, blocks: list[int], keys: list[int]) -> None:
         """Publish held blocks (one holder each) in the prefix cache under their content keys,
         in order: a key already in the table keeps its first block, the new one waits in
@@ -249,15 +334,22 @@ class BlockPool:
                 self.dead_tail += num_hashed - num_live
             else:  # nothing live ahead of them: as good as blank
                 self._blank.extend(blocks[num_live:num_hashed])
-        freed = len(blocks) - num_live
+        freed = 0
         for i in range(num_live - 1, -1, -1):  # tail first
             b = blocks[i]
             c = self.ref[b] - 1
             self.ref[b] = c
-            if c == 0:
-                self._append_live(b)
+            if c == 0:  # _append_live(b), inlined
+                tail = self._prev[0]
+                self._next[tail] = b
+                self._prev[b] = tail
+                self._next[b] = 0
+                self._prev[0] = b
+                self.dead_before[b] = self.dead_tail
+                self.dead_tail = 0
                 freed += 1
-        self.num_free += freed
+        self.num_live_queued += freed
+        self.num_free += freed + len(blocks) - num_live
 
     # ------------------------------------------------------------------ invariants
     def live_queue(self) -> list[int]:
@@ -321,13 +413,33 @@ class BlockPool:
             if not (self.content[b] == h):
                 raise InternalError(f"hash table points at block {b} which no longer has it")
             registered += 1
+        for base, rec in self.hashed.items():
+            filled = 0
+            for k in range(len(rec) - 1):
+                b = rec[k]
+                if b:
+                    if not (self.content[b] == base and self.slot[b] == k + 1):
+                        raise InternalError(f"hash-id table points at block {b} which no longer has it")
+                    filled += 1
+            if not (filled == rec[-1] and filled):
+                raise InternalError(f"hash id {base}: {filled} blocks filed, {rec[-1]} counted")
+            registered += filled
         for h, bs in self._dups.items():
-            if not (h in self.cached and bs):
-                raise InternalError(f"duplicates of {h} without a first block")
+            if not bs:
+                raise InternalError(f"duplicates of {h} without a block")
             for b in bs:
-                if not (self.content[b] == h):
-                    raise InternalError("invariant broken: self.content[b] == h")
+                k = self.slot[b]
+                if k:
+                    filed = self.content[b]
+                    first = None if filed is None else self.hashed.get(filed)
+                    if filed is None or first is None or filed + 4 * (k - 1) != h or not first[k - 1]:
+                        raise InternalError(f"duplicates of {h} without a first block")
+                elif not (h in self.cached and self.content[b] == h):
+                    raise InternalError(f"duplicates of {h} without a first block")
             registered += len(bs)
+        for b in range(self.num_gpu_blocks):
+            if self.slot[b] and self.content[b] is None:
+                raise InternalError(f"block {b} without content is filed under a hash id")
         carrying = sum(1 for c in self.content if c is not None)
         if not (registered == carrying):
             raise InternalError(f"{carrying} blocks carry content, {registered} are in the table")

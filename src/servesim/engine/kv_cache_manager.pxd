@@ -10,9 +10,13 @@ cdef class KVCacheManager:
     cdef public bint caching, full_sequence_must_fit
     cdef public BlockPool pool
 
+    @cython.locals(per=cython.longlong)
     cpdef block_key(self, Request r, long long i)
+    @cython.locals(per=cython.longlong, rec=list)
+    cpdef bint is_cached(self, Request r, long long i) except -1
     cpdef init_request(self, Request r)
-    @cython.locals(n=cython.longlong, hit=list)
+    @cython.locals(n=cython.longlong, hit=list, m=cython.longlong, per=cython.Py_ssize_t, j=cython.Py_ssize_t,
+                   lim=cython.Py_ssize_t, k=cython.Py_ssize_t, rec=list, hashed=dict)
     cpdef list lookup(self, Request r)
     @cython.locals(full=cython.longlong, start=cython.longlong, shared=cython.longlong, end=cython.longlong)
     cpdef cache_blocks(self, Request r, long long num_tokens)
@@ -37,14 +41,15 @@ cdef class KVCacheManager:
         long long num_external_computed_tokens=*, bint delay_cache_blocks=*, long long reserved_blocks=*
     ) except -1
     cpdef free(self, Request r)
-    @cython.locals(lo=cython.longlong, hi=cython.longlong)
+    @cython.locals(lo=cython.longlong, hi=cython.longlong, mid=cython.longlong)
     cpdef free_preempted(self, Request r)
 
 
 @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t, w=cython.Py_ssize_t,
                out=list, width=list, chain=list, alive=list, count=dict, hashes=list, survivors=list)
 cpdef list shared_id_prefixes(hash_ids, prompt_len, long long hash_block_size)
-@cython.locals(covered=cython.Py_ssize_t, per=cython.Py_ssize_t, step=cython.Py_ssize_t, out=list,
+@cython.locals(covered=cython.Py_ssize_t, per=cython.Py_ssize_t, n=cython.Py_ssize_t, out=list,
                j=cython.Py_ssize_t, keys=list, i=cython.Py_ssize_t, first=cython.Py_ssize_t,
                last=cython.Py_ssize_t)
+cpdef tuple hash_id_bases(hash_ids, long long hash_block_size, long long block_size, long long prompt_len)
 cpdef list hash_id_keys(hash_ids, long long hash_block_size, long long block_size, long long prompt_len)

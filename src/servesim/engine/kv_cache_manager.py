@@ -33,33 +33,44 @@ def group_key(group: int, block: int) -> int:
     return (((group << 32) | block) << 2) | 2
 
 
-def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int) -> list[int]:
-    """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained.
+def hash_id_bases(
+    hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int
+) -> tuple[list[int], int, int]:
+    """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained, in
+    compact form: ``(bases, per, n)``, the key of block ``i < n`` being
+    ``bases[i // per] + 4 * (i % per)`` (``hash_id_keys`` lists them).
 
     A key identifies the ids up to the block's last one and the block's place among them. When
     blocks tile the hash blocks (``hash_block_size`` a multiple of ``block_size``: Mooncake's 512
-    and vLLM's 16) the ``per`` keys inside one hash block are consecutive: one hash per id."""
+    and vLLM's 16) the ``per`` keys inside one hash block are consecutive: one hash, and one base,
+    per id, whose keys the block pool files under that base (``BlockPool.register_hashed``).
+    Otherwise every block has its own base (``per`` 1)."""
     covered = min(prompt_len, len(hash_ids) * hash_block_size)
+    n = covered // block_size
     if hash_block_size % block_size == 0:
         per = hash_block_size // block_size
-        step = 4  # keys are (x << 2) | 3: the low bits tell them from group and unique keys
         out: list[int] = []
         chain = 0
-        for j in range(-(-covered // hash_block_size)):
+        for j in range(-(-n // per)):
             chain = hash((chain, hash_ids[j]))
-            base = (((chain & _MASK60) * per) << 2) | 3
-            out.extend(range(base, base + step * per, step))
-        del out[covered // block_size :]
-        return out
+            # keys are (x << 2) | 3: the low bits tell them from group and unique keys
+            out.append((((chain & _MASK60) * per) << 2) | 3)
+        return out, per, n
     keys: list[int] = []
     prev = 0
-    for i in range(covered // block_size):
+    for i in range(n):
         first = i * block_size
         last = first + block_size - 1
         ids = tuple(hash_ids[first // hash_block_size : last // hash_block_size + 1])
         prev = hash((prev, ids, first % hash_block_size)) & _MASK60
         keys.append((prev << 2) | 3)
-    return keys
+    return keys, 1, n
+
+
+def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int) -> list[int]:
+    """Every content key ``hash_id_bases`` describes, one per full block (for tests and tools)."""
+    bases, per, n = hash_id_bases(hash_ids, hash_block_size, block_size, prompt_len)
+    return [bases[i // per] + 4 * (i % per) for i in range(n)]
 
 
 def shared_id_prefixes(
@@ -147,8 +158,9 @@ class KVCacheManager:
     def block_key(self, r: Request, i: int) -> int:
         """Content key of the request's full block ``i`` (tokens [i*B, (i+1)*B))."""
         hk = r.hash_keys
-        if hk is not None and i < len(hk):
-            return hk[i]
+        if hk is not None and i < r.num_shared_blocks:
+            per = r.hash_per
+            return hk[i // per] + 4 * (i % per)
         if r.group >= 0 and (i + 1) * self.block_size <= r.prefix_len:
             return group_key(r.group, i)
         return unique_key(r.idx, i)
@@ -157,28 +169,57 @@ class KVCacheManager:
         """Derive ``r``'s block content keys for this replica's block size, and how many of its
         leading blocks hold content other requests may share."""
         if r.hash_ids is not None and r.hash_block_size:
-            r.hash_keys = hash_id_keys(r.hash_ids, r.hash_block_size, self.block_size, r.prompt_len)
-            r.num_shared_blocks = len(r.hash_keys)
+            r.hash_keys, r.hash_per, r.num_shared_blocks = hash_id_bases(
+                r.hash_ids, r.hash_block_size, self.block_size, r.prompt_len
+            )
         elif r.group >= 0:
             r.num_shared_blocks = r.prefix_len // self.block_size
 
+    def is_cached(self, r: Request, i: int) -> bool:
+        """Whether the prefix cache holds the content of ``r``'s full block ``i``."""
+        hk = r.hash_keys
+        if hk is not None and i < r.num_shared_blocks:
+            per = r.hash_per
+            rec = self.pool.hashed.get(hk[i // per])
+            return rec is not None and rec[i % per] != 0
+        return self.block_key(r, i) in self.pool.cached
+
     # -- prefix cache ---------------------------------------------------------------------
     def lookup(self, r: Request) -> list[int]:
-        """Longest chain of cached full blocks, capped so the last token is always computed."""
+        """Longest chain of cached full blocks, capped so the last token is always computed.
+
+        Blocks keyed by ``hash_ids`` are looked up one hash id at a time (``BlockPool.hashed``:
+        the blocks of one id's ``per`` keys), the others one key at a time."""
         if not self.caching or (r.num_shared_blocks == 0 and r.num_preemptions == 0):
             return []  # all blocks unique to a request that never ran: nothing can hit
-        get = self.pool.cached.get
         n = (r.prompt_len + r.num_output - 1) // self.block_size
         hit: list[int] = []
         hk = r.hash_keys
         if hk is not None:
-            for key in hk if len(hk) <= n else hk[:n]:
-                b = get(key)
-                if b is None:
-                    return hit
-                hit.append(b)
+            m = r.num_shared_blocks
+            if m > n:
+                m = n
+            if m > 0:
+                hashed = self.pool.hashed
+                per = r.hash_per
+                for j in range(-(-m // per)):
+                    rec = hashed.get(hk[j])
+                    if rec is None:
+                        return hit
+                    lim = m - j * per
+                    if lim > per:
+                        lim = per
+                    if rec[per] == per:  # every key of the id cached
+                        hit.extend(rec[:lim])
+                        continue
+                    for k in range(lim):
+                        hb = rec[k]
+                        if not hb:
+                            return hit
+                        hit.append(hb)
             if r.num_preemptions == 0:
                 return hit  # the blocks past the hash_ids are the request's own: never published
+        get = self.pool.cached.get
         for i in range(len(hit), n):
             b = get(self.block_key(r, i))
             if b is None:
@@ -198,8 +239,10 @@ class KVCacheManager:
         if start < shared:
             end = full if full < shared else shared
             hk = r.hash_keys  # shared blocks are keyed by hash_ids or else by the prefix group
-            keys = hk[start:end] if hk is not None else [group_key(r.group, i) for i in range(start, end)]
-            self.pool.register(r.blocks[start:end], keys)
+            if hk is not None:
+                self.pool.register_hashed(r.blocks, start, end, hk, r.hash_per)
+            else:
+                self.pool.register(r.blocks[start:end], [group_key(r.group, i) for i in range(start, end)])
             r.num_live_blocks = end
         r.num_cached_blocks = full
 
@@ -317,6 +360,11 @@ class KVCacheManager:
         them up when it is re-admitted (whatever has not been evicted by then is reused)."""
         if self.caching:
             lo, hi = r.num_live_blocks, r.num_cached_blocks
+            hk = r.hash_keys
+            if hk is not None and lo < r.num_shared_blocks:
+                mid = hi if hi < r.num_shared_blocks else r.num_shared_blocks
+                self.pool.register_hashed(r.blocks, lo, mid, hk, r.hash_per)
+                lo = mid
             if lo < hi:
                 self.pool.register(r.blocks[lo:hi], [self.block_key(r, i) for i in range(lo, hi)])
             r.num_live_blocks = hi

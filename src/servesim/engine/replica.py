@@ -189,10 +189,9 @@ class ReplicaView:
         if not kv.caching:
             return 0
         kv.init_request(r)  # idempotent: the block keys of r's prompt
-        cached = self._engine.pool.cached
         n = 0
         for i in range(r.num_shared_blocks):
-            if kv.block_key(r, i) not in cached:
+            if not kv.is_cached(r, i):
                 break
             n += 1
         return n

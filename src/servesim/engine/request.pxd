@@ -4,7 +4,7 @@
 
 cdef class Request:
     cdef public long long admit_seq, idx, prompt_len, max_tokens, priority, group, prefix_len
-    cdef public long long hash_block_size, status, num_computed, num_output, num_cached_blocks
+    cdef public long long hash_block_size, hash_per, status, num_computed, num_output, num_cached_blocks
     cdef public long long num_live_blocks, num_shared_blocks, sync_step, num_preemptions
     cdef public long long lost_tokens, recomputed_tokens, reused_tokens, migrated_tokens
     cdef public long long external_tokens, prefix_hit_tokens, outcome

@@ -47,6 +47,7 @@ class Request:
         "hash_block_size",
         "hash_ids",
         "hash_keys",
+        "hash_per",
         "idx",
         "last_token",
         "lost_tokens",
@@ -106,7 +107,10 @@ class Request:
         self.prefix_len = prefix_len
         self.hash_ids = hash_ids
         self.hash_block_size = hash_block_size
+        # Compact keys (hash_id_bases): block i < num_shared_blocks has key
+        # hash_keys[i // hash_per] + 4 * (i % hash_per).
         self.hash_keys: list[int] | None = None
+        self.hash_per = 1
 
         self.status = WAITING
         self.num_computed = 0
