@@ -140,6 +140,7 @@ def _state(engine: Engine) -> tuple[object, ...]:
         tuple((r.idx, *(getattr(r, f) for f in REQUEST_FIELDS), tuple(r.blocks)) for r in reqs),
         engine.pool.num_free,
         tuple(sorted(engine.pool.cached.items())),
+        tuple(sorted((k, tuple(v)) for k, v in engine.pool.hashed.items())),  # keys filed per hash id
         engine.step,
         engine.now,
     )
