@@ -78,9 +78,14 @@ def rungs_text(res: TuneResult) -> list[str]:
         stop = f", {r.stopped} stopped" if r.rung < 2 else ""
         parts.append(f"{r.rung} {r.name}{what}: {r.entered} ran{stop}")
     out = ["search rungs: " + "; ".join(parts)]
+    saved = (
+        f"{rr.saved_fraction:.0%} saved"
+        if rr.saved_fraction >= 0
+        else f"the prefix runs cost {-rr.saved_fraction:.0%} more"
+    )
     out.append(
         f"rungs simulated {rr.simulated_requests:,} requests where every trial in full needs "
-        f"{rr.unpruned_requests:,} ({rr.saved_fraction:.0%} saved)"
+        f"{rr.unpruned_requests:,} ({saved})"
     )
     examples: dict[int, str] = {}
     for t in res.trials:
