@@ -70,11 +70,9 @@ def test_stopped_trials_are_pruned_with_their_rung(pruned: TuneResult) -> None:
         assert t.state == "PRUNED" and not t.feasible and t.outcome is not None
         assert t.outcome.reason and t.outcome.reason.startswith(f"stopped at rung {t.outcome.rung}")
     assert not any(rule.startswith("rung_") for rule in pruned.invalid_reasons)  # not "invalid"
-    assert [r.entered for r in rr.rungs][1:] == [
-        rr.rungs[0].entered - rr.rungs[0].stopped,
-        rr.rungs[2].entered,
-    ]
-    assert rr.rungs[2].entered == rr.rungs[1].entered - rr.rungs[1].stopped
+    zero, one, two = rr.rungs
+    assert one.entered + rr.prefix_skipped == zero.entered - zero.stopped
+    assert two.entered == one.entered - one.stopped + rr.prefix_skipped
     assert rr.simulated_requests < rr.unpruned_requests and 0 < rr.saved_fraction < 1
 
 
@@ -145,3 +143,16 @@ def test_the_rungs_from_the_cli() -> None:
     human = runner.invoke(app, args)
     assert human.exit_code == 0, human.output
     assert "search rungs: 0 GPU bound:" in human.stdout
+
+
+def test_the_prefix_runs_while_it_pays() -> None:
+    from servesim.tuning.jobs import TrialOutcome
+    from servesim.tuning.rungs import prefix_pays
+
+    def o(feasible: bool) -> TrialOutcome:
+        return TrialOutcome(number=0, params={}, valid=True, feasible=feasible, rung=2)
+
+    assert prefix_pays([], 0.25, 3)  # nothing known: run it
+    # it costs 0.25 / 3 of a trial: it pays while at least 1 in 12 trials missed the SLO
+    assert prefix_pays([o(False)] + [o(True)] * 11, 0.25, 3)
+    assert not prefix_pays([o(False)] + [o(True)] * 12, 0.25, 3)

@@ -87,6 +87,19 @@ def prefix_stop(counts: PrefixCounts, n_full: int, slo: PercentileSLO | None) ->
     return None
 
 
+def prefix_pays(outcomes: list[TrialOutcome], fraction: float, runs_per_trial: int) -> bool:
+    """Whether the prefix rung is worth its cost: it costs ``fraction / runs_per_trial`` of a full
+    trial and saves the rest of one when it stops a trial, so it pays while the share of trials
+    past the GPU bound that missed the SLO (stopped at the prefix, or infeasible in full) is at
+    least its cost. True with no such trial yet. Skipping it never loses a trial (nothing is
+    stopped), and it reads only trials already told, so studies stay reproducible."""
+    past = [o for o in outcomes if o.valid or o.rung == 1]
+    if not past:
+        return True
+    missed = sum(1 for o in past if not o.feasible)
+    return missed / len(past) >= fraction / runs_per_trial
+
+
 def best_rank(outcomes: list[TrialOutcome]) -> float | None:
     """The best ``goodput_rank`` of the feasible trials run in full (None: none yet)."""
     ranks = [o.goodput_rank for o in outcomes if o.valid and o.feasible]
@@ -108,6 +121,9 @@ class RungReport(BaseModel):
     full_requests: int = Field(description="Requests of the full trace.")
     rungs: list[RungRow]
     stopped: int = Field(description="Trials stopped before the full run.")
+    prefix_skipped: int = Field(
+        0, description="Trials past the GPU bound run in full without the prefix (it did not pay)."
+    )
     simulated_requests: int = Field(description="Requests the study's trials simulated (rungs included).")
     unpruned_requests: int = Field(description="Requests the same trials would simulate without rungs.")
     saved_fraction: float = Field(description="1 - simulated / unpruned.")
@@ -117,11 +133,15 @@ def rung_report(
     outcomes: list[TrialOutcome], *, fraction: float, n_full: int, runs_per_trial: int
 ) -> RungReport:
     """Count the rungs over the study's outcomes (valid or stopped)."""
+    full = n_full * runs_per_trial
     reached = [o.rung for o in outcomes if o.rung is not None]
     stops = [o.rung for o in outcomes if o.rung is not None and not o.valid]
+    # a trial that ran in full without its prefix (``prefix_pays`` was false) skipped rung 1
+    skipped = sum(1 for o in outcomes if o.rung == 2 and o.simulated_requests <= full)
+    entered = [sum(x >= r for x in reached) for r in (0, 1, 2)]
+    entered[1] -= skipped
     rows = [
-        RungRow(rung=r, name=RUNG_NAMES[r], entered=sum(x >= r for x in reached), stopped=stops.count(r))
-        for r in (0, 1, 2)
+        RungRow(rung=r, name=RUNG_NAMES[r], entered=entered[r], stopped=stops.count(r)) for r in (0, 1, 2)
     ]
     simulated = [o for o in outcomes if o.valid or o.rung is not None]
     sim = sum(o.simulated_requests for o in simulated)
@@ -132,6 +152,7 @@ def rung_report(
         full_requests=n_full,
         rungs=rows,
         stopped=len(stops),
+        prefix_skipped=skipped,
         simulated_requests=sim,
         unpruned_requests=unpruned,
         saved_fraction=round(1 - sim / unpruned, 4) if unpruned else 0.0,
@@ -146,6 +167,7 @@ __all__ = [
     "best_rank",
     "gpu_bound_stop",
     "over_cap_needed",
+    "prefix_pays",
     "prefix_size",
     "prefix_stop",
     "rung_report",

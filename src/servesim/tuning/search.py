@@ -68,6 +68,7 @@ from servesim.tuning.rungs import (
     RungReport,
     best_rank,
     gpu_bound_stop,
+    prefix_pays,
     prefix_size,
     prefix_stop,
     rung_report,
@@ -338,7 +339,10 @@ def _run_trials(
         if st.pruning == "rungs":
             bar = best_rank(list(known.values())) if spec.objective == "goodput_per_gpu" else None
             exempt = {t.number for t in asked if t.user_attrs.get("seeded_as") == "baseline"}
-            evaluated = evaluate_rungs(ex, ctx, jobs, bar=bar, exempt=exempt, fraction=st.prefix_fraction)
+            pays = prefix_pays(list(known.values()), st.prefix_fraction, len(spec.seeds) + 1)
+            evaluated = evaluate_rungs(
+                ex, ctx, jobs, bar=bar, exempt=exempt, fraction=st.prefix_fraction, prefix=pays
+            )
         else:
             evaluated = evaluate_batch(ex, ctx, jobs)
         known.update(zip(fresh.keys(), evaluated, strict=True))
@@ -393,10 +397,12 @@ def evaluate_rungs(
     bar: float | None,
     exempt: set[int],
     fraction: float,
+    prefix: bool = True,
 ) -> list[TrialOutcome]:
     """``evaluate_batch`` through the search rungs (``tuning.rungs``): the GPU bound against
     ``bar`` (the best feasible ``goodput_rank`` told so far), the prefix run, then the full runs of
-    the trials neither stops. ``exempt`` trials (the baseline) run in full at once."""
+    the trials neither stops. ``exempt`` trials (the baseline) run in full at once; without
+    ``prefix`` (``rungs.prefix_pays``) the trials the bound lets through run in full at once."""
     n_full = ctx.workload.num_requests
     n_pre = prefix_size(n_full, fraction)
     plans = [plan_trial(ctx, t) for t in trials]
@@ -409,7 +415,7 @@ def evaluate_rungs(
             continue
         elif (why := gpu_bound_stop(p.deployment.gpus, bar)) is not None:
             out[i] = _stopped(ctx, t, p, 0, why, 0)
-        else:
+        elif prefix:
             climbing.append(i)
     pre_jobs = []
     for i in climbing:
@@ -432,6 +438,8 @@ def evaluate_rungs(
     for i, o in zip(full, fulls, strict=True):
         if i in passed:
             o = o.model_copy(update={"rung": 2, "simulated_requests": o.simulated_requests + n_pre})
+        elif trials[i].number not in exempt:  # past the bound, the prefix skipped (it did not pay)
+            o = o.model_copy(update={"rung": 2})
         out[i] = o
     return [out[i] for i in range(len(trials))]
 
