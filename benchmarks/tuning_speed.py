@@ -275,9 +275,11 @@ def main() -> None:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 
     distinct = res.n_trials - res.reused
+    stopped = res.rungs.stopped if res.rungs is not None else 0
     print(
-        f"\ntune: {t_tune:.1f} s for {res.n_trials} trials ({res.n_complete} complete, {res.n_pruned} "
-        f"pruned as invalid, {res.n_feasible} feasible; {res.reused} repeated a combination and were not "
+        f"\ntune: {t_tune:.1f} s for {res.n_trials} trials ({res.n_complete} complete, "
+        f"{res.n_pruned - stopped} pruned as invalid, {stopped} stopped at a rung, {res.n_feasible} "
+        f"feasible; {res.reused} repeated a combination and were not "
         f"simulated again: {distinct} evaluated) = {t_tune / max(res.n_trials, 1):.2f} s a trial"
     )
     print(
@@ -327,6 +329,7 @@ def main() -> None:
         print(
             "rungs: "
             + "; ".join(f"{r.rung} {r.name}: {r.entered} ran, {r.stopped} stopped" for r in rr.rungs)
+            + f" ({rr.prefix_skipped} skipped the prefix)"
             + f"; {rr.simulated_requests:,} of {rr.unpruned_requests:,} requests simulated "
             f"({rr.saved_fraction:.0%} saved)"
         )
