@@ -233,7 +233,9 @@ def plan_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome | TrialRuns:
 def finish_trial(ctx: EvalContext, job: TrialJob, plan: TrialRuns, results: list[Any]) -> TrialOutcome:
     """The outcome from ``plan``'s results (in its jobs' order: the seeds' runs, then the probe)."""
     *runs, cap = results
-    return trial_outcome(job, plan.deployment, list(runs), float(cap), ctx, list(plan.notes))
+    out = trial_outcome(job, plan.deployment, list(runs), float(cap), ctx, list(plan.notes))
+    out.simulated_requests = ctx.workload.num_requests * len(plan.jobs)  # the seeds' runs and the probe
+    return out
 
 
 def evaluate_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome:

@@ -379,14 +379,8 @@ def evaluate_batch(ex: Executor, ctx: EvalContext, trials: list[TrialJob]) -> li
         if isinstance(p, TrialOutcome):
             out.append(p)
         else:
-            o = finish_trial(ctx, t, p, [next(results) for _ in p.jobs])
-            out.append(o.model_copy(update={"simulated_requests": _full_work(ctx, p)}))
+            out.append(finish_trial(ctx, t, p, [next(results) for _ in p.jobs]))
     return out
-
-
-def _full_work(ctx: EvalContext, plan: TrialRuns) -> int:
-    """Requests a trial's full runs simulate (its seeds and the probe)."""
-    return ctx.workload.num_requests * len(plan.jobs)
 
 
 def evaluate_rungs(
