@@ -51,6 +51,9 @@ def test_the_bounds() -> None:
     assert prefix_stop(PrefixCounts(100, {"ttft": 5, "tpot": 0}, 5), 400, SLO) is None
     assert "ttft p99 cap" in (prefix_stop(PrefixCounts(100, {"ttft": 6, "tpot": 0}, 6), 400, SLO) or "")
     assert prefix_stop(PrefixCounts(100, {"ttft": 60}, 60), 400, None) is None  # no SLO: nothing to prove
+    # a queue timeout may shed a slow request instead: 6 for the p99 + 5 to shed > 1 %, less one
+    assert prefix_stop(PrefixCounts(100, {"ttft": 9, "tpot": 0}, 9), 400, SLO, 0.01) is None
+    assert prefix_stop(PrefixCounts(100, {"ttft": 10, "tpot": 0}, 10), 400, SLO, 0.01) is not None
     good = PercentileSLO.parse("ttft_p99_ms=150,min_good_fraction=0.95")
     assert prefix_stop(PrefixCounts(100, {"ttft": 0}, 21), 400, good) is None
     assert prefix_stop(PrefixCounts(100, {"ttft": 0}, 22), 400, good) is not None

@@ -66,11 +66,20 @@ def over_cap_needed(n_full: int) -> int:
     return math.floor(0.01 * n_full) + 2
 
 
-def prefix_stop(counts: PrefixCounts, n_full: int, slo: PercentileSLO | None) -> str | None:
-    """Why rung 1 stops a trial (None: it goes on): its prefix already makes the full run infeasible."""
+def prefix_stop(
+    counts: PrefixCounts, n_full: int, slo: PercentileSLO | None, shed_limit: float | None = None
+) -> str | None:
+    """Why rung 1 stops a trial (None: it goes on): its prefix already makes the full run infeasible.
+
+    ``shed_limit`` (the deployment has a queue timeout: ``EvalSettings.max_shed_fraction``): a
+    request over a cap on the prefix may be shed in the full run instead, leaving the p99's
+    sample; then it takes enough of them that either the p99 is over the cap or more than the
+    limit are shed (the queue counts as saturated: infeasible too)."""
     if slo is None:
         return None
     need = over_cap_needed(n_full)
+    if shed_limit is not None:
+        need += math.floor(shed_limit * n_full)
     for m, k in sorted(counts.over_cap.items()):
         if k >= need:
             return (

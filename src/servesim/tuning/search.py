@@ -423,7 +423,9 @@ def evaluate_rungs(
         p = plans[i]
         if not isinstance(p, TrialRuns):
             raise InternalError("invariant broken: a climbing trial without runs")
-        if (why := prefix_stop(c, n_full, ctx.slo)) is not None:
+        timeout = p.deployment.queue_timeout_s is not None
+        shed = ctx.settings.max_shed_fraction if timeout else None
+        if (why := prefix_stop(c, n_full, ctx.slo, shed)) is not None:
             out[i] = _stopped(ctx, trials[i], p, 1, why, c.n)
         else:
             passed.add(i)
