@@ -33,6 +33,8 @@ is the second-largest value, and a configuration at the edge of its SLO can miss
     uv run python benchmarks/tuning_quality.py --only bursty   # the cases whose name contains it
     uv run python benchmarks/tuning_quality.py --without-space # recommend() given no space
     uv run python benchmarks/tuning_quality.py --speed 40      # time 40 trials on 10,000 requests
+    uv run python benchmarks/tuning_quality.py --compare-pruning  # tune + recommend with and without
+                                                               # search rungs: the same recommendation?
 
 The TPE-against-a-ranked-grid measurement this file held before is ``tuning_tpe.py``.
 """
@@ -46,7 +48,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 from tuning_quality_cases import FlagCase, LayoutCase, flag_cases, layout_cases
@@ -164,11 +166,17 @@ def exhaustive(
 
 
 def _tuned(
-    case: FlagCase, ex: Executor, hw: PerfHardware, base: Deployment, mml: int, trials: int
+    case: FlagCase,
+    ex: Executor,
+    hw: PerfHardware,
+    base: Deployment,
+    mml: int,
+    trials: int,
+    pruning: Literal["rungs", "none"] = "none",
 ) -> tuple[Any, Any]:
     """``servesim tune``'s study and recommendation, as its command makes them."""
     space = space_from_mapping(case.space)
-    settings = TuneSettings(n_trials=trials, seeds=[0], exhaustive_limit=0)
+    settings = TuneSettings(n_trials=trials, seeds=[0], exhaustive_limit=0, pruning=pruning)
     fixed = {"policy": "fcfs"}
     res = tune(
         case.workload,
@@ -369,6 +377,34 @@ def speed(n_requests: int, trials: int) -> None:
     print(f"{trials} trials on {n_requests:,} requests (--executor local): {wall:.0f} s, {each:.1f} s each")
 
 
+def compare_pruning(case: FlagCase, trials: int) -> bool:
+    """``tune`` + ``recommend`` without and with search rungs: CPU seconds, the same answer?"""
+    hw = PerfHardware()
+    mml = case.workload.default_max_model_len()
+    default = vllm_default_deployment(hw, mml, policy="fcfs")
+    base = Deployment.model_validate({**default.model_dump(), **case.config})
+    got: dict[str, Any] = {}
+    cpu: dict[str, float] = {}
+    for mode in ("none", "rungs"):
+        ex = make_executor("local", EvalContext(case.workload, hw, case.goal, EvalSettings()))
+        t0 = time.process_time()
+        res, rec = _tuned(case, ex, hw, base, mml, trials, pruning=mode)  # type: ignore[arg-type]
+        cpu[mode] = time.process_time() - t0
+        ex.close()
+        got[mode] = (rec.deployment, rec.verdict, res)
+    same = got["none"][0] == got["rungs"][0]
+    rr = got["rungs"][2].rungs
+    saved = f"{rr.stopped} stopped, {rr.saved_fraction:.0%} of the requests saved" if rr else ""
+    print(
+        f"| {case.name} | {cpu['none']:.1f} | {cpu['rungs']:.1f} | {saved} | "
+        f"{'same' if same else 'DIFFERENT'} ({got['none'][1]} / {got['rungs'][1]}) |",
+        flush=True,
+    )
+    if not same:
+        print(f"  none: {_diff(got['none'][0], base)}; rungs: {_diff(got['rungs'][0], base)}")
+    return same
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=160)
@@ -376,6 +412,9 @@ def main() -> None:
     ap.add_argument("--only", default="", help="Run the cases whose name contains this.")
     ap.add_argument("--speed", type=int, default=0, help="Only time N trials on 10,000 azure-conv requests.")
     ap.add_argument("--without-space", action="store_true", help="recommend() without the space's values.")
+    ap.add_argument(
+        "--compare-pruning", action="store_true", help="Each flag case with and without search rungs."
+    )
     args = ap.parse_args()
     global WITH_SPACE
     WITH_SPACE = not args.without_space
@@ -383,6 +422,13 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.speed:
         speed(10_000, args.speed)
+        return
+    if args.compare_pruning:
+        print("| case | CPU s without rungs | CPU s with | rungs | recommendation |")
+        print("|---|---|---|---|---|")
+        cases = [c for c in flag_cases(args.requests) if args.only in c.name]
+        same = sum(compare_pruning(c, args.trials) for c in cases)
+        print(f"\nthe same recommendation in {same} of {len(cases)} cases")
         return
     print(
         "| case | traffic | SLO | baseline | changes recommended | minimal | regret vs minimal | "

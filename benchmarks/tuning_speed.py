@@ -4,6 +4,7 @@ runs them, with where the time goes.
     .venv/bin/python benchmarks/tuning_speed.py                   # issue 28's case: 200 trials, 10k requests
     .venv/bin/python benchmarks/tuning_speed.py --requests 1000 --trials 40 --saturate
     .venv/bin/python benchmarks/tuning_speed.py --storage memory --executor local --trials 20
+    .venv/bin/python benchmarks/tuning_speed.py --pruning both    # search rungs off, then on: CPU, same pick?
 
 The trace is the first ``--requests`` requests of the bundled Azure conversation trace (real
 arrivals and lengths; ``--source default`` uses the generator preset instead) on the default
@@ -25,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -169,7 +173,17 @@ def main() -> None:
     ap.add_argument("--slo", default="ttft_p99_ms=2000,tpot_p99_ms=80")
     ap.add_argument("--saturate", action="store_true", help="also time `saturate` on vLLM-like flags")
     ap.add_argument("--no-recommend", action="store_true", help="the study alone")
+    ap.add_argument(
+        "--pruning",
+        default="none",
+        choices=["none", "rungs", "both"],
+        help="search rungs (tuning.rungs); 'both': the run without, then with, and whether the picks match",
+    )
+    ap.add_argument("--summary", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.pruning == "both":
+        compare_pruning(sys.argv[1:])
+        return
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -218,7 +232,7 @@ def main() -> None:
 
         ex._run = timed_map
         t2 = time.perf_counter()
-        st = TuneSettings(n_trials=args.trials)
+        st = TuneSettings(n_trials=args.trials, pruning=args.pruning)
         res = tune(wl, hw, slo, settings=st, eval_settings=ev, executor=ex, n_jobs=args.jobs, storage=url)
         t_tune = time.perf_counter() - t2
         tune_map = map_time[0]
@@ -261,9 +275,11 @@ def main() -> None:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
 
     distinct = res.n_trials - res.reused
+    stopped = res.rungs.stopped if res.rungs is not None else 0
     print(
-        f"\ntune: {t_tune:.1f} s for {res.n_trials} trials ({res.n_complete} complete, {res.n_pruned} "
-        f"pruned as invalid, {res.n_feasible} feasible; {res.reused} repeated a combination and were not "
+        f"\ntune: {t_tune:.1f} s for {res.n_trials} trials ({res.n_complete} complete, "
+        f"{res.n_pruned - stopped} pruned as invalid, {stopped} stopped at a rung, {res.n_feasible} "
+        f"feasible; {res.reused} repeated a combination and were not "
         f"simulated again: {distinct} evaluated) = {t_tune / max(res.n_trials, 1):.2f} s a trial"
     )
     print(
@@ -308,6 +324,15 @@ def main() -> None:
         f"CPU: driver {cpu.ru_utime + cpu.ru_stime:.1f} s, workers {kids.ru_utime + kids.ru_stime:.1f} s; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
+    if res.rungs is not None:
+        rr = res.rungs
+        print(
+            "rungs: "
+            + "; ".join(f"{r.rung} {r.name}: {r.entered} ran, {r.stopped} stopped" for r in rr.rungs)
+            + f" ({rr.prefix_skipped} skipped the prefix)"
+            + f"; {rr.simulated_requests:,} of {rr.unpruned_requests:,} requests simulated "
+            f"({rr.saved_fraction:.0%} saved)"
+        )
     if res.best is not None:
         print(f"best trial #{res.best.number}: {res.best.params}")
     if rec is not None:
@@ -316,7 +341,42 @@ def main() -> None:
             f"meets SLO {rec.meets_slo}, {rec.status}, saturation {rec.saturation_rps} req/s"
         )
         print(rec.vllm_serve_command)
+    if args.summary:
+        Path(args.summary).write_text(
+            json.dumps(
+                {
+                    "tune_s": t_tune,
+                    "cpu_s": cpu.ru_utime + cpu.ru_stime + kids.ru_utime + kids.ru_stime,
+                    "best": res.best.params if res.best is not None else None,
+                    "chosen": res.choice.chosen if res.choice is not None else None,
+                    "recommended": rec.deployment.model_dump(mode="json") if rec is not None else None,
+                    "verdict": rec.verdict if rec is not None else None,
+                }
+            )
+        )
     tmp.cleanup()
+
+
+def compare_pruning(argv: list[str]) -> None:
+    """Run this benchmark without the rungs, then with them (fresh processes), and compare."""
+    out: dict[str, Any] = {}
+    rest = [a for a in argv if a not in ("--pruning", "both", "--pruning=both")]
+    for mode in ("none", "rungs"):
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            print(f"\n===== --pruning {mode} =====", flush=True)
+            subprocess.run(
+                [sys.executable, __file__, *rest, "--pruning", mode, "--summary", f.name], check=True
+            )
+            out[mode] = json.loads(Path(f.name).read_text())
+    a, b = out["none"], out["rungs"]
+    print("\n===== search rungs =====")
+    print(f"study wall time: {a['tune_s']:.1f} s without, {b['tune_s']:.1f} s with")
+    print(
+        f"CPU (driver + workers, study and recommendation): {a['cpu_s']:.1f} s without, "
+        f"{b['cpu_s']:.1f} s with"
+    )
+    print(f"same best trial's flags: {a['best'] == b['best']}")
+    print(f"same recommendation: {a['recommended'] == b['recommended']} ({a['verdict']} / {b['verdict']})")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,11 @@ class ObjectiveChoice(StrEnum):
     pareto = "pareto"
 
 
+class PruningChoice(StrEnum):
+    rungs = "rungs"
+    none = "none"
+
+
 class Metric(StrEnum):
     ttft = "ttft"
     tpot = "tpot"
@@ -139,6 +144,7 @@ class StudyFlags:
     space_file: Path | None
     max_gpus: int | None
     trial_seeds: int
+    pruning: PruningChoice
     verify_seeds: int
     storage: str | None
     study_name: str | None
@@ -178,6 +184,14 @@ _STUDY: dict[str, tuple[Any, Any]] = {
     ),
     "max_gpus": (int | None, typer.Option(None, min=1, help="GPU budget: replicas x TP at most this.")),
     "trial_seeds": (int, typer.Option(2, min=1, max=20, help="Seeds (replicates) per trial.")),
+    "pruning": (
+        PruningChoice,
+        typer.Option(
+            PruningChoice.none,
+            help="rungs: stop a trial early when a GPU bound or the first quarter of the trace proves "
+            "it cannot be the recommendation (docs/tuning.md); none: every trial in full.",
+        ),
+    ),
     "verify_seeds": (
         int,
         typer.Option(

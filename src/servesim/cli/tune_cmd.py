@@ -105,6 +105,7 @@ def tune_request(
         trials=study.trials,
         seed=source.seed,
         trial_seeds=study.trial_seeds,
+        pruning=study.pruning.value,
         verify_seeds=study.verify_seeds,
         max_gpus=study.max_gpus,
         space=read_space(study.space, study.space_file),

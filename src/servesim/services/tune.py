@@ -83,6 +83,10 @@ class TuneRequest(BaseModel):
     trials: int = Field(40, ge=1, description="Trials this run adds to the study.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed.")
     trial_seeds: int = Field(2, ge=1, le=20, description="Seeds (replicates) per trial.")
+    pruning: Literal["rungs", "none"] = Field(
+        "none",
+        description="rungs: stop trials a GPU bound or a prefix of the trace proves out (tuning.rungs).",
+    )
     verify_seeds: int = Field(3, ge=1, le=20, description="Fresh seeds re-verifying the recommendation.")
     max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP at most this.")
     space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
@@ -284,6 +288,7 @@ def prepare(request: TuneRequest) -> PreparedTune:
         seeds=list(range(request.trial_seeds)),
         latency_metric=request.latency_metric,
         max_gpus=request.max_gpus,
+        pruning=request.pruning,
     )
     evaluation = EvalSettings(router=RouterSpec(policy=spec.router))
     name = request.study_name or derived_study_name(

@@ -214,6 +214,28 @@ def run_once(
     return measure(summary, requests, steps, config, slo, st, seed=seed, rate=rate)
 
 
+def simulate_requests(
+    trace: Trace,
+    deployment: Deployment,
+    hardware: Hardware,
+    slo: PercentileSLO | None = None,
+    settings: EvalSettings | None = None,
+) -> pd.DataFrame:
+    """The request records of ``deployment`` on ``trace`` (as ``run_once`` simulates them)."""
+    st = settings or EvalSettings()
+    config, res = resolve_deployment(deployment, hardware)
+    request_slo = slo.request_slo() if slo is not None else None
+    if deployment.replicas == 1:
+        conn = res.kv_connector()
+        return simulate(
+            trace, config, res.step_time, slo=request_slo, kv_connector=conn, pooled_itl=False
+        ).requests
+    replicas = replica_specs(deployment, res, config)
+    return simulate_cluster(
+        trace, replicas, st.router, slo=request_slo, pooled_itl=False, replica_summaries=False
+    ).requests
+
+
 def measure(
     summary: SimulationSummary,
     requests: pd.DataFrame,

@@ -22,11 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.errors import InternalError
+from servesim.traces.schema import Trace
 from servesim.tuning.deployment import Deployment, deployment_problems, resolve_deployment
-from servesim.tuning.evaluate import EvalSettings, RunMetrics, probe_capacity, run_once
+from servesim.tuning.evaluate import EvalSettings, RunMetrics, probe_capacity, run_once, simulate_requests
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.stats import Spread
@@ -89,7 +91,28 @@ class TrialJob:
     spec: TrialSpec
 
 
-Job = RunJob | ProbeJob | TrialJob
+@dataclass(frozen=True)
+class PrefixJob:
+    """A search rung: ``deployment`` on the first ``n`` requests of replicate ``seed`` at ``rate``
+    (``tuning.rungs``); the result counts the requests over each cap and those not good."""
+
+    deployment: Deployment
+    rate: float
+    seed: int
+    n: int
+
+
+@dataclass(frozen=True)
+class PrefixCounts:
+    """What a prefix run proves about the full run (``tuning.rungs``): requests simulated, and of
+    them those over each p99 cap (``ttft``/``tpot``/``e2e``) and those not good."""
+
+    n: int
+    over_cap: dict[str, int]
+    not_good: int
+
+
+Job = RunJob | ProbeJob | TrialJob | PrefixJob
 
 
 class TrialOutcome(BaseModel):
@@ -118,6 +141,10 @@ class TrialOutcome(BaseModel):
     status: str | None = None
     violations: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    rung: int | None = Field(
+        None, description="The search rung that stopped the trial (tuning.rungs; None: not stopped)."
+    )
+    simulated_requests: int = Field(0, description="Requests this trial simulated, over its runs and rungs.")
 
 
 def constraint_names(slo: PercentileSLO | None) -> list[str]:
@@ -206,7 +233,9 @@ def plan_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome | TrialRuns:
 def finish_trial(ctx: EvalContext, job: TrialJob, plan: TrialRuns, results: list[Any]) -> TrialOutcome:
     """The outcome from ``plan``'s results (in its jobs' order: the seeds' runs, then the probe)."""
     *runs, cap = results
-    return trial_outcome(job, plan.deployment, list(runs), float(cap), ctx, list(plan.notes))
+    out = trial_outcome(job, plan.deployment, list(runs), float(cap), ctx, list(plan.notes))
+    out.simulated_requests = ctx.workload.num_requests * len(plan.jobs)  # the seeds' runs and the probe
+    return out
 
 
 def evaluate_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome:
@@ -279,6 +308,8 @@ def execute(ctx: EvalContext, job: Job) -> Any:
     """Run one job in ``ctx`` (what every executor calls, wherever it runs)."""
     if isinstance(job, TrialJob):
         return evaluate_trial(ctx, job)
+    if isinstance(job, PrefixJob):
+        return prefix_counts(ctx, job)
     if isinstance(job, RunJob):
         trace = ctx.workload.trace(job.rate, job.seed)
         return run_once(
@@ -287,3 +318,17 @@ def execute(ctx: EvalContext, job: Job) -> Any:
     if not isinstance(job, ProbeJob):
         raise InternalError("invariant broken: isinstance(job, ProbeJob)")
     return probe_capacity(ctx.workload.trace(job.rate, job.seed), job.deployment, ctx.hardware, ctx.settings)
+
+
+def prefix_counts(ctx: EvalContext, job: PrefixJob) -> PrefixCounts:
+    """Simulate ``job``'s prefix and count its requests over each cap and those not good."""
+    full = ctx.workload.trace(job.rate, job.seed)
+    trace = Trace(full.df.iloc[: job.n].reset_index(drop=True), full.provenance)
+    requests = simulate_requests(trace, job.deployment, ctx.hardware, ctx.slo, ctx.settings)
+    caps = ctx.slo.caps() if ctx.slo is not None else {}
+    over = {}
+    for m, cap in caps.items():
+        v = requests[f"{m}_ms"].to_numpy(dtype=np.float64)
+        over[m] = int(np.count_nonzero(v > cap))
+    not_good = len(requests) - int(requests["good"].to_numpy(dtype=bool).sum())
+    return PrefixCounts(len(requests), over, not_good)

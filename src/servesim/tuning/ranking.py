@@ -89,7 +89,7 @@ def summarize_study(
     infeasible = [] if feasible else infeasibility(records, slo)
     reasons: dict[str, InvalidRule] = {}
     for r in records:
-        if r.outcome is not None and not r.outcome.valid:
+        if r.outcome is not None and not r.outcome.valid and r.outcome.rung is None:
             rule = r.outcome.rule or "invalid"
             if rule in reasons:
                 reasons[rule].count += 1

@@ -46,6 +46,7 @@ from servesim.tuning.executors import Executor, ExecutorKind, make_executor
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import (
     EvalContext,
+    PrefixJob,
     TrialJob,
     TrialOutcome,
     TrialRuns,
@@ -61,6 +62,16 @@ from servesim.tuning.ranking import (
     rank_key,
     record_of,
     summarize_study,
+)
+from servesim.tuning.rungs import (
+    RUNG_NAMES,
+    RungReport,
+    best_rank,
+    gpu_bound_stop,
+    prefix_pays,
+    prefix_size,
+    prefix_stop,
+    rung_report,
 )
 from servesim.tuning.seeding import (
     SeedPlan,
@@ -274,7 +285,19 @@ def tune(
         check_executor(executor, ctx)
         reused = _run_trials(study, executor, ctx, sp, spec, st, st.batch or n_jobs, progress, plan.n_trials)
     res = summarize_study(study, name, storage, st.objective, spec.target_rate, sp, slo)
+    if st.pruning == "rungs":
+        res.rungs = _rungs_of(res, workload, spec, st)
     return finish_summary(res, plan, reused, slo)
+
+
+def _rungs_of(res: TuneResult, workload: Workload, spec: TrialSpec, st: TuneSettings) -> RungReport:
+    outcomes = [r.outcome for r in res.trials if r.outcome is not None]
+    return rung_report(
+        outcomes,
+        fraction=st.prefix_fraction,
+        n_full=workload.num_requests,
+        runs_per_trial=len(spec.seeds) + 1,
+    )
 
 
 def _run_trials(
@@ -298,7 +321,8 @@ def _run_trials(
         raw = ft.user_attrs.get("outcome")
         if raw is not None:
             o = TrialOutcome.model_validate(raw)
-            known.setdefault(study_key(o.params), o)
+            if o.valid or o.rung is None or st.pruning == "rungs":  # a stop counts only with rungs on
+                known.setdefault(study_key(o.params), o)
     done = reused = 0
     if progress is not None:
         progress(0, n_trials)
@@ -311,7 +335,17 @@ def _run_trials(
             key = study_key(p)
             if key not in known and key not in fresh:
                 fresh[key] = TrialJob(t.number, p, spec)
-        known.update(zip(fresh.keys(), evaluate_batch(ex, ctx, list(fresh.values())), strict=True))
+        jobs = list(fresh.values())
+        if st.pruning == "rungs":
+            bar = best_rank(list(known.values())) if spec.objective == "goodput_per_gpu" else None
+            exempt = {t.number for t in asked if t.user_attrs.get("seeded_as") == "baseline"}
+            pays = prefix_pays(list(known.values()), st.prefix_fraction, len(spec.seeds) + 1)
+            evaluated = evaluate_rungs(
+                ex, ctx, jobs, bar=bar, exempt=exempt, fraction=st.prefix_fraction, prefix=pays
+            )
+        else:
+            evaluated = evaluate_batch(ex, ctx, jobs)
+        known.update(zip(fresh.keys(), evaluated, strict=True))
         outcomes = []
         for t, p in zip(asked, params, strict=True):
             o = known[study_key(p)]
@@ -349,6 +383,80 @@ def evaluate_batch(ex: Executor, ctx: EvalContext, trials: list[TrialJob]) -> li
     return out
 
 
+def evaluate_rungs(
+    ex: Executor,
+    ctx: EvalContext,
+    trials: list[TrialJob],
+    *,
+    bar: float | None,
+    exempt: set[int],
+    fraction: float,
+    prefix: bool = True,
+) -> list[TrialOutcome]:
+    """``evaluate_batch`` through the search rungs (``tuning.rungs``): the GPU bound against
+    ``bar`` (the best feasible ``goodput_rank`` told so far), the prefix run, then the full runs of
+    the trials neither stops. ``exempt`` trials (the baseline) run in full at once; without
+    ``prefix`` (``rungs.prefix_pays``) the trials the bound lets through run in full at once."""
+    n_full = ctx.workload.num_requests
+    n_pre = prefix_size(n_full, fraction)
+    plans = [plan_trial(ctx, t) for t in trials]
+    out: dict[int, TrialOutcome] = {}
+    climbing: list[int] = []
+    for i, (t, p) in enumerate(zip(trials, plans, strict=True)):
+        if isinstance(p, TrialOutcome):
+            out[i] = p
+        elif t.number in exempt:
+            continue
+        elif (why := gpu_bound_stop(p.deployment.gpus, bar)) is not None:
+            out[i] = _stopped(ctx, t, p, 0, why, 0)
+        elif prefix:
+            climbing.append(i)
+    pre_jobs = []
+    for i in climbing:
+        p = plans[i]
+        if not isinstance(p, TrialRuns):
+            raise InternalError("invariant broken: a climbing trial without runs")
+        pre_jobs.append(PrefixJob(p.deployment, trials[i].spec.target_rate, trials[i].spec.seeds[0], n_pre))
+    counts = ex.map(pre_jobs) if pre_jobs else []
+    passed: set[int] = set()
+    for i, c in zip(climbing, counts, strict=True):
+        p = plans[i]
+        if not isinstance(p, TrialRuns):
+            raise InternalError("invariant broken: a climbing trial without runs")
+        timeout = p.deployment.queue_timeout_s is not None
+        shed = ctx.settings.max_shed_fraction if timeout else None
+        if (why := prefix_stop(c, n_full, ctx.slo, shed)) is not None:
+            out[i] = _stopped(ctx, trials[i], p, 1, why, c.n)
+        else:
+            passed.add(i)
+    full = [i for i in range(len(trials)) if i not in out]
+    fulls = evaluate_batch(ex, ctx, [trials[i] for i in full])
+    for i, o in zip(full, fulls, strict=True):
+        if i in passed:
+            o = o.model_copy(update={"rung": 2, "simulated_requests": o.simulated_requests + n_pre})
+        elif trials[i].number not in exempt:  # past the bound, the prefix skipped (it did not pay)
+            o = o.model_copy(update={"rung": 2})
+        out[i] = o
+    return [out[i] for i in range(len(trials))]
+
+
+def _stopped(
+    ctx: EvalContext, job: TrialJob, plan: TrialRuns, rung: int, why: str, work: int
+) -> TrialOutcome:
+    """The outcome of a trial stopped at ``rung``: PRUNED, with its rung and reason."""
+    return TrialOutcome(
+        number=job.number,
+        params=job.params,
+        valid=False,
+        rule=f"rung_{rung}",
+        reason=f"stopped at rung {rung} ({RUNG_NAMES[rung]}): {why}",
+        constraints=[1.0] * len(constraint_names(ctx.slo)),
+        gpus=plan.deployment.gpus,
+        rung=rung,
+        simulated_requests=work,
+    )
+
+
 def _tell(study: optuna.Study, trial: optuna.Trial, out: TrialOutcome, cnames: list[str]) -> None:
     """Record one trial's outcome in the study (values, or PRUNED with the reason)."""
     trial.set_user_attr("outcome", out.model_dump(mode="json"))
@@ -370,6 +478,7 @@ __all__ = [
     "Direction",
     "InfeasibleTrial",
     "InvalidRule",
+    "RungReport",
     "SeedPlan",
     "SeededTrial",
     "StudyDefinition",
@@ -384,6 +493,7 @@ __all__ = [
     "derived_study_name",
     "directions",
     "evaluate_batch",
+    "evaluate_rungs",
     "fast_sqlite",
     "finish_summary",
     "infeasibility",

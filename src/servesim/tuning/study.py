@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.tuning.choice import Choice
 from servesim.tuning.jobs import LatencyMetric, Objective, TrialOutcome
+from servesim.tuning.rungs import RungReport
 
 Direction = Literal["minimize", "maximize"]
 
@@ -34,6 +35,11 @@ class TuneSettings(BaseModel):
         64, ge=0, description="Evaluate every combination when the space has at most max(this, n_trials)."
     )
     population_size: int = Field(16, ge=2, description="NSGA-II population.")
+    pruning: Literal["rungs", "none"] = Field(
+        "none",
+        description="rungs: stop trials a GPU bound or a prefix of the trace proves out (tuning.rungs).",
+    )
+    prefix_fraction: float = Field(0.25, gt=0, lt=1, description="The prefix rung's share of the requests.")
 
 
 class TrialRecord(BaseModel):
@@ -126,6 +132,7 @@ class TuneResult(BaseModel):
         description="Fewest changes first: the trial to recommend among those the best does not beat "
         "beyond the step-time model's error (tuning.choice); None: no feasible trial.",
     )
+    rungs: RungReport | None = Field(None, description="The search rungs (pruning='rungs'; None: off).")
     trials: list[TrialRecord]
 
     def shortlist(self, n: int = 3) -> list[int]:

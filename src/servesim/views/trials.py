@@ -67,15 +67,49 @@ def scatter_trials(res: TuneResult) -> list[TrialRecord]:
     return [r for r in res.trials if r.outcome is not None and r.outcome.ttft_p99_ms is not None]
 
 
+def rungs_text(res: TuneResult) -> list[str]:
+    """The search rungs (``--pruning rungs``): trials per rung, stops, the simulation saved."""
+    rr = res.rungs
+    if rr is None:
+        return []
+    parts = []
+    for r in rr.rungs:
+        what = f" (first {rr.prefix_requests:,} of {rr.full_requests:,} requests)" if r.rung == 1 else ""
+        stop = f", {r.stopped} stopped" if r.rung < 2 else ""
+        if r.rung == 1 and rr.prefix_skipped:
+            stop += f" ({rr.prefix_skipped} skipped it: too few trials missed the SLO for it to pay)"
+        parts.append(f"{r.rung} {r.name}{what}: {r.entered} ran{stop}")
+    out = ["search rungs: " + "; ".join(parts)]
+    saved = (
+        f"{rr.saved_fraction:.0%} saved"
+        if rr.saved_fraction >= 0
+        else f"the prefix runs cost {-rr.saved_fraction:.0%} more"
+    )
+    out.append(
+        f"rungs simulated {rr.simulated_requests:,} requests where every trial in full needs "
+        f"{rr.unpruned_requests:,} ({saved})"
+    )
+    examples: dict[int, str] = {}
+    for t in res.trials:
+        o = t.outcome
+        if o is not None and o.rung is not None and not o.valid and o.reason:
+            examples.setdefault(o.rung, f"trial {t.number}: {o.reason}")
+    out += [examples[k] for k in sorted(examples)]
+    return out
+
+
 def trials_view(res: TuneResult, top: int = 8) -> Section:
     """The study: counts, why trials were pruned, the best trials, the Pareto front and a scatter."""
+    stopped = res.rungs.stopped if res.rungs is not None else 0
     text = [
         f"study {res.study_name} ({res.storage or 'in memory'}): {res.n_trials} trials, "
         f"{res.n_complete} complete, "
-        f"{res.n_pruned} pruned as invalid, {res.n_feasible} feasible; objective {res.objective} at "
-        f"{res.target_rate_rps:,.3g} req/s"
+        f"{res.n_pruned - stopped} pruned as invalid, "
+        + (f"{stopped} stopped at a rung, " if res.rungs is not None else "")
+        + f"{res.n_feasible} feasible; objective {res.objective} at {res.target_rate_rps:,.3g} req/s"
     ]
     text += [f"pruned {info.count}x [{rule}]: {info.example}" for rule, info in res.invalid_reasons.items()]
+    text += rungs_text(res)
     text += res.budget_notes
     seeded = [f"{s.role} = trial {s.number}" for s in res.seeded if s.number is not None]
     if seeded:

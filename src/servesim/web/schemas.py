@@ -359,6 +359,7 @@ class TuneBody(SpecBody):
     objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
     n_trials: int = Field(12, ge=1, description="Trials this job adds to the study.")
     trial_seeds: int = Field(1, ge=1, le=3)
+    pruning: Literal["rungs", "none"] = Field("none", description="Search rungs (docs/tuning.md).")
     verify_seeds: int = Field(2, ge=1, le=5)
     seed: int = Field(0, ge=0, le=2**31 - 1)
     max_gpus: int | None = Field(None, ge=1, le=64)

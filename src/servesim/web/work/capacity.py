@@ -57,6 +57,7 @@ def tune_request(body: TuneBody, env: Env) -> TuneRequest:
         trials=body.n_trials,
         seed=body.seed,
         trial_seeds=body.trial_seeds,
+        pruning=body.pruning,
         verify_seeds=body.verify_seeds,
         max_gpus=body.max_gpus,
         space=space_from_mapping(body.space) if body.space else SearchSpace(),
