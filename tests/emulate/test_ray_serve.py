@@ -75,7 +75,9 @@ async def _streams_and_gauges(url: str, n: int, max_tokens: int) -> tuple[dict[s
     replica reported."""
     most: dict[str, float] = {}
     task = asyncio.create_task(_streams(url, n, max_tokens))
-    async with httpx.AsyncClient(timeout=30) as c:
+    # a hang guard as long as the streams' own: on a loaded 2-core host one /metrics read
+    # behind 220 open streams took over 30 s (issue 47: no verdict depends on the load)
+    async with httpx.AsyncClient(timeout=300) as c:
         while not task.done():
             running = _gauges((await c.get(url + "/metrics")).text, "vllm:num_requests_running")
             for k, v in running.items():
@@ -86,7 +88,7 @@ async def _streams_and_gauges(url: str, n: int, max_tokens: int) -> tuple[dict[s
 
 def test_the_emulator_on_ray_serve(ray_emulator: str) -> None:
     url = ray_emulator
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
     # The official client streams a completion and a chat, with the usage chunk.
     chunks = list(
@@ -123,20 +125,20 @@ def test_the_emulator_on_ray_serve(ray_emulator: str) -> None:
         all_started = asyncio.Event()
         task = asyncio.create_task(_streams(url, 6, 80, all_started))
         await all_started.wait()
-        async with httpx.AsyncClient(timeout=30) as c:
+        async with httpx.AsyncClient(timeout=300) as c:
             r = await c.post(url + "/admin/fail", json={"replica": "replica-0", "recover_after_s": 1.0})
             assert r.status_code == 200
         return await task
 
     streamed = asyncio.run(failover())
     assert set(streamed.values()) == {80}  # no stream lost a token or got one twice
-    moves = httpx.get(url + "/admin/moves", timeout=10).json()["moves"]
+    moves = httpx.get(url + "/admin/moves", timeout=300).json()["moves"]
     assert moves and {m["from"] for m in moves} == {"replica-0"}
     assert {m["strategy"] for m in moves} <= {"MIGRATE_STATE", "COLD_RESTART"}
     assert {m["request"] for m in moves} <= set(streamed)
 
     # /metrics parses with prometheus-client and carries vLLM's names.
-    text = httpx.get(url + "/metrics", timeout=10).text
+    text = httpx.get(url + "/metrics", timeout=300).text
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     assert {
         "vllm:num_requests_running",
