@@ -678,7 +678,12 @@ def test_two_sweeps_compared_and_two_kinds_refused(page: Any) -> None:
         page.click("#run-button")
         page.wait_for_selector("#run-job .line[data-status='done']", timeout=120_000)
         page.click("#tab-compare")
-        page.wait_for_selector("#compare-a option", state="attached")
+        # the run lists are refreshed after the tab opens: wait for the new run's option itself
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('#compare-b option')]
+                     .some(o => !/(saturate|tune): /.test(o.textContent))""",
+            timeout=60_000,
+        )
         sims = page.eval_on_selector_all(
             "#compare-b option",
             "os => os.filter(o => !/(saturate|tune): /.test(o.textContent)).map(o => o.value)",
