@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim import tune_defaults
 from servesim.bounds import MAX_SEED
 from servesim.errors import InputError, InternalError
 from servesim.services.capacity import Execution, checked_hardware, workload_of
@@ -80,19 +81,23 @@ class TuneRequest(BaseModel):
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False, description="Load to plan for.")
     objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
     latency_metric: Literal["ttft", "tpot", "e2e"] = Field("ttft", description="The Pareto front's p99.")
-    trials: int = Field(40, ge=1, description="Trials this run adds to the study.")
+    trials: int = Field(tune_defaults.TRIALS, ge=1, description="Trials this run adds to the study.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed.")
-    trial_seeds: int = Field(2, ge=1, le=20, description="Seeds (replicates) per trial.")
+    trial_seeds: int = Field(
+        tune_defaults.TRIAL_SEEDS, ge=1, le=20, description="Seeds (replicates) per trial."
+    )
     pruning: Literal["rungs", "none"] = Field(
         "none",
         description="rungs: stop trials a GPU bound or a prefix of the trace proves out (tuning.rungs).",
     )
-    verify_seeds: int = Field(3, ge=1, le=20, description="Fresh seeds re-verifying the recommendation.")
+    verify_seeds: int = Field(
+        tune_defaults.VERIFY_SEEDS, ge=1, le=20, description="Fresh seeds re-verifying the recommendation."
+    )
     max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP at most this.")
     space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
     gpu_hour_usd: float | None = Field(
         None,
-        ge=0,
+        gt=0,
         allow_inf_nan=False,
         description="$ per GPU-hour (None: the GPU's price in servesim.perf.prices, gpu_prices over it).",
     )
