@@ -32,11 +32,13 @@ class LinkSpec(BaseModel):
     transfer_efficiency: float = Field(0.9, gt=0, le=1)
     setup_latency_ms: float = Field(10.0, ge=0)
     kv_checkpointing: KVCheckpointing = "continuous"
+    kv_dtype: str = Field("auto", description="The replicas' kv_cache_dtype: the bytes a token's KV moves as.")
 
     def context(self) -> RecoveryContext:
         return RecoveryContext(
             model=resolve_model(self.model, load_catalog()),
             tp=self.tp,
+            kv_dtype=self.kv_dtype,
             bandwidth_gbps=self.bandwidth_gbps,
             transfer_efficiency=self.transfer_efficiency,
             setup_latency_s=self.setup_latency_ms / 1000.0,

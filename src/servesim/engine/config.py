@@ -25,6 +25,10 @@ from servesim.errors import ConfigError, describe, reject_bool, shown
 #: vLLM's ``--scheduling-policy`` values.
 SchedulingPolicy = Literal["fcfs", "priority"]
 
+#: vLLM's ``--kv-cache-dtype`` values that servesim sizes and times (``CacheConfig.cache_dtype``;
+#: ``fp8`` is ``fp8_e4m3``). vLLM's per-token-head, NVFP4 and TurboQuant layouts are not modelled.
+KVCacheDType = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
 
 class EngineConfig(BaseModel):
     """One vLLM replica's scheduler and KV-cache settings (``vllm serve`` flag names)."""
@@ -61,6 +65,11 @@ class EngineConfig(BaseModel):
         le=1e9,
         allow_inf_nan=False,
         description="Reject requests still unscheduled after this long (never silently).",
+    )
+    kv_cache_dtype: KVCacheDType = Field(
+        "auto",
+        description="KV-cache element type: auto (the model's dtype) or fp8 (one byte: about twice the "
+        "blocks in the same memory, half the KV bytes a decode step reads).",
     )
     kv_offloading_size: float | None = Field(
         None,

@@ -53,8 +53,11 @@ if TYPE_CHECKING:
     from servesim.tuning.executors import Executor
 
 #: Engine keys that set the study rather than a configuration to beat: the KV blocks of the
-#: hardware, the context length, the queue order and speculative decoding hold in every trial.
-STUDY_KEYS = frozenset({"num_gpu_blocks", "max_model_len", "policy", "speculative_config"})
+#: hardware, the context length, the queue order, speculative decoding and the KV dtype hold in
+#: every trial.
+STUDY_KEYS = frozenset(
+    {"num_gpu_blocks", "max_model_len", "policy", "speculative_config", "kv_cache_dtype"}
+)
 #: Candidates re-verified on fresh seeds, best first (the first that holds is recommended).
 SHORTLIST = 3
 
@@ -69,7 +72,7 @@ class TuneRequest(BaseModel):
     deployment: DeploymentSpec = Field(
         default_factory=DeploymentSpec,
         description="The hardware (model, GPU, TP, memory share, timing) and the engine keys set: the "
-        "study-wide ones (num_gpu_blocks, max_model_len, policy, speculative_config) and the user's "
+        "study-wide ones (num_gpu_blocks, max_model_len, policy, speculative_config, kv_cache_dtype) and the user's "
         "configuration (the baseline).",
     )
     baseline: bool = Field(
@@ -317,6 +320,8 @@ def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], Se
     from servesim.engine.speculative import SpeculativeConfig
 
     fixed: dict[str, Any] = {"policy": spec.engine.get("policy", "fcfs")}
+    if spec.engine.get("kv_cache_dtype", "auto") != "auto":  # absent when auto: the study as before the key
+        fixed["kv_cache_dtype"] = spec.engine["kv_cache_dtype"]
     raw = spec.engine.get("speculative_config")
     if raw is not None:
         sc = SpeculativeConfig.model_validate(raw)

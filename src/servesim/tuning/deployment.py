@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from servesim.engine.config import EngineConfig
+from servesim.engine.config import EngineConfig, KVCacheDType
 from servesim.engine.speculative import MAX_SPEC_TOKENS, SpeculativeConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
@@ -75,6 +75,9 @@ class Deployment(BaseModel):
         description="vLLM --speculative-config (method, acceptance, draft cost); not searched: "
         "num_speculative_tokens replaces its k, 0 turns it off.",
     )
+    kv_cache_dtype: KVCacheDType = Field(
+        "auto", description="vLLM --kv-cache-dtype (study-wide: not searched; fp8 halves the KV bytes)."
+    )
     # Passed through to the engine unchanged (vLLM defaults); not searched.
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
@@ -88,6 +91,8 @@ class Deployment(BaseModel):
                 del d["num_speculative_tokens"]
             if "speculative_config" in d and d["speculative_config"] is None:
                 del d["speculative_config"]
+            if d.get("kv_cache_dtype") == "auto":  # likewise: the model's KV dtype, as before the key
+                del d["kv_cache_dtype"]
         return d
 
     @model_validator(mode="after")
@@ -118,6 +123,7 @@ class Deployment(BaseModel):
             "queue_timeout_s": self.queue_timeout_s,
             "kv_offloading_size": self.kv_offloading_size,
             **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
+            **({"kv_cache_dtype": self.kv_cache_dtype} if self.kv_cache_dtype != "auto" else {}),
         }
 
     def speculative(self) -> SpeculativeConfig | None:
@@ -173,6 +179,7 @@ class Deployment(BaseModel):
             kv_offloading_size=config.kv_offloading_size,
             num_speculative_tokens=sc.num_speculative_tokens if (sc := config.speculative_config) else 0,
             speculative_config=config.speculative_config,
+            kv_cache_dtype=config.kv_cache_dtype,
         )
 
     @classmethod
@@ -219,6 +226,8 @@ class Deployment(BaseModel):
         ]
         if self.policy != "fcfs":
             args.append(("scheduling-policy", self.policy))
+        if self.kv_cache_dtype != "auto":
+            args.append(("kv-cache-dtype", self.kv_cache_dtype))
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
