@@ -59,7 +59,10 @@ def test_the_human_output_names_the_kv_dtype(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--kv-cache-dtype", "float16"], "an explicit 16-bit KV cache must be the model's dtype (bfloat16)"),
-        (["--gpu", "mi300x", "--kv-cache-dtype", "fp8_e5m2"], "vLLM on ROCm stores an fp8 KV cache as fp8_e4m3"),
+        (
+            ["--gpu", "mi300x", "--kv-cache-dtype", "fp8_e5m2"],
+            "vLLM on ROCm stores an fp8 KV cache as fp8_e4m3",
+        ),
         (["--kv-cache-dtype", "fp4"], "'fp4' is not one of"),
     ],
 )
@@ -98,7 +101,10 @@ def test_kv_moves_between_replicas_as_it_is_stored() -> None:
     mixed = {**base, "replicas": [{"name": "a"}, {"name": "b", "engine": {"kv_cache_dtype": "auto"}}]}
     with pytest.raises(Exception, match="replicas differ in kv_cache_dtype"):
         ClusterSpec.model_validate(mixed).link_spec()
-    pools = {"trace": "t.jsonl", "disaggregated": {"prefill": {"engine": {"kv_cache_dtype": "fp8"}}, "decode": {}}}
+    pools = {
+        "trace": "t.jsonl",
+        "disaggregated": {"prefill": {"engine": {"kv_cache_dtype": "fp8"}}, "decode": {}},
+    }
     with pytest.raises(Exception, match="the KV moves between the pools as it is stored"):
         ClusterSpec.model_validate(pools)
     assert load_catalog().gpu("mi300x").vendor == "AMD"  # the ROCm rule above keys on it
@@ -115,6 +121,9 @@ def test_the_web_offers_the_dtype_and_gives_the_cli_s_document(
     with web_client(tmp_path / "web") as client:
         flags = {f["name"]: f for f in client.get("/api/catalog").json()["engine_flags"]}
         assert "fp8" in str(flags["kv_cache_dtype"]), flags["kv_cache_dtype"]
-        body = {"trace_id": upload(client, tmp_path / "trace.csv"), "deployment": {"engine": {"kv_cache_dtype": "fp8"}}}
+        body = {
+            "trace_id": upload(client, tmp_path / "trace.csv"),
+            "deployment": {"engine": {"kv_cache_dtype": "fp8"}},
+        }
         web = web_document(client, "/api/simulate", body)
     assert without(web, "requests") == without(cli, "requests")

@@ -85,7 +85,9 @@ def hardware_timed_as(hw: Hardware, model_given: bool, kv_cache_dtype: str = "au
         )
         blocks = "KV blocks as given" if hw.num_gpu_blocks is not None else "KV blocks as vLLM sizes them"
         kv = "" if kv_cache_dtype == "auto" else f", {kv_cache_dtype} KV cache"
-        return f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}{kv}, roofline step times; {blocks}{origin}"
+        return (
+            f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}{kv}, roofline step times; {blocks}{origin}"
+        )
     if isinstance(hw, FixedHardware):
         from servesim.services.run import describe_model
 

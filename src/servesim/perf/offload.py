@@ -55,7 +55,11 @@ def check_offloading_size(size_gib: float | None, tensor_parallel_size: int) -> 
 
 
 def cpu_chunks(
-    config: EngineConfig, model: ModelSpec, tp: int = 1, kv_dtype: str | None = None, blocks_per_chunk: int = 1
+    config: EngineConfig,
+    model: ModelSpec,
+    tp: int = 1,
+    kv_dtype: str | None = None,
+    blocks_per_chunk: int = 1,
 ) -> int:
     """CPU offload chunks that ``config.kv_offloading_size`` GiB hold (0 without offload);
     ``kv_dtype`` None: the config's ``kv_cache_dtype`` (the tier stores blocks as the GPU does)."""
