@@ -129,7 +129,9 @@ def start(
     import ray
     from ray import serve
 
+    global _edge_stamps
     if not ray.is_initialized():
+        _edge_stamps = False  # a Ray shut down elsewhere took its stamping proxy with it
         if address is not None:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         else:
