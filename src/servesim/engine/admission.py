@@ -22,10 +22,15 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, Field
+
 from servesim.engine.request import (
     OUTCOME_REJECTED_QUEUED_REQS,
     OUTCOME_REJECTED_QUEUED_TOKENS,
     OUTCOME_REJECTED_TOO_LONG,
+    OUTCOMES,
     REJECTED,
     Request,
 )
@@ -121,4 +126,68 @@ def rejected_on_arrival(engine: Engine, r: Request, t: float) -> bool:
     return True
 
 
-__all__ = ["AdmissionGate", "gate_of", "rejected_on_arrival"]
+class AdmissionSummary(BaseModel):
+    """The API server's HTTP 503s (``max_num_queued_reqs`` / ``max_num_queued_tokens``): how many,
+    when, and of which class. A rejected request never counts as good, and has no latency: it
+    is left out of every percentile, as a client that got a 503 measures none."""
+
+    max_num_queued_reqs: int | None
+    max_num_queued_tokens: int | None
+    num_rejected: int = Field(description="Requests answered HTTP 503 (both limits).")
+    num_rejected_queued_reqs: int = Field(description="Of them, by max_num_queued_reqs.")
+    num_rejected_queued_tokens: int = Field(description="Of them, by max_num_queued_tokens.")
+    rejection_rate: float = Field(description="503s / requests.")
+    first_rejection_s: float | None = Field(description="Arrival time of the first 503 (None: none).")
+    last_rejection_s: float | None = Field(description="Arrival time of the last 503 (None: none).")
+    by_priority: dict[str, int] = Field(description="503s per priority class (every class, 0 included).")
+    by_tenant: dict[str, int] = Field(description="503s per tenant (every tenant, 0 included).")
+
+
+#: The outcome names of a 503.
+REJECTED_503 = (OUTCOMES[OUTCOME_REJECTED_QUEUED_REQS], OUTCOMES[OUTCOME_REJECTED_QUEUED_TOKENS])
+
+
+def admission_summary(
+    requests: pd.DataFrame, max_num_queued_reqs: int | None, max_num_queued_tokens: int | None
+) -> AdmissionSummary:
+    """The 503s of a run from its per-request records (``outcome``, ``arrival_s``, ``priority``,
+    ``tenant``)."""
+    outcome = requests["outcome"].to_numpy()
+    by_reqs = outcome == REJECTED_503[0]
+    by_tokens = outcome == REJECTED_503[1]
+    rejected = by_reqs | by_tokens
+    n = int(rejected.sum())
+    at = requests["arrival_s"].to_numpy(dtype=np.float64)[rejected]
+
+    def per_class(col: str) -> dict[str, int]:
+        if col not in requests:
+            return {}
+        labels = requests[col]
+        keep = labels.notna().to_numpy()
+        counts = {str(k): 0 for k in sorted(set(labels[keep]), key=str)}
+        for k in labels[keep & rejected]:
+            counts[str(k)] += 1
+        return counts
+
+    return AdmissionSummary(
+        max_num_queued_reqs=max_num_queued_reqs,
+        max_num_queued_tokens=max_num_queued_tokens,
+        num_rejected=n,
+        num_rejected_queued_reqs=int(by_reqs.sum()),
+        num_rejected_queued_tokens=int(by_tokens.sum()),
+        rejection_rate=n / len(requests) if len(requests) else 0.0,
+        first_rejection_s=float(at.min()) if n else None,
+        last_rejection_s=float(at.max()) if n else None,
+        by_priority=per_class("priority"),
+        by_tenant=per_class("tenant"),
+    )
+
+
+__all__ = [
+    "REJECTED_503",
+    "AdmissionGate",
+    "AdmissionSummary",
+    "admission_summary",
+    "gate_of",
+    "rejected_on_arrival",
+]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servesim.engine.admission import admission_summary
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, StepLogSink
 from servesim.engine.kv_connector import OffloadingConnector
@@ -181,6 +182,9 @@ def build_result(
             draft_time_s=engine.draft_time_s,
             draft_timing=engine.draft_timing(),
         )
+    cfg = engine.config
+    if engine.gate is not None:
+        summary.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
     tier = engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None
     if tier is not None:
         summary.offload = offload_summary([[tier]], summary.prefix_cache_hit_rate, summary.recomputed_tokens)
