@@ -196,3 +196,37 @@ def test_the_knobs_run_alike_on_the_fast_and_the_naive_path(trace: Trace, cfg: E
     pd.testing.assert_frame_equal(fast.requests[cols], naive.requests[cols])
     active = cfg.max_num_active_seqs or cfg.max_num_seqs
     assert int(naive.steps["num_running"].max() if len(naive.steps) else 0) <= active
+
+
+def test_the_knobs_reach_the_vllm_serve_command_only_when_set() -> None:
+    from servesim.tuning.deployment import Deployment
+
+    d = Deployment(max_model_len=4096)
+    plain = d.vllm_serve_command("meta-llama/Llama-3.1-8B-Instruct")
+    assert "queued" not in plain and "interval" not in plain
+    assert "max_num_queued_reqs" not in d.model_dump()  # the document as before
+    set_ = d.model_copy(
+        update={
+            "max_num_queued_reqs": 64,
+            "max_num_queued_tokens": 50000,
+            "max_num_active_seqs": 32,
+            "prefill_schedule_interval": 4,
+            "long_prefill_token_threshold_adaptive": True,
+            "max_num_scheduled_tokens": 1024,
+            "stream_interval": 8,
+        }
+    )
+    cmd = set_.vllm_serve_command("meta-llama/Llama-3.1-8B-Instruct")
+    for flag in (
+        "--max-num-queued-reqs 64",
+        "--max-num-queued-tokens 50000",
+        "--max-num-active-seqs 32",
+        "--prefill-schedule-interval 4",
+        "--long-prefill-token-threshold-adaptive",
+        "--max-num-scheduled-tokens 1024",
+        "--stream-interval 8",
+    ):
+        assert flag in cmd
+    cfg = set_.engine_config(num_gpu_blocks=5000)
+    assert (cfg.max_num_queued_reqs, cfg.prefill_schedule_interval, cfg.stream_interval) == (64, 4, 8)
+    assert Deployment.from_engine_config(cfg, max_model_len=4096).max_num_active_seqs == 32

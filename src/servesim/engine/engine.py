@@ -117,7 +117,7 @@ class Engine:
         self.rec = Recorder(self.trace.n)
         if config.speculative_config is not None:
             self.rec.spec_steps = array("q")
-        if record_token_times:
+        if record_token_times or config.stream_interval > 1:  # chunks of a stream: streaming.py
             self.rec.token_steps = {}
         self.now = 0.0
         self.step = 0

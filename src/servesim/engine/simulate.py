@@ -29,6 +29,7 @@ from servesim.engine.results import (
     tokens_per_verifying_step,
 )
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
+from servesim.engine.streaming import chunk_gaps_s
 from servesim.engine.trace_arrays import TraceArrays
 from servesim.events import Observer
 from servesim.traces.schema import Trace
@@ -183,6 +184,12 @@ def build_result(
             draft_timing=engine.draft_timing(),
         )
     cfg = engine.config
+    if cfg.stream_interval > 1 and pooled_itl and rec.token_steps is not None:
+        # a streaming client's ITL: the gaps between its chunks (streaming.py)
+        done = requests["outcome"].isin([OUTCOMES[OUTCOME_FINISHED], OUTCOMES[OUTCOME_LENGTH_CAPPED]])
+        ends = np.asarray(rec.step_end)
+        gaps_s = chunk_gaps_s(rec.token_steps, ends, dict(enumerate(done.to_numpy())), cfg.stream_interval)
+        summary.itl_ms = LatencyStats.of(gaps_s * 1e3)
     if engine.gate is not None:
         summary.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
     tier = engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None
