@@ -257,11 +257,12 @@ class Emulator:
         self.success = Counter(
             "vllm:request_success", "Finished requests.", [*lab, "finished_reason"], registry=self.registry
         )
+        # vLLM's own labels (model_name, reason: no engine); served only where a limit is set
         self.admission_rejections = Counter(
             "vllm:admission_rejections",
             "Number of admission attempts rejected by a queue limit, by reason.",
             ["model_name", "reason"],
-            registry=self.registry,
+            registry=self.registry if self.admission_limits else None,
         )
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens.", lab, registry=self.registry)
         self.generation_tokens = Counter(
