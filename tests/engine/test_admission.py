@@ -230,3 +230,25 @@ def test_the_knobs_reach_the_vllm_serve_command_only_when_set() -> None:
     cfg = set_.engine_config(num_gpu_blocks=5000)
     assert (cfg.max_num_queued_reqs, cfg.prefill_schedule_interval, cfg.stream_interval) == (64, 4, 8)
     assert Deployment.from_engine_config(cfg, max_model_len=4096).max_num_active_seqs == 32
+
+
+def test_a_one_replica_cluster_refuses_what_the_stand_alone_engine_refuses() -> None:
+    """A cluster's replica is a vLLM server with its own API server: the same 503s as the engine
+    alone (routing at the arrival time), counted in the fleet's summary."""
+    from servesim.cluster import Replica, simulate_cluster
+
+    rows = [
+        {"req_id": f"r{i}", "arrival_time_s": i * 0.004, "prompt_len": 200, "output_len": 30}
+        for i in range(80)
+    ]
+    trace = Trace.from_records(rows)
+    cfg = EngineConfig(
+        max_num_seqs=8, max_num_batched_tokens=512, max_num_queued_reqs=12, max_num_queued_tokens=1500
+    )
+    model = ConstantStepTime(step_time_s=0.01)
+    alone = simulate(trace, cfg, model)
+    fleet = simulate_cluster(trace, [Replica("n0", cfg, model)])
+    assert list(fleet.requests["outcome"]) == list(alone.requests["outcome"])
+    adm = fleet.summary.cluster.admission
+    assert adm is not None and alone.summary.admission is not None
+    assert adm.num_rejected == alone.summary.admission.num_rejected > 0
