@@ -12,6 +12,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from servesim import EngineConfig, Replica, replica_setup
 from servesim.emulate.emulator import Emulator
@@ -19,9 +20,12 @@ from servesim.emulate.emulator import Emulator
 MODEL = "llama-3.1-8b"
 
 
-def replicas(n: int = 2, *, max_num_seqs: int = 256, max_model_len: int = 4096) -> list[Replica]:
-    """The default deployment (calibrated Llama-3.1-8B on one H100), ``n`` replicas."""
-    setup = replica_setup(EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len))
+def replicas(
+    n: int = 2, *, max_num_seqs: int = 256, max_model_len: int = 4096, **engine: Any
+) -> list[Replica]:
+    """The default deployment (calibrated Llama-3.1-8B on one H100), ``n`` replicas (``engine``:
+    more vLLM settings)."""
+    setup = replica_setup(EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, **engine))
     return [Replica(f"replica-{k}", setup.config, setup.step_time) for k in range(n)]
 
 

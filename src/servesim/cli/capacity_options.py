@@ -144,6 +144,7 @@ class StudyFlags:
     space: list[str]
     space_file: Path | None
     max_gpus: int | None
+    max_rejection_rate: float
     trial_seeds: int
     pruning: PruningChoice
     verify_seeds: int
@@ -186,6 +187,16 @@ _STUDY: dict[str, tuple[Any, Any]] = {
         typer.Option(None, help="YAML/JSON search space (knob: choices or {low, high})."),
     ),
     "max_gpus": (int | None, typer.Option(None, min=1, help="GPU budget: replicas x TP at most this.")),
+    "max_rejection_rate": (
+        float,
+        typer.Option(
+            0.0,
+            min=0.0,
+            max=1.0,
+            help="Fraction of requests a trial may answer HTTP 503 (--max-num-queued-reqs/-tokens) and "
+            "stay feasible: the budget within which rejections may buy TTFT. Default 0: none.",
+        ),
+    ),
     "trial_seeds": (
         int,
         typer.Option(tune_defaults.TRIAL_SEEDS, min=1, max=20, help="Seeds (replicates) per trial."),

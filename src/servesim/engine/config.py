@@ -52,6 +52,48 @@ class EngineConfig(BaseModel):
         0, ge=0, le=MAX_TOKENS, description="Cap on one request's tokens per step (0 = no cap)."
     )
     policy: SchedulingPolicy = Field("fcfs", description="Waiting-queue order.")
+    max_num_scheduled_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Tokens the scheduler may issue in one step (vLLM; None = max_num_batched_tokens).",
+    )
+    max_num_active_seqs: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SEQS,
+        description="Most requests admitted into RUNNING, <= max_num_seqs (vLLM; None = max_num_seqs).",
+    )
+    long_prefill_token_threshold_adaptive: bool = Field(
+        False,
+        description="Floor long_prefill_token_threshold at max_num_batched_tokens / (running + waiting).",
+    )
+    prefill_schedule_interval: int = Field(
+        1,
+        ge=1,
+        le=MAX_SEQS,
+        description="Admit prefill (admissions and chunks) only every N executed steps while decodes run.",
+    )
+    max_num_queued_reqs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="API server: answer HTTP 503 to a request arriving with this many in flight "
+        "(None = no limit).",
+    )
+    max_num_queued_tokens: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="API server: answer HTTP 503 while prompts still in prefill hold this many tokens "
+        "(None = no limit).",
+    )
+    stream_interval: int = Field(
+        1,
+        ge=1,
+        le=MAX_SEQS,
+        description="Tokens per streamed chunk: a client's inter-chunk latency spans this many steps.",
+    )
     max_model_len: int | None = Field(
         None, ge=2, le=MAX_TOKENS, description="Context limit; default: the trace's longest request + 1."
     )
@@ -104,6 +146,12 @@ class EngineConfig(BaseModel):
         "long_prefill_token_threshold",
         "max_model_len",
         "starvation_threshold",
+        "max_num_scheduled_tokens",
+        "max_num_active_seqs",
+        "prefill_schedule_interval",
+        "max_num_queued_reqs",
+        "max_num_queued_tokens",
+        "stream_interval",
         mode="before",
     )(lambda v: reject_bool(v))
 
@@ -114,8 +162,19 @@ class EngineConfig(BaseModel):
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                 f"({self.max_num_seqs}), as vLLM requires"
             )
+        if self.max_num_active_seqs is not None and self.max_num_active_seqs > self.max_num_seqs:
+            raise ConfigError(
+                f"max_num_active_seqs ({self.max_num_active_seqs}) cannot be greater than max_num_seqs "
+                f"({self.max_num_seqs}), as vLLM requires"
+            )
         if self.max_model_len is not None:
             self.check_max_model_len(self.max_model_len)
+        if self.prefill_schedule_interval > 1 and self.kv_offloading_size is not None:
+            raise ConfigError(
+                f"prefill_schedule_interval {self.prefill_schedule_interval} with kv_offloading_size "
+                f"{self.kv_offloading_size:g} GiB: the prefill cadence beside a KV connector's deferred "
+                "requests is not modelled; drop one of them"
+            )
         spec = self.speculative_config
         if spec is not None and self.kv_offloading_size is not None:
             raise ConfigError(

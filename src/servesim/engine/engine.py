@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.engine import replica_ops
+from servesim.engine.admission import gate_of, rejected_on_arrival
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine_events import emit_step, emit_stretch_step
@@ -27,7 +28,6 @@ from servesim.engine.kv_connector_base import KVConnector
 from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
     OUTCOME_REJECTED_TIMEOUT,
-    OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
     REJECTED,
     WAITING,
@@ -94,7 +94,9 @@ class Engine:
         # step runs the plain (naive) path: the fast path's proofs assume no connector.
         self.kv_connector = kv_connector
         fast = fast and _fast_path_allowed(config, kv_connector)
-        self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
+        # multi-step decode stretches (part of the fast path); a prefill cadence counts every
+        # executed step in the scheduler, so its steps all go through it
+        self.stretch = fast and stretch and config.prefill_schedule_interval == 1
         self.name = name  # the replica's name in events (None stand-alone)
         observers = [*observers, *([StepLogObserver(step_log)] if step_log is not None else [])]
         # One callable delivering an event to every observer; None when there is none, so the
@@ -115,7 +117,7 @@ class Engine:
         self.rec = Recorder(self.trace.n)
         if config.speculative_config is not None:
             self.rec.spec_steps = array("q")
-        if record_token_times:
+        if record_token_times or config.stream_interval > 1:  # chunks of a stream: streaming.py
             self.rec.token_steps = {}
         self.now = 0.0
         self.step = 0
@@ -123,6 +125,7 @@ class Engine:
         self.external_arrivals = external_arrivals
         self._next = self.trace.n if external_arrivals else 0
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
+        self.gate = gate_of(config.max_num_queued_reqs, config.max_num_queued_tokens)  # HTTP 503s
         self.live: dict[int, Request] = {}  # arrived and not yet closed
 
     def _init_drafter(self, step_time: StepTimeModel) -> None:
@@ -219,7 +222,7 @@ class Engine:
                 and not sched.explicit
                 and sched.group is not None
                 and sched.group.n
-                and (not len(waiting) or (len(running) >= sched.max_num_seqs and not timeouts))
+                and (not len(waiting) or (len(running) >= sched.max_num_active and not timeouts))
                 and self._decode_stretch(limit)
             ):
                 continue
@@ -345,7 +348,7 @@ class Engine:
     def _decode_stretch(self, limit: float) -> bool:
         """Advance, in one go, the steps in which only the decode group runs: no request
         arrives, every step's new blocks fit, and no waiting request can be admitted (there is
-        none, or ``max_num_seqs`` is reached). A step in which members produce their last token
+        none, or ``max_num_active_seqs`` is reached). A step in which members produce their last token
         is part of the stretch too: they leave exactly as ``Scheduler.update`` would have them
         leave; the stretch ends there if that makes room for a waiting request.
         Returns False when not even one such step is ahead."""
@@ -408,7 +411,7 @@ class Engine:
             n = group.n
             ctx = group.ctx_base
             n_running = len(sched.running)
-            if not n or (n_waiting and n_running < sched.max_num_seqs):
+            if not n or (n_waiting and n_running < sched.max_num_active):
                 break  # idle, or a waiting request may be admitted: the next step is a full one
             end = group.next_finish_step()
         if step == first:
@@ -478,17 +481,12 @@ class Engine:
             i += 1
             if emit is not None:
                 emit(RequestArrived(r.arrival, r.req_id, self.name))
-            if r.prompt_len >= mml:
-                r.status = REJECTED
-                r.outcome = OUTCOME_REJECTED_TOO_LONG
-                r.finish_time = r.arrival
-                self.rec.close_request(r)
-                self.num_closed += 1
-                if emit is not None:
-                    emit(RequestRejected(r.arrival, r.req_id, self.name, "prompt_too_long"))
-                continue
+            if (self.gate is not None or r.prompt_len >= mml) and rejected_on_arrival(self, r, r.arrival):
+                continue  # HTTP 503 (admission.py) or 400 (prompt too long)
             kv.init_request(r)
             live[r.idx] = r
+            if self.gate is not None:
+                self.gate.admitted(r)
             waiting.add(r)
             if timeouts:
                 self._timeouts.append(r)
@@ -523,16 +521,12 @@ class Engine:
         sched = self.scheduler
         if not sched.running and not len(sched.waiting) and t > self.now:
             self.now = t
-        self.kv.init_request(r)
-        if r.status == WAITING and r.prompt_len >= self.max_model_len:
-            r.status = REJECTED
-            r.outcome = OUTCOME_REJECTED_TOO_LONG
-            r.finish_time = t
-            self._close(r)
-            if self.emit is not None:
-                self.emit(RequestRejected(t, r.req_id, self.name, "prompt_too_long"))
+        if r.status == WAITING and rejected_on_arrival(self, r, t):
             return
+        self.kv.init_request(r)
         self.live[r.idx] = r
+        if self.gate is not None:
+            self.gate.admitted(r)
         sched.waiting.add(r)  # appended: to this replica it is a new arrival
         if self.config.queue_timeout_s is not None and r.status == WAITING:
             self._timeouts.append(r)
@@ -553,7 +547,8 @@ class Engine:
         return replica_ops.evict_all(self)
 
     def _close(self, r: Request) -> None:
-        self.live.pop(r.idx, None)
+        if self.live.pop(r.idx, None) is not None and self.gate is not None:
+            self.gate.closed(r.finish_time)
         self.rec.close_request(r)
         self.num_closed += 1
 

@@ -41,6 +41,7 @@ from servesim.tuning import (
     space_from_mapping,
 )
 from servesim.tuning.deploy import recommendation_manifest
+from servesim.tuning.deployment import KNOBS_033
 from servesim.tuning.hardware import DEFAULT_GPU, PerfHardware
 from servesim.tuning.noise import ab_verdict
 from servesim.tuning.ranking import record_of
@@ -80,6 +81,14 @@ class TuneRequest(BaseModel):
     )
     slo: PercentileSLO | None = None
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False, description="Load to plan for.")
+    max_rejection_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Fraction of requests a trial may answer HTTP 503 (max_num_queued_reqs/tokens) and "
+        "stay feasible: the budget within which 503s may buy TTFT (0: none).",
+    )
     objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
     latency_metric: Literal["ttft", "tpot", "e2e"] = Field("ttft", description="The Pareto front's p99.")
     trials: int = Field(tune_defaults.TRIALS, ge=1, description="Trials this run adds to the study.")
@@ -296,7 +305,9 @@ def prepare(request: TuneRequest) -> PreparedTune:
         max_gpus=request.max_gpus,
         pruning=request.pruning,
     )
-    evaluation = EvalSettings(router=RouterSpec(policy=spec.router))
+    evaluation = EvalSettings(
+        router=RouterSpec(policy=spec.router), max_rejection_rate=request.max_rejection_rate
+    )
     name = request.study_name or derived_study_name(
         workload,
         hardware,
@@ -320,6 +331,9 @@ def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], Se
     fixed: dict[str, Any] = {"policy": spec.engine.get("policy", "fcfs")}
     if spec.engine.get("kv_cache_dtype", "auto") != "auto":  # absent when auto: the study as before the key
         fixed["kv_cache_dtype"] = spec.engine["kv_cache_dtype"]
+    for key, default in KNOBS_033.items():  # vLLM 0.33's knobs as set (the 503 limits among them)
+        if spec.engine.get(key, default) != default:
+            fixed[key] = spec.engine[key]
     raw = spec.engine.get("speculative_config")
     if raw is not None:
         sc = SpeculativeConfig.model_validate(raw)

@@ -432,6 +432,10 @@ def evaluate_rungs(
             raise InternalError("invariant broken: a climbing trial without runs")
         timeout = p.deployment.queue_timeout_s is not None
         shed = ctx.settings.max_shed_fraction if timeout else None
+        d = p.deployment
+        if d.max_num_queued_reqs is not None or d.max_num_queued_tokens is not None:
+            # a prefix request over a cap may get a 503 in the full run instead (within budget)
+            shed = (shed or 0.0) + ctx.settings.max_rejection_rate
         if (why := prefix_stop(c, n_full, ctx.slo, shed)) is not None:
             out[i] = _stopped(ctx, trials[i], p, 1, why, c.n)
         else:
