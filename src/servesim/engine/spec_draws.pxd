@@ -19,7 +19,7 @@ cpdef accepted_batch(unsigned long long seed, list reqs, list ns, double[::1] ra
 
 @cython.locals(x=cython.Py_ssize_t, i=cython.Py_ssize_t, s=cython.Py_ssize_t, _k=cython.Py_ssize_t,
                cur=cython.Py_ssize_t, prv=cython.Py_ssize_t, add=cython.Py_ssize_t,
-               lane=cython.Py_ssize_t, y=cython.uint)
+               lane=cython.Py_ssize_t, y=cython.uint, mask=cython.uint, sub=cython.uint)
 cdef void _init_by_array(unsigned int[::1] mt, unsigned int[::1] tiled, unsigned int[::1] addend) noexcept
 
 @cython.locals(a=cython.Py_ssize_t, u=cython.double, q=cython.double)

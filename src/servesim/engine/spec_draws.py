@@ -96,6 +96,7 @@ def _init_by_array(mt: array, tiled: array, addend: array) -> None:
     ``i * 8 + l``), each from ``init_genrand(19650218)`` (``tiled``); ``addend[s * 8 + l]`` is
     lane l's key word plus its index at step s of the first loop (of period 12: keys have 1 to 4
     words). Literals, not the module's constants: the compiled loops stay C."""
+    mask = MASK32  # a local: a store into ``mt`` cannot change it, so the lanes vectorise
     for x in range(624 * 8):
         mt[x] = tiled[x]
     i = 1
@@ -107,8 +108,8 @@ def _init_by_array(mt: array, tiled: array, addend: array) -> None:
         for lane in range(8):
             y = mt[prv + lane]
             mt[cur + lane] = (
-                (mt[cur + lane] ^ (((y ^ (y >> 30)) * 1664525) & MASK32)) + addend[add + lane]
-            ) & MASK32
+                (mt[cur + lane] ^ (((y ^ (y >> 30)) * 1664525) & mask)) + addend[add + lane]
+            ) & mask
         i += 1
         s = s + 1 if s < 11 else 0
         if i >= 624:
@@ -118,9 +119,10 @@ def _init_by_array(mt: array, tiled: array, addend: array) -> None:
     for _k in range(623):
         cur = i * 8
         prv = cur - 8
+        sub = i  # a 32-bit word compiled: the lanes stay 32-bit arithmetic
         for lane in range(8):
             y = mt[prv + lane]
-            mt[cur + lane] = ((mt[cur + lane] ^ (((y ^ (y >> 30)) * 1566083941) & MASK32)) - i) & MASK32
+            mt[cur + lane] = ((mt[cur + lane] ^ (((y ^ (y >> 30)) * 1566083941) & mask)) - sub) & mask
         i += 1
         if i >= 624:
             for lane in range(8):
