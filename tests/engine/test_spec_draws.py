@@ -25,7 +25,9 @@ def reference(seed: int, r: Request, n: int, rates: tuple[float, ...], flat: lis
     rng = random.Random((seed << 48) ^ (r.idx << 20) ^ r.spec_verifications)
     own = flat is not None and r.idx < len(flat) and flat[r.idx] == flat[r.idx]
     a = 0
-    while a < n and rng.random() < (flat[r.idx] if own and flat is not None else rates[min(a, len(rates) - 1)]):
+    while a < n and rng.random() < (
+        flat[r.idx] if own and flat is not None else rates[min(a, len(rates) - 1)]
+    ):
         a += 1
     return a
 

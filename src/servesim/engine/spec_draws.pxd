@@ -26,5 +26,5 @@ cdef void _init_by_array(unsigned int[::1] mt, unsigned int[::1] tiled, unsigned
 cdef Py_ssize_t _count(unsigned int[::1] mt, Py_ssize_t lane, Py_ssize_t n, bint own, double p,
                        double[::1] rates, Py_ssize_t nrates) noexcept
 
-@cython.locals(y=cython.uint, v=cython.uint)
+@cython.locals(y=cython.uint, v=cython.uint, out=cython.uint)
 cdef inline unsigned int _output(unsigned int[::1] mt, Py_ssize_t lane, Py_ssize_t i) noexcept

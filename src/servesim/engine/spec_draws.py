@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from array import array
 
+from servesim.engine.request import Request
+
 try:
-    import cython
+    import cython  # type: ignore[import-not-found]
 
     COMPILED: bool = bool(cython.compiled)
 except ImportError:  # Cython is a build dependency only
@@ -40,7 +42,7 @@ TEMPER_C = 0xEFC60000
 MAX_DRAWS = (N - M) // 2  # uniforms readable from the first twist of a fresh state
 
 
-def _genrand_base() -> array:
+def _genrand_base() -> array[int]:
     """The state ``init_genrand(19650218)`` leaves: where every ``init_by_array`` starts."""
     mt = array("I", [19650218])
     for i in range(1, N):
@@ -54,7 +56,14 @@ _BASE = _genrand_base()
 _TILED = array("I", [w for w in _BASE for _lane in range(8)])
 
 
-def accepted_batch(seed: int, reqs: list, ns: list, rates: array, flat: array | None, out: list) -> None:
+def accepted_batch(
+    seed: int,
+    reqs: list[Request],
+    ns: list[int],
+    rates: array[float],
+    flat: array[float] | None,
+    out: list[int],
+) -> None:
     """Append to ``out`` how many of ``ns[i]`` drafts the target accepts at ``reqs[i]``'s next
     verification: position j with probability ``rates[j]`` (the last rate repeating), or the
     request's own ``flat[idx]`` at every position when that is not NaN; exactly what
@@ -87,11 +96,11 @@ def accepted_batch(seed: int, reqs: list, ns: list, rates: array, flat: array | 
         for lane in range(width):
             idx = reqs[b + lane].idx
             own = flat is not None and idx < nflat and flat[idx] == flat[idx]
-            p = flat[idx] if own else 0.0
+            p = flat[idx] if own and flat is not None else 0.0
             out.append(_count(mt, lane, ns[b + lane], own, p, rates, nrates))
 
 
-def _init_by_array(mt: array, tiled: array, addend: array) -> None:
+def _init_by_array(mt: array[int], tiled: array[int], addend: array[int]) -> None:
     """CPython's ``init_by_array`` on ``LANES`` (8) states at once (word i of lane l at
     ``i * 8 + l``), each from ``init_genrand(19650218)`` (``tiled``); ``addend[s * 8 + l]`` is
     lane l's key word plus its index at step s of the first loop (of period 12: keys have 1 to 4
@@ -132,13 +141,15 @@ def _init_by_array(mt: array, tiled: array, addend: array) -> None:
         mt[lane] = UPPER
 
 
-def _count(mt: array, lane: int, n: int, own: bool, p: float, rates: array, nrates: int) -> int:
+def _count(mt: array[int], lane: int, n: int, own: bool, p: float, rates: array[float], nrates: int) -> int:
     """Drafts accepted of ``n`` by lane ``lane``'s fresh state: ``random()`` after ``random()``
     (two tempered outputs of the first twist each) against position a's rate (``p`` at every
     position when the request has its ``own``), stopping at the first rejection."""
     a = 0
     while a < n:
-        u = (_output(mt, lane, 2 * a) * 67108864.0 + _output(mt, lane, 2 * a + 1)) * (1.0 / 9007199254740992.0)
+        u = (_output(mt, lane, 2 * a) * 67108864.0 + _output(mt, lane, 2 * a + 1)) * (
+            1.0 / 9007199254740992.0
+        )
         q = p if own else rates[a if a < nrates else nrates - 1]
         if not u < q:
             break
@@ -146,7 +157,7 @@ def _count(mt: array, lane: int, n: int, own: bool, p: float, rates: array, nrat
     return a
 
 
-def _output(mt: array, lane: int, i: int) -> int:
+def _output(mt: array[int], lane: int, i: int) -> int:
     """Output ``i`` (< N - M) of a fresh state, tempered, shifted as ``random()`` takes it: by 5
     for the first of a pair, 6 for the second."""
     y = (mt[i * 8 + lane] & UPPER) | (mt[(i + 1) * 8 + lane] & 0x7FFFFFFF)
@@ -157,4 +168,5 @@ def _output(mt: array, lane: int, i: int) -> int:
     v ^= (v << 7) & TEMPER_B
     v ^= (v << 15) & TEMPER_C
     v ^= v >> 18
-    return v >> 6 if i & 1 else v >> 5
+    out: int = v >> 6 if i & 1 else v >> 5
+    return out
