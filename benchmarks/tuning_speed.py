@@ -5,6 +5,12 @@ runs them, with where the time goes.
     .venv/bin/python benchmarks/tuning_speed.py --requests 1000 --trials 40 --saturate
     .venv/bin/python benchmarks/tuning_speed.py --storage memory --executor local --trials 20
     .venv/bin/python benchmarks/tuning_speed.py --pruning both    # search rungs off, then on: CPU, same pick?
+    .venv/bin/python benchmarks/tuning_speed.py --requests 2000 --trials 20 --no-recommend \
+        --compare-spec '{"method": "eagle3", "num_speculative_tokens": 3}'   # plain vs speculative study
+
+``--speculative-config`` runs the study as ``servesim tune --speculative-config`` does (the
+config fixed, its k searched in {0, k}); ``--compare-spec`` runs the same study without, then
+with it (fresh processes, same trials and trace) and prints both times, their CPU and the ratio.
 
 The trace is the first ``--requests`` requests of the bundled Azure conversation trace (real
 arrivals and lengths; ``--source default`` uses the generator preset instead) on the default
@@ -50,8 +56,10 @@ from servesim.tuning import (
     Deployment,
     EvalContext,
     EvalSettings,
+    Knob,
     PercentileSLO,
     PerfHardware,
+    SearchSpace,
     TuneSettings,
     Workload,
     find_saturation,
@@ -179,10 +187,21 @@ def main() -> None:
         choices=["none", "rungs", "both"],
         help="search rungs (tuning.rungs); 'both': the run without, then with, and whether the picks match",
     )
+    ap.add_argument(
+        "--speculative-config",
+        default=None,
+        help="vLLM's --speculative-config JSON: fixed in every trial, its k searched in {0, k}",
+    )
+    ap.add_argument(
+        "--compare-spec", default=None, help="a --speculative-config: the study without, then with it"
+    )
     ap.add_argument("--summary", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.pruning == "both":
         compare_pruning(sys.argv[1:])
+        return
+    if args.compare_spec is not None:
+        compare_speculative(sys.argv[1:], args.compare_spec)
         return
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -232,9 +251,23 @@ def main() -> None:
 
         ex._run = timed_map
         t2 = time.perf_counter()
+        c2 = time.process_time()
         st = TuneSettings(n_trials=args.trials, pruning=args.pruning)
-        res = tune(wl, hw, slo, settings=st, eval_settings=ev, executor=ex, n_jobs=args.jobs, storage=url)
+        fixed, space = speculative_study(args.speculative_config)
+        res = tune(
+            wl,
+            hw,
+            slo,
+            settings=st,
+            eval_settings=ev,
+            executor=ex,
+            n_jobs=args.jobs,
+            storage=url,
+            fixed=fixed,
+            space=space,
+        )
         t_tune = time.perf_counter() - t2
+        cpu_tune = time.process_time() - c2
         tune_map = map_time[0]
         tune_driver = {k: v - driver0.get(k, 0.0) for k, v in _TIMES.items()}
         worker_tune = dict(getattr(ex, "worker_times", _TIMES))
@@ -346,6 +379,8 @@ def main() -> None:
             json.dumps(
                 {
                     "tune_s": t_tune,
+                    "tune_cpu_s": cpu_tune + worker_cpu_tune,
+                    "n_trials": res.n_trials,
                     "cpu_s": cpu.ru_utime + cpu.ru_stime + kids.ru_utime + kids.ru_stime,
                     "best": res.best.params if res.best is not None else None,
                     "chosen": res.choice.chosen if res.choice is not None else None,
@@ -355,6 +390,51 @@ def main() -> None:
             )
         )
     tmp.cleanup()
+
+
+def speculative_study(raw: str | None) -> tuple[dict[str, Any] | None, SearchSpace | None]:
+    """The fixed fields and space of ``servesim tune --speculative-config raw`` (services.tune's
+    ``_fixed``): the config in every trial, its k searched in {0, k}; (None, None) without."""
+    if raw is None:
+        return None, None
+    from servesim.engine.speculative import SpeculativeConfig
+
+    sc = SpeculativeConfig.model_validate(raw)
+    fixed = {"policy": "fcfs", "speculative_config": sc.model_dump(mode="json")}
+    space = SearchSpace().with_overrides(
+        {"num_speculative_tokens": Knob(choices=[0, sc.num_speculative_tokens])}
+    )
+    return fixed, space
+
+
+def compare_speculative(argv: list[str], spec: str) -> None:
+    """Run this benchmark's study without, then with, ``--speculative-config spec`` (fresh
+    processes, same trials and trace) and print both times and the ratio."""
+    rest: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--compare-spec":
+            skip = True
+        elif not a.startswith("--compare-spec="):
+            rest.append(a)
+    out: dict[str, Any] = {}
+    for label, extra in (("plain", []), ("speculative", ["--speculative-config", spec])):
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            print(f"\n===== {label} =====", flush=True)
+            subprocess.run([sys.executable, __file__, *rest, *extra, "--summary", f.name], check=True)
+            out[label] = json.loads(Path(f.name).read_text())
+    a, b = out["plain"], out["speculative"]
+    print(f"\n===== plain vs --speculative-config {spec} =====")
+    print(
+        f"study wall time: plain {a['tune_s']:.1f} s, speculative {b['tune_s']:.1f} s "
+        f"({a['n_trials']} trials each)"
+    )
+    print(
+        f"study CPU (driver + workers): plain {a['tune_cpu_s']:.1f} s, speculative {b['tune_cpu_s']:.1f} s: "
+        f"ratio {b['tune_cpu_s'] / a['tune_cpu_s']:.2f} (wall {b['tune_s'] / a['tune_s']:.2f})"
+    )
 
 
 def compare_pruning(argv: list[str]) -> None:

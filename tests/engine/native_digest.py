@@ -23,6 +23,17 @@ from servesim.traces.prefixes import PrefixSpec
 DIGEST = hashlib.sha256()
 
 
+def same_draws_on_both_cores() -> None:
+    """Hypothesis mixes the literals of the local modules it finds loaded into what it draws
+    (``hypothesis.internal.constants_ast``): it reads the pure-Python core's ``.py`` modules but
+    not the compiled core's extensions, so the two processes would draw different runs as soon as
+    an engine module gains a constant. Both draw with none (an empty pool), the same runs."""
+    from hypothesis.internal.conjecture import providers
+
+    assert hasattr(providers, "_get_local_constants"), "hypothesis changed: pin its constant pool anew"
+    providers._get_local_constants = providers.Constants  # type: ignore[attr-defined]
+
+
 def absorb(result: SimulationResult, log: list[dict[str, object]]) -> None:
     for frame in (result.requests, result.steps, result.preemptions):
         DIGEST.update(frame.to_csv(index=False, float_format="%.17g").encode())
@@ -84,6 +95,7 @@ def speculative_runs() -> None:
 
 
 if __name__ == "__main__":
+    same_draws_on_both_cores()
     drawn_runs()
     generated_runs()
     speculative_runs()

@@ -20,6 +20,7 @@ COMPILED_MODULES = (
     "scheduler",
     "trace_arrays",
     "recorder",
+    "spec_draws",
     "engine",
 )
 

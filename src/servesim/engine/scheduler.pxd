@@ -57,8 +57,11 @@ cdef class Scheduler:
     cpdef list update(self, StepPlan plan, long long step, double t_end)
     @cython.locals(mml=cython.longlong, k=cython.longlong, kv=KVCacheManager, finished=list, r=Request,
                    n=cython.longlong, c=cython.longlong, d=cython.longlong, a=cython.longlong,
-                   o=cython.longlong, stop=cython.bint, emitted=cython.longlong)
+                   o=cython.longlong, stop=cython.bint, emitted=cython.longlong, draws=list,
+                   j=cython.Py_ssize_t)
     cpdef list _verify(self, StepPlan plan, long long step, double t_end)
+    @cython.locals(reqs=list, ns=list, r=Request, n=cython.longlong, d=cython.longlong, out=list)
+    cpdef list _draws(self, StepPlan plan)
     @cython.locals(seg=list)
     cdef inline void _emitted(self, Request r, long long step, double t_end)
     @cython.locals(running=list, r=Request, sending=dict)

@@ -474,7 +474,8 @@ class Scheduler:
         mml = self.max_model_len
         k = self.spec_k
         kv = self.kv
-        acc = self.acceptance
+        draws = self._draws(plan)
+        j = 0
         finished: list[Request] = []
         for r, n in plan.scheduled:
             c = r.num_computed + n
@@ -490,7 +491,8 @@ class Scheduler:
                 if r.spec_padded:
                     r.spec_padded = False  # padding rows are never accepted
                 else:
-                    a = acc.accepted(r, d)  # type: ignore[attr-defined]
+                    a = draws[j]
+                    j += 1
                     r.spec_drafted += d
                     r.spec_accepted += a
                     self.spec_drafted += d
@@ -518,6 +520,22 @@ class Scheduler:
             else:
                 r.spec_tokens = k
         return finished
+
+    def _draws(self, plan: StepPlan) -> list[int]:
+        """The acceptance model's answers for the step's verifications, in scheduling order: the
+        requests ``_verify`` will ask about (their whole known tokens computed, drafts scheduled,
+        not padding), asked at once so that the compiled core seeds their generators together."""
+        reqs: list[Request] = []
+        ns: list[int] = []
+        for r, n in plan.scheduled:
+            d = r.spec_sched
+            if d and not r.spec_padded and r.num_computed + n >= r.prompt_len + r.num_output:
+                reqs.append(r)
+                ns.append(d)
+        if not reqs:
+            return ns
+        out: list[int] = self.acceptance.accepted_many(reqs, ns)  # type: ignore[attr-defined]
+        return out
 
     def _emitted(self, r: Request, step: int, t_end: float) -> None:
         """``r`` sampled output in step ``step`` (ending at ``t_end``): its first-token time, its

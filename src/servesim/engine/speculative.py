@@ -19,12 +19,14 @@ from __future__ import annotations
 import difflib
 import json
 import random
+from array import array
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from servesim.bounds import MAX_SEED
+from servesim.engine import spec_draws
 from servesim.engine.request import Request
 from servesim.errors import ConfigError, reject_bool
 
@@ -271,12 +273,23 @@ class AcceptanceModel:
     position, the trace's ``spec_accept_rate`` column) overrides the rates of the requests that
     have one with that rate at every position; NaN rows, and requests past its end, keep ``rates``."""
 
-    __slots__ = ("per_request", "rates", "seed")
+    __slots__ = ("_flat", "_rates", "per_request", "rates", "seed")
 
     def __init__(self, rates: tuple[float, ...], seed: int, per_request: list[float] | None = None) -> None:
         self.rates = rates
         self.seed = seed
         self.per_request = per_request
+        self._rates = array("d", rates)  # the same, as the compiled draws read them
+        self._flat = array("d", per_request) if per_request is not None else None
+
+    def accepted_many(self, reqs: list[Request], ns: list[int]) -> list[int]:
+        """``accepted(reqs[i], ns[i])`` for each i: one step's verifications, drawn together by
+        the compiled core (``spec_draws``: the same numbers, without a ``random.Random`` each)."""
+        if spec_draws.COMPILED and max(ns) <= spec_draws.MAX_DRAWS and self.seed < 1 << 63:
+            out: list[int] = []
+            spec_draws.accepted_batch(self.seed, reqs, ns, self._rates, self._flat, out)
+            return out
+        return [self.accepted(r, n) for r, n in zip(reqs, ns, strict=True)]
 
     def accepted(self, r: Request, n: int) -> int:
         """Drafts accepted of ``n`` at ``r``'s next verification."""
@@ -303,6 +316,10 @@ class ScriptedAcceptance:
 
     def __init__(self, script: dict[str, list[int]]) -> None:
         self.script = script  # request id -> accepted count of each verification in order
+
+    def accepted_many(self, reqs: list[Request], ns: list[int]) -> list[int]:
+        """``accepted(reqs[i], ns[i])`` for each i (the scheduler asks a step's at once)."""
+        return [self.accepted(r, n) for r, n in zip(reqs, ns, strict=True)]
 
     def accepted(self, r: Request, n: int) -> int:
         seq = self.script.get(str(r.req_id), ())
