@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -78,22 +79,34 @@ def peer_config(trace: Path, blocks: int) -> str:
     return json.dumps(cfg, indent=1)
 
 
-def run_peer(exe: str, trace: Path, blocks: int, work: Path) -> float:
-    """One ``aisimulate predict``; returns its replay wall time in seconds."""
+def run_peer(exe: str, trace: Path, blocks: int, work: Path) -> dict[str, float]:
+    """One ``aisimulate predict``: its replay wall time in seconds (``wall_s``, its own timer),
+    and the whole process's wall and CPU time (start-up, trace reading and writing included: an
+    upper bound of the replay's CPU, which the peer does not report)."""
     cfg = work / "aisimulate.yaml"
     cfg.write_text(peer_config(trace, blocks), encoding="utf-8")
     out = work / "aisimulate-out"
+    before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(
         [exe, "predict", "-c", str(cfg), "--output-dir", str(out), "--overwrite", "--format", "json"],
         capture_output=True,
         text=True,
         check=False,
     )
+    wall, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     pred = out / "prediction.json"
     if proc.returncode != 0 or not pred.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise SystemExit(f"aisimulate predict failed (exit {proc.returncode}):\n" + "\n".join(tail))
-    return float(json.loads(pred.read_text(encoding="utf-8"))["wall_time_ms"]) / 1e3
+    doc = json.loads(pred.read_text(encoding="utf-8"))
+    return {
+        "wall_s": float(doc["wall_time_ms"]) / 1e3,
+        "process_wall_s": wall,
+        "process_cpu_s": cpu,
+        "prefix_hit_rate": float(doc.get("prefix_cache_reused_ratio") or 0.0),
+        "completed": float(doc.get("completed_requests") or 0),
+    }
 
 
 def run_servesim(trace: Any, config: EngineConfig, step_time: Any) -> dict[str, float]:
@@ -183,12 +196,13 @@ def main() -> None:
             enable_prefix_caching=True,
         )
         ours: list[dict[str, float]] = []
-        theirs: list[float] = []
+        peer_runs: list[dict[str, float]] = []
         for _ in range(args.repeat):
             ours.append(run_servesim(trace, config, setup.step_time))
             if peer is not None:
-                theirs.append(run_peer(peer, path, setup.num_gpu_blocks, work))
+                peer_runs.append(run_peer(peer, path, setup.num_gpu_blocks, work))
         walls = [r["wall_s"] for r in ours]
+        theirs = [r["wall_s"] for r in peer_runs]
         row: dict[str, Any] = {
             "trace": label,
             "requests": n,
@@ -198,6 +212,9 @@ def main() -> None:
             "servesim_steps": ours[0]["steps"],
             "servesim_prefix_hit_rate": ours[0]["prefix_cache_hit_rate"],
             "aisimulate_wall_s": theirs,
+            "aisimulate_process_wall_s": [r["process_wall_s"] for r in peer_runs],
+            "aisimulate_process_cpu_s": [r["process_cpu_s"] for r in peer_runs],
+            "aisimulate_prefix_hit_rate": peer_runs[0]["prefix_hit_rate"] if peer_runs else None,
             "ratio": statistics.median(theirs) / statistics.median(walls) if theirs else None,
         }
         rows.append(row)
@@ -209,7 +226,9 @@ def main() -> None:
             f"{statistics.median(walls) / row['servesim_steps'] * 1e6:.0f} us/step, "
             f"hit rate {row['servesim_prefix_hit_rate']:.1%})"
             + (
-                f"  AISimulate {min(theirs):.2f}-{max(theirs):.2f} s  ->  servesim {row['ratio']:.2f}x faster"
+                f"  AISimulate {min(theirs):.2f}-{max(theirs):.2f} s (whole process: cpu "
+                f"{min(row['aisimulate_process_cpu_s']):.2f} s, hit rate {row['aisimulate_prefix_hit_rate']:.1%})"
+                f"  ->  servesim {row['ratio']:.2f}x faster"
                 if theirs
                 else ""
             )

@@ -262,6 +262,9 @@ class ClusterSimulator(FleetBase[ClusterRun]):
                 # event and no abort waits for one: each replica runs up to it in one call
                 # (Engine.steps_until); the steps ended are those of the loop below.
                 for k, engine in enumerate(self.current):
+                    p = self.inflight[k]
+                    if p is not None and not (p.end <= t_ext and p.end < until):
+                        continue  # its step in flight ends after the event: steps_until would return it
                     if self.alive[k]:
                         self.inflight[k], ended, last = engine.steps_until(
                             self.inflight[k], horizon, t_ext, until

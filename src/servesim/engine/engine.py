@@ -106,6 +106,11 @@ class Engine:
         # A model that can say a decode-only step's time as terms (StepTimeModel.decode_terms)
         # lets a decode stretch time its steps here, without a call per step.
         self._decode_terms = getattr(step_time, "decode_terms", None)
+        # The last decode count's terms, kept across stretches: in a cluster, stretches are cut
+        # at every routed arrival, and asking the model again for the same count cost a Python
+        # call per stretch (the terms depend on the count alone).
+        self._terms_n = 0
+        self._terms = (0.0, 0.0, 0.0, 0.0)
         self._empty_steps = 0
         self.step_time = step_time
         self._init_drafter(step_time)
@@ -243,7 +248,19 @@ class Engine:
         else:
             self._empty_steps = 0
         batch = plan.batch()
-        dt = self._step_time(batch)
+        terms_of = self._decode_terms
+        if terms_of is not None and not batch.prefill_chunks and batch.num_decodes:
+            # A decode-only step, timed from the model's decode terms as a stretch times it (the
+            # same float as step_time's): in a cluster every routed arrival cuts each replica's
+            # stretch, so these steps would otherwise cost a Python call each.
+            nd = batch.num_decodes
+            if nd != self._terms_n:
+                self._terms = terms_of(nd)
+                self._terms_n = nd
+            head, per_ctx, tail, seq = self._terms
+            dt = head + batch.decode_ctx_sum * per_ctx + tail + seq
+        else:
+            dt = self._step_time(batch)
         if self._draft_fraction > 0.0 or self._drafter is not None:
             draft = plan.draft_time(batch, self._drafter, self._spec_k, self._draft_fraction, self._step_time)
             self.draft_time_s += draft
@@ -374,8 +391,8 @@ class Engine:
         n_waiting = len(sched.waiting)
         emit = self.emit
         terms_of = self._decode_terms
-        terms_n = 0  # the decode count the terms below are for (0: none yet)
-        head = per_ctx = tail = seq = 0.0
+        terms_n = self._terms_n  # the decode count the terms below are for (0: none yet)
+        head, per_ctx, tail, seq = self._terms
         while t < next_arrival:
             pops = buckets[step % bs]
             if pops > free:
@@ -386,6 +403,8 @@ class Engine:
                 if n != terms_n:
                     head, per_ctx, tail, seq = terms_of(n)
                     terms_n = n
+                    self._terms_n = n
+                    self._terms = (head, per_ctx, tail, seq)
                 dt = head + (ctx + n * (step + 1)) * per_ctx + tail + seq
             if not dt > 0:
                 raise InputError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
