@@ -128,6 +128,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         if unknown:
             raise InputError(f"failure events name unknown nodes {sorted(unknown)}; replicas: {names}")
         super().__init__(trace, replicas)
+        self._all_up = True  # every node alive and accepting (eligible's shortcut)
         self.router = Router(router or RouterSpec())
         self.recovery = recovery
         self.context = context or default_context()
@@ -205,7 +206,15 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         return not any(self.alive[k] and not v.idle for k, v in enumerate(self.views))
 
     def eligible(self) -> list[int]:
+        if self._all_up:  # no node down or warned (kept by _node_state): every arrival asks
+            return list(range(len(self.replicas)))
         return [k for k in range(len(self.replicas)) if self.alive[k] and self.accepting[k]]
+
+    def _node_state(self, k: int, alive: bool, accepting: bool) -> None:
+        """Set whether node ``k`` is up and takes requests (the only writer of both)."""
+        self.alive[k] = alive
+        self.accepting[k] = accepting
+        self._all_up = all(self.alive) and all(self.accepting)
 
     def run(self) -> ClusterRun:
         gc_was_enabled = gc.isenabled()
@@ -434,7 +443,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
             elif kind == "recover":
                 self.emit(ReplicaUp(t, f.node))
         if kind == "warn":
-            self.accepting[k] = False
+            self._node_state(k, self.alive[k], False)
             if self.kv_checkpointing == "on_warning":
                 view = self.views[k]
                 for r in view.running():
@@ -444,8 +453,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         else:  # recover: the node comes back empty (cold prefix cache)
             self.current[k].finish()
             self._start(k).now = t
-            self.alive[k] = True
-            self.accepting[k] = True
+            self._node_state(k, True, True)
             parked, self._parked = self._parked, []
             for r in parked:
                 self._dispatch(r, t, parked=True)
@@ -461,8 +469,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
                 self._close_aborted(r, t)
         victims = [(r, c) for r, c in victims if r.idx not in aborting]
         self.node_events.append((t, "fail", self.replicas[k].name, len(victims)))
-        self.alive[k] = False
-        self.accepting[k] = False
+        self._node_state(k, False, False)
         node = self.replicas[k].name
         eligible = self.eligible()
         if self.emit is not None:
