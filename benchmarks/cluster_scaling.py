@@ -136,7 +136,8 @@ def main() -> None:
     for row in rows:
         print(
             f"| {row['replicas']} | {row['requests']:,} | {row['simulations']} | {row['routed']:,} | "
-            f"{row['cpu_s']:.2f} | {row['wall_s']:.2f} | {row['cpu_ratio']:.2f}x | {row['ttft_p99_ms']:,.0f} |"
+            f"{row['cpu_s']:.2f} | {row['wall_s']:.2f} | {row['cpu_ratio']:.2f}x | "
+            f"{row['ttft_p99_ms']:,.0f} |"
         )
     last = rows[-1]
     print(

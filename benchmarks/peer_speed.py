@@ -12,10 +12,10 @@ alternate (servesim, AISimulate, servesim, ...) so that both see the same host l
 is AISimulate's median over servesim's median. AISimulate reports no CPU time; its replay's is
 estimated as its process's CPU time less that of the same command on the trace's first 5 requests
 (start-up: imports, model and hardware tables), run after each replay; the CPU ratio (the
-steadier one on a shared host) is that over servesim's ``simulate()`` CPU time. This script installs nothing: AISimulate is used
-only when its executable is found (``--aisimulate PATH`` or ``$AISIMULATE``, e.g. a venv made
-with ``python3 -m venv VENV && VENV/bin/pip install aisimulate==0.13.0.dev202610270000000085``);
-without it servesim's figures are printed alone.
+steadier one on a shared host) is that over servesim's ``simulate()`` CPU time. This script
+installs nothing: AISimulate is used only when its executable is found (``--aisimulate PATH``
+or ``$AISIMULATE``, e.g. a venv made with ``python3 -m venv VENV && VENV/bin/pip install
+aisimulate==0.13.0.dev202610270000000085``); without it servesim's figures are printed alone.
 
     uv run python benchmarks/peer_speed.py                                  # 10k and 100k requests
     AISIMULATE=VENV/bin/aisimulate uv run python benchmarks/peer_speed.py --repeat 3
@@ -206,8 +206,10 @@ def main() -> None:
                 peer_runs.append(run_peer(peer, path, setup.num_gpu_blocks, work))
                 # Its start-up alone (the trace's first 5 requests), to net out of its CPU time.
                 head = work / "head-5.jsonl"
-                head.write_text("".join(path.read_text(encoding="utf-8").splitlines(True)[:5]), encoding="utf-8")
-                peer_runs[-1]["startup_cpu_s"] = run_peer(peer, head, setup.num_gpu_blocks, work)["process_cpu_s"]
+                first = path.read_text(encoding="utf-8").splitlines(True)[:5]
+                head.write_text("".join(first), encoding="utf-8")
+                start = run_peer(peer, head, setup.num_gpu_blocks, work)
+                peer_runs[-1]["startup_cpu_s"] = start["process_cpu_s"]
         walls = [r["wall_s"] for r in ours]
         theirs = [r["wall_s"] for r in peer_runs]
         row: dict[str, Any] = {
