@@ -106,11 +106,8 @@ class Engine:
         # A model that can say a decode-only step's time as terms (StepTimeModel.decode_terms)
         # lets a decode stretch time its steps here, without a call per step.
         self._decode_terms = getattr(step_time, "decode_terms", None)
-        # The last decode count's terms, kept across stretches: in a cluster, stretches are cut
-        # at every routed arrival, and asking the model again for the same count cost a Python
-        # call per stretch (the terms depend on the count alone).
-        self._terms_n = 0
-        self._terms = (0.0, 0.0, 0.0, 0.0)
+        # The last decode count's terms, kept across steps (they depend on the count alone).
+        self._terms_n, self._terms = 0, (0.0, 0.0, 0.0, 0.0)
         self._empty_steps = 0
         self.step_time = step_time
         self._init_drafter(step_time)
@@ -250,13 +247,11 @@ class Engine:
         batch = plan.batch()
         terms_of = self._decode_terms
         if terms_of is not None and not batch.prefill_chunks and batch.num_decodes:
-            # A decode-only step, timed from the model's decode terms as a stretch times it (the
-            # same float as step_time's): in a cluster every routed arrival cuts each replica's
-            # stretch, so these steps would otherwise cost a Python call each.
+            # decode-only: timed as a stretch times its steps (step_time's float, no Python call;
+            # in a fleet every routed arrival cuts each replica's stretch into such steps)
             nd = batch.num_decodes
             if nd != self._terms_n:
-                self._terms = terms_of(nd)
-                self._terms_n = nd
+                self._terms_n, self._terms = nd, terms_of(nd)
             head, per_ctx, tail, seq = self._terms
             dt = head + batch.decode_ctx_sum * per_ctx + tail + seq
         else:
@@ -284,9 +279,7 @@ class Engine:
         -inf when none ended). Between external events replicas do not interact, so running
         one replica's steps in a row ends the same steps as taking every replica's in time
         order (what a cluster does when something observes the order)."""
-        p = pending
-        ended = 0
-        last = -math.inf
+        p, ended, last = pending, 0, -math.inf
         while True:
             if p is None:
                 p = self.begin_step(horizon)
@@ -295,9 +288,7 @@ class Engine:
             end = p.start + p.duration
             if end <= t_ext and end < until:
                 self.end_step(p)
-                p = None
-                ended += 1
-                last = end
+                p, ended, last = None, ended + 1, end
             else:
                 return p, ended, last
 
@@ -403,8 +394,7 @@ class Engine:
                 if n != terms_n:
                     head, per_ctx, tail, seq = terms_of(n)
                     terms_n = n
-                    self._terms_n = n
-                    self._terms = (head, per_ctx, tail, seq)
+                    self._terms_n, self._terms = n, (head, per_ctx, tail, seq)
                 dt = head + (ctx + n * (step + 1)) * per_ctx + tail + seq
             if not dt > 0:
                 raise InputError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
