@@ -9,10 +9,13 @@ servesim's figure is the wall time of ``servesim.simulate()`` (the trace already
 time alongside: on a shared host that is the steadier number). AISimulate's is its own replay
 time, ``wall_time_ms`` in ``prediction.json`` of ``aisimulate predict -c cfg.yaml``. The runs
 alternate (servesim, AISimulate, servesim, ...) so that both see the same host load; the ratio
-is AISimulate's median over servesim's median. This script installs nothing: AISimulate is used
-only when its executable is found (``--aisimulate PATH`` or ``$AISIMULATE``, e.g. a venv made
-with ``python3 -m venv VENV && VENV/bin/pip install aisimulate==0.13.0.dev202610270000000085``);
-without it servesim's figures are printed alone.
+is AISimulate's median over servesim's median. AISimulate reports no CPU time; its replay's is
+estimated as its process's CPU time less that of the same command on the trace's first 5 requests
+(start-up: imports, model and hardware tables), run after each replay; the CPU ratio (the
+steadier one on a shared host) is that over servesim's ``simulate()`` CPU time. This script
+installs nothing: AISimulate is used only when its executable is found (``--aisimulate PATH``
+or ``$AISIMULATE``, e.g. a venv made with ``python3 -m venv VENV && VENV/bin/pip install
+aisimulate==0.13.0.dev202610270000000085``); without it servesim's figures are printed alone.
 
     uv run python benchmarks/peer_speed.py                                  # 10k and 100k requests
     AISIMULATE=VENV/bin/aisimulate uv run python benchmarks/peer_speed.py --repeat 3
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -78,22 +82,34 @@ def peer_config(trace: Path, blocks: int) -> str:
     return json.dumps(cfg, indent=1)
 
 
-def run_peer(exe: str, trace: Path, blocks: int, work: Path) -> float:
-    """One ``aisimulate predict``; returns its replay wall time in seconds."""
+def run_peer(exe: str, trace: Path, blocks: int, work: Path) -> dict[str, float]:
+    """One ``aisimulate predict``: its replay wall time in seconds (``wall_s``, its own timer),
+    and the whole process's wall and CPU time (start-up, trace reading and writing included: an
+    upper bound of the replay's CPU, which the peer does not report)."""
     cfg = work / "aisimulate.yaml"
     cfg.write_text(peer_config(trace, blocks), encoding="utf-8")
     out = work / "aisimulate-out"
+    before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(
         [exe, "predict", "-c", str(cfg), "--output-dir", str(out), "--overwrite", "--format", "json"],
         capture_output=True,
         text=True,
         check=False,
     )
+    wall, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     pred = out / "prediction.json"
     if proc.returncode != 0 or not pred.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise SystemExit(f"aisimulate predict failed (exit {proc.returncode}):\n" + "\n".join(tail))
-    return float(json.loads(pred.read_text(encoding="utf-8"))["wall_time_ms"]) / 1e3
+    doc = json.loads(pred.read_text(encoding="utf-8"))
+    return {
+        "wall_s": float(doc["wall_time_ms"]) / 1e3,
+        "process_wall_s": wall,
+        "process_cpu_s": cpu,
+        "prefix_hit_rate": float(doc.get("prefix_cache_reused_ratio") or 0.0),
+        "completed": float(doc.get("completed_requests") or 0),
+    }
 
 
 def run_servesim(trace: Any, config: EngineConfig, step_time: Any) -> dict[str, float]:
@@ -183,12 +199,19 @@ def main() -> None:
             enable_prefix_caching=True,
         )
         ours: list[dict[str, float]] = []
-        theirs: list[float] = []
+        peer_runs: list[dict[str, float]] = []
         for _ in range(args.repeat):
             ours.append(run_servesim(trace, config, setup.step_time))
             if peer is not None:
-                theirs.append(run_peer(peer, path, setup.num_gpu_blocks, work))
+                peer_runs.append(run_peer(peer, path, setup.num_gpu_blocks, work))
+                # Its start-up alone (the trace's first 5 requests), to net out of its CPU time.
+                head = work / "head-5.jsonl"
+                first = path.read_text(encoding="utf-8").splitlines(True)[:5]
+                head.write_text("".join(first), encoding="utf-8")
+                start = run_peer(peer, head, setup.num_gpu_blocks, work)
+                peer_runs[-1]["startup_cpu_s"] = start["process_cpu_s"]
         walls = [r["wall_s"] for r in ours]
+        theirs = [r["wall_s"] for r in peer_runs]
         row: dict[str, Any] = {
             "trace": label,
             "requests": n,
@@ -198,7 +221,18 @@ def main() -> None:
             "servesim_steps": ours[0]["steps"],
             "servesim_prefix_hit_rate": ours[0]["prefix_cache_hit_rate"],
             "aisimulate_wall_s": theirs,
+            "aisimulate_process_wall_s": [r["process_wall_s"] for r in peer_runs],
+            "aisimulate_process_cpu_s": [r["process_cpu_s"] for r in peer_runs],
+            "aisimulate_prefix_hit_rate": peer_runs[0]["prefix_hit_rate"] if peer_runs else None,
+            # The peer's replay CPU, estimated: its process CPU less that of a 5-request run.
+            "aisimulate_net_cpu_s": [r["process_cpu_s"] - r["startup_cpu_s"] for r in peer_runs],
             "ratio": statistics.median(theirs) / statistics.median(walls) if theirs else None,
+            "cpu_ratio": (
+                statistics.median(r["process_cpu_s"] - r["startup_cpu_s"] for r in peer_runs)
+                / statistics.median(r["cpu_s"] for r in ours)
+                if peer_runs
+                else None
+            ),
         }
         rows.append(row)
         cpu = row["servesim_cpu_s"]
@@ -209,7 +243,10 @@ def main() -> None:
             f"{statistics.median(walls) / row['servesim_steps'] * 1e6:.0f} us/step, "
             f"hit rate {row['servesim_prefix_hit_rate']:.1%})"
             + (
-                f"  AISimulate {min(theirs):.2f}-{max(theirs):.2f} s  ->  servesim {row['ratio']:.2f}x faster"
+                f"  AISimulate {min(theirs):.2f}-{max(theirs):.2f} s (cpu net of start-up "
+                f"{min(row['aisimulate_net_cpu_s']):.2f}-{max(row['aisimulate_net_cpu_s']):.2f} s, "
+                f"hit rate {row['aisimulate_prefix_hit_rate']:.1%})"
+                f"  ->  servesim {row['ratio']:.2f}x faster (wall), {row['cpu_ratio']:.2f}x (CPU)"
                 if theirs
                 else ""
             )

@@ -36,9 +36,9 @@ class Router:
             a, b = self._rng.sample(order, 2)
             return a if replicas[a].outstanding <= replicas[b].outstanding else b
         shift = self._turn % len(order)
-        order = order[shift:] + order[:shift]  # ties rotate instead of piling on replica 0
         if policy == "least_outstanding":
-            return min(order, key=lambda k: replicas[k].outstanding)
+            return _least_outstanding(replicas, order, shift)
+        order = order[shift:] + order[:shift]  # ties rotate instead of piling on replica 0
         if policy == "least_kv":
             return min(order, key=lambda k: replicas[k].kv_usage)
         if policy == "vllm_dp":
@@ -66,3 +66,19 @@ class Router:
             return spec.prefix_weight * prefix + spec.queue_weight * queue + spec.kv_weight * kv
 
         return max(order, key=score)
+
+
+def _least_outstanding(replicas: Sequence[ReplicaView], order: list[int], shift: int) -> int:
+    """The replica with the fewest outstanding requests, ties to the first from ``order[shift]``
+    on (ties rotate instead of piling on replica 0): ``min`` over the rotated order, as one pass
+    without building it (a router's pick is on every arrival, and a fleet's arrivals grow with
+    its replicas)."""
+    n = len(order)
+    best = order[shift]
+    least = replicas[best].outstanding
+    for i in range(shift + 1, shift + n):
+        k = order[i - n] if i >= n else order[i]
+        v = replicas[k].outstanding
+        if v < least:
+            best, least = k, v
+    return best

@@ -128,6 +128,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         if unknown:
             raise InputError(f"failure events name unknown nodes {sorted(unknown)}; replicas: {names}")
         super().__init__(trace, replicas)
+        self._all_up = True  # every node alive and accepting (eligible's shortcut)
         self.router = Router(router or RouterSpec())
         self.recovery = recovery
         self.context = context or default_context()
@@ -205,7 +206,15 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         return not any(self.alive[k] and not v.idle for k, v in enumerate(self.views))
 
     def eligible(self) -> list[int]:
+        if self._all_up:  # no node down or warned (kept by _node_state): every arrival asks
+            return list(range(len(self.replicas)))
         return [k for k in range(len(self.replicas)) if self.alive[k] and self.accepting[k]]
+
+    def _node_state(self, k: int, alive: bool, accepting: bool) -> None:
+        """Set whether node ``k`` is up and takes requests (the only writer of both)."""
+        self.alive[k] = alive
+        self.accepting[k] = accepting
+        self._all_up = all(self.alive) and all(self.accepting)
 
     def run(self) -> ClusterRun:
         gc_was_enabled = gc.isenabled()
@@ -258,25 +267,16 @@ class ClusterSimulator(FleetBase[ClusterRun]):
             t_ext = min(t_arr, t_ev)
             horizon = t_ext if t_ext < until else until
             if self.emit is None and max_steps == sys.maxsize and not any(self._aborts_after_step):
-                # Nobody watches the order of the replicas' steps before the next external
-                # event and no abort waits for one: each replica runs up to it in one call
-                # (Engine.steps_until); the steps ended are those of the loop below.
+                ended, k_step, t_step = self._run_to_event(horizon, t_ext, until)
+                steps += ended
+            else:
                 for k, engine in enumerate(self.current):
-                    if self.alive[k]:
-                        self.inflight[k], ended, last = engine.steps_until(
-                            self.inflight[k], horizon, t_ext, until
-                        )
-                        if ended:
-                            steps += ended
-                            if last > self.now:
-                                self.now = last
-            for k, engine in enumerate(self.current):
-                if self.alive[k] and self.inflight[k] is None:
-                    self.inflight[k] = engine.begin_step(horizon)
-            k_step, t_step = -1, math.inf
-            for k, p in enumerate(self.inflight):
-                if p is not None and p.end < t_step:
-                    k_step, t_step = k, p.end
+                    if self.alive[k] and self.inflight[k] is None:
+                        self.inflight[k] = engine.begin_step(horizon)
+                k_step, t_step = -1, math.inf
+                for k, p in enumerate(self.inflight):
+                    if p is not None and p.end < t_step:
+                        k_step, t_step = k, p.end
             if k_step >= 0 and t_step <= t_ext and t_step < until:
                 p = self.inflight[k_step]
                 if p is None:
@@ -306,6 +306,30 @@ class ClusterSimulator(FleetBase[ClusterRun]):
             else:
                 t, _kind, _seq, payload = heapq.heappop(self._events)
                 self._handle(t, payload)
+
+    def _run_to_event(self, horizon: float, t_ext: float, until: float) -> tuple[int, int, float]:
+        """Nobody watches the order of the replicas' steps before the next external event and no
+        abort waits for one: each replica runs up to it in one call (``Engine.steps_until``),
+        then begins its next step, as ``advance``'s step-by-step loop would. One pass over the
+        replicas, which also finds the first step in flight to end: (steps ended, its replica,
+        its end). A replica whose step in flight ends after the event is left as it is (what
+        ``steps_until`` would do with it), so a fleet's arrivals cost little per replica."""
+        inflight, alive = self.inflight, self.alive
+        steps, k_step, t_step = 0, -1, math.inf
+        for k, engine in enumerate(self.current):
+            p = inflight[k]
+            if (p is None or (p.end <= t_ext and p.end < until)) and alive[k]:
+                p, ended, last = engine.steps_until(p, horizon, t_ext, until)
+                if ended:
+                    steps += ended
+                    if last > self.now:
+                        self.now = last
+                if p is None:
+                    p = engine.begin_step(horizon)
+                inflight[k] = p
+            if p is not None and p.end < t_step:
+                k_step, t_step = k, p.end
+        return steps, k_step, t_step
 
     def advance_steps(self, n: int) -> int:
         """Exactly ``n`` step ends (fewer only when nothing is left), each one engine step:
@@ -431,7 +455,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
             elif kind == "recover":
                 self.emit(ReplicaUp(t, f.node))
         if kind == "warn":
-            self.accepting[k] = False
+            self._node_state(k, self.alive[k], False)
             if self.kv_checkpointing == "on_warning":
                 view = self.views[k]
                 for r in view.running():
@@ -441,8 +465,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         else:  # recover: the node comes back empty (cold prefix cache)
             self.current[k].finish()
             self._start(k).now = t
-            self.alive[k] = True
-            self.accepting[k] = True
+            self._node_state(k, True, True)
             parked, self._parked = self._parked, []
             for r in parked:
                 self._dispatch(r, t, parked=True)
@@ -458,8 +481,7 @@ class ClusterSimulator(FleetBase[ClusterRun]):
                 self._close_aborted(r, t)
         victims = [(r, c) for r, c in victims if r.idx not in aborting]
         self.node_events.append((t, "fail", self.replicas[k].name, len(victims)))
-        self.alive[k] = False
-        self.accepting[k] = False
+        self._node_state(k, False, False)
         node = self.replicas[k].name
         eligible = self.eligible()
         if self.emit is not None:

@@ -16,7 +16,8 @@ cdef class Engine:
     cdef public object _drafter, gate
     cdef public long long num_closed, _next_progress, _empty_steps, max_model_len, step, _next
     cdef public double _draft_fraction, draft_time_s
-    cdef public long long _spec_k
+    cdef public long long _spec_k, _terms_n
+    cdef public tuple _terms
     cdef public bint stretch, check_invariants, external_arrivals
     cdef public TraceArrays trace
     cdef public BlockPool pool
@@ -29,7 +30,8 @@ cdef class Engine:
     cpdef run_until(self, double limit)
     @cython.locals(sched=Scheduler, running=list, arrival=list, n=cython.longlong, timeouts=cython.bint,
                    now=cython.double, step=cython.longlong, plan=StepPlan, xfer=object,
-                   n_waiting=cython.longlong)
+                   n_waiting=cython.longlong, terms_of=object, nd=cython.longlong, head=cython.double,
+                   per_ctx=cython.double, tail=cython.double, seq=cython.double)
     cpdef PendingStep begin_step(self, double limit=*)
     @cython.locals(p=PendingStep, ended=cython.longlong, last=cython.double, end=cython.double)
     cpdef tuple steps_until(self, PendingStep pending, double horizon, double t_ext, double until)

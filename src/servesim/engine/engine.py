@@ -108,6 +108,8 @@ class Engine:
         # A model that can say a decode-only step's time as terms (StepTimeModel.decode_terms)
         # lets a decode stretch time its steps here, without a call per step.
         self._decode_terms = getattr(step_time, "decode_terms", None)
+        # The last decode count's terms, kept across steps (they depend on the count alone).
+        self._terms_n, self._terms = 0, (0.0, 0.0, 0.0, 0.0)
         self._empty_steps = 0
         self.step_time = step_time
         self._init_drafter(step_time)
@@ -246,7 +248,17 @@ class Engine:
         else:
             self._empty_steps = 0
         batch = plan.batch()
-        dt = self._step_time(batch)
+        terms_of = self._decode_terms
+        if terms_of is not None and not batch.prefill_chunks and batch.num_decodes:
+            # decode-only: timed as a stretch times its steps (step_time's float, no Python call;
+            # in a fleet every routed arrival cuts each replica's stretch into such steps)
+            nd = batch.num_decodes
+            if nd != self._terms_n:
+                self._terms_n, self._terms = nd, terms_of(nd)
+            head, per_ctx, tail, seq = self._terms
+            dt = head + batch.decode_ctx_sum * per_ctx + tail + seq
+        else:
+            dt = self._step_time(batch)
         if self._draft_fraction > 0.0 or self._drafter is not None:
             draft = plan.draft_time(batch, self._drafter, self._spec_k, self._draft_fraction, self._step_time)
             self.draft_time_s += draft
@@ -270,9 +282,7 @@ class Engine:
         -inf when none ended). Between external events replicas do not interact, so running
         one replica's steps in a row ends the same steps as taking every replica's in time
         order (what a cluster does when something observes the order)."""
-        p = pending
-        ended = 0
-        last = -math.inf
+        p, ended, last = pending, 0, -math.inf
         while True:
             if p is None:
                 p = self.begin_step(horizon)
@@ -281,9 +291,7 @@ class Engine:
             end = p.start + p.duration
             if end <= t_ext and end < until:
                 self.end_step(p)
-                p = None
-                ended += 1
-                last = end
+                p, ended, last = None, ended + 1, end
             else:
                 return p, ended, last
 
@@ -377,8 +385,8 @@ class Engine:
         n_waiting = len(sched.waiting)
         emit = self.emit
         terms_of = self._decode_terms
-        terms_n = 0  # the decode count the terms below are for (0: none yet)
-        head = per_ctx = tail = seq = 0.0
+        terms_n = self._terms_n  # the decode count the terms below are for (0: none yet)
+        head, per_ctx, tail, seq = self._terms
         while t < next_arrival:
             pops = buckets[step % bs]
             if pops > free:
@@ -389,6 +397,7 @@ class Engine:
                 if n != terms_n:
                     head, per_ctx, tail, seq = terms_of(n)
                     terms_n = n
+                    self._terms_n, self._terms = n, (head, per_ctx, tail, seq)
                 dt = head + (ctx + n * (step + 1)) * per_ctx + tail + seq
             if not dt > 0:
                 raise InputError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
