@@ -1,16 +1,44 @@
-"""What happens to a replica from outside its step loop: a client goes away (``abort``), the
-replica is lost (``evict_all``). Called between steps, rarely: kept out of the engine's loop.
+"""What happens to a replica from outside its step loop: a cluster routes a request to it
+(``submit``), a client goes away (``abort``), the replica is lost (``evict_all``). Called between steps, rarely: kept out of the engine's loop.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.engine.request import OUTCOME_ABORTED, PREEMPTED, Request
-from servesim.events import RequestFinished
+from servesim.engine.request import (
+    OUTCOME_ABORTED,
+    OUTCOME_REJECTED_TOO_LONG,
+    PREEMPTED,
+    REJECTED,
+    WAITING,
+    Request,
+)
+from servesim.events import RequestFinished, RequestRejected
 
 if TYPE_CHECKING:
     from servesim.engine.engine import Engine
+
+
+def submit(engine: Engine, r: Request, t: float) -> None:
+    """Route ``r`` to the replica at time ``t``: a new request, or one moved from a lost
+    replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV)."""
+    sched = engine.scheduler
+    if not sched.running and not len(sched.waiting) and t > engine.now:
+        engine.now = t
+    engine.kv.init_request(r)
+    if r.status == WAITING and r.prompt_len >= engine.max_model_len:
+        r.status = REJECTED
+        r.outcome = OUTCOME_REJECTED_TOO_LONG
+        r.finish_time = t
+        engine._close(r)
+        if engine.emit is not None:
+            engine.emit(RequestRejected(t, r.req_id, engine.name, "prompt_too_long"))
+        return
+    engine.live[r.idx] = r
+    sched.waiting.add(r)  # appended: to this replica it is a new arrival
+    if engine.config.queue_timeout_s is not None and r.status == WAITING:
+        engine._timeouts.append(r)
 
 
 def abort(engine: Engine, r: Request, t: float) -> bool:
@@ -43,7 +71,9 @@ def evict_all(engine: Engine) -> list[tuple[Request, int]]:
             engine.pool.free(list(limbo), 0, 0)
             limbo.clear()
     out: list[tuple[Request, int]] = []
+    engine._held = None  # async scheduling: the step held for its output is lost too
     for r in list(sched.running):
+        r.placeholders = r.in_flight = 0
         computed = r.num_computed
         engine.kv.free(r)
         r.lost_tokens = computed
@@ -64,4 +94,4 @@ def evict_all(engine: Engine) -> list[tuple[Request, int]]:
     return out
 
 
-__all__ = ["abort", "evict_all"]
+__all__ = ["abort", "evict_all", "submit"]

@@ -13,7 +13,7 @@ cdef class Scheduler:
     cdef public long long total_preemptions, spec_k, draft_slots, input_left
     cdef public long long spec_drafted, spec_accepted, spec_verifications
     cdef public object acceptance
-    cdef public bint chunked, priority, protect_starved, boost_starved
+    cdef public bint chunked, priority, protect_starved, boost_starved, async_sched
     cdef public list running, explicit
     cdef public object waiting, starvation_threshold, connector, kv_xfer
     cdef public DecodeGroup group

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from servesim.engine import async_steps
 from servesim.engine.config import EngineConfig
 from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
@@ -75,6 +76,7 @@ class Scheduler:
         self.chunked = config.enable_chunked_prefill
         self.threshold = config.long_prefill_token_threshold
         self.priority = config.policy == "priority"
+        self.async_sched = config.async_scheduling  # vLLM's AsyncScheduler (async_steps.py)
         self.max_model_len = max_model_len
         self.running: list[Request] = []
         self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if self.priority else FCFSQueue()
@@ -139,6 +141,9 @@ class Scheduler:
             if ib <= ds:
                 break
             r = running[i]
+            if r.placeholders and r.num_computed + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
+                i += 1  # async: the step in flight samples its last token; vLLM schedules no more
+                continue
             n = running_tokens(r, thr, budget if budget < ib - ds else ib - ds, mml)
             if n <= 0:
                 i += 1
@@ -358,6 +363,7 @@ class Scheduler:
         self.kv.free_preempted(r)
         r.spec_tokens = r.spec_sched = 0  # vLLM: a preempted request drops its drafts
         r.spec_padded = False
+        r.placeholders = 0  # async: the output in flight comes back stale (async_steps.update)
         r.status = PREEMPTED
         r.lost_tokens = r.num_computed
         r.num_computed = 0
@@ -381,9 +387,15 @@ class Scheduler:
         group.compact()
         self.explicit = list(self.running)
 
+    def after_schedule(self, plan: StepPlan) -> None:
+        """Async scheduling: vLLM's ``_update_after_schedule`` (async_steps.after_schedule)."""
+        async_steps.after_schedule(plan)
+
     # ------------------------------------------------------------------ update
     def update(self, plan: StepPlan, step: int, t_end: float) -> list[Request]:
         """Apply the step's results; returns the requests that finished, in scheduling order."""
+        if self.async_sched:
+            return async_steps.update(self, plan, step, t_end)
         mml = self.max_model_len
         finished: list[Request] = []
         if self.spec_k:

@@ -33,6 +33,7 @@ class StepPlan:
         "preempted",
         "prefix_hits",
         "resumed",
+        "samples",
         "scheduled",
         "spec",
     )
@@ -47,6 +48,8 @@ class StepPlan:
         self.resumed: list[Request] = []
         self.prefix_hits: list[tuple[Request, int]] = []
         self.loaded: list[tuple[Request, int]] | None = None
+        # Async scheduling: per scheduled entry, whether it samples (decided when scheduled).
+        self.samples: list[bool] | None = None
 
     def batch(self) -> BatchComposition:
         """What the step computes, for the step-time model (one token = a decode)."""
@@ -127,7 +130,8 @@ def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int
     """Tokens a RUNNING request gets in Phase A: what it still needs, capped by the long-prefill
     threshold, the budget left and the context limit (vLLM: the position must stay below
     ``max_model_len``). 0 or less: skip it."""
-    n = r.prompt_len + r.num_output + r.spec_tokens - r.num_computed  # vLLM: num_tokens_with_spec
+    # vLLM: num_tokens_with_spec + num_output_placeholders (async scheduling) - num_computed
+    n = r.prompt_len + r.num_output + r.spec_tokens + r.placeholders - r.num_computed
     if 0 < thr < n:
         n = thr
     if n > budget:

@@ -78,6 +78,7 @@ class Deployment(BaseModel):
     # Passed through to the engine unchanged (vLLM defaults); not searched.
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
+    async_scheduling: bool = Field(False, description="vLLM --[no-]async-scheduling.")
 
     @model_serializer(mode="wrap")
     def _drop_speculation_when_off(self, handler: Any) -> Any:
@@ -88,6 +89,8 @@ class Deployment(BaseModel):
                 del d["num_speculative_tokens"]
             if "speculative_config" in d and d["speculative_config"] is None:
                 del d["speculative_config"]
+            if d.get("async_scheduling") is False:  # likewise without async scheduling
+                del d["async_scheduling"]
         return d
 
     @model_validator(mode="after")
@@ -115,6 +118,7 @@ class Deployment(BaseModel):
             "max_model_len": self.max_model_len,
             "watermark": self.watermark,
             "scheduler_reserve_full_isl": self.scheduler_reserve_full_isl,
+            **({"async_scheduling": True} if self.async_scheduling else {}),
             "queue_timeout_s": self.queue_timeout_s,
             "kv_offloading_size": self.kv_offloading_size,
             **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
@@ -170,6 +174,7 @@ class Deployment(BaseModel):
             policy=config.policy,
             watermark=config.watermark,
             scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+            async_scheduling=config.async_scheduling,
             kv_offloading_size=config.kv_offloading_size,
             num_speculative_tokens=sc.num_speculative_tokens if (sc := config.speculative_config) else 0,
             speculative_config=config.speculative_config,
@@ -219,6 +224,8 @@ class Deployment(BaseModel):
         ]
         if self.policy != "fcfs":
             args.append(("scheduling-policy", self.policy))
+        if self.async_scheduling:  # off: left to vLLM (which turns it on by default on GPUs)
+            args.append(("async-scheduling", True))
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
