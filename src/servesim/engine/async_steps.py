@@ -65,7 +65,7 @@ def update(sched: Scheduler, plan: StepPlan, step: int, t_end: float) -> list[Re
     for (r, n), s in zip(plan.scheduled, plan.samples or (), strict=True):
         r.in_flight -= n
         status = r.status
-        if status == FINISHED or status == REJECTED or not s:
+        if status in (FINISHED, REJECTED) or not s:
             continue  # aborted meanwhile, or a partial prefill chunk: nothing sampled
         stale = status == PREEMPTED
         had_placeholder = r.placeholders > 0

@@ -38,7 +38,7 @@ cdef class Engine:
                    t_end=cython.double, finished=list, r=Request, prefill=cython.longlong,
                    v0=cython.longlong, a0=cython.longlong)
     cpdef list _apply(self, PendingStep p, long long step)
-    @cython.locals(step=cython.longlong)
+    @cython.locals(step=cython.longlong, held=PendingStep)
     cpdef list end_step(self, PendingStep p)
     @cython.locals(sched=Scheduler, group=DecodeGroup, step=cython.longlong, t=cython.double,
                    next_arrival=cython.double, n=cython.longlong, end=cython.longlong, pool=BlockPool,

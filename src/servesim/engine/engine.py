@@ -68,7 +68,7 @@ def _fast_path_allowed(config: EngineConfig, kv_connector: KVConnector | None) -
             raise ConfigError("speculative decoding with KV offloading is not modelled yet")
         return False  # the decode group assumes one token per step
     if config.async_scheduling and kv_connector is not None:
-        raise ConfigError("async_scheduling with a KV connector is not modelled yet: pass --no-async-scheduling")
+        raise ConfigError("async_scheduling with a KV connector is not modelled yet")
     return kv_connector is None and not config.async_scheduling  # the group: sync steps only
 
 
@@ -304,10 +304,10 @@ class Engine:
         self.now = p.start + p.duration
         self.step = step + 1
         if self._async:
-            p, self._held = self._held, p
-            if p is None:
+            held, self._held = self._held, p
+            if held is None:
                 return []
-            step -= 1
+            return self._apply(held, step - 1)
         return self._apply(p, step)
 
     def _apply(self, p: PendingStep, step: int) -> list[Request]:

@@ -63,10 +63,7 @@ def _held_blocks(engine: Engine) -> dict[int, int]:
                 raise InternalError(f"{r.req_id} lacks blocks")
             known = min(r.num_computed, r.prompt_len + r.num_output) // bs
             lo = (r.num_computed - r.in_flight) // bs if sched.async_sched else known
-            if not (
-                lo <= r.num_cached_blocks <= known
-                or (not kv.caching and r.num_cached_blocks == 0)
-            ):
+            if not (lo <= r.num_cached_blocks <= known or (not kv.caching and r.num_cached_blocks == 0)):
                 raise InternalError(f"{r.req_id}: hashed blocks out of step with computed tokens")
     group = sched.group
     for b in group.limbo if group is not None else ():

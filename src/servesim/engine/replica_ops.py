@@ -1,5 +1,6 @@
 """What happens to a replica from outside its step loop: a cluster routes a request to it
-(``submit``), a client goes away (``abort``), the replica is lost (``evict_all``). Called between steps, rarely: kept out of the engine's loop.
+(``submit``), a client goes away (``abort``), the replica is lost (``evict_all``). Called
+between steps, rarely: kept out of the engine's loop.
 """
 
 from __future__ import annotations
