@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
@@ -102,6 +110,15 @@ class EngineConfig(BaseModel):
         "starvation_threshold",
         mode="before",
     )(lambda v: reject_bool(v))
+
+    @model_serializer(mode="wrap")
+    def _drop_sync_scheduling(self, handler: Any) -> Any:
+        """A sync run's documents (reports, saved results) stay byte for byte as before the
+        field existed; reading one back gives the default, False."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("async_scheduling") is False:
+            del d["async_scheduling"]
+        return d
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
