@@ -26,6 +26,12 @@ def test_the_async_cases_are_async_and_exercise_what_async_changes() -> None:
     # steps that schedule nothing while requests run: they only finish in the step in flight
     idle = sum(1 for c in cases for s in c["steps"] if not s[1] and s[6])
     assert idle > 20
+    # a request preempted while its last token is in flight, finished by that (stale) token
+    stale = 0
+    for c in cases:
+        by_step = {s[0]: s for s in c["steps"]}
+        stale += sum(1 for s in c["steps"] if set(s[3]) & set(by_step.get(s[0] + 1, [0, 0, []])[2]))
+    assert stale >= 1
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.name.removesuffix(".json.gz") for p in CASES])
