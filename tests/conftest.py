@@ -16,6 +16,9 @@ from hypothesis import settings
 # own are, for its tests, by pytest. Never import from a conftest (tests/test_suite_imports.py).
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent / "engine")]
 
+#: The shared Ray instance of the in-process Ray tests (its fixtures and its shutdown).
+pytest_plugins = ("ray_session",)
+
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
@@ -39,8 +42,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     nearly done. The tests that start a local Ray instance form one xdist group (``make unit``
     runs ``--dist loadgroup``): one worker runs them one after another while the other keeps
     busy, instead of two Ray instances starting at once on a 2-core machine, each twice as slow.
+    Those on the shared Ray (tests/ray_session.py) come first, one after another: Ray starts
+    once for them all and is down before the ones that start ``servesim emulate`` (its own Ray).
     What any test checks is unchanged."""
+    from ray_session import uses_local_ray  # the plugin below, loaded by then (not re-imported)
+
     for item in items:
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
-    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in LONG))
+    items.sort(key=lambda item: (not any(item.get_closest_marker(m) for m in LONG), not uses_local_ray(item)))

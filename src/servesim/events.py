@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-RejectReason = Literal["prompt_too_long", "queue_timeout"]
+RejectReason = Literal["prompt_too_long", "queue_timeout", "max_num_queued_reqs", "max_num_queued_tokens"]
 Strategy = Literal["MIGRATE_STATE", "COLD_RESTART"]
 
 

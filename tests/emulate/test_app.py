@@ -146,6 +146,30 @@ def test_requests_beyond_the_stream_cap_get_429(make_server: Any) -> None:
         assert third.status_code == 429 and "limit (--max-streams) is 2" in third.json()["error"]["message"]
 
 
+def test_a_full_api_server_answers_503_with_vllms_body(make_server: Any) -> None:
+    # --max-num-queued-reqs 1: while one request is in flight, vLLM's API server answers 503
+    # (QueueOverflowError) before streaming anything, and counts it by reason.
+    srv = make_server(1, time_scale=20.0, max_num_queued_reqs=1)
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 200, "stream": True}
+    with httpx.Client(timeout=30) as c, c.stream("POST", srv.url + "/v1/completions", json=body) as a:
+        assert a.status_code == 200
+        second = c.post(srv.url + "/v1/completions", json={**body, "stream": False})
+        assert second.status_code == 503
+        assert second.json() == {
+            "error": {
+                "message": "The engine is currently busy and cannot accept new requests. "
+                "Please try again later or on a different instance.",
+                "type": "Service Unavailable",
+                "param": None,
+                "code": 503,
+            }
+        }
+    got = metrics(srv.url)["vllm:admission_rejections"]
+    assert [(s.labels["reason"], s.value) for s in got if s.name.endswith("_total")] == [
+        ("max_num_queued_reqs", 1.0)
+    ]
+
+
 def test_a_token_guards_the_api_and_is_never_echoed(make_server: Any) -> None:
     srv = make_server(api_key="s3cret-token")
     body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from emulate_helpers import free_port
+from emulate_helpers import free_port, none_left
 
 pytestmark = pytest.mark.ray
 
@@ -58,7 +58,8 @@ def emulate(tmp_path: Path) -> Iterator[Running]:
             os.killpg(proc.pid, signal.SIGKILL)  # anything of Ray's left in the group
 
 
-def _wait_serving(run: Running, timeout_s: float = 120) -> None:
+def _wait_serving(run: Running, timeout_s: float = 600) -> None:
+    """A hang guard, not a verdict: Ray took 270 s to start beside two busy loops (issue 47)."""
     deadline = time.monotonic() + timeout_s
     while True:
         if run.proc.poll() is not None:
@@ -94,72 +95,37 @@ def test_servesim_emulate_serves_the_openai_client_and_stops_on_ctrl_c(emulate: 
     assert f"on {emulate.url}/v1" in out  # the line saying where it served
 
 
-def _session(sid: int) -> list[str]:
-    """The command lines of the live processes in session ``sid`` (zombies excluded)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, session
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            out.append(cmd.strip())
-    return out
-
-
-def _none_left(sid: int, timeout_s: float = 30) -> list[str]:
-    """Wait (bounded) for every process of session ``sid`` to be gone; those still there."""
-    deadline = time.monotonic() + timeout_s
-    while (left := _session(sid)) and time.monotonic() < deadline:
-        time.sleep(0.25)
-    return left
-
-
 @pytest.mark.parametrize(
-    ("signum", "background"),
-    [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True)],
-    ids=["SIGTERM", "SIGINT-background", "SIGTERM-background"],
+    "signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT-background", "SIGTERM-background"]
 )
-def test_a_stop_signal_exits_0_and_leaves_no_ray_process(
-    tmp_path: Path, signum: signal.Signals, background: bool
-) -> None:
+def test_a_stop_signal_exits_0_and_leaves_no_ray_process(tmp_path: Path, signum: signal.Signals) -> None:
     """SIGTERM (systemd, Docker, Kubernetes) and SIGINT stop ``servesim emulate`` with status 0
     and no Ray process left, also when a script started it with ``&`` (which starts it with
     SIGINT ignored). It used to abort on SIGTERM (exit 134, two Ray agents left behind) and
-    ignore SIGINT in the background."""
+    ignore SIGINT in the background. SIGTERM in the foreground is checked mid-stream, with the
+    same assertions, by tests/emulate/test_drain.py (one Ray start fewer: issue 47)."""
     pytest.importorskip("ray")
     port = free_port()
     out, err, pid_file, rc_file = (tmp_path / n for n in ("stdout.txt", "stderr.txt", "pid", "rc"))
     argv = f"{SERVESIM} emulate --port {port} --max-model-len 4096"
-    if background:  # a non-interactive shell: its & jobs ignore SIGINT
-        script = f"{argv} >{out} 2>{err} & echo $! >{pid_file}; wait $!; echo $? >{rc_file}"
-        shell = subprocess.Popen(["bash", "-c", script], start_new_session=True)
-        deadline = time.monotonic() + 120  # a liveness bound, not a speed target
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            if time.monotonic() > deadline:
-                pytest.fail("the script did not start servesim within 120 s")
-            time.sleep(0.05)
-        pid, sid = int(pid_file.read_text()), shell.pid
-    else:
-        with out.open("wb") as fo, err.open("wb") as fe:
-            shell = subprocess.Popen(argv.split(), stdout=fo, stderr=fe, start_new_session=True)
-        pid = sid = shell.pid
+    # a non-interactive shell: its & jobs ignore SIGINT
+    script = f"{argv} >{out} 2>{err} & echo $! >{pid_file}; wait $!; echo $? >{rc_file}"
+    shell = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 120  # a liveness bound, not a speed target
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        if time.monotonic() > deadline:
+            pytest.fail("the script did not start servesim within 120 s")
+        time.sleep(0.05)
+    pid, sid = int(pid_file.read_text()), shell.pid
     try:
         url = f"http://127.0.0.1:{port}"
         out.touch()  # the background script's redirection may not have made it yet
-        _wait_serving(Running(shell, url, out, err), timeout_s=180)  # Ray's start on a busy 2-core host
+        _wait_serving(Running(shell, url, out, err))
         os.kill(pid, signum)
-        if background:
-            assert shell.wait(timeout=120) == 0
-            rc = int(rc_file.read_text())
-        else:
-            rc = shell.wait(timeout=120)
+        assert shell.wait(timeout=120) == 0
+        rc = int(rc_file.read_text())
         assert rc == 0, err.read_text()[-2000:]
-        assert _none_left(sid) == []
+        assert none_left(sid) == []
         text = err.read_text()
         assert "Traceback" not in text and f"{signum.name}: stopping Serve and Ray" in text
     finally:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from emulate_helpers import MODEL, free_port, replicas
+from emulate_helpers import MODEL, free_port, none_left, replicas
 
 from servesim.emulate.app import build_app
 from servesim.emulate.emulator import Emulator
@@ -96,7 +96,11 @@ def test_sigterm_mid_stream_finishes_the_stream_and_exits_0(tmp_path: Path) -> N
         chunks = [json.loads(x[6:]) for x in data if x.startswith("data: {")]
         assert "".join(c["choices"][0]["text"] for c in chunks).split() == ["tok"] * 200  # all of it
         assert proc.wait(timeout=180) == 0, err.read_text()
-        assert "draining the open requests" in err.read_text()
+        text = err.read_text()
+        assert "draining the open requests" in text
+        # and as any stop signal (tests/emulate/test_cli_ray.py): no Ray process left, no traceback
+        assert none_left(proc.pid) == []
+        assert "Traceback" not in text and "SIGTERM: stopping Serve and Ray" in text
     finally:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

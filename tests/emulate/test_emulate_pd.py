@@ -7,11 +7,12 @@ carried to the Ray Serve ingress."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-from emulate_helpers import MODEL, free_port
+from emulate_helpers import MODEL
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
@@ -186,21 +187,16 @@ def test_the_layout_reaches_the_ray_serve_ingress(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.ray
-def test_a_disaggregated_fleet_on_ray_serve() -> None:
-    """The layout on Ray Serve itself: a stream from the decode pool, both pools on /metrics."""
+def test_a_disaggregated_fleet_on_ray_serve(serve_emulator: Callable[..., str]) -> None:
+    """The layout on Ray Serve itself (the suite's shared one, tests/ray_session.py): a stream
+    from the decode pool, both pools on /metrics."""
     ray_serve = pytest.importorskip("servesim.emulate.ray_serve")
-    settings = ray_serve.EmulatorSettings(
-        replicas=[], model=MODEL, time_scale=2.0, port=free_port(), disaggregated=layout()
-    )
-    url = f"http://127.0.0.1:{settings.port}"
-    try:
-        ray_serve.start(settings, num_cpus=2)
-        body = {"model": MODEL, "prompt": "hello " * 2000, "max_tokens": 5}
-        done = httpx.post(url + "/v1/completions", json=body, timeout=120)
-        assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 5
-        ss = samples(url)
-    finally:
-        ray_serve.stop()
+    settings = ray_serve.EmulatorSettings(replicas=[], model=MODEL, time_scale=2.0, disaggregated=layout())
+    url = serve_emulator(settings)
+    body = {"model": MODEL, "prompt": "hello " * 2000, "max_tokens": 5}
+    done = httpx.post(url + "/v1/completions", json=body, timeout=120)
+    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 5
+    ss = samples(url)
     assert value(ss, "vllm:nixl_bytes_transferred_count", engine="d0", pool="decode") == 1
     assert value(ss, "vllm:generation_tokens_total", engine="d0", pool="decode") == 5
     ttft = value(ss, "vllm:time_to_first_token_seconds_sum", engine="d0", pool="decode")

@@ -72,6 +72,8 @@ def test_what_async_scheduling_cannot_run_with_is_refused_in_one_line() -> None:
         EngineConfig(async_scheduling=True, speculative_config=spec)
     with pytest.raises(ValueError, match="async_scheduling with kv_offloading_size"):
         EngineConfig(async_scheduling=True, kv_offloading_size=4.0)
+    with pytest.raises(ValueError, match="async_scheduling with prefill_schedule_interval"):
+        EngineConfig(async_scheduling=True, prefill_schedule_interval=4)
 
 
 def test_the_flag_reaches_simulate_and_the_vllm_serve_command(tmp_path: Path) -> None:

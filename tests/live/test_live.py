@@ -284,3 +284,17 @@ def test_the_cluster_events_read_from_the_records_are_the_ones_it_emits() -> Non
     got += run.events()
     assert sorted(got, key=repr) == sorted(seen.events, key=repr)
     assert {ReplicaWarning, ReplicaDown, ReplicaUp, RecoveryDecision} <= {type(e) for e in got}
+
+
+def test_a_live_run_notices_each_503_by_its_limit() -> None:
+    trace = open_trace("bursty", num_requests=300, seed=3)
+    config = EngineConfig(max_num_seqs=16, max_num_queued_reqs=40, max_num_queued_tokens=30000)
+    run = LiveRun(trace, config, LinearStepTime(), window_s=10.0)
+    reasons: list[str] = []
+    while not run.done:
+        run.advance_until(run.now + 2.0)
+        reasons += [e.reason for e in run.events() if type(e).__name__ == "RequestRejected"]
+    adm = run.finish().summary.admission
+    assert adm is not None and adm.num_rejected > 0
+    assert reasons.count("max_num_queued_reqs") == adm.num_rejected_queued_reqs
+    assert reasons.count("max_num_queued_tokens") == adm.num_rejected_queued_tokens

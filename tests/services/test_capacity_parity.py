@@ -241,3 +241,23 @@ def test_the_demo_step_is_its_command(step: str, tmp_path: Path, monkeypatch: py
     getattr(demo_steps, step)(run)
     demo = json.loads((tmp_path / "demo" / f"{step}.json").read_text())
     assert demo == cli
+
+
+def test_tune_defaults_are_the_same_study_everywhere(
+    folder: Path, client: TestClient, trace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left to their defaults, ``servesim tune`` and the web's Tune ask the same question: the same
+    trials, seeds per trial and verification seeds (``servesim.tune_defaults``), so the same
+    study and the same recommendation. (The web once defaulted to 12 trials of one seed verified
+    on two, the CLI to 40 of two verified on three: two answers for one trace.)"""
+    space = {"replicas": [1, 2], "max_num_seqs": [16, 64]}
+    flags = [f"--space={k}={','.join(str(v) for v in vs)}" for k, vs in space.items()]
+    cli = _cli(folder, monkeypatch, "tune", "t.csv", *LINEAR, "--slo", SLO, *flags, "--storage", "memory")
+    web = _web(
+        client, "/api/tune", {"trace_id": trace_id, "deployment": LINEAR_SPEC, "slo": SLO, "space": space}
+    )
+    assert cli["recommendation"] is not None
+    assert _comparable(web) == _comparable(cli)
+    trial = next(t for t in cli["study"]["trials"] if t["outcome"] is not None)
+    assert cli["study"]["n_trials"] == 40 and trial["outcome"]["good_fraction"]["n"] == 2  # seeds per trial
+    assert cli["recommendation"]["verification_seeds"] == [1000, 1001, 1002]

@@ -250,6 +250,7 @@ def test_tuning_shows_progress_and_the_recommendation(page: Any) -> None:
     page.click("#tab-tune")
     page.fill("#tune-trials", "3")
     page.fill("#tune-verify", "1")
+    page.fill("#tune-trial-seeds", "1")
     page.fill("#slo-ttft_p99_ms", "5000")
     page.fill("#tune-space", __import__("json").dumps(SMALL_SPACE))
     page.click("#tune-submit")
@@ -547,6 +548,7 @@ def test_one_deployment_and_one_slo_serve_every_tab_and_survive_a_reload(page: A
     assert page.input_value("#slo-ttft_p99_ms") == "20000"
     page.fill("#tune-trials", "2")
     page.fill("#tune-verify", "1")
+    page.fill("#tune-trial-seeds", "1")
     page.fill("#tune-space", json.dumps(SMALL_SPACE))
     page.click("#tune-submit")
     page.wait_for_selector("#tune-results .run-settings", timeout=180_000)
@@ -780,10 +782,14 @@ def test_tune_tab_shows_no_empty_table_and_names_trials_and_flags_as_the_verdict
     """Issue 46 item 9g and 9f: the Tune tab hides tables with no row, names the trials as the
     verdict reads (never a bare "best"), lists the importance by vllm serve flag; then the Compare
     tab preselects only two runs of one kind, and a study against a simulation is refused on the
-    page in words naming both kinds."""
+    page in words naming both kinds. The form starts from servesim tune's own defaults (one
+    question, one answer: trials, seeds per trial, verification seeds, pruning)."""
     page.click("#tab-tune")
+    shown = [page.input_value(f"#tune-{x}") for x in ("trials", "trial-seeds", "verify", "pruning")]
+    assert shown == ["40", "2", "3", "none"], shown  # servesim tune --help says the same
     page.fill("#tune-trials", "4")
     page.fill("#tune-verify", "1")
+    page.fill("#tune-trial-seeds", "1")
     page.fill("#slo-ttft_p99_ms", "5000")
     page.fill("#tune-space", __import__("json").dumps(SMALL_SPACE))
     page.click("#tune-submit")

@@ -34,6 +34,7 @@ def test_two_gpu_types_compared_with_their_cost_and_the_cheapest_recommended(
     page.click("#tab-tune")
     page.fill("#tune-trials", "2")
     page.fill("#tune-verify", "1")
+    page.fill("#tune-trial-seeds", "1")
     page.fill("#slo-ttft_p99_ms", "2000")
     page.fill("#tune-space", json.dumps(SPACE))
     page.select_option("#tune-gpu-types", ["h100", "l40s"])
@@ -70,10 +71,13 @@ def test_two_gpu_types_compared_with_their_cost_and_the_cheapest_recommended(
     # "Load these settings" puts the types compared and the prices given back in the form
     page.select_option("#tune-gpu-types", [])
     page.fill("#tune-gpu-prices", "")
+    page.fill("#tune-trials", "40")
     page.click("#tune-load-settings")
     picked = page.eval_on_selector("#tune-gpu-types", "s => Array.from(s.selectedOptions).map(o => o.value)")
     assert sorted(picked) == ["h100", "l40s"]
     assert page.input_value("#tune-gpu-prices") == "l40s=0.9"
+    study = [page.input_value(f"#tune-{x}") for x in ("trials", "trial-seeds", "verify")]
+    assert study == ["2", "1", "1"], study  # and the study's size as it ran
 
 
 def test_a_price_that_is_not_positive_is_refused_naming_the_field(

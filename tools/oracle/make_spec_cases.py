@@ -46,6 +46,14 @@ FAMILIES = {  # spec family -> make_cases family its trace and config come from
     "spec_small_seqs": "small_seqs",
     "spec_lookahead": "pressure",
 }
+#: vLLM 0.33's knobs with speculation (issue 49), made only when named: the committed ones with
+#: ``--families spec_scheduled_tokens,spec_cadence,spec_active_seqs --seed 49`` (kept out of
+#: FAMILIES so the default command still draws the older cases again).
+KNOB_FAMILIES = {
+    "spec_scheduled_tokens": "scheduled_tokens",
+    "spec_cadence": "cadence",
+    "spec_active_seqs": "active_seqs",
+}
 
 
 def spec_steps(records: list[dict]) -> list[list]:
@@ -57,13 +65,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=3)
+    ap.add_argument("--families", help="comma-separated families to make (default: FAMILIES, in order)")
     add_out_args(ap)
     args = ap.parse_args()
+    known = {**FAMILIES, **KNOB_FAMILIES}
+    chosen = args.families.split(",") if args.families else list(FAMILIES)
+    unknown = [f for f in chosen if f not in known]
+    if unknown:
+        ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(known)}")
     out = out_folder(args.out, args.force)
     vllm_oracle = load_oracle()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as td:
-        for fam, base in FAMILIES.items():
+        for fam in chosen:
+            base = known[fam]
             for j in range(args.per_family):
                 rows = random_trace(rng, base)
                 if len(rows) > 40:

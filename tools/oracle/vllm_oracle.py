@@ -77,6 +77,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "scheduler_reserve_full_isl": None,  # None: keep vLLM's default
     "watermark": None,  # None: keep vLLM's default (0.0)
     "max_num_partial_prefills": None,  # only passed if this vLLM knows it
+    "max_num_scheduled_tokens": None,  # None: keep vLLM's default (= max_num_batched_tokens)
+    "max_num_active_seqs": None,  # None: keep vLLM's default (= max_num_seqs)
+    "long_prefill_token_threshold_adaptive": None,  # None: keep vLLM's default (False)
+    "prefill_schedule_interval": None,  # None: keep vLLM's default (1)
     "step_time_s": 0.01,  # maps arrival_time_s to steps
     "finish_mode": "max_tokens",  # or "eos"
     "sampled_token_id": 100,  # what the fake model "samples"
@@ -113,7 +117,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "async_scheduling": False,
 }
 
-_BOOL_KEYS = {"enable_chunked_prefill", "enable_prefix_caching", "scheduler_reserve_full_isl", "async_scheduling"}
+_BOOL_KEYS = {
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "scheduler_reserve_full_isl",
+    "long_prefill_token_threshold_adaptive",
+    "async_scheduling",
+}
 
 
 # ----------------------------------------------------------------------------
@@ -313,7 +323,15 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
     skw["is_encoder_decoder"] = False
     if "async_scheduling" in sched_fields:
         skw["async_scheduling"] = bool(cfg["async_scheduling"])  # AsyncScheduler or the synchronous one
-    for key in ("scheduler_reserve_full_isl", "watermark", "max_num_partial_prefills"):
+    for key in (
+        "scheduler_reserve_full_isl",
+        "watermark",
+        "max_num_partial_prefills",
+        "max_num_scheduled_tokens",
+        "max_num_active_seqs",
+        "long_prefill_token_threshold_adaptive",
+        "prefill_schedule_interval",
+    ):
         if cfg.get(key) is not None:
             if key not in sched_fields:
                 raise SystemExit(f"this vLLM's SchedulerConfig has no '{key}'")

@@ -21,11 +21,14 @@ import numpy as np
 from servesim._live.snapshot import WAITING_SHOWN, ReplicaState, RequestTimeline, RunSnapshot, Slot
 from servesim.cluster.fleet import FleetReplica, FleetSnapshot, RequestStory
 from servesim.cluster.pd.state import PDState
+from servesim.engine.admission import REASONS
 from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS
 from servesim.engine.replica import ReplicaView
 from servesim.engine.request import (
     OUTCOME_FINISHED,
     OUTCOME_LENGTH_CAPPED,
+    OUTCOME_REJECTED_QUEUED_REQS,
+    OUTCOME_REJECTED_QUEUED_TOKENS,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     Request,
@@ -42,6 +45,14 @@ from servesim.events import (
     RequestStarved,
 )
 from servesim.traces.schema import Trace
+
+#: Outcomes that refuse a request without output (400, a queue timeout, an API server's 503).
+REFUSED = (
+    OUTCOME_REJECTED_TOO_LONG,
+    OUTCOME_REJECTED_TIMEOUT,
+    OUTCOME_REJECTED_QUEUED_REQS,
+    OUTCOME_REJECTED_QUEUED_TOKENS,
+)
 
 
 @dataclass
@@ -236,9 +247,7 @@ class LiveBase:
                 step_tokens += float(rec.step_table()["num_tokens"][k0:].sum(dtype=np.int64))
             code = np.frombuffer(rec.outcome, dtype=np.int64)
             if not e.clients:  # a prefill leg: its one token is not the client's; a refusal is
-                closed += int(
-                    np.count_nonzero((code == OUTCOME_REJECTED_TOO_LONG) | (code == OUTCOME_REJECTED_TIMEOUT))
-                )
+                closed += int(np.count_nonzero(np.isin(code, REFUSED)))
                 continue
             self._note_held(engine)
             first = np.frombuffer(rec.first_token, dtype=np.float64)
@@ -366,7 +375,9 @@ class LiveBase:
                 fin = np.frombuffer(rec.finish, dtype=np.float64)
                 for i in new.tolist():
                     why: RejectReason = (
-                        "queue_timeout" if code[i] == OUTCOME_REJECTED_TIMEOUT else "prompt_too_long"
+                        "queue_timeout"
+                        if code[i] == OUTCOME_REJECTED_TIMEOUT
+                        else REASONS.get(int(code[i]), "prompt_too_long")
                     )
                     out.append(RequestRejected(float(fin[i]), self._ids[i], name, why))
         counts = self._watch.preemptions

@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from servesim import tune_defaults
 from servesim.bounds import MAX_SEED
 from servesim.cli.engine_flags import option, with_options
 from servesim.cli.trace_input import HASH_BLOCK_HELP, STRICT_HELP
@@ -143,6 +144,7 @@ class StudyFlags:
     space: list[str]
     space_file: Path | None
     max_gpus: int | None
+    max_rejection_rate: float
     trial_seeds: int
     pruning: PruningChoice
     verify_seeds: int
@@ -168,7 +170,9 @@ _STUDY: dict[str, tuple[Any, Any]] = {
     ),
     "trials": (
         int,
-        typer.Option(40, "--trials", "--n-trials", min=1, help="Trials this run adds to the study."),
+        typer.Option(
+            tune_defaults.TRIALS, "--trials", "--n-trials", min=1, help="Trials this run adds to the study."
+        ),
     ),
     "space": (
         list[str],
@@ -183,7 +187,20 @@ _STUDY: dict[str, tuple[Any, Any]] = {
         typer.Option(None, help="YAML/JSON search space (knob: choices or {low, high})."),
     ),
     "max_gpus": (int | None, typer.Option(None, min=1, help="GPU budget: replicas x TP at most this.")),
-    "trial_seeds": (int, typer.Option(2, min=1, max=20, help="Seeds (replicates) per trial.")),
+    "max_rejection_rate": (
+        float,
+        typer.Option(
+            0.0,
+            min=0.0,
+            max=1.0,
+            help="Fraction of requests a trial may answer HTTP 503 (--max-num-queued-reqs/-tokens) and "
+            "stay feasible: the budget within which rejections may buy TTFT. Default 0: none.",
+        ),
+    ),
+    "trial_seeds": (
+        int,
+        typer.Option(tune_defaults.TRIAL_SEEDS, min=1, max=20, help="Seeds (replicates) per trial."),
+    ),
     "pruning": (
         PruningChoice,
         typer.Option(
@@ -195,7 +212,10 @@ _STUDY: dict[str, tuple[Any, Any]] = {
     "verify_seeds": (
         int,
         typer.Option(
-            3, min=1, max=20, help="Fresh seeds re-verifying the recommendation (and its headroom)."
+            tune_defaults.VERIFY_SEEDS,
+            min=1,
+            max=20,
+            help="Fresh seeds re-verifying the recommendation (and its headroom).",
         ),
     ),
     "storage": (
@@ -221,7 +241,6 @@ _STUDY: dict[str, tuple[Any, Any]] = {
         float | None,
         typer.Option(
             None,
-            min=0.0,
             help="$ per GPU-hour of the plan's $ an hour, a day and per 1M tokens (default: the GPU's list "
             "price, servesim.perf.prices).",
         ),

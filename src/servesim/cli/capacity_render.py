@@ -72,8 +72,9 @@ def failed(exc: BaseException) -> NoReturn:
     fail(exc)
 
 
-def hardware_timed_as(hw: Hardware, model_given: bool) -> str:
-    """The ``timed as`` line of a saturate/tune run's hardware."""
+def hardware_timed_as(hw: Hardware, model_given: bool, kv_cache_dtype: str = "auto") -> str:
+    """The ``timed as`` line of a saturate/tune run's hardware (``kv_cache_dtype``: the
+    deployment's, named as ``simulate`` names it)."""
     if isinstance(hw, PerfHardware):
         origin = (
             ""
@@ -83,7 +84,10 @@ def hardware_timed_as(hw: Hardware, model_given: bool) -> str:
             else " (no --model given: the default model)"
         )
         blocks = "KV blocks as given" if hw.num_gpu_blocks is not None else "KV blocks as vLLM sizes them"
-        return f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}, roofline step times; {blocks}{origin}"
+        kv = "" if kv_cache_dtype == "auto" else f", {kv_cache_dtype} KV cache"
+        return (
+            f"{hw.model} on {hw.tensor_parallel_size} x {hw.gpu}{kv}, roofline step times; {blocks}{origin}"
+        )
     if isinstance(hw, FixedHardware):
         from servesim.services.run import describe_model
 
@@ -101,7 +105,7 @@ def defaults_line(applied: dict[str, Any], spec: DeploymentSpec) -> str:
 
 def print_header(hw: Hardware, spec: DeploymentSpec, applied: dict[str, Any] | None = None) -> None:
     """The first lines of a human output: what times the steps, the defaults applied."""
-    print_timed_as(hardware_timed_as(hw, spec.model is not None))
+    print_timed_as(hardware_timed_as(hw, spec.model is not None, spec.engine.get("kv_cache_dtype", "auto")))
     if applied:
         typer.echo(defaults_line(applied, spec))
 

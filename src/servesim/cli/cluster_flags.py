@@ -363,7 +363,7 @@ def _aggregated(
             "replicas": [{"name": n, "engine": k} for n, k in reps_keys] if named else None,
             # the router's settings where they are not its policy's defaults
             "router": route if route != RouterSpec(policy=route.policy) else None,
-            "link": link.model_dump(exclude={"model", "tp"}),
+            "link": link.model_dump(exclude={"model", "tp", "kv_dtype"}),  # the deployment's
             "failures": fleet.listed_failures(),
             "mtbf_s": fleet.mtbf_s,
             "warning_s": fleet.warning_s,

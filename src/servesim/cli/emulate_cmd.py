@@ -123,7 +123,9 @@ def emulate_cmd(
         else:
             fleet, failures, size = _aggregated(dep, replicas or 1, fail_at)
         route = RouterSpec.model_validate({"policy": router or "least_outstanding"})
-        context = LinkSpec(model=model, tp=deployment.tp or 1).context()
+        context = LinkSpec(
+            model=model, tp=deployment.tp or 1, kv_dtype=dep.engine.get("kv_cache_dtype", "auto")
+        ).context()
         from servesim.emulate.ray_serve import EmulatorSettings
 
         settings = EmulatorSettings(

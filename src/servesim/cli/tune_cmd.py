@@ -108,6 +108,7 @@ def tune_request(
         pruning=study.pruning.value,
         verify_seeds=study.verify_seeds,
         max_gpus=study.max_gpus,
+        max_rejection_rate=study.max_rejection_rate,
         space=read_space(study.space, study.space_file),
         gpu_hour_usd=study.gpu_hour_usd,
         gpu_prices=gpu_prices(study),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servesim.bounds import MAX_REPLICAS
 from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec, failure_schedule
@@ -32,11 +32,15 @@ class LinkSpec(BaseModel):
     transfer_efficiency: float = Field(0.9, gt=0, le=1)
     setup_latency_ms: float = Field(10.0, ge=0)
     kv_checkpointing: KVCheckpointing = "continuous"
+    kv_dtype: str = Field(
+        "auto", description="The replicas' kv_cache_dtype: the bytes a token's KV moves as."
+    )
 
     def context(self) -> RecoveryContext:
         return RecoveryContext(
             model=resolve_model(self.model, load_catalog()),
             tp=self.tp,
+            kv_dtype=self.kv_dtype,
             bandwidth_gbps=self.bandwidth_gbps,
             transfer_efficiency=self.transfer_efficiency,
             setup_latency_s=self.setup_latency_ms / 1000.0,
@@ -52,6 +56,14 @@ class ClusterFile(BaseModel):
     )
     router: RouterSpec = Field(default_factory=RouterSpec)
     link: LinkSpec = Field(default_factory=LinkSpec)
+
+    @field_validator("link")
+    @classmethod
+    def _dtype_is_the_replicas(cls, link: LinkSpec) -> LinkSpec:
+        """The KV moves as the replicas store it: its dtype is theirs, not the link's."""
+        if "kv_dtype" in link.model_fields_set:
+            raise ValueError("kv_dtype is not a link setting: give the replicas kv_cache_dtype")
+        return link
 
     def replica_keys(self, where: str = "the cluster file") -> list[tuple[str, dict[str, Any]]]:
         """Each replica's name (default ``n<i>``) and the vLLM keys it sets (its ``config``

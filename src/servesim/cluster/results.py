@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from servesim.cluster.config import FailureEvent
 from servesim.cluster.simulate import ClusterRun
+from servesim.engine.admission import admission_summary
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.results import SLO, LatencyStats, OffloadSummary, SimulationSummary, summarize
@@ -128,6 +129,11 @@ def build_cluster_result(
         no_itl,
     )
     per_replica = _replica_summaries(run, requests, per_engine, slo, no_itl) if replica_summaries else {}
+    gated = [r.config for r in run.replicas if r.config.max_num_queued_reqs is not None]
+    gated += [r.config for r in run.replicas if r.config.max_num_queued_tokens is not None]
+    if gated:  # each replica's API server answers its own 503s; the fleet's counted together
+        cfg = gated[0]
+        cluster.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
     offload = _offload(run, cluster, requests)
     if offload is not None:
         cluster.offload = offload.fleet

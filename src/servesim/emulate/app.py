@@ -320,6 +320,10 @@ def build_app(
             return _error(str(e), 404, "NotFoundError")
         except BadRequest as e:
             return _error(str(e), 400)
+        if emulator.admission_limits:  # vLLM's API server answers 503 before it streams
+            refused = await emulator.refusal(key)
+            if refused is not None:
+                return _error(refused, 503, "Service Unavailable")
         n_prompt = len(tokens)
         if not body.stream:
             answer = await _unless_client_leaves(request, _collect(key))

@@ -72,6 +72,15 @@ class PDLayout:
     short_prompt_tokens: int = 0
 
 
+#: vLLM's 503 bodies (vllm/exceptions.py: QueueOverflowError, MaxQueuedTokensError) by outcome.
+REFUSALS = {
+    "rejected_max_num_queued_reqs": "The engine is currently busy and cannot accept new requests. "
+    "Please try again later or on a different instance.",
+    "rejected_max_num_queued_tokens": "The engine has reached its prefill token backlog limit. "
+    "Please try again later or on a different instance.",
+}
+
+
 class Overloaded(Exception):
     """More open requests than ``max_streams`` (answered 429)."""
 
@@ -181,6 +190,11 @@ class Emulator:
         self.time_scale = time_scale
         self.max_streams = max_streams
         self.max_model_len = self.fleet.max_model_len
+        # vLLM's API-server queue limits on any replica: a request's 503 is known once routed
+        self.admission_limits = any(
+            r.config.max_num_queued_reqs is not None or r.config.max_num_queued_tokens is not None
+            for r in replicas
+        )
         # What a client sees on top of the engine's times, as the calibrated profile (the step
         # model's) says and the offline replay adds: the front end, and asynchronous scheduling.
         profile = getattr(replicas[0].step_time, "profile", None)
@@ -242,6 +256,13 @@ class Emulator:
         )
         self.success = Counter(
             "vllm:request_success", "Finished requests.", [*lab, "finished_reason"], registry=self.registry
+        )
+        # vLLM's own labels (model_name, reason: no engine); served only where a limit is set
+        self.admission_rejections = Counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ["model_name", "reason"],
+            registry=self.registry if self.admission_limits else None,
         )
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens.", lab, registry=self.registry)
         self.generation_tokens = Counter(
@@ -428,6 +449,21 @@ class Emulator:
 
     def request(self, key: int) -> OnlineRequest:
         return self._streams[key].req
+
+    async def refusal(self, key: int) -> str | None:
+        """vLLM's 503 message when the replica's API server refused the request (a queue limit:
+        ``max_num_queued_reqs`` / ``max_num_queued_tokens``, ``servesim.engine.admission``), else
+        None once a replica holds it. Waits for its arrival to be routed (the next turn of the
+        loop); only a fleet with such a limit needs to (vLLM answers before it streams)."""
+        s = self._streams[key]
+        r = s.req
+        while not r.done and self.fleet.replica_of(r) is None:
+            await asyncio.sleep(0.001)
+        message = REFUSALS.get(r.outcome) if r.done else None
+        if message is not None:
+            self._streams.pop(key, None)
+            self.admission_rejections.labels(self.model, r.outcome.removeprefix("rejected_")).inc()
+        return message
 
     def client_delay_s(self, req: OnlineRequest) -> float:
         """Simulated seconds a client sees each token after the engine produced it."""

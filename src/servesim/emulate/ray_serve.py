@@ -123,32 +123,50 @@ def start(
     """Start Ray (or join ``address``), Serve on ``settings.host:port``, and the ingress; returns
     once it answers. ``stop()`` undoes it (also after a partial start). ``on_ray_up`` runs once
     ``ray.init`` returned: it replaces the driver's SIGTERM handler, which the caller may want
-    back (``servesim.cli.stop_signals``)."""
+    back (``servesim.cli.stop_signals``). A Ray already up in this process is used as it is
+    (the tests start one for all of theirs): its proxy stamps receipts if ``init_local`` set it
+    up to."""
     import ray
     from ray import serve
 
+    global _edge_stamps
     if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        _edge_stamps = False  # a Ray shut down elsewhere took its stamping proxy with it
         if address is not None:
-            kwargs["address"] = address
-            ray.init(**kwargs)
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
         else:
-            kwargs["num_cpus"] = num_cpus if num_cpus is not None else 2
-            env = {k: os.environ.get(k, v) for k, v in SERVE_ENV.items()}  # the user's own win
-            name, callback = PROXY_CALLBACK
-            if os.environ.get(name, callback) == callback:  # never replace the user's own callback
-                env[name] = callback
-                settings = replace(settings, trust_edge_stamp=True)
-            with _environment(env):  # inherited by the raylet, so by Serve's actors
-                ray.init(**kwargs)
+            init_local(num_cpus if num_cpus is not None else 2)
     if on_ray_up is not None:
         on_ray_up()
+    if _edge_stamps:
+        settings = replace(settings, trust_edge_stamp=True)
     _start_serve(settings)
     # Serve queues requests beyond max_ongoing_requests (default 5) at the proxy: let the
     # emulator's own cap (429 beyond it) be the limit, and a few health/metrics/admin calls more.
     ingress = _ingress_class().options(max_ongoing_requests=settings.max_streams + 32)
     serve.run(ingress.bind(settings), name=APP_NAME, route_prefix="/", blocking=False)
     wait_ready(settings.host, settings.port)
+
+
+#: Whether the Ray up in this process was started by ``init_local`` with servesim's proxy
+#: callback (then its proxy stamps each request's receipt; ``stop`` clears it).
+_edge_stamps = False
+
+
+def init_local(num_cpus: int = 2) -> None:
+    """Start a local Ray instance with Ray Serve's switches (``SERVE_ENV``) and, unless the user
+    set their own, servesim's proxy callback, in the environment its processes inherit."""
+    import ray
+
+    global _edge_stamps
+    env = {k: os.environ.get(k, v) for k, v in SERVE_ENV.items()}  # the user's own win
+    name, callback = PROXY_CALLBACK
+    stamps = os.environ.get(name, callback) == callback  # never replace the user's own callback
+    if stamps:
+        env[name] = callback
+    with _environment(env):  # inherited by the raylet, so by Serve's actors
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    _edge_stamps = stamps
 
 
 class ServeStartError(ServesimError):
@@ -232,8 +250,10 @@ def stop() -> None:
     import ray
     from ray import serve
 
+    global _edge_stamps
     try:
         if ray.is_initialized():
             serve.shutdown()  # type: ignore[no-untyped-call]
     finally:
+        _edge_stamps = False
         ray.shutdown()  # also the processes of an init that a signal interrupted

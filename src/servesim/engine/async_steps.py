@@ -48,7 +48,8 @@ def after_schedule(plan: StepPlan) -> None:
         c = r.num_computed + n
         r.num_computed = c
         r.in_flight += n
-        s = c >= r.prompt_len + r.num_output + r.placeholders  # not vLLM's is_prefill_chunk
+        s = c >= r.prompt_len + r.num_output + r.placeholders
+        r.prefill_chunk = not s  # vLLM's is_prefill_chunk
         if s:
             r.placeholders += 1
         samples.append(s)

@@ -33,6 +33,10 @@ from servesim.errors import ConfigError, describe, reject_bool, shown
 #: vLLM's ``--scheduling-policy`` values.
 SchedulingPolicy = Literal["fcfs", "priority"]
 
+#: vLLM's ``--kv-cache-dtype`` values that servesim sizes and times (``CacheConfig.cache_dtype``;
+#: ``fp8`` is ``fp8_e4m3``). vLLM's per-token-head, NVFP4 and TurboQuant layouts are not modelled.
+KVCacheDType = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
 
 class EngineConfig(BaseModel):
     """One vLLM replica's scheduler and KV-cache settings (``vllm serve`` flag names)."""
@@ -56,6 +60,48 @@ class EngineConfig(BaseModel):
         0, ge=0, le=MAX_TOKENS, description="Cap on one request's tokens per step (0 = no cap)."
     )
     policy: SchedulingPolicy = Field("fcfs", description="Waiting-queue order.")
+    max_num_scheduled_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Tokens the scheduler may issue in one step (vLLM; None = max_num_batched_tokens).",
+    )
+    max_num_active_seqs: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SEQS,
+        description="Most requests admitted into RUNNING, <= max_num_seqs (vLLM; None = max_num_seqs).",
+    )
+    long_prefill_token_threshold_adaptive: bool = Field(
+        False,
+        description="Floor long_prefill_token_threshold at max_num_batched_tokens / (running + waiting).",
+    )
+    prefill_schedule_interval: int = Field(
+        1,
+        ge=1,
+        le=MAX_SEQS,
+        description="Admit prefill (admissions and chunks) only every N executed steps while decodes run.",
+    )
+    max_num_queued_reqs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="API server: answer HTTP 503 to a request arriving with this many in flight "
+        "(None = no limit).",
+    )
+    max_num_queued_tokens: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="API server: answer HTTP 503 while prompts still in prefill hold this many tokens "
+        "(None = no limit).",
+    )
+    stream_interval: int = Field(
+        1,
+        ge=1,
+        le=MAX_SEQS,
+        description="Tokens per streamed chunk: a client's inter-chunk latency spans this many steps.",
+    )
     max_model_len: int | None = Field(
         None, ge=2, le=MAX_TOKENS, description="Context limit; default: the trace's longest request + 1."
     )
@@ -69,6 +115,11 @@ class EngineConfig(BaseModel):
         le=1e9,
         allow_inf_nan=False,
         description="Reject requests still unscheduled after this long (never silently).",
+    )
+    kv_cache_dtype: KVCacheDType = Field(
+        "auto",
+        description="KV-cache element type: auto (the model's dtype) or fp8 (one byte: about twice the "
+        "blocks in the same memory, half the KV bytes a decode step reads).",
     )
     kv_offloading_size: float | None = Field(
         None,
@@ -108,6 +159,12 @@ class EngineConfig(BaseModel):
         "long_prefill_token_threshold",
         "max_model_len",
         "starvation_threshold",
+        "max_num_scheduled_tokens",
+        "max_num_active_seqs",
+        "prefill_schedule_interval",
+        "max_num_queued_reqs",
+        "max_num_queued_tokens",
+        "stream_interval",
         mode="before",
     )(lambda v: reject_bool(v))
 
@@ -127,11 +184,27 @@ class EngineConfig(BaseModel):
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                 f"({self.max_num_seqs}), as vLLM requires"
             )
+        if self.max_num_active_seqs is not None and self.max_num_active_seqs > self.max_num_seqs:
+            raise ConfigError(
+                f"max_num_active_seqs ({self.max_num_active_seqs}) cannot be greater than max_num_seqs "
+                f"({self.max_num_seqs}), as vLLM requires"
+            )
         if self.max_model_len is not None:
             self.check_max_model_len(self.max_model_len)
+        if self.prefill_schedule_interval > 1 and self.kv_offloading_size is not None:
+            raise ConfigError(
+                f"prefill_schedule_interval {self.prefill_schedule_interval} with kv_offloading_size "
+                f"{self.kv_offloading_size:g} GiB: the prefill cadence beside a KV connector's deferred "
+                "requests is not modelled; drop one of them"
+            )
         spec = self.speculative_config
-        if self.async_scheduling and (spec is not None or self.kv_offloading_size is not None):
-            what = "speculative_config" if spec is not None else "kv_offloading_size"
+        others = {
+            "speculative_config": spec is not None,
+            "kv_offloading_size": self.kv_offloading_size is not None,
+            "prefill_schedule_interval": self.prefill_schedule_interval > 1,
+        }
+        if self.async_scheduling and any(others.values()):
+            what = next(k for k, on in others.items() if on)
             raise ConfigError(f"async_scheduling with {what} is not modelled yet; set async_scheduling false")
         if spec is not None and self.kv_offloading_size is not None:
             raise ConfigError(

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.engine import replica_ops
+from servesim.engine.admission import gate_of, rejected_on_arrival
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine_events import emit_step, emit_stretch_step
@@ -27,7 +28,6 @@ from servesim.engine.kv_connector_base import KVConnector
 from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
     OUTCOME_REJECTED_TIMEOUT,
-    OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
     REJECTED,
     WAITING,
@@ -96,7 +96,9 @@ class Engine:
         # step runs the plain (naive) path: the fast path's proofs assume no connector.
         self.kv_connector = kv_connector
         fast = fast and _fast_path_allowed(config, kv_connector)
-        self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
+        # multi-step decode stretches (part of the fast path); a prefill cadence counts every
+        # executed step in the scheduler, so its steps all go through it
+        self.stretch = fast and stretch and config.prefill_schedule_interval == 1
         self.name = name  # the replica's name in events (None stand-alone)
         observers = [*observers, *([StepLogObserver(step_log)] if step_log is not None else [])]
         # One callable delivering an event to every observer; None when there is none, so the
@@ -117,7 +119,7 @@ class Engine:
         self.rec = Recorder(self.trace.n)
         if config.speculative_config is not None:
             self.rec.spec_steps = array("q")
-        if record_token_times:
+        if record_token_times or config.stream_interval > 1:  # chunks of a stream: streaming.py
             self.rec.token_steps = {}
         self.now = 0.0
         self.step = 0
@@ -125,6 +127,7 @@ class Engine:
         self.external_arrivals = external_arrivals
         self._next = self.trace.n if external_arrivals else 0
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
+        self.gate = gate_of(config.max_num_queued_reqs, config.max_num_queued_tokens)  # HTTP 503s
         self._async = config.async_scheduling
         self._held: PendingStep | None = None  # async: the step whose output is not applied yet
         self.live: dict[int, Request] = {}  # arrived and not yet closed
@@ -229,7 +232,7 @@ class Engine:
                 and not sched.explicit
                 and sched.group is not None
                 and sched.group.n
-                and (not len(waiting) or (len(running) >= sched.max_num_seqs and not timeouts))
+                and (not len(waiting) or (len(running) >= sched.max_num_active and not timeouts))
                 and self._decode_stretch(limit)
             ):
                 continue
@@ -368,7 +371,7 @@ class Engine:
     def _decode_stretch(self, limit: float) -> bool:
         """Advance, in one go, the steps in which only the decode group runs: no request
         arrives, every step's new blocks fit, and no waiting request can be admitted (there is
-        none, or ``max_num_seqs`` is reached). A step in which members produce their last token
+        none, or ``max_num_active_seqs`` is reached). A step in which members produce their last token
         is part of the stretch too: they leave exactly as ``Scheduler.update`` would have them
         leave; the stretch ends there if that makes room for a waiting request.
         Returns False when not even one such step is ahead."""
@@ -431,7 +434,7 @@ class Engine:
             n = group.n
             ctx = group.ctx_base
             n_running = len(sched.running)
-            if not n or (n_waiting and n_running < sched.max_num_seqs):
+            if not n or (n_waiting and n_running < sched.max_num_active):
                 break  # idle, or a waiting request may be admitted: the next step is a full one
             end = group.next_finish_step()
         if step == first:
@@ -500,17 +503,12 @@ class Engine:
             i += 1
             if emit is not None:
                 emit(RequestArrived(r.arrival, r.req_id, self.name))
-            if r.prompt_len >= mml:
-                r.status = REJECTED
-                r.outcome = OUTCOME_REJECTED_TOO_LONG
-                r.finish_time = r.arrival
-                self.rec.close_request(r)
-                self.num_closed += 1
-                if emit is not None:
-                    emit(RequestRejected(r.arrival, r.req_id, self.name, "prompt_too_long"))
-                continue
+            if (self.gate is not None or r.prompt_len >= mml) and rejected_on_arrival(self, r, r.arrival):
+                continue  # HTTP 503 (admission.py) or 400 (prompt too long)
             kv.init_request(r)
             live[r.idx] = r
+            if self.gate is not None:
+                self.gate.admitted(r)
             waiting.add(r)
             if timeouts:
                 self._timeouts.append(r)
@@ -559,7 +557,8 @@ class Engine:
         return replica_ops.evict_all(self)
 
     def _close(self, r: Request) -> None:
-        self.live.pop(r.idx, None)
+        if self.live.pop(r.idx, None) is not None and self.gate is not None:
+            self.gate.closed(r.finish_time)
         self.rec.close_request(r)
         self.num_closed += 1
 

@@ -7,15 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.engine.request import (
-    OUTCOME_ABORTED,
-    OUTCOME_REJECTED_TOO_LONG,
-    PREEMPTED,
-    REJECTED,
-    WAITING,
-    Request,
-)
-from servesim.events import RequestFinished, RequestRejected
+from servesim.engine.admission import rejected_on_arrival
+from servesim.engine.request import OUTCOME_ABORTED, PREEMPTED, WAITING, Request
+from servesim.events import RequestFinished
 
 if TYPE_CHECKING:
     from servesim.engine.engine import Engine
@@ -27,16 +21,12 @@ def submit(engine: Engine, r: Request, t: float) -> None:
     sched = engine.scheduler
     if not sched.running and not len(sched.waiting) and t > engine.now:
         engine.now = t
-    engine.kv.init_request(r)
-    if r.status == WAITING and r.prompt_len >= engine.max_model_len:
-        r.status = REJECTED
-        r.outcome = OUTCOME_REJECTED_TOO_LONG
-        r.finish_time = t
-        engine._close(r)
-        if engine.emit is not None:
-            engine.emit(RequestRejected(t, r.req_id, engine.name, "prompt_too_long"))
+    if r.status == WAITING and rejected_on_arrival(engine, r, t):
         return
+    engine.kv.init_request(r)
     engine.live[r.idx] = r
+    if engine.gate is not None:
+        engine.gate.admitted(r)
     sched.waiting.add(r)  # appended: to this replica it is a new arrival
     if engine.config.queue_timeout_s is not None and r.status == WAITING:
         engine._timeouts.append(r)

@@ -23,6 +23,8 @@ OUTCOMES = (
     "rejected_prompt_too_long",
     "rejected_queue_timeout",
     "aborted",
+    "rejected_max_num_queued_reqs",
+    "rejected_max_num_queued_tokens",
 )
 OUTCOME_UNFINISHED = 0
 OUTCOME_FINISHED = 1
@@ -30,6 +32,8 @@ OUTCOME_LENGTH_CAPPED = 2
 OUTCOME_REJECTED_TOO_LONG = 3
 OUTCOME_REJECTED_TIMEOUT = 4
 OUTCOME_ABORTED = 5  # the client went away (vLLM: FINISHED_ABORTED); online runs only
+OUTCOME_REJECTED_QUEUED_REQS = 6  # HTTP 503 from vLLM's API server: max_num_queued_reqs
+OUTCOME_REJECTED_QUEUED_TOKENS = 7  # HTTP 503 from vLLM's API server: max_num_queued_tokens
 
 
 class Request:
@@ -149,7 +153,7 @@ class Request:
         # Speculative decoding (vLLM's spec_token_ids, as a count: ids do not matter here).
         self.spec_tokens = 0  # drafts proposed after the last step, to verify in the next
         self.spec_sched = 0  # of them, scheduled in the step in flight
-        self.prefill_chunk = False  # vLLM's is_prefill_chunk (kept only with speculation)
+        self.prefill_chunk = False  # vLLM's is_prefill_chunk (kept with speculation or a prefill cadence)
         self.spec_padded = False  # that step's drafts are vLLM's padding (never accepted)
         self.spec_verifications = 0  # verifications so far (seeds the acceptance draws)
         self.spec_drafted = 0  # drafts verified, over the request's life

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
+from servesim.engine.admission import AdmissionSummary
 from servesim.engine.config import EngineConfig
 from servesim.engine.request import OUTCOMES
 from servesim.engine.sums import sum_of_products
@@ -289,13 +290,18 @@ class SimulationSummary(BaseModel):
     speculative: SpeculativeSummary | None = Field(
         None, description="Speculative decoding's figures (``--speculative-config``); left out when off."
     )
+    admission: AdmissionSummary | None = Field(
+        None, description="HTTP 503s of max_num_queued_reqs/tokens; left out when neither is set."
+    )
 
     @model_serializer(mode="wrap")
     def _drop_spec_when_off(self, handler: Any) -> Any:
-        """Runs without speculation keep their documents byte for byte (no ``speculative`` key)."""
+        """Runs without speculation or admission limits keep their documents byte for byte (no
+        ``speculative`` / ``admission`` key)."""
         d = handler(self)
-        if isinstance(d, dict) and d.get("speculative", 0) is None:
-            del d["speculative"]
+        for key in ("speculative", "admission"):
+            if isinstance(d, dict) and key in d and d[key] is None:
+                del d[key]
         return d
 
 

@@ -4,7 +4,7 @@ cimport cython
 from servesim.engine.decode_group cimport DecodeGroup
 from servesim.engine.kv_cache_manager cimport KVCacheManager
 from servesim.engine.request cimport Request
-from servesim.engine.step_plan cimport StepPlan, any_prefill_chunk, running_index, running_tokens
+from servesim.engine.step_plan cimport PrefillCadence, StepPlan, any_prefill_chunk, running_index, running_tokens
 
 
 cdef class Scheduler:
@@ -12,6 +12,9 @@ cdef class Scheduler:
     cdef public long long budget, max_num_seqs, threshold, max_model_len, _admit_seq
     cdef public long long total_preemptions, spec_k, draft_slots, input_left
     cdef public long long spec_drafted, spec_accepted, spec_verifications
+    cdef public long long input_budget, max_num_active, mbt, prefill_interval
+    cdef public bint adaptive
+    cdef public PrefillCadence cadence
     cdef public object acceptance
     cdef public bint chunked, priority, protect_starved, boost_starved, async_sched
     cdef public list running, explicit
@@ -19,12 +22,14 @@ cdef class Scheduler:
     cdef public DecodeGroup group
 
     @cython.locals(plan=StepPlan, n_eligible=cython.longlong, thr=cython.longlong, budget=cython.longlong,
-                   xfer=object)
+                   xfer=object, fair=cython.longlong, defer=cython.bint,
+                   cadence=PrefillCadence)
     cpdef StepPlan schedule(self, long long step, double now)
     @cython.locals(running=list, kv=KVCacheManager, budget=cython.longlong, mml=cython.longlong,
                    scheduled=list, i=cython.Py_ssize_t, r=Request, n=cython.longlong, ok=cython.bint,
                    victim=Request, vi=cython.Py_ssize_t, j=cython.Py_ssize_t, s=Request,
-                   sn=cython.longlong, ds=cython.longlong, ib=cython.longlong, sp=cython.longlong)
+                   sn=cython.longlong, ds=cython.longlong, ib=cython.longlong, sp=cython.longlong,
+                   defer=cython.bint)
     cpdef long long _running_pass(self, StepPlan plan, long long thr) except? -1
     @cython.locals(group=DecodeGroup, budget=cython.longlong, mml=cython.longlong, kv=KVCacheManager,
                    explicit=list, running=list, chunks=list, group_blocks=cython.longlong,
@@ -58,8 +63,6 @@ cdef class Scheduler:
     cdef inline void _emitted(self, Request r, long long step, double t_end)
     @cython.locals(running=list, r=Request, sending=dict)
     cpdef retire(self, list finished, double t_end)
-    @cython.locals(valid=list, running_gone=list, r=Request, status=cython.longlong, xfer=object,
-                   in_holding=cython.bint)
     cpdef list finish_requests(self, list requests, long long outcome, long long step, double t)
     @cython.locals(group=DecodeGroup, candidates=list, keep=list, r=Request, seg=list)
     cpdef _regroup(self, StepPlan plan, long long next_step)

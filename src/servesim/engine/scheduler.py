@@ -37,14 +37,15 @@ from servesim.engine.request import (
     OUTCOME_FINISHED,
     OUTCOME_LENGTH_CAPPED,
     PREEMPTED,
-    REJECTED,
     RUNNING,
     WAITING,
     WAITING_FOR_REMOTE_KVS,
     Request,
 )
+from servesim.engine.scheduler_finish import finish_requests
 from servesim.engine.speculative import AcceptanceModel
 from servesim.engine.step_plan import (
+    PrefillCadence,
     StepPlan,
     admit_seq,
     any_prefill_chunk,
@@ -53,7 +54,7 @@ from servesim.engine.step_plan import (
     running_tokens,
 )
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
-from servesim.errors import InternalError
+from servesim.errors import ConfigError, InternalError
 
 if TYPE_CHECKING:
     from servesim.engine.kv_connector_base import KVConnector
@@ -71,10 +72,30 @@ class Scheduler:
         connector: KVConnector | None = None,
     ) -> None:
         self.kv = kv
-        self.budget = config.max_num_batched_tokens
+        # vLLM's two budgets: ``token_budget`` (max_num_scheduled_tokens) and ``input_budget``
+        # (max_num_batched_tokens, which also pays the drafter's slots). Without speculation each
+        # scheduled token takes one of each, so the smaller is the one budget.
+        mbt = config.max_num_batched_tokens
+        mst = config.max_num_scheduled_tokens if config.max_num_scheduled_tokens is not None else mbt
+        spec = config.speculative_config
+        self.budget = mst if spec is not None else min(mst, mbt)
+        self.input_budget = mbt if spec is not None else self.budget
         self.max_num_seqs = config.max_num_seqs
+        # vLLM's max_num_active_reqs: admission into RUNNING stops here (max_num_seqs is the runner's).
+        self.max_num_active = (
+            config.max_num_active_seqs if config.max_num_active_seqs is not None else config.max_num_seqs
+        )
         self.chunked = config.enable_chunked_prefill
         self.threshold = config.long_prefill_token_threshold
+        self.adaptive = config.long_prefill_token_threshold_adaptive
+        self.mbt = mbt
+        self.prefill_interval = config.prefill_schedule_interval
+        self.cadence = PrefillCadence(self.prefill_interval)  # vLLM's prefill_schedule_interval
+        if self.prefill_interval > 1 and connector is not None:
+            raise ConfigError(
+                f"prefill_schedule_interval {self.prefill_interval} with a KV connector (offload, P/D): "
+                "the prefill cadence beside the connector's deferred requests is not modelled"
+            )
         self.priority = config.policy == "priority"
         self.async_sched = config.async_scheduling  # vLLM's AsyncScheduler (async_steps.py)
         self.max_model_len = max_model_len
@@ -89,7 +110,6 @@ class Scheduler:
         self.protect_starved = config.starvation_mitigation != "none"
         self.boost_starved = config.starvation_mitigation == "boost"
         # Speculative decoding (speculative.py); k = 0: off, and none of it runs.
-        spec = config.speculative_config
         self.spec_k = spec.num_speculative_tokens if spec is not None else 0
         self.draft_slots = spec.draft_slots if spec is not None else 0
         self.acceptance: object = None
@@ -113,6 +133,13 @@ class Scheduler:
         if xfer is not None:
             n_eligible += len(xfer.holding)
         thr = self.threshold if n_eligible > 1 else 0
+        if thr > 0 and self.adaptive:  # floored at a fair share of the input budget
+            fair = self.mbt // n_eligible
+            if fair > thr:
+                thr = fair
+        cadence = self.cadence if self.prefill_interval > 1 else None
+        defer = cadence is not None and cadence.defer(self.running)
+        plan.defer_prefill = defer
         group = self.group
         if group is not None and group.n:
             budget = self._fast_running_pass(plan, step, thr)
@@ -123,8 +150,12 @@ class Scheduler:
             budget = self._running_pass(plan, thr)
         if not plan.preempted:
             self._waiting_pass(plan, budget, thr, now)
+            if cadence is not None and not defer:  # the release step: did it drain the queue?
+                cadence.capacity_bound = len(self.waiting) > 0
         if xfer is not None:
             xfer.prefills_done(plan)
+        if cadence is not None:
+            cadence.after(plan)
         return plan
 
     def _running_pass(self, plan: StepPlan, thr: int) -> int:
@@ -135,7 +166,8 @@ class Scheduler:
         mml = self.max_model_len
         scheduled = plan.scheduled
         ds = self.draft_slots
-        ib = budget  # vLLM's input budget: the token budget less the drafter's extra rows
+        ib = self.input_budget  # vLLM's input budget: less the drafter's extra rows per request
+        defer = plan.defer_prefill
         i = 0
         while i < len(running) and budget > 0:
             if ib <= ds:
@@ -143,6 +175,9 @@ class Scheduler:
             r = running[i]
             if r.placeholders and r.num_computed + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
                 i += 1  # async: the step in flight samples its last token; vLLM schedules no more
+                continue
+            if defer and r.prefill_chunk:  # the cadence holds this in-progress prefill chunk
+                i += 1
                 continue
             n = running_tokens(r, thr, budget if budget < ib - ds else ib - ds, mml)
             if n <= 0:
@@ -171,6 +206,8 @@ class Scheduler:
                     continue  # r preempted itself; later requests may still fit
                 break
             scheduled.append((r, n))
+            if r.prefill_chunk:
+                plan.carried_prefill = True
             budget -= n
             ib -= n + ds
             i += 1
@@ -207,9 +244,13 @@ class Scheduler:
                 avail = budget - members_before - used
                 if avail <= 0:
                     return -1
+                if plan.defer_prefill and r.prefill_chunk:
+                    continue  # the cadence holds this in-progress prefill chunk
                 n = running_tokens(r, thr, avail, mml)
                 if n <= 0:
                     continue
+                if r.prefill_chunk:
+                    plan.carried_prefill = True
                 used += n
                 blocks += kv.blocks_needed_running(r, n)
                 chunks.append((r, n))
@@ -246,7 +287,7 @@ class Scheduler:
         skipped: list[Request] | None = None
         while budget > 0:
             q = ready if ready is not None and len(ready) else waiting
-            if not len(q) or ib <= ds or len(running) >= self.max_num_seqs:
+            if not len(q) or ib <= ds or len(running) >= self.max_num_active:
                 break
             r = q.peek()
             if xfer is not None and r.status == WAITING_FOR_REMOTE_KVS:  # ready: its load is done
@@ -273,6 +314,8 @@ class Scheduler:
                 hit = []
                 hit_tokens = ext = 0
                 computed = r.num_computed
+            if plan.defer_prefill and not load_async and computed < num_tokens - 1:
+                break  # the cadence holds admissions with prompt left to compute
             n = 0 if load_async else num_tokens - computed  # an asynchronous load computes nothing
             cap = budget if budget < ib - ds else ib - ds
             padded = pad_ok and n == 1 and (has_running_scheduled or computed > 0)
@@ -295,6 +338,8 @@ class Scheduler:
             if xfer is not None and xfer.allocated(r, ext, now, fresh, hit_tokens, load_async):
                 continue  # parked in the KV-holding queue until its load is done
             gpu = hit_tokens if fresh or xfer is None else xfer.local_hit.pop(r.idx, 0)
+            if computed < num_tokens - 1:
+                plan.carried_prefill = True
             self._admit(plan, r, computed, gpu, ext, n, now)
             budget -= n
             ib -= n + ds
@@ -516,47 +561,9 @@ class Scheduler:
 
     # ------------------------------------------------------------------ finish from outside
     def finish_requests(self, requests: list[Request], outcome: int, step: int, t: float) -> list[Request]:
-        """vLLM's ``Scheduler.finish_requests(request_ids, finished_status)``: requests finished
-        from outside the step loop (a client went away: ``OUTCOME_ABORTED``, vLLM's
-        FINISHED_ABORTED) at ``t``, between steps (``step``: the next one). Running ones leave
-        the running list (a decode-group member is made explicit first); waiting, preempted and
-        KV-loading (WAITING_FOR_REMOTE_KVS) ones leave their queue. Then, as vLLM's
-        ``_free_request``, the connector's ``request_finished`` and the KV blocks back to the
-        pool (hashed ones stay in the prefix cache). A load still in flight for a KV-loading
-        request runs to its end in the connector, which no longer admits the request; its
-        blocks are freed now (vLLM delays that free until the worker reports the load). Returns
-        the requests finished here: not those already finished."""
-        valid: list[Request] = []
-        running_gone: list[Request] = []
-        xfer = self.kv_xfer
-        for r in requests:
-            status = r.status
-            if status in (FINISHED, REJECTED):
-                continue
-            valid.append(r)
-            if status == RUNNING:
-                if r.sync_step >= 0:  # a decode-group member: make the group explicit first
-                    self.materialize_all(step, t)
-                running_gone.append(r)
-        for r in running_gone:
-            del self.running[running_index(self.running, r)]
-            if r in self.explicit:
-                self.explicit.remove(r)
-        for r in valid:
-            status = r.status
-            # REJECTED marks a queued request gone (the priority queues drop its entry lazily)
-            r.status = FINISHED if status == RUNNING else REJECTED
-            # a request in the KV-holding queue: loading its KV, or loaded and not admitted yet
-            in_holding = xfer is not None and xfer.remove(r)
-            if status != RUNNING and not in_holding:
-                self.waiting.remove(r)
-            r.outcome = outcome
-            r.finish_time = t
-            if xfer is not None and xfer.request_finished(r):
-                continue  # its blocks wait for the connector's send
-            if r.blocks:
-                self.kv.free(r)
-        return valid
+        """vLLM's ``Scheduler.finish_requests``: requests finished from outside the step loop
+        (``scheduler_finish.finish_requests``, kept out of the compiled step code)."""
+        return finish_requests(self, requests, outcome, step, t)
 
     def _regroup(self, plan: StepPlan, next_step: int) -> None:
         """After a step, explicit requests that now decode join the group."""

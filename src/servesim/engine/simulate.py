@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servesim.engine.admission import admission_summary
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, StepLogSink
 from servesim.engine.kv_connector import OffloadingConnector
@@ -28,6 +29,7 @@ from servesim.engine.results import (
     tokens_per_verifying_step,
 )
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
+from servesim.engine.streaming import chunk_gaps_s
 from servesim.engine.trace_arrays import TraceArrays
 from servesim.events import Observer
 from servesim.traces.schema import Trace
@@ -181,6 +183,15 @@ def build_result(
             draft_time_s=engine.draft_time_s,
             draft_timing=engine.draft_timing(),
         )
+    cfg = engine.config
+    if cfg.stream_interval > 1 and pooled_itl and rec.token_steps is not None:
+        # a streaming client's ITL: the gaps between its chunks (streaming.py)
+        done = requests["outcome"].isin([OUTCOMES[OUTCOME_FINISHED], OUTCOMES[OUTCOME_LENGTH_CAPPED]])
+        ends = np.asarray(rec.step_end)
+        gaps_s = chunk_gaps_s(rec.token_steps, ends, dict(enumerate(done.to_numpy())), cfg.stream_interval)
+        summary.itl_ms = LatencyStats.of(gaps_s * 1e3)
+    if engine.gate is not None:
+        summary.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
     tier = engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None
     if tier is not None:
         summary.offload = offload_summary([[tier]], summary.prefix_cache_hit_rate, summary.recomputed_tokens)

@@ -7,6 +7,7 @@ from servesim.engine.request cimport Request
 cdef class StepPlan:
     cdef public list scheduled, preempted, new, resumed, prefix_hits, spec, loaded, samples
     cdef public long long num_group_decodes, group_ctx_sum
+    cdef public bint defer_prefill, carried_prefill
 
     @cython.locals(decodes=cython.longlong, ctx=cython.longlong, prefill=cython.longlong,
                    r=Request, n=cython.longlong)
@@ -27,3 +28,13 @@ cdef class PendingStep:
     cdef public object batch
     cdef public double start, duration
     cdef public long long num_running, num_waiting, kv_used
+
+
+cdef class PrefillCadence:
+    cdef public long long interval, last_prefill_step, num_executed_steps
+    cdef public bint capacity_bound
+
+    @cython.locals(r=Request)
+    cpdef bint defer(self, list running) except -1
+    @cython.locals(r=Request, n=cython.longlong)
+    cpdef after(self, StepPlan plan)

@@ -26,6 +26,8 @@ class StepPlan:
     connector brought: (request, tokens beyond its GPU prefix hit)."""
 
     __slots__ = (
+        "carried_prefill",
+        "defer_prefill",
         "group_ctx_sum",
         "loaded",
         "new",
@@ -48,6 +50,9 @@ class StepPlan:
         self.resumed: list[Request] = []
         self.prefix_hits: list[tuple[Request, int]] = []
         self.loaded: list[tuple[Request, int]] | None = None
+        # prefill_schedule_interval: the cadence holds prefill this step; the step carries prefill
+        self.defer_prefill = False
+        self.carried_prefill = False
         # Async scheduling: per scheduled entry, whether it samples (decided when scheduled).
         self.samples: list[bool] | None = None
 
@@ -164,4 +169,48 @@ def priority_key(r: Request) -> tuple[int, float, int]:
     return (r.priority, r.arrival, r.idx)
 
 
-__all__ = ["PendingStep", "StepPlan", "any_prefill_chunk", "priority_key", "running_index", "running_tokens"]
+class PrefillCadence:
+    """vLLM's local prefill cadence (``prefill_schedule_interval`` N > 1, one data-parallel rank):
+    prefill (running chunks and admissions with prompt left) is held until N executed steps have
+    passed since the last step that carried prefill, while a decode runs, unless the last release
+    step could not drain the waiting queue (``prefill_capacity_bound``, vLLM's escape that keeps
+    a backed-up engine from capping prefill at one budget per interval)."""
+
+    __slots__ = ("capacity_bound", "interval", "last_prefill_step", "num_executed_steps")
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+        self.last_prefill_step = -interval  # a full interval back: the first step is never held
+        self.num_executed_steps = 0  # steps that scheduled anything
+        self.capacity_bound = False
+
+    def defer(self, running: list[Request]) -> bool:
+        """Whether this step holds prefill (it becomes executed step ``num_executed_steps + 1``
+        if it schedules anything)."""
+        if self.capacity_bound or (self.num_executed_steps + 1) - self.last_prefill_step >= self.interval:
+            return False
+        for r in running:  # noqa: SIM110 (a typed loop in the compiled core)
+            if not r.prefill_chunk:
+                return True
+        return False
+
+    def after(self, plan: StepPlan) -> None:
+        """A step was scheduled: count it if it scheduled anything, stamp it if it carried prefill,
+        and mark each scheduled request's ``prefill_chunk`` (vLLM's ``is_prefill_chunk``)."""
+        if plan.scheduled or plan.num_group_decodes:
+            self.num_executed_steps += 1
+        if plan.carried_prefill:
+            self.last_prefill_step = self.num_executed_steps
+        for r, n in plan.scheduled:
+            r.prefill_chunk = r.num_computed + n < r.prompt_len + r.num_output
+
+
+__all__ = [
+    "PendingStep",
+    "PrefillCadence",
+    "StepPlan",
+    "any_prefill_chunk",
+    "priority_key",
+    "running_index",
+    "running_tokens",
+]

@@ -55,6 +55,22 @@ def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
         ) from None
 
 
+def check_kv_cache_dtype(model: ModelSpec, gpu: GPUSpec, kv_dtype: str) -> None:
+    """vLLM's own refusals of ``--kv-cache-dtype`` (``CacheConfig.cache_dtype``): an explicit
+    16-bit KV cache must be the model's dtype, and ROCm stores fp8 KV as ``fp8_e4m3`` only."""
+    kv_dtype_bytes(model, kv_dtype)  # an unknown name
+    if kv_dtype in ("bfloat16", "float16") and kv_dtype != model.dtype:
+        raise PerfError(
+            f"kv_cache_dtype {kv_dtype} with {model.name}: an explicit 16-bit KV cache must be the "
+            f"model's dtype ({model.dtype}), as vLLM requires; use auto"
+        )
+    if kv_dtype == "fp8_e5m2" and gpu.vendor == "AMD":
+        raise PerfError(
+            f"kv_cache_dtype fp8_e5m2 on {gpu.name}: vLLM on ROCm stores an fp8 KV cache as fp8_e4m3 "
+            "only; use fp8"
+        )
+
+
 def check_tp(model: ModelSpec, tp: int) -> None:
     """vLLM's tensor-parallel constraints: attention heads split evenly, KV heads split or replicate."""
     if tp < 1:

@@ -55,12 +55,17 @@ def check_offloading_size(size_gib: float | None, tensor_parallel_size: int) -> 
 
 
 def cpu_chunks(
-    config: EngineConfig, model: ModelSpec, tp: int = 1, kv_dtype: str = "auto", blocks_per_chunk: int = 1
+    config: EngineConfig,
+    model: ModelSpec,
+    tp: int = 1,
+    kv_dtype: str | None = None,
+    blocks_per_chunk: int = 1,
 ) -> int:
-    """CPU offload chunks that ``config.kv_offloading_size`` GiB hold (0 without offload)."""
+    """CPU offload chunks that ``config.kv_offloading_size`` GiB hold (0 without offload);
+    ``kv_dtype`` None: the config's ``kv_cache_dtype`` (the tier stores blocks as the GPU does)."""
     if config.kv_offloading_size is None:
         return 0
-    per_block = kv_bytes_per_token(model, tp, kv_dtype) * config.block_size
+    per_block = kv_bytes_per_token(model, tp, kv_dtype or config.kv_cache_dtype) * config.block_size
     chunk = per_block * tp * blocks_per_chunk
     aligned = -(-chunk // PAGE_BYTES) * PAGE_BYTES
     return int(config.kv_offloading_size * GiB) // aligned
@@ -71,12 +76,14 @@ def offloading_connector(
     model: ModelSpec,
     gpu: GPUSpec,
     tp: int = 1,
-    kv_dtype: str = "auto",
+    kv_dtype: str | None = None,
     blocks_per_chunk: int = 1,
 ) -> OffloadingConnector | None:
-    """The engine's CPU offload connector for this deployment, or None when offload is off."""
+    """The engine's CPU offload connector for this deployment, or None when offload is off
+    (``kv_dtype`` None: the config's ``kv_cache_dtype``)."""
     if config.kv_offloading_size is None:
         return None
+    kv_dtype = kv_dtype or config.kv_cache_dtype
     per_block = kv_bytes_per_token(model, tp, kv_dtype) * config.block_size
     timing = HostLinkTiming(per_block, gpu.pcie_bandwidth, gpu.host_link_overhead_s)
     return OffloadingConnector(

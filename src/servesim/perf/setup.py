@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from servesim.engine.config import EngineConfig
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
-from servesim.perf.memory import kv_capacity
+from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
 from servesim.perf.profile import HardwareProfile
 from servesim.perf.roofline import BUDGET_NOTE, RooflineStepTime, build_step_time_model
 from servesim.perf.serve_defaults import apply_serve_defaults
@@ -59,6 +59,7 @@ def deployment_setup(
             max_num_batched_tokens=max_num_batched_tokens,
         )
     notes = [str(w.message) for w in caught]
+    check_kv_cache_dtype(step.model, step.gpu, kv_dtype)
     blocks = None
     if size_kv_cache:
         cap = kv_capacity(
@@ -161,6 +162,7 @@ def replica_setup(
         block_size=cfg.block_size,
         gpu_memory_utilization=util,
         max_model_len=max_model_len or cfg.max_model_len,
+        kv_dtype=cfg.kv_cache_dtype,
         size_kv_cache=not num_gpu_blocks_given,
     )
     if setup.num_gpu_blocks is not None:
@@ -190,7 +192,8 @@ def replica_setup(
         kind = "calibrated roofline step times (steps above the calibrated sizes extrapolated)"
     else:
         kind = "calibrated roofline step times"
-    timed = f"{name} on {degree} x {where}, {kind}{prof}; {blocks}{origin}"
+    kv = "" if cfg.kv_cache_dtype == "auto" else f", {cfg.kv_cache_dtype} KV cache"
+    timed = f"{name} on {degree} x {where}{kv}, {kind}{prof}; {blocks}{origin}"
     return ReplicaSetup(cfg, setup.step_time, timed, notes, name, where, degree)
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim import tune_defaults
 from servesim.bounds import MAX_SEED
 from servesim.errors import InputError, InternalError
 from servesim.services.capacity import Execution, checked_hardware, workload_of
@@ -40,6 +41,7 @@ from servesim.tuning import (
     space_from_mapping,
 )
 from servesim.tuning.deploy import recommendation_manifest
+from servesim.tuning.deployment import KNOBS_033
 from servesim.tuning.hardware import DEFAULT_GPU, PerfHardware
 from servesim.tuning.noise import ab_verdict
 from servesim.tuning.ranking import record_of
@@ -52,8 +54,9 @@ if TYPE_CHECKING:
     from servesim.tuning.executors import Executor
 
 #: Engine keys that set the study rather than a configuration to beat: the KV blocks of the
-#: hardware, the context length, the queue order and speculative decoding hold in every trial.
-STUDY_KEYS = frozenset({"num_gpu_blocks", "max_model_len", "policy", "speculative_config"})
+#: hardware, the context length, the queue order, speculative decoding and the KV dtype hold in
+#: every trial.
+STUDY_KEYS = frozenset({"num_gpu_blocks", "max_model_len", "policy", "speculative_config", "kv_cache_dtype"})
 #: Candidates re-verified on fresh seeds, best first (the first that holds is recommended).
 SHORTLIST = 3
 
@@ -68,8 +71,8 @@ class TuneRequest(BaseModel):
     deployment: DeploymentSpec = Field(
         default_factory=DeploymentSpec,
         description="The hardware (model, GPU, TP, memory share, timing) and the engine keys set: the "
-        "study-wide ones (num_gpu_blocks, max_model_len, policy, speculative_config) and the user's "
-        "configuration (the baseline).",
+        "study-wide ones (num_gpu_blocks, max_model_len, policy, speculative_config, kv_cache_dtype) "
+        "and the user's configuration (the baseline).",
     )
     baseline: bool = Field(
         True,
@@ -78,21 +81,33 @@ class TuneRequest(BaseModel):
     )
     slo: PercentileSLO | None = None
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False, description="Load to plan for.")
+    max_rejection_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Fraction of requests a trial may answer HTTP 503 (max_num_queued_reqs/tokens) and "
+        "stay feasible: the budget within which 503s may buy TTFT (0: none).",
+    )
     objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
     latency_metric: Literal["ttft", "tpot", "e2e"] = Field("ttft", description="The Pareto front's p99.")
-    trials: int = Field(40, ge=1, description="Trials this run adds to the study.")
+    trials: int = Field(tune_defaults.TRIALS, ge=1, description="Trials this run adds to the study.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed.")
-    trial_seeds: int = Field(2, ge=1, le=20, description="Seeds (replicates) per trial.")
+    trial_seeds: int = Field(
+        tune_defaults.TRIAL_SEEDS, ge=1, le=20, description="Seeds (replicates) per trial."
+    )
     pruning: Literal["rungs", "none"] = Field(
         "none",
         description="rungs: stop trials a GPU bound or a prefix of the trace proves out (tuning.rungs).",
     )
-    verify_seeds: int = Field(3, ge=1, le=20, description="Fresh seeds re-verifying the recommendation.")
+    verify_seeds: int = Field(
+        tune_defaults.VERIFY_SEEDS, ge=1, le=20, description="Fresh seeds re-verifying the recommendation."
+    )
     max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP at most this.")
     space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
     gpu_hour_usd: float | None = Field(
         None,
-        ge=0,
+        gt=0,
         allow_inf_nan=False,
         description="$ per GPU-hour (None: the GPU's price in servesim.perf.prices, gpu_prices over it).",
     )
@@ -290,7 +305,9 @@ def prepare(request: TuneRequest) -> PreparedTune:
         max_gpus=request.max_gpus,
         pruning=request.pruning,
     )
-    evaluation = EvalSettings(router=RouterSpec(policy=spec.router))
+    evaluation = EvalSettings(
+        router=RouterSpec(policy=spec.router), max_rejection_rate=request.max_rejection_rate
+    )
     name = request.study_name or derived_study_name(
         workload,
         hardware,
@@ -312,6 +329,11 @@ def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], Se
     from servesim.engine.speculative import SpeculativeConfig
 
     fixed: dict[str, Any] = {"policy": spec.engine.get("policy", "fcfs")}
+    if spec.engine.get("kv_cache_dtype", "auto") != "auto":  # absent when auto: the study as before the key
+        fixed["kv_cache_dtype"] = spec.engine["kv_cache_dtype"]
+    for key, default in KNOBS_033.items():  # vLLM 0.33's knobs as set (the 503 limits among them)
+        if spec.engine.get(key, default) != default:
+            fixed[key] = spec.engine[key]
     raw = spec.engine.get("speculative_config")
     if raw is not None:
         sc = SpeculativeConfig.model_validate(raw)

@@ -84,6 +84,16 @@ class DisaggregatedSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _one_kv_dtype(self) -> DisaggregatedSpec:
+        a, b = (p.engine.get("kv_cache_dtype", "auto") for p in (self.prefill, self.decode))
+        if a != b:
+            raise ConfigError(
+                f"disaggregated.decode kv_cache_dtype {shown(b)} differs from the prefill pool's "
+                f"{shown(a)}: the KV moves between the pools as it is stored; give both the same"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _pools_bounded(self) -> DisaggregatedSpec:
         for name, pool in (("prefill", self.prefill), ("decode", self.decode)):
             try:
@@ -96,6 +106,11 @@ class DisaggregatedSpec(BaseModel):
     def model(self) -> str:
         """The served model (its KV bytes set each transfer's size)."""
         return self.prefill.model or DEFAULT_MODEL
+
+    @property
+    def kv_dtype(self) -> str:
+        """Both pools' ``kv_cache_dtype``: the bytes a transferred token's KV takes."""
+        return str(self.prefill.engine.get("kv_cache_dtype", "auto"))
 
     @classmethod
     def of_pools(cls, pools: DisaggSpec, gpu: str | None, timing: dict[str, Any]) -> DisaggregatedSpec:
@@ -209,9 +224,16 @@ class ClusterSpec(BaseModel):
 
     def link_spec(self) -> LinkSpec:
         """The migration link with the model whose KV moves and its TP degree."""
+        dtypes = {keys.get("kv_cache_dtype", "auto") for _, keys in self.replica_keys()}
+        if len(dtypes) > 1:
+            raise ConfigError(
+                f"replicas differ in kv_cache_dtype ({', '.join(sorted(map(str, dtypes)))}): KV migrates "
+                "between replicas as it is stored; give every replica the same"
+            )
         return LinkSpec(
             model=self.deployment.model or DEFAULT_MODEL,
             tp=self.deployment.tp or DEFAULT_TP,
+            kv_dtype=str(dtypes.pop()),
             **self.link.model_dump(),
         )
 
@@ -355,7 +377,7 @@ def _resolve_disaggregated(spec: ClusterSpec, trace: Trace) -> ResolvedDisaggreg
     disagg = spec.disaggregated
     if disagg is None:
         raise ConfigError("not a disaggregated cluster")
-    ctx = pd_context(disagg.model, disagg.prefill.tp, disagg.decode.tp, disagg.link)
+    ctx = pd_context(disagg.model, disagg.prefill.tp, disagg.decode.tp, disagg.link, disagg.kv_dtype)
     pools: list[list[Replica]] = []
     timed: list[str] = []
     for tag, pool in (("p", disagg.prefill), ("d", disagg.decode)):

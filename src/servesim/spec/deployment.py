@@ -150,7 +150,9 @@ class ResolvedDeployment:
         from servesim.perf.offload import offloading_connector
 
         cat = load_catalog()
-        return offloading_connector(config, cat.model(self.model), cat.gpu(self.gpu), self.tp)
+        return offloading_connector(
+            config, cat.model(self.model), cat.gpu(self.gpu), self.tp
+        )  # config's KV dtype
 
     def rebuild(self, engine: dict[str, Any]) -> ResolvedDeployment:
         """The same deployment with these vLLM keys changed (the dashboard's restart)."""

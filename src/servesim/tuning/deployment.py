@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from servesim.engine.config import EngineConfig
+from servesim.engine.config import EngineConfig, KVCacheDType
 from servesim.engine.speculative import MAX_SPEC_TOKENS, SpeculativeConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
@@ -36,6 +36,19 @@ VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 #: ``MultipleOf(16)`` for FlashAttention, Triton and FlexAttention, 16/32/64 for FlashInfer): a
 #: server with another ``--block-size`` finds no backend and does not start.
 CUDA_BLOCK_MULTIPLE = 16
+
+
+#: vLLM 0.33's SchedulerConfig fields (issue 49) and their defaults: flags only when set.
+KNOBS_033: dict[str, Any] = {
+    "max_num_scheduled_tokens": None,
+    "max_num_active_seqs": None,
+    "long_prefill_token_threshold_adaptive": False,
+    "prefill_schedule_interval": 1,
+    "max_num_queued_reqs": None,
+    "max_num_queued_tokens": None,
+    "stream_interval": 1,
+    "async_scheduling": False,  # off: left to vLLM (which turns it on by default on GPUs)
+}
 
 
 class Deployment(BaseModel):
@@ -75,22 +88,42 @@ class Deployment(BaseModel):
         description="vLLM --speculative-config (method, acceptance, draft cost); not searched: "
         "num_speculative_tokens replaces its k, 0 turns it off.",
     )
+    kv_cache_dtype: KVCacheDType = Field(
+        "auto", description="vLLM --kv-cache-dtype (study-wide: not searched; fp8 halves the KV bytes)."
+    )
     # Passed through to the engine unchanged (vLLM defaults); not searched.
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
+    # vLLM 0.33's (issue 49): passed through, written as flags when set, left out of the document
+    # at their defaults; the 503 limits are searched within a rejection budget (tuning/space.py).
+    max_num_scheduled_tokens: int | None = Field(None, ge=1, description="vLLM --max-num-scheduled-tokens.")
+    max_num_active_seqs: int | None = Field(None, ge=1, description="vLLM --max-num-active-seqs.")
+    long_prefill_token_threshold_adaptive: bool = Field(
+        False, description="vLLM --long-prefill-token-threshold-adaptive."
+    )
+    prefill_schedule_interval: int = Field(1, ge=1, description="vLLM --prefill-schedule-interval.")
+    max_num_queued_reqs: int | None = Field(None, ge=0, description="vLLM --max-num-queued-reqs (HTTP 503).")
+    max_num_queued_tokens: int | None = Field(
+        None, ge=0, description="vLLM --max-num-queued-tokens (HTTP 503)."
+    )
+    stream_interval: int = Field(1, ge=1, description="vLLM --stream-interval.")
     async_scheduling: bool = Field(False, description="vLLM --[no-]async-scheduling.")
 
     @model_serializer(mode="wrap")
     def _drop_speculation_when_off(self, handler: Any) -> Any:
-        """A deployment without speculation keeps its document byte for byte (no k, no config)."""
+        """A deployment without speculation keeps its document byte for byte (no k, no config), and
+        so does one with vLLM 0.33's knobs at their defaults."""
         d = handler(self)
         if isinstance(d, dict):
+            for key, default in KNOBS_033.items():
+                if key in d and d[key] == default and type(d[key]) is type(default):
+                    del d[key]
             if d.get("num_speculative_tokens", 1) == 0:
                 del d["num_speculative_tokens"]
             if "speculative_config" in d and d["speculative_config"] is None:
                 del d["speculative_config"]
-            if d.get("async_scheduling") is False:  # likewise without async scheduling
-                del d["async_scheduling"]
+            if d.get("kv_cache_dtype") == "auto":  # likewise: the model's KV dtype, as before the key
+                del d["kv_cache_dtype"]
         return d
 
     @model_validator(mode="after")
@@ -118,10 +151,11 @@ class Deployment(BaseModel):
             "max_model_len": self.max_model_len,
             "watermark": self.watermark,
             "scheduler_reserve_full_isl": self.scheduler_reserve_full_isl,
-            **({"async_scheduling": True} if self.async_scheduling else {}),
             "queue_timeout_s": self.queue_timeout_s,
             "kv_offloading_size": self.kv_offloading_size,
+            **{key: getattr(self, key) for key in KNOBS_033},
             **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
+            **({"kv_cache_dtype": self.kv_cache_dtype} if self.kv_cache_dtype != "auto" else {}),
         }
 
     def speculative(self) -> SpeculativeConfig | None:
@@ -174,10 +208,11 @@ class Deployment(BaseModel):
             policy=config.policy,
             watermark=config.watermark,
             scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
-            async_scheduling=config.async_scheduling,
             kv_offloading_size=config.kv_offloading_size,
+            **{key: getattr(config, key) for key in KNOBS_033},
             num_speculative_tokens=sc.num_speculative_tokens if (sc := config.speculative_config) else 0,
             speculative_config=config.speculative_config,
+            kv_cache_dtype=config.kv_cache_dtype,
         )
 
     @classmethod
@@ -224,8 +259,12 @@ class Deployment(BaseModel):
         ]
         if self.policy != "fcfs":
             args.append(("scheduling-policy", self.policy))
-        if self.async_scheduling:  # off: left to vLLM (which turns it on by default on GPUs)
-            args.append(("async-scheduling", True))
+        if self.kv_cache_dtype != "auto":
+            args.append(("kv-cache-dtype", self.kv_cache_dtype))
+        for key, default in KNOBS_033.items():  # vLLM 0.33's flags, where set
+            value = getattr(self, key)
+            if value != default:
+                args.append((key.replace("_", "-"), value))
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
@@ -369,6 +408,14 @@ def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
                 "budget_below_max_num_seqs",
                 f"max_num_batched_tokens ({d.max_num_batched_tokens}) < max_num_seqs ({d.max_num_seqs}): "
                 "vLLM requires a step budget of at least one token per sequence",
+            )
+        )
+    if d.max_num_active_seqs is not None and d.max_num_active_seqs > d.max_num_seqs:
+        out.append(
+            (
+                "active_seqs_above_max_num_seqs",
+                f"max_num_active_seqs ({d.max_num_active_seqs}) cannot be greater than max_num_seqs "
+                f"({d.max_num_seqs}) (vLLM refuses to start)",
             )
         )
     if not d.enable_chunked_prefill and d.max_num_batched_tokens < d.max_model_len:

@@ -27,14 +27,15 @@ so only preempting steps and steps that scheduled nothing count (a lower bound).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from servesim.cluster import Replica, RouterSpec, simulate_cluster
 from servesim.engine import simulate
+from servesim.engine.admission import REJECTED_503
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.results import OUTCOME_REJECTED_TIMEOUT, LatencyStats, SimulationSummary
@@ -61,6 +62,22 @@ class EvalSettings(BaseModel):
         0.01, ge=0, le=1, description="QUEUE_SATURATED when the queue timeout rejects more than this."
     )
     router: RouterSpec = Field(default_factory=RouterSpec, description="Router of multi-replica runs.")
+    max_rejection_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="QUEUE_SATURATED when vLLM's API server answers 503 (max_num_queued_reqs/tokens) "
+        "to more than this fraction of the requests (0: none allowed).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _budget_when_set(self, handler: Any) -> Any:
+        """Without a rejection budget, the settings' document (a study's fingerprint) is as before."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("max_rejection_rate") == 0.0:
+            del d["max_rejection_rate"]
+        return d
 
 
 class Percentiles(BaseModel):
@@ -254,10 +271,13 @@ def measure(
     timed_out = outcome == OUTCOME_REJECTED_TIMEOUT
     trend = queue_trend(arrival, waiting_at(arrival, steps), settings.queue_test)
     shed = float(timed_out.sum()) / n if n else 0.0
+    refused = float(np.isin(outcome, REJECTED_503).sum()) / n if n else 0.0  # HTTP 503s
     rejected = (summary.num_rejected_queue_timeout + summary.num_rejected_prompt_too_long) / n if n else 0.0
+    rejected += refused
     ppr = summary.num_preemptions / n if n else 0.0
     events, blocked = kv_exhaustion(steps, config)
-    saturated = trend.unstable or shed > settings.max_shed_fraction
+    # 503s bound the queue (its trend looks stable): beyond the user's budget they are saturation
+    saturated = trend.unstable or shed > settings.max_shed_fraction or refused > settings.max_rejection_rate
     thrashing = ppr > settings.thrash_preemptions_per_request
     status: Status = "QUEUE_SATURATED" if saturated else ("KV_THRASHING" if thrashing else "STABLE")
     good_fraction = summary.num_good / n if n else 1.0

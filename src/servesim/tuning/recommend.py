@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_serializer, model_validator
 
+from servesim import tune_defaults
 from servesim.errors import InputError, InternalError
 from servesim.tuning.capacity import CapacityAnswer, find_capacity, runs_meet
 from servesim.tuning.changes import FlagChange, measure_changes
@@ -55,7 +56,7 @@ from servesim.tuning.slo import PercentileSLO
 from servesim.tuning.space import SearchSpace
 from servesim.tuning.stats import Spread
 from servesim.tuning.uncertainty import ErrorBars, error_bars
-from servesim.tuning.workload import FRESH_SEED_BASE, Workload
+from servesim.tuning.workload import Workload, fresh_seeds
 
 Progress = Callable[[int, int], None]
 
@@ -342,7 +343,7 @@ def recommend(
     candidates: Sequence[Deployment],
     *,
     target_rate: float | None = None,
-    verify_seeds: Sequence[int] = (FRESH_SEED_BASE, FRESH_SEED_BASE + 1, FRESH_SEED_BASE + 2),
+    verify_seeds: Sequence[int] = tuple(fresh_seeds(tune_defaults.VERIFY_SEEDS)),
     eval_settings: EvalSettings | None = None,
     saturation: SaturationSettings | None = None,
     max_candidates: int = 3,

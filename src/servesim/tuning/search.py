@@ -14,11 +14,13 @@ the same constraints; the recommendation is the front's member with the best goo
 budget below ``max_model_len``, weights that do not fit, TP that does not divide the heads, a GPU
 budget exceeded) are told to Optuna as PRUNED, with ``invalid_reason`` as a trial attribute.
 
-**Execution.** The driver keeps the study: it asks ``batch`` trials (``n_jobs`` by default),
-samples their parameters, sends them to the executor (local, process pool or Ray), waits for the
-whole batch and tells the results in trial order. Because asks and tells happen in the same order
-whatever order the jobs finish in, a study is **reproducible for a given seed and batch size,
-with any executor**: the same trials, values and best trial (``test_ray_matches_local``).
+**Execution.** The driver keeps the study: it asks ``batch`` trials (``tune_defaults.BATCH`` by
+default, never the number of workers: ``--jobs`` changes the speed, not the answer), samples their
+parameters, sends them to the executor (local, process pool or Ray), waits for the whole batch
+and tells the results in trial order. Because asks and tells happen in the same order whatever
+order the jobs finish in, a study is **reproducible for a given seed and batch size, with any
+executor and any number of jobs**: the same trials, values and best trial
+(``test_ray_matches_local``).
 
 **Storage.** ``storage="sqlite:///study.db"`` keeps the study in SQLite (Optuna's RDB storage):
 running the same command again resumes it (``n_trials`` more), and several processes given the
@@ -39,6 +41,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from servesim import tune_defaults
 from servesim.errors import InputError, InternalError
 from servesim.tuning.deployment import Deployment, vllm_default_deployment
 from servesim.tuning.evaluate import EvalSettings
@@ -280,10 +283,14 @@ def tune(
         plan = seed_study(study, sp, base, hardware, spec, st)
     if isinstance(executor, str):
         with make_executor(executor, ctx, n_jobs=n_jobs, address=address) as ex:
-            reused = _run_trials(study, ex, ctx, sp, spec, st, st.batch or n_jobs, progress, plan.n_trials)
+            reused = _run_trials(
+                study, ex, ctx, sp, spec, st, st.batch or tune_defaults.BATCH, progress, plan.n_trials
+            )
     else:
         check_executor(executor, ctx)
-        reused = _run_trials(study, executor, ctx, sp, spec, st, st.batch or n_jobs, progress, plan.n_trials)
+        reused = _run_trials(
+            study, executor, ctx, sp, spec, st, st.batch or tune_defaults.BATCH, progress, plan.n_trials
+        )
     res = summarize_study(study, name, storage, st.objective, spec.target_rate, sp, slo)
     if st.pruning == "rungs":
         res.rungs = _rungs_of(res, workload, spec, st)
@@ -425,6 +432,10 @@ def evaluate_rungs(
             raise InternalError("invariant broken: a climbing trial without runs")
         timeout = p.deployment.queue_timeout_s is not None
         shed = ctx.settings.max_shed_fraction if timeout else None
+        d = p.deployment
+        if d.max_num_queued_reqs is not None or d.max_num_queued_tokens is not None:
+            # a prefix request over a cap may get a 503 in the full run instead (within budget)
+            shed = (shed or 0.0) + ctx.settings.max_rejection_rate
         if (why := prefix_stop(c, n_full, ctx.slo, shed)) is not None:
             out[i] = _stopped(ctx, trials[i], p, 1, why, c.n)
         else:

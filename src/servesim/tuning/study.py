@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim import tune_defaults
 from servesim.tuning.choice import Choice
 from servesim.tuning.jobs import LatencyMetric, Objective, TrialOutcome
 from servesim.tuning.rungs import RungReport
@@ -21,15 +22,19 @@ class TuneSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     objective: Objective = "goodput_per_gpu"
-    n_trials: int = Field(40, ge=1, description="Trials this run adds to the study.")
+    n_trials: int = Field(tune_defaults.TRIALS, ge=1, description="Trials this run adds to the study.")
     seed: int = Field(0, ge=0, description="Sampler seed.")
     seeds: list[int] = Field(
-        default_factory=lambda: [0, 1], min_length=1, description="Replicate seeds per trial."
+        default_factory=lambda: list(range(tune_defaults.TRIAL_SEEDS)),
+        min_length=1,
+        description="Replicate seeds per trial.",
     )
     probe_factor: float = Field(50.0, gt=1, description="Capacity probe at this x the target rate.")
     latency_metric: LatencyMetric = Field("ttft", description="The Pareto front's latency (p99).")
     max_gpus: int | None = Field(None, ge=1, description="GPU budget (replicas x TP).")
-    batch: int | None = Field(None, ge=1, description="Trials asked per round (default: n_jobs).")
+    batch: int | None = Field(
+        None, ge=1, description="Trials asked per round (default: tune_defaults.BATCH, whatever the workers)."
+    )
     n_startup_trials: int = Field(10, ge=1, description="TPE: random trials before modelling.")
     exhaustive_limit: int = Field(
         64, ge=0, description="Evaluate every combination when the space has at most max(this, n_trials)."

@@ -138,7 +138,9 @@ def kpis(summary: SimulationSummary, percentile: str = "p99") -> list[Kpi]:
 def totals_table(summary: SimulationSummary) -> Table:
     """The run's counts and rates as (figure, value) rows, worded once for every interface."""
     s = summary
+    adm = s.admission
     rejected = s.num_rejected_prompt_too_long + s.num_rejected_queue_timeout
+    rejected += adm.num_rejected if adm is not None else 0
     rows: list[list[Any]] = [
         [
             "requests",
@@ -152,6 +154,19 @@ def totals_table(summary: SimulationSummary) -> Table:
             f"{s.total_token_throughput:,.0f} total tok/s",
         ],
     ]
+    if adm is not None:  # vLLM's API server's 503s (max_num_queued_reqs / max_num_queued_tokens)
+        when = (
+            ""
+            if adm.first_rejection_s is None
+            else f", {adm.first_rejection_s:,.1f}-{adm.last_rejection_s:,.1f} s"
+        )
+        rows.append(
+            [
+                "HTTP 503",
+                f"{adm.num_rejected:,} ({adm.rejection_rate:.1%}: {adm.num_rejected_queued_reqs:,} by "
+                f"max_num_queued_reqs, {adm.num_rejected_queued_tokens:,} by max_num_queued_tokens{when})",
+            ]
+        )
     if s.slo is not None:
         rows.append(
             ["goodput", f"{s.goodput:,.2f} req/s ({s.num_good:,} of {s.num_requests:,} meet the SLO)"]

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from servesim import tune_defaults
 from servesim.services.cluster import FailureEvent, PoolSpec, ShortPromptTokens
 from servesim.services.deployment import DeploymentSpec, PercentileSLO, SLOError
 from servesim.services.layouts import LAYOUT_KINDS, LayoutKind
@@ -357,10 +358,14 @@ class TuneBody(SpecBody):
     slo: PercentileSLO | None = SLOField
     target_rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     objective: Literal["goodput_per_gpu", "pareto"] = "goodput_per_gpu"
-    n_trials: int = Field(12, ge=1, description="Trials this job adds to the study.")
-    trial_seeds: int = Field(1, ge=1, le=3)
+    n_trials: int = Field(tune_defaults.TRIALS, ge=1, description="Trials this job adds to the study.")
+    trial_seeds: int = Field(
+        tune_defaults.TRIAL_SEEDS, ge=1, le=3, description="Seeds (replicates) per trial."
+    )
     pruning: Literal["rungs", "none"] = Field("none", description="Search rungs (docs/tuning.md).")
-    verify_seeds: int = Field(2, ge=1, le=5)
+    verify_seeds: int = Field(
+        tune_defaults.VERIFY_SEEDS, ge=1, le=5, description="Fresh seeds re-verifying the recommendation."
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1)
     max_gpus: int | None = Field(None, ge=1, le=64)
     space: dict[str, Any] | None = Field(None, description="Knob -> choices or {low, high} (docs/tuning.md).")
@@ -369,7 +374,7 @@ class TuneBody(SpecBody):
     )
     gpu_hour_usd: float | None = Field(
         None,
-        ge=0,
+        gt=0,
         le=1_000_000,
         allow_inf_nan=False,
         description="$ per GPU-hour of the deployment's GPU: the plan's $ an hour, a day and per 1M "

@@ -34,9 +34,11 @@ def link_preset(name: str) -> LinkPreset:
     return presets[name]
 
 
-def pd_context(model: str, prefill_tp: int | None, decode_tp: int | None, link: str) -> RecoveryContext:
-    """The transfer cost model: the served model's KV per rank over the preset link; the smaller
-    TP degree of the two pools sets the shard each rank moves."""
+def pd_context(
+    model: str, prefill_tp: int | None, decode_tp: int | None, link: str, kv_dtype: str = "auto"
+) -> RecoveryContext:
+    """The transfer cost model: the served model's KV per rank (as ``kv_dtype`` stores it) over
+    the preset link; the smaller TP degree of the two pools sets the shard each rank moves."""
     from servesim.perf import load_catalog
     from servesim.perf.catalog import resolve_model
 
@@ -44,6 +46,7 @@ def pd_context(model: str, prefill_tp: int | None, decode_tp: int | None, link: 
     return RecoveryContext(
         model=resolve_model(model, load_catalog()),
         tp=min(prefill_tp or 1, decode_tp or 1),
+        kv_dtype=kv_dtype,
         bandwidth_gbps=preset.bandwidth_gbps,
         transfer_efficiency=preset.efficiency,
         setup_latency_s=preset.setup_latency_ms / 1000.0,

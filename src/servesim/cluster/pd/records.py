@@ -12,6 +12,8 @@ from servesim.engine.request import (
     OUTCOME_ABORTED,
     OUTCOME_FINISHED,
     OUTCOME_LENGTH_CAPPED,
+    OUTCOME_REJECTED_QUEUED_REQS,
+    OUTCOME_REJECTED_QUEUED_TOKENS,
     OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     Request,
@@ -92,8 +94,16 @@ class PDRun:
     num_online: int = 0  # requests submitted online (``PDCluster.submit``), beyond the trace's
 
 
-#: A request's outcomes that close it without output (the client gets an error).
-REJECTED = frozenset({OUTCOME_REJECTED_TOO_LONG, OUTCOME_REJECTED_TIMEOUT})
+#: A request's outcomes that close it without output (the client gets an error: 400, a timeout,
+#: or a replica's API server's 503).
+REJECTED = frozenset(
+    {
+        OUTCOME_REJECTED_TOO_LONG,
+        OUTCOME_REJECTED_TIMEOUT,
+        OUTCOME_REJECTED_QUEUED_REQS,
+        OUTCOME_REJECTED_QUEUED_TOKENS,
+    }
+)
 #: A request whose client went away (``PDCluster.abort``): both legs aborted.
 ABORTED = frozenset({OUTCOME_ABORTED})
 #: Outcomes of a request served to the end (``finished_max_model_len`` included).

@@ -55,7 +55,8 @@ class DisaggSpec(BaseModel):
         """The transfer cost model (``pd_context``)."""
         from servesim.cluster.pd.links import pd_context
 
-        return pd_context(self.model, self.prefill.tp, self.decode.tp, self.link)
+        kv_dtype = str(self.prefill.config.get("kv_cache_dtype", "auto"))
+        return pd_context(self.model, self.prefill.tp, self.decode.tp, self.link, kv_dtype)
 
 
 def parse_pool_node(node: str, n_prefill: int, n_decode: int) -> tuple[str, int]:

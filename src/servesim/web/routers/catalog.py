@@ -139,7 +139,18 @@ def _catalog() -> dict[str, Any]:
         "presets": list(PRESETS),
         "formats": list(FORMAT_NAMES),
         "glossary": {k: v._asdict() for k, v in METRICS.items()},
+        "tune_defaults": tune_form_defaults(),
     }
+
+
+def tune_form_defaults() -> dict[str, Any]:
+    """The Tune form's starting values: the API body's defaults, which are the CLI's
+    (``servesim.tune_defaults``), so that a study started from the form asks what ``servesim
+    tune`` asks."""
+    from servesim.web.schemas import TuneBody
+
+    fields = TuneBody.model_fields
+    return {k: fields[k].default for k in ("n_trials", "trial_seeds", "verify_seeds", "pruning")}
 
 
 @router.get("/catalog", summary="Models, GPUs, vLLM flags (defaults, help), SLO fields, presets, glossary")

@@ -210,6 +210,8 @@
       const types = new Set(params.gpu_types || []);
       for (const o of $("tune-gpu-types").options) o.selected = types.has(o.value);
       $("tune-gpu-prices").value = Object.entries(params.gpu_prices || {}).map(([g, usd]) => `${g}=${usd}`).join(",");
+      const study = { "tune-trials": params.n_trials, "tune-verify": params.verify_seeds, "tune-trial-seeds": params.trial_seeds, "tune-pruning": params.pruning };
+      for (const [id, v] of Object.entries(study)) if (v !== undefined && v !== null) $(id).value = String(v);
     }
     if ($("run-layout") && "disaggregated" in params) {  // a Run tab run (null: aggregated)
       const pd = params.disaggregated;
@@ -268,6 +270,9 @@
         dep.append(el("div", {}, el("label", { for: "dep-gpu" }, "GPU (", el("code", {}, "--gpu"), ")"), sel));
       } else dep.append(inputFor(spec, "dep"));
     }
+    const td = cat.tune_defaults;  // the API body's defaults = servesim tune's (servesim.tune_defaults)
+    $("tune-trials").value = td.n_trials; $("tune-verify").value = td.verify_seeds;
+    $("tune-trial-seeds").value = td.trial_seeds; $("tune-pruning").value = td.pruning;
     fillSelect($("tune-gpu-types"), cat.gpus.map((g) => ({ value: g.name, label: `${g.name} (${SS.fmt(g.memory_gb, "int")} GB)` })), null);
     dep.addEventListener("input", (e) => { if (e.target.name) e.target.dataset.touched = "1"; });
     const eng = $("engine-fields");
@@ -842,7 +847,8 @@
           trace_id: requireTrace(), deployment: s.deployment, slo: s.slo,
           gpu_types: gpuTypes, gpu_prices: gpuPrices($("tune-gpu-prices").value),
           n_trials: parseInt($("tune-trials").value, 10), objective: $("tune-objective").value,
-          verify_seeds: parseInt($("tune-verify").value, 10), max_gpus: maxg ? parseInt(maxg, 10) : null,
+          verify_seeds: parseInt($("tune-verify").value, 10), trial_seeds: parseInt($("tune-trial-seeds").value, 10),
+          pruning: $("tune-pruning").value, max_gpus: maxg ? parseInt(maxg, 10) : null,
           study_name: $("tune-study").value || null,
           space: $("tune-space").value.trim() ? readJson("tune-space") : null,
         }, renderTune);
