@@ -65,6 +65,8 @@ def generated_runs() -> None:
     for config in (
         EngineConfig(num_gpu_blocks=30_000, max_num_seqs=256, max_num_batched_tokens=8192),
         EngineConfig(num_gpu_blocks=900, max_num_seqs=64, max_num_batched_tokens=2048, policy="priority"),
+        # async scheduling (async_steps.py runs on either core's objects), preemptions included
+        EngineConfig(num_gpu_blocks=900, max_num_seqs=64, max_num_batched_tokens=2048, async_scheduling=True),
     ):
         for fast in (True, False):
             log: list[dict[str, object]] = []

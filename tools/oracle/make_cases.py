@@ -33,6 +33,7 @@ COMMITTED = {
     "offload": CASES_ROOT / "oracle_offload_cases",
     "pd": CASES_ROOT / "oracle_pd_cases",
     "spec": CASES_ROOT / "oracle_spec_cases",
+    "async": CASES_ROOT / "oracle_async_cases",
 }
 
 
@@ -233,6 +234,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=6)
     ap.add_argument(
+        "--async-scheduling",
+        action="store_true",
+        help="run vLLM's AsyncScheduler as EngineCore's batch queue does (step k scheduled before "
+        "step k-1's output is applied); the cases carry async_scheduling: true",
+    )
+    ap.add_argument(
         "--examples",
         type=Path,
         metavar="DIR",
@@ -253,7 +260,10 @@ def main() -> int:
     for fam in chosen:
         for k in range(args.per_family):
             rows = random_trace(rng, fam)
-            cases.append((f"{fam}_{k:02d}", rows, random_config(rng, fam, rows)))
+            cfg = random_config(rng, fam, rows)
+            if args.async_scheduling:
+                cfg["async_scheduling"] = True
+            cases.append((f"{fam}_{k:02d}", rows, cfg))
     if args.examples:
         oracle_dir: Path = args.examples
         for ex in "abc":

@@ -25,7 +25,9 @@ What is real and what is faked
 Clock
 -----
 The clock is the scheduler step. At step ``k`` the harness first adds every
-trace request with ``arrival_step <= k`` (trace order breaks ties), then calls
+trace request with ``arrival_step <= k`` (trace order breaks ties; with
+``async_scheduling`` and a step in flight, ``<= k - 1``: vLLM schedules step k
+while step k-1 runs, right after launching it), then calls
 ``schedule()``, feeds the fake output to ``update_from_output()``, and writes
 one JSONL line. ``arrival_time_s`` is mapped to steps with a fixed
 ``step_time_s`` (config, default 0.01 s): a request arriving at ``t`` is added
@@ -109,6 +111,10 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # = k) on the ngram config, whose proposer needs no weights: the scheduler's lookahead slots
     # are set to this (only meaningful without prefix caching: EAGLE's hash lookahead is not).
     "spec_lookahead_tokens": None,
+    # --- async scheduling (servesim addition) ---
+    # True: vLLM's AsyncScheduler driven as EngineCore.step_with_batch_queue drives it (a queue of
+    # two): step k is scheduled before step k-1's output is applied. Plain cases only.
+    "async_scheduling": False,
 }
 
 _BOOL_KEYS = {
@@ -116,6 +122,7 @@ _BOOL_KEYS = {
     "enable_prefix_caching",
     "scheduler_reserve_full_isl",
     "long_prefill_token_threshold_adaptive",
+    "async_scheduling",
 }
 
 
@@ -155,6 +162,10 @@ def load_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         raise SystemExit("policy must be 'fcfs' or 'priority'")
     if cfg["finish_mode"] not in ("max_tokens", "eos"):
         raise SystemExit("finish_mode must be 'max_tokens' or 'eos'")
+    if cfg["async_scheduling"] and (
+        cfg["kv_offload_chunks"] is not None or cfg["pd_connector"] or cfg["spec_method"]
+    ):
+        raise SystemExit("async_scheduling: only plain cases (no KV connector, no speculation)")
     return cfg
 
 
@@ -311,7 +322,7 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
     # InitVar in newer vLLM; plain field (or absent) in older ones.
     skw["is_encoder_decoder"] = False
     if "async_scheduling" in sched_fields:
-        skw["async_scheduling"] = False  # the synchronous Scheduler, not AsyncScheduler
+        skw["async_scheduling"] = bool(cfg["async_scheduling"])  # AsyncScheduler or the synchronous one
     for key in (
         "scheduler_reserve_full_isl",
         "watermark",
@@ -393,8 +404,8 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
         raise SystemExit(f"vLLM changed block_size to {cc.block_size}")
     if bool(cc.enable_prefix_caching) != bool(cfg["enable_prefix_caching"]):
         raise SystemExit(f"vLLM changed enable_prefix_caching to {cc.enable_prefix_caching}")
-    if getattr(sc, "async_scheduling", False):
-        raise SystemExit("async scheduling got enabled; the oracle needs the sync Scheduler")
+    if bool(getattr(sc, "async_scheduling", False)) != bool(cfg["async_scheduling"]):
+        raise SystemExit(f"vLLM set async_scheduling to {sc.async_scheduling}, not {cfg['async_scheduling']}")
 
     block_size = int(cfg["block_size"])
     num_blocks = int(cfg["num_gpu_blocks"])
@@ -441,7 +452,12 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
         kwargs["block_size"] = block_size
     if "hash_block_size" in sched_params:
         kwargs["hash_block_size"] = hash_block_size
-    scheduler = Scheduler(**kwargs)
+    if cfg["async_scheduling"]:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        scheduler = AsyncScheduler(**kwargs)
+    else:
+        scheduler = Scheduler(**kwargs)
     if cfg.get("spec_lookahead_tokens") is not None:
         if cc.enable_prefix_caching:
             raise SystemExit("spec_lookahead_tokens: only without prefix caching")
@@ -597,121 +613,147 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
     load_delay = int(cfg["load_delay_steps"])
     store_delay = int(cfg["store_delay_steps"])
     offload_totals = {"loads": 0, "stores": 0, "blocks_loaded": 0, "blocks_stored": 0}
+    async_mode = bool(cfg["async_scheduling"])
+    # Async: the step scheduled but not yet applied (EngineCore's batch queue holds two steps:
+    # step k is scheduled, then step k-1's output is applied).
+    inflight: tuple | None = None
     out = open(out_path, "w")
     t_loop = time.perf_counter()
     try:
         while True:
             unfinished = scheduler.get_num_unfinished_requests()
+            flush = async_mode and inflight is not None and unfinished == 0
+            if flush:  # nothing left to schedule: apply the step in flight, consume no step
+                prev, inflight = inflight, None
+                rec_step, arrived, so, mro, sched, req_ids, got_token, spec_sched, accepted, \
+                    num_running, num_waiting, free_during, pcs, t0, xfer_log = prev
             # EngineCore steps on while finished requests wait for their sends (P/D only)
-            if unfinished == 0 and not xfer_jobs and not pd_jobs and not (
+            elif unfinished == 0 and not xfer_jobs and not pd_jobs and not (
                 cfg.get("pd_connector") and scheduler.has_finished_requests()
             ):
                 if nxt >= len(pending):
                     break
                 step = max(step, pending[nxt]["arrival_step"])  # idle: jump the clock
-            if step >= cfg["max_steps"]:
-                raise SystemExit(f"max_steps ({cfg['max_steps']}) reached")
-            arrived = []
-            while nxt < len(pending) and pending[nxt]["arrival_step"] <= step:
-                r = pending[nxt]
-                scheduler.add_request(make_request(r, cfg, block_hasher))
-                per_req[r["req_id"]]["added_step"] = step
-                arrived.append(r["req_id"])
-                nxt += 1
+            if not flush:
+                if step >= cfg["max_steps"]:
+                    raise SystemExit(f"max_steps ({cfg['max_steps']}) reached")
+                arrived = []
+                # Async: step k is scheduled as step k-1 starts (right after k-1 is launched), so
+                # it sees the requests that arrived by then; with nothing in flight, at its start.
+                cutoff = step - 1 if inflight is not None else step
+                while nxt < len(pending) and pending[nxt]["arrival_step"] <= cutoff:
+                    r = pending[nxt]
+                    scheduler.add_request(make_request(r, cfg, block_hasher))
+                    per_req[r["req_id"]]["added_step"] = step
+                    arrived.append(r["req_id"])
+                    nxt += 1
 
-            t0 = time.perf_counter()
-            xfer_log: dict[str, Any] = {"loads": [], "stores": [], "flushed": [], "done": []}
-            so = scheduler.schedule()
-            # ---- fake model runner --------------------------------------
-            sched = so.num_scheduled_tokens
-            req_ids = list(sched.keys())
-            sampled: list[list[int]] = []
-            got_token: list[str] = []
-            spec_sched = {rid: len(t) for rid, t in (so.scheduled_spec_decode_tokens or {}).items()}
-            accepted: dict[str, int] = {}
-            for rid in req_ids:
-                req = scheduler.requests[rid]
-                # schedule() already advanced num_computed_tokens by this step.
-                if req.num_computed_tokens >= req.num_tokens:
-                    tok = sampled_tok
-                    if eos_mode and req.num_output_tokens + 1 >= by_id[rid]["output_len"]:
-                        tok = eos_tok
-                    drafts = so.scheduled_spec_decode_tokens.get(rid) if spec_on else None
-                    a = 0
-                    if drafts:
-                        if all(t >= 0 for t in drafts):  # padding rows (-1) are never accepted
-                            n_ver = spec_count.get(rid, 0)
-                            spec_count[rid] = n_ver + 1
-                            a = _accept(cfg, rid, n_ver, len(drafts))
-                        accepted[rid] = a
-                    sampled.append([tok] * (1 + a))
-                    got_token.append(rid)
-                else:  # partial prefill chunk: the runner discards its sample
-                    sampled.append([])
-            mro = ModelRunnerOutput(
-                req_ids=req_ids,
-                req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-                sampled_token_ids=sampled,
-            )
-            # ---- fake offload worker: every transfer ends a chosen number of steps later ----
-            xfer = None
-            meta = getattr(so, "kv_connector_metadata", None)
-            if meta is not None and hasattr(meta, "load_jobs"):
-                for jid, job in meta.load_jobs.items():
-                    xfer_jobs[jid] = (step + load_delay, job.req_id, True)
-                    xfer_log["loads"].append([jid, job.req_id, len(job.dst_spec.block_ids)])
-                for jid, job in meta.store_jobs.items():
-                    xfer_jobs[jid] = (step + store_delay, job.req_id, False)
-                    xfer_log["stores"].append([jid, job.req_id, len(job.src_spec.block_ids)])
-                for jid in meta.jobs_to_flush or ():  # the worker waits for them in this step
-                    if jid in xfer_jobs:
-                        xfer_jobs[jid] = (step,) + xfer_jobs[jid][1:]
-                        xfer_log["flushed"].append(jid)
-                done = sorted(j for j, (due, _, _) in xfer_jobs.items() if due <= step)
-                if done:
-                    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
-                        OffloadingWorkerMetadata,
-                    )
+                t0 = time.perf_counter()
+                xfer_log: dict[str, Any] = {"loads": [], "stores": [], "flushed": [], "done": []}
+                so = scheduler.schedule()
+                # ---- fake model runner --------------------------------------
+                sched = so.num_scheduled_tokens
+                req_ids = list(sched.keys())
+                sampled: list[list[int]] = []
+                got_token: list[str] = []
+                spec_sched = {rid: len(t) for rid, t in (so.scheduled_spec_decode_tokens or {}).items()}
+                accepted: dict[str, int] = {}
+                for rid in req_ids:
+                    req = scheduler.requests[rid]
+                    # schedule() already advanced num_computed_tokens by this step.
+                    # async: the token count lags by the steps in flight; vLLM's own flag says
+                    if (not req.is_prefill_chunk) if async_mode else req.num_computed_tokens >= req.num_tokens:
+                        tok = sampled_tok
+                        n_out = req.num_output_tokens + max(req.num_output_placeholders, 1)
+                        if eos_mode and n_out >= by_id[rid]["output_len"]:
+                            tok = eos_tok
+                        drafts = so.scheduled_spec_decode_tokens.get(rid) if spec_on else None
+                        a = 0
+                        if drafts:
+                            if all(t >= 0 for t in drafts):  # padding rows (-1) are never accepted
+                                n_ver = spec_count.get(rid, 0)
+                                spec_count[rid] = n_ver + 1
+                                a = _accept(cfg, rid, n_ver, len(drafts))
+                            accepted[rid] = a
+                        sampled.append([tok] * (1 + a))
+                        got_token.append(rid)
+                    else:  # partial prefill chunk: the runner discards its sample
+                        sampled.append([])
+                mro = ModelRunnerOutput(
+                    req_ids=req_ids,
+                    req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+                    sampled_token_ids=sampled,
+                )
+                # ---- fake offload worker: every transfer ends a chosen number of steps later ----
+                xfer = None
+                meta = getattr(so, "kv_connector_metadata", None)
+                if meta is not None and hasattr(meta, "load_jobs"):
+                    for jid, job in meta.load_jobs.items():
+                        xfer_jobs[jid] = (step + load_delay, job.req_id, True)
+                        xfer_log["loads"].append([jid, job.req_id, len(job.dst_spec.block_ids)])
+                    for jid, job in meta.store_jobs.items():
+                        xfer_jobs[jid] = (step + store_delay, job.req_id, False)
+                        xfer_log["stores"].append([jid, job.req_id, len(job.src_spec.block_ids)])
+                    for jid in meta.jobs_to_flush or ():  # the worker waits for them in this step
+                        if jid in xfer_jobs:
+                            xfer_jobs[jid] = (step,) + xfer_jobs[jid][1:]
+                            xfer_log["flushed"].append(jid)
+                    done = sorted(j for j, (due, _, _) in xfer_jobs.items() if due <= step)
+                    if done:
+                        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+                            OffloadingWorkerMetadata,
+                        )
+                        from vllm.v1.outputs import KVConnectorOutput
+
+                        recv = {xfer_jobs[j][1] for j in done if xfer_jobs[j][2]}
+                        xfer = KVConnectorOutput(
+                            finished_recving=recv or None,
+                            kv_connector_worker_meta=OffloadingWorkerMetadata(
+                                completed_jobs={j: 1 for j in done}
+                            ),
+                        )
+                        xfer_log["done"] = done
+                        for j in done:
+                            del xfer_jobs[j]
+                    mro.kv_connector_output = xfer
+                # ---- fake NIXL worker: receives and sends end a chosen number of steps later ----
+                if meta is not None and hasattr(meta, "reqs_to_recv"):
                     from vllm.v1.outputs import KVConnectorOutput
 
-                    recv = {xfer_jobs[j][1] for j in done if xfer_jobs[j][2]}
-                    xfer = KVConnectorOutput(
-                        finished_recving=recv or None,
-                        kv_connector_worker_meta=OffloadingWorkerMetadata(
-                            completed_jobs={j: 1 for j in done}
-                        ),
-                    )
-                    xfer_log["done"] = done
-                    for j in done:
-                        del xfer_jobs[j]
-                mro.kv_connector_output = xfer
-            # ---- fake NIXL worker: receives and sends end a chosen number of steps later ----
-            if meta is not None and hasattr(meta, "reqs_to_recv"):
-                from vllm.v1.outputs import KVConnectorOutput
-
-                xfer_log = {"recvs": [], "sends": [], "recv_done": [], "send_done": []}
-                for rid, rm in meta.reqs_to_recv.items():
-                    nb = len(rm.local_block_ids[0]) if rm.local_block_ids else 0
-                    pd_jobs[("recv", rid)] = step + load_delay
-                    xfer_log["recvs"].append([rid, nb])
-                for rid in meta.reqs_to_send:
-                    pd_jobs[("send", rid)] = step + store_delay
-                    xfer_log["sends"].append(rid)
-                done = [k for k, due in pd_jobs.items() if due <= step]  # in issue order
-                for k in done:
-                    del pd_jobs[k]
-                recv = [rid for kind, rid in done if kind == "recv"]
-                sent = [rid for kind, rid in done if kind == "send"]
-                xfer_log["recv_done"], xfer_log["send_done"] = recv, sent
-                if recv or sent:
-                    # lists, not sets: vLLM frees finished sends in this order (deterministic)
-                    mro.kv_connector_output = KVConnectorOutput(
-                        finished_recving=recv or None, finished_sending=sent or None  # type: ignore[arg-type]
-                    )
-            # snapshot state as seen during this step (after allocation)
-            num_running, num_waiting = scheduler.get_request_counts()
-            free_during = pool.get_num_free_blocks()
-            pcs = kvm.make_prefix_cache_stats()
+                    xfer_log = {"recvs": [], "sends": [], "recv_done": [], "send_done": []}
+                    for rid, rm in meta.reqs_to_recv.items():
+                        nb = len(rm.local_block_ids[0]) if rm.local_block_ids else 0
+                        pd_jobs[("recv", rid)] = step + load_delay
+                        xfer_log["recvs"].append([rid, nb])
+                    for rid in meta.reqs_to_send:
+                        pd_jobs[("send", rid)] = step + store_delay
+                        xfer_log["sends"].append(rid)
+                    done = [k for k, due in pd_jobs.items() if due <= step]  # in issue order
+                    for k in done:
+                        del pd_jobs[k]
+                    recv = [rid for kind, rid in done if kind == "recv"]
+                    sent = [rid for kind, rid in done if kind == "send"]
+                    xfer_log["recv_done"], xfer_log["send_done"] = recv, sent
+                    if recv or sent:
+                        # lists, not sets: vLLM frees finished sends in this order (deterministic)
+                        mro.kv_connector_output = KVConnectorOutput(
+                            finished_recving=recv or None, finished_sending=sent or None  # type: ignore[arg-type]
+                        )
+                # snapshot state as seen during this step (after allocation)
+                num_running, num_waiting = scheduler.get_request_counts()
+                free_during = pool.get_num_free_blocks()
+                pcs = kvm.make_prefix_cache_stats()
+            if async_mode and not flush:  # schedule k before applying k-1 (the batch queue)
+                cur = (step, arrived, so, mro, sched, req_ids, got_token, spec_sched, accepted,
+                       num_running, num_waiting, free_during, pcs, t0, xfer_log)
+                prev, inflight = inflight, cur
+                if prev is None:
+                    step += 1
+                    continue
+                rec_step, arrived, so, mro, sched, req_ids, got_token, spec_sched, accepted, \
+                    num_running, num_waiting, free_during, pcs, t0, xfer_log = prev
+            elif not async_mode:
+                rec_step = step
             engine_outs = scheduler.update_from_output(so, mro)
             if spec_on:  # the drafter proposes k drafts for every request that ran (EngineCore.post_step)
                 from vllm.v1.outputs import DraftTokenIds
@@ -730,11 +772,11 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     if o.new_token_ids:
                         info["output_tokens"] += len(o.new_token_ids)
                         if info["first_token_step"] is None:
-                            info["first_token_step"] = step
+                            info["first_token_step"] = rec_step
                     if o.finish_reason is not None:
                         reason = str(getattr(o.finish_reason, "name", o.finish_reason)).lower()
                         finished[o.request_id] = reason
-                        info["finish_step"] = step
+                        info["finish_step"] = rec_step
                         info["finish_reason"] = reason
 
             # vLLM re-sends a request resumed after preemption as "new" data
@@ -748,7 +790,7 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     hit_tokens[nr.req_id] = nr.num_computed_tokens
                 info = per_req[nr.req_id]
                 if info["first_scheduled_step"] is None:
-                    info["first_scheduled_step"] = step
+                    info["first_scheduled_step"] = rec_step
                     info["prefix_hit_tokens_first"] = nr.num_computed_tokens
                     new_ids.append(nr.req_id)
                 else:
@@ -778,7 +820,7 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     pc_tot[k] += pc[k]
 
             rec = {
-                "step": step,
+                "step": rec_step,
                 "arrived": arrived,
                 "num_scheduled_tokens": dict(sched),
                 "total_scheduled_tokens": so.total_num_scheduled_tokens,
@@ -819,13 +861,14 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                 empty_streak += 1
                 if empty_streak >= cfg["stall_steps"]:
                     raise SystemExit(
-                        f"stalled: {empty_streak} steps in a row scheduled nothing at step {step} "
+                        f"stalled: {empty_streak} steps in a row scheduled nothing at step {rec_step} "
                         f"(running={num_running}, waiting={num_waiting}); a request probably "
                         "cannot fit in the KV cache"
                     )
             else:
                 empty_streak = 0
-            step += 1
+            if not flush:
+                step += 1
     finally:
         out.close()
     loop_s = time.perf_counter() - t_loop

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
@@ -128,6 +136,11 @@ class EngineConfig(BaseModel):
         description='Speculative decoding, vLLM\'s JSON (e.g. \'{"method": "eagle3", '
         '"num_speculative_tokens": 3}\').',
     )
+    async_scheduling: bool = Field(
+        False,
+        description="vLLM's AsyncScheduler: the next step is scheduled before this one's output is "
+        "applied (vLLM 0.33 turns it on by default on GPUs; servesim's default stays the sync one).",
+    )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(
         3, ge=1, le=MAX_SEQS, description="A request preempted this many times is flagged STARVED (an event)."
@@ -155,6 +168,15 @@ class EngineConfig(BaseModel):
         mode="before",
     )(lambda v: reject_bool(v))
 
+    @model_serializer(mode="wrap")
+    def _drop_sync_scheduling(self, handler: Any) -> Any:
+        """A sync run's documents (reports, saved results) stay byte for byte as before the
+        field existed; reading one back gives the default, False."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("async_scheduling") is False:
+            del d["async_scheduling"]
+        return d
+
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -176,6 +198,14 @@ class EngineConfig(BaseModel):
                 "requests is not modelled; drop one of them"
             )
         spec = self.speculative_config
+        others = {
+            "speculative_config": spec is not None,
+            "kv_offloading_size": self.kv_offloading_size is not None,
+            "prefill_schedule_interval": self.prefill_schedule_interval > 1,
+        }
+        if self.async_scheduling and any(others.values()):
+            what = next(k for k, on in others.items() if on)
+            raise ConfigError(f"async_scheduling with {what} is not modelled yet; set async_scheduling false")
         if spec is not None and self.kv_offloading_size is not None:
             raise ConfigError(
                 f"speculative_config ({spec.method}) with kv_offloading_size "

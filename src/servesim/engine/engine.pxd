@@ -18,7 +18,8 @@ cdef class Engine:
     cdef public double _draft_fraction, draft_time_s
     cdef public long long _spec_k, _terms_n
     cdef public tuple _terms
-    cdef public bint stretch, check_invariants, external_arrivals
+    cdef public bint stretch, check_invariants, external_arrivals, _async
+    cdef public PendingStep _held
     cdef public TraceArrays trace
     cdef public BlockPool pool
     cdef public KVCacheManager kv
@@ -29,7 +30,7 @@ cdef class Engine:
 
     cpdef run_until(self, double limit)
     @cython.locals(sched=Scheduler, running=list, arrival=list, n=cython.longlong, timeouts=cython.bint,
-                   now=cython.double, step=cython.longlong, plan=StepPlan, xfer=object,
+                   now=cython.double, step=cython.longlong, plan=StepPlan, xfer=object, cutoff=cython.double,
                    n_waiting=cython.longlong, terms_of=object, nd=cython.longlong, head=cython.double,
                    per_ctx=cython.double, tail=cython.double, seq=cython.double)
     cpdef PendingStep begin_step(self, double limit=*)
@@ -38,6 +39,8 @@ cdef class Engine:
     @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,
                    t_end=cython.double, finished=list, r=Request, prefill=cython.longlong,
                    v0=cython.longlong, a0=cython.longlong)
+    cpdef list _apply(self, PendingStep p, long long step)
+    @cython.locals(step=cython.longlong, held=PendingStep)
     cpdef list end_step(self, PendingStep p)
     @cython.locals(sched=Scheduler, group=DecodeGroup, step=cython.longlong, t=cython.double,
                    next_arrival=cython.double, n=cython.longlong, end=cython.longlong, pool=BlockPool,
@@ -58,5 +61,5 @@ cdef class Engine:
     @cython.locals(arrival=list, n=cython.longlong, now=cython.double, mml=cython.longlong,
                    timeouts=cython.bint, live=dict, i=cython.longlong, r=Request, trace=TraceArrays,
                    kv=KVCacheManager)
-    cpdef _arrive(self)
+    cpdef _arrive(self, double now)
     cpdef _close(self, Request r)

@@ -67,7 +67,9 @@ def _fast_path_allowed(config: EngineConfig, kv_connector: KVConnector | None) -
         if kv_connector is not None:
             raise ConfigError("speculative decoding with KV offloading is not modelled yet")
         return False  # the decode group assumes one token per step
-    return kv_connector is None
+    if config.async_scheduling and kv_connector is not None:
+        raise ConfigError("async_scheduling with a KV connector is not modelled yet")
+    return kv_connector is None and not config.async_scheduling  # the group: sync steps only
 
 
 class Engine:
@@ -128,6 +130,8 @@ class Engine:
         self._next = self.trace.n if external_arrivals else 0
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
         self.gate = gate_of(config.max_num_queued_reqs, config.max_num_queued_tokens)  # HTTP 503s
+        self._async = config.async_scheduling
+        self._held: PendingStep | None = None  # async: the step whose output is not applied yet
         self.live: dict[int, Request] = {}  # arrived and not yet closed
 
     def _init_drafter(self, step_time: StepTimeModel) -> None:
@@ -208,11 +212,17 @@ class Engine:
         while True:
             if xfer is not None:
                 xfer.transfers_done(self.now)  # transfers that ended while the engine idled
-            if self._next < n and arrival[self._next] <= self.now:
-                self._arrive()
+            # async: this step is scheduled as the held one starts, with the requests there by then
+            cutoff = self.now if self._held is None else self._held.start
+            if self._next < n and arrival[self._next] <= cutoff:
+                self._arrive(cutoff)
             if timeouts:
                 self._expire()
             if not running and not len(waiting) and (xfer is None or not xfer.keeps_stepping()):  # idle
+                if self._held is not None:  # apply the step still held (async), then look again
+                    self._apply(self._held, self.step - 1)
+                    self._held = None
+                    continue
                 if self._next >= n or arrival[self._next] >= limit:
                     return None
                 self.now = max(self.now, arrival[self._next])
@@ -232,7 +242,7 @@ class Engine:
         now = self.now
         step = self.step
         plan = sched.schedule(step, now)
-        if plan.num_group_decodes == 0 and not plan.scheduled:
+        if plan.num_group_decodes == 0 and not plan.scheduled and self._held is None:
             if xfer is not None and xfer.keeps_stepping():
                 self._empty_steps = 0  # only KV transfers in flight: vLLM steps on until they are done
             else:
@@ -248,6 +258,8 @@ class Engine:
         else:
             self._empty_steps = 0
         batch = plan.batch()
+        if self._async:
+            sched.after_schedule(plan)
         terms_of = self._decode_terms
         if terms_of is not None and not batch.prefill_chunks and batch.num_decodes:
             # decode-only: timed as a stretch times its steps (step_time's float, no Python call;
@@ -296,12 +308,25 @@ class Engine:
                 return p, ended, last
 
     def end_step(self, p: PendingStep) -> list[Request]:
-        """Apply a step's results at its end time; returns the requests that finished."""
+        """End a step: apply its results at its end time; returns the requests that finished.
+        With async scheduling, vLLM's batch queue: a step's output is applied only once the
+        next step is scheduled, so this holds ``p`` and applies the step held before it."""
+        step = self.step
+        self.now = p.start + p.duration
+        self.step = step + 1
+        if self._async:
+            held, self._held = self._held, p
+            if held is None:
+                return []
+            return self._apply(held, step - 1)
+        return self._apply(p, step)
+
+    def _apply(self, p: PendingStep, step: int) -> list[Request]:
+        """Apply step ``step``'s results (``p``) at its end time; returns the requests that finished."""
         sched = self.scheduler
         rec = self.rec
         plan = p.plan
         now = p.start
-        step = self.step
         t_end = now + p.duration
         rec.step_end.append(t_end)
         if self._spec_k:
@@ -341,11 +366,9 @@ class Engine:
             )
         )
         if self.emit is not None:
-            emit_step(self, plan, p.duration, finished, t_end)
+            emit_step(self, plan, now, p.duration, finished, t_end, step)
         for r in finished:
             self._close(r)
-        self.now = t_end
-        self.step = step + 1
         if self.check_invariants:
             self.assert_invariants()
         if self.emit is not None and self.step >= self._next_progress and not self.external_arrivals:
@@ -473,10 +496,9 @@ class Engine:
         if self.check_invariants:
             self.assert_invariants()
 
-    def _arrive(self) -> None:
+    def _arrive(self, now: float) -> None:
         arrival = self.trace.arrival
         n = self.trace.n
-        now = self.now
         waiting = self.scheduler.waiting
         mml = self.max_model_len
         timeouts = self.config.queue_timeout_s is not None
@@ -525,20 +547,8 @@ class Engine:
 
     # ------------------------------------------------------------------ clusters
     def submit(self, r: Request, t: float) -> None:
-        """Route ``r`` here at time ``t`` (cluster mode): a new request, or one moved from a lost
-        replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV)."""
-        sched = self.scheduler
-        if not sched.running and not len(sched.waiting) and t > self.now:
-            self.now = t
-        if r.status == WAITING and rejected_on_arrival(self, r, t):
-            return
-        self.kv.init_request(r)
-        self.live[r.idx] = r
-        if self.gate is not None:
-            self.gate.admitted(r)
-        sched.waiting.add(r)  # appended: to this replica it is a new arrival
-        if self.config.queue_timeout_s is not None and r.status == WAITING:
-            self._timeouts.append(r)
+        """Route ``r`` here at time ``t`` (cluster mode; ``replica_ops.submit``)."""
+        replica_ops.submit(self, r, t)
 
     def abort(self, r: Request, t: float) -> bool:
         """Finish ``r`` as aborted at ``t``: its client went away (``replica_ops.abort``). Call
@@ -564,6 +574,9 @@ class Engine:
     def finish(self) -> None:
         """Close the run: every request gets an outcome, then the final conservation checks."""
         sched = self.scheduler
+        if self._held is not None:  # async: the last step's output
+            self._apply(self._held, self.step - 1)
+            self._held = None
         if sched.group is not None and sched.group.n:
             sched.materialize_all(self.step, self.now)
         for r in list(self.live.values()):  # only if the loop was cut short

@@ -38,10 +38,12 @@ def finished_event(engine: Engine, r: Request, t_end: float) -> RequestFinished:
     return RequestFinished(t_end, r.req_id, engine.name, OUTCOMES[r.outcome], r.num_output, t_end - r.arrival)
 
 
-def emit_step(engine: Engine, plan: StepPlan, dt: float, finished: list[Request], t_end: float) -> None:
-    """The events of one full step: scheduling outcomes, first tokens, finishes, the step."""
+def emit_step(
+    engine: Engine, plan: StepPlan, now: float, dt: float, finished: list[Request], t_end: float, step: int
+) -> None:
+    """The events of step ``step`` (from ``now`` to ``t_end``): scheduling outcomes, first
+    tokens, finishes, the step."""
     emit = _emit_of(engine)
-    now = engine.now
     name = engine.name
     sched = engine.scheduler
     for r in plan.preempted:
@@ -62,12 +64,12 @@ def emit_step(engine: Engine, plan: StepPlan, dt: float, finished: list[Request]
             emit(FirstToken(t_end, r.req_id, name, t_end - r.arrival))
     for r in finished:
         emit(finished_event(engine, r, t_end))
-    row = engine.rec.step_row(engine.step)
+    row = engine.rec.step_row(step)
     scheduled = _scheduled_tokens(engine, plan, finished)
     emit(
         StepEvent(
             name,
-            engine.step,
+            step,
             now,
             dt,
             scheduled,
@@ -88,6 +90,8 @@ def emit_step(engine: Engine, plan: StepPlan, dt: float, finished: list[Request]
 
 def _scheduled_tokens(engine: Engine, plan: StepPlan, finished: list[Request]) -> dict[str, int]:
     """Tokens per request in the step, in admission order (decode-group members: one each)."""
+    if engine.config.async_scheduling:  # no decode group; the running list has moved on since
+        return {r.req_id: n for r, n in sorted(plan.scheduled, key=lambda e: e[0].admit_seq)}
     running = engine.scheduler.running
     explicit = {id(r): n for r, n in plan.scheduled}
     tokens: dict[str, int] = {}

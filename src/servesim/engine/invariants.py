@@ -55,14 +55,15 @@ def _held_blocks(engine: Engine) -> dict[int, int]:
         for b in r.blocks:
             held[b] = held.get(b, 0) + 1
         if r.sync_step < 0:
-            if not (r.num_computed <= r.prompt_len + r.num_output):
+            # async scheduling: computed tokens include the steps in flight, and their sampled
+            # tokens are placeholders; hashing lags to what the applied steps computed
+            if not (r.num_computed <= r.prompt_len + r.num_output + r.placeholders):
                 raise InternalError(f"{r.req_id} computed past its tokens")
             if not (len(r.blocks) * bs >= r.num_computed):
                 raise InternalError(f"{r.req_id} lacks blocks")
-            if not (
-                r.num_cached_blocks == min(r.num_computed, r.prompt_len + r.num_output) // bs
-                or (not kv.caching and r.num_cached_blocks == 0)
-            ):
+            known = min(r.num_computed, r.prompt_len + r.num_output) // bs
+            lo = (r.num_computed - r.in_flight) // bs if sched.async_sched else known
+            if not (lo <= r.num_cached_blocks <= known or (not kv.caching and r.num_cached_blocks == 0)):
                 raise InternalError(f"{r.req_id}: hashed blocks out of step with computed tokens")
     group = sched.group
     for b in group.limbo if group is not None else ():

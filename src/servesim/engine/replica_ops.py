@@ -1,16 +1,35 @@
-"""What happens to a replica from outside its step loop: a client goes away (``abort``), the
-replica is lost (``evict_all``). Called between steps, rarely: kept out of the engine's loop.
+"""What happens to a replica from outside its step loop: a cluster routes a request to it
+(``submit``), a client goes away (``abort``), the replica is lost (``evict_all``). Called
+between steps, rarely: kept out of the engine's loop.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servesim.engine.request import OUTCOME_ABORTED, PREEMPTED, Request
+from servesim.engine.admission import rejected_on_arrival
+from servesim.engine.request import OUTCOME_ABORTED, PREEMPTED, WAITING, Request
 from servesim.events import RequestFinished
 
 if TYPE_CHECKING:
     from servesim.engine.engine import Engine
+
+
+def submit(engine: Engine, r: Request, t: float) -> None:
+    """Route ``r`` to the replica at time ``t``: a new request, or one moved from a lost
+    replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV)."""
+    sched = engine.scheduler
+    if not sched.running and not len(sched.waiting) and t > engine.now:
+        engine.now = t
+    if r.status == WAITING and rejected_on_arrival(engine, r, t):
+        return
+    engine.kv.init_request(r)
+    engine.live[r.idx] = r
+    if engine.gate is not None:
+        engine.gate.admitted(r)
+    sched.waiting.add(r)  # appended: to this replica it is a new arrival
+    if engine.config.queue_timeout_s is not None and r.status == WAITING:
+        engine._timeouts.append(r)
 
 
 def abort(engine: Engine, r: Request, t: float) -> bool:
@@ -43,7 +62,9 @@ def evict_all(engine: Engine) -> list[tuple[Request, int]]:
             engine.pool.free(list(limbo), 0, 0)
             limbo.clear()
     out: list[tuple[Request, int]] = []
+    engine._held = None  # async scheduling: the step held for its output is lost too
     for r in list(sched.running):
+        r.placeholders = r.in_flight = 0
         computed = r.num_computed
         engine.kv.free(r)
         r.lost_tokens = computed
@@ -64,4 +85,4 @@ def evict_all(engine: Engine) -> list[tuple[Request, int]]:
     return out
 
 
-__all__ = ["abort", "evict_all"]
+__all__ = ["abort", "evict_all", "submit"]

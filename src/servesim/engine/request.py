@@ -53,6 +53,7 @@ class Request:
         "hash_keys",
         "hash_per",
         "idx",
+        "in_flight",
         "last_token",
         "lost_tokens",
         "max_tokens",
@@ -65,6 +66,7 @@ class Request:
         "num_preemptions",
         "num_shared_blocks",
         "outcome",
+        "placeholders",
         "prefill_chunk",
         "prefix_hit_tokens",
         "prefix_len",
@@ -156,6 +158,11 @@ class Request:
         self.spec_verifications = 0  # verifications so far (seeds the acceptance draws)
         self.spec_drafted = 0  # drafts verified, over the request's life
         self.spec_accepted = 0  # of them, accepted
+        # Async scheduling (vLLM's AsyncScheduler): num_computed advances when a step is
+        # scheduled; a step in flight that samples holds a placeholder for its token until its
+        # output is applied, and in_flight counts the tokens of the steps not yet applied.
+        self.placeholders = 0
+        self.in_flight = 0
 
     @property
     def num_tokens(self) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from servesim.engine import async_steps
 from servesim.engine.config import EngineConfig
 from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
@@ -96,6 +97,7 @@ class Scheduler:
                 "the prefill cadence beside the connector's deferred requests is not modelled"
             )
         self.priority = config.policy == "priority"
+        self.async_sched = config.async_scheduling  # vLLM's AsyncScheduler (async_steps.py)
         self.max_model_len = max_model_len
         self.running: list[Request] = []
         self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if self.priority else FCFSQueue()
@@ -171,6 +173,9 @@ class Scheduler:
             if ib <= ds:
                 break
             r = running[i]
+            if r.placeholders and r.num_computed + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
+                i += 1  # async: the step in flight samples its last token; vLLM schedules no more
+                continue
             if defer and r.prefill_chunk:  # the cadence holds this in-progress prefill chunk
                 i += 1
                 continue
@@ -403,6 +408,7 @@ class Scheduler:
         self.kv.free_preempted(r)
         r.spec_tokens = r.spec_sched = 0  # vLLM: a preempted request drops its drafts
         r.spec_padded = False
+        r.placeholders = 0  # async: the output in flight comes back stale (async_steps.update)
         r.status = PREEMPTED
         r.lost_tokens = r.num_computed
         r.num_computed = 0
@@ -426,9 +432,15 @@ class Scheduler:
         group.compact()
         self.explicit = list(self.running)
 
+    def after_schedule(self, plan: StepPlan) -> None:
+        """Async scheduling: vLLM's ``_update_after_schedule`` (async_steps.after_schedule)."""
+        async_steps.after_schedule(plan)
+
     # ------------------------------------------------------------------ update
     def update(self, plan: StepPlan, step: int, t_end: float) -> list[Request]:
         """Apply the step's results; returns the requests that finished, in scheduling order."""
+        if self.async_sched:
+            return async_steps.update(self, plan, step, t_end)
         mml = self.max_model_len
         finished: list[Request] = []
         if self.spec_k:

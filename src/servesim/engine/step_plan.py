@@ -35,6 +35,7 @@ class StepPlan:
         "preempted",
         "prefix_hits",
         "resumed",
+        "samples",
         "scheduled",
         "spec",
     )
@@ -52,6 +53,8 @@ class StepPlan:
         # prefill_schedule_interval: the cadence holds prefill this step; the step carries prefill
         self.defer_prefill = False
         self.carried_prefill = False
+        # Async scheduling: per scheduled entry, whether it samples (decided when scheduled).
+        self.samples: list[bool] | None = None
 
     def batch(self) -> BatchComposition:
         """What the step computes, for the step-time model (one token = a decode)."""
@@ -132,7 +135,8 @@ def running_tokens(r: Request, thr: int, budget: int, max_model_len: int) -> int
     """Tokens a RUNNING request gets in Phase A: what it still needs, capped by the long-prefill
     threshold, the budget left and the context limit (vLLM: the position must stay below
     ``max_model_len``). 0 or less: skip it."""
-    n = r.prompt_len + r.num_output + r.spec_tokens - r.num_computed  # vLLM: num_tokens_with_spec
+    # vLLM: num_tokens_with_spec + num_output_placeholders (async scheduling) - num_computed
+    n = r.prompt_len + r.num_output + r.spec_tokens + r.placeholders - r.num_computed
     if 0 < thr < n:
         n = thr
     if n > budget:

@@ -160,7 +160,7 @@ def _client_round(
     nout[idx] = req["num_output"].to_numpy()
     steps = res.steps
     lag = np.zeros(n)
-    if profile.async_scheduling:
+    if profile.async_scheduling and not config.async_scheduling:  # an async engine has it already
         lag = async_lag(arrival, first_sched, steps["start_s"].to_numpy(), steps["duration_s"].to_numpy())
     extra = lag + profile.frontend_latency_s
     return res, first_tok - arrival + extra, finish - arrival + extra, nout, lag

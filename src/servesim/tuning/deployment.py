@@ -47,6 +47,7 @@ KNOBS_033: dict[str, Any] = {
     "max_num_queued_reqs": None,
     "max_num_queued_tokens": None,
     "stream_interval": 1,
+    "async_scheduling": False,  # off: left to vLLM (which turns it on by default on GPUs)
 }
 
 
@@ -106,6 +107,7 @@ class Deployment(BaseModel):
         None, ge=0, description="vLLM --max-num-queued-tokens (HTTP 503)."
     )
     stream_interval: int = Field(1, ge=1, description="vLLM --stream-interval.")
+    async_scheduling: bool = Field(False, description="vLLM --[no-]async-scheduling.")
 
     @model_serializer(mode="wrap")
     def _drop_speculation_when_off(self, handler: Any) -> Any:
