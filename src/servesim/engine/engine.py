@@ -67,7 +67,7 @@ def _fast_path_allowed(config: EngineConfig, kv_connector: KVConnector | None) -
         if kv_connector is not None:
             raise ConfigError("speculative decoding with KV offloading is not modelled yet")
         return False  # the decode group assumes one token per step
-    return kv_connector is None
+    return True
 
 
 class Engine:
@@ -90,8 +90,8 @@ class Engine:
         kv_connector: KVConnector | None = None,
     ) -> None:
         self.config = config
-        # vLLM's KV connector (kv_connector_base.py): None is the plain engine. With one, every
-        # step runs the plain (naive) path: the fast path's proofs assume no connector.
+        # vLLM's KV connector (kv_connector_base.py): None is the plain engine. The fast path runs
+        # with one too: it asks the connector which decodes may be lazy and when it is quiet.
         self.kv_connector = kv_connector
         fast = fast and _fast_path_allowed(config, kv_connector)
         self.stretch = fast and stretch  # multi-step decode stretches (part of the fast path)
@@ -219,7 +219,11 @@ class Engine:
                 and not sched.explicit
                 and sched.group is not None
                 and sched.group.n
-                and (not len(waiting) or (len(running) >= sched.max_num_seqs and not timeouts))
+                and (
+                    not (len(waiting) or (xfer is not None and len(xfer.holding.ready)))
+                    or (len(running) >= sched.max_num_seqs and not timeouts)
+                )
+                and (xfer is None or xfer.connector.quiet())
                 and self._decode_stretch(limit)
             ):
                 continue
@@ -228,8 +232,10 @@ class Engine:
         step = self.step
         plan = sched.schedule(step, now)
         if plan.num_group_decodes == 0 and not plan.scheduled:
-            if xfer is not None and xfer.keeps_stepping():
-                self._empty_steps = 0  # only KV transfers in flight: vLLM steps on until they are done
+            if xfer is not None and (xfer.keeps_stepping() or xfer.connector.next_due() < math.inf):
+                # only KV transfers in flight (a waiting request the connector cannot answer for
+                # until its own store ends, too): vLLM steps on until they are done
+                self._empty_steps = 0
             else:
                 if not plan.preempted:
                     # Impossible for a config vLLM accepts (checked up front); say so loudly.
@@ -372,6 +378,13 @@ class Engine:
         step_end = self.rec.step_end
         n_running = len(sched.running)
         n_waiting = len(sched.waiting)
+        xfer = sched.kv_xfer
+        # With a KV connector (quiet: begin_step checked) a step is its own only while no transfer
+        # is reported at its end: every one must end before the connector's next due time.
+        due = math.inf
+        if xfer is not None:
+            due = xfer.connector.next_due()
+            n_waiting += len(xfer.holding)
         emit = self.emit
         terms_of = self._decode_terms
         terms_n = 0  # the decode count the terms below are for (0: none yet)
@@ -389,8 +402,8 @@ class Engine:
                 dt = head + (ctx + n * (step + 1)) * per_ctx + tail + seq
             if not dt > 0:
                 raise InputError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
-            if t + dt > limit:
-                break  # it would still be running at the limit: leave it to begin_step
+            if t + dt > limit or t + dt >= due:
+                break  # it would still be running at the limit (or a transfer ends): begin_step's
             free -= pops
             t_end = t + dt
             step_end.append(t_end)
@@ -408,8 +421,8 @@ class Engine:
             n = group.n
             ctx = group.ctx_base
             n_running = len(sched.running)
-            if not n or (n_waiting and n_running < sched.max_num_seqs):
-                break  # idle, or a waiting request may be admitted: the next step is a full one
+            if not n or (n_waiting and n_running < sched.max_num_seqs) or xfer is not None:
+                break  # idle, a waiting request may be admitted, or the connector has the finished
             end = group.next_finish_step()
         if step == first:
             return False
@@ -436,11 +449,17 @@ class Engine:
         if taken:
             group.limbo.extend(pool.get_new_blocks(taken))
         done = group.take_finishing(step, t_end)
+        xfer = self.scheduler.kv_xfer
+        if xfer is not None:  # as Scheduler.update: the connector hears of them first
+            for r in done:
+                xfer.request_finished(r)
         rec = self.rec
         rec.steps.extend(
             rec.pack_step(t, dt, n, n, 0, n_running, n_waiting, pool.usable_blocks - free, 0, 0, len(done))
         )
         self.scheduler.retire(done, t_end)
+        if xfer is not None:
+            xfer.transfers_done(t_end)
         if self.emit is not None:
             emit_stretch_step(self, step, done)
         for r in done:

@@ -283,6 +283,18 @@ class PDConnector:
                 t = heap[0][0]
         return t
 
+    # -- the engine's fast path (kv_connector_base.py) ---------------------------------------------
+    def decode_ok(self, r: Request) -> bool:
+        """Neither leg does anything per decode step: a receive ends before the first one, a send
+        starts when the request finishes."""
+        return True
+
+    def group_allocated(self, blocks: list[int]) -> None:
+        return None
+
+    def quiet(self) -> bool:
+        return not self._new_sends and not self._failed
+
     def has_pending_loads(self) -> bool:
         return bool(self._recv)
 
