@@ -24,6 +24,7 @@ from servesim.engine.engine_events import emit_step, emit_stretch_step
 from servesim.engine.invariants import check_engine
 from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.kv_transfers import KVTransferState
 from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
     OUTCOME_REJECTED_TIMEOUT,
@@ -124,6 +125,11 @@ class Engine:
         self._next = self.trace.n if external_arrivals else 0
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
         self.live: dict[int, Request] = {}  # arrived and not yet closed
+        self._span: PendingStep | None = None  # an idle span in flight (``_idle_span``)
+        self._span_dt = 0.0
+        self._span_end = 0.0
+        if kv_connector is not None and hasattr(kv_connector, "wake"):
+            kv_connector.wake = self._wake  # a due time set from outside cuts an idle span short
 
     def _init_drafter(self, step_time: StepTimeModel) -> None:
         """The drafter's passes: timed by the step-time model's own drafter (perf's roofline) when
@@ -215,6 +221,16 @@ class Engine:
             if self.now >= limit:
                 return None
             if (
+                xfer is not None
+                and not running
+                and not len(waiting)
+                and not len(xfer.holding.ready)
+                and xfer.connector.quiet(False)
+            ):
+                span = self._idle_span(limit, xfer)
+                if span is not None:
+                    return span
+            if (
                 self.stretch
                 and not sched.explicit
                 and sched.group is not None
@@ -223,7 +239,7 @@ class Engine:
                     not (len(waiting) or (xfer is not None and len(xfer.holding.ready)))
                     or (len(running) >= sched.max_num_seqs and not timeouts)
                 )
-                and (xfer is None or xfer.connector.quiet())
+                and (xfer is None or xfer.connector.quiet(True))
                 and self._decode_stretch(limit)
             ):
                 continue
@@ -264,6 +280,62 @@ class Engine:
             plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
 
+    def _idle_span(self, limit: float, xfer: KVTransferState) -> PendingStep | None:
+        """Only KV transfers are in flight (nothing runs, waits or is ready): vLLM steps on, empty,
+        until its worker reports one. Those steps change nothing but the clock, so they go in one
+        span, on the same clock (each step's end is the last one's plus the empty step's time),
+        up to the first step end at or after the next transfer's due time, the next arrival's
+        step start, or the step in flight at ``limit``; they are not recorded. A ``submit`` or a
+        connector's ``wake`` (a due time set from outside, a cluster's link) cuts it short at the
+        first of its step ends at or after that time. None: nothing would end it (plain empty
+        steps then, so that a cluster sees it is stuck)."""
+        plan = StepPlan()
+        batch = plan.batch()
+        dt = self._step_time(batch)
+        if not dt > 0:
+            raise InputError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
+        target = xfer.connector.next_due()
+        if self._next < self.trace.n and self.trace.arrival[self._next] < target:
+            target = self.trace.arrival[self._next]
+        if target == math.inf and limit == math.inf:
+            return None
+        t = self.now
+        while True:
+            t += dt
+            if t >= target or t >= limit:
+                break
+        self._span_dt = dt
+        self._span_end = t
+        span = PendingStep(plan, batch, self.now, t - self.now, 0, len(xfer.holding), self.pool.usable_blocks - self.pool.num_free)
+        self._span = span
+        return span
+
+    def _wake(self, t: float) -> None:
+        """Something may happen here at ``t`` (a request submitted, a transfer's due time set):
+        an idle span in flight ends at its first step end at or after ``t``."""
+        span = self._span
+        if span is None or t >= self._span_end:
+            return
+        g = span.start + self._span_dt
+        while g < t:
+            g += self._span_dt
+        if g < self._span_end:
+            self._span_end = g
+            span.duration = g - span.start
+
+    def _end_span(self, p: PendingStep) -> list[Request]:
+        """An idle span ends: the transfers due by its end are reported, as at any step end."""
+        self._span = None
+        t_end = self._span_end
+        self.now = t_end
+        xfer = self.scheduler.kv_xfer
+        if xfer is None:
+            raise InternalError("invariant broken: an idle span without a KV connector")
+        xfer.transfers_done(t_end)
+        if self.check_invariants:
+            self.assert_invariants()
+        return []
+
     def steps_until(
         self, pending: PendingStep | None, horizon: float, t_ext: float, until: float
     ) -> tuple[PendingStep | None, int, float]:
@@ -292,6 +364,8 @@ class Engine:
 
     def end_step(self, p: PendingStep) -> list[Request]:
         """Apply a step's results at its end time; returns the requests that finished."""
+        if p is self._span:
+            return self._end_span(p)
         sched = self.scheduler
         rec = self.rec
         plan = p.plan
@@ -540,6 +614,8 @@ class Engine:
         """Route ``r`` here at time ``t`` (cluster mode): a new request, or one moved from a lost
         replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV)."""
         sched = self.scheduler
+        if self._span is not None:
+            self._wake(t)
         if not sched.running and not len(sched.waiting) and t > self.now:
             self.now = t
         self.kv.init_request(r)

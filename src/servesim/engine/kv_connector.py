@@ -391,8 +391,10 @@ class OffloadingConnector:
         if self._fenced or self._finished_since:  # else nothing reads them before the step's end
             self._allocated.update(blocks)
 
-    def quiet(self) -> bool:
-        return not self._finished_since and not self._fenced
+    def quiet(self, allocating: bool) -> bool:
+        """Stores of finished requests are built at the next step; a fenced block handed out
+        flushes its store (so a step that allocates is quiet only without fences)."""
+        return not self._finished_since and not (allocating and self._fenced)
 
     def next_due(self) -> float:
         """The earliest due time of a job in flight (stale heap entries dropped on the way)."""

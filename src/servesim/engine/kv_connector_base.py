@@ -143,9 +143,10 @@ class KVConnector(Protocol):
         plan's scheduled members)."""
         ...
 
-    def quiet(self) -> bool:
-        """A step that schedules only decode-group members (no admission, no preemption) and
-        allocates no block is a no-op for ``build_connector_meta``."""
+    def quiet(self, allocating: bool) -> bool:
+        """A step that schedules nobody, or only decode-group members (no admission, no
+        preemption), is a no-op for ``build_connector_meta`` (``allocating``: it may take blocks
+        from the pool that the connector is not shown)."""
         ...
 
     def next_due(self) -> float:
