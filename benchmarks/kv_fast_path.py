@@ -71,7 +71,9 @@ def one_replica() -> None:
             simulate(trace, cfg, step, fast=fast, kv_connector=conn)
             times[fast] = time.process_time() - c0
         label = "no tier" if size is None else f"{size:g} GiB tier"
-        print(f"  {label:12s} fast {times[True]:.3f} s  plain {times[False]:.3f} s  ({times[False] / times[True]:.1f}x)")
+        print(
+            f"  {label:12s} fast {times[True]:.3f} s  plain {times[False]:.3f} s  ({times[False] / times[True]:.1f}x)"
+        )
 
 
 def main() -> None:
@@ -82,10 +84,14 @@ def main() -> None:
     if not args.skip_docs:
         cmd = [SERVESIM, "tune", TRACE, "--layouts", "agg,disagg", "--gpus", "3"]
         wall, cpu = timed([*cmd, "--slo", "ttft_p99_ms=100,tpot_p99_ms=8"])
-        print(f"docs layouts example (agg,disagg, 3 GPUs): wall {wall:.1f} s, CPU {cpu:.1f} s (target <= 20 s)")
+        print(
+            f"docs layouts example (agg,disagg, 3 GPUs): wall {wall:.1f} s, CPU {cpu:.1f} s (target <= 20 s)"
+        )
     plain = timed(tune_cmd(args.trials, offload=False))
     off = timed(tune_cmd(args.trials, offload=True))
-    print(f"tune, {args.trials} trials, no offload space:          wall {plain[0]:.1f} s, CPU {plain[1]:.1f} s")
+    print(
+        f"tune, {args.trials} trials, no offload space:          wall {plain[0]:.1f} s, CPU {plain[1]:.1f} s"
+    )
     print(f"tune, {args.trials} trials, kv_offloading_size=16,64:  wall {off[0]:.1f} s, CPU {off[1]:.1f} s")
     print(f"  offload / plain: wall {off[0] / plain[0]:.2f}x, CPU {off[1] / plain[1]:.2f}x (target <= 1.5x)")
     one_replica()

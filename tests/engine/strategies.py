@@ -112,7 +112,11 @@ def connector_factories(draw: st.DrawFn, trace: Trace, config: EngineConfig, ste
         bpc = draw(st.integers(1, 2))
         host = draw(st.booleans())
         load, store = draw(st.integers(0, 3)), draw(st.integers(0, 3))
-        link = (draw(st.sampled_from([1 << 14, 1 << 18])), draw(st.floats(1e6, 1e9)), draw(st.floats(0, 1e-3)))
+        link = (
+            draw(st.sampled_from([1 << 14, 1 << 18])),
+            draw(st.floats(1e6, 1e9)),
+            draw(st.floats(0, 1e-3)),
+        )
 
         def offload() -> OffloadingConnector:
             timing = HostLinkTiming(*link) if host else StepCountTiming(step_s, load, store)

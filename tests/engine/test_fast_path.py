@@ -79,7 +79,13 @@ def test_fast_path_equals_naive_loop_with_a_kv_connector(data: st.DataObject) ->
     fast_log: list[dict[str, object]] = []
     conn_naive, conn_fast = make(), make()
     naive = simulate(
-        trace, config, model, fast=False, check_invariants=True, step_log=naive_log.append, kv_connector=conn_naive
+        trace,
+        config,
+        model,
+        fast=False,
+        check_invariants=True,
+        step_log=naive_log.append,
+        kv_connector=conn_naive,
     )
     log = data.draw(st.booleans())
     fast = simulate(

@@ -306,7 +306,15 @@ class Engine:
                 break
         self._span_dt = dt
         self._span_end = t
-        span = PendingStep(plan, batch, self.now, t - self.now, 0, len(xfer.holding), self.pool.usable_blocks - self.pool.num_free)
+        span = PendingStep(
+            plan,
+            batch,
+            self.now,
+            t - self.now,
+            0,
+            len(xfer.holding),
+            self.pool.usable_blocks - self.pool.num_free,
+        )
         self._span = span
         return span
 
