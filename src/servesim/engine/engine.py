@@ -601,10 +601,13 @@ class Engine:
         if limit is None:
             raise InternalError("invariant broken: limit is None")
         q = self._timeouts
+        xfer = self.scheduler.kv_xfer
         while q and self.now - q[0].arrival > limit:
             r = q.popleft()
             if r.status != WAITING:
                 continue  # already scheduled (or preempted after being scheduled)
+            if xfer is not None and r in xfer.holding:
+                continue  # its blocks were allocated for a KV load: scheduled, not timed out
             r.status = REJECTED
             self.scheduler.waiting.remove(r)
             r.outcome = OUTCOME_REJECTED_TIMEOUT
