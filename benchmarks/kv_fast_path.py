@@ -71,9 +71,8 @@ def one_replica() -> None:
             simulate(trace, cfg, step, fast=fast, kv_connector=conn)
             times[fast] = time.process_time() - c0
         label = "no tier" if size is None else f"{size:g} GiB tier"
-        print(
-            f"  {label:12s} fast {times[True]:.3f} s  plain {times[False]:.3f} s  ({times[False] / times[True]:.1f}x)"
-        )
+        ratio = times[False] / times[True]
+        print(f"  {label:12s} fast {times[True]:.3f} s  plain {times[False]:.3f} s  ({ratio:.1f}x)")
 
 
 def main() -> None:

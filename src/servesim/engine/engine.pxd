@@ -33,12 +33,8 @@ cdef class Engine:
                    now=cython.double, step=cython.longlong, plan=StepPlan, xfer=object,
                    n_waiting=cython.longlong)
     cpdef PendingStep begin_step(self, double limit=*)
-    @cython.locals(plan=StepPlan, dt=cython.double, target=cython.double, t=cython.double, span=PendingStep)
     cpdef PendingStep _idle_span(self, double limit, xfer)
-    @cython.locals(span=PendingStep, g=cython.double)
     cpdef _wake(self, double t)
-    @cython.locals(t_end=cython.double)
-    cpdef list _end_span(self, PendingStep p)
     @cython.locals(p=PendingStep, ended=cython.longlong, last=cython.double, end=cython.double)
     cpdef tuple steps_until(self, PendingStep pending, double horizon, double t_ext, double until)
     @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,

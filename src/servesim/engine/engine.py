@@ -15,23 +15,21 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
-from servesim.engine import replica_ops
+from servesim.engine import idle_span, replica_ops
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine_events import emit_step, emit_stretch_step
 from servesim.engine.invariants import check_engine
 from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.kv_connector_base import KVConnector
-from servesim.engine.kv_transfers import KVTransferState
 from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
-    OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_REJECTED_TOO_LONG,
     OUTCOME_UNFINISHED,
     REJECTED,
-    WAITING,
     Request,
 )
 from servesim.engine.scheduler import Scheduler
@@ -126,10 +124,8 @@ class Engine:
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
         self.live: dict[int, Request] = {}  # arrived and not yet closed
         self._span: PendingStep | None = None  # an idle span in flight (``_idle_span``)
-        self._span_dt = 0.0
-        self._span_end = 0.0
         if kv_connector is not None and hasattr(kv_connector, "wake"):
-            kv_connector.wake = self._wake  # a due time set from outside cuts an idle span short
+            kv_connector.wake = partial(idle_span.wake, self)  # a due time set from outside cuts a span
 
     def _init_drafter(self, step_time: StepTimeModel) -> None:
         """The drafter's passes: timed by the step-time model's own drafter (perf's roofline) when
@@ -227,7 +223,7 @@ class Engine:
                 and not len(xfer.holding.ready)
                 and xfer.connector.quiet(False)
             ):
-                span = self._idle_span(limit, xfer)
+                span = idle_span.begin(self, limit, xfer)
                 if span is not None:
                     return span
             if (
@@ -280,70 +276,6 @@ class Engine:
             plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
 
-    def _idle_span(self, limit: float, xfer: KVTransferState) -> PendingStep | None:
-        """Only KV transfers are in flight (nothing runs, waits or is ready): vLLM steps on, empty,
-        until its worker reports one. Those steps change nothing but the clock, so they go in one
-        span, on the same clock (each step's end is the last one's plus the empty step's time),
-        up to the first step end at or after the next transfer's due time, the next arrival's
-        step start, or the step in flight at ``limit``; they are not recorded. A ``submit`` or a
-        connector's ``wake`` (a due time set from outside, a cluster's link) cuts it short at the
-        first of its step ends at or after that time. None: nothing would end it (plain empty
-        steps then, so that a cluster sees it is stuck)."""
-        plan = StepPlan()
-        batch = plan.batch()
-        dt = self._step_time(batch)
-        if not dt > 0:
-            raise InputError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
-        target = xfer.connector.next_due()
-        if self._next < self.trace.n and self.trace.arrival[self._next] < target:
-            target = self.trace.arrival[self._next]
-        if target == math.inf and limit == math.inf:
-            return None
-        t = self.now
-        while True:
-            t += dt
-            if t >= target or t >= limit:
-                break
-        self._span_dt = dt
-        self._span_end = t
-        span = PendingStep(
-            plan,
-            batch,
-            self.now,
-            t - self.now,
-            0,
-            len(xfer.holding),
-            self.pool.usable_blocks - self.pool.num_free,
-        )
-        self._span = span
-        return span
-
-    def _wake(self, t: float) -> None:
-        """Something may happen here at ``t`` (a request submitted, a transfer's due time set):
-        an idle span in flight ends at its first step end at or after ``t``."""
-        span = self._span
-        if span is None or t >= self._span_end:
-            return
-        g = span.start + self._span_dt
-        while g < t:
-            g += self._span_dt
-        if g < self._span_end:
-            self._span_end = g
-            span.duration = g - span.start
-
-    def _end_span(self, p: PendingStep) -> list[Request]:
-        """An idle span ends: the transfers due by its end are reported, as at any step end."""
-        self._span = None
-        t_end = self._span_end
-        self.now = t_end
-        xfer = self.scheduler.kv_xfer
-        if xfer is None:
-            raise InternalError("invariant broken: an idle span without a KV connector")
-        xfer.transfers_done(t_end)
-        if self.check_invariants:
-            self.assert_invariants()
-        return []
-
     def steps_until(
         self, pending: PendingStep | None, horizon: float, t_ext: float, until: float
     ) -> tuple[PendingStep | None, int, float]:
@@ -373,7 +305,7 @@ class Engine:
     def end_step(self, p: PendingStep) -> list[Request]:
         """Apply a step's results at its end time; returns the requests that finished."""
         if p is self._span:
-            return self._end_span(p)
+            return idle_span.end(self)
         sched = self.scheduler
         rec = self.rec
         plan = p.plan
@@ -597,24 +529,9 @@ class Engine:
 
     def _expire(self) -> None:
         """Reject requests unscheduled for longer than ``queue_timeout_s`` (at a step start)."""
-        limit = self.config.queue_timeout_s
-        if limit is None:
-            raise InternalError("invariant broken: limit is None")
         q = self._timeouts
-        xfer = self.scheduler.kv_xfer
-        while q and self.now - q[0].arrival > limit:
-            r = q.popleft()
-            if r.status != WAITING:
-                continue  # already scheduled (or preempted after being scheduled)
-            if xfer is not None and r in xfer.holding:
-                continue  # its blocks were allocated for a KV load: scheduled, not timed out
-            r.status = REJECTED
-            self.scheduler.waiting.remove(r)
-            r.outcome = OUTCOME_REJECTED_TIMEOUT
-            r.finish_time = self.now
-            self._close(r)
-            if self.emit is not None:
-                self.emit(RequestRejected(self.now, r.req_id, self.name, "queue_timeout"))
+        if q and self.now - q[0].arrival > self.config.queue_timeout_s:
+            replica_ops.expire(self)
 
     def draft_timing(self) -> str:
         """How the drafter's passes are timed, in one line (speculative decoding only)."""
@@ -624,24 +541,7 @@ class Engine:
     def submit(self, r: Request, t: float) -> None:
         """Route ``r`` here at time ``t`` (cluster mode): a new request, or one moved from a lost
         replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV)."""
-        sched = self.scheduler
-        if self._span is not None:
-            self._wake(t)
-        if not sched.running and not len(sched.waiting) and t > self.now:
-            self.now = t
-        self.kv.init_request(r)
-        if r.status == WAITING and r.prompt_len >= self.max_model_len:
-            r.status = REJECTED
-            r.outcome = OUTCOME_REJECTED_TOO_LONG
-            r.finish_time = t
-            self._close(r)
-            if self.emit is not None:
-                self.emit(RequestRejected(t, r.req_id, self.name, "prompt_too_long"))
-            return
-        self.live[r.idx] = r
-        sched.waiting.add(r)  # appended: to this replica it is a new arrival
-        if self.config.queue_timeout_s is not None and r.status == WAITING:
-            self._timeouts.append(r)
+        replica_ops.submit(self, r, t)
 
     def abort(self, r: Request, t: float) -> bool:
         """Finish ``r`` as aborted at ``t``: its client went away (``replica_ops.abort``). Call
