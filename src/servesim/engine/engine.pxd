@@ -33,8 +33,6 @@ cdef class Engine:
                    now=cython.double, step=cython.longlong, plan=StepPlan, xfer=object,
                    n_waiting=cython.longlong)
     cpdef PendingStep begin_step(self, double limit=*)
-    cpdef PendingStep _idle_span(self, double limit, xfer)
-    cpdef _wake(self, double t)
     @cython.locals(p=PendingStep, ended=cython.longlong, last=cython.double, end=cython.double)
     cpdef tuple steps_until(self, PendingStep pending, double horizon, double t_ext, double until)
     @cython.locals(sched=Scheduler, rec=Recorder, plan=StepPlan, now=cython.double, step=cython.longlong,
