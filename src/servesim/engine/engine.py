@@ -123,7 +123,8 @@ class Engine:
         self._next = self.trace.n if external_arrivals else 0
         self._timeouts: deque[Request] = deque()  # never-scheduled requests, by arrival
         self.live: dict[int, Request] = {}  # arrived and not yet closed
-        self._span: PendingStep | None = None  # an idle span in flight (``_idle_span``)
+        self._span: PendingStep | None = None  # an idle span in flight (idle_span.py)
+        self._span_dt = self._span_end = 0.0  # its empty step's time, and its end
         if kv_connector is not None and hasattr(kv_connector, "wake"):
             kv_connector.wake = partial(idle_span.wake, self)  # a due time set from outside cuts a span
 
@@ -530,7 +531,7 @@ class Engine:
     def _expire(self) -> None:
         """Reject requests unscheduled for longer than ``queue_timeout_s`` (at a step start)."""
         q = self._timeouts
-        if q and self.now - q[0].arrival > self.config.queue_timeout_s:
+        if q and self.now - q[0].arrival > (self.config.queue_timeout_s or 0.0):
             replica_ops.expire(self)
 
     def draft_timing(self) -> str:
