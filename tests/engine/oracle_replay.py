@@ -104,7 +104,7 @@ def offload_connector(case: dict[str, Any]) -> OffloadingConnector:
     )
 
 
-def replay_offload(case: dict[str, Any], invariants_every_step: bool = True) -> list[str]:
+def replay_offload(case: dict[str, Any], invariants_every_step: bool = True, fast: bool = False) -> list[str]:
     """Run an offload case; return every difference from vLLM's schedule and transfers."""
     conn = offload_connector(case)
     log: list[dict[str, Any]] = []
@@ -122,7 +122,7 @@ def replay_offload(case: dict[str, Any], invariants_every_step: bool = True) -> 
         case_trace(case),
         case_config(case),
         ConstantStepTime(step_time_s=case["step_s"]),
-        fast=False,
+        fast=fast,
         step_log=on_step,
         check_invariants=invariants_every_step,
         kv_connector=conn,
@@ -189,7 +189,7 @@ def pd_connector(case: dict[str, Any], trace: Trace) -> PDConnector:
     )
 
 
-def replay_pd(case: dict[str, Any], invariants_every_step: bool = True) -> list[str]:
+def replay_pd(case: dict[str, Any], invariants_every_step: bool = True, fast: bool = False) -> list[str]:
     """Run a P/D case; return every difference from vLLM's schedule and transfers."""
     trace = case_trace(case)
     conn = pd_connector(case, trace)
@@ -207,7 +207,7 @@ def replay_pd(case: dict[str, Any], invariants_every_step: bool = True) -> list[
         trace,
         case_config(case),
         ConstantStepTime(step_time_s=case["step_s"]),
-        fast=False,
+        fast=fast,
         step_log=on_step,
         check_invariants=invariants_every_step,
         kv_connector=conn,

@@ -95,3 +95,44 @@ step_models = st.one_of(
         per_prefill_attn_s=st.floats(0, 1e-8),
     ),
 )
+
+
+@st.composite
+def connector_factories(draw: st.DrawFn, trace: Trace, config: EngineConfig, step_s: float) -> Any:
+    """A KV connector, drawn once and built afresh per run (connectors keep per-run state): the
+    CPU offload tier (small tiers refuse stores and evict; loads and stores of 0-3 steps or over a
+    host link) or P/D (a random subset of decode legs whose prompt KV arrives 0-4 steps after
+    admission, prefill legs whose blocks stay held 0-8 steps after they finish)."""
+    from servesim.engine.kv_connector import HostLinkTiming, OffloadingConnector, StepCountTiming
+    from servesim.engine.kv_pd import PDConnector
+
+    n = len(trace.df)
+    if draw(st.booleans()):
+        chunks = draw(st.integers(0, 64))
+        bpc = draw(st.integers(1, 2))
+        host = draw(st.booleans())
+        load, store = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+        link = (
+            draw(st.sampled_from([1 << 14, 1 << 18])),
+            draw(st.floats(1e6, 1e9)),
+            draw(st.floats(0, 1e-3)),
+        )
+
+        def offload() -> OffloadingConnector:
+            timing = HostLinkTiming(*link) if host else StepCountTiming(step_s, load, store)
+            return OffloadingConnector(chunks, timing, config.block_size, bpc, config.enable_prefix_caching)
+
+        return offload
+    legs = draw(st.lists(st.sampled_from(["local", "decode", "prefill"]), min_size=n, max_size=n))
+    load, send = draw(st.integers(0, 4)), draw(st.integers(0, 8))
+
+    def pd() -> PDConnector:
+        return PDConnector(
+            StepCountTiming(step_s, load),
+            {i for i, leg in enumerate(legs) if leg == "decode"},
+            {i for i, leg in enumerate(legs) if leg == "prefill"},
+            send_steps=send,
+            step_s=step_s,
+        )
+
+    return pd

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import configs, examples, step_models, traces
+from strategies import configs, connector_factories, examples, step_models, traces
 
-from servesim.engine import SimulationResult, simulate
+from servesim.engine import ConstantStepTime, SimulationResult, simulate
 
 
 @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -63,3 +63,44 @@ def check_accounting(result: SimulationResult, budget: int, max_seqs: int, exact
     # What a preemption discarded is either recovered from the cache or computed again.
     assert req["reused_tokens"].sum() + req["recomputed_tokens"].sum() == lost
     assert (req[["num_output", "num_preemptions", "recomputed_tokens", "reused_tokens"]] >= 0).all().all()
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fast_path_equals_naive_loop_with_a_kv_connector(data: st.DataObject) -> None:
+    """With CPU offload or P/D the fast path gives the plain loop's records, step log and
+    transfer figures exactly (the plain loop checking every invariant after every step)."""
+    trace = data.draw(traces())
+    config = data.draw(configs(trace))
+    step_s = data.draw(st.sampled_from([0.015625, 0.01]))
+    make = data.draw(connector_factories(trace, config, step_s))
+    model = ConstantStepTime(step_time_s=step_s) if data.draw(st.booleans()) else data.draw(step_models)
+    naive_log: list[dict[str, object]] = []
+    fast_log: list[dict[str, object]] = []
+    conn_naive, conn_fast = make(), make()
+    naive = simulate(
+        trace,
+        config,
+        model,
+        fast=False,
+        check_invariants=True,
+        step_log=naive_log.append,
+        kv_connector=conn_naive,
+    )
+    log = data.draw(st.booleans())
+    fast = simulate(
+        trace,
+        config,
+        model,
+        fast=True,
+        check_invariants=data.draw(st.booleans()),
+        step_log=fast_log.append if log else None,
+        kv_connector=conn_fast,
+    )
+    if log:
+        assert fast_log == naive_log
+    pd.testing.assert_frame_equal(fast.requests, naive.requests)
+    pd.testing.assert_frame_equal(fast.steps, naive.steps)
+    pd.testing.assert_frame_equal(fast.preemptions, naive.preemptions)
+    assert fast.summary == naive.summary
+    assert conn_fast.stats.as_dict() == conn_naive.stats.as_dict()

@@ -46,6 +46,12 @@ def test_offload_matches_vllm(path: Path) -> None:
     assert replay_offload(load_case(path)) == []
 
 
+@pytest.mark.parametrize("path", CASES, ids=[p.name.removesuffix(".json.gz") for p in CASES])
+def test_offload_matches_vllm_on_the_fast_path(path: Path) -> None:
+    """The decode group, its stretches and idle spans change nothing the oracle sees."""
+    assert replay_offload(load_case(path), invariants_every_step=False, fast=True) == []
+
+
 def test_the_cpu_tier_changes_the_schedule() -> None:
     """Not a no-op: without the connector the same case schedules differently (fewer hits)."""
     case = load_case(OFFLOAD_CASES_DIR / "offload_reuse_00.json.gz")

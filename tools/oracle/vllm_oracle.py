@@ -409,9 +409,7 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
 
     block_size = int(cfg["block_size"])
     num_blocks = int(cfg["num_gpu_blocks"])
-    spec = FullAttentionSpec(
-        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16
-    )
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
     kv_cache_config = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
@@ -495,12 +493,18 @@ def make_request(r: dict[str, Any], cfg: dict[str, Any], block_hasher):
     else:
         sp = SamplingParams(max_tokens=r["output_len"], ignore_eos=True)
     if r.get("pd") == "decode":  # the prompt's KV waits on a prefill instance
-        sp.extra_args = {"kv_transfer_params": {
-            "do_remote_prefill": True, "do_remote_decode": False,
-            "remote_block_ids": [[1]], "remote_engine_id": "prefill-0",
-            "remote_request_id": r["req_id"], "remote_host": "localhost", "remote_port": 5600,
-            "tp_size": 1,
-        }}
+        sp.extra_args = {
+            "kv_transfer_params": {
+                "do_remote_prefill": True,
+                "do_remote_decode": False,
+                "remote_block_ids": [[1]],
+                "remote_engine_id": "prefill-0",
+                "remote_request_id": r["req_id"],
+                "remote_host": "localhost",
+                "remote_port": 5600,
+                "tp_size": 1,
+            }
+        }
     elif r.get("pd") == "prefill":  # the prefill leg: one token, KV kept for the decode side
         if r["output_len"] != 1:
             raise SystemExit(f"request {r['req_id']}: a prefill leg has output_len 1")
@@ -540,8 +544,11 @@ def _event_line(rec: dict[str, Any]) -> str:
     parts = [f"step {rec['step']:>6}"]
     sched = rec["num_scheduled_tokens"]
     prefill = {k: v for k, v in sched.items() if v > 1}
-    parts.append(f"tokens={rec['total_scheduled_tokens']} (decode x{len(sched) - len(prefill)}"
-                 + (f", chunks {prefill}" if prefill else "") + ")")
+    parts.append(
+        f"tokens={rec['total_scheduled_tokens']} (decode x{len(sched) - len(prefill)}"
+        + (f", chunks {prefill}" if prefill else "")
+        + ")"
+    )
     for key in ("arrived", "new_reqs", "resumed_reqs", "preempted"):
         if rec[key]:
             parts.append(f"{key}={rec[key]}")
@@ -549,13 +556,21 @@ def _event_line(rec: dict[str, Any]) -> str:
         parts.append(f"finished={sorted(rec['finished'])}")
     if rec["prefix_hit_tokens"]:
         parts.append(f"prefix_hits={rec['prefix_hit_tokens']}")
-    parts.append(f"run={rec['num_running']} wait={rec['num_waiting']} "
-                 f"kv_used={rec['kv_blocks_used']}/{rec['kv_blocks_total']}")
+    parts.append(
+        f"run={rec['num_running']} wait={rec['num_waiting']} "
+        f"kv_used={rec['kv_blocks_used']}/{rec['kv_blocks_total']}"
+    )
     return " ".join(parts)
 
 
-def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary_path: str | None,
-        quiet: bool = False, events=None) -> dict[str, Any]:
+def run(
+    cfg: dict[str, Any],
+    trace: list[dict[str, Any]],
+    out_path: str,
+    summary_path: str | None,
+    quiet: bool = False,
+    events=None,
+) -> dict[str, Any]:
     t_setup = time.perf_counter()
     import torch
     import vllm
@@ -625,11 +640,29 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
             flush = async_mode and inflight is not None and unfinished == 0
             if flush:  # nothing left to schedule: apply the step in flight, consume no step
                 prev, inflight = inflight, None
-                rec_step, arrived, so, mro, sched, req_ids, got_token, spec_sched, accepted, \
-                    num_running, num_waiting, free_during, pcs, t0, xfer_log = prev
+                (
+                    rec_step,
+                    arrived,
+                    so,
+                    mro,
+                    sched,
+                    req_ids,
+                    got_token,
+                    spec_sched,
+                    accepted,
+                    num_running,
+                    num_waiting,
+                    free_during,
+                    pcs,
+                    t0,
+                    xfer_log,
+                ) = prev
             # EngineCore steps on while finished requests wait for their sends (P/D only)
-            elif unfinished == 0 and not xfer_jobs and not pd_jobs and not (
-                cfg.get("pd_connector") and scheduler.has_finished_requests()
+            elif (
+                unfinished == 0
+                and not xfer_jobs
+                and not pd_jobs
+                and not (cfg.get("pd_connector") and scheduler.has_finished_requests())
             ):
                 if nxt >= len(pending):
                     break
@@ -662,7 +695,11 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     req = scheduler.requests[rid]
                     # schedule() already advanced num_computed_tokens by this step.
                     # async: the token count lags by the steps in flight; vLLM's own flag says
-                    if (not req.is_prefill_chunk) if async_mode else req.num_computed_tokens >= req.num_tokens:
+                    if (
+                        (not req.is_prefill_chunk)
+                        if async_mode
+                        else req.num_computed_tokens >= req.num_tokens
+                    ):
                         tok = sampled_tok
                         n_out = req.num_output_tokens + max(req.num_output_placeholders, 1)
                         if eos_mode and n_out >= by_id[rid]["output_len"]:
@@ -737,21 +774,52 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
                     if recv or sent:
                         # lists, not sets: vLLM frees finished sends in this order (deterministic)
                         mro.kv_connector_output = KVConnectorOutput(
-                            finished_recving=recv or None, finished_sending=sent or None  # type: ignore[arg-type]
+                            finished_recving=recv or None,
+                            finished_sending=sent or None,  # type: ignore[arg-type]
                         )
                 # snapshot state as seen during this step (after allocation)
                 num_running, num_waiting = scheduler.get_request_counts()
                 free_during = pool.get_num_free_blocks()
                 pcs = kvm.make_prefix_cache_stats()
             if async_mode and not flush:  # schedule k before applying k-1 (the batch queue)
-                cur = (step, arrived, so, mro, sched, req_ids, got_token, spec_sched, accepted,
-                       num_running, num_waiting, free_during, pcs, t0, xfer_log)
+                cur = (
+                    step,
+                    arrived,
+                    so,
+                    mro,
+                    sched,
+                    req_ids,
+                    got_token,
+                    spec_sched,
+                    accepted,
+                    num_running,
+                    num_waiting,
+                    free_during,
+                    pcs,
+                    t0,
+                    xfer_log,
+                )
                 prev, inflight = inflight, cur
                 if prev is None:
                     step += 1
                     continue
-                rec_step, arrived, so, mro, sched, req_ids, got_token, spec_sched, accepted, \
-                    num_running, num_waiting, free_during, pcs, t0, xfer_log = prev
+                (
+                    rec_step,
+                    arrived,
+                    so,
+                    mro,
+                    sched,
+                    req_ids,
+                    got_token,
+                    spec_sched,
+                    accepted,
+                    num_running,
+                    num_waiting,
+                    free_during,
+                    pcs,
+                    t0,
+                    xfer_log,
+                ) = prev
             elif not async_mode:
                 rec_step = step
             engine_outs = scheduler.update_from_output(so, mro)
@@ -844,7 +912,8 @@ def run(cfg: dict[str, Any], trace: list[dict[str, Any]], out_path: str, summary
             if scheduler.connector is not None:
                 rec["offload"] = xfer_log
                 rec["waiting_for_kv"] = sorted(
-                    r.request_id for r in scheduler.requests.values()
+                    r.request_id
+                    for r in scheduler.requests.values()
                     if r.status.name == "WAITING_FOR_REMOTE_KVS"
                 )
                 if "loads" in xfer_log:
@@ -915,19 +984,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", required=True, help="JSONL, one request per line")
     ap.add_argument("--config", help="JSON object with scheduler/cache settings")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one config key (repeatable)")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key (repeatable)"
+    )
     ap.add_argument("--out", required=True, help="per-step JSONL output")
     ap.add_argument("--summary", help="summary JSON output")
-    ap.add_argument("--events", action="store_true",
-                    help="print one line per step where a request arrived, was admitted, "
-                         "resumed, preempted or finished (to stdout)")
+    ap.add_argument(
+        "--events",
+        action="store_true",
+        help="print one line per step where a request arrived, was admitted, "
+        "resumed, preempted or finished (to stdout)",
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, args.set)
     trace = load_trace(args.trace, cfg)
-    run(cfg, trace, args.out, args.summary, quiet=args.quiet,
-        events=sys.stdout if args.events else None)
+    run(cfg, trace, args.out, args.summary, quiet=args.quiet, events=sys.stdout if args.events else None)
     return 0
 
 

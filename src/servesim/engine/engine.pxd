@@ -27,6 +27,8 @@ cdef class Engine:
     cdef public Recorder rec
     cdef public double now
     cdef public dict live
+    cdef public PendingStep _span
+    cdef public double _span_dt, _span_end
 
     cpdef run_until(self, double limit)
     @cython.locals(sched=Scheduler, running=list, arrival=list, n=cython.longlong, timeouts=cython.bint,
@@ -49,11 +51,11 @@ cdef class Engine:
                    n_waiting=cython.longlong, first=cython.longlong, pops=cython.longlong,
                    dt=cython.double, t_end=cython.double,
                    terms_n=cython.longlong, head=cython.double, per_ctx=cython.double,
-                   tail=cython.double, seq=cython.double)
+                   tail=cython.double, seq=cython.double, due=cython.double, xfer=object)
     cpdef bint _decode_stretch(self, double limit) except -1
     cdef double _stretch_horizon(self, double limit) except? -1.0
     @cython.locals(group=DecodeGroup, pool=BlockPool, taken=cython.longlong, done=list, rec=Recorder,
-                   r=Request)
+                   r=Request, xfer=object)
     cdef void _stretch_finish(self, long long step, double t, double dt, double t_end, long long n,
                               long long free, long long n_running, long long n_waiting) except *
     @cython.locals(group=DecodeGroup, pool=BlockPool, taken=cython.longlong)

@@ -15,9 +15,10 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
-from servesim.engine import replica_ops
+from servesim.engine import idle_span, replica_ops
 from servesim.engine.admission import gate_of, rejected_on_arrival
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
@@ -27,10 +28,7 @@ from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.kv_connector_base import KVConnector
 from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
-    OUTCOME_REJECTED_TIMEOUT,
     OUTCOME_UNFINISHED,
-    REJECTED,
-    WAITING,
     Request,
 )
 from servesim.engine.scheduler import Scheduler
@@ -44,7 +42,6 @@ from servesim.events import (
     Observer,
     Progress,
     RequestArrived,
-    RequestRejected,
     StepLogObserver,
     fan_out,
 )
@@ -69,7 +66,7 @@ def _fast_path_allowed(config: EngineConfig, kv_connector: KVConnector | None) -
         return False  # the decode group assumes one token per step
     if config.async_scheduling and kv_connector is not None:
         raise ConfigError("async_scheduling with a KV connector is not modelled yet")
-    return kv_connector is None and not config.async_scheduling  # the group: sync steps only
+    return not config.async_scheduling  # the group: sync steps only
 
 
 class Engine:
@@ -92,8 +89,8 @@ class Engine:
         kv_connector: KVConnector | None = None,
     ) -> None:
         self.config = config
-        # vLLM's KV connector (kv_connector_base.py): None is the plain engine. With one, every
-        # step runs the plain (naive) path: the fast path's proofs assume no connector.
+        # vLLM's KV connector (kv_connector_base.py): None is the plain engine. The fast path runs
+        # with one too: it asks the connector which decodes may be lazy and when it is quiet.
         self.kv_connector = kv_connector
         fast = fast and _fast_path_allowed(config, kv_connector)
         # multi-step decode stretches (part of the fast path); a prefill cadence counts every
@@ -133,6 +130,10 @@ class Engine:
         self._async = config.async_scheduling
         self._held: PendingStep | None = None  # async: the step whose output is not applied yet
         self.live: dict[int, Request] = {}  # arrived and not yet closed
+        self._span: PendingStep | None = None  # an idle span in flight (idle_span.py)
+        self._span_dt = self._span_end = 0.0  # its empty step's time, and its end
+        if kv_connector is not None and hasattr(kv_connector, "wake"):
+            kv_connector.wake = partial(idle_span.wake, self)  # a due time set from outside cuts a span
 
     def _init_drafter(self, step_time: StepTimeModel) -> None:
         """The drafter's passes: timed by the step-time model's own drafter (perf's roofline) when
@@ -230,11 +231,25 @@ class Engine:
             if self.now >= limit:
                 return None
             if (
+                xfer is not None
+                and not running
+                and not len(waiting)
+                and not len(xfer.holding.ready)
+                and xfer.connector.quiet(False)
+            ):
+                span = idle_span.begin(self, limit, xfer)
+                if span is not None:
+                    return span
+            if (
                 self.stretch
                 and not sched.explicit
                 and sched.group is not None
                 and sched.group.n
-                and (not len(waiting) or (len(running) >= sched.max_num_active and not timeouts))
+                and (
+                    not (len(waiting) or (xfer is not None and len(xfer.holding.ready)))
+                    or (len(running) >= sched.max_num_active and not timeouts)
+                )
+                and (xfer is None or xfer.connector.quiet(True))
                 and self._decode_stretch(limit)
             ):
                 continue
@@ -243,8 +258,10 @@ class Engine:
         step = self.step
         plan = sched.schedule(step, now)
         if plan.num_group_decodes == 0 and not plan.scheduled and self._held is None:
-            if xfer is not None and xfer.keeps_stepping():
-                self._empty_steps = 0  # only KV transfers in flight: vLLM steps on until they are done
+            if xfer is not None and (xfer.keeps_stepping() or xfer.connector.next_due() < math.inf):
+                # only KV transfers in flight (a waiting request the connector cannot answer for
+                # until its own store ends, too): vLLM steps on until they are done
+                self._empty_steps = 0
             else:
                 if not plan.preempted:
                     # Impossible for a config vLLM accepts (checked up front); say so loudly.
@@ -311,6 +328,8 @@ class Engine:
         """End a step: apply its results at its end time; returns the requests that finished.
         With async scheduling, vLLM's batch queue: a step's output is applied only once the
         next step is scheduled, so this holds ``p`` and applies the step held before it."""
+        if p is self._span:
+            return idle_span.end(self)
         step = self.step
         self.now = p.start + p.duration
         self.step = step + 1
@@ -406,6 +425,13 @@ class Engine:
         step_end = self.rec.step_end
         n_running = len(sched.running)
         n_waiting = len(sched.waiting)
+        xfer = sched.kv_xfer
+        # With a KV connector (quiet: begin_step checked) a step is its own only while no transfer
+        # is reported at its end: every one must end before the connector's next due time.
+        due = math.inf
+        if xfer is not None:
+            due = xfer.connector.next_due()
+            n_waiting += len(xfer.holding)
         emit = self.emit
         terms_of = self._decode_terms
         terms_n = self._terms_n  # the decode count the terms below are for (0: none yet)
@@ -424,8 +450,8 @@ class Engine:
                 dt = head + (ctx + n * (step + 1)) * per_ctx + tail + seq
             if not dt > 0:
                 raise InputError(f"step-time model returned {dt!r} s in a decode step of {n}; it must be > 0")
-            if t + dt > limit:
-                break  # it would still be running at the limit: leave it to begin_step
+            if t + dt > limit or t + dt >= due:
+                break  # it would still be running at the limit (or a transfer ends): begin_step's
             free -= pops
             t_end = t + dt
             step_end.append(t_end)
@@ -443,8 +469,8 @@ class Engine:
             n = group.n
             ctx = group.ctx_base
             n_running = len(sched.running)
-            if not n or (n_waiting and n_running < sched.max_num_active):
-                break  # idle, or a waiting request may be admitted: the next step is a full one
+            if not n or (n_waiting and n_running < sched.max_num_active) or xfer is not None:
+                break  # idle, a waiting request may be admitted, or the connector has the finished
             end = group.next_finish_step()
         if step == first:
             return False
@@ -471,11 +497,17 @@ class Engine:
         if taken:
             group.limbo.extend(pool.get_new_blocks(taken))
         done = group.take_finishing(step, t_end)
+        xfer = self.scheduler.kv_xfer
+        if xfer is not None:  # as Scheduler.update: the connector hears of them first
+            for r in done:
+                xfer.request_finished(r)
         rec = self.rec
         rec.steps.extend(
             rec.pack_step(t, dt, n, n, 0, n_running, n_waiting, pool.usable_blocks - free, 0, 0, len(done))
         )
         self.scheduler.retire(done, t_end)
+        if xfer is not None:
+            xfer.transfers_done(t_end)
         if self.emit is not None:
             emit_stretch_step(self, step, done)
         for r in done:
@@ -525,21 +557,9 @@ class Engine:
 
     def _expire(self) -> None:
         """Reject requests unscheduled for longer than ``queue_timeout_s`` (at a step start)."""
-        limit = self.config.queue_timeout_s
-        if limit is None:
-            raise InternalError("invariant broken: limit is None")
         q = self._timeouts
-        while q and self.now - q[0].arrival > limit:
-            r = q.popleft()
-            if r.status != WAITING:
-                continue  # already scheduled (or preempted after being scheduled)
-            r.status = REJECTED
-            self.scheduler.waiting.remove(r)
-            r.outcome = OUTCOME_REJECTED_TIMEOUT
-            r.finish_time = self.now
-            self._close(r)
-            if self.emit is not None:
-                self.emit(RequestRejected(self.now, r.req_id, self.name, "queue_timeout"))
+        if q and self.now - q[0].arrival > (self.config.queue_timeout_s or 0.0):
+            replica_ops.expire(self)
 
     def draft_timing(self) -> str:
         """How the drafter's passes are timed, in one line (speculative decoding only)."""

@@ -18,6 +18,7 @@ host-link bandwidth); ``get_finished`` reports them, in the order they were issu
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -377,6 +378,35 @@ class OffloadingConnector:
     def drain(self, now: float) -> KVConnectorOutput | None:
         """Nothing to end: vLLM's engine does not step on for stores in flight."""
         return None
+
+    # -- the engine's fast path (kv_connector_base.py) ---------------------------------------------
+    def decode_ok(self, r: Request) -> bool:
+        """Offered every step, a decoding request stores nothing once its prompt's chunks are
+        stored (``offload_prompt_only``): only a refused store (a full tier) is retried per step."""
+        st = self._states.get(r.idx)
+        return st is None or st.next_stored >= r.prompt_len // self.tpc
+
+    def group_allocated(self, blocks: list[int]) -> None:
+        """New blocks of decode-group members: handed out in this step (the fences check them)."""
+        if self._fenced or self._finished_since:  # else nothing reads them before the step's end
+            self._allocated.update(blocks)
+
+    def quiet(self, allocating: bool) -> bool:
+        """Stores of finished requests are built at the next step; a fenced block handed out
+        flushes its store (so a step that allocates is quiet only without fences)."""
+        return not self._finished_since and not (allocating and self._fenced)
+
+    def next_due(self) -> float:
+        """The earliest due time of a job in flight (stale heap entries dropped on the way)."""
+        due = self._due
+        jobs = self._jobs
+        while due:
+            d, jid = due[0]
+            job = jobs.get(jid)
+            if job is not None and job.due == d:
+                return d
+            heapq.heappop(due)
+        return math.inf
 
     def has_pending_loads(self) -> bool:
         return any(not j.is_store for j in self._jobs.values())

@@ -20,6 +20,13 @@ no connector, and none of this runs):
   loaded requests (vLLM's ``finished_recving_kv_req_ids``) and frees the sent ones' blocks.
   Asked at every step's end and before every schedule; ``drain(now)`` ends a run.
 
+What the engine's fast path (the decode group and its stretches) asks besides, so that it may run
+with a connector and stay byte-equal to the plain loop: ``decode_ok(r)`` (the connector has no
+per-step work for ``r`` while it decodes, so it may decode lazily), ``group_allocated(blocks)``
+(the blocks the group took in a step, which the plain loop would have shown it through the
+plan), ``quiet()`` (the next step's ``build_connector_meta`` has nothing to do unless it
+schedules, preempts or admits someone) and ``next_due()`` (no report before then).
+
 The connector never edits the scheduler's queues, its running list or the block pool: it
 answers. ``bind_kv_cache_manager`` gives it the replica's KV-cache manager (block keys, block
 size) and the KV-holding queue, which it shows observers read-only (``connector.holding``).
@@ -124,6 +131,26 @@ class KVConnector(Protocol):
 
     def cpu_tier(self) -> OffloadingConnector | None:
         """The CPU offload tier this connector keeps (None: it keeps none)."""
+        ...
+
+    def decode_ok(self, r: Request) -> bool:
+        """``r`` (running, its prompt computed) may decode in the decode group: scheduling it for
+        one token does nothing in ``build_connector_meta`` but note its new blocks."""
+        ...
+
+    def group_allocated(self, blocks: list[int]) -> None:
+        """The decode group took ``blocks`` in the step being scheduled (plain loop: through the
+        plan's scheduled members)."""
+        ...
+
+    def quiet(self, allocating: bool) -> bool:
+        """A step that schedules nobody, or only decode-group members (no admission, no
+        preemption), is a no-op for ``build_connector_meta`` (``allocating``: it may take blocks
+        from the pool that the connector is not shown)."""
+        ...
+
+    def next_due(self) -> float:
+        """``get_finished(t)`` reports nothing for any ``t`` before this (inf: nothing is due)."""
         ...
 
 

@@ -68,9 +68,7 @@ class CPUOffloadManager:
             if key not in self.ref:
                 continue
             self._next_rank += 1
-            self._ranks[key] = (self._next_rank, 0)
-            if key in self._evictable:
-                self._push(key)
+            self._ranks[key] = (self._next_rank, 0)  # its heap entry is re-ranked lazily (_evict)
 
     def _on_request_access(self, keys: Sequence[int], acc: RequestAccess) -> None:
         rank = self._request_rank(acc)
@@ -81,9 +79,7 @@ class CPUOffloadManager:
             new = (rank, -pos)
             if self._ranks[key] >= new:
                 continue
-            self._ranks[key] = new
-            if key in self._evictable:
-                self._push(key)
+            self._ranks[key] = new  # its heap entry is re-ranked lazily (_evict)
 
     def _record_access(self, keys: Iterable[int], acc: RequestAccess) -> None:
         new = [k for k in keys if k not in acc.seen]
@@ -181,14 +177,24 @@ class CPUOffloadManager:
         self._update_recency(reversed(keys))
 
     def _evict(self, n: int, protected: set[int]) -> list[int] | None:
+        """The ``n`` least recently used evictable chunks outside ``protected``. A rank only ever
+        grows, and a chunk's heap entry is pushed when it becomes evictable, not when its rank
+        grows: an entry popped with an old rank goes back with the current one. Every entry's
+        rank is at most its chunk's, so an entry popped with its chunk's current rank is the
+        least recently used chunk (the order of pushing on every change, without the pushes)."""
         heap = self._heap
+        ranks = self._ranks
         selected: list[tuple[tuple[int, int], int]] = []
         chosen: set[int] = set()
         deferred: list[tuple[tuple[int, int], int]] = []
         while heap and len(selected) < n:
             entry = heapq.heappop(heap)
             rank, key = entry
-            if key not in self._evictable or self._ranks.get(key) != rank or key in chosen:
+            if key not in self._evictable or key in chosen:
+                continue
+            current = ranks[key]
+            if current != rank:
+                heapq.heappush(heap, (current, key))
                 continue
             if key in protected:
                 deferred.append(entry)

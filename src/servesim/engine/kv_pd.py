@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim.engine.kv_cache_manager import KVCacheManager
@@ -64,6 +65,8 @@ class PDConnector:
         self.recv_due_fn = recv_due
         self.send_steps = send_steps  # None: sends end when send_done() says (a cluster)
         self.step_s = step_s
+        # Set by the engine: told when a due time is set from outside (``Engine._wake``).
+        self.wake: Callable[[float], None] | None = None
         self.remote_prefill: set[int] = set(remote_prefill or ())
         self.remote_decode: set[int] = set(remote_decode or ())
         # Bound by the scheduler (bind_kv_cache_manager): the replica's KV-cache manager, and its
@@ -186,6 +189,8 @@ class PDConnector:
     def send_done(self, idx: int, t: float) -> None:
         """A cluster's link: the decode replica has read request ``idx``'s KV by ``t``."""
         self._set_send_due(idx, t)
+        if self.wake is not None:
+            self.wake(t)  # the replica may be idling in a span past ``t``: it ends there
 
     def fail_recv(self, idx: int, t: float) -> None:
         """The KV source was lost mid-transfer (vLLM's ``kv_load_failure_policy`` "recompute"):
@@ -282,6 +287,18 @@ class PDConnector:
             if heap and heap[0][0] < t:
                 t = heap[0][0]
         return t
+
+    # -- the engine's fast path (kv_connector_base.py) ---------------------------------------------
+    def decode_ok(self, r: Request) -> bool:
+        """Neither leg does anything per decode step: a receive ends before the first one, a send
+        starts when the request finishes."""
+        return True
+
+    def group_allocated(self, blocks: list[int]) -> None:
+        return None
+
+    def quiet(self, allocating: bool) -> bool:
+        return not self._new_sends and not self._failed
 
     def has_pending_loads(self) -> bool:
         return bool(self._recv)

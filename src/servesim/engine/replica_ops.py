@@ -1,15 +1,24 @@
-"""What happens to a replica from outside its step loop: a cluster routes a request to it
-(``submit``), a client goes away (``abort``), the replica is lost (``evict_all``). Called
-between steps, rarely: kept out of the engine's loop.
+"""What happens to a replica from outside its step loop: a request routed to it (``submit``), a
+client goes away (``abort``), the replica is lost (``evict_all``), queued requests time out
+(``expire``). Called between steps, rarely: kept out of the engine's loop.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from servesim.engine import idle_span
 from servesim.engine.admission import rejected_on_arrival
-from servesim.engine.request import OUTCOME_ABORTED, PREEMPTED, WAITING, Request
-from servesim.events import RequestFinished
+from servesim.engine.request import (
+    OUTCOME_ABORTED,
+    OUTCOME_REJECTED_TIMEOUT,
+    PREEMPTED,
+    REJECTED,
+    WAITING,
+    Request,
+)
+from servesim.errors import InternalError
+from servesim.events import RequestFinished, RequestRejected
 
 if TYPE_CHECKING:
     from servesim.engine.engine import Engine
@@ -17,8 +26,11 @@ if TYPE_CHECKING:
 
 def submit(engine: Engine, r: Request, t: float) -> None:
     """Route ``r`` to the replica at time ``t``: a new request, or one moved from a lost
-    replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV)."""
+    replica (status PREEMPTED, its outputs kept, ``external_tokens`` of migrated KV); an idle
+    span in flight ends at ``t``."""
     sched = engine.scheduler
+    if engine._span is not None:
+        idle_span.wake(engine, t)
     if not sched.running and not len(sched.waiting) and t > engine.now:
         engine.now = t
     if r.status == WAITING and rejected_on_arrival(engine, r, t):
@@ -30,6 +42,29 @@ def submit(engine: Engine, r: Request, t: float) -> None:
     sched.waiting.add(r)  # appended: to this replica it is a new arrival
     if engine.config.queue_timeout_s is not None and r.status == WAITING:
         engine._timeouts.append(r)
+
+
+def expire(engine: Engine) -> None:
+    """``Engine._expire``: reject the requests unscheduled for longer than ``queue_timeout_s``."""
+    limit = engine.config.queue_timeout_s
+    if limit is None:
+        raise InternalError("invariant broken: limit is None")
+    q = engine._timeouts
+    xfer = engine.scheduler.kv_xfer
+    now = engine.now
+    while q and now - q[0].arrival > limit:
+        r = q.popleft()
+        if r.status != WAITING:
+            continue  # already scheduled (or preempted after being scheduled)
+        if xfer is not None and r in xfer.holding:
+            continue  # its blocks were allocated for a KV load: scheduled, not timed out
+        r.status = REJECTED
+        engine.scheduler.waiting.remove(r)
+        r.outcome = OUTCOME_REJECTED_TIMEOUT
+        r.finish_time = now
+        engine._close(r)
+        if engine.emit is not None:
+            engine.emit(RequestRejected(now, r.req_id, engine.name, "queue_timeout"))
 
 
 def abort(engine: Engine, r: Request, t: float) -> bool:

@@ -260,7 +260,10 @@ class Scheduler:
         if blocks > kv.pool.num_free:
             return -1
         if group_blocks:
-            group.limbo.extend(kv.pool.get_new_blocks(group_blocks))
+            popped = kv.pool.get_new_blocks(group_blocks)
+            group.limbo.extend(popped)
+            if self.kv_xfer is not None:
+                self.kv_xfer.connector.group_allocated(popped)
         for r, n in chunks:
             kv.allocate_running(r, n)
         plan.scheduled = chunks
@@ -598,12 +601,19 @@ class Scheduler:
             else:
                 candidates = candidates + plan.new + plan.resumed
                 candidates.sort(key=admit_seq)
+        conn = self.kv_xfer.connector if self.kv_xfer is not None else None
         for r in candidates:
             if r.status != RUNNING:
                 continue
             seg = r.segments
-            # Join only right after emitting a token, so the group extends a run of outputs.
-            if r.num_computed == r.prompt_len + r.num_output - 1 and seg and seg[-2] + seg[-1] == next_step:
+            # Join only right after emitting a token, so the group extends a run of outputs, and
+            # only if the KV connector has nothing to do for it per step (``decode_ok``).
+            if (
+                r.num_computed == r.prompt_len + r.num_output - 1
+                and seg
+                and seg[-2] + seg[-1] == next_step
+                and (conn is None or conn.decode_ok(r))
+            ):
                 group.add(r, next_step)
             else:
                 keep.append(r)
