@@ -90,7 +90,8 @@ def test_the_flag_reaches_simulate_and_the_vllm_serve_command(tmp_path: Path) ->
     assert "--async-scheduling" in dep.vllm_serve_command("meta-llama/Llama-3.1-8B-Instruct")
     assert dep.engine_config(1000).async_scheduling is True
     plain = Deployment.from_engine_config(EngineConfig(), max_model_len=4096)
-    assert "async" not in plain.vllm_serve_command("meta-llama/Llama-3.1-8B-Instruct")
+    # vLLM would turn async on by default on a GPU: the command runs the sync scheduler simulated
+    assert "--no-async-scheduling" in plain.vllm_serve_command("meta-llama/Llama-3.1-8B-Instruct")
     assert "async_scheduling" not in plain.model_dump()  # documents without it stay as they were
 
 

@@ -263,7 +263,9 @@ class Deployment(BaseModel):
             args.append(("kv-cache-dtype", self.kv_cache_dtype))
         for key, default in KNOBS_033.items():  # vLLM 0.33's flags, where set
             value = getattr(self, key)
-            if value != default:
+            if value != default or key == "async_scheduling":
+                # async always said: vLLM turns it on by default on a GPU, and the server must
+                # run the scheduler that was simulated (--no-async-scheduling when it was sync)
                 args.append((key.replace("_", "-"), value))
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
