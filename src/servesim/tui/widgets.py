@@ -403,12 +403,21 @@ class PoolStrip(Static):
     the panels marked. Lines too long for the terminal go short (``d0 17 21% w9``: running, KV,
     waiting for KV), then are cut: never wrapped onto the other pool's line."""
 
+    _shown: tuple[Sequence[ReplicaState], int, int] | None = None
+
     def show(self, replicas: Sequence[ReplicaState], selected: int, parked: int = 0) -> None:
+        self._shown = (replicas, selected, parked)
         t = self._strip(replicas, selected, parked, compact=False)
         width = self.size.width
         if width and any(len(line) > width for line in t.plain.splitlines()):
             t = self._strip(replicas, selected, parked, compact=True)
         self.update(t)
+
+    def on_resize(self) -> None:
+        """Fitted again to the new width: a strip first drawn before the layout had a width (or
+        a paused run, which draws nothing more) would otherwise keep its long form and be cut."""
+        if self._shown is not None:
+            self.show(*self._shown)
 
     @staticmethod
     def _strip(replicas: Sequence[ReplicaState], selected: int, parked: int, *, compact: bool) -> Text:
