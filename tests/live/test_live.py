@@ -298,3 +298,19 @@ def test_a_live_run_notices_each_503_by_its_limit() -> None:
     assert adm is not None and adm.num_rejected > 0
     assert reasons.count("max_num_queued_reqs") == adm.num_rejected_queued_reqs
     assert reasons.count("max_num_queued_tokens") == adm.num_rejected_queued_tokens
+
+
+def test_an_aborted_request_is_no_refusal_in_the_live_notices() -> None:
+    """A client that goes away (OUTCOME_ABORTED) ends its request, but the API server refused
+    nothing: no "rejected" notice (it once read as "prompt_too_long")."""
+    trace = open_trace("bursty", num_requests=40, seed=3)
+    run = LiveRun(trace, EngineConfig(max_num_seqs=8), LinearStepTime(), window_s=10.0)
+    run.advance_until(run.now + 0.5)
+    live = list(run.engine.live.values())  # arrived, not yet closed
+    assert live
+    assert run.engine.abort(live[0], run.now)
+    rejected: list[str] = []
+    while not run.done:
+        run.advance_until(run.now + 2.0)
+        rejected += [e.req_id for e in run.events() if type(e).__name__ == "RequestRejected"]
+    assert live[0].req_id not in rejected

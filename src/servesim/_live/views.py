@@ -369,7 +369,7 @@ class LiveBase:
                 out.append(RequestStarved(t, self._ids[i], name, engine.starvation_threshold))
             cur.starvations = len(rec.starvation_events)
             code = np.frombuffer(rec.outcome, dtype=np.int64)
-            new = np.flatnonzero((code >= OUTCOME_REJECTED_TOO_LONG) & ~rejected)
+            new = np.flatnonzero(np.isin(code, REFUSED) & ~rejected)  # an aborted request is no refusal
             if len(new):
                 rejected[new] = True
                 fin = np.frombuffer(rec.finish, dtype=np.float64)
