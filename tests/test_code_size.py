@@ -1,5 +1,5 @@
-"""The code stays readable in an afternoon (issue 45): at most 7 source files over 600 lines (5 until
-engine.py and scheduler.py grew this stop; their split is owed) and
+"""The code stays readable in an afternoon (issue 45): at most 6 source files over 600 lines (5 until
+scheduler.py grew this stop; its split is owed) and
 20 functions over 80, as ``tools/code_size.py`` counts them. A change that grows past either
 budget splits what it grew, by meaning, in the same change."""
 

@@ -18,25 +18,22 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from servesim.engine import idle_span, replica_ops
+from servesim.engine import engine_setup, idle_span, replica_ops
 from servesim.engine.admission import gate_of, rejected_on_arrival
-from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine_events import emit_step, emit_stretch_step
 from servesim.engine.invariants import check_engine
-from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.kv_connector_base import KVConnector
 from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
     OUTCOME_UNFINISHED,
     Request,
 )
-from servesim.engine.scheduler import Scheduler
-from servesim.engine.speculative import AcceptanceModel, describe_draft_timing
+from servesim.engine.speculative import describe_draft_timing
 from servesim.engine.step_plan import PendingStep, StepPlan
-from servesim.engine.step_time import BatchComposition, StepTimeModel, resolve_drafter
+from servesim.engine.step_time import BatchComposition, StepTimeModel
 from servesim.engine.trace_arrays import TraceArrays
-from servesim.errors import ConfigError, EngineStallError, InputError, InternalError
+from servesim.errors import EngineStallError, InputError, InternalError
 from servesim.events import (
     Emit,
     Observer,
@@ -49,24 +46,6 @@ from servesim.traces.schema import Trace
 
 StepLogSink = Callable[[dict[str, Any]], None]  # receives each step's log record (StepEvent.log_record)
 PROGRESS_EVERY_STEPS = 1 << 13
-
-
-def _fast_path_allowed(config: EngineConfig, kv_connector: KVConnector | None) -> bool:
-    """Whether the decode group and its stretches may run; refuses what cannot run at all."""
-    if config.kv_offloading_size is not None and kv_connector is None:
-        raise ConfigError(
-            f"kv_offloading_size {config.kv_offloading_size} GiB needs the model's KV bytes per block "
-            "and the GPU's host link to size and time the CPU tier: build the connector with "
-            "servesim.perf.offload.offloading_connector(config, model, gpu, tp) and pass it as "
-            "kv_connector"
-        )
-    if config.speculative_config is not None:
-        if kv_connector is not None:
-            raise ConfigError("speculative decoding with KV offloading is not modelled yet")
-        return False  # the decode group assumes one token per step
-    if config.async_scheduling and kv_connector is not None:
-        raise ConfigError("async_scheduling with a KV connector is not modelled yet")
-    return not config.async_scheduling  # the group: sync steps only
 
 
 class Engine:
@@ -92,7 +71,7 @@ class Engine:
         # vLLM's KV connector (kv_connector_base.py): None is the plain engine. The fast path runs
         # with one too: it asks the connector which decodes may be lazy and when it is quiet.
         self.kv_connector = kv_connector
-        fast = fast and _fast_path_allowed(config, kv_connector)
+        fast = fast and engine_setup.fast_path_allowed(config, kv_connector)
         # multi-step decode stretches (part of the fast path); a prefill cadence counts every
         # executed step in the scheduler, so its steps all go through it
         self.stretch = fast and stretch and config.prefill_schedule_interval == 1
@@ -111,9 +90,12 @@ class Engine:
         self._terms_n, self._terms = 0, (0.0, 0.0, 0.0, 0.0)
         self._empty_steps = 0
         self.step_time = step_time
-        self._init_drafter(step_time)
+        self._drafter, self._draft_fraction, self._spec_k = engine_setup.drafter(config, step_time)
+        self.draft_time_s = 0.0
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
-        self._init_replica(fast)
+        self.max_model_len, self.pool, self.kv, self.scheduler = engine_setup.replica(
+            config, self.trace, fast, kv_connector
+        )
         self.check_invariants = check_invariants
         self.rec = Recorder(self.trace.n)
         if config.speculative_config is not None:
@@ -134,36 +116,6 @@ class Engine:
         self._span_dt = self._span_end = 0.0  # its empty step's time, and its end
         if kv_connector is not None and hasattr(kv_connector, "wake"):
             kv_connector.wake = partial(idle_span.wake, self)  # a due time set from outside cuts a span
-
-    def _init_drafter(self, step_time: StepTimeModel) -> None:
-        """The drafter's passes: timed by the step-time model's own drafter (perf's roofline) when
-        it has one, else as ``draft_fraction`` of the target's decode step per pass."""
-        spec = self.config.speculative_config
-        self._drafter = resolve_drafter(step_time, spec) if spec is not None else None
-        self._draft_fraction = spec.draft_fraction() if spec is not None and self._drafter is None else 0.0
-        self._spec_k = spec.num_speculative_tokens if spec is not None else 0
-        self.draft_time_s = 0.0
-
-    def _init_replica(self, fast: bool) -> None:
-        """The replica's context limit, block pool, KV-cache manager and scheduler."""
-        config = self.config
-        t = self.trace
-        if config.max_model_len is not None:
-            mml = config.max_model_len
-        else:
-            mml = max((p + o for p, o in zip(t.prompt_len, t.output_len, strict=True)), default=1) + 1
-            config.check_max_model_len(mml)
-        self.max_model_len = mml
-        self.pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
-        self.kv = KVCacheManager(
-            self.pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl
-        )
-        self.scheduler = Scheduler(config, self.kv, mml, fast, self.kv_connector)
-        spec = config.speculative_config
-        if spec is not None and t.spec_accept_rate is not None:  # the trace's own acceptance
-            self.scheduler.acceptance = AcceptanceModel(
-                spec.rates(), spec.acceptance_seed, t.spec_accept_rate
-            )
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
