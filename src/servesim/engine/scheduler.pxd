@@ -64,7 +64,7 @@ cdef class Scheduler:
     cpdef list _draws(self, StepPlan plan)
     @cython.locals(seg=list)
     cdef inline void _emitted(self, Request r, long long step, double t_end)
-    @cython.locals(running=list, r=Request, sending=dict)
+    @cython.locals(running=list, kv=KVCacheManager, r=Request, sending=dict)
     cpdef retire(self, list finished, double t_end)
     cpdef list finish_requests(self, list requests, long long outcome, long long step, double t)
     @cython.locals(group=DecodeGroup, candidates=list, keep=list, r=Request, seg=list)

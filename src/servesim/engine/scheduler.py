@@ -569,7 +569,7 @@ class Scheduler:
         """Requests that produced their last token in the step ending at ``t_end`` leave the
         running list and free their blocks, in scheduling order."""
         running = self.running
-        free = self.kv.free
+        kv = self.kv  # its cpdef ``free`` called on it: a bound copy would be a Python wrapper
         # blocks the connector keeps for a send are freed when it is done
         sending = self.kv_xfer.sending if self.kv_xfer is not None else None
         for r in finished:
@@ -577,7 +577,7 @@ class Scheduler:
             r.finish_time = t_end
             r.outcome = OUTCOME_FINISHED if r.num_output >= r.max_tokens else OUTCOME_LENGTH_CAPPED
             if not sending or r.idx not in sending:
-                free(r)
+                kv.free(r)
             del running[running_index(running, r)]
 
     # ------------------------------------------------------------------ finish from outside
