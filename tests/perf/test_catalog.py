@@ -194,7 +194,7 @@ def test_hf_loader_from_file_and_folder(tmp_path: Path) -> None:
 
 def test_hf_loader_refuses_incomplete_mla_and_broken_configs(tmp_path: Path) -> None:
     base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100}
-    with pytest.raises(CatalogError, match="MLA.*qk_rope_head_dim"):
+    with pytest.raises(CatalogError, match=r"MLA.*qk_rope_head_dim"):
         model_from_hf_config({**base, "kv_lora_rank": 512})
     with pytest.raises(CatalogError, match="lacks"):
         model_from_hf_config({"hidden_size": 10})

@@ -102,7 +102,7 @@ def test_a_model_that_does_not_fit_is_refused_with_the_numbers() -> None:
 def test_mla_refuses_an_fp8_e5m2_cache_on_nvidia_as_vllm_does() -> None:
     cat = load_catalog()
     m = cat.model("kimi-k2")
-    with pytest.raises(PerfError, match="fp8_e5m2.*MLA"):
+    with pytest.raises(PerfError, match=r"fp8_e5m2.*MLA"):
         check_kv_cache_dtype(m, cat.gpu("h200"), "fp8_e5m2")
     check_kv_cache_dtype(m, cat.gpu("h200"), "fp8")  # FlashMLA / Triton-MLA store fp8_e4m3
     check_kv_cache_dtype(cat.model("llama-3.1-8b"), cat.gpu("h200"), "fp8_e5m2")  # not MLA: fine
@@ -110,7 +110,7 @@ def test_mla_refuses_an_fp8_e5m2_cache_on_nvidia_as_vllm_does() -> None:
 
 def test_incomplete_mla_config_is_refused() -> None:
     broken = {k: v for k, v in _shipped("deepseek-v3").items() if k != "v_head_dim"}
-    with pytest.raises(CatalogError, match="MLA.*v_head_dim"):
+    with pytest.raises(CatalogError, match=r"MLA.*v_head_dim"):
         model_from_hf_config(broken)
 
 

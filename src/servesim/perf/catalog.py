@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from servesim.errors import InputError, InternalError, shown
 from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
 from servesim.perf.gpu_spec import HOST_LINK_OVERHEAD_S as HOST_LINK_OVERHEAD_S
-from servesim.perf.gpu_spec import GPUSpec
+from servesim.perf.gpu_spec import GPUSpec as GPUSpec
 
 DType = Literal["bfloat16", "float16", "float32"]
 WeightDType = Literal["fp8", "int8", "int4"]
@@ -513,7 +513,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
     )
     mla = _mla_fields(text, where)
     if mla:  # one latent KV head; q/k heads are nope + rope wide
-        kv_heads, head_dim = 1, mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        kv_heads, head_dim = 1, int(mla["qk_nope_head_dim"] or 0) + int(mla["qk_rope_head_dim"] or 0)
     model_type = str(_first(text, "model_type", default=top.get("model_type", "")) or "")
     tie = _first(text, "tie_word_embeddings", default=top.get("tie_word_embeddings", False))
     dtype_raw = str(_first(text, "torch_dtype", "dtype", default=top.get("torch_dtype", "bfloat16")))

@@ -170,8 +170,10 @@ def engine_values(
     values, applied = apply_serve_defaults(
         spec.engine, spec.timing_gpu, spec.engine.get("max_model_len") or max_model_len
     )
-    block = None if "block_size" in values else vllm_default_block_size(
-        spec.model, spec.timing_gpu, str(values.get("kv_cache_dtype") or "auto")
+    block = (
+        None
+        if "block_size" in values
+        else vllm_default_block_size(spec.model, spec.timing_gpu, str(values.get("kv_cache_dtype") or "auto"))
     )
     if block is not None:  # an MLA backend's own page size (vllm serve without --block-size)
         values["block_size"] = applied["block_size"] = block
