@@ -138,6 +138,17 @@ def test_absorbed_projections_cost_what_kv_b_proj_costs() -> None:
     assert absorbed_params(m, 8) == 512 * 16 * (128 + 128)
 
 
+def test_a_step_streams_the_absorbed_bf16_projections_in_place_of_kv_b_proj() -> None:
+    """Weights one step reads on a rank (routed experts apart), from config.json's numbers."""
+    st = build_step_time_model("deepseek-v3", "h200", 8, warn=False)
+    h, heads = 7168, 16
+    attention_fp8 = 61 * (h * (1536 + 576) + 1536 * heads * 192 + heads * 128 * h)
+    absorbed_bf16 = 61 * 512 * heads * 256 * 2
+    dense = 3 * 3 * h * 18432 // 8 + 58 * 3 * h * 2048 // 8
+    router, lm_head = 58 * h * 256 * 2, math.ceil(129280 / 8) * h * 2
+    assert st.weight_bytes_read == attention_fp8 + absorbed_bf16 + dense + router + lm_head
+
+
 def test_mla_decode_reads_the_latent_and_scores_it_absorbed() -> None:
     """A decode step's attention, closed form: max(FLOPs, bytes) over 61 layers, 16 heads per rank."""
     st = build_step_time_model("deepseek-v3", "h200", 8, warn=False)

@@ -129,8 +129,11 @@ class RooflineStepTime:
         dense_layers = m.num_dense_layers
 
         # Dense GEMM groups per rank: (parameters, bytes per weight, peak FLOP/s of their kernels).
+        # MLA: a decode multiplies by W_UK/W_UV (bf16) where a prefill uses kv_b_proj (its
+        # weight dtype); same FLOPs (perf.mla), and decodes stream the weights, so they are counted.
+        absorbed = L * mla.absorbed_params(m, tp) if m.is_mla else 0
         groups = [
-            (L * attention_params_per_rank(m, tp), m.bytes_of("attention"), "attention"),
+            (L * attention_params_per_rank(m, tp) - absorbed, m.bytes_of("attention"), "attention"),
             (dense_layers * m.dense_mlp_params_per_layer / tp, m.bytes_of("mlp"), "mlp"),
             (
                 moe_layers * m.shared_expert_params_per_layer / tp,
@@ -138,6 +141,8 @@ class RooflineStepTime:
                 "shared_experts",
             ),
         ]
+        if absorbed:
+            groups.append((absorbed, ab, "absorbed"))  # not a quantized module: bf16 peak
         flops_s_per_token = 0.0  # seconds of GEMM compute per token (dense part)
         weight_bytes = moe_layers * m.router_params_per_layer * ab
         flops_s_per_token += moe_layers * 2 * m.router_params_per_layer / (p16 * eta_c)
