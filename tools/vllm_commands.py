@@ -195,6 +195,12 @@ def knob_deployments() -> list[tuple[str, Any, str]]:
         ("TP 4, 70B", d(tensor_parallel_size=4), "llama-3.1-70b"),
         ("TP 8, 405B FP8", d(tensor_parallel_size=8), "llama-3.1-405b-fp8"),
         ("step-time model, no catalog model", d(**spec("eagle3")), "MODEL"),
+        ("MLA at TP 8", d(tensor_parallel_size=8), "deepseek-v3"),
+        (
+            "MLA, fp8 KV, FlashMLA's block 64",
+            d(tensor_parallel_size=8, kv_cache_dtype="fp8", block_size=64),
+            "kimi-k2",
+        ),
     ]
     out += [
         (f"block size {b}", d(block_size=b), llama) for b in VLLM_BLOCK_SIZES if b % CUDA_BLOCK_MULTIPLE == 0
@@ -284,7 +290,13 @@ def stand_ins(c: Command) -> dict[str, Any]:
 def hf_config(
     spec: Any, layers: int | None = None, architecture: str = "LlamaForCausalLM", eagle3: bool = False
 ) -> dict[str, Any]:
-    """A Llama-type config.json with ``spec``'s sizes, context and vocabulary."""
+    """A Llama-type config.json with ``spec``'s sizes, context and vocabulary; an MLA model's own
+    shipped config.json (servesim/data/perf/hf_configs) without its weights' quantization_config,
+    which the oracle cannot import the libraries for and which no serve flag depends on."""
+    shipped = ROOT / "src" / "servesim" / "data" / "perf" / "hf_configs" / f"{spec.name}.json"
+    if getattr(spec, "is_mla", False) and shipped.is_file() and layers is None:
+        own = json.loads(shipped.read_text(encoding="utf-8"))
+        return {k: v for k, v in own.items() if k != "quantization_config"}
     cfg: dict[str, Any] = {
         "architectures": [architecture],
         "model_type": "llama",

@@ -192,9 +192,10 @@ def test_hf_loader_from_file_and_folder(tmp_path: Path) -> None:
     assert resolve_model(str(folder / "config.json")).num_layers == 16
 
 
-def test_hf_loader_refuses_mla_and_broken_configs(tmp_path: Path) -> None:
-    with pytest.raises(CatalogError, match="MLA"):
-        model_from_hf_config({"num_hidden_layers": 2, "kv_lora_rank": 512})
+def test_hf_loader_refuses_incomplete_mla_and_broken_configs(tmp_path: Path) -> None:
+    base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100}
+    with pytest.raises(CatalogError, match=r"MLA.*qk_rope_head_dim"):
+        model_from_hf_config({**base, "kv_lora_rank": 512})
     with pytest.raises(CatalogError, match="lacks"):
         model_from_hf_config({"hidden_size": 10})
     bad = tmp_path / "config.json"

@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from servesim.errors import InputError, InternalError, shown
 from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
+from servesim.perf.gpu_spec import HOST_LINK_OVERHEAD_S as HOST_LINK_OVERHEAD_S
+from servesim.perf.gpu_spec import GPUSpec as GPUSpec
 
 DType = Literal["bfloat16", "float16", "float32"]
 WeightDType = Literal["fp8", "int8", "int4"]
@@ -81,6 +83,14 @@ class ModelSpec(BaseModel):
     moe_intermediate_size: int | None = Field(None, ge=1, description="Width of one routed expert.")
     shared_expert_intermediate_size: int = Field(0, ge=0, description="Total width of the shared expert(s).")
     moe_layer_interval: int = Field(1, ge=1, description="Every n-th layer is an MoE layer.")
+    first_dense_layers: int = Field(
+        0, ge=0, description="Leading layers with a dense MLP before any MoE layer (first_k_dense_replace)."
+    )
+    kv_lora_rank: int | None = Field(None, ge=1, description="MLA: width of the cached latent KV.")
+    q_lora_rank: int | None = Field(None, ge=1, description="MLA: width of the query's low-rank input.")
+    qk_nope_head_dim: int | None = Field(None, ge=1, description="MLA: per-head q/k width without rope.")
+    qk_rope_head_dim: int | None = Field(None, ge=1, description="MLA: the shared rotary key's width.")
+    v_head_dim: int | None = Field(None, ge=1, description="MLA: per-head value width.")
     dtype: DType = Field("bfloat16", description="Activation and default weight/KV dtype.")
     weight_dtype: WeightDType | None = Field(
         None, description="Storage of quantized linear weights (None = dtype)."
@@ -110,12 +120,25 @@ class ModelSpec(BaseModel):
                 )
         elif self.experts_per_token or self.shared_expert_intermediate_size:
             raise InputError("experts_per_token / shared_expert_intermediate_size need num_experts > 0")
+        if self.kv_lora_rank is not None:
+            dims = (self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+            if None in dims:
+                raise InputError("MLA (kv_lora_rank) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+            if self.head_dim != int(dims[0] or 0) + int(dims[1] or 0) or self.num_kv_heads != 1:
+                raise InputError(
+                    "MLA (kv_lora_rank): head_dim must be qk_nope_head_dim + qk_rope_head_dim and "
+                    "num_kv_heads 1 (one latent KV head, as vLLM caches it)"
+                )
         return self
 
     # ------------------------------------------------------------------ derived sizes
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
 
     @property
     def expert_intermediate_size(self) -> int:
@@ -125,7 +148,11 @@ class ModelSpec(BaseModel):
     def num_moe_layers(self) -> int:
         if not self.num_experts:
             return 0
-        return sum(1 for i in range(self.num_layers) if (i + 1) % self.moe_layer_interval == 0)
+        return sum(
+            1
+            for i in range(self.first_dense_layers, self.num_layers)
+            if (i + 1) % self.moe_layer_interval == 0
+        )
 
     @property
     def num_dense_layers(self) -> int:
@@ -145,7 +172,11 @@ class ModelSpec(BaseModel):
 
     @property
     def attention_params_per_layer(self) -> int:
-        """Q, K, V and output projections (+ Q/K/V biases)."""
+        """Q, K, V and output projections (+ Q/K/V biases); MLA's low-rank ones (``perf.mla``)."""
+        if self.is_mla:
+            from servesim.perf.mla import attention_params
+
+            return attention_params(self)
         h = self.hidden_size
         p = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
         if self.attention_bias:
@@ -179,7 +210,13 @@ class ModelSpec(BaseModel):
 
     @property
     def norm_params(self) -> int:
-        return (2 * self.num_layers + 1) * self.hidden_size
+        latent = (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)  # MLA's latent RMSNorms
+        return (2 * self.num_layers + 1) * self.hidden_size + self.num_layers * latent
+
+    @property
+    def rope_dim(self) -> int:
+        """Width of the rotary cos/sin table: the head (the shared rope key under MLA)."""
+        return self.qk_rope_head_dim or self.head_dim if self.is_mla else self.head_dim
 
     @property
     def num_params(self) -> int:
@@ -231,62 +268,9 @@ class ModelSpec(BaseModel):
 
     def describe(self) -> str:
         kind = f"MoE {self.num_experts}x top-{self.experts_per_token}" if self.is_moe else "dense"
+        kind += f", MLA (latent KV {self.kv_lora_rank}+{self.qk_rope_head_dim})" if self.is_mla else ""
         prec = self.dtype if self.weight_dtype is None else f"{self.weight_dtype} weights, {self.dtype}"
         return f"{self.num_params / 1e9:.1f}B params, {kind}, {prec}"
-
-
-#: Default per-job overhead of a GPU<->host KV copy (servesim's estimate, not a vendor figure): a
-#: cudaMemcpyAsync batch launch is a few microseconds and vLLM's worker polls completion once per
-#: step; 20 us per job. Override per GPU with ``host_link_overhead_s`` in a catalog entry.
-HOST_LINK_OVERHEAD_S = 20e-6
-
-
-class GPUSpec(BaseModel):
-    """One accelerator: peak dense throughput, memory, bandwidths. Every number has a source."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1)
-    aliases: list[str] = Field(default_factory=list)
-    vendor: str
-    description: str
-    memory_bytes: int = Field(gt=0, description="Device memory as the framework sees it (total_memory).")
-    hbm_bandwidth: float = Field(gt=0, description="Peak memory bandwidth, bytes/s.")
-    bf16_flops: float = Field(gt=0, description="Peak dense BF16/FP16 tensor FLOP/s (no sparsity).")
-    fp8_flops: float | None = Field(None, gt=0, description="Peak dense FP8 tensor FLOP/s (None: no FP8).")
-    interconnect: Literal["nvlink", "pcie", "infinity-fabric"]
-    interconnect_bandwidth: float = Field(
-        gt=0, description="GPU-to-GPU bandwidth per GPU, one direction, bytes/s."
-    )
-    pcie_bandwidth: float = Field(gt=0, description="Host link bandwidth, one direction, bytes/s.")
-    host_link_overhead_s: float = Field(
-        HOST_LINK_OVERHEAD_S,
-        ge=0,
-        le=1.0,
-        description="Fixed cost of one GPU<->host KV transfer job (launch + DMA set-up + completion "
-        "poll), seconds; the CPU offload tier's copies take this plus bytes / pcie_bandwidth.",
-    )
-    sources: dict[str, str] = Field(description="Field name -> where the number comes from.")
-
-    @model_validator(mode="after")
-    def _check_sources(self) -> GPUSpec:
-        needed = ["memory_bytes", "hbm_bandwidth", "bf16_flops", "interconnect_bandwidth", "pcie_bandwidth"]
-        if self.fp8_flops is not None:
-            needed.append("fp8_flops")
-        missing = [f for f in needed if not self.sources.get(f)]
-        if missing:
-            raise InputError(f"sources missing for: {', '.join(missing)}")
-        return self
-
-    def peak_flops(self, weight_dtype: str | None) -> float:
-        """Dense tensor peak for GEMMs whose weights are stored as ``weight_dtype``.
-
-        FP8 (and INT8, W8A8) GEMMs run at the FP8 rate where the GPU has one; weight-only
-        INT4 kernels dequantize to BF16 and run at the BF16 rate.
-        """
-        if weight_dtype in ("fp8", "int8") and self.fp8_flops is not None:
-            return self.fp8_flops
-        return self.bf16_flops
 
 
 class Catalog:
@@ -460,12 +444,29 @@ def _quantization(cfg: Mapping[str, Any]) -> tuple[WeightDType | None, list[Quan
     return wd, modules
 
 
+_MLA_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _mla_fields(text: Mapping[str, Any], where: str) -> dict[str, int | None]:
+    """MLA's sizes (DeepSeek-V2/V3 config names), or {} for a model without ``kv_lora_rank``."""
+    if not text.get("kv_lora_rank"):
+        return {}
+    try:
+        out: dict[str, int | None] = {k: int(text[k]) for k in _MLA_KEYS}
+    except (KeyError, TypeError, ValueError):
+        raise CatalogError(
+            f"{where}: an MLA config (kv_lora_rank) needs integer {', '.join(_MLA_KEYS)}"
+        ) from None
+    out["q_lora_rank"] = int(text["q_lora_rank"]) if text.get("q_lora_rank") else None
+    return out
+
+
 def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | None = None) -> ModelSpec:
     """A ``ModelSpec`` from a Hugging Face ``config.json`` (a mapping, a file, or a folder holding one).
 
     Multimodal configs use their ``text_config`` for the decoder and count the vision encoder's
-    parameters as ``extra_params``. MLA attention (DeepSeek-V2/V3 ``kv_lora_rank``) is refused
-    because its KV cache does not follow the per-head formula.
+    parameters as ``extra_params``. MLA attention (DeepSeek-V2/V3 ``kv_lora_rank``) keeps its
+    latent sizes: one KV head, ``head_dim`` = ``qk_nope_head_dim + qk_rope_head_dim``.
     """
     where = "<config>"
     if not isinstance(config, Mapping):
@@ -485,11 +486,6 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
     text = top.get("text_config") if isinstance(top.get("text_config"), dict) else top
     if not isinstance(text, Mapping):
         raise InternalError("invariant broken: isinstance(text, Mapping)")
-    if text.get("kv_lora_rank"):
-        raise CatalogError(
-            f"{where}: MLA attention (kv_lora_rank) is not supported: its KV cache is one latent vector "
-            "per token and layer, not 2 x KV heads x head_dim"
-        )
     try:
         layers = int(_first(text, "num_hidden_layers", "n_layer", "num_layers"))
         hidden = int(_first(text, "hidden_size", "n_embd", "d_model"))
@@ -512,7 +508,12 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
         shared = int(text["n_shared_experts"]) * int(moe_inter or inter)
     if experts and str(text.get("model_type", "")).startswith("llama4"):
         shared = shared or int(moe_inter or inter)  # Llama 4: one shared expert per MoE layer
-    interval = int(_first(text, "interleave_moe_layer_step", "decoder_sparse_step", default=1) or 1)
+    interval = int(
+        _first(text, "interleave_moe_layer_step", "decoder_sparse_step", "moe_layer_freq", default=1) or 1
+    )
+    mla = _mla_fields(text, where)
+    if mla:  # one latent KV head; q/k heads are nope + rope wide
+        kv_heads, head_dim = 1, int(mla["qk_nope_head_dim"] or 0) + int(mla["qk_rope_head_dim"] or 0)
     model_type = str(_first(text, "model_type", default=top.get("model_type", "")) or "")
     tie = _first(text, "tie_word_embeddings", default=top.get("tie_word_embeddings", False))
     dtype_raw = str(_first(text, "torch_dtype", "dtype", default=top.get("torch_dtype", "bfloat16")))
@@ -547,6 +548,8 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
             moe_intermediate_size=moe_inter,
             shared_expert_intermediate_size=shared,
             moe_layer_interval=interval,
+            first_dense_layers=int(_first(text, "first_k_dense_replace", default=0) or 0) if experts else 0,
+            **mla,
             dtype=dtype,
             weight_dtype=weight_dtype,
             quantized_modules=qmods,

@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from servesim.errors import shown
 from servesim.perf.catalog import DTYPE_BYTES, Catalog, GPUSpec, ModelSpec, resolve_gpu, resolve_model
 from servesim.perf.errors import MemoryFitError, PerfError
+from servesim.perf.mla import absorbed_params, latent_head_size
+from servesim.perf.mla import attention_params as mla_attention_params
 
 GiB = 1 << 30
 
@@ -64,6 +66,12 @@ def check_kv_cache_dtype(model: ModelSpec, gpu: GPUSpec, kv_dtype: str) -> None:
             f"kv_cache_dtype {kv_dtype} with {model.name}: an explicit 16-bit KV cache must be the "
             f"model's dtype ({model.dtype}), as vLLM requires; use auto"
         )
+    if kv_dtype == "fp8_e5m2" and model.is_mla and gpu.vendor == "NVIDIA":
+        raise PerfError(
+            f"kv_cache_dtype fp8_e5m2 with {model.name}: none of vLLM 0.33's MLA attention backends on "
+            "NVIDIA GPUs (FlashAttention-MLA, FlashMLA, FlashInfer-MLA, CUTLASS-MLA, Triton-MLA) "
+            "stores an fp8_e5m2 latent cache; use fp8 (fp8_e4m3)"
+        )
     if kv_dtype == "fp8_e5m2" and gpu.vendor == "AMD":
         raise PerfError(
             f"kv_cache_dtype fp8_e5m2 on {gpu.name}: vLLM on ROCm stores an fp8 KV cache as fp8_e4m3 "
@@ -99,9 +107,12 @@ def kv_bytes_per_token(model: ModelSpec, tp: int = 1, kv_dtype: str = "auto") ->
     The single formula servesim uses for KV sizes (capacity, recovery, reports). ``2`` is key
     plus value; KV heads per rank are ``max(1, kv_heads // tp)`` because vLLM replicates KV heads
     when TP exceeds their number. Examples (bf16, TP=1): Llama-3.1-8B 131,072 B; Llama-3.1-70B
-    327,680 B (81,920 per GPU at TP=4).
+    327,680 B (81,920 per GPU at TP=4). MLA models cache ``layers x (kv_lora_rank +
+    qk_rope_head_dim) x bytes`` on every GPU at any TP (``perf.mla``): DeepSeek-V3 70,272 B in bf16.
     """
     check_tp(model, tp)
+    if model.is_mla:  # vLLM's MLAAttentionSpec: one latent head, no V, replicated on every rank
+        return round(model.num_layers * latent_head_size(model) * kv_dtype_bytes(model, kv_dtype))
     per = (
         2 * model.num_layers * kv_heads_per_rank(model, tp) * model.head_dim * kv_dtype_bytes(model, kv_dtype)
     )
@@ -141,7 +152,10 @@ class WeightBreakdown(BaseModel):
 
 
 def attention_params_per_rank(model: ModelSpec, tp: int) -> int:
-    """Q/O split over ranks; K/V split, or replicated when there are fewer KV heads than ranks."""
+    """Q/O split over ranks; K/V split, or replicated when there are fewer KV heads than ranks.
+    MLA: the latent down-projections replicated, the up- and output projections split."""
+    if model.is_mla:
+        return mla_attention_params(model, tp)
     h = model.hidden_size
     q = model.q_dim // tp
     kv = kv_heads_per_rank(model, tp) * model.head_dim
@@ -157,12 +171,16 @@ def weight_breakdown(model: ModelSpec, tp: int = 1) -> WeightBreakdown:
     Linear layers and the (vocab-parallel) embedding and lm_head are split over the ranks; MoE
     experts are split tensor-parallel too (vLLM's default without expert parallelism); norms
     and routers are replicated. The RoPE cos/sin cache (``max_position_embeddings`` x head_dim
-    in the model dtype) is a buffer every rank allocates at load time, so it counts here.
+    in the model dtype) is a buffer every rank allocates at load time, so it counts here. MLA
+    attention also holds ``W_UK``/``W_UV`` in the activation dtype beside ``kv_b_proj`` (counted
+    in ``attention``).
     """
     check_tp(model, tp)
     d = model.dtype_bytes
     moe = model.num_moe_layers
     attention = model.num_layers * attention_params_per_rank(model, tp) * model.bytes_of("attention")
+    if model.is_mla:  # W_UK / W_UV, split out of kv_b_proj in the activation dtype
+        attention += model.num_layers * absorbed_params(model, tp) * d
     mlp = model.num_dense_layers * model.dense_mlp_params_per_layer / tp * model.bytes_of("mlp")
     experts = moe * model.num_experts * model.expert_params / tp * model.bytes_of("experts")
     shared = moe * model.shared_expert_params_per_layer / tp * model.bytes_of("shared_experts")
@@ -179,7 +197,7 @@ def weight_breakdown(model: ModelSpec, tp: int = 1) -> WeightBreakdown:
         lm_head=int(lm_head),
         norms=int(model.norm_params * d),
         extra=int(model.extra_params / tp * d),
-        rope_cache=int(model.max_position_embeddings * model.head_dim * d),
+        rope_cache=int(model.max_position_embeddings * model.rope_dim * d),
     )
 
 

@@ -15,6 +15,9 @@ rank (all ranks do the same work, in lockstep):
 * **Attention**: decodes read their KV cache (``Σ context x kv_bytes_per_token``); a prefill
   chunk of ``c`` tokens after ``p`` cached ones does ``4 x heads x head_dim x c x (p + (c+1)/2)``
   FLOPs per layer and reads ``(p + c)`` tokens of KV; each side is ``max(compute, memory)``.
+  MLA (``perf.mla``): decodes score the latent cache with absorbed projections
+  (``2 x heads x (2 kv_lora_rank + rope)`` FLOPs per pair), prefills run per head
+  (``2 x heads x (head_dim + v_head_dim)``) and decompress each cached token through ``kv_b_proj``.
 * **Tensor parallelism**: ``2 x layers + 1`` all-reduces of ``T x hidden`` activations over the
   GPU link: on NVLink, small messages go one-shot (each rank reads ``tp-1`` peers' buffers),
   larger ones two-shot / ring (``2 (tp-1)/tp`` of the bytes), as vLLM's custom all-reduce
@@ -36,6 +39,7 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
 from servesim.engine.step_time import BatchComposition, DraftTimeModel
+from servesim.perf import mla
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
 from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_per_token, kv_heads_per_rank
 from servesim.perf.profile import HardwareProfile, resolve_profile
@@ -125,8 +129,11 @@ class RooflineStepTime:
         dense_layers = m.num_dense_layers
 
         # Dense GEMM groups per rank: (parameters, bytes per weight, peak FLOP/s of their kernels).
+        # MLA: a decode multiplies by W_UK/W_UV (bf16) where a prefill uses kv_b_proj (its
+        # weight dtype); same FLOPs (perf.mla), and decodes stream the weights, so they are counted.
+        absorbed = L * mla.absorbed_params(m, tp) if m.is_mla else 0
         groups = [
-            (L * attention_params_per_rank(m, tp), m.bytes_of("attention"), "attention"),
+            (L * attention_params_per_rank(m, tp) - absorbed, m.bytes_of("attention"), "attention"),
             (dense_layers * m.dense_mlp_params_per_layer / tp, m.bytes_of("mlp"), "mlp"),
             (
                 moe_layers * m.shared_expert_params_per_layer / tp,
@@ -134,6 +141,8 @@ class RooflineStepTime:
                 "shared_experts",
             ),
         ]
+        if absorbed:
+            groups.append((absorbed, ab, "absorbed"))  # not a quantized module: bf16 peak
         flops_s_per_token = 0.0  # seconds of GEMM compute per token (dense part)
         weight_bytes = moe_layers * m.router_params_per_layer * ab
         flops_s_per_token += moe_layers * 2 * m.router_params_per_layer / (p16 * eta_c)
@@ -170,7 +179,7 @@ class RooflineStepTime:
 
         # Activation traffic per token: norms/residuals (8 h), projections' outputs, MLP intermediates.
         q_r = m.q_dim // tp
-        kv_r = kv_heads_per_rank(m, tp) * m.head_dim
+        kv_r = mla.latent_head_size(m) if m.is_mla else kv_heads_per_rank(m, tp) * m.head_dim
         attn_act = 8 * m.hidden_size + 2 * q_r + 2 * kv_r
         dense_mlp_act = m.mlp_matrices * m.intermediate_size / tp
         moe_mlp_act = (
@@ -189,6 +198,14 @@ class RooflineStepTime:
         self._a_mem = kvb / (bw * pr.attention_bandwidth_efficiency)  # seconds per token of context read
         flop_pair = 4.0 * (m.num_attention_heads // tp) * m.head_dim * L  # FLOPs per (query, key) pair
         self._a_cmp = flop_pair / (p16 * pr.attention_compute_efficiency)
+        self._d_cmp = self._a_cmp  # decode: the same pairs, unless MLA absorbs its projections
+        self._a_ctx = 0.0  # per cached token of a prefill chunk: MLA decompresses its latent
+        if m.is_mla:
+            eta_a = p16 * pr.attention_compute_efficiency
+            self._a_cmp = L * mla.prefill_pair_flops(m, tp) / eta_a
+            self._d_cmp = L * mla.decode_pair_flops(m, tp) / eta_a
+            wd = m.weight_dtype if "attention" in m.quantized_modules else None
+            self._a_ctx = L * mla.context_decompress_flops(m, tp) / (g.peak_flops(wd) * eta_c)
 
         # Tensor parallelism: 2 L + 1 all-reduces of T x hidden activations per step (T padded
         # to the CUDA graph's size, as the graph runs). On NVLink,
@@ -241,11 +258,13 @@ class RooflineStepTime:
             for c, cached in chunks:
                 t += c
                 ac = c * (cached + 0.5 * (c + 1)) * a_cmp
+                if self._a_ctx:
+                    ac += cached * self._a_ctx
                 am = (cached + c) * a_mem
                 attn += ac if ac > am else am
             n_seq += len(chunks)
         if nd:
-            dc = batch.decode_ctx_sum * self._a_cmp
+            dc = batch.decode_ctx_sum * self._d_cmp
             dm = batch.decode_ctx_sum * self._a_mem
             attn += dc if dc > dm else dm
         head, tail, seq = self._terms_of(t, n_seq, bool(chunks))
@@ -296,7 +315,7 @@ class RooflineStepTime:
         ``max(ctx * a_cmp, ctx * a_mem)``, which is ``ctx * max(a_cmp, a_mem)`` to the bit
         (rounding is monotonic and ``ctx >= 0``)."""
         head, tail, seq = self._terms_of(num_decodes, num_decodes, False)
-        return head, max(self._a_cmp, self._a_mem), tail, seq
+        return head, max(self._d_cmp, self._a_mem), tail, seq
 
     def breakdown(self, batch: BatchComposition) -> dict[str, float]:
         """The step time by component (seconds); the values sum to ``step_time(batch)``."""
@@ -316,9 +335,10 @@ class RooflineStepTime:
         p = self._p
         prefill_attn = 0.0
         for c, ctx in batch.prefill_chunks:
-            prefill_attn += max(c * (ctx + 0.5 * (c + 1)) * self._a_cmp, (ctx + c) * self._a_mem)
+            ac = c * (ctx + 0.5 * (c + 1)) * self._a_cmp + (ctx * self._a_ctx if self._a_ctx else 0.0)
+            prefill_attn += max(ac, (ctx + c) * self._a_mem)
         decode_attn = (
-            max(batch.decode_ctx_sum * self._a_cmp, batch.decode_ctx_sum * self._a_mem) if nd else 0.0
+            max(batch.decode_ctx_sum * self._d_cmp, batch.decode_ctx_sum * self._a_mem) if nd else 0.0
         )
         return {
             "gemm": (comp**p + mem**p) ** (1.0 / p),

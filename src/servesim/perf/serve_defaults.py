@@ -69,4 +69,25 @@ def apply_serve_defaults(
     return values, applied
 
 
-__all__ = ["SMALL_GPU_DEFAULTS", "apply_serve_defaults", "vllm_serve_defaults"]
+def vllm_default_block_size(model: str | None, gpu: str | None, kv_dtype: str = "auto") -> int | None:
+    """The KV block size ``vllm serve`` picks without ``--block-size`` when it is not 16: an MLA
+    model's attention backend fixes it (FlashMLA's 64 for an fp8 cache on Hopper, FlashInfer-MLA's
+    32 on Blackwell; ``servesim.perf.mla.default_block_size``). None: 16, or a name that does not
+    resolve (the deployment's own checks then say why)."""
+    if model is None or gpu is None:
+        return None
+    from servesim.perf.catalog import load_catalog, resolve_model
+    from servesim.perf.mla import default_block_size
+
+    try:
+        catalog = load_catalog()
+        spec, card = resolve_model(model, catalog), catalog.gpu(gpu)
+    except (ImportError, ValueError):
+        return None
+    if not spec.is_mla:
+        return None
+    size, _ = default_block_size(card, kv_dtype)
+    return None if size == 16 else size
+
+
+__all__ = ["SMALL_GPU_DEFAULTS", "apply_serve_defaults", "vllm_default_block_size", "vllm_serve_defaults"]

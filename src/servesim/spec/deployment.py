@@ -28,7 +28,7 @@ from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import ConfigError, describe, shown
 from servesim.perf.offload import check_offloading_size
-from servesim.perf.serve_defaults import apply_serve_defaults
+from servesim.perf.serve_defaults import apply_serve_defaults, vllm_default_block_size
 from servesim.perf.setup import (
     DEFAULT_GPU,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -170,6 +170,13 @@ def engine_values(
     values, applied = apply_serve_defaults(
         spec.engine, spec.timing_gpu, spec.engine.get("max_model_len") or max_model_len
     )
+    block = (
+        None
+        if "block_size" in values
+        else vllm_default_block_size(spec.model, spec.timing_gpu, str(values.get("kv_cache_dtype") or "auto"))
+    )
+    if block is not None:  # an MLA backend's own page size (vllm serve without --block-size)
+        values["block_size"] = applied["block_size"] = block
     if "num_gpu_blocks" not in values and not spec.fixed_timing:
         # sized from GPU memory by ``replica_setup``: no stand-in count may refuse a long context
         values["num_gpu_blocks"] = MAX_GPU_BLOCKS
