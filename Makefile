@@ -45,12 +45,17 @@ typecheck: sync
 
 # --durations: the slowest tests are printed, so the suite's time stays visible as it grows
 # (budget: `make test` in 12 minutes on a 2-core machine that is busy with other work).
+# Three workers on two cores: a third of the suite's time is spent waiting (servers, Ray and
+# browsers starting, streams at the emulator's pace), which a third worker fills.
+TEST_WORKERS ?= 3
 unit: sync  # not under uv run: Ray would start its workers through uv
-	.venv/bin/python -m pytest -n 2 --dist loadgroup --durations=25
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 	# the engine's oracle and fast == naive tests again, on the pure-Python reference core
 	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n 2 --durations=10 tests/engine
 
-test: lint typecheck unit
+# The type check (a minute on one core) runs beside the tests, not before them.
+test: lint
+	$(MAKE) --no-print-directory -j2 typecheck unit
 
 bench: sync
 	$(UV_RUN) python benchmarks/engine_speed.py

@@ -360,7 +360,7 @@ def knob_choices(space: SearchSpace, name: str) -> list[Any]:
         return list(knob.choices)
     if knob.low is None or knob.high is None:
         return []
-    if KNOBS[name] == "int" and not knob.log:
+    if KNOBS[name] in ("int", "optional_int") and not knob.log:
         step = int(knob.step or 1)
         return list(range(int(knob.low), int(knob.high) + 1, step))[:MAX_RANGE_VALUES]
     if knob.step is None:

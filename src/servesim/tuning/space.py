@@ -15,6 +15,8 @@ Defaults (an 8B-class model on 80 GB GPUs; override for yours)::
     queue_timeout_s               none, 10, 60
     kv_offloading_size            none                        (GiB of host memory; not searched)
     num_speculative_tokens        0                           (speculative decoding's k; 0 = off)
+    max_num_queued_reqs           none                        (vLLM 0.33's 503 limits; not searched)
+    max_num_queued_tokens         none
 
 A knob the hardware context does not model (TP and memory share with ``FixedHardware``) is fixed
 at the context's value. On the command line: ``--space max_num_seqs=64,128,256``,
@@ -28,6 +30,11 @@ and priced in the plan at ``perf.offload.HOST_MEMORY_USD_PER_GIB_HOUR``.
 ``--space num_speculative_tokens=0,1,2,3,4`` searches speculative decoding's k (0 = off) with the
 method and acceptance of ``--speculative-config`` (or of ``--config``); off by default, with the
 same fingerprint as before the knob.
+``--space max_num_queued_reqs=none,64,256`` and ``--space max_num_queued_tokens=none,8192..65536:log``
+search vLLM 0.33's admission limits (its API server answers 503 past them): a trial may reject
+requests only within ``--max-rejection-rate`` (a rejected request is never good), so the search
+trades rejections for TTFT inside the user's budget and nowhere else. Off by default, with the
+fingerprint and trial parameters of a space without them.
 """
 
 from __future__ import annotations
@@ -60,7 +67,14 @@ KNOBS: dict[str, str] = {
     "queue_timeout_s": "optional_float",
     "kv_offloading_size": "optional_float",
     "num_speculative_tokens": "int",
+    "max_num_queued_reqs": "optional_int",
+    "max_num_queued_tokens": "optional_int",
 }
+#: Knobs a study keeps at the deployment's value when the space leaves them off (the 503 limits
+#: a user set are a policy, not a starting point): searched only when ``--space`` names them.
+KEPT_WHEN_NOT_SEARCHED = ("max_num_queued_reqs", "max_num_queued_tokens")
+#: The integer kinds (an optional one also takes ``none``: the setting off).
+_INTS = ("int", "optional_int")
 
 
 class Knob(BaseModel):
@@ -112,8 +126,13 @@ class Knob(BaseModel):
 
 
 #: Knobs whose 'off' value is left out of a deployment's parameters (so that a study that does not
-#: search them records the parameters it did before they existed), with that value.
-OFF_WHEN_ABSENT: dict[str, Value] = {"num_speculative_tokens": 0}
+#: search them records the parameters it did before they existed), with that value; a space that
+#: leaves them off keeps the fingerprint and description it had before them, likewise.
+OFF_WHEN_ABSENT: dict[str, Value] = {
+    "num_speculative_tokens": 0,
+    "max_num_queued_reqs": None,
+    "max_num_queued_tokens": None,
+}
 
 
 def knob_value(values: dict[str, Any], name: str) -> Any:
@@ -151,6 +170,8 @@ class SearchSpace(BaseModel):
     queue_timeout_s: Knob = Field(default_factory=lambda: _c(None, 10.0, 60.0))
     kv_offloading_size: Knob = Field(default_factory=lambda: _c(None))
     num_speculative_tokens: Knob = Field(default_factory=lambda: _c(0))
+    max_num_queued_reqs: Knob = Field(default_factory=lambda: _c(None))
+    max_num_queued_tokens: Knob = Field(default_factory=lambda: _c(None))
 
     @model_validator(mode="after")
     def _types(self) -> SearchSpace:
@@ -161,7 +182,7 @@ class SearchSpace(BaseModel):
                     _check_type(name, kind, v)
             elif kind == "bool":
                 raise InputError(f"{name} takes choices, not a range")
-            elif kind == "int":
+            elif kind in _INTS:
                 ends = {"low": knob.low, "high": knob.high, "step": knob.step}
                 for what, v in ends.items():
                     if v is not None and not float(v).is_integer():
@@ -243,6 +264,8 @@ class SearchSpace(BaseModel):
         draw("queue_timeout_s", sp.queue_timeout_s)
         draw("kv_offloading_size", sp.kv_offloading_size)
         draw("num_speculative_tokens", sp.num_speculative_tokens)
+        draw("max_num_queued_reqs", sp.max_num_queued_reqs)
+        draw("max_num_queued_tokens", sp.max_num_queued_tokens)
         # k = 0 (off) is left out of the parameters, so that a study without speculation records
         # the parameters it did before the knob existed (a missing k is the deployment's 0).
         return present_knobs({name: p[name] for name in KNOBS})
@@ -311,19 +334,25 @@ class SearchSpace(BaseModel):
             "queue_timeout_s",
             "kv_offloading_size",
             "num_speculative_tokens",
+            "max_num_queued_reqs",
+            "max_num_queued_tokens",
         ):
             total *= len(v[n])
         return total
 
     def including(self, values: dict[str, Any]) -> SearchSpace:
         """This space widened to hold ``values`` (a deployment's knobs): the user's current
-        configuration is always a point of the search."""
+        configuration is always a point of the search (a 503 limit the space leaves off is fixed
+        at the deployment's value: ``KEPT_WHEN_NOT_SEARCHED``)."""
         upd: dict[str, Knob] = {}
         for name in KNOBS:
             if name not in values and name not in OFF_WHEN_ABSENT:
                 continue
             v = knob_value(values, name)
             knob: Knob = getattr(self, name)
+            if name in KEPT_WHEN_NOT_SEARCHED and knob == _c(None) and v is not None:
+                upd[name] = _c(v)  # the deployment's own limit, in every trial
+                continue
             if knob.choices is not None:
                 if v not in knob.choices:
                     upd[name] = Knob(choices=[*knob.choices, v])
@@ -348,14 +377,16 @@ class SearchSpace(BaseModel):
         data = self.model_dump(mode="json")
         if self.kv_offloading_size == _c(None):  # off: the fingerprint of the space before the knob
             del data["kv_offloading_size"]
-        if self.num_speculative_tokens == _c(0):  # off: likewise
-            del data["num_speculative_tokens"]
+        for name, off in OFF_WHEN_ABSENT.items():  # likewise
+            if getattr(self, name) == _c(off):
+                del data[name]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, str]:
         out = {name: getattr(self, name).describe() for name in KNOBS}
-        if self.num_speculative_tokens == _c(0):  # off: described as before the knob existed
-            del out["num_speculative_tokens"]
+        for name, off in OFF_WHEN_ABSENT.items():  # off: described as before the knob existed
+            if getattr(self, name) == _c(off):
+                del out[name]
         return out
 
 
@@ -393,6 +424,7 @@ def _check_type(name: str, kind: str, v: Value) -> None:
         "bool": isinstance(v, bool),
         "float": isinstance(v, int | float) and not isinstance(v, bool),
         "optional_float": v is None or (isinstance(v, int | float) and not isinstance(v, bool)),
+        "optional_int": v is None or (isinstance(v, int) and not isinstance(v, bool)),
     }[kind]
     if not ok:
         raise InputError(f"{name}: {shown(v)} is not a valid {kind.replace('_', ' ')} value")
@@ -445,7 +477,7 @@ class _EnumPick(_Pick):
     def __call__(self, name: str, kind: str, knob: Knob) -> Any:
         if knob.is_fixed:
             v = knob.first
-            return int(v) if kind == "int" and v is not None else v
+            return int(v) if kind in _INTS and v is not None else v
         values = _values(knob, kind)
         if values is None:
             raise InputError(f"{name.split(':')[0]} is a continuous range: the space has no grid")
@@ -454,7 +486,7 @@ class _EnumPick(_Pick):
             self.path.append(0)
         self.sizes.append(len(values))
         v = values[self.path[i]]
-        return int(v) if kind == "int" and v is not None else v
+        return int(v) if kind in _INTS and v is not None else v
 
 
 def _values(knob: Knob, kind: str = "float") -> list[Value] | None:
@@ -464,8 +496,8 @@ def _values(knob: Knob, kind: str = "float") -> list[Value] | None:
     if not (knob.low is not None and knob.high is not None):
         raise InternalError("invariant broken: knob.low is not None and knob.high is not None")
     if knob.low == knob.high:
-        return [int(knob.low) if kind == "int" else knob.low]
-    if kind == "int":
+        return [int(knob.low) if kind in _INTS else knob.low]
+    if kind in _INTS:
         if knob.log:
             return None  # Optuna's log-int draws: not enumerated here
         return list(range(int(knob.low), int(knob.high) + 1, int(knob.step or 1)))
@@ -533,12 +565,12 @@ def _narrow_bool(knob: Knob, value: bool) -> Knob:
 def _sample(trial: optuna.Trial, name: str, kind: str, knob: Knob) -> Any:
     if knob.is_fixed:
         value = knob.first
-        return int(value) if kind == "int" and value is not None else value
+        return int(value) if kind in _INTS and value is not None else value
     if knob.choices is not None:
         return trial.suggest_categorical(name, knob.choices)
     if not (knob.low is not None and knob.high is not None):
         raise InternalError("invariant broken: knob.low is not None and knob.high is not None")
-    if kind == "int":
+    if kind in _INTS:
         step = int(knob.step) if knob.step is not None else 1
         return trial.suggest_int(name, int(knob.low), int(knob.high), step=step, log=knob.log)
     value = trial.suggest_float(name, knob.low, knob.high, step=knob.step, log=knob.log)
@@ -553,10 +585,10 @@ def _parse_value(name: str, kind: str, text: str) -> Value:
         if t in ("false", "off", "no", "0"):
             return False
         raise InputError(f"{name}: {shown(text)} is not true/false")
-    if kind == "optional_float" and t in ("none", "null", "off"):
+    if kind in ("optional_float", "optional_int") and t in ("none", "null", "off"):
         return None
     try:
-        value = int(t) if kind == "int" else float(t)
+        value = int(t) if kind in _INTS else float(t)
     except ValueError:
         raise InputError(f"{name}: {shown(text)} is not a valid {kind.replace('_', ' ')}") from None
     if not math.isfinite(value):
@@ -578,7 +610,7 @@ def parse_knob(text: str) -> tuple[str, Knob]:
             raise InputError(f"--space {shown(text)}: {name} takes a list of choices, not a range")
         rng, _, extra = spec.partition(":")
         lo, _, hi = rng.partition("..")
-        numeric = "float" if kind == "optional_float" else kind
+        numeric = {"optional_float": "float", "optional_int": "int"}.get(kind, kind)
         low, high = _parse_value(name, numeric, lo), _parse_value(name, numeric, hi)
         if not (isinstance(low, int | float) and isinstance(high, int | float)):
             raise InternalError(

@@ -27,6 +27,11 @@ PARAM_COLUMNS = (
 )
 #: Speculative decoding's k (0 = off), shown when a study searched it.
 SPEC_COLUMN = ("num_speculative_tokens", "spec k", "int")
+#: vLLM 0.33's 503 limits (none = off), shown when a study searched them.
+QUEUE_COLUMNS = (
+    ("max_num_queued_reqs", "queued reqs", "int"),
+    ("max_num_queued_tokens", "queued tok", "int"),
+)
 
 
 def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> Table:
@@ -41,7 +46,11 @@ def trials_table(res: TuneResult, numbers: list[int], key: str, title: str) -> T
     params: tuple[tuple[str, str, str], ...] = PARAM_COLUMNS
     outcomes = [by_number[n].outcome for n in numbers]
     if any(o is not None and o.params.get("num_speculative_tokens") for o in outcomes):
-        params = (*PARAM_COLUMNS, SPEC_COLUMN)  # only a study that searched speculation shows k
+        params = (*params, SPEC_COLUMN)  # only a study that searched speculation shows k
+    params = (
+        *params,
+        *(c for c in QUEUE_COLUMNS if any(o is not None and c[0] in o.params for o in outcomes)),
+    )
     cols += [Column(key=k, label=label, kind=kind, decimals=2) for k, label, kind in params]
     rows: list[list[Any]] = []
     for n in numbers:
