@@ -88,3 +88,25 @@ def test_the_document_does_not_depend_on_the_chunk_size() -> None:
     assert b'"itl_ms"' in whole and b'"num_tokens"' in whole  # the chunked figures are in it
     assert _document(3) == whole
     assert _document(64) == whole
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=80),
+    st.sampled_from([1, 4, 1 << 20]),
+    st.sampled_from(["sum", "mean"]),
+    st.integers(1, 9),
+)
+def test_integer_series_binned_and_down_sampled_as_their_floats(
+    rows: list[tuple[float, int]], chunk: int, how: str, bins: int
+) -> None:
+    """Integer counts take the chunked, copy-free paths; their float64 copies the one-pass ones
+    (the paths before): the bins and the points are the same."""
+    t = np.sort(np.asarray([a for a, _ in rows], dtype=np.float64))
+    y = np.asarray([b for _, b in rows], dtype=np.int32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shape, "CHUNK", chunk)
+        x_int, v_int = shape.time_binned(t, y, 0.0, 100.0, bins, how=how)
+    x_flt, v_flt = shape.time_binned(t, y.astype(np.float64), 0.0, 100.0, bins, how=how)
+    assert x_int.tolist() == x_flt.tolist() and v_int.tolist() == v_flt.tolist()
+    assert shape.downsample(t, y, max_points=4) == shape.downsample(t, y.astype(np.float64), max_points=4)
