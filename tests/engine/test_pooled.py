@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from servesim.engine import pooled
 from servesim.engine.results import PERCENTILES, LatencyStats, itl_stats
 from servesim.engine.sums import sum_of_products
-from strategies import examples
 
 
 def whole_array_itl(durations_s: np.ndarray, weights: np.ndarray, gaps_s: np.ndarray) -> LatencyStats:
@@ -50,7 +50,9 @@ samples = st.tuples(
 
 @settings(max_examples=examples(200), deadline=None)
 @given(samples)
-def test_the_chunked_summary_equals_the_whole_array_one(case: tuple[list[tuple[int, int]], list[int], int]) -> None:
+def test_the_chunked_summary_equals_the_whole_array_one(
+    case: tuple[list[tuple[int, int]], list[int], int],
+) -> None:
     steps, gap_ticks, chunk = case
     # Few distinct durations (ties: the stable order decides which weight sits where) at 0.1 ms steps.
     d = np.asarray([t for t, _ in steps], dtype=np.float64) * 1e-4
@@ -64,8 +66,13 @@ def test_the_chunked_summary_equals_the_whole_array_one(case: tuple[list[tuple[i
 
 
 @settings(max_examples=examples(100), deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), min_size=1, max_size=200), st.sampled_from([1, 3, 16]))
-def test_weighted_percentiles_are_numpys_of_the_expanded_sample(pairs: list[tuple[int, int]], chunk: int) -> None:
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), min_size=1, max_size=200),
+    st.sampled_from([1, 3, 16]),
+)
+def test_weighted_percentiles_are_numpys_of_the_expanded_sample(
+    pairs: list[tuple[int, int]], chunk: int
+) -> None:
     v = np.asarray([a for a, _ in pairs], dtype=np.float64) / 8  # exact in binary: no rounding in repeat
     w = np.asarray([b for _, b in pairs], dtype=np.int32)
     expanded = np.repeat(v, w)

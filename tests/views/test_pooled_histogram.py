@@ -10,13 +10,13 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 import servesim
 from servesim.engine import pooled
 from servesim.report.documents import simulation_document
 from servesim.views import shape
 from servesim.views.shape import histogram, pooled_histogram
-from strategies import examples
 
 values = st.lists(st.one_of(st.floats(-1e3, 1e3), st.just(float("nan")), st.just(float("inf"))), max_size=60)
 

@@ -19,7 +19,9 @@ import numpy as np
 CHUNK = 1 << 20
 
 
-def pooled_sample(durations_s: np.ndarray, weights: np.ndarray, gaps_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pooled_sample(
+    durations_s: np.ndarray, weights: np.ndarray, gaps_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The steps with a positive weight (their durations, in ms) followed by the explicit gaps
     (in ms, weight 1): ``concatenate([durations_s[w > 0], gaps_s]) * 1e3`` and its weights,
     built a chunk at a time. The weights are int32 when they fit (a step's weight is at most

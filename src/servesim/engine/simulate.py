@@ -133,7 +133,9 @@ def build_result(
 ) -> SimulationResult:
     """Turn a finished engine's records into a ``SimulationResult`` (``pooled_itl``: see
     ``simulate``)."""
-    return finish_result(harvest(engine, trace, slo, pooled_itl=pooled_itl), slo, model_desc, pooled_itl=pooled_itl)
+    return finish_result(
+        harvest(engine, trace, slo, pooled_itl=pooled_itl), slo, model_desc, pooled_itl=pooled_itl
+    )
 
 
 @dataclass
@@ -262,7 +264,9 @@ def finish_result(
     if h.gated:
         summary.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
     if h.tier is not None:
-        summary.offload = offload_summary([[h.tier]], summary.prefix_cache_hit_rate, summary.recomputed_tokens)
+        summary.offload = offload_summary(
+            [[h.tier]], summary.prefix_cache_hit_rate, summary.recomputed_tokens
+        )
     return result
 
 

@@ -247,4 +247,14 @@ def _r(x: float) -> float:
     return float(f"{f:.6g}")
 
 
-__all__ = ["CHUNK", "MAX_POINTS", "Part", "downsample", "histogram", "pooled_histogram", "rounded", "series", "time_binned"]
+__all__ = [
+    "CHUNK",
+    "MAX_POINTS",
+    "Part",
+    "downsample",
+    "histogram",
+    "pooled_histogram",
+    "rounded",
+    "series",
+    "time_binned",
+]

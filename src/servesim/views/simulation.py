@@ -24,7 +24,7 @@ from servesim.engine.results import (
 )
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Line, Section, Series, Table, Verdict
-from servesim.views.shape import MAX_POINTS, Part, histogram, pooled_histogram, series, time_binned
+from servesim.views.shape import MAX_POINTS, Part, pooled_histogram, series, time_binned
 
 #: The latency metrics of every run, in display order: (key, label, SLO field).
 LATENCIES = (
