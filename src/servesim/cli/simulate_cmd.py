@@ -21,6 +21,7 @@ from servesim.cli.progress import progress_sink
 from servesim.cli.records_out import records_format, requests_format_option, requests_out_option
 from servesim.cli.trace_input import hash_block_size_option, seed_option, strict_option
 from servesim.events import StepLogWriter
+from servesim.heap import unmap_large_blocks
 from servesim.io import atomic_file
 from servesim.services.cluster import PreparedCluster, PreparedDisaggregated
 from servesim.services.deployment import DeploymentSpec, Rebuild, ResolvedDeployment, resolve_for_trace
@@ -200,6 +201,7 @@ def register(app: typer.Typer) -> None:
         """Replay a trace through one vLLM V1 replica; print latency, throughput and goodput."""
         request_slo(slo)  # --slo's wording, and good= refused for a single run, before any work
         records_format(requests_out, requests_format)  # a bad name fails before the run
+        unmap_large_blocks()  # a big run's freed columns leave its resident memory (servesim.heap)
         request = SimulateRequest(
             trace=TraceInput(
                 source=trace,

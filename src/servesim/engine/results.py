@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_serializer
 
 from servesim.engine.admission import AdmissionSummary
 from servesim.engine.config import EngineConfig
+from servesim.engine.pooled import first_above, pooled_sample, sort_weighted
 from servesim.engine.request import OUTCOMES
 from servesim.engine.sums import sum_of_products
 from servesim.errors import InputError, shown
@@ -107,18 +108,15 @@ class LatencyStats(BaseModel):
 
     @classmethod
     def of_positive_weights(cls, v: np.ndarray, w: np.ndarray) -> LatencyStats:
-        """``of(v, w)`` when every weight is > 0 (float64 values, int64 weights). Sorts both
-        arrays in place (pass arrays of your own): a run of millions of steps pools millions of
-        ITL values, and sorted copies would double them."""
-        total = int(w.sum())
+        """``of(v, w)`` when every weight is > 0 (float64 values, integer weights; int32 halves
+        the memory of a sample of millions of steps). Sorts ``v`` in place (pass an array of your
+        own): a run of millions of steps pools millions of ITL values, and sorted copies would
+        double them. The weights follow the values' stable order (the mean below sums in it)."""
+        total = int(w.sum(dtype=np.int64))
         if total == 0:
             return cls()
-        order = np.argsort(v, kind="stable")
-        np.take(v, order, out=v)  # v sorted (stably), without a second sort; buffered: safe in place
-        np.take(w, order, out=w)
-        del order
-        cum = np.cumsum(w)
-        wp = [_weighted_percentile(v, cum, total, q) for q in PERCENTILES]
+        sort_weighted(v, w)
+        wp = _weighted_percentiles(v, w, total)
         return cls(
             count=total,
             mean=sum_of_products(v, w) / total,
@@ -130,14 +128,21 @@ class LatencyStats(BaseModel):
         )
 
 
-def _weighted_percentile(sorted_v: np.ndarray, cum: np.ndarray, total: int, q: float) -> float:
-    """``numpy.percentile(linear)`` of the sample in which ``sorted_v[i]`` repeats ``w[i]`` times."""
-    pos = (total - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, total - 1)
-    vlo = float(sorted_v[int(np.searchsorted(cum, lo, side="right"))])
-    vhi = float(sorted_v[int(np.searchsorted(cum, hi, side="right"))])
-    return vlo + (vhi - vlo) * (pos - lo)
+def _weighted_percentiles(sorted_v: np.ndarray, w: np.ndarray, total: int) -> list[float]:
+    """``numpy.percentile(linear)`` at ``PERCENTILES`` of the sample in which ``sorted_v[i]``
+    repeats ``w[i]`` times."""
+    spots = []
+    for q in PERCENTILES:
+        pos = (total - 1) * q / 100.0
+        lo = math.floor(pos)
+        spots.append((pos, lo, min(lo + 1, total - 1)))
+    at = first_above(w, [i for _, lo, hi in spots for i in (lo, hi)])
+    out = []
+    for pos, lo, hi in spots:
+        vlo = float(sorted_v[at[lo]])
+        vhi = float(sorted_v[at[hi]])
+        out.append(vlo + (vhi - vlo) * (pos - lo))
+    return out
 
 
 class ClassMetrics(BaseModel):
@@ -466,17 +471,7 @@ def itl_stats(step_durations_s: np.ndarray, step_weights: np.ndarray, gaps_s: np
     """Pooled ITL in ms: each step's duration counted as many times as the gaps it stands for,
     plus the explicit gaps. Equal to ``LatencyStats.of`` of the concatenated sample, without
     building the unfiltered concatenation (millions of steps)."""
-    w = np.asarray(step_weights, dtype=np.int64)
-    keep = w > 0
-    gaps = np.asarray(gaps_s, dtype=np.float64)
-    nk = int(np.count_nonzero(keep))
-    values = np.empty(nk + len(gaps), dtype=np.float64)
-    np.compress(keep, np.asarray(step_durations_s, dtype=np.float64), out=values[:nk])
-    values[:nk] *= 1e3  # in place: the same products as ``durations[keep] * 1e3``
-    values[nk:] = gaps * 1e3
-    weights = np.ones(nk + len(gaps), dtype=np.int64)
-    np.compress(keep, w, out=weights[:nk])
-    del keep, w
+    values, weights = pooled_sample(step_durations_s, step_weights, gaps_s)
     return LatencyStats.of_positive_weights(values, weights)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,9 @@ def simulate(
         engine.run()
     else:
         run_sliced(engine, progress)
-    return build_result(engine, trace, slo, describe_model(model), pooled_itl=pooled_itl)
+    harvested = harvest(engine, trace, slo, pooled_itl=pooled_itl)
+    del engine  # its trace lists and step-end times go before the ITL sort and the summary
+    return finish_result(harvested, slo, describe_model(model), pooled_itl=pooled_itl)
 
 
 def run_sliced(engine: Engine, progress: Callable[[int, int], None], every_s: float = 0.25) -> None:
@@ -130,71 +133,140 @@ def build_result(
 ) -> SimulationResult:
     """Turn a finished engine's records into a ``SimulationResult`` (``pooled_itl``: see
     ``simulate``)."""
-    if engine.rec.rolling:
-        raise RuntimeError("a rolling recorder kept the latest records only: this run has no result")
-    # The pooled ITL figures first, from the recorded rows: their sorting temporaries are gone
-    # before the steps frame and the request records take their memory (millions of steps).
-    weights, gaps = itl_samples(engine)
-    itl = itl_stats(engine.rec.step_table()["duration_s"], weights, gaps) if pooled_itl else LatencyStats()
-    steps = steps_frame(engine)
-    requests = requests_frame([engine], trace, slo)
+    return finish_result(
+        harvest(engine, trace, slo, pooled_itl=pooled_itl), slo, model_desc, pooled_itl=pooled_itl
+    )
+
+
+@dataclass
+class Harvest:
+    """What a result needs of a finished engine, taken before the summary is computed, so that
+    ``simulate`` can drop the engine (its trace as Python lists, its step-end times, its
+    scheduler: a few hundred MB for a million requests) before the ITL sort and the summary's
+    temporaries take their memory."""
+
+    config: EngineConfig
+    weights: np.ndarray
+    gaps: np.ndarray
+    step_table: np.ndarray  # the steps frame is built in finish_result, once the engine is gone
+    usable_blocks: int
+    spec_steps: Any
+    requests: pd.DataFrame
+    preemptions: pd.DataFrame
+    starvation: pd.DataFrame
+    prefix_queries: int
+    prefix_hits: int
+    max_model_len: int
+    token_steps: dict[str, list[int]] | None
+    speculative: SpeculativeSummary | None
+    stream_itl_ms: LatencyStats | None
+    gated: bool
+    tier: OffloadingConnector | None
+
+
+def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool = True) -> Harvest:
+    """The frames and figures of a finished engine (``finish_result`` makes them a result)."""
     rec = engine.rec
+    if rec.rolling:
+        raise RuntimeError("a rolling recorder kept the latest records only: this run has no result")
+    weights, gaps = itl_samples(engine)
+    requests = requests_frame([engine], trace, slo)
     preemptions = event_frame(rec.preemption_events, engine.trace)
     starvation = event_frame(rec.starvation_events, engine.trace)
     requests["starved"] = requests["req_id"].isin(set(starvation["req_id"]))
-    summary = summarize(
-        requests,
-        steps,
-        weights,
-        gaps,
-        slo,
-        rec.prefix_queries,
-        rec.prefix_hits,
-        engine.config.enable_prefix_caching,
-        engine.max_model_len,
-        itl_ms=itl,
-    )
     token_steps = None
     if rec.token_steps is not None:
         token_steps = {engine.trace.req_id[i]: s for i, s in rec.token_steps.items()}
-    result = SimulationResult(
-        engine.config,
-        model_desc,
-        summary,
-        requests,
-        steps,
-        preemptions,
-        starvation,
-        token_steps,
-        (weights, gaps),
-    )
-    spec = engine.config.speculative_config
-    if spec is not None:
-        sched = engine.scheduler
-        v, dr, ac = sched.spec_verifications, sched.spec_drafted, sched.spec_accepted
-        summary.speculative = SpeculativeSummary(
-            method=spec.method,
-            num_speculative_tokens=spec.num_speculative_tokens,
-            verifications=v,
-            draft_tokens=dr,
-            accepted_tokens=ac,
-            acceptance_rate=ac / dr if dr else None,
-            mean_acceptance_length=tokens_per_verifying_step(ac, v),
-            draft_time_s=engine.draft_time_s,
-            draft_timing=engine.draft_timing(),
-        )
     cfg = engine.config
+    stream_itl = None
     if cfg.stream_interval > 1 and pooled_itl and rec.token_steps is not None:
         # a streaming client's ITL: the gaps between its chunks (streaming.py)
         done = requests["outcome"].isin([OUTCOMES[OUTCOME_FINISHED], OUTCOMES[OUTCOME_LENGTH_CAPPED]])
         ends = np.asarray(rec.step_end)
         gaps_s = chunk_gaps_s(rec.token_steps, ends, dict(enumerate(done.to_numpy())), cfg.stream_interval)
-        summary.itl_ms = LatencyStats.of(gaps_s * 1e3)
-    if engine.gate is not None:
+        stream_itl = LatencyStats.of(gaps_s * 1e3)
+    return Harvest(
+        cfg,
+        weights,
+        gaps,
+        rec.step_table(),
+        engine.pool.usable_blocks,
+        rec.spec_steps,
+        requests,
+        preemptions,
+        starvation,
+        rec.prefix_queries,
+        rec.prefix_hits,
+        engine.max_model_len,
+        token_steps,
+        speculative_summary(engine),
+        stream_itl,
+        engine.gate is not None,
+        engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None,
+    )
+
+
+def speculative_summary(engine: Engine) -> SpeculativeSummary | None:
+    """The run's drafts and acceptances (None without speculative decoding)."""
+    spec = engine.config.speculative_config
+    if spec is None:
+        return None
+    sched = engine.scheduler
+    v, dr, ac = sched.spec_verifications, sched.spec_drafted, sched.spec_accepted
+    return SpeculativeSummary(
+        method=spec.method,
+        num_speculative_tokens=spec.num_speculative_tokens,
+        verifications=v,
+        draft_tokens=dr,
+        accepted_tokens=ac,
+        acceptance_rate=ac / dr if dr else None,
+        mean_acceptance_length=tokens_per_verifying_step(ac, v),
+        draft_time_s=engine.draft_time_s,
+        draft_timing=engine.draft_timing(),
+    )
+
+
+def finish_result(
+    h: Harvest, slo: SLO | None, model_desc: dict[str, Any], *, pooled_itl: bool = True
+) -> SimulationResult:
+    """The summary and the result of a harvested engine (``pooled_itl``: see ``simulate``)."""
+    requests, cfg = h.requests, h.config
+    # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
+    itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
+    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps)
+    summary = summarize(
+        requests,
+        steps,
+        h.weights,
+        h.gaps,
+        slo,
+        h.prefix_queries,
+        h.prefix_hits,
+        cfg.enable_prefix_caching,
+        h.max_model_len,
+        itl_ms=itl,
+    )
+    result = SimulationResult(
+        cfg,
+        model_desc,
+        summary,
+        requests,
+        steps,
+        h.preemptions,
+        h.starvation,
+        h.token_steps,
+        (h.weights, h.gaps),
+    )
+    if h.speculative is not None:
+        summary.speculative = h.speculative
+    if h.stream_itl_ms is not None:
+        summary.itl_ms = h.stream_itl_ms
+    if h.gated:
         summary.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
-    tier = engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None
-    if tier is not None:
-        summary.offload = offload_summary([[tier]], summary.prefix_cache_hit_rate, summary.recomputed_tokens)
+    if h.tier is not None:
+        summary.offload = offload_summary(
+            [[h.tier]], summary.prefix_cache_hit_rate, summary.recomputed_tokens
+        )
     return result
 
 
@@ -299,11 +371,17 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
 
 
 def steps_frame(engine: Engine) -> pd.DataFrame:
-    """The engine's per-step time series (plus KV usage as a fraction of its usable blocks).
+    """The engine's per-step time series (plus KV usage as a fraction of its usable blocks)."""
+    return steps_frame_of(engine.rec.step_table(), engine.pool.usable_blocks, engine.rec.spec_steps)
+
+
+def steps_frame_of(table: np.ndarray, usable_blocks: int, spec: Any) -> pd.DataFrame:
+    """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
+    blocks and the speculative counts (``Recorder.spec_steps``; None without drafts): what it
+    needs of the engine, so that it can run once the engine is gone.
 
     The start times and counts (int32) are views of the recorder's packed rows, not copies: a
     million-request run has millions of steps."""
-    table = engine.rec.step_table()
     # Durations are copied to a contiguous array (numpy sums a strided view in another order: the
     # last bits of busy_s would move); start times (never summed) and counts stay views.
     steps = pd.DataFrame(
@@ -313,8 +391,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
         },
         copy=False,
     )
-    steps["kv_usage"] = table["kv_blocks_used"] / engine.pool.usable_blocks
-    spec = engine.rec.spec_steps
+    steps["kv_usage"] = table["kv_blocks_used"] / usable_blocks
     if spec is not None:  # speculative decoding: each step's verifications and accepted drafts
         counts = np.frombuffer(spec, dtype=np.int64).reshape(-1, 3).copy()
         steps["spec_verifications"] = counts[:, 0]
@@ -332,7 +409,8 @@ def itl_samples(engine: Engine) -> tuple[np.ndarray, np.ndarray]:
     if len(rec.itl_run_first):
         np.add.at(weights, np.frombuffer(rec.itl_run_first, dtype=np.int64), 1)
         np.add.at(weights, np.frombuffer(rec.itl_run_last, dtype=np.int64) + 1, -1)
-    return np.cumsum(weights)[:n_steps], np.frombuffer(rec.itl_gaps, dtype=np.float64).copy()
+    np.cumsum(weights, out=weights)  # in place: no second array of the run's step count
+    return weights[:n_steps], np.frombuffer(rec.itl_gaps, dtype=np.float64).copy()
 
 
 def event_frame(events: list[tuple[float, int, int, int]], t: TraceArrays) -> pd.DataFrame:

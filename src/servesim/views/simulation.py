@@ -24,7 +24,7 @@ from servesim.engine.results import (
 )
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Line, Section, Series, Table, Verdict
-from servesim.views.shape import MAX_POINTS, histogram, series, time_binned
+from servesim.views.shape import MAX_POINTS, Part, pooled_histogram, series, time_binned
 
 #: The latency metrics of every run, in display order: (key, label, SLO field).
 LATENCIES = (
@@ -374,18 +374,13 @@ def latency_histograms(result: SimulationResult, bins: int = 40) -> list[Histogr
     for key, label, slo_field in LATENCIES:
         st: LatencyStats = getattr(s, key)
         pct = (st.p50, st.p90, st.p99) if st.count else (None, None, None)
-        if key == "itl_ms":
-            values, weights = itl_values(result)
-        else:
-            values, weights = req[key].to_numpy(dtype=np.float64), None
         out.append(
-            histogram(
+            pooled_histogram(
                 key,
                 f"{label} distribution",
-                values,
+                itl_parts(result) if key == "itl_ms" else [(req[key].to_numpy(dtype=np.float64), None, None)],
                 "ms",
                 bins=bins,
-                weights=weights,
                 slo=slo_of(s.slo, slo_field),
                 help=define(key),
                 percentiles=pct,
@@ -402,11 +397,13 @@ def tokens_per_step_histogram(result: SimulationResult, bins: int = 40) -> Histo
     toks = result.steps["num_tokens"].to_numpy(dtype=np.float64)
     budget = int(result.config.max_num_batched_tokens)
     top = max(float(budget), float(toks.max()))
-    p50, p90, p99 = (float(np.percentile(toks, q)) for q in (50, 90, 99))
-    return histogram(
+    mean = float(toks.mean())  # before the percentiles reorder toks (a sum depends on the order)
+    # One partition of the copy in place: the same order statistics as three copies partitioned.
+    p50, p90, p99 = (float(p) for p in np.percentile(toks, (50, 90, 99), overwrite_input=True))
+    return pooled_histogram(
         "num_tokens",
-        f"tokens per step: mean {float(toks.mean()):,.0f} of a {budget:,} budget",
-        toks,
+        f"tokens per step: mean {mean:,.0f} of a {budget:,} budget",
+        [(toks, None, None)],
         "tokens",
         bins=bins,
         help=define("num_tokens"),
@@ -417,6 +414,15 @@ def tokens_per_step_histogram(result: SimulationResult, bins: int = 40) -> Histo
         reference=float(budget),
         reference_label=f"max_num_batched_tokens {budget:,}",
     )
+
+
+def itl_parts(result: SimulationResult) -> list[Part]:
+    """``itl_values`` as ``pooled_histogram`` parts (no concatenated copy of millions of steps)."""
+    dur = result.steps["duration_s"].to_numpy(dtype=np.float64)
+    if result.itl is None:
+        return [(dur, None, 1e3)]
+    weights, gaps = result.itl
+    return [(dur, np.asarray(weights), 1e3), (np.asarray(gaps, dtype=np.float64), np.ones(len(gaps)), 1e3)]
 
 
 def itl_values(result: SimulationResult) -> tuple[np.ndarray, np.ndarray | None]:
