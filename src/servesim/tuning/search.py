@@ -116,17 +116,11 @@ def study_fingerprint(
         "workload": workload.describe(),
         "hardware": hardware.describe(),
         "slo": slo.model_dump(mode="json") if slo else None,
-        "space": space.model_dump(mode="json", exclude=_off_knobs(space)),
+        "space": space.model_dump(mode="json", exclude=set(space.knobs_off())),
         "trial": spec.model_dump(mode="json"),
         "settings": settings.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _off_knobs(space: SearchSpace) -> set[str]:
-    """Knobs at their 'off' default, left out of a study's fingerprint: a study that does not
-    search speculation keeps the name it had before the knob existed."""
-    return {"num_speculative_tokens"} if space.num_speculative_tokens.choices == [0] else set()
 
 
 def check_speculation(space: SearchSpace, fixed: dict[str, Any] | None, base: Deployment) -> None:

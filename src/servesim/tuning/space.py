@@ -373,20 +373,24 @@ class SearchSpace(BaseModel):
                         upd[name] = Knob(choices=pts)
         return self.with_overrides(upd) if upd else self
 
+    def knobs_off(self) -> list[str]:
+        """The knobs added after the first studies (``OFF_WHEN_ABSENT``) that this space leaves
+        at their 'off' value: left out of its fingerprint, its description and a study's name, so
+        a study that does not search them is the study it was before they existed."""
+        return [name for name, off in OFF_WHEN_ABSENT.items() if getattr(self, name) == _c(off)]
+
     def fingerprint(self) -> str:
         data = self.model_dump(mode="json")
         if self.kv_offloading_size == _c(None):  # off: the fingerprint of the space before the knob
             del data["kv_offloading_size"]
-        for name, off in OFF_WHEN_ABSENT.items():  # likewise
-            if getattr(self, name) == _c(off):
-                del data[name]
+        for name in self.knobs_off():  # likewise
+            del data[name]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict[str, str]:
         out = {name: getattr(self, name).describe() for name in KNOBS}
-        for name, off in OFF_WHEN_ABSENT.items():  # off: described as before the knob existed
-            if getattr(self, name) == _c(off):
-                del out[name]
+        for name in self.knobs_off():  # off: described as before the knob existed
+            del out[name]
         return out
 
 
