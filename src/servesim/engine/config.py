@@ -192,10 +192,13 @@ class EngineConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_sync_scheduling(self, handler: Any) -> Any:
         """A sync run's documents (reports, saved results) stay byte for byte as before the
-        field existed; reading one back gives the default, False."""
+        field existed; reading one back gives the default, False. Likewise ``quantization`` None
+        (the checkpoint's own weights)."""
         d = handler(self)
         if isinstance(d, dict) and d.get("async_scheduling") is False:
             del d["async_scheduling"]
+        if isinstance(d, dict) and "quantization" in d and d["quantization"] is None:
+            del d["quantization"]
         return d
 
     @model_validator(mode="after")
