@@ -79,7 +79,9 @@ def test_num_gpu_blocks_worked_by_hand_for_deepseek_v3_on_8_h200() -> None:
     cap = kv_capacity(m, "h200", 8, max_model_len=32768, max_num_seqs=1024, max_num_batched_tokens=8192)
     h, heads = 7168, 128 // 8
     block = 1 + 4 / 128**2  # bytes per fp8 weight, its block's scale included
-    attention = 61 * (h * (1536 + 512 + 64) + 1536 * heads * 192 + 512 * heads * 256 + heads * 128 * h) * block
+    attention = (
+        61 * (h * (1536 + 512 + 64) + 1536 * heads * 192 + 512 * heads * 256 + heads * 128 * h) * block
+    )
     attention += 61 * 512 * heads * 256 * 2  # W_UK / W_UV in bf16
     dense = 3 * 3 * h * 18432 // 8 * block
     experts = 58 * 256 * 3 * h * 2048 // 8 * block

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from servesim.cli.main import app
 from servesim.engine.config import Quantization
 from servesim.perf import build_step_time_model, kv_capacity, load_catalog
-from servesim.perf.memory import reserve_breakdown
 from servesim.perf.catalog import model_from_hf_config
 from servesim.perf.errors import PerfError
+from servesim.perf.memory import reserve_breakdown
 from servesim.perf.precision import QUANTIZATION_METHODS, apply_quantization
 from servesim.tuning.deployment import Deployment
 
@@ -109,7 +109,10 @@ def test_a_compute_bound_token_costs_the_formats_peak(gpu: str, ratio: float) ->
         (["--gpu", "h100", "--quantization", "nvfp4_per_token"], "runs it on Blackwell (SM100) GPUs only"),
         (["--gpu", "b200", "--quantization", "nvfp4_per_token"], "quantizes MoE experts only"),
         (["--quantization", "modelopt_fp4"], "needs a checkpoint quantized as nvfp4"),
-        (["--model", "llama-3.1-405b-fp8", "--tp", "8", "--quantization", "mxfp4"], "already a fp8 checkpoint"),
+        (
+            ["--model", "llama-3.1-405b-fp8", "--tp", "8", "--quantization", "mxfp4"],
+            "already a fp8 checkpoint",
+        ),
         (["--quantization", "int4"], "'int4' is not one of"),
     ],
 )
@@ -164,7 +167,10 @@ def test_the_web_offers_the_flag_and_gives_the_cli_s_document(
     with web_client(tmp_path / "web") as client:
         flags = {f["name"]: f for f in client.get("/api/catalog").json()["engine_flags"]}
         assert "nvfp4_per_token" in json.dumps(flags["quantization"])
-        body = {"trace_id": upload(client, tmp_path / "trace.csv"), "deployment": {"engine": {"quantization": "fp8"}}}
+        body = {
+            "trace_id": upload(client, tmp_path / "trace.csv"),
+            "deployment": {"engine": {"quantization": "fp8"}},
+        }
         web = web_document(client, "/api/simulate", body)
     assert without(web, "requests") == without(cli, "requests")
 

@@ -72,9 +72,10 @@ def apply_quantization(model: ModelSpec, quantization: str | None, gpu: GPUSpec,
 
 def _quantized(model: ModelSpec, method: str, gpu: GPUSpec, tp: int) -> ModelSpec:
     if method in CHECKPOINT_QUANTIZATION:
-        if model.weight_dtype not in CHECKPOINT_QUANTIZATION[method]:
+        formats = CHECKPOINT_QUANTIZATION[method]
+        if model.weight_dtype not in formats:
             raise PerfError(
-                f"--quantization {method} needs a checkpoint quantized as {'/'.join(CHECKPOINT_QUANTIZATION[method])}; "
+                f"--quantization {method} needs a checkpoint quantized as {'/'.join(formats)}; "
                 f"{model.name} is {model.weight_dtype or model.dtype} (to quantize a 16-bit checkpoint at "
                 f"load time use one of {', '.join(ONLINE_QUANTIZATION)})"
             )

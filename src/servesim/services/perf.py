@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.engine.config import Quantization
 from servesim.perf import (
     CalibrationReport,
     ExtrapolationWarning,
@@ -27,7 +28,6 @@ from servesim.perf import (
     PerfError,
     load_catalog,
 )
-from servesim.engine.config import Quantization
 from servesim.perf.catalog import Catalog
 from servesim.perf.offload import check_offloading_size
 from servesim.perf.prices import load_prices, parse_price_overrides, read_price_file
@@ -103,7 +103,9 @@ def memory(request: MemoryRequest) -> KVCapacity:
     seqs, budget = batch_limits(request.gpu_name, request.max_num_seqs, request.max_num_batched_tokens)
     cat = catalog(request.catalog)
     gpu = resolve_gpu(request.gpu_name, cat)
-    model = apply_quantization(resolve_model(request.model_name, cat), request.quantization, gpu, request.degree)
+    model = apply_quantization(
+        resolve_model(request.model_name, cat), request.quantization, gpu, request.degree
+    )
     return kv_capacity(
         model,
         gpu,
