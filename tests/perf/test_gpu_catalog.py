@@ -68,3 +68,16 @@ def test_the_new_rows(name: str, memory_gb: float, hbm_tbs: float, link_gbs: flo
     assert g.memory_bytes == memory_gb * 1e9 and g.hbm_bandwidth == hbm_tbs * 1e12
     assert g.interconnect_bandwidth == pytest.approx(link_gbs * 1e9)  # one direction: half the bidirectional
     assert "https://" in g.sources["memory_bytes"] or "product brief" in g.sources["memory_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("name", "defaults"),
+    [("gb200", (1024, 16384)), ("b300", (1024, 16384)), ("mi325x", (1024, 16384)),
+     ("mi355x", (1024, 16384)), ("h20", (1024, 8192))],
+)  # fmt: skip
+def test_vllm_serve_defaults_of_the_new_rows(name: str, defaults: tuple[int, int]) -> None:
+    """vLLM 0.33's ``get_batch_defaults``: 16384 tokens from 160 GiB of device memory, 8192 from
+    70 GiB (not an A100); the H20's 96 GB is 89.4 GiB."""
+    from servesim.perf.serve_defaults import vllm_serve_defaults
+
+    assert vllm_serve_defaults(name) == defaults

@@ -14,7 +14,6 @@ from servesim.errors import InputError
 from servesim.perf import load_catalog
 from servesim.perf.prices import GIVEN, load_prices, parse_price_overrides, read_price_file
 
-
 #: Catalog GPUs without a recorded list price (gpu_prices.yaml's header says why).
 UNPRICED = {"gb200", "b300", "h20", "mi325x", "mi355x"}
 
