@@ -190,3 +190,16 @@ def test_tune_keeps_the_quantization_in_every_trial_and_in_the_command(tmp_path:
     assert "--quantization fp8_per_block" in rec["vllm_serve_command"]
     assert rec["deployment"]["quantization"] == "fp8_per_block"
     assert all(c["flag"] != "quantization" for c in rec["changes"]), rec["changes"]
+
+
+def test_nvfp4_per_token_quantizes_the_routed_experts_only() -> None:
+    """vLLM's shorthand has a ``moe`` spec and no ``linear`` one: Qwen3-235B-A22B's experts take
+    0.5625 bytes a weight, its attention (and everything else) stays bf16."""
+    from servesim.perf.memory import weight_breakdown
+
+    cat = load_catalog()
+    bf16 = cat.model("qwen3-235b-a22b")
+    q = apply_quantization(bf16, "nvfp4_per_token", cat.gpu("b200"), 4)
+    a, b = weight_breakdown(bf16, 4), weight_breakdown(q, 4)
+    assert b.experts == pytest.approx(a.experts * 0.5625 / 2, abs=1)
+    assert (b.attention, b.embedding, b.router) == (a.attention, a.embedding, a.router)
