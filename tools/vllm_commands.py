@@ -201,6 +201,12 @@ def knob_deployments() -> list[tuple[str, Any, str]]:
             d(tensor_parallel_size=8, kv_cache_dtype="fp8", block_size=64),
             "kimi-k2",
         ),
+        ("FP8 weights quantized at load, 128x128 blocks", d(quantization="fp8_per_block"), llama),
+        (
+            "MXFP4 weights quantized at load, TP 4",
+            d(tensor_parallel_size=4, quantization="mxfp4"),
+            "llama-3.1-70b",
+        ),
     ]
     out += [
         (f"block size {b}", d(block_size=b), llama) for b in VLLM_BLOCK_SIZES if b % CUDA_BLOCK_MULTIPLE == 0

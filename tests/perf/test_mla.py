@@ -73,23 +73,27 @@ def test_latent_kv_is_one_replicated_head(tp: int) -> None:
 
 
 def test_num_gpu_blocks_worked_by_hand_for_deepseek_v3_on_8_h200() -> None:
-    """Every weight on one of 8 ranks from config.json's numbers (fp8 linear layers, bf16 rest)."""
+    """Every weight on one of 8 ranks from config.json's numbers (fp8 linear layers with one fp32
+    scale per 128 x 128 block, as ``weight_block_size`` says; bf16 rest)."""
     m = load_catalog().model("deepseek-v3")
     cap = kv_capacity(m, "h200", 8, max_model_len=32768, max_num_seqs=1024, max_num_batched_tokens=8192)
     h, heads = 7168, 128 // 8
-    attention = 61 * (h * (1536 + 512 + 64) + 1536 * heads * 192 + 512 * heads * 256 + heads * 128 * h)
+    block = 1 + 4 / 128**2  # bytes per fp8 weight, its block's scale included
+    attention = (
+        61 * (h * (1536 + 512 + 64) + 1536 * heads * 192 + 512 * heads * 256 + heads * 128 * h) * block
+    )
     attention += 61 * 512 * heads * 256 * 2  # W_UK / W_UV in bf16
-    dense = 3 * 3 * h * 18432 // 8
-    experts = 58 * 256 * 3 * h * 2048 // 8
-    shared = 58 * 3 * h * 2048 // 8
+    dense = 3 * 3 * h * 18432 // 8 * block
+    experts = 58 * 256 * 3 * h * 2048 // 8 * block
+    shared = 58 * 3 * h * 2048 // 8 * block
     router = 58 * h * 256 * 2
     vocab = math.ceil(129280 / 8) * h * 2 * 2  # embedding + lm_head
     norms = ((2 * 61 + 1) * h + 61 * (1536 + 512)) * 2
     rope = 163840 * 64 * 2
     weights = attention + dense + experts + shared + router + vocab + norms + rope
-    assert cap.weight_bytes == weights
+    assert cap.weight_bytes == pytest.approx(weights, abs=4)  # each module's bytes rounded down
     reserve = reserve_breakdown(m, max_num_batched_tokens=8192, max_num_seqs=1024).total
-    kv = math.ceil(load_catalog().gpu("h200").memory_bytes * 0.9) - weights - reserve
+    kv = math.ceil(load_catalog().gpu("h200").memory_bytes * 0.9) - cap.weight_bytes - reserve
     assert cap.bytes_per_block == 16 * 61 * 576 * 2 == 1_124_352
     assert cap.num_gpu_blocks == kv // 1_124_352
 
@@ -146,7 +150,9 @@ def test_a_step_streams_the_absorbed_bf16_projections_in_place_of_kv_b_proj() ->
     absorbed_bf16 = 61 * 512 * heads * 256 * 2
     dense = 3 * 3 * h * 18432 // 8 + 58 * 3 * h * 2048 // 8
     router, lm_head = 58 * h * 256 * 2, math.ceil(129280 / 8) * h * 2
-    assert st.weight_bytes_read == attention_fp8 + absorbed_bf16 + dense + router + lm_head
+    block = 1 + 4 / 128**2  # fp8 weights with their 128 x 128 blocks' fp32 scales
+    want = (attention_fp8 + dense) * block + absorbed_bf16 + router + lm_head
+    assert st.weight_bytes_read == pytest.approx(want, rel=1e-12)
 
 
 def test_mla_decode_reads_the_latent_and_scores_it_absorbed() -> None:

@@ -157,6 +157,9 @@ def gpus_cmd(catalog: CatalogOpt = None, as_json: AsJson = False) -> None:
 def memory_cmd(
     block_size: int = typer.Option(16, "--block-size"),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="auto, bfloat16, float16, fp8."),
+    quantization: str | None = typer.Option(
+        None, "--quantization", help="vLLM --quantization: fp8, fp8_per_block, mxfp4, nvfp4_per_token, ..."
+    ),
     max_num_batched_tokens: MaxTokens = None,
     max_num_seqs: MaxSeqs = None,
     max_model_len: int | None = typer.Option(
@@ -177,6 +180,7 @@ def memory_cmd(
             gpu_memory_utilization=deployment.gpu_memory_utilization,
             block_size=block_size,
             kv_dtype=kv_dtype,
+            quantization=quantization,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,

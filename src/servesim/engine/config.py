@@ -37,6 +37,21 @@ SchedulingPolicy = Literal["fcfs", "priority"]
 #: ``fp8`` is ``fp8_e4m3``). vLLM's per-token-head, NVFP4 and TurboQuant layouts are not modelled.
 KVCacheDType = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
+#: vLLM's ``--quantization`` values that servesim times (``servesim.perf.precision`` says what each
+#: does): the online shorthands that quantize a 16-bit checkpoint at load time, and the checkpoint
+#: methods, which must match the checkpoint's own format. None: the checkpoint as it is.
+Quantization = Literal[
+    "fp8",
+    "fp8_per_tensor",
+    "fp8_per_channel",
+    "fp8_per_block",
+    "mxfp4",
+    "nvfp4_per_token",
+    "modelopt_fp4",
+    "modelopt",
+    "compressed-tensors",
+]
+
 
 class EngineConfig(BaseModel):
     """One vLLM replica's scheduler and KV-cache settings (``vllm serve`` flag names)."""
@@ -121,6 +136,12 @@ class EngineConfig(BaseModel):
         description="KV-cache element type: auto (the model's dtype) or fp8 (one byte: about twice the "
         "blocks in the same memory, half the KV bytes a decode step reads).",
     )
+    quantization: Quantization | None = Field(
+        None,
+        description="vLLM --quantization: fp8/fp8_per_block/mxfp4/nvfp4_per_token quantize a 16-bit "
+        "checkpoint's weights at load (fewer bytes held and read; FP8/FP4 GEMMs where the GPU has the "
+        "tensor cores); None: the checkpoint's own format (its quantization_config).",
+    )
     kv_offloading_size: float | None = Field(
         None,
         gt=0,
@@ -171,10 +192,13 @@ class EngineConfig(BaseModel):
     @model_serializer(mode="wrap")
     def _drop_sync_scheduling(self, handler: Any) -> Any:
         """A sync run's documents (reports, saved results) stay byte for byte as before the
-        field existed; reading one back gives the default, False."""
+        field existed; reading one back gives the default, False. Likewise ``quantization`` None
+        (the checkpoint's own weights)."""
         d = handler(self)
         if isinstance(d, dict) and d.get("async_scheduling") is False:
             del d["async_scheduling"]
+        if isinstance(d, dict) and "quantization" in d and d["quantization"] is None:
+            del d["quantization"]
         return d
 
     @model_validator(mode="after")

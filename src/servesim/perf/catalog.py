@@ -26,9 +26,9 @@ from servesim.errors import InputError, InternalError, shown
 from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
 from servesim.perf.gpu_spec import HOST_LINK_OVERHEAD_S as HOST_LINK_OVERHEAD_S
 from servesim.perf.gpu_spec import GPUSpec as GPUSpec
+from servesim.perf.precision import WEIGHT_DTYPE_BYTES, WeightDType, weight_format_of
 
 DType = Literal["bfloat16", "float16", "float32"]
-WeightDType = Literal["fp8", "int8", "int4"]
 QuantizedModule = Literal["attention", "mlp", "experts", "shared_experts"]
 
 ALL_QUANTIZED_MODULES: tuple[QuantizedModule, ...] = ("attention", "mlp", "experts", "shared_experts")
@@ -37,9 +37,7 @@ DTYPE_BYTES: dict[str, float] = {
     "bfloat16": 2.0,
     "float16": 2.0,
     "float32": 4.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5,
+    **WEIGHT_DTYPE_BYTES,
 }
 
 _ADD_MODEL_HINT = (
@@ -411,39 +409,6 @@ def _vision_params(vc: Mapping[str, Any]) -> int:
     return n * (4 * h * h + 2 * h * i) + chans * patch * patch * h + h * out
 
 
-def _quantization(cfg: Mapping[str, Any]) -> tuple[WeightDType | None, list[QuantizedModule]]:
-    q = cfg.get("quantization_config")
-    all_modules: list[QuantizedModule] = ["attention", "mlp", "experts", "shared_experts"]
-    if not isinstance(q, dict):
-        return None, all_modules
-    method = str(q.get("quant_method", "")).lower()
-    bits: int | None = q.get("bits") or q.get("w_bit")
-    kind = "int"
-    groups = q.get("config_groups")
-    if isinstance(groups, dict) and groups:
-        w = next(iter(groups.values())).get("weights") or {}
-        bits = w.get("num_bits", bits)
-        kind = str(w.get("type", "int"))
-    if method == "fp8" or (bits == 8 and kind == "float"):
-        wd: WeightDType | None = "fp8"
-    elif bits == 8:
-        wd = "int8"
-    elif bits == 4:
-        wd = "int4"
-    else:
-        raise CatalogError(
-            f"unsupported quantization_config (quant_method={method!r}, bits={bits!r}); "
-            "describe the model in a catalog file with weight_dtype fp8/int8/int4"
-        )
-    ignore = [str(x) for x in q.get("ignore", []) or q.get("modules_to_not_convert", []) or []]
-    modules = list(all_modules)
-    if any("self_attn" in x or "attention" in x for x in ignore):
-        modules.remove("attention")
-    if any("shared_expert" in x for x in ignore):
-        modules.remove("shared_experts")
-    return wd, modules
-
-
 _MLA_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
@@ -518,7 +483,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
     tie = _first(text, "tie_word_embeddings", default=top.get("tie_word_embeddings", False))
     dtype_raw = str(_first(text, "torch_dtype", "dtype", default=top.get("torch_dtype", "bfloat16")))
     dtype = _TORCH_DTYPES.get(dtype_raw.replace("torch.", ""), "bfloat16")
-    weight_dtype, qmods = _quantization(top)
+    weight_dtype, qmods = weight_format_of(top)
     vc = top.get("vision_config")
     extra = _vision_params(vc) if isinstance(vc, Mapping) else 0
     arch = (top.get("architectures") or [None])[0]

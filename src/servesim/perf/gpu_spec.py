@@ -30,6 +30,9 @@ class GPUSpec(BaseModel):
     hbm_bandwidth: float = Field(gt=0, description="Peak memory bandwidth, bytes/s.")
     bf16_flops: float = Field(gt=0, description="Peak dense BF16/FP16 tensor FLOP/s (no sparsity).")
     fp8_flops: float | None = Field(None, gt=0, description="Peak dense FP8 tensor FLOP/s (None: no FP8).")
+    fp4_flops: float | None = Field(
+        None, gt=0, description="Peak dense FP4 (NVFP4/MXFP4) tensor FLOP/s (None: no FP4 tensor cores)."
+    )
     interconnect: Literal["nvlink", "pcie", "infinity-fabric"]
     interconnect_bandwidth: float = Field(
         gt=0, description="GPU-to-GPU bandwidth per GPU, one direction, bytes/s."
@@ -47,8 +50,9 @@ class GPUSpec(BaseModel):
     @model_validator(mode="after")
     def _check_sources(self) -> GPUSpec:
         needed = ["memory_bytes", "hbm_bandwidth", "bf16_flops", "interconnect_bandwidth", "pcie_bandwidth"]
-        if self.fp8_flops is not None:
-            needed.append("fp8_flops")
+        needed += [f for f in ("fp8_flops", "fp4_flops") if getattr(self, f) is not None]
+        if self.fp4_flops is not None and self.fp8_flops is None:
+            raise InputError("fp4_flops without fp8_flops: every GPU with FP4 tensor cores has FP8 ones")
         missing = [f for f in needed if not self.sources.get(f)]
         if missing:
             raise InputError(f"sources missing for: {', '.join(missing)}")
@@ -57,9 +61,14 @@ class GPUSpec(BaseModel):
     def peak_flops(self, weight_dtype: str | None) -> float:
         """Dense tensor peak for GEMMs whose weights are stored as ``weight_dtype``.
 
-        FP8 (and INT8, W8A8) GEMMs run at the FP8 rate where the GPU has one; weight-only
-        INT4 kernels dequantize to BF16 and run at the BF16 rate.
+        The rules are vLLM 0.33's kernel choices (``servesim.perf.precision`` says which and why):
+        FP8 (and INT8, W8A8) GEMMs run at the FP8 rate where the GPU has one (elsewhere vLLM's
+        Marlin FP8 kernel is weight-only: BF16 rate); NVFP4 at the FP4 rate on GPUs with FP4
+        tensor cores, else weight-only Marlin W4A16 at the BF16 rate; MXFP4 and INT4 kernels keep
+        16-bit activations (W4A16) and run at the BF16 rate.
         """
-        if weight_dtype in ("fp8", "int8") and self.fp8_flops is not None:
+        if weight_dtype in ("fp8", "fp8_block", "int8") and self.fp8_flops is not None:
             return self.fp8_flops
+        if weight_dtype == "nvfp4" and self.fp4_flops is not None and self.vendor == "NVIDIA":
+            return self.fp4_flops
         return self.bf16_flops

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from servesim.engine.config import EngineConfig
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
+from servesim.perf.catalog import resolve_gpu, resolve_model
 from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
+from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
 from servesim.perf.roofline import BUDGET_NOTE, RooflineStepTime, build_step_time_model
 from servesim.perf.serve_defaults import apply_serve_defaults
@@ -42,15 +44,18 @@ def deployment_setup(
     gpu_memory_utilization: float = 0.9,
     max_model_len: int | None = None,
     kv_dtype: str = "auto",
+    quantization: str | None = None,
     size_kv_cache: bool = True,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
-    would size its cache at ``gpu_memory_utilization``. Raises ``PerfError`` subclasses (unknown
-    names, weights that do not fit) with the numbers."""
+    would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
+    ``quantization`` loads them (``perf.precision``). Raises ``PerfError`` subclasses (unknown
+    names, weights that do not fit, a format vLLM refuses on the GPU) with the numbers."""
+    spec = apply_quantization(resolve_model(model), quantization, resolve_gpu(gpu), tp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         step = build_step_time_model(
-            model,
+            spec,
             gpu,
             tp,
             profile,
@@ -63,7 +68,7 @@ def deployment_setup(
     blocks = None
     if size_kv_cache:
         cap = kv_capacity(
-            model,
+            spec,
             gpu,
             tp,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -163,6 +168,7 @@ def replica_setup(
         gpu_memory_utilization=util,
         max_model_len=max_model_len or cfg.max_model_len,
         kv_dtype=cfg.kv_cache_dtype,
+        quantization=cfg.quantization,
         size_kv_cache=not num_gpu_blocks_given,
     )
     if setup.num_gpu_blocks is not None:
@@ -193,6 +199,7 @@ def replica_setup(
     else:
         kind = "calibrated roofline step times"
     kv = "" if cfg.kv_cache_dtype == "auto" else f", {cfg.kv_cache_dtype} KV cache"
+    kv = ("" if cfg.quantization is None else f", --quantization {cfg.quantization}") + kv
     timed = f"{name} on {degree} x {where}{kv}, {kind}{prof}; {blocks}{origin}"
     return ReplicaSetup(cfg, setup.step_time, timed, notes, name, where, degree)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.engine.config import Quantization
 from servesim.perf import (
     CalibrationReport,
     ExtrapolationWarning,
@@ -83,6 +84,7 @@ class MemoryRequest(Hardware):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
     block_size: int = Field(16, ge=1)
     kv_dtype: str = Field("auto", description="auto, bfloat16, float16, fp8.")
+    quantization: Quantization | None = Field(None, description="vLLM --quantization (perf.precision).")
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     max_model_len: int | None = Field(None, description="Default: the model's max_position_embeddings.")
@@ -95,11 +97,18 @@ class MemoryRequest(Hardware):
 def memory(request: MemoryRequest) -> KVCapacity:
     """Weights, start-up reserve and KV blocks per GPU (its ``caveats``: where it is unvalidated)."""
     from servesim.perf import kv_capacity
+    from servesim.perf.catalog import resolve_gpu, resolve_model
+    from servesim.perf.precision import apply_quantization
 
     seqs, budget = batch_limits(request.gpu_name, request.max_num_seqs, request.max_num_batched_tokens)
+    cat = catalog(request.catalog)
+    gpu = resolve_gpu(request.gpu_name, cat)
+    model = apply_quantization(
+        resolve_model(request.model_name, cat), request.quantization, gpu, request.degree
+    )
     return kv_capacity(
-        request.model_name,
-        request.gpu_name,
+        model,
+        gpu,
         request.degree,
         gpu_memory_utilization=request.utilization,
         block_size=request.block_size,
@@ -107,7 +116,7 @@ def memory(request: MemoryRequest) -> KVCapacity:
         max_num_batched_tokens=budget,
         max_num_seqs=seqs,
         max_model_len=request.max_model_len,
-        catalog=catalog(request.catalog),
+        catalog=cat,
     )
 
 

@@ -56,7 +56,9 @@ if TYPE_CHECKING:
 #: Engine keys that set the study rather than a configuration to beat: the KV blocks of the
 #: hardware, the context length, the queue order, speculative decoding and the KV dtype hold in
 #: every trial.
-STUDY_KEYS = frozenset({"num_gpu_blocks", "max_model_len", "policy", "speculative_config", "kv_cache_dtype"})
+STUDY_KEYS = frozenset(
+    {"num_gpu_blocks", "max_model_len", "policy", "speculative_config", "kv_cache_dtype", "quantization"}
+)
 #: Candidates re-verified on fresh seeds, best first (the first that holds is recommended).
 SHORTLIST = 3
 
@@ -71,8 +73,8 @@ class TuneRequest(BaseModel):
     deployment: DeploymentSpec = Field(
         default_factory=DeploymentSpec,
         description="The hardware (model, GPU, TP, memory share, timing) and the engine keys set: the "
-        "study-wide ones (num_gpu_blocks, max_model_len, policy, speculative_config, kv_cache_dtype) "
-        "and the user's configuration (the baseline).",
+        "study-wide ones (num_gpu_blocks, max_model_len, policy, speculative_config, kv_cache_dtype, "
+        "quantization) and the user's configuration (the baseline).",
     )
     baseline: bool = Field(
         True,
@@ -331,6 +333,8 @@ def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], Se
     fixed: dict[str, Any] = {"policy": spec.engine.get("policy", "fcfs")}
     if spec.engine.get("kv_cache_dtype", "auto") != "auto":  # absent when auto: the study as before the key
         fixed["kv_cache_dtype"] = spec.engine["kv_cache_dtype"]
+    if spec.engine.get("quantization") is not None:  # likewise: the checkpoint's own format
+        fixed["quantization"] = spec.engine["quantization"]
     for key, default in KNOBS_033.items():  # vLLM 0.33's knobs as set (the 503 limits among them)
         if spec.engine.get(key, default) != default:
             fixed[key] = spec.engine[key]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
-from servesim.engine.config import EngineConfig, KVCacheDType
+from servesim.engine.config import EngineConfig, KVCacheDType, Quantization
 from servesim.engine.speculative import MAX_SPEC_TOKENS, SpeculativeConfig
 from servesim.errors import ConfigError
 from servesim.perf.serve_defaults import vllm_serve_defaults
@@ -91,6 +91,9 @@ class Deployment(BaseModel):
     kv_cache_dtype: KVCacheDType = Field(
         "auto", description="vLLM --kv-cache-dtype (study-wide: not searched; fp8 halves the KV bytes)."
     )
+    quantization: Quantization | None = Field(
+        None, description="vLLM --quantization (study-wide: not searched; the weights' format)."
+    )
     # Passed through to the engine unchanged (vLLM defaults); not searched.
     watermark: float = Field(0.0, ge=0.0, lt=1.0)
     scheduler_reserve_full_isl: bool = True
@@ -124,6 +127,8 @@ class Deployment(BaseModel):
                 del d["speculative_config"]
             if d.get("kv_cache_dtype") == "auto":  # likewise: the model's KV dtype, as before the key
                 del d["kv_cache_dtype"]
+            if "quantization" in d and d["quantization"] is None:
+                del d["quantization"]
         return d
 
     @model_validator(mode="after")
@@ -156,6 +161,7 @@ class Deployment(BaseModel):
             **{key: getattr(self, key) for key in KNOBS_033},
             **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
             **({"kv_cache_dtype": self.kv_cache_dtype} if self.kv_cache_dtype != "auto" else {}),
+            **({"quantization": self.quantization} if self.quantization is not None else {}),
         }
 
     def speculative(self) -> SpeculativeConfig | None:
@@ -213,6 +219,7 @@ class Deployment(BaseModel):
             num_speculative_tokens=sc.num_speculative_tokens if (sc := config.speculative_config) else 0,
             speculative_config=config.speculative_config,
             kv_cache_dtype=config.kv_cache_dtype,
+            quantization=config.quantization,
         )
 
     @classmethod
@@ -261,6 +268,8 @@ class Deployment(BaseModel):
             args.append(("scheduling-policy", self.policy))
         if self.kv_cache_dtype != "auto":
             args.append(("kv-cache-dtype", self.kv_cache_dtype))
+        if self.quantization is not None:
+            args.append(("quantization", self.quantization))
         for key, default in KNOBS_033.items():  # vLLM 0.33's flags, where set
             value = getattr(self, key)
             if value != default or key == "async_scheduling":
