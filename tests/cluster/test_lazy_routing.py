@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -16,10 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servesim.cluster import FailureEvent, Replica, RouterSpec
-from servesim.cluster.results import build_cluster_result
+from servesim.cluster.results import ClusterResult, build_cluster_result
 from servesim.cluster.simulate import ClusterSimulator
 from servesim.engine import EngineConfig
-from servesim.engine.simulate import steps_frame
 from servesim.engine.stretch_cursor import StretchCursor
 from servesim.perf.roofline import build_step_time_model
 from servesim.traces import GeneratorSpec, LogNormalLength, PoissonArrivals, generate_trace
@@ -31,25 +31,26 @@ with warnings.catch_warnings():
 SKIPPING_ROUTERS = ["least_outstanding", "power_of_two", "round_robin", "random"]
 
 
-def run(sim: ClusterSimulator) -> tuple[object, int]:
+def run(sim: ClusterSimulator) -> tuple[ClusterResult, int]:
     """The cluster's result and the engine steps its loop ended (stretch steps not counted)."""
     steps = sim.advance()
     return build_cluster_result(sim.close(), None, router=sim.router.spec.policy), steps
 
 
-def both(make: object) -> tuple[tuple[object, int], tuple[object, int]]:
-    lazy = make()  # type: ignore[operator]
-    eager = make()  # type: ignore[operator]
+def both(make: Callable[[], ClusterSimulator]) -> tuple[tuple[ClusterResult, int], tuple[ClusterResult, int]]:
+    """The same fleet run as it is and with every replica run to every arrival (the reference)."""
+    lazy = make()
+    eager = make()
     eager._lazy = False
     return run(lazy), run(eager)
 
 
-def assert_identical(a: object, b: object, sims: tuple[ClusterSimulator, ClusterSimulator] | None = None) -> None:
-    pd.testing.assert_frame_equal(a.requests, b.requests)  # type: ignore[attr-defined]
-    pd.testing.assert_frame_equal(a.steps, b.steps)  # type: ignore[attr-defined]
-    pd.testing.assert_frame_equal(a.moves, b.moves)  # type: ignore[attr-defined]
-    pd.testing.assert_frame_equal(a.preemptions, b.preemptions)  # type: ignore[attr-defined]
-    assert a.summary.model_dump_json() == b.summary.model_dump_json()  # type: ignore[attr-defined]
+def assert_identical(a: ClusterResult, b: ClusterResult) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    pd.testing.assert_frame_equal(a.moves, b.moves)
+    pd.testing.assert_frame_equal(a.preemptions, b.preemptions)
+    assert a.summary.model_dump_json() == b.summary.model_dump_json()
 
 
 def simulator(
@@ -86,7 +87,9 @@ def simulator(
     max_seqs=st.sampled_from([4, 32]),
     timeout=st.sampled_from([None, 0.5]),
     caching=st.booleans(),
-    fail=st.one_of(st.none(), st.tuples(st.integers(0, 4), st.floats(0.1, 3.0), st.sampled_from([None, 0.5]))),
+    fail=st.one_of(
+        st.none(), st.tuples(st.integers(0, 4), st.floats(0.1, 3.0), st.sampled_from([None, 0.5]))
+    ),
 )
 def test_skipping_replicas_changes_no_decision_and_no_byte(
     n: int,
@@ -113,7 +116,8 @@ def test_skipping_replicas_changes_no_decision_and_no_byte(
         failures = [FailureEvent(node=f"n{fail[0] % n}", time_s=fail[1], recover_after_s=fail[2])]
 
     def make() -> ClusterSimulator:
-        return simulator(n, policy, rate=rate * n, requests=requests, seed=seed, config=config, failures=failures)
+        rps = rate * n
+        return simulator(n, policy, rate=rps, requests=requests, seed=seed, config=config, failures=failures)
 
     (lazy, _), (eager, _) = both(make)
     assert_identical(lazy, eager)
@@ -130,7 +134,7 @@ def test_a_busy_fleet_routes_the_same_with_fewer_scheduler_steps() -> None:
 
     (lazy, lazy_steps), (eager, eager_steps) = both(make)
     assert_identical(lazy, eager)
-    assert len(lazy.steps) == len(eager.steps) > 0  # type: ignore[attr-defined]
+    assert len(lazy.steps) == len(eager.steps) > 0
     assert lazy_steps < 0.8 * eager_steps
 
 

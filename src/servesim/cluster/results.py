@@ -129,7 +129,9 @@ def build_cluster_result(
         mml,
         no_itl,
     )
-    per_replica = _replica_summaries(run, requests, per_engine, slo, no_itl, closed_by) if replica_summaries else {}
+    per_replica = (
+        _replica_summaries(run, requests, per_engine, slo, no_itl, closed_by) if replica_summaries else {}
+    )
     gated = [r.config for r in run.replicas if r.config.max_num_queued_reqs is not None]
     gated += [r.config for r in run.replicas if r.config.max_num_queued_tokens is not None]
     if gated:  # each replica's API server answers its own 503s; the fleet's counted together

@@ -11,7 +11,6 @@ from servesim.engine.replica import ReplicaView
 from servesim.engine.request import Request
 from servesim.errors import InputError
 
-
 #: Policies that read nothing of the replicas, and those that read only their queue lengths
 #: (``ReplicaView.outstanding``); the others read KV usage and prefix caches too.
 BLIND_POLICIES = frozenset({"round_robin", "random"})

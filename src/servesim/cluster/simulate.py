@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from servesim.cluster import stepping
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
 from servesim.cluster.fleet import FleetBase, Interrupted, Replica, RequestStory
 from servesim.cluster.policies import (
@@ -36,14 +37,13 @@ from servesim.cluster.policies import (
     restart_policy,
 )
 from servesim.cluster.recovery.costs import RecoveryContext
-from servesim.cluster import stepping
 from servesim.cluster.router import Router
 from servesim.cluster.story import engine_story
 from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine
 from servesim.engine.replica import close_unheld
 from servesim.engine.request import OUTCOME_UNFINISHED, Request
-from servesim.engine.stretch_cursor import StretchCursor
 from servesim.engine.request import RUNNING as RUNNING_STATUS
+from servesim.engine.stretch_cursor import StretchCursor
 from servesim.errors import InputError, InternalError, shown
 from servesim.events import (
     Event,

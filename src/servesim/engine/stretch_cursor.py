@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from servesim.errors import InternalError
+
 if TYPE_CHECKING:
     from servesim.engine.decode_group import DecodeGroup
     from servesim.engine.engine import Engine
@@ -34,8 +36,22 @@ class StretchCursor:
     """One replica's queue lengths (``outstanding``) and until when they hold (``bound``: for
     arrivals before it), found by timing its decode stretch ahead (``open``: it can time on)."""
 
-    __slots__ = ("block_size", "bound", "buckets", "ctx", "end", "free", "head", "n", "open",
-                 "outstanding", "per_ctx", "seq", "step", "tail")
+    __slots__ = (
+        "block_size",
+        "bound",
+        "buckets",
+        "ctx",
+        "end",
+        "free",
+        "head",
+        "n",
+        "open",
+        "outstanding",
+        "per_ctx",
+        "seq",
+        "step",
+        "tail",
+    )
 
     def __init__(self) -> None:
         self.bound = 0.0
@@ -55,7 +71,10 @@ class StretchCursor:
         ``free`` blocks in the pool; no member finishes before ``step``."""
         n = group.n
         if engine._terms_n != n:  # the engine's cache: the terms depend on the count alone
-            engine._terms_n, engine._terms = n, engine._decode_terms(n)
+            terms_of = engine._decode_terms
+            if terms_of is None:
+                raise InternalError("a stretch cursor needs the step-time model's decode terms")
+            engine._terms_n, engine._terms = n, terms_of(n)
         self.head, self.per_ctx, self.tail, self.seq = engine._terms
         self.bound = t
         self.open = True
