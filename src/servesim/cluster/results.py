@@ -103,6 +103,7 @@ def build_cluster_result(
     replica_of = (
         requests["replica"].to_numpy() if "replica" in requests else np.zeros(len(requests), np.int64)
     )
+    closed_by = np.asarray(replica_of, dtype=np.int64)  # the engine that closed each request, -1: none
     requests["replica"] = pd.Series([names[k] if k >= 0 else None for k in replica_of], dtype=object)
     moves = _moves_frame(run)
     counts = moves["req_id"].value_counts()
@@ -128,7 +129,9 @@ def build_cluster_result(
         mml,
         no_itl,
     )
-    per_replica = _replica_summaries(run, requests, per_engine, slo, no_itl) if replica_summaries else {}
+    per_replica = (
+        _replica_summaries(run, requests, per_engine, slo, no_itl, closed_by) if replica_summaries else {}
+    )
     gated = [r.config for r in run.replicas if r.config.max_num_queued_reqs is not None]
     gated += [r.config for r in run.replicas if r.config.max_num_queued_tokens is not None]
     if gated:  # each replica's API server answers its own 503s; the fleet's counted together
@@ -214,16 +217,20 @@ def _replica_summaries(
     per_engine: _EngineFrames,
     slo: SLO | None,
     no_itl: LatencyStats | None,
+    closed_by: np.ndarray,
 ) -> dict[str, SimulationSummary]:
     """Each replica's summary over the requests it finished and the steps of its engines (a
     replica restarted after a failure has more than one)."""
     engines = run.engines
     per_replica: dict[str, SimulationSummary] = {}
+    # Each row's replica slot (-1: none), from the engine that closed it: a replica's rows are
+    # then found by comparing integers, not its name against every row's.
+    slot_of_engine = np.asarray([*run.engine_replica, -1], dtype=np.int64)
+    slots = slot_of_engine[closed_by] if len(requests) else np.zeros(0, dtype=np.int64)
     for k, spec in enumerate(run.replicas):
         mine = [i for i, kk in enumerate(run.engine_replica) if kk == k]
-        mask = requests["replica"] == spec.name
         per_replica[spec.name] = summarize(
-            requests[mask].reset_index(drop=True),
+            requests.take(np.flatnonzero(slots == k)).reset_index(drop=True),
             pd.concat([per_engine.steps[i] for i in mine], ignore_index=True),
             np.concatenate([per_engine.weights[i] for i in mine]),
             np.concatenate([per_engine.gaps[i] for i in mine]),

@@ -11,6 +11,11 @@ from servesim.engine.replica import ReplicaView
 from servesim.engine.request import Request
 from servesim.errors import InputError
 
+#: Policies that read nothing of the replicas, and those that read only their queue lengths
+#: (``ReplicaView.outstanding``); the others read KV usage and prefix caches too.
+BLIND_POLICIES = frozenset({"round_robin", "random"})
+QUEUE_POLICIES = frozenset({"least_outstanding", "power_of_two"})
+
 
 class Router:
     """Picks a replica index for each request; deterministic for a given seed."""
@@ -20,11 +25,32 @@ class Router:
         self._rng = random.Random(spec.seed)
         self._turn = 0
 
-    def pick(self, r: Request, replicas: Sequence[ReplicaView], eligible: Sequence[int]) -> int:
+    @property
+    def reads(self) -> str:
+        """What the policy reads of the replicas at an arrival: "nothing", "queues" (their
+        ``outstanding``) or "state" (KV usage, prefix caches too). A cluster need not advance a
+        replica to an arrival that cannot change what its router reads of it there."""
+        policy = self.spec.policy
+        if policy in BLIND_POLICIES:
+            return "nothing"
+        return "queues" if policy in QUEUE_POLICIES else "state"
+
+    def pick(
+        self,
+        r: Request,
+        replicas: Sequence[ReplicaView],
+        eligible: Sequence[int],
+        queues: Sequence[int] | None = None,
+    ) -> int:
+        """The replica for ``r`` among ``eligible``; ``queues``, when given, is each replica's
+        ``outstanding`` already read (a cluster keeps them: the same picks, without a call into
+        every replica at every arrival)."""
         if not eligible:
             raise InputError("no replica can take requests")
         policy = self.spec.policy
         self._turn += 1
+        if queues is not None and policy == "least_outstanding" and len(eligible) == len(queues):
+            return _least_queue(queues, self._turn % len(queues))
         order = list(eligible)
         if policy == "round_robin":
             return order[(self._turn - 1) % len(order)]
@@ -34,6 +60,8 @@ class Router:
             if len(order) == 1:
                 return order[0]
             a, b = self._rng.sample(order, 2)
+            if queues is not None:
+                return a if queues[a] <= queues[b] else b
             return a if replicas[a].outstanding <= replicas[b].outstanding else b
         shift = self._turn % len(order)
         if policy == "least_outstanding":
@@ -82,3 +110,13 @@ def _least_outstanding(replicas: Sequence[ReplicaView], order: list[int], shift:
         if v < least:
             best, least = k, v
     return best
+
+
+def _least_queue(queues: Sequence[int], shift: int) -> int:
+    """``_least_outstanding`` over every replica, from their queue lengths: the first replica
+    with the fewest from ``shift`` on, else from 0 (two passes in C, none in Python)."""
+    least = min(queues)
+    try:
+        return queues.index(least, shift)
+    except ValueError:
+        return queues.index(least)

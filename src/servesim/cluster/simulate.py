@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from servesim.cluster import stepping
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
 from servesim.cluster.fleet import FleetBase, Interrupted, Replica, RequestStory
 from servesim.cluster.policies import (
@@ -42,6 +43,7 @@ from servesim.engine.engine import PROGRESS_EVERY_STEPS, Engine
 from servesim.engine.replica import close_unheld
 from servesim.engine.request import OUTCOME_UNFINISHED, Request
 from servesim.engine.request import RUNNING as RUNNING_STATUS
+from servesim.engine.stretch_cursor import StretchCursor
 from servesim.errors import InputError, InternalError, shown
 from servesim.events import (
     Event,
@@ -157,6 +159,16 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         self._next_arrival = 0  # next trace row to route
         # Online runs (``abort``): aborts whose request is in transit wait for it to land.
         self._abort_on_landing: set[int] = set()
+        # Routed arrivals run only the replicas the router may read differently (stepping.py):
+        # those left behind (lagging) and what each one's cursor knows (watched) so far.
+        self.router_reads = self.router.reads
+        self._lazy = self.router_reads != "state"
+        self._behind = self._watching = False
+        self._last_arrival = 0.0
+        self._lagging = [False] * len(replicas)
+        self._watched = [False] * len(replicas)
+        self._cursors = [StretchCursor() for _ in replicas]
+        self.queues = [0] * len(replicas)  # each replica's outstanding, as of a routed arrival
 
     def _new_engine(self, k: int) -> Engine:
         spec = self.replicas[k]
@@ -267,8 +279,12 @@ class ClusterSimulator(FleetBase[ClusterRun]):
             t_ext = min(t_arr, t_ev)
             horizon = t_ext if t_ext < until else until
             if self.emit is None and max_steps == sys.maxsize and not any(self._aborts_after_step):
-                ended, k_step, t_step = self._run_to_event(horizon, t_ext, until)
-                steps += ended
+                if self._lazy and t_arr <= t_ev and t_arr < until:  # a routed arrival is next
+                    steps += stepping.run_to_arrival(self, t_arr)
+                    k_step, t_step = -1, math.inf
+                else:
+                    ended, k_step, t_step = stepping.run_to_event(self, horizon, t_ext, until)
+                    steps += ended
             else:
                 for k, engine in enumerate(self.current):
                     if self.alive[k] and self.inflight[k] is None:
@@ -306,30 +322,6 @@ class ClusterSimulator(FleetBase[ClusterRun]):
             else:
                 t, _kind, _seq, payload = heapq.heappop(self._events)
                 self._handle(t, payload)
-
-    def _run_to_event(self, horizon: float, t_ext: float, until: float) -> tuple[int, int, float]:
-        """Nobody watches the order of the replicas' steps before the next external event and no
-        abort waits for one: each replica runs up to it in one call (``Engine.steps_until``),
-        then begins its next step, as ``advance``'s step-by-step loop would. One pass over the
-        replicas, which also finds the first step in flight to end: (steps ended, its replica,
-        its end). A replica whose step in flight ends after the event is left as it is (what
-        ``steps_until`` would do with it), so a fleet's arrivals cost little per replica."""
-        inflight, alive = self.inflight, self.alive
-        steps, k_step, t_step = 0, -1, math.inf
-        for k, engine in enumerate(self.current):
-            p = inflight[k]
-            if (p is None or (p.end <= t_ext and p.end < until)) and alive[k]:
-                p, ended, last = engine.steps_until(p, horizon, t_ext, until)
-                if ended:
-                    steps += ended
-                    if last > self.now:
-                        self.now = last
-                if p is None:
-                    p = engine.begin_step(horizon)
-                inflight[k] = p
-            if p is not None and p.end < t_step:
-                k_step, t_step = k, p.end
-        return steps, k_step, t_step
 
     def advance_steps(self, n: int) -> int:
         """Exactly ``n`` step ends (fewer only when nothing is left), each one engine step:
@@ -419,9 +411,11 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         if not eligible:
             self._parked.append(r)
             return
-        k = self.router.pick(r, self.views, eligible)
+        queues = self.queues if self._behind and self.router_reads == "queues" else None
+        k = self.router.pick(r, self.views, eligible, queues)
         if self.emit is not None and (moved_from is not None or parked):
             self.emit(Redispatched(t, r.req_id, moved_from, self.replicas[k].name))
+        stepping.catch_up(self, k, t)
         self.current[k].submit(r, t)
 
     def _handle(self, t: float, payload: Payload) -> None:

@@ -22,6 +22,7 @@ COMPILED_MODULES = (
     "recorder",
     "spec_draws",
     "engine",
+    "stretch_cursor",
 )
 
 

@@ -55,7 +55,7 @@ def replica(
     if config.max_model_len is not None:
         mml = config.max_model_len
     else:
-        mml = max((p + o for p, o in zip(t.prompt_len, t.output_len, strict=True)), default=1) + 1
+        mml = t.max_context + 1
         config.check_max_model_len(mml)
     pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
     kv = KVCacheManager(pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl)

@@ -320,13 +320,18 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
     cols: dict[str, np.ndarray] = {}
     closed_by = np.full(len(trace), -1, dtype=np.int64)
     for k, engine in enumerate(engines):
-        rec = engine.rec
-        mine = np.frombuffer(rec.outcome, dtype=np.int64) != 0
-        closed_by[mine] = k
-        for name, dtype in _REQUEST_ARRAYS:
-            arr = np.frombuffer(getattr(rec, name), dtype=dtype)
-            # A view of the first engine's column (closed: never written again), merged by np.where.
-            cols[name] = arr if name not in cols else np.where(mine, arr, cols[name])
+        closed_by[np.frombuffer(engine.rec.outcome, dtype=np.int64) != 0] = k
+    # Each engine's rows (the last engine to close a request has it), found once: merging a
+    # fleet's columns then costs its rows, not its engines times the trace's rows.
+    rows = [np.flatnonzero(closed_by == k) for k in range(1, len(engines))]
+    for name, dtype in _REQUEST_ARRAYS:
+        # A view of the first engine's column (closed: never written again), or a merged copy.
+        col = np.frombuffer(getattr(engines[0].rec, name), dtype=dtype)
+        if rows:
+            col = col.copy()
+            for engine, idx in zip(engines[1:], rows, strict=True):
+                col[idx] = np.frombuffer(getattr(engine.rec, name), dtype=dtype)[idx]
+        cols[name] = col
     t = engines[0].trace
     codes = cols["outcome"]
     first_tok, finish, num_output = cols["first_token"], cols["finish"], cols["num_output"]

@@ -6,6 +6,7 @@ every replica, and builds the requests it routes from them (``make_request``).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,9 @@ class TraceArrays:
         self.arrival: list[float] = df["arrival_time_s"].astype(np.float64).tolist()
         self.prompt_len: list[int] = df["prompt_len"].astype(np.int64).tolist()
         self.output_len: list[int] = df["output_len"].astype(np.int64).tolist()
+        # The longest prompt plus output (1 for no request): what a replica's context limit
+        # defaults to, found once for every replica of a fleet rather than once by each.
+        self.max_context: int = max(map(operator.add, self.prompt_len, self.output_len), default=1)
         self.priority: list[int] = df["priority"].astype(np.int64).tolist()
         self.prefix_len: list[int] = df["prefix_len"].astype(np.int64).tolist()
         groups: dict[str, int] = {}
