@@ -260,10 +260,13 @@ SPEC_CASES_DIR = Path(__file__).parent / "oracle_spec_cases"
 
 
 def spec_case_config(case: dict[str, Any]) -> EngineConfig:
-    """The case's engine config with its speculation: ngram, or a drafter with its own KV
-    (``eagle``: vLLM's k lookahead slots) where the oracle reserved them."""
+    """The case's engine config with its speculation: the case's real eagle/eagle3/mtp config, or
+    ngram, or a drafter with its own KV (``eagle``: vLLM's k lookahead slots) where the oracle
+    emulated one on an n-gram config."""
     sp = case["speculative"]
-    method = "eagle" if sp.get("spec_lookahead_tokens") else "ngram"
+    method = sp.get("spec_method", "ngram")
+    if method == "ngram" and sp.get("spec_lookahead_tokens"):
+        method = "eagle"
     keys = EngineConfig.model_fields.keys()
     cfg = {k: v for k, v in case["config"].items() if k in keys}
     cfg["speculative_config"] = {
@@ -278,7 +281,7 @@ def replay_spec(case: dict[str, Any], invariants_every_step: bool = True) -> lis
     """Run a speculative case with vLLM's accepted counts; return every difference (step by step:
     scheduled tokens with drafts, drafts scheduled, accepted, preemptions, finishes, KV, queues)."""
     from servesim.engine.engine import Engine
-    from servesim.engine.speculative import ScriptedAcceptance
+    from servesim.engine.speculative import ScriptedAcceptance, ScriptedDrafts
 
     script: dict[str, list[int]] = {}
     for row in case["steps"]:
@@ -294,6 +297,8 @@ def replay_spec(case: dict[str, Any], invariants_every_step: bool = True) -> lis
         check_invariants=invariants_every_step,
     )
     engine.scheduler.acceptance = ScriptedAcceptance(script)
+    if "draft_lengths" in case["speculative"]:  # a drafter that sometimes proposes fewer than k
+        engine.scheduler.drafts = ScriptedDrafts(case["speculative"]["draft_lengths"])
     engine.run()
     ours = {round(d["start_s"] / case["step_s"]): d for d in log}
     diffs: list[str] = []

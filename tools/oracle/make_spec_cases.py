@@ -49,6 +49,21 @@ FAMILIES = {  # spec family -> make_cases family its trace and config come from
 #: vLLM 0.33's knobs with speculation (issue 49), made only when named: the committed ones with
 #: ``--families spec_scheduled_tokens,spec_cadence,spec_active_seqs --seed 49`` (kept out of
 #: FAMILIES so the default command still draws the older cases again).
+#: Real EAGLE / EAGLE-3 / MTP SpeculativeConfigs (issue 49; ``vllm_oracle.py`` says what the
+#: scheduler reads from them) and drafts shorter than k, made only when named: the ``_short``
+#: families' drafter proposes a seeded length in [0, k] after each step; the committed ones with
+#: ``--families spec_eagle,spec_eagle3,spec_mtp,spec_eagle_short,spec_mtp_short,spec_ngram_short
+#: --seed 4903``. Prefix caching is off for the drafters with their own KV: with it on, vLLM 0.33
+#: hashes each block with the next token (``num_hash_lookahead_tokens`` = 1), which servesim does
+#: not model.
+DRAFTER_FAMILIES = {
+    "spec_eagle": ("pressure", "eagle"),
+    "spec_eagle3": ("basic", "eagle3"),
+    "spec_mtp": ("threshold", "mtp"),
+    "spec_eagle_short": ("pressure", "eagle"),
+    "spec_mtp_short": ("basic", "mtp"),
+    "spec_ngram_short": ("prefix", "ngram"),
+}
 KNOB_FAMILIES = {
     "spec_scheduled_tokens": "scheduled_tokens",
     "spec_cadence": "cadence",
@@ -61,6 +76,16 @@ def spec_steps(records: list[dict]) -> list[list]:
     return [[*step_row(d), d["spec_scheduled"], d["spec_accepted"]] for d in records]
 
 
+def draft_lengths(records: list[dict]) -> dict[str, list[int]]:
+    """Each request's proposed draft counts in order (what vLLM's scheduler was given): stored in
+    the case's ``speculative`` (an output of the run, not a config key) for servesim's replay."""
+    lengths: dict[str, list[int]] = {}
+    for d in records:
+        for rid, n_d in d["spec_proposed"].items():
+            lengths.setdefault(rid, []).append(n_d)
+    return lengths
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -68,7 +93,7 @@ def main() -> int:
     ap.add_argument("--families", help="comma-separated families to make (default: FAMILIES, in order)")
     add_out_args(ap)
     args = ap.parse_args()
-    known = {**FAMILIES, **KNOB_FAMILIES}
+    known = {**FAMILIES, **KNOB_FAMILIES, **{f: b for f, (b, _) in DRAFTER_FAMILIES.items()}}
     chosen = args.families.split(",") if args.families else list(FAMILIES)
     unknown = [f for f in chosen if f not in known]
     if unknown:
@@ -92,12 +117,20 @@ def main() -> int:
                     "spec_accept_rates": [round(rng.uniform(0.2, 0.95), 2) for _ in range(rng.randint(1, k))],
                     "spec_accept_seed": rng.randint(0, 1000),
                 }
+                if fam in DRAFTER_FAMILIES:
+                    spec["spec_method"] = DRAFTER_FAMILIES[fam][1]
+                    if spec["spec_method"] != "ngram":
+                        cfg["enable_prefix_caching"] = False
+                    if fam.endswith("_short"):
+                        spec["spec_draft_min"] = 0
                 if fam == "spec_lookahead":
                     cfg["enable_prefix_caching"] = False
                     spec["spec_lookahead_tokens"] = k
                 name = f"{fam}_{j:02d}"
                 summary, records = run_oracle(vllm_oracle, td, name, rows, {**cfg, **spec})
                 steps = spec_steps(records)
+                if spec.get("spec_draft_min") is not None:
+                    spec["draft_lengths"] = draft_lengths(records)
                 case = {
                     "name": name,
                     "vllm_version": summary["vllm_version"],

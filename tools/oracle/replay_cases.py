@@ -89,7 +89,7 @@ def vllm_replayer() -> Callable[[dict[str, Any]], list[str]]:
     oracle = load_oracle()
     from make_offload_cases import offload_steps
     from make_pd_cases import pd_steps
-    from make_spec_cases import spec_steps
+    from make_spec_cases import draft_lengths, spec_steps
 
     builders: dict[str, Callable[[list[dict]], list[list]]] = {
         "plain": plain_steps,
@@ -100,10 +100,14 @@ def vllm_replayer() -> Callable[[dict[str, Any]], list[str]]:
     td = tempfile.mkdtemp(prefix="servesim-replay-")
 
     def replay(case: dict[str, Any]) -> list[str]:
-        cfg = {**case["config"], **case.get("speculative", {})}
+        spec = dict(case.get("speculative", {}))
+        stored_lengths = spec.pop("draft_lengths", None)  # recorded by the run, not a config key
+        cfg = {**case["config"], **spec}
         summary, records = run_oracle(oracle, td, case["name"], case["trace"], cfg)
         got = json.loads(json.dumps(builders[case_kind(case)](records)))  # tuples as JSON stores them
         diffs = _first_differences(case["steps"], got)
+        if stored_lengths is not None and draft_lengths(records) != stored_lengths:
+            diffs.append("draft lengths: the drafter proposed other lengths than stored")
         if summary["total_preemptions"] != case["total_preemptions"]:
             diffs.append(
                 f"preemptions: stored {case['total_preemptions']} replayed {summary['total_preemptions']}"

@@ -111,6 +111,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # = k) on the ngram config, whose proposer needs no weights: the scheduler's lookahead slots
     # are set to this (only meaningful without prefix caching: EAGLE's hash lookahead is not).
     "spec_lookahead_tokens": None,
+    # Drafts shorter than k: the fake drafter proposes a seeded length in [spec_draft_min, k] per
+    # (spec_accept_seed, request, proposal) (vLLM's scheduler takes any list up to k); None: k.
+    "spec_draft_min": None,
     # --- async scheduling (servesim addition) ---
     # True: vLLM's AsyncScheduler driven as EngineCore.step_with_batch_queue drives it (a queue of
     # two): step k is scheduled before step k-1's output is applied. Plain cases only.
@@ -370,14 +373,34 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
     if cfg.get("spec_method"):
         from vllm.config import SpeculativeConfig
 
-        if cfg["spec_method"] != "ngram":
-            raise SystemExit("spec_method: only 'ngram' runs without draft weights")
-        speculative_config = SpeculativeConfig(
-            method="ngram",
-            num_speculative_tokens=int(cfg["num_speculative_tokens"]),
-            prompt_lookup_max=3,
-            prompt_lookup_min=1,
-        )
+        if cfg["spec_method"] == "ngram":
+            speculative_config = SpeculativeConfig(
+                method="ngram",
+                num_speculative_tokens=int(cfg["num_speculative_tokens"]),
+                prompt_lookup_max=3,
+                prompt_lookup_min=1,
+            )
+        elif cfg["spec_method"] in ("eagle", "eagle3", "mtp"):
+            # A real SpeculativeConfig without a draft model: its __post_init__ for eagle/mtp loads
+            # the draft's HF config (weights, network), so it is validated as an n-gram config
+            # (every field at vLLM's default) and its method then set, with no draft model. What
+            # vLLM reads from it for the scheduler: num_speculative_tokens (k), the method through
+            # use_eagle() (VllmConfig.num_lookahead_tokens = k; num_prefill_lookahead_tokens = 1,
+            # as draft_model_config None makes use_multi_module_mtp() False: a one-module MTP),
+            # use_eagle_block_drop()/disable_eagle_block_drop/disable_lookahead_block_hashes
+            # (num_hash_lookahead_tokens: 1 with prefix caching) and
+            # num_speculative_tokens_per_batch_size (None: no dynamic k).
+            speculative_config = SpeculativeConfig(
+                method="ngram",
+                num_speculative_tokens=int(cfg["num_speculative_tokens"]),
+                prompt_lookup_max=3,
+                prompt_lookup_min=1,
+            )
+            object.__setattr__(speculative_config, "method", cfg["spec_method"])
+            object.__setattr__(speculative_config, "model", None)
+            object.__setattr__(speculative_config, "draft_model_config", None)
+        else:
+            raise SystemExit(f"spec_method: {cfg['spec_method']!r} needs draft weights")
     vllm_config = VllmConfig(
         model_config=model_config,
         scheduler_config=scheduler_config,
@@ -456,6 +479,11 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
         scheduler = AsyncScheduler(**kwargs)
     else:
         scheduler = Scheduler(**kwargs)
+    if cfg.get("spec_method") in ("eagle", "eagle3", "mtp"):  # what the real config gave vLLM
+        k = int(cfg["num_speculative_tokens"])
+        got = (scheduler.use_eagle, scheduler.num_spec_tokens, scheduler.num_lookahead_tokens)
+        if got != (True, k, k) or scheduler.num_prefill_lookahead != 1:
+            raise SystemExit(f"{cfg['spec_method']}: vLLM's scheduler read {got}, not (True, {k}, {k})")
     if cfg.get("spec_lookahead_tokens") is not None:
         if cc.enable_prefix_caching:
             raise SystemExit("spec_lookahead_tokens: only without prefix caching")
@@ -534,6 +562,13 @@ def _accept(cfg: dict[str, Any], rid: str, nth: int, n: int) -> int:
     while a < n and rng.random() < rates[min(a, len(rates) - 1)]:
         a += 1
     return a
+
+
+def _draft_len(cfg: dict[str, Any], rid: str, nth: int) -> int:
+    """Drafts of the nth applied proposal for ``rid``: seeded, uniform in [spec_draft_min, k]."""
+    k = int(cfg["num_speculative_tokens"])
+    rng = random.Random(f"{cfg['spec_accept_seed']}:{rid}:{nth}:draft")
+    return rng.randint(min(int(cfg["spec_draft_min"]), k), k)
 
 
 # ----------------------------------------------------------------------------
@@ -615,6 +650,7 @@ def run(
 
     spec_on = bool(cfg.get("spec_method"))
     spec_count: dict[str, int] = {}
+    draft_count: dict[str, int] = {}
     pending = list(trace)
     nxt = 0
     step = 0
@@ -823,12 +859,26 @@ def run(
             elif not async_mode:
                 rec_step = step
             engine_outs = scheduler.update_from_output(so, mro)
+            proposed: dict[str, int] = {}
             if spec_on:  # the drafter proposes k drafts for every request that ran (EngineCore.post_step)
                 from vllm.v1.outputs import DraftTokenIds
 
                 k = int(cfg["num_speculative_tokens"])
+                lens = []
+                for rid in req_ids:
+                    n_d = k
+                    req = scheduler.requests.get(rid)
+                    # the proposals vLLM applies (update_draft_token_ids skips the others)
+                    live = req is not None and not req.is_finished() and not req.is_prefill_chunk
+                    if live and cfg.get("spec_draft_min") is not None:
+                        nth = draft_count.get(rid, 0)
+                        draft_count[rid] = nth + 1
+                        n_d = _draft_len(cfg, rid, nth)
+                    if live:
+                        proposed[rid] = n_d
+                    lens.append(n_d)
                 scheduler.update_draft_token_ids(
-                    DraftTokenIds(req_ids=list(req_ids), draft_token_ids=[[sampled_tok] * k for _ in req_ids])
+                    DraftTokenIds(req_ids=list(req_ids), draft_token_ids=[[sampled_tok] * n for n in lens])
                 )
             step_times.append(time.perf_counter() - t0)
             # ---------------------------------------------------------------
@@ -909,6 +959,7 @@ def run(
             if spec_on:
                 rec["spec_scheduled"] = spec_sched
                 rec["spec_accepted"] = accepted
+                rec["spec_proposed"] = proposed
             if scheduler.connector is not None:
                 rec["offload"] = xfer_log
                 rec["waiting_for_kv"] = sorted(

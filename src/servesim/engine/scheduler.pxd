@@ -15,7 +15,7 @@ cdef class Scheduler:
     cdef public long long input_budget, max_num_active, mbt, prefill_interval
     cdef public bint adaptive
     cdef public PrefillCadence cadence
-    cdef public object acceptance
+    cdef public object acceptance, drafts
     cdef public bint chunked, priority, protect_starved, boost_starved, async_sched
     cdef public list running, explicit
     cdef public object waiting, starvation_threshold, connector, kv_xfer

@@ -113,6 +113,10 @@ class Scheduler:
         self.spec_k = spec.num_speculative_tokens if spec is not None else 0
         self.draft_slots = spec.draft_slots if spec is not None else 0
         self.acceptance: object = None
+        # The drafter's proposal lengths: None proposes k drafts every time (vLLM's EAGLE/MTP and a
+        # matching n-gram); an object with ``proposed(r, k)`` gives fewer (an n-gram miss, or a
+        # recorded run's drafter), which vLLM's scheduler takes as they are.
+        self.drafts: object = None
         self.input_left = 0
         self.spec_drafted = self.spec_accepted = self.spec_verifications = 0  # run totals
         if spec is not None:
@@ -484,8 +488,9 @@ class Scheduler:
         tokens verifies its scheduled drafts; the target accepts ``a`` of ``d`` (the acceptance
         model), so it emits 1 + a tokens and ``num_computed`` steps back by the d - a rejected
         ones (their KV slots stay allocated, as in vLLM, and are overwritten later). Tokens past
-        a stop are trimmed and ``num_computed`` with them. Then the drafter proposes k drafts for
-        every request that sampled and did not finish (vLLM's ``update_draft_token_ids``)."""
+        a stop are trimmed and ``num_computed`` with them. Then the drafter proposes k drafts (or
+        ``drafts.proposed``) for every request that sampled and did not finish (vLLM's
+        ``update_draft_token_ids``)."""
         mml = self.max_model_len
         k = self.spec_k
         kv = self.kv
@@ -532,8 +537,10 @@ class Scheduler:
                 kv.cache_blocks(r, r.num_computed)
             if stop:
                 finished.append(r)
-            else:
+            elif self.drafts is None:
                 r.spec_tokens = k
+            else:
+                r.spec_tokens = self.drafts.proposed(r, k)  # type: ignore[attr-defined]
         return finished
 
     def _draws(self, plan: StepPlan) -> list[int]:

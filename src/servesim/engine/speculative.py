@@ -326,3 +326,23 @@ class ScriptedAcceptance:
         nth = r.spec_verifications
         got = seq[nth] if nth < len(seq) else 0
         return got if got < n else n
+
+
+class ScriptedDrafts:
+    """Draft lengths given per request, one per proposal in order (``Scheduler.drafts``): replays
+    a recorded drafter that sometimes proposes fewer than k (the vLLM oracle's, as an n-gram
+    proposer does on a miss); a proposal beyond the script is k. Lengths are capped at k."""
+
+    __slots__ = ("script", "taken")
+
+    def __init__(self, script: dict[str, list[int]]) -> None:
+        self.script = script  # request id -> drafts of each proposal in order
+        self.taken: dict[str, int] = {}  # request id -> proposals made so far
+
+    def proposed(self, r: Request, k: int) -> int:
+        rid = str(r.req_id)
+        nth = self.taken.get(rid, 0)
+        self.taken[rid] = nth + 1
+        seq = self.script.get(rid, ())
+        got = seq[nth] if nth < len(seq) else k
+        return got if got < k else k
