@@ -51,7 +51,7 @@ TEST_WORKERS ?= 3
 unit: sync  # not under uv run: Ray would start its workers through uv
 	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 	# the engine's oracle and fast == naive tests again, on the pure-Python reference core
-	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n 2 --durations=10 tests/engine
+	SERVESIM_PURE_PYTHON=1 .venv/bin/python -m pytest -n $(TEST_WORKERS) --durations=10 tests/engine
 
 # The type check (a minute on one core) runs beside the tests, not before them.
 test: lint

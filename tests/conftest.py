@@ -34,6 +34,12 @@ def _private_data_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
 LONG = ("slow", "browser", "ray")
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d and d[-1].scope == "module" for d in defs)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long tests first, each group in the order collected: xdist hands tests out in this
@@ -44,10 +50,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     busy, instead of two Ray instances starting at once on a 2-core machine, each twice as slow.
     Those on the shared Ray (tests/ray_session.py) come first, one after another: Ray starts
     once for them all and is down before the ones that start ``servesim emulate`` (its own Ray).
+    The tests of a module that share a module-scoped fixture (a browser and a server, a study,
+    vLLM's oracle) form a group too, so the fixture is built once, not once per worker.
     What any test checks is unchanged."""
     from ray_session import uses_local_ray  # the plugin below, loaded by then (not re-imported)
 
     for item in items:
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+        elif _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
     items.sort(key=lambda item: (not any(item.get_closest_marker(m) for m in LONG), not uses_local_ray(item)))

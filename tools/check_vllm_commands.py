@@ -284,8 +284,14 @@ def oracle_checkable(cmds: list[Command], python: Path) -> tuple[list[Command], 
     missing = {
         flag: module
         for flag, module in NEEDS.items()
-        if subprocess.run(
-            [str(python), "-c", f"import {module}"], capture_output=True, check=False
+        if subprocess.run(  # found, not imported (it imports torch: seconds)
+            [
+                str(python),
+                "-c",
+                f"import importlib.util, sys; sys.exit(not importlib.util.find_spec({module!r}))",
+            ],
+            capture_output=True,
+            check=False,
         ).returncode
     }
     kept = [c for c in cmds if not any(flag in c.argv for flag in missing)]
