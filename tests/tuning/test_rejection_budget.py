@@ -4,13 +4,24 @@ QUEUE_SATURATED, infeasible); 503s count among the rejected, never among the goo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from tuning_helpers import SMALL_SPACE, poisson_workload
+from typer.testing import CliRunner
 
+from servesim.cli.main import app
 from servesim.engine import ConstantStepTime, EngineConfig, LinearStepTime, simulate
 from servesim.errors import InputError
 from servesim.traces.schema import Trace
-from servesim.tuning import FixedHardware, PercentileSLO, TuneSettings, space_from_mapping, tune
+from servesim.tuning import (
+    FixedHardware,
+    PercentileSLO,
+    SchedulerRecommendation,
+    TuneSettings,
+    space_from_mapping,
+    tune,
+)
 from servesim.tuning.evaluate import EvalSettings, measure
 from servesim.tuning.space import Knob, SearchSpace, parse_knob, parse_space
 
@@ -105,3 +116,27 @@ def test_a_limit_the_deployment_sets_is_kept_in_every_trial_unless_searched() ->
     assert SearchSpace().including(base).max_num_queued_reqs == Knob(choices=[100])
     searched = parse_space(["max_num_queued_reqs=none,16"]).including(base)
     assert searched.max_num_queued_reqs == Knob(choices=[None, 16, 100])  # the user's is a point
+
+
+def test_a_recommended_limit_states_how_many_requests_it_turns_away() -> None:
+    """Issue 49's done-when: a recommendation that carries a 503 limit says what it costs, in the
+    human output and in the document (worst fresh seed's share turned away)."""
+    runner = CliRunner()
+    args = [
+        "tune", "poisson_20_rps", "-n", "200", "--linear-step-time", "--num-gpu-blocks", "3000",
+        "--executor", "local", "--slo", "ttft_p99_ms=100000,tpot_p99_ms=100000", "--trials", "2",
+        "--trial-seeds", "1", "--verify-seeds", "2", "--space", "replicas=1", "--space", "max_num_seqs=4",
+        "--max-num-queued-reqs", "6", "--max-rejection-rate", "1", "--storage", "memory",
+    ]  # fmt: skip
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    rec = SchedulerRecommendation.model_validate(json.loads(res.stdout)["recommendation"])
+    assert rec.deployment.max_num_queued_reqs == 6  # the deployment's limit, kept in every trial
+    (why,) = [r for r in rec.reasons if r.kind == "admission"]
+    turned_away = why.facts["rejected_fraction_max"]
+    assert isinstance(turned_away, float) and 0 < turned_away < 1  # 20 req/s into 4 seats: 503s
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0, human.output
+    said = " ".join(human.stdout.split())
+    assert "max_num_queued_reqs 6: vLLM's API server answers HTTP 503 past the limit" in said
+    assert f"turned away {turned_away:.2%} of requests" in said

@@ -288,7 +288,28 @@ def build_reasons(
                 facts={"shed_fraction": Spread.of([r.shed_fraction for r in runs]).mean},
             )
         )
+    out.extend(_admission_reasons(d, runs))
     return out
+
+
+def _admission_reasons(d: Deployment, runs: list[RunMetrics]) -> list[Reason]:
+    """vLLM's 503 limits, when the deployment sets one: how many requests its API server turns
+    away on the fresh seeds (the worst seed; those rejected as too long, a 400, are counted too:
+    both are answered before the engine sees the request). A recommended limit states its cost."""
+    limits = {k: getattr(d, k) for k in ("max_num_queued_reqs", "max_num_queued_tokens")}
+    limits = {k: v for k, v in limits.items() if v is not None}
+    if not limits:
+        return []
+    refused = [r.rejected_fraction - r.shed_fraction for r in runs]
+    knob, value = next(iter(limits.items()))
+    return [
+        Reason(
+            kind="admission",
+            knob=knob,
+            value=value,
+            facts={**limits, "rejected_fraction_max": max(refused), "seeds": len(runs)},
+        )
+    ]
 
 
 def _prediction_reason(

@@ -29,6 +29,7 @@ ReasonKind = Literal[
     "prefix_sharing",
     "gateway",
     "capacity",
+    "admission",
 ]
 Scalar = float | int | str | bool | None
 

@@ -264,6 +264,18 @@ def _gateway(r: Reason) -> str:
     )
 
 
+def _admission(r: Reason) -> str:
+    f = r.facts
+    limits = " and ".join(
+        f"{k} {int(v):,}" for k, v in f.items() if k in ("max_num_queued_reqs", "max_num_queued_tokens") and v
+    )
+    return (
+        f"{limits}: vLLM's API server answers HTTP 503 past the limit; on the worst of {f['seeds']} "
+        f"fresh seeds it turned away {_f(f, 'rejected_fraction_max'):.2%} of requests (503s and "
+        "prompts too long), none of them good"
+    )
+
+
 #: The sentence of each kind of reason.
 _WORDS: dict[str, Callable[[Reason], str]] = {
     "prediction": _prediction,
@@ -276,6 +288,7 @@ _WORDS: dict[str, Callable[[Reason], str]] = {
     "kv_cache": _kv_cache,
     "prefix_sharing": _prefix_sharing,
     "gateway": _gateway,
+    "admission": _admission,
 }
 
 
