@@ -99,7 +99,7 @@ def test_the_503_limits_are_whole_numbers_or_none_and_off_by_default() -> None:
     assert parse_knob("max_num_queued_reqs=none,64,256")[1].choices == [None, 64, 256]
     assert parse_knob("max-num-queued-tokens=4096..65536:log")[1] == Knob(low=4096, high=65536, log=True)
     for bad, says in (
-        ("max_num_queued_reqs=1.5", "not a valid optional int"),
+        ("max_num_queued_reqs=1.5", "not a valid whole number or none"),
         ("max_num_queued_tokens=-1", "max_num_queued_tokens=-1"),
         ("max_num_queued_reqs=16..64:0.5", "whole numbers"),
     ):

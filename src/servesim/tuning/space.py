@@ -73,6 +73,8 @@ KNOBS: dict[str, str] = {
 #: Knobs a study keeps at the deployment's value when the space leaves them off (the 503 limits
 #: a user set are a policy, not a starting point): searched only when ``--space`` names them.
 KEPT_WHEN_NOT_SEARCHED = ("max_num_queued_reqs", "max_num_queued_tokens")
+#: How an error names a kind ("optional" ones also take none: the setting off).
+_KIND_WORDS = {"optional_int": "whole number or none", "optional_float": "number or none"}
 #: The integer kinds (an optional one also takes ``none``: the setting off).
 _INTS = ("int", "optional_int")
 
@@ -431,7 +433,7 @@ def _check_type(name: str, kind: str, v: Value) -> None:
         "optional_int": v is None or (isinstance(v, int) and not isinstance(v, bool)),
     }[kind]
     if not ok:
-        raise InputError(f"{name}: {shown(v)} is not a valid {kind.replace('_', ' ')} value")
+        raise InputError(f"{name}: {shown(v)} is not a valid {_KIND_WORDS.get(kind, kind)} value")
 
 
 class _Pick:
@@ -594,7 +596,7 @@ def _parse_value(name: str, kind: str, text: str) -> Value:
     try:
         value = int(t) if kind in _INTS else float(t)
     except ValueError:
-        raise InputError(f"{name}: {shown(text)} is not a valid {kind.replace('_', ' ')}") from None
+        raise InputError(f"{name}: {shown(text)} is not a valid {_KIND_WORDS.get(kind, kind)}") from None
     if not math.isfinite(value):
         raise InputError(f"{name}: {shown(text)} is not a finite number")
     return value
