@@ -66,7 +66,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 out = proc.stdout.read().decode() if proc.stdout else ""
                 raise RuntimeError(f"servesim serve did not start: {out[-2000:]}")
             time.sleep(0.2)
-        # Every test finds a trace, whatever order the tests run in (pytest-randomly shuffles them).
+        # Every test finds a trace, whatever order the tests run in.
         r = httpx.post(url + "/api/traces/generate", json={"num_requests": 200, "seed": 2}, timeout=60)
         assert r.status_code == 201, r.text
         yield url
@@ -395,6 +395,14 @@ def test_measured_vs_simulated_overlay_and_a_bad_benchmark_file(page: Any) -> No
     page.wait_for_selector("#bench-errors table")
     assert "num_prompts" in (page.text_content("#bench-errors tbody") or "")
     good = json.dumps(bench_result(60)).encode()
+    # A loaded server: the list of benchmarks answers late.
+    # "stored" must not show before Simulate can use the file.
+    page.evaluate(
+        """() => { const f = window.fetch; window.fetch = async (url, opts) => {
+             if (String(url).endsWith('/api/bench') && opts.method === 'GET')
+               await new Promise((r) => setTimeout(r, 1500));
+             return f(url, opts); }; }"""
+    )
     page.set_input_files(
         "#bench-file", files=[{"name": "bench.json", "mimeType": "application/json", "buffer": good}]
     )

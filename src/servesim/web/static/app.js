@@ -491,6 +491,9 @@
     try { await api(`/api/traces/${t.id}`, { method: "DELETE" }); if (state.traceId === t.id) setTrace(null); clear($("trace-summary")); await loadTraces(); }
     catch (e) { toast(e.message); }
   }
+  async function useStored(row) {
+    try { await loadTraces(); await selectTrace(row.id); } catch (e) { toast(e.message); }  // stored all the same
+  }
   async function upload(file) {
     const status = $("trace-status");
     clear($("upload-errors"));
@@ -499,9 +502,8 @@
     const fmt = $("upload-format").value;
     try {
       const row = await api(`/api/traces?name=${encodeURIComponent(file.name)}${fmt ? "&format=" + encodeURIComponent(fmt) : ""}`, { method: "POST", body: file });
+      await useStored(row);  // the page says "stored" once the trace is the one a Run uses, not before
       status.textContent = `${row.name}: ${row.num_requests.toLocaleString("en-US")} requests stored${row.num_dropped ? `, ${row.num_dropped} rows rejected (listed below)` : ""}.`;
-      await loadTraces();
-      await selectTrace(row.id);
     } catch (e) {
       status.className = "status error";
       status.textContent = `${file.name} was not stored.`;
@@ -524,9 +526,8 @@
       status.textContent = "Generating…";
       try {
         const row = await api("/api/traces/generate", { method: "POST", json: { preset: $("gen-preset").value, num_requests: parseInt($("gen-n").value, 10), seed: parseInt($("gen-seed").value, 10) } });
+        await useStored(row);
         status.textContent = `${row.name} stored.`;
-        await loadTraces();
-        await selectTrace(row.id);
       } catch (err) { status.className = "status error"; status.textContent = ""; clear($("upload-errors"), problemBlock(err)); }
     });
   }
@@ -857,12 +858,16 @@
   }
 
   /* ------------------------------------------------------------------ measured vs simulated */
+  let benchLoads = 0;
   async function loadBenches(selected) {
+    const mine = ++benchLoads;  // an older call answering late must not empty the picker a newer one filled
     const rows = await api("/api/bench");
+    if (mine !== benchLoads) return;
     const what = (b) => (b.summary.format === "sim2real" ? `sim2real experiment ${b.summary.experiment} (${b.summary.model_id})`
       : `${b.summary.num_prompts ?? b.summary.completed} prompts at ${b.summary.request_rate} req/s${b.summary.detailed ? "" : " (summary only)"}`);
     fillSelect($("bench-pick"), rows.map((b) => ({ value: b.id, label: `${b.name}: ${what(b)}` })), selected || (rows[0] || {}).value);
     const runs = (await api("/api/runs?kind=simulate")).filter((r) => r.status === "done");
+    if (mine !== benchLoads) return;
     fillSelect($("bench-against"), [{ value: "", label: "its workload, with the Run tab's settings" }, ...runs.map((r) => ({ value: r.id, label: `run ${r.created_at.slice(11, 19)} ${r.title}` }))], $("bench-against").value);
   }
   async function uploadBench(file) {
@@ -872,8 +877,8 @@
     status.textContent = `Uploading ${file.name}…`;
     try {
       const row = await api(`/api/bench?name=${encodeURIComponent(file.name)}`, { method: "POST", body: file, type: "application/json" });
+      try { await loadBenches(row.id); } catch (e) { toast(e.message); }  // the picker holds it before the page says "stored"
       status.textContent = `${row.name} stored: ${Object.keys(row.summary.stats).length} latency metrics${row.summary.detailed ? " with per-request lists" : ""}.`;
-      await loadBenches(row.id);
     } catch (e) {
       status.className = "status error";
       status.textContent = `${file.name} was not stored.`;
