@@ -196,6 +196,34 @@ def test_an_overload_gets_the_capacity_that_meets_the_slo() -> None:
     assert why.value == cap.replicas and "capacity is what is missing" in reason_text(why)
 
 
+def test_capacity_beyond_the_gpu_budget_adds_replicas_to_the_baseline_not_the_trials_changes() -> None:
+    """A trial changing four flags misses on the one GPU allowed; replicas fix it. The answer is
+    the baseline on more replicas (one change), not the trial's four flags plus replicas: the
+    fewest-changes rule runs again with the GPUs the answer needs as the budget."""
+    wl = poisson_workload(n=300, rate=5.0)
+    hw = FixedHardware(LinearStepTime(), 3000)
+    base = Deployment(max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=wl.default_max_model_len())
+    trial = base.model_copy(
+        update={
+            "max_num_seqs": 32,
+            "max_num_batched_tokens": 1024,
+            "block_size": 32,
+            "long_prefill_token_threshold": 512,
+        }
+    )
+    rec = recommend(
+        wl, hw, SLO, [trial], target_rate=60.0, saturation=FAST, add_capacity=True, baseline=base, max_gpus=1
+    )
+    assert rec.verdict == "add_capacity" and rec.meets_slo is True and rec.replicas > 1
+    assert rec.deployment == base.model_copy(update={"replicas": rec.replicas})  # one change: replicas
+    assert not any(n.startswith("none of the first") for n in rec.warnings)  # the replicas met it
+    assert rec.best_alternative is None  # no "keep what you have" beside an add-capacity verdict
+    versus = next(r for r in rec.reasons if r.kind == "versus_baseline")
+    assert [c.knob for c in versus.changes] == ["replicas"]
+    missed = versus.facts["alternative_violations"]
+    assert missed.count("TTFT p99") == 1  # the worst seed's, not one line per seed
+
+
 def test_error_bars_follow_the_measured_sim2real_error() -> None:
     from servesim.tuning.uncertainty import Z80, error_bars, sigma_ln
 

@@ -79,11 +79,21 @@ class RunSummary(BaseModel):
             meets_slo=None if slo is None else (saturated == 0 and all(r.slo_ok for r in runs)),
             slo_pressure=max((worst[m] / c for m, c in caps.items()), default=None),
             binding=binding_metric(worst, caps),
-            violations=list(dict.fromkeys(v for r in runs for v in r.slo_violations)),
+            violations=_worst_violations(runs, worst, slo),
         )
 
     def p99(self) -> dict[str, float]:
         return {"ttft": self.ttft_p99_ms, "tpot": self.tpot_p99_ms, "e2e": self.e2e_p99_ms}
+
+
+def _worst_violations(
+    runs: list[RunMetrics], worst: dict[str, float], slo: PercentileSLO | None
+) -> list[str]:
+    """What the worst seed broke, one line per term (each seed's own lines, unlabelled, read as a
+    list of contradictions: "TTFT p99 9,612 ms > 1,000 ms; ...; TTFT p99 11,145 ms > 1,000 ms")."""
+    if slo is None:
+        return []
+    return slo.violations(worst, min(r.good_fraction for r in runs))
 
 
 def beats(cand: RunSummary, base: RunSummary, tol: Tolerance | None = None) -> bool:

@@ -25,7 +25,7 @@ to review (``requires_human_review`` is always true).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_serializer, model_validator
@@ -212,6 +212,10 @@ class _Pick:
     notes: list[str] = field(default_factory=list)
 
 
+#: The start of the note that nothing verified met the SLO (dropped once replicas were added).
+NONE_MET = "none of the first"
+
+
 def _first_verified(
     ex: Executor,
     candidates: Sequence[Deployment],
@@ -239,7 +243,7 @@ def _first_verified(
     pick = _Pick(d, runs)
     if chosen is None:
         pick.notes.append(
-            f"none of the first {min(len(candidates), max_candidates)} candidates met the SLO on every fresh "
+            f"{NONE_MET} {min(len(candidates), max_candidates)} candidates met the SLO on every fresh "
             "seed; this one is reported with meets_slo false"
         )
     elif index > 0:
@@ -330,7 +334,12 @@ def _capacity(how: _How, pick: _Pick, fewest: bool) -> _Pick:
     if more is None or more_runs is None:
         return pick
     pick.d, pick.runs, pick.verdict = more, more_runs, "add_capacity"
-    again = how.select([more]) if fewest else None
+    pick.alt_sum = None  # a "keep what you have" comparison belonged to the verdict replaced here
+    pick.notes = [n for n in pick.notes if not n.startswith(NONE_MET)]  # the added replicas meet it
+    # The GPUs the answer needs are the budget now: a budget below them left out exactly the
+    # baseline's flags on more replicas, and the pick kept every change of the search's trial.
+    budget = None if how.max_gpus is None else max(how.max_gpus, more.gpus)
+    again = replace(how, max_gpus=budget).select([more]) if fewest else None
     if again is not None:
         pick.d, pick.runs, pick.selection = again.d, again.runs, again.selection
     return pick
