@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,14 @@ def test_help_shows_metavars_not_bool_placeholders() -> None:
         out = _at_80(args)
         assert "<bool>" not in out, args
     assert "--hash-block-size TOKENS" in _at_80(["simulate", "--help"])
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune", "saturate", "cluster"])
+def test_each_flag_states_its_default_once(command: str) -> None:
+    """``--model``'s help read "default llama-3.1-8b; default: None": two defaults, one wrong."""
+    flat = " ".join(_at_80([command, "--help"]).split())
+    flags = re.split(r" (?=--[a-z])", flat)
+    for flag in flags:
+        assert len(re.findall(r"\bdefault\b[ :]", flag)) <= 1 or "by default" in flag, flag
+    model = next(f for f in flags if f.startswith("--model "))
+    assert "default llama-3.1-8b." in model and "None" not in model

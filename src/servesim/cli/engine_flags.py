@@ -65,6 +65,8 @@ def _base(annotation: Any) -> Any:
 def _help(name: str, field: FieldInfo) -> str:
     text = (field.description or name).rstrip(".")
     note = DEFAULT_NOTES.get(name)
+    if note is None and field.default is None and "default" in text:
+        note = ""  # the description says what an unset value means ("default llama-3.1-8b")
     if note is None:
         default = field.default
         note = f"default: {default}"
@@ -115,14 +117,21 @@ def option(
     default = field.default if keep_default else None
     if base is bool:
         if keep_default:
-            return bool, typer.Option(bool(default), f"--{kebab}/--no-{kebab}", help=help_text)
+            # the help says "default: off" already (Click would add "[default: no-...]")
+            return bool, typer.Option(
+                bool(default), f"--{kebab}/--no-{kebab}", help=help_text, show_default=False
+            )
         return bool | None, typer.Option(None, f"--{kebab}/--no-{kebab}", help=help_text)
     if isinstance(base, type) and issubclass(base, BaseModel):  # vLLM's JSON-valued flags
         return str | None, typer.Option(None, help=help_text)
     if get_origin(base) is Literal:  # a choice (Typer lists the values and names the flag)
-        return (base if keep_default else base | None), typer.Option(default, help=help_text)
+        return (base if keep_default else base | None), typer.Option(
+            default, help=help_text, show_default=False
+        )
     names = ALIASES.get(name, ())
-    return (base if keep_default else base | None), typer.Option(default, *names, help=help_text)
+    return (base if keep_default else base | None), typer.Option(
+        default, *names, help=help_text, show_default=False
+    )
 
 
 def _engine_options() -> dict[str, tuple[Any, Any]]:
