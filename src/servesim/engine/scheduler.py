@@ -124,6 +124,7 @@ class Scheduler:
                 raise InternalError("speculative decoding runs on the plain path (fast=False)")
             self.acceptance = AcceptanceModel(spec.rates(), spec.acceptance_seed)
             kv.lookahead = spec.num_lookahead_tokens
+            kv.hash_lookahead = spec.num_hash_lookahead_tokens(kv.caching)
         # vLLM's KV connector (kv_connector_base.py), asked at vLLM's points, and what the
         # scheduler keeps beside it (kv_transfers.py); None: no connector, none of it runs.
         self.connector = connector
