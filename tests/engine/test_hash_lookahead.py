@@ -77,7 +77,9 @@ def prefix_traces(draw: st.DrawFn) -> tuple[Trace, Trace]:
         }
         groups.append({**row, "prefix_group": f"g{g}", "prefix_len": plen})
         tail = -(-(prompt - plen) // 8)
-        ids.append({**row, "hash_ids": [100 * g + j for j in range(plen // 8)] + list(range(unique, unique + tail))})
+        ids.append(
+            {**row, "hash_ids": [100 * g + j for j in range(plen // 8)] + list(range(unique, unique + tail))}
+        )
         unique += tail
     return (
         Trace.from_records(groups, source="hypothesis"),
@@ -100,7 +102,9 @@ def _log(trace: Trace, config: EngineConfig) -> list[dict[str, Any]]:
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pair=prefix_traces(), bs=st.sampled_from([4, 8, 16]), spare=st.integers(1, 300), k=st.integers(1, 4))
-def test_hash_ids_and_prefix_groups_agree_under_eagle(pair: tuple[Trace, Trace], bs: int, spare: int, k: int) -> None:
+def test_hash_ids_and_prefix_groups_agree_under_eagle(
+    pair: tuple[Trace, Trace], bs: int, spare: int, k: int
+) -> None:
     """The lookahead keys of ``hash_ids`` (the next id joins a block's key) give the same hits,
     evictions and schedule as the prefix-group keys (a block is shared when its next token is)."""
     groups, ids = pair
