@@ -67,9 +67,16 @@ def test_the_sync_engine_does_not_reproduce_the_async_cases() -> None:
 
 
 def test_what_async_scheduling_cannot_run_with_is_refused_in_one_line() -> None:
-    spec = {"method": "eagle", "num_speculative_tokens": 2}
-    with pytest.raises(ValueError, match="async_scheduling with speculative_config"):
-        EngineConfig(async_scheduling=True, speculative_config=spec)
+    for method in ("eagle", "eagle3", "mtp"):  # vLLM's AsyncScheduler runs them (oracle_async_spec_cases)
+        EngineConfig(
+            async_scheduling=True, speculative_config={"method": method, "num_speculative_tokens": 2}
+        )
+    ngram = {"method": "ngram", "num_speculative_tokens": 2}
+    with pytest.raises(ValueError, match="V1 model runner with ngram-based speculative decoding"):
+        EngineConfig(async_scheduling=True, speculative_config=ngram)
+    draft = {"method": "draft_model", "num_speculative_tokens": 2, "model": "llama-3.2-1b"}
+    with pytest.raises(ValueError, match="async_scheduling with draft_model speculation is not modelled"):
+        EngineConfig(async_scheduling=True, speculative_config=draft)
     with pytest.raises(ValueError, match="async_scheduling with kv_offloading_size"):
         EngineConfig(async_scheduling=True, kv_offloading_size=4.0)
     with pytest.raises(ValueError, match="async_scheduling with prefill_schedule_interval"):

@@ -69,6 +69,16 @@ DRAFTER_FAMILIES = {
     "spec_eagle3_prefix": ("prefix_pressure", "eagle3"),
     "spec_mtp_prefix": ("cascade", "mtp"),
     "spec_eagle_prefix_short": ("mixed", "eagle"),
+    # vLLM's AsyncScheduler with a real EAGLE/EAGLE-3/MTP config (``async_scheduling``: the
+    # drafts stay on the worker, the scheduler schedules k placeholders): the committed ones,
+    # in tests/engine/oracle_async_spec_cases/, with ``--families async_eagle,async_eagle3,
+    # async_mtp,async_eagle_prefix,async_mtp_prefix,async_eagle3_priority --seed 4905``.
+    "async_eagle": ("basic", "eagle"),
+    "async_eagle3": ("pressure", "eagle3"),
+    "async_mtp": ("threshold", "mtp"),
+    "async_eagle_prefix": ("prefix", "eagle"),
+    "async_mtp_prefix": ("prefix_pressure", "mtp"),
+    "async_eagle3_priority": ("priority", "eagle3"),
 }
 KNOB_FAMILIES = {
     "spec_scheduled_tokens": "scheduled_tokens",
@@ -129,6 +139,8 @@ def main() -> int:
                         cfg["enable_prefix_caching"] = False
                     if fam.endswith("_short"):
                         spec["spec_draft_min"] = 0
+                    if fam.startswith("async_"):
+                        cfg["async_scheduling"] = True
                 if fam == "spec_lookahead":
                     cfg["enable_prefix_caching"] = False
                     spec["spec_lookahead_tokens"] = k

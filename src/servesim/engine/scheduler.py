@@ -217,7 +217,7 @@ class Scheduler:
             ib -= n + ds
             i += 1
             if r.spec_tokens:  # vLLM: the drafts that fit are verified, the rest dropped
-                sp = n + r.num_computed - r.prompt_len - r.num_output
+                sp = n + r.num_computed - r.prompt_len - r.num_output - r.placeholders
                 r.spec_sched = sp if sp > 0 else 0
                 r.spec_tokens = 0
         self.input_left = ib
@@ -442,7 +442,7 @@ class Scheduler:
 
     def after_schedule(self, plan: StepPlan) -> None:
         """Async scheduling: vLLM's ``_update_after_schedule`` (async_steps.after_schedule)."""
-        async_steps.after_schedule(plan)
+        async_steps.after_schedule(plan, self.spec_k)
 
     # ------------------------------------------------------------------ update
     def update(self, plan: StepPlan, step: int, t_end: float) -> list[Request]:
