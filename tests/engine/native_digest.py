@@ -94,6 +94,36 @@ def speculative_runs() -> None:
         )
         log: list[dict[str, object]] = []
         absorb(simulate(trace, config, model, step_log=log.append), log)
+    # async scheduling's speculative placeholders (async_steps.py on either core's objects), and
+    # the EAGLE hash lookahead over shared prefixes under KV pressure
+    shared = generate_trace(
+        GeneratorSpec(
+            num_requests=300,
+            seed=5,
+            arrival=PoissonArrivals(rate=30.0),
+            prefix=PrefixSpec(num_groups=4, prefix_len=FixedLength(value=256), fraction=0.7),
+        )
+    )
+    eagle3 = {"method": "eagle3", "num_speculative_tokens": 3}
+    for t, config in (
+        (
+            trace,
+            EngineConfig(
+                num_gpu_blocks=900, max_num_seqs=64, async_scheduling=True, speculative_config=eagle3
+            ),
+        ),
+        (
+            shared,
+            EngineConfig(
+                num_gpu_blocks=900,
+                max_num_seqs=64,
+                speculative_config={"method": "mtp", "num_speculative_tokens": 1},
+            ),
+        ),
+        (shared, EngineConfig(num_gpu_blocks=900, async_scheduling=True, speculative_config=eagle3)),
+    ):
+        log = []
+        absorb(simulate(t, config, model, step_log=log.append), log)
 
 
 if __name__ == "__main__":

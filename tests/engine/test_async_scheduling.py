@@ -67,9 +67,16 @@ def test_the_sync_engine_does_not_reproduce_the_async_cases() -> None:
 
 
 def test_what_async_scheduling_cannot_run_with_is_refused_in_one_line() -> None:
-    spec = {"method": "eagle", "num_speculative_tokens": 2}
-    with pytest.raises(ValueError, match="async_scheduling with speculative_config"):
-        EngineConfig(async_scheduling=True, speculative_config=spec)
+    for method in ("eagle", "eagle3", "mtp"):  # vLLM's AsyncScheduler runs them (oracle_async_spec_cases)
+        EngineConfig(
+            async_scheduling=True, speculative_config={"method": method, "num_speculative_tokens": 2}
+        )
+    ngram = {"method": "ngram", "num_speculative_tokens": 2}
+    with pytest.raises(ValueError, match="V1 model runner with ngram-based speculative decoding"):
+        EngineConfig(async_scheduling=True, speculative_config=ngram)
+    draft = {"method": "draft_model", "num_speculative_tokens": 2, "model": "llama-3.2-1b"}
+    with pytest.raises(ValueError, match="async_scheduling with draft_model speculation is not modelled"):
+        EngineConfig(async_scheduling=True, speculative_config=draft)
     with pytest.raises(ValueError, match="async_scheduling with kv_offloading_size"):
         EngineConfig(async_scheduling=True, kv_offloading_size=4.0)
     with pytest.raises(ValueError, match="async_scheduling with prefill_schedule_interval"):
@@ -96,3 +103,52 @@ def test_the_flag_reaches_simulate_and_the_vllm_serve_command(tmp_path: Path) ->
 
 
 runner = CliRunner()
+
+
+def _spec_steps(
+    async_scheduling: bool, accepted: int
+) -> dict[int, tuple[dict[str, int], dict[str, int], list[str]]]:
+    """One 10-token prompt, 3 output tokens, EAGLE with k = 2, the target accepting ``accepted``
+    drafts at every verification: each step's scheduled tokens, drafts and finishes (a
+    ``max_model_len`` of 64, so that vLLM's context cap on the drafts never binds)."""
+    from servesim.engine.engine import Engine
+    from servesim.engine.speculative import ScriptedAcceptance
+
+    trace = Trace.from_records([{"req_id": "r", "arrival_time_s": 0.0, "prompt_len": 10, "output_len": 3}])
+    spec = {"method": "eagle", "num_speculative_tokens": 2, "draft_step_fraction": 0.0}
+    cfg = EngineConfig(async_scheduling=async_scheduling, speculative_config=spec, max_model_len=64)
+    log: list[dict[str, Any]] = []
+    engine = Engine(
+        trace, cfg, ConstantStepTime(step_time_s=STEP), fast=False, step_log=log.append, check_invariants=True
+    )
+    engine.scheduler.acceptance = ScriptedAcceptance({"r": [accepted] * 4})
+    engine.run()
+    return {
+        round(d["start_s"] / STEP): (d["scheduled_tokens"], d["spec_scheduled"], sorted(d["finished"]))
+        for d in log
+    }
+
+
+def test_async_speculation_sizes_the_next_step_as_if_every_draft_in_flight_were_accepted() -> None:
+    # Worked from AsyncScheduler._update_after_schedule and update_from_output. Step 0 prefills
+    # (1 output placeholder, 2 draft placeholders); step 1 is scheduled before step 0's output:
+    # 1 + 2 tokens, 2 drafts (placeholders now 1 + 3). Step 2, before step 1's output: again 3.
+    # All rejected: step 1's output rolls 2 back (num_computed 16 -> 14, placeholders 6 -> 4)
+    # and its token resolves one (3); step 3 then sees num_computed + 2 - placeholders = 13 >=
+    # prompt + max_tokens and schedules nothing, while step 2's token (the third) is in flight.
+    assert _spec_steps(True, 0) == {
+        0: ({"r": 10}, {}, []),
+        1: ({"r": 3}, {"r": 2}, []),
+        2: ({"r": 3}, {"r": 2}, ["r"]),
+        3: ({}, {}, []),
+    }
+    assert _spec_steps(False, 0) == {
+        0: ({"r": 10}, {}, []),
+        1: ({"r": 3}, {"r": 2}, []),
+        2: ({"r": 3}, {"r": 2}, ["r"]),
+    }
+    # All accepted: step 1's output brings 3 tokens and finishes r, but step 2 (scheduled before
+    # it, as if r went on) is in flight already: its drafts are scheduled for a finished request.
+    got = _spec_steps(True, 2)
+    assert got[1] == ({"r": 3}, {"r": 2}, ["r"]) and got[2] == ({"r": 3}, {"r": 2}, [])
+    assert _spec_steps(False, 2) == {0: ({"r": 10}, {}, []), 1: ({"r": 3}, {"r": 2}, ["r"])}

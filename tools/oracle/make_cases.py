@@ -34,6 +34,8 @@ COMMITTED = {
     "pd": CASES_ROOT / "oracle_pd_cases",
     "spec": CASES_ROOT / "oracle_spec_cases",
     "async": CASES_ROOT / "oracle_async_cases",
+    "eagle": CASES_ROOT / "oracle_eagle_cases",
+    "async_spec": CASES_ROOT / "oracle_async_spec_cases",
 }
 
 

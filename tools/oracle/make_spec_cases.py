@@ -53,9 +53,11 @@ FAMILIES = {  # spec family -> make_cases family its trace and config come from
 #: scheduler reads from them) and drafts shorter than k, made only when named: the ``_short``
 #: families' drafter proposes a seeded length in [0, k] after each step; the committed ones with
 #: ``--families spec_eagle,spec_eagle3,spec_mtp,spec_eagle_short,spec_mtp_short,spec_ngram_short
-#: --seed 4903``. Prefix caching is off for the drafters with their own KV: with it on, vLLM 0.33
-#: hashes each block with the next token (``num_hash_lookahead_tokens`` = 1), which servesim does
-#: not model.
+#: --seed 4903``. Prefix caching is off there; the ``_prefix`` families turn it on with shared
+#: prefixes (many of them block-aligned), where vLLM 0.33 hashes each block with the next token
+#: (``num_hash_lookahead_tokens`` = 1) and a hit at a prefix's block boundary comes out a block
+#: shorter: the committed ones with ``--families spec_eagle_prefix,spec_eagle3_prefix,
+#: spec_mtp_prefix,spec_eagle_prefix_short --seed 4904``.
 DRAFTER_FAMILIES = {
     "spec_eagle": ("pressure", "eagle"),
     "spec_eagle3": ("basic", "eagle3"),
@@ -63,6 +65,20 @@ DRAFTER_FAMILIES = {
     "spec_eagle_short": ("pressure", "eagle"),
     "spec_mtp_short": ("basic", "mtp"),
     "spec_ngram_short": ("prefix", "ngram"),
+    "spec_eagle_prefix": ("prefix", "eagle"),
+    "spec_eagle3_prefix": ("prefix_pressure", "eagle3"),
+    "spec_mtp_prefix": ("cascade", "mtp"),
+    "spec_eagle_prefix_short": ("mixed", "eagle"),
+    # vLLM's AsyncScheduler with a real EAGLE/EAGLE-3/MTP config (``async_scheduling``: the
+    # drafts stay on the worker, the scheduler schedules k placeholders): the committed ones,
+    # in tests/engine/oracle_async_spec_cases/, with ``--families async_eagle,async_eagle3,
+    # async_mtp,async_eagle_prefix,async_mtp_prefix,async_eagle3_priority --seed 4905``.
+    "async_eagle": ("basic", "eagle"),
+    "async_eagle3": ("pressure", "eagle3"),
+    "async_mtp": ("threshold", "mtp"),
+    "async_eagle_prefix": ("prefix", "eagle"),
+    "async_mtp_prefix": ("prefix_pressure", "mtp"),
+    "async_eagle3_priority": ("priority", "eagle3"),
 }
 KNOB_FAMILIES = {
     "spec_scheduled_tokens": "scheduled_tokens",
@@ -119,10 +135,12 @@ def main() -> int:
                 }
                 if fam in DRAFTER_FAMILIES:
                     spec["spec_method"] = DRAFTER_FAMILIES[fam][1]
-                    if spec["spec_method"] != "ngram":
+                    if spec["spec_method"] != "ngram" and "_prefix" not in fam:
                         cfg["enable_prefix_caching"] = False
                     if fam.endswith("_short"):
                         spec["spec_draft_min"] = 0
+                    if fam.startswith("async_"):
+                        cfg["async_scheduling"] = True
                 if fam == "spec_lookahead":
                     cfg["enable_prefix_caching"] = False
                     spec["spec_lookahead_tokens"] = k

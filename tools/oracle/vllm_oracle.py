@@ -116,7 +116,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "spec_draft_min": None,
     # --- async scheduling (servesim addition) ---
     # True: vLLM's AsyncScheduler driven as EngineCore.step_with_batch_queue drives it (a queue of
-    # two): step k is scheduled before step k-1's output is applied. Plain cases only.
+    # two): step k is scheduled before step k-1's output is applied. Plain cases, and speculation
+    # with eagle/eagle3/mtp (the drafts then live on the worker: the scheduler schedules its k
+    # placeholders and is never given the drafts, as EngineCore skips update_draft_token_ids).
     "async_scheduling": False,
 }
 
@@ -166,9 +168,16 @@ def load_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     if cfg["finish_mode"] not in ("max_tokens", "eos"):
         raise SystemExit("finish_mode must be 'max_tokens' or 'eos'")
     if cfg["async_scheduling"] and (
-        cfg["kv_offload_chunks"] is not None or cfg["pd_connector"] or cfg["spec_method"]
+        cfg["kv_offload_chunks"] is not None
+        or cfg["pd_connector"]
+        or cfg["spec_method"] not in (None, "eagle", "eagle3", "mtp")
+        or cfg["spec_lookahead_tokens"] is not None
+        or cfg["spec_draft_min"] is not None
     ):
-        raise SystemExit("async_scheduling: only plain cases (no KV connector, no speculation)")
+        raise SystemExit(
+            "async_scheduling: only plain cases and eagle/eagle3/mtp speculation with k drafts "
+            "(no KV connector, no emulated lookahead, no short drafts: the scheduler never sees them)"
+        )
     return cfg
 
 
@@ -719,6 +728,9 @@ def run(
 
                 t0 = time.perf_counter()
                 xfer_log: dict[str, Any] = {"loads": [], "stores": [], "flushed": [], "done": []}
+                # async: the drafter ran on the worker for the requests already running; one
+                # admitted in this step has only the scheduler's padding rows (never accepted)
+                was_running = {r.request_id for r in scheduler.running}
                 so = scheduler.schedule()
                 # ---- fake model runner --------------------------------------
                 sched = so.num_scheduled_tokens
@@ -743,7 +755,10 @@ def run(
                         drafts = so.scheduled_spec_decode_tokens.get(rid) if spec_on else None
                         a = 0
                         if drafts:
-                            if all(t >= 0 for t in drafts):  # padding rows (-1) are never accepted
+                            # padding rows (-1) are never accepted; async drafts are all -1
+                            # placeholders, filled on the worker for a request already running
+                            real = rid in was_running if async_mode else all(t >= 0 for t in drafts)
+                            if real:
                                 n_ver = spec_count.get(rid, 0)
                                 spec_count[rid] = n_ver + 1
                                 a = _accept(cfg, rid, n_ver, len(drafts))
@@ -860,7 +875,9 @@ def run(
                 rec_step = step
             engine_outs = scheduler.update_from_output(so, mro)
             proposed: dict[str, int] = {}
-            if spec_on:  # the drafter proposes k drafts for every request that ran (EngineCore.post_step)
+            # the drafter proposes k drafts for every request that ran (EngineCore.post_step); async:
+            # they stay on the worker (EngineCore skips update_draft_token_ids)
+            if spec_on and not async_mode:
                 from vllm.v1.outputs import DraftTokenIds
 
                 k = int(cfg["num_speculative_tokens"])

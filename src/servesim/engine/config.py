@@ -52,6 +52,28 @@ Quantization = Literal[
     "compressed-tensors",
 ]
 
+#: Speculative methods servesim runs under vLLM's ``AsyncScheduler`` (checked step by step against
+#: it: tests/engine/oracle_async_spec_cases): the drafters with their own KV, whose drafts stay on
+#: the worker while the scheduler schedules k placeholders.
+ASYNC_SPEC_METHODS = ("eagle", "eagle3", "mtp")
+
+
+def _async_spec_refusal(method: str) -> str:
+    """Why ``async_scheduling`` is refused with this speculative method: vLLM's own reason where
+    vLLM refuses it, else what servesim has not modelled."""
+    if method == "ngram":
+        return (
+            "async_scheduling with ngram speculation: vLLM's V1 model runner refuses it ('Async "
+            "scheduling is not supported by the V1 model runner with ngram-based speculative "
+            "decoding') and the V2 runner's n-gram drafts under async scheduling are not modelled; "
+            "set async_scheduling false or use eagle, eagle3 or mtp"
+        )
+    return (
+        f"async_scheduling with {method} speculation is not modelled yet (vLLM runs it, but its "
+        "draft model's extra input rows under async scheduling are not checked against vLLM); set "
+        "async_scheduling false or use eagle, eagle3 or mtp"
+    )
+
 
 class EngineConfig(BaseModel):
     """One vLLM replica's scheduler and KV-cache settings (``vllm serve`` flag names)."""
@@ -222,8 +244,9 @@ class EngineConfig(BaseModel):
                 "requests is not modelled; drop one of them"
             )
         spec = self.speculative_config
+        if self.async_scheduling and spec is not None and spec.method not in ASYNC_SPEC_METHODS:
+            raise ConfigError(_async_spec_refusal(spec.method))
         others = {
-            "speculative_config": spec is not None,
             "kv_offloading_size": self.kv_offloading_size is not None,
             "prefill_schedule_interval": self.prefill_schedule_interval > 1,
         }

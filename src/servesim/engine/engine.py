@@ -227,8 +227,6 @@ class Engine:
         else:
             self._empty_steps = 0
         batch = plan.batch()
-        if self._async:
-            sched.after_schedule(plan)
         terms_of = self._decode_terms
         if terms_of is not None and not batch.prefill_chunks and batch.num_decodes:
             # decode-only: timed as a stretch times its steps (step_time's float, no Python call;
@@ -244,6 +242,8 @@ class Engine:
             draft = plan.draft_time(batch, self._drafter, self._spec_k, self._draft_fraction, self._step_time)
             self.draft_time_s += draft
             dt += draft
+        if self._async:  # after the drafter's passes are timed over the step as scheduled
+            sched.after_schedule(plan)
         if not dt > 0:
             raise InputError(f"step-time model returned {dt!r} s for {batch!r}; it must be > 0")
         n_waiting = len(waiting)

@@ -61,7 +61,7 @@ def _held_blocks(engine: Engine) -> dict[int, int]:
                 raise InternalError(f"{r.req_id} computed past its tokens")
             if not (len(r.blocks) * bs >= r.num_computed):
                 raise InternalError(f"{r.req_id} lacks blocks")
-            known = min(r.num_computed, r.prompt_len + r.num_output) // bs
+            known = min(r.num_computed, r.prompt_len + r.num_output - kv.hash_lookahead) // bs
             lo = (r.num_computed - r.in_flight) // bs if sched.async_sched else known
             if not (lo <= r.num_cached_blocks <= known or (not kv.caching and r.num_cached_blocks == 0)):
                 raise InternalError(f"{r.req_id}: hashed blocks out of step with computed tokens")

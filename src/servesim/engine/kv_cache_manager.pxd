@@ -6,7 +6,7 @@ from servesim.engine.request cimport Request
 
 
 cdef class KVCacheManager:
-    cdef public long long block_size, max_model_len, watermark_blocks, lookahead
+    cdef public long long block_size, max_model_len, watermark_blocks, lookahead, hash_lookahead
     cdef public bint caching, full_sequence_must_fit
     cdef public BlockPool pool
 
@@ -18,7 +18,8 @@ cdef class KVCacheManager:
     @cython.locals(n=cython.longlong, hit=list, m=cython.longlong, per=cython.Py_ssize_t, j=cython.Py_ssize_t,
                    lim=cython.Py_ssize_t, k=cython.Py_ssize_t, rec=list, hashed=dict)
     cpdef list lookup(self, Request r)
-    @cython.locals(full=cython.longlong, start=cython.longlong, shared=cython.longlong, end=cython.longlong)
+    @cython.locals(full=cython.longlong, start=cython.longlong, shared=cython.longlong, end=cython.longlong,
+                   known=cython.longlong)
     cpdef cache_blocks(self, Request r, long long num_tokens)
     @cython.locals(need=cython.longlong)
     cpdef long long blocks_needed_running(self, Request r, long long n) except? -1
@@ -51,5 +52,9 @@ cpdef list shared_id_prefixes(hash_ids, prompt_len, long long hash_block_size)
 @cython.locals(covered=cython.Py_ssize_t, per=cython.Py_ssize_t, n=cython.Py_ssize_t, out=list,
                j=cython.Py_ssize_t, keys=list, i=cython.Py_ssize_t, first=cython.Py_ssize_t,
                last=cython.Py_ssize_t)
-cpdef tuple hash_id_bases(hash_ids, long long hash_block_size, long long block_size, long long prompt_len)
-cpdef list hash_id_keys(hash_ids, long long hash_block_size, long long block_size, long long prompt_len)
+cpdef tuple hash_id_bases(
+    hash_ids, long long hash_block_size, long long block_size, long long prompt_len, long long lookahead=*
+)
+cpdef list hash_id_keys(
+    hash_ids, long long hash_block_size, long long block_size, long long prompt_len, long long lookahead=*
+)

@@ -34,7 +34,7 @@ def group_key(group: int, block: int) -> int:
 
 
 def hash_id_bases(
-    hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int
+    hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int, lookahead: int = 0
 ) -> tuple[list[int], int, int]:
     """Content keys of the full prompt blocks that ``hash_ids`` fully describes, chained, in
     compact form: ``(bases, per, n)``, the key of block ``i < n`` being
@@ -44,10 +44,15 @@ def hash_id_bases(
     blocks tile the hash blocks (``hash_block_size`` a multiple of ``block_size``: Mooncake's 512
     and vLLM's 16) the ``per`` keys inside one hash block are consecutive: one hash, and one base,
     per id, whose keys the block pool files under that base (``BlockPool.register_hashed``).
-    Otherwise every block has its own base (``per`` 1)."""
+    Otherwise every block has its own base (``per`` 1).
+
+    With ``lookahead`` L > 0 (vLLM's ``num_hash_lookahead_tokens``: EAGLE/MTP with prefix
+    caching) a block's hash also covers the L tokens after it, so a block is described only when
+    the ids cover those too, and its key chains the ids up to the one holding its last lookahead
+    token: the last block of one id depends on the next id, so every block has its own base."""
     covered = min(prompt_len, len(hash_ids) * hash_block_size)
-    n = covered // block_size
-    if hash_block_size % block_size == 0:
+    n = max(0, covered - lookahead) // block_size
+    if hash_block_size % block_size == 0 and not lookahead:
         per = hash_block_size // block_size
         out: list[int] = []
         chain = 0
@@ -60,16 +65,18 @@ def hash_id_bases(
     prev = 0
     for i in range(n):
         first = i * block_size
-        last = first + block_size - 1
+        last = first + block_size - 1 + lookahead
         ids = tuple(hash_ids[first // hash_block_size : last // hash_block_size + 1])
         prev = hash((prev, ids, first % hash_block_size)) & _MASK60
         keys.append((prev << 2) | 3)
     return keys, 1, n
 
 
-def hash_id_keys(hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int) -> list[int]:
+def hash_id_keys(
+    hash_ids: list[int], hash_block_size: int, block_size: int, prompt_len: int, lookahead: int = 0
+) -> list[int]:
     """Every content key ``hash_id_bases`` describes, one per full block (for tests and tools)."""
-    bases, per, n = hash_id_bases(hash_ids, hash_block_size, block_size, prompt_len)
+    bases, per, n = hash_id_bases(hash_ids, hash_block_size, block_size, prompt_len, lookahead)
     return [bases[i // per] + 4 * (i % per) for i in range(n)]
 
 
@@ -130,6 +137,7 @@ class KVCacheManager:
         "block_size",
         "caching",
         "full_sequence_must_fit",
+        "hash_lookahead",
         "lookahead",
         "max_model_len",
         "pool",
@@ -153,6 +161,10 @@ class KVCacheManager:
         # vLLM's num_lookahead_tokens: slots a drafter with its own KV writes past the scheduled
         # tokens (speculative decoding; 0 otherwise).
         self.lookahead = 0
+        # vLLM's num_hash_lookahead_tokens: with an EAGLE/MTP drafter and prefix caching each
+        # block's hash covers the next token too (the drafter's KV at the block's last position
+        # reads it), so a block is shared only if that token is, and is hashed only once it exists.
+        self.hash_lookahead = 0
 
     # -- content keys ---------------------------------------------------------------------
     def block_key(self, r: Request, i: int) -> int:
@@ -161,7 +173,7 @@ class KVCacheManager:
         if hk is not None and i < r.num_shared_blocks:
             per = r.hash_per
             return hk[i // per] + 4 * (i % per)
-        if r.group >= 0 and (i + 1) * self.block_size <= r.prefix_len:
+        if r.group >= 0 and (i + 1) * self.block_size + self.hash_lookahead <= r.prefix_len:
             return group_key(r.group, i)
         return unique_key(r.idx, i)
 
@@ -170,10 +182,11 @@ class KVCacheManager:
         leading blocks hold content other requests may share."""
         if r.hash_ids is not None and r.hash_block_size:
             r.hash_keys, r.hash_per, r.num_shared_blocks = hash_id_bases(
-                r.hash_ids, r.hash_block_size, self.block_size, r.prompt_len
+                r.hash_ids, r.hash_block_size, self.block_size, r.prompt_len, self.hash_lookahead
             )
         elif r.group >= 0:
-            r.num_shared_blocks = r.prefix_len // self.block_size
+            shared = r.prefix_len - self.hash_lookahead
+            r.num_shared_blocks = shared // self.block_size if shared > 0 else 0
 
     def is_cached(self, r: Request, i: int) -> bool:
         """Whether the prefix cache holds the content of ``r``'s full block ``i``."""
@@ -230,7 +243,12 @@ class KVCacheManager:
     def cache_blocks(self, r: Request, num_tokens: int) -> None:
         """Mark every block that ``num_tokens`` tokens fill as hashed (vLLM does it at schedule
         time). Blocks with shareable content are published in the hash table right away; blocks
-        only this request could hit are published only if it is preempted (``free_preempted``)."""
+        only this request could hit are published only if it is preempted (``free_preempted``).
+        With a hash lookahead a block is hashed only once the tokens after it exist."""
+        if self.hash_lookahead:
+            known = r.prompt_len + r.num_output - self.hash_lookahead
+            if num_tokens > known:
+                num_tokens = known
         full = num_tokens // self.block_size
         start = r.num_cached_blocks
         if full <= start:

@@ -124,6 +124,7 @@ class Scheduler:
                 raise InternalError("speculative decoding runs on the plain path (fast=False)")
             self.acceptance = AcceptanceModel(spec.rates(), spec.acceptance_seed)
             kv.lookahead = spec.num_lookahead_tokens
+            kv.hash_lookahead = spec.num_hash_lookahead_tokens(kv.caching)
         # vLLM's KV connector (kv_connector_base.py), asked at vLLM's points, and what the
         # scheduler keeps beside it (kv_transfers.py); None: no connector, none of it runs.
         self.connector = connector
@@ -216,7 +217,7 @@ class Scheduler:
             ib -= n + ds
             i += 1
             if r.spec_tokens:  # vLLM: the drafts that fit are verified, the rest dropped
-                sp = n + r.num_computed - r.prompt_len - r.num_output
+                sp = n + r.num_computed - r.prompt_len - r.num_output - r.placeholders
                 r.spec_sched = sp if sp > 0 else 0
                 r.spec_tokens = 0
         self.input_left = ib
@@ -441,7 +442,7 @@ class Scheduler:
 
     def after_schedule(self, plan: StepPlan) -> None:
         """Async scheduling: vLLM's ``_update_after_schedule`` (async_steps.after_schedule)."""
-        async_steps.after_schedule(plan)
+        async_steps.after_schedule(plan, self.spec_k)
 
     # ------------------------------------------------------------------ update
     def update(self, plan: StepPlan, step: int, t_end: float) -> list[Request]:

@@ -216,6 +216,14 @@ class SpeculativeConfig(BaseModel):
         """vLLM's ``VllmConfig.num_lookahead_tokens``: drafters with their own KV write k slots ahead."""
         return 0 if self.method == "ngram" else self.num_speculative_tokens
 
+    def num_hash_lookahead_tokens(self, prefix_caching: bool) -> int:
+        """vLLM's ``VllmConfig.num_hash_lookahead_tokens``: an EAGLE-style drafter (eagle, eagle3,
+        a one-module mtp) builds a position's draft KV from the next token too, so with prefix
+        caching each block's hash covers that token (and vLLM then drops no block from a hit);
+        1 for them, 0 otherwise (servesim refuses speculation with a KV connector, which would
+        keep vLLM's legacy hashes)."""
+        return 1 if prefix_caching and self.method in ("eagle", "eagle3", "mtp") else 0
+
     @property
     def draft_slots(self) -> int:
         """vLLM's ``max_num_new_slots_for_drafting`` (non-parallel drafting)."""

@@ -28,6 +28,7 @@ class StepPlan:
     __slots__ = (
         "carried_prefill",
         "defer_prefill",
+        "drafts",
         "group_ctx_sum",
         "loaded",
         "new",
@@ -53,8 +54,12 @@ class StepPlan:
         # prefill_schedule_interval: the cadence holds prefill this step; the step carries prefill
         self.defer_prefill = False
         self.carried_prefill = False
-        # Async scheduling: per scheduled entry, whether it samples (decided when scheduled).
+        # Async scheduling: per scheduled entry, whether it samples (decided when scheduled),
+        # and with speculation the drafts verified with it (negative: -d padding rows, which
+        # are never accepted), kept with the plan because the next step is scheduled before
+        # this one's output is applied.
         self.samples: list[bool] | None = None
+        self.drafts: list[int] | None = None
 
     def batch(self) -> BatchComposition:
         """What the step computes, for the step-time model (one token = a decode)."""
@@ -95,7 +100,7 @@ class StepPlan:
             return drafter.draft_time(batch, n, ctx) if n else 0.0
         for r, m in self.scheduled:
             c = r.num_computed + m
-            if c >= r.prompt_len + r.num_output:
+            if c >= r.prompt_len + r.num_output + r.placeholders:  # samples (async: not a chunk)
                 n += 1
                 ctx += c
         if n == 0:
