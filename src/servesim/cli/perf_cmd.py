@@ -261,7 +261,9 @@ def profiles_cmd(
 @hardware_flags("model", "gpu", "tp", "gpu_memory_utilization", helps=CALIBRATE_HELPS)
 def calibrate_cmd(
     files: list[Path] = typer.Argument(
-        ..., help="Step-level CSV file(s), or vllm bench serve --save-result JSON file(s)."
+        ...,
+        help="Step-level CSV file(s), vllm bench serve --save-result JSON file(s), or Prometheus "
+        "scrape(s) of vLLM's /metrics (.prom/.txt, with --window-s).",
     ),
     base: str | None = typer.Option(None, "--base", help="Profile to start from (default: the GPU's)."),
     fit: str | None = typer.Option(
@@ -279,6 +281,17 @@ def calibrate_cmd(
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the re-created bench arrivals."),
     workers: int = typer.Option(1, "--workers", min=1, help="Processes for re-simulating bench runs."),
+    window_s: float | None = typer.Option(
+        None, "--window-s", help="Scrapes: the seconds over which the scraped requests arrived."
+    ),
+    before: Path | None = typer.Option(
+        None,
+        "--before",
+        help="Scrapes: the scrape taken at the window's start (default: the server's start).",
+    ),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Scrapes: burstiness of the arrivals (1: Poisson, as vllm bench's default)."
+    ),
     catalog: CatalogOpt = None,
     as_json: AsJson = False,
     *,
@@ -300,6 +313,9 @@ def calibrate_cmd(
             seed=seed,
             workers=workers,
             catalog=catalog,
+            window_s=window_s,
+            before=before,
+            burstiness=burstiness,
         )
         report = calibrate(request, out)
         if as_json:

@@ -45,6 +45,9 @@ class RequestSet:
     max_concurrency: int | None = None
     stage: np.ndarray | None = None  # int64 stage index per request (for per-stage metrics)
     label: str = "workload"
+    #: Latencies as the server measures them (vLLM's /metrics histograms, from the request's
+    #: arrival at the API server): no front-end latency (HTTP, streaming, the client) added.
+    server_side: bool = False
 
     def __len__(self) -> int:
         return len(self.scheduled)
@@ -162,7 +165,7 @@ def _client_round(
     lag = np.zeros(n)
     if profile.async_scheduling and not config.async_scheduling:  # an async engine has it already
         lag = async_lag(arrival, first_sched, steps["start_s"].to_numpy(), steps["duration_s"].to_numpy())
-    extra = lag + profile.frontend_latency_s
+    extra = lag + (0.0 if rs.server_side else profile.frontend_latency_s)
     return res, first_tok - arrival + extra, finish - arrival + extra, nout, lag
 
 

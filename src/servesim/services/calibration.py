@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.errors import InternalError
 from servesim.io import write_text_atomic
 from servesim.perf import PerfError
 from servesim.services.perf import batch_limits, catalog
 
 if TYPE_CHECKING:
-    from servesim.perf import CalibrationReport
+    from servesim.perf import CalibrationReport, WorkloadCase
     from servesim.perf.catalog import Catalog
     from servesim.perf.sim2real import RunSettings, Sim2RealExperiment
 
@@ -55,12 +56,42 @@ class CalibrateRequest(BaseModel):
     seed: int = Field(0, ge=0, description="Seed of the re-created bench arrivals.")
     workers: int = Field(1, ge=1, description="Processes for re-simulating bench runs.")
     catalog: Path | None = None
+    window_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Scrapes: seconds over which the scraped requests arrived.",
+    )
+    before: Path | None = Field(
+        None, description="Scrapes: the scrape at the window's start (None: server start)."
+    )
+    burstiness: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="Scrapes: arrival burstiness (1: Poisson; vllm bench's)."
+    )
 
-    def kind(self) -> Literal["csv", "json"]:
-        kinds = {f.suffix.lower() for f in self.files}
-        if kinds - {".csv", ".json"} or len(kinds) != 1:
-            raise PerfError("give either step-level .csv files or vllm bench .json files (not both)")
-        return "csv" if kinds == {".csv"} else "json"
+    def kind(self) -> Literal["csv", "json", "prom"]:
+        kinds = {SUFFIX_KINDS.get(f.suffix.lower()) for f in self.files}
+        if None in kinds or len(kinds) != 1:
+            raise PerfError(
+                "give step-level .csv files, vllm bench .json files or Prometheus scrapes of vLLM's "
+                "/metrics (.prom, .txt): one kind at a time"
+            )
+        kind: Literal["csv", "json", "prom"] = kinds.pop()  # type: ignore[assignment]
+        if kind == "prom" and self.window_s is None:
+            raise PerfError("a scrape needs --window-s: the seconds over which its requests arrived")
+        if kind == "prom" and self.before is not None and len(self.files) != 1:
+            raise PerfError("--before pairs with one scrape (the window's end), not several")
+        return kind
+
+
+#: File suffix -> what ``calibrate`` reads it as.
+SUFFIX_KINDS: dict[str, Literal["csv", "json", "prom"]] = {
+    ".csv": "csv",
+    ".json": "json",
+    ".prom": "prom",
+    ".txt": "prom",
+    ".metrics": "prom",
+}
 
 
 def _steps(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
@@ -79,7 +110,7 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
     from servesim.perf.catalog import resolve_gpu
 
     if request.model is None or request.gpu is None:
-        raise PerfError("bench results need --model and --gpu (and --tp if not 1)")
+        raise PerfError("bench results and scrapes need --model and --gpu (and --tp if not 1)")
     gpu_name = resolve_gpu(request.gpu, cat).name
     seqs, budget = batch_limits(gpu_name, request.max_num_seqs, request.max_num_batched_tokens)
     defaulted = [
@@ -90,26 +121,28 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
         )
         if given is None
     ]
-    cases = [
-        read_bench_result(
-            f,
-            model=request.model,
-            gpu=request.gpu,
-            tp=request.tp or 1,
-            max_num_seqs=seqs,
-            max_num_batched_tokens=budget,
-            num_gpu_blocks=request.num_gpu_blocks,
-            gpu_memory_utilization=request.gpu_memory_utilization,
-            seed=request.seed,
-            catalog=cat,
-        )
-        for f in request.files
-    ]
+    settings: dict[str, Any] = {
+        "model": request.model,
+        "gpu": request.gpu,
+        "tp": request.tp or 1,
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": budget,
+        "gpu_memory_utilization": request.gpu_memory_utilization,
+        "seed": request.seed,
+        "catalog": cat,
+    }
+    if request.kind() == "prom":
+        cases = [_scrape_case(request, f, settings) for f in request.files]
+    else:
+        cases = [
+            read_bench_result(f, num_gpu_blocks=request.num_gpu_blocks, **settings) for f in request.files
+        ]
     start = resolve_profile(request.base, cases[0].gpu.name)
     names = request.fit
-    if names is None:
+    if names is None:  # a scrape's latencies are the server's: the front end is not in them
+        free = [n for n in BENCH_FIT if not (request.kind() == "prom" and n == "frontend_latency_s")]
         n_targets = sum(len(c.targets) for c in cases)
-        names = list(BENCH_FIT[: max(1, min(len(BENCH_FIT), n_targets))])
+        names = free[: max(1, min(len(free), n_targets))]
     report = calibrate_workloads(cases, base=start, fit=names, workers=request.workers)
     if defaulted:
         note = (
@@ -120,11 +153,39 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
     return report
 
 
+def _scrape_case(request: CalibrateRequest, path: Path, settings: dict[str, Any]) -> WorkloadCase:
+    """One scrape (or a pair, with ``--before``) re-created as a benchmark run."""
+    from servesim.perf.bench_io import bench_case
+    from servesim.perf.prometheus_io import read_scrape, scrape_summary
+
+    after = read_scrape(path)
+    before = read_scrape(request.before) if request.before is not None else None
+    if request.window_s is None:
+        raise InternalError("invariant broken: kind() lets no scrape through without a window")
+    summary = scrape_summary(after, before, request.window_s, request.burstiness)
+    blocks = request.num_gpu_blocks or after.num_gpu_blocks  # vLLM's vllm:cache_config_info
+    return bench_case(
+        summary,
+        str(path),
+        path.stem,
+        num_gpu_blocks=blocks,
+        label=f"scrape {path.name}",
+        server_side=True,
+        **settings,
+    )
+
+
 def calibrate(request: CalibrateRequest, out: Path | None = None) -> CalibrationReport:
     """The fit (``out``: the fitted profile saved there as JSON)."""
     cat = catalog(request.catalog)
-    report = _steps(request, cat) if request.kind() == "csv" else _bench(request, cat)
+    report = _steps(request, cat) if request.kind() == "csv" else _bench(request, cat)  # bench or scrape
     if out is not None:
+        if report.parameters and not any(p.determined for p in report.parameters):
+            names = ", ".join(p.name for p in report.parameters)
+            raise PerfError(
+                f"the fitted profile was not written to {out}: the data determine none of {names} "
+                "(each could move far without changing the fit); fit fewer with --fit, or add measurements"
+            )
         report.profile.save(out)
     return report
 
