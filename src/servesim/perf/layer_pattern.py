@@ -91,7 +91,11 @@ def _chunked(text: Mapping[str, Any], layers: int) -> LayerPattern | None:
         n = sum(1 for f in flags if f)
     else:
         n = layers - layers // (_int(text, "no_rope_layer_interval") or 4)
-    return LayerPattern(kind="chunked_local", layers=n, window=chunk, field="attention_chunk_size") if n else None
+    return (
+        LayerPattern(kind="chunked_local", layers=n, window=chunk, field="attention_chunk_size")
+        if n
+        else None
+    )
 
 
 def _sliding(text: Mapping[str, Any], layers: int, model_type: str) -> LayerPattern | None:
