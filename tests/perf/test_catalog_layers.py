@@ -180,3 +180,12 @@ def test_layer_counts_agree_with_transformers_config_classes() -> None:
     assert windowed["qwen3-32b"] == []
     for name, (layers, _, _) in REFUSED.items():
         assert windowed[name] == ["sliding_attention"] * layers, name
+
+
+def test_the_models_table_says_which_are_refused() -> None:
+    res = CliRunner().invoke(app, ["perf", "models"], env={"COLUMNS": "240"})
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line for line in res.stdout.splitlines() if line.count("│") > 5}
+    assert "refused: sliding window 12/24" in rows["gpt-oss-20b"]
+    assert "refused: chunked local 36/48" in rows["llama-4-scout-17b-16e"]
+    assert "│ full" in rows["glm-4.5"] and "│ MLA" in rows["deepseek-v3"]
