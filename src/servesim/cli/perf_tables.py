@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from servesim.cli.tables import FitTable
 
 if TYPE_CHECKING:
-    from servesim.services.perf import CalibrationReport, Catalog, KVCapacity, StepAnswer
+    from servesim.services.perf import CalibrationReport, Catalog, KVCapacity, ModelSpec, StepAnswer
 
 GiB = 1 << 30
 
@@ -16,9 +16,16 @@ def _gb(x: float) -> str:
     return f"{x / GiB:.2f}"
 
 
+def _attention(m: ModelSpec) -> str:
+    """Full attention / MLA, or why the model is refused (its unmodelled layers)."""
+    if m.layer_pattern is not None:
+        return f"refused: {m.layer_pattern.kind.replace('_', ' ')} {m.layer_pattern.layers}/{m.num_layers}"
+    return "MLA" if m.is_mla else "full"
+
+
 def models_table(cat: Catalog) -> FitTable:
     t = FitTable(title="Models")
-    for col in ("name", "HF id", "params", "layers", "hidden", "heads/KV", "experts", "dtype"):
+    for col in ("name", "HF id", "params", "layers", "hidden", "heads/KV", "experts", "dtype", "attention"):
         t.add_column(col)
     for n, m in sorted(cat.models.items()):
         t.add_row(
@@ -30,6 +37,7 @@ def models_table(cat: Catalog) -> FitTable:
             f"{m.num_attention_heads}/{m.num_kv_heads}",
             f"{m.num_experts} top-{m.experts_per_token}" if m.is_moe else "-",
             m.dtype if m.weight_dtype is None else f"{m.weight_dtype}/{m.dtype}",
+            _attention(m),
         )
     return t
 
