@@ -60,14 +60,14 @@ def skipped_tokens(kind: str, window: int, computed: int) -> int:
 def admission_cap(kind: str, window: int, max_in_flight_tokens: int, max_model_len: int, block_size: int) -> int:
     """Most blocks the full-sequence admission gate reserves for one request in a windowed group
     (``max_admission_blocks_per_request``): the window (sliding: ``window - 1``; chunked: one
-    chunk) plus the tokens that may be in flight, never past ``max_model_len``; -1 for full."""
+    chunk) plus the tokens that may be in flight, never past ``max_model_len`` (a sliding window
+    one block more: it may start inside a block); -1 for full."""
     if kind == "sliding_window":
-        tokens = window - 1 + max_in_flight_tokens
-    elif kind == "chunked_local":
-        tokens = window + max_in_flight_tokens
-    else:
-        return -1
-    return -(-min(tokens, max_model_len) // block_size)
+        # + 1 block: the window need not start at a block boundary (vLLM's own comment)
+        return -(-min(window - 1 + max_in_flight_tokens, max_model_len) // block_size) + 1
+    if kind == "chunked_local":
+        return -(-min(window + max_in_flight_tokens, max_model_len) // block_size)
+    return -1
 
 
 def plan_groups(layers: Sequence[KVCacheGroup]) -> tuple[list[KVCacheGroup], int]:

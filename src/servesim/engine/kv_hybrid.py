@@ -37,7 +37,7 @@ Hit = list[tuple[int, ...]]
 class HybridKVCacheManager(KVCacheManager):
     """Allocates, caches and frees a request's blocks in every KV cache group."""
 
-    __slots__ = ("_caps", "_kinds", "_tracked", "_windows", "spec_groups")
+    __slots__ = ("_caps", "_junction", "_kinds", "_tracked", "_windows", "spec_groups")
 
     def __init__(
         self,
@@ -65,6 +65,9 @@ class HybridKVCacheManager(KVCacheManager):
         # vLLM's ``num_cached_block``: requests whose tables it tracks as running (set by a hit's
         # adoption or by caching a full block), with their hashed block count.
         self._tracked: dict[int, int] = {}
+        # ``request.shared_prefix_boundary``: the longest single group's hit, when a
+        # sliding-window group's was shorter (its last lookup's), whose window it then keeps.
+        self._junction: dict[int, int] = {}
 
     @property
     def num_groups(self) -> int:
@@ -131,9 +134,11 @@ class HybridKVCacheManager(KVCacheManager):
     def lookup(self, r: Request) -> list:  # type: ignore[type-arg]
         """The coordinator's ``find_longest_cache_hit``: one tuple per hit block, one block (or
         the null block) per group."""
+        self._junction.pop(r.idx, None)
         if not self.caching or (r.num_shared_blocks == 0 and r.num_preemptions == 0):
             return []
         length = r.prompt_len + r.num_output - 1
+        longest = 0
         per: dict[int, list[tuple[int, ...]]] = {}
         simple = len(self.spec_groups) == 2 and self.spec_groups[0][0].kind == "full"
         while True:
@@ -144,6 +149,7 @@ class HybridKVCacheManager(KVCacheManager):
                         per[id(spec)] = self._full_hit(r, cur, ids)
                     got = per[id(spec)]
                     cur = min(cur, len(got) * self.block_size)
+                    longest = max(longest, cur)
                     continue
                 if spec.kind == "sliding_window":
                     got = self._window_hit(r, cur, ids, spec.window or 0)
@@ -151,11 +157,14 @@ class HybridKVCacheManager(KVCacheManager):
                     got = self._chunk_hit(r, cur, ids, spec.window or 0)
                 per[id(spec)] = got
                 cur = len(got) * self.block_size
+                longest = max(longest, cur)
             if cur >= length:
                 break
             length = cur
             if simple:
                 break
+        if longest > length:  # a shared prefix a sliding-window group has not cached: pin it
+            self._junction[r.idx] = longest
         n = length // self.block_size
         hit: list[list[int]] = [[] for _ in self._kinds]
         for spec, ids in self.spec_groups:
@@ -168,8 +177,25 @@ class HybridKVCacheManager(KVCacheManager):
         """Whether the first group's cache holds ``r``'s block ``i`` (a router's view)."""
         return self.block_key(r, i) * _GROUP_SLOTS in self.pool.cached
 
+    def _retained(self, r: Request, g: int) -> set[int] | None:
+        """The blocks a sliding-window group publishes (``reachable_block_mask`` under vLLM's
+        default ``prefix_cache_retention_interval`` 0): only the window's blocks ending at a
+        boundary a later request can resume at, the prompt's last token and the shared-prefix
+        junction its lookup found; None (all) for the other kinds, which cache densely."""
+        if self._kinds[g] != "sliding_window":
+            return None
+        bs = self.block_size
+        need = -(-(self._windows[g] - 1) // bs)
+        keep: set[int] = set()
+        for boundary in (r.prompt_len - 1, self._junction.get(r.idx, 0)):
+            if boundary > 0:
+                end = boundary // bs
+                keep.update(range(max(0, end - need), end))
+        return keep
+
     def cache_blocks(self, r: Request, num_tokens: int) -> None:
-        """Publish, in every group, the blocks ``num_tokens`` tokens fill (null blocks skipped)."""
+        """Publish, in every group, the blocks ``num_tokens`` tokens fill (null blocks skipped,
+        and a sliding-window group's unreachable blocks: they stay unhashed)."""
         full = num_tokens // self.block_size
         start = self._tracked.get(r.idx, 0)
         if full <= start:
@@ -177,16 +203,27 @@ class HybridKVCacheManager(KVCacheManager):
         tables: list[list[int]] = r.blocks  # type: ignore[assignment]
         keys = [self.block_key(r, i) * _GROUP_SLOTS for i in range(start, full)]
         for g, table in enumerate(tables):
+            keep = self._retained(r, g)
             blocks = []
             gkeys = []
             for i in range(start, full):
                 b = table[i]
-                if b:
+                if b and (keep is None or i in keep):
                     blocks.append(b)
                     gkeys.append(keys[i - start] + g)
             self.pool.register(blocks, gkeys)
         self._tracked[r.idx] = full
         r.num_cached_blocks = full
+
+    def _free_blocks(self, blocks: list[int]) -> None:
+        """``free_blocks(reversed(blocks))``: the unhashed ones to the queue's head, the tail
+        first; the hashed ones, tail first, behind the cached blocks already queued."""
+        content = self.pool.content
+        hashed = [b for b in blocks if content[b] is not None]
+        if len(hashed) == len(blocks):
+            self.pool.free(blocks, len(blocks), len(blocks))
+            return
+        self.pool.free(hashed + [b for b in blocks if content[b] is None], len(hashed), len(hashed))
 
     # -- allocation -----------------------------------------------------------------------
     def _to_allocate(self, r: Request, g: int, num_tokens: int, hit: Hit, computed: int, cap: bool) -> int:
@@ -222,10 +259,7 @@ class HybridKVCacheManager(KVCacheManager):
                 j -= 1
             if j == k:
                 continue
-            freed = table[j:k]  # type: ignore[index]
-            hashed = min(k, self._tracked.get(r.idx, 0)) - j
-            hashed = hashed if hashed > 0 else 0
-            self.pool.free(freed, hashed, hashed)
+            self._free_blocks(table[j:k])  # type: ignore[index]
             table[j:k] = [0] * (k - j)  # type: ignore[index]
 
     def _add_computed(self, r: Request, hit: Hit, computed: int) -> None:
@@ -307,14 +341,13 @@ class HybridKVCacheManager(KVCacheManager):
     # -- freeing --------------------------------------------------------------------------
     def free(self, r: Request) -> None:
         """Every group's blocks back, group by group, each tail first (its null head left out)."""
-        tracked = self._tracked.pop(r.idx, 0)
+        self._tracked.pop(r.idx, None)
         for table in r.blocks or ():
             j = 0
             while j < len(table) and not table[j]:  # type: ignore[arg-type,index]
                 j += 1
             if j < len(table):  # type: ignore[arg-type]
-                hashed = tracked - j if tracked > j else 0
-                self.pool.free(table[j:], hashed, hashed)  # type: ignore[index]
+                self._free_blocks(table[j:])  # type: ignore[index]
         r.blocks = []
         r.num_cached_blocks = r.num_live_blocks = 0
 
