@@ -74,9 +74,9 @@ def one_sequence_blocks(groups: list[dict], mml: int, bs: int, mbt: int) -> int:
     for g in groups:
         w = g.get("window")
         if g["kind"] == "sliding_window":
-            total += min(full, cdiv(min(w - 1 + mbt, mml), bs) + 1)
+            total += cdiv(min(w - 1 + mbt, mml), bs) + 1
         elif g["kind"] == "chunked_local":
-            total += min(full, cdiv(min(w + mbt, mml), bs))
+            total += cdiv(min(w + mbt, mml), bs)
         else:
             total += full
     return total

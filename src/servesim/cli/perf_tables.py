@@ -17,9 +17,12 @@ def _gb(x: float) -> str:
 
 
 def _attention(m: ModelSpec) -> str:
-    """Full attention / MLA, or why the model is refused (its unmodelled layers)."""
-    if m.layer_pattern is not None:
-        return f"refused: {m.layer_pattern.kind.replace('_', ' ')} {m.layer_pattern.layers}/{m.num_layers}"
+    """Full attention / MLA, its windowed layers (KV cache groups), or why the model is refused
+    (Mamba or linear layers)."""
+    p = m.layer_pattern
+    if p is not None:
+        said = f"{p.kind.replace('_', ' ')} {p.layers}/{m.num_layers}"
+        return said if p.kind in ("sliding_window", "chunked_local") else f"refused: {said}"
     return "MLA" if m.is_mla else "full"
 
 

@@ -100,13 +100,13 @@ def blocks_for_one_sequence(
     groups: Sequence[KVCacheGroup], max_model_len: int, block_size: int, max_in_flight_tokens: int
 ) -> int:
     """Blocks one sequence of ``max_model_len`` tokens may hold at once over all groups (what
-    vLLM checks the pool holds at start-up): every block for a full group, the admission cap
-    for a windowed one."""
+    vLLM checks the pool holds at start-up, ``max_memory_usage_bytes``): every block for a full
+    group, the admission cap for a windowed one."""
     full = -(-max_model_len // block_size)
     total = 0
     for g in groups:
         cap = admission_cap(g.kind, g.window or 0, max_in_flight_tokens, max_model_len, block_size)
-        total += full if cap < 0 else min(cap, full)
+        total += full if cap < 0 else cap
     return total
 
 

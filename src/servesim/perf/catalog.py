@@ -102,7 +102,7 @@ class ModelSpec(BaseModel):
         0, ge=0, description="Parameters outside the text decoder (e.g. a vision encoder), in dtype."
     )
     layer_pattern: LayerPattern | None = Field(
-        None, description="Sliding-window / chunked-local / Mamba layers: servesim refuses the model."
+        None, description="Sliding-window / chunked-local layers (KV cache groups) or Mamba / linear layers (refused)."
     )
     source: str | None = Field(None, description="Where the numbers come from (config.json URL).")
     notes: str | None = None
@@ -285,7 +285,7 @@ class Catalog:
         self._gpu_keys = _index(self.gpus.values(), lambda g: [g.name, *g.aliases])
 
     def model(self, name: str) -> ModelSpec:
-        """The entry to simulate; one with sliding-window / chunked-local / Mamba layers is refused."""
+        """The entry to simulate; one with Mamba or linear-attention layers is refused."""
         spec = self.entry(name)
         refuse_unmodelled(spec)
         return spec
@@ -548,7 +548,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
 
 def resolve_model(name_or_path: str | ModelSpec, catalog: Catalog | None = None) -> ModelSpec:
     """A catalog name, an HF id, or the path of a local ``config.json`` (or its folder); a model
-    with sliding-window / chunked-local / Mamba layers is refused (``perf.layer_pattern``)."""
+    with Mamba or linear-attention layers is refused (``perf.layer_pattern``)."""
     if isinstance(name_or_path, ModelSpec):
         refuse_unmodelled(name_or_path)
         return name_or_path

@@ -1,10 +1,11 @@
-"""Attention layers servesim does not model: sliding-window, chunked-local, Mamba, linear attention.
+"""Attention layers other than full attention: sliding-window, chunked-local, Mamba, linear attention.
 
-servesim sizes every layer's KV cache and attention time as full attention (or MLA). A model whose
-``config.json`` makes some layers keep only a window of tokens (Mistral-style ``sliding_window``,
-Gemma's ``sliding_window_pattern``, gpt-oss' ``layer_types``), attend within fixed chunks (Llama 4's
-``attention_chunk_size``), or keep a recurrent state instead of a KV cache (Mamba, linear attention)
-would be sized wrong without a word, so servesim refuses it and says which layers are the reason.
+A model whose ``config.json`` makes some layers keep only a window of tokens (Mistral-style
+``sliding_window``, Gemma's ``sliding_window_pattern``, gpt-oss' ``layer_types``) or attend within
+fixed chunks (Llama 4's ``attention_chunk_size``) runs as vLLM's hybrid KV cache manager runs it
+(``perf.kv_layout``: KV cache groups). One whose layers keep a recurrent state instead of a KV
+cache (Mamba, linear attention) would be sized wrong without a word, so servesim refuses it and
+says which layers are the reason.
 The pattern is read here from the config names each architecture uses, the way vLLM 0.33 reads them
 (``model_executor/models/llama4.py``, ``gemma3.py``, ``gpt_oss.py``; ``Attention`` falls back to the
 model-wide ``sliding_window`` when a model gives no per-layer one).
@@ -53,8 +54,9 @@ class LayerPattern(BaseModel):
         size = f" of {self.window} tokens" if self.window else ""
         return (
             f"model {shown(model)} uses {_WORDS[self.kind]}{size} in {self.layers} of its {num_layers} "
-            f"layers (config.json: {self.field}); servesim models full attention and MLA only and "
-            "would size its KV cache and attention time wrong, so it does not simulate this model"
+            f"layers (config.json: {self.field}); servesim models full, sliding-window, chunked-local "
+            "and MLA attention only and would size its state and step time wrong, so it does not "
+            "simulate this model"
         )
 
 
@@ -144,8 +146,13 @@ def layer_pattern_of(text: Mapping[str, Any], layers: int, model_type: str) -> L
     )
 
 
+#: The kinds servesim runs as vLLM's hybrid KV cache manager does (``perf.kv_layout``).
+MODELLED: frozenset[str] = frozenset({"sliding_window", "chunked_local"})
+
+
 def refuse_unmodelled(model: Any) -> None:
-    """Raise the one-line refusal for a ``ModelSpec`` with a ``layer_pattern``; pass otherwise."""
+    """Raise the one-line refusal for a ``ModelSpec`` with Mamba or linear-attention layers; pass
+    otherwise (sliding-window and chunked-local layers run as KV cache groups)."""
     pattern: LayerPattern | None = getattr(model, "layer_pattern", None)
-    if pattern is not None:
+    if pattern is not None and pattern.kind not in MODELLED:
         raise UnmodelledLayersError(pattern.sentence(model.name, model.num_layers))
