@@ -1,10 +1,12 @@
-"""Catalog entries from shipped config.json files, and the models servesim refuses to simulate.
+"""Catalog entries from shipped config.json files, their layer patterns, and the models refused.
 
 Each entry below is checked against its published ``config.json`` (shipped in
 ``servesim/data/perf/hf_configs``), its parameter count against its model card, and the layer
 pattern servesim reads (sliding-window, chunked-local) against transformers' own config classes in
-the vLLM oracle virtualenv (skipped where it is absent). A refused model is refused in one line
-through the CLI, whether named from the catalog or given as a config.json path.
+the vLLM oracle virtualenv (skipped where it is absent). Sliding-window and chunked-local models
+run as KV cache groups (tests/perf/test_kv_groups_vllm.py checks their capacity against vLLM); a
+model with Mamba or linear-attention layers is refused in one line through the CLI, whether named
+from the catalog or given as a config.json path.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typer.testing import CliRunner
 
 from servesim.cli.main import app
 from servesim.perf.catalog import load_catalog, model_from_hf_config
-from servesim.perf.layer_pattern import UnmodelledLayersError, layer_pattern_of
+from servesim.perf.layer_pattern import layer_pattern_of
 
 SHIPPED = (
     "qwen3-32b",
@@ -34,7 +36,7 @@ SHIPPED = (
     "gpt-oss-120b",
     "gemma-3-27b",
 )
-REFUSED = {"gpt-oss-20b": (12, 24, 128), "gpt-oss-120b": (18, 36, 128), "gemma-3-27b": (52, 62, 1024)}
+WINDOWED = {"gpt-oss-20b": (12, 24, 128), "gpt-oss-120b": (18, 36, 128), "gemma-3-27b": (52, 62, 1024)}
 _IDENTITY = {"name", "hf_id", "aliases", "source", "notes"}
 
 
@@ -86,53 +88,41 @@ def test_full_attention_models_are_simulated(name: str) -> None:
     assert load_catalog().model(name).layer_pattern is None
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_refused_models_say_why(name: str) -> None:
-    layers, of, window = REFUSED[name]
-    with pytest.raises(
-        UnmodelledLayersError, match=rf"sliding-window attention of {window} tokens in {layers} of its {of}"
-    ):
-        load_catalog().model(name)
+@pytest.mark.parametrize("name", sorted(WINDOWED))
+def test_windowed_models_are_read_and_simulated(name: str) -> None:
+    layers, of, window = WINDOWED[name]
+    spec = load_catalog().model(name)  # no longer refused
+    p = spec.layer_pattern
+    assert p is not None and (p.kind, p.layers, spec.num_layers, p.window) == ("sliding_window", layers, of, window)
 
 
-def _cli_error(model: str) -> str:
-    res = CliRunner().invoke(app, ["simulate", "default", "--model", model, "--gpu", "h200"])
-    assert res.exit_code == 2, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    return lines[0]
+def _cli(args: list[str]) -> Any:
+    return CliRunner().invoke(app, args, env={"COLUMNS": "240"})
 
 
-@pytest.mark.parametrize(
-    ("model", "said"),
-    [
-        (
-            "gpt-oss-20b",
-            "model 'gpt-oss-20b' uses sliding-window attention of 128 tokens in 12 of its 24 layers",
-        ),
-        ("openai/gpt-oss-120b", "model 'gpt-oss-120b' uses sliding-window attention"),
-        (
-            "gemma-3-27b-it",
-            "model 'gemma-3-27b' uses sliding-window attention of 1024 tokens in 52 of its 62",
-        ),
-        ("llama-4-scout", "chunked local attention of 8192 tokens in 36 of its 48 layers"),
-        (
-            "phi-3-mini",
-            "sliding-window attention of 2047 tokens in 32 of its 32 layers (config.json: sliding_window)",
-        ),
-    ],
-)
-def test_the_cli_refuses_them_in_one_line(model: str, said: str) -> None:
-    line = _cli_error(model)
-    assert said in line and "servesim models full attention and MLA only" in line
-
-
-def test_a_config_json_path_is_refused_too(tmp_path: Path) -> None:
+def test_the_cli_sizes_a_windowed_model_as_kv_cache_groups(tmp_path: Path) -> None:
+    """Named from the catalog or given as a config.json path, gpt-oss-20b gets vLLM's two groups."""
     folder = tmp_path / "gpt-oss-20b"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(_shipped("gpt-oss-20b")), encoding="utf-8")
-    assert "model 'gpt-oss-20b' uses sliding-window attention" in _cli_error(str(folder / "config.json"))
+    for model in ("gpt-oss-20b", str(folder / "config.json")):
+        res = _cli(["perf", "memory", "--model", model, "--gpu", "h100", "--json"])
+        assert res.exit_code == 0, res.output
+        cap = json.loads(res.stdout)
+        assert cap["kv_cache_groups"] == [{"kind": "sliding_window", "window": 128}, {"kind": "full", "window": None}]
+        assert cap["layers_per_block"] == 12
+
+
+def test_a_mamba_model_is_refused_in_one_line(tmp_path: Path) -> None:
+    config = {**_shipped("qwen3-32b"), "layers_block_type": ["mamba", "attention"] * 32}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    res = CliRunner().invoke(app, ["simulate", "default", "--model", str(path), "--gpu", "h200"])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "uses Mamba (state-space) layers in 32 of its 64 layers (config.json: layers_block_type)" in lines[0]
+    assert "servesim models full, sliding-window, chunked-local and MLA attention only" in lines[0]
 
 
 def test_mamba_and_linear_layers_are_found_by_their_config_names() -> None:
@@ -168,7 +158,7 @@ print(json.dumps(out))
 @pytest.mark.skipif(_oracle_python() is None, reason="vLLM oracle virtualenv not installed")
 def test_layer_counts_agree_with_transformers_config_classes() -> None:
     """transformers builds each layer's type from the same fields (what vLLM's models read)."""
-    names = {n: str(_config_path(n)) for n in REFUSED} | {"qwen3-32b": str(_config_path("qwen3-32b"))}
+    names = {n: str(_config_path(n)) for n in WINDOWED} | {"qwen3-32b": str(_config_path("qwen3-32b"))}
     res = subprocess.run(
         [str(_oracle_python()), "-c", _ORACLE, json.dumps(names)],
         capture_output=True,
@@ -178,7 +168,7 @@ def test_layer_counts_agree_with_transformers_config_classes() -> None:
     )
     windowed = json.loads(res.stdout.strip().splitlines()[-1])
     assert windowed["qwen3-32b"] == []
-    for name, (layers, _, _) in REFUSED.items():
+    for name, (layers, _, _) in WINDOWED.items():
         assert windowed[name] == ["sliding_attention"] * layers, name
 
 
@@ -186,6 +176,7 @@ def test_the_models_table_says_which_are_refused() -> None:
     res = CliRunner().invoke(app, ["perf", "models"], env={"COLUMNS": "240"})
     assert res.exit_code == 0, res.output
     rows = {line.split("│")[1].strip(): line for line in res.stdout.splitlines() if line.count("│") > 5}
-    assert "refused: sliding window 12/24" in rows["gpt-oss-20b"]
-    assert "refused: chunked local 36/48" in rows["llama-4-scout-17b-16e"]
+    assert "│ sliding window 12/24" in rows["gpt-oss-20b"] and "refused" not in rows["gpt-oss-20b"]
+    assert "│ chunked local 36/48" in rows["llama-4-scout-17b-16e"]
+    assert "refused" not in rows["llama-4-scout-17b-16e"]
     assert "│ full" in rows["glm-4.5"] and "│ MLA" in rows["deepseek-v3"]

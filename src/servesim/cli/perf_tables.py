@@ -86,6 +86,11 @@ def memory_table(cap: KVCapacity, tp: int, gpu_memory_utilization: float) -> Fit
         ("tokens in usable blocks", f"{cap.max_tokens:,}"),
         (f"sequences of {cap.max_model_len} tokens at once", f"{cap.max_concurrency or 0:.2f}"),
     ]
+    if cap.kv_cache_groups:  # a block is one page of one group's layers; each group has a table
+        names = [g.label() for g in cap.kv_cache_groups]
+        labels = ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+        rows.insert(6, ("KV cache groups (one block table each)", labels))
+        rows.insert(7, ("a block: one page of each layer of a group", f"{cap.layers_per_block} layers"))
     for k, v in rows:
         t.add_row(k, v)
     return t

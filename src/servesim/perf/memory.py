@@ -388,6 +388,13 @@ def kv_capacity(
         need_blocks = _hybrid_need(m, groups, mml, block_size, max_num_batched_tokens, per_block, layers)
     if usable < need_blocks:
         fit_tokens = usable * block_size
+        if groups:  # vLLM's estimate_max_model_len: the longest sequence whose need fits
+            lo, hi = 0, mml
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                fits = _hybrid_need(m, groups, mid, block_size, max_num_batched_tokens, per_block, layers) <= usable
+                lo, hi = (mid, hi) if fits else (lo, mid - 1)
+            fit_tokens = lo
         raise MemoryFitError(
             f"{m.name} on {tp} x {g.name}: the KV cache gets {kv_bytes / GiB:.2f} GiB per GPU = {usable} "
             f"usable blocks of {block_size} tokens ({fit_tokens} tokens), but one sequence of "
