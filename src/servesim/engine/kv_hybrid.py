@@ -37,7 +37,7 @@ Hit = list[tuple[int, ...]]
 class HybridKVCacheManager(KVCacheManager):
     """Allocates, caches and frees a request's blocks in every KV cache group."""
 
-    __slots__ = ("_caps", "_junction", "_kinds", "_tracked", "_windows", "spec_groups")
+    __slots__ = ("_caps", "_junction", "_kinds", "_tracked", "_windowed", "_windows", "spec_groups")
 
     def __init__(
         self,
@@ -54,6 +54,7 @@ class HybridKVCacheManager(KVCacheManager):
             raise InternalError(f"{len(groups)} KV cache groups; at most {_GROUP_SLOTS}")
         self._kinds = [g.kind for g in groups]
         self._windows = [g.window or 0 for g in groups]
+        self._windowed = [i for i, g in enumerate(groups) if g.kind != "full"]
         self._caps = [
             admission_cap(g.kind, g.window or 0, max_in_flight_tokens, max_model_len, block_size) for g in groups
         ]
@@ -249,10 +250,11 @@ class HybridKVCacheManager(KVCacheManager):
         if not r.blocks:
             return
         bs = self.block_size
-        for g, table in enumerate(r.blocks):
+        for g in self._windowed:
+            table = r.blocks[g]
             k = skipped_tokens(self._kinds[g], self._windows[g], computed) // bs
-            if k <= 0:
-                continue
+            if k <= 0 or (k <= len(table) and not table[k - 1]):  # type: ignore[arg-type,index]
+                continue  # nothing skipped, or freed already
             k = min(k, len(table))  # type: ignore[arg-type]
             j = k
             while j > 0 and table[j - 1]:  # type: ignore[index]
@@ -295,7 +297,34 @@ class HybridKVCacheManager(KVCacheManager):
                 table.extend(self.pool.get_new_blocks(more))  # type: ignore[attr-defined]
 
     def allocate_running(self, r: Request, n: int) -> bool:
-        return self.allocate_slots(r, n, [], False)
+        """``allocate_slots`` for a running request: no hit, no watermark, no admission gate; each
+        group needs ``required - held`` blocks (what ``get_num_blocks_to_allocate`` comes to when
+        every skipped block lies inside the table, as a running request's always do)."""
+        mml = self.max_model_len
+        bs = self.block_size
+        computed = r.num_computed if r.num_computed < mml else mml
+        self._remove_skipped(r, computed)
+        slots = computed + n + self.lookahead
+        required = -(-(slots if slots < mml else mml) // bs)
+        tables: list[list[int]] = r.blocks  # type: ignore[assignment]
+        need = 0
+        for table in tables:
+            if required > len(table):
+                need += required - len(table)
+        if need:
+            pool = self.pool
+            if need > pool.num_free:
+                return False
+            for table in tables:
+                if required > len(table):
+                    table.extend(pool.get_new_blocks(required - len(table)))
+        if self.caching:
+            t = computed + n
+            nt = r.prompt_len + r.num_output
+            t = t if t < nt else nt
+            if t // bs > self._tracked.get(r.idx, 0):
+                self.cache_blocks(r, t)
+        return True
 
     def blocks_needed_running(self, r: Request, n: int) -> int:
         raise InternalError("the decode group's fast path does not run hybrid KV cache groups")
