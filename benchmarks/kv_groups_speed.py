@@ -36,17 +36,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=20_000)
     args = ap.parse_args()
-    trace = generate_trace(GeneratorSpec(num_requests=args.requests, seed=0, arrival=PoissonArrivals(rate=17.5)))
+    trace = generate_trace(
+        GeneratorSpec(num_requests=args.requests, seed=0, arrival=PoissonArrivals(rate=17.5))
+    )
     print(f"{'layout':32} {'cpu s':>8} {'req/s (cpu)':>12} {'steps':>9} {'max KV %':>9}")
     base = None
     for name, groups, fast in LAYOUTS:
-        cfg = EngineConfig(num_gpu_blocks=30_000, max_num_seqs=256, max_num_batched_tokens=8192, kv_cache_groups=groups)
+        cfg = EngineConfig(
+            num_gpu_blocks=30_000, max_num_seqs=256, max_num_batched_tokens=8192, kv_cache_groups=groups
+        )
         c0 = time.process_time()
         res = simulate(trace, cfg, LinearStepTime(), fast=fast)
         cpu = time.process_time() - c0
         base = base or cpu
         s = res.summary
-        print(f"{name:32} {cpu:8.2f} {args.requests / cpu:12,.0f} {s.num_steps:9,} {s.max_kv_usage:9.1%}  ({cpu / base:.2f}x)")
+        print(
+            f"{name:32} {cpu:8.2f} {args.requests / cpu:12,.0f} {s.num_steps:9,} "
+            f"{s.max_kv_usage:9.1%}  ({cpu / base:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ def test_a_group_kind_and_its_window_go_together() -> None:
 
 
 def _one_request(prompt: int, output: int, groups: list, bs: int, budget: int) -> list[int]:
-    trace = Trace.from_records([{"req_id": "a", "arrival_time_s": 0.0, "prompt_len": prompt, "output_len": output}])
+    trace = Trace.from_records(
+        [{"req_id": "a", "arrival_time_s": 0.0, "prompt_len": prompt, "output_len": output}]
+    )
     cfg = EngineConfig(
         num_gpu_blocks=4000,
         block_size=bs,
@@ -67,7 +69,9 @@ def test_a_sliding_window_holds_the_window_and_the_new_tokens(
     """One request alone, by hand: a step computing ``n`` tokens after ``c`` holds every block up
     to token ``c + n`` in the full group and, in the window's group, the blocks from the one
     holding token ``c - window + 1`` (the oldest the next token attends to) on."""
-    used = _one_request(prompt, output, [KVCacheGroup(kind="sliding_window", window=window), FULL], bs, budget)
+    used = _one_request(
+        prompt, output, [KVCacheGroup(kind="sliding_window", window=window), FULL], bs, budget
+    )
     c, want = 0, []
     while c < prompt + output - 1:
         n = min(budget, prompt - c) if c < prompt else 1

@@ -93,7 +93,12 @@ def test_windowed_models_are_read_and_simulated(name: str) -> None:
     layers, of, window = WINDOWED[name]
     spec = load_catalog().model(name)  # no longer refused
     p = spec.layer_pattern
-    assert p is not None and (p.kind, p.layers, spec.num_layers, p.window) == ("sliding_window", layers, of, window)
+    assert p is not None and (p.kind, p.layers, spec.num_layers, p.window) == (
+        "sliding_window",
+        layers,
+        of,
+        window,
+    )
 
 
 def _cli(args: list[str]) -> Any:
@@ -109,7 +114,10 @@ def test_the_cli_sizes_a_windowed_model_as_kv_cache_groups(tmp_path: Path) -> No
         res = _cli(["perf", "memory", "--model", model, "--gpu", "h100", "--json"])
         assert res.exit_code == 0, res.output
         cap = json.loads(res.stdout)
-        assert cap["kv_cache_groups"] == [{"kind": "sliding_window", "window": 128}, {"kind": "full", "window": None}]
+        assert cap["kv_cache_groups"] == [
+            {"kind": "sliding_window", "window": 128},
+            {"kind": "full", "window": None},
+        ]
         assert cap["layers_per_block"] == 12
 
 
@@ -121,7 +129,9 @@ def test_a_mamba_model_is_refused_in_one_line(tmp_path: Path) -> None:
     assert res.exit_code == 2, res.output
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
-    assert "uses Mamba (state-space) layers in 32 of its 64 layers (config.json: layers_block_type)" in lines[0]
+    assert (
+        "uses Mamba (state-space) layers in 32 of its 64 layers (config.json: layers_block_type)" in lines[0]
+    )
     assert "servesim models full, sliding-window, chunked-local and MLA attention only" in lines[0]
 
 

@@ -26,7 +26,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 #: The text-only model vLLM runs for a multimodal wrapper's decoder.
 TEXT_MODELS = {"gemma3_text": "Gemma3ForCausalLM", "llama4_text": "Llama4ForCausalLM"}
 
@@ -35,7 +34,9 @@ def layer_kinds(text: Any, layers: int) -> list[tuple[str, int | None]]:
     """Each layer's (kind, window) as vLLM's model code builds its attention layer."""
     model_type = getattr(text, "model_type", "")
     if model_type == "gpt_oss":
-        return [("sliding_window", text.sliding_window) if i % 2 == 0 else ("full", None) for i in range(layers)]
+        return [
+            ("sliding_window", text.sliding_window) if i % 2 == 0 else ("full", None) for i in range(layers)
+        ]
     if model_type.startswith("gemma3"):
         return [
             ("sliding_window", text.sliding_window) if t == "sliding_attention" else ("full", None)
@@ -51,7 +52,14 @@ def layer_kinds(text: Any, layers: int) -> list[tuple[str, int | None]]:
 
 
 def size(item: dict[str, Any]) -> dict[str, Any]:
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
     from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout

@@ -12,7 +12,8 @@ full one. ``vllm_oracle.py`` plans the KV cache config from those layer specs wi
 like every maker this one refuses to write into a committed folder unless given ``--force``.
 
 Usage (with the oracle's virtualenv python):
-    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_hybrid_cases.py --out DIR [--seed 0] [--per-family 3]
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_hybrid_cases.py --out DIR [--seed 0] \
+        [--per-family 4]
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import random
 import sys
 import tempfile
-from pathlib import Path
 
 from make_cases import (
     COMMITTED,
@@ -130,7 +130,7 @@ def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-family", type=int, default=3)
+    ap.add_argument("--per-family", type=int, default=4)
     ap.add_argument("--families", help=f"comma-separated, of: {', '.join(FAMILIES)} (default: all)")
     add_out_args(ap)
     args = ap.parse_args()

@@ -64,7 +64,8 @@ def replica(
     kv: KVCacheManager
     if config.hybrid and connector is not None:
         raise ConfigError(
-            "a KV connector (P/D, offload) with sliding-window or chunked-local KV cache groups is not modelled yet"
+            "a KV connector (P/D, offload) with sliding-window or chunked-local KV cache groups "
+            "is not modelled yet"
         )
     if config.hybrid and config.kv_cache_groups:
         # vLLM's max_in_flight_tokens: one batch in flight (sync scheduling, the only one here)

@@ -52,7 +52,7 @@ def _held_blocks(engine: Engine) -> dict[int, int]:
         if not (r.num_output >= 0 and r.num_computed >= 0):
             raise InternalError(f"{r.req_id} has a negative count")
         if isinstance(kv, HybridKVCacheManager):  # one table per group, null blocks (0) left out
-            for table in r.blocks:
+            for table in kv.tables(r):
                 if not (r.num_cached_blocks <= len(table) and len(table) * bs >= r.num_computed):
                     raise InternalError(f"{r.req_id}: a group's table is shorter than its tokens")
             for b in kv.held_blocks(r):

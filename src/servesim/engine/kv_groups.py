@@ -57,7 +57,9 @@ def skipped_tokens(kind: str, window: int, computed: int) -> int:
     return 0
 
 
-def admission_cap(kind: str, window: int, max_in_flight_tokens: int, max_model_len: int, block_size: int) -> int:
+def admission_cap(
+    kind: str, window: int, max_in_flight_tokens: int, max_model_len: int, block_size: int
+) -> int:
     """Most blocks the full-sequence admission gate reserves for one request in a windowed group
     (``max_admission_blocks_per_request``): the window (sliding: ``window - 1``; chunked: one
     chunk) plus the tokens that may be in flight, never past ``max_model_len`` (a sliding window
@@ -79,7 +81,7 @@ def plan_groups(layers: Sequence[KVCacheGroup]) -> tuple[list[KVCacheGroup], int
     if not buckets:
         raise ConfigError("kv_cache_groups: a model needs at least one attention layer")
     if len(buckets) == 1:
-        (spec, n), = buckets.items()
+        ((spec, n),) = buckets.items()
         return [spec], n
     small = min(buckets.values())
     large = max(buckets.values())

@@ -56,7 +56,8 @@ class HybridKVCacheManager(KVCacheManager):
         self._windows = [g.window or 0 for g in groups]
         self._windowed = [i for i, g in enumerate(groups) if g.kind != "full"]
         self._caps = [
-            admission_cap(g.kind, g.window or 0, max_in_flight_tokens, max_model_len, block_size) for g in groups
+            admission_cap(g.kind, g.window or 0, max_in_flight_tokens, max_model_len, block_size)
+            for g in groups
         ]
         # The coordinator's spec groups: groups of one spec are looked up together, full first.
         specs: dict[KVCacheGroup, list[int]] = {}
@@ -383,6 +384,11 @@ class HybridKVCacheManager(KVCacheManager):
     def free_preempted(self, r: Request) -> None:
         """A preempted request's blocks are already published: freeing them keeps them cached."""
         self.free(r)
+
+    @staticmethod
+    def tables(r: Request) -> list[list[int]]:
+        """``r``'s block table of each group (``r.blocks`` holds them for a hybrid model)."""
+        return r.blocks  # type: ignore[return-value]
 
     def held_blocks(self, r: Request) -> list[int]:
         """The real blocks ``r`` holds, over all groups (for the invariant checks)."""

@@ -102,7 +102,9 @@ class ModelSpec(BaseModel):
         0, ge=0, description="Parameters outside the text decoder (e.g. a vision encoder), in dtype."
     )
     layer_pattern: LayerPattern | None = Field(
-        None, description="Sliding-window / chunked-local layers (KV cache groups) or Mamba / linear layers (refused)."
+        None,
+        description="Sliding-window / chunked-local layers (KV cache groups), or Mamba / linear "
+        "layers (refused).",
     )
     source: str | None = Field(None, description="Where the numbers come from (config.json URL).")
     notes: str | None = None

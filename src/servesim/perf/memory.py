@@ -392,7 +392,10 @@ def kv_capacity(
             lo, hi = 0, mml
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                fits = _hybrid_need(m, groups, mid, block_size, max_num_batched_tokens, per_block, layers) <= usable
+                fits = (
+                    _hybrid_need(m, groups, mid, block_size, max_num_batched_tokens, per_block, layers)
+                    <= usable
+                )
                 lo, hi = (mid, hi) if fits else (lo, mid - 1)
             fit_tokens = lo
         raise MemoryFitError(

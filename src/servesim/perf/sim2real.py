@@ -33,8 +33,8 @@ from servesim.errors import InternalError
 from servesim.perf.calibration import CalibrationReport
 from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
 from servesim.perf.errors import BenchResultError, PerfError
-from servesim.perf.memory import kv_capacity
 from servesim.perf.kv_layout import kv_groups
+from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile, resolve_profile
 from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
 from servesim.perf.roofline import RooflineStepTime
