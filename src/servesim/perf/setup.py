@@ -195,6 +195,9 @@ def replica_setup(
         if setup.num_gpu_blocks is not None
         else f"{cfg.num_gpu_blocks:,} KV blocks as given"
     ) + f" ({cfg.num_gpu_blocks - 1:,} usable: vLLM reserves one null block)"
+    if cfg.kv_cache_groups:  # a sliding-window / chunked-local model: one block table per group
+        names = [g.label() for g in cfg.kv_cache_groups]
+        blocks += ", in KV cache groups " + ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
     prof = "" if profile is None else f", profile {profile if isinstance(profile, str) else profile.name}"
     if model is None and (gpu is not None or tp is not None):
         origin = " (no model given: the default model)"
