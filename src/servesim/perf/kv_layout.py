@@ -5,10 +5,10 @@ hybrid KV cache manager: its layers are planned into groups (``engine.kv_groups.
 every group draws blocks from one pool, and a pool block is one page of ``group_size`` layers
 (``get_kv_cache_config_from_groups``: ``num_blocks = memory // (group_size x page)``), not of
 every layer. vLLM turns the hybrid manager off -- every layer then keeps every token, sized and
-scheduled as full attention -- for a KV connector that does not support it (the CPU offload
-connector) and for chunked local attention with an EAGLE-family drafter (``VllmConfig``'s
-``need_disable_hybrid_kv_cache_manager``); ``hybrid_disabled`` says when. Mamba and linear
-attention stay refused (``perf.layer_pattern``).
+scheduled as full attention -- for chunked local attention with an EAGLE-family drafter
+(``VllmConfig``'s ``need_disable_hybrid_kv_cache_manager``; its connectors, the CPU offload and
+NIXL ones, support the hybrid manager, so with them it stays on, and servesim refuses the pair);
+``hybrid_disabled`` says when. Mamba and linear attention stay refused (``perf.layer_pattern``).
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ def layer_kinds(model: ModelSpec) -> list[KVCacheGroup]:
     return rest + windowed if p.field == "use_sliding_window" else windowed + rest
 
 
-def hybrid_disabled(model: ModelSpec, speculative_method: str | None, kv_connector: bool) -> str | None:
+def hybrid_disabled(model: ModelSpec, speculative_method: str | None) -> str | None:
     """Why vLLM runs this model without the hybrid manager, or None when it runs it."""
     p = model.layer_pattern
     if p is None or p.kind not in ("sliding_window", "chunked_local"):
         return None
-    if kv_connector:
-        return "the KV connector (CPU offload) does not support the hybrid KV cache manager"
     if p.kind == "chunked_local" and speculative_method in EAGLE_METHODS:
         return "vLLM turns the hybrid KV cache manager off for chunked local attention with EAGLE"
     return None

@@ -51,7 +51,6 @@ def deployment_setup(
     quantization: str | None = None,
     size_kv_cache: bool = True,
     speculative_method: str | None = None,
-    kv_connector: bool = False,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
     would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
@@ -71,7 +70,7 @@ def deployment_setup(
         )
     notes = [str(w.message) for w in caught]
     check_kv_cache_dtype(step.model, step.gpu, kv_dtype)
-    off = hybrid_disabled(spec, speculative_method, kv_connector)
+    off = hybrid_disabled(spec, speculative_method)
     if off is not None:
         notes.append(f"{spec.name}: sized and scheduled as full attention in every layer ({off})")
     groups, _ = kv_groups(spec, hybrid=off is None)
@@ -182,7 +181,6 @@ def replica_setup(
         quantization=cfg.quantization,
         size_kv_cache=not num_gpu_blocks_given,
         speculative_method=None if cfg.speculative_config is None else cfg.speculative_config.method,
-        kv_connector=cfg.kv_offloading_size is not None,
     )
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
