@@ -33,6 +33,7 @@ from servesim.errors import InternalError
 from servesim.perf.calibration import CalibrationReport
 from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
 from servesim.perf.errors import BenchResultError, PerfError
+from servesim.perf.kv_layout import kv_groups
 from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile, resolve_profile
 from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
@@ -204,6 +205,15 @@ class RunSettings(BaseModel):
     max_rounds: int = 12
 
 
+#: The measured runs' vLLM ran chunked local attention (Llama-4-Scout) without its hybrid KV cache
+#: manager -- vLLM then turned it off by default for chunked local attention (the
+#: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` latency regression), and the runs' own
+#: KV blocks say so: Scout-FP8 at TP 2 on H100 logged 8,253 blocks of 16 tokens, the
+#: full-attention sizing, where the hybrid manager's blocks (one page of 12 layers, not 48) would
+#: be about four times as many. So they are replayed with one full-attention group.
+MEASURED_HYBRID_KV = False
+
+
 def experiment_setup(
     exp: Sim2RealExperiment, profile: HardwareProfile, settings: RunSettings
 ) -> tuple[EngineConfig, RooflineStepTime, dict[str, Any]]:
@@ -226,6 +236,7 @@ def experiment_setup(
             max_num_batched_tokens=exp.max_num_batched_tokens,
             max_num_seqs=exp.max_num_seqs,
             max_model_len=longest,
+            hybrid=MEASURED_HYBRID_KV,
         )
         blocks = cap.num_gpu_blocks
     info["num_gpu_blocks"] = blocks
@@ -235,6 +246,7 @@ def experiment_setup(
         max_num_batched_tokens=exp.max_num_batched_tokens,
         block_size=exp.block_size,
         num_gpu_blocks=blocks,
+        kv_cache_groups=kv_groups(model, hybrid=MEASURED_HYBRID_KV)[0],
     )
     st = RooflineStepTime(
         model,
