@@ -40,8 +40,22 @@ from servesim.services.calibration import (
 from servesim.services.deployment import DeploymentSpec
 from servesim.services.perf import ExtrapolationWarning, MemoryRequest, StepRequest
 
-_err = Console(stderr=True, highlight=False)
-_out = Console(highlight=False)
+
+
+class _Printer:
+    """A Console made at each print, as every other command makes its own: one made at import
+    kept the terminal width (COLUMNS) of the first command in the process, so a later command in
+    the same process (the web's, a test's) wrapped its tables at someone else's width."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self.stderr = stderr
+
+    def print(self, *objects: Any, **kw: Any) -> None:
+        Console(stderr=self.stderr, highlight=False).print(*objects, **kw)
+
+
+_err = _Printer(stderr=True)
+_out = _Printer()
 
 _CATALOG_HELP = "Extra catalog YAML file (models:/gpus: entries) extending the shipped one."
 _JSON_HELP = "Print only machine-readable JSON on stdout."
