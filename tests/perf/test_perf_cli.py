@@ -124,10 +124,18 @@ def test_calibrate_steps_cli(tmp_path: Path) -> None:
 
 
 def test_calibrate_cli_bad_input(tmp_path: Path) -> None:
-    f = tmp_path / "x.txt"
+    f = tmp_path / "x.bin"
     f.write_text("nothing")
     code, _, err = run("calibrate", str(f))
-    assert code == 2 and "either step-level .csv" in err
+    assert code == 2 and "give step-level .csv files, vllm bench .json files or Prometheus scrapes" in err
+    scrape = tmp_path / "x.txt"  # a .txt is a scrape: it needs its window, then must be one
+    scrape.write_text("nothing")
+    code, _, err = run("calibrate", str(scrape), "--model", "llama-3.1-8b", "--gpu", "h100")
+    assert code == 2 and "needs --window-s" in err
+    code, _, err = run(
+        "calibrate", str(scrape), "--window-s", "60", "--model", "llama-3.1-8b", "--gpu", "h100"
+    )
+    assert code == 2 and "x.txt: not a Prometheus text exposition" in err
     j = tmp_path / "b.json"
     j.write_text("{}")
     code, _, err = run("calibrate", str(j))

@@ -41,7 +41,6 @@ from servesim.services.deployment import DeploymentSpec
 from servesim.services.perf import ExtrapolationWarning, MemoryRequest, StepRequest
 
 
-
 class _Printer:
     """A Console made at each print, as every other command makes its own: one made at import
     kept the terminal width (COLUMNS) of the first command in the process, so a later command in
