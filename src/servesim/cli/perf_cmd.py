@@ -344,6 +344,12 @@ def sim2real_cmd(
         "--questions",
         help="per-session: a session repeats its question every round (inference-perf); fresh: new each.",
     ),
+    one_in_flight: bool = typer.Option(
+        True,
+        "--one-in-flight/--open-loop",
+        help="one-in-flight: a session sends its next round only once its last one finished (inference-perf's "
+        "user sessions, where their locks are shared); open-loop: every request at its scheduled time.",
+    ),
     request_timeout: float = typer.Option(
         300.0,
         "--request-timeout",
@@ -372,6 +378,7 @@ def sim2real_cmd(
             itl_tokens=itl_tokens.value,
             questions=questions.value,
             request_timeout_s=request_timeout or None,
+            one_in_flight=one_in_flight,
             save_profile=save_profile,
             workers=workers,
             max_iter=max_iter,

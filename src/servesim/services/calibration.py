@@ -145,6 +145,7 @@ class Sim2RealRequest(BaseModel):
     output_tokens: Literal["spec", "implied"] = "spec"
     itl_tokens: Literal["counted", "generated"] = "counted"
     questions: Literal["per-session", "fresh"] = "per-session"
+    one_in_flight: bool = Field(True, description="A session holds its next round until its last finished.")
     request_timeout_s: float | None = Field(
         300.0, gt=0, description="The client's total timeout per request, seconds (None: none)."
     )
@@ -265,6 +266,7 @@ def sim2real(
         itl_tokens=request.itl_tokens,
         questions=request.questions,
         request_timeout_s=request.request_timeout_s,
+        one_in_flight=request.one_in_flight,
     )
     prof, full = _profile(request, exps, settings, say)
     preds, infos = predict_experiments(exps, prof, settings, workers=request.workers)
