@@ -347,8 +347,9 @@ def sim2real_cmd(
     one_in_flight: bool = typer.Option(
         True,
         "--one-in-flight/--open-loop",
-        help="one-in-flight: a session sends its next round only once its last one finished (inference-perf's "
-        "user sessions, where their locks are shared); open-loop: every request at its scheduled time.",
+        help="one-in-flight: a session sends its next round only once its last one finished "
+        "(inference-perf's user sessions, where their locks are shared); open-loop: every request at "
+        "its scheduled time.",
     ),
     request_timeout: float = typer.Option(
         300.0,
