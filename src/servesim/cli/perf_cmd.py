@@ -373,6 +373,20 @@ def sim2real_cmd(
         "--questions",
         help="per-session: a session repeats its question every round (inference-perf); fresh: new each.",
     ),
+    one_in_flight: bool = typer.Option(
+        True,
+        "--one-in-flight/--open-loop",
+        help="one-in-flight: a session sends its next round only once its last one finished "
+        "(inference-perf's user sessions, where their locks are shared); open-loop: every request at "
+        "its scheduled time.",
+    ),
+    request_timeout: float = typer.Option(
+        300.0,
+        "--request-timeout",
+        min=0.0,
+        help="The client's total timeout per request, seconds (0: none). A timed-out request is aborted "
+        "in the engine and counted as failed; inference-perf's default is aiohttp's 300 s.",
+    ),
     save_profile: Path | None = typer.Option(
         None, "--save-profile", help="With --calibrate: save the all-data fit."
     ),
@@ -380,7 +394,10 @@ def sim2real_cmd(
     max_iter: int = typer.Option(8, "--max-iter", min=1, help="Calibration iterations (per fit)."),
     as_json: AsJson = False,
 ) -> None:
-    """Re-create every experiment's workload, simulate it, and write predictions (ms) for score.py."""
+    """Re-create every experiment's workload, simulate it, and write predictions (ms) for score.py.
+
+    With --calibrate loo, each run is predicted by a profile fitted on the others, and the errors
+    are also shown per model, TP degree, workload and MoE/dense, beside the all-data fit's."""
     with _guard():
         request = Sim2RealRequest(
             directory=directory,
@@ -390,6 +407,8 @@ def sim2real_cmd(
             output_tokens=output_tokens.value,
             itl_tokens=itl_tokens.value,
             questions=questions.value,
+            request_timeout_s=request_timeout or None,
+            one_in_flight=one_in_flight,
             save_profile=save_profile,
             workers=workers,
             max_iter=max_iter,
@@ -399,6 +418,9 @@ def sim2real_cmd(
             _print_json(answer.document(out, calibrate.value))
             return
         _out.print(sim2real_table(answer))
+        _out.print(sim2real_groups_table(answer))
+        for run, (failed, total) in sorted(answer.failures.items()):
+            _err.print(f"note: run {run}: {failed} of {total} requests timed out at the client (failed)")
         _out.print(f"predictions written to {out}; score them with score.py {out} {directory}")
         if not answer.settled:
             _err.print("warning: a closed-loop replay did not settle within its rounds")
@@ -429,6 +451,31 @@ def sim2real_table(answer: Sim2RealAnswer) -> FitTable:
     row("servesim", answer.mape)
     for name, s in sorted(answer.peers_mape.items()):
         row(name, s)
+    return t
+
+
+def sim2real_groups_table(answer: Sim2RealAnswer) -> FitTable:
+    """Median APE per model, TP degree, workload and MoE/dense; leave-one-out beside in-sample."""
+    loo = answer.in_sample_groups is not None
+    what = "leave-one-out | all-data fit" if loo else "median APE %"
+    t = FitTable(title=f"sim2real by group (stage -1; {what})")
+    t.add_column("group")
+    t.add_column("runs", justify="right")
+    metrics = ("e2e_mean", "ttft_mean", "itl_mean")
+    for m in metrics:
+        t.add_column(m, justify="right")
+    groups = answer.groups or {}
+    inside = answer.in_sample_groups or {}
+    for kind, rows in groups.items():
+        for name, row in rows.items():
+            other = inside.get(kind, {}).get(name, {})
+
+            def cell(m: str, row: dict[str, float] = row, other: dict[str, float] = other) -> str:
+                if m not in row:
+                    return "-"
+                return f"{row[m]:.1f} | {other[m]:.1f}" if loo and m in other else f"{row[m]:.1f}"
+
+            t.add_row(f"{kind}: {name}", f"{row['n']:.0f}", *[cell(m) for m in metrics])
     return t
 
 

@@ -44,6 +44,11 @@ from servesim.perf.workload_fit import calibrate_workloads, workload_jacobian
 
 METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
 
+#: The client's total timeout per request when inference-perf's ``load.request_timeout`` is unset
+#: (its default): it then passes no timeout to ``aiohttp.ClientSession``, whose default
+#: ``ClientTimeout`` is 300 s in total (connection, request and the whole streamed response).
+INFERENCE_PERF_TIMEOUT_S = 300.0
+
 #: vLLM's default before 0.2x, and what the sim2real runs used.
 SIM2REAL_GPU_MEMORY_UTILIZATION = 0.9
 
@@ -201,6 +206,13 @@ class RunSettings(BaseModel):
         "generator does (prompts pre-generated per session); fresh: a new question per request.",
     )
     one_in_flight: bool = True
+    request_timeout_s: float | None = Field(
+        INFERENCE_PERF_TIMEOUT_S,
+        gt=0,
+        description="The client's total timeout per request (seconds; None: none). inference-perf's "
+        "load.request_timeout defaults to None, which leaves aiohttp's default total timeout of 300 s; "
+        "a timed-out request is aborted in the engine and counted as failed.",
+    )
     gpu_memory_utilization: float = SIM2REAL_GPU_MEMORY_UTILIZATION
     max_rounds: int = 12
 
@@ -270,6 +282,7 @@ def experiment_requests(exp: Sim2RealExperiment, settings: RunSettings) -> Reque
         one_in_flight=settings.one_in_flight,
         questions=settings.questions,
         label=f"sim2real {exp.id}",
+        timeout_s=settings.request_timeout_s,
     )
 
 
@@ -299,6 +312,7 @@ def run_experiment(
         converged=out.converged,
         num_requests=len(rs),
         num_finished=int(out.finished.sum()),
+        num_failed=int(out.failed.sum()) if out.failed is not None else 0,
         num_steps=out.num_steps,
     )
     return pred, out, info

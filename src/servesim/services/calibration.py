@@ -206,6 +206,10 @@ class Sim2RealRequest(BaseModel):
     output_tokens: Literal["spec", "implied"] = "spec"
     itl_tokens: Literal["counted", "generated"] = "counted"
     questions: Literal["per-session", "fresh"] = "per-session"
+    one_in_flight: bool = Field(True, description="A session holds its next round until its last finished.")
+    request_timeout_s: float | None = Field(
+        300.0, gt=0, description="The client's total timeout per request, seconds (None: none)."
+    )
     save_profile: Path | None = Field(None, description="With calibrate: save the all-data fit.")
     workers: int = Field(1, ge=1)
     max_iter: int = Field(8, ge=1)
@@ -222,6 +226,11 @@ class Sim2RealAnswer:
     ape: dict[str, Any]
     mape: dict[str, Any]
     peers_mape: dict[str, Any]
+    #: Leave-one-out only: each run's error under the all-data fit (in sample), beside its own.
+    in_sample_ape: dict[str, Any] | None = None
+    #: ``{kind: {group: {n, metric: median APE %}}}`` (``perf.sim2real_groups``).
+    groups: dict[str, Any] | None = None
+    in_sample_groups: dict[str, Any] | None = None
 
     @property
     def settled(self) -> bool:
@@ -238,13 +247,39 @@ class Sim2RealAnswer:
             "ape": self.ape,
             "mape": self.mape,
             "peers_mape": self.peers_mape,
+            "groups": self.groups,
+            **(
+                {
+                    "in_sample_ape": self.in_sample_ape,
+                    "in_sample_mape": self.in_sample_mape,
+                    "in_sample_groups": self.in_sample_groups,
+                }
+                if self.in_sample_ape is not None
+                else {}
+            ),
+        }
+
+    @property
+    def in_sample_mape(self) -> dict[str, Any] | None:
+        from servesim.perf.sim2real import mape_summary
+
+        return None if self.in_sample_ape is None else mape_summary(self.in_sample_ape)
+
+    @property
+    def failures(self) -> dict[str, tuple[int, int]]:
+        """``{run: (failed, requests)}`` for runs in which some client timed out."""
+        return {
+            k: (int(i.get("num_failed", 0)), int(i.get("num_requests", 0)))
+            for k, i in self.infos.items()
+            if i.get("num_failed")
         }
 
 
 def _profile(
     request: Sim2RealRequest, exps: list[Sim2RealExperiment], settings: RunSettings, say: Any
-) -> Any:
-    """The profile(s) that predict: fitted (one per fold, or one on all), given, or the default."""
+) -> tuple[Any, Any]:
+    """The profile(s) that predict: fitted (one per fold, or one on all), given, or the default;
+    and, for leave-one-out, the all-data fit (its in-sample errors go beside the folds')."""
     from servesim.perf import resolve_profile
     from servesim.perf.sim2real import calibrate_experiments, default_experiment_profile
 
@@ -261,11 +296,13 @@ def _profile(
         )
         if request.save_profile is not None:
             cal.full.profile.save(request.save_profile)
-        return cal.fold_profiles() if request.calibrate == "loo" else cal.full.profile
+        if request.calibrate == "loo":
+            return cal.fold_profiles(), cal.full.profile
+        return cal.full.profile, None
     if request.profile is None:
-        return default_experiment_profile(exps)
+        return default_experiment_profile(exps), None
     gpus = {e.gpu_spec().name for e in exps}
-    return resolve_profile(request.profile, gpus.pop() if len(gpus) == 1 else None)
+    return resolve_profile(request.profile, gpus.pop() if len(gpus) == 1 else None), None
 
 
 def sim2real(
@@ -281,6 +318,7 @@ def sim2real(
         peer_predictions,
         predict_experiments,
     )
+    from servesim.perf.sim2real_groups import group_medians
 
     exps = load_experiments(request.directory)
     settings = RunSettings(
@@ -288,11 +326,17 @@ def sim2real(
         output_tokens=request.output_tokens,
         itl_tokens=request.itl_tokens,
         questions=request.questions,
+        request_timeout_s=request.request_timeout_s,
+        one_in_flight=request.one_in_flight,
     )
-    prof = _profile(request, exps, settings, say)
+    prof, full = _profile(request, exps, settings, say)
     preds, infos = predict_experiments(exps, prof, settings, workers=request.workers)
     write_text_atomic(out, json.dumps(preds, indent=1, sort_keys=True) + "\n")
     apes = ape_table(preds, exps)
+    in_sample = None
+    if full is not None:
+        in_preds, _ = predict_experiments(exps, full, settings, workers=request.workers)
+        in_sample = ape_table(in_preds, exps)
     peers = {
         name: mape_summary(ape_table(p, [e for e in exps if e.id in p]))
         for name, p in peer_predictions(exps).items()
@@ -305,6 +349,9 @@ def sim2real(
         ape=apes,
         mape=mape_summary(apes),
         peers_mape=peers,
+        in_sample_ape=in_sample,
+        groups=group_medians(apes, exps),
+        in_sample_groups=None if in_sample is None else group_medians(in_sample, exps),
     )
 
 
