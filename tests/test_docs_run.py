@@ -138,12 +138,26 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
+#: Where a server line's port is drawn: below the kernel's ephemeral range (32768-60999 here) and
+#: above Ray's worker ports (10002-19999). A kernel-picked port was once taken, between the pick and
+#: the emulator's bind, by one of the many gRPC ports a concurrently starting Ray binds (the line
+#: then "answered" in HTTP/2 frames).
+PORTS = range(20000, 32000)
+
+
 def _free_port() -> int:
-    """A port nothing listens on now (the kernel's pick)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port nothing listens on now, outside the ranges other programs draw from."""
+    import random
+
+    for _ in range(200):
+        port = random.choice(PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS}")
 
 
 def on_port(cmd: str, port: int) -> str:

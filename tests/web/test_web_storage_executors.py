@@ -1,6 +1,5 @@
 """A non-default database URL keeps the history across restarts, and tuning jobs run on Ray when
-the server is configured so (``--tune-executor ray``, on the cluster ``--tune-ray-address`` names):
-the same study as on the local executor; an address without the Ray executor is refused."""
+the server is configured so (``--tune-executor ray``): the same study as on the local executor."""
 
 from __future__ import annotations
 
@@ -35,8 +34,8 @@ def test_an_explicit_sqlite_url_keeps_history_and_studies(tmp_path: Path) -> Non
         assert {r["kind"] for r in c.get("/api/runs").json()} == {"simulate", "tune"}
 
 
-def _tune(folder: Path, executor: str, **settings: Any) -> dict[str, Any]:
-    with TestClient(create_app(settings_for(folder, tune_executor=executor, **settings))) as c:
+def _tune(folder: Path, executor: str) -> dict[str, Any]:
+    with TestClient(create_app(settings_for(folder, tune_executor=executor))) as c:
         tid = c.post("/api/traces/generate", json={"num_requests": 120, "seed": 3}).json()["id"]
         out: dict[str, Any] = run_job(c, "/api/tune", {"trace_id": tid, **TUNE})["result"]
         return out
@@ -44,14 +43,10 @@ def _tune(folder: Path, executor: str, **settings: Any) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_tuning_jobs_run_on_ray_when_configured(tmp_path: Path, local_ray: None) -> None:
-    """On the Ray cluster ``--tune-ray-address`` names (here the suite's shared instance: the job's
-    worker process joins it as ``servesim serve --tune-executor ray --tune-ray-address`` would)."""
-    import ray
-
-    address = ray.get_runtime_context().gcs_address
+def test_tuning_jobs_run_on_ray_when_configured(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
     local = _tune(tmp_path / "local", "local")
-    remote = _tune(tmp_path / "ray", "ray", tune_ray_address=address)
+    remote = _tune(tmp_path / "ray", "ray")
     assert local["executor"] == "local" and remote["executor"] == "ray"
     assert [(t["number"], t["params"], t["values"]) for t in remote["trials"]] == [
         (t["number"], t["params"], t["values"]) for t in local["trials"]
@@ -59,6 +54,20 @@ def test_tuning_jobs_run_on_ray_when_configured(tmp_path: Path, local_ray: None)
     assert remote["recommendation"]["vllm_serve_command"] == local["recommendation"]["vllm_serve_command"]
 
 
-def test_a_ray_address_without_the_ray_executor_is_refused(tmp_path: Path) -> None:
+def test_a_ray_address_reaches_the_tuning_jobs_executor_and_needs_the_ray_executor(tmp_path: Path) -> None:
+    """``servesim serve --tune-executor ray --tune-ray-address HOST:PORT``: a tuning job's trials
+    join that cluster (its request's execution carries the address); an address without the Ray
+    executor is refused at start."""
+    from servesim.web.schemas import TuneBody
+    from servesim.web.work.capacity import tune_request
+
     problem = settings_for(tmp_path, tune_ray_address="10.0.0.5:6379").startup_problem()
     assert problem is not None and "--tune-executor ray" in problem
+    settings = settings_for(tmp_path, tune_executor="ray", tune_ray_address="10.0.0.5:6379")
+    assert settings.startup_problem() is None
+    with TestClient(create_app(settings)) as c:
+        tid = c.post("/api/traces/generate", json={"num_requests": 50}).json()["id"]
+        env = c.app.state.workbench.jobs._job_env("x")  # what a job's worker receives
+    body = TuneBody.model_validate({"trace_id": tid, **TUNE})
+    execution = tune_request(body, {**env, "data_dir": str(tmp_path)}).execution
+    assert (execution.executor, execution.address) == ("ray", "10.0.0.5:6379")
