@@ -52,6 +52,9 @@ Quantization = Literal[
     "compressed-tensors",
 ]
 
+#: vLLM's ``--max-lora-rank`` values (``vllm.config.lora.MaxLoRARanks``).
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
 #: Speculative methods servesim runs under vLLM's ``AsyncScheduler`` (checked step by step against
 #: it: tests/engine/oracle_async_spec_cases): the drafters with their own KV, whose drafts stay on
 #: the worker while the scheduler schedules k placeholders.
@@ -184,6 +187,26 @@ class EngineConfig(BaseModel):
         description="vLLM's AsyncScheduler: the next step is scheduled before this one's output is "
         "applied (vLLM 0.33 turns it on by default on GPUs; servesim's default stays the sync one).",
     )
+    enable_lora: bool = Field(
+        False,
+        description="Serve LoRA adapters (a trace's lora column names each request's adapter; none: the "
+        "base model).",
+    )
+    max_loras: int = Field(
+        1,
+        ge=1,
+        le=MAX_SEQS,
+        description="With enable_lora: most distinct adapters among running requests (vLLM's scheduler "
+        "leaves a request waiting whose adapter would exceed it).",
+    )
+    max_lora_rank: int = Field(
+        16,
+        ge=1,
+        le=512,
+        description="With enable_lora: the largest adapter rank (one of "
+        + ", ".join(map(str, MAX_LORA_RANKS))
+        + "); the LoRA kernels run at this rank.",
+    )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(
         3, ge=1, le=MAX_SEQS, description="A request preempted this many times is flagged STARVED (an event)."
@@ -208,19 +231,32 @@ class EngineConfig(BaseModel):
         "max_num_queued_reqs",
         "max_num_queued_tokens",
         "stream_interval",
+        "max_loras",
+        "max_lora_rank",
         mode="before",
     )(lambda v: reject_bool(v))
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _lora_rank(cls, v: int) -> int:
+        """vLLM takes only the ranks its punica kernels are built for (``MaxLoRARanks``)."""
+        if v not in MAX_LORA_RANKS:
+            raise ValueError(f"must be one of {', '.join(map(str, MAX_LORA_RANKS))} (vLLM's MaxLoRARanks)")
+        return v
 
     @model_serializer(mode="wrap")
     def _drop_sync_scheduling(self, handler: Any) -> Any:
         """A sync run's documents (reports, saved results) stay byte for byte as before the
         field existed; reading one back gives the default, False. Likewise ``quantization`` None
-        (the checkpoint's own weights)."""
+        (the checkpoint's own weights), and LoRA off at its default settings."""
         d = handler(self)
         if isinstance(d, dict) and d.get("async_scheduling") is False:
             del d["async_scheduling"]
         if isinstance(d, dict) and "quantization" in d and d["quantization"] is None:
             del d["quantization"]
+        if isinstance(d, dict) and d.get("enable_lora") is False and (d.get("max_loras"), d.get("max_lora_rank")) == (1, 16):
+            for key in ("enable_lora", "max_loras", "max_lora_rank"):
+                del d[key]
         return d
 
     @model_validator(mode="after")
@@ -246,6 +282,11 @@ class EngineConfig(BaseModel):
         spec = self.speculative_config
         if self.async_scheduling and spec is not None and spec.method not in ASYNC_SPEC_METHODS:
             raise ConfigError(_async_spec_refusal(spec.method))
+        if self.enable_lora and self.kv_offloading_size is not None:
+            raise ConfigError(
+                f"enable_lora with kv_offloading_size {self.kv_offloading_size:g} GiB: LoRA beside a "
+                "KV connector is not modelled yet; drop one of them"
+            )
         others = {
             "kv_offloading_size": self.kv_offloading_size is not None,
             "prefill_schedule_interval": self.prefill_schedule_interval > 1,

@@ -57,6 +57,12 @@ def replica(
     else:
         mml = t.max_context + 1
         config.check_max_model_len(mml)
+    if t.lora_names and not config.enable_lora:
+        shown_names = ", ".join(t.lora_names[:3]) + (", ..." if len(t.lora_names) > 3 else "")
+        raise ConfigError(
+            f"the trace's lora column names {len(t.lora_names)} LoRA adapter(s) ({shown_names}) but "
+            "enable_lora is off (vLLM would refuse those requests); give --enable-lora"
+        )
     pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
     kv = KVCacheManager(pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl)
     scheduler = Scheduler(config, kv, mml, fast, connector)
