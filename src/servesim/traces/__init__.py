@@ -34,6 +34,7 @@ from servesim.traces.inspect import LengthStats, TraceStats, inspect_trace
 from servesim.traces.lengths import FixedLength, LengthModel, LogNormalLength, ResampledLength, UniformLength
 from servesim.traces.load import FORMAT_NAMES, load_trace
 from servesim.traces.prefixes import PrefixSpec
+from servesim.traces.adapters import LoRASpec
 from servesim.traces.presets import PRESETS, preset_spec
 from servesim.traces.resolve import open_trace
 from servesim.traces.schema import COLUMNS, DroppedRow, RequestRecord, Trace, TraceProvenance
@@ -58,6 +59,7 @@ __all__ = [
     "OnOffArrivals",
     "PoissonArrivals",
     "PrefixSpec",
+    "LoRASpec",
     "RampArrivals",
     "RequestRecord",
     "ResampledLength",

@@ -43,7 +43,7 @@ _BY_EXTENSION: dict[str, WriteFormat] = {
     ".parquet": "parquet",
     ".pq": "parquet",
 }
-_TEXT_COLUMNS = ("req_id", "tenant", "prefix_group")
+_TEXT_COLUMNS = ("req_id", "tenant", "prefix_group", "lora")
 
 
 def write_trace(trace: Trace, path: str | os.PathLike[str], format: str | None = None) -> Path:
@@ -91,7 +91,7 @@ def _open_out(path: Path, compress: bool) -> Iterator[IO[str]]:
 
 #: Optional columns a writer leaves out when no row has a value, so that a trace without them
 #: writes the same file as before they existed (the reader fills the same default).
-_OMIT_WHEN_EMPTY = ("spec_accept_rate",)
+_OMIT_WHEN_EMPTY = ("spec_accept_rate", "lora")
 
 
 def _written_columns(trace: Trace) -> list[str]:
@@ -155,6 +155,7 @@ _ARROW_SCHEMA = pa.schema(
         ("prefix_len", pa.int64()),
         ("hash_ids", pa.list_(pa.int64())),
         ("spec_accept_rate", pa.float64()),
+        ("lora", pa.string()),
     ]
 )
 
