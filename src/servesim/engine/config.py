@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -54,6 +55,18 @@ Quantization = Literal[
 
 #: vLLM's ``--max-lora-rank`` values (``vllm.config.lora.MaxLoRARanks``).
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+
+def _lora_rank(v: int) -> int:
+    """vLLM takes only the ranks its LoRA kernels are built for (``MaxLoRARanks``)."""
+    if v not in MAX_LORA_RANKS:
+        raise ValueError(f"must be one of {', '.join(map(str, MAX_LORA_RANKS))} (vLLM's MaxLoRARanks)")
+    return v
+
+
+#: A rank vLLM accepts: the check travels with the type, so a flag's own check names the flag.
+LoRARank = Annotated[int, AfterValidator(_lora_rank)]
 
 #: Speculative methods servesim runs under vLLM's ``AsyncScheduler`` (checked step by step against
 #: it: tests/engine/oracle_async_spec_cases): the drafters with their own KV, whose drafts stay on
@@ -199,7 +212,7 @@ class EngineConfig(BaseModel):
         description="With enable_lora: most distinct adapters among running requests (vLLM's scheduler "
         "leaves a request waiting whose adapter would exceed it).",
     )
-    max_lora_rank: int = Field(
+    max_lora_rank: LoRARank = Field(
         16,
         ge=1,
         le=512,
@@ -235,14 +248,6 @@ class EngineConfig(BaseModel):
         "max_lora_rank",
         mode="before",
     )(lambda v: reject_bool(v))
-
-    @field_validator("max_lora_rank")
-    @classmethod
-    def _lora_rank(cls, v: int) -> int:
-        """vLLM takes only the ranks its punica kernels are built for (``MaxLoRARanks``)."""
-        if v not in MAX_LORA_RANKS:
-            raise ValueError(f"must be one of {', '.join(map(str, MAX_LORA_RANKS))} (vLLM's MaxLoRARanks)")
-        return v
 
     @model_serializer(mode="wrap")
     def _drop_sync_scheduling(self, handler: Any) -> Any:

@@ -103,7 +103,7 @@ def _write_csv(trace: Trace, f: IO[str]) -> None:
     df = trace.df[_written_columns(trace)].copy()
     df["hash_ids"] = [None if h is None else json.dumps(list(h)) for h in df["hash_ids"].tolist()]
     # A lone CR inside a text field is only quoted when CR is part of the line terminator.
-    has_cr = any(_contains(df[c], "\r") for c in _TEXT_COLUMNS)
+    has_cr = any(_contains(df[c], "\r") for c in _TEXT_COLUMNS if c in df.columns)
     df.to_csv(f, index=False, lineterminator="\r\n" if has_cr else "\n", quoting=csv.QUOTE_MINIMAL)
 
 
