@@ -47,7 +47,9 @@ def test_a_request_whose_adapter_exceeds_max_loras_waits_and_keeps_its_place() -
     assert sorted(log[1]["finished"]) == ["r0", "r1", "r3", "r4"]
     assert log[2]["scheduled_tokens"] == {"r5": 1, "r2": 20}  # a0 and a1 left: a2 fits
     # without the limit everyone starts at once
-    assert set(_run(rows, enable_lora=True, max_loras=3)[0]["scheduled_tokens"]) == {f"r{i}" for i in range(6)}
+    assert set(_run(rows, enable_lora=True, max_loras=3)[0]["scheduled_tokens"]) == {
+        f"r{i}" for i in range(6)
+    }
 
 
 def test_skipped_requests_stay_ahead_of_later_arrivals() -> None:
@@ -124,7 +126,10 @@ def test_bad_lora_settings_are_one_line_naming_the_flag(tmp_path: Any) -> None:
     runner = CliRunner()
     for args, shown in (
         (["--enable-lora", "--max-lora-rank", "7"], "error: --max-lora-rank: must be one of 1, 8, 16, 32"),
-        (["--enable-lora", "--max-loras", "0"], "error: --max-loras: Input should be greater than or equal to 1"),
+        (
+            ["--enable-lora", "--max-loras", "0"],
+            "error: --max-loras: Input should be greater than or equal to 1",
+        ),
         ([], "lora column names 1 LoRA adapter(s) (ad1) but enable_lora is off"),
         (["--enable-lora", "--kv-offloading-size", "4"], "enable_lora with kv_offloading_size 4 GiB"),
     ):

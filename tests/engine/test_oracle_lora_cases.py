@@ -32,7 +32,9 @@ IDS = [p.name.removesuffix(".json.gz") for p in CASES]
 def test_the_lora_cases_cover_every_family_and_bind() -> None:
     cases = [load_case(p) for p in CASES]
     families = {c["name"].rsplit("_", 1)[0] for c in cases}
-    assert families >= {f"lora_{f}" for f in ("basic", "pressure", "prefix", "priority", "small_seqs", "roomy", "async")}
+    assert families >= {
+        f"lora_{f}" for f in ("basic", "pressure", "prefix", "priority", "small_seqs", "roomy", "async")
+    }
     assert all(c["config"]["enable_lora"] for c in cases)
     assert sum(c["total_preemptions"] for c in cases) > 50
     # prefix groups named under two adapters at once, with prefix caching on

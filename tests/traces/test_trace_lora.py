@@ -25,7 +25,9 @@ FORMATS = ["t.csv", "t.jsonl", "t.json", "t.parquet", "t.csv.gz"]
 @pytest.mark.parametrize("name", FORMATS)
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(adapters=st.lists(NAMES, min_size=1, max_size=6))
-def test_adapter_names_survive_every_native_format(tmp_path: Path, name: str, adapters: list[str | None]) -> None:
+def test_adapter_names_survive_every_native_format(
+    tmp_path: Path, name: str, adapters: list[str | None]
+) -> None:
     records = [
         {"req_id": f"q{i}", "arrival_time_s": i * 0.5, "prompt_len": 5, "output_len": 2}
         | ({"lora": a} if a is not None else {})
@@ -47,8 +49,10 @@ def test_a_trace_without_adapters_writes_no_lora_column(tmp_path: Path, name: st
 
 def test_a_bad_adapter_name_drops_the_row_naming_the_field(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    path.write_text('{"arrival_time_s": 0, "prompt_len": 3, "output_len": 1, "lora": [1]}\n'
-                    '{"arrival_time_s": 1, "prompt_len": 3, "output_len": 1, "lora": "ok"}\n')
+    path.write_text(
+        '{"arrival_time_s": 0, "prompt_len": 3, "output_len": 1, "lora": [1]}\n'
+        '{"arrival_time_s": 1, "prompt_len": 3, "output_len": 1, "lora": "ok"}\n'
+    )
     back = load_trace(path)
     assert back.df["lora"].tolist() == ["ok"]
     (drop,) = back.provenance.dropped

@@ -57,7 +57,6 @@ Quantization = Literal[
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
-
 def _lora_rank(v: int) -> int:
     """vLLM takes only the ranks its LoRA kernels are built for (``MaxLoRARanks``)."""
     if v not in MAX_LORA_RANKS:
@@ -259,7 +258,11 @@ class EngineConfig(BaseModel):
             del d["async_scheduling"]
         if isinstance(d, dict) and "quantization" in d and d["quantization"] is None:
             del d["quantization"]
-        if isinstance(d, dict) and d.get("enable_lora") is False and (d.get("max_loras"), d.get("max_lora_rank")) == (1, 16):
+        if (
+            isinstance(d, dict)
+            and d.get("enable_lora") is False
+            and (d.get("max_loras"), d.get("max_lora_rank")) == (1, 16)
+        ):
             for key in ("enable_lora", "max_loras", "max_lora_rank"):
                 del d[key]
         return d

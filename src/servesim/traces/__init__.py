@@ -16,6 +16,7 @@ JSON) · ``validate`` (vectorized checks) · ``load`` · ``writers`` · ``arriva
 · ``inspect`` (statistics) · ``bundled`` (shipped traces).
 """
 
+from servesim.traces.adapters import LoRASpec
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import (
     ArrivalModel,
@@ -34,7 +35,6 @@ from servesim.traces.inspect import LengthStats, TraceStats, inspect_trace
 from servesim.traces.lengths import FixedLength, LengthModel, LogNormalLength, ResampledLength, UniformLength
 from servesim.traces.load import FORMAT_NAMES, load_trace
 from servesim.traces.prefixes import PrefixSpec
-from servesim.traces.adapters import LoRASpec
 from servesim.traces.presets import PRESETS, preset_spec
 from servesim.traces.resolve import open_trace
 from servesim.traces.schema import COLUMNS, DroppedRow, RequestRecord, Trace, TraceProvenance
@@ -55,11 +55,11 @@ __all__ = [
     "GeneratorSpec",
     "LengthModel",
     "LengthStats",
+    "LoRASpec",
     "LogNormalLength",
     "OnOffArrivals",
     "PoissonArrivals",
     "PrefixSpec",
-    "LoRASpec",
     "RampArrivals",
     "RequestRecord",
     "ResampledLength",

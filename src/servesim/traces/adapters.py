@@ -20,14 +20,19 @@ class LoRASpec(BaseModel):
 
     num_adapters: int = Field(ge=1, le=1 << 20, description="Number of distinct adapters (A).")
     zipf_s: float = Field(
-        1.0, ge=0, le=100, allow_inf_nan=False, description="Zipf exponent of adapter popularity (0 = uniform)."
+        1.0,
+        ge=0,
+        le=100,
+        allow_inf_nan=False,
+        description="Zipf exponent of adapter popularity (0 = uniform).",
     )
     fraction: float = Field(1.0, ge=0, le=1, description="Share of requests that name an adapter.")
 
     def popularity(self) -> np.ndarray:
         """P(adapter i) ∝ 1/(i+1)^s, normalised."""
-        w = 1.0 / np.arange(1, self.num_adapters + 1, dtype=np.float64) ** self.zipf_s
-        return w / w.sum()
+        w: np.ndarray = 1.0 / np.arange(1, self.num_adapters + 1, dtype=np.float64) ** self.zipf_s
+        p: np.ndarray = w / w.sum()
+        return p
 
 
 def assign_adapters(spec: LoRASpec, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -149,8 +149,8 @@ class Trace:
     ``df`` has exactly the columns of ``COLUMNS`` with these dtypes: ``req_id``/``tenant``/
     ``prefix_group`` object (str or None), ``arrival_time_s``/``sla_*`` float64 (NaN = none),
     ``prompt_len``/``output_len``/``priority``/``prefix_len`` int64, ``hash_ids`` object (list of
-    int or None), ``spec_accept_rate`` float64 (NaN = none), ``lora`` object (adapter name or None). Rows are sorted by arrival (stable),
-    ``req_id`` is unique, the index is 0..n-1.
+    int or None), ``spec_accept_rate`` float64 (NaN = none), ``lora`` object (adapter name or
+    None). Rows are sorted by arrival (stable), ``req_id`` is unique, the index is 0..n-1.
     """
 
     __slots__ = ("df", "provenance")

@@ -289,7 +289,11 @@ class Deployment(BaseModel):
                 # run the scheduler that was simulated (--no-async-scheduling when it was sync)
                 args.append((key.replace("_", "-"), value))
         if self.enable_lora:  # vLLM's LoRAConfig flags
-            args += [("enable-lora", True), ("max-loras", self.max_loras), ("max-lora-rank", self.max_lora_rank)]
+            args += [
+                ("enable-lora", True),
+                ("max-loras", self.max_loras),
+                ("max-lora-rank", self.max_lora_rank),
+            ]
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
