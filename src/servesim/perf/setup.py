@@ -46,6 +46,8 @@ def deployment_setup(
     kv_dtype: str = "auto",
     quantization: str | None = None,
     size_kv_cache: bool = True,
+    lora_slots: int = 0,
+    lora_rank: int = 16,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
     would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
@@ -62,6 +64,8 @@ def deployment_setup(
             kv_dtype=kv_dtype,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            lora_slots=lora_slots,
+            lora_rank=lora_rank,
         )
     notes = [str(w.message) for w in caught]
     check_kv_cache_dtype(step.model, step.gpu, kv_dtype)
@@ -170,6 +174,8 @@ def replica_setup(
         kv_dtype=cfg.kv_cache_dtype,
         quantization=cfg.quantization,
         size_kv_cache=not num_gpu_blocks_given,
+        lora_slots=cfg.max_loras if cfg.enable_lora else 0,
+        lora_rank=cfg.max_lora_rank,
     )
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
