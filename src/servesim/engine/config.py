@@ -290,6 +290,12 @@ class EngineConfig(BaseModel):
         spec = self.speculative_config
         if self.async_scheduling and spec is not None and spec.method not in ASYNC_SPEC_METHODS:
             raise ConfigError(_async_spec_refusal(spec.method))
+        if self.enable_lora and self.prefill_schedule_interval > 1:
+            raise ConfigError(
+                f"enable_lora with prefill_schedule_interval {self.prefill_schedule_interval}: vLLM's "
+                "cadence counts the requests skipped for their adapter (deferred_waiting) apart, which "
+                "is not modelled yet; drop one of them"
+            )
         if self.enable_lora and self.kv_offloading_size is not None:
             raise ConfigError(
                 f"enable_lora with kv_offloading_size {self.kv_offloading_size:g} GiB: LoRA beside a "
