@@ -132,7 +132,7 @@ def test_bad_lora_settings_are_one_line_naming_the_flag(tmp_path: Any) -> None:
         ),
         ([], "lora column names 1 LoRA adapter(s) (ad1) but enable_lora is off"),
         (["--enable-lora", "--kv-offloading-size", "4"], "enable_lora with kv_offloading_size 4 GiB"),
-        (["--enable-lora", "--prefill-schedule-interval", "2"], "enable_lora with prefill_schedule_interval 2"),
+        (["--enable-lora", "--prefill-schedule-interval", "2"], "with prefill_schedule_interval 2"),
     ):
         res = runner.invoke(app, ["simulate", str(trace), *args])
         assert res.exit_code == 2 and shown in res.stderr, res.stderr
