@@ -74,3 +74,12 @@ def test_an_engine_with_lora_gets_the_term_and_one_without_does_not() -> None:
     assert on.model_dump()["lora_slots"] == 4 and on.model_dump()["lora_rank"] == 32
     assert on.step_time(BATCHES[0]) > plain.step_time(BATCHES[0])
     assert "lora_slots" not in plain.model_dump()  # a report without LoRA reads as before
+
+
+def test_the_slots_take_their_bytes_from_the_kv_cache() -> None:
+    # 16 slots of Llama-3.1-8B at rank 16 in bf16: 16 * 41,943,040 * 2 = 1,342,177,280 bytes, and a
+    # block of 16 tokens holds 16 * (2 * 32 layers * 8 heads * 128 * 2 bytes) = 2,097,152: 640 blocks.
+    plain = replica_setup(EngineConfig()).config.num_gpu_blocks
+    on = replica_setup(EngineConfig(enable_lora=True, max_loras=16)).config.num_gpu_blocks
+    assert plain - on in (640, 641)  # the two floors may split one block differently
+    assert replica_setup(EngineConfig(enable_lora=False, max_loras=16)).config.num_gpu_blocks == plain

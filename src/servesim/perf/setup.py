@@ -16,6 +16,7 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
+from servesim.perf.lora import lora_params_per_slot
 from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
 from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
@@ -81,6 +82,7 @@ def deployment_setup(
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
+            lora_bytes=lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes,
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
