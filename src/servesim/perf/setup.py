@@ -82,7 +82,7 @@ def deployment_setup(
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
-            lora_bytes=lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes,
+            lora_bytes=math.ceil(lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes),
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
