@@ -30,6 +30,11 @@ HUMAN: list[tuple[str, list[str]]] = [
         ["job-1001: COLD_RESTART -> worker-03", "job-1002: COLD_RESTART -> worker-02"],
     ),
     ("calibrate {ex}/steps.csv --model llama-3.1-8b --gpu h100", ["gemm_compute_efficiency", "fitted"]),
+    (  # a scrape of vLLM's /metrics (docs/perf.md: 40 requests over 5.79 s on the emulator)
+        "calibrate {ex}/vllm-metrics.prom --window-s 5.79 --model llama-3.1-8b --gpu h100 "
+        "--max-num-seqs 256 --max-num-batched-tokens 8192",
+        ["gemm_bandwidth_efficiency", "before", "after"],
+    ),
     ("simulate {ex}/demo/inputs/bursty.csv", ["bursty.csv: 1,200", "p99 ms"]),
     (  # the demo's first interrupted job (the demo regenerates this input: read, not restated)
         "recover {ex}/demo/inputs/failure-n1.json --no-manifests",

@@ -124,10 +124,18 @@ def test_calibrate_steps_cli(tmp_path: Path) -> None:
 
 
 def test_calibrate_cli_bad_input(tmp_path: Path) -> None:
-    f = tmp_path / "x.txt"
+    f = tmp_path / "x.bin"
     f.write_text("nothing")
     code, _, err = run("calibrate", str(f))
-    assert code == 2 and "either step-level .csv" in err
+    assert code == 2 and "give step-level .csv files, vllm bench .json files or Prometheus scrapes" in err
+    scrape = tmp_path / "x.txt"  # a .txt is a scrape: it needs its window, then must be one
+    scrape.write_text("nothing")
+    code, _, err = run("calibrate", str(scrape), "--model", "llama-3.1-8b", "--gpu", "h100")
+    assert code == 2 and "needs --window-s" in err
+    code, _, err = run(
+        "calibrate", str(scrape), "--window-s", "60", "--model", "llama-3.1-8b", "--gpu", "h100"
+    )
+    assert code == 2 and "x.txt: not a Prometheus text exposition" in err
     j = tmp_path / "b.json"
     j.write_text("{}")
     code, _, err = run("calibrate", str(j))
@@ -187,3 +195,30 @@ def test_calibrate_bench_starts_from_vllm_serves_defaults(tmp_path: Path) -> Non
     assert code == 0 and said in " ".join(err.split()), err
     code, out, _ = run(*args, "--max-num-seqs", "128", "--max-num-batched-tokens", "2048", "--json")
     assert code == 0 and not any("defaults" in n for n in json.loads(out)["notes"])
+
+
+def test_sim2real_cli_groups_timeout_and_open_loop(sim2real_dir: Path, tmp_path: Path) -> None:
+    """--json carries the per-group medians (one run: each group's median is that run's APE); the
+    client timeout and the session rule reach the settings; a negative timeout is one line."""
+    data = json.loads((sim2real_dir / "62.json").read_text())
+    for st in data["workload"]["spec"]["inference_perf"]["stages"]:
+        st["duration"] = 10
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "62.json").write_text(json.dumps(data))
+    pred = tmp_path / "pred.json"
+    args = ("sim2real", str(d), "--out", str(pred), "--json")
+    code, out, _ = run(*args, "--request-timeout", "120", "--open-loop")
+    assert code == 0, out
+    res = json.loads(out)
+    assert res["settings"]["request_timeout_s"] == 120.0 and res["settings"]["one_in_flight"] is False
+    ape = res["ape"]["62"]
+    groups = res["groups"]
+    assert set(groups) == {"model", "tp", "workload", "architecture"}
+    assert groups["tp"] == {"TP2": {"n": 1.0, **{m: ape[m] for m in ("e2e_mean", "ttft_mean", "itl_mean")}}}
+    assert list(groups["architecture"]) == ["dense"] and list(groups["workload"]) == ["general"]
+    assert "in_sample_ape" not in res  # only leave-one-out has an all-data fit beside it
+    code, out, _ = run(*args, "--request-timeout", "0")
+    assert code == 0 and json.loads(out)["settings"]["request_timeout_s"] is None
+    code, _, err = run(*args, "--request-timeout", "-1")
+    assert code == 2 and "--request-timeout" in err and "Traceback" not in err

@@ -166,8 +166,8 @@ def test_cuda_graph_padding_and_eager_steps() -> None:
 def test_fp8_weights_halve_streaming_time() -> None:
     cat = load_catalog()
     b = BatchComposition(8, 8000, [])
-    bf16 = RooflineStepTime(cat.model("llama-4-scout-17b-16e"), cat.gpu("h100"), 4).breakdown(b)
-    fp8 = RooflineStepTime(cat.model("llama-4-scout-17b-16e-fp8"), cat.gpu("h100"), 4).breakdown(b)
+    bf16 = RooflineStepTime(cat.entry("llama-4-scout-17b-16e"), cat.gpu("h100"), 4).breakdown(b)
+    fp8 = RooflineStepTime(cat.entry("llama-4-scout-17b-16e-fp8"), cat.gpu("h100"), 4).breakdown(b)
     assert fp8["gemm_memory_only"] < 0.6 * bf16["gemm_memory_only"]
 
 

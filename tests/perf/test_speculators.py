@@ -33,7 +33,7 @@ def test_the_published_head_is_named_by_catalog_name_or_hf_id(target: str) -> No
 
 
 def test_the_users_drafter_wins_and_a_catalog_name_becomes_its_hf_id() -> None:
-    assert draft_checkpoint("eagle3", "me/my-head", "phi-3-mini") == "me/my-head"
+    assert draft_checkpoint("eagle3", "me/my-head", "phi-4") == "me/my-head"
     assert (
         draft_checkpoint("draft_model", "llama-3.2-1b", "llama-3.1-8b") == "meta-llama/Llama-3.2-1B-Instruct"
     )
@@ -41,7 +41,7 @@ def test_the_users_drafter_wins_and_a_catalog_name_becomes_its_hf_id() -> None:
 
 
 def test_what_needs_no_checkpoint_and_placeholders() -> None:
-    assert draft_checkpoint("ngram", None, "phi-3-mini") is None
+    assert draft_checkpoint("ngram", None, "phi-4") is None
     assert draft_checkpoint("mtp", None, "someone/unknown-model") is None  # vLLM reads its checkpoint
     assert draft_checkpoint("eagle3", None, "MODEL") == PLACEHOLDER_DRAFT
     assert draft_checkpoint("mtp", None, None) is None
@@ -50,7 +50,7 @@ def test_what_needs_no_checkpoint_and_placeholders() -> None:
 @pytest.mark.parametrize(
     ("method", "target", "said"),
     [
-        ("eagle3", "phi-3-mini", "no published EAGLE-3 head for phi-3-mini"),
+        ("eagle3", "phi-4", "no published EAGLE-3 head for phi-4"),
         ("eagle", "qwen3-30b-a3b", "no published EAGLE head for qwen3-30b-a3b"),
         ("mtp", "llama-3.1-8b", "multi-token-prediction layers"),
         ("draft_model", "llama-3.1-8b", "needs the draft model"),
@@ -75,18 +75,18 @@ def test_the_command_names_the_drafter_or_refuses() -> None:
         "llama-3.1-8b"
     )
     with pytest.raises(ConfigError, match="EAGLE-3 head"):
-        _spec("eagle3").vllm_serve_command("phi-3-mini")
+        _spec("eagle3").vllm_serve_command("phi-4")
     with pytest.raises(ConfigError, match="EAGLE-3 head"):
-        _spec("eagle3").replica_commands("phi-3-mini")
-    shown = _spec("eagle3").vllm_serve_command("phi-3-mini", strict=False)  # the report's view
+        _spec("eagle3").replica_commands("phi-4")
+    shown = _spec("eagle3").vllm_serve_command("phi-4", strict=False)  # the report's view
     assert f'"model": "{PLACEHOLDER_DRAFT}"' in shown
-    ngram = _spec("ngram").vllm_serve_command("phi-3-mini")
+    ngram = _spec("ngram").vllm_serve_command("phi-4")
     assert '"model"' not in ngram and '"method": "ngram"' in ngram
 
 
 def test_the_command_refuses_values_vllm_refuses_and_drops_a_cap_that_never_binds() -> None:
-    with pytest.raises(ConfigError, match="above microsoft/Phi-3-mini-4k-instruct's context"):
-        Deployment(max_model_len=8193).vllm_serve_command("phi-3-mini")
+    with pytest.raises(ConfigError, match="above microsoft/phi-4's context"):
+        Deployment(max_model_len=16385).vllm_serve_command("phi-4")
     with pytest.raises(ConfigError, match="--block-size 8"):
         Deployment(max_model_len=4096, block_size=8).vllm_serve_command("llama-3.1-8b")
     capped = Deployment(max_model_len=1500, long_prefill_token_threshold=2048).vllm_serve_command("m")
@@ -103,6 +103,6 @@ def test_a_study_can_be_refused_before_its_first_trial() -> None:
 
     eagle3 = SpeculativeConfig(method="eagle3", num_speculative_tokens=3)
     check_speculative_draft(eagle3, PerfHardware(model="llama-3.1-8b"))  # a published head
-    check_speculative_draft(None, PerfHardware(model="phi-3-mini"))
-    with pytest.raises(ConfigError, match="no published EAGLE-3 head for phi-3-mini"):
-        check_speculative_draft(eagle3, PerfHardware(model="phi-3-mini"))
+    check_speculative_draft(None, PerfHardware(model="phi-4"))
+    with pytest.raises(ConfigError, match="no published EAGLE-3 head for phi-4"):
+        check_speculative_draft(eagle3, PerfHardware(model="phi-4"))

@@ -127,6 +127,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "enable_lora": False,
     "max_loras": 1,
     "max_lora_rank": 16,
+    # --- hybrid KV cache groups (servesim addition) ---
+    # One spec per decoder layer, {"kind": "full" | "sliding_window" | "chunked_local",
+    # "window": tokens}: the KV cache config is then planned by vLLM's own get_kv_cache_groups /
+    # get_kv_cache_config_from_groups (equal page sizes, num_gpu_blocks blocks' worth of memory),
+    # and the scheduler runs the HybridKVCacheCoordinator over the groups it made. None: one
+    # full-attention group, as before.
+    "kv_layers": None,
 }
 
 _BOOL_KEYS = {
@@ -306,6 +313,62 @@ def _accepted_fields(cls) -> set[str]:
         return set()
 
 
+def layer_spec(layer: dict[str, Any], block_size: int):
+    """vLLM's KV cache spec of one layer of a kind (the page size is the same for every kind:
+    one KV head of size 1 in float16, as the full-attention cases use)."""
+    import torch
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
+
+    common = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
+    if layer["kind"] == "full":
+        return FullAttentionSpec(**common)
+    if layer["kind"] == "sliding_window":
+        return SlidingWindowSpec(**common, sliding_window=int(layer["window"]))
+    if layer["kind"] == "chunked_local":
+        return ChunkedLocalAttentionSpec(**common, attention_chunk_size=int(layer["window"]))
+    raise SystemExit(f"kv_layers: unknown kind {layer['kind']!r}")
+
+
+def hybrid_kv_cache_config(vllm_config, layers: list[dict[str, Any]], block_size: int, num_blocks: int):
+    """The KV cache config vLLM plans for these layers (``get_kv_cache_groups`` then
+    ``get_kv_cache_config_from_groups``) given the memory of ``num_blocks`` blocks; exits when
+    vLLM's planning gives another number of blocks. The groups it made are what the case stores."""
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
+
+    # The CPU platform of this harness supports the hybrid manager as a GPU's does; vLLM's own
+    # post-init may have turned it off for a platform it could not detect: the GPU default is on.
+    vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
+    specs = {f"model.layers.{i}.self_attn.attn": layer_spec(x, block_size) for i, x in enumerate(layers)}
+    # The engine core resolves the layout before planning (Triton attention runs sliding-window
+    # and chunked-local layers on every platform); equal page sizes plan alike in any layout.
+    layouts = [layout.name for layout in get_supported_kv_cache_layouts([TritonAttentionBackend])]
+    resolve_kv_cache_layout(vllm_config, [layouts], list(specs.values()))
+    groups = get_kv_cache_groups(vllm_config, specs)
+    per_block = max(sum(specs[n].page_size_bytes for n in g.layer_names) for g in groups)
+    config = get_kv_cache_config_from_groups(vllm_config, groups, per_block * num_blocks)
+    if config.num_blocks != num_blocks:
+        raise SystemExit(f"vLLM planned {config.num_blocks} blocks, not {num_blocks}")
+    return config
+
+
+def group_layout(kv_cache_config) -> list[dict[str, Any]]:
+    """The groups of a planned config, in vLLM's order, as servesim's ``kv_cache_groups``."""
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, SlidingWindowSpec
+
+    out: list[dict[str, Any]] = []
+    for g in kv_cache_config.kv_cache_groups:
+        spec = g.kv_cache_spec
+        if isinstance(spec, SlidingWindowSpec):
+            out.append({"kind": "sliding_window", "window": spec.sliding_window})
+        elif isinstance(spec, ChunkedLocalAttentionSpec):
+            out.append({"kind": "chunked_local", "window": spec.attention_chunk_size})
+        else:
+            out.append({"kind": "full"})
+    return out
+
+
 def build_scheduler(cfg: dict[str, Any], max_model_len: int):
     import torch
     from vllm.config import (
@@ -460,12 +523,15 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
 
     block_size = int(cfg["block_size"])
     num_blocks = int(cfg["num_gpu_blocks"])
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
-    kv_cache_config = KVCacheConfig(
-        num_blocks=num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)],
-    )
+    if cfg.get("kv_layers"):
+        kv_cache_config = hybrid_kv_cache_config(vllm_config, cfg["kv_layers"], block_size, num_blocks)
+    else:
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
+        kv_cache_config = KVCacheConfig(
+            num_blocks=num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)],
+        )
     cc.num_gpu_blocks = num_blocks
 
     # Mirror what EngineCore does before it builds the scheduler.
@@ -1048,6 +1114,7 @@ def run(
         "total_preemptions": total_preemptions,
         "prefix_cache_totals": pc_tot if prefix_caching else None,
         "offload_totals": offload_totals if scheduler.connector is not None else None,
+        "kv_cache_groups": group_layout(scheduler.kv_cache_config) if cfg.get("kv_layers") else None,
         "timing": {
             "setup_s": round(setup_s, 3),
             "loop_s": round(loop_s, 3),

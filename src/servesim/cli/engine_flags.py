@@ -137,10 +137,12 @@ def option(
 def _engine_options() -> dict[str, tuple[Any, Any]]:
     """name -> (annotation, typer.Option) of every engine setting (built per command: Typer
     keeps a reference to each option)."""
-    return {name: option(name, f) for name, f in EngineConfig.model_fields.items()}
+    return {name: option(name, f) for name, f in EngineConfig.model_fields.items() if name not in NOT_FLAGS}
 
 
-FLAG_NAMES = tuple(EngineConfig.model_fields)
+#: Engine settings that are no ``vllm serve`` flag: the KV cache groups come from the model.
+NOT_FLAGS = frozenset({"kv_cache_groups"})
+FLAG_NAMES = tuple(k for k in EngineConfig.model_fields if k not in NOT_FLAGS)
 
 
 def _deployment_options(

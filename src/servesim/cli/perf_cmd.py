@@ -40,8 +40,21 @@ from servesim.services.calibration import (
 from servesim.services.deployment import DeploymentSpec
 from servesim.services.perf import ExtrapolationWarning, MemoryRequest, StepRequest
 
-_err = Console(stderr=True, highlight=False)
-_out = Console(highlight=False)
+
+class _Printer:
+    """A Console made at each print, as every other command makes its own: one made at import
+    kept the terminal width (COLUMNS) of the first command in the process, so a later command in
+    the same process (the web's, a test's) wrapped its tables at someone else's width."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self.stderr = stderr
+
+    def print(self, *objects: Any, **kw: Any) -> None:
+        Console(stderr=self.stderr, highlight=False).print(*objects, **kw)
+
+
+_err = _Printer(stderr=True)
+_out = _Printer()
 
 _CATALOG_HELP = "Extra catalog YAML file (models:/gpus: entries) extending the shipped one."
 _JSON_HELP = "Print only machine-readable JSON on stdout."
@@ -261,7 +274,9 @@ def profiles_cmd(
 @hardware_flags("model", "gpu", "tp", "gpu_memory_utilization", helps=CALIBRATE_HELPS)
 def calibrate_cmd(
     files: list[Path] = typer.Argument(
-        ..., help="Step-level CSV file(s), or vllm bench serve --save-result JSON file(s)."
+        ...,
+        help="Step-level CSV file(s), vllm bench serve --save-result JSON file(s), or Prometheus "
+        "scrape(s) of vLLM's /metrics (.prom/.txt, with --window-s).",
     ),
     base: str | None = typer.Option(None, "--base", help="Profile to start from (default: the GPU's)."),
     fit: str | None = typer.Option(
@@ -279,6 +294,17 @@ def calibrate_cmd(
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the re-created bench arrivals."),
     workers: int = typer.Option(1, "--workers", min=1, help="Processes for re-simulating bench runs."),
+    window_s: float | None = typer.Option(
+        None, "--window-s", help="Scrapes: the seconds over which the scraped requests arrived."
+    ),
+    before: Path | None = typer.Option(
+        None,
+        "--before",
+        help="Scrapes: the scrape taken at the window's start (default: the server's start).",
+    ),
+    burstiness: float = typer.Option(
+        1.0, "--burstiness", help="Scrapes: burstiness of the arrivals (1: Poisson, as vllm bench's default)."
+    ),
     catalog: CatalogOpt = None,
     as_json: AsJson = False,
     *,
@@ -300,6 +326,9 @@ def calibrate_cmd(
             seed=seed,
             workers=workers,
             catalog=catalog,
+            window_s=window_s,
+            before=before,
+            burstiness=burstiness,
         )
         report = calibrate(request, out)
         if as_json:
@@ -344,6 +373,20 @@ def sim2real_cmd(
         "--questions",
         help="per-session: a session repeats its question every round (inference-perf); fresh: new each.",
     ),
+    one_in_flight: bool = typer.Option(
+        True,
+        "--one-in-flight/--open-loop",
+        help="one-in-flight: a session sends its next round only once its last one finished "
+        "(inference-perf's user sessions, where their locks are shared); open-loop: every request at "
+        "its scheduled time.",
+    ),
+    request_timeout: float = typer.Option(
+        300.0,
+        "--request-timeout",
+        min=0.0,
+        help="The client's total timeout per request, seconds (0: none). A timed-out request is aborted "
+        "in the engine and counted as failed; inference-perf's default is aiohttp's 300 s.",
+    ),
     save_profile: Path | None = typer.Option(
         None, "--save-profile", help="With --calibrate: save the all-data fit."
     ),
@@ -351,7 +394,10 @@ def sim2real_cmd(
     max_iter: int = typer.Option(8, "--max-iter", min=1, help="Calibration iterations (per fit)."),
     as_json: AsJson = False,
 ) -> None:
-    """Re-create every experiment's workload, simulate it, and write predictions (ms) for score.py."""
+    """Re-create every experiment's workload, simulate it, and write predictions (ms) for score.py.
+
+    With --calibrate loo, each run is predicted by a profile fitted on the others, and the errors
+    are also shown per model, TP degree, workload and MoE/dense, beside the all-data fit's."""
     with _guard():
         request = Sim2RealRequest(
             directory=directory,
@@ -361,6 +407,8 @@ def sim2real_cmd(
             output_tokens=output_tokens.value,
             itl_tokens=itl_tokens.value,
             questions=questions.value,
+            request_timeout_s=request_timeout or None,
+            one_in_flight=one_in_flight,
             save_profile=save_profile,
             workers=workers,
             max_iter=max_iter,
@@ -370,6 +418,9 @@ def sim2real_cmd(
             _print_json(answer.document(out, calibrate.value))
             return
         _out.print(sim2real_table(answer))
+        _out.print(sim2real_groups_table(answer))
+        for run, (failed, total) in sorted(answer.failures.items()):
+            _err.print(f"note: run {run}: {failed} of {total} requests timed out at the client (failed)")
         _out.print(f"predictions written to {out}; score them with score.py {out} {directory}")
         if not answer.settled:
             _err.print("warning: a closed-loop replay did not settle within its rounds")
@@ -400,6 +451,31 @@ def sim2real_table(answer: Sim2RealAnswer) -> FitTable:
     row("servesim", answer.mape)
     for name, s in sorted(answer.peers_mape.items()):
         row(name, s)
+    return t
+
+
+def sim2real_groups_table(answer: Sim2RealAnswer) -> FitTable:
+    """Median APE per model, TP degree, workload and MoE/dense; leave-one-out beside in-sample."""
+    loo = answer.in_sample_groups is not None
+    what = "leave-one-out | all-data fit" if loo else "median APE %"
+    t = FitTable(title=f"sim2real by group (stage -1; {what})")
+    t.add_column("group")
+    t.add_column("runs", justify="right")
+    metrics = ("e2e_mean", "ttft_mean", "itl_mean")
+    for m in metrics:
+        t.add_column(m, justify="right")
+    groups = answer.groups or {}
+    inside = answer.in_sample_groups or {}
+    for kind, rows in groups.items():
+        for name, row in rows.items():
+            other = inside.get(kind, {}).get(name, {})
+
+            def cell(m: str, row: dict[str, float] = row, other: dict[str, float] = other) -> str:
+                if m not in row:
+                    return "-"
+                return f"{row[m]:.1f} | {other[m]:.1f}" if loo and m in other else f"{row[m]:.1f}"
+
+            t.add_row(f"{kind}: {name}", f"{row['n']:.0f}", *[cell(m) for m in metrics])
     return t
 
 

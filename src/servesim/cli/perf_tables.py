@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from servesim.cli.tables import FitTable
 
 if TYPE_CHECKING:
-    from servesim.services.perf import CalibrationReport, Catalog, KVCapacity, StepAnswer
+    from servesim.services.perf import CalibrationReport, Catalog, KVCapacity, ModelSpec, StepAnswer
 
 GiB = 1 << 30
 
@@ -16,9 +16,19 @@ def _gb(x: float) -> str:
     return f"{x / GiB:.2f}"
 
 
+def _attention(m: ModelSpec) -> str:
+    """Full attention / MLA, its windowed layers (KV cache groups), or why the model is refused
+    (Mamba or linear layers)."""
+    p = m.layer_pattern
+    if p is not None:
+        said = f"{p.kind.replace('_', ' ')} {p.layers}/{m.num_layers}"
+        return said if p.kind in ("sliding_window", "chunked_local") else f"refused: {said}"
+    return "MLA" if m.is_mla else "full"
+
+
 def models_table(cat: Catalog) -> FitTable:
     t = FitTable(title="Models")
-    for col in ("name", "HF id", "params", "layers", "hidden", "heads/KV", "experts", "dtype"):
+    for col in ("name", "HF id", "params", "layers", "hidden", "heads/KV", "experts", "dtype", "attention"):
         t.add_column(col)
     for n, m in sorted(cat.models.items()):
         t.add_row(
@@ -30,6 +40,7 @@ def models_table(cat: Catalog) -> FitTable:
             f"{m.num_attention_heads}/{m.num_kv_heads}",
             f"{m.num_experts} top-{m.experts_per_token}" if m.is_moe else "-",
             m.dtype if m.weight_dtype is None else f"{m.weight_dtype}/{m.dtype}",
+            _attention(m),
         )
     return t
 
@@ -75,6 +86,11 @@ def memory_table(cap: KVCapacity, tp: int, gpu_memory_utilization: float) -> Fit
         ("tokens in usable blocks", f"{cap.max_tokens:,}"),
         (f"sequences of {cap.max_model_len} tokens at once", f"{cap.max_concurrency or 0:.2f}"),
     ]
+    if cap.kv_cache_groups:  # a block is one page of one group's layers; each group has a table
+        names = [g.label() for g in cap.kv_cache_groups]
+        labels = ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+        rows.insert(6, ("KV cache groups (one block table each)", labels))
+        rows.insert(7, ("a block: one page of each layer of a group", f"{cap.layers_per_block} layers"))
     for k, v in rows:
         t.add_row(k, v)
     return t

@@ -42,6 +42,12 @@ def register(app: typer.Typer) -> None:
         tune_executor: str = typer.Option(
             "local", help="Where a tuning job's trials run: local | process | ray."
         ),
+        tune_ray_address: str | None = typer.Option(
+            None,
+            "--tune-ray-address",
+            help="With --tune-executor ray: the Ray cluster tuning jobs join (e.g. 10.0.0.5:6379); "
+            "default: a local Ray started in the job's worker.",
+        ),
     ) -> None:
         """Start the web workbench: upload traces, simulate, sweep, tune, plan recovery, compare runs."""
         import logging
@@ -65,6 +71,7 @@ def register(app: typer.Typer) -> None:
             job_timeout_s=job_timeout_s,
             max_trials=max_trials,
             tune_executor=tune_executor,
+            tune_ray_address=tune_ray_address,
         )
         problem = settings.startup_problem()
         if problem is not None:

@@ -377,7 +377,7 @@ class Emulator:
             if n > s.seen:
                 if not s.first_seen and r.first_token_s is not None:
                     s.first_seen = True
-                    self.ttft.labels(*labels).observe(r.first_token_s - r.arrival_s)
+                    self.ttft.labels(*labels).observe(r.first_token_s - r.arrival_s + self._lag(r))
                     # vLLM counts a request's prompt tokens with its first token (IterationStats)
                     self.prompt_tokens.labels(*labels).inc(r.prompt_len)
                     s.last_token_s = r.first_token_s
@@ -467,8 +467,13 @@ class Emulator:
 
     def client_delay_s(self, req: OnlineRequest) -> float:
         """Simulated seconds a client sees each token after the engine produced it."""
-        lag = self.fleet.step_in_flight_at_arrival(req) if self.async_scheduling else 0.0
-        return self.frontend_latency_s + lag
+        return self.frontend_latency_s + self._lag(req)
+
+    def _lag(self, req: OnlineRequest) -> float:
+        """What vLLM's asynchronous scheduling adds to a request's latencies: in its own /metrics
+        too (TTFT and E2E from the request's arrival at the API server), unlike the front end's
+        HTTP and streaming time, which only the client sees."""
+        return self.fleet.step_in_flight_at_arrival(req) if self.async_scheduling else 0.0
 
     async def tokens(self, key: int, *, paced: bool = True) -> AsyncIterator[Tokens]:
         """The request's output as it is produced, each token due ``client_delay_s`` after the
@@ -516,7 +521,7 @@ class Emulator:
         )
         self.success.labels(*lv, reason).inc()
         if r.finish_s is not None:
-            self.e2e.labels(*lv).observe(r.finish_s - r.arrival_s)
+            self.e2e.labels(*lv).observe(r.finish_s - r.arrival_s + self._lag(r))
         if self.pools is not None:
             self._observe_legs(self.fleet, r)
         elif r.first_scheduled_s is not None:

@@ -28,6 +28,7 @@ from pydantic import (
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
 from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS
+from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence, is_hybrid
 from servesim.engine.speculative import SpeculativeConfig
 from servesim.errors import ConfigError, describe, reject_bool, shown
 
@@ -219,6 +220,11 @@ class EngineConfig(BaseModel):
         + ", ".join(map(str, MAX_LORA_RANKS))
         + "); the LoRA kernels run at this rank.",
     )
+    kv_cache_groups: tuple[KVCacheGroup, ...] | None = Field(
+        None,
+        description="The model's KV cache groups as vLLM plans them (engine.kv_groups.plan_groups), "
+        "in order; None: one full-attention group. Set from the model by the perf layer.",
+    )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(
         3, ge=1, le=MAX_SEQS, description="A request preempted this many times is flagged STARVED (an event)."
@@ -265,6 +271,8 @@ class EngineConfig(BaseModel):
         ):
             for key in ("enable_lora", "max_loras", "max_lora_rank"):
                 del d[key]
+        if isinstance(d, dict) and "kv_cache_groups" in d and d["kv_cache_groups"] is None:
+            del d["kv_cache_groups"]
         return d
 
     @model_validator(mode="after")
@@ -281,6 +289,7 @@ class EngineConfig(BaseModel):
             )
         if self.max_model_len is not None:
             self.check_max_model_len(self.max_model_len)
+        self._check_hybrid()
         if self.prefill_schedule_interval > 1 and self.kv_offloading_size is not None:
             raise ConfigError(
                 f"prefill_schedule_interval {self.prefill_schedule_interval} with kv_offloading_size "
@@ -321,6 +330,26 @@ class EngineConfig(BaseModel):
             )
         return self
 
+    @property
+    def hybrid(self) -> bool:
+        """Whether the model has windowed KV cache groups (sliding window, chunked local)."""
+        return is_hybrid(self.kv_cache_groups)
+
+    def _check_hybrid(self) -> None:
+        """Refuse what servesim does not model beside hybrid KV cache groups, naming the key."""
+        if not self.hybrid:
+            return
+        for key, on in (
+            ("async_scheduling", self.async_scheduling),
+            ("speculative_config", self.speculative_config is not None),
+            ("kv_offloading_size", self.kv_offloading_size is not None),
+        ):
+            if on:
+                raise ConfigError(
+                    f"{key} with sliding-window or chunked-local KV cache groups is not modelled yet; "
+                    f"drop {key}"
+                )
+
     def check_max_model_len(self, max_model_len: int) -> None:
         """Raise ValueError when vLLM would refuse to start with this context length."""
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < max_model_len:
@@ -330,6 +359,10 @@ class EngineConfig(BaseModel):
                 "config); raise max_num_batched_tokens, lower max_model_len, or enable chunked prefill"
             )
         blocks_needed = -(-max_model_len // self.block_size)
+        if self.hybrid and self.kv_cache_groups:
+            blocks_needed = blocks_for_one_sequence(
+                self.kv_cache_groups, max_model_len, self.block_size, self.max_num_batched_tokens
+            )
         usable = self.num_gpu_blocks - 1
         if blocks_needed > usable:
             raise ConfigError(

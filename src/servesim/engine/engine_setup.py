@@ -10,6 +10,7 @@ from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.kv_hybrid import HybridKVCacheManager
 from servesim.engine.scheduler import Scheduler
 from servesim.engine.speculative import AcceptanceModel
 from servesim.engine.step_time import DraftTimeModel, StepTimeModel, resolve_drafter
@@ -28,6 +29,8 @@ def fast_path_allowed(config: EngineConfig, kv_connector: KVConnector | None) ->
             "servesim.perf.offload.offloading_connector(config, model, gpu, tp) and pass it as "
             "kv_connector"
         )
+    if config.hybrid:
+        return False  # the decode group assumes one block table that never frees a block
     if config.speculative_config is not None:
         if kv_connector is not None:
             raise ConfigError("speculative decoding with KV offloading is not modelled yet")
@@ -64,7 +67,25 @@ def replica(
             "enable_lora is off (vLLM would refuse those requests); give --enable-lora"
         )
     pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
-    kv = KVCacheManager(pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl)
+    kv: KVCacheManager
+    if config.hybrid and connector is not None:
+        raise ConfigError(
+            "a KV connector (P/D, offload) with sliding-window or chunked-local KV cache groups "
+            "is not modelled yet"
+        )
+    if config.hybrid and config.kv_cache_groups:
+        # vLLM's max_in_flight_tokens: one batch in flight (sync scheduling, the only one here)
+        kv = HybridKVCacheManager(
+            pool,
+            config.block_size,
+            mml,
+            config.watermark,
+            config.scheduler_reserve_full_isl,
+            config.kv_cache_groups,
+            config.max_num_batched_tokens,
+        )
+    else:
+        kv = KVCacheManager(pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl)
     scheduler = Scheduler(config, kv, mml, fast, connector)
     spec = config.speculative_config
     if spec is not None and t.spec_accept_rate is not None:  # the trace's own acceptance

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from servesim.engine.kv_hybrid import HybridKVCacheManager
 from servesim.engine.request import OUTCOME_UNFINISHED, RUNNING
 from servesim.errors import InternalError
 
@@ -50,6 +51,13 @@ def _held_blocks(engine: Engine) -> dict[int, int]:
             raise InternalError(f"{r.req_id} in running with status {r.status}")
         if not (r.num_output >= 0 and r.num_computed >= 0):
             raise InternalError(f"{r.req_id} has a negative count")
+        if isinstance(kv, HybridKVCacheManager):  # one table per group, null blocks (0) left out
+            for table in kv.tables(r):
+                if not (r.num_cached_blocks <= len(table) and len(table) * bs >= r.num_computed):
+                    raise InternalError(f"{r.req_id}: a group's table is shorter than its tokens")
+            for b in kv.held_blocks(r):
+                held[b] = held.get(b, 0) + 1
+            continue
         if not (r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)):
             raise InternalError("invariant broken: r.num_live_blocks <= r.num_cached_blocks <= len(r.blocks)")
         for b in r.blocks:

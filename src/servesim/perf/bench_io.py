@@ -183,8 +183,10 @@ def bench_requests(
     seed: int = 0,
     rescale_arrivals: bool = True,
     label: str | None = None,
+    server_side: bool = False,
 ) -> RequestSet:
-    """The benchmark's workload re-created (see ``read_bench_result``)."""
+    """The benchmark's workload re-created (see ``read_bench_result``); ``server_side``: its
+    latencies were measured by the server (a scrape), not by a client."""
     n = int(result.num_prompts or result.completed or 0)
     if n <= 0:
         raise BenchResultError(
@@ -215,6 +217,7 @@ def bench_requests(
         prefix_len=np.zeros(n, dtype=np.int64),
         max_concurrency=result.max_concurrency,
         label=label or f"vllm bench {source}",
+        server_side=server_side,
     )
 
 
@@ -269,16 +272,54 @@ def read_bench_result(
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CalibrationError(f"{p}: cannot read benchmark result: {e}") from e
-    result = parse_bench_result(data, str(p))
+    return bench_case(
+        parse_bench_result(data, str(p)),
+        str(p),
+        p.stem,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        num_gpu_blocks=num_gpu_blocks,
+        gpu_memory_utilization=gpu_memory_utilization,
+        seed=seed,
+        rescale_arrivals=rescale_arrivals,
+        catalog=catalog,
+        label=f"vllm bench {p.name}",
+    )
+
+
+def bench_case(
+    result: BenchServeResult,
+    source: str,
+    name: str,
+    *,
+    model: str | ModelSpec,
+    gpu: str | GPUSpec,
+    tp: int = 1,
+    max_num_seqs: int = 128,
+    max_num_batched_tokens: int = 2048,
+    num_gpu_blocks: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    seed: int = 0,
+    rescale_arrivals: bool = True,
+    catalog: Catalog | None = None,
+    label: str | None = None,
+    server_side: bool = False,
+) -> WorkloadCase:
+    """A ``WorkloadCase`` from a validated benchmark summary (``read_bench_result``; a Prometheus
+    scrape of vLLM's ``/metrics`` reduced to one, ``servesim.perf.prometheus_io``, with
+    ``server_side``: its latencies exclude the front end)."""
     cat = catalog or load_catalog()
     ms = resolve_model(model, cat)
     gs = resolve_gpu(gpu, cat)
     rs = bench_requests(
-        result, str(p), seed=seed, rescale_arrivals=rescale_arrivals, label=f"vllm bench {p.name}"
+        result, source, seed=seed, rescale_arrivals=rescale_arrivals, label=label, server_side=server_side
     )
     targets = bench_targets(result)
     if not targets:
-        raise CalibrationError(f"{p}: no latency means ({', '.join(BENCH_TARGETS)}) to fit")
+        raise CalibrationError(f"{source}: no latency means ({', '.join(BENCH_TARGETS)}) to fit")
     prompt, output, n = rs.prompt_len, rs.output_len, len(rs)
     rate, burst, conc = result.rate, result.burstiness or 1.0, result.max_concurrency
     longest = int(prompt.max() + output.max() + 1)
@@ -299,9 +340,9 @@ def read_bench_result(
             num_gpu_blocks=num_gpu_blocks,
         )
     except ValueError as e:
-        raise PerfError(f"{p}: engine settings: {e}") from e
+        raise PerfError(f"{source}: engine settings: {e}") from e
     return WorkloadCase(
-        name=p.stem,
+        name=name,
         requests=rs,
         config=config,
         model=ms,

@@ -26,6 +26,7 @@ from servesim.errors import InputError, InternalError, shown
 from servesim.perf.errors import CatalogError, UnknownGPUError, UnknownModelError
 from servesim.perf.gpu_spec import HOST_LINK_OVERHEAD_S as HOST_LINK_OVERHEAD_S
 from servesim.perf.gpu_spec import GPUSpec as GPUSpec
+from servesim.perf.layer_pattern import LayerPattern, layer_pattern_of, refuse_unmodelled
 from servesim.perf.precision import WEIGHT_DTYPE_BYTES, WeightDType, weight_format_of
 
 DType = Literal["bfloat16", "float16", "float32"]
@@ -99,6 +100,11 @@ class ModelSpec(BaseModel):
     )
     extra_params: int = Field(
         0, ge=0, description="Parameters outside the text decoder (e.g. a vision encoder), in dtype."
+    )
+    layer_pattern: LayerPattern | None = Field(
+        None,
+        description="Sliding-window / chunked-local layers (KV cache groups), or Mamba / linear "
+        "layers (refused).",
     )
     source: str | None = Field(None, description="Where the numbers come from (config.json URL).")
     notes: str | None = None
@@ -281,6 +287,13 @@ class Catalog:
         self._gpu_keys = _index(self.gpus.values(), lambda g: [g.name, *g.aliases])
 
     def model(self, name: str) -> ModelSpec:
+        """The entry to simulate; one with Mamba or linear-attention layers is refused."""
+        spec = self.entry(name)
+        refuse_unmodelled(spec)
+        return spec
+
+    def entry(self, name: str) -> ModelSpec:
+        """The catalog entry as published, refused or not (to list or describe it)."""
         key = _norm(name)
         found = self._model_keys.get(key) or self._model_keys.get(_norm(name.split("/")[-1]))
         if found is None:
@@ -378,6 +391,11 @@ def load_catalog(extra: Iterable[str | Path] | str | Path | None = None) -> Cata
 
 
 # ---------------------------------------------------------------------- Hugging Face configs
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}  # their configs' default
+# Fields a published config leaves out because transformers' config class defaults them.
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "sliding_window_pattern": 6},
+}
 _NON_GATED_TYPES = {"gpt2", "gpt_neox", "gptj", "phi", "opt", "bloom", "falcon", "starcoder2", "gpt_bigcode"}
 _TORCH_DTYPES: dict[str, DType] = {
     "bfloat16": "bfloat16",
@@ -451,6 +469,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
     text = top.get("text_config") if isinstance(top.get("text_config"), dict) else top
     if not isinstance(text, Mapping):
         raise InternalError("invariant broken: isinstance(text, Mapping)")
+    text = {**_TEXT_DEFAULTS.get(str(text.get("model_type", "")), {}), **text}
     try:
         layers = int(_first(text, "num_hidden_layers", "n_layer", "num_layers"))
         hidden = int(_first(text, "hidden_size", "n_embd", "d_model"))
@@ -480,7 +499,9 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
     if mla:  # one latent KV head; q/k heads are nope + rope wide
         kv_heads, head_dim = 1, int(mla["qk_nope_head_dim"] or 0) + int(mla["qk_rope_head_dim"] or 0)
     model_type = str(_first(text, "model_type", default=top.get("model_type", "")) or "")
-    tie = _first(text, "tie_word_embeddings", default=top.get("tie_word_embeddings", False))
+    tie = _first(
+        text, "tie_word_embeddings", default=top.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
+    )
     dtype_raw = str(_first(text, "torch_dtype", "dtype", default=top.get("torch_dtype", "bfloat16")))
     dtype = _TORCH_DTYPES.get(dtype_raw.replace("torch.", ""), "bfloat16")
     weight_dtype, qmods = weight_format_of(top)
@@ -519,6 +540,7 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
             weight_dtype=weight_dtype,
             quantized_modules=qmods,
             extra_params=extra,
+            layer_pattern=layer_pattern_of(text, layers, model_type),
             source=where,
         )
     except ValidationError as e:
@@ -527,14 +549,18 @@ def model_from_hf_config(config: Mapping[str, Any] | str | Path, name: str | Non
 
 
 def resolve_model(name_or_path: str | ModelSpec, catalog: Catalog | None = None) -> ModelSpec:
-    """A catalog name, an HF id, or the path of a local ``config.json`` (or its folder)."""
+    """A catalog name, an HF id, or the path of a local ``config.json`` (or its folder); a model
+    with Mamba or linear-attention layers is refused (``perf.layer_pattern``)."""
     if isinstance(name_or_path, ModelSpec):
+        refuse_unmodelled(name_or_path)
         return name_or_path
     p = Path(name_or_path)
     if p.suffix == ".json" or (p.is_dir() and (p / "config.json").is_file()):
         if not p.exists():
             raise CatalogError(f"{p}: no such Hugging Face config file")
-        return model_from_hf_config(p)
+        spec = model_from_hf_config(p)
+        refuse_unmodelled(spec)
+        return spec
     return (catalog or load_catalog()).model(name_or_path)
 
 

@@ -25,9 +25,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence
 from servesim.errors import shown
 from servesim.perf.catalog import DTYPE_BYTES, Catalog, GPUSpec, ModelSpec, resolve_gpu, resolve_model
 from servesim.perf.errors import MemoryFitError, PerfError
+from servesim.perf.kv_layout import kv_groups, layer_kinds
 from servesim.perf.mla import absorbed_params, latent_head_size
 from servesim.perf.mla import attention_params as mla_attention_params
 
@@ -317,6 +319,12 @@ class KVCapacity(BaseModel):
     max_concurrency: float | None = Field(
         description="Sequences of max_model_len that fit at once (vLLM's 'Maximum concurrency')."
     )
+    kv_cache_groups: list[KVCacheGroup] | None = Field(
+        None,
+        description="Sliding-window / chunked-local models: vLLM's KV cache groups, one table each "
+        "over the pool; a block is then one page of layers_per_block layers (None: one full group).",
+    )
+    layers_per_block: int | None = Field(None, description="Layers one pool block holds a page of.")
     caveats: list[str] = Field(
         default_factory=list,
         description="Where the estimate lies outside the runs the memory model was validated on.",
@@ -337,6 +345,7 @@ def kv_capacity(
     overheads: MemoryOverheads | None = None,
     catalog: Catalog | None = None,
     lora_bytes: int = 0,
+    hybrid: bool = True,
 ) -> KVCapacity:
     """KV blocks vLLM would allocate for ``model`` on ``tp`` x ``gpu`` (its start-up arithmetic).
 
@@ -372,13 +381,27 @@ def kv_capacity(
             f"gpu_memory_utilization {gpu_memory_utilization}); {hint}, or raise gpu_memory_utilization"
         )
     per_tok = kv_bytes_per_token(m, tp, kv_dtype)
-    per_block = per_tok * block_size
+    groups, layers = kv_groups(m, hybrid)
+    # vLLM's get_kv_cache_config_from_groups: a block is one page of each layer of a group
+    per_block = per_tok // m.num_layers * layers * block_size if groups else per_tok * block_size
     blocks = kv_bytes // per_block
     usable = max(0, blocks - 1)
     mml = max_model_len if max_model_len is not None else m.max_position_embeddings
     need_blocks = -(-mml // block_size)
+    if groups:  # vLLM's check_enough_kv_cache_memory: each layer's most, windowed layers capped
+        need_blocks = _hybrid_need(m, groups, mml, block_size, max_num_batched_tokens, per_block, layers)
     if usable < need_blocks:
         fit_tokens = usable * block_size
+        if groups:  # vLLM's estimate_max_model_len: the longest sequence whose need fits
+            lo, hi = 0, mml
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                fits = (
+                    _hybrid_need(m, groups, mid, block_size, max_num_batched_tokens, per_block, layers)
+                    <= usable
+                )
+                lo, hi = (mid, hi) if fits else (lo, mid - 1)
+            fit_tokens = lo
         raise MemoryFitError(
             f"{m.name} on {tp} x {g.name}: the KV cache gets {kv_bytes / GiB:.2f} GiB per GPU = {usable} "
             f"usable blocks of {block_size} tokens ({fit_tokens} tokens), but one sequence of "
@@ -409,7 +432,28 @@ def kv_capacity(
         max_tokens=int(usable * block_size),
         max_concurrency=usable / need_blocks if need_blocks else None,
         caveats=kv_capacity_caveats(m, g),
+        kv_cache_groups=list(groups) if groups else None,
+        layers_per_block=layers if groups else None,
     )
+
+
+def _hybrid_need(
+    model: ModelSpec,
+    groups: tuple[KVCacheGroup, ...],
+    mml: int,
+    block_size: int,
+    max_num_batched_tokens: int,
+    per_block: int,
+    layers: int,
+) -> int:
+    """Pool blocks vLLM needs free for one sequence of ``mml`` tokens: the sum over layers of each
+    layer's most (``max_memory_usage_bytes``: every block for full attention, the admission cap
+    for a windowed layer, ``max_num_batched_tokens`` in flight), in blocks, rounded up."""
+    page = per_block // layers
+    need = 0
+    for spec in layer_kinds(model):
+        need += blocks_for_one_sequence([spec], mml, block_size, max_num_batched_tokens) * page
+    return -(-need // per_block)
 
 
 def _min_tp(model: ModelSpec, gpu: GPUSpec, util: float, reserve: int) -> int | None:

@@ -14,20 +14,32 @@ things this module models on top:
   idle). The engine itself schedules synchronously.
 * **Front-end latency**: HTTP, tokenization, detokenization and streaming add a per-request
   constant (``HardwareProfile.frontend_latency_s``) to TTFT and end-to-end latency.
+* **Client timeouts** (``RequestSet.timeout_s``): a client that has not had its last token
+  ``timeout_s`` after sending gives up and disconnects; vLLM aborts the request on disconnect
+  (its KV blocks go back, it stops taking batch slots). The request counts as *failed*, its
+  latencies are left out of the statistics (benchmarks report latencies over successful
+  requests), and a session's next round is released when it fails. inference-perf runs with
+  aiohttp's default total timeout of 300 s unless ``load.request_timeout`` says otherwise.
 
 Latencies come back in seconds, per request, in the order of the input arrays.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from servesim.engine import EngineConfig, SimulationResult, simulate
+from servesim.engine.engine import Engine
+from servesim.engine.request import OUTCOME_ABORTED, OUTCOMES
+from servesim.engine.simulate import build_result, describe_model
 from servesim.engine.step_time import StepTimeModel
+from servesim.errors import InputError
 from servesim.perf.profile import HardwareProfile
 from servesim.traces.schema import Trace, TraceProvenance
 
@@ -45,6 +57,10 @@ class RequestSet:
     max_concurrency: int | None = None
     stage: np.ndarray | None = None  # int64 stage index per request (for per-stage metrics)
     label: str = "workload"
+    timeout_s: float | None = None  # the client's total timeout per request (None: it waits forever)
+    #: Latencies as the server measures them (vLLM's /metrics histograms, from the request's
+    #: arrival at the API server): no front-end latency (HTTP, streaming, the client) added.
+    server_side: bool = False
 
     def __len__(self) -> int:
         return len(self.scheduled)
@@ -64,6 +80,8 @@ class ReplayOutcome:
     mean_shift_s: float
     num_steps: int
     extras: dict[str, float] = field(default_factory=dict)
+    #: Requests whose client timed out (the engine aborted them); None: no timeout was set.
+    failed: np.ndarray | None = None
     #: The engine's last round (steps, per-request records): what the views draw from.
     result: SimulationResult | None = field(default=None, repr=False)
 
@@ -139,14 +157,80 @@ def _sends(rs: RequestSet, duration: np.ndarray) -> np.ndarray:
     return send
 
 
+def simulate_with_deadlines(
+    trace: Trace, config: EngineConfig, step_time: StepTimeModel, deadline: np.ndarray
+) -> SimulationResult:
+    """``simulate``, with each request aborted at its ``deadline`` (seconds, per trace row) if it
+    is still live then: its client disconnected, and vLLM aborts a request whose client went away.
+
+    Aborts apply between engine steps, as vLLM applies them: a step that started before the
+    deadline runs whole first. A request that finished earlier is left alone.
+    """
+    if config.async_scheduling:
+        raise InputError("client timeouts need the synchronous engine: leave async_scheduling off")
+    engine = Engine(trace, config, step_time)
+    order = np.argsort(deadline, kind="stable").tolist()
+    dl = deadline.tolist()
+    live = engine.live
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for row in order:
+            engine.run_until(dl[row])
+            r = live.get(row)
+            if r is not None:
+                engine.abort(r, max(dl[row], engine.now))
+        engine.run_until(math.inf)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    engine.finish()
+    return build_result(engine, trace, None, describe_model(step_time))
+
+
+@dataclass
+class _Round:
+    """One simulation as the client sees it (request order; seconds)."""
+
+    result: SimulationResult
+    ttft: np.ndarray  # async-scheduling lag and front-end latency added
+    e2e: np.ndarray
+    num_output: np.ndarray
+    lag: np.ndarray
+    failed: np.ndarray  # the client timed out (never True without a timeout)
+
+
 def _client_round(
     rs: RequestSet, send: np.ndarray, config: EngineConfig, step_time: StepTimeModel, profile: HardwareProfile
-) -> tuple[SimulationResult, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One simulation of the requests sent at ``send``, as the client sees it: the result, each
-    request's TTFT and E2E (async-scheduling lag and front-end latency added), its output count
-    and its lag, in request order."""
+) -> _Round:
+    """One simulation of the requests sent at ``send``, as the client sees it. With a client
+    timeout, a run in which some request took longer is simulated again with those clients'
+    aborts (a run where none did is the same run, so it costs nothing); ``failed`` marks every
+    request without its last token in time."""
+    trace = _trace(rs, send)
+    res = simulate(trace, config, step_time)
+    rnd = _as_client_sees(rs, res, config, profile)
+    timeout = rs.timeout_s
+    if timeout is None:
+        return rnd
+    if np.any(rnd.e2e > timeout):
+        order = np.argsort(send, kind="stable")
+        # the engine sees the request after the front end's share of the client's clock
+        deadline = send[order] + max(timeout - profile.frontend_latency_s, 0.0)
+        res = simulate_with_deadlines(trace, config, step_time, deadline)
+        rnd = _as_client_sees(rs, res, config, profile)
+    # failed as the client counts it: no last token within its timeout (aborted, finished too
+    # late, or refused by the server)
+    rnd.failed = ~(rnd.e2e <= timeout)
+    rnd.ttft = np.where(rnd.failed, np.nan, rnd.ttft)
+    rnd.e2e = np.where(rnd.failed, np.nan, rnd.e2e)
+    return rnd
+
+
+def _as_client_sees(
+    rs: RequestSet, res: SimulationResult, config: EngineConfig, profile: HardwareProfile
+) -> _Round:
     n = len(rs)
-    res = simulate(_trace(rs, send), config, step_time)
     req = res.requests
     idx = req["req_id"].astype(np.int64).to_numpy()
     arrival = np.empty(n)
@@ -154,17 +238,22 @@ def _client_round(
     first_tok = np.empty(n)
     finish = np.empty(n)
     nout = np.empty(n, dtype=np.int64)
+    aborted = np.zeros(n, dtype=bool)
     arrival[idx] = req["arrival_s"].to_numpy()
     first_sched[idx] = req["first_scheduled_s"].to_numpy()
     first_tok[idx] = req["first_token_s"].to_numpy()
     finish[idx] = req["finish_s"].to_numpy()
     nout[idx] = req["num_output"].to_numpy()
+    aborted[idx] = req["outcome"].to_numpy() == OUTCOMES[OUTCOME_ABORTED]
+    finish[aborted] = np.nan  # an aborted request never had its last token
     steps = res.steps
     lag = np.zeros(n)
     if profile.async_scheduling and not config.async_scheduling:  # an async engine has it already
         lag = async_lag(arrival, first_sched, steps["start_s"].to_numpy(), steps["duration_s"].to_numpy())
-    extra = lag + profile.frontend_latency_s
-    return res, first_tok - arrival + extra, finish - arrival + extra, nout, lag
+    extra = lag + (0.0 if rs.server_side else profile.frontend_latency_s)
+    return _Round(
+        res, first_tok - arrival + extra, finish - arrival + extra, nout, lag, np.zeros(n, dtype=bool)
+    )
 
 
 def replay(
@@ -214,26 +303,31 @@ def replay(
                 converged = False
                 break
             send = new_send
-        res, ttft, e2e, nout, lag = _client_round(rs, send, config, step_time, profile)
+        rnd = _client_round(rs, send, config, step_time, profile)
+        # A session waits for its request's last token, or for its client to give up.
+        busy = np.where(rnd.failed, rs.timeout_s or 0.0, rnd.e2e)
         # Relaxation: the plain iteration oscillates (more hold-back -> less load -> shorter
         # latencies -> less hold-back); averaging with the previous round damps it.
-        duration = e2e if (rounds == 1 and not warm) else relax * e2e + (1.0 - relax) * duration
-        mean_before, mean_now = mean_now, float(np.nanmean(e2e)) if n else 0.0
+        duration = busy if (rounds == 1 and not warm) else relax * busy + (1.0 - relax) * duration
+        mean_before, mean_now = mean_now, float(np.nanmean(busy)) if n else 0.0
         if not closed:
             break
-    finished = np.isfinite(e2e)
+    extras = {"mean_async_lag_s": float(np.mean(rnd.lag)) if n else 0.0}
+    if rs.timeout_s is not None:
+        extras["num_failed"] = float(rnd.failed.sum())
     return ReplayOutcome(
         send=send,
-        ttft=ttft,
-        e2e=e2e,
-        num_output=nout,
-        finished=finished,
+        ttft=rnd.ttft,
+        e2e=rnd.e2e,
+        num_output=rnd.num_output,
+        finished=np.isfinite(rnd.e2e),
         rounds=rounds,
         converged=converged,
         mean_shift_s=shift,
-        num_steps=len(res.steps),
-        extras={"mean_async_lag_s": float(np.mean(lag)) if n else 0.0},
-        result=res,
+        num_steps=len(rnd.result.steps),
+        extras=extras,
+        result=rnd.result,
+        failed=rnd.failed if rs.timeout_s is not None else None,
     )
 
 
@@ -241,6 +335,9 @@ def summarize_latencies(
     out: ReplayOutcome, mask: np.ndarray | None = None, *, counted_output_tokens: float | None = None
 ) -> dict[str, float]:
     """inference-perf / vllm-bench style metrics in milliseconds over finished requests in ``mask``.
+
+    Requests whose client timed out are not among them (benchmarks report latencies over their
+    successful requests); ``num_failed`` counts them when the replay had a client timeout.
 
     ``itl_mean`` is ``(mean e2e - mean ttft) / (mean output tokens - 1)`` (how inference-perf
     reports it); ``tpot_mean`` is the mean of per-request ``(e2e - ttft) / (outputs - 1)`` (how
@@ -252,8 +349,11 @@ def summarize_latencies(
     BOS), not from the server's ``completion_tokens``; its ``itl_mean`` divides by that count.
     """
     sel = out.finished if mask is None else (out.finished & mask)
+    failed = None
+    if out.failed is not None:
+        failed = float(out.failed.sum() if mask is None else (out.failed & mask).sum())
     if not np.any(sel):
-        return {}
+        return {} if failed is None else {"num_requests": 0.0, "num_failed": failed}
     e2e = out.e2e[sel] * 1e3
     ttft = out.ttft[sel] * 1e3
     nout = out.num_output[sel].astype(np.float64)
@@ -274,5 +374,7 @@ def summarize_latencies(
         res["tpot_mean"] = float(np.mean((e2e[multi] - ttft[multi]) / (nout[multi] - 1)))
         res["itl_pooled_mean"] = float(np.sum(e2e[multi] - ttft[multi]) / np.sum(nout[multi] - 1))
     res["num_requests"] = float(sel.sum())
+    if failed is not None:
+        res["num_failed"] = failed
     res["mean_output_tokens"] = mean_out
     return res

@@ -13,10 +13,12 @@ import warnings
 from dataclasses import dataclass
 
 from servesim.engine.config import EngineConfig
+from servesim.engine.kv_groups import KVCacheGroup
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
 from servesim.perf.lora import lora_params_per_slot
+from servesim.perf.kv_layout import hybrid_disabled, kv_groups
 from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
 from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
@@ -31,6 +33,8 @@ class DeploymentSetup:
     step_time: RooflineStepTime
     num_gpu_blocks: int | None
     notes: tuple[str, ...]
+    #: vLLM's KV cache groups for the model (None: one full-attention group; ``perf.kv_layout``)
+    kv_cache_groups: tuple[KVCacheGroup, ...] | None = None
 
 
 def deployment_setup(
@@ -49,6 +53,7 @@ def deployment_setup(
     size_kv_cache: bool = True,
     lora_slots: int = 0,
     lora_rank: int = 16,
+    speculative_method: str | None = None,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
     would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
@@ -70,6 +75,10 @@ def deployment_setup(
         )
     notes = [str(w.message) for w in caught]
     check_kv_cache_dtype(step.model, step.gpu, kv_dtype)
+    off = hybrid_disabled(spec, speculative_method)
+    if off is not None:
+        notes.append(f"{spec.name}: sized and scheduled as full attention in every layer ({off})")
+    groups, _ = kv_groups(spec, hybrid=off is None)
     blocks = None
     if size_kv_cache:
         cap = kv_capacity(
@@ -83,10 +92,11 @@ def deployment_setup(
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
             lora_bytes=math.ceil(lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes),
+            hybrid=off is None,
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
-    return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)))
+    return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)), groups)
 
 
 # ------------------------------------------------------------------ the default deployment
@@ -178,9 +188,11 @@ def replica_setup(
         size_kv_cache=not num_gpu_blocks_given,
         lora_slots=cfg.max_loras if cfg.enable_lora else 0,
         lora_rank=cfg.max_lora_rank,
+        speculative_method=None if cfg.speculative_config is None else cfg.speculative_config.method,
     )
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
+    cfg = cfg.model_copy(update={"kv_cache_groups": setup.kv_cache_groups})
     cfg = EngineConfig.model_validate(cfg.model_dump())
     if cfg.speculative_config is not None:
         resolve_drafter(setup.step_time, cfg.speculative_config)  # a drafter that cannot run: say so now
@@ -189,6 +201,9 @@ def replica_setup(
         if setup.num_gpu_blocks is not None
         else f"{cfg.num_gpu_blocks:,} KV blocks as given"
     ) + f" ({cfg.num_gpu_blocks - 1:,} usable: vLLM reserves one null block)"
+    if cfg.kv_cache_groups:  # a sliding-window / chunked-local model: one block table per group
+        names = [g.label() for g in cfg.kv_cache_groups]
+        blocks += ", in KV cache groups " + ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
     prof = "" if profile is None else f", profile {profile if isinstance(profile, str) else profile.name}"
     if model is None and (gpu is not None or tp is not None):
         origin = " (no model given: the default model)"

@@ -33,6 +33,7 @@ from servesim.errors import InternalError
 from servesim.perf.calibration import CalibrationReport
 from servesim.perf.catalog import GPUSpec, ModelSpec, load_catalog, model_from_hf_config
 from servesim.perf.errors import BenchResultError, PerfError
+from servesim.perf.kv_layout import kv_groups
 from servesim.perf.memory import kv_capacity
 from servesim.perf.profile import HardwareProfile, resolve_profile
 from servesim.perf.replay import ReplayOutcome, RequestSet, replay, summarize_latencies
@@ -42,6 +43,11 @@ from servesim.perf.workload_case import WorkloadCase
 from servesim.perf.workload_fit import calibrate_workloads, workload_jacobian
 
 METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
+
+#: The client's total timeout per request when inference-perf's ``load.request_timeout`` is unset
+#: (its default): it then passes no timeout to ``aiohttp.ClientSession``, whose default
+#: ``ClientTimeout`` is 300 s in total (connection, request and the whole streamed response).
+INFERENCE_PERF_TIMEOUT_S = 300.0
 
 #: vLLM's default before 0.2x, and what the sim2real runs used.
 SIM2REAL_GPU_MEMORY_UTILIZATION = 0.9
@@ -200,8 +206,24 @@ class RunSettings(BaseModel):
         "generator does (prompts pre-generated per session); fresh: a new question per request.",
     )
     one_in_flight: bool = True
+    request_timeout_s: float | None = Field(
+        INFERENCE_PERF_TIMEOUT_S,
+        gt=0,
+        description="The client's total timeout per request (seconds; None: none). inference-perf's "
+        "load.request_timeout defaults to None, which leaves aiohttp's default total timeout of 300 s; "
+        "a timed-out request is aborted in the engine and counted as failed.",
+    )
     gpu_memory_utilization: float = SIM2REAL_GPU_MEMORY_UTILIZATION
     max_rounds: int = 12
+
+
+#: The measured runs' vLLM ran chunked local attention (Llama-4-Scout) without its hybrid KV cache
+#: manager -- vLLM then turned it off by default for chunked local attention (the
+#: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` latency regression), and the runs' own
+#: KV blocks say so: Scout-FP8 at TP 2 on H100 logged 8,253 blocks of 16 tokens, the
+#: full-attention sizing, where the hybrid manager's blocks (one page of 12 layers, not 48) would
+#: be about four times as many. So they are replayed with one full-attention group.
+MEASURED_HYBRID_KV = False
 
 
 def experiment_setup(
@@ -226,6 +248,7 @@ def experiment_setup(
             max_num_batched_tokens=exp.max_num_batched_tokens,
             max_num_seqs=exp.max_num_seqs,
             max_model_len=longest,
+            hybrid=MEASURED_HYBRID_KV,
         )
         blocks = cap.num_gpu_blocks
     info["num_gpu_blocks"] = blocks
@@ -235,6 +258,7 @@ def experiment_setup(
         max_num_batched_tokens=exp.max_num_batched_tokens,
         block_size=exp.block_size,
         num_gpu_blocks=blocks,
+        kv_cache_groups=kv_groups(model, hybrid=MEASURED_HYBRID_KV)[0],
     )
     st = RooflineStepTime(
         model,
@@ -258,6 +282,7 @@ def experiment_requests(exp: Sim2RealExperiment, settings: RunSettings) -> Reque
         one_in_flight=settings.one_in_flight,
         questions=settings.questions,
         label=f"sim2real {exp.id}",
+        timeout_s=settings.request_timeout_s,
     )
 
 
@@ -287,6 +312,7 @@ def run_experiment(
         converged=out.converged,
         num_requests=len(rs),
         num_finished=int(out.finished.sum()),
+        num_failed=int(out.failed.sum()) if out.failed is not None else 0,
         num_steps=out.num_steps,
     )
     return pred, out, info

@@ -61,7 +61,7 @@ def served_id(name: str) -> str:
     """The id ``vllm serve`` takes for ``name``: a catalog model's Hugging Face id, else ``name``
     (a repo id or a local path servesim does not know)."""
     try:
-        spec = load_catalog().model(name)
+        spec = load_catalog().entry(name)
     except PerfError:
         return name
     return spec.hf_id or name

@@ -19,6 +19,9 @@ sessions; see ``tests/fixtures/sim2real/README.md``):
 5. Request *i* of the run is round ``floor(i/N)`` of session slot ``i mod N`` (slots map to
    sessions in a fixed random order); a session has at most one request in flight, so a round
    due before the previous one finished is sent when it finishes (``RequestSet.predecessor``).
+6. A request whose client timeout (``timeout_s``; aiohttp's 300 s unless the config sets
+   ``load.request_timeout``) runs out fails: the client disconnects, vLLM aborts it, and the
+   session's next round goes out (``LocalUserSession.update_context`` in ``process_failure``).
 """
 
 from __future__ import annotations
@@ -102,12 +105,13 @@ def shared_prefix_requests(
     one_in_flight: bool = True,
     questions: Literal["per-session", "fresh"] = "per-session",
     label: str = "inference-perf shared_prefix",
+    timeout_s: float | None = None,
 ) -> RequestSet:
     """The requests of ``wl`` (seeded): send schedule, lengths, shared prefixes, session chaining.
 
     ``output_len`` overrides the spec's ``max_tokens`` (e.g. with a measured mean when the
     server stopped at EOS); ``one_in_flight=False`` drops the per-session limit; ``questions``:
-    see rule 2 above.
+    see rule 2 above; ``timeout_s``: the client's total timeout per request (rule 6).
     """
     if questions not in ("per-session", "fresh"):
         raise InputError(f"unknown questions mode {shown(questions)}: use per-session or fresh")
@@ -151,4 +155,5 @@ def shared_prefix_requests(
         predecessor=predecessor if one_in_flight else None,
         stage=stage,
         label=label,
+        timeout_s=timeout_s,
     )

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servesim.errors import InternalError
 from servesim.io import write_text_atomic
 from servesim.perf import PerfError
 from servesim.services.perf import batch_limits, catalog
 
 if TYPE_CHECKING:
-    from servesim.perf import CalibrationReport
+    from servesim.perf import CalibrationReport, WorkloadCase
     from servesim.perf.catalog import Catalog
     from servesim.perf.sim2real import RunSettings, Sim2RealExperiment
 
@@ -55,12 +56,42 @@ class CalibrateRequest(BaseModel):
     seed: int = Field(0, ge=0, description="Seed of the re-created bench arrivals.")
     workers: int = Field(1, ge=1, description="Processes for re-simulating bench runs.")
     catalog: Path | None = None
+    window_s: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Scrapes: seconds over which the scraped requests arrived.",
+    )
+    before: Path | None = Field(
+        None, description="Scrapes: the scrape at the window's start (None: server start)."
+    )
+    burstiness: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="Scrapes: arrival burstiness (1: Poisson; vllm bench's)."
+    )
 
-    def kind(self) -> Literal["csv", "json"]:
-        kinds = {f.suffix.lower() for f in self.files}
-        if kinds - {".csv", ".json"} or len(kinds) != 1:
-            raise PerfError("give either step-level .csv files or vllm bench .json files (not both)")
-        return "csv" if kinds == {".csv"} else "json"
+    def kind(self) -> Literal["csv", "json", "prom"]:
+        kinds = {SUFFIX_KINDS.get(f.suffix.lower()) for f in self.files}
+        if None in kinds or len(kinds) != 1:
+            raise PerfError(
+                "give step-level .csv files, vllm bench .json files or Prometheus scrapes of vLLM's "
+                "/metrics (.prom, .txt): one kind at a time"
+            )
+        kind: Literal["csv", "json", "prom"] = kinds.pop()  # type: ignore[assignment]
+        if kind == "prom" and self.window_s is None:
+            raise PerfError("a scrape needs --window-s: the seconds over which its requests arrived")
+        if kind == "prom" and self.before is not None and len(self.files) != 1:
+            raise PerfError("--before pairs with one scrape (the window's end), not several")
+        return kind
+
+
+#: File suffix -> what ``calibrate`` reads it as.
+SUFFIX_KINDS: dict[str, Literal["csv", "json", "prom"]] = {
+    ".csv": "csv",
+    ".json": "json",
+    ".prom": "prom",
+    ".txt": "prom",
+    ".metrics": "prom",
+}
 
 
 def _steps(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
@@ -79,7 +110,7 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
     from servesim.perf.catalog import resolve_gpu
 
     if request.model is None or request.gpu is None:
-        raise PerfError("bench results need --model and --gpu (and --tp if not 1)")
+        raise PerfError("bench results and scrapes need --model and --gpu (and --tp if not 1)")
     gpu_name = resolve_gpu(request.gpu, cat).name
     seqs, budget = batch_limits(gpu_name, request.max_num_seqs, request.max_num_batched_tokens)
     defaulted = [
@@ -90,26 +121,28 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
         )
         if given is None
     ]
-    cases = [
-        read_bench_result(
-            f,
-            model=request.model,
-            gpu=request.gpu,
-            tp=request.tp or 1,
-            max_num_seqs=seqs,
-            max_num_batched_tokens=budget,
-            num_gpu_blocks=request.num_gpu_blocks,
-            gpu_memory_utilization=request.gpu_memory_utilization,
-            seed=request.seed,
-            catalog=cat,
-        )
-        for f in request.files
-    ]
+    settings: dict[str, Any] = {
+        "model": request.model,
+        "gpu": request.gpu,
+        "tp": request.tp or 1,
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": budget,
+        "gpu_memory_utilization": request.gpu_memory_utilization,
+        "seed": request.seed,
+        "catalog": cat,
+    }
+    if request.kind() == "prom":
+        cases = [_scrape_case(request, f, settings) for f in request.files]
+    else:
+        cases = [
+            read_bench_result(f, num_gpu_blocks=request.num_gpu_blocks, **settings) for f in request.files
+        ]
     start = resolve_profile(request.base, cases[0].gpu.name)
     names = request.fit
-    if names is None:
+    if names is None:  # a scrape's latencies are the server's: the front end is not in them
+        free = [n for n in BENCH_FIT if not (request.kind() == "prom" and n == "frontend_latency_s")]
         n_targets = sum(len(c.targets) for c in cases)
-        names = list(BENCH_FIT[: max(1, min(len(BENCH_FIT), n_targets))])
+        names = free[: max(1, min(len(free), n_targets))]
     report = calibrate_workloads(cases, base=start, fit=names, workers=request.workers)
     if defaulted:
         note = (
@@ -120,11 +153,39 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
     return report
 
 
+def _scrape_case(request: CalibrateRequest, path: Path, settings: dict[str, Any]) -> WorkloadCase:
+    """One scrape (or a pair, with ``--before``) re-created as a benchmark run."""
+    from servesim.perf.bench_io import bench_case
+    from servesim.perf.prometheus_io import read_scrape, scrape_summary
+
+    after = read_scrape(path)
+    before = read_scrape(request.before) if request.before is not None else None
+    if request.window_s is None:
+        raise InternalError("invariant broken: kind() lets no scrape through without a window")
+    summary = scrape_summary(after, before, request.window_s, request.burstiness)
+    blocks = request.num_gpu_blocks or after.num_gpu_blocks  # vLLM's vllm:cache_config_info
+    return bench_case(
+        summary,
+        str(path),
+        path.stem,
+        num_gpu_blocks=blocks,
+        label=f"scrape {path.name}",
+        server_side=True,
+        **settings,
+    )
+
+
 def calibrate(request: CalibrateRequest, out: Path | None = None) -> CalibrationReport:
     """The fit (``out``: the fitted profile saved there as JSON)."""
     cat = catalog(request.catalog)
-    report = _steps(request, cat) if request.kind() == "csv" else _bench(request, cat)
+    report = _steps(request, cat) if request.kind() == "csv" else _bench(request, cat)  # bench or scrape
     if out is not None:
+        if report.parameters and not any(p.determined for p in report.parameters):
+            names = ", ".join(p.name for p in report.parameters)
+            raise PerfError(
+                f"the fitted profile was not written to {out}: the data determine none of {names} "
+                "(each could move far without changing the fit); fit fewer with --fit, or add measurements"
+            )
         report.profile.save(out)
     return report
 
@@ -145,6 +206,10 @@ class Sim2RealRequest(BaseModel):
     output_tokens: Literal["spec", "implied"] = "spec"
     itl_tokens: Literal["counted", "generated"] = "counted"
     questions: Literal["per-session", "fresh"] = "per-session"
+    one_in_flight: bool = Field(True, description="A session holds its next round until its last finished.")
+    request_timeout_s: float | None = Field(
+        300.0, gt=0, description="The client's total timeout per request, seconds (None: none)."
+    )
     save_profile: Path | None = Field(None, description="With calibrate: save the all-data fit.")
     workers: int = Field(1, ge=1)
     max_iter: int = Field(8, ge=1)
@@ -161,6 +226,11 @@ class Sim2RealAnswer:
     ape: dict[str, Any]
     mape: dict[str, Any]
     peers_mape: dict[str, Any]
+    #: Leave-one-out only: each run's error under the all-data fit (in sample), beside its own.
+    in_sample_ape: dict[str, Any] | None = None
+    #: ``{kind: {group: {n, metric: median APE %}}}`` (``perf.sim2real_groups``).
+    groups: dict[str, Any] | None = None
+    in_sample_groups: dict[str, Any] | None = None
 
     @property
     def settled(self) -> bool:
@@ -177,13 +247,39 @@ class Sim2RealAnswer:
             "ape": self.ape,
             "mape": self.mape,
             "peers_mape": self.peers_mape,
+            "groups": self.groups,
+            **(
+                {
+                    "in_sample_ape": self.in_sample_ape,
+                    "in_sample_mape": self.in_sample_mape,
+                    "in_sample_groups": self.in_sample_groups,
+                }
+                if self.in_sample_ape is not None
+                else {}
+            ),
+        }
+
+    @property
+    def in_sample_mape(self) -> dict[str, Any] | None:
+        from servesim.perf.sim2real import mape_summary
+
+        return None if self.in_sample_ape is None else mape_summary(self.in_sample_ape)
+
+    @property
+    def failures(self) -> dict[str, tuple[int, int]]:
+        """``{run: (failed, requests)}`` for runs in which some client timed out."""
+        return {
+            k: (int(i.get("num_failed", 0)), int(i.get("num_requests", 0)))
+            for k, i in self.infos.items()
+            if i.get("num_failed")
         }
 
 
 def _profile(
     request: Sim2RealRequest, exps: list[Sim2RealExperiment], settings: RunSettings, say: Any
-) -> Any:
-    """The profile(s) that predict: fitted (one per fold, or one on all), given, or the default."""
+) -> tuple[Any, Any]:
+    """The profile(s) that predict: fitted (one per fold, or one on all), given, or the default;
+    and, for leave-one-out, the all-data fit (its in-sample errors go beside the folds')."""
     from servesim.perf import resolve_profile
     from servesim.perf.sim2real import calibrate_experiments, default_experiment_profile
 
@@ -200,11 +296,13 @@ def _profile(
         )
         if request.save_profile is not None:
             cal.full.profile.save(request.save_profile)
-        return cal.fold_profiles() if request.calibrate == "loo" else cal.full.profile
+        if request.calibrate == "loo":
+            return cal.fold_profiles(), cal.full.profile
+        return cal.full.profile, None
     if request.profile is None:
-        return default_experiment_profile(exps)
+        return default_experiment_profile(exps), None
     gpus = {e.gpu_spec().name for e in exps}
-    return resolve_profile(request.profile, gpus.pop() if len(gpus) == 1 else None)
+    return resolve_profile(request.profile, gpus.pop() if len(gpus) == 1 else None), None
 
 
 def sim2real(
@@ -220,6 +318,7 @@ def sim2real(
         peer_predictions,
         predict_experiments,
     )
+    from servesim.perf.sim2real_groups import group_medians
 
     exps = load_experiments(request.directory)
     settings = RunSettings(
@@ -227,11 +326,17 @@ def sim2real(
         output_tokens=request.output_tokens,
         itl_tokens=request.itl_tokens,
         questions=request.questions,
+        request_timeout_s=request.request_timeout_s,
+        one_in_flight=request.one_in_flight,
     )
-    prof = _profile(request, exps, settings, say)
+    prof, full = _profile(request, exps, settings, say)
     preds, infos = predict_experiments(exps, prof, settings, workers=request.workers)
     write_text_atomic(out, json.dumps(preds, indent=1, sort_keys=True) + "\n")
     apes = ape_table(preds, exps)
+    in_sample = None
+    if full is not None:
+        in_preds, _ = predict_experiments(exps, full, settings, workers=request.workers)
+        in_sample = ape_table(in_preds, exps)
     peers = {
         name: mape_summary(ape_table(p, [e for e in exps if e.id in p]))
         for name, p in peer_predictions(exps).items()
@@ -244,6 +349,9 @@ def sim2real(
         ape=apes,
         mape=mape_summary(apes),
         peers_mape=peers,
+        in_sample_ape=in_sample,
+        groups=group_medians(apes, exps),
+        in_sample_groups=None if in_sample is None else group_medians(in_sample, exps),
     )
 
 

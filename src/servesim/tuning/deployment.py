@@ -409,7 +409,7 @@ def _context_limit(model: str) -> int | None:
     from servesim.perf.errors import PerfError
 
     try:
-        return load_catalog().model(model).max_position_embeddings
+        return load_catalog().entry(model).max_position_embeddings
     except PerfError:
         return None
 

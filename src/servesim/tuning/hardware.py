@@ -160,7 +160,7 @@ def _hf_id(model: str) -> str:
     try:
         from servesim.perf import load_catalog
 
-        spec = load_catalog().model(model)
+        spec = load_catalog().entry(model)
     except (ImportError, ValueError):
         return model
     return spec.hf_id or spec.name

@@ -312,6 +312,7 @@ class JobManager:
             "data_dir": str(self.settings.data_dir),
             "db_url": self.settings.database_url,
             "tune_executor": self.settings.tune_executor,
+            "tune_ray_address": self.settings.tune_ray_address or "",
             "requests_file": str(self.requests_dir / f"{job_id}.parquet"),
         }
 

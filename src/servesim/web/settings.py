@@ -29,6 +29,9 @@ class WebSettings(BaseModel):
     max_queued_jobs: int = Field(16, ge=0, description="Jobs waiting for a worker before 429.")
     job_timeout_s: float = Field(1800.0, gt=0, description="A job running longer is stopped.")
     tune_executor: str = Field("local", description="Where a tuning job's trials run: local | process | ray.")
+    tune_ray_address: str | None = Field(
+        None, description="Ray cluster a ray tuning job joins (None: a local Ray in the job's worker)."
+    )
 
     @property
     def database_url(self) -> str:
@@ -43,4 +46,6 @@ class WebSettings(BaseModel):
             )
         if self.token is not None and len(self.token.get_secret_value()) < 16:
             return "the token is too short: use at least 16 characters (e.g. `openssl rand -hex 16`)"
+        if self.tune_ray_address is not None and self.tune_executor != "ray":
+            return "--tune-ray-address is the Ray cluster of --tune-executor ray (give both, or neither)"
         return None

@@ -66,7 +66,9 @@ def tune_request(body: TuneBody, env: Env) -> TuneRequest:
         gpu_types=body.gpu_types,
         storage=env["db_url"],
         study_name=body.study_name,
-        execution=Execution.model_validate({"executor": env["tune_executor"], "jobs": 1}),
+        execution=Execution.model_validate(
+            {"executor": env["tune_executor"], "jobs": 1, "address": env.get("tune_ray_address") or None}
+        ),
     )
 
 

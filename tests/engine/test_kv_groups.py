@@ -1,0 +1,82 @@
+"""KV cache groups: vLLM's group layout and the blocks a windowed group holds, worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.engine import ConstantStepTime, EngineConfig, simulate
+from servesim.engine.kv_groups import KVCacheGroup, plan_groups
+from servesim.traces.schema import Trace
+
+SW = KVCacheGroup(kind="sliding_window", window=128)
+CL = KVCacheGroup(kind="chunked_local", window=8192)
+FULL = KVCacheGroup(kind="full")
+
+
+@pytest.mark.parametrize(
+    ("layers", "groups", "size"),
+    [
+        ([SW, FULL] * 12, [SW, FULL], 12),  # gpt-oss-20b
+        ([SW] * 5 + [FULL], [SW] * 5 + [FULL], 1),
+        ([SW] * 52 + [FULL] * 10, [SW] * 6 + [FULL], 10),  # Gemma 3 27B: 8 padding layers
+        ([CL, CL, CL, FULL] * 12, [CL] * 3 + [FULL], 12),  # Llama 4 Scout
+        ([SW] * 12 + [FULL] * 13, [SW, FULL], 13),  # gpt-oss + EAGLE: under 1.5x, the larger size
+        ([FULL] * 4 + [SW] * 4, [FULL, SW], 4),  # the first layer's kind comes first
+        ([SW] * 32, [SW], 32),  # one kind: one group of every layer
+    ],
+)
+def test_groups_are_planned_as_vllm_plans_them(layers: list, groups: list, size: int) -> None:
+    assert plan_groups(layers) == (groups, size)
+
+
+def test_a_group_kind_and_its_window_go_together() -> None:
+    with pytest.raises(ValueError, match="kv_cache_groups: a sliding_window group needs a window"):
+        KVCacheGroup(kind="sliding_window")
+    with pytest.raises(ValueError, match="async_scheduling with sliding-window"):
+        EngineConfig(num_gpu_blocks=100, kv_cache_groups=[SW, FULL], async_scheduling=True)
+
+
+def _one_request(prompt: int, output: int, groups: list, bs: int, budget: int) -> list[int]:
+    trace = Trace.from_records(
+        [{"req_id": "a", "arrival_time_s": 0.0, "prompt_len": prompt, "output_len": output}]
+    )
+    cfg = EngineConfig(
+        num_gpu_blocks=4000,
+        block_size=bs,
+        max_num_batched_tokens=budget,
+        max_num_seqs=4,
+        enable_prefix_caching=False,
+        kv_cache_groups=groups,
+    )
+    log: list[dict] = []
+    simulate(trace, cfg, ConstantStepTime(step_time_s=0.01), step_log=log.append, check_invariants=True)
+    return [d["kv_blocks_used"] for d in log]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prompt=st.integers(1, 700),
+    output=st.integers(1, 60),
+    window=st.integers(2, 300),
+    bs=st.sampled_from([8, 16, 32]),
+    budget=st.sampled_from([64, 256, 2048]),
+)
+def test_a_sliding_window_holds_the_window_and_the_new_tokens(
+    prompt: int, output: int, window: int, bs: int, budget: int
+) -> None:
+    """One request alone, by hand: a step computing ``n`` tokens after ``c`` holds every block up
+    to token ``c + n`` in the full group and, in the window's group, the blocks from the one
+    holding token ``c - window + 1`` (the oldest the next token attends to) on."""
+    used = _one_request(
+        prompt, output, [KVCacheGroup(kind="sliding_window", window=window), FULL], bs, budget
+    )
+    c, want = 0, []
+    while c < prompt + output - 1:
+        n = min(budget, prompt - c) if c < prompt else 1
+        end = -(-(c + n) // bs)
+        first = max(0, c - window + 1) // bs
+        want.append(end + (end - first))
+        c += n
+    assert used == want

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Generate hybrid-KV-cache cases (sliding-window and chunked-local layers) from vLLM's scheduler.
+
+Each case is a random trace + scheduler config + a model's layer pattern, scaled down so windows
+and chunks matter at a few hundred tokens: gpt-oss's alternating sliding-window / full layers,
+Gemma 3's five sliding-window layers per full one, and Llama 4's three chunked-local layers per
+full one. ``vllm_oracle.py`` plans the KV cache config from those layer specs with vLLM 0.33's own
+``get_kv_cache_groups`` / ``get_kv_cache_config_from_groups`` and runs vLLM's ``Scheduler`` (its
+``HybridKVCacheCoordinator``) on CPU; the groups vLLM made are stored in the case's config as
+``kv_cache_groups`` (what servesim replays with), the layers as ``kv_layers``. Committed cases:
+``tests/engine/oracle_hybrid_cases/``, replayed by ``tests/engine/test_oracle_hybrid_cases.py``;
+like every maker this one refuses to write into a committed folder unless given ``--force``.
+
+Usage (with the oracle's virtualenv python):
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_hybrid_cases.py --out DIR [--seed 0] \
+        [--per-family 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+
+from make_cases import (
+    COMMITTED,
+    STEP_S,
+    add_out_args,
+    cdiv,
+    load_oracle,
+    out_folder,
+    plain_steps,
+    random_trace,
+    run_oracle,
+    write_case,
+)
+
+COMMITTED["hybrid"] = COMMITTED["plain"].parent / "oracle_hybrid_cases"
+
+
+def layers_of(pattern: str, window: int) -> list[dict]:
+    """One model's layer kinds in order: gpt-oss (sliding, full, ...), Gemma 3 (five sliding then
+    a full one), Llama 4 (three chunked-local then a full, NoPE one)."""
+    sw = {"kind": "sliding_window", "window": window}
+    cl = {"kind": "chunked_local", "window": window}
+    full = {"kind": "full"}
+    if pattern == "gpt_oss":
+        return [sw, full] * 3
+    if pattern == "gemma3":
+        return [sw] * 5 + [full]
+    if pattern == "llama4":
+        return [cl, cl, cl, full] * 2
+    raise SystemExit(f"unknown pattern {pattern}")
+
+
+def num_groups(layers: list[dict]) -> list[dict]:
+    """The groups vLLM plans for equal page sizes (only to size the pool before vLLM runs)."""
+    buckets: dict[str, list[dict]] = {}
+    for x in layers:
+        buckets.setdefault(repr(sorted(x.items())), []).append(x)
+    if len(buckets) == 1:
+        return [layers[0]]
+    small = min(len(b) for b in buckets.values())
+    large = max(len(b) for b in buckets.values())
+    size = large if large < small * 1.5 else small
+    return [b[0] for b in buckets.values() for _ in range(cdiv(len(b), size))]
+
+
+def one_sequence_blocks(groups: list[dict], mml: int, bs: int, mbt: int) -> int:
+    """Blocks one sequence of ``mml`` tokens can hold at once (windowed groups capped)."""
+    full = cdiv(mml, bs)
+    total = 0
+    for g in groups:
+        w = g.get("window")
+        if g["kind"] == "sliding_window":
+            total += cdiv(min(w - 1 + mbt, mml), bs) + 1
+        elif g["kind"] == "chunked_local":
+            total += cdiv(min(w + mbt, mml), bs)
+        else:
+            total += full
+    return total
+
+
+#: family -> (layer pattern, trace family of make_cases, under KV pressure)
+FAMILIES = {
+    "swa_basic": ("gpt_oss", "basic", False),
+    "swa_prefix": ("gpt_oss", "prefix", False),
+    "swa_pressure": ("gpt_oss", "prefix_pressure", True),
+    "swa_gemma": ("gemma3", "prefix", True),
+    "chunked_basic": ("llama4", "basic", False),
+    "chunked_prefix": ("llama4", "prefix", False),
+    "chunked_pressure": ("llama4", "prefix_pressure", True),
+    "hybrid_mixed": ("mixed", "mixed", True),
+}
+
+
+def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
+    pattern, trace_fam, pressure = FAMILIES[fam]
+    if pattern == "mixed":
+        pattern = rng.choice(["gpt_oss", "gemma3", "llama4"])
+    mml = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
+    bs = rng.choice([16, 16, 8, 32])
+    window = rng.choice([32, 64, 128, 200]) if pattern != "llama4" else rng.choice([64, 128, 256])
+    layers = layers_of(pattern, window)
+    cfg = {
+        "block_size": bs,
+        "max_num_seqs": rng.choice([4, 8, 16, 64]),
+        "max_num_batched_tokens": rng.choice([128, 256, 512, 1024]),
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": trace_fam != "basic" or rng.random() < 0.3,
+        "long_prefill_token_threshold": 0,
+        "policy": "fcfs",
+        "max_model_len": mml,
+        "kv_layers": layers,
+    }
+    need = one_sequence_blocks(num_groups(layers), mml, bs, cfg["max_num_batched_tokens"]) + 1
+    cfg["num_gpu_blocks"] = need + (rng.randint(0, need) if pressure else rng.randint(0, 6 * need))
+    if fam == "hybrid_mixed":
+        cfg["policy"] = rng.choice(["fcfs", "priority"])
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 32, 128])
+        if rng.random() < 0.3:
+            cfg["watermark"] = rng.choice([0.01, 0.05])
+        if rng.random() < 0.3:
+            cfg["scheduler_reserve_full_isl"] = False
+    cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], cfg["max_num_seqs"])
+    return cfg
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-family", type=int, default=4)
+    ap.add_argument("--families", help=f"comma-separated, of: {', '.join(FAMILIES)} (default: all)")
+    add_out_args(ap)
+    args = ap.parse_args()
+    out = out_folder(args.out, args.force)
+    chosen = args.families.split(",") if args.families else list(FAMILIES)
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown:
+        ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+    vllm_oracle = load_oracle()
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as td:
+        for fam in chosen:
+            for k in range(args.per_family):
+                name = f"{fam}_{k:02d}"
+                rows = random_trace(rng, FAMILIES[fam][1])
+                cfg = random_config(rng, fam, rows)
+                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
+                steps = plain_steps(records)
+                case = {
+                    "name": name,
+                    "vllm_version": summary["vllm_version"],
+                    "step_s": STEP_S,
+                    "config": {**cfg, "kv_cache_groups": summary["kv_cache_groups"]},
+                    "trace": rows,
+                    "steps": steps,
+                    "total_preemptions": summary["total_preemptions"],
+                    "prefix_cache_totals": summary["prefix_cache_totals"],
+                }
+                write_case(out, case)
+                print(
+                    f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
+                    f"preemptions, groups {[g['kind'][0] for g in summary['kv_cache_groups']]}",
+                    file=sys.stderr,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
