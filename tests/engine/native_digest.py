@@ -18,6 +18,7 @@ from strategies import configs, step_models, traces
 
 from servesim.engine import EngineConfig, LinearStepTime, SimulationResult, _native, simulate
 from servesim.traces import FixedLength, GeneratorSpec, PoissonArrivals, generate_trace
+from servesim.traces.adapters import LoRASpec
 from servesim.traces.prefixes import PrefixSpec
 
 DIGEST = hashlib.sha256()
@@ -126,9 +127,32 @@ def speculative_runs() -> None:
         absorb(simulate(t, config, model, step_log=log.append), log)
 
 
+def lora_runs() -> None:
+    """LoRA adapters under max_loras (the waiting loop's skips), with prefix groups shared across
+    adapters (keys per adapter) and KV pressure (a preempted request frees its adapter's slot)."""
+    trace = generate_trace(
+        GeneratorSpec(
+            num_requests=800,
+            seed=11,
+            arrival=PoissonArrivals(rate=40.0),
+            prefix=PrefixSpec(num_groups=4, prefix_len=FixedLength(value=300), fraction=0.6),
+            lora=LoRASpec(num_adapters=6, zipf_s=1.0, fraction=0.8),
+        )
+    )
+    for config in (
+        EngineConfig(enable_lora=True, max_loras=2, num_gpu_blocks=900, max_num_seqs=64),
+        EngineConfig(enable_lora=True, max_loras=3, num_gpu_blocks=30_000, policy="priority"),
+        EngineConfig(enable_lora=True, max_loras=1, num_gpu_blocks=900, async_scheduling=True),
+    ):
+        for fast in (True, False):
+            log: list[dict[str, object]] = []
+            absorb(simulate(trace, config, LinearStepTime(), fast=fast, step_log=log.append), log)
+
+
 if __name__ == "__main__":
     same_draws_on_both_cores()
     drawn_runs()
     generated_runs()
     speculative_runs()
+    lora_runs()
     json.dump({"core": _native.core(), "digest": DIGEST.hexdigest()}, sys.stdout)

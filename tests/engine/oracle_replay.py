@@ -36,6 +36,8 @@ def case_trace(case: dict[str, Any]) -> Trace:
         if r.get("prefix_group") is not None:
             rec["prefix_group"] = r["prefix_group"]
             rec["prefix_len"] = r.get("prefix_len", r["prompt_len"])
+        if r.get("lora") is not None:
+            rec["lora"] = r["lora"]
         records.append(rec)
     return Trace.from_records(records, source=case["name"])
 

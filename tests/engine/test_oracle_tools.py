@@ -24,6 +24,7 @@ MAKERS = {
     "make_offload_cases.py": "oracle_offload_cases",
     "make_pd_cases.py": "oracle_pd_cases",
     "make_spec_cases.py": "oracle_spec_cases",
+    "make_lora_cases.py": "oracle_lora_cases",
     "make_hybrid_cases.py": "oracle_hybrid_cases",
 }
 #: One committed case of each kind.

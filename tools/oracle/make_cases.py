@@ -36,6 +36,7 @@ COMMITTED = {
     "async": CASES_ROOT / "oracle_async_cases",
     "eagle": CASES_ROOT / "oracle_eagle_cases",
     "async_spec": CASES_ROOT / "oracle_async_spec_cases",
+    "lora": CASES_ROOT / "oracle_lora_cases",
 }
 
 

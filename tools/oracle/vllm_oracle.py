@@ -120,6 +120,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # with eagle/eagle3/mtp (the drafts then live on the worker: the scheduler schedules its k
     # placeholders and is never given the drafts, as EngineCore skips update_draft_token_ids).
     "async_scheduling": False,
+    # --- LoRA (servesim addition) ---
+    # True: vLLM's real LoRAConfig(max_loras, max_lora_rank) on the VllmConfig; a trace row's
+    # "lora" (an adapter name) becomes a LoRARequest (ids 1, 2, ... in trace order of first use,
+    # a made-up path: nothing is loaded, the scheduler only counts adapters and hashes their name).
+    "enable_lora": False,
+    "max_loras": 1,
+    "max_lora_rank": 16,
     # --- hybrid KV cache groups (servesim addition) ---
     # One spec per decoder layer, {"kind": "full" | "sliding_window" | "chunked_local",
     # "window": tokens}: the KV cache config is then planned by vLLM's own get_kv_cache_groups /
@@ -135,6 +142,7 @@ _BOOL_KEYS = {
     "scheduler_reserve_full_isl",
     "long_prefill_token_threshold_adaptive",
     "async_scheduling",
+    "enable_lora",
 }
 
 
@@ -211,6 +219,7 @@ def load_trace(path: str, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     vocab = int(cfg["vocab_size"])
     reqs: list[dict[str, Any]] = []
     seen: set[str] = set()
+    lora_ids: dict[str, int] = {}
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
@@ -257,6 +266,8 @@ def load_trace(path: str, cfg: dict[str, Any]) -> list[dict[str, Any]]:
                     "prompt_token_ids": toks,
                     "priority": int(r.get("priority", 0)),
                     "pd": r.get("pd"),
+                    "lora": r.get("lora"),
+                    "lora_int_id": lora_ids.setdefault(r["lora"], len(lora_ids) + 1) if r.get("lora") else 0,
                     "order": len(reqs),
                 }
             )
@@ -473,7 +484,13 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
             object.__setattr__(speculative_config, "draft_model_config", None)
         else:
             raise SystemExit(f"spec_method: {cfg['spec_method']!r} needs draft weights")
+    lora_config = None
+    if cfg.get("enable_lora"):
+        from vllm.config import LoRAConfig
+
+        lora_config = LoRAConfig(max_loras=int(cfg["max_loras"]), max_lora_rank=int(cfg["max_lora_rank"]))
     vllm_config = VllmConfig(
+        lora_config=lora_config,
         model_config=model_config,
         scheduler_config=scheduler_config,
         cache_config=cache_config,
@@ -495,6 +512,8 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
     ):
         if getattr(sc, key) != want:
             raise SystemExit(f"vLLM changed scheduler_config.{key}: {getattr(sc, key)!r} != {want!r}")
+    if cfg.get("enable_lora") and vllm_config.lora_config.max_loras != int(cfg["max_loras"]):
+        raise SystemExit(f"vLLM changed lora_config.max_loras to {vllm_config.lora_config.max_loras}")
     if cc.block_size != int(cfg["block_size"]):
         raise SystemExit(f"vLLM changed block_size to {cc.block_size}")
     if bool(cc.enable_prefix_caching) != bool(cfg["enable_prefix_caching"]):
@@ -622,6 +641,14 @@ def make_request(r: dict[str, Any], cfg: dict[str, Any], block_hasher):
         priority=r["priority"],
         block_hasher=block_hasher,
     )
+    if r.get("lora"):
+        if not cfg.get("enable_lora"):
+            raise SystemExit(f"request {r['req_id']}: lora {r['lora']!r} without enable_lora")
+        from vllm.lora.request import LoRARequest
+
+        kwargs["lora_request"] = LoRARequest(
+            lora_name=r["lora"], lora_int_id=r["lora_int_id"], lora_path=f"/servesim-oracle/{r['lora']}"
+        )
     try:
         return Request(**kwargs)
     except TypeError:  # older signatures want eos_token_id on the Request

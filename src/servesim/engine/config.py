@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -52,6 +53,20 @@ Quantization = Literal[
     "modelopt",
     "compressed-tensors",
 ]
+
+#: vLLM's ``--max-lora-rank`` values (``vllm.config.lora.MaxLoRARanks``).
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _lora_rank(v: int) -> int:
+    """vLLM takes only the ranks its LoRA kernels are built for (``MaxLoRARanks``)."""
+    if v not in MAX_LORA_RANKS:
+        raise ValueError(f"must be one of {', '.join(map(str, MAX_LORA_RANKS))} (vLLM's MaxLoRARanks)")
+    return v
+
+
+#: A rank vLLM accepts: the check travels with the type, so a flag's own check names the flag.
+LoRARank = Annotated[int, AfterValidator(_lora_rank)]
 
 #: Speculative methods servesim runs under vLLM's ``AsyncScheduler`` (checked step by step against
 #: it: tests/engine/oracle_async_spec_cases): the drafters with their own KV, whose drafts stay on
@@ -185,6 +200,26 @@ class EngineConfig(BaseModel):
         description="vLLM's AsyncScheduler: the next step is scheduled before this one's output is "
         "applied (vLLM 0.33 turns it on by default on GPUs; servesim's default stays the sync one).",
     )
+    enable_lora: bool = Field(
+        False,
+        description="Serve LoRA adapters (a trace's lora column names each request's adapter; none: the "
+        "base model).",
+    )
+    max_loras: int = Field(
+        1,
+        ge=1,
+        le=MAX_SEQS,
+        description="With enable_lora: most distinct adapters among running requests (vLLM's scheduler "
+        "leaves a request waiting whose adapter would exceed it).",
+    )
+    max_lora_rank: LoRARank = Field(
+        16,
+        ge=1,
+        le=512,
+        description="With enable_lora: the largest adapter rank (one of "
+        + ", ".join(map(str, MAX_LORA_RANKS))
+        + "); the LoRA kernels run at this rank.",
+    )
     kv_cache_groups: tuple[KVCacheGroup, ...] | None = Field(
         None,
         description="The model's KV cache groups as vLLM plans them (engine.kv_groups.plan_groups), "
@@ -214,6 +249,8 @@ class EngineConfig(BaseModel):
         "max_num_queued_reqs",
         "max_num_queued_tokens",
         "stream_interval",
+        "max_loras",
+        "max_lora_rank",
         mode="before",
     )(lambda v: reject_bool(v))
 
@@ -221,12 +258,19 @@ class EngineConfig(BaseModel):
     def _drop_sync_scheduling(self, handler: Any) -> Any:
         """A sync run's documents (reports, saved results) stay byte for byte as before the
         field existed; reading one back gives the default, False. Likewise ``quantization`` None
-        (the checkpoint's own weights)."""
+        (the checkpoint's own weights), and LoRA off at its default settings."""
         d = handler(self)
         if isinstance(d, dict) and d.get("async_scheduling") is False:
             del d["async_scheduling"]
         if isinstance(d, dict) and "quantization" in d and d["quantization"] is None:
             del d["quantization"]
+        if (
+            isinstance(d, dict)
+            and d.get("enable_lora") is False
+            and (d.get("max_loras"), d.get("max_lora_rank")) == (1, 16)
+        ):
+            for key in ("enable_lora", "max_loras", "max_lora_rank"):
+                del d[key]
         if isinstance(d, dict) and "kv_cache_groups" in d and d["kv_cache_groups"] is None:
             del d["kv_cache_groups"]
         return d
@@ -255,6 +299,17 @@ class EngineConfig(BaseModel):
         spec = self.speculative_config
         if self.async_scheduling and spec is not None and spec.method not in ASYNC_SPEC_METHODS:
             raise ConfigError(_async_spec_refusal(spec.method))
+        if self.enable_lora and self.prefill_schedule_interval > 1:
+            raise ConfigError(
+                f"enable_lora with prefill_schedule_interval {self.prefill_schedule_interval}: vLLM's "
+                "cadence counts the requests skipped for their adapter (deferred_waiting) apart, which "
+                "is not modelled yet; drop one of them"
+            )
+        if self.enable_lora and self.kv_offloading_size is not None:
+            raise ConfigError(
+                f"enable_lora with kv_offloading_size {self.kv_offloading_size:g} GiB: LoRA beside a "
+                "KV connector is not modelled yet; drop one of them"
+            )
         others = {
             "kv_offloading_size": self.kv_offloading_size is not None,
             "prefill_schedule_interval": self.prefill_schedule_interval > 1,

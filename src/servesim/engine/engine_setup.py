@@ -60,6 +60,12 @@ def replica(
     else:
         mml = t.max_context + 1
         config.check_max_model_len(mml)
+    if t.lora_names and not config.enable_lora:
+        shown_names = ", ".join(t.lora_names[:3]) + (", ..." if len(t.lora_names) > 3 else "")
+        raise ConfigError(
+            f"the trace's lora column names {len(t.lora_names)} LoRA adapter(s) ({shown_names}) but "
+            "enable_lora is off (vLLM would refuse those requests); give --enable-lora"
+        )
     pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
     kv: KVCacheManager
     if config.hybrid and connector is not None:

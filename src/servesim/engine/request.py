@@ -55,6 +55,7 @@ class Request:
         "idx",
         "in_flight",
         "last_token",
+        "lora",
         "lost_tokens",
         "max_tokens",
         "migrated_tokens",
@@ -99,6 +100,7 @@ class Request:
         prefix_len: int = 0,
         hash_ids: list[int] | None = None,
         hash_block_size: int = 0,
+        lora: int = 0,
     ) -> None:
         self.idx = idx  # position in the trace; unique, used in block-content keys
         self.req_id = req_id
@@ -113,6 +115,9 @@ class Request:
         self.prefix_len = prefix_len
         self.hash_ids = hash_ids
         self.hash_block_size = hash_block_size
+        # vLLM's lora_request.lora_int_id: the adapter (1, 2, ... in the trace's order of first
+        # use) or 0 for the base model; the scheduler counts the distinct ones against max_loras.
+        self.lora = lora
         # Compact keys (hash_id_bases): block i < num_shared_blocks has key
         # hash_keys[i // hash_per] + 4 * (i % hash_per).
         self.hash_keys: list[int] | None = None

@@ -12,7 +12,7 @@ cdef class Scheduler:
     cdef public long long budget, max_num_seqs, threshold, max_model_len, _admit_seq
     cdef public long long total_preemptions, spec_k, draft_slots, input_left
     cdef public long long spec_drafted, spec_accepted, spec_verifications
-    cdef public long long input_budget, max_num_active, mbt, prefill_interval
+    cdef public long long input_budget, max_num_active, mbt, prefill_interval, max_loras
     cdef public bint adaptive
     cdef public PrefillCadence cadence
     cdef public object acceptance, drafts
@@ -43,7 +43,7 @@ cdef class Scheduler:
                    padded=cython.bint, pad_ok=cython.bint, has_running_scheduled=cython.bint,
                    xfer=object, ready=object, q=object, fresh=cython.bint, load_async=cython.bint,
                    computed=cython.longlong, reserved=cython.longlong, gpu=cython.longlong,
-                   skipped=list)
+                   skipped=list, max_loras=cython.longlong, loras=object, x=Request)
     cpdef _waiting_pass(self, StepPlan plan, long long budget, long long thr, double now)
     @cython.locals(lost=cython.longlong, reused=cython.longlong, moved=cython.longlong)
     cdef inline void _admit(self, StepPlan plan, Request r, long long computed, long long gpu,

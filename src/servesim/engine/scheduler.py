@@ -129,6 +129,14 @@ class Scheduler:
         # scheduler keeps beside it (kv_transfers.py); None: no connector, none of it runs.
         self.connector = connector
         self.kv_xfer = KVTransferState(connector, kv, self.priority) if connector is not None else None
+        # vLLM's lora_config.max_loras (0: LoRA off): the waiting loop skips a request whose
+        # adapter would make one distinct adapter too many among the running requests.
+        self.max_loras = config.max_loras if config.enable_lora else 0
+        if self.max_loras and connector is not None:
+            raise ConfigError(
+                "enable_lora with a KV connector (CPU offload, P/D) is not modelled yet: a request "
+                "skipped for its adapter would go back to the connector's holding queue; drop one"
+            )
 
     # ------------------------------------------------------------------ schedule
     def schedule(self, step: int, now: float) -> StepPlan:
@@ -279,7 +287,9 @@ class Scheduler:
     def _waiting_pass(self, plan: StepPlan, budget: int, thr: int, now: float) -> None:
         """Phase B, vLLM's waiting loop: admissions in queue order, the KV-holding queue's ready
         requests first (with a connector), then the waiting queue; the first request that does
-        not fit stops it. One the connector cannot answer for yet keeps its place, skipped."""
+        not fit stops it. One the connector cannot answer for yet keeps its place, skipped, and
+        so does one whose LoRA adapter would exceed ``max_loras`` (vLLM counts the adapters of
+        every running request, scheduled in this step or not, plus those admitted so far)."""
         waiting = self.waiting
         running = self.running
         kv = self.kv
@@ -293,6 +303,10 @@ class Scheduler:
         pad_ok = k > 0 and not any_prefill_chunk(plan.scheduled)
         has_running_scheduled = bool(plan.scheduled)
         skipped: list[Request] | None = None
+        max_loras = self.max_loras
+        loras: set[int] | None = None
+        if max_loras:
+            loras = {x.lora for x in running if x.lora > 0}
         while budget > 0:
             q = ready if ready is not None and len(ready) else waiting
             if not len(q) or ib <= ds or len(running) >= self.max_num_active:
@@ -300,6 +314,10 @@ class Scheduler:
             r = q.peek()
             if xfer is not None and r.status == WAITING_FOR_REMOTE_KVS:  # ready: its load is done
                 xfer.update_waiting_for_remote_kv(r)
+            if loras is not None and r.lora and len(loras) == max_loras and r.lora not in loras:
+                skipped = [] if skipped is None else skipped
+                skipped.append(q.pop())  # vLLM: "Scheduling would exceed max_loras, skip."
+                continue
             num_tokens = r.prompt_len + r.num_output
             fresh = r.num_computed == 0 and not r.blocks  # (a failed load keeps its blocks)
             load_async = False
@@ -349,6 +367,8 @@ class Scheduler:
             if computed < num_tokens - 1:
                 plan.carried_prefill = True
             self._admit(plan, r, computed, gpu, ext, n, now)
+            if loras is not None and r.lora:
+                loras.add(r.lora)
             budget -= n
             ib -= n + ds
             if padded:

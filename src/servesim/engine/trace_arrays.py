@@ -35,14 +35,19 @@ class TraceArrays:
         self.max_context: int = max(map(operator.add, self.prompt_len, self.output_len), default=1)
         self.priority: list[int] = df["priority"].astype(np.int64).tolist()
         self.prefix_len: list[int] = df["prefix_len"].astype(np.int64).tolist()
-        groups: dict[str, int] = {}
+        self.lora, self.lora_names = adapter_ids(df["lora"].tolist())
+        # vLLM hashes a block with its request's adapter (kv_cache_utils._gen_lora_extra_hash_keys):
+        # equal tokens under different adapters are different KV, so the prefix keys are per adapter.
+        groups: dict[tuple[str, int], int] = {}
         self.group: list[int] = []
-        for g, plen in zip(df["prefix_group"].tolist(), self.prefix_len, strict=True):
+        for g, plen, a in zip(df["prefix_group"].tolist(), self.prefix_len, self.lora, strict=True):
             if g is None or plen <= 0 or (isinstance(g, float) and np.isnan(g)):
                 self.group.append(-1)
             else:
-                self.group.append(groups.setdefault(str(g), len(groups)))
+                self.group.append(groups.setdefault((str(g), a), len(groups)))
         self.hash_ids: list[Any] = df["hash_ids"].tolist()
+        if self.lora_names:
+            self.hash_ids = adapter_hash_ids(self.hash_ids, self.lora)
         self.hash_block_size = trace.hash_block_size
         self.num_shared_ids: list[int] | None = None
         # Per-request draft acceptance rates (NaN: the method's model); None when no row has one.
@@ -69,7 +74,35 @@ class TraceArrays:
             self.prefix_len[i],
             None if ids is None else list(ids),
             self.hash_block_size or 0,
+            self.lora[i],
         )
 
 
-__all__ = ["TraceArrays"]
+def adapter_ids(names: list[Any]) -> tuple[list[int], list[str]]:
+    """vLLM's ``lora_int_id`` per request (1, 2, ... in order of first use; 0: the base model) and
+    the adapters' names in that order."""
+    ids: dict[str, int] = {}
+    out: list[int] = []
+    for name in names:
+        if name is None or (isinstance(name, float) and np.isnan(name)):
+            out.append(0)
+        else:
+            out.append(ids.setdefault(str(name), len(ids) + 1))
+    return out, list(ids)
+
+
+def adapter_hash_ids(hash_ids: list[Any], lora: list[int]) -> list[Any]:
+    """``hash_ids`` with every adapter's ids moved to a range of their own (above every id of the
+    trace): equal ids under one adapter stay equal, under two they never meet."""
+    top = max((max(ids) for ids in hash_ids if ids), default=0) + 1
+    fresh: dict[tuple[int, int], int] = {}
+    out: list[Any] = []
+    for ids, a in zip(hash_ids, lora, strict=True):
+        if a == 0 or not ids:
+            out.append(ids)
+        else:
+            out.append([fresh.setdefault((a, h), top + len(fresh)) for h in ids])
+    return out
+
+
+__all__ = ["TraceArrays", "adapter_hash_ids", "adapter_ids"]

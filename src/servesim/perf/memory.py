@@ -344,6 +344,7 @@ def kv_capacity(
     max_model_len: int | None = None,
     overheads: MemoryOverheads | None = None,
     catalog: Catalog | None = None,
+    lora_bytes: int = 0,
     hybrid: bool = True,
 ) -> KVCapacity:
     """KV blocks vLLM would allocate for ``model`` on ``tp`` x ``gpu`` (its start-up arithmetic).
@@ -351,7 +352,8 @@ def kv_capacity(
     ``max_model_len`` None means the model's ``max_position_embeddings`` (vLLM's default).
     Raises ``MemoryFitError`` when the weights and reserve do not fit ``requested`` memory, or
     when the cache cannot hold one sequence of ``max_model_len`` tokens; the message gives the
-    numbers and what to change.
+    numbers and what to change. ``lora_bytes``: the LoRA adapter slots' buffers per GPU
+    (``perf.lora``), allocated with the weights at load, so the cache gets that much less.
     """
     m = resolve_model(model, catalog)
     g = resolve_gpu(gpu, catalog)
@@ -365,14 +367,16 @@ def kv_capacity(
     reserve = reserve_breakdown(
         m, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, overheads=overheads
     )
-    kv_bytes = requested - weights.total - reserve.total
+    kv_bytes = requested - weights.total - reserve.total - lora_bytes
     if kv_bytes <= 0:
-        need = weights.total + reserve.total
+        need = weights.total + reserve.total + lora_bytes
         min_tp = _min_tp(m, g, gpu_memory_utilization, reserve.total)
         hint = f"use TP >= {min_tp}" if min_tp else "use a GPU with more memory or a quantized checkpoint"
         raise MemoryFitError(
             f"{m.name} does not fit {g.name} at TP={tp}: weights need {weights.total / GiB:.2f} GiB per "
-            f"GPU plus {reserve.total / GiB:.2f} GiB start-up reserve = {need / GiB:.2f} GiB, but only "
+            f"GPU plus {reserve.total / GiB:.2f} GiB start-up reserve"
+            + (f" plus {lora_bytes / GiB:.2f} GiB of LoRA slots" if lora_bytes else "")
+            + f" = {need / GiB:.2f} GiB, but only "
             f"{requested / GiB:.2f} GiB is available ({g.memory_bytes / GiB:.2f} GiB x "
             f"gpu_memory_utilization {gpu_memory_utilization}); {hint}, or raise gpu_memory_utilization"
         )

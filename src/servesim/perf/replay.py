@@ -102,6 +102,7 @@ def _trace(rs: RequestSet, send: np.ndarray) -> Trace:
             "prefix_len": rs.prefix_len.astype(np.int64),
             "hash_ids": pd.Series([None] * n, dtype=object),
             "spec_accept_rate": np.full(n, np.nan),
+            "lora": pd.Series([None] * n, dtype=object),
         }
     )
     order = np.argsort(df["arrival_time_s"].to_numpy(), kind="stable")

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from servesim.engine.step_time import BatchComposition, DraftTimeModel
 from servesim.perf import mla
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
+from servesim.perf.lora import lora_params_per_slot
 from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_per_token, kv_heads_per_rank
 from servesim.perf.profile import HardwareProfile, resolve_profile
 
@@ -100,6 +101,8 @@ class RooflineStepTime:
         max_num_batched_tokens: int = 2048,
         cudagraphs: bool = True,
         extra_gemm_params: float = 0.0,
+        lora_slots: int = 0,
+        lora_rank: int = 16,
     ) -> None:
         check_tp(model, tp)
         self.model = model
@@ -114,6 +117,9 @@ class RooflineStepTime:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.cudagraphs = cudagraphs
+        # --enable-lora: vLLM's max_loras adapter slots at max_lora_rank (0: LoRA off).
+        self.lora_slots = lora_slots
+        self.lora_rank = lora_rank
         self._precompute()
 
     # ------------------------------------------------------------------ constants
@@ -149,6 +155,13 @@ class RooflineStepTime:
         if self.extra_gemm_params:
             weight_bytes += self.extra_gemm_params * ab
             flops_s_per_token += 2 * self.extra_gemm_params / (p16 * eta_c)
+        if self.lora_slots:
+            # LoRA (perf.lora): each token runs its adapter's shrink and expand (2 FLOPs per A and
+            # B parameter of one slot); a step reads every slot's A and B, taken as all in use (an
+            # upper bound: vLLM's kernels read the adapters of the batch, at most max_loras).
+            lora = lora_params_per_slot(m, tp, self.lora_rank)
+            weight_bytes += self.lora_slots * lora * ab
+            flops_s_per_token += 2 * lora / (p16 * eta_c)
         for params, bpw, module in groups:
             weight_bytes += params * bpw
             wd = m.weight_dtype if module in m.quantized_modules else None
@@ -387,6 +400,7 @@ class RooflineStepTime:
             "cudagraphs": self.cudagraphs,
             "largest_cudagraph": self._cg_max,
             **({"extra_gemm_params": self.extra_gemm_params} if self.extra_gemm_params else {}),
+            **({"lora_slots": self.lora_slots, "lora_rank": self.lora_rank} if self.lora_slots else {}),
             "profile": self.profile.model_dump(mode="json"),
         }
 
@@ -406,6 +420,8 @@ class RooflineStepTime:
             max_num_batched_tokens=self.max_num_batched_tokens,
             cudagraphs=self.cudagraphs,
             extra_gemm_params=self.extra_gemm_params,
+            lora_slots=self.lora_slots,
+            lora_rank=self.lora_rank,
         )
 
     # ------------------------------------------------------------------ speculative decoding
@@ -474,6 +490,8 @@ def build_step_time_model(
     max_num_batched_tokens: int = 2048,
     cudagraphs: bool = True,
     warn: bool = True,
+    lora_slots: int = 0,
+    lora_rank: int = 16,
 ) -> RooflineStepTime:
     """The roofline ``StepTimeModel`` for ``model`` on ``tp`` x ``gpu``.
 
@@ -498,4 +516,6 @@ def build_step_time_model(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         cudagraphs=cudagraphs,
+        lora_slots=lora_slots,
+        lora_rank=lora_rank,
     )

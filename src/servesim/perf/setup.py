@@ -17,6 +17,7 @@ from servesim.engine.kv_groups import KVCacheGroup
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
+from servesim.perf.lora import lora_params_per_slot
 from servesim.perf.kv_layout import hybrid_disabled, kv_groups
 from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
 from servesim.perf.precision import apply_quantization
@@ -50,6 +51,8 @@ def deployment_setup(
     kv_dtype: str = "auto",
     quantization: str | None = None,
     size_kv_cache: bool = True,
+    lora_slots: int = 0,
+    lora_rank: int = 16,
     speculative_method: str | None = None,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
@@ -67,6 +70,8 @@ def deployment_setup(
             kv_dtype=kv_dtype,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            lora_slots=lora_slots,
+            lora_rank=lora_rank,
         )
     notes = [str(w.message) for w in caught]
     check_kv_cache_dtype(step.model, step.gpu, kv_dtype)
@@ -86,6 +91,7 @@ def deployment_setup(
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
+            lora_bytes=math.ceil(lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes),
             hybrid=off is None,
         )
         blocks = cap.num_gpu_blocks
@@ -180,6 +186,8 @@ def replica_setup(
         kv_dtype=cfg.kv_cache_dtype,
         quantization=cfg.quantization,
         size_kv_cache=not num_gpu_blocks_given,
+        lora_slots=cfg.max_loras if cfg.enable_lora else 0,
+        lora_rank=cfg.max_lora_rank,
         speculative_method=None if cfg.speculative_config is None else cfg.speculative_config.method,
     )
     if setup.num_gpu_blocks is not None:

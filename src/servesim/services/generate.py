@@ -26,6 +26,7 @@ from servesim.traces import (
     GammaArrivals,
     GeneratorSpec,
     LogNormalLength,
+    LoRASpec,
     OnOffArrivals,
     PoissonArrivals,
     PrefixSpec,
@@ -81,6 +82,11 @@ class GeneratorOverrides(BaseModel):
     zipf: float | None = Field(None, description="Zipf exponent of group popularity (0 = uniform).")
     prefix_fraction: float | None = Field(
         None, description="Share of requests that use a prefix group (0..1)."
+    )
+    lora_adapters: int | None = Field(None, description="Number of LoRA adapters the requests name.")
+    lora_zipf: float | None = Field(None, description="Zipf exponent of adapter popularity (0 = uniform).")
+    lora_fraction: float | None = Field(
+        None, description="Share of requests that name a LoRA adapter (0..1; the rest: the base model)."
     )
     seed: int | None = Field(None, description="Random seed (same seed, same trace).")
 
@@ -141,6 +147,9 @@ def apply_overrides(spec: GeneratorSpec, **opts: Any) -> GeneratorSpec:
     prefix = _prefix_override(spec.prefix, opts)
     if prefix is not None:
         changes["prefix"] = prefix
+    lora = _lora_override(spec.lora, opts)
+    if lora is not None:
+        changes["lora"] = lora
     if not changes:
         return spec
     return GeneratorSpec.model_validate({**spec.model_dump(), **_dump(changes)})
@@ -260,6 +269,18 @@ def _prefix_override(current: PrefixSpec | None, opts: dict[str, Any]) -> Prefix
         zipf_s=base.zipf_s if opts.get("zipf") is None else opts["zipf"],
         fraction=base.fraction if opts.get("prefix_fraction") is None else opts["prefix_fraction"],
         on_short_prompt=base.on_short_prompt,
+    )
+
+
+def _lora_override(current: LoRASpec | None, opts: dict[str, Any]) -> LoRASpec | None:
+    keys = ("lora_adapters", "lora_zipf", "lora_fraction")
+    if all(opts.get(k) is None for k in keys):
+        return None
+    base = current or LoRASpec(num_adapters=8)
+    return LoRASpec(
+        num_adapters=base.num_adapters if opts.get("lora_adapters") is None else opts["lora_adapters"],
+        zipf_s=base.zipf_s if opts.get("lora_zipf") is None else opts["lora_zipf"],
+        fraction=base.fraction if opts.get("lora_fraction") is None else opts["lora_fraction"],
     )
 
 

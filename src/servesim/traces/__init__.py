@@ -16,6 +16,7 @@ JSON) · ``validate`` (vectorized checks) · ``load`` · ``writers`` · ``arriva
 · ``inspect`` (statistics) · ``bundled`` (shipped traces).
 """
 
+from servesim.traces.adapters import LoRASpec
 from servesim.traces.arrival_names import parse_arrival_name
 from servesim.traces.arrivals import (
     ArrivalModel,
@@ -54,6 +55,7 @@ __all__ = [
     "GeneratorSpec",
     "LengthModel",
     "LengthStats",
+    "LoRASpec",
     "LogNormalLength",
     "OnOffArrivals",
     "PoissonArrivals",

@@ -138,7 +138,7 @@ ArrivalModel = Annotated[
 
 
 #: Independent random streams of one seed: changing the length model leaves arrivals unchanged.
-STREAMS = ("arrivals", "prompt", "output", "prefix", "resample")
+STREAMS = ("arrivals", "prompt", "output", "prefix", "resample", "lora")
 
 
 def stream_rng(seed: int, stream: str) -> np.random.Generator:

@@ -17,7 +17,7 @@ from servesim.traces.schema import COLUMNS
 
 _INT_COLUMNS = ("prompt_len", "output_len", "priority", "prefix_len")
 _FLOAT_COLUMNS = ("arrival_time_s", "sla_ttft_ms", "sla_e2e_ms", "spec_accept_rate")
-_OBJECT_COLUMNS = ("req_id", "tenant", "prefix_group", "hash_ids")
+_OBJECT_COLUMNS = ("req_id", "tenant", "prefix_group", "hash_ids", "lora")
 
 
 def object_array(values: Any, n: int) -> np.ndarray:
@@ -37,7 +37,7 @@ def object_array(values: Any, n: int) -> np.ndarray:
 def canonical_frame(columns: Mapping[str, Any], n: int) -> pd.DataFrame:
     """A frame with exactly ``COLUMNS`` and their dtypes; absent columns get their defaults.
 
-    Defaults: priority 0, prefix_len 0, SLOs and spec_accept_rate NaN, tenant/prefix_group/hash_ids None.
+    Defaults: priority 0, prefix_len 0, SLOs and spec_accept_rate NaN, tenant/prefix_group/hash_ids/lora None.
     ``req_id``, ``arrival_time_s``, ``prompt_len`` and ``output_len`` must be given.
     """
     unknown = set(columns) - set(COLUMNS)

@@ -10,11 +10,13 @@ order.
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from servesim.errors import InputError, shown
+from servesim.traces.adapters import LoRASpec, assign_adapters
 from servesim.traces.arrivals import ArrivalModel, PoissonArrivals, sample_arrivals, stream_rng
 from servesim.traces.frame import canonical_frame
 from servesim.traces.lengths import (
@@ -49,6 +51,15 @@ class GeneratorSpec(BaseModel):
     )
     prefix: PrefixSpec | None = Field(None, description="Shared-prefix groups; None = no sharing.")
     id_prefix: str = Field("r", description="Request ids are id_prefix + index.")
+    lora: LoRASpec | None = Field(None, description="LoRA adapters per request; None = the base model only.")
+
+    @model_serializer(mode="wrap")
+    def _drop_no_lora(self, handler: Any) -> Any:
+        """A spec without adapters dumps as before the field existed (provenance, saved specs)."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("lora", 0) is None:
+            del d["lora"]
+        return d
 
 
 def generate_trace(spec: GeneratorSpec) -> Trace:
@@ -66,6 +77,8 @@ def generate_trace(spec: GeneratorSpec) -> Trace:
         groups, plen, prompt = assign_prefixes(spec.prefix, prompt, stream_rng(spec.seed, "prefix"))
         columns.update(prefix_group=groups, prefix_len=plen)
     columns["prompt_len"] = prompt
+    if spec.lora is not None:  # its own stream: adding adapters changes no other column
+        columns["lora"] = assign_adapters(spec.lora, n, stream_rng(spec.seed, "lora"))
     notes = sorted(
         {
             f"{which} lengths resampled from {m.source!r}"

@@ -90,14 +90,15 @@ NATIVE = Layout(
         "prefix_len",
         "hash_ids",
         "spec_accept_rate",
+        "lora",
     ),
     names={c: c for c in COLUMNS},
-    text_columns=("req_id", "tenant", "prefix_group", "hash_ids"),
+    text_columns=("req_id", "tenant", "prefix_group", "hash_ids", "lora"),
     convert=_convert_native,
     help=(
         "req_id (filled with row numbers when the column is absent), arrival_time_s, prompt_len, "
         "output_len; optional: priority, tenant, sla_ttft_ms, sla_e2e_ms, prefix_group, prefix_len, "
-        "hash_ids, spec_accept_rate"
+        "hash_ids, spec_accept_rate, lora (a LoRA adapter's name; none: the base model)"
     ),
 )
 

@@ -31,6 +31,7 @@ COLUMNS: tuple[str, ...] = (
     "prefix_len",
     "hash_ids",
     "spec_accept_rate",
+    "lora",
 )
 
 TraceFormat = Literal[
@@ -77,6 +78,11 @@ class RequestRecord(BaseModel):
         allow_inf_nan=False,
         description="Speculative decoding: the request's per-position draft acceptance rate (each "
         "draft accepted with this probability given the one before it was); none: the method's model.",
+    )
+    lora: str | None = Field(
+        None,
+        min_length=1,
+        description="The LoRA adapter the request names (vLLM's model field); none: the base model.",
     )
 
     @model_validator(mode="after")
@@ -132,6 +138,7 @@ def _empty_frame() -> pd.DataFrame:
             "prefix_len": pd.Series([], dtype="int64"),
             "hash_ids": pd.Series([], dtype=object),
             "spec_accept_rate": pd.Series([], dtype="float64"),
+            "lora": pd.Series([], dtype=object),
         }
     )
 
@@ -142,8 +149,8 @@ class Trace:
     ``df`` has exactly the columns of ``COLUMNS`` with these dtypes: ``req_id``/``tenant``/
     ``prefix_group`` object (str or None), ``arrival_time_s``/``sla_*`` float64 (NaN = none),
     ``prompt_len``/``output_len``/``priority``/``prefix_len`` int64, ``hash_ids`` object (list of
-    int or None), ``spec_accept_rate`` float64 (NaN = none). Rows are sorted by arrival (stable),
-    ``req_id`` is unique, the index is 0..n-1.
+    int or None), ``spec_accept_rate`` float64 (NaN = none), ``lora`` object (adapter name or
+    None). Rows are sorted by arrival (stable), ``req_id`` is unique, the index is 0..n-1.
     """
 
     __slots__ = ("df", "provenance")
@@ -215,6 +222,7 @@ class Trace:
                     [np.nan if r.spec_accept_rate is None else r.spec_accept_rate for r in recs],
                     dtype=np.float64,
                 ),
+                "lora": pd.Series([r.lora for r in recs], dtype=object),
             }
         )
         order = np.argsort(df["arrival_time_s"].to_numpy(), kind="stable")
@@ -259,4 +267,5 @@ def _record_from_row(row: Mapping[Any, Any]) -> RequestRecord:
         prefix_len=int(row["prefix_len"]),
         hash_ids=None if ids is None else [int(h) for h in ids],
         spec_accept_rate=_opt_float(row["spec_accept_rate"]),
+        lora=None if row["lora"] is None else str(row["lora"]),
     )

@@ -419,6 +419,8 @@ def validate_chunk(
                 lambda i: f"acceptance rate above 1 ({float(rate[i])!r}); give a probability in [0, 1]",
             )
         out["spec_accept_rate"] = rate
+    if "lora" in columns:
+        out["lora"] = _label_column(chk, columns["lora"], "lora", required=False)
     _cross_checks(chk, out, hash_block_size)
 
     good = ~chk.bad

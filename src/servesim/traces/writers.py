@@ -43,7 +43,7 @@ _BY_EXTENSION: dict[str, WriteFormat] = {
     ".parquet": "parquet",
     ".pq": "parquet",
 }
-_TEXT_COLUMNS = ("req_id", "tenant", "prefix_group")
+_TEXT_COLUMNS = ("req_id", "tenant", "prefix_group", "lora")
 
 
 def write_trace(trace: Trace, path: str | os.PathLike[str], format: str | None = None) -> Path:
@@ -91,7 +91,7 @@ def _open_out(path: Path, compress: bool) -> Iterator[IO[str]]:
 
 #: Optional columns a writer leaves out when no row has a value, so that a trace without them
 #: writes the same file as before they existed (the reader fills the same default).
-_OMIT_WHEN_EMPTY = ("spec_accept_rate",)
+_OMIT_WHEN_EMPTY = ("spec_accept_rate", "lora")
 
 
 def _written_columns(trace: Trace) -> list[str]:
@@ -103,7 +103,7 @@ def _write_csv(trace: Trace, f: IO[str]) -> None:
     df = trace.df[_written_columns(trace)].copy()
     df["hash_ids"] = [None if h is None else json.dumps(list(h)) for h in df["hash_ids"].tolist()]
     # A lone CR inside a text field is only quoted when CR is part of the line terminator.
-    has_cr = any(_contains(df[c], "\r") for c in _TEXT_COLUMNS)
+    has_cr = any(_contains(df[c], "\r") for c in _TEXT_COLUMNS if c in df.columns)
     df.to_csv(f, index=False, lineterminator="\r\n" if has_cr else "\n", quoting=csv.QUOTE_MINIMAL)
 
 
@@ -155,6 +155,7 @@ _ARROW_SCHEMA = pa.schema(
         ("prefix_len", pa.int64()),
         ("hash_ids", pa.list_(pa.int64())),
         ("spec_accept_rate", pa.float64()),
+        ("lora", pa.string()),
     ]
 )
 

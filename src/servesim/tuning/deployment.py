@@ -50,6 +50,10 @@ KNOBS_033: dict[str, Any] = {
     "async_scheduling": False,  # off: left to vLLM (which turns it on by default on GPUs)
 }
 
+#: vLLM's LoRA flags and their defaults: passed through (not searched), flags and document keys
+#: only when LoRA is on.
+LORA_KEYS: dict[str, Any] = {"enable_lora": False, "max_loras": 1, "max_lora_rank": 16}
+
 
 class Deployment(BaseModel):
     """What the tuner chooses: one replica's vLLM flags, TP, memory share, replicas, queue timeout."""
@@ -111,6 +115,9 @@ class Deployment(BaseModel):
     )
     stream_interval: int = Field(1, ge=1, description="vLLM --stream-interval.")
     async_scheduling: bool = Field(False, description="vLLM --[no-]async-scheduling.")
+    enable_lora: bool = Field(False, description="vLLM --enable-lora (the trace names adapters).")
+    max_loras: int = Field(1, ge=1, description="vLLM --max-loras: distinct adapters in a batch.")
+    max_lora_rank: int = Field(16, ge=1, description="vLLM --max-lora-rank.")
 
     @model_serializer(mode="wrap")
     def _drop_speculation_when_off(self, handler: Any) -> Any:
@@ -121,6 +128,9 @@ class Deployment(BaseModel):
             for key, default in KNOBS_033.items():
                 if key in d and d[key] == default and type(d[key]) is type(default):
                     del d[key]
+            if not d.get("enable_lora", True):
+                for key in LORA_KEYS:
+                    d.pop(key, None)
             if d.get("num_speculative_tokens", 1) == 0:
                 del d["num_speculative_tokens"]
             if "speculative_config" in d and d["speculative_config"] is None:
@@ -159,6 +169,7 @@ class Deployment(BaseModel):
             "queue_timeout_s": self.queue_timeout_s,
             "kv_offloading_size": self.kv_offloading_size,
             **{key: getattr(self, key) for key in KNOBS_033},
+            **({key: getattr(self, key) for key in LORA_KEYS} if self.enable_lora else {}),
             **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
             **({"kv_cache_dtype": self.kv_cache_dtype} if self.kv_cache_dtype != "auto" else {}),
             **({"quantization": self.quantization} if self.quantization is not None else {}),
@@ -216,6 +227,7 @@ class Deployment(BaseModel):
             scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
             kv_offloading_size=config.kv_offloading_size,
             **{key: getattr(config, key) for key in KNOBS_033},
+            **{key: getattr(config, key) for key in LORA_KEYS},
             num_speculative_tokens=sc.num_speculative_tokens if (sc := config.speculative_config) else 0,
             speculative_config=config.speculative_config,
             kv_cache_dtype=config.kv_cache_dtype,
@@ -276,6 +288,12 @@ class Deployment(BaseModel):
                 # async always said: vLLM turns it on by default on a GPU, and the server must
                 # run the scheduler that was simulated (--no-async-scheduling when it was sync)
                 args.append((key.replace("_", "-"), value))
+        if self.enable_lora:  # vLLM's LoRAConfig flags
+            args += [
+                ("enable-lora", True),
+                ("max-loras", self.max_loras),
+                ("max-lora-rank", self.max_lora_rank),
+            ]
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()

@@ -331,6 +331,9 @@ def _content_hash(trace: Trace) -> str:
     rate = df["spec_accept_rate"]
     if bool(rate.notna().any()):  # hashed only when given: older traces keep their hash
         h.update(np.ascontiguousarray(rate.to_numpy(dtype=np.float64)).tobytes())
+    lora = df["lora"]
+    if bool(lora.notna().any()):  # likewise the adapters: another adapter mix is another workload
+        h.update("\x1f".join(map(str, lora)).encode())
     return h.hexdigest()[:16]
 
 

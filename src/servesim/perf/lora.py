@@ -1,0 +1,42 @@
+"""LoRA adapter weights per GPU slot, as vLLM 0.33 allocates them: what a LoRA step reads and
+computes beyond the base model.
+
+Why: with ``--enable-lora`` every wrapped linear layer also runs vLLM's punica kernels, a
+*shrink* (x @ A, down to the rank) and an *expand* (@ B, back up) per slice, on the adapter of
+each token. vLLM sizes each layer's buffers for ``max_loras`` slots at ``max_lora_rank``
+(``vllm/lora/layers/base_linear.py``, ``create_lora_weights``: ``lora_a_stacked`` is
+``(max_loras, 1, max_lora_rank, input_size)`` per slice, ``lora_b_stacked``
+``(max_loras, 1, output_size, max_lora_rank)``; a smaller adapter is zero-padded to the rank, so
+the kernels run at ``max_lora_rank``). ``input_size``/``output_size`` are the rank's shard: a
+column-parallel layer (``qkv_proj``: slices q, k, v; ``gate_up_proj``: gate, up) splits its
+output, a row-parallel one (``o_proj``, ``down_proj``) its input.
+
+Counted: the attention projections of every layer and the dense MLP of the dense layers (the
+modules vLLM wraps in a decoder: ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``; an
+adapter that targets fewer reads less). Not counted: MoE experts' LoRA (``FusedMoEWithLoRA``),
+MLA's latent projections (their q/k/v shapes are taken as plain attention's), the LM head and
+embeddings (vLLM wraps them only with ``lora_extra_vocab``/``--enable-lora`` on those modules).
+"""
+
+from __future__ import annotations
+
+from servesim.perf.catalog import ModelSpec
+from servesim.perf.memory import kv_heads_per_rank
+
+
+def lora_params_per_slot(model: ModelSpec, tp: int, rank: int) -> int:
+    """A and B parameters of one adapter slot on one GPU of ``tp`` (every layer)."""
+    h = model.hidden_size
+    q = model.q_dim // tp
+    kv = kv_heads_per_rank(model, tp) * model.head_dim
+    # qkv_proj: three slices, A (rank x h) each, B (out_slice x rank); o_proj: A (rank x q), B (h x rank)
+    attention = rank * (3 * h + q + 2 * kv) + rank * (q + h)
+    inter = model.intermediate_size // tp
+    gated = model.mlp_matrices == 3
+    # gate_up_proj: two slices (one without a gate); down_proj: A (rank x inter), B (h x rank)
+    up_slices = 2 if gated else 1
+    mlp = rank * (up_slices * h + up_slices * inter) + rank * (inter + h)
+    return model.num_layers * attention + model.num_dense_layers * mlp
+
+
+__all__ = ["lora_params_per_slot"]
