@@ -17,8 +17,8 @@ from servesim.engine.kv_groups import KVCacheGroup
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
-from servesim.perf.lora import lora_params_per_slot
 from servesim.perf.kv_layout import hybrid_disabled, kv_groups
+from servesim.perf.lora import lora_params_per_slot
 from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
 from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
