@@ -285,3 +285,27 @@ def test_when_both_miss_the_closer_one_is_kept_and_capacity_starts_there() -> No
     # More GPUs, but far closer to the SLO: it wins, although neither meets it.
     assert beats(summary(near, 450), summary(far, 4000))
     assert not beats(summary(far, 4000), summary(near, 450))
+
+
+def test_the_kv_cache_reason_counts_a_hybrid_models_tokens_as_vllm_does() -> None:
+    """Gemma-3-27B (five sliding-window layers to one full): one pool feeds seven block tables, so
+    blocks x block size overstates what it holds. The reason states vLLM's own count
+    (``get_kv_cache_capacity``: requests of max_model_len the pool holds, times max_model_len),
+    worked here from the groups; a full-attention model keeps blocks x block size."""
+    from servesim.engine.kv_groups import blocks_for_one_sequence
+    from servesim.tuning.deployment import resolve_deployment
+
+    hw = PerfHardware(model="gemma-3-27b", gpu="h100")
+    d = Deployment(max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=4096)
+    config, _ = resolve_deployment(d, hw)
+    groups = config.kv_cache_groups
+    assert groups is not None and {g.kind for g in groups} == {"full", "sliding_window"}
+    # per request: 256 blocks for each full group, cdiv(min(1023 + 2048, 4096), 16) + 1 = 193 for each sliding
+    per_request = sum(256 if g.kind == "full" else 193 for g in groups)
+    assert blocks_for_one_sequence(groups, 4096, 16, 2048) == per_request
+    wl = poisson_workload(n=40, rate=2.0)
+    rec = recommend(wl, hw, None, [d.model_copy(update={"max_model_len": 4096})], saturation=FAST)
+    kv = next(x for x in rec.reasons if x.kind == "kv_cache")
+    assert kv.facts["kv_cache_groups"] == len(groups)
+    assert kv.facts["tokens"] == int(rec.num_gpu_blocks / per_request * 4096)
+    assert "over 7 KV cache groups, as vLLM counts them" in reason_text(kv)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
+from servesim.engine.kv_groups import blocks_for_one_sequence, is_hybrid
 from servesim.traces.inspect import TraceStats, inspect_trace
 from servesim.tuning.choice import Tolerance, binding_metric, model_tolerance, pressure_clearly_lower
 from servesim.tuning.deployment import Deployment, resolve_deployment
@@ -404,12 +405,25 @@ def _kv_cache_reason(hardware: Hardware, d: Deployment, runs: list[RunMetrics], 
     only when servesim derived it, not when the blocks were given."""
     hw = hardware.describe()
     derived = hw.get("kind") == "perf" and hw.get("num_gpu_blocks") is None
+    tokens, groups = (blocks - 1) * d.block_size, 0
+    config, _ = resolve_deployment(d, hardware)
+    mml = config.max_model_len
+    if is_hybrid(config.kv_cache_groups) and mml:  # one pool over several block tables
+        # vLLM's own count (get_kv_cache_capacity): requests of max_model_len the pool holds at
+        # once, in tokens; blocks x block size would count each block once for every group
+        assert config.kv_cache_groups is not None
+        groups = len(config.kv_cache_groups)
+        per_request = blocks_for_one_sequence(
+            config.kv_cache_groups, mml, config.block_size, config.max_num_batched_tokens
+        )
+        tokens = int(blocks / per_request * mml)
     return Reason(
         kind="kv_cache",
         facts={
             "blocks": blocks,
             "block_size": d.block_size,
-            "tokens": (blocks - 1) * d.block_size,
+            "tokens": tokens,
+            **({"kv_cache_groups": groups} if groups else {}),  # only where there are several
             "model": hw.get("model") if derived else None,
             "gpu": hw.get("gpu") if derived else None,
             "tensor_parallel_size": d.tensor_parallel_size,

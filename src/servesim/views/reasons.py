@@ -242,9 +242,16 @@ def _kv_cache(r: Reason) -> str:
         if f.get("model")
         else "as given by the hardware context"
     )
+    groups = f.get("kv_cache_groups")
+    held = (
+        f"{int(f['tokens'] or 0):,} tokens at max_model_len over {groups} KV cache groups, "
+        "as vLLM counts them"
+        if groups
+        else f"{int(f['tokens'] or 0):,} tokens"
+    )
     return (
         f"KV cache: {int(f['blocks'] or 0):,} blocks of {f['block_size']} tokens per replica "
-        f"({int(f['tokens'] or 0):,} tokens, {origin}); peak use {float(f['peak_use'] or 0):.0%}, "
+        f"({held}, {origin}); peak use {float(f['peak_use'] or 0):.0%}, "
         f"{float(f['preemptions_per_request'] or 0):.3f} preemptions per request, "
         f"{float(f['kv_exhaustion_events'] or 0):.1f} KV-exhaustion events per run"
     )
