@@ -61,11 +61,11 @@ def wait_job(client: TestClient, job_id: str, timeout_s: float = 120.0) -> dict[
     raise AssertionError(f"job {job_id} did not finish in {timeout_s} s")
 
 
-def run_job(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def run_job(client: TestClient, path: str, body: dict[str, Any], timeout_s: float = 120.0) -> dict[str, Any]:
     """Submit, wait, and return ``{"job", "result"}`` of a job that must succeed."""
     r = client.post(path, json=body)
     assert r.status_code == 202, r.text
-    st = wait_job(client, r.json()["id"])
+    st = wait_job(client, r.json()["id"], timeout_s)
     assert st["status"] == "done", st
     out: dict[str, Any] = client.get(f"/api/runs/{r.json()['id']}").json()
     return out

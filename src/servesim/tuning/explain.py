@@ -408,14 +408,12 @@ def _kv_cache_reason(hardware: Hardware, d: Deployment, runs: list[RunMetrics], 
     tokens, groups = (blocks - 1) * d.block_size, 0
     config, _ = resolve_deployment(d, hardware)
     mml = config.max_model_len
-    if is_hybrid(config.kv_cache_groups) and mml:  # one pool over several block tables
+    layout = config.kv_cache_groups
+    if layout is not None and is_hybrid(layout) and mml:  # one pool over several block tables
         # vLLM's own count (get_kv_cache_capacity): requests of max_model_len the pool holds at
         # once, in tokens; blocks x block size would count each block once for every group
-        assert config.kv_cache_groups is not None
-        groups = len(config.kv_cache_groups)
-        per_request = blocks_for_one_sequence(
-            config.kv_cache_groups, mml, config.block_size, config.max_num_batched_tokens
-        )
+        groups = len(layout)
+        per_request = blocks_for_one_sequence(layout, mml, config.block_size, config.max_num_batched_tokens)
         tokens = int(blocks / per_request * mml)
     return Reason(
         kind="kv_cache",
