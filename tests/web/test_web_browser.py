@@ -373,8 +373,11 @@ def test_two_browsers_follow_their_own_jobs(browser: Any, server: str) -> None:
         pg.click("#run-button")
         pages.append((n, ctx, pg))
     for n, ctx, pg in pages:
+        # the job's end first (its line says how it ended: a failure's reason is then in the message)
+        pg.wait_for_selector("#run-job .line[data-status='done'], #run-job .line[data-status='failed']")
+        line = pg.text_content("#run-job .line") or ""
+        assert pg.locator("#run-job .line[data-status='done']").count() == 1, (n, line)
         pg.wait_for_selector(f"#run-results .toolbar:has-text('max_num_seqs {n}')")
-        assert pg.locator("#run-job .line[data-status='done']").count() == 1
         pg.reload()  # each browser comes back to its own last run
         pg.wait_for_selector("body[data-ready='1']")
         pg.click("#tab-run")
