@@ -9,12 +9,13 @@ vLLM replay by the oracle virtualenv's python.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from oracle_venv import oracle_python
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools" / "oracle"
@@ -35,12 +36,6 @@ ONE_OF_EACH = [
     ENGINE_TESTS / "oracle_spec_cases" / "spec_basic_00.json.gz",
     ENGINE_TESTS / "oracle_hybrid_cases" / "swa_prefix_00.json.gz",  # replays as a plain case
 ]
-
-
-def oracle_python() -> Path:
-    env = os.environ.get("VLLM_ORACLE_PYTHON")
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(env) if env else base / "vllm-oracle-venv" / "bin" / "python"
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:

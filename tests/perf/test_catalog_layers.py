@@ -11,9 +11,7 @@ from the catalog or given as a config.json path.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from oracle_venv import oracle_python
 from servesim.cli.main import app
 from servesim.perf.catalog import load_catalog, model_from_hf_config
 from servesim.perf.layer_pattern import layer_pattern_of
@@ -148,8 +147,8 @@ def test_mamba_and_linear_layers_are_found_by_their_config_names() -> None:
 
 
 def _oracle_python() -> str | None:
-    found = glob.glob(os.path.expanduser("~/.cache/vllm-oracle-venv/bin/python"))
-    return found[0] if found else None
+    found = oracle_python()
+    return str(found) if found.exists() else None
 
 
 _ORACLE = r"""

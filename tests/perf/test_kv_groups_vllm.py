@@ -11,13 +11,13 @@ Skipped where the oracle's virtualenv is absent.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from oracle_venv import oracle_python
 from servesim.perf.memory import kv_capacity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,15 +43,9 @@ def _config(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
-def _oracle_python() -> Path:
-    env = os.environ.get("VLLM_ORACLE_PYTHON")
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(env) if env else base / "vllm-oracle-venv" / "bin" / "python"
-
-
 @pytest.fixture(scope="module")
 def vllm_plans() -> list[dict[str, Any]]:
-    python = _oracle_python()
+    python = oracle_python()
     if not python.exists():
         pytest.skip(f"no vLLM oracle virtualenv at {python} (tools/oracle/README.md)")
     items = []

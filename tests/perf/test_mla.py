@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from oracle_venv import oracle_python
 from servesim.engine.step_time import BatchComposition
 from servesim.perf.catalog import load_catalog, model_from_hf_config
 from servesim.perf.errors import CatalogError, MemoryFitError, PerfError
@@ -194,10 +194,6 @@ def test_step_time_is_its_breakdown_for_mla_batches() -> None:
 
 
 # ---------------------------------------------------------------------- vLLM's own planning
-def _oracle_python() -> Path:
-    env = os.environ.get("VLLM_ORACLE_PYTHON")
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(env) if env else base / "vllm-oracle-venv" / "bin" / "python"
 
 
 #: (model, GPU, TP, kv_cache_dtype, block size): every MLA catalog model where it fits.
@@ -215,7 +211,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def vllm_sizes() -> list[dict[str, Any]]:
-    python = _oracle_python()
+    python = oracle_python()
     if not python.exists():
         pytest.skip(f"no vLLM oracle virtualenv at {python} (tools/oracle/README.md)")
     items = []
