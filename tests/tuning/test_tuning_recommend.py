@@ -309,3 +309,24 @@ def test_the_kv_cache_reason_counts_a_hybrid_models_tokens_as_vllm_does() -> Non
     assert kv.facts["kv_cache_groups"] == len(groups)
     assert kv.facts["tokens"] == int(rec.num_gpu_blocks / per_request * 4096)
     assert "over 7 KV cache groups, as vLLM counts them" in reason_text(kv)
+
+
+def test_the_rule_after_added_replicas_runs_with_the_gpus_they_need_as_its_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mechanism behind the test above, without its simulations: once ``find_capacity`` says
+    two replicas meet the SLO, the fewest-changes rule runs again with a budget of at least their
+    GPUs (the user's ``--max-gpus 1`` left out exactly the baseline on two replicas)."""
+    import importlib
+
+    rec_mod = importlib.import_module("servesim.tuning.recommend")  # the module, not the function
+
+    base = Deployment(max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=2048)
+    more = base.model_copy(update={"replicas": 2})
+    monkeypatch.setattr(rec_mod, "find_capacity", lambda *a, **k: (None, more, []))
+    budgets: list[int | None] = []
+    monkeypatch.setattr(rec_mod._How, "select", lambda self, trials: budgets.append(self.max_gpus))
+    how = rec_mod._How(None, base, None, 1.0, [0], None, None, 1, 3, 64)  # type: ignore[arg-type]
+    pick = rec_mod._Pick(base, [], notes=[f"{rec_mod.NONE_MET} 1 candidates met the SLO ..."])
+    out = rec_mod._capacity(how, pick, fewest=True)
+    assert budgets == [2] and out.verdict == "add_capacity" and out.d == more and out.notes == []
