@@ -40,6 +40,21 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(d and d[-1].scope == "module" for d in defs)
 
 
+def _group(item: pytest.Item, name: str) -> None:
+    """Put ``item`` in xdist group ``name``: the mark, and the ``@name`` ending its node id, which
+    is what ``--dist loadgroup`` groups by. pytest-xdist 3.8 writes that ending to
+    ``item._nodeid``, which pytest 9 no longer reads (a node's id is ``item._id``): under pytest
+    9 every group was silently split across workers, so two Ray instances started at once and
+    each module-scoped fixture (vLLM's oracle, a browser and a server) was built once per worker.
+    Setting the id here works on both; xdist adding its own ending after this one is harmless
+    (the scope is what follows the last ``@``). tests/test_suite_groups.py checks the grouping."""
+    item.add_marker(pytest.mark.xdist_group(name))
+    if hasattr(item, "_id") and f"@{name}" not in item.nodeid:
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(f"{item.nodeid}@{name}")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The long tests first, each group in the order collected: xdist hands tests out in this
@@ -57,7 +72,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     for item in items:
         if item.get_closest_marker("ray"):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+            _group(item, "ray")
         elif _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
+            _group(item, f"module:{item.nodeid.split('::')[0]}")
     items.sort(key=lambda item: (not any(item.get_closest_marker(m) for m in LONG), not uses_local_ray(item)))
