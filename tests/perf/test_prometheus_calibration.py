@@ -94,6 +94,10 @@ def test_the_cli_reads_a_scrape_and_needs_its_window(tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["calibrate", str(SCRAPE), *SERVER])
     assert res.exit_code == 2 and "needs --window-s" in res.output
+    for flag, value in (("--window-s", "-5"), ("--window-s", "nan"), ("--burstiness", "0")):
+        res = runner.invoke(app, ["calibrate", str(SCRAPE), "--window-s", "5.79", *SERVER, flag, value])
+        assert res.exit_code == 2 and f"{flag} {value}: Input should be" in res.output, res.output
+        assert "window_s" not in res.output and "Traceback" not in res.output  # the flag, not the field
     res = runner.invoke(app, ["calibrate", str(SCRAPE), "--window-s", "5.79", *SERVER, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

@@ -27,7 +27,7 @@ from servesim.cli.common import checkout_hint
 from servesim.cli.engine_flags import hardware_flags
 from servesim.cli.perf_tables import calibration_tables, gpus_table, memory_table, models_table, step_table
 from servesim.cli.tables import FitTable
-from servesim.errors import describe, user_errors
+from servesim.errors import describe, shown, user_errors
 from servesim.io import write_text_atomic
 from servesim.services import perf as perf_service
 from servesim.services.calibration import (
@@ -103,6 +103,33 @@ def _said_written(out: Path | None) -> None:
         _out.print(f"result written to {out}", soft_wrap=True)
 
 
+#: Request fields that ``calibrate`` takes as a flag of the same name (``--window-s``).
+_FLAG_FIELDS = frozenset(
+    {
+        "window_s",
+        "burstiness",
+        "seed",
+        "workers",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "num_gpu_blocks",
+        "gpu_memory_utilization",
+    }
+)
+
+
+def _as_flag(exc: ValidationError) -> str | None:
+    """``--window-s -5: Input should be greater than 0`` for a request field a flag set, so the
+    reader sees the flag they typed, not the service's field name (None: another field)."""
+    err = exc.errors()[0]
+    loc = err["loc"]
+    if len(loc) != 1 or loc[0] not in _FLAG_FIELDS:
+        return None
+    value = err.get("input")
+    said = f"{value:g}" if isinstance(value, float) else shown(value)
+    return f"--{str(loc[0]).replace('_', '-')} {said}: {err['msg']}"
+
+
 @contextmanager
 def _guard() -> Iterator[None]:
     """Turn bad input into one line on stderr + exit 2; show warnings as one line each."""
@@ -110,8 +137,8 @@ def _guard() -> Iterator[None]:
         warnings.simplefilter("always", ExtrapolationWarning)
         try:
             yield
-        except ValidationError as e:  # a request's field, worded as every command words it
-            _fail(describe(e))
+        except ValidationError as e:  # a request's field, named as its flag when it has one
+            _fail(_as_flag(e) or describe(e))
         except user_errors() as e:
             _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         finally:
