@@ -87,5 +87,35 @@ def test_the_source_the_core_compiles_draws_what_cpython_does() -> None:
         reqs = requests(rng, 9)
         ns = [rng.randrange(0, MAX_SPEC_TOKENS + 1) for _ in reqs]
         out: list[int] = []
-        module.accepted_batch(seed, reqs, ns, rates, None, out)
+        module.accepted_batch(seed, reqs, ns, rates, None, MAX_SPEC_TOKENS, object(), out)
         assert out == [reference(seed, r, n, tuple(rates), None) for r, n in zip(reqs, ns, strict=True)]
+
+
+def test_draws_made_ahead_equal_each_verifications_own_generator() -> None:
+    """Each request's next verifications are drawn ahead and kept on it: over a run of steps
+    with changing batches (requests joining, leaving, skipping verifications, going back), every
+    answer is still CPython's draw for that verification, and a second model (another seed,
+    per-request rates) asking about the same requests never reads the first one's draws."""
+    rng = random.Random(23)
+    rates = (0.8, 0.75, 0.72)
+    flat = [float("nan") if rng.random() < 0.5 else rng.random() for _ in range(200)]
+    models = [(AcceptanceModel(rates, 9), None), (AcceptanceModel(rates, 10, flat), flat)]
+    reqs = [Request(i, str(i), 0.0, 10, rng.choice([1, 2, 5, 40, 400])) for i in range(150)]
+    asked = 0
+    for _step in range(300):
+        batch = rng.sample(reqs, rng.randrange(1, 40))
+        for r in batch:
+            move = rng.random()
+            if move < 0.8:
+                r.spec_verifications += 1  # the usual: the next verification
+            elif move < 0.9:
+                r.spec_verifications += rng.randrange(2, 60)  # past what was drawn ahead
+            else:
+                r.spec_verifications = rng.randrange(0, r.spec_verifications + 1)  # back
+            r.num_output = rng.randrange(0, r.max_tokens)
+        ns = [rng.randrange(0, 4) for _ in batch]
+        model, per_request = models[rng.randrange(2)]
+        got = model.accepted_many(batch, ns)
+        assert got == [reference(model.seed, r, n, rates, per_request) for r, n in zip(batch, ns, strict=True)]
+        asked += len(batch)
+    assert asked > 3000

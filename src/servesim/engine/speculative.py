@@ -281,7 +281,7 @@ class AcceptanceModel:
     position, the trace's ``spec_accept_rate`` column) overrides the rates of the requests that
     have one with that rate at every position; NaN rows, and requests past its end, keep ``rates``."""
 
-    __slots__ = ("_flat", "_rates", "per_request", "rates", "seed")
+    __slots__ = ("_cap", "_flat", "_rates", "per_request", "rates", "seed")
 
     def __init__(self, rates: tuple[float, ...], seed: int, per_request: list[float] | None = None) -> None:
         self.rates = rates
@@ -289,13 +289,17 @@ class AcceptanceModel:
         self.per_request = per_request
         self._rates = array("d", rates)  # the same, as the compiled draws read them
         self._flat = array("d", per_request) if per_request is not None else None
+        # Drafts a compiled look-ahead draw counts up to (more than k costs little: the chain
+        # usually stops at a rejection well before); asked for more, the draws are made one by one.
+        self._cap = min(max(len(rates), MAX_SPEC_TOKENS), spec_draws.MAX_DRAWS)
 
     def accepted_many(self, reqs: list[Request], ns: list[int]) -> list[int]:
-        """``accepted(reqs[i], ns[i])`` for each i: one step's verifications, drawn together by
-        the compiled core (``spec_draws``: the same numbers, without a ``random.Random`` each)."""
-        if spec_draws.COMPILED and max(ns) <= spec_draws.MAX_DRAWS and self.seed < 1 << 63:
+        """``accepted(reqs[i], ns[i])`` for each i: one step's verifications, drawn by the
+        compiled core (``spec_draws``: the same numbers, without a ``random.Random`` each, and
+        each request's next verifications drawn ahead)."""
+        if spec_draws.COMPILED and max(ns) <= self._cap and self.seed < 1 << 63:
             out: list[int] = []
-            spec_draws.accepted_batch(self.seed, reqs, ns, self._rates, self._flat, out)
+            spec_draws.accepted_batch(self.seed, reqs, ns, self._rates, self._flat, self._cap, self, out)
             return out
         return [self.accepted(r, n) for r, n in zip(reqs, ns, strict=True)]
 
