@@ -10,8 +10,6 @@ cdef class Request:
     cdef public long long external_tokens, prefix_hit_tokens, outcome
     cdef public long long placeholders, in_flight, lora
     cdef public long long spec_tokens, spec_sched, spec_verifications, spec_drafted, spec_accepted
-    cdef public long long spec_draft_base
-    cdef public object spec_draft_results, spec_draft_owner
     cdef public double arrival, first_scheduled, first_token, last_token, finish_time, moved_token_time
     cdef public bint starved, spec_padded, prefill_chunk
     cdef public list blocks, segments

@@ -78,9 +78,6 @@ class Request:
         "reused_tokens",
         "segments",
         "spec_accepted",
-        "spec_draft_base",
-        "spec_draft_owner",
-        "spec_draft_results",
         "spec_drafted",
         "spec_padded",
         "spec_sched",
@@ -166,12 +163,6 @@ class Request:
         self.spec_verifications = 0  # verifications so far (seeds the acceptance draws)
         self.spec_drafted = 0  # drafts verified, over the request's life
         self.spec_accepted = 0  # of them, accepted
-        # The compiled acceptance draws' look-ahead (spec_draws.accepted_batch): accepted counts
-        # of verifications spec_draft_base.. drawn in advance by the model spec_draft_owner (a
-        # pure function of its seed, this request's index and the verification number).
-        self.spec_draft_results: bytes | None = None
-        self.spec_draft_owner: object = None
-        self.spec_draft_base = 0
         # Async scheduling (vLLM's AsyncScheduler): num_computed advances when a step is
         # scheduled; a step in flight that samples holds a placeholder for its token until its
         # output is applied, and in_flight counts the tokens of the steps not yet applied.

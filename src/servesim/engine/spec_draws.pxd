@@ -8,10 +8,11 @@ cdef unsigned int MASK32, UPPER, MATRIX_A, TEMPER_B, TEMPER_C
 cdef double NAN
 
 
-@cython.locals(total=cython.Py_ssize_t, i=cython.Py_ssize_t, r=Request, off=cython.longlong,
-               held=bytes, a=cython.longlong, n=cython.longlong, needy=list)
+@cython.locals(start=cython.Py_ssize_t, total=cython.Py_ssize_t, i=cython.Py_ssize_t, r=Request,
+               base=cython.longlong, held=bytes, off=cython.longlong, a=cython.longlong,
+               n=cython.longlong, needy=list)
 cpdef accepted_batch(unsigned long long seed, list reqs, list ns, double[::1] rates, double[::1] flat,
-                     Py_ssize_t cap, object owner, list out)
+                     Py_ssize_t cap, dict table, list out)
 
 @cython.locals(count=cython.Py_ssize_t, size=cython.longlong[::1], lanes=cython.Py_ssize_t,
                target=cython.Py_ssize_t, grew=cython.bint, j=cython.Py_ssize_t, r=Request)
@@ -24,9 +25,11 @@ cdef _ahead_sizes(list reqs, list needy)
                idx=cython.ulonglong, p=cython.double, t=cython.Py_ssize_t,
                verification=cython.ulonglong, lo=cython.ulonglong, hi=cython.ulonglong,
                used=cython.Py_ssize_t, s=cython.Py_ssize_t, w=cython.Py_ssize_t,
-               width=cython.Py_ssize_t, x=cython.Py_ssize_t)
-cdef _draw_ahead(unsigned long long seed, list reqs, list needy, double[::1] rates, double[::1] flat,
-                 Py_ssize_t cap, object owner)
+               width=cython.Py_ssize_t, x=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               a=cython.longlong, n=cython.longlong, drawn=bytes, v=cython.longlong,
+               base=cython.longlong, held=bytes)
+cdef _draw_ahead(unsigned long long seed, list reqs, list ns, list needy, double[::1] rates,
+                 double[::1] flat, Py_ssize_t cap, dict table, list out, Py_ssize_t start)
 
 @cython.locals(x=cython.Py_ssize_t, i=cython.Py_ssize_t, s=cython.Py_ssize_t, _k=cython.Py_ssize_t,
                cur=cython.Py_ssize_t, prv=cython.Py_ssize_t, add=cython.Py_ssize_t,

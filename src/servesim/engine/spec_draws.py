@@ -12,9 +12,10 @@ and makes ``random()`` from two outputs as ``random_random`` does. It is quicker
 up to ``W`` keys are seeded side by side, their independent chains interleaved so the CPU
 overlaps them (a single chain waits on each multiply), and only the state words the first
 outputs read are twisted. A step verifies too few requests to fill ``W`` lanes, so each
-request's next verifications are drawn ahead (``accepted_batch``). The pure-Python reference (``COMPILED`` False) keeps
-``random.Random``: running this code uncompiled would be far slower, though it gives the same
-draws (tests/engine/test_spec_draws.py checks both against ``random.Random``).
+request's next verifications are drawn ahead (``accepted_batch``). The pure-Python reference
+(``COMPILED`` False) keeps ``random.Random``: running this code uncompiled would be far slower,
+though it gives the same draws (tests/engine/test_spec_draws.py checks both against
+``random.Random``).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def accepted_batch(
     rates: array[float],
     flat: array[float] | None,
     cap: int,
-    owner: object,
+    table: dict[int, tuple[int, bytes]],
     out: list[int],
 ) -> None:
     """Append to ``out`` how many of ``ns[i]`` drafts the target accepts at ``reqs[i]``'s next
@@ -74,27 +75,29 @@ def accepted_batch(
     Keys, as CPython splits them: ``seed < 2**63``, request index ``< 2**44``.
 
     A step verifies a handful of requests, too few to keep the CPU busy (one key's seeding is a
-    chain of dependent multiplies), so each request's draws are made ahead: a key depends only
-    on (seed, index, verification number), never on the schedule, so the next verifications'
-    accepted counts (up to ``cap``) are drawn together, up to ``W`` keys seeded side by side, and
-    kept on the request (``spec_draft_results``, from ``spec_draft_base``) for ``owner`` (the
-    model: another model's look-ahead is not reused)."""
+    chain of dependent multiplies), so draws are made ahead: a key depends only on (seed,
+    index, verification number), never on the schedule, so a request's next verifications'
+    accepted counts (of ``cap`` drafts) are drawn together, up to ``W`` keys seeded side by
+    side, and kept in ``table`` (request index -> first verification, counts), which the
+    caller keeps for these draws only (the same seed, rates and ``cap``)."""
+    start = len(out)
     total = len(reqs)
     needy: list[int] = []
     for i in range(total):
         r = reqs[i]
-        got = r.spec_draft_results
-        off = r.spec_verifications - r.spec_draft_base
-        if got is None or r.spec_draft_owner is not owner or off < 0 or off >= len(got):
+        entry = table.get(r.idx)
+        a = -1
+        if entry is not None:
+            base, held = entry
+            off = r.spec_verifications - base
+            if 0 <= off < len(held):
+                a = held[off]
+        if a < 0:
             needy.append(i)
-    if needy:
-        _draw_ahead(seed, reqs, needy, rates, flat, cap, owner)
-    for i in range(total):
-        r = reqs[i]
-        held = r.spec_draft_results
-        a = held[r.spec_verifications - r.spec_draft_base]
         n = ns[i]
         out.append(a if a < n else n)
+    if needy:
+        _draw_ahead(seed, reqs, ns, needy, rates, flat, cap, table, out, start)
 
 
 def _ahead_sizes(reqs: list[Request], needy: list[int]) -> array[int]:
@@ -123,14 +126,18 @@ def _ahead_sizes(reqs: list[Request], needy: list[int]) -> array[int]:
 def _draw_ahead(
     seed: int,
     reqs: list[Request],
+    ns: list[int],
     needy: list[int],
     rates: array[float],
     flat: array[float] | None,
     cap: int,
-    owner: object,
+    table: dict[int, tuple[int, bytes]],
+    out: list[int],
+    start: int,
 ) -> None:
     """Draw, for each ``reqs[needy[j]]``, the accepted counts (of ``cap`` drafts) of its next
-    verifications (``_ahead_sizes``) and keep them on the request."""
+    verifications (``_ahead_sizes``), answer its ``out`` row and keep them in ``table``
+    (after what it holds when they follow on, else in its place)."""
     size = _ahead_sizes(reqs, needy)
     count = len(needy)
     lanes = 0
@@ -172,10 +179,21 @@ def _draw_ahead(
                 lane = 0
     pos = 0
     for j in range(count):
-        r = reqs[needy[j]]
-        r.spec_draft_results = bytes(res[pos : pos + size[j]])
-        r.spec_draft_base = r.spec_verifications
-        r.spec_draft_owner = owner
+        i = needy[j]
+        r = reqs[i]
+        a = res[pos]
+        n = ns[i]
+        out[start + i] = a if a < n else n
+        drawn = bytes(res[pos : pos + size[j]])
+        v = r.spec_verifications
+        entry = table.get(r.idx)
+        if entry is not None:
+            base, held = entry
+            if base + len(held) == v:  # they follow on
+                table[r.idx] = (base, held + drawn)
+                pos += size[j]
+                continue
+        table[r.idx] = (v, drawn)
         pos += size[j]
 
 
