@@ -325,8 +325,9 @@ class AcceptanceModel:
         return a
 
 
-#: Requests whose drawn-ahead acceptance counts a table holds at most (~100 bytes each a run).
-DRAW_TABLE_MAX = 1 << 17
+#: Requests whose drawn-ahead acceptance counts a table holds at most: about 200 bytes each (a
+#: count per verification), so a few tables stay within tens of MB in a long-lived process.
+DRAW_TABLE_MAX = 1 << 16
 _DRAW_TABLES: dict[tuple[int, bytes, bytes, int], dict[int, tuple[int, bytes]]] = {}
 
 
