@@ -12,7 +12,9 @@ from array import array
 from pathlib import Path
 from types import ModuleType
 
-from servesim.engine import spec_draws
+import pytest
+
+from servesim.engine import spec_draws, speculative
 from servesim.engine.request import Request
 from servesim.engine.speculative import MAX_SPEC_TOKENS, AcceptanceModel
 
@@ -87,5 +89,45 @@ def test_the_source_the_core_compiles_draws_what_cpython_does() -> None:
         reqs = requests(rng, 9)
         ns = [rng.randrange(0, MAX_SPEC_TOKENS + 1) for _ in reqs]
         out: list[int] = []
-        module.accepted_batch(seed, reqs, ns, rates, None, out)
+        module.accepted_batch(seed, reqs, ns, rates, None, MAX_SPEC_TOKENS, {}, out)
         assert out == [reference(seed, r, n, tuple(rates), None) for r, n in zip(reqs, ns, strict=True)]
+
+
+def test_draws_made_ahead_equal_each_verifications_own_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request's next verifications are drawn ahead and kept in a table shared by the
+    models of the same draws: over a run of steps with changing batches (requests joining,
+    leaving, skipping verifications, going back), every answer is still CPython's draw for that
+    verification; models of another seed, or with per-request rates, never read another's
+    draws, and a table emptied at its bound draws again."""
+    monkeypatch.setattr(speculative, "DRAW_TABLE_MAX", 100)
+    rng = random.Random(23)
+    rates = (0.8, 0.75, 0.72)
+    flat = [float("nan") if rng.random() < 0.5 else rng.random() for _ in range(200)]
+    models = [
+        (AcceptanceModel(rates, 9), None),
+        (AcceptanceModel(rates, 9, flat), flat),
+        (AcceptanceModel(rates, 10), None),
+        (AcceptanceModel(rates, 9), None),  # shares the first one's table
+    ]
+    reqs = [Request(i, str(i), 0.0, 10, rng.choice([1, 2, 5, 40, 400])) for i in range(150)]
+    asked = 0
+    for _step in range(400):
+        batch = rng.sample(reqs, rng.randrange(1, 40))
+        for r in batch:
+            move = rng.random()
+            if move < 0.8:
+                r.spec_verifications += 1  # the usual: the next verification
+            elif move < 0.9:
+                r.spec_verifications += rng.randrange(2, 60)  # past what was drawn ahead
+            else:
+                r.spec_verifications = rng.randrange(0, r.spec_verifications + 1)  # back
+            r.num_output = rng.randrange(0, r.max_tokens)
+        ns = [rng.randrange(0, 4) for _ in batch]
+        model, per_request = models[rng.randrange(len(models))]
+        got = model.accepted_many(batch, ns)
+        want = [reference(model.seed, r, n, rates, per_request) for r, n in zip(batch, ns, strict=True)]
+        assert got == want
+        asked += len(batch)
+    assert asked > 4000
+    assert models[0][0]._table is models[3][0]._table
+    assert len({id(m._table) for m, _ in models}) == 3

@@ -17,6 +17,7 @@ seeded per (request, verification) so that a run is deterministic whatever the b
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import random
 from array import array
@@ -281,7 +282,7 @@ class AcceptanceModel:
     position, the trace's ``spec_accept_rate`` column) overrides the rates of the requests that
     have one with that rate at every position; NaN rows, and requests past its end, keep ``rates``."""
 
-    __slots__ = ("_flat", "_rates", "per_request", "rates", "seed")
+    __slots__ = ("_cap", "_flat", "_rates", "_table", "per_request", "rates", "seed")
 
     def __init__(self, rates: tuple[float, ...], seed: int, per_request: list[float] | None = None) -> None:
         self.rates = rates
@@ -289,13 +290,21 @@ class AcceptanceModel:
         self.per_request = per_request
         self._rates = array("d", rates)  # the same, as the compiled draws read them
         self._flat = array("d", per_request) if per_request is not None else None
+        # Drafts a compiled look-ahead draw counts up to (more than k costs little: the chain
+        # usually stops at a rejection well before); asked for more, the draws are made one by one.
+        self._cap = min(max(len(rates), MAX_SPEC_TOKENS), spec_draws.MAX_DRAWS)
+        self._table = _draw_table(seed, self._rates, self._flat, self._cap)
 
     def accepted_many(self, reqs: list[Request], ns: list[int]) -> list[int]:
-        """``accepted(reqs[i], ns[i])`` for each i: one step's verifications, drawn together by
-        the compiled core (``spec_draws``: the same numbers, without a ``random.Random`` each)."""
-        if spec_draws.COMPILED and max(ns) <= spec_draws.MAX_DRAWS and self.seed < 1 << 63:
+        """``accepted(reqs[i], ns[i])`` for each i: one step's verifications, drawn by the
+        compiled core (``spec_draws``: the same numbers, without a ``random.Random`` each, and
+        each request's next verifications drawn ahead, kept in a table of these draws)."""
+        if spec_draws.COMPILED and max(ns) <= self._cap and self.seed < 1 << 63:
             out: list[int] = []
-            spec_draws.accepted_batch(self.seed, reqs, ns, self._rates, self._flat, out)
+            table = self._table
+            if len(table) > DRAW_TABLE_MAX:
+                table.clear()  # a bound on memory: what is dropped is drawn again when asked
+            spec_draws.accepted_batch(self.seed, reqs, ns, self._rates, self._flat, self._cap, table, out)
             return out
         return [self.accepted(r, n) for r, n in zip(reqs, ns, strict=True)]
 
@@ -314,6 +323,30 @@ class AcceptanceModel:
         while a < n and rng.random() < rates[a if a < len(rates) else -1]:
             a += 1
         return a
+
+
+#: Requests whose drawn-ahead acceptance counts a table holds at most: about 200 bytes each (a
+#: count per verification), so a few tables stay within tens of MB in a long-lived process.
+DRAW_TABLE_MAX = 1 << 16
+_DRAW_TABLES: dict[tuple[int, bytes, bytes, int], dict[int, tuple[int, bytes]]] = {}
+
+
+def _draw_table(
+    seed: int, rates: array[float], flat: array[float] | None, cap: int
+) -> dict[int, tuple[int, bytes]]:
+    """The look-ahead table of these draws (``spec_draws.accepted_batch``), shared by every
+    model of the same seed, rates, per-request rates and cap in this process: the counts are a
+    function of (seed, request index, verification number) alone, and a tuning study replays
+    the same trace's verifications in every trial (each worker then draws them once). The last
+    few draws' tables are kept; per-request rates are told apart by their digest."""
+    digest = hashlib.blake2b(flat.tobytes(), digest_size=16).digest() if flat is not None else b""
+    key = (seed, rates.tobytes(), digest, cap)
+    table = _DRAW_TABLES.get(key)
+    if table is None:
+        if len(_DRAW_TABLES) >= 4:
+            del _DRAW_TABLES[next(iter(_DRAW_TABLES))]  # the oldest
+        table = _DRAW_TABLES[key] = {}
+    return table
 
 
 class ScriptedAcceptance:

@@ -21,6 +21,12 @@ cpdef long long running_tokens(Request r, long long thr, long long budget, long 
 cpdef Py_ssize_t running_index(list running, Request r) except -1
 @cython.locals(r=Request)
 cpdef bint any_prefill_chunk(list scheduled) except -1
+@cython.locals(nd=cython.longlong, t=cython.longlong, n_seq=cython.longlong,
+               attn=cython.double, c=cython.longlong, cached=cython.longlong, ac=cython.double,
+               am=cython.double, ctx=cython.double, dc=cython.double, dm=cython.double,
+               head=cython.double, tail=cython.double, seq=cython.double, out=cython.double)
+cpdef double roofline_step_time(batch, double a_cmp, double a_ctx, double a_mem, double d_cmp,
+                                terms_of) except? -1.0
 
 
 cdef class PendingStep:

@@ -210,12 +210,52 @@ class PrefillCadence:
             r.prefill_chunk = r.num_computed + n < r.prompt_len + r.num_output
 
 
+def roofline_step_time(
+    batch: BatchComposition,
+    a_cmp: float,
+    a_ctx: float,
+    a_mem: float,
+    d_cmp: float,
+    terms_of: Callable[[int, int, bool], tuple[float, float, float]],
+) -> float:
+    """``perf.roofline.RooflineStepTime.step_time``, given its attention coefficients (seconds
+    per query-key pair of a prefill chunk ``a_cmp``, per cached token of one ``a_ctx``, per
+    context token read ``a_mem``, per decode pair ``d_cmp``) and its per-shape terms
+    (``terms_of(tokens, sequences, mixed)``: head, tail, seq): ``head + attention + tail +
+    seq``, each chunk's attention the larger of its compute and its context read, summed in
+    batch order, then the decodes'. In the compiled core because a speculative step times its
+    verification rows (chunks of 1 + d tokens, one per request) twice, the target's pass and the
+    drafter's first: a Python loop over them was a tenth of a speculative run."""
+    nd = batch.num_decodes
+    chunks = batch.prefill_chunks
+    t = nd
+    n_seq = nd
+    attn = 0.0
+    for c, cached in chunks:
+        t += c
+        ac = c * (cached + 0.5 * (c + 1)) * a_cmp
+        if a_ctx:
+            ac += cached * a_ctx
+        am = (cached + c) * a_mem
+        attn += ac if ac > am else am
+    n_seq += len(chunks)
+    if nd:
+        ctx = batch.decode_ctx_sum
+        dc = ctx * d_cmp
+        dm = ctx * a_mem
+        attn += dc if dc > dm else dm
+    head, tail, seq = terms_of(t, n_seq, len(chunks) > 0)
+    out: float = head + attn + tail + seq
+    return out
+
+
 __all__ = [
     "PendingStep",
     "PrefillCadence",
     "StepPlan",
     "any_prefill_chunk",
     "priority_key",
+    "roofline_step_time",
     "running_index",
     "running_tokens",
 ]

@@ -140,15 +140,19 @@ class RooflineDrafter:
         self.later = later  # passes 2..k (one token per request)
         self.k = k
         self.label = label
+        self._later_terms: dict[int, tuple[float, float, float, float]] = {}  # by rows
 
     def draft_time(self, batch: BatchComposition, num_rows: int, ctx_sum: int) -> float:
         """The first pass over ``batch``, then k - 1 decode-only passes of ``num_rows`` rows,
         timed from ``decode_terms`` (``step_time``'s float to the bit for a decode-only batch)
-        without building a batch and walking ``step_time`` per pass: every speculative step pays
-        this, so it is a run's hot path."""
+        without building a batch and walking ``step_time`` per pass (kept per row count): every
+        speculative step pays this, so it is a run's hot path."""
         t = self.first.step_time(batch)
         if self.k > 1:
-            head, per_ctx, tail, seq = self.later.decode_terms(num_rows)
+            terms = self._later_terms.get(num_rows)
+            if terms is None:
+                terms = self._later_terms[num_rows] = self.later.decode_terms(num_rows)
+            head, per_ctx, tail, seq = terms
             for i in range(1, self.k):
                 t += head + (ctx_sum + i * num_rows) * per_ctx + tail + seq
         return t

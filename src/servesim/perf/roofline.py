@@ -38,6 +38,7 @@ import warnings
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
+from servesim.engine.step_plan import roofline_step_time
 from servesim.engine.step_time import BatchComposition, DraftTimeModel
 from servesim.perf import mla
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
@@ -260,28 +261,9 @@ class RooflineStepTime:
 
     # ------------------------------------------------------------------ the model
     def step_time(self, batch: BatchComposition) -> float:
-        nd = batch.num_decodes
-        chunks = batch.prefill_chunks
-        t = nd
-        n_seq = nd
-        attn = 0.0
-        if chunks:
-            a_cmp = self._a_cmp
-            a_mem = self._a_mem
-            for c, cached in chunks:
-                t += c
-                ac = c * (cached + 0.5 * (c + 1)) * a_cmp
-                if self._a_ctx:
-                    ac += cached * self._a_ctx
-                am = (cached + c) * a_mem
-                attn += ac if ac > am else am
-            n_seq += len(chunks)
-        if nd:
-            dc = batch.decode_ctx_sum * self._d_cmp
-            dm = batch.decode_ctx_sum * self._a_mem
-            attn += dc if dc > dm else dm
-        head, tail, seq = self._terms_of(t, n_seq, bool(chunks))
-        return head + attn + tail + seq
+        """``head + attention + tail + seq`` (``step_plan.roofline_step_time``, in the engine's
+        compiled core: a speculative run times every step's verification rows twice)."""
+        return roofline_step_time(batch, self._a_cmp, self._a_ctx, self._a_mem, self._d_cmp, self._terms_of)
 
     def _terms_of(self, t: int, n_seq: int, mixed: bool) -> tuple[float, float, float]:
         """``_shape_terms``, kept per shape (up to ``_MAX_SHAPES`` of them)."""
