@@ -451,6 +451,7 @@ def compare_pruning(argv: list[str]) -> None:
     a, b = out["none"], out["rungs"]
     print("\n===== search rungs =====")
     print(f"study wall time: {a['tune_s']:.1f} s without, {b['tune_s']:.1f} s with")
+    print(f"study CPU (driver + workers): {a['tune_cpu_s']:.1f} s without, {b['tune_cpu_s']:.1f} s with")
     print(
         f"CPU (driver + workers, study and recommendation): {a['cpu_s']:.1f} s without, "
         f"{b['cpu_s']:.1f} s with"

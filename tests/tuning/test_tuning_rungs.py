@@ -19,8 +19,11 @@ from servesim.tuning import (
     space_from_mapping,
     tune,
 )
-from servesim.tuning.jobs import EvalContext, PrefixCounts, TrialJob, TrialSpec, evaluate_trial
-from servesim.tuning.rungs import gpu_bound_stop, over_cap_needed, prefix_stop
+from servesim.tuning.choice import model_tolerance
+from servesim.tuning.climb import evaluate_rungs
+from servesim.tuning.executors import LocalExecutor
+from servesim.tuning.jobs import EvalContext, PrefixCounts, TrialJob, TrialOutcome, TrialSpec, evaluate_trial
+from servesim.tuning.rungs import capacity_bar, capacity_stop, gpu_bound_stop, over_cap_needed, prefix_stop
 from servesim.views.trials import trials_view
 
 SLO = PercentileSLO.parse("ttft_p99_ms=150,tpot_p99_ms=40")
@@ -66,28 +69,81 @@ def test_stopped_trials_are_pruned_with_their_rung(pruned: TuneResult) -> None:
     rr = pruned.rungs
     assert rr is not None and rr.stopped > 0
     stopped = [
-        t for t in pruned.trials if t.outcome is not None and t.outcome.rung in (0, 1) and not t.outcome.valid
+        t
+        for t in pruned.trials
+        if t.outcome is not None and t.outcome.rung in (0, 1, 2) and not t.outcome.valid
     ]
-    assert len(stopped) == rr.stopped and {t.outcome.rung for t in stopped if t.outcome} == {0, 1}
+    # this study's stops: the GPU bound and the capacity probe (the prefix stops no trial here)
+    assert len(stopped) == rr.stopped and {t.outcome.rung for t in stopped if t.outcome} == {0, 2}
     for t in stopped:
         assert t.state == "PRUNED" and not t.feasible and t.outcome is not None
         assert t.outcome.reason and t.outcome.reason.startswith(f"stopped at rung {t.outcome.rung}")
     assert not any(rule.startswith("rung_") for rule in pruned.invalid_reasons)  # not "invalid"
-    zero, one, two = rr.rungs
+    zero, one, two, three = rr.rungs
     assert one.entered + rr.prefix_skipped == zero.entered - zero.stopped
     assert two.entered == one.entered - one.stopped + rr.prefix_skipped
+    assert three.entered == two.entered - two.stopped
     assert rr.simulated_requests < rr.unpruned_requests and 0 < rr.saved_fraction < 1
 
 
-def test_a_prefix_stop_is_infeasible_in_full(pruned: TuneResult) -> None:
-    """Soundness: every trial the prefix stopped misses the SLO when run in full."""
+def _ctx_and_spec() -> tuple[EvalContext, TrialSpec]:
     ctx = EvalContext(poisson_workload(n=400, rate=14.0), HW, SLO, EvalSettings())
     spec = TrialSpec(target_rate=14.0, seeds=[0, 1], fixed={"max_model_len": 1801, "policy": "fcfs"})
-    ones = [t for t in pruned.trials if t.outcome is not None and t.outcome.rung == 1 and not t.outcome.valid]
-    assert ones
-    for t in ones:
-        full = evaluate_trial(ctx, TrialJob(t.number, t.params, spec))
-        assert full.valid and not full.feasible, t.params
+    return ctx, spec
+
+
+def test_a_prefix_stop_is_infeasible_in_full(pruned: TuneResult) -> None:
+    """Soundness: every trial the prefix stops misses the SLO when run in full. The study's trials
+    through the GPU bound and the prefix alone (nothing told: no capacity bar)."""
+    ctx, spec = _ctx_and_spec()
+    jobs = [TrialJob(t.number, t.params, spec) for t in pruned.trials if t.outcome is not None]
+    outs = evaluate_rungs(LocalExecutor(ctx), ctx, jobs, bar=None, exempt=set(), fraction=0.25)
+    ones = [o for o in outs if o.rung == 1 and not o.valid]
+    assert ones and not any(o.rung == 2 for o in outs)
+    for o in ones:
+        full = evaluate_trial(ctx, TrialJob(o.number, o.params, spec))
+        assert full.valid and not full.feasible, o.params
+
+
+def test_a_capacity_stop_is_neither_the_best_nor_equivalent(pruned: TuneResult) -> None:
+    """Soundness of rung 2: the study without rungs samples the same trials here and runs them
+    all in full; none the capacity rung stopped is its best, equivalent to its best, or chosen,
+    and each stopped trial's capacity is exactly the one its full run measures."""
+    full = _tune("none")
+    by = {t.number: t for t in full.trials}
+    twos = [t for t in pruned.trials if t.outcome is not None and t.outcome.rung == 2]
+    assert twos and full.choice is not None and full.best is not None
+    for t in twos:
+        assert by[t.number].params == t.params
+        o = by[t.number].outcome
+        assert o is not None and t.outcome is not None and o.capacity_rps == t.outcome.capacity_rps
+        assert t.number not in full.choice.equivalent and t.number != full.best.number
+
+
+def test_the_capacity_bound() -> None:
+    ratio = model_tolerance().objective_ratio
+    assert 1.05 < ratio < 1.5  # the per-step error: a difference within it is no difference
+
+    def full(gpus: int, rank: float, cap: float, feasible: bool = True) -> TrialOutcome:
+        return TrialOutcome(
+            number=0,
+            params={},
+            valid=True,
+            feasible=feasible,
+            gpus=gpus,
+            goodput_rank=rank,
+            capacity_per_gpu=cap,
+        )
+
+    told = [full(1, 1.0, 20.0), full(1, 0.98, 30.0), full(1, 1.0, 40.0, feasible=False)]
+    # one GPU: only a feasible trial at rank 1.0 bounds it (a 0.98 one could be outranked by it)
+    assert capacity_bar(told, 1) == 20.0
+    # two GPUs: at most 0.5 of the target per GPU; every feasible trial here reached at least that
+    assert capacity_bar(told, 2) == 30.0
+    assert capacity_bar([], 1) is None and capacity_bar([full(1, 0.9, 20.0)], 1) is None
+    assert capacity_stop(20.0 / ratio * 0.99, 20.0, ratio) is not None  # below by more than the error
+    assert capacity_stop(20.0 / ratio * 1.001, 20.0, ratio) is None  # within it: could be equivalent
+    assert capacity_stop(1.0, None, ratio) is None  # no bar yet
 
 
 def test_same_seed_same_json_and_the_same_pick(pruned: TuneResult) -> None:
@@ -105,7 +161,7 @@ def test_same_seed_same_json_and_the_same_pick(pruned: TuneResult) -> None:
 def test_the_rungs_in_the_view(pruned: TuneResult) -> None:
     text = "\n".join(trials_view(pruned).text)
     assert "search rungs: 0 GPU bound:" in text and "1 prefix (first 100 of 400 requests)" in text
-    assert "stopped at a rung" in text and "% saved" in text and "stopped at rung 1 (prefix)" in text
+    assert "stopped at a rung" in text and "% saved" in text and "stopped at rung 2 (capacity)" in text
 
 
 def test_the_rungs_from_the_cli() -> None:
@@ -140,7 +196,12 @@ def test_the_rungs_from_the_cli() -> None:
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     study = TuneResult.model_validate(data.get("study", data))
-    assert study.rungs is not None and [r.name for r in study.rungs.rungs] == ["GPU bound", "prefix", "full"]
+    assert study.rungs is not None and [r.name for r in study.rungs.rungs] == [
+        "GPU bound",
+        "prefix",
+        "capacity",
+        "full",
+    ]
     again = runner.invoke(app, [*args, "--json"])
     assert again.stdout == res.stdout
     human = runner.invoke(app, args)
@@ -149,11 +210,10 @@ def test_the_rungs_from_the_cli() -> None:
 
 
 def test_the_prefix_runs_while_it_pays() -> None:
-    from servesim.tuning.jobs import TrialOutcome
     from servesim.tuning.rungs import prefix_pays
 
     def o(feasible: bool) -> TrialOutcome:
-        return TrialOutcome(number=0, params={}, valid=True, feasible=feasible, rung=2)
+        return TrialOutcome(number=0, params={}, valid=True, feasible=feasible, rung=3)
 
     assert prefix_pays([], 0.25, 3)  # nothing known: run it
     # it costs 0.25 / 3 of a trial: it pays while at least 1 in 12 trials missed the SLO

@@ -205,8 +205,8 @@ _STUDY: dict[str, tuple[Any, Any]] = {
         PruningChoice,
         typer.Option(
             PruningChoice.none,
-            help="rungs: stop a trial early when a GPU bound or the first quarter of the trace proves "
-            "it cannot be the recommendation (docs/tuning.md); none: every trial in full.",
+            help="rungs: stop a trial early when a GPU bound, the first quarter of the trace or its capacity "
+            "probe proves it cannot be the recommendation (docs/tuning.md); none: every trial in full.",
         ),
     ),
     "verify_seeds": (

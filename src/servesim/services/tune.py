@@ -100,7 +100,8 @@ class TuneRequest(BaseModel):
     )
     pruning: Literal["rungs", "none"] = Field(
         "none",
-        description="rungs: stop trials a GPU bound or a prefix of the trace proves out (tuning.rungs).",
+        description="rungs: stop trials a GPU bound, a prefix of the trace or the capacity probe proves out "
+        "(tuning.rungs).",
     )
     verify_seeds: int = Field(
         tune_defaults.VERIFY_SEEDS, ge=1, le=20, description="Fresh seeds re-verifying the recommendation."

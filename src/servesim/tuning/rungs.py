@@ -1,7 +1,7 @@
 """Search rungs (``--pruning rungs``): stop a trial early when a cheap look proves it can be
 neither the study's best nor equivalent to it, so it need not run in full.
 
-A trial climbs three rungs; each stop is a bound, never a ratio (a "keep the top third" rule on a
+A trial climbs four rungs; each stop is a bound, never a ratio (a "keep the top third" rule on a
 prefix would stop trials the full trace ranks first: a prefix of a bursty trace is not the trace):
 
 * **rung 0, GPU bound** (free; objective ``goodput_per_gpu``): goodput per GPU is at most the
@@ -17,7 +17,17 @@ prefix would stop trials the full trace ranks first: a prefix of a bursty trace 
   Likewise when the prefix has more requests not good than ``1 - min_good_fraction`` of the full
   trace allows. The prefix's own p99 is never compared with the cap, so a light (or heavy) start
   of the trace biases nothing: the count is over the whole trace's denominator.
-* **rung 2, full**: the trial's usual runs (every search seed and the capacity probe).
+* **rung 2, capacity** (objective ``goodput_per_gpu``): the trial's capacity probe, which its full
+  evaluation needs anyway, runs before its seeds. Among feasible trials of one goodput the study
+  ranks by capacity per GPU, and ``choice.clearly_better`` counts a capacity per GPU higher by more
+  than the model's per-step error (``Tolerance.objective_ratio``) as a real difference. A trial is
+  stopped when a feasible trial already run in full has at least the goodput rank this trial's
+  GPUs allow (``1 / GPUs``: every request good) and a capacity per GPU above this trial's by more
+  than that error: the final best then has this trial's GPUs or fewer and at least that capacity
+  (it ranks at or above that trial), so it clearly beats this one, which can be neither the best
+  nor equivalent to it (never the recommendation). The probe is the full run's own (same job,
+  same seed), so the capacity compared is exactly the one the full run would report.
+* **rung 3, full**: the trial's seeds (its probe already ran at rung 2).
 
 The assumption is *monotone contention*: adding later requests never makes an earlier one faster
 (vLLM schedules first come, first served and preempts the latest arrival first; a router sees the
@@ -39,10 +49,13 @@ from servesim.tuning.slo import PercentileSLO
 
 Pruning = Literal["rungs", "none"]
 
-RUNG_NAMES = {0: "GPU bound", 1: "prefix", 2: "full"}
+RUNG_NAMES = {0: "GPU bound", 1: "prefix", 2: "capacity", 3: "full"}
+FULL = 3
 
 #: goodput_rank is rounded to 0.001: a bound must miss the best by more to be a miss
 _RANK_SLACK = 0.0011
+#: capacity is ranked to 3 significant figures: a bar must beat a capacity by more
+_CAP_SLACK = 0.001
 
 
 def prefix_size(n_full: int, fraction: float) -> int:
@@ -58,6 +71,33 @@ def gpu_bound_stop(gpus: int, best_rank: float | None) -> str | None:
     return (
         f"{gpus} GPUs: at most {1.0 / gpus:.3f} of the target rate per GPU, below the "
         f"{best_rank:.3f} a feasible trial already reached with fewer GPUs"
+    )
+
+
+def capacity_bar(outcomes: list[TrialOutcome], gpus: int) -> float | None:
+    """The highest capacity per GPU among feasible trials run in full whose goodput rank a trial of
+    ``gpus`` GPUs cannot exceed (None: no such trial yet, or ranks too coarse to tell ``gpus`` from
+    ``gpus + 1``, so a larger trial could outrank it)."""
+    top = round(1.0 / gpus, 3)
+    if round(1.0 / (gpus + 1), 3) >= top:
+        return None
+    caps = [
+        o.capacity_per_gpu
+        for o in outcomes
+        if o.valid and o.feasible and o.capacity_per_gpu is not None and o.goodput_rank >= top
+    ]
+    return max(caps, default=None)
+
+
+def capacity_stop(capacity_per_gpu: float, bar: float | None, ratio: float) -> str | None:
+    """Why rung 2 stops a trial (None: it goes on): ``bar`` (``capacity_bar``) exceeds its
+    capacity per GPU by more than ``ratio`` (the model's per-step error; the 0.1 % covers the
+    ranking's rounding of capacity to 3 significant figures)."""
+    if bar is None or not capacity_per_gpu * ratio < bar * (1 - _CAP_SLACK):
+        return None
+    return (
+        f"{capacity_per_gpu:.3f} req/s per GPU of capacity, below the {bar:.3f} a feasible trial with "
+        f"at least its goodput already reached, by more than the model's {ratio - 1:.0%} error"
     )
 
 
@@ -117,7 +157,7 @@ def best_rank(outcomes: list[TrialOutcome]) -> float | None:
 
 class RungRow(BaseModel):
     rung: int
-    name: str = Field(description="GPU bound | prefix | full.")
+    name: str = Field(description="GPU bound | prefix | capacity | full.")
     entered: int = Field(description="Trials that reached this rung.")
     stopped: int = Field(description="Trials stopped at it.")
 
@@ -141,16 +181,24 @@ class RungReport(BaseModel):
 def rung_report(
     outcomes: list[TrialOutcome], *, fraction: float, n_full: int, runs_per_trial: int
 ) -> RungReport:
-    """Count the rungs over the study's outcomes (valid or stopped)."""
+    """Count the rungs over the study's outcomes (valid or stopped). A trial run in full reached
+    rung 3 (a study stored before the capacity rung recorded it as 2); every trial past the prefix
+    ran its capacity probe first (rung 2), with or without a bar to stop it."""
     full = n_full * runs_per_trial
-    reached = [o.rung for o in outcomes if o.rung is not None]
+    reached = [FULL if o.valid else o.rung for o in outcomes if o.rung is not None]
     stops = [o.rung for o in outcomes if o.rung is not None and not o.valid]
-    # a trial that ran in full without its prefix (``prefix_pays`` was false) skipped rung 1
-    skipped = sum(1 for o in outcomes if o.rung == 2 and o.simulated_requests <= full)
-    entered = [sum(x >= r for x in reached) for r in (0, 1, 2)]
+    # past the bound without the prefix (``prefix_pays`` was false): only the probe, or the full runs
+    skipped = sum(
+        1
+        for o in outcomes
+        if o.rung is not None
+        and (o.valid or o.rung == 2)
+        and o.simulated_requests <= (full if o.valid else n_full)
+    )
+    entered = [sum(x >= r for x in reached) for r in RUNG_NAMES]
     entered[1] -= skipped
     rows = [
-        RungRow(rung=r, name=RUNG_NAMES[r], entered=entered[r], stopped=stops.count(r)) for r in (0, 1, 2)
+        RungRow(rung=r, name=RUNG_NAMES[r], entered=entered[r], stopped=stops.count(r)) for r in RUNG_NAMES
     ]
     simulated = [o for o in outcomes if o.valid or o.rung is not None]
     sim = sum(o.simulated_requests for o in simulated)
@@ -169,11 +217,14 @@ def rung_report(
 
 
 __all__ = [
+    "FULL",
     "RUNG_NAMES",
     "Pruning",
     "RungReport",
     "RungRow",
     "best_rank",
+    "capacity_bar",
+    "capacity_stop",
     "gpu_bound_stop",
     "over_cap_needed",
     "prefix_pays",

@@ -39,24 +39,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.trial import TrialState
 
 from servesim import tune_defaults
 from servesim.errors import InputError, InternalError
+from servesim.tuning.climb import evaluate_batch, evaluate_rungs
 from servesim.tuning.deployment import Deployment, vllm_default_deployment
 from servesim.tuning.evaluate import EvalSettings
 from servesim.tuning.executors import Executor, ExecutorKind, make_executor
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.jobs import (
     EvalContext,
-    PrefixJob,
     TrialJob,
     TrialOutcome,
-    TrialRuns,
     TrialSpec,
     constraint_names,
-    finish_trial,
-    plan_trial,
 )
 from servesim.tuning.ranking import (
     breaches,
@@ -66,16 +64,7 @@ from servesim.tuning.ranking import (
     record_of,
     summarize_study,
 )
-from servesim.tuning.rungs import (
-    RUNG_NAMES,
-    RungReport,
-    best_rank,
-    gpu_bound_stop,
-    prefix_pays,
-    prefix_size,
-    prefix_stop,
-    rung_report,
-)
+from servesim.tuning.rungs import RungReport, best_rank, prefix_pays, rung_report
 from servesim.tuning.seeding import (
     SeedPlan,
     cheapest_candidates,
@@ -338,11 +327,18 @@ def _run_trials(
                 fresh[key] = TrialJob(t.number, p, spec)
         jobs = list(fresh.values())
         if st.pruning == "rungs":
-            bar = best_rank(list(known.values())) if spec.objective == "goodput_per_gpu" else None
+            told = list(known.values()) if spec.objective == "goodput_per_gpu" else []
             exempt = {t.number for t in asked if t.user_attrs.get("seeded_as") == "baseline"}
             pays = prefix_pays(list(known.values()), st.prefix_fraction, len(spec.seeds) + 1)
             evaluated = evaluate_rungs(
-                ex, ctx, jobs, bar=bar, exempt=exempt, fraction=st.prefix_fraction, prefix=pays
+                ex,
+                ctx,
+                jobs,
+                bar=best_rank(told),
+                exempt=exempt,
+                fraction=st.prefix_fraction,
+                prefix=pays,
+                told=told,
             )
         else:
             evaluated = evaluate_batch(ex, ctx, jobs)
@@ -367,108 +363,12 @@ def _run_trials(
     return reused
 
 
-def evaluate_batch(ex: Executor, ctx: EvalContext, trials: list[TrialJob]) -> list[TrialOutcome]:
-    """The trials' outcomes, in order. Each valid trial's runs (its seeds and its probe) go to the
-    executor as separate jobs, all the batch's in one ``map``: the workers share them out, instead
-    of each taking a whole trial and the batch waiting for the slowest. The outcomes are those
-    ``evaluate_trial`` gives (``finish_trial`` of the same runs; jobs are deterministic)."""
-    plans = [plan_trial(ctx, t) for t in trials]
-    runs = [j for p in plans if isinstance(p, TrialRuns) for j in p.jobs]
-    results = iter(ex.map(runs) if runs else [])
-    out: list[TrialOutcome] = []
-    for t, p in zip(trials, plans, strict=True):
-        if isinstance(p, TrialOutcome):
-            out.append(p)
-        else:
-            out.append(finish_trial(ctx, t, p, [next(results) for _ in p.jobs]))
-    return out
-
-
-def evaluate_rungs(
-    ex: Executor,
-    ctx: EvalContext,
-    trials: list[TrialJob],
-    *,
-    bar: float | None,
-    exempt: set[int],
-    fraction: float,
-    prefix: bool = True,
-) -> list[TrialOutcome]:
-    """``evaluate_batch`` through the search rungs (``tuning.rungs``): the GPU bound against
-    ``bar`` (the best feasible ``goodput_rank`` told so far), the prefix run, then the full runs of
-    the trials neither stops. ``exempt`` trials (the baseline) run in full at once; without
-    ``prefix`` (``rungs.prefix_pays``) the trials the bound lets through run in full at once."""
-    n_full = ctx.workload.num_requests
-    n_pre = prefix_size(n_full, fraction)
-    plans = [plan_trial(ctx, t) for t in trials]
-    out: dict[int, TrialOutcome] = {}
-    climbing: list[int] = []
-    for i, (t, p) in enumerate(zip(trials, plans, strict=True)):
-        if isinstance(p, TrialOutcome):
-            out[i] = p
-        elif t.number in exempt:
-            continue
-        elif (why := gpu_bound_stop(p.deployment.gpus, bar)) is not None:
-            out[i] = _stopped(ctx, t, p, 0, why, 0)
-        elif prefix:
-            climbing.append(i)
-    pre_jobs = []
-    for i in climbing:
-        p = plans[i]
-        if not isinstance(p, TrialRuns):
-            raise InternalError("invariant broken: a climbing trial without runs")
-        pre_jobs.append(PrefixJob(p.deployment, trials[i].spec.target_rate, trials[i].spec.seeds[0], n_pre))
-    counts = ex.map(pre_jobs) if pre_jobs else []
-    passed: set[int] = set()
-    for i, c in zip(climbing, counts, strict=True):
-        p = plans[i]
-        if not isinstance(p, TrialRuns):
-            raise InternalError("invariant broken: a climbing trial without runs")
-        timeout = p.deployment.queue_timeout_s is not None
-        shed = ctx.settings.max_shed_fraction if timeout else None
-        d = p.deployment
-        if d.max_num_queued_reqs is not None or d.max_num_queued_tokens is not None:
-            # a prefix request over a cap may get a 503 in the full run instead (within budget)
-            shed = (shed or 0.0) + ctx.settings.max_rejection_rate
-        if (why := prefix_stop(c, n_full, ctx.slo, shed)) is not None:
-            out[i] = _stopped(ctx, trials[i], p, 1, why, c.n)
-        else:
-            passed.add(i)
-    full = [i for i in range(len(trials)) if i not in out]
-    fulls = evaluate_batch(ex, ctx, [trials[i] for i in full])
-    for i, o in zip(full, fulls, strict=True):
-        if i in passed:
-            o = o.model_copy(update={"rung": 2, "simulated_requests": o.simulated_requests + n_pre})
-        elif trials[i].number not in exempt:  # past the bound, the prefix skipped (it did not pay)
-            o = o.model_copy(update={"rung": 2})
-        out[i] = o
-    return [out[i] for i in range(len(trials))]
-
-
-def _stopped(
-    ctx: EvalContext, job: TrialJob, plan: TrialRuns, rung: int, why: str, work: int
-) -> TrialOutcome:
-    """The outcome of a trial stopped at ``rung``: PRUNED, with its rung and reason."""
-    return TrialOutcome(
-        number=job.number,
-        params=job.params,
-        valid=False,
-        rule=f"rung_{rung}",
-        reason=f"stopped at rung {rung} ({RUNG_NAMES[rung]}): {why}",
-        constraints=[1.0] * len(constraint_names(ctx.slo)),
-        gpus=plan.deployment.gpus,
-        rung=rung,
-        simulated_requests=work,
-    )
-
-
 def _tell(study: optuna.Study, trial: optuna.Trial, out: TrialOutcome, cnames: list[str]) -> None:
     """Record one trial's outcome in the study (values, or PRUNED with the reason)."""
     trial.set_user_attr("outcome", out.model_dump(mode="json"))
     trial.set_user_attr("constraints", out.constraints)
     if _SET_CONSTRAINT:
-        for cname, value in zip(cnames, out.constraints, strict=True):
-            trial.set_constraint(cname, value)
+        _set_constraints(trial, cnames, out.constraints)
     if out.valid:
         if out.values is None:
             raise InternalError("invariant broken: out.values is None")
@@ -476,6 +376,21 @@ def _tell(study: optuna.Study, trial: optuna.Trial, out: TrialOutcome, cnames: l
     else:
         trial.set_user_attr("invalid_reason", out.reason)
         study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+
+
+def _set_constraints(trial: optuna.Trial, cnames: list[str], values: list[float]) -> None:
+    """The trial's constraints, each written once. ``Trial.set_constraint`` first reads the
+    trial's system attributes back (a whole-trial query on an RDB storage) to refuse a second
+    value; a trial told once never has one, and those reads were a quarter of the driver's time
+    on a SQLite study. The attributes written are ``set_constraint``'s own (``constraints:NAME``);
+    an Optuna without the trial's id keeps the public call."""
+    trial_id = getattr(trial, "_trial_id", None)
+    if not isinstance(trial_id, int):
+        for cname, value in zip(cnames, values, strict=True):
+            trial.set_constraint(cname, value)
+        return
+    for cname, value in zip(cnames, values, strict=True):
+        trial.storage.set_trial_system_attr(trial_id, f"{_CONSTRAINTS_KEY}:{cname}", float(value))
 
 
 __all__ = [

@@ -42,7 +42,8 @@ class TuneSettings(BaseModel):
     population_size: int = Field(16, ge=2, description="NSGA-II population.")
     pruning: Literal["rungs", "none"] = Field(
         "none",
-        description="rungs: stop trials a GPU bound or a prefix of the trace proves out (tuning.rungs).",
+        description="rungs: stop trials a GPU bound, a prefix of the trace or the capacity probe proves out "
+        "(tuning.rungs).",
     )
     prefix_fraction: float = Field(0.25, gt=0, lt=1, description="The prefix rung's share of the requests.")
 

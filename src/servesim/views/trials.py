@@ -84,7 +84,7 @@ def rungs_text(res: TuneResult) -> list[str]:
     parts = []
     for r in rr.rungs:
         what = f" (first {rr.prefix_requests:,} of {rr.full_requests:,} requests)" if r.rung == 1 else ""
-        stop = f", {r.stopped} stopped" if r.rung < 2 else ""
+        stop = f", {r.stopped} stopped" if r.name != "full" else ""
         if r.rung == 1 and rr.prefix_skipped:
             stop += f" ({rr.prefix_skipped} skipped it: too few trials missed the SLO for it to pay)"
         parts.append(f"{r.rung} {r.name}{what}: {r.entered} ran{stop}")
