@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.kv_cache_manager import hash_id_bases, hash_id_keys
-
-from strategies import examples
 
 Op = tuple[str, int, int, list[int], list[int]]
 

@@ -25,13 +25,14 @@ def test_shared_prefix_counts_are_hand_worked() -> None:
     assert shared_id_prefixes(ids, prompts, 8) == [3, 2, 1, 0, 0, 3]
 
 
-
 @settings(max_examples=examples(300), deadline=None)
 @given(
     ids=st.lists(st.one_of(st.none(), st.lists(st.integers(0, 3), max_size=6)), max_size=12),
     data=st.data(),
 )
-def test_shared_prefix_counts_match_every_pair_compared(ids: list[list[int] | None], data: st.DataObject) -> None:
+def test_shared_prefix_counts_match_every_pair_compared(
+    ids: list[list[int] | None], data: st.DataObject
+) -> None:
     """By definition: the longest run of leading ids (those inside the prompt) that the request
     has in common with any one other request."""
     prompts = [data.draw(st.integers(1, 60)) for _ in ids]
@@ -51,6 +52,7 @@ def test_shared_prefix_counts_match_every_pair_compared(ids: list[list[int] | No
         for i in range(len(ids))
     ]
     assert shared_id_prefixes(ids, prompts, 8) == expected
+
 
 @st.composite
 def hash_id_traces(draw: st.DrawFn) -> Trace:
