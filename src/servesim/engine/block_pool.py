@@ -273,6 +273,8 @@ class BlockPool:
 
         An id not in the table yet (the common case: most ids are new) takes its blocks as one
         slice, counted once: no per-block test of its entries, which cannot be duplicates."""
+        if hi > len(blocks):  # the slices below would cut short where an index would fail
+            raise InternalError(f"blocks up to {hi} published, {len(blocks)} held")
         content = self.content
         hashed = self.hashed
         i = lo
