@@ -1,7 +1,8 @@
 # Cython declarations for block_pool.py (the compiled core; block_pool.py stays the reference).
 # The queue links, dead counts and reference counts are typed memoryviews over the .py's
-# array('q'): C integer cells, no Python object per block. (Indexed through ``self``: a local
-# copy of a memoryview costs an atomic acquisition.)
+# array('i'): 32-bit C integer cells (half the cache lines of 64-bit ones; block ids and counts
+# fit), no Python object per block. (Indexed through ``self``: a local copy of a memoryview costs
+# an atomic acquisition.)
 cimport cython
 
 
