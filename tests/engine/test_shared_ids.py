@@ -25,6 +25,35 @@ def test_shared_prefix_counts_are_hand_worked() -> None:
     assert shared_id_prefixes(ids, prompts, 8) == [3, 2, 1, 0, 0, 3]
 
 
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    ids=st.lists(st.one_of(st.none(), st.lists(st.integers(0, 3), max_size=6)), max_size=12),
+    data=st.data(),
+)
+def test_shared_prefix_counts_match_every_pair_compared(
+    ids: list[list[int] | None], data: st.DataObject
+) -> None:
+    """By definition: the longest run of leading ids (those inside the prompt) that the request
+    has in common with any one other request."""
+    prompts = [data.draw(st.integers(1, 60)) for _ in ids]
+
+    def described(i: int) -> list[int]:
+        got = ids[i]
+        return [] if got is None else got[: -(-prompts[i] // 8)]
+
+    def common(a: list[int], b: list[int]) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    expected = [
+        max((common(described(i), described(k)) for k in range(len(ids)) if k != i), default=0)
+        for i in range(len(ids))
+    ]
+    assert shared_id_prefixes(ids, prompts, 8) == expected
+
+
 @st.composite
 def hash_id_traces(draw: st.DrawFn) -> Trace:
     """Small traces whose prompts mix ids that repeat across requests with ids unique to one."""

@@ -41,7 +41,7 @@ from servesim.errors import InternalError
 
 
 def _zeros(n: int) -> array[int]:
-    return array("q", bytes(8 * n))
+    return array("i", bytes(4 * n))
 
 
 class BlockPool:
@@ -174,6 +174,7 @@ class BlockPool:
         dups = self._dups
         prev: object = None  # the hash id of the last block evicted, and its entry
         rec: list[int] = []
+        dec = 0  # blocks evicted from ``rec`` since its count was last written
         while need:
             b = self._next[0]  # the head: live, as no dead block leads
             if b == 0:
@@ -184,18 +185,19 @@ class BlockPool:
             if k and not dups:  # filed under hash id h (register_hashed): often the last one's
                 self.slot[b] = 0
                 if h is not prev:
+                    if dec:  # the last id's count, written once for its run of evictions
+                        self._uncount(prev, rec, dec)
+                        dec = 0
                     rec = hashed[h]  # type: ignore[index]  # a live block has a key
                     prev = h
                 out.append(rec[k - 1])  # b itself (the table's int object: none is built)
                 rec[k - 1] = 0
-                last = len(rec) - 1
-                c = rec[last] - 1
-                if c:
-                    rec[last] = c
-                else:
-                    del hashed[h]  # type: ignore[arg-type]
-                    prev = None
+                dec += 1
             else:
+                if dec:  # (never: a duplicate is not dropped once no duplicates are left)
+                    self._uncount(prev, rec, dec)
+                    dec = 0
+                    prev = None
                 if k:
                     self._evict_hashed(b, h)  # type: ignore[arg-type]  # a live block has a key
                 elif dups and h in dups:
@@ -214,7 +216,19 @@ class BlockPool:
                     need -= self._take_leading_dead(out, need)
                 else:
                     self._take_leading_dead(blank, -1)
+        if dec:
+            self._uncount(prev, rec, dec)
         return out
+
+    def _uncount(self, base: object, rec: list[int], n: int) -> None:
+        """``n`` blocks of hash id ``base``'s entry ``rec`` were evicted: drop the entry with
+        its last block."""
+        last = len(rec) - 1
+        c = rec[last] - n
+        if c:
+            rec[last] = c
+        else:
+            del self.hashed[base]  # type: ignore[arg-type]  # an evicted block's key
 
     def _evict_duplicate(self, b: int, h: int) -> None:
         """Drop evicted block ``b`` (content ``h``) from the table when other blocks carry the
@@ -255,31 +269,53 @@ class BlockPool:
     def register_hashed(self, blocks: list[int], lo: int, hi: int, bases: list[int], per: int) -> None:
         """``register`` for ``blocks[lo:hi]``, block ``i`` keyed ``bases[i // per] + 4 * (i % per)``
         (``hash_id_bases``), filed in ``hashed`` under its base: one table entry per base, no
-        key built. The same table, hits and evictions as ``register`` with those keys."""
+        key built. The same table, hits and evictions as ``register`` with those keys.
+
+        An id not in the table yet (the common case: most ids are new) takes its blocks as one
+        slice, counted once: no per-block test of its entries, which cannot be duplicates."""
+        if hi > len(blocks):  # the slices below would cut short where an index would fail
+            raise InternalError(f"blocks up to {hi} published, {len(blocks)} held")
         content = self.content
         hashed = self.hashed
-        base = 0
-        rec: list[int] = []
-        for i in range(lo, hi):
-            held = blocks[i]  # the list's own int object, filed as is
-            b = held
-            k = i % per
-            if k == 0 or i == lo:
-                base = bases[i // per]
-                got = hashed.get(base)
-                if got is None:
-                    rec = [0] * (per + 1)
-                    hashed[base] = rec
+        i = lo
+        while i < hi:
+            j = i // per
+            first = j * per
+            end = first + per
+            if end > hi:
+                end = hi
+            base = bases[j]
+            got = hashed.get(base)
+            if got is None:
+                if i == first and end - first == per:
+                    rec = blocks[first:end]  # the list's own int objects, filed as they are
+                    rec.append(per)
                 else:
-                    rec = got
-            content[b] = base
-            self.slot[b] = k + 1
-            self.ref[b] = 1
-            if rec[k]:
-                self._dups.setdefault(base + 4 * k, []).append(held)
-            else:
-                rec[k] = held
-                rec[per] += 1
+                    rec = [0] * (per + 1)
+                    rec[i - first : end - first] = blocks[i:end]
+                    rec[per] = end - i
+                hashed[base] = rec
+                for t in range(i, end):
+                    b = blocks[t]
+                    content[b] = base
+                    self.slot[b] = t - first + 1
+                    self.ref[b] = 1
+                i = end
+                continue
+            rec = got
+            for t in range(i, end):
+                held = blocks[t]
+                b = held
+                k = t - first
+                content[b] = base
+                self.slot[b] = k + 1
+                self.ref[b] = 1
+                if rec[k]:
+                    self._dups.setdefault(base + 4 * k, []).append(held)
+                else:
+                    rec[k] = held
+                    rec[per] += 1
+            i = end
 
     def register(self, blocks: list[int], keys: list[int]) -> None:
         """Publish held blocks (one holder each) in the prefix cache under their content keys,

@@ -47,7 +47,8 @@ cdef class KVCacheManager:
 
 
 @cython.locals(n=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t, w=cython.Py_ssize_t,
-               out=list, width=list, chain=list, alive=list, count=dict, hashes=list, survivors=list)
+               out=list, width=list, alive=list, groups=list, deeper=list, g=list, parts=dict, part=list,
+               going=list)
 cpdef list shared_id_prefixes(hash_ids, prompt_len, long long hash_block_size)
 @cython.locals(covered=cython.Py_ssize_t, per=cython.Py_ssize_t, n=cython.Py_ssize_t, out=list,
                j=cython.Py_ssize_t, keys=list, i=cython.Py_ssize_t, first=cython.Py_ssize_t,

@@ -88,19 +88,18 @@ def shared_id_prefixes(
     A block's content key chains over every id up to it, so only blocks inside such a common
     prefix can ever be hit by another request; the rest hold content unique to the request (only
     the request itself can hit it again, after a preemption) and are keyed like unique prompt
-    tokens, which spares hashing, publishing and evicting them one by one. Prefixes are counted
-    by a chained hash of their ids: a collision can only count a prefix as shared when it is not,
-    which costs speed, never a hit. Ids past the end of the prompt describe no token: not counted.
+    tokens, which spares hashing, publishing and evicting them one by one. Ids past the end of
+    the prompt describe no token: not counted.
     """
-    # Level by level: the prefix of length j+1 can only be shared if the prefix of length j is,
-    # so only the requests still sharing take part in the next level (the work is the shared
-    # prefixes, not every id). Each level counts its own chains.
+    # Level by level, as a trie is walked: the requests that share their first j ids form a
+    # group, which the (j+1)-th id splits; a part of two or more shares j+1 ids, and only its
+    # requests with ids left take part in the next level (the work is the shared prefixes, not
+    # every id). The parts are keyed by the id alone: no chained hash to build per request.
     n = len(hash_ids)
     if len(prompt_len) != n:
         raise InternalError(f"{n} hash_ids lists for {len(prompt_len)} prompts")
     out = [0] * n
     width = [0] * n  # ids describing tokens of the prompt
-    chain = [0] * n  # the chained hash of the shared prefix so far
     alive: list[int] = []
     for i in range(n):
         ids = hash_ids[i]
@@ -109,24 +108,30 @@ def shared_id_prefixes(
             if w > 0:
                 width[i] = w
                 alive.append(i)
+    groups = [alive] if len(alive) >= 2 else []
     j = 0
-    while alive:
-        count: dict[int, int] = {}
-        get = count.get
-        hashes: list[int] = []
-        for i in alive:
-            h = hash((chain[i], hash_ids[i][j]))  # type: ignore[index]  # alive: ids not None
-            hashes.append(h)
-            count[h] = get(h, 0) + 1
-        j += 1
-        survivors: list[int] = []
-        for i, h in zip(alive, hashes, strict=True):
-            if count[h] >= 2:
-                out[i] = j
-                if j < width[i]:
-                    chain[i] = h
-                    survivors.append(i)
-        alive = survivors
+    while groups:
+        deeper: list[list[int]] = []
+        j += 1  # the prefix length the parts of this level share
+        for g in groups:
+            parts: dict[int, list[int]] = {}
+            for i in g:
+                x = hash_ids[i][j - 1]  # type: ignore[index]  # alive: ids not None
+                part = parts.get(x)
+                if part is None:
+                    parts[x] = [i]
+                else:
+                    part.append(i)
+            for part in parts.values():
+                if len(part) >= 2:
+                    going: list[int] = []
+                    for i in part:
+                        out[i] = j
+                        if j < width[i]:
+                            going.append(i)
+                    if len(going) >= 2:
+                        deeper.append(going)
+        groups = deeper
     return out
 
 
