@@ -14,7 +14,8 @@ order), ``layers_per_group``, ``page_size_bytes`` (one layer's block), ``bytes_p
 accepts that memory for one ``max_model_len`` sequence. vLLM's ``ModelConfig`` reads the config
 (KV heads per rank, head size, layers); each layer's spec is the one its model's attention layer
 asks for: gpt-oss (``gpt_oss.py``: even layers slide), Gemma 3 (``gemma3.py``: ``layer_types``),
-Llama 4 (``llama4.py``: RoPE layers, ``no_rope_layers[i] != 0``, attend in chunks). Nothing is
+Llama 4 (``llama4.py``: RoPE layers, ``no_rope_layers[i] != 0``, attend in chunks); any other model
+without a sliding window attends in full on every layer. Nothing is
 loaded but the config: no weights, no tokenizer, no GPU.
 """
 
@@ -48,7 +49,9 @@ def layer_kinds(text: Any, layers: int) -> list[tuple[str, int | None]]:
             ("chunked_local", chunk) if chunk and text.no_rope_layers[i] != 0 else ("full", None)
             for i in range(layers)
         ]
-    raise SystemExit(f"no layer rule for model_type {model_type!r}")
+    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+        raise SystemExit(f"no layer rule for model_type {model_type!r}, which has a sliding window")
+    return [("full", None)] * layers  # a full-attention model: every layer one group
 
 
 def size(item: dict[str, Any]) -> dict[str, Any]:
