@@ -34,11 +34,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from check_vllm_commands import default_oracle_python  # noqa: E402  (VLLM_ORACLE_PYTHON, else the cache's)
 
 #: The settings every row is sized at (vLLM's defaults on a large GPU, a 32k context).
 SETTINGS = {"gpu_memory_utilization": 0.9, "max_model_len": 32768, "max_num_batched_tokens": 8192}
 TPS = (1, 2, 4, 8)
-ORACLE = Path.home() / ".cache" / "vllm-oracle-venv" / "bin" / "python"
 CONFIGS = ROOT / "src" / "servesim" / "data" / "perf" / "hf_configs"
 SCOUT = ROOT / "tests" / "fixtures" / "sim2real" / "17.json"
 
@@ -181,7 +183,7 @@ def markdown(table: list[dict[str, Any]], theirs: list[int]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--oracle", type=Path, default=ORACLE, help="vLLM's virtualenv Python")
+    ap.add_argument("--oracle", type=Path, default=default_oracle_python(), help="vLLM's virtualenv Python")
     ap.add_argument("--out", default=str(ROOT / "docs" / "kv-capacity.md"), help="file, or - for stdout")
     args = ap.parse_args()
     if not args.oracle.exists():

@@ -11,13 +11,12 @@ Skipped where the oracle's virtualenv is absent.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from oracle_venv import oracle_python
+from oracle_venv import run_oracle_tool
 from servesim.perf.memory import kv_capacity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,9 +44,6 @@ def _config(name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def vllm_plans() -> list[dict[str, Any]]:
-    python = oracle_python()
-    if not python.exists():
-        pytest.skip(f"no vLLM oracle virtualenv at {python} (tools/oracle/README.md)")
     items = []
     for name, gpu, tp, block in ROWS:
         cap = kv_capacity(name, gpu, tp, block_size=block, max_model_len=MML, max_num_batched_tokens=MBT)
@@ -61,16 +57,7 @@ def vllm_plans() -> list[dict[str, Any]]:
                 "max_num_batched_tokens": MBT,
             }
         )
-    run = subprocess.run(
-        [str(python), str(ROOT / "tools" / "oracle" / "hybrid_kv_oracle.py")],
-        input=json.dumps(items),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    return run_oracle_tool("hybrid_kv_oracle.py", items)
 
 
 @pytest.mark.parametrize("i", range(len(ROWS)), ids=["-".join(map(str, r)) for r in ROWS])

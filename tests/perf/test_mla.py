@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from oracle_venv import oracle_python
+from oracle_venv import run_oracle_tool
 from servesim.engine.step_time import BatchComposition
 from servesim.perf.catalog import load_catalog, model_from_hf_config
 from servesim.perf.errors import CatalogError, MemoryFitError, PerfError
@@ -211,9 +210,6 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def vllm_sizes() -> list[dict[str, Any]]:
-    python = oracle_python()
-    if not python.exists():
-        pytest.skip(f"no vLLM oracle virtualenv at {python} (tools/oracle/README.md)")
     items = []
     for name, gpu, tp, kv, block in CASES:
         cap = kv_capacity(name, gpu, tp, kv_dtype=kv, block_size=block, max_model_len=32768)
@@ -226,16 +222,7 @@ def vllm_sizes() -> list[dict[str, Any]]:
                 "available_memory": cap.kv_cache_bytes,
             }
         )
-    run = subprocess.run(
-        [str(python), str(ROOT / "tools" / "oracle" / "mla_kv_oracle.py")],
-        input=json.dumps(items),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    return run_oracle_tool("mla_kv_oracle.py", items, timeout=300)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)))
