@@ -42,6 +42,7 @@ from servesim.engine.request import (
     RUNNING,
     Request,
 )
+from servesim.engine.step_plan import tokens_kept
 
 if TYPE_CHECKING:
     from servesim.engine.scheduler import Scheduler
@@ -95,17 +96,11 @@ def update(sched: Scheduler, plan: StepPlan, step: int, t_end: float) -> list[Re
         stale = status == PREEMPTED
         a = _verified(sched, r, plan, d, accepted[j], stale) if d else 0  # type: ignore[index]
         had_placeholder = r.placeholders > 0
-        o = r.num_output
-        stop = False
-        emitted = 0
-        while emitted < a + 1:
-            o += 1
-            emitted += 1
-            if o >= r.max_tokens or r.prompt_len + o >= mml:
-                stop = True
-                if not stale:  # num_computed covers every token but the last kept one
-                    r.num_computed -= a + 1 - emitted
-                break
+        kept = tokens_kept(r, a, mml)
+        o = r.num_output + kept
+        stop = o >= r.max_tokens or r.prompt_len + o >= mml
+        if not stale:  # num_computed covers every token but the last kept one
+            r.num_computed -= a + 1 - kept
         r.num_output = o
         _emitted(r, step, t_end)
         if not stale and had_placeholder:  # every returned token, the trimmed ones too

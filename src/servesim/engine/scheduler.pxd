@@ -4,7 +4,8 @@ cimport cython
 from servesim.engine.decode_group cimport DecodeGroup
 from servesim.engine.kv_cache_manager cimport KVCacheManager
 from servesim.engine.request cimport Request
-from servesim.engine.step_plan cimport PrefillCadence, StepPlan, any_prefill_chunk, running_index, running_tokens
+from servesim.engine.step_plan cimport (PrefillCadence, StepPlan, any_prefill_chunk, running_index,
+                                        running_tokens, tokens_kept)
 
 
 cdef class Scheduler:
@@ -57,7 +58,7 @@ cdef class Scheduler:
     cpdef list update(self, StepPlan plan, long long step, double t_end)
     @cython.locals(mml=cython.longlong, k=cython.longlong, kv=KVCacheManager, finished=list, r=Request,
                    n=cython.longlong, c=cython.longlong, d=cython.longlong, a=cython.longlong,
-                   o=cython.longlong, stop=cython.bint, emitted=cython.longlong, draws=list,
+                   o=cython.longlong, stop=cython.bint, kept=cython.longlong, draws=list,
                    j=cython.Py_ssize_t)
     cpdef list _verify(self, StepPlan plan, long long step, double t_end)
     @cython.locals(reqs=list, ns=list, r=Request, n=cython.longlong, d=cython.longlong, out=list)

@@ -52,6 +52,7 @@ from servesim.engine.step_plan import (
     priority_key,
     running_index,
     running_tokens,
+    tokens_kept,
 )
 from servesim.engine.waiting_queue import FCFSQueue, PriorityQueue
 from servesim.errors import ConfigError, InternalError
@@ -542,16 +543,10 @@ class Scheduler:
                 r.spec_verifications += 1
                 r.num_computed = c - (d - a)
                 plan.spec.append((r, d, a))
-            o = r.num_output
-            stop = False
-            emitted = 0
-            while emitted < a + 1:
-                o += 1
-                emitted += 1
-                if o >= r.max_tokens or r.prompt_len + o >= mml:
-                    stop = True
-                    break
-            r.num_computed -= a + 1 - emitted
+            kept = tokens_kept(r, a, mml)
+            o = r.num_output + kept
+            stop = o >= r.max_tokens or r.prompt_len + o >= mml
+            r.num_computed -= a + 1 - kept
             r.num_output = o
             self._emitted(r, step, t_end)
             if kv.caching:  # vLLM caches the newly verified full blocks

@@ -19,6 +19,8 @@ cdef class StepPlan:
 @cython.locals(n=cython.longlong, cap=cython.longlong)
 cpdef long long running_tokens(Request r, long long thr, long long budget, long long max_model_len) except? -1
 cpdef Py_ssize_t running_index(list running, Request r) except -1
+@cython.locals(room=cython.longlong, n=cython.longlong)
+cpdef long long tokens_kept(Request r, long long verified, long long max_model_len) except -1
 @cython.locals(r=Request)
 cpdef bint any_prefill_chunk(list scheduled) except -1
 @cython.locals(nd=cython.longlong, t=cython.longlong, n_seq=cython.longlong,

@@ -159,6 +159,18 @@ def any_prefill_chunk(scheduled: list[tuple[Request, int]]) -> bool:
     return False
 
 
+def tokens_kept(r: Request, verified: int, max_model_len: int) -> int:
+    """How many of a step's ``verified + 1`` new tokens (the accepted drafts and the sampled one)
+    ``r`` keeps: vLLM checks the stop token by token, so the output ends at the first token that
+    reaches ``max_tokens`` or the model's length, and the rest are trimmed; never fewer than one
+    (a sampling step always emits its token). The synchronous and the async scheduler both ask."""
+    room = min(r.max_tokens, max_model_len - r.prompt_len) - r.num_output
+    n = verified + 1
+    if room < n:
+        n = room if room > 1 else 1
+    return n
+
+
 admit_seq = attrgetter("admit_seq")
 
 
@@ -258,4 +270,5 @@ __all__ = [
     "roofline_step_time",
     "running_index",
     "running_tokens",
+    "tokens_kept",
 ]
