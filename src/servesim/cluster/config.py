@@ -17,6 +17,7 @@ RouterPolicy = Literal[
     "power_of_two",
     "prefix_aware",
     "vllm_dp",
+    "lora_aware",
 ]
 
 
@@ -36,6 +37,12 @@ class RouterSpec(BaseModel):
       default 0.5, an assumption; 0 scores GPU hits only, as before the tier existed).
     * ``vllm_dp``: vLLM's data-parallel front end, lowest waiting + running + 6·waiting·max(0,
       kv − 0.5).
+    * ``lora_aware``: for a request with a LoRA adapter, the fewest outstanding among the
+      replicas already running that adapter, else among those with a free adapter slot (fewer
+      distinct adapters running than ``max_loras``), else among all: it does not wait behind
+      another adapter's batch on a replica whose slots are full (vLLM skips it there), as the
+      LoRA-affinity routing of Kubernetes inference gateways does. Requests without an adapter:
+      the fewest outstanding.
 
     Ties go to the lowest replica index after a seeded rotation, so runs are reproducible.
     """

@@ -66,6 +66,9 @@ class Router:
         shift = self._turn % len(order)
         if policy == "least_outstanding":
             return _least_outstanding(replicas, order, shift)
+        if policy == "lora_aware":
+            able = _can_run_adapter(r, replicas, order)
+            return _least_outstanding(replicas, able, shift % len(able))
         order = order[shift:] + order[:shift]  # ties rotate instead of piling on replica 0
         if policy == "least_kv":
             return min(order, key=lambda k: replicas[k].kv_usage)
@@ -94,6 +97,29 @@ class Router:
             return spec.prefix_weight * prefix + spec.queue_weight * queue + spec.kv_weight * kv
 
         return max(order, key=score)
+
+
+def _can_run_adapter(r: Request, replicas: Sequence[ReplicaView], order: list[int]) -> list[int]:
+    """The replicas of ``order`` that ``lora_aware`` picks among for ``r``: those running its
+    LoRA adapter with room in their batch (fewer outstanding than ``max_num_seqs``), else those
+    with a free adapter slot (fewer distinct adapters running than ``max_loras``), else those
+    running it, else all; all of ``order`` for a request without an adapter. Affinity first: a
+    second replica that took the adapter while the first still had room would hold a slot the
+    next request of another adapter needs, which then waits behind both (vLLM skips it while
+    its adapter cannot be added); past the first's room the adapter spreads to a free slot."""
+    if r.lora <= 0:
+        return order
+    roomy: list[int] = []
+    free: list[int] = []
+    full: list[int] = []
+    for k in order:
+        v = replicas[k]
+        running = v.running_loras()
+        if r.lora in running:
+            (roomy if v.outstanding < v.max_num_seqs else full).append(k)
+        elif len(running) < v.max_loras:
+            free.append(k)
+    return roomy or free or full or order
 
 
 def _least_outstanding(replicas: Sequence[ReplicaView], order: list[int], shift: int) -> int:

@@ -115,6 +115,16 @@ class ReplicaView:
         return len(self._engine.scheduler.waiting)
 
     @property
+    def max_loras(self) -> int:
+        """Distinct LoRA adapters one step may run (vLLM's ``max_loras``; 0: LoRA off)."""
+        return int(self._engine.scheduler.max_loras)
+
+    def running_loras(self) -> set[int]:
+        """The LoRA adapters of the running requests: what vLLM's scheduler counts against
+        ``max_loras`` before it admits a request of another adapter."""
+        return {r.lora for r in self._engine.scheduler.running if r.lora > 0}
+
+    @property
     def outstanding(self) -> int:
         """Running plus waiting requests (what a least-outstanding router compares)."""
         sched = self._engine.scheduler
