@@ -113,17 +113,23 @@ class GuidellmReport(_Loose):
     benchmarks: list[GuidellmBenchmark] = Field(min_length=1)
 
 
-def json_kind(path: Path) -> Literal["vllm", "guidellm"]:
-    """Whether a ``.json`` measurement is a guidellm report or a ``vllm bench serve`` result, by
-    its content (both are ``.json``); neither is a one-line error naming the file."""
+def json_kind(path: Path) -> Literal["vllm", "guidellm", "inference-perf"]:
+    """Whether a ``.json`` measurement is a guidellm report, an inference-perf stage report or a
+    ``vllm bench serve`` result, by its content (all are ``.json``); none of them is a one-line
+    error naming the file."""
+    from servesim.perf.inference_perf_io import is_inference_perf
+
     data = _load(path)
     if isinstance(data, dict) and "benchmarks" in data:
         return "guidellm"
+    if is_inference_perf(data):
+        return "inference-perf"
     if isinstance(data, dict) and any(k in data for k in VLLM_BENCH_KEYS):
         return "vllm"
     raise CalibrationError(
-        f"{path}: neither a guidellm benchmarks report (no 'benchmarks' list) nor a vllm bench "
-        f"serve result (none of {', '.join(VLLM_BENCH_KEYS)})"
+        f"{path}: neither a guidellm benchmarks report (no 'benchmarks' list), an inference-perf "
+        f"stage report (no 'load_summary' and 'successes') nor a vllm bench serve result (none of "
+        f"{', '.join(VLLM_BENCH_KEYS)})"
     )
 
 

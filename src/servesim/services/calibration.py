@@ -154,13 +154,17 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
 
 
 def _json_cases(path: Path, blocks: int | None, settings: dict[str, Any]) -> list[WorkloadCase]:
-    """A ``.json`` measurement's cases: a guidellm report (one per benchmark) or a vllm bench
-    result, told apart by content."""
+    """A ``.json`` measurement's cases: a guidellm report (one per benchmark), an inference-perf
+    stage report or a vllm bench result, told apart by content."""
     from servesim.perf import read_bench_result
     from servesim.perf.guidellm_io import json_kind, read_guidellm_report
+    from servesim.perf.inference_perf_io import read_stage_report
 
-    if json_kind(path) == "guidellm":
+    kind = json_kind(path)
+    if kind == "guidellm":
         return read_guidellm_report(path, num_gpu_blocks=blocks, **settings)
+    if kind == "inference-perf":
+        return [read_stage_report(path, num_gpu_blocks=blocks, **settings)]
     return [read_bench_result(path, num_gpu_blocks=blocks, **settings)]
 
 
