@@ -94,3 +94,11 @@ def test_bad_stage_reports_are_one_line(tmp_path: Path, edit: Any, shown: str) -
     assert res.exit_code == 2 and len(lines) == 1 and "stage.json" in lines[0] and shown in lines[0], (
         res.stderr
     )
+
+
+def test_a_fit_the_stage_cannot_determine_is_not_written(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    fit = "gemm_bandwidth_efficiency,gemm_compute_efficiency,frontend_latency_s,step_overhead_s"
+    res = runner.invoke(app, ["calibrate", str(SAMPLE), *HW, "--fit", fit, "--out", str(out)])
+    assert res.exit_code == 2 and "2 measured metrics cannot determine 4 coefficients" in res.stderr
+    assert not out.exists()
