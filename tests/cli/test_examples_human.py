@@ -35,6 +35,14 @@ HUMAN: list[tuple[str, list[str]]] = [
         "--max-num-seqs 256 --max-num-batched-tokens 8192",
         ["gemm_bandwidth_efficiency", "before", "after"],
     ),
+    (  # a guidellm 0.8.1 sweep against the emulator (docs/perf.md): one fit over its 3 benchmarks
+        "calibrate {ex}/guidellm-sweep.json --model llama-3.1-8b --gpu h100",
+        ["guidellm-sweep-0-synchronous", "guidellm-sweep-2-constant@26.05", "before", "after"],
+    ),
+    (  # an inference-perf 0.7.0 stage report against the emulator (docs/perf.md)
+        "calibrate {ex}/inference-perf-stage_0.json --model llama-3.1-8b --gpu h100",
+        ["inference-perf-stage_0", "before", "after"],
+    ),
     ("simulate {ex}/demo/inputs/bursty.csv", ["bursty.csv: 1,200", "p99 ms"]),
     (  # the demo's first interrupted job (the demo regenerates this input: read, not restated)
         "recover {ex}/demo/inputs/failure-n1.json --no-manifests",

@@ -127,7 +127,7 @@ def test_calibrate_cli_bad_input(tmp_path: Path) -> None:
     f = tmp_path / "x.bin"
     f.write_text("nothing")
     code, _, err = run("calibrate", str(f))
-    assert code == 2 and "give step-level .csv files, vllm bench .json files or Prometheus scrapes" in err
+    assert code == 2 and "give step-level .csv files, vllm bench .json files (or guidellm reports)" in err
     scrape = tmp_path / "x.txt"  # a .txt is a scrape: it needs its window, then must be one
     scrape.write_text("nothing")
     code, _, err = run("calibrate", str(scrape), "--model", "llama-3.1-8b", "--gpu", "h100")

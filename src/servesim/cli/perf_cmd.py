@@ -302,8 +302,9 @@ def profiles_cmd(
 def calibrate_cmd(
     files: list[Path] = typer.Argument(
         ...,
-        help="Step-level CSV file(s), vllm bench serve --save-result JSON file(s), or Prometheus "
-        "scrape(s) of vLLM's /metrics (.prom/.txt, with --window-s).",
+        help="Step-level CSV file(s); .json vllm bench serve --save-result file(s), guidellm "
+        "reports or inference-perf stage reports (told by content); or Prometheus scrape(s) of "
+        "vLLM's /metrics (.prom/.txt, with --window-s).",
     ),
     base: str | None = typer.Option(None, "--base", help="Profile to start from (default: the GPU's)."),
     fit: str | None = typer.Option(

@@ -1,8 +1,9 @@
 """Fitting the step-time model to measurements, and checking it against real runs.
 
 * ``calibrate(CalibrateRequest)``: a profile's efficiency factors and overheads fitted to step-level
-  CSV files (the engine's own step times) or to ``vllm bench serve --save-result`` files (each
-  benchmark's workload re-simulated as its client saw it), with the fit's error before and after;
+  CSV files (the engine's own step times), to ``vllm bench serve --save-result`` files or guidellm
+  benchmarks reports (each benchmark's workload re-simulated as its client saw it), or to
+  Prometheus scrapes, with the fit's error before and after;
 * ``sim2real(Sim2RealRequest)``: every sim2real experiment's workload re-created and simulated
   (with a given profile, the default one, or profiles fitted on the experiments), its predictions
   and their error against the measurements and the peer simulators'.
@@ -33,7 +34,8 @@ BENCH_FIT = ("gemm_bandwidth_efficiency", "gemm_compute_efficiency", "frontend_l
 
 
 class CalibrateRequest(BaseModel):
-    """Measurements to fit (all ``.csv`` step files or all ``.json`` bench results) and how."""
+    """Measurements to fit (all ``.csv`` step files, all ``.json`` bench results / guidellm reports, or
+    all scrapes) and how."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -73,8 +75,8 @@ class CalibrateRequest(BaseModel):
         kinds = {SUFFIX_KINDS.get(f.suffix.lower()) for f in self.files}
         if None in kinds or len(kinds) != 1:
             raise PerfError(
-                "give step-level .csv files, vllm bench .json files or Prometheus scrapes of vLLM's "
-                "/metrics (.prom, .txt): one kind at a time"
+                "give step-level .csv files, vllm bench .json files (or guidellm reports) or Prometheus "
+                "scrapes of vLLM's /metrics (.prom, .txt): one kind at a time"
             )
         kind: Literal["csv", "json", "prom"] = kinds.pop()  # type: ignore[assignment]
         if kind == "prom" and self.window_s is None:
@@ -106,7 +108,7 @@ def _steps(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
 
 
 def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
-    from servesim.perf import calibrate_workloads, read_bench_result, resolve_profile
+    from servesim.perf import calibrate_workloads, resolve_profile
     from servesim.perf.catalog import resolve_gpu
 
     if request.model is None or request.gpu is None:
@@ -134,9 +136,7 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
     if request.kind() == "prom":
         cases = [_scrape_case(request, f, settings) for f in request.files]
     else:
-        cases = [
-            read_bench_result(f, num_gpu_blocks=request.num_gpu_blocks, **settings) for f in request.files
-        ]
+        cases = [c for f in request.files for c in _json_cases(f, request.num_gpu_blocks, settings)]
     start = resolve_profile(request.base, cases[0].gpu.name)
     names = request.fit
     if names is None:  # a scrape's latencies are the server's: the front end is not in them
@@ -151,6 +151,21 @@ def _bench(request: CalibrateRequest, cat: Catalog) -> CalibrationReport:
         )
         report = report.model_copy(update={"notes": [note, *report.notes]})
     return report
+
+
+def _json_cases(path: Path, blocks: int | None, settings: dict[str, Any]) -> list[WorkloadCase]:
+    """A ``.json`` measurement's cases: a guidellm report (one per benchmark), an inference-perf
+    stage report or a vllm bench result, told apart by content."""
+    from servesim.perf import read_bench_result
+    from servesim.perf.guidellm_io import json_kind, read_guidellm_report
+    from servesim.perf.inference_perf_io import read_stage_report
+
+    kind = json_kind(path)
+    if kind == "guidellm":
+        return read_guidellm_report(path, num_gpu_blocks=blocks, **settings)
+    if kind == "inference-perf":
+        return [read_stage_report(path, num_gpu_blocks=blocks, **settings)]
+    return [read_bench_result(path, num_gpu_blocks=blocks, **settings)]
 
 
 def _scrape_case(request: CalibrateRequest, path: Path, settings: dict[str, Any]) -> WorkloadCase:
