@@ -81,7 +81,7 @@ SERVERS = 2
 #: Docs whose servers start a local Ray instance each (``servesim emulate``): marked ``ray``.
 RAY_DOCS = ("emulate.md",)
 #: Options whose value is a file or folder a line writes (``> FILE`` too).
-WRITES = ("--out", "--out-dir", "--outbox", "--matrix")
+WRITES = ("--out", "-o", "--out-dir", "--outbox", "--matrix")  # -o: --out's short form
 
 
 @dataclass
@@ -284,10 +284,12 @@ def test_a_line_waits_for_the_lines_that_write_what_it_reads() -> None:
             "servesim serve --port 8080",
             "servesim tune t.jsonl --out-dir outbox/",
             "servesim dashboard bursty -n 5",
+            "servesim generate -n 64 -o b64.jsonl",
+            "servesim simulate b64.jsonl",
         ]
     )
-    assert [x.after for x in lines] == [[], [], [1], [0], [], [], []]
-    assert [x.kind for x in lines] == ["run", "run", "run", "serve", "serve", "run", "paint"]
+    assert [x.after for x in lines] == [[], [], [1], [0], [], [], [], [], [7]]
+    assert [x.kind for x in lines] == ["run", "run", "run", "serve", "serve", "run", "paint", "run", "run"]
     assert lines[5].writes == {"outbox"}
     assert (
         on_port("servesim serve --data-dir ./wb --port 8080", 5) == "servesim serve --data-dir ./wb --port 5"
