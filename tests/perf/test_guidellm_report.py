@@ -167,3 +167,18 @@ def test_parser_names_the_field_in_its_error_list() -> None:
     with pytest.raises(BenchResultError) as e:
         parse_guidellm_report(raw, "r.json")
     assert e.value.errors[0]["field"] == "benchmarks.0.metrics.time_to_first_token_ms"
+
+
+def test_a_fit_that_bends_a_gpu_coefficient_is_said_and_not_written(tmp_path: Path) -> None:
+    """The sweep ran against servesim's emulator on a loaded 2-core host: its TTFT holds the
+    front end's queueing, and the fit absorbs it with a GEMM efficiency no GPU has (0.08)."""
+    code, out, err = _cli(str(SWEEP), *HW, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    low = {p["name"] for p in report["parameters"] if "efficiency" in p["name"] and p["value"] < 0.25}
+    assert low == {"gemm_compute_efficiency"}
+    assert any(n.startswith("gemm_compute_efficiency fitted at 0.08") for n in report["notes"])
+    profile = tmp_path / "fitted.json"
+    code, _, err = _cli(str(SWEEP), *HW, "--out", str(profile))
+    assert code == 2 and "not written" in err and "gemm_compute_efficiency" in err
+    assert not profile.exists()

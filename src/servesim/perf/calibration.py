@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from servesim.perf.errors import CalibrationError
 from servesim.perf.fit import LogFit
-from servesim.perf.profile import FIT_BOUNDS, FittedRange, HardwareProfile
+from servesim.perf.profile import FIT_BOUNDS, PLAUSIBLE_MIN, FittedRange, HardwareProfile
 
 
 class ErrorStats(BaseModel):
@@ -135,6 +135,19 @@ def fitted_parameters(names: list[str], start: HardwareProfile, res: LogFit) -> 
             )
         )
     return out
+
+
+def implausible(parameters: Sequence[FittedParameter]) -> list[str]:
+    """One line per fitted coefficient below what a GPU reaches (``PLAUSIBLE_MIN``): the fit
+    explains the measurements, but not with the GPU's numbers."""
+    return [
+        f"{p.name} fitted at {p.value:.3g}, below the {PLAUSIBLE_MIN[p.name]:g} any GPU's kernels reach: "
+        "the measurements hold latency the step-time model does not have (the client, the server's "
+        "front end, a loaded host), and the fit bent a GPU coefficient to absorb it; do not use this "
+        "profile to predict the GPU"
+        for p in parameters
+        if p.name in PLAUSIBLE_MIN and p.value < PLAUSIBLE_MIN[p.name]
+    ]
 
 
 def stamp_fitted(

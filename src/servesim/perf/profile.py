@@ -24,6 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from servesim.errors import shown
 from servesim.perf.errors import PerfError
 
+#: Below these a fitted GEMM efficiency is not a GPU's: servesim's shipped H100 profile fits 0.73
+#: for both, and vLLM's dense GEMMs run well above a quarter of a datacenter GPU's peak FLOPs (for
+#: prefill-size batches) and of its HBM bandwidth (streaming the weights at decode); an assumption
+#: for the GPUs without a profile, stated as such. A fit that lands lower is absorbing latency the
+#: step-time model does not have (a client, a front end, a loaded host): ``calibrate`` says so and
+#: does not write the profile.
+PLAUSIBLE_MIN: dict[str, float] = {"gemm_compute_efficiency": 0.25, "gemm_bandwidth_efficiency": 0.25}
+
 #: Coefficients ``servesim calibrate`` can fit, with the bounds the fit keeps them in.
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_compute_efficiency": (0.05, 1.0),

@@ -17,6 +17,7 @@ from servesim.perf.calibration import (
     ErrorStats,
     check_fit_names,
     fitted_parameters,
+    implausible,
     ln_bounds,
     profile_at,
     stamp_fitted,
@@ -137,7 +138,7 @@ def calibrate_steps(
     return CalibrationReport(
         kind="steps",
         profile=fitted,
-        parameters=fitted_parameters(names, base, res),
+        parameters=(params := fitted_parameters(names, base, res)),
         before=before,
         after=after,
         per_group=per_group,
@@ -145,5 +146,5 @@ def calibrate_steps(
         evaluations=res.evaluations,
         converged=res.converged,
         message=res.message,
-        notes=notes,
+        notes=[*notes, *implausible(params)],
     )

@@ -20,6 +20,7 @@ from servesim.perf.calibration import (
     ErrorStats,
     check_fit_names,
     fitted_parameters,
+    implausible,
     ln_bounds,
     profile_at,
     stamp_fitted,
@@ -261,10 +262,12 @@ def _report(
             "rms_log_error_before": float(np.sqrt(np.mean(r0**2))),
         },
     )
+    params = fitted_parameters(names, run.base, res)
     return CalibrationReport(
         kind="workloads",
         profile=fitted,
-        parameters=fitted_parameters(names, run.base, res),
+        parameters=params,
+        notes=implausible(params),
         before=ErrorStats.of(flat(pred0), meas),
         after=after,
         per_group=per_case,

@@ -201,6 +201,10 @@ def calibrate(request: CalibrateRequest, out: Path | None = None) -> Calibration
                 f"the fitted profile was not written to {out}: the data determine none of {names} "
                 "(each could move far without changing the fit); fit fewer with --fit, or add measurements"
             )
+        from servesim.perf.calibration import implausible
+
+        if bad := implausible(report.parameters):
+            raise PerfError(f"the fitted profile was not written to {out}: {bad[0]}")
         report.profile.save(out)
     return report
 
