@@ -113,6 +113,7 @@ def test_calibrate_cli_fits_each_benchmark() -> None:
     assert report["after"]["mape"] < report["before"]["mape"]
     code, out, err = _cli(str(SWEEP), *HW)
     assert code == 0 and "guidellm-sweep-0-synchronous" in out and "determined" in out
+    assert "calibration (workloads): converged in" in out and "termination" not in out  # not SciPy's words
 
 
 def _bad(tmp_path: Path, edit: Any) -> tuple[int, str]:

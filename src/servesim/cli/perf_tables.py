@@ -112,7 +112,13 @@ def step_table(answer: StepAnswer, tp: int) -> FitTable:
 
 def calibration_tables(report: CalibrationReport) -> list[FitTable]:
     """The fitted coefficients, and the error before and after (and per group)."""
-    t = FitTable(title=f"calibration ({report.kind}): {report.message}")
+    # SciPy's own words ("`xtol` termination condition is satisfied") stay in --json's message
+    status = (
+        f"converged in {report.evaluations} evaluations"
+        if report.converged
+        else f"did not converge ({report.message})"
+    )
+    t = FitTable(title=f"calibration ({report.kind}): {status}")
     for col in ("coefficient", "start", "fitted", "rel. std. error", "determined"):
         t.add_column(col)
     for p in report.parameters:
