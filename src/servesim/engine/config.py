@@ -200,6 +200,14 @@ class EngineConfig(BaseModel):
         description="vLLM's AsyncScheduler: the next step is scheduled before this one's output is "
         "applied (vLLM 0.33 turns it on by default on GPUs; servesim's default stays the sync one).",
     )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="vLLM's --pipeline-parallel-size: the model's layers split over this many stages "
+        "of tensor-parallel GPUs; the engine keeps pipeline_parallel_size + 1 steps in flight "
+        "(servesim.engine.pipeline_steps; with it async_scheduling defaults to on, as in vLLM 0.33).",
+    )
     enable_lora: bool = Field(
         False,
         description="Serve LoRA adapters (a trace's lora column names each request's adapter; none: the "
@@ -251,8 +259,21 @@ class EngineConfig(BaseModel):
         "stream_interval",
         "max_loras",
         "max_lora_rank",
+        "pipeline_parallel_size",
         mode="before",
     )(lambda v: reject_bool(v))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_async(cls, data: Any) -> Any:
+        """vLLM 0.33 runs pipeline parallelism with async scheduling unless told not to
+        (``VllmConfig.__post_init__``: the V2 model runner supports it, so nothing turns it off):
+        a PP config that does not say otherwise schedules asynchronously here too."""
+        if isinstance(data, dict) and "async_scheduling" not in data:
+            pp = data.get("pipeline_parallel_size")
+            if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1:
+                return {**data, "async_scheduling": True}
+        return data
 
     @model_serializer(mode="wrap")
     def _drop_sync_scheduling(self, handler: Any) -> Any:
@@ -273,6 +294,8 @@ class EngineConfig(BaseModel):
                 del d[key]
         if isinstance(d, dict) and "kv_cache_groups" in d and d["kv_cache_groups"] is None:
             del d["kv_cache_groups"]
+        if isinstance(d, dict) and d.get("pipeline_parallel_size") == 1:
+            del d["pipeline_parallel_size"]
         return d
 
     @model_validator(mode="after")
@@ -289,6 +312,7 @@ class EngineConfig(BaseModel):
             )
         if self.max_model_len is not None:
             self.check_max_model_len(self.max_model_len)
+        self._check_pipeline()
         self._check_hybrid()
         if self.prefill_schedule_interval > 1 and self.kv_offloading_size is not None:
             raise ConfigError(
@@ -329,6 +353,32 @@ class EngineConfig(BaseModel):
                 f"{spec.num_lookahead_tokens} lookahead slots of speculative decoding, as vLLM requires"
             )
         return self
+
+    def _check_pipeline(self) -> None:
+        """What servesim does not model beside pipeline parallelism, naming the key."""
+        pp = self.pipeline_parallel_size
+        if pp == 1:
+            return
+        if not self.async_scheduling:
+            raise ConfigError(
+                f"pipeline_parallel_size {pp} with async_scheduling false: vLLM 0.33 then runs its sync "
+                f"scheduler with a batch queue of {pp} steps, which is not modelled; drop "
+                "--no-async-scheduling (vLLM's default with pipeline parallelism is async scheduling)"
+            )
+        for key, on in (
+            ("kv_cache_groups (sliding-window or chunked-local layers)", self.hybrid),
+            ("kv_offloading_size", self.kv_offloading_size is not None),
+            ("prefill_schedule_interval", self.prefill_schedule_interval > 1),
+        ):
+            if on:
+                raise ConfigError(
+                    f"pipeline_parallel_size {pp} with {key} is not modelled yet; drop one of them"
+                )
+        if self.speculative_config is not None:
+            raise ConfigError(
+                f"pipeline_parallel_size {pp} with speculative_config ({self.speculative_config.method}): "
+                "the drafts' broadcast between stages is not modelled yet; drop one of them"
+            )
 
     @property
     def hybrid(self) -> bool:

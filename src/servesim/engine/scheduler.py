@@ -99,6 +99,9 @@ class Scheduler:
             )
         self.priority = config.policy == "priority"
         self.async_sched = config.async_scheduling  # vLLM's AsyncScheduler (async_steps.py)
+        # Pipeline parallelism: vLLM's current_step, the count of schedule() calls, which the
+        # batch queue sets (engine.pipeline_steps); 0 without PP, when no request is ever skipped.
+        self.pp_step = 0
         self.max_model_len = max_model_len
         self.running: list[Request] = []
         self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if self.priority else FCFSQueue()
@@ -189,6 +192,9 @@ class Scheduler:
             r = running[i]
             if r.placeholders and r.num_computed + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
                 i += 1  # async: the step in flight samples its last token; vLLM schedules no more
+                continue
+            if self.pp_step < r.eligible_step:  # PP: vLLM decodes a request every pp_size steps
+                i += 1
                 continue
             if defer and r.prefill_chunk:  # the cadence holds this in-progress prefill chunk
                 i += 1
