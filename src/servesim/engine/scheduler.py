@@ -296,7 +296,8 @@ class Scheduler:
         requests first (with a connector), then the waiting queue; the first request that does
         not fit stops it. One the connector cannot answer for yet keeps its place, skipped, and
         so does one whose LoRA adapter would exceed ``max_loras`` (vLLM counts the adapters of
-        every running request, scheduled in this step or not, plus those admitted so far)."""
+        every running request, scheduled in this step or not, plus those admitted so far), and a
+        preempted one whose output is still in flight (vLLM's ``num_stale_output_tokens``)."""
         waiting = self.waiting
         running = self.running
         kv = self.kv
@@ -325,6 +326,10 @@ class Scheduler:
                 skipped = [] if skipped is None else skipped
                 skipped.append(q.pop())  # vLLM: "Scheduling would exceed max_loras, skip."
                 continue
+            if r.in_flight:  # preempted with output still in flight (PP: several steps deep)
+                skipped = [] if skipped is None else skipped
+                skipped.append(q.pop())  # vLLM: num_stale_output_tokens, "it drains within the
+                continue  # pipeline depth" (a queue of two never holds one here)
             num_tokens = r.prompt_len + r.num_output
             fresh = r.num_computed == 0 and not r.blocks  # (a failed load keeps its blocks)
             load_async = False
