@@ -126,7 +126,10 @@ def replay_pp(case: dict[str, Any], fast: bool = False, invariants_every_step: b
         ]
         want = [tokens, sorted(preempted), sorted(finished), kv_used, hits, n_run, n_wait]
         for k, g, w in zip(
-            ("tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting"), got, want
+            ("tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting"),
+            got,
+            want,
+            strict=True,
         ):
             if g != w:
                 diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")
