@@ -68,6 +68,12 @@ class Deployment(BaseModel):
     block_size: int = Field(16, description="vLLM --block-size.")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM --tensor-parallel-size.")
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="vLLM --pipeline-parallel-size: stages of tensor_parallel_size GPUs each "
+        "(passed through, not searched; servesim.perf.pipeline).",
+    )
     replicas: int = Field(1, ge=1, description="Identical vLLM instances behind the router.")
     queue_timeout_s: float | None = Field(
         None, gt=0, description="Reject requests unscheduled this long (a gateway setting, not a vLLM flag)."
@@ -139,6 +145,8 @@ class Deployment(BaseModel):
                 del d["kv_cache_dtype"]
             if "quantization" in d and d["quantization"] is None:
                 del d["quantization"]
+            if d.get("pipeline_parallel_size") == 1:  # likewise: no pipeline, as before the key
+                del d["pipeline_parallel_size"]
         return d
 
     @model_validator(mode="after")
@@ -149,8 +157,13 @@ class Deployment(BaseModel):
         return self
 
     @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one vLLM server uses: tensor x pipeline parallel."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
     def gpus(self) -> int:
-        return self.replicas * self.tensor_parallel_size
+        return self.replicas * self.gpus_per_replica
 
     def engine_keys(self) -> dict[str, Any]:
         """One replica's vLLM keys (``EngineConfig`` names): the ``engine`` of its ``DeploymentSpec``
@@ -173,6 +186,7 @@ class Deployment(BaseModel):
             **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
             **({"kv_cache_dtype": self.kv_cache_dtype} if self.kv_cache_dtype != "auto" else {}),
             **({"quantization": self.quantization} if self.quantization is not None else {}),
+            **({"pipeline_parallel_size": p} if (p := self.pipeline_parallel_size) > 1 else {}),
         }
 
     def speculative(self) -> SpeculativeConfig | None:
@@ -232,6 +246,7 @@ class Deployment(BaseModel):
             speculative_config=config.speculative_config,
             kv_cache_dtype=config.kv_cache_dtype,
             quantization=config.quantization,
+            pipeline_parallel_size=config.pipeline_parallel_size,
         )
 
     @classmethod
@@ -261,8 +276,10 @@ class Deployment(BaseModel):
             problems = serve_problems(self, model)
             if problems:
                 raise ConfigError("; ".join(problems))
-        args: list[tuple[str, Any]] = [
-            ("tensor-parallel-size", self.tensor_parallel_size),
+        args: list[tuple[str, Any]] = [("tensor-parallel-size", self.tensor_parallel_size)]
+        if self.pipeline_parallel_size > 1:
+            args.append(("pipeline-parallel-size", self.pipeline_parallel_size))
+        args += [
             ("max-model-len", self.max_model_len),
             ("max-num-seqs", self.max_num_seqs),
             ("max-num-batched-tokens", self.max_num_batched_tokens),
@@ -320,11 +337,12 @@ class Deployment(BaseModel):
         ``--data-parallel-size`` (whose own front end balances; docs/tuning.md)."""
         one = self.vllm_serve_command(model)
         lines = []
+        per = self.gpus_per_replica  # TP x PP GPUs per server
         for i in range(self.replicas):
-            first = (i * self.tensor_parallel_size) % gpus_per_node
-            ids = ",".join(str(first + j) for j in range(self.tensor_parallel_size))
-            node = (i * self.tensor_parallel_size) // gpus_per_node
-            port = first_port + i % max(1, gpus_per_node // self.tensor_parallel_size)
+            first = (i * per) % gpus_per_node
+            ids = ",".join(str(first + j) for j in range(per))
+            node = (i * per) // gpus_per_node
+            port = first_port + i % max(1, gpus_per_node // per)
             where = f"  # replica {i + 1} of {self.replicas}" + (f", node {node + 1}" if node else "")
             lines.append(f"CUDA_VISIBLE_DEVICES={ids} {one} --port {port}{where}")
         return lines

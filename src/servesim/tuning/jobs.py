@@ -218,7 +218,9 @@ def plan_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome | TrialRuns:
     if spec.max_gpus is not None and d.gpus > spec.max_gpus:
         return invalid(
             "gpu_budget",
-            f"{d.replicas} replicas x TP {d.tensor_parallel_size} = {d.gpus} GPUs > budget {spec.max_gpus}",
+            f"{d.replicas} replicas x TP {d.tensor_parallel_size}"
+            + (f" x PP {d.pipeline_parallel_size}" if d.pipeline_parallel_size > 1 else "")
+            + f" = {d.gpus} GPUs > budget {spec.max_gpus}",
         )
     try:
         _, res = resolve_deployment(d, ctx.hardware)
