@@ -57,7 +57,15 @@ if TYPE_CHECKING:
 #: hardware, the context length, the queue order, speculative decoding and the KV dtype hold in
 #: every trial.
 STUDY_KEYS = frozenset(
-    {"num_gpu_blocks", "max_model_len", "policy", "speculative_config", "kv_cache_dtype", "quantization"}
+    {
+        "num_gpu_blocks",
+        "max_model_len",
+        "policy",
+        "speculative_config",
+        "kv_cache_dtype",
+        "quantization",
+        "pipeline_parallel_size",
+    }
 )
 #: Candidates re-verified on fresh seeds, best first (the first that holds is recommended).
 SHORTLIST = 3
@@ -339,6 +347,10 @@ def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], Se
     for key, default in KNOBS_033.items():  # vLLM 0.33's knobs as set (the 503 limits among them)
         if spec.engine.get(key, default) != default:
             fixed[key] = spec.engine[key]
+    pp = spec.engine.get("pipeline_parallel_size", 1)
+    if pp != 1:  # study-wide, passed through (not searched); vLLM runs PP with async scheduling
+        fixed["pipeline_parallel_size"] = pp
+        fixed["async_scheduling"] = spec.engine.get("async_scheduling", True)
     raw = spec.engine.get("speculative_config")
     if raw is not None:
         sc = SpeculativeConfig.model_validate(raw)

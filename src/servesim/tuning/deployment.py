@@ -165,6 +165,12 @@ class Deployment(BaseModel):
     def gpus(self) -> int:
         return self.replicas * self.gpus_per_replica
 
+    @property
+    def parallelism(self) -> str:
+        """``TP 2``, or ``TP 2 x PP 2`` with pipeline stages (how the views say a replica's GPUs)."""
+        pp = self.pipeline_parallel_size
+        return f"TP {self.tensor_parallel_size}" + (f" x PP {pp}" if pp > 1 else "")
+
     def engine_keys(self) -> dict[str, Any]:
         """One replica's vLLM keys (``EngineConfig`` names): the ``engine`` of its ``DeploymentSpec``
         (KV blocks are not among them: ``servesim.spec.resolve`` sizes them, or the hardware fixes them)."""
@@ -489,6 +495,15 @@ def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
                 "speculation_without_method",
                 f"num_speculative_tokens {d.num_speculative_tokens} needs a speculative config (its "
                 "method and acceptance): give --speculative-config, or speculative-config in --config",
+            )
+        )
+    if d.pipeline_parallel_size > 1 and not d.async_scheduling:
+        out.append(
+            (
+                "pipeline_without_async_scheduling",
+                f"pipeline_parallel_size {d.pipeline_parallel_size} with async scheduling off: vLLM 0.33 "
+                "runs pipeline parallelism with async scheduling (its V2 model runner); the sync "
+                "scheduler's batch queue is not modelled: turn async_scheduling on",
             )
         )
     return out
