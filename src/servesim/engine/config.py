@@ -27,7 +27,7 @@ from pydantic import (
 
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
-from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS
+from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS, MAX_TP
 from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence, is_hybrid
 from servesim.engine.speculative import SpeculativeConfig
 from servesim.errors import ConfigError, describe, reject_bool, shown
@@ -203,7 +203,7 @@ class EngineConfig(BaseModel):
     pipeline_parallel_size: int = Field(
         1,
         ge=1,
-        le=64,
+        le=MAX_TP,  # GPUs of one replica, TP x PP (perf.pipeline.check_pp)
         description="vLLM's --pipeline-parallel-size: the model's layers split over this many stages "
         "of tensor-parallel GPUs; the engine keeps pipeline_parallel_size + 1 steps in flight "
         "(servesim.engine.pipeline_steps; with it async_scheduling defaults to on, as in vLLM 0.33).",
