@@ -246,6 +246,7 @@ class EngineConfig(BaseModel):
     _no_bool = field_validator(
         "max_num_seqs",
         "max_num_batched_tokens",
+        "pipeline_parallel_size",
         "block_size",
         "num_gpu_blocks",
         "long_prefill_token_threshold",
@@ -259,7 +260,6 @@ class EngineConfig(BaseModel):
         "stream_interval",
         "max_loras",
         "max_lora_rank",
-        "pipeline_parallel_size",
         mode="before",
     )(lambda v: reject_bool(v))
 
@@ -285,6 +285,8 @@ class EngineConfig(BaseModel):
             del d["async_scheduling"]
         if isinstance(d, dict) and "quantization" in d and d["quantization"] is None:
             del d["quantization"]
+        if isinstance(d, dict) and d.get("pipeline_parallel_size") == 1:  # no pipeline: as before
+            del d["pipeline_parallel_size"]
         if (
             isinstance(d, dict)
             and d.get("enable_lora") is False
@@ -294,8 +296,6 @@ class EngineConfig(BaseModel):
                 del d[key]
         if isinstance(d, dict) and "kv_cache_groups" in d and d["kv_cache_groups"] is None:
             del d["kv_cache_groups"]
-        if isinstance(d, dict) and d.get("pipeline_parallel_size") == 1:
-            del d["pipeline_parallel_size"]
         return d
 
     @model_validator(mode="after")
