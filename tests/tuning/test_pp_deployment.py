@@ -45,20 +45,51 @@ def test_without_pp_the_document_and_command_are_as_before() -> None:
 
 
 def test_sync_scheduling_with_pp_is_refused_with_the_reason() -> None:
+    assert Deployment(max_model_len=4096, pipeline_parallel_size=2).async_scheduling  # vLLM's default
     with pytest.raises(ValueError, match="pipeline_parallel_size 2 with async scheduling off"):
-        Deployment(max_model_len=4096, pipeline_parallel_size=2)
+        Deployment(max_model_len=4096, pipeline_parallel_size=2, async_scheduling=False)
 
 
-def test_tune_keeps_the_stages_in_every_trial() -> None:
-    """``tune --pipeline-parallel-size 2``: a study-wide key (not the user's baseline by itself),
-    with async scheduling on in every trial, as vLLM runs PP."""
-    from servesim.services.tune import STUDY_KEYS, _fixed
-    from servesim.tuning.space import SearchSpace
+def test_the_space_searches_stages_only_when_asked() -> None:
+    """Off by default (the space's fingerprint and size as before the knob); ``--space
+    pipeline_parallel_size=1,2`` counts a replica's GPUs as TP x PP against the budget, and a
+    deployment with stages searches {1, P}, each trial with stages scheduling asynchronously."""
+    from servesim.services.tune import _fixed
+    from servesim.tuning.jobs import TrialSpec, build_deployment
+    from servesim.tuning.space import Knob, SearchSpace
 
+    base = SearchSpace()
+    assert "pipeline_parallel_size" in base.knobs_off() and "pipeline_parallel_size" not in base.describe()
+    small = base.with_overrides(
+        {
+            k: Knob(choices=[v])
+            for k, v in {
+                "max_num_seqs": 64,
+                "max_num_batched_tokens": 2048,
+                "enable_chunked_prefill": True,
+                "long_prefill_token_threshold": 0,
+                "enable_prefix_caching": True,
+                "block_size": 16,
+                "gpu_memory_utilization": 0.9,
+                "queue_timeout_s": None,
+            }.items()
+        }
+        | {"tensor_parallel_size": Knob(choices=[1, 2]), "replicas": Knob(low=1, high=4)}
+    )
+    assert small.size(max_gpus=4) == 4 + 2  # TP 1: 1-4 replicas; TP 2: 1-2
+    staged = small.with_overrides({"pipeline_parallel_size": Knob(choices=[1, 2])})
+    assert staged.fingerprint() != small.fingerprint()
+    # (tp, pp) = (1,1): 4, (1,2): 2, (2,1): 2, (2,2): 1 replica counts within 4 GPUs
+    assert staged.size(max_gpus=4) == 4 + 2 + 2 + 1
+    grid = staged.grid(max_gpus=4)
+    assert len(grid) == 9
+    assert all(
+        g["replicas"] * g["tensor_parallel_size"] * g.get("pipeline_parallel_size", 1) <= 4 for g in grid
+    )
+    assert all("pipeline_parallel_size" not in g or g["pipeline_parallel_size"] == 2 for g in grid)
     spec = DeploymentSpec(model="llama-3.1-70b", gpu="h100", tp=2, engine={"pipeline_parallel_size": 2})
-    fixed, _ = _fixed(spec, SearchSpace())
-    assert fixed["pipeline_parallel_size"] == 2 and fixed["async_scheduling"] is True
-    assert "pipeline_parallel_size" in STUDY_KEYS
-    d = Deployment.model_validate({**fixed, "max_model_len": 4096, "tensor_parallel_size": 2})
-    assert d.parallelism == "TP 2 x PP 2" and d.gpus == 4
-    assert "pipeline_parallel_size" not in _fixed(DeploymentSpec(), SearchSpace())[0]
+    _, searched = _fixed(spec, SearchSpace())
+    assert searched.pipeline_parallel_size.choices == [1, 2]
+    trial = TrialSpec(target_rate=1.0, fixed={"max_model_len": 4096})
+    d = build_deployment(trial, {"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
+    assert d.async_scheduling and d.parallelism == "TP 2 x PP 2" and d.gpus == 4

@@ -64,7 +64,6 @@ STUDY_KEYS = frozenset(
         "speculative_config",
         "kv_cache_dtype",
         "quantization",
-        "pipeline_parallel_size",
     }
 )
 #: Candidates re-verified on fresh seeds, best first (the first that holds is recommended).
@@ -114,7 +113,7 @@ class TuneRequest(BaseModel):
     verify_seeds: int = Field(
         tune_defaults.VERIFY_SEEDS, ge=1, le=20, description="Fresh seeds re-verifying the recommendation."
     )
-    max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP at most this.")
+    max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP (x PP) at most this.")
     space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
     gpu_hour_usd: float | None = Field(
         None,
@@ -336,7 +335,8 @@ def prepare(request: TuneRequest) -> PreparedTune:
 
 def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], SearchSpace]:
     """The fields every trial keeps, and the space with speculation's k searched in {0, k} when the
-    deployment speculates and the space leaves the knob at off."""
+    deployment speculates and the space leaves the knob at off; likewise pipeline stages in
+    {1, P} when the deployment has P."""
     from servesim.engine.speculative import SpeculativeConfig
 
     fixed: dict[str, Any] = {"policy": spec.engine.get("policy", "fcfs")}
@@ -348,9 +348,8 @@ def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], Se
         if spec.engine.get(key, default) != default:
             fixed[key] = spec.engine[key]
     pp = spec.engine.get("pipeline_parallel_size", 1)
-    if pp != 1:  # study-wide, passed through (not searched); vLLM runs PP with async scheduling
-        fixed["pipeline_parallel_size"] = pp
-        fixed["async_scheduling"] = spec.engine.get("async_scheduling", True)
+    if pp != 1 and space.pipeline_parallel_size.choices == [1]:
+        space = space.with_overrides({"pipeline_parallel_size": Knob(choices=[1, pp])})
     raw = spec.engine.get("speculative_config")
     if raw is not None:
         sc = SpeculativeConfig.model_validate(raw)

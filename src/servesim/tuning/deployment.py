@@ -72,7 +72,7 @@ class Deployment(BaseModel):
         1,
         ge=1,
         description="vLLM --pipeline-parallel-size: stages of tensor_parallel_size GPUs each "
-        "(passed through, not searched; servesim.perf.pipeline).",
+        "(servesim.perf.pipeline; searched with --space pipeline_parallel_size=...).",
     )
     replicas: int = Field(1, ge=1, description="Identical vLLM instances behind the router.")
     queue_timeout_s: float | None = Field(
@@ -148,6 +148,11 @@ class Deployment(BaseModel):
             if d.get("pipeline_parallel_size") == 1:  # likewise: no pipeline, as before the key
                 del d["pipeline_parallel_size"]
         return d
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_async(cls, data: Any) -> Any:
+        return with_pipeline_defaults(data)
 
     @model_validator(mode="after")
     def _vllm_rules(self) -> Deployment:
@@ -442,6 +447,16 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+def with_pipeline_defaults(data: Any) -> Any:
+    """vLLM 0.33 runs pipeline stages with async scheduling unless told otherwise (as
+    ``EngineConfig``): deployment values with stages that do not say schedule asynchronously."""
+    if isinstance(data, dict) and "async_scheduling" not in data:
+        pp = data.get("pipeline_parallel_size", 1)
+        if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1:
+            return {**data, "async_scheduling": True}
+    return data
 
 
 def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
