@@ -113,7 +113,7 @@ class TuneRequest(BaseModel):
     verify_seeds: int = Field(
         tune_defaults.VERIFY_SEEDS, ge=1, le=20, description="Fresh seeds re-verifying the recommendation."
     )
-    max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP (x PP) at most this.")
+    max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP x PP at most this.")
     space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
     gpu_hour_usd: float | None = Field(
         None,
