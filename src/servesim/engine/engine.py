@@ -100,6 +100,8 @@ class Engine:
         self.rec = Recorder(self.trace.n)
         if config.speculative_config is not None:
             self.rec.spec_steps = array("q")
+        if config.enable_lora:
+            self.rec.lora_skips = array("q")
         if record_token_times or config.stream_interval > 1:  # chunks of a stream: streaming.py
             self.rec.token_steps = {}
         self.now = 0.0
@@ -308,6 +310,8 @@ class Engine:
             rec.spec_steps.extend(counts)  # type: ignore[union-attr]  # set whenever _spec_k is
         else:
             finished = sched.update(plan, step, t_end)
+        if plan.lora_skipped:
+            rec.lora_skips.extend((step, plan.lora_skipped))  # type: ignore[union-attr]  # set with LoRA
         if plan.preempted:
             for r in plan.preempted:
                 rec.preemption_events.append((now, step, r.idx, r.lost_tokens))

@@ -162,6 +162,7 @@ class Harvest:
     stream_itl_ms: LatencyStats | None
     gated: bool
     tier: OffloadingConnector | None
+    lora_skips: Any = None  # Recorder.lora_skips (None without LoRA)
 
 
 def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool = True) -> Harvest:
@@ -203,6 +204,7 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         stream_itl,
         engine.gate is not None,
         engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None,
+        rec.lora_skips,
     )
 
 
@@ -233,7 +235,7 @@ def finish_result(
     requests, cfg = h.requests, h.config
     # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
     itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
-    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps)
+    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps, lora_skips=h.lora_skips)
     summary = summarize(
         requests,
         steps,
@@ -377,13 +379,23 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
 
 def steps_frame(engine: Engine) -> pd.DataFrame:
     """The engine's per-step time series (plus KV usage as a fraction of its usable blocks)."""
-    return steps_frame_of(engine.rec.step_table(), engine.pool.usable_blocks, engine.rec.spec_steps)
+    rec = engine.rec
+    return steps_frame_of(
+        rec.step_table(),
+        engine.pool.usable_blocks,
+        rec.spec_steps,
+        lora_skips=rec.lora_skips,
+        step_base=rec.step_base,
+    )
 
 
-def steps_frame_of(table: np.ndarray, usable_blocks: int, spec: Any) -> pd.DataFrame:
+def steps_frame_of(
+    table: np.ndarray, usable_blocks: int, spec: Any, *, lora_skips: Any = None, step_base: int = 0
+) -> pd.DataFrame:
     """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
-    blocks and the speculative counts (``Recorder.spec_steps``; None without drafts): what it
-    needs of the engine, so that it can run once the engine is gone.
+    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts) and the LoRA
+    skips (``Recorder.lora_skips``; None without LoRA; ``step_base``: a rolling recorder's first
+    step): what it needs of the engine, so that it can run once the engine is gone.
 
     The start times and counts (int32) are views of the recorder's packed rows, not copies: a
     million-request run has millions of steps."""
@@ -402,6 +414,11 @@ def steps_frame_of(table: np.ndarray, usable_blocks: int, spec: Any) -> pd.DataF
         steps["spec_verifications"] = counts[:, 0]
         steps["spec_accepted"] = counts[:, 1]
         steps["spec_rows"] = counts[:, 2]  # requests that ran 1 + drafts tokens (counted as chunks)
+    if lora_skips:  # LoRA: requests each step left waiting for their adapter (only if any was)
+        pairs = np.frombuffer(lora_skips, dtype=np.int64).reshape(-1, 2)
+        skipped = np.zeros(len(steps), dtype=np.int64)
+        skipped[pairs[:, 0] - step_base] = pairs[:, 1]
+        steps["lora_skipped"] = skipped
     return steps
 
 
