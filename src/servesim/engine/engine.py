@@ -91,6 +91,7 @@ class Engine:
         self._empty_steps = 0
         self.step_time = step_time
         self._drafter, self._draft_fraction, self._spec_k = engine_setup.drafter(config, step_time)
+        self.adapters = engine_setup.adapter_cache(config, step_time)
         self.draft_time_s = 0.0
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
         self.max_model_len, self.pool, self.kv, self.scheduler = engine_setup.replica(
@@ -244,6 +245,8 @@ class Engine:
             draft = plan.draft_time(batch, self._drafter, self._spec_k, self._draft_fraction, self._step_time)
             self.draft_time_s += draft
             dt += draft
+        if self.adapters is not None:  # LoRA: the batch's adapters brought to the GPU first
+            dt += self.adapters.step([r.lora for r in running])
         if self._async:  # after the drafter's passes are timed over the step as scheduled
             sched.after_schedule(plan)
         if not dt > 0:

@@ -21,6 +21,7 @@ from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUT
 from servesim.engine.results import (
     SLO,
     LatencyStats,
+    LoRASummary,
     OffloadSummary,
     SimulationResult,
     SpeculativeSummary,
@@ -163,6 +164,7 @@ class Harvest:
     gated: bool
     tier: OffloadingConnector | None
     lora_skips: Any = None  # Recorder.lora_skips (None without LoRA)
+    lora: LoRASummary | None = None
 
 
 def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool = True) -> Harvest:
@@ -205,6 +207,25 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         engine.gate is not None,
         engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None,
         rec.lora_skips,
+        lora_summary(engine),
+    )
+
+
+def lora_summary(engine: Engine) -> LoRASummary | None:
+    """The run's adapter figures (None without LoRA): skips from the recorder, loads from the
+    replica's adapter caches (None where the step time is fixed: nothing times them)."""
+    cfg = engine.config
+    if not cfg.enable_lora:
+        return None
+    skips = engine.rec.lora_skips
+    loads = engine.adapters.summary() if engine.adapters is not None else {}
+    return LoRASummary(
+        max_loras=cfg.max_loras,
+        max_cpu_loras=cfg.max_cpu_loras if cfg.max_cpu_loras is not None else cfg.max_loras,
+        skipped_request_steps=int(sum(skips[1::2])) if skips is not None else 0,
+        gpu_loads=loads.get("gpu_loads"),
+        disk_reads=loads.get("disk_reads"),
+        load_s=loads.get("load_s"),
     )
 
 
@@ -261,6 +282,8 @@ def finish_result(
     )
     if h.speculative is not None:
         summary.speculative = h.speculative
+    if h.lora is not None:
+        summary.lora = h.lora
     if h.stream_itl_ms is not None:
         summary.itl_ms = h.stream_itl_ms
     if h.gated:

@@ -16,6 +16,7 @@ from servesim.engine.results import (
     SLO,
     ClassMetrics,
     LatencyStats,
+    LoRASummary,
     OffloadSummary,
     SimulationResult,
     SimulationSummary,
@@ -189,7 +190,23 @@ def totals_table(summary: SimulationSummary) -> Table:
         rows.append(["starvation", f"{s.num_starved:,} requests STARVED (see the per-class figures)"])
     if s.prefix_cache_hit_rate is not None:
         rows.append(["prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}"])
+    if s.lora is not None:
+        rows.append(["LoRA", lora_words(s.lora)])
     return Table.figures("totals", "totals", rows)
+
+
+def lora_words(lo: LoRASummary) -> str:
+    """The LoRA row: slot waits, then the adapters brought to the GPU and what they cost."""
+    text = (
+        f"max_loras {lo.max_loras}: {lo.skipped_request_steps:,} request-steps left waiting for an adapter "
+        "slot"
+    )
+    if lo.gpu_loads is None:
+        return text + "; adapter loads not timed (fixed step time)"
+    return (
+        f"{text}; {lo.gpu_loads:,} adapters copied to the GPU, {lo.disk_reads:,} read from disk first "
+        f"(host cache of {lo.max_cpu_loras}): {lo.load_s or 0.0:,.2f} s of step time"
+    )
 
 
 def _rate(x: float | None) -> str:
