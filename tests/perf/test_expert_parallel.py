@@ -27,7 +27,14 @@ from servesim.perf.memory import kv_capacity, weight_breakdown
 from servesim.perf.roofline import build_step_time_model
 
 #: (tp, dp, enable_expert_parallel, experts): even and uneven expert splits, EP on and off.
-MOE_CASES = [(1, 8, True, 128), (2, 4, True, 128), (4, 2, False, 128), (1, 3, True, 8), (2, 3, True, 256), (1, 1, True, 64)]
+MOE_CASES = [
+    (1, 8, True, 128),
+    (2, 4, True, 128),
+    (4, 2, False, 128),
+    (1, 3, True, 8),
+    (2, 3, True, 256),
+    (1, 1, True, 64),
+]
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +88,7 @@ def test_kv_per_rank_grows_as_experts_spread() -> None:
 
 def test_refusals_name_the_flag() -> None:
     dense = load_catalog().model("llama-3.1-8b")
-    with pytest.raises(PerfError, match="--enable-expert-parallel with llama-3.1-8b: a dense model"):
+    with pytest.raises(PerfError, match=r"--enable-expert-parallel with llama-3\.1-8b: a dense model"):
         check_data_parallel(dense, 1, 2, True)
     check_data_parallel(dense, 1, 2, False)  # dense DP: independent ranks, accepted
     with pytest.raises(PerfError, match="--data-parallel-size must be >= 1"):

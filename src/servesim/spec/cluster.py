@@ -336,6 +336,15 @@ def resolve_cluster(
     sized for ``trace``), the failure events checked against the replicas' names, the link's
     model known. Raises ``ConfigError``/``InputError``/``PerfError`` (``ServesimError``) naming
     the field. ``extra_failures``: events stated outside the spec (none for a spec read back)."""
+    deployments = [spec.deployment]
+    if spec.disaggregated is not None:
+        deployments = [spec.disaggregated.prefill, spec.disaggregated.decode]
+    if any(d.data_parallel_size > 1 or d.enable_expert_parallel for d in deployments):
+        raise ConfigError(
+            "deployment.data_parallel_size / enable_expert_parallel: a cluster's replicas are TP "
+            "deployments; one vllm serve with data parallelism runs under `servesim simulate "
+            "--data-parallel-size` (DP groups behind a router are not modelled)"
+        )
     if spec.disaggregated is not None:
         return _resolve_disaggregated(spec, trace)
     link = spec.link_spec()

@@ -1,0 +1,142 @@
+"""``servesim simulate --data-parallel-size D --enable-expert-parallel`` from a user's shell: the
+layout said in ``timed as``, the ranks' line, the JSON document, the refusals, the ``vllm serve``
+command, and DP 1 leaving every result as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from servesim.cli.main import app
+
+runner = CliRunner()
+MOE = ["--model", "qwen3-30b-a3b", "--gpu", "h100"]
+
+
+def _trace_file(tmp_path: Path) -> Path:
+    path = tmp_path / "t.jsonl"
+    rows = [
+        {"req_id": f"r{i}", "arrival_time_s": 0.05 * i, "prompt_len": 200 + 37 * i, "output_len": 8 + i}
+        for i in range(12)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_dp_1_is_byte_identical(tmp_path: Path) -> None:
+    """``--data-parallel-size 1`` (vLLM's default) is today's run, byte for byte, and its spec
+    carries no new key."""
+    trace = str(_trace_file(tmp_path))
+    plain = runner.invoke(app, ["simulate", trace, *MOE, "--json"])
+    dp1 = runner.invoke(app, ["simulate", trace, *MOE, "--json", "--data-parallel-size", "1"])
+    assert plain.exit_code == 0, plain.output
+    assert dp1.stdout_bytes == plain.stdout_bytes
+    assert "data_parallel" not in plain.stdout
+
+
+def test_dp_ep_human_output(tmp_path: Path) -> None:
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(_trace_file(tmp_path)),
+            *MOE,
+            "--data-parallel-size",
+            "2",
+            "--enable-expert-parallel",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    timed = next(line for line in res.stdout.splitlines() if line.startswith("timed as:"))
+    assert "DP 2 x TP 1, experts EP 2 (64 of 128 per GPU): 2 engines (2 GPUs), in lockstep" in timed
+    assert "12 requests" in res.stdout
+    ranks = next(line for line in res.stdout.splitlines() if line.startswith("data parallel:"))
+    assert ranks.startswith("data parallel: 2 ranks in lockstep, ")
+    assert ranks.endswith("requests per rank 6, 6")
+
+
+def test_dp_ep_json(tmp_path: Path) -> None:
+    args = [
+        "simulate",
+        str(_trace_file(tmp_path)),
+        *MOE,
+        "--data-parallel-size",
+        "2",
+        "--enable-expert-parallel",
+    ]
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    spec = doc["setup"]["spec"]
+    assert (spec["data_parallel_size"], spec["enable_expert_parallel"]) == (2, True)
+    step = doc["step_time_model"]
+    assert (step["kind"], step["moe_ep_size"], step["moe_tp_size"]) == ("roofline-dp", 2, 1)
+    stats = step["data_parallel"]
+    assert stats["lockstep"] and sum(stats["routed"]) == 12
+    assert stats["group_steps"] > 0 and stats["dummy_rank_steps"] > 0
+    assert doc["summary"]["num_finished"] == 12
+    again = runner.invoke(app, [*args, "--json"])
+    assert again.stdout_bytes == res.stdout_bytes  # deterministic
+
+
+def test_dense_dp_ranks_are_independent(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["simulate", str(_trace_file(tmp_path)), "--data-parallel-size", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)["step_time_model"]["data_parallel"]
+    assert (stats["lockstep"], stats["routed"]) == (False, [4, 4, 4])
+
+
+def test_refusals_name_the_flag(tmp_path: Path) -> None:
+    trace = str(_trace_file(tmp_path))
+    res = runner.invoke(app, ["simulate", trace, "--enable-expert-parallel", "--data-parallel-size", "2"])
+    assert res.exit_code == 2
+    assert "--enable-expert-parallel with llama-3.1-8b: a dense model has no experts" in res.output
+    res = runner.invoke(app, ["simulate", trace, "--data-parallel-size", "2", "--step-time-ms", "5"])
+    assert res.exit_code == 2 and "need a model on a GPU" in res.output
+    res = runner.invoke(app, ["simulate", trace, "--data-parallel-size", "0"])
+    assert res.exit_code == 2 and "--data-parallel-size" in res.output
+
+
+def test_vllm_serve_command_carries_the_flags(tmp_path: Path) -> None:
+    from servesim.report.build import serve_command
+    from servesim.services.run import EngineConfig
+
+    out = tmp_path / "dp.json"
+    args = [
+        "simulate",
+        str(_trace_file(tmp_path)),
+        *MOE,
+        "--data-parallel-size",
+        "2",
+        "--enable-expert-parallel",
+    ]
+    assert runner.invoke(app, [*args, "--out", str(out)]).exit_code == 0
+    doc = json.loads(out.read_text())
+    cmd = serve_command(EngineConfig(**doc["config"]), 4096, doc["step_time_model"], None)
+    assert "--tensor-parallel-size 1 --data-parallel-size 2 --enable-expert-parallel " in cmd
+
+
+def test_cluster_and_speculation_refuse_dp(tmp_path: Path) -> None:
+    """What is not modelled is refused, naming the flag: DP groups behind a router, a drafter
+    inside a lockstep step."""
+    from servesim.errors import ConfigError
+    from servesim.spec import ClusterSpec, DeploymentSpec, resolve_cluster
+    from servesim.traces.schema import Trace
+
+    trace = Trace.from_records([{"req_id": "a", "arrival_time_s": 0.0, "prompt_len": 10, "output_len": 2}])
+    spec = ClusterSpec(trace="t", deployment=DeploymentSpec(replicas=2, data_parallel_size=2))
+    try:
+        resolve_cluster(spec, trace)
+        raise AssertionError("a DP cluster was resolved")
+    except ConfigError as e:
+        assert "deployment.data_parallel_size" in str(e)
+    res = runner.invoke(
+        app,
+        [
+            "simulate", str(_trace_file(tmp_path)), *MOE, "--data-parallel-size", "2",
+            "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}',
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 2 and "--speculative-config with --data-parallel-size" in res.output
