@@ -140,3 +140,38 @@ def test_cluster_and_speculation_refuse_dp(tmp_path: Path) -> None:
         ],
     )  # fmt: skip
     assert res.exit_code == 2 and "--speculative-config with --data-parallel-size" in res.output
+
+
+def test_the_serve_command_passes_vllms_flag_table() -> None:
+    """The emitted flags are vLLM 0.33's own (its committed flag table: names, types, bounds)."""
+    import importlib
+    import shlex
+    import sys
+
+    from servesim.services.tune import Deployment
+
+    tools = str(Path(__file__).resolve().parents[2] / "tools")
+    sys.path.insert(0, tools)
+    try:
+        check = importlib.import_module("check_vllm_commands")
+        commands = importlib.import_module("vllm_commands")
+    finally:
+        sys.path.remove(tools)
+    dep = Deployment(
+        max_model_len=4096, tensor_parallel_size=2, data_parallel_size=4, enable_expert_parallel=True
+    )
+    assert dep.gpus == 8
+    argv = shlex.split(dep.vllm_serve_command("qwen3-30b-a3b"))[2:]
+    assert argv[1:7] == [
+        "--tensor-parallel-size",
+        "2",
+        "--data-parallel-size",
+        "4",
+        "--enable-expert-parallel",
+        "--max-model-len",
+    ]
+    assert check.table_problems(commands.Command("dp", argv), check.load_table()) == []
+    plain = Deployment(max_model_len=4096)
+    assert (
+        "data_parallel_size" not in plain.model_dump() and "enable_expert_parallel" not in plain.model_dump()
+    )

@@ -100,3 +100,29 @@ def test_tune_layouts_agg_dpep_cli(tmp_path: Path) -> None:
     human = runner.invoke(app, args)
     assert human.exit_code == 0, human.output
     assert "DP2xTP1+EP2" in human.stdout and "recommended:" in human.stdout
+
+
+def test_the_views_name_the_data_parallel_kind() -> None:
+    """The layouts table and the front chart say ``data-parallel + EP``, not disaggregated."""
+    from servesim.tuning.layouts import compare_layouts
+    from servesim.views.layouts import layouts_view
+
+    trace = Trace.from_records(_rows(24), source="t")
+    ans = compare_layouts(
+        LayoutRunner(trace, model="qwen3-30b-a3b", gpu="h100"),
+        2,
+        ("agg", "dpep"),
+        break_even=False,
+        fewest_search=False,
+    )
+    section = layouts_view(ans)
+    table = next(t for t in section.tables if t.key == "layouts")
+    kinds = {row[0]: row[1] for row in table.rows}
+    assert kinds == {
+        "agg 2xTP1": "aggregated",
+        "agg 1xTP2": "aggregated",
+        "DP2xTP1+EP2": "data-parallel + EP",
+    }
+    front = next(s for s in section.series if s.key == "front")
+    assert front.name == "aggregated" and [line.label for line in front.lines] == ["data-parallel + EP"]
+    assert any(r.startswith("vs DP2xTP1+EP2:") or "DP2xTP1+EP2" in r for r in ans.reasons)
