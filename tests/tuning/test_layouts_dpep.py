@@ -126,3 +126,22 @@ def test_the_views_name_the_data_parallel_kind() -> None:
     front = next(s for s in section.series if s.key == "front")
     assert front.name == "aggregated" and [line.label for line in front.lines] == ["data-parallel + EP"]
     assert any(r.startswith("vs DP2xTP1+EP2:") or "DP2xTP1+EP2" in r for r in ans.reasons)
+
+
+def test_three_kinds_verify_against_the_best_other_kind() -> None:
+    """With agg, disagg and dpep the lead is re-run against the best layout of any other kind
+    (the contender the choice ran), whichever kind that is."""
+    from servesim.tuning.layouts import compare_layouts
+
+    trace = Trace.from_records(_rows(24), source="t")
+    run = LayoutRunner(trace, model="qwen3-30b-a3b", gpu="h100")
+    ans = compare_layouts(
+        run, 2, ("agg", "disagg", "dpep"), break_even=False, fewest_search=False,
+        fresh=lambda s: run, verify_seeds=[1000],
+    )  # fmt: skip
+    assert ans.verification is not None
+    lead = next(p for p in ans.points if p.label == ans.verification.recommended)
+    others = [p for p in ans.points if p.layout.kind != lead.layout.kind]
+    best = min(others, key=lambda p: (-p.goodput_per_gpu, p.ttft_p99_ms))
+    assert ans.verification.against == best.label
+    assert {p.layout.kind for p in ans.points} == {"agg", "disagg", "dpep"}

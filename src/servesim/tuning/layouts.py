@@ -501,8 +501,11 @@ def compare_layouts(
     choice, runs = choose_layout(points, lead, fresh, seeds, progress)
     rec = next(p for p in points if p.label == choice.recommended)
     check = None
-    if seeds and agg is not None and dis is not None:
-        check = verification(lead, dis if lead.layout.kind == "agg" else agg, runs, seeds)
+    # the best layout of another kind, as the contenders have it (``layout_choice._contenders``)
+    other = [p for p in points if p.layout.kind != lead.layout.kind]
+    best_other = min(other, key=lambda p: (-p.goodput_per_gpu, p.ttft_p99_ms), default=None)
+    if seeds and best_other is not None:
+        check = verification(lead, best_other, runs, seeds)
     fewest = _fewest(runner, gpus, layouts, tps, rec, runs, fresh, seeds, fewest_search, progress)
     be = None
     if break_even and agg is not None and dis is not None:
