@@ -175,3 +175,31 @@ def test_the_serve_command_passes_vllms_flag_table() -> None:
     assert (
         "data_parallel_size" not in plain.model_dump() and "enable_expert_parallel" not in plain.model_dump()
     )
+
+
+def test_cluster_runs_one_dp_deployment_as_its_ranks(tmp_path: Path) -> None:
+    """``servesim cluster --replicas 1 --data-parallel-size 2``: the ranks are the nodes (dp0,
+    dp1), the run the same as ``simulate``'s; more replicas, pools or failures are refused."""
+    trace = str(_trace_file(tmp_path))
+    flags = [*MOE, "--data-parallel-size", "2", "--enable-expert-parallel"]
+    res = runner.invoke(app, ["cluster", trace, *flags, "--replicas", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    sim = json.loads(runner.invoke(app, ["simulate", trace, *flags, "--json"]).stdout)
+    text = json.dumps(doc)
+    assert '"dp0"' in text and '"dp1"' in text
+    assert doc["router"]["policy"] == "vllm_dp"
+    assert doc["run"]["deployment"]["data_parallel_size"] == 2
+    [row] = doc["strategies"]
+    assert row["num_finished"] == sim["summary"]["num_finished"] == 12
+    assert row["ttft_p99_ms"] == sim["summary"]["ttft_ms"]["p99"]
+    human = runner.invoke(app, ["cluster", trace, *flags, "--replicas", "1"])
+    assert human.exit_code == 0 and "experts EP 2" in human.stdout
+    two = runner.invoke(app, ["cluster", trace, *flags])  # the default: 2 replicas
+    assert two.exit_code == 2 and "give --replicas 1" in two.output
+    fail = runner.invoke(app, ["cluster", trace, *flags, "--replicas", "1", "--fail", "dp0@0.1"])
+    assert fail.exit_code == 2 and "not modelled" in fail.output
+    pools = runner.invoke(
+        app, ["cluster", trace, *flags, "--prefill-replicas", "1", "--decode-replicas", "1"]
+    )
+    assert pools.exit_code == 2 and "prefill/decode pools of data-parallel" in pools.output
