@@ -29,9 +29,10 @@ What vLLM 0.33 does (``vllm/`` paths of its source):
   ``dp_sync_interval`` (16) steps whether any has unfinished requests
   (``_has_global_unfinished_reqs``), so a wave ends up to 15 dummy steps after the last request.
   Dense models' DP ranks are independent engines (``reconfigure_for_independent_dp_rank``).
-* **Padding.** ``v1/worker/dp_utils.py`` ``coordinate_batch_across_dp``: ranks all-reduce their
-  token counts and CUDA-graph modes; unless some rank runs without CUDA graphs (the synced mode,
-  a minimum, is NONE), every rank is padded to the largest padded count
+* **Padding.** ``v1/worker/gpu_model_runner.py`` ``_determine_batch_execution_and_padding``
+  passes each rank's CUDA-graph size to ``v1/worker/dp_utils.py`` ``coordinate_batch_across_dp``:
+  ranks all-reduce their token counts and CUDA-graph modes; unless some rank runs without CUDA
+  graphs (the synced mode, a minimum, is NONE), every rank is padded to the largest padded count
   (``_post_process_dp_padding``).
 
 The step-time model (``DataParallelStepTime``): per rank ``r`` with its own tokens ``t_r`` and

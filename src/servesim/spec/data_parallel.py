@@ -151,12 +151,13 @@ def data_parallel_line(stats: dict[str, Any]) -> str:
     requests per rank 12, 13, ...``."""
     ranks = stats["data_parallel_size"]
     routed = ", ".join(f"{n:,}" for n in stats["routed"])
+    summed = " (the totals' engine steps and busy time are summed over the ranks)"
     if not stats["lockstep"]:
-        return f"data parallel: {ranks} independent ranks (a dense model); requests per rank {routed}"
+        return f"data parallel: {ranks} independent ranks (a dense model); requests per rank {routed}{summed}"
     return (
         f"data parallel: {ranks} ranks in lockstep, {stats['group_steps']:,} group steps, "
         f"{stats['dummy_rank_steps']:,} dummy rank-steps (an idle rank's step in a wave), "
-        f"{stats['waves']:,} wave(s); requests per rank {routed}"
+        f"{stats['waves']:,} wave(s); requests per rank {routed}{summed}"
     )
 
 
