@@ -51,7 +51,7 @@ HARDWARE_FIELDS = (
     "linear_step_time",
 )
 #: vLLM's data-parallel flags: the commands that run one deployment's DP ranks take them
-#: (``servesim simulate``; ``servesim.spec.data_parallel``).
+#: (``servesim simulate``, ``servesim cluster``; ``servesim.spec.data_parallel``).
 DATA_PARALLEL_FIELDS = ("data_parallel_size", "enable_expert_parallel")
 #: Extra spellings (vLLM's own long name for TP).
 ALIASES = {"tp": ("--tp", "--tensor-parallel-size")}
