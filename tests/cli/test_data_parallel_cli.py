@@ -205,3 +205,17 @@ def test_cluster_runs_one_dp_deployment_as_its_ranks(tmp_path: Path) -> None:
         app, ["cluster", trace, *flags, "--prefill-replicas", "1", "--decode-replicas", "1"]
     )
     assert pools.exit_code == 2 and "prefill/decode pools of data-parallel" in pools.output
+
+
+def test_ep_over_tp_alone_changes_only_the_layout(tmp_path: Path) -> None:
+    """``--enable-expert-parallel`` at DP 1: the experts split whole over the TP group (vLLM's
+    ``ep_size = tp``); 128 experts over 2 GPUs weigh what slices of them do, so the run is TP 2's."""
+    trace = str(_trace_file(tmp_path))
+    tp2 = json.loads(runner.invoke(app, ["simulate", trace, *MOE, "--tp", "2", "--json"]).stdout)
+    ep = json.loads(
+        runner.invoke(
+            app, ["simulate", trace, *MOE, "--tp", "2", "--enable-expert-parallel", "--json"]
+        ).stdout
+    )
+    assert ep["setup"]["timed_as"] == tp2["setup"]["timed_as"] + "; TP 2, experts EP 2 (64 of 128 per GPU)"
+    assert ep["summary"] == tp2["summary"] and ep["config"] == tp2["config"]

@@ -240,7 +240,8 @@ def describe_layout(model: ModelSpec, tp: int, dp: int, enable_expert_parallel: 
     if ep > 1:
         per = local_experts(model.num_experts, ep)
         held = f"{per[0]}" if min(per) == max(per) else f"{min(per)}-{max(per)}"
-        return f"DP {dp} x TP {tp}, experts EP {ep} ({held} of {model.num_experts} per GPU)"
+        ranks = f"TP {tp}" if dp == 1 else f"DP {dp} x TP {tp}"
+        return f"{ranks}, experts EP {ep} ({held} of {model.num_experts} per GPU)"
     return f"DP {dp} x TP {tp}, experts TP {moe_tp} (1/{moe_tp} of each per GPU)"
 
 
