@@ -219,3 +219,40 @@ def test_ep_over_tp_alone_changes_only_the_layout(tmp_path: Path) -> None:
     )
     assert ep["setup"]["timed_as"] == tp2["setup"]["timed_as"] + "; TP 2, experts EP 2 (64 of 128 per GPU)"
     assert ep["summary"] == tp2["summary"] and ep["config"] == tp2["config"]
+
+
+def test_perf_memory_sizes_one_ranks_gpu() -> None:
+    """``perf memory --data-parallel-size 8 --enable-expert-parallel``: one rank's GPU with an
+    eighth of the experts (the memory model's figure), DP 1 unchanged byte for byte."""
+    from servesim.perf.expert_parallel import expert_shards
+    from servesim.perf.memory import kv_capacity
+    from servesim.services.perf import catalog
+
+    base = [
+        "perf",
+        "memory",
+        "--model",
+        "qwen3-235b-a22b",
+        "--gpu",
+        "h200",
+        "--tp",
+        "1",
+        "--max-model-len",
+        "8192",
+    ]
+    res = runner.invoke(app, [*base, "--data-parallel-size", "8", "--enable-expert-parallel", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    m = catalog(None).model("qwen3-235b-a22b")
+    want = kv_capacity(
+        m, "h200", 1, max_model_len=8192, max_num_batched_tokens=8192, max_num_seqs=1024,
+        expert_shards=expert_shards(m, 1, 8, True),
+    )  # fmt: skip
+    assert (doc["num_gpu_blocks"], doc["weight_bytes"]) == (want.num_gpu_blocks, want.weight_bytes)
+    human = runner.invoke(app, [*base, "--data-parallel-size", "8", "--enable-expert-parallel"])
+    assert "DP 8 x TP 1, EP" in human.stdout and "17,633" in human.stdout
+    tp8 = ["perf", "memory", "--model", "qwen3-235b-a22b", "--gpu", "h200", "--tp", "8", "--json"]
+    plain, dp1 = runner.invoke(app, tp8), runner.invoke(app, [*tp8, "--data-parallel-size", "1"])
+    assert plain.exit_code == 0 and plain.stdout_bytes == dp1.stdout_bytes
+    refused = runner.invoke(app, ["perf", "memory", "--enable-expert-parallel"])
+    assert refused.exit_code == 2 and "a dense model has no experts" in refused.output
