@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from servesim.cluster.data_parallel import DataParallelStats, simulate_data_parallel
 from servesim.cluster.fleet import Replica
 from servesim.cluster.results import ClusterResult, build_cluster_result
@@ -129,8 +131,6 @@ def simulation_result(
     desc = {**describe_model(resolved.step_time), "data_parallel": stats.model_dump(mode="json")}
     weights = [w for w, _ in result.itl.values()]
     gaps = [g for _, g in result.itl.values()]
-    import numpy as np
-
     itl = (np.concatenate(weights), np.concatenate(gaps)) if weights else None
     return SimulationResult(
         resolved.config,
