@@ -68,6 +68,9 @@ class ReplicaState:
     # the first WAITING_SHOWN, in order, and how many
     holding: tuple[Slot, ...] = ()
     num_holding: int = 0
+    # A hybrid model's blocks in use per KV cache group kind, (kind, blocks) adding up to
+    # ``kv_blocks_used`` (``ReplicaView.kv_blocks_by_group``); () for one block table.
+    kv_groups: tuple[tuple[str, int], ...] = ()
 
     @property
     def kv_usage(self) -> float:

@@ -83,6 +83,11 @@ class Recorder:
         # drafts they accepted and the requests that had drafts scheduled (padding rows too: each
         # samples a token), three int64 entries a step (vLLM's per-iteration spec-decode counts).
         self.spec_steps: array[int] | None = None
+        # Hybrid KV cache groups only (None otherwise): per step, the blocks each of the
+        # ``num_kv_groups`` groups held when it was scheduled (``kv_blocks_used`` split by group),
+        # ``num_kv_groups`` int32 entries a step.
+        self.kv_group_steps: array[int] | None = None
+        self.num_kv_groups = 0
         # Preemption events: (time, step, request index, tokens computed when preempted).
         self.preemption_events: list[tuple[float, int, int, int]] = []
         self.starvation_events: list[tuple[float, int, int, int]] = []  # same shape
@@ -125,6 +130,8 @@ class Recorder:
             del self.steps[: drop * self.step_size]
             if self.spec_steps is not None:
                 del self.spec_steps[: 3 * drop]
+            if self.kv_group_steps is not None:
+                del self.kv_group_steps[: self.num_kv_groups * drop]
             self.step_base += drop
         used = self.request_top - self.request_base
         if used > 2 * keep_requests:

@@ -16,9 +16,11 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, StepLogSink
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.kv_groups import KVCacheGroup, group_kinds
 from servesim.engine.recorder import Recorder
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import (
+    KV_GROUP_COLUMN,
     SLO,
     LatencyStats,
     OffloadSummary,
@@ -32,6 +34,7 @@ from servesim.engine.results import (
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.engine.streaming import chunk_gaps_s
 from servesim.engine.trace_arrays import TraceArrays
+from servesim.errors import InternalError
 from servesim.events import Observer
 from servesim.traces.schema import Trace
 
@@ -151,6 +154,7 @@ class Harvest:
     step_table: np.ndarray  # the steps frame is built in finish_result, once the engine is gone
     usable_blocks: int
     spec_steps: Any
+    kv_group_steps: Any
     requests: pd.DataFrame
     preemptions: pd.DataFrame
     starvation: pd.DataFrame
@@ -192,6 +196,7 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         rec.step_table(),
         engine.pool.usable_blocks,
         rec.spec_steps,
+        rec.kv_group_steps,
         requests,
         preemptions,
         starvation,
@@ -233,7 +238,7 @@ def finish_result(
     requests, cfg = h.requests, h.config
     # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
     itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
-    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps)
+    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps, h.kv_group_steps, cfg.kv_cache_groups)
     summary = summarize(
         requests,
         steps,
@@ -377,13 +382,29 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
 
 def steps_frame(engine: Engine) -> pd.DataFrame:
     """The engine's per-step time series (plus KV usage as a fraction of its usable blocks)."""
-    return steps_frame_of(engine.rec.step_table(), engine.pool.usable_blocks, engine.rec.spec_steps)
+    rec = engine.rec
+    return steps_frame_of(
+        rec.step_table(),
+        engine.pool.usable_blocks,
+        rec.spec_steps,
+        rec.kv_group_steps,
+        engine.config.kv_cache_groups,
+    )
 
 
-def steps_frame_of(table: np.ndarray, usable_blocks: int, spec: Any) -> pd.DataFrame:
+def steps_frame_of(
+    table: np.ndarray,
+    usable_blocks: int,
+    spec: Any,
+    group_steps: Any = None,
+    groups: Sequence[KVCacheGroup] | None = None,
+) -> pd.DataFrame:
     """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
-    blocks and the speculative counts (``Recorder.spec_steps``; None without drafts): what it
-    needs of the engine, so that it can run once the engine is gone.
+    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts) and the blocks
+    each KV cache group held (``Recorder.kv_group_steps`` of the model's ``groups``; None for one
+    block table): what it needs of the engine, so that it can run once the engine is gone.
+    A hybrid model's steps get one ``kv_usage:<kind>`` column per group kind (its groups' blocks
+    / usable blocks; the kinds' columns add up to ``kv_usage``).
 
     The start times and counts (int32) are views of the recorder's packed rows, not copies: a
     million-request run has millions of steps."""
@@ -402,6 +423,12 @@ def steps_frame_of(table: np.ndarray, usable_blocks: int, spec: Any) -> pd.DataF
         steps["spec_verifications"] = counts[:, 0]
         steps["spec_accepted"] = counts[:, 1]
         steps["spec_rows"] = counts[:, 2]  # requests that ran 1 + drafts tokens (counted as chunks)
+    if group_steps is not None and groups:
+        held = np.frombuffer(group_steps, dtype=np.intc).reshape(-1, len(groups))
+        if len(held) != len(steps):
+            raise InternalError(f"{len(held)} steps of KV cache group counts for {len(steps)} steps")
+        for kind, ids in group_kinds(groups).items():
+            steps[KV_GROUP_COLUMN + kind] = held[:, ids].sum(axis=1) / usable_blocks
     return steps
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.results import (
+    KV_GROUP_COLUMN,
     SLO,
     ClassMetrics,
     LatencyStats,
@@ -24,7 +25,7 @@ from servesim.engine.results import (
 )
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Line, Section, Series, Table, Verdict
-from servesim.views.shape import MAX_POINTS, Part, pooled_histogram, series, time_binned
+from servesim.views.shape import MAX_POINTS, Part, downsample, pooled_histogram, series, time_binned
 
 #: The latency metrics of every run, in display order: (key, label, SLO field).
 LATENCIES = (
@@ -178,6 +179,7 @@ def totals_table(summary: SimulationSummary) -> Table:
             f"tokens/step; mean {s.mean_waiting:,.1f} waiting (max {s.max_waiting:,})",
         ],
         ["KV cache", f"mean {s.mean_kv_usage:.1%} used, max {s.max_kv_usage:.1%}"],
+        *([["KV cache groups", kv_groups_text(s)]] if s.kv_usage_by_group else []),
         [
             "preemptions",
             f"{s.num_preemptions:,} ({s.num_preempted_requests:,} requests, at most "
@@ -190,6 +192,15 @@ def totals_table(summary: SimulationSummary) -> Table:
     if s.prefix_cache_hit_rate is not None:
         rows.append(["prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}"])
     return Table.figures("totals", "totals", rows)
+
+
+def kv_groups_text(s: SimulationSummary) -> str:
+    """A hybrid model's KV usage split by KV cache group kind, each kind's share of the one
+    pool (the kinds' means add up to the run's): ``full: mean 0.3%, max 0.9%; sliding_window(128):
+    mean 0.1%, max 0.3%``."""
+    return "; ".join(
+        f"{g.group}: mean {g.mean_usage:.1%}, max {g.max_usage:.1%}" for g in s.kv_usage_by_group or ()
+    )
 
 
 def _rate(x: float | None) -> str:
@@ -479,6 +490,9 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("kv_usage"),
         ),
     ]
+    groups = kv_group_lines(st, t, max_points)
+    if groups:  # a hybrid model: each KV cache group kind's share beside the total
+        out[-1] = out[-1].model_copy(update={"lines": groups, "name": "all groups"})
     bins = min(max(10, max_points // 4), max(1, len(st)))
     t0, t1 = float(t[0]), float(end[-1])
     width = (t1 - t0) / bins if t1 > t0 else 1.0
@@ -518,6 +532,17 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     split = latency_split_series(result.requests)
     if split is not None:
         out.append(split)
+    return out
+
+
+def kv_group_lines(st: Any, t: np.ndarray, max_points: int) -> list[Line]:
+    """A hybrid model's KV usage per KV cache group kind over time (the steps' ``kv_usage:<kind>``
+    columns), one line per kind on its own down-sampled x; [] for one block table."""
+    out = []
+    for col in st.columns:
+        if isinstance(col, str) and col.startswith(KV_GROUP_COLUMN):
+            xs, ys = downsample(t, st[col].to_numpy(dtype=np.float64), max_points)
+            out.append(Line(label=col.removeprefix(KV_GROUP_COLUMN), x=xs, y=ys))
     return out
 
 
