@@ -61,7 +61,10 @@ def test_one_request_holds_the_blocks_worked_by_hand_in_each_group(
         enable_prefix_caching=False,
         kv_cache_groups=[win, FULL],
     )
-    result = simulate(trace, cfg, ConstantStepTime(step_time_s=0.01), check_invariants=True)
+    log: list[dict] = []
+    result = simulate(
+        trace, cfg, ConstantStepTime(step_time_s=0.01), step_log=log.append, check_invariants=True
+    )
     c, want_win, want_full = 0, [], []
     while c < prompt + output - 1:
         n = min(budget, prompt - c) if c < prompt else 1
@@ -72,6 +75,10 @@ def test_one_request_holds_the_blocks_worked_by_hand_in_each_group(
     assert _kind_blocks(result, 4000) == {win.label(): want_win, "full": want_full}
     total = result.steps["kv_blocks_used"].tolist()
     assert total == [a + b for a, b in zip(want_win, want_full, strict=True)]
+    # --step-log's lines split kv_blocks_used the same way
+    assert [d["kv_blocks_by_group"] for d in log] == [
+        {win.label(): a, "full": b} for a, b in zip(want_win, want_full, strict=True)
+    ]
 
 
 LAYOUTS = {
@@ -156,6 +163,9 @@ def test_a_model_with_one_block_table_reports_no_split() -> None:
         assert result.summary.kv_usage_by_group is None
         assert "kv_usage_by_group" not in result.summary.model_dump_json()
         assert not [c for c in result.steps.columns if c.startswith("kv_usage:")]
+        log: list[dict] = []
+        simulate(trace, cfg, ConstantStepTime(step_time_s=0.01), step_log=log.append)
+        assert log and not [d for d in log if "kv_blocks_by_group" in d]
 
 
 def test_a_rolling_recorder_keeps_each_kept_steps_group_counts() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
+from servesim.engine.kv_groups import group_kinds
 from servesim.engine.request import OUTCOMES, Request
 from servesim.engine.step_plan import StepPlan, admit_seq
 from servesim.errors import InternalError
@@ -84,8 +85,20 @@ def emit_step(
             int(row[7]),
             engine.pool.usable_blocks - int(row[7]),
             *_spec_fields(engine, plan),
+            kv_blocks_by_group=_group_blocks(engine),
         )
     )
+
+
+def _group_blocks(engine: Engine) -> dict[str, int] | None:
+    """The step just recorded's blocks per KV cache group kind (the recorder's last counts,
+    ``Recorder.kv_group_steps``); None for one block table."""
+    held = engine.rec.kv_group_steps
+    groups = engine.config.kv_cache_groups
+    if held is None or not groups:
+        return None
+    last = held[len(held) - len(groups) :]
+    return {kind: sum(last[i] for i in ids) for kind, ids in group_kinds(groups).items()}
 
 
 def _scheduled_tokens(engine: Engine, plan: StepPlan, finished: list[Request]) -> dict[str, int]:

@@ -492,7 +492,12 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     ]
     groups = kv_group_lines(st, t, max_points)
     if groups:  # a hybrid model: each KV cache group kind's share beside the total
-        out[-1] = out[-1].model_copy(update={"lines": groups, "name": "all groups"})
+        more = (
+            " A line per KV cache group kind: its groups' blocks / usable blocks (they add up to the total)."
+        )
+        out[-1] = out[-1].model_copy(
+            update={"lines": groups, "name": "all groups", "help": (define("kv_usage") or "") + more}
+        )
     bins = min(max(10, max_points // 4), max(1, len(st)))
     t0, t1 = float(t[0]), float(end[-1])
     width = (t1 - t0) / bins if t1 > t0 else 1.0
