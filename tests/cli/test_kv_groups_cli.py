@@ -63,6 +63,10 @@ def test_cluster_shows_the_split_for_the_fleet_and_each_replica() -> None:
     for key in ("fleet", "replica.n0", "replica.n1"):
         row = _rows(doc, key)["KV cache groups"]
         assert row.startswith("sliding_window(128): mean ") and "; full: mean " in row
+    for key in ("replica.n0", "replica.n1"):  # each replica's KV chart: a line per kind
+        (sec,) = [s for s in doc["sections"] if s["key"] == key]
+        (kv,) = [x for x in sec["series"] if x["key"] == "kv_usage"]
+        assert [ln["label"] for ln in kv["lines"]] == ["sliding_window(128)", "full"]
 
 
 def test_the_report_has_the_group_row(tmp_path: Path) -> None:
