@@ -57,3 +57,30 @@ def test_the_kv_gauge_has_a_bar_per_group_kind(layout: str, replicas: int) -> No
             await body(pilot, app)
 
     asyncio.run(main())
+
+
+def test_the_simple_ui_line_splits_kv_by_group_kind() -> None:
+    """``--ui simple``: the progress line's ``kv`` figure has each kind's share of the fleet's
+    pool beside it (summed over the live replicas), the shares adding up to it."""
+    from servesim.tui.simple import progress_line
+
+    app = DashboardApp(_spec(GROUPS["window"], 2), paused=True, start_at=12.0)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            snap = app.snap
+            assert snap is not None
+            kinds = dict(snap.kv_groups)
+            assert sum(kinds.values()) == snap.kv_blocks_used > 0
+            assert kinds == {
+                k: sum(dict(r.kv_groups)[k] for r in snap.replicas) for k in ("sliding_window(64)", "full")
+            }
+            usable = snap.kv_blocks_usable
+            want = (
+                f"kv {snap.kv_blocks_used / usable:.0%} (sliding_window(64) "
+                f"{kinds['sliding_window(64)'] / usable:.0%}, full {kinds['full'] / usable:.0%})  "
+            )
+            assert want in progress_line(snap, 1.0)
+
+    asyncio.run(main())

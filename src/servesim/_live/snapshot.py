@@ -133,6 +133,17 @@ class RunSnapshot:
         return sum(r.kv_blocks_usable for r in self.replicas if r.alive)
 
     @property
+    def kv_groups(self) -> tuple[tuple[str, int], ...]:
+        """A hybrid model's blocks in use per KV cache group kind over the live replicas, (kind,
+        blocks) in vLLM's group order; () for one block table."""
+        out: dict[str, int] = {}
+        for r in self.replicas:
+            if r.alive:
+                for kind, n in r.kv_groups:
+                    out[kind] = out.get(kind, 0) + n
+        return tuple(out.items())
+
+    @property
     def prefix_hit_rate(self) -> float | None:
         rates = [r.prefix_hit_rate for r in self.replicas if r.prefix_hit_rate is not None]
         return sum(rates) / len(rates) if rates else None
