@@ -91,6 +91,7 @@ class Engine:
         self._empty_steps = 0
         self.step_time = step_time
         self._drafter, self._draft_fraction, self._spec_k = engine_setup.drafter(config, step_time)
+        self.adapters = engine_setup.adapter_cache(config, step_time)
         self.draft_time_s = 0.0
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
         self.max_model_len, self.pool, self.kv, self.scheduler = engine_setup.replica(
@@ -100,6 +101,8 @@ class Engine:
         self.rec = Recorder(self.trace.n)
         if config.speculative_config is not None:
             self.rec.spec_steps = array("q")
+        if config.enable_lora:
+            self.rec.lora_skips = array("q")
         # Hybrid KV cache groups: the manager's per-group blocks in use, snapshot with each step
         self._group_used: list[int] | None = getattr(self.kv, "group_used", None)
         if self._group_used is not None:
@@ -247,6 +250,8 @@ class Engine:
             draft = plan.draft_time(batch, self._drafter, self._spec_k, self._draft_fraction, self._step_time)
             self.draft_time_s += draft
             dt += draft
+        if self.adapters is not None:  # LoRA: the batch's adapters brought to the GPU first
+            dt += self.adapters.step([r.lora for r in running])
         if self._async:  # after the drafter's passes are timed over the step as scheduled
             sched.after_schedule(plan)
         if not dt > 0:
@@ -316,6 +321,8 @@ class Engine:
             rec.spec_steps.extend(counts)  # type: ignore[union-attr]  # set whenever _spec_k is
         else:
             finished = sched.update(plan, step, t_end)
+        if plan.lora_skipped:
+            rec.lora_skips.extend((step, plan.lora_skipped))  # type: ignore[union-attr]  # set with LoRA
         if plan.preempted:
             for r in plan.preempted:
                 rec.preemption_events.append((now, step, r.idx, r.lost_tokens))

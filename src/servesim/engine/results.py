@@ -226,6 +226,24 @@ def tokens_per_verifying_step(accepted: int, verifications: int) -> float | None
     return 1.0 + accepted / verifications if verifications > 0 else None
 
 
+class LoRASummary(BaseModel):
+    """What serving LoRA adapters did in a run: requests left waiting for an adapter slot
+    (``max_loras``) and, timed by a GPU model, adapters brought to the GPU (``engine.adapter_cache``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_loras: int
+    max_cpu_loras: int = Field(description="Adapters the host cache holds (vLLM's default: max_loras).")
+    skipped_request_steps: int = Field(
+        description="Times a step left a waiting request behind because its adapter would exceed max_loras."
+    )
+    gpu_loads: int | None = Field(
+        description="Adapters copied into a GPU slot (None: not timed: fixed step time)."
+    )
+    disk_reads: int | None = Field(description="Of them, read from disk first (not in the host cache).")
+    load_s: float | None = Field(description="Step time the copies and reads added, seconds.")
+
+
 class SpeculativeSummary(BaseModel):
     """What speculative decoding did in a run (vLLM's spec-decode metrics: drafts, accepted)."""
 
@@ -343,13 +361,17 @@ class SimulationSummary(BaseModel):
     admission: AdmissionSummary | None = Field(
         None, description="HTTP 503s of max_num_queued_reqs/tokens; left out when neither is set."
     )
+    lora: LoRASummary | None = Field(
+        None, description="LoRA adapters' figures (``--enable-lora``); left out when off."
+    )
 
     @model_serializer(mode="wrap")
     def _drop_spec_when_off(self, handler: Any) -> Any:
-        """Runs without speculation, admission limits or KV cache groups keep their documents
-        byte for byte (no ``speculative`` / ``admission`` / ``kv_usage_by_group`` key)."""
+        """Runs without speculation, admission limits, LoRA or KV cache groups keep their
+        documents byte for byte (no ``speculative`` / ``admission`` / ``lora`` /
+        ``kv_usage_by_group`` key)."""
         d = handler(self)
-        for key in ("speculative", "admission", "kv_usage_by_group"):
+        for key in ("speculative", "admission", "lora", "kv_usage_by_group"):
             if isinstance(d, dict) and key in d and d[key] is None:
                 del d[key]
         return d
@@ -643,6 +665,7 @@ __all__ = [
     "SLO",
     "KVGroupUsage",
     "LatencyStats",
+    "LoRASummary",
     "RequestResult",
     "SimulationReport",
     "SimulationResult",

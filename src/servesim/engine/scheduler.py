@@ -318,6 +318,7 @@ class Scheduler:
             if loras is not None and r.lora and len(loras) == max_loras and r.lora not in loras:
                 skipped = [] if skipped is None else skipped
                 skipped.append(q.pop())  # vLLM: "Scheduling would exceed max_loras, skip."
+                plan.lora_skipped += 1
                 continue
             num_tokens = r.prompt_len + r.num_output
             fresh = r.num_computed == 0 and not r.blocks  # (a failed load keeps its blocks)

@@ -23,6 +23,7 @@ from servesim.engine.results import (
     KV_GROUP_COLUMN,
     SLO,
     LatencyStats,
+    LoRASummary,
     OffloadSummary,
     SimulationResult,
     SpeculativeSummary,
@@ -166,6 +167,8 @@ class Harvest:
     stream_itl_ms: LatencyStats | None
     gated: bool
     tier: OffloadingConnector | None
+    lora_skips: Any = None  # Recorder.lora_skips (None without LoRA)
+    lora: LoRASummary | None = None
 
 
 def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool = True) -> Harvest:
@@ -208,6 +211,26 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         stream_itl,
         engine.gate is not None,
         engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None,
+        rec.lora_skips,
+        lora_summary(engine),
+    )
+
+
+def lora_summary(engine: Engine) -> LoRASummary | None:
+    """The run's adapter figures (None without LoRA): skips from the recorder, loads from the
+    replica's adapter caches (None where the step time is fixed: nothing times them)."""
+    cfg = engine.config
+    if not cfg.enable_lora:
+        return None
+    skips = engine.rec.lora_skips
+    loads = engine.adapters.summary() if engine.adapters is not None else {}
+    return LoRASummary(
+        max_loras=cfg.max_loras,
+        max_cpu_loras=cfg.max_cpu_loras if cfg.max_cpu_loras is not None else cfg.max_loras,
+        skipped_request_steps=int(sum(skips[1::2])) if skips is not None else 0,
+        gpu_loads=loads.get("gpu_loads"),
+        disk_reads=loads.get("disk_reads"),
+        load_s=loads.get("load_s"),
     )
 
 
@@ -238,7 +261,14 @@ def finish_result(
     requests, cfg = h.requests, h.config
     # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
     itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
-    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps, h.kv_group_steps, cfg.kv_cache_groups)
+    steps = steps_frame_of(
+        h.step_table,
+        h.usable_blocks,
+        h.spec_steps,
+        lora_skips=h.lora_skips,
+        group_steps=h.kv_group_steps,
+        groups=cfg.kv_cache_groups,
+    )
     summary = summarize(
         requests,
         steps,
@@ -264,6 +294,8 @@ def finish_result(
     )
     if h.speculative is not None:
         summary.speculative = h.speculative
+    if h.lora is not None:
+        summary.lora = h.lora
     if h.stream_itl_ms is not None:
         summary.itl_ms = h.stream_itl_ms
     if h.gated:
@@ -387,8 +419,10 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
         rec.step_table(),
         engine.pool.usable_blocks,
         rec.spec_steps,
-        rec.kv_group_steps,
-        engine.config.kv_cache_groups,
+        lora_skips=rec.lora_skips,
+        step_base=rec.step_base,
+        group_steps=rec.kv_group_steps,
+        groups=engine.config.kv_cache_groups,
     )
 
 
@@ -396,15 +430,19 @@ def steps_frame_of(
     table: np.ndarray,
     usable_blocks: int,
     spec: Any,
+    *,
+    lora_skips: Any = None,
+    step_base: int = 0,
     group_steps: Any = None,
     groups: Sequence[KVCacheGroup] | None = None,
 ) -> pd.DataFrame:
     """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
-    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts) and the blocks
-    each KV cache group held (``Recorder.kv_group_steps`` of the model's ``groups``; None for one
-    block table): what it needs of the engine, so that it can run once the engine is gone.
-    A hybrid model's steps get one ``kv_usage:<kind>`` column per group kind (its groups' blocks
-    / usable blocks; the kinds' columns add up to ``kv_usage``).
+    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts), the LoRA
+    skips (``Recorder.lora_skips``; None without LoRA; ``step_base``: a rolling recorder's first
+    step) and the blocks each KV cache group held (``Recorder.kv_group_steps`` of the model's
+    ``groups``; None for one block table): what it needs of the engine, so that it can run once
+    the engine is gone. A hybrid model's steps get one ``kv_usage:<kind>`` column per group kind
+    (its groups' blocks / usable blocks; the kinds' columns add up to ``kv_usage``).
 
     The start times and counts (int32) are views of the recorder's packed rows, not copies: a
     million-request run has millions of steps."""
@@ -423,6 +461,11 @@ def steps_frame_of(
         steps["spec_verifications"] = counts[:, 0]
         steps["spec_accepted"] = counts[:, 1]
         steps["spec_rows"] = counts[:, 2]  # requests that ran 1 + drafts tokens (counted as chunks)
+    if lora_skips:  # LoRA: requests each step left waiting for their adapter (only if any was)
+        pairs = np.frombuffer(lora_skips, dtype=np.int64).reshape(-1, 2)
+        skipped = np.zeros(len(steps), dtype=np.int64)
+        skipped[pairs[:, 0] - step_base] = pairs[:, 1]
+        steps["lora_skipped"] = skipped
     if group_steps is not None and groups:
         held = np.frombuffer(group_steps, dtype=np.intc).reshape(-1, len(groups))
         if len(held) != len(steps):

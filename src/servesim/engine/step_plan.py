@@ -31,6 +31,7 @@ class StepPlan:
         "drafts",
         "group_ctx_sum",
         "loaded",
+        "lora_skipped",
         "new",
         "num_group_decodes",
         "preempted",
@@ -54,6 +55,9 @@ class StepPlan:
         # prefill_schedule_interval: the cadence holds prefill this step; the step carries prefill
         self.defer_prefill = False
         self.carried_prefill = False
+        # enable_lora: waiting requests the step left waiting because their adapter would exceed
+        # max_loras (the verdicts' "max_loras" limit; the engine keeps the steps where it is > 0)
+        self.lora_skipped = 0
         # Async scheduling: per scheduled entry, whether it samples (decided when scheduled),
         # and with speculation the drafts verified with it (negative: -d padding rows, which
         # are never accepted), kept with the plan because the next step is scheduled before

@@ -52,7 +52,7 @@ KNOBS_033: dict[str, Any] = {
 
 #: vLLM's LoRA flags and their defaults: passed through (not searched), flags and document keys
 #: only when LoRA is on.
-LORA_KEYS: dict[str, Any] = {"enable_lora": False, "max_loras": 1, "max_lora_rank": 16}
+LORA_KEYS: dict[str, Any] = {"enable_lora": False, "max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": None}
 
 
 class Deployment(BaseModel):
@@ -118,6 +118,7 @@ class Deployment(BaseModel):
     enable_lora: bool = Field(False, description="vLLM --enable-lora (the trace names adapters).")
     max_loras: int = Field(1, ge=1, description="vLLM --max-loras: distinct adapters in a batch.")
     max_lora_rank: int = Field(16, ge=1, description="vLLM --max-lora-rank.")
+    max_cpu_loras: int | None = Field(None, ge=1, description="vLLM --max-cpu-loras (None: max_loras).")
 
     @model_serializer(mode="wrap")
     def _drop_speculation_when_off(self, handler: Any) -> Any:
@@ -131,6 +132,8 @@ class Deployment(BaseModel):
             if not d.get("enable_lora", True):
                 for key in LORA_KEYS:
                     d.pop(key, None)
+            if "max_cpu_loras" in d and d["max_cpu_loras"] is None:
+                del d["max_cpu_loras"]
             if d.get("num_speculative_tokens", 1) == 0:
                 del d["num_speculative_tokens"]
             if "speculative_config" in d and d["speculative_config"] is None:
@@ -294,6 +297,8 @@ class Deployment(BaseModel):
                 ("max-loras", self.max_loras),
                 ("max-lora-rank", self.max_lora_rank),
             ]
+            if self.max_cpu_loras is not None:
+                args.append(("max-cpu-loras", self.max_cpu_loras))
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
