@@ -7,6 +7,7 @@ run builds no event at all, so none of this is on the hot path.
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from servesim.engine.kv_groups import group_kinds
@@ -67,27 +68,26 @@ def emit_step(
         emit(finished_event(engine, r, t_end))
     row = engine.rec.step_row(step)
     scheduled = _scheduled_tokens(engine, plan, finished)
-    emit(
-        StepEvent(
-            name,
-            step,
-            now,
-            dt,
-            scheduled,
-            sum(scheduled.values()),
-            tuple(r.req_id for r in plan.new),
-            tuple(r.req_id for r in plan.resumed),
-            tuple(r.req_id for r in plan.preempted),
-            tuple(r.req_id for r in finished),
-            step_hits,
-            int(row[5]),
-            int(row[6]),
-            int(row[7]),
-            engine.pool.usable_blocks - int(row[7]),
-            *_spec_fields(engine, plan),
-            kv_blocks_by_group=_group_blocks(engine),
-        )
+    event = StepEvent(
+        name,
+        step,
+        now,
+        dt,
+        scheduled,
+        sum(scheduled.values()),
+        tuple(r.req_id for r in plan.new),
+        tuple(r.req_id for r in plan.resumed),
+        tuple(r.req_id for r in plan.preempted),
+        tuple(r.req_id for r in finished),
+        step_hits,
+        int(row[5]),
+        int(row[6]),
+        int(row[7]),
+        engine.pool.usable_blocks - int(row[7]),
+        *_spec_fields(engine, plan),
     )
+    groups = _group_blocks(engine)  # a hybrid model's kv_blocks_used split by group kind
+    emit(event if groups is None else replace(event, kv_blocks_by_group=groups))
 
 
 def _group_blocks(engine: Engine) -> dict[str, int] | None:
