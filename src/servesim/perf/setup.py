@@ -54,11 +54,14 @@ def deployment_setup(
     lora_slots: int = 0,
     lora_rank: int = 16,
     speculative_method: str | None = None,
+    expert_shards: float | None = None,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
     would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
-    ``quantization`` loads them (``perf.precision``). Raises ``PerfError`` subclasses (unknown
-    names, weights that do not fit, a format vLLM refuses on the GPU) with the numbers."""
+    ``quantization`` loads them (``perf.precision``); ``expert_shards``: the routed experts split
+    over more GPUs than ``tp`` (one DP rank's GPU: ``perf.expert_parallel``). Raises ``PerfError``
+    subclasses (unknown names, weights that do not fit, a format vLLM refuses on the GPU) with the
+    numbers."""
     spec = apply_quantization(resolve_model(model), quantization, resolve_gpu(gpu), tp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -93,6 +96,7 @@ def deployment_setup(
             max_model_len=max_model_len,
             lora_bytes=math.ceil(lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes),
             hybrid=off is None,
+            expert_shards=expert_shards,
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
@@ -134,6 +138,7 @@ def replica_setup(
     step_time_ms: float | None = None,
     linear: bool = False,
     budget_defaulted: bool = False,
+    expert_shards: float | None = None,
 ) -> ReplicaSetup:
     """The one way a command turns its flags into a replica: the calibrated Llama-3.1-8B on one
     H100 unless ``model``/``gpu``/``tp`` say otherwise (``gpu``/``tp`` alone keep the default
@@ -142,7 +147,8 @@ def replica_setup(
     ``num_gpu_blocks_given`` (the config's count is kept). ``max_model_len``: the context the KV
     cache must hold (default: the config's). ``budget_defaulted``: the token budget is vllm serve's
     default, not the user's choice: that it reaches past the profile's calibrated step sizes is
-    said in ``timed_as`` rather than warned about on every run.
+    said in ``timed_as`` rather than warned about on every run. ``expert_shards``: see
+    ``deployment_setup`` (None: the experts split over ``tp``, as without data parallelism).
     Raises ``ConfigError`` / ``PerfError`` subclasses."""
     if config is None:  # what vllm serve runs on this GPU (servesim.perf.serve_defaults)
         fixed = step_time_ms is not None or linear
@@ -189,6 +195,7 @@ def replica_setup(
         lora_slots=cfg.max_loras if cfg.enable_lora else 0,
         lora_rank=cfg.max_lora_rank,
         speculative_method=None if cfg.speculative_config is None else cfg.speculative_config.method,
+        expert_shards=expert_shards,
     )
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})

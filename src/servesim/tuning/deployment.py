@@ -69,6 +69,10 @@ class Deployment(BaseModel):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM --tensor-parallel-size.")
     replicas: int = Field(1, ge=1, description="Identical vLLM instances behind the router.")
+    data_parallel_size: int = Field(
+        1, ge=1, description="vLLM --data-parallel-size (servesim.perf.expert_parallel); 1: none."
+    )
+    enable_expert_parallel: bool = Field(False, description="vLLM --enable-expert-parallel.")
     queue_timeout_s: float | None = Field(
         None, gt=0, description="Reject requests unscheduled this long (a gateway setting, not a vLLM flag)."
     )
@@ -142,6 +146,10 @@ class Deployment(BaseModel):
                 del d["kv_cache_dtype"]
             if "quantization" in d and d["quantization"] is None:
                 del d["quantization"]
+            if d.get("data_parallel_size") == 1:  # likewise: a TP deployment's document as before
+                del d["data_parallel_size"]
+            if d.get("enable_expert_parallel") is False:
+                del d["enable_expert_parallel"]
         return d
 
     @model_validator(mode="after")
@@ -153,7 +161,7 @@ class Deployment(BaseModel):
 
     @property
     def gpus(self) -> int:
-        return self.replicas * self.tensor_parallel_size
+        return self.replicas * self.tensor_parallel_size * self.data_parallel_size
 
     def engine_keys(self) -> dict[str, Any]:
         """One replica's vLLM keys (``EngineConfig`` names): the ``engine`` of its ``DeploymentSpec``
@@ -210,6 +218,8 @@ class Deployment(BaseModel):
         replicas: int = 1,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
+        data_parallel_size: int = 1,
+        enable_expert_parallel: bool = False,
     ) -> Deployment:
         """A deployment with an engine config's scheduler settings (its KV blocks are ignored:
         they come from the hardware)."""
@@ -223,6 +233,8 @@ class Deployment(BaseModel):
             gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,
             replicas=replicas,
+            data_parallel_size=data_parallel_size,
+            enable_expert_parallel=enable_expert_parallel,
             queue_timeout_s=config.queue_timeout_s,
             max_model_len=config.max_model_len or max_model_len,
             policy=config.policy,
@@ -249,6 +261,8 @@ class Deployment(BaseModel):
             replicas=spec.replicas,
             tensor_parallel_size=DEFAULT_TP if spec.tp is None else spec.tp,
             gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            data_parallel_size=spec.data_parallel_size,
+            enable_expert_parallel=spec.enable_expert_parallel,
         )
 
     # ------------------------------------------------------------------ vllm serve
@@ -266,6 +280,8 @@ class Deployment(BaseModel):
                 raise ConfigError("; ".join(problems))
         args: list[tuple[str, Any]] = [
             ("tensor-parallel-size", self.tensor_parallel_size),
+            *([("data-parallel-size", self.data_parallel_size)] if self.data_parallel_size > 1 else []),
+            *([("enable-expert-parallel", True)] if self.enable_expert_parallel else []),
             ("max-model-len", self.max_model_len),
             ("max-num-seqs", self.max_num_seqs),
             ("max-num-batched-tokens", self.max_num_batched_tokens),
