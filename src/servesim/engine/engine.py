@@ -103,6 +103,11 @@ class Engine:
             self.rec.spec_steps = array("q")
         if config.enable_lora:
             self.rec.lora_skips = array("q")
+        # Hybrid KV cache groups: the manager's per-group blocks in use, snapshot with each step
+        self._group_used: list[int] | None = getattr(self.kv, "group_used", None)
+        if self._group_used is not None:
+            self.rec.kv_group_steps = array("i")
+            self.rec.num_kv_groups = len(self._group_used)
         if record_token_times or config.stream_interval > 1:  # chunks of a stream: streaming.py
             self.rec.token_steps = {}
         self.now = 0.0
@@ -255,9 +260,12 @@ class Engine:
         if xfer is not None:
             xfer.build_connector_meta(plan, now, now + dt)
             n_waiting += len(xfer.holding)
-        return PendingStep(
+        p = PendingStep(
             plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
+        if self._group_used is not None:
+            p.kv_groups = tuple(self._group_used)
+        return p
 
     def steps_until(
         self, pending: PendingStep | None, horizon: float, t_ext: float, until: float
@@ -343,6 +351,8 @@ class Engine:
                 len(finished),
             )
         )
+        if p.kv_groups is not None:
+            rec.kv_group_steps.extend(p.kv_groups)  # type: ignore[union-attr]  # set with _group_used
         if self.emit is not None:
             emit_step(self, plan, now, p.duration, finished, t_end, step)
         for r in finished:

@@ -16,9 +16,11 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, StepLogSink
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.kv_groups import KVCacheGroup, group_kinds
 from servesim.engine.recorder import Recorder
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import (
+    KV_GROUP_COLUMN,
     SLO,
     LatencyStats,
     LoRASummary,
@@ -33,6 +35,7 @@ from servesim.engine.results import (
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.engine.streaming import chunk_gaps_s
 from servesim.engine.trace_arrays import TraceArrays
+from servesim.errors import InternalError
 from servesim.events import Observer
 from servesim.traces.schema import Trace
 
@@ -152,6 +155,7 @@ class Harvest:
     step_table: np.ndarray  # the steps frame is built in finish_result, once the engine is gone
     usable_blocks: int
     spec_steps: Any
+    kv_group_steps: Any
     requests: pd.DataFrame
     preemptions: pd.DataFrame
     starvation: pd.DataFrame
@@ -195,6 +199,7 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         rec.step_table(),
         engine.pool.usable_blocks,
         rec.spec_steps,
+        rec.kv_group_steps,
         requests,
         preemptions,
         starvation,
@@ -256,7 +261,14 @@ def finish_result(
     requests, cfg = h.requests, h.config
     # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
     itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
-    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps, lora_skips=h.lora_skips)
+    steps = steps_frame_of(
+        h.step_table,
+        h.usable_blocks,
+        h.spec_steps,
+        lora_skips=h.lora_skips,
+        group_steps=h.kv_group_steps,
+        groups=cfg.kv_cache_groups,
+    )
     summary = summarize(
         requests,
         steps,
@@ -409,16 +421,28 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
         rec.spec_steps,
         lora_skips=rec.lora_skips,
         step_base=rec.step_base,
+        group_steps=rec.kv_group_steps,
+        groups=engine.config.kv_cache_groups,
     )
 
 
 def steps_frame_of(
-    table: np.ndarray, usable_blocks: int, spec: Any, *, lora_skips: Any = None, step_base: int = 0
+    table: np.ndarray,
+    usable_blocks: int,
+    spec: Any,
+    *,
+    lora_skips: Any = None,
+    step_base: int = 0,
+    group_steps: Any = None,
+    groups: Sequence[KVCacheGroup] | None = None,
 ) -> pd.DataFrame:
     """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
-    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts) and the LoRA
+    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts), the LoRA
     skips (``Recorder.lora_skips``; None without LoRA; ``step_base``: a rolling recorder's first
-    step): what it needs of the engine, so that it can run once the engine is gone.
+    step) and the blocks each KV cache group held (``Recorder.kv_group_steps`` of the model's
+    ``groups``; None for one block table): what it needs of the engine, so that it can run once
+    the engine is gone. A hybrid model's steps get one ``kv_usage:<kind>`` column per group kind
+    (its groups' blocks / usable blocks; the kinds' columns add up to ``kv_usage``).
 
     The start times and counts (int32) are views of the recorder's packed rows, not copies: a
     million-request run has millions of steps."""
@@ -442,6 +466,12 @@ def steps_frame_of(
         skipped = np.zeros(len(steps), dtype=np.int64)
         skipped[pairs[:, 0] - step_base] = pairs[:, 1]
         steps["lora_skipped"] = skipped
+    if group_steps is not None and groups:
+        held = np.frombuffer(group_steps, dtype=np.intc).reshape(-1, len(groups))
+        if len(held) != len(steps):
+            raise InternalError(f"{len(held)} steps of KV cache group counts for {len(steps)} steps")
+        for kind, ids in group_kinds(groups).items():
+            steps[KV_GROUP_COLUMN + kind] = held[:, ids].sum(axis=1) / usable_blocks
     return steps
 
 

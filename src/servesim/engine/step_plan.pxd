@@ -36,6 +36,7 @@ cdef class PendingStep:
     cdef public object batch
     cdef public double start, duration
     cdef public long long num_running, num_waiting, kv_used
+    cdef public object kv_groups
 
 
 cdef class PrefillCadence:

@@ -115,7 +115,7 @@ class StepPlan:
 class PendingStep:
     """A step in flight: scheduled (blocks allocated) with its duration known, not yet applied."""
 
-    __slots__ = ("batch", "duration", "kv_used", "num_running", "num_waiting", "plan", "start")
+    __slots__ = ("batch", "duration", "kv_groups", "kv_used", "num_running", "num_waiting", "plan", "start")
 
     def __init__(
         self,
@@ -134,6 +134,9 @@ class PendingStep:
         self.num_running = num_running
         self.num_waiting = num_waiting
         self.kv_used = kv_used
+        # Hybrid KV cache groups: each group's blocks in use when the step was scheduled (a
+        # snapshot of ``HybridKVCacheManager.group_used``); None for one block table.
+        self.kv_groups: tuple[int, ...] | None = None
 
     @property
     def end(self) -> float:

@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.kv_groups import KVCacheGroup
+from servesim.engine.kv_groups import KVCacheGroup, group_kinds
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
@@ -209,8 +209,8 @@ def replica_setup(
         else f"{cfg.num_gpu_blocks:,} KV blocks as given"
     ) + f" ({cfg.num_gpu_blocks - 1:,} usable: vLLM reserves one null block)"
     if cfg.kv_cache_groups:  # a sliding-window / chunked-local model: one block table per group
-        names = [g.label() for g in cfg.kv_cache_groups]
-        blocks += ", in KV cache groups " + ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+        kinds = group_kinds(cfg.kv_cache_groups)
+        blocks += ", in KV cache groups " + ", ".join(f"{len(ids)} x {n}" for n, ids in kinds.items())
     prof = "" if profile is None else f", profile {profile if isinstance(profile, str) else profile.name}"
     if model is None and (gpu is not None or tp is not None):
         origin = " (no model given: the default model)"

@@ -13,6 +13,7 @@ import numpy as np
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.results import (
+    KV_GROUP_COLUMN,
     SLO,
     ClassMetrics,
     LatencyStats,
@@ -25,7 +26,7 @@ from servesim.engine.results import (
 )
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Line, Section, Series, Table, Verdict
-from servesim.views.shape import MAX_POINTS, Part, pooled_histogram, series, time_binned
+from servesim.views.shape import MAX_POINTS, Part, downsample, pooled_histogram, series, time_binned
 
 #: The latency metrics of every run, in display order: (key, label, SLO field).
 LATENCIES = (
@@ -179,6 +180,7 @@ def totals_table(summary: SimulationSummary) -> Table:
             f"tokens/step; mean {s.mean_waiting:,.1f} waiting (max {s.max_waiting:,})",
         ],
         ["KV cache", f"mean {s.mean_kv_usage:.1%} used, max {s.max_kv_usage:.1%}"],
+        *([["KV cache groups", kv_groups_text(s)]] if s.kv_usage_by_group else []),
         [
             "preemptions",
             f"{s.num_preemptions:,} ({s.num_preempted_requests:,} requests, at most "
@@ -206,6 +208,15 @@ def lora_words(lo: LoRASummary) -> str:
     return (
         f"{text}; {lo.gpu_loads:,} adapters copied to the GPU, {lo.disk_reads:,} read from disk first "
         f"(host cache of {lo.max_cpu_loras}): {lo.load_s or 0.0:,.2f} s of step time"
+    )
+
+
+def kv_groups_text(s: SimulationSummary) -> str:
+    """A hybrid model's KV usage split by KV cache group kind, each kind's share of the one
+    pool (the kinds' means add up to the run's): ``full: mean 0.3%, max 0.9%; sliding_window(128):
+    mean 0.1%, max 0.3%``."""
+    return "; ".join(
+        f"{g.group}: mean {g.mean_usage:.1%}, max {g.max_usage:.1%}" for g in s.kv_usage_by_group or ()
     )
 
 
@@ -496,6 +507,14 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("kv_usage"),
         ),
     ]
+    groups = kv_group_lines(st, t, max_points)
+    if groups:  # a hybrid model: each KV cache group kind's share beside the total
+        more = (
+            " A line per KV cache group kind: its groups' blocks / usable blocks (they add up to the total)."
+        )
+        out[-1] = out[-1].model_copy(
+            update={"lines": groups, "name": "all groups", "help": (define("kv_usage") or "") + more}
+        )
     bins = min(max(10, max_points // 4), max(1, len(st)))
     t0, t1 = float(t[0]), float(end[-1])
     width = (t1 - t0) / bins if t1 > t0 else 1.0
@@ -535,6 +554,17 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     split = latency_split_series(result.requests)
     if split is not None:
         out.append(split)
+    return out
+
+
+def kv_group_lines(st: Any, t: np.ndarray, max_points: int) -> list[Line]:
+    """A hybrid model's KV usage per KV cache group kind over time (the steps' ``kv_usage:<kind>``
+    columns), one line per kind on its own down-sampled x; [] for one block table."""
+    out = []
+    for col in st.columns:
+        if isinstance(col, str) and col.startswith(KV_GROUP_COLUMN):
+            xs, ys = downsample(t, st[col].to_numpy(dtype=np.float64), max_points)
+            out.append(Line(label=col.removeprefix(KV_GROUP_COLUMN), x=xs, y=ys))
     return out
 
 
