@@ -14,7 +14,7 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
-sync: $(UV) .venv/.bytecode
+sync: $(UV) .venv/.bytecode .venv/.src-bytecode
 
 # Byte-compile the locked dependencies once per lock (uv does not by default), so the first
 # `servesim` run does not spend seconds compiling pandas & co. (benchmarks/startup.py).
@@ -23,6 +23,14 @@ sync: $(UV) .venv/.bytecode
 ENGINE_CORE := setup.py $(wildcard src/servesim/engine/*.py src/servesim/engine/*.pxd)
 .venv/.bytecode: uv.lock $(ENGINE_CORE) | $(UV)
 	$(UV) sync --frozen --quiet --compile-bytecode
+	@touch $@
+
+# servesim's own modules byte-compiled too, whenever one changes: Python reads a fresh .pyc even
+# where PYTHONDONTWRITEBYTECODE stops it writing one, and the suite starts a few hundred
+# `servesim` processes (docs lines, servers, Ray workers), each compiling 0.1 CPU-s of source.
+SOURCES := $(shell find src/servesim -name '*.py')
+.venv/.src-bytecode: .venv/.bytecode $(SOURCES)
+	.venv/bin/python -m compileall -q src/servesim >/dev/null
 	@touch $@
 
 run: sync

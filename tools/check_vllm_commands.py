@@ -294,13 +294,20 @@ def oracle_checkable(cmds: list[Command], python: Path) -> tuple[list[Command], 
             check=False,
         ).returncode
     }
-    kept = [c for c in cmds if not any(flag in c.argv for flag in missing)]
+    kept = [c for c in cmds if not any(_sets(c, flag) for flag in missing)]
     notes = [
         f"{len(cmds) - len(kept)} command(s) with {flag} not run through vLLM: its venv lacks {module} "
         f"(`{python} -m pip install --no-deps compressed-tensors==0.17.0 loguru`)"
         for flag, module in missing.items()
     ]
     return kept, notes
+
+
+def _sets(cmd: Command, flag: str) -> bool:
+    """Whether ``cmd`` sets ``flag``, on its command line or as a key of its ``--config`` YAML."""
+    key = re.escape(flag.removeprefix("--")).replace("\\-", "[-_]")  # YAML keys take either
+    in_yaml = cmd.config_yaml is not None and re.search(rf"^\s*{key}\s*:", cmd.config_yaml, re.MULTILINE)
+    return flag in cmd.argv or bool(in_yaml)
 
 
 def _short(error: str) -> str:

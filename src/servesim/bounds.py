@@ -51,6 +51,7 @@ BOUNDS: tuple[Bound, ...] = (
         MAX_POOL_REPLICAS,
     ),
     Bound("tensor-parallel degree (tp)", "every deployment's --tp; a cluster file's pools", MAX_TP),
+    Bound("data-parallel size", "--data-parallel-size of simulate and cluster; a deployment spec", MAX_TP),
     Bound("survivors", "recover --survivors", MAX_SURVIVORS),
     Bound("simulated_qps (requests/s)", "load scenario", MAX_RATE),
     Bound("mean_input_tokens", "load scenario", MAX_SCENARIO_PROMPT),

@@ -45,6 +45,9 @@ class StepEvent:
     # Speculative decoding only: drafts verified and accepted per request (None: off).
     spec_scheduled: dict[str, int] | None = None
     spec_accepted: dict[str, int] | None = None
+    # KV cache groups only (a hybrid model): ``kv_blocks_used`` split by group kind, in vLLM's
+    # group order (None: one block table).
+    kv_blocks_by_group: dict[str, int] | None = None
 
     def log_record(self) -> dict[str, Any]:
         """The step-log line as a dict (key order and values as vLLM's oracle compares them)."""
@@ -64,6 +67,8 @@ class StepEvent:
             "kv_blocks_used": self.kv_blocks_used,
             "kv_blocks_free": self.kv_blocks_free,
         }
+        if self.kv_blocks_by_group is not None:
+            d["kv_blocks_by_group"] = self.kv_blocks_by_group
         if self.spec_scheduled is not None:
             d["spec_scheduled"] = self.spec_scheduled
             d["spec_accepted"] = self.spec_accepted

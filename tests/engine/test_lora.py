@@ -146,3 +146,21 @@ def test_a_config_without_lora_reads_and_writes_as_before() -> None:
     on = EngineConfig(enable_lora=True, max_loras=4, max_lora_rank=64)
     assert on.model_dump()["max_loras"] == 4
     assert EngineConfig.model_validate(on.model_dump()) == on
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_each_step_records_the_requests_it_left_waiting_for_their_adapter(fast: bool) -> None:
+    # The first case above: r2 (a2) is skipped in steps 0 and 1 while a0 and a1 hold both slots,
+    # and admitted in step 2; nothing else is ever skipped (the bottleneck verdicts read this).
+    adapters = ["a0", "a1", "a2", "a0", "a1", None]
+    rows = [
+        {"req_id": f"r{i}", "arrival_time_s": 0.0, "prompt_len": 20, "output_len": 2 + (i == 5) * 5}
+        | ({"lora": a} if a else {})
+        for i, a in enumerate(adapters)
+    ]
+    res = simulate(Trace.from_records(rows), EngineConfig(enable_lora=True, max_loras=2), STEP, fast=fast)
+    assert res.steps["lora_skipped"].tolist()[:4] == [1, 1, 0, 0]
+    assert res.steps["lora_skipped"].sum() == 2
+    # room for every adapter: no skip, and no column (the steps equal those without adapters)
+    roomy = simulate(Trace.from_records(rows), EngineConfig(enable_lora=True, max_loras=3), STEP)
+    assert "lora_skipped" not in roomy.steps

@@ -29,6 +29,8 @@ MAKERS = {
     "make_hybrid_cases.py": "oracle_hybrid_cases",
     "make_pp_cases.py": "oracle_pp_cases",
 }
+#: Further committed folders a maker writes (refused as its first one is).
+ALSO_COMMITTED = {"make_hybrid_cases.py": "oracle_hybrid_usage_cases"}
 #: One committed case of each kind.
 ONE_OF_EACH = [
     ENGINE_TESTS / "oracle_cases" / "basic_00.json.gz",
@@ -44,11 +46,11 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
 
 
-@pytest.mark.parametrize("maker", sorted(MAKERS))
-def test_a_maker_refuses_to_overwrite_the_committed_cases(maker: str) -> None:
-    folder = ENGINE_TESTS / MAKERS[maker]
+@pytest.mark.parametrize(("maker", "name"), [*sorted(MAKERS.items()), *sorted(ALSO_COMMITTED.items())])
+def test_a_maker_refuses_to_overwrite_the_committed_cases(maker: str, name: str) -> None:
+    folder = ENGINE_TESTS / name
     before = _snapshot(folder)
-    for out in (folder, ENGINE_TESTS / ".." / "engine" / MAKERS[maker]):  # also spelled otherwise
+    for out in (folder, ENGINE_TESTS / ".." / "engine" / name):  # also spelled otherwise
         run = subprocess.run(
             [sys.executable, str(TOOLS / maker), "--out", str(out), "--per-family", "1"],
             capture_output=True,

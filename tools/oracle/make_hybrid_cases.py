@@ -7,8 +7,10 @@ Gemma 3's five sliding-window layers per full one, and Llama 4's three chunked-l
 full one. ``vllm_oracle.py`` plans the KV cache config from those layer specs with vLLM 0.33's own
 ``get_kv_cache_groups`` / ``get_kv_cache_config_from_groups`` and runs vLLM's ``Scheduler`` (its
 ``HybridKVCacheCoordinator``) on CPU; the groups vLLM made are stored in the case's config as
-``kv_cache_groups`` (what servesim replays with), the layers as ``kv_layers``. Committed cases:
-``tests/engine/oracle_hybrid_cases/``, replayed by ``tests/engine/test_oracle_hybrid_cases.py``;
+``kv_cache_groups`` (what servesim replays with), the layers as ``kv_layers``; each step's blocks
+in use per group as ``group_steps``. Committed cases: ``tests/engine/oracle_hybrid_cases/``,
+replayed by ``tests/engine/test_oracle_hybrid_cases.py``, and (with ``group_steps``)
+``tests/engine/oracle_hybrid_usage_cases/``, by ``tests/engine/test_oracle_hybrid_usage.py``;
 like every maker this one refuses to write into a committed folder unless given ``--force``.
 
 Usage (with the oracle's virtualenv python):
@@ -37,6 +39,7 @@ from make_cases import (
 )
 
 COMMITTED["hybrid"] = COMMITTED["plain"].parent / "oracle_hybrid_cases"
+COMMITTED["hybrid_usage"] = COMMITTED["plain"].parent / "oracle_hybrid_usage_cases"
 
 
 def layers_of(pattern: str, window: int) -> list[dict]:
@@ -156,6 +159,8 @@ def main() -> int:
                     "config": {**cfg, "kv_cache_groups": summary["kv_cache_groups"]},
                     "trace": rows,
                     "steps": steps,
+                    # each step's blocks in use per KV cache group (vLLM's managers' tables)
+                    "group_steps": [[r["step"], r["kv_group_blocks"]] for r in records],
                     "total_preemptions": summary["total_preemptions"],
                     "prefix_cache_totals": summary["prefix_cache_totals"],
                 }

@@ -951,6 +951,12 @@ def run(
                 # snapshot state as seen during this step (after allocation)
                 num_running, num_waiting = scheduler.get_request_counts()
                 free_during = pool.get_num_free_blocks()
+                # each KV cache group's blocks in use: the distinct real blocks its manager's
+                # tables hold (the null block left out); they add up to the pool's
+                group_used = [
+                    len({b.block_id for held in m.req_to_blocks.values() for b in held if not b.is_null})
+                    for m in kvm.coordinator.single_type_managers
+                ]
                 pcs = kvm.make_prefix_cache_stats()
             if async_mode and not flush:  # schedule k before applying k-1 (the batch queue)
                 cur = (
@@ -1090,6 +1096,7 @@ def run(
                 "kv_blocks_total": usable_blocks,
                 "kv_blocks_used": usable_blocks - free_during,
                 "kv_blocks_free": free_during,
+                "kv_group_blocks": group_used,
                 "kv_blocks_free_after_update": pool.get_num_free_blocks(),
                 "prefix_hit_tokens": hit_tokens,
                 "prefix_cache": pc,

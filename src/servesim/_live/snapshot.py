@@ -68,6 +68,9 @@ class ReplicaState:
     # the first WAITING_SHOWN, in order, and how many
     holding: tuple[Slot, ...] = ()
     num_holding: int = 0
+    # A hybrid model's blocks in use per KV cache group kind, (kind, blocks) adding up to
+    # ``kv_blocks_used`` (``ReplicaView.kv_blocks_by_group``); () for one block table.
+    kv_groups: tuple[tuple[str, int], ...] = ()
 
     @property
     def kv_usage(self) -> float:
@@ -128,6 +131,17 @@ class RunSnapshot:
     @property
     def kv_blocks_usable(self) -> int:
         return sum(r.kv_blocks_usable for r in self.replicas if r.alive)
+
+    @property
+    def kv_groups(self) -> tuple[tuple[str, int], ...]:
+        """A hybrid model's blocks in use per KV cache group kind over the live replicas, (kind,
+        blocks) in vLLM's group order; () for one block table."""
+        out: dict[str, int] = {}
+        for r in self.replicas:
+            if r.alive:
+                for kind, n in r.kv_groups:
+                    out[kind] = out.get(kind, 0) + n
+        return tuple(out.items())
 
     @property
     def prefix_hit_rate(self) -> float | None:

@@ -216,6 +216,7 @@ class LiveBase:
             engine.prefix_hit_rate,
             engine.num_preemptions,
             engine.cpu_tier if alive else None,
+            kv_groups=engine.kv_blocks_by_group if alive else (),
         )
         if rep.role is None:
             return state

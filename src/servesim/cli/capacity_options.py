@@ -294,7 +294,8 @@ _LAYOUTS: dict[str, tuple[Any, Any]] = {
         typer.Option(
             None,
             help="Aggregated vs disaggregated at equal GPUs instead of the flag search: agg, disagg or "
-            "agg,disagg (with --gpus).",
+            "agg,disagg (with --gpus); dpep adds a MoE model's --data-parallel-size x TP with "
+            "--enable-expert-parallel.",
         ),
     ),
     "gpus": (int | None, typer.Option(None, min=1, max=64, help="GPU budget of every layout (--layouts).")),

@@ -18,7 +18,7 @@ from servesim.cli.capacity_options import ConfigOpt, JsonOpt, TraceArg, TraceFla
 from servesim.cli.cluster_flags import ClusterInputs, FleetFlags, cluster_spec, fleet_options
 from servesim.cli.cluster_output import print_cluster
 from servesim.cli.common import cli_slo, request_slo
-from servesim.cli.engine_flags import deployment_flags, engine_flags
+from servesim.cli.engine_flags import data_parallel_deployment_flags, engine_flags
 from servesim.cli.pd_output import print_pd
 from servesim.services.cluster import POLICIES, ClusterRequest, PreparedDisaggregated, prepare_cluster
 from servesim.services.deployment import DeploymentSpec
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
     app.command("cluster")(cluster_cmd)
 
 
-@deployment_flags
+@data_parallel_deployment_flags
 @engine_flags
 @trace_options("Seed for generated traces, random routers and MTBF failures.")
 @fleet_options(

@@ -285,6 +285,12 @@ def cluster_spec(
     }
     if pools is not None:
         _refuse_aggregated_flags(fleet)
+        dep = inputs.deployment
+        if dep.data_parallel_size > 1 or dep.enable_expert_parallel:  # not dropped: refused
+            raise InputError(
+                "--data-parallel-size / --enable-expert-parallel: prefill/decode pools of "
+                "data-parallel deployments are not modelled"
+            )
         return _validated(
             {
                 **head,

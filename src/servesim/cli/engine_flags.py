@@ -50,6 +50,9 @@ HARDWARE_FIELDS = (
     "step_time_ms",
     "linear_step_time",
 )
+#: vLLM's data-parallel flags: the commands that run one deployment's DP ranks take them
+#: (``servesim simulate``, ``servesim cluster``; ``servesim.spec.data_parallel``).
+DATA_PARALLEL_FIELDS = ("data_parallel_size", "enable_expert_parallel")
 #: Extra spellings (vLLM's own long name for TP).
 ALIASES = {"tp": ("--tp", "--tensor-parallel-size")}
 
@@ -151,7 +154,7 @@ def _deployment_options(
     specs = DeploymentSpec.model_fields
     out = {}
     for name in fields:
-        keep = name in ("linear_step_time", "replicas", "router")
+        keep = name in ("linear_step_time", "replicas", "router", *DATA_PARALLEL_FIELDS)
         out[name] = option(name, specs[name], keep_default=keep, help_text=(helps or {}).get(name))
     return out
 
@@ -216,6 +219,11 @@ def deployment_flags(func: F) -> F:
     return _deployment(func, HARDWARE_FIELDS)
 
 
+def data_parallel_deployment_flags(func: F) -> F:
+    """``deployment_flags`` plus vLLM's ``--data-parallel-size`` and ``--enable-expert-parallel``."""
+    return _deployment(func, (*HARDWARE_FIELDS, *DATA_PARALLEL_FIELDS))
+
+
 def hardware_flags(*fields: str, helps: Mapping[str, str] | None = None) -> Callable[[F], F]:
     """Give ``func`` (which takes ``deployment: DeploymentSpec``) the named deployment options
     (``model``, ``gpu``, ``tp``, ...): the planners and the step-time commands, which take what
@@ -262,6 +270,7 @@ __all__ = [
     "FLAG_NAMES",
     "annotated",
     "cluster_deployment_flags",
+    "data_parallel_deployment_flags",
     "deployment_flags",
     "deployment_spec",
     "engine_flags",

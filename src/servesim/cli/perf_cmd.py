@@ -193,7 +193,9 @@ def gpus_cmd(catalog: CatalogOpt = None, as_json: AsJson = False) -> None:
         _out.print(gpus_table(cat))
 
 
-@hardware_flags("model", "gpu", "tp", "gpu_memory_utilization")
+@hardware_flags(
+    "model", "gpu", "tp", "gpu_memory_utilization", "data_parallel_size", "enable_expert_parallel"
+)
 def memory_cmd(
     block_size: int = typer.Option(16, "--block-size"),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="auto, bfloat16, float16, fp8."),
@@ -225,13 +227,17 @@ def memory_cmd(
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
             catalog=catalog,
+            data_parallel_size=deployment.data_parallel_size,
+            enable_expert_parallel=deployment.enable_expert_parallel,
         )
         cap = perf_service.memory(request)
         for note in cap.caveats:  # also in the JSON; on stderr so humans see them either way
             typer.echo(f"warning: {note}", err=True)
         if _emit(cap, as_json, out):
             return
-        _out.print(memory_table(cap, request.degree, request.utilization))
+        dp, ep = request.data_parallel_size, request.enable_expert_parallel
+        layout = f"DP {dp} x TP {request.degree}{', EP' if ep else ''}" if dp > 1 or ep else None
+        _out.print(memory_table(cap, request.degree, request.utilization, layout))
         _said_written(out)
 
 

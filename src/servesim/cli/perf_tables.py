@@ -71,8 +71,12 @@ def gpus_table(cat: Catalog) -> FitTable:
     return t
 
 
-def memory_table(cap: KVCapacity, tp: int, gpu_memory_utilization: float) -> FitTable:
-    t = FitTable(title=f"{cap.model} on {tp} x {cap.gpu} (per GPU)")
+def memory_table(
+    cap: KVCapacity, tp: int, gpu_memory_utilization: float, layout: str | None = None
+) -> FitTable:
+    """``layout``: a data-parallel layout's words (``DP 8 x TP 1, EP``) in the title instead of TP."""
+    where = f"{tp} x {cap.gpu} (per GPU)" if layout is None else f"{cap.gpu}, {layout} (per GPU of a rank)"
+    t = FitTable(title=f"{cap.model} on {where}")
     t.add_column("item")
     t.add_column("value", justify="right")
     rows = [

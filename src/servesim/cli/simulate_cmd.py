@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from servesim.cli.common import cli_slo, json_bytes, request_slo
-from servesim.cli.engine_flags import deployment_flags, deployment_spec, engine_flags
+from servesim.cli.engine_flags import data_parallel_deployment_flags, deployment_spec, engine_flags
 from servesim.cli.progress import progress_sink
 from servesim.cli.records_out import records_format, requests_format_option, requests_out_option
 from servesim.cli.trace_input import hash_block_size_option, seed_option, strict_option
@@ -151,6 +151,8 @@ def report_answer(
     console = Console()
     if len(answer.trace):
         print_section(summary_view(result.summary, title=answer.title), console)
+        if answer.data_parallel_line:
+            console.print(answer.data_parallel_line, soft_wrap=True)
     else:  # nothing to measure: no 0.0 ms latencies; the files hold the empty run's result
         console.print(f"{answer.title}: no requests, nothing to measure", soft_wrap=True)
     if out is not None:
@@ -161,7 +163,7 @@ def report_answer(
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
-    @deployment_flags
+    @data_parallel_deployment_flags
     @engine_flags
     def simulate_cmd(
         trace: str = typer.Argument(..., help=TRACE_HELP),

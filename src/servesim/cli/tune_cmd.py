@@ -152,7 +152,10 @@ def _kinds(text: str | None) -> list[LayoutKind]:
     names = [x.strip() for x in ("agg,disagg" if text is None else text).split(",") if x.strip()]
     kinds = [k for k in LAYOUT_KINDS if k in names]
     if not names or set(names) - set(LAYOUT_KINDS):
-        raise InputError(f"--layouts: use agg, disagg or agg,disagg (got {','.join(names) or 'nothing'})")
+        raise InputError(
+            "--layouts: use agg, disagg, dpep or a list of them, e.g. agg,disagg "
+            f"(got {','.join(names) or 'nothing'})"
+        )
     return kinds
 
 

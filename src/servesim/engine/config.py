@@ -228,6 +228,13 @@ class EngineConfig(BaseModel):
         + ", ".join(map(str, MAX_LORA_RANKS))
         + "); the LoRA kernels run at this rank.",
     )
+    max_cpu_loras: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SEQS,
+        description="With enable_lora: adapters kept in host memory (vLLM's CPU LoRA cache; None: "
+        "max_loras); an adapter not held there is read from disk again when a request needs it.",
+    )
     kv_cache_groups: tuple[KVCacheGroup, ...] | None = Field(
         None,
         description="The model's KV cache groups as vLLM plans them (engine.kv_groups.plan_groups), "
@@ -260,6 +267,7 @@ class EngineConfig(BaseModel):
         "stream_interval",
         "max_loras",
         "max_lora_rank",
+        "max_cpu_loras",
         mode="before",
     )(lambda v: reject_bool(v))
 
@@ -296,6 +304,8 @@ class EngineConfig(BaseModel):
                 del d[key]
         if isinstance(d, dict) and "kv_cache_groups" in d and d["kv_cache_groups"] is None:
             del d["kv_cache_groups"]
+        if isinstance(d, dict) and "max_cpu_loras" in d and d["max_cpu_loras"] is None:
+            del d["max_cpu_loras"]
         return d
 
     @model_validator(mode="after")
@@ -323,6 +333,11 @@ class EngineConfig(BaseModel):
         spec = self.speculative_config
         if self.async_scheduling and spec is not None and spec.method not in ASYNC_SPEC_METHODS:
             raise ConfigError(_async_spec_refusal(spec.method))
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ConfigError(
+                f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras}), as vLLM "
+                "requires"
+            )
         if self.enable_lora and self.prefill_schedule_interval > 1:
             raise ConfigError(
                 f"enable_lora with prefill_schedule_interval {self.prefill_schedule_interval}: vLLM's "

@@ -13,7 +13,7 @@ from servesim.engine.trace_arrays cimport TraceArrays
 
 cdef class Engine:
     cdef public object config, name, emit, _step_time, _decode_terms, step_time, _timeouts, kv_connector
-    cdef public object _drafter, gate
+    cdef public object _drafter, gate, adapters, _group_used
     cdef public long long num_closed, _next_progress, _empty_steps, max_model_len, step, _next
     cdef public double _draft_fraction, draft_time_s
     cdef public long long _spec_k, _terms_n

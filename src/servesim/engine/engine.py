@@ -92,6 +92,7 @@ class Engine:
         self._empty_steps = 0
         self.step_time = step_time
         self._drafter, self._draft_fraction, self._spec_k = engine_setup.drafter(config, step_time)
+        self.adapters = engine_setup.adapter_cache(config, step_time)
         self.draft_time_s = 0.0
         self.trace = trace if isinstance(trace, TraceArrays) else TraceArrays(trace)
         self.max_model_len, self.pool, self.kv, self.scheduler = engine_setup.replica(
@@ -101,6 +102,13 @@ class Engine:
         self.rec = Recorder(self.trace.n)
         if config.speculative_config is not None:
             self.rec.spec_steps = array("q")
+        if config.enable_lora:
+            self.rec.lora_skips = array("q")
+        # Hybrid KV cache groups: the manager's per-group blocks in use, snapshot with each step
+        self._group_used: list[int] | None = getattr(self.kv, "group_used", None)
+        if self._group_used is not None:
+            self.rec.kv_group_steps = array("i")
+            self.rec.num_kv_groups = len(self._group_used)
         if record_token_times or config.stream_interval > 1:  # chunks of a stream: streaming.py
             self.rec.token_steps = {}
         self.now = 0.0
@@ -248,6 +256,8 @@ class Engine:
             draft = plan.draft_time(batch, self._drafter, self._spec_k, self._draft_fraction, self._step_time)
             self.draft_time_s += draft
             dt += draft
+        if self.adapters is not None:  # LoRA: the batch's adapters brought to the GPU first
+            dt += self.adapters.step([r.lora for r in running])
         if self._async:  # after the drafter's passes are timed over the step as scheduled
             sched.after_schedule(plan)
         if not dt > 0:
@@ -256,9 +266,12 @@ class Engine:
         if xfer is not None:
             xfer.build_connector_meta(plan, now, now + dt)
             n_waiting += len(xfer.holding)
-        return PendingStep(
+        p = PendingStep(
             plan, batch, now, dt, len(running), n_waiting, self.pool.usable_blocks - self.pool.num_free
         )
+        if self._group_used is not None:
+            p.kv_groups = tuple(self._group_used)
+        return p
 
     def steps_until(
         self, pending: PendingStep | None, horizon: float, t_ext: float, until: float
@@ -316,6 +329,8 @@ class Engine:
             rec.spec_steps.extend(counts)  # type: ignore[union-attr]  # set whenever _spec_k is
         else:
             finished = sched.update(plan, step, t_end)
+        if plan.lora_skipped:
+            rec.lora_skips.extend((step, plan.lora_skipped))  # type: ignore[union-attr]  # set with LoRA
         if plan.preempted:
             for r in plan.preempted:
                 rec.preemption_events.append((now, step, r.idx, r.lost_tokens))
@@ -344,6 +359,8 @@ class Engine:
                 len(finished),
             )
         )
+        if p.kv_groups is not None:
+            rec.kv_group_steps.extend(p.kv_groups)  # type: ignore[union-attr]  # set with _group_used
         if self.emit is not None:
             emit_step(self, plan, now, p.duration, finished, t_end, step)
         for r in finished:

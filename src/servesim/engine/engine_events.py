@@ -7,8 +7,10 @@ run builds no event at all, so none of this is on the hot path.
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from servesim.engine.kv_groups import group_kinds
 from servesim.engine.request import OUTCOMES, Request
 from servesim.engine.step_plan import StepPlan, admit_seq
 from servesim.errors import InternalError
@@ -66,26 +68,37 @@ def emit_step(
         emit(finished_event(engine, r, t_end))
     row = engine.rec.step_row(step)
     scheduled = _scheduled_tokens(engine, plan, finished)
-    emit(
-        StepEvent(
-            name,
-            step,
-            now,
-            dt,
-            scheduled,
-            sum(scheduled.values()),
-            tuple(r.req_id for r in plan.new),
-            tuple(r.req_id for r in plan.resumed),
-            tuple(r.req_id for r in plan.preempted),
-            tuple(r.req_id for r in finished),
-            step_hits,
-            int(row[5]),
-            int(row[6]),
-            int(row[7]),
-            engine.pool.usable_blocks - int(row[7]),
-            *_spec_fields(engine, plan),
-        )
+    event = StepEvent(
+        name,
+        step,
+        now,
+        dt,
+        scheduled,
+        sum(scheduled.values()),
+        tuple(r.req_id for r in plan.new),
+        tuple(r.req_id for r in plan.resumed),
+        tuple(r.req_id for r in plan.preempted),
+        tuple(r.req_id for r in finished),
+        step_hits,
+        int(row[5]),
+        int(row[6]),
+        int(row[7]),
+        engine.pool.usable_blocks - int(row[7]),
+        *_spec_fields(engine, plan),
     )
+    groups = _group_blocks(engine)  # a hybrid model's kv_blocks_used split by group kind
+    emit(event if groups is None else replace(event, kv_blocks_by_group=groups))
+
+
+def _group_blocks(engine: Engine) -> dict[str, int] | None:
+    """The step just recorded's blocks per KV cache group kind (the recorder's last counts,
+    ``Recorder.kv_group_steps``); None for one block table."""
+    held = engine.rec.kv_group_steps
+    groups = engine.config.kv_cache_groups
+    if held is None or not groups:
+        return None
+    last = held[len(held) - len(groups) :]
+    return {kind: sum(last[i] for i in ids) for kind, ids in group_kinds(groups).items()}
 
 
 def _scheduled_tokens(engine: Engine, plan: StepPlan, finished: list[Request]) -> dict[str, int]:

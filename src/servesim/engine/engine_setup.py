@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from servesim.engine.adapter_cache import AdapterCache
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_cache_manager import KVCacheManager
@@ -49,6 +50,20 @@ def drafter(config: EngineConfig, step_time: StepTimeModel) -> tuple[DraftTimeMo
         return None, 0.0, 0
     model = resolve_drafter(step_time, spec)
     return model, spec.draft_fraction() if model is None else 0.0, spec.num_speculative_tokens
+
+
+def adapter_cache(config: EngineConfig, step_time: StepTimeModel) -> AdapterCache | None:
+    """With LoRA and a step-time model that times adapter loads (perf's roofline:
+    ``adapter_load_times``), the replica's adapter caches (``engine.adapter_cache``); else None:
+    a fixed or linear step time has no GPU, host link or disk to time them on."""
+    times_of = getattr(step_time, "adapter_load_times", None)
+    if not config.enable_lora or times_of is None:
+        return None
+    times = times_of()
+    if times is None:
+        return None
+    host = config.max_cpu_loras if config.max_cpu_loras is not None else config.max_loras
+    return AdapterCache(config.max_loras, host, times.to_gpu_s, times.read_s)
 
 
 def replica(

@@ -24,6 +24,8 @@ def check_engine(engine: Engine, final: bool = False) -> None:
         raise InternalError("running list out of admission order")
     held = _held_blocks(engine)
     engine.pool.check(held)
+    if isinstance(engine.kv, HybridKVCacheManager):
+        _check_group_usage(engine, engine.kv)
     if final:
         if not (not sched.running and not len(sched.waiting)):
             raise InternalError("requests left in the engine")
@@ -37,6 +39,26 @@ def check_engine(engine: Engine, final: bool = False) -> None:
         for i in range(engine.trace.n):
             if not (outcomes[i] != OUTCOME_UNFINISHED):
                 raise InternalError(f"request {engine.trace.req_id[i]} has no outcome")
+
+
+def _check_group_usage(engine: Engine, kv: HybridKVCacheManager) -> None:
+    """KV-7: each group's count of blocks in use (kept as blocks change hands) is the number of
+    distinct blocks its tables hold over the running requests, and the counts add up to the
+    pool's blocks in use: the per-group usage a run reports splits its total exactly."""
+    pool = engine.pool
+    if not (sum(kv.group_used) == pool.usable_blocks - pool.num_free):
+        raise InternalError(
+            f"KV cache groups hold {kv.group_used} blocks, the pool {pool.usable_blocks - pool.num_free}"
+        )
+    held: list[set[int]] = [set() for _ in kv.group_used]
+    for r in engine.scheduler.running:
+        for g, table in enumerate(kv.tables(r)):
+            held[g].update(b for b in table if b)
+    counts = [len(s) for s in held]
+    if not (counts == kv.group_used):
+        raise InternalError(
+            f"KV cache groups count {kv.group_used} blocks in use, their tables hold {counts}"
+        )
 
 
 def _held_blocks(engine: Engine) -> dict[int, int]:

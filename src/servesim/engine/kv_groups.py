@@ -92,6 +92,17 @@ def plan_groups(layers: Sequence[KVCacheGroup]) -> tuple[list[KVCacheGroup], int
     return groups, size
 
 
+def group_kinds(groups: Sequence[KVCacheGroup]) -> dict[str, list[int]]:
+    """Each kind of group (its label: ``full``, ``sliding_window(128)``) -> the indices of the
+    groups of that kind, kinds in the order their first group comes (vLLM's group order). Groups
+    of one kind hold the same tables (the coordinator runs them as one spec), so a run's figures
+    and the start-up line speak of kinds."""
+    out: dict[str, list[int]] = {}
+    for i, g in enumerate(groups):
+        out.setdefault(g.label(), []).append(i)
+    return out
+
+
 def is_hybrid(groups: Sequence[KVCacheGroup] | None) -> bool:
     """Whether a layout needs the group-aware manager (any windowed group); a single full
     group is every other model's one block table."""
@@ -117,6 +128,7 @@ __all__ = [
     "KVCacheGroup",
     "admission_cap",
     "blocks_for_one_sequence",
+    "group_kinds",
     "is_hybrid",
     "plan_groups",
     "skipped_tokens",

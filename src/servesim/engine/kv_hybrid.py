@@ -14,6 +14,12 @@ window needs the window's last blocks cached, chunked local attention the curren
 until every kind agrees. Pure full-attention models never come here: their single table runs
 through ``KVCacheManager``, unchanged.
 
+Each group's share of the pool is counted as blocks change hands (``group_used``): every pool
+call that moves blocks in or out of the free queue is made for one group, and the change in the
+pool's free count is that group's. The groups' counts add up to the pool's blocks in use
+(vLLM's ``kv_cache_usage`` before the division), which the engine records per step so a run can
+say how much of the cache each kind of layer held (docs/engine.md).
+
 This class subclasses ``KVCacheManager`` so the scheduler (compiled or not) calls it through the
 same methods; it runs only on the pure-Python side and only for hybrid models.
 """
@@ -37,7 +43,16 @@ Hit = list[tuple[int, ...]]
 class HybridKVCacheManager(KVCacheManager):
     """Allocates, caches and frees a request's blocks in every KV cache group."""
 
-    __slots__ = ("_caps", "_junction", "_kinds", "_tracked", "_windowed", "_windows", "spec_groups")
+    __slots__ = (
+        "_caps",
+        "_junction",
+        "_kinds",
+        "_tracked",
+        "_windowed",
+        "_windows",
+        "group_used",
+        "spec_groups",
+    )
 
     def __init__(
         self,
@@ -70,6 +85,10 @@ class HybridKVCacheManager(KVCacheManager):
         # ``request.shared_prefix_boundary``: the longest single group's hit, when a
         # sliding-window group's was shorter (its last lookup's), whose window it then keeps.
         self._junction: dict[int, int] = {}
+        # Blocks each group holds out of the free queue (held by a request, or shared by several):
+        # the free count's changes, attributed to the group each pool call is made for. An
+        # evictable cached block (ref 0) counts as free, as vLLM's usage counts it.
+        self.group_used = [0] * len(groups)
 
     @property
     def num_groups(self) -> int:
@@ -217,15 +236,19 @@ class HybridKVCacheManager(KVCacheManager):
         self._tracked[r.idx] = full
         r.num_cached_blocks = full
 
-    def _free_blocks(self, blocks: list[int]) -> None:
-        """``free_blocks(reversed(blocks))``: the unhashed ones to the queue's head, the tail
-        first; the hashed ones, tail first, behind the cached blocks already queued."""
-        content = self.pool.content
+    def _free_blocks(self, blocks: list[int], g: int) -> None:
+        """``free_blocks(reversed(blocks))`` of group ``g``'s blocks: the unhashed ones to the
+        queue's head, the tail first; the hashed ones, tail first, behind the cached blocks
+        already queued. The group no longer holds those whose last holder this was."""
+        pool = self.pool
+        content = pool.content
+        free = pool.num_free
         hashed = [b for b in blocks if content[b] is not None]
         if len(hashed) == len(blocks):
-            self.pool.free(blocks, len(blocks), len(blocks))
-            return
-        self.pool.free(hashed + [b for b in blocks if content[b] is None], len(hashed), len(hashed))
+            pool.free(blocks, len(blocks), len(blocks))
+        else:
+            pool.free(hashed + [b for b in blocks if content[b] is None], len(hashed), len(hashed))
+        self.group_used[g] -= pool.num_free - free
 
     # -- allocation -----------------------------------------------------------------------
     def _to_allocate(self, r: Request, g: int, num_tokens: int, hit: Hit, computed: int, cap: bool) -> int:
@@ -262,7 +285,7 @@ class HybridKVCacheManager(KVCacheManager):
                 j -= 1
             if j == k:
                 continue
-            self._free_blocks(table[j:k])  # type: ignore[index]
+            self._free_blocks(table[j:k], g)  # type: ignore[index]
             table[j:k] = [0] * (k - j)  # type: ignore[index]
 
     def _add_computed(self, r: Request, hit: Hit, computed: int) -> None:
@@ -273,7 +296,9 @@ class HybridKVCacheManager(KVCacheManager):
         for g, table in enumerate(tables):
             skip = skipped_tokens(self._kinds[g], self._windows[g], computed) // bs
             mine = [t[g] for t in hit[skip:]]
+            free = self.pool.num_free
             self.pool.touch([b for b in mine if b])
+            self.group_used[g] += free - self.pool.num_free  # the hit blocks that were evictable
             table.extend([0] * skip)
             table.extend(mine)
         r.blocks = tables  # type: ignore[assignment]
@@ -287,15 +312,17 @@ class HybridKVCacheManager(KVCacheManager):
                 more = -(-computed // bs) - len(table)
                 if more > 0:
                     table.extend(self.pool.get_new_blocks(more))
+                    self.group_used[g] += more
 
     def _allocate_new(self, r: Request, num_tokens: int) -> None:
         need = -(-num_tokens // self.block_size)
         if not r.blocks:
             r.blocks = [[] for _ in self._kinds]  # type: ignore[misc]
-        for table in r.blocks:
+        for g, table in enumerate(r.blocks):
             more = need - len(table)  # type: ignore[arg-type]
             if more > 0:
                 table.extend(self.pool.get_new_blocks(more))  # type: ignore[attr-defined]
+                self.group_used[g] += more
 
     def allocate_running(self, r: Request, n: int) -> bool:
         """``allocate_slots`` for a running request: no hit, no watermark, no admission gate; each
@@ -316,8 +343,10 @@ class HybridKVCacheManager(KVCacheManager):
             pool = self.pool
             if need > pool.num_free:
                 return False
-            for table in tables:
+            used = self.group_used
+            for g, table in enumerate(tables):
                 if required > len(table):
+                    used[g] += required - len(table)
                     table.extend(pool.get_new_blocks(required - len(table)))
         if self.caching:
             t = computed + n
@@ -372,12 +401,12 @@ class HybridKVCacheManager(KVCacheManager):
     def free(self, r: Request) -> None:
         """Every group's blocks back, group by group, each tail first (its null head left out)."""
         self._tracked.pop(r.idx, None)
-        for table in r.blocks or ():
+        for g, table in enumerate(r.blocks or ()):
             j = 0
             while j < len(table) and not table[j]:  # type: ignore[arg-type,index]
                 j += 1
             if j < len(table):  # type: ignore[arg-type]
-                self._free_blocks(table[j:])  # type: ignore[index]
+                self._free_blocks(table[j:], g)  # type: ignore[index]
         r.blocks = []
         r.num_cached_blocks = r.num_live_blocks = 0
 

@@ -7,11 +7,11 @@ from servesim.engine.request cimport Request
 cdef class Recorder:
     cdef public object steps, step_end, itl_run_first, itl_run_last, itl_gaps
     cdef public object first_scheduled, first_token, finish, num_output, preemptions, recomputed
-    cdef public object reused, prefix_hit, outcome, token_steps, spec_steps
+    cdef public object reused, prefix_hit, outcome, token_steps, spec_steps, lora_skips, kv_group_steps
     cdef public list preemption_events, starvation_events
     cdef public long long prefix_queries, prefix_hits
     cdef public bint rolling
-    cdef public long long step_base, request_base, request_top, events_dropped
+    cdef public long long step_base, request_base, request_top, events_dropped, num_kv_groups
 
     @cython.locals(i=cython.longlong)
     cpdef close_request(self, Request r)

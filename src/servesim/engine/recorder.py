@@ -83,6 +83,14 @@ class Recorder:
         # drafts they accepted and the requests that had drafts scheduled (padding rows too: each
         # samples a token), three int64 entries a step (vLLM's per-iteration spec-decode counts).
         self.spec_steps: array[int] | None = None
+        # LoRA only (None when off): (step, requests left waiting for their adapter: max_loras)
+        # for each step that left any, two int64 entries a step (sparse: most steps skip none).
+        self.lora_skips: array[int] | None = None
+        # Hybrid KV cache groups only (None otherwise): per step, the blocks each of the
+        # ``num_kv_groups`` groups held when it was scheduled (``kv_blocks_used`` split by group),
+        # ``num_kv_groups`` int32 entries a step.
+        self.kv_group_steps: array[int] | None = None
+        self.num_kv_groups = 0
         # Preemption events: (time, step, request index, tokens computed when preempted).
         self.preemption_events: list[tuple[float, int, int, int]] = []
         self.starvation_events: list[tuple[float, int, int, int]] = []  # same shape
@@ -125,7 +133,15 @@ class Recorder:
             del self.steps[: drop * self.step_size]
             if self.spec_steps is not None:
                 del self.spec_steps[: 3 * drop]
+            if self.kv_group_steps is not None:
+                del self.kv_group_steps[: self.num_kv_groups * drop]
             self.step_base += drop
+            skips = self.lora_skips
+            if skips is not None:
+                first = 0
+                while first < len(skips) and skips[first] < self.step_base:
+                    first += 2
+                del skips[:first]
         used = self.request_top - self.request_base
         if used > 2 * keep_requests:
             drop = used - keep_requests

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine
 from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.kv_groups import group_kinds
 from servesim.engine.recorder import Recorder
 from servesim.engine.request import FINISHED, OUTCOME_ABORTED, Request
 from servesim.engine.step_time import StepTimeModel
@@ -187,6 +188,17 @@ class ReplicaView:
     def kv_blocks_used(self) -> int:
         pool = self._engine.pool
         return int(pool.usable_blocks - pool.num_free)
+
+    @property
+    def kv_blocks_by_group(self) -> tuple[tuple[str, int], ...]:
+        """A hybrid model's blocks in use split by KV cache group kind: (kind, blocks) in vLLM's
+        group order (``full``, ``sliding_window(128)``, ...), adding up to ``kv_blocks_used``;
+        () for a model with one block table."""
+        used = getattr(self._engine.kv, "group_used", None)
+        groups = self._engine.config.kv_cache_groups
+        if used is None or not groups:
+            return ()
+        return tuple((kind, sum(used[i] for i in ids)) for kind, ids in group_kinds(groups).items())
 
     @property
     def prefix_caching(self) -> bool:

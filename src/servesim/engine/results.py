@@ -226,6 +226,24 @@ def tokens_per_verifying_step(accepted: int, verifications: int) -> float | None
     return 1.0 + accepted / verifications if verifications > 0 else None
 
 
+class LoRASummary(BaseModel):
+    """What serving LoRA adapters did in a run: requests left waiting for an adapter slot
+    (``max_loras``) and, timed by a GPU model, adapters brought to the GPU (``engine.adapter_cache``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_loras: int
+    max_cpu_loras: int = Field(description="Adapters the host cache holds (vLLM's default: max_loras).")
+    skipped_request_steps: int = Field(
+        description="Times a step left a waiting request behind because its adapter would exceed max_loras."
+    )
+    gpu_loads: int | None = Field(
+        description="Adapters copied into a GPU slot (None: not timed: fixed step time)."
+    )
+    disk_reads: int | None = Field(description="Of them, read from disk first (not in the host cache).")
+    load_s: float | None = Field(description="Step time the copies and reads added, seconds.")
+
+
 class SpeculativeSummary(BaseModel):
     """What speculative decoding did in a run (vLLM's spec-decode metrics: drafts, accepted)."""
 
@@ -245,6 +263,46 @@ class SpeculativeSummary(BaseModel):
         "",
         description="How the drafter's passes were timed (its roofline, or a fraction of the target's step).",
     )
+
+
+#: The steps frame's per-group usage columns: ``kv_usage:<group kind>`` (``KVCacheGroup.label``).
+KV_GROUP_COLUMN = "kv_usage:"
+
+
+class KVGroupUsage(BaseModel):
+    """How much of the shared KV block pool one kind of KV cache group held over a run (a
+    hybrid model: sliding-window or chunked-local layers beside full ones). The kinds' shares
+    add up to the run's KV usage."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group: str = Field(
+        description="The groups' kind: full, sliding_window(<tokens>), chunked_local(<tokens>)."
+    )
+    mean_usage: float = Field(
+        description="Time-weighted mean of the blocks this kind's groups hold / usable KV blocks."
+    )
+    max_usage: float
+
+
+def kv_group_usage(steps: pd.DataFrame, dur: np.ndarray, busy: float) -> list[KVGroupUsage] | None:
+    """Each group kind's share of the pool from the steps frame's ``kv_usage:<kind>`` columns
+    (``steps_frame_of``), weighted by step time as ``mean_kv_usage`` is; None when the steps
+    have none (one block table) or not every step has them (a fleet mixing models)."""
+    cols = [c for c in steps.columns if isinstance(c, str) and c.startswith(KV_GROUP_COLUMN)]
+    out = []
+    for col in cols:
+        v = steps[col].to_numpy(dtype=np.float64)
+        if np.isnan(v).any():
+            return None
+        out.append(
+            KVGroupUsage(
+                group=col.removeprefix(KV_GROUP_COLUMN),
+                mean_usage=sum_of_products(v, dur) / busy if busy > 0 else 0.0,
+                max_usage=float(v.max()) if len(v) else 0.0,
+            )
+        )
+    return out or None
 
 
 class SimulationSummary(BaseModel):
@@ -288,6 +346,11 @@ class SimulationSummary(BaseModel):
     max_waiting: int
     mean_kv_usage: float = Field(description="Time-weighted mean of used / usable KV blocks.")
     max_kv_usage: float
+    kv_usage_by_group: list[KVGroupUsage] | None = Field(
+        None,
+        description="A hybrid model's KV usage split by KV cache group kind (sliding window, chunked "
+        "local, full); left out for a model with one block table.",
+    )
     max_model_len: int
     offload: OffloadSummary | None = Field(
         None, description="The CPU offload tier's figures (``--kv-offloading-size``); None without one."
@@ -298,13 +361,17 @@ class SimulationSummary(BaseModel):
     admission: AdmissionSummary | None = Field(
         None, description="HTTP 503s of max_num_queued_reqs/tokens; left out when neither is set."
     )
+    lora: LoRASummary | None = Field(
+        None, description="LoRA adapters' figures (``--enable-lora``); left out when off."
+    )
 
     @model_serializer(mode="wrap")
     def _drop_spec_when_off(self, handler: Any) -> Any:
-        """Runs without speculation or admission limits keep their documents byte for byte (no
-        ``speculative`` / ``admission`` key)."""
+        """Runs without speculation, admission limits, LoRA or KV cache groups keep their
+        documents byte for byte (no ``speculative`` / ``admission`` / ``lora`` /
+        ``kv_usage_by_group`` key)."""
         d = handler(self)
-        for key in ("speculative", "admission"):
+        for key in ("speculative", "admission", "lora", "kv_usage_by_group"):
             if isinstance(d, dict) and key in d and d[key] is None:
                 del d[key]
         return d
@@ -587,20 +654,25 @@ def summarize(
         max_waiting=int(steps["num_waiting"].max()) if len(steps) else 0,
         mean_kv_usage=sum_of_products(kv_usage, dur) / busy if busy > 0 else 0.0,
         max_kv_usage=float(kv_usage.max()) if len(kv_usage) else 0.0,
+        kv_usage_by_group=kv_group_usage(steps, dur, busy),
         max_model_len=max_model_len,
     )
 
 
 __all__ = [
+    "KV_GROUP_COLUMN",
     "REQUEST_COLUMNS",
     "SLO",
+    "KVGroupUsage",
     "LatencyStats",
+    "LoRASummary",
     "RequestResult",
     "SimulationReport",
     "SimulationResult",
     "SimulationSummary",
     "good_mask",
     "itl_stats",
+    "kv_group_usage",
     "per_second",
     "rescore",
     "summarize",

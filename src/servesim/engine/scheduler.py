@@ -325,6 +325,7 @@ class Scheduler:
             if loras is not None and r.lora and len(loras) == max_loras and r.lora not in loras:
                 skipped = [] if skipped is None else skipped
                 skipped.append(q.pop())  # vLLM: "Scheduling would exceed max_loras, skip."
+                plan.lora_skipped += 1
                 continue
             if r.in_flight:  # preempted with output still in flight (PP: several steps deep)
                 skipped = [] if skipped is None else skipped

@@ -16,11 +16,14 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.engine import Engine, StepLogSink
 from servesim.engine.kv_connector import OffloadingConnector
 from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.kv_groups import KVCacheGroup, group_kinds
 from servesim.engine.recorder import Recorder
 from servesim.engine.request import OUTCOME_FINISHED, OUTCOME_LENGTH_CAPPED, OUTCOMES
 from servesim.engine.results import (
+    KV_GROUP_COLUMN,
     SLO,
     LatencyStats,
+    LoRASummary,
     OffloadSummary,
     SimulationResult,
     SpeculativeSummary,
@@ -32,6 +35,7 @@ from servesim.engine.results import (
 from servesim.engine.step_time import LinearStepTime, StepTimeModel
 from servesim.engine.streaming import chunk_gaps_s
 from servesim.engine.trace_arrays import TraceArrays
+from servesim.errors import InternalError
 from servesim.events import Observer
 from servesim.traces.schema import Trace
 
@@ -151,6 +155,7 @@ class Harvest:
     step_table: np.ndarray  # the steps frame is built in finish_result, once the engine is gone
     usable_blocks: int
     spec_steps: Any
+    kv_group_steps: Any
     requests: pd.DataFrame
     preemptions: pd.DataFrame
     starvation: pd.DataFrame
@@ -162,6 +167,8 @@ class Harvest:
     stream_itl_ms: LatencyStats | None
     gated: bool
     tier: OffloadingConnector | None
+    lora_skips: Any = None  # Recorder.lora_skips (None without LoRA)
+    lora: LoRASummary | None = None
 
 
 def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool = True) -> Harvest:
@@ -192,6 +199,7 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         rec.step_table(),
         engine.pool.usable_blocks,
         rec.spec_steps,
+        rec.kv_group_steps,
         requests,
         preemptions,
         starvation,
@@ -203,6 +211,26 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         stream_itl,
         engine.gate is not None,
         engine.kv_connector.cpu_tier() if engine.kv_connector is not None else None,
+        rec.lora_skips,
+        lora_summary(engine),
+    )
+
+
+def lora_summary(engine: Engine) -> LoRASummary | None:
+    """The run's adapter figures (None without LoRA): skips from the recorder, loads from the
+    replica's adapter caches (None where the step time is fixed: nothing times them)."""
+    cfg = engine.config
+    if not cfg.enable_lora:
+        return None
+    skips = engine.rec.lora_skips
+    loads = engine.adapters.summary() if engine.adapters is not None else {}
+    return LoRASummary(
+        max_loras=cfg.max_loras,
+        max_cpu_loras=cfg.max_cpu_loras if cfg.max_cpu_loras is not None else cfg.max_loras,
+        skipped_request_steps=int(sum(skips[1::2])) if skips is not None else 0,
+        gpu_loads=loads.get("gpu_loads"),
+        disk_reads=loads.get("disk_reads"),
+        load_s=loads.get("load_s"),
     )
 
 
@@ -233,7 +261,14 @@ def finish_result(
     requests, cfg = h.requests, h.config
     # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
     itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
-    steps = steps_frame_of(h.step_table, h.usable_blocks, h.spec_steps)
+    steps = steps_frame_of(
+        h.step_table,
+        h.usable_blocks,
+        h.spec_steps,
+        lora_skips=h.lora_skips,
+        group_steps=h.kv_group_steps,
+        groups=cfg.kv_cache_groups,
+    )
     summary = summarize(
         requests,
         steps,
@@ -259,6 +294,8 @@ def finish_result(
     )
     if h.speculative is not None:
         summary.speculative = h.speculative
+    if h.lora is not None:
+        summary.lora = h.lora
     if h.stream_itl_ms is not None:
         summary.itl_ms = h.stream_itl_ms
     if h.gated:
@@ -377,13 +414,35 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
 
 def steps_frame(engine: Engine) -> pd.DataFrame:
     """The engine's per-step time series (plus KV usage as a fraction of its usable blocks)."""
-    return steps_frame_of(engine.rec.step_table(), engine.pool.usable_blocks, engine.rec.spec_steps)
+    rec = engine.rec
+    return steps_frame_of(
+        rec.step_table(),
+        engine.pool.usable_blocks,
+        rec.spec_steps,
+        lora_skips=rec.lora_skips,
+        step_base=rec.step_base,
+        group_steps=rec.kv_group_steps,
+        groups=engine.config.kv_cache_groups,
+    )
 
 
-def steps_frame_of(table: np.ndarray, usable_blocks: int, spec: Any) -> pd.DataFrame:
+def steps_frame_of(
+    table: np.ndarray,
+    usable_blocks: int,
+    spec: Any,
+    *,
+    lora_skips: Any = None,
+    step_base: int = 0,
+    group_steps: Any = None,
+    groups: Sequence[KVCacheGroup] | None = None,
+) -> pd.DataFrame:
     """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
-    blocks and the speculative counts (``Recorder.spec_steps``; None without drafts): what it
-    needs of the engine, so that it can run once the engine is gone.
+    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts), the LoRA
+    skips (``Recorder.lora_skips``; None without LoRA; ``step_base``: a rolling recorder's first
+    step) and the blocks each KV cache group held (``Recorder.kv_group_steps`` of the model's
+    ``groups``; None for one block table): what it needs of the engine, so that it can run once
+    the engine is gone. A hybrid model's steps get one ``kv_usage:<kind>`` column per group kind
+    (its groups' blocks / usable blocks; the kinds' columns add up to ``kv_usage``).
 
     The start times and counts (int32) are views of the recorder's packed rows, not copies: a
     million-request run has millions of steps."""
@@ -402,6 +461,17 @@ def steps_frame_of(table: np.ndarray, usable_blocks: int, spec: Any) -> pd.DataF
         steps["spec_verifications"] = counts[:, 0]
         steps["spec_accepted"] = counts[:, 1]
         steps["spec_rows"] = counts[:, 2]  # requests that ran 1 + drafts tokens (counted as chunks)
+    if lora_skips:  # LoRA: requests each step left waiting for their adapter (only if any was)
+        pairs = np.frombuffer(lora_skips, dtype=np.int64).reshape(-1, 2)
+        skipped = np.zeros(len(steps), dtype=np.int64)
+        skipped[pairs[:, 0] - step_base] = pairs[:, 1]
+        steps["lora_skipped"] = skipped
+    if group_steps is not None and groups:
+        held = np.frombuffer(group_steps, dtype=np.intc).reshape(-1, len(groups))
+        if len(held) != len(steps):
+            raise InternalError(f"{len(held)} steps of KV cache group counts for {len(steps)} steps")
+        for kind, ids in group_kinds(groups).items():
+            steps[KV_GROUP_COLUMN + kind] = held[:, ids].sum(axis=1) / usable_blocks
     return steps
 
 

@@ -6,7 +6,7 @@ from servesim.engine.request cimport Request
 
 cdef class StepPlan:
     cdef public list scheduled, preempted, new, resumed, prefix_hits, spec, loaded, samples, drafts
-    cdef public long long num_group_decodes, group_ctx_sum
+    cdef public long long num_group_decodes, group_ctx_sum, lora_skipped
     cdef public bint defer_prefill, carried_prefill
 
     @cython.locals(decodes=cython.longlong, ctx=cython.longlong, prefill=cython.longlong,
@@ -36,6 +36,7 @@ cdef class PendingStep:
     cdef public object batch
     cdef public double start, duration
     cdef public long long num_running, num_waiting, kv_used
+    cdef public object kv_groups
 
 
 cdef class PrefillCadence:

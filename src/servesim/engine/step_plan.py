@@ -31,6 +31,7 @@ class StepPlan:
         "drafts",
         "group_ctx_sum",
         "loaded",
+        "lora_skipped",
         "new",
         "num_group_decodes",
         "preempted",
@@ -54,6 +55,9 @@ class StepPlan:
         # prefill_schedule_interval: the cadence holds prefill this step; the step carries prefill
         self.defer_prefill = False
         self.carried_prefill = False
+        # enable_lora: waiting requests the step left waiting because their adapter would exceed
+        # max_loras (the verdicts' "max_loras" limit; the engine keeps the steps where it is > 0)
+        self.lora_skipped = 0
         # Async scheduling: per scheduled entry, whether it samples (decided when scheduled),
         # and with speculation the drafts verified with it (negative: -d padding rows, which
         # are never accepted), kept with the plan because the next step is scheduled before
@@ -111,7 +115,7 @@ class StepPlan:
 class PendingStep:
     """A step in flight: scheduled (blocks allocated) with its duration known, not yet applied."""
 
-    __slots__ = ("batch", "duration", "kv_used", "num_running", "num_waiting", "plan", "start")
+    __slots__ = ("batch", "duration", "kv_groups", "kv_used", "num_running", "num_waiting", "plan", "start")
 
     def __init__(
         self,
@@ -130,6 +134,9 @@ class PendingStep:
         self.num_running = num_running
         self.num_waiting = num_waiting
         self.kv_used = kv_used
+        # Hybrid KV cache groups: each group's blocks in use when the step was scheduled (a
+        # snapshot of ``HybridKVCacheManager.group_used``); None for one block table.
+        self.kv_groups: tuple[int, ...] | None = None
 
     @property
     def end(self) -> float:

@@ -20,8 +20,17 @@ embeddings (vLLM wraps them only with ``lora_extra_vocab``/``--enable-lora`` on 
 
 from __future__ import annotations
 
-from servesim.perf.catalog import ModelSpec
+from dataclasses import dataclass
+
+from servesim.perf.catalog import GPUSpec, ModelSpec
 from servesim.perf.memory import kv_heads_per_rank
+
+#: How fast a worker reads an adapter's checkpoint from disk into host memory, bytes/s: servesim's
+#: stated assumption (one NVMe drive's sequential read, 2-7 GB/s, less safetensors' parsing and
+#: vLLM's per-module tensor handling), the one place it is. vLLM reads the whole adapter in every
+#: TP worker (``LRUCacheWorkerLoRAManager._load_adapter``: ``LoRAModel.from_local_checkpoint``
+#: with ``device="cpu"``), so a read takes the full adapter's bytes whatever the TP.
+ADAPTER_READ_BYTES_PER_S = 2.0e9
 
 
 def lora_params_per_slot(model: ModelSpec, tp: int, rank: int) -> int:
@@ -39,4 +48,29 @@ def lora_params_per_slot(model: ModelSpec, tp: int, rank: int) -> int:
     return model.num_layers * attention + model.num_dense_layers * mlp
 
 
-__all__ = ["lora_params_per_slot"]
+@dataclass(frozen=True)
+class AdapterLoadTimes:
+    """What bringing one adapter to the GPU costs a step, seconds: copying it into a GPU slot
+    (``to_gpu_s``, each TP rank its shard over its host link, in parallel) and, when the host's
+    LoRA cache (``--max-cpu-loras``) no longer holds it, reading it from disk first (``read_s``)."""
+
+    to_gpu_s: float
+    read_s: float
+
+
+def adapter_load_times(model: ModelSpec, gpu: GPUSpec, tp: int, rank: int) -> AdapterLoadTimes:
+    """vLLM 0.33 activates an adapter in the step whose batch first needs it
+    (``LoRAModelRunnerMixin.set_active_loras`` before the forward pass; ``activate_adapter``
+    copies every module's A and B into the slot: ``set_lora``), so that step lasts this much
+    longer. Sized at ``max_lora_rank`` (an adapter's own rank is not in a trace: an upper bound)
+    in the model's dtype; the copy is timed as the CPU offload tier's copies are (the host link's
+    per-transfer overhead plus bytes / ``pcie_bandwidth``)."""
+    per_gpu = lora_params_per_slot(model, tp, rank) * model.dtype_bytes
+    whole = lora_params_per_slot(model, 1, rank) * model.dtype_bytes
+    return AdapterLoadTimes(
+        to_gpu_s=gpu.host_link_overhead_s + per_gpu / gpu.pcie_bandwidth,
+        read_s=whole / ADAPTER_READ_BYTES_PER_S,
+    )
+
+
+__all__ = ["ADAPTER_READ_BYTES_PER_S", "AdapterLoadTimes", "adapter_load_times", "lora_params_per_slot"]

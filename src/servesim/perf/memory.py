@@ -167,7 +167,7 @@ def attention_params_per_rank(model: ModelSpec, tp: int) -> int:
     return p
 
 
-def weight_breakdown(model: ModelSpec, tp: int = 1) -> WeightBreakdown:
+def weight_breakdown(model: ModelSpec, tp: int = 1, expert_shards: float | None = None) -> WeightBreakdown:
     """Weight bytes per GPU under tensor parallelism (vLLM's column/row/vocab-parallel layers).
 
     Linear layers and the (vocab-parallel) embedding and lm_head are split over the ranks; MoE
@@ -175,7 +175,8 @@ def weight_breakdown(model: ModelSpec, tp: int = 1) -> WeightBreakdown:
     and routers are replicated. The RoPE cos/sin cache (``max_position_embeddings`` x head_dim
     in the model dtype) is a buffer every rank allocates at load time, so it counts here. MLA
     attention also holds ``W_UK``/``W_UV`` in the activation dtype beside ``kv_b_proj`` (counted
-    in ``attention``).
+    in ``attention``). ``expert_shards``: what the routed experts are split over when that is not
+    ``tp`` (data parallelism flattens the MoE layers over every GPU: ``perf.expert_parallel``).
     """
     check_tp(model, tp)
     d = model.dtype_bytes
@@ -184,7 +185,8 @@ def weight_breakdown(model: ModelSpec, tp: int = 1) -> WeightBreakdown:
     if model.is_mla:  # W_UK / W_UV, split out of kv_b_proj in the activation dtype
         attention += model.num_layers * absorbed_params(model, tp) * d
     mlp = model.num_dense_layers * model.dense_mlp_params_per_layer / tp * model.bytes_of("mlp")
-    experts = moe * model.num_experts * model.expert_params / tp * model.bytes_of("experts")
+    shards = tp if expert_shards is None else expert_shards
+    experts = moe * model.num_experts * model.expert_params / shards * model.bytes_of("experts")
     shared = moe * model.shared_expert_params_per_layer / tp * model.bytes_of("shared_experts")
     router = moe * model.router_params_per_layer * d
     embedding = math.ceil(model.vocab_size / tp) * model.hidden_size * d
@@ -346,6 +348,7 @@ def kv_capacity(
     catalog: Catalog | None = None,
     lora_bytes: int = 0,
     hybrid: bool = True,
+    expert_shards: float | None = None,
     weights: WeightBreakdown | None = None,
     sampler: bool = True,
 ) -> KVCapacity:
@@ -356,6 +359,7 @@ def kv_capacity(
     when the cache cannot hold one sequence of ``max_model_len`` tokens; the message gives the
     numbers and what to change. ``lora_bytes``: the LoRA adapter slots' buffers per GPU
     (``perf.lora``), allocated with the weights at load, so the cache gets that much less.
+    ``expert_shards``: ``weight_breakdown``'s (one DP rank's GPU under data parallelism).
     ``weights`` / ``sampler``: one pipeline stage's (``perf.pipeline``): its weights, and whether
     it runs the dummy sampler (the last stage only); ``model`` is then the stage's layers.
     """
@@ -367,7 +371,7 @@ def kv_capacity(
         raise PerfError("block_size, max_num_batched_tokens and max_num_seqs must be >= 1")
     check_tp(m, tp)
     requested = math.ceil(g.memory_bytes * gpu_memory_utilization)
-    weights = weights or weight_breakdown(m, tp)
+    weights = weights or weight_breakdown(m, tp, expert_shards)
     reserve = reserve_breakdown(
         m, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, overheads=overheads
     )

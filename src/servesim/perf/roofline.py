@@ -42,7 +42,7 @@ from servesim.engine.step_plan import roofline_step_time
 from servesim.engine.step_time import BatchComposition, DraftTimeModel
 from servesim.perf import mla
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
-from servesim.perf.lora import lora_params_per_slot
+from servesim.perf.lora import AdapterLoadTimes, adapter_load_times, lora_params_per_slot
 from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_per_token, kv_heads_per_rank
 from servesim.perf.profile import HardwareProfile, resolve_profile
 
@@ -385,6 +385,12 @@ class RooflineStepTime:
             **({"lora_slots": self.lora_slots, "lora_rank": self.lora_rank} if self.lora_slots else {}),
             "profile": self.profile.model_dump(mode="json"),
         }
+
+    def adapter_load_times(self) -> AdapterLoadTimes | None:
+        """With LoRA, what activating one adapter adds to a step (``perf.lora``); None without."""
+        if not self.lora_slots:
+            return None
+        return adapter_load_times(self.model, self.gpu, self.tp, self.lora_rank)
 
     def __repr__(self) -> str:
         return (

@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 
 from servesim.engine.config import EngineConfig
-from servesim.engine.kv_groups import KVCacheGroup
+from servesim.engine.kv_groups import KVCacheGroup, group_kinds
 from servesim.engine.step_time import ConstantStepTime, LinearStepTime, StepTimeModel, resolve_drafter
 from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
@@ -55,14 +55,20 @@ def deployment_setup(
     lora_slots: int = 0,
     lora_rank: int = 16,
     speculative_method: str | None = None,
+    expert_shards: float | None = None,
     pp: int = 1,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
     would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
-    ``quantization`` loads them (``perf.precision``). Raises ``PerfError`` subclasses (unknown
-    names, weights that do not fit, a format vLLM refuses on the GPU) with the numbers. ``pp``:
+    ``quantization`` loads them (``perf.precision``); ``expert_shards``: the routed experts split
+    over more GPUs than ``tp`` (one DP rank's GPU: ``perf.expert_parallel``). ``pp``:
     ``pipeline_parallel_size``, stages of ``tp`` GPUs each (``perf.pipeline``): each stage's step
-    time, and the smallest stage's KV blocks."""
+    time, and the smallest stage's KV blocks. Raises ``PerfError`` subclasses (unknown names,
+    weights that do not fit, a format vLLM refuses on the GPU) with the numbers."""
+    if pp > 1 and expert_shards is not None:
+        raise ConfigError(
+            f"pipeline_parallel_size {pp} with data/expert parallelism is not modelled yet; drop one of them"
+        )
     spec = apply_quantization(resolve_model(model), quantization, resolve_gpu(gpu), tp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -120,6 +126,7 @@ def deployment_setup(
             max_model_len=max_model_len,
             lora_bytes=math.ceil(lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes),
             hybrid=off is None,
+            expert_shards=expert_shards,
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
@@ -161,6 +168,7 @@ def replica_setup(
     step_time_ms: float | None = None,
     linear: bool = False,
     budget_defaulted: bool = False,
+    expert_shards: float | None = None,
 ) -> ReplicaSetup:
     """The one way a command turns its flags into a replica: the calibrated Llama-3.1-8B on one
     H100 unless ``model``/``gpu``/``tp`` say otherwise (``gpu``/``tp`` alone keep the default
@@ -169,7 +177,8 @@ def replica_setup(
     ``num_gpu_blocks_given`` (the config's count is kept). ``max_model_len``: the context the KV
     cache must hold (default: the config's). ``budget_defaulted``: the token budget is vllm serve's
     default, not the user's choice: that it reaches past the profile's calibrated step sizes is
-    said in ``timed_as`` rather than warned about on every run.
+    said in ``timed_as`` rather than warned about on every run. ``expert_shards``: see
+    ``deployment_setup`` (None: the experts split over ``tp``, as without data parallelism).
     Raises ``ConfigError`` / ``PerfError`` subclasses."""
     if config is None:  # what vllm serve runs on this GPU (servesim.perf.serve_defaults)
         fixed = step_time_ms is not None or linear
@@ -221,6 +230,7 @@ def replica_setup(
         lora_slots=cfg.max_loras if cfg.enable_lora else 0,
         lora_rank=cfg.max_lora_rank,
         speculative_method=None if cfg.speculative_config is None else cfg.speculative_config.method,
+        expert_shards=expert_shards,
         pp=cfg.pipeline_parallel_size,
     )
     if setup.num_gpu_blocks is not None:
@@ -235,8 +245,8 @@ def replica_setup(
         else f"{cfg.num_gpu_blocks:,} KV blocks as given"
     ) + f" ({cfg.num_gpu_blocks - 1:,} usable: vLLM reserves one null block)"
     if cfg.kv_cache_groups:  # a sliding-window / chunked-local model: one block table per group
-        names = [g.label() for g in cfg.kv_cache_groups]
-        blocks += ", in KV cache groups " + ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+        kinds = group_kinds(cfg.kv_cache_groups)
+        blocks += ", in KV cache groups " + ", ".join(f"{len(ids)} x {n}" for n, ids in kinds.items())
     prof = "" if profile is None else f", profile {profile if isinstance(profile, str) else profile.name}"
     if model is None and (gpu is not None or tp is not None):
         origin = " (no model given: the default model)"

@@ -138,6 +138,8 @@ def serve_command(config: Any, max_model_len: int, step: dict[str, Any], model: 
         replicas=1,
         tensor_parallel_size=tp,
         gpu_memory_utilization=0.9,
+        data_parallel_size=int((step.get("data_parallel") or {}).get("data_parallel_size") or 1),
+        enable_expert_parallel=bool(step.get("enable_expert_parallel")),
     )
     # the simulated settings as they ran: a speculative head servesim cannot name is DRAFT_MODEL
     return dep.vllm_serve_command(_hf_id(str(name)) if name else "MODEL", strict=False)

@@ -31,6 +31,7 @@ from servesim.services.inputs import Progress
 if TYPE_CHECKING:
     from servesim.services.tune import TuneAnswer, TuneRequest
     from servesim.tuning import Hardware
+    from servesim.tuning.space import SearchSpace
 
 RULE = (
     "the cheapest that meets the SLO: each GPU type's recommendation, re-verified at the target rate, "
@@ -102,16 +103,20 @@ def price_of(request: TuneRequest, gpu: str | None) -> tuple[float | None, str |
 
 
 def memory_fit(
-    request: TuneRequest, hardware: Hardware, max_model_len: int, util: float | None = None
+    request: TuneRequest,
+    hardware: Hardware,
+    max_model_len: int,
+    util: float | None = None,
+    space: SearchSpace | None = None,
 ) -> tuple[list[int], str]:
-    """The TP degrees of the space (within ``max_gpus``) at which one replica of vllm serve's
-    defaults fits ``hardware`` (at memory share ``util``, default the space's highest), and, when
-    none does, the reason at the largest TP tried."""
+    """The TP degrees of the space (``request.space`` unless given; within ``max_gpus``) at which
+    one replica of vllm serve's defaults fits ``hardware`` (at memory share ``util``, default the
+    space's highest), and, when none does, the reason at the largest TP tried."""
     from servesim.spec import engine_values
     from servesim.tuning import Deployment, resolve_deployment
     from servesim.tuning.selection import knob_choices
 
-    space = request.space
+    space = space if space is not None else request.space
     tps = sorted(int(t) for t in knob_choices(space, "tensor_parallel_size"))
     if request.max_gpus is not None:
         tps = [t for t in tps if t <= request.max_gpus] or tps[:1]
@@ -260,13 +265,15 @@ def compare_gpu_types(request: TuneRequest, *, progress: Progress | None = None)
         except ValueError as exc:  # the model or the configuration is refused on this GPU
             rows.append(_row(request, gpu, None, describe(exc)))
             continue
-        fits, misfit = memory_fit(one, prepared.hardware, prepared.max_model_len)
+        fits, misfit = memory_fit(one, prepared.hardware, prepared.max_model_len, space=prepared.space)
         if not fits:
             rows.append(_row(request, gpu, None, misfit))
             continue
         if request.deployment.tp is None:  # vllm serve's defaults at the fewest GPUs that hold them
             hw = prepared.hardware
-            at = memory_fit(one, hw, prepared.max_model_len, hw.default_gpu_memory_utilization)[0]
+            at = memory_fit(
+                one, hw, prepared.max_model_len, hw.default_gpu_memory_utilization, space=prepared.space
+            )[0]
             if at and at[0] != hw.default_tensor_parallel_size:
                 one = one.model_copy(update={"deployment": one.deployment.model_copy(update={"tp": at[0]})})
                 prepared = prepare(one)

@@ -21,8 +21,10 @@ from servesim.services.inputs import TraceInput
 from servesim.spec import DeploymentSpec, PercentileSLO
 from servesim.tuning.layouts import LayoutAnswer
 
-LayoutKind = Literal["agg", "disagg"]
-LAYOUT_KINDS: tuple[LayoutKind, ...] = ("agg", "disagg")
+LayoutKind = Literal["agg", "disagg", "dpep"]
+LAYOUT_KINDS: tuple[LayoutKind, ...] = ("agg", "disagg", "dpep")
+#: What is compared unless the kinds are named (dpep: a MoE model's DP + EP, asked for by name).
+DEFAULT_LAYOUT_KINDS: tuple[LayoutKind, ...] = ("agg", "disagg")
 #: The model every layout serves when the deployment names none.
 DEFAULT_LAYOUT_MODEL = "llama-3.1-8b"
 
@@ -41,7 +43,7 @@ class LayoutsRequest(BaseModel):
     )
     gpus: int = Field(ge=1, le=64, description="The GPU budget every layout spends.")
     layouts: list[LayoutKind] = Field(
-        default_factory=lambda: list(LAYOUT_KINDS), min_length=1, description="The kinds compared."
+        default_factory=lambda: list(DEFAULT_LAYOUT_KINDS), min_length=1, description="The kinds compared."
     )
     slo: PercentileSLO | None = Field(None, description="TTFT/TPOT caps of a good request.")
     link: str = Field("rdma-400g", min_length=1, max_length=100, description="KV-transfer link preset.")
@@ -121,6 +123,7 @@ def _values(given: list[int]) -> list[int | None]:
 
 
 __all__ = [
+    "DEFAULT_LAYOUT_KINDS",
     "DEFAULT_LAYOUT_MODEL",
     "LAYOUT_KINDS",
     "LayoutAnswer",

@@ -88,6 +88,12 @@ class MemoryRequest(Hardware):
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     max_model_len: int | None = Field(None, description="Default: the model's max_position_embeddings.")
+    data_parallel_size: int = Field(
+        1, ge=1, le=64, exclude_if=lambda v: v == 1, description="vLLM --data-parallel-size."
+    )
+    enable_expert_parallel: bool = Field(
+        False, exclude_if=lambda v: v is False, description="vLLM --enable-expert-parallel."
+    )
 
     @property
     def utilization(self) -> float:
@@ -95,9 +101,12 @@ class MemoryRequest(Hardware):
 
 
 def memory(request: MemoryRequest) -> KVCapacity:
-    """Weights, start-up reserve and KV blocks per GPU (its ``caveats``: where it is unvalidated)."""
+    """Weights, start-up reserve and KV blocks per GPU (its ``caveats``: where it is unvalidated);
+    with data parallelism, one rank's GPU holding its share of the experts
+    (``perf.expert_parallel``: the fullest GPU under an uneven EP split)."""
     from servesim.perf import kv_capacity
     from servesim.perf.catalog import resolve_gpu, resolve_model
+    from servesim.perf.expert_parallel import check_data_parallel, expert_shards
     from servesim.perf.precision import apply_quantization
 
     seqs, budget = batch_limits(request.gpu_name, request.max_num_seqs, request.max_num_batched_tokens)
@@ -106,6 +115,11 @@ def memory(request: MemoryRequest) -> KVCapacity:
     model = apply_quantization(
         resolve_model(request.model_name, cat), request.quantization, gpu, request.degree
     )
+    shards = None
+    dp, ep = request.data_parallel_size, request.enable_expert_parallel
+    if dp > 1 or ep:
+        check_data_parallel(model, request.degree, dp, ep)
+        shards = expert_shards(model, request.degree, dp, ep)
     return kv_capacity(
         model,
         gpu,
@@ -117,6 +131,7 @@ def memory(request: MemoryRequest) -> KVCapacity:
         max_num_seqs=seqs,
         max_model_len=request.max_model_len,
         catalog=cat,
+        expert_shards=shards,
     )
 
 

@@ -84,6 +84,13 @@ class PreparedRun:
         from servesim.engine import simulate as engine_simulate
 
         req = self.request
+        if self.setup.spec.data_parallel_size > 1:  # D rank engines (servesim.spec.data_parallel)
+            from servesim.spec.data_parallel import run_data_parallel, simulation_result
+
+            group, stats = run_data_parallel(
+                self.trace, self.setup, self.slo, fast=not req.naive, observers=observers
+            )
+            return SimulateAnswer(prepared=self, result=simulation_result(group, self.setup, stats))
         result = engine_simulate(
             self.trace,
             self.setup.config,
@@ -120,6 +127,14 @@ class SimulateAnswer:
     @property
     def title(self) -> str:
         return self.prepared.title
+
+    @property
+    def data_parallel_line(self) -> str | None:
+        """What the DP ranks did, in one line (None: no data parallelism)."""
+        from servesim.spec.data_parallel import data_parallel_line
+
+        stats = self.result.step_time_model.get("data_parallel")
+        return None if stats is None else data_parallel_line(stats)
 
 
 def prepare(request: SimulateRequest, *, trace: Trace | None = None) -> PreparedRun:

@@ -13,6 +13,7 @@ The answer's document is ``report.capacity.tune_document(answer)``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -152,6 +153,8 @@ class PreparedTune:
     #: the user's configuration (None: vllm serve's defaults are the baseline)
     current: Deployment | None
     study_name: str
+    #: why the TP degrees searched differ from the space's (``_tp_that_fits``)
+    tp_notes: tuple[str, ...] = ()
 
     def run(self, *, progress: Progress | None = None) -> TuneAnswer:
         """The trials, then (``request.recommend``) the recommendation (``progress``: phases
@@ -170,7 +173,7 @@ class PreparedTune:
         from servesim.tuning import tune
 
         req = self.request
-        return tune(
+        result = tune(
             self.workload,
             self.hardware,
             req.slo,
@@ -187,6 +190,9 @@ class PreparedTune:
             progress=counter(progress, "trials"),
             baseline=self.current,
         )
+        if self.tp_notes:
+            result = result.model_copy(update={"budget_notes": [*self.tp_notes, *result.budget_notes]})
+        return result
 
     def _recommend(
         self, study: TuneResult, executor: Executor, progress: Progress | None
@@ -305,6 +311,10 @@ def prepare(request: TuneRequest) -> PreparedTune:
     check_speculative_draft(_speculative(fixed), hardware)
     workload = workload_of(request.trace)
     mml = int(spec.engine.get("max_model_len") or workload.default_max_model_len())
+    request, hardware, tp_notes = _tp_that_fits(request, hardware, mml)
+    if tp_notes:
+        spec = request.deployment
+        fixed, space = _fixed(spec, request.space)
     current = _current(request, mml, fixed)
     settings = TuneSettings(
         objective=request.objective,
@@ -330,7 +340,64 @@ def prepare(request: TuneRequest) -> PreparedTune:
         fixed=fixed,
         baseline=current,
     )
-    return PreparedTune(request, workload, hardware, settings, evaluation, space, fixed, mml, current, name)
+    return PreparedTune(
+        request, workload, hardware, settings, evaluation, space, fixed, mml, current, name, tuple(tp_notes)
+    )
+
+
+def _tp_that_fits(
+    request: TuneRequest, hardware: Hardware, mml: int
+) -> tuple[TuneRequest, Hardware, list[str]]:
+    """The study's TP degrees where one replica can hold the model: a space left at its default TP
+    choices (1, 2, 4) keeps those at which vllm serve's defaults fit the GPU (``gpu_types.memory_fit``)
+    and, when none does (DeepSeek-V3 on an H200), searches the smallest power of two that does
+    instead, within ``max_gpus``; the baseline takes that TP when the request named none. Every
+    trial would otherwise be pruned for memory. A TP the user chose (``--tp``, ``--space``) is kept:
+    its misfits are pruned, as the study's output says. Returns the request as the study runs it,
+    its hardware and a note per change."""
+    from servesim.bounds import MAX_TP
+    from servesim.services.gpu_types import memory_fit
+
+    default = SearchSpace().tensor_parallel_size
+    if "tensor_parallel_size" not in hardware.varies or request.space.tensor_parallel_size != default:
+        return request, hardware, []
+    fits, why = memory_fit(request, hardware, mml)
+    tried = sorted(int(str(t)) for t in default.choices or [])
+    if fits == [t for t in tried if request.max_gpus is None or t <= request.max_gpus]:
+        return request, hardware, []
+    model, gpu = request.deployment.model, hardware.base.gpu
+    if fits:
+        left_out = [t for t in tried if t not in fits]
+        note = f"TP {', '.join(map(str, left_out))} left out of the space: one replica does not fit there"
+    else:
+        top = min(MAX_TP, request.max_gpus or MAX_TP)
+        wider = [1 << k for k in range(top.bit_length()) if (1 << k) > max(tried) and (1 << k) <= top]
+        if not wider:
+            return request, hardware, []
+        fits = memory_fit(
+            request,
+            hardware,
+            mml,
+            space=request.space.with_overrides({"tensor_parallel_size": Knob(choices=wider)}),
+        )[0][:1]
+        if not fits:
+            return request, hardware, []
+        need = re.search(r"weights need (.*?); use", why)
+        at = f" (at TP {max(tried)} the weights need {need.group(1)})" if need else ""
+        note = (
+            f"TP {', '.join(map(str, tried))} cannot hold {model or 'the model'} on one {gpu} replica{at}: "
+            f"the space searches TP {fits[0]}, the smallest that fits (--space tensor_parallel_size=... "
+            "to choose)"
+        )
+    space = request.space.with_overrides({"tensor_parallel_size": Knob(choices=fits)})
+    update: dict[str, Any] = {"space": space}
+    if request.deployment.tp is None and hardware.default_tensor_parallel_size not in fits:
+        # the baseline: vllm serve's defaults (its memory share too) at the fewest GPUs that hold them
+        util = hardware.default_gpu_memory_utilization
+        holds = memory_fit(request, hardware, mml, util, space=space)[0] or fits
+        update["deployment"] = request.deployment.model_copy(update={"tp": holds[0]})
+    request = request.model_copy(update=update)
+    return request, checked_hardware(request.deployment), [note]
 
 
 def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], SearchSpace]:

@@ -253,6 +253,9 @@ class ResolvedCluster:
     strategies: list[str]
     baseline: bool
     slo: SLO | None
+    #: one ``vllm serve --data-parallel-size`` deployment: its ranks are ``replicas`` (None: replicas
+    #: of a TP deployment behind ``router``)
+    data_parallel: ResolvedDeployment | None = None
 
     @property
     def timed_as(self) -> str:
@@ -267,7 +270,14 @@ class ResolvedCluster:
         self, trace: Trace, *, observers: Sequence[Any] = ()
     ) -> tuple[list[StrategyOutcome], dict[str, ClusterResult]]:
         """``cluster.compare_recovery`` of this cluster on ``trace``: the rows (the no-failure
-        baseline first when asked) and each strategy's result, as every interface runs it."""
+        baseline first when asked) and each strategy's result, as every interface runs it. A
+        data-parallel deployment runs its ranks (``spec.data_parallel``), without failures."""
+        if self.data_parallel is not None:
+            from servesim.cluster.compare import NO_FAILURE, outcome
+            from servesim.spec.data_parallel import run_data_parallel
+
+            result, _ = run_data_parallel(trace, self.data_parallel, self.slo, observers=observers)
+            return [outcome(NO_FAILURE, result, self.link.context())], {NO_FAILURE: result}
         return compare_recovery(
             trace,
             self.replicas,
@@ -336,6 +346,11 @@ def resolve_cluster(
     sized for ``trace``), the failure events checked against the replicas' names, the link's
     model known. Raises ``ConfigError``/``InputError``/``PerfError`` (``ServesimError``) naming
     the field. ``extra_failures``: events stated outside the spec (none for a spec read back)."""
+    deployments = [spec.deployment]
+    if spec.disaggregated is not None:
+        deployments = [spec.disaggregated.prefill, spec.disaggregated.decode]
+    if any(d.data_parallel_size > 1 or d.enable_expert_parallel for d in deployments):
+        return _resolve_data_parallel(spec, trace, extra_failures)
     if spec.disaggregated is not None:
         return _resolve_disaggregated(spec, trace)
     link = spec.link_spec()
@@ -370,6 +385,41 @@ def resolve_cluster(
         strategies=list(STRATEGIES) if compare else [spec.recovery],
         baseline=compare,
         slo=spec.slo.request_slo() if spec.slo is not None else None,
+    )
+
+
+def _resolve_data_parallel(
+    spec: ClusterSpec, trace: Trace, extra_failures: Sequence[FailureEvent]
+) -> ResolvedCluster:
+    """One ``vllm serve --data-parallel-size D`` deployment as a cluster of its D ranks (``dp0``
+    ...), behind vLLM's DP load balancer; what is not modelled for it is refused, naming the field."""
+    from servesim.spec.data_parallel import rank_replicas
+
+    dep = spec.deployment
+    if spec.disaggregated is not None:
+        raise ConfigError(
+            "data_parallel_size / enable_expert_parallel: prefill/decode pools of data-parallel "
+            "deployments are not modelled"
+        )
+    if spec.replicas is not None or dep.replicas != 1:
+        raise ConfigError(
+            "deployment.data_parallel_size: one vllm serve of D ranks is one replica (its ranks are "
+            "the cluster's nodes): give --replicas 1; DP groups behind a router are not modelled"
+        )
+    if spec.failures or extra_failures or spec.mtbf_s is not None:
+        raise ConfigError("failures: node failures of data-parallel ranks are not modelled")
+    [(_, resolved)] = resolve_replicas(runnable_deployment(dep), [("dp", dict(dep.engine))], trace)
+    return ResolvedCluster(
+        spec=spec,
+        replicas=rank_replicas(resolved),
+        setups=[resolved],
+        router=RouterSpec(policy="vllm_dp"),
+        events=[],
+        link=spec.link_spec(),
+        strategies=[],
+        baseline=False,
+        slo=spec.slo.request_slo() if spec.slo is not None else None,
+        data_parallel=resolved,
     )
 
 

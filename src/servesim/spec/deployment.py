@@ -36,6 +36,7 @@ from servesim.perf.setup import (
     DEFAULT_TP,
     replica_setup,
 )
+from servesim.spec.data_parallel import data_parallel_layout
 from servesim.traces.schema import Trace
 
 
@@ -68,6 +69,20 @@ class DeploymentSpec(BaseModel):
     )
     linear_step_time: bool = Field(
         False, description="servesim's linear step model (uncalibrated) instead of the model's."
+    )
+    data_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_TP,
+        exclude_if=lambda v: v == 1,
+        description="vLLM's data-parallel size: ranks, each its own scheduler and KV cache on tp GPUs "
+        "(a MoE model's ranks step in lockstep); 1: none.",
+    )
+    enable_expert_parallel: bool = Field(
+        False,
+        exclude_if=lambda v: v is False,
+        description="vLLM's expert parallelism: a MoE model's experts held whole, split over the "
+        "data_parallel_size x tp GPUs, instead of each sliced over them.",
     )
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Identical replicas behind the router.")
     router: RouterPolicy = Field("least_outstanding", description="How arrivals are spread over replicas.")
@@ -194,6 +209,7 @@ def resolve(spec: DeploymentSpec, *, max_model_len: int | None = None) -> Resolv
     Raises ``ConfigError`` / ``PerfError`` (both ``ServesimError``) with the reason.
     """
     config, applied = engine_values(spec, max_model_len)
+    dp = data_parallel_layout(spec)
     setup = replica_setup(
         config,
         model=spec.model,
@@ -206,13 +222,15 @@ def resolve(spec: DeploymentSpec, *, max_model_len: int | None = None) -> Resolv
         step_time_ms=spec.step_time_ms,
         linear=spec.linear_step_time,
         budget_defaulted="max_num_batched_tokens" in applied,
+        expert_shards=dp.expert_shards if dp is not None else None,
     )
     check_offloading_size(setup.config.kv_offloading_size, setup.tp)
+    step_time, timed_as = (setup.step_time, setup.timed_as) if dp is None else dp.timing(setup)
     return ResolvedDeployment(
         spec=spec,
         config=setup.config,
-        step_time=setup.step_time,
-        timed_as=setup.timed_as,
+        step_time=step_time,
+        timed_as=timed_as,
         notes=setup.notes,
         defaults_applied=applied,
         model=setup.model,

@@ -128,10 +128,12 @@ class DashboardApp(App[None]):
         # With a CPU tier the side panel has four tiles: packed without gaps, and the top row no
         # shorter than they are (dashboard.tcss, ``-tier``), so tok/s stays on it at 80x24.
         tier = self.spec.config.kv_offloading_size is not None
+        # A hybrid model's KV gauge has a line per KV cache group kind: packed (``-groups``).
+        side = " ".join(c for c, on in (("-tier", tier), ("-groups", self.spec.config.hybrid)) if on)
         with Horizontal(id="top", classes="-tier" if tier else ""):
             yield BatchTable(id="batch")
             yield Static(id="summary")
-            with Vertical(id="side", classes="-tier" if tier else ""):
+            with Vertical(id="side", classes=side):
                 yield KvGauge(id="kv")
                 if tier:
                     yield CpuTierGauge(id="cpu")

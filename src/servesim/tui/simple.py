@@ -18,6 +18,9 @@ def progress_line(snap: RunSnapshot, speed: float) -> str:
         return "-" if v is None else f"{v:,.0f}"
 
     down = sum(not r.alive for r in snap.replicas)
+    usable = snap.kv_blocks_usable
+    # a hybrid model: each KV cache group kind's share of the pool beside the total
+    groups = ", ".join(f"{kind} {n / usable:.0%}" for kind, n in snap.kv_groups) if usable else ""
     pd = snap.pd
     transfers = (
         f"  KV-wait {pd.waiting_for_kv:,}  transfers {pd.transfers_in_flight:,} on the wire "
@@ -29,7 +32,7 @@ def progress_line(snap: RunSnapshot, speed: float) -> str:
         f"t {snap.time_s:9,.2f}s x{speed:g}  step {snap.step:,}  "
         f"done {snap.num_closed:,}/{snap.num_requests:,}  "
         f"running {snap.num_running:,}  waiting {snap.num_waiting:,}  "
-        f"kv {snap.kv_blocks_used / snap.kv_blocks_usable if snap.kv_blocks_usable else 0:.0%}  "
+        f"kv {snap.kv_blocks_used / usable if usable else 0:.0%}{f' ({groups})' if groups else ''}  "
         f"ttft p50/p99 {ms(snap.ttft_p50_ms)}/{ms(snap.ttft_p99_ms)} ms  "
         f"tpot p99 {ms(snap.tpot_p99_ms)} ms  {snap.total_tokens_per_s:,.0f} tok/s"
         + transfers

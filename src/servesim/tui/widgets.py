@@ -290,8 +290,19 @@ def verdict_style(value: float | None, slo: float | None) -> str:
     return AMBER if value <= slo else BAD
 
 
+def group_kind_short(kind: str) -> str:
+    """A KV cache group kind as the side panel has room for: ``full``, ``window 128`` (a
+    sliding window of 128 tokens), ``chunk 8192`` (chunked local attention)."""
+    for long, short in (("sliding_window", "window"), ("chunked_local", "chunk")):
+        if kind.startswith(long + "("):
+            return f"{short} {kind[len(long) + 1 : -1]}"
+    return kind
+
+
 class KvGauge(Static):
-    """KV-cache usage of the shown replica, and its prefix-cache hit rate."""
+    """KV-cache usage of the shown replica, and its prefix-cache hit rate. A hybrid model's gauge
+    has a line per KV cache group kind in place of the block count: the share of the one pool
+    that kind's groups hold (the lines add up to the gauge)."""
 
     def show(self, rep: ReplicaState, name: str | None = None) -> None:
         usage = rep.kv_usage
@@ -299,7 +310,14 @@ class KvGauge(Static):
         t = Text(f"KV {name} " if name else "KV ", style="bold")
         t.append_text(bar(usage, 14 - (len(name) + 1 if name else 0), style))
         t.append(f" {usage:4.0%}\n", style=style)
-        t.append(f"{rep.kv_blocks_used:,}/{rep.kv_blocks_usable:,} blocks\n")
+        if rep.kv_groups and rep.kv_blocks_usable:
+            for kind, blocks in rep.kv_groups:
+                share = blocks / rep.kv_blocks_usable
+                t.append(f"{group_kind_short(kind):<11}", style="dim")
+                t.append_text(bar(share, 10, style))
+                t.append(f" {share:4.0%}\n")
+        else:
+            t.append(f"{rep.kv_blocks_used:,}/{rep.kv_blocks_usable:,} blocks\n")
         hit = "off" if rep.prefix_hit_rate is None else f"{rep.prefix_hit_rate:.1%}"
         t.append(f"prefix hits {hit}")
         self.update(t)

@@ -52,7 +52,7 @@ KNOBS_033: dict[str, Any] = {
 
 #: vLLM's LoRA flags and their defaults: passed through (not searched), flags and document keys
 #: only when LoRA is on.
-LORA_KEYS: dict[str, Any] = {"enable_lora": False, "max_loras": 1, "max_lora_rank": 16}
+LORA_KEYS: dict[str, Any] = {"enable_lora": False, "max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": None}
 
 
 class Deployment(BaseModel):
@@ -75,6 +75,10 @@ class Deployment(BaseModel):
         "(servesim.perf.pipeline; searched with --space pipeline_parallel_size=...).",
     )
     replicas: int = Field(1, ge=1, description="Identical vLLM instances behind the router.")
+    data_parallel_size: int = Field(
+        1, ge=1, description="vLLM --data-parallel-size (servesim.perf.expert_parallel); 1: none."
+    )
+    enable_expert_parallel: bool = Field(False, description="vLLM --enable-expert-parallel.")
     queue_timeout_s: float | None = Field(
         None, gt=0, description="Reject requests unscheduled this long (a gateway setting, not a vLLM flag)."
     )
@@ -124,6 +128,7 @@ class Deployment(BaseModel):
     enable_lora: bool = Field(False, description="vLLM --enable-lora (the trace names adapters).")
     max_loras: int = Field(1, ge=1, description="vLLM --max-loras: distinct adapters in a batch.")
     max_lora_rank: int = Field(16, ge=1, description="vLLM --max-lora-rank.")
+    max_cpu_loras: int | None = Field(None, ge=1, description="vLLM --max-cpu-loras (None: max_loras).")
 
     @model_serializer(mode="wrap")
     def _drop_speculation_when_off(self, handler: Any) -> Any:
@@ -137,6 +142,8 @@ class Deployment(BaseModel):
             if not d.get("enable_lora", True):
                 for key in LORA_KEYS:
                     d.pop(key, None)
+            if "max_cpu_loras" in d and d["max_cpu_loras"] is None:
+                del d["max_cpu_loras"]
             if d.get("num_speculative_tokens", 1) == 0:
                 del d["num_speculative_tokens"]
             if "speculative_config" in d and d["speculative_config"] is None:
@@ -147,6 +154,10 @@ class Deployment(BaseModel):
                 del d["quantization"]
             if d.get("pipeline_parallel_size") == 1:  # likewise: no pipeline, as before the key
                 del d["pipeline_parallel_size"]
+            if d.get("data_parallel_size") == 1:  # likewise: a TP deployment's document as before
+                del d["data_parallel_size"]
+            if d.get("enable_expert_parallel") is False:
+                del d["enable_expert_parallel"]
         return d
 
     @model_validator(mode="before")
@@ -163,8 +174,8 @@ class Deployment(BaseModel):
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs one vLLM server uses: tensor x pipeline parallel."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        """GPUs one vLLM server uses: tensor x pipeline x data parallel."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     @property
     def gpus(self) -> int:
@@ -172,9 +183,14 @@ class Deployment(BaseModel):
 
     @property
     def parallelism(self) -> str:
-        """``TP 2``, or ``TP 2 x PP 2`` with pipeline stages (how the views say a replica's GPUs)."""
-        pp = self.pipeline_parallel_size
-        return f"TP {self.tensor_parallel_size}" + (f" x PP {pp}" if pp > 1 else "")
+        """``TP 2``, or ``TP 2 x PP 2`` with pipeline stages, ``x DP 4`` with data-parallel ranks
+        (how the views say a replica's GPUs)."""
+        pp, dp = self.pipeline_parallel_size, self.data_parallel_size
+        return (
+            f"TP {self.tensor_parallel_size}"
+            + (f" x PP {pp}" if pp > 1 else "")
+            + (f" x DP {dp}" if dp > 1 else "")
+        )
 
     def engine_keys(self) -> dict[str, Any]:
         """One replica's vLLM keys (``EngineConfig`` names): the ``engine`` of its ``DeploymentSpec``
@@ -232,6 +248,8 @@ class Deployment(BaseModel):
         replicas: int = 1,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
+        data_parallel_size: int = 1,
+        enable_expert_parallel: bool = False,
     ) -> Deployment:
         """A deployment with an engine config's scheduler settings (its KV blocks are ignored:
         they come from the hardware)."""
@@ -245,6 +263,8 @@ class Deployment(BaseModel):
             gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,
             replicas=replicas,
+            data_parallel_size=data_parallel_size,
+            enable_expert_parallel=enable_expert_parallel,
             queue_timeout_s=config.queue_timeout_s,
             max_model_len=config.max_model_len or max_model_len,
             policy=config.policy,
@@ -272,6 +292,8 @@ class Deployment(BaseModel):
             replicas=spec.replicas,
             tensor_parallel_size=DEFAULT_TP if spec.tp is None else spec.tp,
             gpu_memory_utilization=spec.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            data_parallel_size=spec.data_parallel_size,
+            enable_expert_parallel=spec.enable_expert_parallel,
         )
 
     # ------------------------------------------------------------------ vllm serve
@@ -287,10 +309,11 @@ class Deployment(BaseModel):
             problems = serve_problems(self, model)
             if problems:
                 raise ConfigError("; ".join(problems))
-        args: list[tuple[str, Any]] = [("tensor-parallel-size", self.tensor_parallel_size)]
-        if self.pipeline_parallel_size > 1:
-            args.append(("pipeline-parallel-size", self.pipeline_parallel_size))
-        args += [
+        args: list[tuple[str, Any]] = [
+            ("tensor-parallel-size", self.tensor_parallel_size),
+            *([("pipeline-parallel-size", p)] if (p := self.pipeline_parallel_size) > 1 else []),
+            *([("data-parallel-size", self.data_parallel_size)] if self.data_parallel_size > 1 else []),
+            *([("enable-expert-parallel", True)] if self.enable_expert_parallel else []),
             ("max-model-len", self.max_model_len),
             ("max-num-seqs", self.max_num_seqs),
             ("max-num-batched-tokens", self.max_num_batched_tokens),
@@ -322,6 +345,8 @@ class Deployment(BaseModel):
                 ("max-loras", self.max_loras),
                 ("max-lora-rank", self.max_lora_rank),
             ]
+            if self.max_cpu_loras is not None:
+                args.append(("max-cpu-loras", self.max_cpu_loras))
         if self.kv_offloading_size is not None:  # vLLM's CacheConfig flags (engine/arg_utils.py)
             args += [("kv-offloading-size", self.kv_offloading_size), ("kv-offloading-backend", "native")]
         sc = self.speculative()
@@ -348,7 +373,7 @@ class Deployment(BaseModel):
         ``--data-parallel-size`` (whose own front end balances; docs/tuning.md)."""
         one = self.vllm_serve_command(model)
         lines = []
-        per = self.gpus_per_replica  # TP x PP GPUs per server
+        per = self.gpus_per_replica  # TP x PP x DP GPUs per server
         for i in range(self.replicas):
             first = (i * per) % gpus_per_node
             ids = ",".join(str(first + j) for j in range(per))

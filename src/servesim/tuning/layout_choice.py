@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from servesim.errors import InputError
+from servesim.perf.errors import MemoryFitError
 from servesim.tuning.choice import model_tolerance
 from servesim.tuning.layout_models import (
     FewestGpus,
@@ -55,11 +56,18 @@ RULE = (
 )
 
 
-def simplicity(lay: Layout) -> tuple[int, int, bool, int, str]:
-    """Sort key: fewer GPUs, lower TP, aggregated, fewer pool flags, then the label."""
-    tp = lay.tp if lay.kind == "agg" else max(lay.prefill_tp, lay.decode_tp)
+#: How much a kind of layout asks of its operator: replicas of one server, one server of DP ranks
+#: in lockstep (``--data-parallel-size``), two pools and a KV link.
+_KIND_RANK = {"agg": 0, "dpep": 1, "disagg": 2}
+
+
+def simplicity(lay: Layout) -> tuple[int, int, int, int, str]:
+    """Sort key: fewer GPUs, lower TP (a data-parallel layout's: its GPUs), aggregated (then
+    data-parallel, then disaggregated), fewer pool flags, then the label."""
+    # a data-parallel server's collectives span all its GPUs (the experts' all-gather): as TP of them
+    tp = {"agg": lay.tp, "dpep": lay.gpus}.get(lay.kind, max(lay.prefill_tp, lay.decode_tp))
     flags = len(lay.prefill_config) + len(lay.decode_config)
-    return (lay.gpus, tp, lay.kind == "disagg", flags, lay.label)
+    return (lay.gpus, tp, _KIND_RANK[lay.kind], flags, lay.label)
 
 
 def model_floor() -> float:
@@ -244,7 +252,7 @@ def fewest_gpus(
     of the full budget met the SLO on every seed it ran on."""
     from servesim.tuning.layouts import layout_space
 
-    kind = ["agg"] if "agg" in kinds else ["disagg"]
+    kind = [next(k for k in ("agg", "dpep", "disagg") if k in kinds)]
     tried: list[FewestTry] = []
     found: dict[int, str | None] = {}
 
@@ -257,7 +265,11 @@ def fewest_gpus(
         for lay in space:
             if progress is not None:
                 progress(f"fewest GPUs: {lay.label}")
-            if not runner.point(lay).meets_p99:
+            try:
+                fits = runner.point(lay).meets_p99
+            except MemoryFitError:  # the model does not fit this layout's GPUs
+                fits = False
+            if not fits:
                 tried.append(FewestTry(gpus=g, layout=lay.label, meets_p99=False, fresh_meets=None))
                 continue
             ok = fresh is None or all(fresh(s).point(lay).meets_p99 for s in seeds)
@@ -280,7 +292,7 @@ def fewest_gpus(
             hi = mid
         else:
             lo = mid
-    what = "aggregated" if kind == ["agg"] else "disaggregated"
+    what = {"agg": "aggregated", "dpep": "data-parallel", "disagg": "disaggregated"}[kind[0]]
     if hi == budget:
         note = (
             f"all {budget} GPU(s) are needed: no {what} layout of {budget - 1} meets the SLO on every seed"

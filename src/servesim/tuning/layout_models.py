@@ -16,9 +16,16 @@ class Layout(BaseModel):
     """One way to spend the GPU budget."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: Literal["agg", "disagg"]
+    kind: Literal["agg", "disagg", "dpep"]
     replicas: int = Field(0, ge=0, description="Aggregated: replicas.")
-    tp: int = Field(1, ge=1, description="Aggregated: TP of a replica.")
+    tp: int = Field(1, ge=1, description="Aggregated: TP of a replica; dpep: TP of a DP rank.")
+    dp: int = Field(
+        1,
+        ge=1,
+        exclude_if=lambda v: v == 1,
+        description="dpep: one vllm serve of dp ranks (--data-parallel-size) with "
+        "--enable-expert-parallel (servesim.perf.expert_parallel).",
+    )
     prefill_replicas: int = Field(0, ge=0)
     prefill_tp: int = Field(1, ge=1)
     decode_replicas: int = Field(0, ge=0)
@@ -30,12 +37,16 @@ class Layout(BaseModel):
     def gpus(self) -> int:
         if self.kind == "agg":
             return self.replicas * self.tp
+        if self.kind == "dpep":
+            return self.dp * self.tp
         return self.prefill_replicas * self.prefill_tp + self.decode_replicas * self.decode_tp
 
     @property
     def label(self) -> str:
         if self.kind == "agg":
             return f"agg {self.replicas}xTP{self.tp}"
+        if self.kind == "dpep":
+            return f"DP{self.dp}xTP{self.tp}+EP{self.dp * self.tp}"
         flags = "".join(f" P.{k}={v}" for k, v in self.prefill_config.items())
         flags += "".join(f" D.{k}={v}" for k, v in self.decode_config.items())
         return (

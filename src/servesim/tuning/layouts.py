@@ -1,11 +1,15 @@
 """Aggregated or disaggregated? Layouts of one GPU budget, simulated and compared.
 
 For ``gpus`` GPUs the space (``layout_space``) holds every aggregated layout (``r`` replicas of
-TP ``t``, ``r x t = gpus``) and every disaggregated one (``x`` prefill replicas of TP ``tp`` and
-``y`` decode replicas of TP ``td``, ``x tp + y td = gpus``), each pool with its own vLLM flags
-(``prefill_batched_tokens`` / ``decode_max_seqs`` values; None: vllm serve's default). Every
-layout runs the same trace: aggregated ones on ``servesim.cluster``'s simulator (no failures),
-disaggregated ones on ``PDCluster`` over the chosen link (``evaluate``).
+TP ``t``, ``r x t = gpus``), with ``dpep`` every data-parallel one of a MoE model (one ``vllm serve
+--data-parallel-size d --enable-expert-parallel`` of ``d >= 2`` ranks of TP ``t``, ``d x t =
+gpus``: the ranks in lockstep, ``servesim.spec.data_parallel``) and every disaggregated one
+(``x`` prefill replicas of TP ``tp`` and ``y`` decode replicas of TP ``td``, ``x tp + y td =
+gpus``), each pool with its own vLLM flags (``prefill_batched_tokens`` / ``decode_max_seqs``
+values; None: vllm serve's default). Every layout runs the same trace: aggregated ones on
+``servesim.cluster``'s simulator (no failures), data-parallel ones as ``simulate
+--data-parallel-size`` runs them, disaggregated ones on ``PDCluster`` over the chosen link
+(``evaluate``).
 
 Each point is scored by **goodput per GPU**: requests that met the per-request thresholds (TTFT
 <= the SLO's TTFT cap, TPOT <= its TPOT cap, the trace's own SLAs: ``engine.results.good_mask``,
@@ -33,6 +37,7 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from servesim.errors import InputError
+from servesim.perf.errors import MemoryFitError
 from servesim.traces.schema import Trace
 from servesim.tuning.layout_choice import choose_layout, fewest_gpus, verification
 from servesim.tuning.layout_models import (
@@ -60,12 +65,16 @@ def layout_space(
     """Every layout of exactly ``gpus`` GPUs (see the module docstring), aggregated first."""
     if gpus < 1:
         raise InputError(f"--gpus must be >= 1, got {gpus}")
-    bad = set(layouts) - {"agg", "disagg"}
+    bad = set(layouts) - {"agg", "disagg", "dpep"}
     if bad or not layouts:
-        raise InputError(f"--layouts: use agg, disagg or agg,disagg (got {','.join(layouts) or 'nothing'})")
+        raise InputError(
+            f"--layouts: use agg, disagg, dpep or a list of them (got {','.join(layouts) or 'nothing'})"
+        )
     out: list[Layout] = []
     if "agg" in layouts:
         out += [Layout(kind="agg", replicas=gpus // t, tp=t) for t in tps if gpus % t == 0]
+    if "dpep" in layouts:
+        out += [Layout(kind="dpep", dp=gpus // t, tp=t) for t in tps if gpus % t == 0 and gpus // t >= 2]
     if "disagg" in layouts:
         for tp_p in tps:
             for tp_d in tps:
@@ -169,6 +178,27 @@ class LayoutRunner:
             for rep, _ in resolve_replicas(base, [(f"{tag}{i}", dict(keys)) for i in range(n)], self.trace)
         ]
 
+    def _data_parallel(self, lay: Layout) -> pd.DataFrame:
+        """A ``dpep`` layout's requests: its ranks resolved and run as ``servesim simulate
+        --data-parallel-size`` runs them (``servesim.spec.data_parallel``)."""
+        from servesim.perf.catalog import resolve_model
+        from servesim.spec import DeploymentSpec, resolve
+        from servesim.spec.data_parallel import run_data_parallel
+
+        if self.timed:
+            raise InputError("--layouts dpep needs a model on a GPU (the ranks' lockstep is the roofline's)")
+        if not resolve_model(self.model).is_moe:
+            raise InputError(
+                f"--layouts dpep: {self.model} is a dense model (no experts to split over the ranks); "
+                "use agg / disagg"
+            )
+        spec = DeploymentSpec(
+            model=self.model, gpu=self.gpu, tp=lay.tp, data_parallel_size=lay.dp, enable_expert_parallel=True
+        )
+        resolved = resolve(spec, max_model_len=self.trace.default_max_model_len())
+        result, _ = run_data_parallel(self.trace, resolved, None, pooled_itl=False)
+        return result.requests
+
     def _spec(self, lay: Layout) -> Any:
         from servesim.cluster.pd import DisaggSpec, PoolSpec
 
@@ -189,11 +219,14 @@ class LayoutRunner:
         """Each request's outcome and TTFT/TPOT/E2E in ms (TPOT NaN: one output token), in trace
         order, as ``engine.results.good_mask`` reads them, the same in seconds (``*_s``: the
         p99s are taken of those), and the run's span in seconds."""
-        if lay.kind == "agg":
-            from servesim.cluster import simulate_cluster
+        if lay.kind in ("agg", "dpep"):
+            if lay.kind == "agg":
+                from servesim.cluster import simulate_cluster
 
-            reps = self._replicas("n", lay.replicas, lay.tp, {})
-            df = simulate_cluster(self.trace, reps, pooled_itl=False, replica_summaries=False).requests
+                reps = self._replicas("n", lay.replicas, lay.tp, {})
+                df = simulate_cluster(self.trace, reps, pooled_itl=False, replica_summaries=False).requests
+            else:
+                df = self._data_parallel(lay)
             span = float(df["finish_s"].max() - df["arrival_s"].min()) if len(df) else 0.0
             out = df[["outcome", "ttft_ms", "tpot_ms", "e2e_ms"]].reset_index(drop=True)
             for m in ("ttft", "tpot", "e2e"):
@@ -363,13 +396,26 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f} ms"
 
 
-def _explain(rec: LayoutPoint, agg: LayoutPoint | None, dis: LayoutPoint | None) -> list[str]:
+def _versus(rec: LayoutPoint, other: LayoutPoint) -> str:
+    return (
+        f"vs {other.label}: {other.goodput_per_gpu:.3f} per GPU; TTFT p99 {_ms(rec.ttft_p99_ms)} vs "
+        f"{_ms(other.ttft_p99_ms)}, TPOT p99 {_ms(rec.tpot_p99_ms)} vs {_ms(other.tpot_p99_ms)}"
+    )
+
+
+def _explain(
+    rec: LayoutPoint, agg: LayoutPoint | None, dis: LayoutPoint | None, dpep: LayoutPoint | None = None
+) -> list[str]:
     out = [
         f"{rec.label}: {rec.goodput_per_gpu:.3f} good requests/s per GPU "
         f"({rec.good_requests} of {rec.num_requests} within the SLO)"
     ]
-    if agg is None or dis is None:
-        out.append("only one kind of layout was searched: nothing to weigh it against")
+    if rec.layout.kind == "dpep" or agg is None or dis is None:
+        # not aggregated against disaggregated: weighed against the best of each other kind
+        others = [p for p in (agg, dpep, dis) if p is not None and p.layout.kind != rec.layout.kind]
+        if not others:
+            out.append("only one kind of layout was searched: nothing to weigh it against")
+        out += [_versus(rec, p) for p in others]
         return out
     other = agg if rec.layout.kind == "disagg" else dis
     out.append(
@@ -401,6 +447,11 @@ def _explain(rec: LayoutPoint, agg: LayoutPoint | None, dis: LayoutPoint | None)
             + (f" but costs {' and '.join(costs)}" if costs else "")
         )
         out.append(f"aggregated wins: {why}; splitting the GPUs leaves each pool idle part of the time")
+    if dpep is not None:
+        out.append(
+            f"the best data-parallel layout, {dpep.label}, gets {dpep.goodput_per_gpu:.3f} per GPU; "
+            f"TTFT p99 {_ms(dpep.ttft_p99_ms)}, TPOT p99 {_ms(dpep.tpot_p99_ms)}"
+        )
     return out
 
 
@@ -431,10 +482,16 @@ def compare_layouts(
         gpus, layouts, tps=tps, prefill_batched_tokens=prefill_batched_tokens, decode_max_seqs=decode_max_seqs
     )
     points = []
+    skipped: list[str] = []
     for lay in space:
         if progress is not None:
             progress(lay.label)
-        points.append(runner.point(lay))
+        try:
+            points.append(runner.point(lay))
+        except MemoryFitError as e:  # a big model on too few GPUs per replica: not a layout
+            skipped.append(f"{lay.label} skipped: {e}")
+    if not points:
+        raise InputError(f"no layout of {gpus} GPUs fits: " + "; ".join(skipped))
     front = pareto_front(points)
     points = [p.model_copy(update={"pareto": i in front}) for i, p in enumerate(points)]
     agg, dis = _best(points, "agg"), _best(points, "disagg")
@@ -444,14 +501,17 @@ def compare_layouts(
     choice, runs = choose_layout(points, lead, fresh, seeds, progress)
     rec = next(p for p in points if p.label == choice.recommended)
     check = None
-    if seeds and agg is not None and dis is not None:
-        check = verification(lead, dis if lead.layout.kind == "agg" else agg, runs, seeds)
+    # the best layout of another kind, as the contenders have it (``layout_choice._contenders``)
+    other = [p for p in points if p.layout.kind != lead.layout.kind]
+    best_other = min(other, key=lambda p: (-p.goodput_per_gpu, p.ttft_p99_ms), default=None)
+    if seeds and best_other is not None:
+        check = verification(lead, best_other, runs, seeds)
     fewest = _fewest(runner, gpus, layouts, tps, rec, runs, fresh, seeds, fewest_search, progress)
     be = None
     if break_even and agg is not None and dis is not None:
         be = break_even_bandwidth(runner, dis.layout, agg.goodput_per_gpu, agg.label, lo_gbps=lo_gbps)
     why_none = _break_even_why(be, break_even, agg, dis)
-    reasons = _explain(rec, agg, dis)
+    reasons = _explain(rec, agg, dis, _best(points, "dpep")) + skipped
     reasons += [c.note for c in choice.comparisons]
     if check is not None:
         reasons.append(check.note)

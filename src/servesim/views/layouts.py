@@ -9,6 +9,9 @@ from servesim.tuning.layouts import LayoutAnswer
 from servesim.views.model import Cell, Column, Kpi, Line, Section, Series, Table, Verdict
 from servesim.views.selection import layout_choice_lines, layout_choice_view
 
+#: How each kind of layout is named in the tables and charts.
+KIND_NAMES = {"agg": "aggregated", "disagg": "disaggregated", "dpep": "data-parallel + EP"}
+
 
 def layouts_view(ans: LayoutAnswer) -> Section:
     """Every layout's goodput per GPU and p99s (front marked), the chart of goodput per GPU vs
@@ -74,7 +77,7 @@ def _layouts_table(ans: LayoutAnswer) -> Table:
     rows: list[list[Cell]] = [
         [
             p.label,
-            "aggregated" if p.layout.kind == "agg" else "disaggregated",
+            KIND_NAMES[p.layout.kind],
             p.gpus,
             p.goodput_per_gpu,
             f"{p.good_requests}/{p.num_requests}",
@@ -94,12 +97,14 @@ def _layouts_table(ans: LayoutAnswer) -> Table:
 
 
 def _front_series(ans: LayoutAnswer) -> Series | None:
-    """Goodput per GPU against TTFT p99, one kind as the scatter and the other as its line, so the
-    trade-off between the two layouts reads at a glance; None when no layout ran."""
-    by_kind = {k: [p for p in ans.points if p.layout.kind == k] for k in ("agg", "disagg")}
-    first, second = ("agg", "disagg") if by_kind["agg"] else ("disagg", "agg")
-    if not by_kind[first]:
+    """Goodput per GPU against TTFT p99, one kind as the scatter and each other kind as a line, so
+    the trade-off between the kinds reads at a glance; None when no layout ran."""
+    names = KIND_NAMES
+    by_kind = {k: [p for p in ans.points if p.layout.kind == k] for k in names}
+    kinds = [k for k in names if by_kind[k]]
+    if not kinds:
         return None
+    first = kinds[0]
     return Series(
         key="front",
         title="goodput per GPU against TTFT p99, by layout",
@@ -110,16 +115,15 @@ def _front_series(ans: LayoutAnswer) -> Series | None:
         x=[p.ttft_p99_ms for p in by_kind[first]],
         y=[p.goodput_per_gpu for p in by_kind[first]],
         kind="scatter",
-        name="aggregated" if first == "agg" else "disaggregated",
+        name=names[first],
         lines=[
             Line(
-                label="disaggregated" if second == "disagg" else "aggregated",
-                x=[p.ttft_p99_ms for p in by_kind[second]],
-                y=[p.goodput_per_gpu for p in by_kind[second]],
+                label=names[k],
+                x=[p.ttft_p99_ms for p in by_kind[k]],
+                y=[p.goodput_per_gpu for p in by_kind[k]],
             )
-        ]
-        if by_kind[second]
-        else [],
+            for k in kinds[1:]
+        ],
         help="Up and to the left is better; the table marks the Pareto front.",
     )
 

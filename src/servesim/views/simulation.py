@@ -13,9 +13,11 @@ import numpy as np
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.results import (
+    KV_GROUP_COLUMN,
     SLO,
     ClassMetrics,
     LatencyStats,
+    LoRASummary,
     OffloadSummary,
     SimulationResult,
     SimulationSummary,
@@ -24,7 +26,7 @@ from servesim.engine.results import (
 )
 from servesim.views.glossary import define
 from servesim.views.model import Column, Histogram, Kpi, Line, Section, Series, Table, Verdict
-from servesim.views.shape import MAX_POINTS, Part, pooled_histogram, series, time_binned
+from servesim.views.shape import MAX_POINTS, Part, downsample, pooled_histogram, series, time_binned
 
 #: The latency metrics of every run, in display order: (key, label, SLO field).
 LATENCIES = (
@@ -178,6 +180,7 @@ def totals_table(summary: SimulationSummary) -> Table:
             f"tokens/step; mean {s.mean_waiting:,.1f} waiting (max {s.max_waiting:,})",
         ],
         ["KV cache", f"mean {s.mean_kv_usage:.1%} used, max {s.max_kv_usage:.1%}"],
+        *([["KV cache groups", kv_groups_text(s)]] if s.kv_usage_by_group else []),
         [
             "preemptions",
             f"{s.num_preemptions:,} ({s.num_preempted_requests:,} requests, at most "
@@ -189,7 +192,32 @@ def totals_table(summary: SimulationSummary) -> Table:
         rows.append(["starvation", f"{s.num_starved:,} requests STARVED (see the per-class figures)"])
     if s.prefix_cache_hit_rate is not None:
         rows.append(["prefix cache", f"hit rate {s.prefix_cache_hit_rate:.1%}"])
+    if s.lora is not None:
+        rows.append(["LoRA", lora_words(s.lora)])
     return Table.figures("totals", "totals", rows)
+
+
+def lora_words(lo: LoRASummary) -> str:
+    """The LoRA row: slot waits, then the adapters brought to the GPU and what they cost."""
+    text = (
+        f"max_loras {lo.max_loras}: {lo.skipped_request_steps:,} request-steps left waiting for an adapter "
+        "slot"
+    )
+    if lo.gpu_loads is None:
+        return text + "; adapter loads not timed (fixed step time)"
+    return (
+        f"{text}; {lo.gpu_loads:,} adapters copied to the GPU, {lo.disk_reads:,} read from disk first "
+        f"(host cache of {lo.max_cpu_loras}): {lo.load_s or 0.0:,.2f} s of step time"
+    )
+
+
+def kv_groups_text(s: SimulationSummary) -> str:
+    """A hybrid model's KV usage split by KV cache group kind, each kind's share of the one
+    pool (the kinds' means add up to the run's): ``full: mean 0.3%, max 0.9%; sliding_window(128):
+    mean 0.1%, max 0.3%``."""
+    return "; ".join(
+        f"{g.group}: mean {g.mean_usage:.1%}, max {g.max_usage:.1%}" for g in s.kv_usage_by_group or ()
+    )
 
 
 def _rate(x: float | None) -> str:
@@ -479,6 +507,14 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("kv_usage"),
         ),
     ]
+    groups = kv_group_lines(st, t, max_points)
+    if groups:  # a hybrid model: each KV cache group kind's share beside the total
+        more = (
+            " A line per KV cache group kind: its groups' blocks / usable blocks (they add up to the total)."
+        )
+        out[-1] = out[-1].model_copy(
+            update={"lines": groups, "name": "all groups", "help": (define("kv_usage") or "") + more}
+        )
     bins = min(max(10, max_points // 4), max(1, len(st)))
     t0, t1 = float(t[0]), float(end[-1])
     width = (t1 - t0) / bins if t1 > t0 else 1.0
@@ -518,6 +554,17 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     split = latency_split_series(result.requests)
     if split is not None:
         out.append(split)
+    return out
+
+
+def kv_group_lines(st: Any, t: np.ndarray, max_points: int) -> list[Line]:
+    """A hybrid model's KV usage per KV cache group kind over time (the steps' ``kv_usage:<kind>``
+    columns), one line per kind on its own down-sampled x; [] for one block table."""
+    out = []
+    for col in st.columns:
+        if isinstance(col, str) and col.startswith(KV_GROUP_COLUMN):
+            xs, ys = downsample(t, st[col].to_numpy(dtype=np.float64), max_points)
+            out.append(Line(label=col.removeprefix(KV_GROUP_COLUMN), x=xs, y=ys))
     return out
 
 
@@ -605,12 +652,17 @@ def latency_split(requests: Any) -> dict[str, list[float]]:
 def binding_limits(steps: Any, config: EngineConfig) -> dict[str, np.ndarray]:
     """Per step, whether each scheduler limit was binding (the bottleneck's rule): ``max_num_seqs``
     when the batch is full, ``token_budget`` when the step used >= 95 % of max_num_batched_tokens,
-    ``kv_cache`` when >= 95 % of the KV blocks were in use or the step preempted a request."""
-    return {
+    ``kv_cache`` when >= 95 % of the KV blocks were in use or the step preempted a request, and with
+    LoRA ``max_loras`` when the step left a waiting request behind because its adapter would have
+    exceeded max_loras (vLLM's skip; the engine records it per step)."""
+    limits = {
         "max_num_seqs": steps["num_running"].to_numpy() >= config.max_num_seqs,
         "token_budget": steps["num_tokens"].to_numpy() >= 0.95 * config.max_num_batched_tokens,
         "kv_cache": (steps["kv_usage"].to_numpy() >= 0.95) | (steps["num_preempted"].to_numpy() > 0),
     }
+    if "lora_skipped" in steps:
+        limits["max_loras"] = steps["lora_skipped"].to_numpy() > 0
+    return limits
 
 
 #: Why requests wait, in the order a step's waiting queue is attributed (first binding limit wins).
@@ -621,14 +673,19 @@ QUEUE_REASONS = (
     ("other", "no limit binding (arrived during the step)"),
 )
 
+#: With LoRA, requests left behind for their adapter (after KV blocks: a step that stops at a full
+#: batch never reaches the adapter check); only for runs in which a step skipped one.
+LORA_REASON = ("max_loras", "LoRA adapter slots (max_loras)")
+
 
 def queue_by_reason(result: SimulationResult, max_points: int = MAX_POINTS) -> list[Series]:
     """The waiting queue over time split by why it waits, derived from the step records (the engine
     records no reason): a step's ``num_waiting`` goes to its first binding limit in
-    ``QUEUE_REASONS`` order (``binding_limits``: KV blocks, then max_num_seqs, then the token
-    budget), else to "other" (the queue was not held back by a limit: requests that arrived while
-    the step ran and join the next one). One series per reason (key ``queue_by_reason.<reason>``),
-    the mean queue per time bin; the series add up to the binned ``num_waiting``."""
+    ``QUEUE_REASONS`` order (``binding_limits``: KV blocks, then with LoRA the adapter slots, then
+    max_num_seqs, then the token budget), else to "other" (the queue was not held back by a limit:
+    requests that arrived while the step ran and join the next one). One series per reason (key
+    ``queue_by_reason.<reason>``), the mean queue per time bin; the series add up to the binned
+    ``num_waiting``."""
     st = result.steps
     if not len(st):
         return []
@@ -639,7 +696,10 @@ def queue_by_reason(result: SimulationResult, max_points: int = MAX_POINTS) -> l
     left = np.ones(len(st), dtype=bool)
     bins = min(max(10, max_points // 4), max(1, len(st)))
     out = []
-    for key, label in QUEUE_REASONS:
+    reasons = (
+        QUEUE_REASONS if "max_loras" not in limits else (QUEUE_REASONS[0], LORA_REASON, *QUEUE_REASONS[1:])
+    )
+    for key, label in reasons:
         mine = left & limits[key] if key in limits else left
         left &= ~mine
         x, y = time_binned(t, np.where(mine, waiting, 0.0), float(t[0]), float(end[-1]), bins, how="mean")
@@ -660,13 +720,17 @@ def queue_by_reason(result: SimulationResult, max_points: int = MAX_POINTS) -> l
 
 #: What ``bottleneck_limit`` can name: no traffic, no limit (compute at this load), queueing with no
 #: scheduler limit binding, or the scheduler limit binding most while requests waited.
-LimitName = Literal["idle", "none", "queueing", "KV cache", "max_num_batched_tokens", "max_num_seqs"]
+LimitName = Literal[
+    "idle", "none", "queueing", "KV cache", "max_num_batched_tokens", "max_num_seqs", "max_loras"
+]
 
 #: What to try for each scheduler limit (the bottleneck verdicts' advice).
 LIMIT_ACTIONS = {
     "KV cache": "more KV blocks (higher --gpu-memory-utilization, more TP, FP8 KV) or fewer sequences",
     "max_num_batched_tokens": "a larger --max-num-batched-tokens (longer steps, fewer of them)",
     "max_num_seqs": "a larger --max-num-seqs if the KV cache has room",
+    "max_loras": "a larger --max-loras (more adapters per batch), or with replicas --router lora_aware "
+    "(each adapter kept on the replicas already running it)",
 }
 
 
@@ -702,6 +766,8 @@ def bottleneck_limit(result: SimulationResult) -> Limit:
         "max_num_batched_tokens": float(dur[at_budget].sum() / queued_s),
         "max_num_seqs": float(dur[at_seqs].sum() / queued_s),
     }
+    if "max_loras" in limits:
+        shares["max_loras"] = float(dur[queued & limits["max_loras"]].sum() / queued_s)
     name, share = max(shares.items(), key=lambda kv: kv[1])
     if share < 0.5:
         return Limit("queueing", share_queued)
@@ -750,6 +816,7 @@ def _cell(v: Any) -> str:
 __all__ = [
     "LATENCIES",
     "LIMIT_ACTIONS",
+    "LORA_REASON",
     "QUEUE_REASONS",
     "Limit",
     "LimitName",

@@ -29,7 +29,7 @@ from pydantic import (
 from servesim import tune_defaults
 from servesim.services.cluster import FailureEvent, PoolSpec, ShortPromptTokens
 from servesim.services.deployment import DeploymentSpec, PercentileSLO, SLOError
-from servesim.services.layouts import LAYOUT_KINDS, LayoutKind
+from servesim.services.layouts import DEFAULT_LAYOUT_KINDS, LayoutKind
 from servesim.services.rescheduling import Policy
 
 if TYPE_CHECKING:
@@ -322,7 +322,7 @@ class LayoutsBody(Strict):
     layout, each pool at vllm serve's defaults but for the values tried here."""
 
     kinds: list[LayoutKind] = Field(
-        default_factory=lambda: list(LAYOUT_KINDS), min_length=1, description="The kinds compared."
+        default_factory=lambda: list(DEFAULT_LAYOUT_KINDS), min_length=1, description="The kinds compared."
     )
     gpus: int = Field(ge=1, le=WEB_MAX_REPLICAS, description="The GPU budget every layout spends.")
     link: str = Field("rdma-400g", min_length=1, max_length=100, description="KV-transfer link preset.")

@@ -189,7 +189,7 @@ SS.series = function (container, s, extra) {
   div.dataset.key = s.key;
   const lines = (s.lines || []).map((ln) => s.kind === "bar"
     ? { type: "bar", x: xs, y: ln.y, name: ln.label, hovertemplate: trace.hovertemplate }  // grouped next to the first (stacked on it: s.stacked)
-    : { type: "scatter", mode: "lines", x: xs, y: ln.y, name: ln.label, line: { dash: "dot", width: 1.5 } });
+    : { type: "scatter", mode: "lines", x: ln.x || xs, y: ln.y, name: ln.label, line: { dash: "dot", width: 1.5 } });  // a line may have its own x (Line.x: down-sampled on its own)
   const traces = [trace, ...lines, ...((extra && extra.traces) || [])];
   const shapes = [];
   const annotations = [];
