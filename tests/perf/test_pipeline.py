@@ -162,3 +162,15 @@ def test_a_memory_bound_decode_step_is_split_not_multiplied() -> None:
     assert sum(parts) == pipe.step_time(b)
     assert math.isclose(sum(parts), full.step_time(b), rel_tol=0.05)
     assert max(parts) < 0.55 * full.step_time(b)
+
+
+def test_adapter_loads_are_the_largest_stages() -> None:
+    """With LoRA each stage loads its own layers' adapter weights at once: two equal stages of
+    Llama-3.1-8B read half the bytes the whole model does (perf.lora's load times)."""
+    full = build_step_time_model(
+        "llama-3.1-8b", "h100", 1, max_num_seqs=64, max_num_batched_tokens=2048, warn=False, lora_slots=2
+    )
+    pipe = build_pipeline_step_time(full, 2)
+    whole, staged = full.adapter_load_times(), pipe.adapter_load_times()
+    assert whole is not None and staged is not None
+    assert staged.read_s == pytest.approx(whole.read_s / 2, rel=0.02)

@@ -144,6 +144,9 @@ class BatchQueue:
                 if d is not None and d > t:
                     t = d
             times = self.stage_times(batch)
+            adapters = getattr(eng, "adapters", None)
+            if adapters is not None:  # LoRA: the batch's adapters brought to the GPUs first
+                times = [times[0] + adapters.step([r.lora for r in sched.running]), *times[1:]]
             free = self.stage_free
             last_start = t
             for s, dt in enumerate(times):

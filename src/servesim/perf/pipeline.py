@@ -373,6 +373,11 @@ class PipelineStepTime:
     def step_time(self, batch: BatchComposition) -> float:
         return sum(self.stage_times(batch))
 
+    def adapter_load_times(self) -> Any:
+        """With LoRA, what activating an adapter adds to a step: each stage loads its own layers'
+        adapter weights at once, so the stage with the most layers sets it (``perf.lora``)."""
+        return max(self.stages, key=lambda s: s.model.num_layers).adapter_load_times()
+
     def drafter(self, spec: SpeculativeConfig) -> None:
         raise ConfigError("speculative decoding with pipeline_parallel_size > 1 is not modelled yet")
 
