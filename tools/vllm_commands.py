@@ -179,6 +179,7 @@ def knob_deployments() -> list[tuple[str, Any, str]]:
             llama,
         ),
         ("CPU KV tier", d(kv_offloading_size=16.0), llama),
+        ("pipeline parallel", d(tensor_parallel_size=2, pipeline_parallel_size=2, async_scheduling=True), llama),
         ("CPU KV tier at TP 2", d(tensor_parallel_size=2, kv_offloading_size=64.0), llama),
         ("chunked prefill off", d(enable_chunked_prefill=False, max_num_batched_tokens=32768), llama),
         ("prefix caching off", d(enable_prefix_caching=False), llama),

@@ -25,7 +25,10 @@ model's sizes, context and vocabulary, and for a head the architecture its real 
 vLLM's checks that depend on the model see those numbers; whether the repo exists is not checked
 here (servesim's catalog sources each id). The platform is vLLM's CPU platform
 (``VLLM_TARGET_DEVICE=cpu``: without a GPU vLLM cannot infer a device and refuses to build its
-configs), with ``HF_HUB_OFFLINE=1``.
+configs), with ``HF_HUB_OFFLINE=1``. A command with ``--pipeline-parallel-size`` above 1 is checked
+with ``VLLM_USE_V2_MODEL_RUNNER=1``: on a GPU vLLM picks the V2 model runner itself (Triton is
+there, ``VllmConfig.use_v2_model_runner``), which runs pipeline parallelism with async scheduling;
+the CPU platform has no Triton and would pick the V1 runner, which refuses the pair.
 """
 
 from __future__ import annotations
@@ -233,6 +236,27 @@ def check(parser: Any, item: dict[str, Any]) -> dict[str, Any]:
     from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
 
     result = {"source": item["source"], "ok": False, "stage": "parse", "error": None}
+    argv0 = item["argv"]
+    pp = any(
+        a == "--pipeline-parallel-size" and i + 1 < len(argv0) and argv0[i + 1] != "1"
+        for i, a in enumerate(argv0)
+    ) or "pipeline-parallel-size" in (item.get("config_yaml") or "")
+    before = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if pp:  # what vLLM picks on a GPU (see the module's docstring)
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    try:
+        return _check(parser, item, result)
+    finally:
+        if before is None:
+            os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+        else:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = before
+
+
+def _check(parser: Any, item: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
+
     with tempfile.TemporaryDirectory() as tmp:
         argv = _materialise(item, Path(tmp))
         quiet = io.StringIO()

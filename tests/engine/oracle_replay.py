@@ -93,6 +93,52 @@ def replay(case: dict[str, Any], fast: bool = True, invariants_every_step: bool 
     return diffs
 
 
+def replay_pp(case: dict[str, Any], fast: bool = False, invariants_every_step: bool = True) -> list[str]:
+    """Run a pipeline-parallel case (every request arriving before the first step) and return the
+    differences from vLLM's schedule: servesim's steps in order against vLLM's step indices (the
+    stages' clock puts servesim's steps off the case's step grid, so the order is the key)."""
+    log: list[dict[str, Any]] = []
+    simulate(
+        case_trace(case),
+        case_config(case),
+        ConstantStepTime(step_time_s=case["step_s"]),
+        fast=fast,
+        step_log=log.append,
+        check_invariants=invariants_every_step,
+    )
+    diffs: list[str] = []
+    want_steps = case["steps"]
+    if [s[0] for s in want_steps] != list(range(len(want_steps))):
+        diffs.append("case: vLLM's steps are not numbered 0, 1, 2, ... (an idle gap?)")
+    for i, (step, tokens, preempted, finished, kv_used, hits, n_run, n_wait) in enumerate(want_steps):
+        if i >= len(log):
+            diffs.append(f"step {step}: vLLM scheduled {tokens}, servesim ran no step")
+            continue
+        d = log[i]
+        got = [
+            d["scheduled_tokens"],
+            sorted(d["preempted"]),
+            sorted(d["finished"]),
+            d["kv_blocks_used"],
+            d["prefix_hit_tokens"],
+            d["num_running"],
+            d["num_waiting"],
+        ]
+        want = [tokens, sorted(preempted), sorted(finished), kv_used, hits, n_run, n_wait]
+        for k, g, w in zip(
+            ("tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting"),
+            got,
+            want,
+            strict=True,
+        ):
+            if g != w:
+                diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")
+    for d in log[len(want_steps) :]:
+        if d["scheduled_tokens"]:
+            diffs.append(f"step {d['step']}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
+    return diffs
+
+
 def offload_connector(case: dict[str, Any]) -> OffloadingConnector:
     """The CPU tier and fake worker of an offload case, as the oracle ran them."""
     c = case["config"]

@@ -27,6 +27,7 @@ MAKERS = {
     "make_spec_cases.py": "oracle_spec_cases",
     "make_lora_cases.py": "oracle_lora_cases",
     "make_hybrid_cases.py": "oracle_hybrid_cases",
+    "make_pp_cases.py": "oracle_pp_cases",
 }
 #: Further committed folders a maker writes (refused as its first one is).
 ALSO_COMMITTED = {"make_hybrid_cases.py": "oracle_hybrid_usage_cases"}
@@ -37,6 +38,7 @@ ONE_OF_EACH = [
     ENGINE_TESTS / "oracle_pd_cases" / "pd_decode_00.json.gz",
     ENGINE_TESTS / "oracle_spec_cases" / "spec_basic_00.json.gz",
     ENGINE_TESTS / "oracle_hybrid_cases" / "swa_prefix_00.json.gz",  # replays as a plain case
+    ENGINE_TESTS / "oracle_pp_cases" / "pp_pressure_00.json.gz",
 ]
 
 
@@ -82,7 +84,7 @@ def _replay(python: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
 def _assert_all_identical(run: subprocess.CompletedProcess[str]) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     verdicts = [line for line in run.stdout.splitlines() if " steps): " in line]
-    kinds = ["(plain,", "(offload,", "(pd,", "(spec,", "(plain,"]
+    kinds = ["(plain,", "(offload,", "(pd,", "(spec,", "(plain,", "(pp,"]
     assert [line.split()[1] for line in verdicts] == kinds, run.stdout
     assert all(line.endswith(": identical") for line in verdicts), run.stdout
 

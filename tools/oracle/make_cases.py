@@ -37,6 +37,7 @@ COMMITTED = {
     "eagle": CASES_ROOT / "oracle_eagle_cases",
     "async_spec": CASES_ROOT / "oracle_async_spec_cases",
     "lora": CASES_ROOT / "oracle_lora_cases",
+    "pp": CASES_ROOT / "oracle_pp_cases",
 }
 
 

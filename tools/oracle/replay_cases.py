@@ -47,7 +47,9 @@ def load_case(path: Path) -> dict[str, Any]:
 
 
 def case_kind(case: dict[str, Any]) -> str:
-    """Which maker made the case: speculative, P/D, offload or plain."""
+    """Which maker made the case: speculative, P/D, offload, pipeline-parallel or plain."""
+    if int(case["config"].get("pipeline_parallel_size", 1)) > 1:
+        return "pp"
     if case.get("speculative"):
         return "spec"
     if case["config"].get("pd_connector"):
@@ -96,6 +98,7 @@ def vllm_replayer() -> Callable[[dict[str, Any]], list[str]]:
         "offload": offload_steps,
         "pd": lambda records: pd_steps(records)[0],
         "spec": spec_steps,
+        "pp": plain_steps,
     }
     td = tempfile.mkdtemp(prefix="servesim-replay-")
 
@@ -121,7 +124,7 @@ def vllm_replayer() -> Callable[[dict[str, Any]], list[str]]:
 def servesim_replayer() -> Callable[[dict[str, Any]], list[str]]:
     """Replays a case through servesim (the committed tests' replays) and lists the differences."""
     sys.path.insert(0, str(HERE.parents[1] / "tests" / "engine"))
-    from oracle_replay import replay, replay_offload, replay_pd, replay_spec
+    from oracle_replay import replay, replay_offload, replay_pd, replay_pp, replay_spec
 
     def run(case: dict[str, Any]) -> list[str]:
         kind = case_kind(case)
@@ -129,7 +132,7 @@ def servesim_replayer() -> Callable[[dict[str, Any]], list[str]]:
             return [f"fast: {d}" for d in replay(case, fast=True)] + [
                 f"naive: {d}" for d in replay(case, fast=False)
             ]
-        return {"offload": replay_offload, "pd": replay_pd, "spec": replay_spec}[kind](case)
+        return {"offload": replay_offload, "pd": replay_pd, "spec": replay_spec, "pp": replay_pp}[kind](case)
 
     return run
 

@@ -134,6 +134,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # and the scheduler runs the HybridKVCacheCoordinator over the groups it made. None: one
     # full-attention group, as before.
     "kv_layers": None,
+    # --- pipeline parallelism (servesim addition) ---
+    # P > 1: vLLM's real ParallelConfig(pipeline_parallel_size=P) on the VllmConfig, the
+    # AsyncScheduler it runs with (async_scheduling must be true: vLLM 0.33's default with PP), and
+    # EngineCore.step_with_batch_queue's queue of max_concurrent_batches steps (P + 1 under the V2
+    # model runner): steps are scheduled while the queue has room and requests remain, and the
+    # oldest step's output is applied when it is full or nothing is left to schedule.
+    "pipeline_parallel_size": 1,
 }
 
 _BOOL_KEYS = {
@@ -192,6 +199,16 @@ def load_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         raise SystemExit(
             "async_scheduling: only plain cases and eagle/eagle3/mtp speculation with k drafts "
             "(no KV connector, no emulated lookahead, no short drafts: the scheduler never sees them)"
+        )
+    if int(cfg["pipeline_parallel_size"]) > 1 and (
+        not cfg["async_scheduling"]
+        or cfg["kv_offload_chunks"] is not None
+        or cfg["pd_connector"]
+        or cfg["spec_method"] is not None
+        or cfg["kv_layers"] is not None
+    ):
+        raise SystemExit(
+            "pipeline_parallel_size > 1: plain cases with async_scheduling only (vLLM's default with PP)"
         )
     return cfg
 
@@ -489,7 +506,11 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
         from vllm.config import LoRAConfig
 
         lora_config = LoRAConfig(max_loras=int(cfg["max_loras"]), max_lora_rank=int(cfg["max_lora_rank"]))
+    from vllm.config import ParallelConfig
+
+    pp_size = int(cfg.get("pipeline_parallel_size", 1))
     vllm_config = VllmConfig(
+        parallel_config=ParallelConfig(pipeline_parallel_size=pp_size),
         lora_config=lora_config,
         model_config=model_config,
         scheduler_config=scheduler_config,
@@ -769,15 +790,21 @@ def run(
     async_mode = bool(cfg["async_scheduling"])
     # Async: the step scheduled but not yet applied (EngineCore's batch queue holds two steps:
     # step k is scheduled, then step k-1's output is applied).
-    inflight: tuple | None = None
+    # PP: EngineCore's batch queue holds vllm_config.max_concurrent_batches steps (P + 1).
+    from collections import deque
+
+    inflight: deque[tuple] = deque()
+    queue_size = int(vllm_config.max_concurrent_batches) if async_mode else 1
+    if async_mode and int(cfg["pipeline_parallel_size"]) == 1 and queue_size != 2:
+        raise SystemExit(f"vLLM's batch queue holds {queue_size} steps, not 2")
     out = open(out_path, "w")
     t_loop = time.perf_counter()
     try:
         while True:
             unfinished = scheduler.get_num_unfinished_requests()
-            flush = async_mode and inflight is not None and unfinished == 0
+            flush = async_mode and bool(inflight) and unfinished == 0
             if flush:  # nothing left to schedule: apply the step in flight, consume no step
-                prev, inflight = inflight, None
+                prev = inflight.popleft()
                 (
                     rec_step,
                     arrived,
@@ -811,7 +838,7 @@ def run(
                 arrived = []
                 # Async: step k is scheduled as step k-1 starts (right after k-1 is launched), so
                 # it sees the requests that arrived by then; with nothing in flight, at its start.
-                cutoff = step - 1 if inflight is not None else step
+                cutoff = step - 1 if inflight else step
                 while nxt < len(pending) and pending[nxt]["arrival_step"] <= cutoff:
                     r = pending[nxt]
                     scheduler.add_request(make_request(r, cfg, block_hasher))
@@ -949,10 +976,11 @@ def run(
                     t0,
                     xfer_log,
                 )
-                prev, inflight = inflight, cur
-                if prev is None:
+                inflight.append(cur)
+                if len(inflight) < queue_size:  # step_with_batch_queue: not full, requests left
                     step += 1
                     continue
+                prev = inflight.popleft()
                 (
                     rec_step,
                     arrived,

@@ -186,7 +186,7 @@ _STUDY: dict[str, tuple[Any, Any]] = {
         Path | None,
         typer.Option(None, help="YAML/JSON search space (knob: choices or {low, high})."),
     ),
-    "max_gpus": (int | None, typer.Option(None, min=1, help="GPU budget: replicas x TP at most this.")),
+    "max_gpus": (int | None, typer.Option(None, min=1, help="GPU budget: replicas x TP x PP at most this.")),
     "max_rejection_rate": (
         float,
         typer.Option(

@@ -27,7 +27,7 @@ from pydantic import (
 
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
-from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS
+from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS, MAX_TP
 from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence, is_hybrid
 from servesim.engine.speculative import SpeculativeConfig
 from servesim.errors import ConfigError, describe, reject_bool, shown
@@ -200,6 +200,14 @@ class EngineConfig(BaseModel):
         description="vLLM's AsyncScheduler: the next step is scheduled before this one's output is "
         "applied (vLLM 0.33 turns it on by default on GPUs; servesim's default stays the sync one).",
     )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_TP,  # GPUs of one replica, TP x PP (perf.pipeline.check_pp)
+        description="vLLM's --pipeline-parallel-size: the model's layers split over this many stages "
+        "of tensor-parallel GPUs; the engine keeps pipeline_parallel_size + 1 steps in flight "
+        "(servesim.engine.pipeline_steps; with it async_scheduling defaults to on, as in vLLM 0.33).",
+    )
     enable_lora: bool = Field(
         False,
         description="Serve LoRA adapters (a trace's lora column names each request's adapter; none: the "
@@ -245,6 +253,7 @@ class EngineConfig(BaseModel):
     _no_bool = field_validator(
         "max_num_seqs",
         "max_num_batched_tokens",
+        "pipeline_parallel_size",
         "block_size",
         "num_gpu_blocks",
         "long_prefill_token_threshold",
@@ -262,6 +271,18 @@ class EngineConfig(BaseModel):
         mode="before",
     )(lambda v: reject_bool(v))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_async(cls, data: Any) -> Any:
+        """vLLM 0.33 runs pipeline parallelism with async scheduling unless told not to
+        (``VllmConfig.__post_init__``: the V2 model runner supports it, so nothing turns it off):
+        a PP config that does not say otherwise schedules asynchronously here too."""
+        if isinstance(data, dict) and "async_scheduling" not in data:
+            pp = data.get("pipeline_parallel_size")
+            if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1:
+                return {**data, "async_scheduling": True}
+        return data
+
     @model_serializer(mode="wrap")
     def _drop_sync_scheduling(self, handler: Any) -> Any:
         """A sync run's documents (reports, saved results) stay byte for byte as before the
@@ -272,6 +293,8 @@ class EngineConfig(BaseModel):
             del d["async_scheduling"]
         if isinstance(d, dict) and "quantization" in d and d["quantization"] is None:
             del d["quantization"]
+        if isinstance(d, dict) and d.get("pipeline_parallel_size") == 1:  # no pipeline: as before
+            del d["pipeline_parallel_size"]
         if (
             isinstance(d, dict)
             and d.get("enable_lora") is False
@@ -299,6 +322,7 @@ class EngineConfig(BaseModel):
             )
         if self.max_model_len is not None:
             self.check_max_model_len(self.max_model_len)
+        self._check_pipeline()
         self._check_hybrid()
         if self.prefill_schedule_interval > 1 and self.kv_offloading_size is not None:
             raise ConfigError(
@@ -344,6 +368,32 @@ class EngineConfig(BaseModel):
                 f"{spec.num_lookahead_tokens} lookahead slots of speculative decoding, as vLLM requires"
             )
         return self
+
+    def _check_pipeline(self) -> None:
+        """What servesim does not model beside pipeline parallelism, naming the key."""
+        pp = self.pipeline_parallel_size
+        if pp == 1:
+            return
+        if not self.async_scheduling:
+            raise ConfigError(
+                f"pipeline_parallel_size {pp} with async_scheduling false: vLLM 0.33 then runs its sync "
+                f"scheduler with a batch queue of {pp} steps, which is not modelled; drop "
+                "--no-async-scheduling (vLLM's default with pipeline parallelism is async scheduling)"
+            )
+        for key, on in (
+            ("kv_cache_groups (sliding-window or chunked-local layers)", self.hybrid),
+            ("kv_offloading_size", self.kv_offloading_size is not None),
+            ("prefill_schedule_interval", self.prefill_schedule_interval > 1),
+        ):
+            if on:
+                raise ConfigError(
+                    f"pipeline_parallel_size {pp} with {key} is not modelled yet; drop one of them"
+                )
+        if self.speculative_config is not None:
+            raise ConfigError(
+                f"pipeline_parallel_size {pp} with speculative_config ({self.speculative_config.method}): "
+                "the drafts' broadcast between stages is not modelled yet; drop one of them"
+            )
 
     @property
     def hybrid(self) -> bool:

@@ -20,6 +20,7 @@ cdef class Engine:
     cdef public tuple _terms
     cdef public bint stretch, check_invariants, external_arrivals, _async
     cdef public PendingStep _held
+    cdef public object _pp  # pipeline_steps.BatchQueue (None without pipeline parallelism)
     cdef public TraceArrays trace
     cdef public BlockPool pool
     cdef public KVCacheManager kv

@@ -24,6 +24,7 @@ from servesim.engine.config import EngineConfig
 from servesim.engine.engine_events import emit_step, emit_stretch_step
 from servesim.engine.invariants import check_engine
 from servesim.engine.kv_connector_base import KVConnector
+from servesim.engine.pipeline_steps import BatchQueue
 from servesim.engine.recorder import REQUEST_COLUMNS, Recorder
 from servesim.engine.request import (
     OUTCOME_UNFINISHED,
@@ -119,6 +120,9 @@ class Engine:
         self.gate = gate_of(config.max_num_queued_reqs, config.max_num_queued_tokens)  # HTTP 503s
         self._async = config.async_scheduling
         self._held: PendingStep | None = None  # async: the step whose output is not applied yet
+        # Pipeline parallelism: vLLM's batch queue of pipeline_parallel_size + 1 steps in flight
+        # (pipeline_steps.py drives begin_step / end_step then); None without PP.
+        self._pp: BatchQueue | None = BatchQueue(self) if config.pipeline_parallel_size > 1 else None
         self.live: dict[int, Request] = {}  # arrived and not yet closed
         self._span: PendingStep | None = None  # an idle span in flight (idle_span.py)
         self._span_dt = self._span_end = 0.0  # its empty step's time, and its end
@@ -163,6 +167,8 @@ class Engine:
         the engine is idle or has reached ``limit``. Decode stretches that end by ``limit`` are
         applied whole on the way.
         """
+        if self._pp is not None:
+            return self._pp.begin(limit)
         sched = self.scheduler
         running = sched.running  # mutated in place by the scheduler, never rebound
         waiting = sched.waiting
@@ -295,6 +301,8 @@ class Engine:
         next step is scheduled, so this holds ``p`` and applies the step held before it."""
         if p is self._span:
             return idle_span.end(self)
+        if self._pp is not None:
+            return self._pp.end(p)
         step = self.step
         self.now = p.start + p.duration
         self.step = step + 1
@@ -566,6 +574,8 @@ class Engine:
         if self._held is not None:  # async: the last step's output
             self._apply(self._held, self.step - 1)
             self._held = None
+        if self._pp is not None:  # PP: the steps still in the batch queue
+            self._pp.drain()
         if sched.group is not None and sched.group.n:
             sched.materialize_all(self.step, self.now)
         for r in list(self.live.values()):  # only if the loop was cut short

@@ -17,7 +17,7 @@ from servesim.engine.request import (
     WAITING,
     Request,
 )
-from servesim.errors import InternalError
+from servesim.errors import ConfigError, InternalError
 from servesim.events import RequestFinished, RequestRejected
 
 if TYPE_CHECKING:
@@ -98,6 +98,11 @@ def evict_all(engine: Engine) -> list[tuple[Request, int]]:
             limbo.clear()
     out: list[tuple[Request, int]] = []
     engine._held = None  # async scheduling: the step held for its output is lost too
+    if engine._pp is not None:
+        raise ConfigError(
+            "pipeline_parallel_size with a replica failure (--failures, --mtbf-s) is not modelled yet: "
+            "the steps in flight in the pipeline's stages are not moved; drop one of them"
+        )
     for r in list(sched.running):
         r.placeholders = r.in_flight = 0
         computed = r.num_computed

@@ -8,7 +8,7 @@ cdef class Request:
     cdef public long long num_live_blocks, num_shared_blocks, sync_step, num_preemptions
     cdef public long long lost_tokens, recomputed_tokens, reused_tokens, migrated_tokens
     cdef public long long external_tokens, prefix_hit_tokens, outcome
-    cdef public long long placeholders, in_flight, lora
+    cdef public long long placeholders, in_flight, lora, eligible_step
     cdef public long long spec_tokens, spec_sched, spec_verifications, spec_drafted, spec_accepted
     cdef public double arrival, first_scheduled, first_token, last_token, finish_time, moved_token_time
     cdef public bint starved, spec_padded, prefill_chunk

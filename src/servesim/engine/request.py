@@ -43,6 +43,7 @@ class Request:
         "admit_seq",
         "arrival",
         "blocks",
+        "eligible_step",
         "external_tokens",
         "finish_time",
         "first_scheduled",
@@ -168,6 +169,9 @@ class Request:
         # output is applied, and in_flight counts the tokens of the steps not yet applied.
         self.placeholders = 0
         self.in_flight = 0
+        # Pipeline parallelism (engine.pipeline_steps): vLLM's next_decode_eligible_step, the
+        # scheduler call from which the request may decode again (0: at once, without PP).
+        self.eligible_step = 0
 
     @property
     def num_tokens(self) -> int:

@@ -13,7 +13,7 @@ cdef class Scheduler:
     cdef public long long budget, max_num_seqs, threshold, max_model_len, _admit_seq
     cdef public long long total_preemptions, spec_k, draft_slots, input_left
     cdef public long long spec_drafted, spec_accepted, spec_verifications
-    cdef public long long input_budget, max_num_active, mbt, prefill_interval, max_loras
+    cdef public long long input_budget, max_num_active, mbt, prefill_interval, max_loras, pp_step
     cdef public bint adaptive
     cdef public PrefillCadence cadence
     cdef public object acceptance, drafts

@@ -99,6 +99,9 @@ class Scheduler:
             )
         self.priority = config.policy == "priority"
         self.async_sched = config.async_scheduling  # vLLM's AsyncScheduler (async_steps.py)
+        # Pipeline parallelism: vLLM's current_step, the count of schedule() calls, which the
+        # batch queue sets (engine.pipeline_steps); 0 without PP, when no request is ever skipped.
+        self.pp_step = 0
         self.max_model_len = max_model_len
         self.running: list[Request] = []
         self.waiting: FCFSQueue | PriorityQueue = PriorityQueue() if self.priority else FCFSQueue()
@@ -189,6 +192,9 @@ class Scheduler:
             r = running[i]
             if r.placeholders and r.num_computed + 2 - r.placeholders >= r.prompt_len + r.max_tokens:
                 i += 1  # async: the step in flight samples its last token; vLLM schedules no more
+                continue
+            if self.pp_step < r.eligible_step:  # PP: vLLM decodes a request every pp_size steps
+                i += 1
                 continue
             if defer and r.prefill_chunk:  # the cadence holds this in-progress prefill chunk
                 i += 1
@@ -290,7 +296,8 @@ class Scheduler:
         requests first (with a connector), then the waiting queue; the first request that does
         not fit stops it. One the connector cannot answer for yet keeps its place, skipped, and
         so does one whose LoRA adapter would exceed ``max_loras`` (vLLM counts the adapters of
-        every running request, scheduled in this step or not, plus those admitted so far)."""
+        every running request, scheduled in this step or not, plus those admitted so far), and a
+        preempted one whose output is still in flight (vLLM's ``num_stale_output_tokens``)."""
         waiting = self.waiting
         running = self.running
         kv = self.kv
@@ -320,6 +327,10 @@ class Scheduler:
                 skipped.append(q.pop())  # vLLM: "Scheduling would exceed max_loras, skip."
                 plan.lora_skipped += 1
                 continue
+            if r.in_flight:  # preempted with output still in flight (PP: several steps deep)
+                skipped = [] if skipped is None else skipped
+                skipped.append(q.pop())  # vLLM: num_stale_output_tokens, "it drains within the
+                continue  # pipeline depth" (a queue of two never holds one here)
             num_tokens = r.prompt_len + r.num_output
             fresh = r.num_computed == 0 and not r.blocks  # (a failed load keeps its blocks)
             load_async = False

@@ -349,6 +349,8 @@ def kv_capacity(
     lora_bytes: int = 0,
     hybrid: bool = True,
     expert_shards: float | None = None,
+    weights: WeightBreakdown | None = None,
+    sampler: bool = True,
 ) -> KVCapacity:
     """KV blocks vLLM would allocate for ``model`` on ``tp`` x ``gpu`` (its start-up arithmetic).
 
@@ -358,6 +360,8 @@ def kv_capacity(
     numbers and what to change. ``lora_bytes``: the LoRA adapter slots' buffers per GPU
     (``perf.lora``), allocated with the weights at load, so the cache gets that much less.
     ``expert_shards``: ``weight_breakdown``'s (one DP rank's GPU under data parallelism).
+    ``weights`` / ``sampler``: one pipeline stage's (``perf.pipeline``): its weights, and whether
+    it runs the dummy sampler (the last stage only); ``model`` is then the stage's layers.
     """
     m = resolve_model(model, catalog)
     g = resolve_gpu(gpu, catalog)
@@ -367,10 +371,12 @@ def kv_capacity(
         raise PerfError("block_size, max_num_batched_tokens and max_num_seqs must be >= 1")
     check_tp(m, tp)
     requested = math.ceil(g.memory_bytes * gpu_memory_utilization)
-    weights = weight_breakdown(m, tp, expert_shards)
+    weights = weights or weight_breakdown(m, tp, expert_shards)
     reserve = reserve_breakdown(
         m, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, overheads=overheads
     )
+    if not sampler:
+        reserve = reserve.model_copy(update={"sampler": 0})
     kv_bytes = requested - weights.total - reserve.total - lora_bytes
     if kv_bytes <= 0:
         need = weights.total + reserve.total + lora_bytes

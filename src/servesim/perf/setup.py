@@ -20,6 +20,7 @@ from servesim.perf.catalog import resolve_gpu, resolve_model
 from servesim.perf.kv_layout import hybrid_disabled, kv_groups
 from servesim.perf.lora import lora_params_per_slot
 from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
+from servesim.perf.pipeline import PipelineStepTime, build_pipeline_step_time, describe_split, pp_kv_capacity
 from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
 from servesim.perf.roofline import BUDGET_NOTE, RooflineStepTime, build_step_time_model
@@ -30,7 +31,7 @@ from servesim.perf.serve_defaults import apply_serve_defaults
 class DeploymentSetup:
     """``step_time``: the roofline model; ``num_gpu_blocks``: None when the caller fixed them."""
 
-    step_time: RooflineStepTime
+    step_time: RooflineStepTime | PipelineStepTime
     num_gpu_blocks: int | None
     notes: tuple[str, ...]
     #: vLLM's KV cache groups for the model (None: one full-attention group; ``perf.kv_layout``)
@@ -55,13 +56,19 @@ def deployment_setup(
     lora_rank: int = 16,
     speculative_method: str | None = None,
     expert_shards: float | None = None,
+    pp: int = 1,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
     would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
     ``quantization`` loads them (``perf.precision``); ``expert_shards``: the routed experts split
-    over more GPUs than ``tp`` (one DP rank's GPU: ``perf.expert_parallel``). Raises ``PerfError``
-    subclasses (unknown names, weights that do not fit, a format vLLM refuses on the GPU) with the
-    numbers."""
+    over more GPUs than ``tp`` (one DP rank's GPU: ``perf.expert_parallel``). ``pp``:
+    ``pipeline_parallel_size``, stages of ``tp`` GPUs each (``perf.pipeline``): each stage's step
+    time, and the smallest stage's KV blocks. Raises ``PerfError`` subclasses (unknown names,
+    weights that do not fit, a format vLLM refuses on the GPU) with the numbers."""
+    if pp > 1 and expert_shards is not None:
+        raise ConfigError(
+            f"pipeline_parallel_size {pp} with data/expert parallelism is not modelled yet; drop one of them"
+        )
     spec = apply_quantization(resolve_model(model), quantization, resolve_gpu(gpu), tp)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -83,6 +90,29 @@ def deployment_setup(
         notes.append(f"{spec.name}: sized and scheduled as full attention in every layer ({off})")
     groups, _ = kv_groups(spec, hybrid=off is None)
     blocks = None
+    if pp > 1:
+        pipe = build_pipeline_step_time(step, pp)
+        if size_kv_cache:
+            pcap = pp_kv_capacity(
+                spec,
+                gpu,
+                tp,
+                pp,
+                gpu_memory_utilization=gpu_memory_utilization,
+                block_size=block_size,
+                kv_dtype=kv_dtype,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                max_model_len=max_model_len,
+                lora_bytes_per_layer=lora_slots
+                * lora_params_per_slot(spec, tp, lora_rank)
+                * spec.dtype_bytes
+                / spec.num_layers,
+                hybrid=off is None,
+            )
+            blocks = pcap.num_gpu_blocks
+            notes += pcap.caveats
+        return DeploymentSetup(pipe, blocks, tuple(dict.fromkeys(notes)), groups)
     if size_kv_cache:
         cap = kv_capacity(
             spec,
@@ -169,6 +199,11 @@ def replica_setup(
                 raise ConfigError(f"--step-time-ms must be in (0, 3600000] ms (got {step_time_ms!r})")
             step: StepTimeModel = ConstantStepTime(step_time_s=step_time_ms / 1000.0)
             timed = f"every engine step {step_time_ms:g} ms (constant step time, as asked)"
+            if cfg.pipeline_parallel_size > 1:  # engine.pipeline_steps: each stage takes the step time
+                timed = (
+                    f"every pipeline stage {step_time_ms:g} ms per step, {cfg.pipeline_parallel_size} stages "
+                    "(constant step time, as asked)"
+                )
         else:
             step = LinearStepTime()
             timed = "servesim's linear step model (an uncalibrated stand-in, as asked)"
@@ -196,6 +231,7 @@ def replica_setup(
         lora_rank=cfg.max_lora_rank,
         speculative_method=None if cfg.speculative_config is None else cfg.speculative_config.method,
         expert_shards=expert_shards,
+        pp=cfg.pipeline_parallel_size,
     )
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
@@ -230,7 +266,12 @@ def replica_setup(
         kind = "calibrated roofline step times"
     kv = "" if cfg.kv_cache_dtype == "auto" else f", {cfg.kv_cache_dtype} KV cache"
     kv = ("" if cfg.quantization is None else f", --quantization {cfg.quantization}") + kv
-    timed = f"{name} on {degree} x {where}{kv}, {kind}{prof}; {blocks}{origin}"
+    gpus = f"{degree} x {where}"
+    if cfg.pipeline_parallel_size > 1:  # perf.pipeline: the stages, their layers
+        gpus = f"{cfg.pipeline_parallel_size * degree} x {where} in " + describe_split(
+            setup.step_time.model, degree, cfg.pipeline_parallel_size
+        )
+    timed = f"{name} on {gpus}{kv}, {kind}{prof}; {blocks}{origin}"
     return ReplicaSetup(cfg, setup.step_time, timed, notes, name, where, degree)
 
 

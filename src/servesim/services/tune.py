@@ -58,7 +58,14 @@ if TYPE_CHECKING:
 #: hardware, the context length, the queue order, speculative decoding and the KV dtype hold in
 #: every trial.
 STUDY_KEYS = frozenset(
-    {"num_gpu_blocks", "max_model_len", "policy", "speculative_config", "kv_cache_dtype", "quantization"}
+    {
+        "num_gpu_blocks",
+        "max_model_len",
+        "policy",
+        "speculative_config",
+        "kv_cache_dtype",
+        "quantization",
+    }
 )
 #: Candidates re-verified on fresh seeds, best first (the first that holds is recommended).
 SHORTLIST = 3
@@ -107,7 +114,7 @@ class TuneRequest(BaseModel):
     verify_seeds: int = Field(
         tune_defaults.VERIFY_SEEDS, ge=1, le=20, description="Fresh seeds re-verifying the recommendation."
     )
-    max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP at most this.")
+    max_gpus: int | None = Field(None, ge=1, description="GPU budget: replicas x TP x PP at most this.")
     space: SearchSpace = Field(default_factory=SearchSpace, description="The knobs searched.")
     gpu_hour_usd: float | None = Field(
         None,
@@ -395,7 +402,8 @@ def _tp_that_fits(
 
 def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], SearchSpace]:
     """The fields every trial keeps, and the space with speculation's k searched in {0, k} when the
-    deployment speculates and the space leaves the knob at off."""
+    deployment speculates and the space leaves the knob at off; likewise pipeline stages in
+    {1, P} when the deployment has P."""
     from servesim.engine.speculative import SpeculativeConfig
 
     fixed: dict[str, Any] = {"policy": spec.engine.get("policy", "fcfs")}
@@ -406,6 +414,9 @@ def _fixed(spec: DeploymentSpec, space: SearchSpace) -> tuple[dict[str, Any], Se
     for key, default in KNOBS_033.items():  # vLLM 0.33's knobs as set (the 503 limits among them)
         if spec.engine.get(key, default) != default:
             fixed[key] = spec.engine[key]
+    pp = spec.engine.get("pipeline_parallel_size", 1)
+    if pp != 1 and space.pipeline_parallel_size.choices == [1]:
+        space = space.with_overrides({"pipeline_parallel_size": Knob(choices=[1, pp])})
     raw = spec.engine.get("speculative_config")
     if raw is not None:
         sc = SpeculativeConfig.model_validate(raw)

@@ -82,12 +82,12 @@ def find_capacity(
         flags_replicas=d.replicas,
         flags_gpus=d.gpus,
         replicas=hi,
-        gpus=None if hi is None else hi * d.tensor_parallel_size,
+        gpus=None if hi is None else hi * d.gpus_per_replica,
         max_replicas=max_replicas,
         tried=[
             CapacityTry(
                 replicas=k,
-                gpus=k * d.tensor_parallel_size,
+                gpus=k * d.gpus_per_replica,
                 meets=ok,
                 saturated_runs=sum(r.queue_saturated for r in runs),
                 ttft_p99_ms=max(r.ttft_ms.p99 for r in runs),

@@ -68,6 +68,12 @@ class Deployment(BaseModel):
     block_size: int = Field(16, description="vLLM --block-size.")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM --tensor-parallel-size.")
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="vLLM --pipeline-parallel-size: stages of tensor_parallel_size GPUs each "
+        "(servesim.perf.pipeline; searched with --space pipeline_parallel_size=...).",
+    )
     replicas: int = Field(1, ge=1, description="Identical vLLM instances behind the router.")
     data_parallel_size: int = Field(
         1, ge=1, description="vLLM --data-parallel-size (servesim.perf.expert_parallel); 1: none."
@@ -146,11 +152,18 @@ class Deployment(BaseModel):
                 del d["kv_cache_dtype"]
             if "quantization" in d and d["quantization"] is None:
                 del d["quantization"]
+            if d.get("pipeline_parallel_size") == 1:  # likewise: no pipeline, as before the key
+                del d["pipeline_parallel_size"]
             if d.get("data_parallel_size") == 1:  # likewise: a TP deployment's document as before
                 del d["data_parallel_size"]
             if d.get("enable_expert_parallel") is False:
                 del d["enable_expert_parallel"]
         return d
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_async(cls, data: Any) -> Any:
+        return with_pipeline_defaults(data)
 
     @model_validator(mode="after")
     def _vllm_rules(self) -> Deployment:
@@ -160,8 +173,24 @@ class Deployment(BaseModel):
         return self
 
     @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one vLLM server uses: tensor x pipeline x data parallel."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+
+    @property
     def gpus(self) -> int:
-        return self.replicas * self.tensor_parallel_size * self.data_parallel_size
+        return self.replicas * self.gpus_per_replica
+
+    @property
+    def parallelism(self) -> str:
+        """``TP 2``, or ``TP 2 x PP 2`` with pipeline stages, ``x DP 4`` with data-parallel ranks
+        (how the views say a replica's GPUs)."""
+        pp, dp = self.pipeline_parallel_size, self.data_parallel_size
+        return (
+            f"TP {self.tensor_parallel_size}"
+            + (f" x PP {pp}" if pp > 1 else "")
+            + (f" x DP {dp}" if dp > 1 else "")
+        )
 
     def engine_keys(self) -> dict[str, Any]:
         """One replica's vLLM keys (``EngineConfig`` names): the ``engine`` of its ``DeploymentSpec``
@@ -184,6 +213,7 @@ class Deployment(BaseModel):
             **({"speculative_config": sc.model_dump()} if (sc := self.speculative()) is not None else {}),
             **({"kv_cache_dtype": self.kv_cache_dtype} if self.kv_cache_dtype != "auto" else {}),
             **({"quantization": self.quantization} if self.quantization is not None else {}),
+            **({"pipeline_parallel_size": p} if (p := self.pipeline_parallel_size) > 1 else {}),
         }
 
     def speculative(self) -> SpeculativeConfig | None:
@@ -247,6 +277,7 @@ class Deployment(BaseModel):
             speculative_config=config.speculative_config,
             kv_cache_dtype=config.kv_cache_dtype,
             quantization=config.quantization,
+            pipeline_parallel_size=config.pipeline_parallel_size,
         )
 
     @classmethod
@@ -280,6 +311,7 @@ class Deployment(BaseModel):
                 raise ConfigError("; ".join(problems))
         args: list[tuple[str, Any]] = [
             ("tensor-parallel-size", self.tensor_parallel_size),
+            *([("pipeline-parallel-size", p)] if (p := self.pipeline_parallel_size) > 1 else []),
             *([("data-parallel-size", self.data_parallel_size)] if self.data_parallel_size > 1 else []),
             *([("enable-expert-parallel", True)] if self.enable_expert_parallel else []),
             ("max-model-len", self.max_model_len),
@@ -341,11 +373,12 @@ class Deployment(BaseModel):
         ``--data-parallel-size`` (whose own front end balances; docs/tuning.md)."""
         one = self.vllm_serve_command(model)
         lines = []
+        per = self.gpus_per_replica  # TP x PP x DP GPUs per server
         for i in range(self.replicas):
-            first = (i * self.tensor_parallel_size) % gpus_per_node
-            ids = ",".join(str(first + j) for j in range(self.tensor_parallel_size))
-            node = (i * self.tensor_parallel_size) // gpus_per_node
-            port = first_port + i % max(1, gpus_per_node // self.tensor_parallel_size)
+            first = (i * per) % gpus_per_node
+            ids = ",".join(str(first + j) for j in range(per))
+            node = (i * per) // gpus_per_node
+            port = first_port + i % max(1, gpus_per_node // per)
             where = f"  # replica {i + 1} of {self.replicas}" + (f", node {node + 1}" if node else "")
             lines.append(f"CUDA_VISIBLE_DEVICES={ids} {one} --port {port}{where}")
         return lines
@@ -441,6 +474,16 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def with_pipeline_defaults(data: Any) -> Any:
+    """vLLM 0.33 runs pipeline stages with async scheduling unless told otherwise (as
+    ``EngineConfig``): deployment values with stages that do not say schedule asynchronously."""
+    if isinstance(data, dict) and "async_scheduling" not in data:
+        pp = data.get("pipeline_parallel_size", 1)
+        if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1:
+            return {**data, "async_scheduling": True}
+    return data
+
+
 def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
     """vLLM's start-up rules and contradictory settings: ``(rule, reason)`` pairs, empty when valid."""
     out: list[tuple[str, str]] = []
@@ -492,6 +535,15 @@ def deployment_problems(d: Deployment) -> list[tuple[str, str]]:
                 "speculation_without_method",
                 f"num_speculative_tokens {d.num_speculative_tokens} needs a speculative config (its "
                 "method and acceptance): give --speculative-config, or speculative-config in --config",
+            )
+        )
+    if d.pipeline_parallel_size > 1 and not d.async_scheduling:
+        out.append(
+            (
+                "pipeline_without_async_scheduling",
+                f"pipeline_parallel_size {d.pipeline_parallel_size} with async scheduling off: vLLM 0.33 "
+                "runs pipeline parallelism with async scheduling (its V2 model runner); the sync "
+                "scheduler's batch queue is not modelled: turn async_scheduling on",
             )
         )
     return out

@@ -27,7 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servesim.errors import InternalError
 from servesim.traces.schema import Trace
-from servesim.tuning.deployment import Deployment, deployment_problems, resolve_deployment
+from servesim.tuning.deployment import (
+    Deployment,
+    deployment_problems,
+    resolve_deployment,
+    with_pipeline_defaults,
+)
 from servesim.tuning.evaluate import EvalSettings, RunMetrics, probe_capacity, run_once, simulate_requests
 from servesim.tuning.hardware import Hardware
 from servesim.tuning.slo import PercentileSLO
@@ -48,7 +53,7 @@ class TrialSpec(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
     probe_factor: float = Field(50.0, gt=1, description="Capacity probe rate / target rate.")
     latency_metric: LatencyMetric = Field("ttft", description="Latency objective of the Pareto front.")
-    max_gpus: int | None = Field(None, ge=1, description="Budget: replicas x TP at most this.")
+    max_gpus: int | None = Field(None, ge=1, description="Budget: replicas x TP x PP at most this.")
     fixed: dict[str, Any] = Field(
         default_factory=dict, description="Deployment fields that are not searched (max_model_len...)."
     )
@@ -203,7 +208,7 @@ def plan_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome | TrialRuns:
             number=job.number, params=job.params, valid=False, rule=rule, reason=reason, constraints=bad
         )
 
-    merged = {**spec.fixed, **job.params}
+    merged = with_pipeline_defaults({**spec.fixed, **job.params})
     try:
         draft = Deployment.model_construct(**merged)
         problems = deployment_problems(draft)
@@ -218,7 +223,9 @@ def plan_trial(ctx: EvalContext, job: TrialJob) -> TrialOutcome | TrialRuns:
     if spec.max_gpus is not None and d.gpus > spec.max_gpus:
         return invalid(
             "gpu_budget",
-            f"{d.replicas} replicas x TP {d.tensor_parallel_size} = {d.gpus} GPUs > budget {spec.max_gpus}",
+            f"{d.replicas} replicas x TP {d.tensor_parallel_size}"
+            + (f" x PP {d.pipeline_parallel_size}" if d.pipeline_parallel_size > 1 else "")
+            + f" = {d.gpus} GPUs > budget {spec.max_gpus}",
         )
     try:
         _, res = resolve_deployment(d, ctx.hardware)

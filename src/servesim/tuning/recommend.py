@@ -85,7 +85,7 @@ class SchedulerRecommendation(BaseModel):
     hardware: dict[str, Any]
     deployment: Deployment = Field(description="The recommended flags, TP, replicas, queue timeout.")
     replicas: int
-    gpus: int = Field(description="replicas x tensor_parallel_size.")
+    gpus: int = Field(description="replicas x tensor_parallel_size x pipeline_parallel_size.")
     num_gpu_blocks: int = Field(description="KV blocks per replica the simulation used.")
     router: str = Field(description="How requests were spread over the replicas.")
     target_rate_rps: float
@@ -157,7 +157,7 @@ class SchedulerRecommendation(BaseModel):
         if self.replicas != d.replicas or self.gpus != d.gpus:
             raise InputError(
                 f"replicas ({self.replicas}) and gpus ({self.gpus}) must equal the deployment's "
-                f"({d.replicas}, {d.gpus} = replicas x TP)"
+                f"({d.replicas}, {d.gpus} = replicas x TP x PP)"
             )
         if (self.meets_slo is None) != (self.slo is None):
             raise InputError("meets_slo is given exactly when an SLO is")

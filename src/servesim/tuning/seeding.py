@@ -48,6 +48,9 @@ def cheapest_candidates(sp: SearchSpace, base: dict[str, Any], mml: int) -> list
     )
     reps = int(min(v for v in (sp.replicas.choices or [sp.replicas.low]) if v is not None))
     low = {**base, "tensor_parallel_size": tp, "replicas": reps}
+    pp = sp.pipeline_parallel_size
+    stages = int(min(v for v in (pp.choices or [pp.low]) if v is not None))
+    low = present_knobs({**low, "pipeline_parallel_size": stages})
     seqs = [int(v) for v in (sp.max_num_seqs.choices or [sp.max_num_seqs.high]) if v is not None]
     toks = [
         int(v)

@@ -11,6 +11,7 @@ Defaults (an 8B-class model on 80 GB GPUs; override for yours)::
     block_size                    16, 32
     gpu_memory_utilization        0.80..0.95 step 0.05
     tensor_parallel_size          1, 2, 4
+    pipeline_parallel_size        1                           (vLLM's pipeline stages; not searched)
     replicas                      1..4
     queue_timeout_s               none, 10, 60
     kv_offloading_size            none                        (GiB of host memory; not searched)
@@ -35,6 +36,11 @@ search vLLM 0.33's admission limits (its API server answers 503 past them): a tr
 requests only within ``--max-rejection-rate`` (a rejected request is never good), so the search
 trades rejections for TTFT inside the user's budget and nowhere else. Off by default, with the
 fingerprint and trial parameters of a space without them.
+``--space pipeline_parallel_size=1,2,4`` searches vLLM's pipeline stages (``perf.pipeline``): a
+replica is TP x PP GPUs (the GPU budget counts both), and a trial with stages schedules
+asynchronously, as vLLM runs them. Off by default (1), with the fingerprint and trial parameters
+of a space without the knob; a deployment's own ``--pipeline-parallel-size`` is a point of the
+search, as its TP is.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ KNOBS: dict[str, str] = {
     "block_size": "int",
     "gpu_memory_utilization": "float",
     "tensor_parallel_size": "int",
+    "pipeline_parallel_size": "int",
     "replicas": "int",
     "queue_timeout_s": "optional_float",
     "kv_offloading_size": "optional_float",
@@ -132,6 +139,7 @@ class Knob(BaseModel):
 #: leaves them off keeps the fingerprint and description it had before them, likewise.
 OFF_WHEN_ABSENT: dict[str, Value] = {
     "num_speculative_tokens": 0,
+    "pipeline_parallel_size": 1,
     "max_num_queued_reqs": None,
     "max_num_queued_tokens": None,
 }
@@ -168,6 +176,7 @@ class SearchSpace(BaseModel):
     block_size: Knob = Field(default_factory=lambda: _c(16, 32))
     gpu_memory_utilization: Knob = Field(default_factory=lambda: Knob(low=0.8, high=0.95, step=0.05))
     tensor_parallel_size: Knob = Field(default_factory=lambda: _c(1, 2, 4))
+    pipeline_parallel_size: Knob = Field(default_factory=lambda: _c(1))
     replicas: Knob = Field(default_factory=lambda: Knob(low=1, high=4))
     queue_timeout_s: Knob = Field(default_factory=lambda: _c(None, 10.0, 60.0))
     kv_offloading_size: Knob = Field(default_factory=lambda: _c(None))
@@ -257,10 +266,15 @@ class SearchSpace(BaseModel):
             p["long_prefill_token_threshold"] = 0
         for name in ("enable_prefix_caching", "block_size", "gpu_memory_utilization", "tensor_parallel_size"):
             draw(name, getattr(sp, name))
+        stages = sp.pipeline_parallel_size
+        if max_gpus is not None:  # the stages that leave the TP drawn at least the fewest replicas
+            cap = max_gpus // (int(p["tensor_parallel_size"]) * max(1, int(_low(sp.replicas))))
+            draw("pipeline_parallel_size", stages, _narrow(stages, high=cap))
+        else:
+            draw("pipeline_parallel_size", stages)
+        per_replica = int(p["tensor_parallel_size"]) * int(p["pipeline_parallel_size"])
         if max_gpus is not None:
-            draw(
-                "replicas", sp.replicas, _narrow(sp.replicas, high=max_gpus // int(p["tensor_parallel_size"]))
-            )
+            draw("replicas", sp.replicas, _narrow(sp.replicas, high=max_gpus // per_replica))
         else:
             draw("replicas", sp.replicas)
         draw("queue_timeout_s", sp.queue_timeout_s)
@@ -300,8 +314,9 @@ class SearchSpace(BaseModel):
         if max_model_len is not None and _high(mbt) < max_model_len:
             upd["enable_chunked_prefill"] = _narrow_bool(self.enable_chunked_prefill, True)
         if max_gpus is not None:
+            stages = max(1, int(_low(self.pipeline_parallel_size)))
             upd["tensor_parallel_size"] = _narrow(
-                self.tensor_parallel_size, high=max_gpus // max(1, int(_low(self.replicas)))
+                self.tensor_parallel_size, high=max_gpus // (max(1, int(_low(self.replicas))) * stages)
             )
         return self.with_overrides(upd)
 
@@ -325,8 +340,9 @@ class SearchSpace(BaseModel):
         gpus = sum(
             1
             for tp in v["tensor_parallel_size"]
+            for pp in v["pipeline_parallel_size"]
             for r in v["replicas"]
-            if max_gpus is None or _num(r) * _num(tp) <= max_gpus
+            if max_gpus is None or _num(r) * _num(tp) * _num(pp) <= max_gpus
         )
         total = flags * gpus
         for n in (

@@ -94,7 +94,9 @@ def deploy_lines(p: DeployPlan) -> list[str]:
     )
     router = f", behind a {p.router} router," if p.replicas > 1 else " (one replica, no router)"
     head = (
-        f"deploy: {p.replicas} replica(s) x TP {p.tensor_parallel_size} = {p.gpus} GPU(s) of this command"
+        f"deploy: {p.replicas} replica(s) x TP {p.tensor_parallel_size}"
+        + (f" x PP {pp}" if (pp := p.gpus // max(1, p.replicas * p.tensor_parallel_size)) > 1 else "")
+        + f" = {p.gpus} GPU(s) of this command"
         f"{router} with {gateway}:"
     )
     return [head, *p.commands, max_model_len_text(p), cost_text(p), headroom_text(p)]

@@ -145,7 +145,7 @@ def headline_text(rec: SchedulerRecommendation) -> str:
     state = state_words(rec.status, rec.meets_slo)
     shown = "" if state == OVER_SLO else f"{state}; "
     return (
-        f"{rec.replicas} replica(s) x TP {rec.deployment.tensor_parallel_size} = {rec.gpus} GPU(s); "
+        f"{rec.replicas} replica(s) x {rec.deployment.parallelism} = {rec.gpus} GPU(s); "
         f"{shown}{verdict} on {len(rec.verification)} fresh seeds (requires human review)"
     )
 
@@ -364,7 +364,7 @@ def lead_clauses(rec: SchedulerRecommendation) -> list[str]:
     slo = {None: "", True: " meets the SLO", False: " does NOT meet the SLO"}[rec.meets_slo]
     out = [
         what,
-        f"{rec.replicas} replica(s) x TP {rec.deployment.tensor_parallel_size} ({rec.gpus} GPU(s)){slo} "
+        f"{rec.replicas} replica(s) x {rec.deployment.parallelism} ({rec.gpus} GPU(s)){slo} "
         f"at {rate_text(rec.target_rate_rps)}",
     ]
     if rec.goodput_knee_rps is not None and rec.knee_headroom is not None:
