@@ -121,7 +121,10 @@ TUNE = ["tune", "poisson_20_rps", "-n", "50"]
             ["--layouts", "agg", "--gpus", "2", "--trials", "3", "--no-recommend", "--target-rate", "5"],
             "error: --trials 3, --no-recommend, --target-rate 5: the flag search's",
         ),
-        (["--layouts", "", "--gpus", "2"], "error: --layouts: use agg, disagg or agg,disagg (got nothing)"),
+        (
+            ["--layouts", "", "--gpus", "2"],
+            "error: --layouts: use agg, disagg, dpep or a list of them, e.g. agg,disagg (got nothing)",
+        ),
         (
             ["--gpus", "2"],
             "error: --gpus N is the GPU budget of --layouts: give --layouts agg,disagg with it (the flag "

@@ -21,6 +21,7 @@ from typing import Any
 from servesim.engine import engine_setup, idle_span, replica_ops
 from servesim.engine.admission import gate_of, rejected_on_arrival
 from servesim.engine.config import EngineConfig
+from servesim.engine.empty_steps import nothing_scheduled
 from servesim.engine.engine_events import emit_step, emit_stretch_step
 from servesim.engine.invariants import check_engine
 from servesim.engine.kv_connector_base import KVConnector
@@ -224,20 +225,7 @@ class Engine:
         step = self.step
         plan = sched.schedule(step, now)
         if plan.num_group_decodes == 0 and not plan.scheduled and self._held is None:
-            if xfer is not None and (xfer.keeps_stepping() or xfer.connector.next_due() < math.inf):
-                # only KV transfers in flight (a waiting request the connector cannot answer for
-                # until its own store ends, too): vLLM steps on until they are done
-                self._empty_steps = 0
-            else:
-                if not plan.preempted:
-                    # Impossible for a config vLLM accepts (checked up front); say so loudly.
-                    raise EngineStallError(
-                        f"step {step}: nothing could be scheduled ({len(running)} running, "
-                        f"{len(waiting)} waiting, {self.pool.num_free} free blocks)"
-                    )
-                self._empty_steps += 1
-                if self._empty_steps > 1000:
-                    raise EngineStallError(f"step {step}: 1000 steps in a row scheduled nothing")
+            nothing_scheduled(self, plan, step)  # vLLM's empty steps, or a stall said loudly
         else:
             self._empty_steps = 0
         batch = plan.batch()

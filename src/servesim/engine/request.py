@@ -123,7 +123,6 @@ class Request:
         # hash_keys[i // hash_per] + 4 * (i % hash_per).
         self.hash_keys: list[int] | None = None
         self.hash_per = 1
-
         self.status = WAITING
         self.num_computed = 0
         self.num_output = 0
@@ -131,12 +130,9 @@ class Request:
         # Prefix-cache state of the held blocks (see block_pool): the first num_cached_blocks are
         # hashed as in vLLM, of which the first num_live_blocks can be hit by a lookup. Blocks
         # below num_shared_blocks hold content other requests may share (group prefix, hash_ids).
-        self.num_cached_blocks = 0
-        self.num_live_blocks = 0
-        self.num_shared_blocks = 0
+        self.num_cached_blocks = self.num_live_blocks = self.num_shared_blocks = 0
         self.admit_seq = -1  # order of (re)admission into running: running list is sorted by it
         self.sync_step = -1  # fast path: step at which num_computed/num_output were last exact
-
         # Records.
         self.first_scheduled = -1.0
         self.first_token = -1.0
@@ -167,8 +163,7 @@ class Request:
         # Async scheduling (vLLM's AsyncScheduler): num_computed advances when a step is
         # scheduled; a step in flight that samples holds a placeholder for its token until its
         # output is applied, and in_flight counts the tokens of the steps not yet applied.
-        self.placeholders = 0
-        self.in_flight = 0
+        self.placeholders = self.in_flight = 0
         # Pipeline parallelism (engine.pipeline_steps): vLLM's next_decode_eligible_step, the
         # scheduler call from which the request may decode again (0: at once, without PP).
         self.eligible_step = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_groups import KVCacheGroup, group_kinds
@@ -90,43 +91,29 @@ def deployment_setup(
         notes.append(f"{spec.name}: sized and scheduled as full attention in every layer ({off})")
     groups, _ = kv_groups(spec, hybrid=off is None)
     blocks = None
+    # how vLLM sizes the KV cache, the same for one replica and for each pipeline stage
+    sizing: dict[str, Any] = {
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "block_size": block_size,
+        "kv_dtype": kv_dtype,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_seqs": max_num_seqs,
+        "max_model_len": max_model_len,
+        "hybrid": off is None,
+    }
+    lora_bytes = lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes
     if pp > 1:
         pipe = build_pipeline_step_time(step, pp)
         if size_kv_cache:
             pcap = pp_kv_capacity(
-                spec,
-                gpu,
-                tp,
-                pp,
-                gpu_memory_utilization=gpu_memory_utilization,
-                block_size=block_size,
-                kv_dtype=kv_dtype,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_num_seqs=max_num_seqs,
-                max_model_len=max_model_len,
-                lora_bytes_per_layer=lora_slots
-                * lora_params_per_slot(spec, tp, lora_rank)
-                * spec.dtype_bytes
-                / spec.num_layers,
-                hybrid=off is None,
+                spec, gpu, tp, pp, lora_bytes_per_layer=lora_bytes / spec.num_layers, **sizing
             )
             blocks = pcap.num_gpu_blocks
             notes += pcap.caveats
         return DeploymentSetup(pipe, blocks, tuple(dict.fromkeys(notes)), groups)
     if size_kv_cache:
         cap = kv_capacity(
-            spec,
-            gpu,
-            tp,
-            gpu_memory_utilization=gpu_memory_utilization,
-            block_size=block_size,
-            kv_dtype=kv_dtype,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-            lora_bytes=math.ceil(lora_slots * lora_params_per_slot(spec, tp, lora_rank) * spec.dtype_bytes),
-            hybrid=off is None,
-            expert_shards=expert_shards,
+            spec, gpu, tp, lora_bytes=math.ceil(lora_bytes), expert_shards=expert_shards, **sizing
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
