@@ -15,7 +15,7 @@ from servesim.cli.main import app
 
 runner = CliRunner()
 TRACE = str(Path(__file__).resolve().parents[2] / "examples" / "trace.jsonl")
-GPT_OSS = ["--model", "gpt-oss-20b", "-n", "300"]
+GPT_OSS = ["--model", "gpt-oss-20b"]
 
 
 def _json(*args: str) -> dict:
@@ -52,9 +52,9 @@ def test_simulate_shows_each_group_kinds_share_of_the_kv_cache() -> None:
 
 
 def test_a_dense_model_has_no_group_row_and_no_key() -> None:
-    doc = _json("simulate", TRACE, "-n", "100")
+    doc = _json("simulate", TRACE)
     assert "kv_usage_by_group" not in doc["summary"]
-    res = runner.invoke(app, ["simulate", TRACE, "-n", "100"], env={"COLUMNS": "200"})
+    res = runner.invoke(app, ["simulate", TRACE], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "│ KV cache " in res.stdout and "KV cache groups" not in res.stdout
 
 

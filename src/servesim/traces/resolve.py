@@ -27,10 +27,17 @@ def open_trace(
 ) -> Trace:
     """Load a trace file or bundled trace, or generate one from a preset (seeded).
 
-    ``num_requests`` only applies to generated traces (a file is read whole); ``strict`` and
-    ``hash_block_size`` only to files (see ``load_trace``).
+    ``num_requests`` only applies to generated traces: a file is read whole, so a count given
+    with one is refused rather than ignored (the run would not be the size asked for);
+    ``strict`` and ``hash_block_size`` only apply to files (see ``load_trace``).
     """
     if Path(source).exists() or source in BUNDLED_TRACES:
+        if num_requests is not None:
+            raise TraceError(
+                source,
+                f"a trace file is read whole: num_requests (-n) {num_requests:,} applies to generated "
+                "presets only; drop it",
+            )
         return load_trace(source, format=format, strict=strict, hash_block_size=hash_block_size, seed=seed)
     try:
         spec = preset_spec(source)
