@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from servesim.cli.main import app
 from servesim.engine import ConstantStepTime, EngineConfig, simulate
 from servesim.engine.adapter_cache import AdapterCache
-from servesim.engine.step_time import BatchComposition
 from servesim.perf.catalog import resolve_gpu, resolve_model
 from servesim.perf.lora import ADAPTER_READ_BYTES_PER_S, adapter_load_times, lora_params_per_slot
 from servesim.traces.schema import Trace
@@ -99,7 +98,6 @@ def test_the_step_that_first_runs_an_adapter_lasts_its_load_longer() -> None:
         Trace.from_records(rows), EngineConfig(enable_lora=True), ConstantStepTime(step_time_s=0.01)
     )
     assert plain.summary.lora is not None and plain.summary.lora.gpu_loads is None
-    assert step.step_time(BatchComposition(1, 1, [], 0)) == base
 
 
 def test_simulate_shows_the_adapters_loaded_and_refuses_a_host_cache_below_max_loras(tmp_path: Any) -> None:

@@ -60,7 +60,6 @@ def test_a_tp_the_user_chose_is_kept_and_a_model_that_fits_changes_nothing() -> 
     mine = prepare(_request("deepseek-v3", "h200", ["tensor_parallel_size=4"]))
     assert mine.space.tensor_parallel_size.choices == [4] and mine.tp_notes == ()
     small = prepare(_request("llama-3.1-8b", "h100"))
-    assert small.space == prepare(_request("llama-3.1-8b", "h100")).space
     assert small.space.tensor_parallel_size == SearchSpace().tensor_parallel_size and small.tp_notes == ()
     # a GPU budget below the smallest TP that fits: nothing to widen to, the trials say why
     capped = prepare(_request("deepseek-v3", "h200", max_gpus=4))
@@ -76,4 +75,4 @@ def test_the_cli_says_which_tp_it_searched() -> None:
     assert run.exit_code == 0, run.output
     text = " ".join(run.output.split())
     assert "the space searches TP 8, the smallest that fits" in text
-    assert "pruned" not in text or "[memory_fit]" not in text
+    assert "[memory_fit]" not in text  # no trial pruned for memory
