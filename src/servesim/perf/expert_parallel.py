@@ -138,19 +138,7 @@ class DataParallelStepTime(RooflineStepTime):
         check_data_parallel(base.model, base.tp, dp, enable_expert_parallel)
         self.dp = dp
         self.enable_expert_parallel = enable_expert_parallel
-        super().__init__(
-            base.model,
-            base.gpu,
-            base.tp,
-            base.profile,
-            kv_dtype=base.kv_dtype,
-            max_num_seqs=base.max_num_seqs,
-            max_num_batched_tokens=base.max_num_batched_tokens,
-            cudagraphs=base.cudagraphs,
-            extra_gemm_params=base.extra_gemm_params,
-            lora_slots=base.lora_slots,
-            lora_rank=base.lora_rank,
-        )
+        super().__init__(base.model, base.gpu, base.tp, base.profile, **base.options())
         m, g, pr = self.model, self.gpu, self.profile
         link = g.interconnect_bandwidth * pr.interconnect_efficiency
         if dp > 1 and self._moe_layers:

@@ -395,20 +395,7 @@ class PipelineStepTime:
         return PipelineStepTime(
             self.model,
             [
-                StageStepTime(
-                    s.model,
-                    s.gpu,
-                    s.tp,
-                    profile,
-                    first=s.first,
-                    last=s.last,
-                    kv_dtype=s.kv_dtype,
-                    max_num_seqs=s.max_num_seqs,
-                    max_num_batched_tokens=s.max_num_batched_tokens,
-                    cudagraphs=s.cudagraphs,
-                    lora_slots=s.lora_slots,
-                    lora_rank=s.lora_rank,
-                )
+                StageStepTime(s.model, s.gpu, s.tp, profile, first=s.first, last=s.last, **s.options())
                 for s in self.stages
             ],
             self.layers,
@@ -430,19 +417,9 @@ def build_pipeline_step_time(
     return PipelineStepTime(
         m,
         [
+            # the target model's settings (no draft head's extra GEMMs: PP refuses speculation)
             StageStepTime(
-                st.model,
-                full.gpu,
-                full.tp,
-                full.profile,
-                first=st.first,
-                last=st.last,
-                kv_dtype=full.kv_dtype,
-                max_num_seqs=full.max_num_seqs,
-                max_num_batched_tokens=full.max_num_batched_tokens,
-                cudagraphs=full.cudagraphs,
-                lora_slots=full.lora_slots,
-                lora_rank=full.lora_rank,
+                st.model, full.gpu, full.tp, full.profile, first=st.first, last=st.last, **full.options()
             )
             for st in sts
         ],

@@ -397,19 +397,26 @@ class RooflineStepTime:
             f"RooflineStepTime({self.model.name} on {self.tp}x{self.gpu.name}, profile={self.profile.name!r})"
         )
 
+    def options(self) -> dict[str, Any]:
+        """The keyword settings this model was built with (``__init__``'s after the profile): what
+        a model derived from it (another profile, a pipeline stage, a DP rank) keeps."""
+        return {
+            "kv_dtype": self.kv_dtype,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "cudagraphs": self.cudagraphs,
+            "extra_gemm_params": self.extra_gemm_params,
+            "lora_slots": self.lora_slots,
+            "lora_rank": self.lora_rank,
+        }
+
     def with_profile(self, profile: HardwareProfile) -> RooflineStepTime:
         return RooflineStepTime(
             self.model,
             self.gpu,
             self.tp,
             profile,
-            kv_dtype=self.kv_dtype,
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            cudagraphs=self.cudagraphs,
-            extra_gemm_params=self.extra_gemm_params,
-            lora_slots=self.lora_slots,
-            lora_rank=self.lora_rank,
+            **self.options(),
         )
 
     # ------------------------------------------------------------------ speculative decoding
