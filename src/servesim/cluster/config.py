@@ -35,8 +35,10 @@ class RouterSpec(BaseModel):
       GPU hit counts ``cpu_prefix_weight`` of a GPU block: it saves the same prefill but has to
       be loaded over the host link first, and the request waits for the load (servesim's
       default 0.5, an assumption; 0 scores GPU hits only, as before the tier existed).
-    * ``vllm_dp``: vLLM's data-parallel front end, lowest waiting + running + 6·waiting·max(0,
-      kv − 0.5).
+    * ``vllm_dp``: vLLM's data-parallel front end (``router.dp_score``, the rule
+      ``--data-parallel-size`` runs too): lowest max(outstanding, waiting + running) +
+      6·waiting·max(0, kv − 0.5), ties to the first from a start that moves on by one replica per
+      request (the first request's scan starts at replica 0, as vLLM's).
     * ``lora_aware``: for a request with a LoRA adapter, the fewest outstanding among the
       replicas already running that adapter, else among those with a free adapter slot (fewer
       distinct adapters running than ``max_loras``), else among all: it does not wait behind

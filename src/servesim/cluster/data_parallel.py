@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from servesim.cluster.fleet import Replica
+from servesim.cluster.router import dp_score
 from servesim.cluster.simulate import ClusterRun
 from servesim.engine.engine import Engine
 from servesim.engine.replica import ReplicaView
@@ -66,9 +67,7 @@ class DPLoadBalancer:
         for i in range(n):
             idx = (self.start + i) % n
             waiting, running, kv = counts[idx]
-            score = float(max(inflight[idx], waiting + running))
-            if waiting:
-                score += waiting * 6.0 * max(0.0, kv - 0.5)
+            score = dp_score(waiting, running, kv, inflight[idx])
             if score < least:
                 least, best = score, idx
         self.start = (self.start + 1) % n

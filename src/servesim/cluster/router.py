@@ -17,6 +17,19 @@ BLIND_POLICIES = frozenset({"round_robin", "random"})
 QUEUE_POLICIES = frozenset({"least_outstanding", "power_of_two"})
 
 
+def dp_score(waiting: int, running: int, kv_usage: float, in_flight: int) -> float:
+    """vLLM's data-parallel load balancer's score of one engine (``DPLBAsyncMPClient.
+    get_core_engine_for_request``, vllm/v1/engine/core_client.py, one API server): its requests
+    ``max(in_flight, waiting + running)`` plus, while some wait, ``waiting x 6 x max(0,
+    kv_usage - 0.5)`` (a queue on a KV-bound engine drains slowly). The lowest wins, ties to the
+    first from a start that moves on by one engine per request (``eng_start_index``). The one
+    statement of the rule: the ``vllm_dp`` router and ``cluster.data_parallel.DPLoadBalancer``."""
+    score = float(max(in_flight, waiting + running))
+    if waiting:
+        score += waiting * 6.0 * max(0.0, kv_usage - 0.5)
+    return score
+
+
 class Router:
     """Picks a replica index for each request; deterministic for a given seed."""
 
@@ -72,14 +85,18 @@ class Router:
         order = order[shift:] + order[:shift]  # ties rotate instead of piling on replica 0
         if policy == "least_kv":
             return min(order, key=lambda k: replicas[k].kv_usage)
-        if policy == "vllm_dp":
-
-            def dp_score(k: int) -> float:
-                v = replicas[k]
-                w = v.num_waiting
-                return w + v.num_running + w * 6.0 * max(0.0, v.kv_usage - 0.5)
-
-            return min(order, key=dp_score)
+        if policy == "vllm_dp":  # vLLM's start is 0 for the first request: one turn behind the rotation above
+            start = (self._turn - 1) % len(order)
+            scan = list(eligible)[start:] + list(eligible)[:start]
+            return min(
+                scan,
+                key=lambda k: dp_score(
+                    replicas[k].num_waiting,
+                    replicas[k].num_running,
+                    replicas[k].kv_usage,
+                    replicas[k].outstanding,
+                ),
+            )
         return self._prefix_aware(r, replicas, order)
 
     def _prefix_aware(self, r: Request, replicas: Sequence[ReplicaView], order: list[int]) -> int:
