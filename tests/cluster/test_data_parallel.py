@@ -172,3 +172,31 @@ def test_a_moe_group_steps_together_and_loses_nothing() -> None:
     assert len(by_start) <= stats.group_steps
     busy_rank_steps = len(steps)
     assert busy_rank_steps + stats.dummy_rank_steps == 4 * stats.group_steps
+
+
+class _View:
+    """What the router reads of a replica (``ReplicaView``'s queue and KV figures)."""
+
+    def __init__(self, waiting: int, running: int, kv: float, in_flight: int) -> None:
+        self.num_waiting, self.num_running, self.kv_usage, self.outstanding = waiting, running, kv, in_flight
+
+
+def test_the_vllm_dp_router_picks_as_the_load_balancer_does() -> None:
+    """``--router vllm_dp`` (replicas behind vLLM's DP front end) and ``--data-parallel-size``'s
+    balancer are one rule (``router.dp_score``), scan start included: the same replicas for the
+    same snapshots, request after request; idle replicas in turn from replica 0, as vLLM."""
+    from servesim.cluster import RouterSpec
+    from servesim.cluster.router import Router
+    from servesim.engine.request import Request
+
+    router, lb = Router(RouterSpec(policy="vllm_dp")), DPLoadBalancer()
+    r = Request(0, "r0", 0.0, 10, 5)
+    for case in _lb_cases():
+        views = [
+            _View(w, run, kv, f) for (w, run, kv), f in zip(case["counts"], case["inflight"], strict=True)
+        ]
+        want = lb.pick([tuple(c) for c in case["counts"]], case["inflight"])  # type: ignore[misc]
+        assert router.pick(r, views, list(range(len(views)))) == want  # type: ignore[arg-type]
+    idle = [_View(0, 0, 0.0, 0) for _ in range(3)]
+    fresh = Router(RouterSpec(policy="vllm_dp"))
+    assert [fresh.pick(r, idle, [0, 1, 2]) for _ in range(4)] == [0, 1, 2, 0]  # type: ignore[arg-type]
