@@ -47,6 +47,31 @@ def case_config(case: dict[str, Any]) -> EngineConfig:
     return EngineConfig(**{k: v for k, v in case["config"].items() if k in keys})
 
 
+#: What a case's step row holds after its step index, in order, and the step log's field for each.
+STEP_FIELDS = (
+    ("tokens", "scheduled_tokens"),
+    ("preempted", "preempted"),
+    ("finished", "finished"),
+    ("kv_used", "kv_blocks_used"),
+    ("hits", "prefix_hit_tokens"),
+    ("running", "num_running"),
+    ("waiting", "num_waiting"),
+)
+
+
+def step_diffs(row: list[Any], d: dict[str, Any]) -> list[str]:
+    """vLLM's step ``row`` (step index, then ``STEP_FIELDS``) against servesim's step-log line
+    ``d``: one line per figure that differs (the lists of requests compared as sets, sorted)."""
+    out = []
+    for (key, field), want in zip(STEP_FIELDS, row[1:], strict=True):
+        got = d[field]
+        if key in ("preempted", "finished"):
+            got, want = sorted(got), sorted(want)
+        if got != want:
+            out.append(f"step {row[0]} {key}: vLLM {want} servesim {got}")
+    return out
+
+
 def replay(case: dict[str, Any], fast: bool = True, invariants_every_step: bool = False) -> list[str]:
     """Run the case and return the differences from vLLM's schedule (empty when identical)."""
     log: list[dict[str, Any]] = []
@@ -60,33 +85,14 @@ def replay(case: dict[str, Any], fast: bool = True, invariants_every_step: bool 
     )
     ours = {round(d["start_s"] / case["step_s"]): d for d in log}
     diffs: list[str] = []
-    for step, tokens, preempted, finished, kv_used, hits, n_run, n_wait in case["steps"]:
+    for row in case["steps"]:
+        step, tokens = row[0], row[1]
         d = ours.pop(step, None)
         if d is None:
             if tokens:
                 diffs.append(f"step {step}: vLLM scheduled {tokens}, servesim ran no step")
             continue
-        got = {
-            "tokens": d["scheduled_tokens"],
-            "preempted": sorted(d["preempted"]),
-            "finished": sorted(d["finished"]),
-            "kv_used": d["kv_blocks_used"],
-            "hits": d["prefix_hit_tokens"],
-            "running": d["num_running"],
-            "waiting": d["num_waiting"],
-        }
-        want = {
-            "tokens": tokens,
-            "preempted": sorted(preempted),
-            "finished": sorted(finished),
-            "kv_used": kv_used,
-            "hits": hits,
-            "running": n_run,
-            "waiting": n_wait,
-        }
-        for k in want:
-            if got[k] != want[k]:
-                diffs.append(f"step {step} {k}: vLLM {want[k]} servesim {got[k]}")
+        diffs += step_diffs(row, d)
     for step, d in sorted(ours.items()):
         if d["scheduled_tokens"]:
             diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
@@ -110,29 +116,11 @@ def replay_pp(case: dict[str, Any], fast: bool = False, invariants_every_step: b
     want_steps = case["steps"]
     if [s[0] for s in want_steps] != list(range(len(want_steps))):
         diffs.append("case: vLLM's steps are not numbered 0, 1, 2, ... (an idle gap?)")
-    for i, (step, tokens, preempted, finished, kv_used, hits, n_run, n_wait) in enumerate(want_steps):
+    for i, row in enumerate(want_steps):
         if i >= len(log):
-            diffs.append(f"step {step}: vLLM scheduled {tokens}, servesim ran no step")
+            diffs.append(f"step {row[0]}: vLLM scheduled {row[1]}, servesim ran no step")
             continue
-        d = log[i]
-        got = [
-            d["scheduled_tokens"],
-            sorted(d["preempted"]),
-            sorted(d["finished"]),
-            d["kv_blocks_used"],
-            d["prefix_hit_tokens"],
-            d["num_running"],
-            d["num_waiting"],
-        ]
-        want = [tokens, sorted(preempted), sorted(finished), kv_used, hits, n_run, n_wait]
-        for k, g, w in zip(
-            ("tokens", "preempted", "finished", "kv_used", "hits", "running", "waiting"),
-            got,
-            want,
-            strict=True,
-        ):
-            if g != w:
-                diffs.append(f"step {step} {k}: vLLM {w} servesim {g}")
+        diffs += step_diffs(row, log[i])
     for d in log[len(want_steps) :]:
         if d["scheduled_tokens"]:
             diffs.append(f"step {d['step']}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
