@@ -114,6 +114,16 @@ def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(IMAGES / name))
 
 
+def wait_for_answer(page: Any, slot: str, selector: str, timeout: int = 180_000) -> None:
+    """Wait for a job's answer in ``#{slot}-results``, or fail at once with the refusal the page
+    shows in the job box (its status and detail), rather than waiting out the timeout blind."""
+    answer = f"#{slot}-results {selector}"
+    page.wait_for_selector(f"{answer}, #{slot}-job [role='alert']", timeout=timeout)
+    refused = page.locator(f"#{slot}-job [role='alert']")
+    assert refused.count() == 0, f"{slot} was refused: {refused.first.inner_text()}"
+    page.wait_for_selector(answer, timeout=timeout)
+
+
 def plotted_points(page: Any, container: str) -> list[int]:
     """Points per Plotly trace of every chart in ``container`` (read from Plotly's own DOM)."""
     return list(
@@ -562,7 +572,7 @@ def test_one_deployment_and_one_slo_serve_every_tab_and_survive_a_reload(page: A
     page.fill("#tune-trial-seeds", "1")
     page.fill("#tune-space", json.dumps(SMALL_SPACE))
     page.click("#tune-submit")
-    page.wait_for_selector("#tune-results .run-settings", timeout=180_000)
+    wait_for_answer(page, "tune", ".run-settings")
     assert page.text_content("#tune-results .run-settings") == want
     page.wait_for_selector("#tune-results table[data-key='baseline'] tbody tr")
     first = page.locator("#tune-results table[data-key='baseline'] tbody tr").first.locator("td")
@@ -574,7 +584,7 @@ def test_one_deployment_and_one_slo_serve_every_tab_and_survive_a_reload(page: A
     page.click("#tab-sweep")
     page.fill("#sweep-seeds", "1")
     page.click("#sweep-submit")
-    page.wait_for_selector("#sweep-results [data-key='ttft_ms_curve'] .main-svg", timeout=180_000)
+    wait_for_answer(page, "sweep", "[data-key='ttft_ms_curve'] .main-svg")
     assert page.text_content("#sweep-results .run-settings") == want
     notes = page.eval_on_selector(
         "#sweep-results [data-key='ttft_ms_curve']", "e => (e.layout.annotations || []).map(a => a.text)"
