@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+from free_ports import free_port
 
 #: The fixtures that start the shared Ray (a test using either is one of its users).
 USERS = ("local_ray", "serve_emulator")
@@ -73,9 +74,7 @@ def serve_emulator(local_ray: None) -> Iterator[Callable[..., str]]:
     def start(settings: Any) -> str:
         nonlocal deployed
         if _RAY.serve_port is None:
-            with socket.socket() as s:  # a free port, for every test's app
-                s.bind(("127.0.0.1", 0))
-                _RAY.serve_port = int(s.getsockname()[1])
+            _RAY.serve_port = free_port()  # for every test's app
         settings = dataclasses.replace(settings, port=_RAY.serve_port)
         deployed = True
         ray_serve.start(settings)

@@ -23,7 +23,6 @@ import select
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +37,7 @@ import pytest
 
 from doc_sizes import as_run
 from docs_fences import shell_or_plain_blocks
+from free_ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Generous per-command bound on a loaded 2-core machine; the docs' lines take seconds.
@@ -142,22 +142,6 @@ def _env(work: Path) -> dict[str, str]:
 #: above Ray's worker ports (10002-19999). A kernel-picked port was once taken, between the pick and
 #: the emulator's bind, by one of the many gRPC ports a concurrently starting Ray binds (the line
 #: then "answered" in HTTP/2 frames).
-PORTS = range(20000, 32000)
-
-
-def _free_port() -> int:
-    """A port nothing listens on now, outside the ranges other programs draw from."""
-    import random
-
-    for _ in range(200):
-        port = random.choice(PORTS)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PORTS}")
 
 
 def on_port(cmd: str, port: int) -> str:
@@ -182,7 +166,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _serves(typed: str, work: Path) -> None:
     """Start a server line on a free port, wait until it answers HTTP there, stop it. Its data
     folder is its own (servers run side by side; one may set another with ``--data-dir``)."""
-    port = _free_port()
+    port = free_port()
     cmd = on_port(typed, port)
     proc = subprocess.Popen(
         ["bash", "-c", f"exec {cmd}"],

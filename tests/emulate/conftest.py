@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from emulate_helpers import MODEL, Server, free_port, replicas
+from emulate_helpers import MODEL, Server, replicas
 
+from free_ports import free_port
 from servesim import RouterSpec
 from servesim.emulate.app import build_app
 from servesim.emulate.edge import Edge

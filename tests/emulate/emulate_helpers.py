@@ -8,7 +8,6 @@ pytest loaded last, so it broke depending on the order the files were collected 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +26,6 @@ def replicas(
     more vLLM settings)."""
     setup = replica_setup(EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, **engine))
     return [Replica(f"replica-{k}", setup.config, setup.step_time) for k in range(n)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -22,7 +22,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from emulate_helpers import free_port, none_left
+from emulate_helpers import none_left
+
+from free_ports import free_port
 
 pytestmark = pytest.mark.ray
 

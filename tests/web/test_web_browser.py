@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 from bench_sample import bench_result
 from web_helpers import GOOD_CSV, SEED_RECOVERY, SMALL_SPACE
 
+from free_ports import free_port
 from polling import wait_until
 from servesim.report.pdf import CHROMIUM_ARGS
 
@@ -34,16 +34,10 @@ if not Path(CHROMIUM).exists():  # pragma: no cover - .ci/run installs it
     pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("e2e")
-    port = _free_port()
+    port = free_port()
     cmd = [
         str(Path(sys.executable).parent / "servesim"),
         "serve",

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from free_ports import free_port
 from servesim.cli.main import app
 
 runner = CliRunner()
@@ -55,7 +56,6 @@ def _marked(mark: str) -> list[int]:
 def test_workers_do_not_outlive_a_killed_server(tmp_path: Path) -> None:
     import os
     import signal
-    import socket
     import subprocess
     import sys
     import time
@@ -63,9 +63,7 @@ def test_workers_do_not_outlive_a_killed_server(tmp_path: Path) -> None:
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mark = f"SERVESIM_TEST_MARK={uuid.uuid4().hex}"
     env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
     exe = str(Path(sys.executable).parent / "servesim")
@@ -96,7 +94,6 @@ def test_sigterm_stops_the_server_cleanly_with_status_0(tmp_path: Path) -> None:
     """Issue 47: ``servesim serve`` ended with status -15 on SIGTERM (what systemd, Docker and
     Kubernetes send): uvicorn drains, then the command exits 0 and says it stopped."""
     import signal
-    import socket
     import subprocess
     import sys
 
@@ -104,9 +101,7 @@ def test_sigterm_stops_the_server_cleanly_with_status_0(tmp_path: Path) -> None:
 
     from polling import wait_until
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     exe = str(Path(sys.executable).parent / "servesim")
     proc = subprocess.Popen(
         [exe, "serve", "--port", str(port), "--data-dir", str(tmp_path)],
