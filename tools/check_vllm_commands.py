@@ -274,8 +274,9 @@ def oracle_problems(cmds: list[Command], python: Path, timeout_s: float = 900) -
 
 
 #: vLLM dependencies a command needs in the oracle's venv beyond what its setup.sh installs
-#: (../shared/vllm-oracle/requirements-cpu.txt): any ``--quantization`` imports compressed-tensors.
-NEEDS: dict[str, str] = {"--quantization": "compressed_tensors"}
+#: (../shared/vllm-oracle/requirements-cpu.txt): any ``--quantization`` imports compressed-tensors,
+#: which imports loguru (a venv with the one and not the other fails on every such command).
+NEEDS: dict[str, str] = {"--quantization": "compressed_tensors,loguru"}
 
 
 def oracle_checkable(cmds: list[Command], python: Path) -> tuple[list[Command], list[str]]:
@@ -288,7 +289,8 @@ def oracle_checkable(cmds: list[Command], python: Path) -> tuple[list[Command], 
             [
                 str(python),
                 "-c",
-                f"import importlib.util, sys; sys.exit(not importlib.util.find_spec({module!r}))",
+                "import importlib.util, sys; "
+                f"sys.exit(not all(importlib.util.find_spec(m) for m in {module.split(',')!r}))",
             ],
             capture_output=True,
             check=False,

@@ -282,9 +282,11 @@ def test_the_admin_endpoints_refuse_non_loopback_clients() -> None:
 def test_an_injected_failure_mid_stream_follows_the_planner(make_server: Any) -> None:
     srv = make_server(n_replicas=2, time_scale=4.0)
     results: dict[str, list[str]] = {}
+    tokens = 200  # ~6 s of streaming at this time scale: the failure lands mid-stream however loaded
+    started: list[asyncio.Event] = []
 
-    async def stream(c: httpx.AsyncClient, i: int) -> None:
-        body = {"model": MODEL, "prompt": f"request {i} " * 300, "max_tokens": 60, "stream": True}
+    async def stream(c: httpx.AsyncClient, i: int, first: asyncio.Event) -> None:
+        body = {"model": MODEL, "prompt": f"request {i} " * 300, "max_tokens": tokens, "stream": True}
         async with c.stream("POST", srv.url + "/v1/completions", json=body) as r:
             rid, words = None, []
             async for line in r.aiter_lines():
@@ -292,13 +294,16 @@ def test_an_injected_failure_mid_stream_follows_the_planner(make_server: Any) ->
                     chunk = json.loads(line[6:])
                     rid = chunk["id"]
                     words.extend(chunk["choices"][0]["text"].split())
+                    first.set()
             assert rid is not None
             results[rid] = words
 
     async def main() -> None:
         async with httpx.AsyncClient(timeout=60) as c:
-            tasks = [asyncio.create_task(stream(c, i)) for i in range(8)]
-            await asyncio.sleep(1.5)  # all decoding now
+            started.extend(asyncio.Event() for _ in range(8))
+            tasks = [asyncio.create_task(stream(c, i, started[i])) for i in range(8)]
+            for first in started:  # every stream decoding (its first token out), not a guessed delay
+                await asyncio.wait_for(first.wait(), 60)
             r = await c.post(srv.url + "/admin/fail", json={"replica": "replica-0"})
             assert r.status_code == 200
             await asyncio.gather(*tasks)
@@ -308,7 +313,9 @@ def test_an_injected_failure_mid_stream_follows_the_planner(make_server: Any) ->
     assert moves and {m["from"] for m in moves} == {"replica-0"} and {m["to"] for m in moves} == {"replica-1"}
     assert {m["strategy"] for m in moves} <= {"MIGRATE_STATE", "COLD_RESTART"}
     assert {m["request"] for m in moves} <= set(results)
-    assert all(len(w) == 60 for w in results.values())  # every stream resumed and completed, no token twice
+    assert all(
+        len(w) == tokens for w in results.values()
+    )  # every stream resumed and completed, no token twice
 
 
 def test_a_body_longer_than_any_prompt_is_413_before_it_is_read(make_server: Any) -> None:

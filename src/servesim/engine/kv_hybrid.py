@@ -338,12 +338,16 @@ class HybridKVCacheManager(KVCacheManager):
         computed = r.num_computed if r.num_computed < mml else mml
         slots = computed + n + self.lookahead
         quiet = self._quiet.get(r.idx)
-        if quiet is not None and quiet[0] is r.blocks and computed < quiet[1]:
-            if (slots if slots < mml else mml) <= quiet[2]:
-                t = computed + n
-                nt = r.prompt_len + r.num_output
-                if not self.caching or (t if t < nt else nt) < quiet[3]:
-                    return True  # 15 decode steps in 16: nothing to free, allocate or cache
+        if (
+            quiet is not None
+            and quiet[0] is r.blocks
+            and computed < quiet[1]
+            and (slots if slots < mml else mml) <= quiet[2]
+        ):
+            t = computed + n
+            nt = r.prompt_len + r.num_output
+            if not self.caching or (t if t < nt else nt) < quiet[3]:
+                return True  # 15 decode steps in 16: nothing to free, allocate or cache
         self._remove_skipped(r, computed)
         required = -(-(slots if slots < mml else mml) // bs)
         tables: list[list[int]] = r.blocks  # type: ignore[assignment]
