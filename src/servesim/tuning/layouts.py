@@ -29,7 +29,7 @@ break-even gives the bandwidth where migrating stops paying.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -102,6 +102,15 @@ def layout_space(
 
 class LayoutAnswer(BaseModel):
     gpus: int
+    engine: dict[str, str] = Field(
+        default_factory=dict,
+        description="The deployment's own vLLM keys every layout ran with (quantization, "
+        "kv_cache_dtype: the checkpoint's weight format and the KV dtype, not searched).",
+    )
+    commands: list[str] = Field(
+        default_factory=list,
+        description="The recommended layout's vllm serve lines, one per pool (none: a fixed step time).",
+    )
     slo: dict[str, float | None]
     link: str
     points: list[LayoutPoint]
@@ -125,9 +134,16 @@ class LayoutAnswer(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------- runs
+#: The vLLM keys a layout search keeps as the deployment gives them: properties of the checkpoint
+#: (its weight format) and of the deployment (the KV dtype), not knobs a layout tunes. Every pool
+#: and every DP rank runs with them, so the memory fit that decides which TP fits is theirs.
+DEPLOYMENT_KEYS = ("quantization", "kv_cache_dtype")
+
+
 class LayoutRunner:
     """Runs a layout on the trace: the pools resolved as ``servesim cluster`` resolves them
-    (vllm serve's defaults on the GPU, KV sized for the trace)."""
+    (vllm serve's defaults on the GPU, KV sized for the trace), each with the deployment's own
+    keys (``engine``: ``DEPLOYMENT_KEYS``)."""
 
     def __init__(
         self,
@@ -141,7 +157,15 @@ class LayoutRunner:
         short_prompt_tokens: int = 0,
         ttft_ms: float | None = None,
         tpot_ms: float | None = None,
+        engine: Mapping[str, Any] | None = None,
     ) -> None:
+        other = sorted(set(engine or {}) - set(DEPLOYMENT_KEYS))
+        if other:
+            raise InputError(
+                f"a layout runs every pool at vllm serve's defaults: {', '.join(other)} cannot be "
+                f"fixed (only {', '.join(DEPLOYMENT_KEYS)}, the checkpoint's)"
+            )
+        self.engine = dict(engine or {})
         self.trace = trace
         self.model = model
         self.gpu = gpu
@@ -173,6 +197,7 @@ class LayoutRunner:
             step_time_ms=self.step_time_ms,
             linear_step_time=self.linear,
         )
+        keys = {**self.engine, **keys}
         return [
             rep
             for rep, _ in resolve_replicas(base, [(f"{tag}{i}", dict(keys)) for i in range(n)], self.trace)
@@ -182,7 +207,7 @@ class LayoutRunner:
         """A ``dpep`` layout's requests: its ranks resolved and run as ``servesim simulate
         --data-parallel-size`` runs them (``servesim.spec.data_parallel``)."""
         from servesim.perf.catalog import resolve_model
-        from servesim.spec import DeploymentSpec, resolve
+        from servesim.spec import resolve
         from servesim.spec.data_parallel import run_data_parallel
 
         if self.timed:
@@ -192,21 +217,63 @@ class LayoutRunner:
                 f"--layouts dpep: {self.model} is a dense model (no experts to split over the ranks); "
                 "use agg / disagg"
             )
-        spec = DeploymentSpec(
-            model=self.model, gpu=self.gpu, tp=lay.tp, data_parallel_size=lay.dp, enable_expert_parallel=True
-        )
-        resolved = resolve(spec, max_model_len=self.trace.default_max_model_len())
+        resolved = resolve(self._dp_spec(lay), max_model_len=self.trace.default_max_model_len())
         result, _ = run_data_parallel(self.trace, resolved, None, pooled_itl=False)
         return result.requests
+
+    def _dp_spec(self, lay: Layout) -> Any:
+        from servesim.spec import DeploymentSpec
+
+        return DeploymentSpec(
+            model=self.model,
+            gpu=self.gpu,
+            tp=lay.tp,
+            data_parallel_size=lay.dp,
+            enable_expert_parallel=True,
+            engine=dict(self.engine),
+        )
+
+    def commands(self, lay: Layout) -> list[str]:
+        """The layout's ``vllm serve`` line of each pool (every replica of a pool runs the same
+        one), carrying the deployment's keys (``--quantization`` / ``--kv-cache-dtype``) so the
+        server runs the checkpoint that was simulated; none with a fixed step time (no model)."""
+        from servesim.spec import DeploymentSpec
+        from servesim.tuning.deployment import Deployment
+
+        if self.timed:
+            return []
+        max_len = self.trace.default_max_model_len()
+
+        def line(what: str, tp: int, keys: Mapping[str, Any], dp: int = 1) -> str:
+            spec = DeploymentSpec(
+                model=self.model,
+                gpu=self.gpu,
+                tp=tp,
+                data_parallel_size=dp,
+                enable_expert_parallel=dp > 1,
+                engine={**self.engine, **keys},
+            )
+            return f"{what}: {Deployment.from_spec(spec, max_len).vllm_serve_command(self.model, strict=False)}"
+
+        if lay.kind == "agg":
+            return [line(f"each of {lay.replicas} replica(s)", lay.tp, {})]
+        if lay.kind == "dpep":
+            return [line(f"one server of {lay.dp} DP ranks", lay.tp, {}, lay.dp)]
+        return [
+            line(f"each of {lay.prefill_replicas} prefill replica(s)", lay.prefill_tp, lay.prefill_config),
+            line(f"each of {lay.decode_replicas} decode replica(s)", lay.decode_tp, lay.decode_config),
+        ]
 
     def _spec(self, lay: Layout) -> Any:
         from servesim.cluster.pd import DisaggSpec, PoolSpec
 
         return DisaggSpec(
             prefill=PoolSpec(
-                replicas=lay.prefill_replicas, tp=lay.prefill_tp, config=dict(lay.prefill_config)
+                replicas=lay.prefill_replicas, tp=lay.prefill_tp, config={**self.engine, **lay.prefill_config}
             ),
-            decode=PoolSpec(replicas=lay.decode_replicas, tp=lay.decode_tp, config=dict(lay.decode_config)),
+            decode=PoolSpec(
+                replicas=lay.decode_replicas, tp=lay.decode_tp, config={**self.engine, **lay.decode_config}
+            ),
             link=self.link,
             short_prompt_tokens=self.short,
             model=self.model,
@@ -521,6 +588,8 @@ def compare_layouts(
         reasons.append(be.note)
     return LayoutAnswer(
         gpus=gpus,
+        engine={k: str(v) for k, v in runner.engine.items()},
+        commands=runner.commands(rec.layout),
         slo={"ttft_ms": runner.ttft_ms, "tpot_ms": runner.tpot_ms},
         link=runner.link,
         points=points,
@@ -570,6 +639,7 @@ def _break_even_why(
 
 __all__ = [
     "TPS",
+    "DEPLOYMENT_KEYS",
     "BreakEven",
     "FewestGpus",
     "Layout",
