@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from typer.testing import CliRunner
 
 from servesim.cli.main import app

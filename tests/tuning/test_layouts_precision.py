@@ -25,7 +25,12 @@ FP8 = {"quantization": "fp8", "kv_cache_dtype": "fp8"}
 
 def _rows(n: int = 30, rate: float = 10.0) -> list[dict[str, object]]:
     return [
-        {"req_id": f"r{i}", "arrival_time_s": i / rate, "prompt_len": 1200 if i % 3 == 0 else 300, "output_len": 40}
+        {
+            "req_id": f"r{i}",
+            "arrival_time_s": i / rate,
+            "prompt_len": 1200 if i % 3 == 0 else 300,
+            "output_len": 40,
+        }
         for i in range(n)
     ]
 
@@ -52,7 +57,9 @@ def test_fp8_weights_fit_tp1_where_bf16_does_not(tmp_path: Path) -> None:
     over 50 GiB for the reserve and the KV cache: two TP1 replicas are a layout of 2 GPUs."""
     bf16 = _layouts(tmp_path, "--model", "llama-3.1-70b", "--gpu", "h200", "--gpus", "2")
     assert [p["label"] for p in bf16["points"]] == ["agg 1xTP2"]
-    assert any(r.startswith("agg 2xTP1 skipped: llama-3.1-70b does not fit h200 at TP=1") for r in bf16["reasons"])
+    assert any(
+        r.startswith("agg 2xTP1 skipped: llama-3.1-70b does not fit h200 at TP=1") for r in bf16["reasons"]
+    )
     fp8 = _layouts(
         tmp_path, "--model", "llama-3.1-70b", "--gpu", "h200", "--gpus", "2", "--quantization", "fp8"
     )

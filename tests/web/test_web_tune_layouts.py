@@ -20,7 +20,9 @@ def _body(trace_id: str, deployment: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_checkpoints_format_runs_in_every_layout(client: TestClient, trace_id: str) -> None:
-    out = run_job(client, "/api/tune", _body(trace_id, {"model": "llama-3.1-8b", "gpu": "h100", "engine": FP8}))
+    out = run_job(
+        client, "/api/tune", _body(trace_id, {"model": "llama-3.1-8b", "gpu": "h100", "engine": FP8})
+    )
     layouts = out["result"]["layouts"]
     assert layouts["engine"] == FP8
     assert layouts["commands"] and all(

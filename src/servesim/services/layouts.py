@@ -140,8 +140,8 @@ def _values(given: list[int]) -> list[int | None]:
 
 __all__ = [
     "DEFAULT_LAYOUT_KINDS",
-    "DEPLOYMENT_KEYS",
     "DEFAULT_LAYOUT_MODEL",
+    "DEPLOYMENT_KEYS",
     "LAYOUT_KINDS",
     "LayoutAnswer",
     "LayoutKind",

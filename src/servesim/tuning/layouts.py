@@ -253,7 +253,9 @@ class LayoutRunner:
                 enable_expert_parallel=dp > 1,
                 engine={**self.engine, **keys},
             )
-            return f"{what}: {Deployment.from_spec(spec, max_len).vllm_serve_command(self.model, strict=False)}"
+            return (
+                f"{what}: {Deployment.from_spec(spec, max_len).vllm_serve_command(self.model, strict=False)}"
+            )
 
         if lay.kind == "agg":
             return [line(f"each of {lay.replicas} replica(s)", lay.tp, {})]
@@ -638,8 +640,8 @@ def _break_even_why(
 
 
 __all__ = [
-    "TPS",
     "DEPLOYMENT_KEYS",
+    "TPS",
     "BreakEven",
     "FewestGpus",
     "Layout",
