@@ -25,6 +25,11 @@ def test_the_checkpoints_format_runs_in_every_layout(client: TestClient, trace_i
     )
     layouts = out["result"]["layouts"]
     assert layouts["engine"] == FP8
+    (view,) = out["result"]["sections"]
+    assert (
+        "every layout runs quantization fp8, kv_cache_dtype fp8 (the deployment's, not searched)"
+        in view["text"]
+    )
     assert layouts["commands"] and all(
         "--quantization fp8" in c and "--kv-cache-dtype fp8" in c for c in layouts["commands"]
     )
