@@ -164,18 +164,13 @@ def build_cluster_result(
     if gated:  # each replica's API server answers its own 503s; the fleet's counted together
         cfg = gated[0]
         cluster.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
-    offload = _offload(run, cluster, requests)
-    if offload is not None:
-        cluster.offload = offload.fleet
-        for name, off in offload.replicas.items():
-            if name in per_replica:
-                per_replica[name].offload = off
-    lora = _lora(run)
-    if lora is not None:
-        cluster.lora = lora.fleet
-        for name, lo in lora.replicas.items():
-            if name in per_replica:
-                per_replica[name].lora = lo
+    offload, lora = _offload(run, cluster, requests), _lora(run)
+    for key, part in (("offload", offload), ("lora", lora)):  # the fleet's figures, each replica's
+        if part is not None:
+            setattr(cluster, key, part.fleet)
+            for name, figures in part.replicas.items():
+                if name in per_replica:
+                    setattr(per_replica[name], key, figures)
     summary = ClusterSummary(
         cluster=cluster,
         replicas=per_replica,
