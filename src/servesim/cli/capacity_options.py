@@ -295,7 +295,8 @@ _LAYOUTS: dict[str, tuple[Any, Any]] = {
             None,
             help="Aggregated vs disaggregated at equal GPUs instead of the flag search: agg, disagg or "
             "agg,disagg (with --gpus); dpep adds a MoE model's --data-parallel-size x TP with "
-            "--enable-expert-parallel.",
+            "--enable-expert-parallel. Every layout runs --quantization / --kv-cache-dtype as given "
+            "(the checkpoint's).",
         ),
     ),
     "gpus": (int | None, typer.Option(None, min=1, max=64, help="GPU budget of every layout (--layouts).")),

@@ -164,6 +164,9 @@ def print_layouts(ans: LayoutAnswer, title: str) -> None:
         or "none (every request counts)"
     )
     console.print(f"per-request SLO for goodput: {caps}; disaggregated over {ans.link}")
+    if ans.engine:  # the checkpoint's format every layout ran with: the figures are of that
+        kept = ", ".join(f"{k} {v}" for k, v in ans.engine.items())
+        console.print(f"every layout runs {kept} (the deployment's, not searched)")
     t = FitTable(title="layouts (* on the Pareto front)", title_justify="left")
     for col in ("layout", "GPUs", "goodput/GPU", "good", "TTFT p99", "TPOT p99"):
         t.add_column(col)
@@ -181,6 +184,8 @@ def print_layouts(ans: LayoutAnswer, title: str) -> None:
     console.print(f"recommended: {ans.recommended}")
     for r in ans.reasons:
         console.print(f"  - {r}")
+    for c in ans.commands:
+        console.print(f"  {c}", soft_wrap=True)
     _print_checks(console, ans)
 
 

@@ -54,7 +54,7 @@ from servesim.errors import InputError
 from servesim.paths import data_dir
 from servesim.services.capacity import Execution
 from servesim.services.deployment import DeploymentSpec, PercentileSLO
-from servesim.services.layouts import LAYOUT_KINDS, LayoutKind, LayoutsRequest
+from servesim.services.layouts import LAYOUT_KINDS, LayoutKind, LayoutsRequest, refused_keys
 from servesim.services.tune import SearchSpace, TuneAnswer, TuneRequest, parse_space, space_from_mapping
 
 DEFAULT_STUDY_FILE = "servesim-tune.db"
@@ -175,11 +175,12 @@ def layouts_request(
         )
     if lay.gpus is None:
         raise InputError("--layouts needs --gpus N: the GPU budget every layout spends")
-    given = [f"--{k.replace('_', '-')}" for k in spec.engine] + (["--tp"] if spec.tp is not None else [])
+    given = [f"--{k.replace('_', '-')}" for k in refused_keys(spec)]
     if given:
         raise InputError(
             f"--layouts searches TP and runs every pool at vllm serve's defaults (tune the pools with "
-            f"--prefill-batched-tokens / --decode-max-seqs): drop {', '.join(given)}"
+            f"--prefill-batched-tokens / --decode-max-seqs; --quantization and --kv-cache-dtype, the "
+            f"checkpoint's, are kept): drop {', '.join(given)}"
         )
     check_timing(spec, needs_blocks=False)
     return LayoutsRequest(

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from servesim.bounds import MAX_REPLICAS
 from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec, failure_schedule
 from servesim.cluster.recovery import RecoveryContext
-from servesim.cluster.results import ClusterOffload, ClusterResult
+from servesim.cluster.results import ClusterLoRA, ClusterOffload, ClusterResult
 from servesim.cluster.simulate import Replica
 from servesim.engine.results import SLO
 from servesim.errors import InputError, shown
@@ -96,6 +96,8 @@ class StrategyOutcome(BaseModel):
     # The CPU tiers' figures (fleet and per replica) when the replicas have one; kept out of the
     # row's dump: the cluster document carries them as its own ``offload`` section.
     offload: ClusterOffload | None = Field(None, exclude=True)
+    # Likewise the LoRA adapters' figures (fleet and per replica): the document's ``lora`` section.
+    lora: ClusterLoRA | None = Field(None, exclude=True)
 
 
 #: The row of a run without a failure: the comparison's baseline, or the whole answer when no
@@ -119,6 +121,7 @@ def outcome(name: str, result: ClusterResult, ctx: RecoveryContext) -> StrategyO
         tokens_recomputed=s.impact.tokens_recomputed,
         gb_moved=ctx.bytes_total(s.impact.tokens_moved) / 1e9,
         offload=s.offload,
+        lora=s.lora,
     )
 
 
@@ -193,14 +196,17 @@ def cluster_document(
     """The comparison as a document: the failures, link, router and one row per strategy (plus
     optional sections such as the planner's per-request ``decisions``). With CPU offload tiers,
     ``offload`` maps each strategy to its tiers' figures (``fleet`` and ``replicas``); without
-    one the section is absent."""
+    one the section is absent. With LoRA adapters, ``lora`` maps each strategy to the adapters'
+    figures (``fleet``: the replicas' sums, and ``replicas``) likewise."""
     tiers = {r.strategy: r.offload.model_dump(mode="json") for r in rows if r.offload is not None}
+    lora = {r.strategy: r.lora.model_dump(mode="json") for r in rows if r.lora is not None}
     return {
         "failures": [e.model_dump(mode="json") for e in events],
         "link": link.model_dump(mode="json"),
         "router": route.model_dump(mode="json"),
         "strategies": [r.model_dump(mode="json") for r in rows],
         **({"offload": tiers} if tiers else {}),
+        **({"lora": lora} if lora else {}),
         **(extra or {}),
     }
 

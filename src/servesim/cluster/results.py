@@ -11,8 +11,22 @@ from servesim.cluster.simulate import ClusterRun
 from servesim.engine.admission import admission_summary
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
-from servesim.engine.results import SLO, LatencyStats, OffloadSummary, SimulationSummary, summarize
-from servesim.engine.simulate import event_frame, itl_samples, offload_summary, requests_frame, steps_frame
+from servesim.engine.results import (
+    SLO,
+    LatencyStats,
+    LoRASummary,
+    OffloadSummary,
+    SimulationSummary,
+    summarize,
+)
+from servesim.engine.simulate import (
+    event_frame,
+    itl_samples,
+    lora_summary,
+    offload_summary,
+    requests_frame,
+    steps_frame,
+)
 
 
 class FailureImpact(BaseModel):
@@ -37,6 +51,19 @@ class ClusterSummary(BaseModel):
     offload: ClusterOffload | None = Field(
         None, description="The replicas' CPU offload tiers (``kv_offloading_size``); None without one."
     )
+    lora: ClusterLoRA | None = Field(
+        None, description="The replicas' LoRA adapters (``enable_lora``); None when none serves any."
+    )
+
+
+class ClusterLoRA(BaseModel):
+    """What serving LoRA adapters did over the fleet: each replica's figures (``LoRASummary``:
+    its ``max_loras`` skips and adapter loads, every incarnation of it summed) and the fleet's,
+    their sums. Each replica applies its own ``max_loras`` and caches its own adapters, so the
+    fleet's ``max_loras`` / ``max_cpu_loras`` are the largest replica's, not a sum of slots."""
+
+    fleet: LoRASummary
+    replicas: dict[str, LoRASummary] = Field(description="Replicas serving adapters, by name.")
 
 
 class ClusterOffload(BaseModel):
@@ -137,12 +164,13 @@ def build_cluster_result(
     if gated:  # each replica's API server answers its own 503s; the fleet's counted together
         cfg = gated[0]
         cluster.admission = admission_summary(requests, cfg.max_num_queued_reqs, cfg.max_num_queued_tokens)
-    offload = _offload(run, cluster, requests)
-    if offload is not None:
-        cluster.offload = offload.fleet
-        for name, off in offload.replicas.items():
-            if name in per_replica:
-                per_replica[name].offload = off
+    offload, lora = _offload(run, cluster, requests), _lora(run)
+    for key, part in (("offload", offload), ("lora", lora)):  # the fleet's figures, each replica's
+        if part is not None:
+            setattr(cluster, key, part.fleet)
+            for name, figures in part.replicas.items():
+                if name in per_replica:
+                    setattr(per_replica[name], key, figures)
     summary = ClusterSummary(
         cluster=cluster,
         replicas=per_replica,
@@ -150,6 +178,7 @@ def build_cluster_result(
         num_failures=len(run.failures),
         num_parked_unfinished=run.parked_at_end,
         offload=offload,
+        lora=lora,
     )
     return ClusterResult(
         summary,
@@ -271,6 +300,39 @@ def _replica_itl(run: ClusterRun, per_engine: _EngineFrames) -> dict[str, tuple[
         for k, spec in enumerate(run.replicas)
         if k in run.engine_replica
     }
+
+
+def _lora(run: ClusterRun) -> ClusterLoRA | None:
+    """The adapters' figures, per replica (its engines': a restarted replica starts with an empty
+    adapter cache, so its loads add up) and the fleet's (None when no replica enables LoRA)."""
+    parts: list[list[LoRASummary]] = [[] for _ in run.replicas]
+    for engine, k in zip(run.engines, run.engine_replica, strict=True):
+        lo = lora_summary(engine)
+        if lo is not None:
+            parts[k].append(lo)
+    per = {spec.name: _summed(parts[k]) for k, spec in enumerate(run.replicas) if parts[k]}
+    if not per:
+        return None
+    return ClusterLoRA(fleet=_summed(list(per.values())), replicas=per)
+
+
+def _summed(parts: list[LoRASummary]) -> LoRASummary:
+    """Several runs' adapter figures as one: skips, loads, reads and their time summed (loads
+    None when any part's step time is fixed: nothing timed them), the slots the largest part's."""
+
+    def total(key: str) -> int | None:
+        vals = [getattr(p, key) for p in parts]
+        return None if any(v is None for v in vals) else int(sum(vals))
+
+    seconds = [p.load_s for p in parts]
+    return LoRASummary(
+        max_loras=max(p.max_loras for p in parts),
+        max_cpu_loras=max(p.max_cpu_loras for p in parts),
+        skipped_request_steps=sum(p.skipped_request_steps for p in parts),
+        gpu_loads=total("gpu_loads"),
+        disk_reads=total("disk_reads"),
+        load_s=None if any(v is None for v in seconds) else float(sum(v for v in seconds if v is not None)),
+    )
 
 
 def _offload(run: ClusterRun, cluster: SimulationSummary, requests: pd.DataFrame) -> ClusterOffload | None:

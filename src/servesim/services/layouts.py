@@ -19,7 +19,7 @@ from servesim.errors import ConfigError
 from servesim.services.capacity import check_names, workload_of
 from servesim.services.inputs import TraceInput
 from servesim.spec import DeploymentSpec, PercentileSLO
-from servesim.tuning.layouts import LayoutAnswer
+from servesim.tuning.layouts import DEPLOYMENT_KEYS, LayoutAnswer
 
 LayoutKind = Literal["agg", "disagg", "dpep"]
 LAYOUT_KINDS: tuple[LayoutKind, ...] = ("agg", "disagg", "dpep")
@@ -38,8 +38,10 @@ class LayoutsRequest(BaseModel):
     trace: TraceInput
     deployment: DeploymentSpec = Field(
         default_factory=DeploymentSpec,
-        description="The model and GPU (or a fixed step time) of every layout; TP is searched and "
-        "its vLLM keys are not used (every pool runs vllm serve's defaults but for the values tried).",
+        description="The model and GPU (or a fixed step time) of every layout; TP is searched. Of its "
+        "vLLM keys only quantization and kv_cache_dtype (the checkpoint's weight format, the KV dtype) "
+        "are given, and every layout runs with them; every other key is vllm serve's default but for "
+        "the values tried.",
     )
     gpus: int = Field(ge=1, le=64, description="The GPU budget every layout spends.")
     layouts: list[LayoutKind] = Field(
@@ -74,6 +76,13 @@ class LayoutsAnswer:
         return f"{self.request.trace.name}: {self.num_requests:,} requests, {self.request.gpus} GPUs"
 
 
+def refused_keys(spec: DeploymentSpec) -> list[str]:
+    """The deployment's settings a layout search cannot keep (``tp``: it is searched; a vLLM key
+    other than ``DEPLOYMENT_KEYS``: every pool runs vllm serve's defaults but for the values
+    tried), so the CLI and the web refuse them, each in its own names, instead of ignoring them."""
+    return [k for k in spec.engine if k not in DEPLOYMENT_KEYS] + (["tp"] if spec.tp is not None else [])
+
+
 def compare(request: LayoutsRequest) -> LayoutsAnswer:
     """Simulate every layout of the budget, recommend one, re-run it on fresh seeds against the
     other kind's best and find the break-even bandwidth. The link and the deployment are checked
@@ -87,6 +96,12 @@ def compare(request: LayoutsRequest) -> LayoutsAnswer:
         raise ConfigError(
             "a model and GPU time the steps by the roofline; a fixed or linear step time replaces "
             "them: give one or the other"
+        )
+    refused = refused_keys(spec)
+    if refused:
+        raise ConfigError(
+            f"a layout search runs every pool at vllm serve's defaults and searches TP: drop "
+            f"{', '.join(refused)} (of the vLLM keys only {', '.join(DEPLOYMENT_KEYS)} are kept)"
         )
     check_names(spec)
     link_preset(request.link)  # an unknown link is refused before anything runs
@@ -103,6 +118,7 @@ def compare(request: LayoutsRequest) -> LayoutsAnswer:
         short_prompt_tokens=request.short_prompt_tokens,
         ttft_ms=caps.get("ttft"),
         tpot_ms=caps.get("tpot"),
+        engine={k: spec.engine[k] for k in DEPLOYMENT_KEYS if k in spec.engine},
     )
     answer = compare_layouts(
         runner,
@@ -125,10 +141,12 @@ def _values(given: list[int]) -> list[int | None]:
 __all__ = [
     "DEFAULT_LAYOUT_KINDS",
     "DEFAULT_LAYOUT_MODEL",
+    "DEPLOYMENT_KEYS",
     "LAYOUT_KINDS",
     "LayoutAnswer",
     "LayoutKind",
     "LayoutsAnswer",
     "LayoutsRequest",
     "compare",
+    "refused_keys",
 ]

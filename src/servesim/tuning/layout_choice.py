@@ -43,7 +43,7 @@ from servesim.tuning.layout_models import (
 from servesim.tuning.noise import gap_verdict
 
 if TYPE_CHECKING:
-    from servesim.tuning.layouts import LayoutRunner
+    from servesim.tuning.layout_runs import LayoutRunner
 
 Fresh = Callable[[int], "LayoutRunner"]
 Say = Callable[[str], None] | None

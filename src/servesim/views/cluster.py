@@ -110,6 +110,41 @@ def offload_table(tiers: Mapping[str, Any]) -> Table:
     )
 
 
+LORA_COLUMNS = [
+    Column(key="strategy", label="run", kind="str"),
+    Column(key="replica", label="replica", kind="str"),
+    Column(key="max_loras", label="max_loras", kind="int", help="Adapters a replica's batch may hold."),
+    Column(
+        key="skipped_request_steps",
+        label="slot waits",
+        kind="int",
+        help="Request-steps a waiting request was left behind because its adapter would exceed max_loras.",
+    ),
+    Column(key="gpu_loads", label="GPU loads", kind="int", help="Adapters copied into a GPU slot."),
+    Column(key="disk_reads", label="disk reads", kind="int", help="Of them, read from disk first."),
+    Column(key="load_s", label="load", unit="s", decimals=2, help="Step time the loads added."),
+]
+
+
+def lora_table(adapters: Mapping[str, Any]) -> Table:
+    """The replicas' LoRA adapters under each run: the fleet's row (the replicas' sums), then each
+    replica's."""
+    rows: list[list[Any]] = []
+    for run, doc in adapters.items():
+        for name, lo in [("fleet", doc["fleet"]), *doc.get("replicas", {}).items()]:
+            rows.append([run, name, *(lo.get(c.key) for c in LORA_COLUMNS[2:])])
+    return Table(
+        key="lora",
+        title="LoRA adapters (fleet, then each replica)",
+        columns=LORA_COLUMNS,
+        rows=rows,
+        notes=[
+            "each replica applies its own max_loras and loads into its own slots; the fleet row sums "
+            "the waits and loads (a replica back from a failure loads its adapters again)"
+        ],
+    )
+
+
 def _strategy_cell(row: Mapping[str, Any], key: str) -> Any:
     """A strategy row's value; the interrupted requests' latency is missing when none was."""
     if key == "interrupted_e2e_p99_ms" and not row.get("interrupted"):
@@ -150,6 +185,8 @@ def cluster_view(doc: Mapping[str, Any], *, max_decisions: int = 50) -> Section:
     tables = [table]
     if doc.get("offload"):
         tables.append(offload_table(doc["offload"]))
+    if doc.get("lora"):
+        tables.append(lora_table(doc["lora"]))
     decisions = _decisions_table(doc, max_decisions)
     if decisions is not None:
         tables.append(decisions)

@@ -44,6 +44,11 @@ def layouts_view(ans: LayoutAnswer) -> Section:
     choice = layout_choice_view(ans)
     if choice is not None:
         tables.extend(choice.tables)
+    text = []
+    if ans.engine:  # the checkpoint's format: every figure above is of it
+        kept = ", ".join(f"{k} {v}" for k, v in ans.engine.items())
+        text.append(f"every layout runs {kept} (the deployment's, not searched)")
+    text += [f"{ans.recommended}, {c}" for c in ans.commands]
     return Section(
         key="layouts",
         title=f"aggregated or disaggregated? {ans.gpus} GPUs: {ans.recommended}",
@@ -51,6 +56,7 @@ def layouts_view(ans: LayoutAnswer) -> Section:
         tables=tables,
         series=series,
         verdicts=verdicts,
+        text=text,
     )
 
 

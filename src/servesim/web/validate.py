@@ -180,8 +180,32 @@ def check_tune(body: TuneBody, max_trials: int) -> None:
     if body.space:
         errors += space_errors(body.space)
     errors += gpu_types_errors(body, max_trials)
+    errors += layouts_errors(body)
     if errors:
         raise Problem(422, "; ".join(f"{e['field']}: {e['reason']}" for e in errors), errors=errors)
+
+
+def layouts_errors(body: TuneBody) -> list[dict[str, str]]:
+    """The deployment's settings a layouts question cannot keep (``servesim tune --layouts``
+    refuses the same flags): TP, which it searches, and every vLLM key but the checkpoint's
+    ``quantization`` and ``kv_cache_dtype``, which every layout runs with."""
+    from servesim.services.layouts import DEPLOYMENT_KEYS, refused_keys
+
+    if body.layouts is None:
+        return []
+    kept = ", ".join(DEPLOYMENT_KEYS)
+    out = []
+    for key in refused_keys(body.deployment):
+        if key == "tp":
+            out.append({"field": "body.deployment.tp", "reason": "layouts searches TP: drop it"})
+        else:
+            reason = (
+                f"layouts runs every pool at vllm serve's defaults (tune the pools with "
+                f"layouts.prefill_batched_tokens / decode_max_seqs; of the engine keys only {kept} "
+                "are kept): drop it"
+            )
+            out.append({"field": f"body.deployment.engine.{key}", "reason": reason})
+    return out
 
 
 def gpu_types_errors(body: TuneBody, max_trials: int) -> list[dict[str, str]]:
