@@ -188,6 +188,39 @@ class ModelSpec(BaseModel):
         return p
 
     @property
+    def num_state_layers(self) -> int:
+        """Layers that keep a recurrent state instead of KV (Qwen3-Next's GatedDeltaNet)."""
+        p = self.layer_pattern
+        return p.layers if p is not None and p.is_state else 0
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with a KV cache (every layer but the state layers)."""
+        return self.num_layers - self.num_state_layers
+
+    @property
+    def state_params_per_layer(self) -> int:
+        """A GatedDeltaNet layer's projections (vLLM's ``in_proj_qkvz``: q, k, v and the gate z;
+        ``in_proj_ba``: two scalars per value head; ``out_proj``) and its causal convolution over
+        the q, k, v channels; 0 without state layers."""
+        p = self.layer_pattern
+        st = p.state if p is not None else None
+        if st is None:
+            return 0
+        key = st.num_k_heads * st.head_k_dim
+        value = st.num_v_heads * st.head_v_dim
+        h = self.hidden_size
+        return h * (2 * key + 2 * value) + h * 2 * st.num_v_heads + value * h + st.conv_dim * st.conv_kernel
+
+    @property
+    def mixer_params(self) -> int:
+        """Every layer's token mixer: attention projections, or a state layer's (``num_params``)."""
+        return (
+            self.num_attention_layers * self.attention_params_per_layer
+            + self.num_state_layers * self.state_params_per_layer
+        )
+
+    @property
     def dense_mlp_params_per_layer(self) -> int:
         return self.mlp_matrices * self.hidden_size * self.intermediate_size
 
@@ -227,7 +260,7 @@ class ModelSpec(BaseModel):
         """Every parameter (text decoder, embeddings, extra modules)."""
         moe = self.num_moe_layers
         return (
-            self.num_layers * self.attention_params_per_layer
+            self.mixer_params
             + self.num_dense_layers * self.dense_mlp_params_per_layer
             + moe
             * (
@@ -247,7 +280,7 @@ class ModelSpec(BaseModel):
         dense parameter (embeddings included) plus ``experts_per_token`` routed experts per MoE layer."""
         moe = self.num_moe_layers
         return (
-            self.num_layers * self.attention_params_per_layer
+            self.mixer_params
             + self.num_dense_layers * self.dense_mlp_params_per_layer
             + moe
             * (
