@@ -101,6 +101,10 @@ class HybridKVCacheManager(KVCacheManager):
     def num_groups(self) -> int:
         return len(self._kinds)
 
+    def is_state_group(self, g: int) -> bool:
+        """Whether group ``g`` is a mamba group (one state block per request)."""
+        return self._state[g]
+
     # -- prefix cache ---------------------------------------------------------------------
     def _cached(self, r: Request, i: int, ids: list[int]) -> tuple[int, ...] | None:
         """The cached blocks of ``r``'s block ``i`` in every group of ``ids``, or None."""
