@@ -208,7 +208,12 @@ def test_qwen3_next_is_its_shipped_config_with_gated_delta_net_state_layers() ->
     assert {f: getattr(entry, f) for f in fields} == {f: getattr(loaded, f) for f in fields}
     p = entry.layer_pattern
     assert p is not None and p.state is not None and (p.kind, p.layers) == ("linear_attention", 36)
-    assert (p.state.num_k_heads, p.state.num_v_heads, p.state.head_k_dim, p.state.head_v_dim) == (16, 32, 128, 128)
+    assert (p.state.num_k_heads, p.state.num_v_heads, p.state.head_k_dim, p.state.head_v_dim) == (
+        16,
+        32,
+        128,
+        128,
+    )
     assert entry.num_attention_layers == 12
     assert entry.num_params / 1e9 == pytest.approx(80, rel=0.01)
     embeddings = entry.embedding_params + entry.lm_head_params

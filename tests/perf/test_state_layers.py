@@ -19,9 +19,7 @@ H100_BW = 3.35e12
 
 
 def _model(name: str = "qwen3-next-80b-a3b", tp: int = 4) -> RooflineStepTime:
-    return build_step_time_model(
-        name, "h100", tp, HardwareProfile(), max_num_batched_tokens=8192, warn=False
-    )  # type: ignore[arg-type]
+    return build_step_time_model(name, "h100", tp, HardwareProfile(), max_num_batched_tokens=8192, warn=False)  # type: ignore[arg-type]
 
 
 def test_each_request_reads_and_writes_its_state_once_per_step() -> None:
@@ -31,7 +29,9 @@ def test_each_request_reads_and_writes_its_state_once_per_step() -> None:
     for n in (1, 7, 64):
         parts = st.breakdown(BatchComposition(n, 100 * n, []))
         assert parts["state_io"] == pytest.approx(n * per_request, rel=1e-12)
-        assert st.breakdown_total(parts) == pytest.approx(st.step_time(BatchComposition(n, 100 * n, [])), rel=1e-12)
+        assert st.breakdown_total(parts) == pytest.approx(
+            st.step_time(BatchComposition(n, 100 * n, [])), rel=1e-12
+        )
     prefill = st.breakdown(BatchComposition(0, 0, [(2048, 0)]))
     assert prefill["state_io"] == pytest.approx(per_request, rel=1e-12)  # one request's state
 
@@ -62,5 +62,7 @@ def test_the_state_layers_weights_are_their_projections_not_attentions() -> None
 
 
 def test_models_without_state_layers_have_no_state_cost() -> None:
-    st = build_step_time_model("llama-3.1-8b", "h100", 1, HardwareProfile(), max_num_batched_tokens=8192, warn=False)
+    st = build_step_time_model(
+        "llama-3.1-8b", "h100", 1, HardwareProfile(), max_num_batched_tokens=8192, warn=False
+    )
     assert st.breakdown(BatchComposition(8, 800, [(512, 0)]))["state_io"] == 0.0

@@ -95,7 +95,9 @@ def layer_kinds(text: Any, layers: int) -> list[tuple[str, int | None]]:
     """Each layer's (kind, window) as vLLM's model code builds its attention layer."""
     model_type = getattr(text, "model_type", "")
     if model_type == "qwen3_next":  # GatedDeltaNet (a MambaSpec) where layer_types says linear
-        return [("mamba", None) if t == "linear_attention" else ("full", None) for t in text.layer_types[:layers]]
+        return [
+            ("mamba", None) if t == "linear_attention" else ("full", None) for t in text.layer_types[:layers]
+        ]
     if model_type == "gpt_oss":
         return [
             ("sliding_window", text.sliding_window) if i % 2 == 0 else ("full", None) for i in range(layers)

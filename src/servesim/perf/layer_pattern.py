@@ -71,7 +71,9 @@ class GatedDeltaNetState(BaseModel):
 
     def elements(self, tp: int) -> tuple[int, int]:
         """(conv state, temporal state) elements on one TP rank (vLLM's ``divide``: exact)."""
-        return self.conv_dim // tp * (self.conv_kernel - 1), self.num_v_heads // tp * self.head_v_dim * self.head_k_dim
+        return self.conv_dim // tp * (
+            self.conv_kernel - 1
+        ), self.num_v_heads // tp * self.head_v_dim * self.head_k_dim
 
     def page_bytes(self, tp: int, dtype_bytes: float) -> int:
         """``MambaSpec.page_size_bytes`` before padding: both states of one layer on one rank."""
@@ -154,7 +156,7 @@ def _gated_delta_net(text: Mapping[str, Any]) -> GatedDeltaNetState | None:
     sizes = {f: _int(text, key) for f, key in _GATED_DELTA_NET_FIELDS.items()}
     if any(v is None for v in sizes.values()):
         return None
-    return GatedDeltaNetState(**sizes)  # type: ignore[arg-type]
+    return GatedDeltaNetState(**sizes)
 
 
 def _chunked(text: Mapping[str, Any], layers: int) -> LayerPattern | None:

@@ -430,9 +430,7 @@ def kv_capacity(
     groups, layers = kv_groups(m, hybrid)
     block_size = state_block_size(m, tp, block_size, kv_dtype)  # state layers: pages that hold a state
     # vLLM's get_kv_cache_config_from_groups: a block is one page of each layer of a group
-    per_block = (
-        per_tok // m.num_attention_layers * layers * block_size if groups else per_tok * block_size
-    )
+    per_block = per_tok // m.num_attention_layers * layers * block_size if groups else per_tok * block_size
     blocks = kv_bytes // per_block
     usable = max(0, blocks - 1)
     mml = max_model_len if max_model_len is not None else m.max_position_embeddings

@@ -183,9 +183,9 @@ class RooflineStepTime:
         st = m.layer_pattern.state if m.layer_pattern is not None else None
         if st is not None:
             Ls = m.num_state_layers
-            flops_s_per_token += (
-                Ls * 6.0 * (st.num_v_heads // tp) * st.head_k_dim * st.head_v_dim
-            ) / (p16 * pr.attention_compute_efficiency)
+            flops_s_per_token += (Ls * 6.0 * (st.num_v_heads // tp) * st.head_k_dim * st.head_v_dim) / (
+                p16 * pr.attention_compute_efficiency
+            )
             state_bytes = st.page_bytes(tp, ab)
             self._state_seq = Ls * 2.0 * state_bytes / (bw * pr.attention_bandwidth_efficiency)
         self._c_tok = flops_s_per_token
@@ -320,7 +320,11 @@ class RooflineStepTime:
         tail = (
             padded * self._ar_tok_1 if padded <= self._ar_max_1 else padded * self._ar_tok + self._ar_switch
         )
-        return self._fixed + extra + gemm, tail, n_seq * (self._per_seq + self._gather_sample + self._state_seq)
+        return (
+            self._fixed + extra + gemm,
+            tail,
+            n_seq * (self._per_seq + self._gather_sample + self._state_seq),
+        )
 
     def decode_terms(self, num_decodes: int) -> tuple[float, float, float, float]:
         """A decode-only step of ``num_decodes`` requests as (head, per context token, tail, seq):
