@@ -225,3 +225,25 @@ def test_a_linear_attention_model_without_known_state_sizes_is_refused() -> None
     other = {"layer_types": ["linear_attention"] * 3 + ["full_attention"], "model_type": "minimax"}
     pattern = layer_pattern_of(other, 4, "minimax")
     assert pattern is not None and pattern.state is None and not pattern.modelled
+
+
+def test_qwen3_next_runs_without_prefix_caching_and_refuses_vllms_align_mode(tmp_path: Path) -> None:
+    """vLLM's default for a hybrid Mamba model (prefix caching on: mamba_cache_mode "align") is
+    refused in one line naming the flag; with --no-enable-prefix-caching the run goes, its KV cache
+    in vLLM's groups, the block size raised to 272 tokens (TP 4) and said."""
+    trace = tmp_path / "t.csv"
+    res = _cli(["generate", "default", "-n", "40", "--seed", "1", "-o", str(trace)])
+    assert res.exit_code == 0, res.output
+    run = ["simulate", str(trace), "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tp", "4"]
+    refused = _cli(run)
+    assert refused.exit_code == 2, refused.output
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "mamba_cache_mode 'align'" in lines[0], refused.stderr
+    assert "--no-enable-prefix-caching" in lines[0]
+    ok = _cli([*run, "--no-enable-prefix-caching", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert "KV block size 272 tokens, not 16" in ok.stderr
+    out = json.loads(ok.stdout)
+    assert out["summary"]["num_finished"] == 40
+    assert [g["kind"] for g in out["config"]["kv_cache_groups"]] == ["mamba", "mamba", "mamba", "full"]
+    assert out["config"]["block_size"] == 272
