@@ -381,7 +381,7 @@ class EngineConfig(BaseModel):
                 "--no-async-scheduling (vLLM's default with pipeline parallelism is async scheduling)"
             )
         for key, on in (
-            ("kv_cache_groups (sliding-window or chunked-local layers)", self.hybrid),
+            ("kv_cache_groups (sliding-window, chunked-local or Mamba layers)", self.hybrid),
             ("kv_offloading_size", self.kv_offloading_size is not None),
             ("prefill_schedule_interval", self.prefill_schedule_interval > 1),
         ):

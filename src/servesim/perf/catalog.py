@@ -200,17 +200,9 @@ class ModelSpec(BaseModel):
 
     @property
     def state_params_per_layer(self) -> int:
-        """A GatedDeltaNet layer's projections (vLLM's ``in_proj_qkvz``: q, k, v and the gate z;
-        ``in_proj_ba``: two scalars per value head; ``out_proj``) and its causal convolution over
-        the q, k, v channels; 0 without state layers."""
-        p = self.layer_pattern
-        st = p.state if p is not None else None
-        if st is None:
-            return 0
-        key = st.num_k_heads * st.head_k_dim
-        value = st.num_v_heads * st.head_v_dim
-        h = self.hidden_size
-        return h * (2 * key + 2 * value) + h * 2 * st.num_v_heads + value * h + st.conv_dim * st.conv_kernel
+        """A GatedDeltaNet layer's parameters (``GatedDeltaNetState.params``); 0 without one."""
+        st = self.layer_pattern.state if self.layer_pattern is not None else None
+        return 0 if st is None else st.params(self.hidden_size)
 
     @property
     def mixer_params(self) -> int:

@@ -75,6 +75,14 @@ class GatedDeltaNetState(BaseModel):
             self.conv_kernel - 1
         ), self.num_v_heads // tp * self.head_v_dim * self.head_k_dim
 
+    def params(self, hidden: int) -> int:
+        """One layer's projections (vLLM's ``in_proj_qkvz``: q, k, v and the gate z;
+        ``in_proj_ba``: two scalars per value head; ``out_proj``) and its causal convolution over
+        the q, k and v channels."""
+        key, value = self.num_k_heads * self.head_k_dim, self.num_v_heads * self.head_v_dim
+        proj = hidden * (2 * key + 2 * value) + hidden * 2 * self.num_v_heads + value * hidden
+        return proj + self.conv_dim * self.conv_kernel
+
     def page_bytes(self, tp: int, dtype_bytes: float) -> int:
         """``MambaSpec.page_size_bytes`` before padding: both states of one layer on one rank."""
         conv, temporal = self.elements(tp)
