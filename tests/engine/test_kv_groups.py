@@ -107,7 +107,7 @@ def test_a_mamba_group_holds_one_state_block_for_the_whole_request(
 
 
 def test_prefix_caching_beside_a_mamba_group_is_refused_naming_vllms_align_mode() -> None:
-    with pytest.raises(ValueError, match="mamba_cache_mode 'align'.*--no-enable-prefix-caching"):
+    with pytest.raises(ValueError, match=r"mamba_cache_mode 'align'.*--no-enable-prefix-caching"):
         EngineConfig(num_gpu_blocks=100, kv_cache_groups=[MAMBA, FULL])
     with pytest.raises(ValueError, match="kv_cache_groups: a mamba group takes no window"):
         KVCacheGroup(kind="mamba", window=4)
