@@ -74,7 +74,8 @@ def rows() -> list[dict[str, Any]]:
                         "model": model,
                         "gpu": gpu,
                         "tp": tp,
-                        "block_size": block,
+                        # vLLM's: raised for a model with state layers (a page holds a state)
+                        "block_size": cap.block_size,
                         "kv_cache_bytes": cap.kv_cache_bytes,
                         "num_gpu_blocks": cap.num_gpu_blocks,
                         "groups": len(cap.kv_cache_groups or ()) or 1,

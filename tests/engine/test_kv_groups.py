@@ -80,3 +80,36 @@ def test_a_sliding_window_holds_the_window_and_the_new_tokens(
         want.append(end + (end - first))
         c += n
     assert used == want
+
+
+MAMBA = KVCacheGroup(kind="mamba")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prompt=st.integers(1, 700),
+    output=st.integers(1, 60),
+    bs=st.sampled_from([8, 16, 272]),
+    budget=st.sampled_from([64, 256, 2048]),
+)
+def test_a_mamba_group_holds_one_state_block_for_the_whole_request(
+    prompt: int, output: int, bs: int, budget: int
+) -> None:
+    """One request alone, by hand (vLLM's MambaManager without prefix caching): every step holds
+    the full group's blocks up to token ``c + n`` and one block in each of three mamba groups."""
+    used = _one_request(prompt, output, [MAMBA, MAMBA, MAMBA, FULL], bs, budget)
+    c, want = 0, []
+    while c < prompt + output - 1:
+        n = min(budget, prompt - c) if c < prompt else 1
+        want.append(-(-(c + n) // bs) + 3)
+        c += n
+    assert used == want
+
+
+def test_prefix_caching_beside_a_mamba_group_is_refused_naming_vllms_align_mode() -> None:
+    with pytest.raises(ValueError, match=r"mamba_cache_mode 'align'.*--no-enable-prefix-caching"):
+        EngineConfig(num_gpu_blocks=100, kv_cache_groups=[MAMBA, FULL])
+    with pytest.raises(ValueError, match="kv_cache_groups: a mamba group takes no window"):
+        KVCacheGroup(kind="mamba", window=4)
+    cfg = EngineConfig(num_gpu_blocks=100, kv_cache_groups=[MAMBA, FULL], enable_prefix_caching=False)
+    assert cfg.hybrid

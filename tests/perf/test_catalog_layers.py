@@ -4,9 +4,10 @@ Each entry below is checked against its published ``config.json`` (shipped in
 ``servesim/data/perf/hf_configs``), its parameter count against its model card, and the layer
 pattern servesim reads (sliding-window, chunked-local) against transformers' own config classes in
 the vLLM oracle virtualenv (skipped where it is absent). Sliding-window and chunked-local models
-run as KV cache groups (tests/perf/test_kv_groups_vllm.py checks their capacity against vLLM); a
-model with Mamba or linear-attention layers is refused in one line through the CLI, whether named
-from the catalog or given as a config.json path.
+run as KV cache groups (tests/perf/test_kv_groups_vllm.py checks their capacity against vLLM), and
+so does Qwen3-Next, whose GatedDeltaNet layers are mamba groups; a model with other Mamba or
+linear-attention layers is refused in one line through the CLI, whether named from the catalog or
+given as a config.json path.
 """
 
 from __future__ import annotations
@@ -131,7 +132,10 @@ def test_a_mamba_model_is_refused_in_one_line(tmp_path: Path) -> None:
     assert (
         "uses Mamba (state-space) layers in 32 of its 64 layers (config.json: layers_block_type)" in lines[0]
     )
-    assert "servesim models full, sliding-window, chunked-local and MLA attention only" in lines[0]
+    assert (
+        "servesim models full, sliding-window, chunked-local and MLA attention and Qwen3-Next's "
+        "GatedDeltaNet linear attention only" in lines[0]
+    )
 
 
 def test_mamba_and_linear_layers_are_found_by_their_config_names() -> None:
@@ -167,7 +171,7 @@ print(json.dumps(out))
 @pytest.mark.skipif(_oracle_python() is None, reason="vLLM oracle virtualenv not installed")
 def test_layer_counts_agree_with_transformers_config_classes() -> None:
     """transformers builds each layer's type from the same fields (what vLLM's models read)."""
-    names = {n: str(_config_path(n)) for n in WINDOWED} | {"qwen3-32b": str(_config_path("qwen3-32b"))}
+    names = {n: str(_config_path(n)) for n in (*WINDOWED, "qwen3-32b", "qwen3-next-80b-a3b")}
     res = subprocess.run(
         [str(_oracle_python()), "-c", _ORACLE, json.dumps(names)],
         capture_output=True,
@@ -177,6 +181,7 @@ def test_layer_counts_agree_with_transformers_config_classes() -> None:
     )
     windowed = json.loads(res.stdout.strip().splitlines()[-1])
     assert windowed["qwen3-32b"] == []
+    assert windowed["qwen3-next-80b-a3b"] == ["linear_attention"] * 36
     for name, (layers, _, _) in WINDOWED.items():
         assert windowed[name] == ["sliding_attention"] * layers, name
 
@@ -189,3 +194,56 @@ def test_the_models_table_says_which_are_refused() -> None:
     assert "│ chunked local 36/48" in rows["llama-4-scout-17b-16e"]
     assert "refused" not in rows["llama-4-scout-17b-16e"]
     assert "│ full" in rows["glm-4.5"] and "│ MLA" in rows["deepseek-v3"]
+    assert "│ linear attention 36/48" in rows["qwen3-next-80b-a3b"]
+    assert "refused" not in rows["qwen3-next-80b-a3b"]
+
+
+def test_qwen3_next_is_its_shipped_config_with_gated_delta_net_state_layers() -> None:
+    """The entry is the shipped config.json (transformers' Qwen3NextConfig defaults, the released
+    checkpoint's sizes); 36 of 48 layers are GatedDeltaNet with its state sizes; about 80B
+    parameters (the card: 80B total), about 3B of them active besides the embeddings (card: 3B)."""
+    entry = load_catalog().model("qwen3-next-80b-a3b")  # not refused
+    loaded = model_from_hf_config(_shipped("qwen3-next-80b-a3b"), name="qwen3-next-80b-a3b")
+    fields = set(type(entry).model_fields) - _IDENTITY
+    assert {f: getattr(entry, f) for f in fields} == {f: getattr(loaded, f) for f in fields}
+    p = entry.layer_pattern
+    assert p is not None and p.state is not None and (p.kind, p.layers) == ("linear_attention", 36)
+    assert (p.state.num_k_heads, p.state.num_v_heads, p.state.head_k_dim, p.state.head_v_dim) == (
+        16,
+        32,
+        128,
+        128,
+    )
+    assert entry.num_attention_layers == 12
+    assert entry.num_params / 1e9 == pytest.approx(80, rel=0.01)
+    embeddings = entry.embedding_params + entry.lm_head_params
+    assert (entry.active_params_per_token - embeddings) / 1e9 == pytest.approx(3.0, rel=0.06)
+
+
+def test_a_linear_attention_model_without_known_state_sizes_is_refused() -> None:
+    """``linear_attention`` layers of another model type (no GatedDeltaNet sizes): refused."""
+    other = {"layer_types": ["linear_attention"] * 3 + ["full_attention"], "model_type": "minimax"}
+    pattern = layer_pattern_of(other, 4, "minimax")
+    assert pattern is not None and pattern.state is None and not pattern.modelled
+
+
+def test_qwen3_next_runs_without_prefix_caching_and_refuses_vllms_align_mode(tmp_path: Path) -> None:
+    """vLLM's default for a hybrid Mamba model (prefix caching on: mamba_cache_mode "align") is
+    refused in one line naming the flag; with --no-enable-prefix-caching the run goes, its KV cache
+    in vLLM's groups, the block size raised to 272 tokens (TP 4) and said."""
+    trace = tmp_path / "t.csv"
+    res = _cli(["generate", "default", "-n", "40", "--seed", "1", "-o", str(trace)])
+    assert res.exit_code == 0, res.output
+    run = ["simulate", str(trace), "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tp", "4"]
+    refused = _cli(run)
+    assert refused.exit_code == 2, refused.output
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "mamba_cache_mode 'align'" in lines[0], refused.stderr
+    assert "--no-enable-prefix-caching" in lines[0]
+    ok = _cli([*run, "--no-enable-prefix-caching", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert "KV block size 272 tokens, not 16" in ok.stderr
+    out = json.loads(ok.stdout)
+    assert out["summary"]["num_finished"] == 40
+    assert [g["kind"] for g in out["config"]["kv_cache_groups"]] == ["mamba", "mamba", "mamba", "full"]
+    assert out["config"]["block_size"] == 272

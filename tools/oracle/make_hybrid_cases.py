@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Generate hybrid-KV-cache cases (sliding-window and chunked-local layers) from vLLM's scheduler.
+"""Generate hybrid-KV-cache cases (sliding-window, chunked-local and Mamba layers) from vLLM's scheduler.
 
 Each case is a random trace + scheduler config + a model's layer pattern, scaled down so windows
 and chunks matter at a few hundred tokens: gpt-oss's alternating sliding-window / full layers,
-Gemma 3's five sliding-window layers per full one, and Llama 4's three chunked-local layers per
-full one. ``vllm_oracle.py`` plans the KV cache config from those layer specs with vLLM 0.33's own
+Gemma 3's five sliding-window layers per full one, Llama 4's three chunked-local layers per
+full one, and Qwen3-Next's three GatedDeltaNet (Mamba-spec state) layers per full one, run
+without prefix caching (``mamba_cache_mode`` "none", the mode servesim models: vLLM's
+``MambaManager`` refuses prefix caching in any other mode than "align"). ``vllm_oracle.py`` plans the KV cache config from those layer specs with vLLM 0.33's own
 ``get_kv_cache_groups`` / ``get_kv_cache_config_from_groups`` and runs vLLM's ``Scheduler`` (its
 ``HybridKVCacheCoordinator``) on CPU; the groups vLLM made are stored in the case's config as
 ``kv_cache_groups`` (what servesim replays with), the layers as ``kv_layers``; each step's blocks
@@ -16,6 +18,9 @@ like every maker this one refuses to write into a committed folder unless given 
 Usage (with the oracle's virtualenv python):
     ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_hybrid_cases.py --out DIR [--seed 0] \
         [--per-family 4]
+    # the Mamba cases (tests/engine/oracle_mamba_cases, replayed by test_oracle_mamba_cases.py):
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_hybrid_cases.py --out DIR --seed 50 \
+        --families mamba_basic,mamba_pressure,mamba_mixed
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from make_cases import (
 
 COMMITTED["hybrid"] = COMMITTED["plain"].parent / "oracle_hybrid_cases"
 COMMITTED["hybrid_usage"] = COMMITTED["plain"].parent / "oracle_hybrid_usage_cases"
+COMMITTED["mamba"] = COMMITTED["plain"].parent / "oracle_mamba_cases"
 
 
 def layers_of(pattern: str, window: int) -> list[dict]:
@@ -54,6 +60,8 @@ def layers_of(pattern: str, window: int) -> list[dict]:
         return [sw] * 5 + [full]
     if pattern == "llama4":
         return [cl, cl, cl, full] * 2
+    if pattern == "qwen3_next":
+        return [{"kind": "mamba"}] * 3 + [full]
     raise SystemExit(f"unknown pattern {pattern}")
 
 
@@ -76,7 +84,9 @@ def one_sequence_blocks(groups: list[dict], mml: int, bs: int, mbt: int) -> int:
     total = 0
     for g in groups:
         w = g.get("window")
-        if g["kind"] == "sliding_window":
+        if g["kind"] == "mamba":  # one state block per request
+            total += 1
+        elif g["kind"] == "sliding_window":
             total += cdiv(min(w - 1 + mbt, mml), bs) + 1
         elif g["kind"] == "chunked_local":
             total += cdiv(min(w + mbt, mml), bs)
@@ -95,7 +105,13 @@ FAMILIES = {
     "chunked_prefix": ("llama4", "prefix", False),
     "chunked_pressure": ("llama4", "prefix_pressure", True),
     "hybrid_mixed": ("mixed", "mixed", True),
+    "mamba_basic": ("qwen3_next", "basic", False),
+    "mamba_pressure": ("qwen3_next", "prefix_pressure", True),
+    "mamba_mixed": ("qwen3_next", "mixed", True),
 }
+#: The families made without --families: the windowed ones (the committed hybrid cases' command
+#: stays as it was); the mamba families are asked for by name (tests/engine/oracle_mamba_cases).
+DEFAULT_FAMILIES = [f for f in FAMILIES if not f.startswith("mamba_")]
 
 
 def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
@@ -111,7 +127,8 @@ def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
         "max_num_seqs": rng.choice([4, 8, 16, 64]),
         "max_num_batched_tokens": rng.choice([128, 256, 512, 1024]),
         "enable_chunked_prefill": True,
-        "enable_prefix_caching": trace_fam != "basic" or rng.random() < 0.3,
+        # a Mamba layout runs without prefix caching (the "none" mode servesim models)
+        "enable_prefix_caching": pattern != "qwen3_next" and (trace_fam != "basic" or rng.random() < 0.3),
         "long_prefill_token_threshold": 0,
         "policy": "fcfs",
         "max_model_len": mml,
@@ -119,7 +136,7 @@ def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
     }
     need = one_sequence_blocks(num_groups(layers), mml, bs, cfg["max_num_batched_tokens"]) + 1
     cfg["num_gpu_blocks"] = need + (rng.randint(0, need) if pressure else rng.randint(0, 6 * need))
-    if fam == "hybrid_mixed":
+    if fam in ("hybrid_mixed", "mamba_mixed"):
         cfg["policy"] = rng.choice(["fcfs", "priority"])
         cfg["long_prefill_token_threshold"] = rng.choice([0, 32, 128])
         if rng.random() < 0.3:
@@ -134,11 +151,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-family", type=int, default=4)
-    ap.add_argument("--families", help=f"comma-separated, of: {', '.join(FAMILIES)} (default: all)")
+    ap.add_argument(
+        "--families",
+        help=f"comma-separated, of: {', '.join(FAMILIES)} (default: all but the mamba_ ones)",
+    )
     add_out_args(ap)
     args = ap.parse_args()
     out = out_folder(args.out, args.force)
-    chosen = args.families.split(",") if args.families else list(FAMILIES)
+    chosen = args.families.split(",") if args.families else DEFAULT_FAMILIES
     unknown = [f for f in chosen if f not in FAMILIES]
     if unknown:
         ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")

@@ -128,8 +128,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_loras": 1,
     "max_lora_rank": 16,
     # --- hybrid KV cache groups (servesim addition) ---
-    # One spec per decoder layer, {"kind": "full" | "sliding_window" | "chunked_local",
-    # "window": tokens}: the KV cache config is then planned by vLLM's own get_kv_cache_groups /
+    # One spec per decoder layer, {"kind": "full" | "sliding_window" | "chunked_local" | "mamba",
+    # "window": tokens} ("mamba": a MambaSpec state layer, mamba_cache_mode "none", so prefix
+    # caching off): the KV cache config is then planned by vLLM's own get_kv_cache_groups /
     # get_kv_cache_config_from_groups (equal page sizes, num_gpu_blocks blocks' worth of memory),
     # and the scheduler runs the HybridKVCacheCoordinator over the groups it made. None: one
     # full-attention group, as before.
@@ -330,13 +331,30 @@ def _accepted_fields(cls) -> set[str]:
         return set()
 
 
-def layer_spec(layer: dict[str, Any], block_size: int):
+def layer_spec(layer: dict[str, Any], block_size: int, max_model_len: int):
     """vLLM's KV cache spec of one layer of a kind (the page size is the same for every kind:
-    one KV head of size 1 in float16, as the full-attention cases use)."""
+    one KV head of size 1 in float16, as the full-attention cases use). A mamba layer is what
+    ``MambaBase.get_kv_cache_spec`` makes without prefix caching: ``mamba_cache_mode`` "none",
+    block size ``max_model_len`` (``MambaModelConfig``), its state (one float16 element) padded
+    to the attention page (``Platform._align_hybrid_block_size``'s ``mamba_page_size_padded``)."""
     import torch
-    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        MambaSpec,
+        SlidingWindowSpec,
+    )
 
     common = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
+    if layer["kind"] == "mamba":
+        page = FullAttentionSpec(**common).page_size_bytes
+        return MambaSpec(
+            shapes=((1,),),
+            dtypes=(torch.float16,),
+            block_size=max_model_len,
+            page_size_padded=page,
+            mamba_cache_mode="none",
+        )
     if layer["kind"] == "full":
         return FullAttentionSpec(**common)
     if layer["kind"] == "sliding_window":
@@ -346,7 +364,9 @@ def layer_spec(layer: dict[str, Any], block_size: int):
     raise SystemExit(f"kv_layers: unknown kind {layer['kind']!r}")
 
 
-def hybrid_kv_cache_config(vllm_config, layers: list[dict[str, Any]], block_size: int, num_blocks: int):
+def hybrid_kv_cache_config(
+    vllm_config, layers: list[dict[str, Any]], block_size: int, num_blocks: int, max_model_len: int
+):
     """The KV cache config vLLM plans for these layers (``get_kv_cache_groups`` then
     ``get_kv_cache_config_from_groups``) given the memory of ``num_blocks`` blocks; exits when
     vLLM's planning gives another number of blocks. The groups it made are what the case stores."""
@@ -357,7 +377,10 @@ def hybrid_kv_cache_config(vllm_config, layers: list[dict[str, Any]], block_size
     # The CPU platform of this harness supports the hybrid manager as a GPU's does; vLLM's own
     # post-init may have turned it off for a platform it could not detect: the GPU default is on.
     vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
-    specs = {f"model.layers.{i}.self_attn.attn": layer_spec(x, block_size) for i, x in enumerate(layers)}
+    specs = {
+        f"model.layers.{i}.self_attn.attn": layer_spec(x, block_size, max_model_len)
+        for i, x in enumerate(layers)
+    }
     # The engine core resolves the layout before planning (Triton attention runs sliding-window
     # and chunked-local layers on every platform); equal page sizes plan alike in any layout.
     layouts = [layout.name for layout in get_supported_kv_cache_layouts([TritonAttentionBackend])]
@@ -372,12 +395,14 @@ def hybrid_kv_cache_config(vllm_config, layers: list[dict[str, Any]], block_size
 
 def group_layout(kv_cache_config) -> list[dict[str, Any]]:
     """The groups of a planned config, in vLLM's order, as servesim's ``kv_cache_groups``."""
-    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, MambaSpec, SlidingWindowSpec
 
     out: list[dict[str, Any]] = []
     for g in kv_cache_config.kv_cache_groups:
         spec = g.kv_cache_spec
-        if isinstance(spec, SlidingWindowSpec):
+        if isinstance(spec, MambaSpec):
+            out.append({"kind": "mamba"})
+        elif isinstance(spec, SlidingWindowSpec):
             out.append({"kind": "sliding_window", "window": spec.sliding_window})
         elif isinstance(spec, ChunkedLocalAttentionSpec):
             out.append({"kind": "chunked_local", "window": spec.attention_chunk_size})
@@ -545,7 +570,9 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
     block_size = int(cfg["block_size"])
     num_blocks = int(cfg["num_gpu_blocks"])
     if cfg.get("kv_layers"):
-        kv_cache_config = hybrid_kv_cache_config(vllm_config, cfg["kv_layers"], block_size, num_blocks)
+        kv_cache_config = hybrid_kv_cache_config(
+            vllm_config, cfg["kv_layers"], block_size, num_blocks, max_model_len
+        )
     else:
         spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
         kv_cache_config = KVCacheConfig(

@@ -17,12 +17,12 @@ def _gb(x: float) -> str:
 
 
 def _attention(m: ModelSpec) -> str:
-    """Full attention / MLA, its windowed layers (KV cache groups), or why the model is refused
-    (Mamba or linear layers)."""
+    """Full attention / MLA, its windowed or state layers (KV cache groups), or why the model is
+    refused (Mamba or linear layers whose state servesim does not know)."""
     p = m.layer_pattern
     if p is not None:
         said = f"{p.kind.replace('_', ' ')} {p.layers}/{m.num_layers}"
-        return said if p.kind in ("sliding_window", "chunked_local") else f"refused: {said}"
+        return said if p.modelled else f"refused: {said}"
     return "MLA" if m.is_mla else "full"
 
 

@@ -28,7 +28,7 @@ from pydantic import (
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
 from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS, MAX_TP
-from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence, is_hybrid
+from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence, has_mamba, is_hybrid
 from servesim.engine.speculative import SpeculativeConfig
 from servesim.errors import ConfigError, describe, reject_bool, shown
 
@@ -381,7 +381,7 @@ class EngineConfig(BaseModel):
                 "--no-async-scheduling (vLLM's default with pipeline parallelism is async scheduling)"
             )
         for key, on in (
-            ("kv_cache_groups (sliding-window or chunked-local layers)", self.hybrid),
+            ("kv_cache_groups (sliding-window, chunked-local or Mamba layers)", self.hybrid),
             ("kv_offloading_size", self.kv_offloading_size is not None),
             ("prefill_schedule_interval", self.prefill_schedule_interval > 1),
         ):
@@ -404,6 +404,17 @@ class EngineConfig(BaseModel):
         """Refuse what servesim does not model beside hybrid KV cache groups, naming the key."""
         if not self.hybrid:
             return
+        if self.enable_prefix_caching and has_mamba(self.kv_cache_groups):
+            # vLLM 0.33 (MambaModelConfig) turns prefix caching on for hybrid Mamba models by
+            # default and then runs mamba_cache_mode "align": prefill chunks cut at block
+            # boundaries, a state block per block boundary kept and cached, cache hits at a block
+            # boundary only. That is not modelled; mode "none" (no prefix caching) is.
+            raise ConfigError(
+                "enable_prefix_caching with Mamba / linear-attention layers: vLLM 0.33 then runs "
+                "mamba_cache_mode 'align' (block-aligned prefill chunks, state blocks cached per "
+                "block boundary), which is not modelled yet; give --no-enable-prefix-caching "
+                "(vLLM's mamba_cache_mode 'none', which servesim models)"
+            )
         for key, on in (
             ("async_scheduling", self.async_scheduling),
             ("speculative_config", self.speculative_config is not None),
@@ -411,8 +422,8 @@ class EngineConfig(BaseModel):
         ):
             if on:
                 raise ConfigError(
-                    f"{key} with sliding-window or chunked-local KV cache groups is not modelled yet; "
-                    f"drop {key}"
+                    f"{key} with sliding-window, chunked-local or Mamba KV cache groups is not "
+                    f"modelled yet; drop {key}"
                 )
 
     def check_max_model_len(self, max_model_len: int) -> None:

@@ -85,7 +85,7 @@ def replica(
     kv: KVCacheManager
     if config.hybrid and connector is not None:
         raise ConfigError(
-            "a KV connector (P/D, offload) with sliding-window or chunked-local KV cache groups "
+            "a KV connector (P/D, offload) with sliding-window, chunked-local or Mamba KV cache groups "
             "is not modelled yet"
         )
     if config.hybrid and config.kv_cache_groups:

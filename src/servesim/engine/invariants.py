@@ -74,7 +74,11 @@ def _held_blocks(engine: Engine) -> dict[int, int]:
         if not (r.num_output >= 0 and r.num_computed >= 0):
             raise InternalError(f"{r.req_id} has a negative count")
         if isinstance(kv, HybridKVCacheManager):  # one table per group, null blocks (0) left out
-            for table in kv.tables(r):
+            for g, table in enumerate(kv.tables(r)):
+                if kv.is_state_group(g):  # a mamba group: one state block for the whole request
+                    if len(table) != 1 or not table[0]:
+                        raise InternalError(f"{r.req_id}: a mamba group holds {len(table)} blocks, not one")
+                    continue
                 if not (r.num_cached_blocks <= len(table) and len(table) * bs >= r.num_computed):
                     raise InternalError(f"{r.req_id}: a group's table is shorter than its tokens")
             for b in kv.held_blocks(r):

@@ -12,6 +12,14 @@ still needs (``skipped_tokens``: the blocks wholly out of the window or before t
 chunk are freed), what a prefix-cache hit means for it, and how many blocks the admission gate
 reserves for it (``admission_cap``). The rules are those of ``single_type_kv_cache_manager.py``
 (``SlidingWindowManager``, ``ChunkedLocalAttentionManager``) and ``kv_cache_interface.py``.
+
+A ``mamba`` group holds layers that keep a recurrent state instead of KV (vLLM's ``MambaSpec``:
+Mamba, GatedDeltaNet linear attention). vLLM pads the state's page to the attention page (raising
+the attention block size until a page holds the state), so a state is one block of the same pool.
+Without prefix caching (``mamba_cache_mode`` "none", the only mode modelled: see
+``EngineConfig``) the group's block size is ``max_model_len``, so ``MambaManager`` gives a request
+``ceil(tokens / max_model_len)`` = one block for its whole life, and frees it with the others when
+the request finishes or is preempted.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from servesim.errors import ConfigError
 
-GroupKind = Literal["full", "sliding_window", "chunked_local"]
+GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
 
 
 class KVCacheGroup(BaseModel):
     """One KV cache group: its attention kind and, for a windowed kind, the window (sliding
-    window) or chunk (chunked local attention) in tokens."""
+    window) or chunk (chunked local attention) in tokens; a ``mamba`` group's layers keep one
+    state block per request."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -37,8 +46,8 @@ class KVCacheGroup(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> KVCacheGroup:
-        if (self.kind == "full") != (self.window is None):
-            need = "takes no window" if self.kind == "full" else "needs a window (tokens)"
+        if (self.kind in ("full", "mamba")) != (self.window is None):
+            need = "takes no window" if self.kind in ("full", "mamba") else "needs a window (tokens)"
             raise ConfigError(f"kv_cache_groups: a {self.kind} group {need}")
         return self
 
@@ -63,12 +72,15 @@ def admission_cap(
     """Most blocks the full-sequence admission gate reserves for one request in a windowed group
     (``max_admission_blocks_per_request``): the window (sliding: ``window - 1``; chunked: one
     chunk) plus the tokens that may be in flight, never past ``max_model_len`` (a sliding window
-    one block more: it may start inside a block); -1 for full."""
+    one block more: it may start inside a block); a mamba group's one state block (its block size
+    is ``max_model_len``: ``MambaSpec.max_memory_usage_bytes`` is one page); -1 for full."""
     if kind == "sliding_window":
         # + 1 block: the window need not start at a block boundary (vLLM's own comment)
         return -(-min(window - 1 + max_in_flight_tokens, max_model_len) // block_size) + 1
     if kind == "chunked_local":
         return -(-min(window + max_in_flight_tokens, max_model_len) // block_size)
+    if kind == "mamba":
+        return 1
     return -1
 
 
@@ -104,9 +116,14 @@ def group_kinds(groups: Sequence[KVCacheGroup]) -> dict[str, list[int]]:
 
 
 def is_hybrid(groups: Sequence[KVCacheGroup] | None) -> bool:
-    """Whether a layout needs the group-aware manager (any windowed group); a single full
-    group is every other model's one block table."""
+    """Whether a layout needs the group-aware manager (any windowed or mamba group); a single
+    full group is every other model's one block table."""
     return bool(groups) and any(g.kind != "full" for g in groups)  # type: ignore[union-attr]
+
+
+def has_mamba(groups: Sequence[KVCacheGroup] | None) -> bool:
+    """Whether a layout has a mamba group (state layers: what prefix caching refuses)."""
+    return bool(groups) and any(g.kind == "mamba" for g in groups)  # type: ignore[union-attr]
 
 
 def blocks_for_one_sequence(
@@ -114,7 +131,7 @@ def blocks_for_one_sequence(
 ) -> int:
     """Blocks one sequence of ``max_model_len`` tokens may hold at once over all groups (what
     vLLM checks the pool holds at start-up, ``max_memory_usage_bytes``): every block for a full
-    group, the admission cap for a windowed one."""
+    group, the admission cap for a windowed one, one state block for a mamba one."""
     full = -(-max_model_len // block_size)
     total = 0
     for g in groups:
@@ -129,6 +146,7 @@ __all__ = [
     "admission_cap",
     "blocks_for_one_sequence",
     "group_kinds",
+    "has_mamba",
     "is_hybrid",
     "plan_groups",
     "skipped_tokens",

@@ -11,8 +11,12 @@ blocks are published per group under the block's content key and the group (vLLM
 ``BlockHashWithGroupId``). A prefix hit is the coordinator's common length: the full-attention
 groups' longest chain of cached blocks, then each other kind's own rule within it (a sliding
 window needs the window's last blocks cached, chunked local attention the current chunk's),
-until every kind agrees. Pure full-attention models never come here: their single table runs
-through ``KVCacheManager``, unchanged.
+until every kind agrees. A mamba group's table is one state block for the request's whole life
+(``MambaManager`` with ``mamba_cache_mode`` "none": its block size is ``max_model_len``), taken
+at the request's first allocation with the other groups' blocks and freed with them; prefix
+caching is refused beside it (``EngineConfig``), so it never caches nor hits. Pure
+full-attention models never come here: their single table runs through ``KVCacheManager``,
+unchanged.
 
 Each group's share of the pool is counted as blocks change hands (``group_used``): every pool
 call that moves blocks in or out of the free queue is made for one group, and the change in the
@@ -48,6 +52,7 @@ class HybridKVCacheManager(KVCacheManager):
         "_junction",
         "_kinds",
         "_quiet",
+        "_state",
         "_tracked",
         "_windowed",
         "_windows",
@@ -70,7 +75,9 @@ class HybridKVCacheManager(KVCacheManager):
             raise InternalError(f"{len(groups)} KV cache groups; at most {_GROUP_SLOTS}")
         self._kinds = [g.kind for g in groups]
         self._windows = [g.window or 0 for g in groups]
-        self._windowed = [i for i, g in enumerate(groups) if g.kind != "full"]
+        self._windowed = [i for i, g in enumerate(groups) if g.kind in ("sliding_window", "chunked_local")]
+        # Mamba groups: one state block per request whatever its length (cap 1, always applied).
+        self._state = [g.kind == "mamba" for g in groups]
         self._caps = [
             admission_cap(g.kind, g.window or 0, max_in_flight_tokens, max_model_len, block_size)
             for g in groups
@@ -98,6 +105,10 @@ class HybridKVCacheManager(KVCacheManager):
     @property
     def num_groups(self) -> int:
         return len(self._kinds)
+
+    def is_state_group(self, g: int) -> bool:
+        """Whether group ``g`` is a mamba group (one state block per request)."""
+        return self._state[g]
 
     # -- prefix cache ---------------------------------------------------------------------
     def _cached(self, r: Request, i: int, ids: list[int]) -> tuple[int, ...] | None:
@@ -229,6 +240,8 @@ class HybridKVCacheManager(KVCacheManager):
         tables: list[list[int]] = r.blocks  # type: ignore[assignment]
         keys = [self.block_key(r, i) * _GROUP_SLOTS for i in range(start, full)]
         for g, table in enumerate(tables):
+            if self._state[g]:
+                continue  # a state block is never published (prefix caching is refused beside it)
             keep = self._retained(r, g)
             blocks = []
             gkeys = []
@@ -260,7 +273,7 @@ class HybridKVCacheManager(KVCacheManager):
         """One group's ``get_num_blocks_to_allocate``."""
         bs = self.block_size
         required = -(-num_tokens // bs)
-        if cap and 0 <= self._caps[g] < required:
+        if (cap or self._state[g]) and 0 <= self._caps[g] < required:
             required = self._caps[g]
         held = len(r.blocks[g]) if r.blocks else 0  # type: ignore[arg-type]
         if r.idx in self._tracked:
@@ -324,7 +337,7 @@ class HybridKVCacheManager(KVCacheManager):
         if not r.blocks:
             r.blocks = [[] for _ in self._kinds]  # type: ignore[misc]
         for g, table in enumerate(r.blocks):
-            more = need - len(table)  # type: ignore[arg-type]
+            more = (1 if self._state[g] and need > 1 else need) - len(table)  # type: ignore[arg-type]
             if more > 0:
                 table.extend(self.pool.get_new_blocks(more))  # type: ignore[attr-defined]
                 self.group_used[g] += more
@@ -351,19 +364,22 @@ class HybridKVCacheManager(KVCacheManager):
         self._remove_skipped(r, computed)
         required = -(-(slots if slots < mml else mml) // bs)
         tables: list[list[int]] = r.blocks  # type: ignore[assignment]
+        state = self._state
         need = 0
-        for table in tables:
-            if required > len(table):
-                need += required - len(table)
+        for g, table in enumerate(tables):
+            req = 1 if state[g] and required > 1 else required
+            if req > len(table):
+                need += req - len(table)
         if need:
             pool = self.pool
             if need > pool.num_free:
                 return False
             used = self.group_used
             for g, table in enumerate(tables):
-                if required > len(table):
-                    used[g] += required - len(table)
-                    table.extend(pool.get_new_blocks(required - len(table)))
+                req = 1 if state[g] and required > 1 else required
+                if req > len(table):
+                    used[g] += req - len(table)
+                    table.extend(pool.get_new_blocks(req - len(table)))
         if self.caching:
             t = computed + n
             nt = r.prompt_len + r.num_output
@@ -395,7 +411,12 @@ class HybridKVCacheManager(KVCacheManager):
             if nxt < until:
                 until = nxt
         tables: list[list[int]] = r.blocks  # type: ignore[assignment]
-        held = min(len(t) for t in tables) * bs if tables else 0
+        held = self.max_model_len if tables else 0  # a mamba group's one state block holds any length
+        for g, table in enumerate(tables):
+            if not self._state[g]:
+                held = min(held, len(table) * bs)
+            elif not table:
+                held = 0
         cached = (self._tracked.get(r.idx, 0) + 1) * bs
         self._quiet[r.idx] = (r.blocks, until, held, cached)
 

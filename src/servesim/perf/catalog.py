@@ -188,6 +188,31 @@ class ModelSpec(BaseModel):
         return p
 
     @property
+    def num_state_layers(self) -> int:
+        """Layers that keep a recurrent state instead of KV (Qwen3-Next's GatedDeltaNet)."""
+        p = self.layer_pattern
+        return p.layers if p is not None and p.is_state else 0
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with a KV cache (every layer but the state layers)."""
+        return self.num_layers - self.num_state_layers
+
+    @property
+    def state_params_per_layer(self) -> int:
+        """A GatedDeltaNet layer's parameters (``GatedDeltaNetState.params``); 0 without one."""
+        st = self.layer_pattern.state if self.layer_pattern is not None else None
+        return 0 if st is None else st.params(self.hidden_size)
+
+    @property
+    def mixer_params(self) -> int:
+        """Every layer's token mixer: attention projections, or a state layer's (``num_params``)."""
+        return (
+            self.num_attention_layers * self.attention_params_per_layer
+            + self.num_state_layers * self.state_params_per_layer
+        )
+
+    @property
     def dense_mlp_params_per_layer(self) -> int:
         return self.mlp_matrices * self.hidden_size * self.intermediate_size
 
@@ -227,7 +252,7 @@ class ModelSpec(BaseModel):
         """Every parameter (text decoder, embeddings, extra modules)."""
         moe = self.num_moe_layers
         return (
-            self.num_layers * self.attention_params_per_layer
+            self.mixer_params
             + self.num_dense_layers * self.dense_mlp_params_per_layer
             + moe
             * (
@@ -247,7 +272,7 @@ class ModelSpec(BaseModel):
         dense parameter (embeddings included) plus ``experts_per_token`` routed experts per MoE layer."""
         moe = self.num_moe_layers
         return (
-            self.num_layers * self.attention_params_per_layer
+            self.mixer_params
             + self.num_dense_layers * self.dense_mlp_params_per_layer
             + moe
             * (

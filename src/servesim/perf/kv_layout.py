@@ -8,7 +8,10 @@ every layer. vLLM turns the hybrid manager off -- every layer then keeps every t
 scheduled as full attention -- for chunked local attention with an EAGLE-family drafter
 (``VllmConfig``'s ``need_disable_hybrid_kv_cache_manager``; its connectors, the CPU offload and
 NIXL ones, support the hybrid manager, so with them it stays on, and servesim refuses the pair);
-``hybrid_disabled`` says when. Mamba and linear attention stay refused (``perf.layer_pattern``).
+``hybrid_disabled`` says when. Layers with a recurrent state whose shape servesim knows (Qwen3-Next's
+GatedDeltaNet) are vLLM's ``MambaSpec`` layers: ``mamba`` groups, one state block per request, the
+attention block size raised until a page holds a state (``perf.memory.state_block_size``); other
+Mamba and linear-attention layers stay refused (``perf.layer_pattern``).
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
 
 def layer_kinds(model: ModelSpec) -> list[KVCacheGroup]:
     """Each decoder layer's kind, in an order with the right first kind (the groups' order):
-    the windowed layers first, except Qwen's ``max_window_layers`` (full layers first)."""
+    the windowed layers first, except Qwen's ``max_window_layers`` (full layers first); state
+    layers first (Qwen3-Next's layer 0 is a GatedDeltaNet layer)."""
     p = model.layer_pattern
     full = KVCacheGroup(kind="full")
+    if p is not None and p.state is not None:
+        return [KVCacheGroup(kind="mamba")] * p.layers + [full] * (model.num_layers - p.layers)
     if p is None or p.kind not in ("sliding_window", "chunked_local") or p.window is None:
         return [full] * model.num_layers
     windowed = [KVCacheGroup(kind=p.kind, window=p.window)] * p.layers

@@ -116,9 +116,35 @@ def kv_bytes_per_token(model: ModelSpec, tp: int = 1, kv_dtype: str = "auto") ->
     if model.is_mla:  # vLLM's MLAAttentionSpec: one latent head, no V, replicated on every rank
         return round(model.num_layers * latent_head_size(model) * kv_dtype_bytes(model, kv_dtype))
     per = (
-        2 * model.num_layers * kv_heads_per_rank(model, tp) * model.head_dim * kv_dtype_bytes(model, kv_dtype)
+        2
+        * model.num_attention_layers
+        * kv_heads_per_rank(model, tp)
+        * model.head_dim
+        * kv_dtype_bytes(model, kv_dtype)
     )
     return round(per)
+
+
+#: vLLM's attention kernels' smallest block (FlashAttention and Triton: ``MultipleOf(16)``).
+KERNEL_BLOCK_ALIGNMENT = 16
+
+
+def state_block_size(model: ModelSpec, tp: int, block_size: int, kv_dtype: str = "auto") -> int:
+    """The attention block size vLLM runs a model with state layers at: the smallest multiple of
+    ``max(16, block_size)`` whose attention page holds one layer's state
+    (``Platform._align_hybrid_block_size``; the state's page is then padded to that page, so
+    every group's block is the same size). ``block_size`` itself for any other model."""
+    p = model.layer_pattern
+    if p is None or p.state is None:
+        return block_size
+    if reason := p.state.check_tp(tp):
+        raise PerfError(f"{model.name}: {reason} (vLLM splits it evenly over the ranks)")
+    per_token = 2 * kv_heads_per_rank(model, tp) * model.head_dim * kv_dtype_bytes(model, kv_dtype)
+    state = p.state.page_bytes(tp, model.dtype_bytes)  # mamba_cache_dtype "auto": the model's dtype
+    align = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+    need = align * math.ceil(state / (align * per_token))
+    need = KERNEL_BLOCK_ALIGNMENT * -(-need // KERNEL_BLOCK_ALIGNMENT)
+    return max(block_size, need)
 
 
 class WeightBreakdown(BaseModel):
@@ -153,6 +179,16 @@ class WeightBreakdown(BaseModel):
         )
 
 
+def mixer_params_per_rank(model: ModelSpec, tp: int) -> int:
+    """Every layer's token-mixer parameters on one rank: attention (``attention_params_per_rank``)
+    in the attention layers, a GatedDeltaNet's projections split over the ranks in the state
+    layers (``ModelSpec.state_params_per_layer``)."""
+    return (
+        model.num_attention_layers * attention_params_per_rank(model, tp)
+        + model.num_state_layers * model.state_params_per_layer // tp
+    )
+
+
 def attention_params_per_rank(model: ModelSpec, tp: int) -> int:
     """Q/O split over ranks; K/V split, or replicated when there are fewer KV heads than ranks.
     MLA: the latent down-projections replicated, the up- and output projections split."""
@@ -181,7 +217,7 @@ def weight_breakdown(model: ModelSpec, tp: int = 1, expert_shards: float | None 
     check_tp(model, tp)
     d = model.dtype_bytes
     moe = model.num_moe_layers
-    attention = model.num_layers * attention_params_per_rank(model, tp) * model.bytes_of("attention")
+    attention = mixer_params_per_rank(model, tp) * model.bytes_of("attention")
     if model.is_mla:  # W_UK / W_UV, split out of kv_b_proj in the activation dtype
         attention += model.num_layers * absorbed_params(model, tp) * d
     mlp = model.num_dense_layers * model.dense_mlp_params_per_layer / tp * model.bytes_of("mlp")
@@ -392,8 +428,9 @@ def kv_capacity(
         )
     per_tok = kv_bytes_per_token(m, tp, kv_dtype)
     groups, layers = kv_groups(m, hybrid)
+    block_size = state_block_size(m, tp, block_size, kv_dtype)  # state layers: pages that hold a state
     # vLLM's get_kv_cache_config_from_groups: a block is one page of each layer of a group
-    per_block = per_tok // m.num_layers * layers * block_size if groups else per_tok * block_size
+    per_block = per_tok // m.num_attention_layers * layers * block_size if groups else per_tok * block_size
     blocks = kv_bytes // per_block
     usable = max(0, blocks - 1)
     mml = max_model_len if max_model_len is not None else m.max_position_embeddings

@@ -18,6 +18,14 @@ rank (all ranks do the same work, in lockstep):
   MLA (``perf.mla``): decodes score the latent cache with absorbed projections
   (``2 x heads x (2 kv_lora_rank + rope)`` FLOPs per pair), prefills run per head
   (``2 x heads x (head_dim + v_head_dim)``) and decompress each cached token through ``kv_b_proj``.
+* **State layers** (Qwen3-Next's GatedDeltaNet, ``perf.layer_pattern``): they have no KV to read;
+  each scheduled request reads its recurrent state once per step and writes it back
+  (``2 x state layers x state bytes per rank``, at the attention bandwidth efficiency, a per-request
+  cost), and each token updates and reads out the state, ``6 x value heads per rank x head_k_dim x
+  head_v_dim`` FLOPs per layer (the delta rule's ``S k``, its rank-one update and ``S q``; a
+  prefill chunk runs the same FLOPs per token in vLLM's chunked scan), at the attention compute
+  efficiency. Their projections count as GEMMs; the causal convolution is left out (a few
+  hundred FLOPs per channel).
 * **Tensor parallelism**: ``2 x layers + 1`` all-reduces of ``T x hidden`` activations over the
   GPU link: on NVLink, small messages go one-shot (each rank reads ``tp-1`` peers' buffers),
   larger ones two-shot / ring (``2 (tp-1)/tp`` of the bytes), as vLLM's custom all-reduce
@@ -43,7 +51,7 @@ from servesim.engine.step_time import BatchComposition, DraftTimeModel
 from servesim.perf import mla
 from servesim.perf.catalog import Catalog, GPUSpec, ModelSpec, load_catalog, resolve_gpu, resolve_model
 from servesim.perf.lora import AdapterLoadTimes, adapter_load_times, lora_params_per_slot
-from servesim.perf.memory import attention_params_per_rank, check_tp, kv_bytes_per_token, kv_heads_per_rank
+from servesim.perf.memory import check_tp, kv_bytes_per_token, kv_heads_per_rank, mixer_params_per_rank
 from servesim.perf.profile import HardwareProfile, resolve_profile
 
 if TYPE_CHECKING:
@@ -140,7 +148,7 @@ class RooflineStepTime:
         # weight dtype); same FLOPs (perf.mla), and decodes stream the weights, so they are counted.
         absorbed = L * mla.absorbed_params(m, tp) if m.is_mla else 0
         groups = [
-            (L * attention_params_per_rank(m, tp) - absorbed, m.bytes_of("attention"), "attention"),
+            (mixer_params_per_rank(m, tp) - absorbed, m.bytes_of("attention"), "attention"),
             (dense_layers * m.dense_mlp_params_per_layer / tp, m.bytes_of("mlp"), "mlp"),
             (
                 moe_layers * m.shared_expert_params_per_layer / tp,
@@ -169,6 +177,17 @@ class RooflineStepTime:
             flops_s_per_token += 2 * params / (g.peak_flops(wd) * eta_c)
         lm_params = math.ceil(m.vocab_size / tp) * m.hidden_size
         weight_bytes += lm_params * ab
+        # State layers: the recurrent update and read-out per token, the state's read and write
+        # per scheduled request and step (see the module docstring).
+        self._state_seq = 0.0
+        st = m.layer_pattern.state if m.layer_pattern is not None else None
+        if st is not None:
+            Ls = m.num_state_layers
+            flops_s_per_token += (Ls * 6.0 * (st.num_v_heads // tp) * st.head_k_dim * st.head_v_dim) / (
+                p16 * pr.attention_compute_efficiency
+            )
+            state_bytes = st.page_bytes(tp, ab)
+            self._state_seq = Ls * 2.0 * state_bytes / (bw * pr.attention_bandwidth_efficiency)
         self._c_tok = flops_s_per_token
         self._c_sample = 2 * lm_params / (p16 * eta_c)
         self._m_weights = weight_bytes / (bw * eta_m)
@@ -210,7 +229,8 @@ class RooflineStepTime:
         kvb = kv_bytes_per_token(m, tp, self.kv_dtype)
         self.kv_bytes_per_token = kvb
         self._a_mem = kvb / (bw * pr.attention_bandwidth_efficiency)  # seconds per token of context read
-        flop_pair = 4.0 * (m.num_attention_heads // tp) * m.head_dim * L  # FLOPs per (query, key) pair
+        La = m.num_attention_layers  # the state layers have no (query, key) pairs
+        flop_pair = 4.0 * (m.num_attention_heads // tp) * m.head_dim * La  # FLOPs per (query, key) pair
         self._a_cmp = flop_pair / (p16 * pr.attention_compute_efficiency)
         self._d_cmp = self._a_cmp  # decode: the same pairs, unless MLA absorbs its projections
         self._a_ctx = 0.0  # per cached token of a prefill chunk: MLA decompresses its latent
@@ -300,7 +320,11 @@ class RooflineStepTime:
         tail = (
             padded * self._ar_tok_1 if padded <= self._ar_max_1 else padded * self._ar_tok + self._ar_switch
         )
-        return self._fixed + extra + gemm, tail, n_seq * (self._per_seq + self._gather_sample)
+        return (
+            self._fixed + extra + gemm,
+            tail,
+            n_seq * (self._per_seq + self._gather_sample + self._state_seq),
+        )
 
     def decode_terms(self, num_decodes: int) -> tuple[float, float, float, float]:
         """A decode-only step of ``num_decodes`` requests as (head, per context token, tail, seq):
@@ -348,6 +372,7 @@ class RooflineStepTime:
             "step_overhead": pr.step_overhead_s,
             "layer_overhead": self.model.num_layers * pr.per_layer_overhead_s,
             "sequence_overhead": n_seq * pr.per_sequence_overhead_s,
+            "state_io": n_seq * self._state_seq,
             "mixed_overhead": self._mixed if batch.prefill_chunks else 0.0,
             "eager_overhead": 0.0 if graphs else self._eager,
             "padded_tokens": float(tp_),
@@ -363,6 +388,7 @@ class RooflineStepTime:
             "step_overhead",
             "layer_overhead",
             "sequence_overhead",
+            "state_io",
             "mixed_overhead",
             "eager_overhead",
         )

@@ -20,7 +20,7 @@ from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
 from servesim.perf.kv_layout import hybrid_disabled, kv_groups
 from servesim.perf.lora import lora_params_per_slot
-from servesim.perf.memory import check_kv_cache_dtype, kv_capacity
+from servesim.perf.memory import check_kv_cache_dtype, kv_capacity, state_block_size
 from servesim.perf.pipeline import PipelineStepTime, build_pipeline_step_time, describe_split, pp_kv_capacity
 from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
@@ -37,6 +37,9 @@ class DeploymentSetup:
     notes: tuple[str, ...]
     #: vLLM's KV cache groups for the model (None: one full-attention group; ``perf.kv_layout``)
     kv_cache_groups: tuple[KVCacheGroup, ...] | None = None
+    #: The block size vLLM runs at: the one asked for, raised for a model with state layers until
+    #: an attention page holds a state (``perf.memory.state_block_size``); None: as asked
+    block_size: int | None = None
 
 
 def deployment_setup(
@@ -90,6 +93,13 @@ def deployment_setup(
     if off is not None:
         notes.append(f"{spec.name}: sized and scheduled as full attention in every layer ({off})")
     groups, _ = kv_groups(spec, hybrid=off is None)
+    raised = state_block_size(spec, tp, block_size, kv_dtype)
+    if raised != block_size:
+        notes.append(
+            f"{spec.name}: KV block size {raised} tokens, not {block_size}: vLLM raises it until one "
+            "attention page holds a linear-attention layer's state (its state pages are padded to it)"
+        )
+    run_block = raised if raised != block_size else None
     blocks = None
     # how vLLM sizes the KV cache, the same for one replica and for each pipeline stage
     sizing: dict[str, Any] = {
@@ -110,14 +120,14 @@ def deployment_setup(
             )
             blocks = pcap.num_gpu_blocks
             notes += pcap.caveats
-        return DeploymentSetup(pipe, blocks, tuple(dict.fromkeys(notes)), groups)
+        return DeploymentSetup(pipe, blocks, tuple(dict.fromkeys(notes)), groups, run_block)
     if size_kv_cache:
         cap = kv_capacity(
             spec, gpu, tp, lora_bytes=math.ceil(lora_bytes), expert_shards=expert_shards, **sizing
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
-    return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)), groups)
+    return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)), groups, run_block)
 
 
 # ------------------------------------------------------------------ the default deployment
@@ -223,6 +233,8 @@ def replica_setup(
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
     cfg = cfg.model_copy(update={"kv_cache_groups": setup.kv_cache_groups})
+    if setup.block_size is not None:  # state layers: vLLM's raised attention block size
+        cfg = cfg.model_copy(update={"block_size": setup.block_size})
     cfg = EngineConfig.model_validate(cfg.model_dump())
     if cfg.speculative_config is not None:
         resolve_drafter(setup.step_time, cfg.speculative_config)  # a drafter that cannot run: say so now

@@ -419,7 +419,7 @@ def _kv_cache_reason(hardware: Hardware, d: Deployment, runs: list[RunMetrics], 
         kind="kv_cache",
         facts={
             "blocks": blocks,
-            "block_size": d.block_size,
+            "block_size": config.block_size,  # vLLM's: raised for a model with state layers
             "tokens": tokens,
             **({"kv_cache_groups": groups} if groups else {}),  # only where there are several
             "model": hw.get("model") if derived else None,
