@@ -99,6 +99,28 @@ def replay(case: dict[str, Any], fast: bool = True, invariants_every_step: bool 
     return diffs
 
 
+def group_counts_by_step(case: dict[str, Any]) -> dict[int, list[int]]:
+    """Each KV cache group's blocks in use after each step servesim ran for ``case`` (invariants
+    checked every step), keyed by vLLM's step number: what the cases' ``group_steps`` record."""
+    import numpy as np
+
+    from servesim.engine.engine import Engine
+
+    engine = Engine(
+        case_trace(case),
+        case_config(case),
+        ConstantStepTime(step_time_s=case["step_s"]),
+        check_invariants=True,
+    )
+    engine.run()
+    rec = engine.rec
+    if rec.kv_group_steps is None:
+        raise AssertionError("the run recorded no per-group usage: not a hybrid case")
+    counts = np.frombuffer(rec.kv_group_steps, dtype=np.intc).reshape(-1, rec.num_kv_groups)
+    starts = rec.step_table()["start_s"]
+    return {round(t / case["step_s"]): c.tolist() for t, c in zip(starts, counts, strict=True)}
+
+
 def replay_pp(case: dict[str, Any], fast: bool = False, invariants_every_step: bool = True) -> list[str]:
     """Run a pipeline-parallel case (every request arriving before the first step) and return the
     differences from vLLM's schedule: servesim's steps in order against vLLM's step indices (the

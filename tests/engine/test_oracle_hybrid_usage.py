@@ -14,12 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from oracle_replay import case_config, case_trace, load_case, replay
-
-from servesim.engine import ConstantStepTime
-from servesim.engine.engine import Engine
+from oracle_replay import group_counts_by_step, load_case, replay
 
 CASES = sorted((Path(__file__).parent / "oracle_hybrid_usage_cases").glob("*.json.gz"))
 
@@ -39,18 +35,7 @@ def test_the_cases_preempt_and_share_prefixes_in_every_kind() -> None:
 def test_each_groups_blocks_match_vllm_step_for_step(path: Path) -> None:
     case = load_case(path)
     assert replay(case) == []  # the same schedule first: the counts are compared step by step
-    engine = Engine(
-        case_trace(case),
-        case_config(case),
-        ConstantStepTime(step_time_s=case["step_s"]),
-        check_invariants=True,
-    )
-    engine.run()
-    rec = engine.rec
-    assert rec.kv_group_steps is not None
-    counts = np.frombuffer(rec.kv_group_steps, dtype=np.intc).reshape(-1, rec.num_kv_groups)
-    starts = rec.step_table()["start_s"]
-    ours = {round(t / case["step_s"]): c.tolist() for t, c in zip(starts, counts, strict=True)}
+    ours = group_counts_by_step(case)
     kv_used = {row[0]: row[4] for row in case["steps"]}
     compared = 0
     for step, want in case["group_steps"]:

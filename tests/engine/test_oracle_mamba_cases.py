@@ -15,12 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from oracle_replay import case_config, case_trace, load_case, replay
+from oracle_replay import group_counts_by_step, load_case, replay
 
-from servesim.engine import ConstantStepTime
-from servesim.engine.engine import Engine
 from servesim.engine.kv_groups import KVCacheGroup, plan_groups
 
 CASES = sorted((Path(__file__).parent / "oracle_mamba_cases").glob("*.json.gz"))
@@ -48,18 +45,7 @@ def test_servesim_plans_the_groups_vllm_planned(path: Path) -> None:
 def test_engine_and_each_groups_blocks_match_vllm_step_for_step(path: Path) -> None:
     case = load_case(path)
     assert replay(case, fast=True, invariants_every_step=True) == []
-    engine = Engine(
-        case_trace(case),
-        case_config(case),
-        ConstantStepTime(step_time_s=case["step_s"]),
-        check_invariants=True,
-    )
-    engine.run()
-    rec = engine.rec
-    assert rec.kv_group_steps is not None
-    counts = np.frombuffer(rec.kv_group_steps, dtype=np.intc).reshape(-1, rec.num_kv_groups)
-    starts = rec.step_table()["start_s"]
-    ours = {round(t / case["step_s"]): c.tolist() for t, c in zip(starts, counts, strict=True)}
+    ours = group_counts_by_step(case)
     compared = 0
     for step, want in case["group_steps"]:
         if step not in ours:  # a step vLLM ran without scheduling anything (replay checked it)
