@@ -23,6 +23,7 @@ COMPILED_MODULES = (
     "spec_draws",
     "engine",
     "stretch_cursor",
+    "kv_hybrid",
 )
 
 
