@@ -16,15 +16,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 #: Two cheap modules whose tests share a module-scoped fixture.
 MODULES = ("tests/views/test_sparklines.py", "tests/views/test_overlay.py")
 XDIST = ("-n", "2", "--dist", "loadgroup", "-vv", "-p", "no:cacheprovider")
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 def test_a_modules_shared_fixture_keeps_its_tests_on_one_worker() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "pytest", *XDIST, *MODULES],

@@ -5,7 +5,6 @@ and summary, while the naive loop checks every conservation invariant after ever
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import configs, connector_factories, examples, step_models, traces
@@ -13,7 +12,6 @@ from strategies import configs, connector_factories, examples, step_models, trac
 from servesim.engine import ConstantStepTime, SimulationResult, simulate
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fast_path_equals_naive_loop(data: st.DataObject) -> None:
@@ -67,7 +65,6 @@ def check_accounting(result: SimulationResult, budget: int, max_seqs: int, exact
     assert (req[["num_output", "num_preemptions", "recomputed_tokens", "reused_tokens"]] >= 0).all().all()
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fast_path_equals_naive_loop_with_a_kv_connector(data: st.DataObject) -> None:

@@ -59,15 +59,11 @@ def test_the_installed_build_runs_the_compiled_core() -> None:
     assert not str(engine_module.__file__).endswith(".py")
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 @pytest.mark.skipif(PURE_FORCED, reason="the main pass compares both cores (each subprocess picks its own)")
 def test_compiled_and_pure_python_cores_give_identical_bytes() -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(2) as pool:  # the two processes side by side: the test's time is the slower's
-        pure_run, compiled_run = pool.submit(digest, True), pool.submit(digest, False)
-        pure, compiled = pure_run.result(), compiled_run.result()
+    pure = digest(pure=True)
     assert pure["core"] == "pure-python"
+    compiled = digest(pure=False)
     if not PURE_FORCED:
         assert compiled["core"] == "compiled"
     assert compiled["digest"] == pure["digest"]

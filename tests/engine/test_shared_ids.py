@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import configs, examples, step_models
@@ -98,7 +97,6 @@ def run(
     return build_result(engine, trace, None, {}), log
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_cutting_unshared_hash_ids_changes_nothing(data: st.DataObject) -> None:

@@ -43,7 +43,6 @@ def vllm_moe() -> list[dict[str, Any]]:
     return run_oracle_tool("dp_oracle.py", items, timeout=300)
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 @pytest.mark.parametrize("i", range(len(MOE_CASES)))
 def test_moe_split_is_vllms(vllm_moe: list[dict[str, Any]], i: int) -> None:
     """Every GPU's MoE tp/ep sizes and the experts it holds are what vLLM 0.33 computes."""

@@ -67,7 +67,6 @@ def vllm_plans() -> list[dict[str, Any]]:
     return run_oracle_tool("hybrid_kv_oracle.py", items)
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 @pytest.mark.parametrize("i", range(len(ROWS)), ids=["-".join(map(str, r)) for r in ROWS])
 def test_groups_and_num_gpu_blocks_equal_vllms(vllm_plans: list[dict[str, Any]], i: int) -> None:
     name, gpu, tp, block = ROWS[i]

@@ -225,7 +225,6 @@ def vllm_sizes() -> list[dict[str, Any]]:
     return run_oracle_tool("mla_kv_oracle.py", items, timeout=300)
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 @pytest.mark.parametrize("i", range(len(CASES)))
 def test_page_size_and_num_gpu_blocks_equal_vllms(vllm_sizes: list[dict[str, Any]], i: int) -> None:
     name, gpu, tp, kv, block = CASES[i]

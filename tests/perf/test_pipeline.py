@@ -58,7 +58,6 @@ def vllm_split() -> list[dict[str, Any]]:
     return run_oracle_tool("pp_indices_oracle.py", items, timeout=300)
 
 
-@pytest.mark.slow  # long: handed out first (tests/conftest.py)
 def test_the_split_is_vllms_get_pp_indices(vllm_split: list[dict[str, Any]]) -> None:
     for (n, p), got in zip(GRID, vllm_split, strict=False):
         assert [list(pp_indices(n, r, p)) for r in range(p)] == got["indices"], (n, p)
