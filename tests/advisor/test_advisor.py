@@ -7,14 +7,11 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from anthropic_mock import FAKE_KEY, FakeAnthropic
 from pydantic import ValidationError
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.models.test import TestModel
 from typer.testing import CliRunner
 
 from servesim.advisor import (
@@ -33,6 +30,11 @@ from servesim.cluster.recovery import plan_recovery
 from servesim.engine import SLO, ConstantStepTime, EngineConfig, LinearStepTime
 from servesim.resched import parse_input
 from servesim.traces import open_trace
+
+if TYPE_CHECKING:  # pydantic-ai (2 CPU-s with Anthropic's client) is imported by the tests that use it,
+    # not by every xdist worker at collection
+    from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.models.function import AgentInfo
 
 SEED_RESCHED = {
     "batch_capacity": 4,
@@ -137,6 +139,8 @@ def test_auto_without_a_key_is_the_rules_advisor(monkeypatch: pytest.MonkeyPatch
 
 # ---------------------------------------------------------- agent logic (pydantic-ai test models)
 def test_claude_answer_is_verified_and_labelled() -> None:
+    from pydantic_ai.models.test import TestModel
+
     model = TestModel(custom_output_args={"order": ["req-101", "req-102"], "reasons": []})
     result = advise(resched_case(), "claude", claude=ClaudeAdvisor(model=model))
     assert result.advisor == "claude" and result.notice is None
@@ -145,6 +149,9 @@ def test_claude_answer_is_verified_and_labelled() -> None:
 
 
 def test_fallback_proposal_is_costed_next_to_restart_all_and_the_planner() -> None:
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
     seen: list[str] = []
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -166,6 +173,9 @@ def test_fallback_proposal_is_costed_next_to_restart_all_and_the_planner() -> No
 
 
 def test_proposals_that_make_the_slo_worse_are_rejected_and_replaced() -> None:
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         args = {
             "max_num_seqs": 2,
@@ -245,6 +255,8 @@ def test_malformed_output_is_retried_then_replaced() -> None:
 def test_the_key_never_appears_in_outputs_logs_or_files(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from pydantic_ai.models.test import TestModel
+
     caplog.set_level(logging.DEBUG)
     texts = []
     for script in ([GOOD], [500, 500, 500], [{"order": []}] * 4, ["stall"]):

@@ -87,6 +87,10 @@ print(json.dumps({"core": _native.core(), "diffs": diffs}))
 """
 
 
+@pytest.mark.skipif(
+    os.environ.get(_native.ENV_PURE, "").strip() not in ("", "0"),
+    reason="this pass runs every case on the pure-Python core: a subprocess would run them again",
+)
 def test_the_pure_python_core_matches_vllm_too() -> None:
     env = {**os.environ, _native.ENV_PURE: "1", "PYTHONPATH": str(HERE)}
     out = subprocess.run(

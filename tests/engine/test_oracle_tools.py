@@ -9,6 +9,7 @@ vLLM replay by the oracle virtualenv's python.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from oracle_venv import oracle_python
+from servesim.engine import _native
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools" / "oracle"
@@ -98,6 +100,10 @@ def test_replay_cases_replays_every_kind_through_servesim() -> None:
     not oracle_python().exists(),
     reason=f"no vLLM 0.33 oracle virtualenv at {oracle_python()} (set VLLM_ORACLE_PYTHON to its "
     "python, or make it as tools/oracle/README.md says): vLLM's scheduler cannot replay the cases",
+)
+@pytest.mark.skipif(
+    os.environ.get(_native.ENV_PURE, "").strip() not in ("", "0"),
+    reason="vLLM's own scheduler, not servesim's core: the main pass runs it",
 )
 def test_replay_cases_reproduces_a_case_of_every_kind_with_vllm() -> None:
     _assert_all_identical(_replay(oracle_python(), "--against", "vllm"))

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from scipy import stats as sps
 from tuning_helpers import poisson_workload
 
 from servesim.engine import LinearStepTime
@@ -26,6 +25,8 @@ CLOSED_T_SF = {
 def test_slope_t_test_p_value_is_the_closed_form(depth: list[float], df: int) -> None:
     """With 3 (4) batch means the slope's t statistic has 1 (2) degrees of freedom, whose tail
     has a closed form; the statistic itself is the ordinary least-squares one (linregress)."""
+    from scipy import stats as sps  # here, not at collection: each xdist worker would import it
+
     batches = df + 2
     n = 3 * batches
     arrival = np.arange(n, dtype=np.float64)

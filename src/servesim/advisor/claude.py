@@ -13,15 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
-
-import httpx2
-from anthropic import AsyncAnthropic
-from pydantic_ai import Agent
-from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, RunTimedOut, UnexpectedModelBehavior
-from pydantic_ai.models import Model
-from pydantic_ai.models.anthropic import AnthropicModel
-from pydantic_ai.providers.anthropic import AnthropicProvider
+from typing import TYPE_CHECKING, Any
 
 from servesim.advisor.cases import Case
 from servesim.advisor.models import (
@@ -34,6 +26,10 @@ from servesim.advisor.models import (
     Task,
 )
 from servesim.errors import InputError
+
+if TYPE_CHECKING:  # Anthropic's client and pydantic-ai: 1.5-2 CPU-s of imports, for a call with a key only
+    import httpx2
+    from pydantic_ai.models import Model
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 
@@ -84,6 +80,10 @@ class ClaudeAdvisor:
         else:
             if not self._secret:
                 raise InputError("the Claude advisor needs ANTHROPIC_API_KEY (or use --advisor rules)")
+            from anthropic import AsyncAnthropic
+            from pydantic_ai.models.anthropic import AnthropicModel
+            from pydantic_ai.providers.anthropic import AnthropicProvider
+
             client = AsyncAnthropic(
                 api_key=self._secret, timeout=timeout_s, max_retries=max_retries, http_client=http_client
             )
@@ -100,6 +100,9 @@ class ClaudeAdvisor:
     def propose(
         self, case: Case, feedback: str | None, round_no: int
     ) -> tuple[Advice | None, ActionLogEntry]:
+        from pydantic_ai import Agent
+        from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, RunTimedOut, UnexpectedModelBehavior
+
         task = case.task
         prompt = case.summary()
         if feedback:
