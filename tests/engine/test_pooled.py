@@ -100,3 +100,35 @@ def test_weights_too_large_for_int32_stay_int64() -> None:
     v, w = pooled.pooled_sample(np.array([0.01, 0.02]), np.array([2**31, 1]), np.array([0.005]))
     assert w.dtype == np.int64 and w.tolist() == [2**31, 1, 1]
     assert v.tolist() == [10.0, 20.0, 5.0]
+
+
+engines = st.lists(
+    st.tuples(
+        st.lists(st.tuples(st.integers(1, 12), st.integers(0, 4)), max_size=80),  # steps (ticks, weight)
+        st.lists(st.integers(0, 12), max_size=8),  # explicit gaps, in ticks
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(engines)
+def test_merged_sorted_runs_sort_as_the_pooled_sample_of_the_engines(
+    parts: list[tuple[list[tuple[int, int]], list[int]]],
+) -> None:
+    """A fleet's pooled ITL from each engine's ``sorted_runs`` (``merged_runs``), once sorted, is
+    the pooled sample of the engines' concatenated steps and gaps sorted, value for value and
+    weight for weight (few distinct values: many ties, whose order decides the weights')."""
+    ds = [np.asarray([t for t, _ in s], dtype=np.float64) * 1e-4 for s, _ in parts]
+    ws = [np.asarray([k for _, k in s], dtype=np.int64) for s, _ in parts]
+    gs = [np.asarray(g, dtype=np.float64) * 1e-4 for _, g in parts]
+    v, w = pooled.pooled_sample(np.concatenate(ds), np.concatenate(ws), np.concatenate(gs))
+    pooled.sort_weighted(v, w)
+    runs = [pooled.sorted_runs(d, k, g) for d, k, g in zip(ds, ws, gs, strict=True)]
+    mv, mw = pooled.merged_runs(runs)
+    pooled.sort_weighted(mv, mw)
+    assert mv.tolist() == v.tolist() and mw.tolist() == w.tolist()
+    expected = whole_array_itl(np.concatenate(ds), np.concatenate(ws), np.concatenate(gs))
+    got = LatencyStats.of_positive_weights(*pooled.merged_runs(runs))
+    assert got.model_dump() == expected.model_dump()

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec, failure_schedule
 from servesim.cluster.fleet import Fleet, FleetBase, FleetSnapshot
+from servesim.cluster.gc_pause import gc_paused
 from servesim.cluster.planning import planner_policy, target_state
 from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.results import ClusterResult, ClusterSummary, FailureImpact, build_cluster_result
@@ -76,14 +77,20 @@ def simulate_cluster(
         fast=fast,
         observers=observers,
     )
-    return build_cluster_result(
-        sim.run(),
-        slo,
-        pooled_itl=pooled_itl,
-        replica_summaries=replica_summaries,
-        recovery=recovery if isinstance(recovery, str) else getattr(recovery, "__name__", None),
-        router=(router or RouterSpec()).policy,
-    )
+    # The collector stays off through the summary (its collections would find nothing:
+    # ``gc_paused``) until the replicas are freed: on again with them alive, its next
+    # collection would traverse every object they hold.
+    with gc_paused():
+        result = build_cluster_result(
+            sim.run(),
+            slo,
+            pooled_itl=pooled_itl,
+            replica_summaries=replica_summaries,
+            recovery=recovery if isinstance(recovery, str) else getattr(recovery, "__name__", None),
+            router=(router or RouterSpec()).policy,
+        )
+        del sim
+    return result
 
 
 def cluster_simulator(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
@@ -11,6 +13,7 @@ from servesim.cluster.simulate import ClusterRun
 from servesim.engine.admission import admission_summary
 from servesim.engine.config import EngineConfig
 from servesim.engine.kv_connector import OffloadingConnector
+from servesim.engine.pooled import merged_runs, sorted_runs
 from servesim.engine.results import (
     SLO,
     LatencyStats,
@@ -143,7 +146,8 @@ def build_cluster_result(
     hits = sum(e.rec.prefix_hits for e in engines)
     caching = any(r.config.enable_prefix_caching for r in run.replicas)
     mml = max(e.max_model_len for e in engines)
-    no_itl = None if pooled_itl else LatencyStats()
+    if pooled_itl:
+        per_engine.sort_itl()
     cluster = summarize(
         requests,
         steps,
@@ -154,11 +158,9 @@ def build_cluster_result(
         hits,
         caching,
         mml,
-        no_itl,
+        per_engine.itl(range(len(engines))),
     )
-    per_replica = (
-        _replica_summaries(run, requests, per_engine, slo, no_itl, closed_by) if replica_summaries else {}
-    )
+    per_replica = _replica_summaries(run, requests, per_engine, slo, closed_by) if replica_summaries else {}
     gated = [r.config for r in run.replicas if r.config.max_num_queued_reqs is not None]
     gated += [r.config for r in run.replicas if r.config.max_num_queued_tokens is not None]
     if gated:  # each replica's API server answers its own 503s; the fleet's counted together
@@ -222,6 +224,23 @@ class _EngineFrames:
         self.gaps: list[np.ndarray] = []
         self.preemptions: list[pd.DataFrame] = []
         self.starved: set[str] = set()
+        self.itl_runs: list[tuple[np.ndarray, np.ndarray, int]] = []  # ``sort_itl``'s
+
+    def sort_itl(self) -> None:
+        """Each engine's pooled ITL sample in sorted runs (``pooled.sorted_runs``), which the
+        fleet's and each replica's pooled ITL then merge (``itl``)."""
+        self.itl_runs = [
+            sorted_runs(st["duration_s"].to_numpy(dtype=np.float64), w, g)
+            for st, w, g in zip(self.steps, self.weights, self.gaps, strict=True)
+        ]
+
+    def itl(self, engines: Iterable[int]) -> LatencyStats:
+        """The pooled ITL of these engines' steps and gaps: the figures ``itl_stats`` gives on
+        their concatenation, from their sorted runs (``pooled.merged_runs``: the fleet's whole
+        sample is never sorted at once); empty before ``sort_itl`` (the pooled ITL left out)."""
+        if not self.itl_runs:
+            return LatencyStats()
+        return LatencyStats.of_positive_weights(*merged_runs([self.itl_runs[i] for i in engines]))
 
     @classmethod
     def of(cls, run: ClusterRun, names: list[str]) -> _EngineFrames:
@@ -245,7 +264,6 @@ def _replica_summaries(
     requests: pd.DataFrame,
     per_engine: _EngineFrames,
     slo: SLO | None,
-    no_itl: LatencyStats | None,
     closed_by: np.ndarray,
 ) -> dict[str, SimulationSummary]:
     """Each replica's summary over the requests it finished and the steps of its engines (a
@@ -268,7 +286,7 @@ def _replica_summaries(
             sum(engines[i].rec.prefix_hits for i in mine),
             spec.config.enable_prefix_caching,
             max(engines[i].max_model_len for i in mine),
-            no_itl,
+            per_engine.itl(mine),
         )
     return per_replica
 

@@ -18,7 +18,6 @@ policy how long that is).
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import sys
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from servesim.cluster import stepping
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
 from servesim.cluster.fleet import FleetBase, Interrupted, Replica, RequestStory
+from servesim.cluster.gc_pause import gc_paused
 from servesim.cluster.policies import (
     Decision,
     RecoveryPolicy,
@@ -229,13 +229,8 @@ class ClusterSimulator(FleetBase[ClusterRun]):
         self._all_up = all(self.alive) and all(self.accepting)
 
     def run(self) -> ClusterRun:
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             self.advance()
-        finally:
-            if gc_was_enabled:
-                gc.enable()
         return self.close()
 
     def close(self) -> ClusterRun:

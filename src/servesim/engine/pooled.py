@@ -56,6 +56,37 @@ def sort_weighted(v: np.ndarray, w: np.ndarray) -> None:
     v.sort(kind="stable")  # the same stable order again: ``v[order]`` without a copy of v
 
 
+def sorted_runs(
+    durations_s: np.ndarray, weights: np.ndarray, gaps_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``pooled_sample`` of one engine with its two parts (the steps', then the explicit gaps')
+    each sorted stably with its weights (``sort_weighted``): (values, weights, length of the
+    steps' part). ``merged_runs`` pools several engines' from these."""
+    values, w = pooled_sample(durations_s, weights, gaps_s)
+    nk = len(values) - len(gaps_s)
+    sort_weighted(values[:nk], w[:nk])  # views: each part sorted in place
+    sort_weighted(values[nk:], w[nk:])
+    return values, w, nk
+
+
+def merged_runs(runs: Sequence[tuple[np.ndarray, np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The pooled sample of several engines (``pooled_sample`` of their steps concatenated, then
+    of their gaps concatenated) from their ``sorted_runs``: every steps' part, then every gaps'
+    part, each already sorted. ``sort_weighted`` then gives exactly what it gives on the pooled
+    sample itself: a stable sort orders equal values by their position, and each part keeps
+    its equal values in their order and its place among the parts. It costs less, though:
+    the stable sort (timsort) finds the sorted parts and merges them, where on the pooled
+    sample it sorts the fleet's whole ITL sample, a fleet's largest sort (8 replicas of 5,000
+    requests: 45 ms for the fleet against 3 ms for a replica), which then repeated the work
+    of each replica's own summary."""
+    steps = [(v[:nk], w[:nk]) for v, w, nk in runs]
+    gaps = [(v[nk:], w[nk:]) for v, w, nk in runs]
+    return (
+        np.concatenate([v for v, _ in steps + gaps]),
+        np.concatenate([w for _, w in steps + gaps]),
+    )
+
+
 def first_above(w: np.ndarray, positions: Sequence[int]) -> dict[int, int]:
     """For each position p: the first index i with ``cumsum(w)[i] > p`` (that is
     ``searchsorted(cumsum(w), p, side="right")``), from the cumulative sum a chunk at a time.
@@ -77,4 +108,4 @@ def first_above(w: np.ndarray, positions: Sequence[int]) -> dict[int, int]:
     return found
 
 
-__all__ = ["CHUNK", "first_above", "pooled_sample", "sort_weighted"]
+__all__ = ["CHUNK", "first_above", "merged_runs", "pooled_sample", "sort_weighted", "sorted_runs"]

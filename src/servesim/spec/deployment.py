@@ -264,15 +264,22 @@ def resolve_replicas(
     base: DeploymentSpec, replicas: Sequence[tuple[str, dict[str, Any]]], trace: Trace | None
 ) -> list[tuple[Replica, ResolvedDeployment]]:
     """Each named replica (its own vLLM keys over ``base``) through ``resolve``, its KV cache
-    sized for ``trace``; an error names the replica."""
+    sized for ``trace``; an error names the replica. Replicas with the same keys share one
+    resolution, so one step-time model: its cache of step shapes then serves the whole fleet
+    (a fleet of N identical replicas would otherwise time each shape N times; the times are
+    the same floats either way), as tuning's replicas (``tuning.evaluate``) always have."""
     mml = trace.default_max_model_len() if trace is not None else None
     out = []
+    done: list[tuple[dict[str, Any], ResolvedDeployment]] = []  # (keys, their resolution)
     for name, keys in replicas:
-        try:
-            spec = DeploymentSpec.model_validate({**base.model_dump(), "engine": keys})
-            resolved = resolve(spec, max_model_len=mml)
-        except (ConfigError, ValidationError) as e:
-            raise ConfigError(f"replica {shown(name)}: {describe(e)}") from None
+        resolved = next((r for k, r in done if k == keys), None)
+        if resolved is None:
+            try:
+                spec = DeploymentSpec.model_validate({**base.model_dump(), "engine": keys})
+                resolved = resolve(spec, max_model_len=mml)
+            except (ConfigError, ValidationError) as e:
+                raise ConfigError(f"replica {shown(name)}: {describe(e)}") from None
+            done.append((keys, resolved))
         tier = resolved.kv_connector if resolved.config.kv_offloading_size is not None else None
         out.append((Replica(name, resolved.config, resolved.step_time, tier), resolved))
     return out
