@@ -9,6 +9,7 @@ generic priors (every other GPU), as ``servesim simulate`` would.
     uv run python benchmarks/published.py            # every case (~20 s on a shared core)
     uv run python benchmarks/published.py --only dstack   # cases whose key contains "dstack"
     uv run python benchmarks/published.py --json     # the rows as JSON
+    uv run python benchmarks/published.py --write-uncalibrated src/servesim/data/perf/uncalibrated_errors.json
 
 The clients:
 
@@ -32,11 +33,12 @@ import json
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from servesim.perf.profile import default_profile
+from servesim.perf.profile import builtin_profile_names, default_profile
 from servesim.perf.replay import RequestSet, replay, summarize_latencies
 from servesim.spec import DeploymentSpec, resolve
 
@@ -365,6 +367,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="run the cases whose key contains this")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument(
+        "--write-uncalibrated",
+        type=Path,
+        metavar="FILE",
+        help="write the rows on GPUs without a calibrated profile: the error bars' basis there",
+    )
     args = ap.parse_args()
     rows = []
     for case in CASES:
@@ -377,6 +385,8 @@ def main() -> None:
             rows.append(
                 {
                     "case": case.key,
+                    "gpu": case.gpu,
+                    "model": case.model,
                     "metric": metric,
                     "published": measured,
                     "servesim": pred,
@@ -392,6 +402,28 @@ def main() -> None:
                 )
     if args.json:
         print(json.dumps(rows, indent=2))
+    if args.write_uncalibrated:
+        args.write_uncalibrated.write_text(uncalibrated_document(rows), encoding="utf-8")
+
+
+def uncalibrated_document(rows: list[dict[str, Any]]) -> str:
+    """The rows on GPUs without a calibrated profile, as servesim ships them
+    (``data/perf/uncalibrated_errors.json``, read by ``servesim.tuning.uncertainty``): the
+    step-time model's error where it runs on generic priors."""
+    calibrated = set(builtin_profile_names())
+    kept = [
+        {k: r[k] for k in ("case", "gpu", "model", "metric", "published")}
+        | {"servesim": round(r["servesim"], 6)}
+        for r in rows
+        if r["gpu"] not in calibrated
+    ]
+    doc = {
+        "source": "benchmarks/published.py: docs/perf.md, Published measurements",
+        "about": "servesim's untuned predictions of published vLLM measurements on GPUs without a "
+        "calibrated profile (generic priors); the error of a row is ln(servesim / published)",
+        "rows": kept,
+    }
+    return json.dumps(doc, indent=1) + "\n"
 
 
 if __name__ == "__main__":

@@ -543,7 +543,9 @@ def build_recommendation(
     bars = None
     if hw.get("kind") == "perf":
         worst = {m: max(r.p99()[m] for r in runs) for m in ("ttft", "tpot", "e2e")}
-        bars = error_bars(worst, slo, str(hw.get("gpu")) if hw.get("gpu") else None)
+        bars = error_bars(
+            worst, slo, str(hw.get("gpu")) if hw.get("gpu") else None, hw.get("profile") or None
+        )
     return SchedulerRecommendation(
         error_bars=bars,
         model=model,

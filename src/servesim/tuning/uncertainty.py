@@ -11,8 +11,15 @@ root mean square of ``ln(1 + APE)`` over the runs, per metric. Then:
   product (the errors taken as independent; the smallest single probability is an upper bound);
 * the headroom for >= 90 %: the predicted p99 must be at most ``cap x exp(-1.2816 sigma)``.
 
-The predicted p99 is the worst fresh seed's (seed noise is already in it). Off the H100 the
-profile is a generic prior and the error is larger than measured here: the result says so.
+The predicted p99 is the worst fresh seed's (seed noise is already in it).
+
+Where the GPU has no calibrated profile the step times are the roofline on generic priors, and the
+H100 runs say nothing of their error. There sigma is measured on the published vLLM figures servesim
+was checked against on such GPUs (``data/perf/uncalibrated_errors.json``, written by
+``benchmarks/published.py``; docs/perf.md, Published measurements): the root mean square of
+``ln(servesim / published)`` over the rows of the metric's kind (TTFT; TPOT and ITL; end-to-end
+latency and throughput). Those rows include DeepSeek-R1, predicted up to 13 times too fast, so
+the intervals are wide: the error measured there, not a guess.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from importlib import resources
 from pydantic import BaseModel, Field
 
 from servesim.errors import InternalError
+from servesim.perf.profile import resolve_profile
 from servesim.tuning.slo import PercentileSLO
 
 Z80 = 1.2815515655446004  # the 90th percentile of the standard normal
@@ -49,7 +57,13 @@ class ErrorBars(BaseModel):
     """The recommendation's predictions with the step-time model's measured error."""
 
     source: str
-    runs: int = Field(description="sim2real runs the error was measured on.")
+    runs: int = Field(description="sim2real runs (or published measurements) the error was measured on.")
+    calibrated: bool = Field(
+        True,
+        description="The step times came from a calibrated profile (the error measured on H100 vLLM "
+        "runs); False: generic priors (the error measured on published figures from such GPUs).",
+    )
+    basis: str = Field("", description="What the error was measured on, in words.")
     metrics: list[MetricErrorBar]
     probability_slo_holds: float | None = Field(
         None, description="Product over the caps (independent errors); None: no SLO."
@@ -76,17 +90,62 @@ def sigma_ln(metric: str) -> float:
     return math.sqrt(sum(v * v for v in vals) / len(vals))
 
 
+#: A published figure's metric -> the p99 whose error it stands for.
+_KIND = {"ttft": "ttft", "tpot": "tpot", "itl": "tpot", "e2e": "e2e", "output": "e2e", "total": "e2e"}
+
+
+@cache
+def _uncalibrated() -> dict[str, object]:
+    path = resources.files("servesim") / "data" / "perf" / "uncalibrated_errors.json"
+    data: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _uncalibrated_rows() -> list[dict[str, object]]:
+    rows = _uncalibrated()["rows"]
+    if not isinstance(rows, list):
+        raise InternalError("invariant broken: isinstance(rows, list)")
+    return rows
+
+
+def uncalibrated_sigma_ln(metric: str) -> float:
+    """RMS of ln(servesim / published) over the published figures of ``metric``'s kind (ttft_p99,
+    tpot_p99, e2e_p99) on GPUs without a calibrated profile."""
+    kind = metric.split("_")[0]
+    logs = [
+        math.log(float(r["servesim"]) / float(r["published"]))  # type: ignore[arg-type]
+        for r in _uncalibrated_rows()
+        if _KIND.get(str(r["metric"]).split("_")[0]) == kind
+    ]
+    if not logs:
+        raise InternalError(f"no published figure of the kind of {metric}")
+    return math.sqrt(sum(v * v for v in logs) / len(logs))
+
+
+def _calibrated(gpu: str | None, profile: str | None) -> bool:
+    """Whether the step times of ``gpu`` with ``profile`` (None: the GPU's own) come from a
+    calibrated profile rather than the generic priors."""
+    if gpu is None and profile is None:
+        return True  # no roofline GPU named: the caller's step times, not the priors'
+    return resolve_profile(profile, gpu).gpu is not None
+
+
 def _phi(x: float) -> float:
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
 
 
-def error_bars(worst: dict[str, float], slo: PercentileSLO | None, gpu: str | None) -> ErrorBars:
-    """Intervals, the probability the SLO holds and the headroom for 90 %, from worst-seed p99s."""
+def error_bars(
+    worst: dict[str, float], slo: PercentileSLO | None, gpu: str | None, profile: str | None = None
+) -> ErrorBars:
+    """Intervals, the probability the SLO holds and the headroom for 90 %, from worst-seed p99s:
+    the error measured on H100 runs where the step times come from a calibrated profile, the
+    error on published figures from GPUs without one where they come from the generic priors."""
     caps = slo.caps() if slo is not None else {}
+    calibrated = _calibrated(gpu, profile)
     out: list[MetricErrorBar] = []
     probs: list[float] = []
     for m in ("ttft", "tpot", "e2e"):
-        s = sigma_ln(f"{m}_p99")
+        s = sigma_ln(f"{m}_p99") if calibrated else uncalibrated_sigma_ln(f"{m}_p99")
         pred = worst[m]
         cap = caps.get(m)
         p = None
@@ -110,17 +169,33 @@ def error_bars(worst: dict[str, float], slo: PercentileSLO | None, gpu: str | No
     joint = math.prod(probs) if probs else None
     meets = all(worst[m] <= c for m, c in caps.items()) if caps else False
     notes = []
-    if gpu is not None and gpu.lower() != str(_loo()["gpu"]):
-        notes.append(
-            f"the error was measured on H100 runs; on {gpu} the step-time model runs on generic priors "
-            "and its error is larger than these intervals"
-        )
     runs = _loo()["runs"]
     if not isinstance(runs, list):
         raise InternalError("invariant broken: isinstance(runs, list)")
+    if calibrated:
+        source, n = str(_loo()["source"]), len(runs)
+        basis = f"model error measured out of sample on {n} H100 vLLM runs (docs/perf.md)"
+        if gpu is not None and gpu.lower() != str(_loo()["gpu"]):
+            notes.append(
+                f"the error was measured on H100 runs; on {gpu} it may be larger than these intervals"
+            )
+    else:
+        rows = _uncalibrated_rows()
+        source, n = str(_uncalibrated()["source"]), len(rows)
+        worst_factor = max(
+            max(float(r["servesim"]) / float(r["published"]), float(r["published"]) / float(r["servesim"]))  # type: ignore[arg-type]
+            for r in rows
+        )
+        basis = (
+            f"uncalibrated timing: no calibrated profile for {gpu}, so roofline step times on generic "
+            f"priors; error measured on {n} published vLLM figures from GPUs without one (docs/perf.md, "
+            f"Published measurements; up to {worst_factor:.1f}x off)"
+        )
     return ErrorBars(
-        source=str(_loo()["source"]),
-        runs=len(runs),
+        source=source,
+        runs=n,
+        calibrated=calibrated,
+        basis=basis,
         metrics=out,
         probability_slo_holds=joint,
         within_model_error=bool(meets and joint is not None and joint < 0.9),

@@ -102,8 +102,12 @@ def error_bars_table(rec: SchedulerRecommendation) -> Table:
         ]
     notes = (
         [
-            f"model error measured out of sample on {rec.error_bars.runs} H100 vLLM runs (docs/perf.md); "
-            "predicted = worst fresh seed",
+            # a document written before ``basis`` existed: calibrated, on the H100 runs
+            (
+                rec.error_bars.basis
+                or f"model error measured out of sample on {rec.error_bars.runs} H100 vLLM runs"
+            )
+            + "; predicted = worst fresh seed",
             *rec.error_bars.notes,
         ]
         if rec.error_bars is not None
@@ -126,8 +130,9 @@ def error_bars_text(rec: SchedulerRecommendation) -> str | None:
         for m in tight
         if m.predicted > (m.max_predicted_for_90 or 0)
     )
+    where = "" if eb.calibrated else " (uncalibrated timing: measured on GPUs without a calibrated profile)"
     text = (
-        f"counting the step-time model's measured error, the SLO holds with probability "
+        f"counting the step-time model's measured error{where}, the SLO holds with probability "
         f"{eb.probability_slo_holds:.0%}"
     )
     if eb.within_model_error:
