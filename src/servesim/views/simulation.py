@@ -548,6 +548,7 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("output_token_throughput"),
         )
     )
+    del end, emitted  # two floats per step: gone before the spec and latency-split temporaries
     spec = spec_series(result, t0, t1, bins, max_points)
     if spec is not None:
         out.append(spec)
