@@ -153,6 +153,7 @@ class Harvest:
     weights: np.ndarray
     gaps: np.ndarray
     step_table: np.ndarray  # the steps frame is built in finish_result, once the engine is gone
+    durations: np.ndarray  # the steps' duration_s (Recorder.step_durations)
     usable_blocks: int
     spec_steps: Any
     kv_group_steps: Any
@@ -197,6 +198,7 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
         weights,
         gaps,
         rec.step_table(),
+        rec.step_durations(),
         engine.pool.usable_blocks,
         rec.spec_steps,
         rec.kv_group_steps,
@@ -260,9 +262,10 @@ def finish_result(
     """The summary and the result of a harvested engine (``pooled_itl``: see ``simulate``)."""
     requests, cfg = h.requests, h.config
     # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
-    itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
+    itl = itl_stats(h.durations, h.weights, h.gaps) if pooled_itl else LatencyStats()
     steps = steps_frame_of(
         h.step_table,
+        h.durations,
         h.usable_blocks,
         h.spec_steps,
         lora_skips=h.lora_skips,
@@ -417,6 +420,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
     rec = engine.rec
     return steps_frame_of(
         rec.step_table(),
+        rec.step_durations(),
         engine.pool.usable_blocks,
         rec.spec_steps,
         lora_skips=rec.lora_skips,
@@ -428,6 +432,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
 
 def steps_frame_of(
     table: np.ndarray,
+    durations: np.ndarray,
     usable_blocks: int,
     spec: Any,
     *,
@@ -436,23 +441,19 @@ def steps_frame_of(
     group_steps: Any = None,
     groups: Sequence[KVCacheGroup] | None = None,
 ) -> pd.DataFrame:
-    """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
-    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts), the LoRA
+    """``steps_frame`` from the recorder's step rows (``Recorder.step_table``) and durations
+    (``Recorder.step_durations``), the pool's usable blocks, the speculative counts (``Recorder.spec_steps``; None without drafts), the LoRA
     skips (``Recorder.lora_skips``; None without LoRA; ``step_base``: a rolling recorder's first
     step) and the blocks each KV cache group held (``Recorder.kv_group_steps`` of the model's
     ``groups``; None for one block table): what it needs of the engine, so that it can run once
     the engine is gone. A hybrid model's steps get one ``kv_usage:<kind>`` column per group kind
     (its groups' blocks / usable blocks; the kinds' columns add up to ``kv_usage``).
 
-    The start times and counts (int32) are views of the recorder's packed rows, not copies: a
-    million-request run has millions of steps."""
-    # Durations are copied to a contiguous array (numpy sums a strided view in another order: the
-    # last bits of busy_s would move); start times (never summed) and counts stay views.
+    The start times and counts (int32) are views of the recorder's packed rows and the
+    durations of its contiguous array (what the summary sums), not copies: a million-request run
+    has millions of steps."""
     steps = pd.DataFrame(
-        {
-            name: np.ascontiguousarray(table[name]) if name == "duration_s" else table[name]
-            for name in Recorder.STEP_FIELDS
-        },
+        {name: durations if name == "duration_s" else table[name] for name in Recorder.STEP_FIELDS},
         copy=False,
     )
     steps["kv_usage"] = table["kv_blocks_used"] / usable_blocks
