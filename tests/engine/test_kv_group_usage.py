@@ -175,7 +175,8 @@ def test_a_rolling_recorder_keeps_each_kept_steps_group_counts() -> None:
     rec.kv_group_steps = array("i")
     rec.num_kv_groups = 2
     for k in range(10):
-        rec.steps.extend(rec.pack_step(float(k), 1.0, 1, 1, 0, 1, 0, 3 * k, 0, 0, 0))
+        rec.steps.extend(rec.pack_step(float(k), 1, 1, 0, 1, 0, 3 * k, 0, 0, 0))
+        rec.durations.append(1.0)
         rec.step_end.append(k + 1.0)
         rec.kv_group_steps.extend((k, 2 * k))
     rec.trim(keep_steps=4, keep_requests=100)

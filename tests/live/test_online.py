@@ -77,6 +77,7 @@ def test_a_trace_submitted_online_gives_the_batch_records(
             a, b = _column(eo.rec, col, n), _column(eb.rec, col, n)
             assert all(_same(x, y) for x, y in zip(a, b, strict=True)), col
         assert list(eo.rec.steps) == list(eb.rec.steps)
+        assert list(eo.rec.durations) == list(eb.rec.durations)
     assert [(m.req_id, m.to_node, m.strategy, m.delay_s) for m in online.moves] == [
         (m.req_id, m.to_node, m.strategy, m.delay_s) for m in batch.moves
     ]

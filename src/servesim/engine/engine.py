@@ -332,10 +332,10 @@ class Engine:
                 rec.prefix_queries += r.prompt_len
         batch = p.batch
         prefill = batch.num_prefill_tokens
+        rec.durations.append(p.duration)
         rec.steps.extend(
             rec.pack_step(
                 now,
-                p.duration,
                 batch.num_decodes + prefill,
                 batch.num_decodes,
                 prefill,
@@ -386,6 +386,7 @@ class Engine:
         ctx = group.ctx_base
         step_time = self._step_time
         add_row = self.rec.steps.extend
+        add_duration = self.rec.durations.append
         pack = self.rec.pack_step
         step_end = self.rec.step_end
         n_running = len(sched.running)
@@ -421,7 +422,8 @@ class Engine:
             t_end = t + dt
             step_end.append(t_end)
             if step < end:
-                add_row(pack(t, dt, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
+                add_duration(dt)
+                add_row(pack(t, n, n, 0, n_running, n_waiting, usable - free, 0, 0, 0))
                 if emit is not None:
                     emit_stretch_step(self, step, [])
                 t = t_end
@@ -467,8 +469,9 @@ class Engine:
             for r in done:
                 xfer.request_finished(r)
         rec = self.rec
+        rec.durations.append(dt)
         rec.steps.extend(
-            rec.pack_step(t, dt, n, n, 0, n_running, n_waiting, pool.usable_blocks - free, 0, 0, len(done))
+            rec.pack_step(t, n, n, 0, n_running, n_waiting, pool.usable_blocks - free, 0, 0, len(done))
         )
         self.scheduler.retire(done, t_end)
         if xfer is not None:

@@ -5,7 +5,7 @@ from servesim.engine.request cimport Request
 
 
 cdef class Recorder:
-    cdef public object steps, step_end, itl_run_first, itl_run_last, itl_gaps
+    cdef public object steps, durations, step_end, itl_run_first, itl_run_last, itl_gaps
     cdef public object first_scheduled, first_token, finish, num_output, preemptions, recomputed
     cdef public object reused, prefix_hit, outcome, token_steps, spec_steps, lora_skips, kv_group_steps
     cdef public list preemption_events, starvation_events

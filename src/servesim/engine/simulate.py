@@ -146,17 +146,21 @@ def build_result(
 class Harvest:
     """What a result needs of a finished engine, taken before the summary is computed, so that
     ``simulate`` can drop the engine (its trace as Python lists, its step-end times, its
-    scheduler: a few hundred MB for a million requests) before the ITL sort and the summary's
-    temporaries take their memory."""
+    scheduler: a few hundred MB for a million requests) before the per-request frame, the ITL
+    sort and the summary's temporaries take their memory. The per-request frame is built in
+    ``finish_result`` from the recorder's request columns and the trace's frame (the same values
+    as the engine's lists of the trace hold)."""
 
     config: EngineConfig
     weights: np.ndarray
     gaps: np.ndarray
     step_table: np.ndarray  # the steps frame is built in finish_result, once the engine is gone
+    durations: np.ndarray  # the steps' duration_s (Recorder.step_durations)
     usable_blocks: int
     spec_steps: Any
     kv_group_steps: Any
-    requests: pd.DataFrame
+    trace: Trace
+    request_columns: RequestColumns
     preemptions: pd.DataFrame
     starvation: pd.DataFrame
     prefix_queries: int
@@ -177,10 +181,8 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
     if rec.rolling:
         raise RuntimeError("a rolling recorder kept the latest records only: this run has no result")
     weights, gaps = itl_samples(engine)
-    requests = requests_frame([engine], trace, slo)
     preemptions = event_frame(rec.preemption_events, engine.trace)
     starvation = event_frame(rec.starvation_events, engine.trace)
-    requests["starved"] = requests["req_id"].isin(set(starvation["req_id"]))
     token_steps = None
     if rec.token_steps is not None:
         token_steps = {engine.trace.req_id[i]: s for i, s in rec.token_steps.items()}
@@ -188,19 +190,22 @@ def harvest(engine: Engine, trace: Trace, slo: SLO | None, *, pooled_itl: bool =
     stream_itl = None
     if cfg.stream_interval > 1 and pooled_itl and rec.token_steps is not None:
         # a streaming client's ITL: the gaps between its chunks (streaming.py)
-        done = requests["outcome"].isin([OUTCOMES[OUTCOME_FINISHED], OUTCOMES[OUTCOME_LENGTH_CAPPED]])
+        codes = np.frombuffer(rec.outcome, dtype=np.int64)
+        done = (codes == OUTCOME_FINISHED) | (codes == OUTCOME_LENGTH_CAPPED)
         ends = np.asarray(rec.step_end)
-        gaps_s = chunk_gaps_s(rec.token_steps, ends, dict(enumerate(done.to_numpy())), cfg.stream_interval)
+        gaps_s = chunk_gaps_s(rec.token_steps, ends, dict(enumerate(done)), cfg.stream_interval)
         stream_itl = LatencyStats.of(gaps_s * 1e3)
     return Harvest(
         cfg,
         weights,
         gaps,
         rec.step_table(),
+        rec.step_durations(),
         engine.pool.usable_blocks,
         rec.spec_steps,
         rec.kv_group_steps,
-        requests,
+        trace,
+        request_columns(rec),
         preemptions,
         starvation,
         rec.prefix_queries,
@@ -258,11 +263,15 @@ def finish_result(
     h: Harvest, slo: SLO | None, model_desc: dict[str, Any], *, pooled_itl: bool = True
 ) -> SimulationResult:
     """The summary and the result of a harvested engine (``pooled_itl``: see ``simulate``)."""
-    requests, cfg = h.requests, h.config
-    # The ITL sort first: its temporaries are gone before the steps frame takes its memory.
-    itl = itl_stats(h.step_table["duration_s"], h.weights, h.gaps) if pooled_itl else LatencyStats()
+    cfg = h.config
+    # The ITL sort first: its temporaries are gone before the per-request and steps frames take
+    # their memory.
+    itl = itl_stats(h.durations, h.weights, h.gaps) if pooled_itl else LatencyStats()
+    requests = requests_frame_of([h.request_columns], trace_frame_columns(h.trace), h.trace, slo)
+    requests["starved"] = requests["req_id"].isin(set(h.starvation["req_id"]))
     steps = steps_frame_of(
         h.step_table,
+        h.durations,
         h.usable_blocks,
         h.spec_steps,
         lora_skips=h.lora_skips,
@@ -351,40 +360,86 @@ _REQUEST_ARRAYS = (
 )
 
 
+#: A recorder's per-request columns by name (``_REQUEST_ARRAYS``), without the recorder.
+RequestColumns = dict[str, Any]
+
+#: The trace's columns a per-request frame shows: req_id, arrival (s), prompt and output
+#: lengths, priority.
+TraceColumns = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def request_columns(rec: Recorder) -> RequestColumns:
+    """``rec``'s per-request columns (the arrays themselves, not copies)."""
+    return {name: getattr(rec, name) for name, _ in _REQUEST_ARRAYS}
+
+
+def trace_array_columns(t: TraceArrays) -> TraceColumns:
+    """The frame's trace columns from the engine's lists of the trace."""
+    return (
+        t.req_id,
+        np.asarray(t.arrival, dtype=np.float64),
+        np.asarray(t.prompt_len, dtype=np.int64),
+        np.asarray(t.output_len, dtype=np.int64),
+        np.asarray(t.priority, dtype=np.int64),
+    )
+
+
+def trace_frame_columns(trace: Trace) -> TraceColumns:
+    """``trace_array_columns`` from the trace's frame, the same values (``TraceArrays`` converts
+    these columns alike), without the engine's lists of the trace: ``simulate`` drops them first."""
+    df = trace.df
+    return (
+        [str(x) for x in df["req_id"].tolist()],
+        df["arrival_time_s"].to_numpy(dtype=np.float64, copy=True),
+        df["prompt_len"].to_numpy(dtype=np.int64, copy=True),
+        df["output_len"].to_numpy(dtype=np.int64, copy=True),
+        df["priority"].to_numpy(dtype=np.int64, copy=True),
+    )
+
+
 def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> pd.DataFrame:
     """One row per trace request, from the engine that closed it (a request moved off a lost
     replica is closed by the replica it ended on)."""
+    return requests_frame_of(
+        [request_columns(e.rec) for e in engines], trace_array_columns(engines[0].trace), trace, slo
+    )
+
+
+def requests_frame_of(
+    engine_columns: Sequence[RequestColumns], trace_columns: TraceColumns, trace: Trace, slo: SLO | None
+) -> pd.DataFrame:
+    """``requests_frame`` of each engine's request columns (``request_columns``, in the engines'
+    order) and the trace's (``trace_array_columns`` or ``trace_frame_columns``)."""
     cols: dict[str, np.ndarray] = {}
     closed_by = np.full(len(trace), -1, dtype=np.int64)
-    for k, engine in enumerate(engines):
-        closed_by[np.frombuffer(engine.rec.outcome, dtype=np.int64) != 0] = k
+    for k, ec in enumerate(engine_columns):
+        closed_by[np.frombuffer(ec["outcome"], dtype=np.int64) != 0] = k
     # Each engine's rows (the last engine to close a request has it), found once: merging a
     # fleet's columns then costs its rows, not its engines times the trace's rows.
-    rows = [np.flatnonzero(closed_by == k) for k in range(1, len(engines))]
+    rows = [np.flatnonzero(closed_by == k) for k in range(1, len(engine_columns))]
     for name, dtype in _REQUEST_ARRAYS:
         # A view of the first engine's column (closed: never written again), or a merged copy.
-        col = np.frombuffer(getattr(engines[0].rec, name), dtype=dtype)
+        col = np.frombuffer(engine_columns[0][name], dtype=dtype)
         if rows:
             col = col.copy()
-            for engine, idx in zip(engines[1:], rows, strict=True):
-                col[idx] = np.frombuffer(getattr(engine.rec, name), dtype=dtype)[idx]
+            for ec, idx in zip(engine_columns[1:], rows, strict=True):
+                col[idx] = np.frombuffer(ec[name], dtype=dtype)[idx]
         cols[name] = col
-    t = engines[0].trace
+    req_id, arrival, prompt_len, output_len, priority = trace_columns
     codes = cols["outcome"]
     first_tok, finish, num_output = cols["first_token"], cols["finish"], cols["num_output"]
     finished = (codes == OUTCOME_FINISHED) | (codes == OUTCOME_LENGTH_CAPPED)
-    arrival = np.asarray(t.arrival, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(num_output > 1, (finish - first_tok) / (num_output - 1), np.nan) * 1e3
     requests = pd.DataFrame(
         {
-            "req_id": pd.Series(t.req_id, dtype=object),
+            "req_id": pd.Series(req_id, dtype=object),
             "arrival_s": arrival,
             "first_scheduled_s": cols["first_scheduled"],
             "first_token_s": first_tok,
             "finish_s": np.where(finished, finish, np.nan),
-            "prompt_len": np.asarray(t.prompt_len, dtype=np.int64),
-            "output_len": np.asarray(t.output_len, dtype=np.int64),
+            "prompt_len": prompt_len,
+            "output_len": output_len,
             "num_output": num_output,
             "ttft_ms": (first_tok - arrival) * 1e3,
             "tpot_ms": np.where(finished, tpot, np.nan),
@@ -405,9 +460,9 @@ def requests_frame(engines: Sequence[Engine], trace: Trace, slo: SLO | None) -> 
         df["sla_ttft_ms"].to_numpy(dtype=np.float64),
         df["sla_e2e_ms"].to_numpy(dtype=np.float64),
     )
-    requests["priority"] = np.asarray(t.priority, dtype=np.int64)
+    requests["priority"] = priority
     requests["tenant"] = df["tenant"].astype(object).to_numpy()
-    if len(engines) > 1:
+    if len(engine_columns) > 1:
         requests["replica"] = closed_by
     return requests
 
@@ -417,6 +472,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
     rec = engine.rec
     return steps_frame_of(
         rec.step_table(),
+        rec.step_durations(),
         engine.pool.usable_blocks,
         rec.spec_steps,
         lora_skips=rec.lora_skips,
@@ -428,6 +484,7 @@ def steps_frame(engine: Engine) -> pd.DataFrame:
 
 def steps_frame_of(
     table: np.ndarray,
+    durations: np.ndarray,
     usable_blocks: int,
     spec: Any,
     *,
@@ -436,23 +493,20 @@ def steps_frame_of(
     group_steps: Any = None,
     groups: Sequence[KVCacheGroup] | None = None,
 ) -> pd.DataFrame:
-    """``steps_frame`` from the recorder's step rows (``Recorder.step_table``), the pool's usable
-    blocks, the speculative counts (``Recorder.spec_steps``; None without drafts), the LoRA
-    skips (``Recorder.lora_skips``; None without LoRA; ``step_base``: a rolling recorder's first
-    step) and the blocks each KV cache group held (``Recorder.kv_group_steps`` of the model's
-    ``groups``; None for one block table): what it needs of the engine, so that it can run once
+    """``steps_frame`` from the recorder's step rows (``Recorder.step_table``) and durations
+    (``Recorder.step_durations``), the pool's usable blocks, the speculative counts
+    (``Recorder.spec_steps``; None without drafts), the LoRA skips (``Recorder.lora_skips``; None
+    without LoRA; ``step_base``: a rolling recorder's first step) and the blocks each KV cache
+    group held (``Recorder.kv_group_steps`` of the model's ``groups``; None for one block
+    table): what it needs of the engine, so that it can run once
     the engine is gone. A hybrid model's steps get one ``kv_usage:<kind>`` column per group kind
     (its groups' blocks / usable blocks; the kinds' columns add up to ``kv_usage``).
 
-    The start times and counts (int32) are views of the recorder's packed rows, not copies: a
-    million-request run has millions of steps."""
-    # Durations are copied to a contiguous array (numpy sums a strided view in another order: the
-    # last bits of busy_s would move); start times (never summed) and counts stay views.
+    The start times and counts (int32) are views of the recorder's packed rows and the
+    durations of its contiguous array (what the summary sums), not copies: a million-request run
+    has millions of steps."""
     steps = pd.DataFrame(
-        {
-            name: np.ascontiguousarray(table[name]) if name == "duration_s" else table[name]
-            for name in Recorder.STEP_FIELDS
-        },
+        {name: durations if name == "duration_s" else table[name] for name in Recorder.STEP_FIELDS},
         copy=False,
     )
     steps["kv_usage"] = table["kv_blocks_used"] / usable_blocks
@@ -480,11 +534,15 @@ def itl_samples(engine: Engine) -> tuple[np.ndarray, np.ndarray]:
     explicit gaps (across preemptions and moves), in seconds."""
     rec = engine.rec
     n_steps = len(rec.step_end)
-    weights = np.zeros(n_steps + 1, dtype=np.int64)
+    # A step's weight is the number of requests whose run of tokens covers it, at most the trace's
+    # requests, and so is every partial sum below: int32 whenever those fit (36 MB rather than
+    # 72 MB for 9 million steps, kept with the result; pooled.py narrows them to int32 anyway).
+    dtype = np.int32 if engine.trace.n <= np.iinfo(np.int32).max else np.int64
+    weights = np.zeros(n_steps + 1, dtype=dtype)
     if len(rec.itl_run_first):
         np.add.at(weights, np.frombuffer(rec.itl_run_first, dtype=np.int64), 1)
         np.add.at(weights, np.frombuffer(rec.itl_run_last, dtype=np.int64) + 1, -1)
-    np.cumsum(weights, out=weights)  # in place: no second array of the run's step count
+    np.cumsum(weights, dtype=dtype, out=weights)  # in place: no second array of the run's step count
     return weights[:n_steps], np.frombuffer(rec.itl_gaps, dtype=np.float64).copy()
 
 

@@ -174,10 +174,18 @@ def downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tu
 
 
 def time_binned(
-    t: np.ndarray, values: np.ndarray, t0: float, t1: float, bins: int, how: str = "sum"
+    t: np.ndarray,
+    values: np.ndarray,
+    t0: float,
+    t1: float,
+    bins: int,
+    how: str = "sum",
+    *,
+    plus: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bin ``values`` at times ``t`` into ``bins`` equal bins over [t0, t1] (sum or mean per bin);
-    returns the bins' left edges and the binned values."""
+    returns the bins' left edges and the binned values. ``plus``: the times are ``t + plus``
+    (steps' ends from their starts and durations), added a chunk at a time."""
     bins = max(1, bins)
     if t1 <= t0:
         t1 = t0 + 1.0
@@ -190,7 +198,8 @@ def time_binned(
     total = np.zeros(bins)
     n = np.zeros(bins, dtype=np.int64)
     for at in range(0, len(t), step):
-        k = np.clip(((t[at : at + step] - t0) / (t1 - t0) * bins).astype(np.int64), 0, bins - 1)
+        tc = t[at : at + step] if plus is None else t[at : at + step] + plus[at : at + step]
+        k = np.clip(((tc - t0) / (t1 - t0) * bins).astype(np.int64), 0, bins - 1)
         total += np.bincount(k, weights=np.asarray(values[at : at + step], dtype=np.float64), minlength=bins)
         if how == "mean":
             n += np.bincount(k, minlength=bins)

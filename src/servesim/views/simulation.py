@@ -470,7 +470,7 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     if not len(st):
         return []
     t = st["start_s"].to_numpy(dtype=np.float64)
-    end = t + st["duration_s"].to_numpy(dtype=np.float64)
+    dur = st["duration_s"].to_numpy(dtype=np.float64)  # each step ends at t + dur (never all at once)
     out = [
         series(
             "num_waiting",
@@ -516,7 +516,7 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             update={"lines": groups, "name": "all groups", "help": (define("kv_usage") or "") + more}
         )
     bins = min(max(10, max_points // 4), max(1, len(st)))
-    t0, t1 = float(t[0]), float(end[-1])
+    t0, t1 = float(t[0]), float(t[-1] + dur[-1])
     width = (t1 - t0) / bins if t1 > t0 else 1.0
     x, pre = time_binned(t, st["num_preempted"].to_numpy(), t0, t1, bins)
     total = int(st["num_preempted"].sum())
@@ -535,7 +535,7 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
     emitted = st["num_decodes"].to_numpy()
     if "spec_rows" in st:  # a verifying request emits 1 + its accepted drafts (its step is a chunk)
         emitted = emitted + st["spec_rows"].to_numpy() + st["spec_accepted"].to_numpy()
-    x, toks = time_binned(end, emitted, t0, t1, bins)
+    x, toks = time_binned(t, emitted, t0, t1, bins, plus=dur)
     out.append(
         series(
             "output_tokens_per_s",
@@ -548,6 +548,7 @@ def time_series(result: SimulationResult, max_points: int = MAX_POINTS) -> list[
             help=define("output_token_throughput"),
         )
     )
+    del emitted  # with drafts, a count per step: gone before the spec and latency-split temporaries
     spec = spec_series(result, t0, t1, bins, max_points)
     if spec is not None:
         out.append(spec)
