@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from servesim.engine import ConstantStepTime, EngineConfig, simulate
+from servesim.engine import ConstantStepTime, EngineConfig, _native, simulate
 from servesim.engine.engine import TraceArrays
 from servesim.engine.kv_connector import WAITING_FOR_REMOTE_KVS, OffloadingConnector, StepCountTiming
 from servesim.engine.kv_pd import PDConnector
@@ -386,3 +389,43 @@ def replay_spec(case: dict[str, Any], invariants_every_step: bool = True) -> lis
         if d["scheduled_tokens"]:
             diffs.append(f"step {step}: servesim scheduled {d['scheduled_tokens']}, vLLM ran no step")
     return diffs
+
+
+#: The pure-Python pass (``SERVESIM_PURE_PYTHON`` set) runs every case on that core already: a
+#: test that replays a folder there in a subprocess (``replay_on_pure_python``) skips on it.
+PURE_PASS = os.environ.get(_native.ENV_PURE, "").strip() not in ("", "0")
+PURE_PASS_REASON = "this pass runs every case on the pure-Python core: a subprocess would run them again"
+
+_PURE_REPLAY = """
+import json, sys
+from pathlib import Path
+import oracle_replay
+from servesim.engine import _native
+how, runs = getattr(oracle_replay, sys.argv[2]), json.loads(sys.argv[3])
+diffs = {}
+for p in sorted(Path(sys.argv[1]).glob("*.json.gz")):
+    for kw in runs:
+        d = how(oracle_replay.load_case(p), **kw)
+        if d:
+            diffs[" ".join([p.name, *(f"{k}={v}" for k, v in kw.items())])] = d[:3]
+print(json.dumps({"core": _native.core(), "diffs": diffs}))
+"""
+
+
+def replay_on_pure_python(
+    folder: Path, how: str, runs: list[dict[str, Any]]
+) -> tuple[str, dict[str, list[str]]]:
+    """Every case of ``folder`` replayed by this module's function ``how``, once per keyword set
+    of ``runs``, in a subprocess forced onto the pure-Python core (a process picks its core once,
+    at import): the core it ran on and the first differences of each case and run that differs."""
+    env = {**os.environ, _native.ENV_PURE: "1", "PYTHONPATH": str(Path(__file__).parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", _PURE_REPLAY, str(folder), how, json.dumps(runs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    got = json.loads(out.stdout)
+    return got["core"], got["diffs"]

@@ -16,16 +16,10 @@ the harness's on the step count, so only the order of steps is shared.)
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from oracle_replay import load_case, replay_pp
-
-from servesim.engine import _native
+from oracle_replay import PURE_PASS, PURE_PASS_REASON, load_case, replay_on_pure_python, replay_pp
 
 HERE = Path(__file__).parent
 CASES = sorted((HERE / "oracle_pp_cases").glob("*.json.gz"))
@@ -58,34 +52,10 @@ def test_the_engine_matches_vllm(path: Path) -> None:
     assert replay_pp(load_case(path), fast=False, invariants_every_step=True) == []
 
 
-PURE_REPLAY = """
-import json, sys
-from pathlib import Path
-from oracle_replay import load_case, replay_pp
-from servesim.engine import _native
-diffs = {}
-for p in sorted(Path(sys.argv[1]).glob("*.json.gz")):
-    d = replay_pp(load_case(p), invariants_every_step=False)
-    if d:
-        diffs[p.name] = d[:3]
-print(json.dumps({"core": _native.core(), "diffs": diffs}))
-"""
-
-
-@pytest.mark.skipif(
-    os.environ.get(_native.ENV_PURE, "").strip() not in ("", "0"),
-    reason="this pass runs every case on the pure-Python core: a subprocess would run them again",
-)
+@pytest.mark.skipif(PURE_PASS, reason=PURE_PASS_REASON)
 def test_the_pure_python_core_matches_vllm_too() -> None:
-    env = {**os.environ, _native.ENV_PURE: "1", "PYTHONPATH": str(HERE)}
-    out = subprocess.run(
-        [sys.executable, "-c", PURE_REPLAY, str(HERE / "oracle_pp_cases")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
+    core, diffs = replay_on_pure_python(
+        HERE / "oracle_pp_cases", "replay_pp", [{"invariants_every_step": False}]
     )
-    got = json.loads(out.stdout)
-    assert got["core"] == "pure-python"
-    assert got["diffs"] == {}
+    assert core == "pure-python"
+    assert diffs == {}

@@ -20,6 +20,7 @@ import json
 import random
 import sys
 import tempfile
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -70,6 +71,29 @@ def add_out_args(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def add_maker_args(ap: argparse.ArgumentParser, per_family: int, families_help: str | None = None) -> None:
+    """The arguments every maker takes: ``--seed`` (default 0, the committed cases' seed),
+    ``--per-family`` (the maker's default), ``--families`` when ``families_help`` is given (a
+    comma-separated list: see ``chosen_families``), and ``--out`` / ``--force``."""
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-family", type=int, default=per_family)
+    if families_help is not None:
+        ap.add_argument("--families", help=families_help)
+    add_out_args(ap)
+
+
+def chosen_families(
+    ap: argparse.ArgumentParser, families: str | None, default: list[str], known: Collection[str]
+) -> list[str]:
+    """The families named by a comma-separated ``--families`` (``default`` without it); a name
+    not in ``known`` is an argument error that lists them."""
+    chosen = families.split(",") if families else default
+    unknown = [f for f in chosen if f not in known]
+    if unknown:
+        ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    return chosen
+
+
 def out_folder(out: Path, force: bool) -> Path:
     """``out``, made if missing; a committed cases' folder is refused unless ``force``."""
     committed = {p.resolve() for p in COMMITTED.values()}
@@ -98,6 +122,65 @@ def run_oracle(vllm_oracle, td: str, name: str, rows: list[dict], cfg: dict) -> 
     return summary, [json.loads(line) for line in op.read_text().splitlines()]
 
 
+def draw_cases(
+    rng: random.Random,
+    families: list[str],
+    per_family: int,
+    trace: Callable[[random.Random, str], list[dict]],
+    config: Callable[[random.Random, str, list[dict]], dict],
+    prefix: str = "",
+) -> list[tuple[str, list[dict], dict]]:
+    """``per_family`` cases of each family in order, ``(name, rows, cfg)`` named
+    ``{prefix}{family}_{k:02d}``: each case's trace drawn, then its config (the order of draws
+    from ``rng`` that the committed cases were made with)."""
+    cases = []
+    for fam in families:
+        for k in range(per_family):
+            rows = trace(rng, fam)
+            cases.append((f"{prefix}{fam}_{k:02d}", rows, config(rng, fam, rows)))
+    return cases
+
+
+def make_plain_cases(
+    doc: str,
+    per_family: int,
+    families: list[str],
+    trace: Callable[[random.Random, str], list[dict]],
+    config: Callable[[random.Random, str, list[dict]], dict],
+    prefix: str,
+) -> int:
+    """The whole command of a maker whose cases are plain ones of its own traces and configs
+    (LoRA, pipeline parallelism): the arguments, the draws, vLLM's runs and the cases written."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add_maker_args(ap, per_family, "comma-separated families to make (default: all, in FAMILIES order)")
+    args = ap.parse_args()
+    chosen = chosen_families(ap, args.families, families, families)
+    out = out_folder(args.out, args.force)
+    cases = draw_cases(random.Random(args.seed), chosen, args.per_family, trace, config, prefix)
+    for name, rows, cfg, summary, records in oracle_runs(cases):
+        store_case(out, name, summary, cfg, rows, plain_steps(records))
+    return 0
+
+
+def oracle_runs(
+    cases: Iterable[tuple[str, list[dict], dict]], skip_refused: bool = False
+) -> Iterator[tuple[str, list[dict], dict, dict, list[dict]]]:
+    """Each ``(name, rows, cfg)`` through vLLM's real Scheduler, in order, in one temporary
+    folder: ``(name, rows, cfg, summary, records)``. With ``skip_refused`` a case whose config
+    vLLM refuses is skipped, said on stderr (the connector makers draw configs it can refuse)."""
+    vllm_oracle = load_oracle()
+    with tempfile.TemporaryDirectory() as td:
+        for name, rows, cfg in cases:
+            try:
+                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
+            except (SystemExit, Exception) as e:  # AssertionError included
+                if not skip_refused:
+                    raise
+                print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+                continue
+            yield name, rows, cfg, summary, records
+
+
 def step_row(d: dict) -> list:
     """The columns every case family matches step by step (a family appends its own)."""
     return [
@@ -120,6 +203,59 @@ def plain_steps(records: list[dict]) -> list[list]:
 def write_case(out: Path, case: dict) -> None:
     with gzip.open(out / f"{case['name']}.json.gz", "wt", encoding="utf-8") as f:
         json.dump(case, f, separators=(",", ":"))
+
+
+#: A case's keys in the order every maker writes them (a maker's own keys in their place), so a
+#: case made again is byte-identical to the committed one.
+CASE_KEYS = (
+    "name",
+    "vllm_version",
+    "step_s",
+    "config",
+    "speculative",
+    "trace",
+    "steps",
+    "group_steps",
+    "total_preemptions",
+    "prefix_cache_totals",
+    "offload_totals",
+    "pd_totals",
+    "unfinished",
+)
+
+
+def store_case(
+    out: Path,
+    name: str,
+    summary: dict,
+    cfg: dict,
+    rows: list[dict],
+    steps: list[list],
+    *,
+    totals: tuple[str, ...] = ("prefix_cache_totals",),
+    note: str = "",
+    **own: object,
+) -> None:
+    """Write one case run by ``run_oracle`` and print its progress line (every maker does both
+    this way): the fields all cases share, the ``totals`` copied from vLLM's summary, and the
+    maker's ``own`` fields (each a key of ``CASE_KEYS``); ``note`` ends the progress line."""
+    case = {
+        "name": name,
+        "vllm_version": summary["vllm_version"],
+        "step_s": STEP_S,
+        "config": cfg,
+        "trace": rows,
+        "steps": steps,
+        "total_preemptions": summary["total_preemptions"],
+        **{k: summary[k] for k in totals},
+        **own,
+    }
+    write_case(out, {k: case[k] for k in sorted(case, key=CASE_KEYS.index)})
+    print(
+        f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} preemptions{note}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def random_trace(rng: random.Random, fam: str) -> list[dict]:
@@ -235,8 +371,7 @@ KNOB_FAMILIES = ["active_seqs", "cadence", "scheduled_tokens", "adaptive"]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-family", type=int, default=6)
+    add_maker_args(ap, 6, "comma-separated families to make (default: all, in FAMILIES order)")
     ap.add_argument(
         "--async-scheduling",
         action="store_true",
@@ -249,25 +384,13 @@ def main() -> int:
         metavar="DIR",
         help="also store the oracle README's examples a-c (DIR holds {a,b,c}_trace.jsonl and _config.json)",
     )
-    ap.add_argument("--families", help="comma-separated families to make (default: all, in FAMILIES order)")
-    add_out_args(ap)
     args = ap.parse_args()
+    chosen = chosen_families(ap, args.families, FAMILIES, FAMILIES + KNOB_FAMILIES)
     out = out_folder(args.out, args.force)
-    vllm_oracle = load_oracle()
-    rng = random.Random(args.seed)
-    cases: list[tuple[str, list[dict], dict]] = []
-    chosen = args.families.split(",") if args.families else FAMILIES
-    known = FAMILIES + KNOB_FAMILIES
-    unknown = [f for f in chosen if f not in known]
-    if unknown:
-        ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(known)}")
-    for fam in chosen:
-        for k in range(args.per_family):
-            rows = random_trace(rng, fam)
-            cfg = random_config(rng, fam, rows)
-            if args.async_scheduling:
-                cfg["async_scheduling"] = True
-            cases.append((f"{fam}_{k:02d}", rows, cfg))
+    cases = draw_cases(random.Random(args.seed), chosen, args.per_family, random_trace, random_config)
+    if args.async_scheduling:
+        for _, _, cfg in cases:
+            cfg["async_scheduling"] = True
     if args.examples:
         oracle_dir: Path = args.examples
         for ex in "abc":
@@ -275,26 +398,8 @@ def main() -> int:
             cfg = json.loads((oracle_dir / f"{ex}_config.json").read_text())
             cfg["max_model_len"] = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
             cases.append((f"readme_{ex}", rows, cfg))
-    with tempfile.TemporaryDirectory() as td:
-        for name, rows, cfg in cases:
-            summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
-            steps = plain_steps(records)
-            case = {
-                "name": name,
-                "vllm_version": summary["vllm_version"],
-                "step_s": STEP_S,
-                "config": cfg,
-                "trace": rows,
-                "steps": steps,
-                "total_preemptions": summary["total_preemptions"],
-                "prefix_cache_totals": summary["prefix_cache_totals"],
-            }
-            write_case(out, case)
-            print(
-                f"{name}: {len(rows)} requests, {len(steps)} steps, "
-                f"{summary['total_preemptions']} preemptions",
-                file=sys.stderr,
-            )
+    for name, rows, cfg, summary, records in oracle_runs(cases):
+        store_case(out, name, summary, cfg, rows, plain_steps(records))
     return 0
 
 

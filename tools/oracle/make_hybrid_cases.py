@@ -28,19 +28,18 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tempfile
 
 from make_cases import (
     COMMITTED,
-    STEP_S,
-    add_out_args,
+    add_maker_args,
     cdiv,
-    load_oracle,
+    chosen_families,
+    draw_cases,
+    oracle_runs,
     out_folder,
     plain_steps,
     random_trace,
-    run_oracle,
-    write_case,
+    store_case,
 )
 
 COMMITTED["hybrid"] = COMMITTED["plain"].parent / "oracle_hybrid_cases"
@@ -114,6 +113,11 @@ FAMILIES = {
 DEFAULT_FAMILIES = [f for f in FAMILIES if not f.startswith("mamba_")]
 
 
+def trace(rng: random.Random, fam: str) -> list[dict]:
+    """A trace of the ``make_cases`` family that ``fam`` draws its traffic from."""
+    return random_trace(rng, FAMILIES[fam][1])
+
+
 def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
     pattern, trace_fam, pressure = FAMILIES[fam]
     if pattern == "mixed":
@@ -149,47 +153,24 @@ def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-family", type=int, default=4)
-    ap.add_argument(
-        "--families",
-        help=f"comma-separated, of: {', '.join(FAMILIES)} (default: all but the mamba_ ones)",
-    )
-    add_out_args(ap)
+    add_maker_args(ap, 4, f"comma-separated, of: {', '.join(FAMILIES)} (default: all but the mamba_ ones)")
     args = ap.parse_args()
+    chosen = chosen_families(ap, args.families, DEFAULT_FAMILIES, list(FAMILIES))
     out = out_folder(args.out, args.force)
-    chosen = args.families.split(",") if args.families else DEFAULT_FAMILIES
-    unknown = [f for f in chosen if f not in FAMILIES]
-    if unknown:
-        ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
-    vllm_oracle = load_oracle()
-    rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as td:
-        for fam in chosen:
-            for k in range(args.per_family):
-                name = f"{fam}_{k:02d}"
-                rows = random_trace(rng, FAMILIES[fam][1])
-                cfg = random_config(rng, fam, rows)
-                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
-                steps = plain_steps(records)
-                case = {
-                    "name": name,
-                    "vllm_version": summary["vllm_version"],
-                    "step_s": STEP_S,
-                    "config": {**cfg, "kv_cache_groups": summary["kv_cache_groups"]},
-                    "trace": rows,
-                    "steps": steps,
-                    # each step's blocks in use per KV cache group (vLLM's managers' tables)
-                    "group_steps": [[r["step"], r["kv_group_blocks"]] for r in records],
-                    "total_preemptions": summary["total_preemptions"],
-                    "prefix_cache_totals": summary["prefix_cache_totals"],
-                }
-                write_case(out, case)
-                print(
-                    f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
-                    f"preemptions, groups {[g['kind'][0] for g in summary['kv_cache_groups']]}",
-                    file=sys.stderr,
-                )
+    cases = draw_cases(random.Random(args.seed), chosen, args.per_family, trace, random_config)
+    for name, rows, cfg, summary, records in oracle_runs(cases):
+        groups = summary["kv_cache_groups"]
+        store_case(
+            out,
+            name,
+            summary,
+            {**cfg, "kv_cache_groups": groups},
+            rows,
+            plain_steps(records),
+            # each step's blocks in use per KV cache group (vLLM's managers' tables)
+            group_steps=[[r["step"], r["kv_group_blocks"]] for r in records],
+            note=f", groups {[g['kind'][0] for g in groups]}",
+        )
     return 0
 
 

@@ -17,20 +17,12 @@ Usage (with the oracle's virtualenv python):
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-import tempfile
 
 from make_cases import (
-    STEP_S,
-    add_out_args,
     cdiv,
-    load_oracle,
-    out_folder,
-    plain_steps,
-    run_oracle,
-    write_case,
+    make_plain_cases,
 )
 
 #: basic: adapters beside base-model requests; pressure: a tight KV pool (preemptions free an
@@ -104,44 +96,7 @@ def lora_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-family", type=int, default=5)
-    ap.add_argument("--families", help="comma-separated families to make (default: all, in FAMILIES order)")
-    add_out_args(ap)
-    args = ap.parse_args()
-    out = out_folder(args.out, args.force)
-    chosen = args.families.split(",") if args.families else FAMILIES
-    unknown = [f for f in chosen if f not in FAMILIES]
-    if unknown:
-        ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
-    vllm_oracle = load_oracle()
-    rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as td:
-        for fam in chosen:
-            for k in range(args.per_family):
-                rows = lora_trace(rng, fam)
-                cfg = lora_config(rng, fam, rows)
-                name = f"lora_{fam}_{k:02d}"
-                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
-                steps = plain_steps(records)
-                case = {
-                    "name": name,
-                    "vllm_version": summary["vllm_version"],
-                    "step_s": STEP_S,
-                    "config": cfg,
-                    "trace": rows,
-                    "steps": steps,
-                    "total_preemptions": summary["total_preemptions"],
-                    "prefix_cache_totals": summary["prefix_cache_totals"],
-                }
-                write_case(out, case)
-                print(
-                    f"{name}: {len(rows)} requests, {len(steps)} steps, "
-                    f"{summary['total_preemptions']} preemptions",
-                    file=sys.stderr,
-                )
-    return 0
+    return make_plain_cases(__doc__, 5, FAMILIES, lora_trace, lora_config, "lora_")
 
 
 if __name__ == "__main__":

@@ -18,18 +18,19 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from make_cases import add_out_args, load_oracle, out_folder, run_oracle, step_row, write_case  # noqa: E402
-
-STEP_S = 1 / 64
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from make_cases import (  # noqa: E402
+    add_maker_args,
+    cdiv,
+    draw_cases,
+    oracle_runs,
+    out_folder,
+    step_row,
+    store_case,
+)
 
 
 def trace(rng: random.Random, fam: str) -> list[dict]:
@@ -118,49 +119,27 @@ FAMILIES = ["offload_reuse", "offload_small", "offload_preempt", "offload_priori
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-family", type=int, default=6)
+    add_maker_args(ap, 6)
     ap.add_argument(
         "--families", nargs="*", default=FAMILIES, help="only these families (the others are skipped)"
     )
-    add_out_args(ap)
     args = ap.parse_args()
     out = out_folder(args.out, args.force)
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"  # vLLM warns on every store the full tier refuses
-    vllm_oracle = load_oracle()
-    rng = random.Random(args.seed)
-    cases = []
-    for fam in FAMILIES:
-        for k in range(args.per_family):
-            rows = trace(rng, fam)
-            cfg = config(rng, fam, rows)
-            if fam in args.families:
-                cases.append((f"{fam}_{k:02d}", rows, cfg))
-    with tempfile.TemporaryDirectory() as td:
-        for name, rows, cfg in cases:
-            try:
-                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
-            except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
-                print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
-                continue
-            steps = offload_steps(records)
-            case = {
-                "name": name,
-                "vllm_version": summary["vllm_version"],
-                "step_s": STEP_S,
-                "config": cfg,
-                "trace": rows,
-                "steps": steps,
-                "total_preemptions": summary["total_preemptions"],
-                "prefix_cache_totals": summary["prefix_cache_totals"],
-                "offload_totals": summary["offload_totals"],
-            }
-            write_case(out, case)
-            print(
-                f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
-                f"preemptions, offload {summary['offload_totals']}",
-                file=sys.stderr,
-            )
+    # every family drawn, so that a family's cases do not depend on --families
+    drawn = draw_cases(random.Random(args.seed), FAMILIES, args.per_family, trace, config)
+    cases = [c for c in drawn if c[0].rsplit("_", 1)[0] in args.families]
+    for name, rows, cfg, summary, records in oracle_runs(cases, skip_refused=True):
+        store_case(
+            out,
+            name,
+            summary,
+            cfg,
+            rows,
+            offload_steps(records),
+            totals=("prefix_cache_totals", "offload_totals"),
+            note=f", offload {summary['offload_totals']}",
+        )
     return 0
 
 

@@ -21,19 +21,21 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from make_cases import add_out_args, load_oracle, out_folder, run_oracle, step_row, write_case  # noqa: E402
+from make_cases import (  # noqa: E402
+    add_maker_args,
+    cdiv,
+    draw_cases,
+    oracle_runs,
+    out_folder,
+    step_row,
+    store_case,
+)
 
-STEP_S = 1 / 64
 FAMILIES = ["pd_decode", "pd_prefill", "pd_mixed", "pd_pressure", "pd_priority"]
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def trace(rng: random.Random, fam: str) -> list[dict]:
@@ -120,44 +122,25 @@ def pd_steps(records: list[dict]) -> tuple[list[list], dict[str, int]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-family", type=int, default=6)
-    add_out_args(ap)
+    add_maker_args(ap, 6)
     args = ap.parse_args()
     out = out_folder(args.out, args.force)
     os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
-    vllm_oracle = load_oracle()
-    rng = random.Random(args.seed)
-    cases = []
-    for fam in FAMILIES:
-        for k in range(args.per_family):
-            rows = trace(rng, fam)
-            cases.append((f"{fam}_{k:02d}", rows, config(rng, fam, rows)))
-    with tempfile.TemporaryDirectory() as td:
-        for name, rows, cfg in cases:
-            try:
-                summary, records = run_oracle(vllm_oracle, td, name, rows, cfg)
-            except (SystemExit, AssertionError, Exception) as e:  # a config vLLM refuses: skip it
-                print(f"{name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
-                continue
-            steps, totals = pd_steps(records)
-            case = {
-                "name": name,
-                "vllm_version": summary["vllm_version"],
-                "step_s": STEP_S,
-                "config": cfg,
-                "trace": rows,
-                "steps": steps,
-                "total_preemptions": summary["total_preemptions"],
-                "pd_totals": totals,
-                "unfinished": summary.get("unfinished", []),
-            }
-            write_case(out, case)
-            print(
-                f"{name}: {len(rows)} requests, {len(steps)} steps, {summary['total_preemptions']} "
-                f"preemptions, {totals}",
-                file=sys.stderr,
-            )
+    cases = draw_cases(random.Random(args.seed), FAMILIES, args.per_family, trace, config)
+    for name, rows, cfg, summary, records in oracle_runs(cases, skip_refused=True):
+        steps, totals = pd_steps(records)
+        store_case(
+            out,
+            name,
+            summary,
+            cfg,
+            rows,
+            steps,
+            totals=(),
+            note=f", {totals}",
+            pd_totals=totals,
+            unfinished=summary.get("unfinished", []),
+        )
     return 0
 
 

@@ -20,21 +20,19 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from make_cases import (  # noqa: E402
-    STEP_S,
-    add_out_args,
-    load_oracle,
+    add_maker_args,
+    chosen_families,
+    oracle_runs,
     out_folder,
     random_config,
     random_trace,
-    run_oracle,
     step_row,
-    write_case,
+    store_case,
 )
 
 FAMILIES = {  # spec family -> make_cases family its trace and config come from
@@ -102,70 +100,53 @@ def draft_lengths(records: list[dict]) -> dict[str, list[int]]:
     return lengths
 
 
+def draw_case(rng: random.Random, fam: str, base: str) -> tuple[list[dict], dict, dict]:
+    """One case of ``fam``: its trace and scheduler config (of ``make_cases``' family ``base``)
+    and its ``speculative`` settings (stored apart from the config; vLLM is given both)."""
+    rows = random_trace(rng, base)
+    if len(rows) > 40:
+        rows = rows[:40]
+    cfg = random_config(rng, base, rows)
+    k = rng.randint(1, 5)
+    cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], cfg["max_num_seqs"], k + 1)
+    spec = {
+        "spec_method": "ngram",
+        "num_speculative_tokens": k,
+        "spec_accept_rates": [round(rng.uniform(0.2, 0.95), 2) for _ in range(rng.randint(1, k))],
+        "spec_accept_seed": rng.randint(0, 1000),
+    }
+    if fam in DRAFTER_FAMILIES:
+        spec["spec_method"] = DRAFTER_FAMILIES[fam][1]
+        if spec["spec_method"] != "ngram" and "_prefix" not in fam:
+            cfg["enable_prefix_caching"] = False
+        if fam.endswith("_short"):
+            spec["spec_draft_min"] = 0
+        if fam.startswith("async_"):
+            cfg["async_scheduling"] = True
+    if fam == "spec_lookahead":
+        cfg["enable_prefix_caching"] = False
+        spec["spec_lookahead_tokens"] = k
+    return rows, cfg, spec
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--per-family", type=int, default=3)
-    ap.add_argument("--families", help="comma-separated families to make (default: FAMILIES, in order)")
-    add_out_args(ap)
+    add_maker_args(ap, 3, "comma-separated families to make (default: FAMILIES, in order)")
     args = ap.parse_args()
     known = {**FAMILIES, **KNOB_FAMILIES, **{f: b for f, (b, _) in DRAFTER_FAMILIES.items()}}
-    chosen = args.families.split(",") if args.families else list(FAMILIES)
-    unknown = [f for f in chosen if f not in known]
-    if unknown:
-        ap.error(f"--families: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen = chosen_families(ap, args.families, list(FAMILIES), known)
     out = out_folder(args.out, args.force)
-    vllm_oracle = load_oracle()
     rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as td:
-        for fam in chosen:
-            base = known[fam]
-            for j in range(args.per_family):
-                rows = random_trace(rng, base)
-                if len(rows) > 40:
-                    rows = rows[:40]
-                cfg = random_config(rng, base, rows)
-                k = rng.randint(1, 5)
-                cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], cfg["max_num_seqs"], k + 1)
-                spec = {
-                    "spec_method": "ngram",
-                    "num_speculative_tokens": k,
-                    "spec_accept_rates": [round(rng.uniform(0.2, 0.95), 2) for _ in range(rng.randint(1, k))],
-                    "spec_accept_seed": rng.randint(0, 1000),
-                }
-                if fam in DRAFTER_FAMILIES:
-                    spec["spec_method"] = DRAFTER_FAMILIES[fam][1]
-                    if spec["spec_method"] != "ngram" and "_prefix" not in fam:
-                        cfg["enable_prefix_caching"] = False
-                    if fam.endswith("_short"):
-                        spec["spec_draft_min"] = 0
-                    if fam.startswith("async_"):
-                        cfg["async_scheduling"] = True
-                if fam == "spec_lookahead":
-                    cfg["enable_prefix_caching"] = False
-                    spec["spec_lookahead_tokens"] = k
-                name = f"{fam}_{j:02d}"
-                summary, records = run_oracle(vllm_oracle, td, name, rows, {**cfg, **spec})
-                steps = spec_steps(records)
-                if spec.get("spec_draft_min") is not None:
-                    spec["draft_lengths"] = draft_lengths(records)
-                case = {
-                    "name": name,
-                    "vllm_version": summary["vllm_version"],
-                    "step_s": STEP_S,
-                    "config": cfg,
-                    "speculative": spec,
-                    "trace": rows,
-                    "steps": steps,
-                    "total_preemptions": summary["total_preemptions"],
-                }
-                write_case(out, case)
-                print(
-                    f"{name}: {len(rows)} requests, {len(steps)} steps, k={k}, "
-                    f"{summary['total_preemptions']} preemptions",
-                    file=sys.stderr,
-                    flush=True,
-                )
+    drawn = {
+        f"{fam}_{j:02d}": draw_case(rng, fam, known[fam]) for fam in chosen for j in range(args.per_family)
+    }
+    cases = [(name, rows, {**cfg, **spec}) for name, (rows, cfg, spec) in drawn.items()]
+    for name, rows, _, summary, records in oracle_runs(cases):
+        _, cfg, spec = drawn[name]
+        if spec.get("spec_draft_min") is not None:
+            spec["draft_lengths"] = draft_lengths(records)
+        note = f", k={spec['num_speculative_tokens']}"
+        store_case(out, name, summary, cfg, rows, spec_steps(records), totals=(), note=note, speculative=spec)
     return 0
 
 
