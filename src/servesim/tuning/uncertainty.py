@@ -41,7 +41,10 @@ Z80 = 1.2815515655446004  # the 90th percentile of the standard normal
 class MetricErrorBar(BaseModel):
     metric: str = Field(description="ttft_p99_ms, tpot_p99_ms, e2e_p99_ms.")
     predicted: float = Field(description="Worst fresh seed, ms.")
-    sigma_ln: float = Field(description="Measured model error: RMS of ln(1 + APE) over the sim2real runs.")
+    sigma_ln: float = Field(
+        description="Measured model error: RMS of ln(1 + APE) over the sim2real runs (calibrated), or of "
+        "ln(servesim / published) over the published figures from GPUs without a calibrated profile."
+    )
     low_80: float = Field(description="80 % interval, ms.")
     high_80: float
     cap: float | None = None
@@ -101,22 +104,26 @@ def _uncalibrated() -> dict[str, object]:
     return data
 
 
-def _uncalibrated_rows() -> list[dict[str, object]]:
+@cache
+def _uncalibrated_errors() -> tuple[tuple[str, float], ...]:
+    """(kind, ln(servesim / published)) of each shipped row, its kind the p99 it stands for."""
     rows = _uncalibrated()["rows"]
     if not isinstance(rows, list):
         raise InternalError("invariant broken: isinstance(rows, list)")
-    return rows
+    out = []
+    for r in rows:
+        kind = _KIND.get(str(r["metric"]).split("_")[0])
+        if kind is None:
+            raise InternalError(f"uncalibrated_errors.json: no kind for the metric {r['metric']}")
+        out.append((kind, math.log(float(r["servesim"]) / float(r["published"]))))
+    return tuple(out)
 
 
 def uncalibrated_sigma_ln(metric: str) -> float:
     """RMS of ln(servesim / published) over the published figures of ``metric``'s kind (ttft_p99,
     tpot_p99, e2e_p99) on GPUs without a calibrated profile."""
     kind = metric.split("_")[0]
-    logs = [
-        math.log(float(r["servesim"]) / float(r["published"]))  # type: ignore[arg-type]
-        for r in _uncalibrated_rows()
-        if _KIND.get(str(r["metric"]).split("_")[0]) == kind
-    ]
+    logs = [e for k, e in _uncalibrated_errors() if k == kind]
     if not logs:
         raise InternalError(f"no published figure of the kind of {metric}")
     return math.sqrt(sum(v * v for v in logs) / len(logs))
@@ -180,12 +187,9 @@ def error_bars(
                 f"the error was measured on H100 runs; on {gpu} it may be larger than these intervals"
             )
     else:
-        rows = _uncalibrated_rows()
-        source, n = str(_uncalibrated()["source"]), len(rows)
-        worst_factor = max(
-            max(float(r["servesim"]) / float(r["published"]), float(r["published"]) / float(r["servesim"]))  # type: ignore[arg-type]
-            for r in rows
-        )
+        errors = _uncalibrated_errors()
+        source, n = str(_uncalibrated()["source"]), len(errors)
+        worst_factor = math.exp(max(abs(e) for _, e in errors))
         basis = (
             f"uncalibrated timing: no calibrated profile for {gpu}, so roofline step times on generic "
             f"priors; error measured on {n} published vLLM figures from GPUs without one (docs/perf.md, "
