@@ -1,4 +1,5 @@
-"""Hand large freed blocks back to the operating system at once (glibc's malloc).
+"""Memory around a big run: large freed blocks handed back to the operating system at once
+(glibc's malloc), and the cyclic garbage collector paused while a run allocates (``gc_paused``).
 
 glibc serves a block under its mmap threshold from the heap, and the threshold rises (up to
 32 MiB) each time a mapped block is freed. A million-request run builds and frees many arrays
@@ -13,6 +14,9 @@ Smaller blocks and Python's own objects are unaffected. Elsewhere than glibc thi
 from __future__ import annotations
 
 import ctypes
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: glibc's ``M_MMAP_THRESHOLD`` parameter of ``mallopt``.
 M_MMAP_THRESHOLD = -3
@@ -34,4 +38,22 @@ def unmap_large_blocks(threshold: int = MMAP_THRESHOLD) -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, threshold))
 
 
-__all__ = ["MMAP_THRESHOLD", "M_MMAP_THRESHOLD", "unmap_large_blocks"]
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off meanwhile (as it was after). An engine, a fleet, a live
+    run and their summaries make no reference cycles: reference counting frees what they
+    allocate (after one, ``gc.collect`` finds no garbage, offload tiers included; a cycle would
+    wait for the next collection after). Left on, the collections their millions of small
+    allocations trigger find nothing, yet each traverses every object alive then: as much as the
+    simulation itself for one engine, and more the more replicas a fleet holds (8 replicas of
+    5,000 requests spent 94 ms of 1.2 s CPU in them, one full collection of the heap 57 ms)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+__all__ = ["MMAP_THRESHOLD", "M_MMAP_THRESHOLD", "gc_paused", "unmap_large_blocks"]

@@ -39,7 +39,7 @@ from servesim._live.snapshot import (
     RunSnapshot,
     Slot,
 )
-from servesim._live.views import LiveBase, check_window, event_order, gc_paused
+from servesim._live.views import LiveBase, check_window, event_order
 from servesim.cluster import (
     ClusterResult,
     FailureEvent,
@@ -63,6 +63,7 @@ from servesim.engine.replica import ReplicaView
 from servesim.engine.simulate import build_result, describe_model
 from servesim.errors import InputError
 from servesim.events import Event, Observer, Progress, ReplicaDown, ReplicaUp, ReplicaWarning
+from servesim.heap import gc_paused
 from servesim.resched import InterruptedRequest, RescheduleInput, ReschedulePlan, reschedule
 from servesim.traces.schema import Trace
 

@@ -10,10 +10,7 @@ latencies and outputs; the rest is the same code for every fleet.
 
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -44,6 +41,7 @@ from servesim.events import (
     RequestRejected,
     RequestStarved,
 )
+from servesim.heap import gc_paused
 from servesim.traces.schema import Trace
 
 #: Outcomes that refuse a request without output (400, a queue timeout, an API server's 503).
@@ -70,19 +68,6 @@ class _Watch:
     moves: int = 0
     nodes: int = 0
     preemptions: dict[int, int] = field(default_factory=dict)  # trace position -> preemptions so far
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic collector paused while the engine runs, as ``Engine.run`` does (the engine makes
-    no cycles; collections triggered by its many small objects would cost as much as the run)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 _ORDER = {ReplicaWarning: 0, ReplicaDown: 1, RecoveryDecision: 2, RequestPreempted: 3, RequestStarved: 4}
@@ -410,4 +395,4 @@ class LiveBase:
         )
 
 
-__all__ = ["WAITING_SHOWN", "LiveBase", "check_window", "event_order", "gc_paused"]
+__all__ = ["WAITING_SHOWN", "LiveBase", "check_window", "event_order"]

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 from servesim.cluster.config import FailureEvent, FailurePlan, KVCheckpointing, RouterSpec, failure_schedule
 from servesim.cluster.fleet import Fleet, FleetBase, FleetSnapshot
-from servesim.cluster.gc_pause import gc_paused
 from servesim.cluster.planning import planner_policy, target_state
 from servesim.cluster.recovery import RecoveryContext
 from servesim.cluster.results import ClusterResult, ClusterSummary, FailureImpact, build_cluster_result
@@ -37,6 +36,7 @@ from servesim.cluster.simulate import (
 from servesim.engine.results import SLO
 from servesim.errors import InputError, shown
 from servesim.events import Observer
+from servesim.heap import gc_paused
 from servesim.traces.schema import Trace
 
 POLICIES: dict[str, RecoveryPolicy] = {

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from servesim.cluster import stepping
 from servesim.cluster.config import FailureEvent, KVCheckpointing, RouterSpec
 from servesim.cluster.fleet import FleetBase, Interrupted, Replica, RequestStory
-from servesim.cluster.gc_pause import gc_paused
 from servesim.cluster.policies import (
     Decision,
     RecoveryPolicy,
@@ -58,6 +57,7 @@ from servesim.events import (
     RequestFinished,
     fan_out,
 )
+from servesim.heap import gc_paused
 from servesim.traces.schema import Trace
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from servesim.engine.streaming import chunk_gaps_s
 from servesim.engine.trace_arrays import TraceArrays
 from servesim.errors import InternalError
 from servesim.events import Observer
+from servesim.heap import gc_paused
 from servesim.traces.schema import Trace
 
 
@@ -114,9 +114,7 @@ def run_sliced(engine: Engine, progress: Callable[[int, int], None], every_s: fl
     arrival = engine.trace.arrival
     span = (arrival[n - 1] - arrival[0]) if n else 0.0
     dt_sim = max(span / 1000.0, 1e-3)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         while engine.live or engine._next < n:
             t0 = time.perf_counter()
             # An idle engine jumps to its next arrival: a slice never ends empty in a gap.
@@ -125,9 +123,6 @@ def run_sliced(engine: Engine, progress: Callable[[int, int], None], every_s: fl
             progress(engine.num_closed, n)
             wall = time.perf_counter() - t0
             dt_sim *= min(4.0, max(0.25, every_s / max(wall, 1e-4)))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     engine.finish()
     progress(engine.num_closed, n)
 

@@ -26,7 +26,6 @@ Latencies come back in seconds, per request, in the order of the input arrays.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from servesim.engine.request import OUTCOME_ABORTED, OUTCOMES
 from servesim.engine.simulate import build_result, describe_model
 from servesim.engine.step_time import StepTimeModel
 from servesim.errors import InputError
+from servesim.heap import gc_paused
 from servesim.perf.profile import HardwareProfile
 from servesim.traces.schema import Trace, TraceProvenance
 
@@ -172,18 +172,13 @@ def simulate_with_deadlines(
     order = np.argsort(deadline, kind="stable").tolist()
     dl = deadline.tolist()
     live = engine.live
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         for row in order:
             engine.run_until(dl[row])
             r = live.get(row)
             if r is not None:
                 engine.abort(r, max(dl[row], engine.now))
         engine.run_until(math.inf)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     engine.finish()
     return build_result(engine, trace, None, describe_model(step_time))
 
