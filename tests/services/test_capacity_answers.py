@@ -124,6 +124,8 @@ def test_a_knee_of_resampled_traffic_says_so_on_its_line() -> None:
         (["saturate", "poisson_5_rps", "--gpu", "nonsense"], "--gpu: unknown GPU 'nonsense'"),
         (["saturate", "poisson_5_rps", "--model", "llama-3.1-8"], "--model: unknown model"),
         (["saturate", "poisson_5_rps", "--tp", "3"], "--tp: llama-3.1-8b"),
+        (["tune", "poisson_5_rps", "--profile", "nosuch"], "--profile: unknown profile 'nosuch'"),
+        (["saturate", "poisson_5_rps", "--profile", "nosuch"], "--profile: unknown profile 'nosuch'"),
         ([*LAYOUTS, "--gpu", "nonsense"], "--gpu: unknown GPU"),
         ([*LAYOUTS, "--model", "x-1"], "--model: unknown model"),
         ([*LAYOUTS, "--link", "nope"], "nope"),

@@ -55,12 +55,13 @@ class DeploymentFieldError(ConfigError):
 
 
 def check_names(spec: DeploymentSpec) -> None:
-    """The deployment's model, GPU and TP checked in the catalog: an unknown name or a TP the
+    """The deployment's model, GPU, TP and profile checked: an unknown name or a TP the
     model's heads cannot split over is refused before the first run, naming the setting
     (``DeploymentFieldError``), as ``simulate`` refuses it before its run. A fixed step time
     names no model or GPU: nothing to check."""
     from servesim.perf.catalog import resolve_gpu, resolve_model
     from servesim.perf.memory import check_tp
+    from servesim.perf.profile import resolve_profile
     from servesim.perf.setup import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_TP
 
     if spec.fixed_timing:
@@ -68,6 +69,8 @@ def check_names(spec: DeploymentSpec) -> None:
     model = _named("model", lambda: resolve_model(spec.model or DEFAULT_MODEL))
     _named("gpu", lambda: resolve_gpu(spec.gpu or DEFAULT_GPU))
     _named("tp", lambda: check_tp(model, DEFAULT_TP if spec.tp is None else spec.tp))
+    if spec.profile is not None:  # else every trial failed alone: "no trial could run, widen the space"
+        _named("profile", lambda: resolve_profile(spec.profile, spec.gpu or DEFAULT_GPU))
 
 
 def checked_hardware(spec: DeploymentSpec) -> Hardware:
