@@ -16,8 +16,9 @@ The trace is the first ``--requests`` requests of the bundled Azure conversation
 arrivals and lengths; ``--source default`` uses the generator preset instead) on the default
 hardware context (llama-3.1-8b on one H100, roofline step times). Like ``servesim tune`` it runs a
 process pool of ``--jobs`` workers (spawned once, each given the workload once by its
-initializer), keeps the study in a fresh SQLite file (``--storage memory``: Optuna's in-memory
-storage), and verifies the first three of ``TuneResult.shortlist`` on three fresh seeds.
+initializer), keeps the study in a fresh journal file (``--storage sqlite``: a fresh SQLite file,
+as ``servesim tune --storage sqlite:///FILE``; ``--storage memory``: Optuna's in-memory storage),
+and verifies the first three of ``TuneResult.shortlist`` on three fresh seeds.
 
 The breakdown: the driver's time in Optuna (ask + the sampler's suggestions), in telling results
 (the storage's writes), waiting for the workers, and in ``recommend``; inside the workers, summed
@@ -177,7 +178,12 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--executor", default="process", choices=["local", "process"])
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--storage", default="sqlite", help="'sqlite' (a fresh file, as servesim tune), 'memory'")
+    ap.add_argument(
+        "--storage",
+        default="journal",
+        choices=["journal", "sqlite", "memory"],
+        help="a fresh journal file (as servesim tune), a fresh SQLite file, or Optuna's in-memory storage",
+    )
     ap.add_argument("--slo", default="ttft_p99_ms=2000,tpot_p99_ms=80")
     ap.add_argument("--saturate", action="store_true", help="also time `saturate` on vLLM-like flags")
     ap.add_argument("--no-recommend", action="store_true", help="the study alone")
@@ -216,7 +222,11 @@ def main() -> None:
     print(f"SLO {slo.describe()}; executor {args.executor} x {args.jobs}; storage {args.storage}")
 
     tmp = tempfile.TemporaryDirectory()
-    url = None if args.storage == "memory" else f"sqlite:///{Path(tmp.name) / 'study.db'}"
+    url = {
+        "memory": None,
+        "sqlite": f"sqlite:///{Path(tmp.name) / 'study.db'}",
+        "journal": str(Path(tmp.name) / "study.journal"),
+    }[args.storage]
     ctx = EvalContext(wl, hw, slo, ev)
     if args.executor == "local":
         install_worker_timers()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,47 @@ def test_a_space_value_outside_its_fields_bounds_is_refused_before_any_trial(
     assert res.stdout == ""
     assert res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
     assert words in res.stderr
+
+
+def test_the_default_study_is_a_journal_in_the_data_folder_and_the_same_command_resumes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --storage: the study is kept in servesim-tune.journal in the data folder (the command
+    says where), and running the same command again adds its trials to the same study."""
+    monkeypatch.setenv("SERVESIM_DATA_DIR", str(tmp_path / "data"))
+    args = ["tune", "poisson_5_rps", "-n", "120", *FAST, "--trials", "2", "--trial-seeds", "1"]
+    args += ["--space", "max_num_seqs=16,32", "--no-recommend", "--json"]
+    journal = tmp_path / "data" / "servesim-tune.journal"
+    counts = []
+    for _ in range(2):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        assert res.stderr.strip().endswith(f"stored in {journal}")
+        counts.append(json.loads(res.stdout)["study"]["n_trials"])
+    assert counts == [2, 4] and journal.is_file()
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: p.mkdir(), "is a folder"),
+        (
+            lambda p: p.write_bytes(b"SQLite format 3\x00" + bytes(84)),
+            "is a SQLite database; give it as an RDB URL: sqlite:///",
+        ),
+        (lambda p: p.write_text("not a journal\n"), "is not an Optuna study journal"),
+    ],
+)
+def test_a_storage_that_is_not_a_study_journal_is_one_line_naming_it(
+    tmp_path: Path, make: Callable[[Path], object], words: str
+) -> None:
+    where = tmp_path / "study.db"
+    make(where)
+    before = sorted(tmp_path.rglob("*"))
+    res = runner.invoke(
+        app, ["tune", "poisson_5_rps", "-n", "60", *FAST, "--trials", "1", "--storage", str(where)]
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: --storage: {where}") and len(res.stderr.strip().splitlines()) == 1
+    assert words in res.stderr
+    assert sorted(tmp_path.rglob("*")) == before  # nothing appended to it, nothing beside it

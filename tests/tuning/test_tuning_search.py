@@ -22,6 +22,7 @@ from servesim.tuning import (
     space_from_mapping,
     tune,
 )
+from servesim.tuning.storage import study_storage
 
 SLO = PercentileSLO.parse("ttft_p99_ms=400,tpot_p99_ms=40")
 
@@ -153,14 +154,20 @@ def test_same_seed_same_study_and_best_trial() -> None:
     assert [t.params for t in c.trials] != [t.params for t in a.trials]
 
 
-def test_study_resumes_from_sqlite(tmp_path: Path) -> None:
+def _location(kind: str, folder: Path, stem: str) -> str:
+    """A study's --storage: a journal file (servesim tune's default) or a SQLite URL."""
+    return str(folder / f"{stem}.journal") if kind == "journal" else f"sqlite:///{folder / stem}.db"
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_study_resumes_from_its_storage(tmp_path: Path, kind: str) -> None:
     wl = poisson_workload(n=120)
-    url = f"sqlite:///{tmp_path / 'study.db'}"
+    url = _location(kind, tmp_path, "study")
     first = _tune(wl, 2, storage=url)
     second = _tune(wl, 2, storage=url)
     assert first.study_name == second.study_name and second.n_trials == 4
     assert _signature(second)[:2] == _signature(first)
-    study = optuna.load_study(study_name=second.study_name, storage=url)
+    study = optuna.load_study(study_name=second.study_name, storage=study_storage(url))
     assert len(study.trials) == 4 and all(t.user_attrs.get("outcome") for t in study.trials)
     # Another SLO is another study: it does not mix with this one.
     other = tune(
@@ -208,8 +215,9 @@ WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_two_worker_processes_share_one_study(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_two_worker_processes_share_one_study(tmp_path: Path, kind: str) -> None:
+    url = _location(kind, tmp_path, "shared")
     helpers = str(Path(__file__).parent)
     procs = [
         subprocess.Popen(
@@ -223,7 +231,7 @@ def test_two_worker_processes_share_one_study(tmp_path: Path) -> None:
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err
-    study = optuna.load_study(study_name="shared", storage=url)
+    study = optuna.load_study(study_name="shared", storage=study_storage(url))
     assert len(study.trials) == 4
     assert sorted(t.number for t in study.trials) == list(range(4))
     assert all(t.state.is_finished() for t in study.trials)

@@ -222,9 +222,10 @@ _STUDY: dict[str, tuple[Any, Any]] = {
         str | None,
         typer.Option(
             None,
-            metavar="URL",
-            help="Optuna RDB URL (resumable, shareable); 'memory' for none "
-            "(default: SQLite servesim-tune.db in servesim's data folder).",
+            metavar="FILE|URL",
+            help="Where the study is kept (resumable, shareable): a journal file, or an Optuna RDB "
+            "URL such as sqlite:///study.db; 'memory' for none "
+            "(default: the journal servesim-tune.journal in servesim's data folder).",
         ),
     ),
     "study_name": (str | None, typer.Option(None, help="Study name (default: derived from the settings).")),

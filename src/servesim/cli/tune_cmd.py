@@ -57,7 +57,8 @@ from servesim.services.deployment import DeploymentSpec, PercentileSLO
 from servesim.services.layouts import LAYOUT_KINDS, LayoutKind, LayoutsRequest, refused_keys
 from servesim.services.tune import SearchSpace, TuneAnswer, TuneRequest, parse_space, space_from_mapping
 
-DEFAULT_STUDY_FILE = "servesim-tune.db"
+#: The study journal (Optuna's JournalStorage; servesim.tuning.storage says why not SQLite).
+DEFAULT_STUDY_FILE = "servesim-tune.journal"
 
 TargetOpt = Annotated[float | None, typer.Option(help="Load to plan for (default: the trace's rate).")]
 OutOpt = Annotated[Path | None, typer.Option(help="Write the --json document (the report's input) here.")]
@@ -76,9 +77,10 @@ def read_space(items: list[str], space_file: Path | None) -> SearchSpace:
 
 
 def storage_url(text: str | None) -> str | None:
-    """The study's RDB URL: the given one, None for 'memory', else SQLite in the data folder."""
+    """Where the study lives: the given RDB URL or journal file, None for 'memory', else the journal
+    file in the data folder."""
     if text is None:
-        return f"sqlite:///{data_dir() / DEFAULT_STUDY_FILE}"
+        return str(data_dir() / DEFAULT_STUDY_FILE)
     if text.strip().lower() in ("memory", "none", ""):
         return None
     return text

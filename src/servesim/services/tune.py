@@ -131,7 +131,9 @@ class TuneRequest(BaseModel):
         "SLO); empty: the deployment's GPU alone.",
     )
     recommend: bool = Field(True, description="Verify and explain the best trial (false: trials only).")
-    storage: str | None = Field(None, description="Optuna RDB URL (None: in memory).")
+    storage: str | None = Field(
+        None, description="A journal file's path or an Optuna RDB URL (None: in memory)."
+    )
     study_name: str | None = Field(None, description="Study name (default: derived from the settings).")
     execution: Execution = Field(default_factory=lambda: Execution(executor="process"))
 

@@ -9,7 +9,7 @@ Public API::
     Deployment(max_num_seqs=..., ..., replicas=2, max_model_len=...)          # validated vLLM flags
     find_saturation(workload, deployment, hardware, slo, target_rate=...) -> SaturationReport
     tune(workload, hardware, slo, settings=TuneSettings(n_trials=40), executor="process",
-         storage="sqlite:///study.db") -> TuneResult
+         storage="study.journal") -> TuneResult
     recommend(workload, hardware, slo, [deployment, ...], target_rate=...) -> SchedulerRecommendation
     run_scenario({...seed scenario shape...}) -> BatchScenarioResult | LoadScenarioResult
 

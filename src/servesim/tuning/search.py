@@ -22,12 +22,14 @@ order the jobs finish in, a study is **reproducible for a given seed and batch s
 executor and any number of jobs**: the same trials, values and best trial
 (``test_ray_matches_local``).
 
-**Storage.** ``storage="sqlite:///study.db"`` keeps the study in SQLite (Optuna's RDB storage):
-running the same command again resumes it (``n_trials`` more), and several processes given the
-same storage and study name work on one study at once, each with its own sampler. Those
-concurrent workers interleave their trials in an order the operating system decides, so a shared
-study is not reproducible trial by trial (its trial count is exact). A resumed study seeds its
-sampler with (seed, trials already stored), so resuming is itself deterministic.
+**Storage.** ``storage="study.journal"`` keeps the study in a journal file (Optuna's
+``JournalStorage``; ``servesim.tuning.storage`` says why it is the default),
+``"sqlite:///study.db"`` in SQLite (any Optuna RDB URL): running the same command again resumes
+it (``n_trials`` more), and several processes given the same storage and study name work on one
+study at once, each with its own sampler. Those concurrent workers interleave their trials in an
+order the operating system decides, so a shared study is not reproducible trial by trial (its
+trial count is exact). A resumed study seeds its sampler with (seed, trials already stored), so
+resuming is itself deterministic.
 """
 
 from __future__ import annotations
@@ -235,9 +237,9 @@ def tune(
     ``target_rate`` defaults to the workload's own rate; ``max_model_len`` to its longest request
     + 1; ``fixed`` sets deployment fields that are not searched (``policy``...). ``executor`` is a
     kind (made and closed here) or an executor made with ``make_executor`` for the same
-    ``EvalContext`` (kept open, e.g. to reuse it for ``recommend``). ``storage`` is an Optuna RDB
-    URL (``sqlite:///study.db``) or None (in memory); ``study_name`` defaults to a name derived
-    from everything that defines the study, so the same command resumes the same study.
+    ``EvalContext`` (kept open, e.g. to reuse it for ``recommend``). ``storage`` is a journal file's
+    path, an Optuna RDB URL (``sqlite:///study.db``) or None (in memory); ``study_name`` defaults
+    to a name derived from everything that defines the study, so the same command resumes the same study.
 
     ``baseline`` is the user's current deployment (default: ``vllm serve``'s defaults on this
     hardware): the space is widened to hold it, and it is the study's first trial, followed by the
