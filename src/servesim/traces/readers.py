@@ -254,7 +254,7 @@ def _keep_as_objects(col: pa.Array) -> bool:
 def _open_parquet(path: Path, display: str, chunk_rows: int) -> Opened:
     if is_gzip(path):
         raise TraceError(display, "gzip-compressed Parquet is not supported (Parquet compresses internally)")
-    import pyarrow.parquet as pq  # here, not at the top: 0.04 s of every command's start, for Parquet traces only
+    import pyarrow.parquet as pq  # here: 0.04 s of every command's start, for Parquet traces only
 
     try:
         pf = pq.ParquetFile(path)
