@@ -1,5 +1,5 @@
 """The shipped YAML (catalog, GPUs, links, prices, draft heads) reads the same through libyaml's
-loader, which servesim uses for it (``servesim.perf.catalog.shipped_yaml``: a tenth of the pure-Python
+loader, which servesim uses for it (``servesim.perf.shipped.shipped_yaml``: a tenth of the pure-Python
 parse, which took 0.12 CPU-s of every command that names a model), as through ``yaml.safe_load``.
 
 Why: the two loaders are separate implementations; a construct one of them reads otherwise (a
@@ -13,7 +13,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from servesim.perf.catalog import shipped_yaml
+from servesim.perf.shipped import shipped_yaml
 
 SHIPPED = sorted(
     p.name for p in (resources.files("servesim") / "data" / "perf").iterdir() if p.name.endswith(".yaml")

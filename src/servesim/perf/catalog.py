@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +27,7 @@ from servesim.perf.gpu_spec import HOST_LINK_OVERHEAD_S as HOST_LINK_OVERHEAD_S
 from servesim.perf.gpu_spec import GPUSpec as GPUSpec
 from servesim.perf.layer_pattern import LayerPattern, layer_pattern_of, refuse_unmodelled
 from servesim.perf.precision import WEIGHT_DTYPE_BYTES, WeightDType, weight_format_of
+from servesim.perf.shipped import shipped_yaml
 
 DType = Literal["bfloat16", "float16", "float32"]
 QuantizedModule = Literal["attention", "mlp", "experts", "shared_experts"]
@@ -387,19 +387,6 @@ def _read_catalog_file(path: Path) -> tuple[dict[str, ModelSpec], dict[str, GPUS
     return _parse_section(data.get("models"), ModelSpec, str(path)), _parse_section(
         data.get("gpus"), GPUSpec, str(path)
     )
-
-
-#: libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents as
-#: ``yaml.safe_load`` (tests/perf/test_shipped_yaml.py), a tenth of the time. The shipped catalog
-#: took 0.12 of a ``servesim simulate``'s 1.9 CPU-s to parse in pure Python; every command that
-#: names a model or a GPU reads it. Users' files keep ``yaml.safe_load`` and its messages.
-_FAST_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def shipped_yaml(name: str) -> Any:
-    """The shipped ``servesim/data/perf/<name>``, parsed."""
-    text = (resources.files("servesim") / "data" / "perf" / name).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=_FAST_SAFE_LOADER)  # a safe loader (C or Python)
 
 
 @lru_cache(maxsize=1)

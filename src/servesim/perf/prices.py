@@ -19,7 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import InputError
-from servesim.perf.catalog import Catalog, load_catalog, shipped_yaml
+from servesim.perf.catalog import Catalog, load_catalog
+from servesim.perf.shipped import shipped_yaml
 
 #: The source of a price the user gave (flag or file) rather than the shipped table's.
 GIVEN = "given"

@@ -17,8 +17,9 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import ConfigError
-from servesim.perf.catalog import load_catalog, resolve_model, shipped_yaml
+from servesim.perf.catalog import load_catalog, resolve_model
 from servesim.perf.errors import PerfError
+from servesim.perf.shipped import shipped_yaml
 
 #: What a command that names no real model serves (a step-time model without a catalog model).
 PLACEHOLDER_MODELS = frozenset({"MODEL", "<model>"})

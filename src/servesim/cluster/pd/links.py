@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.errors import InputError, shown
-from servesim.perf.catalog import shipped_yaml
+from servesim.perf.shipped import shipped_yaml
 
 
 class LinkPreset(BaseModel):
