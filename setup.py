@@ -12,6 +12,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
+import shutil
+import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 
@@ -72,10 +76,23 @@ class BuildEngineCore(build_ext):
             (target_dir / "_native_build.json").write_text(json.dumps(built, indent=1, sort_keys=True) + "\n")
 
 
+def _c_compiler_found() -> bool:
+    """Whether the C compiler the build would call (``$CC``, else Python's own) is there. Where it
+    is not, Cython's translation of the modules (20 of the 30 CPU-s of a wheel's build on the
+    2-core machine) would be thrown away: the build skips it and ships the pure-Python core."""
+    if os.name == "nt":  # MSVC is found by setuptools itself, not through $CC: let it try
+        return True
+    words = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    return bool(words) and shutil.which(words[0]) is not None
+
+
 extensions = [
     Extension(f"servesim.engine.{m}", [str(ENGINE / f"{m}.py")], optional=True)
     for m in SOURCES.COMPILED_MODULES
 ]
+if not _c_compiler_found():
+    print("no C compiler found: the engine runs its pure-Python core", file=sys.stderr)
+    extensions = []
 
 setup(
     ext_modules=cythonize(
@@ -83,6 +100,8 @@ setup(
         compiler_directives={"language_level": 3, "annotation_typing": False},
         quiet=True,
         nthreads=_CORES,  # Cython's translation of each module, in parallel as well
-    ),
+    )
+    if extensions
+    else [],
     cmdclass={"build_ext": BuildEngineCore},
 )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +27,7 @@ from servesim.perf.gpu_spec import HOST_LINK_OVERHEAD_S as HOST_LINK_OVERHEAD_S
 from servesim.perf.gpu_spec import GPUSpec as GPUSpec
 from servesim.perf.layer_pattern import LayerPattern, layer_pattern_of, refuse_unmodelled
 from servesim.perf.precision import WEIGHT_DTYPE_BYTES, WeightDType, weight_format_of
+from servesim.perf.shipped import shipped_yaml
 
 DType = Literal["bfloat16", "float16", "float32"]
 QuantizedModule = Literal["attention", "mlp", "experts", "shared_experts"]
@@ -391,12 +391,10 @@ def _read_catalog_file(path: Path) -> tuple[dict[str, ModelSpec], dict[str, GPUS
 
 @lru_cache(maxsize=1)
 def _builtin() -> Catalog:
-    base = resources.files("servesim") / "data" / "perf"
     models: dict[str, Any] = {}
     gpus: dict[str, Any] = {}
     for fname, key in (("models.yaml", "models"), ("gpus.yaml", "gpus")):
-        text = (base / fname).read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
+        data = shipped_yaml(fname)
         section = _parse_section(
             data.get(key), ModelSpec if key == "models" else GPUSpec, f"servesim/data/perf/{fname}"
         )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import InputError
 from servesim.perf.catalog import Catalog, load_catalog
+from servesim.perf.shipped import shipped_yaml
 
 #: The source of a price the user gave (flag or file) rather than the shipped table's.
 GIVEN = "given"
@@ -124,8 +124,7 @@ def read_price_file(path: str | Path, flag: str = "--gpu-prices") -> dict[str, f
 
 @lru_cache(maxsize=1)
 def _shipped() -> dict[str, GpuPrice]:
-    text = (resources.files("servesim") / "data" / "perf" / "gpu_prices.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = shipped_yaml("gpu_prices.yaml")
     as_of = str(data.get("as_of", ""))
     out = {}
     for gpu, row in data["prices"].items():

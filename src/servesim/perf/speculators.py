@@ -13,14 +13,13 @@ where vLLM would not start.
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.errors import ConfigError
 from servesim.perf.catalog import load_catalog, resolve_model
 from servesim.perf.errors import PerfError
+from servesim.perf.shipped import shipped_yaml
 
 #: What a command that names no real model serves (a step-time model without a catalog model).
 PLACEHOLDER_MODELS = frozenset({"MODEL", "<model>"})
@@ -49,8 +48,7 @@ class DraftHead(BaseModel):
 @lru_cache(maxsize=1)
 def published_heads() -> dict[str, dict[str, DraftHead]]:
     """Catalog model -> vLLM method -> its published head (the shipped speculators.yaml)."""
-    text = (resources.files("servesim") / "data" / "perf" / "speculators.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)["speculators"]
+    data = shipped_yaml("speculators.yaml")["speculators"]
     return {
         model: {method: DraftHead.model_validate(head) for method, head in by_method.items()}
         for model, by_method in data.items()

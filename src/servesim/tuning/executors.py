@@ -5,9 +5,12 @@ finish in; with deterministic jobs (``jobs.execute``) the three give identical r
 what makes a study reproducible across executors (see ``search.tune``).
 
 * ``local``: one after the other in this process (no start-up cost; what the tests use).
-* ``process``: ``concurrent.futures.ProcessPoolExecutor`` (``spawn`` start method, so workers
-  never inherit the driver's open database connections or threads); the context is sent to each
-  worker once, by its initializer.
+* ``process``: ``concurrent.futures.ProcessPoolExecutor``; its workers are forked from
+  multiprocessing's fork server, a fresh process that imported servesim's jobs once (``spawn``
+  where there is no fork server), so they never inherit the driver's open database connections
+  or threads, and none pays servesim's start-up again: with ``spawn`` every worker of every pool
+  imported it (2 CPU-s each), which made ``tune --gpu-types`` of a small trace 9 CPU-s dearer than
+  ``--executor local``. The context is sent to each worker once, by its initializer.
 * ``ray``: ``ray.init(address)`` (``None``: start a local instance with ``n_jobs`` CPUs; a cluster
   address such as ``ray://host:10001`` or ``auto``: join it, which needs servesim installed on its
   workers); the context is put in the object store once and each job is one task. Ray is an
@@ -125,6 +128,17 @@ def _run_in_worker(job: Job) -> Any:
     return execute(_WORKER_CTX, job)
 
 
+def _pool_context() -> Any:
+    """The fork server where the platform has one (Linux, macOS), else ``spawn``. The server
+    imports the jobs' modules once: the first pool starts it, later pools of the same command
+    fork from it too. (A preload asked for after the server started changes nothing.)"""
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Windows
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["servesim.tuning.jobs"])
+    return ctx
+
+
 class ProcessExecutor(_Base):
     """A local process pool of ``n_jobs`` workers."""
 
@@ -136,7 +150,7 @@ class ProcessExecutor(_Base):
         self.ctx = ctx
         self._pool = ProcessPoolExecutor(
             max_workers=n_jobs,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=_pool_context(),
             initializer=_init_worker,
             initargs=(ctx,),
         )

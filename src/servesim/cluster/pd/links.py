@@ -3,13 +3,11 @@ and the transfer cost model a fleet runs with (``pd_context``)."""
 
 from __future__ import annotations
 
-from importlib import resources
-
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from servesim.cluster.recovery.costs import RecoveryContext
 from servesim.errors import InputError, shown
+from servesim.perf.shipped import shipped_yaml
 
 
 class LinkPreset(BaseModel):
@@ -23,8 +21,7 @@ class LinkPreset(BaseModel):
 
 def link_presets() -> dict[str, LinkPreset]:
     """The catalog's KV-transfer links (``data/perf/links.yaml``), by name."""
-    text = (resources.files("servesim") / "data" / "perf" / "links.yaml").read_text(encoding="utf-8")
-    return {k: LinkPreset.model_validate(v) for k, v in yaml.safe_load(text)["links"].items()}
+    return {k: LinkPreset.model_validate(v) for k, v in shipped_yaml("links.yaml")["links"].items()}
 
 
 def link_preset(name: str) -> LinkPreset:
