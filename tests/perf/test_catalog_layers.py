@@ -256,4 +256,6 @@ def test_qwen3_next_with_prefix_caching_on_blackwell_is_refused_naming_the_unkno
     refused = _cli(run)
     assert refused.exit_code == 2, refused.output
     lines = refused.stderr.strip().splitlines()
-    assert len(lines) == 1 and "CUDA 13" in lines[0] and "--no-enable-prefix-caching" in lines[0], refused.stderr
+    assert len(lines) == 1 and "CUDA 13" in lines[0] and "--no-enable-prefix-caching" in lines[0], (
+        refused.stderr
+    )

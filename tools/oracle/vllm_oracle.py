@@ -337,7 +337,11 @@ def _accepted_fields(cls) -> set[str]:
 
 
 def layer_spec(
-    layer: dict[str, Any], block_size: int, max_model_len: int, mamba_align: bool = False, checkpoints: int = 0
+    layer: dict[str, Any],
+    block_size: int,
+    max_model_len: int,
+    mamba_align: bool = False,
+    checkpoints: int = 0,
 ):
     """vLLM's KV cache spec of one layer of a kind (the page size is the same for every kind:
     one KV head of size 1 in float16, as the full-attention cases use). A mamba layer is what

@@ -53,13 +53,13 @@ class HybridKVCacheManager(KVCacheManager):
         "_checkpoints",
         "_ckpt_blocks",
         "_junction",
+        "_kinds",
         "_last_state",
+        "_quiet",
         "_retired",
         "_split_limit",
-        "_step_cached",
-        "_kinds",
-        "_quiet",
         "_state",
+        "_step_cached",
         "_tracked",
         "_windowed",
         "_windows",
@@ -187,7 +187,9 @@ class HybridKVCacheManager(KVCacheManager):
         bs = self.block_size
         last_cache = (num_tokens - 1) // bs * bs
         end = start + n
-        internal = self._ckpt_blocks and end >= prefill_end and self._checkpoint_valid(start, end, prefill_end)
+        internal = (
+            self._ckpt_blocks and end >= prefill_end and self._checkpoint_valid(start, end, prefill_end)
+        )
         if internal:  # the backend exports the prompt's checkpoint within this, the last, chunk
             last_cache = 0
         if end < prefill_end:
@@ -708,7 +710,7 @@ class HybridKVCacheManager(KVCacheManager):
                 j += 1
             if j < len(table):  # type: ignore[arg-type]
                 if self._align[g]:  # null blocks between the states: never pooled
-                    self._free_blocks([b for b in table[j:] if b], g)  # type: ignore[union-attr,index]
+                    self._free_blocks([b for b in table[j:] if b], g)  # type: ignore[index]
                 else:
                     self._free_blocks(table[j:], g)  # type: ignore[index]
         r.blocks = []

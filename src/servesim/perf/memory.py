@@ -30,7 +30,7 @@ from servesim.errors import shown
 from servesim.perf.catalog import DTYPE_BYTES, Catalog, GPUSpec, ModelSpec, resolve_gpu, resolve_model
 from servesim.perf.errors import MemoryFitError, PerfError
 from servesim.perf.kv_layout import kv_groups, layer_kinds
-from servesim.perf.mla import absorbed_params, compute_capability, latent_head_size
+from servesim.perf.mla import absorbed_params, latent_head_size
 from servesim.perf.mla import attention_params as mla_attention_params
 
 GiB = 1 << 30
@@ -132,6 +132,11 @@ KERNEL_BLOCK_ALIGNMENT = 16
 #: FlashInfer's GatedDeltaNet prefill exports checkpoint states on this token grid
 #: (``FLASHINFER_GDN_CHECKPOINT_ALIGNMENT``).
 GDN_CHECKPOINT_ALIGNMENT = 64
+#: servesim's Hopper GPUs (compute capability 9.0: vLLM's GatedDeltaNet prefill runs on FlashInfer)
+#: and Blackwell ones (10.x: FlashInfer only with a CUDA 13 runtime); the others run Triton or
+#: AMD's kernels.
+HOPPER = frozenset({"h100", "h100-pcie", "h200", "h20"})
+BLACKWELL = frozenset({"b200", "gb200", "b300"})
 
 
 def prefill_checkpoint_blocks(model: ModelSpec, gpu: GPUSpec, prefix_caching: bool) -> int:
@@ -144,10 +149,9 @@ def prefill_checkpoint_blocks(model: ModelSpec, gpu: GPUSpec, prefix_caching: bo
     p = model.layer_pattern
     if not prefix_caching or p is None or p.state is None:
         return 0
-    cap = compute_capability(gpu)
-    if cap == 9:
+    if gpu.name in HOPPER:
         return 1
-    if cap >= 10:
+    if gpu.name in BLACKWELL:
         raise PerfError(
             f"{model.name} on {gpu.name} with prefix caching: vLLM 0.33 runs its linear-attention "
             "prefill on FlashInfer (prefill checkpoints, 64-token block alignment) only with a "
@@ -475,7 +479,9 @@ def kv_capacity(
     need_blocks = -(-mml // block_size)
     states = mamba_state_blocks(prefix_caching, ckpt)
     if groups:  # vLLM's check_enough_kv_cache_memory: each layer's most, windowed layers capped
-        need_blocks = _hybrid_need(m, groups, mml, block_size, max_num_batched_tokens, per_block, layers, states)
+        need_blocks = _hybrid_need(
+            m, groups, mml, block_size, max_num_batched_tokens, per_block, layers, states
+        )
     if usable < need_blocks:
         fit_tokens = usable * block_size
         if groups:  # vLLM's estimate_max_model_len: the longest sequence whose need fits
@@ -483,7 +489,9 @@ def kv_capacity(
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 fits = (
-                    _hybrid_need(m, groups, mid, block_size, max_num_batched_tokens, per_block, layers, states)
+                    _hybrid_need(
+                        m, groups, mid, block_size, max_num_batched_tokens, per_block, layers, states
+                    )
                     <= usable
                 )
                 lo, hi = (mid, hi) if fits else (lo, mid - 1)

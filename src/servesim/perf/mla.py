@@ -110,12 +110,6 @@ _BACKENDS: dict[int, tuple[tuple[str, tuple[str, ...], int], ...]] = {
 _CAPABILITY = {"h100": 9, "h100-pcie": 9, "h200": 9, "b200": 10}
 
 
-def compute_capability(gpu: GPUSpec) -> int:
-    """The GPU's CUDA compute capability major (9 Hopper, 10 Blackwell), 0 for the others
-    (older NVIDIA GPUs, AMD): what vLLM's kernel choices depend on."""
-    return _CAPABILITY.get(gpu.name, 0)
-
-
 def default_block_size(gpu: GPUSpec, kv_dtype: str) -> tuple[int, str]:
     """(block size, backend) vLLM 0.33 picks for an MLA model when ``--block-size`` is not given:
     the first backend in priority order that stores ``kv_dtype``, at 16 if it takes 16, else its

@@ -20,7 +20,12 @@ from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
 from servesim.perf.kv_layout import hybrid_disabled, kv_groups
 from servesim.perf.lora import lora_params_per_slot
-from servesim.perf.memory import check_kv_cache_dtype, kv_capacity, prefill_checkpoint_blocks, state_block_size
+from servesim.perf.memory import (
+    check_kv_cache_dtype,
+    kv_capacity,
+    prefill_checkpoint_blocks,
+    state_block_size,
+)
 from servesim.perf.pipeline import PipelineStepTime, build_pipeline_step_time, describe_split, pp_kv_capacity
 from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
@@ -252,7 +257,9 @@ def replica_setup(
     if setup.block_size is not None:  # state layers: vLLM's raised attention block size
         cfg = cfg.model_copy(update={"block_size": setup.block_size})
     if setup.mamba_prefill_checkpoint_blocks:  # state layers, prefix caching, Hopper
-        cfg = cfg.model_copy(update={"mamba_prefill_checkpoint_blocks": setup.mamba_prefill_checkpoint_blocks})
+        cfg = cfg.model_copy(
+            update={"mamba_prefill_checkpoint_blocks": setup.mamba_prefill_checkpoint_blocks}
+        )
     cfg = EngineConfig.model_validate(cfg.model_dump())
     if cfg.speculative_config is not None:
         resolve_drafter(setup.step_time, cfg.speculative_config)  # a drafter that cannot run: say so now
