@@ -106,10 +106,61 @@ def test_a_mamba_group_holds_one_state_block_for_the_whole_request(
     assert used == want
 
 
-def test_prefix_caching_beside_a_mamba_group_is_refused_naming_vllms_align_mode() -> None:
-    with pytest.raises(ValueError, match=r"mamba_cache_mode 'align'.*--no-enable-prefix-caching"):
-        EngineConfig(num_gpu_blocks=100, kv_cache_groups=[MAMBA, FULL])
+def test_prefix_caching_beside_a_mamba_group_needs_chunked_prefill_as_vllms_align_mode_does() -> None:
+    with pytest.raises(ValueError, match=r"mamba_cache_mode 'align'.*--no-enable-chunked-prefill"):
+        EngineConfig(num_gpu_blocks=100, kv_cache_groups=[MAMBA, FULL], enable_chunked_prefill=False)
     with pytest.raises(ValueError, match="kv_cache_groups: a mamba group takes no window"):
         KVCacheGroup(kind="mamba", window=4)
-    cfg = EngineConfig(num_gpu_blocks=100, kv_cache_groups=[MAMBA, FULL], enable_prefix_caching=False)
-    assert cfg.hybrid
+    for caching in (True, False):
+        cfg = EngineConfig(num_gpu_blocks=100, kv_cache_groups=[MAMBA, FULL], enable_prefix_caching=caching)
+        assert cfg.hybrid
+
+
+def _aligned_chunks(prompt: int, bs: int, budget: int, ckpt: int) -> list[int]:
+    """vLLM's ``_mamba_block_aligned_split`` for one request alone, by hand: a chunk that does
+    not finish the prompt ends at a block boundary, and none runs past the last block boundary
+    before the prompt's last token -- unless (``ckpt``) the last chunk starts on a boundary a
+    block or more before it, when the backend saves that state within the chunk."""
+    c, out = 0, []
+    last = (prompt - 1) // bs * bs
+    while c < prompt:
+        end = min(c + budget, prompt)
+        if end < prompt:
+            end = end // bs * bs
+        internal = ckpt and end == prompt and c % bs == 0 and c + bs <= last < end
+        if not internal and c < last < end:
+            end = last
+        out.append(end - c)
+        c = end
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    prompt=st.integers(1, 700),
+    output=st.integers(1, 30),
+    bs=st.sampled_from([8, 16, 32]),
+    budget=st.sampled_from([64, 100, 256, 2048]),
+    ckpt=st.sampled_from([0, 1]),
+)
+def test_with_prefix_caching_mamba_groups_cut_prefill_chunks_at_block_boundaries(
+    prompt: int, output: int, bs: int, budget: int, ckpt: int
+) -> None:
+    """vLLM's mamba_cache_mode "align", one request alone: its prefill chunks are cut as worked by
+    hand (``_aligned_chunks``), then it decodes a token a step; each mamba group holds the running
+    state, the one it was copied from and, in the chunk that saves one, a checkpoint."""
+    trace = Trace.from_records(
+        [{"req_id": "a", "arrival_time_s": 0.0, "prompt_len": prompt, "output_len": output}]
+    )
+    cfg = EngineConfig(
+        num_gpu_blocks=4000,
+        block_size=bs,
+        max_num_batched_tokens=budget,
+        max_num_seqs=4,
+        kv_cache_groups=[MAMBA, MAMBA, MAMBA, FULL],
+        mamba_prefill_checkpoint_blocks=ckpt,
+    )
+    log: list[dict] = []
+    simulate(trace, cfg, ConstantStepTime(step_time_s=0.01), step_log=log.append, check_invariants=True)
+    chunks = [d["scheduled_tokens"]["a"] for d in log]
+    assert chunks == _aligned_chunks(prompt, bs, budget, ckpt) + [1] * (output - 1)

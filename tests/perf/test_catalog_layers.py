@@ -227,23 +227,35 @@ def test_a_linear_attention_model_without_known_state_sizes_is_refused() -> None
     assert pattern is not None and pattern.state is None and not pattern.modelled
 
 
-def test_qwen3_next_runs_without_prefix_caching_and_refuses_vllms_align_mode(tmp_path: Path) -> None:
-    """vLLM's default for a hybrid Mamba model (prefix caching on: mamba_cache_mode "align") is
-    refused in one line naming the flag; with --no-enable-prefix-caching the run goes, its KV cache
-    in vLLM's groups, the block size raised to 272 tokens (TP 4) and said."""
+def test_qwen3_next_runs_with_prefix_caching_as_vllms_align_mode_and_without(tmp_path: Path) -> None:
+    """vLLM's default for a hybrid Mamba model (prefix caching on: mamba_cache_mode "align") runs:
+    on an H100 (GatedDeltaNet prefill on FlashInfer) the block size is raised until a page holds
+    a state and kept a multiple of 64 tokens (320 at TP 4), with a prefill checkpoint block per
+    state layer; with --no-enable-prefix-caching ("none") the block is 272 tokens and no
+    checkpoint is kept. Both in vLLM's groups, the raised block size said."""
     trace = tmp_path / "t.csv"
     res = _cli(["generate", "default", "-n", "40", "--seed", "1", "-o", str(trace)])
     assert res.exit_code == 0, res.output
-    run = ["simulate", str(trace), "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tp", "4"]
+    run = ["simulate", str(trace), "--model", "qwen3-next-80b-a3b", "--gpu", "h100", "--tp", "4", "--json"]
+    for flags, block, ckpt in (([], 320, 1), (["--no-enable-prefix-caching"], 272, 0)):
+        ok = _cli([*run, *flags])
+        assert ok.exit_code == 0, ok.output
+        assert f"KV block size {block} tokens, not 16" in ok.stderr
+        out = json.loads(ok.stdout)
+        assert out["summary"]["num_finished"] == 40
+        assert [g["kind"] for g in out["config"]["kv_cache_groups"]] == ["mamba", "mamba", "mamba", "full"]
+        assert out["config"]["block_size"] == block
+        assert out["config"]["mamba_prefill_checkpoint_blocks"] == ckpt
+        assert out["config"]["enable_prefix_caching"] is not flags
+
+
+def test_qwen3_next_with_prefix_caching_on_blackwell_is_refused_naming_the_unknown() -> None:
+    """On Blackwell vLLM's GatedDeltaNet prefill runs on FlashInfer only with a CUDA 13 runtime:
+    servesim cannot tell which, so prefix caching there is refused in one line naming the flag."""
+    run = ["simulate", "default", "-n", "10", "--model", "qwen3-next-80b-a3b", "--gpu", "b200", "--tp", "2"]
     refused = _cli(run)
     assert refused.exit_code == 2, refused.output
     lines = refused.stderr.strip().splitlines()
-    assert len(lines) == 1 and "mamba_cache_mode 'align'" in lines[0], refused.stderr
-    assert "--no-enable-prefix-caching" in lines[0]
-    ok = _cli([*run, "--no-enable-prefix-caching", "--json"])
-    assert ok.exit_code == 0, ok.output
-    assert "KV block size 272 tokens, not 16" in ok.stderr
-    out = json.loads(ok.stdout)
-    assert out["summary"]["num_finished"] == 40
-    assert [g["kind"] for g in out["config"]["kv_cache_groups"]] == ["mamba", "mamba", "mamba", "full"]
-    assert out["config"]["block_size"] == 272
+    assert len(lines) == 1 and "CUDA 13" in lines[0] and "--no-enable-prefix-caching" in lines[0], (
+        refused.stderr
+    )

@@ -21,6 +21,11 @@ Usage (with the oracle's virtualenv python):
     # the Mamba cases (tests/engine/oracle_mamba_cases, replayed by test_oracle_mamba_cases.py):
     ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_hybrid_cases.py --out DIR --seed 50 \
         --families mamba_basic,mamba_pressure,mamba_mixed
+    # the Mamba cases with prefix caching, mamba_cache_mode "align"
+    # (tests/engine/oracle_mamba_align_cases, replayed by test_oracle_mamba_align_cases.py):
+    ~/.cache/vllm-oracle-venv/bin/python tools/oracle/make_hybrid_cases.py --out DIR --seed 51 \
+        --families mamba_align_prefix,mamba_align_pressure,mamba_align_mixed,mamba_align_block,\
+mamba_align_ckpt_prefix,mamba_align_ckpt_pressure,mamba_align_ckpt_mixed
 """
 
 from __future__ import annotations
@@ -77,14 +82,16 @@ def num_groups(layers: list[dict]) -> list[dict]:
     return [b[0] for b in buckets.values() for _ in range(cdiv(len(b), size))]
 
 
-def one_sequence_blocks(groups: list[dict], mml: int, bs: int, mbt: int) -> int:
+def one_sequence_blocks(
+    groups: list[dict], mml: int, bs: int, mbt: int, align: bool = False, checkpoints: int = 0
+) -> int:
     """Blocks one sequence of ``mml`` tokens can hold at once (windowed groups capped)."""
     full = cdiv(mml, bs)
     total = 0
     for g in groups:
         w = g.get("window")
-        if g["kind"] == "mamba":  # one state block per request
-            total += 1
+        if g["kind"] == "mamba":  # one state block per request ("align": the previous one too)
+            total += 2 + checkpoints if align else 1
         elif g["kind"] == "sliding_window":
             total += cdiv(min(w - 1 + mbt, mml), bs) + 1
         elif g["kind"] == "chunked_local":
@@ -107,6 +114,15 @@ FAMILIES = {
     "mamba_basic": ("qwen3_next", "basic", False),
     "mamba_pressure": ("qwen3_next", "prefix_pressure", True),
     "mamba_mixed": ("qwen3_next", "mixed", True),
+    # prefix caching on: vLLM's mamba_cache_mode "align" (tests/engine/oracle_mamba_align_cases)
+    "mamba_align_prefix": ("qwen3_next", "prefix", False),
+    "mamba_align_pressure": ("qwen3_next", "prefix_pressure", True),
+    "mamba_align_mixed": ("qwen3_next", "mixed", True),
+    "mamba_align_block": ("qwen3_next", "prefix_pressure", True),
+    # ... with a prefill checkpoint block (GatedDeltaNet on FlashInfer: Hopper)
+    "mamba_align_ckpt_prefix": ("qwen3_next", "prefix", False),
+    "mamba_align_ckpt_pressure": ("qwen3_next", "prefix_pressure", True),
+    "mamba_align_ckpt_mixed": ("qwen3_next", "mixed", True),
 }
 #: The families made without --families: the windowed ones (the committed hybrid cases' command
 #: stays as it was); the mamba families are asked for by name (tests/engine/oracle_mamba_cases).
@@ -120,6 +136,7 @@ def trace(rng: random.Random, fam: str) -> list[dict]:
 
 def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
     pattern, trace_fam, pressure = FAMILIES[fam]
+    align = fam.startswith("mamba_align_")
     if pattern == "mixed":
         pattern = rng.choice(["gpt_oss", "gemma3", "llama4"])
     mml = max(r["prompt_len"] + r["output_len"] for r in rows) + 1
@@ -131,16 +148,26 @@ def random_config(rng: random.Random, fam: str, rows: list[dict]) -> dict:
         "max_num_seqs": rng.choice([4, 8, 16, 64]),
         "max_num_batched_tokens": rng.choice([128, 256, 512, 1024]),
         "enable_chunked_prefill": True,
-        # a Mamba layout runs without prefix caching (the "none" mode servesim models)
-        "enable_prefix_caching": pattern != "qwen3_next" and (trace_fam != "basic" or rng.random() < 0.3),
+        # a Mamba layout runs without prefix caching (mode "none") but in the mamba_align_
+        # families, which run with it (mode "align")
+        "enable_prefix_caching": align
+        or (pattern != "qwen3_next" and (trace_fam != "basic" or rng.random() < 0.3)),
         "long_prefill_token_threshold": 0,
         "policy": "fcfs",
         "max_model_len": mml,
         "kv_layers": layers,
     }
-    need = one_sequence_blocks(num_groups(layers), mml, bs, cfg["max_num_batched_tokens"]) + 1
+    if fam == "mamba_align_block":  # blocks wider than a chunk: sub-block progress, re-aligned
+        cfg["block_size"] = bs = rng.choice([32, 64, 128])
+        cfg["max_num_seqs"] = rng.choice([2, 4, 8])
+        cfg["max_num_batched_tokens"] = rng.choice([16, 32, 64, 128])
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 0, 16, 48])
+    ckpt = 1 if fam.startswith("mamba_align_ckpt_") else 0
+    if ckpt:
+        cfg["mamba_prefill_checkpoint_blocks"] = 1
+    need = one_sequence_blocks(num_groups(layers), mml, bs, cfg["max_num_batched_tokens"], align, ckpt) + 1
     cfg["num_gpu_blocks"] = need + (rng.randint(0, need) if pressure else rng.randint(0, 6 * need))
-    if fam in ("hybrid_mixed", "mamba_mixed"):
+    if fam in ("hybrid_mixed", "mamba_mixed", "mamba_align_mixed", "mamba_align_ckpt_mixed"):
         cfg["policy"] = rng.choice(["fcfs", "priority"])
         cfg["long_prefill_token_threshold"] = rng.choice([0, 32, 128])
         if rng.random() < 0.3:

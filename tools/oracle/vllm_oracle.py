@@ -135,6 +135,11 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # and the scheduler runs the HybridKVCacheCoordinator over the groups it made. None: one
     # full-attention group, as before.
     "kv_layers": None,
+    # With mamba layers and prefix caching (mamba_cache_mode "align"): MambaSpec's
+    # num_prefill_checkpoint_blocks (1: the backend exports the prompt's last block-boundary state
+    # inside a chunk, as Qwen3-Next's GatedDeltaNet on FlashInfer does; prefill_checkpoint_alignment
+    # then the mamba block size, get_mamba_prefill_checkpoint_grid's default).
+    "mamba_prefill_checkpoint_blocks": 0,
     # --- pipeline parallelism (servesim addition) ---
     # P > 1: vLLM's real ParallelConfig(pipeline_parallel_size=P) on the VllmConfig, the
     # AsyncScheduler it runs with (async_scheduling must be true: vLLM 0.33's default with PP), and
@@ -331,12 +336,19 @@ def _accepted_fields(cls) -> set[str]:
         return set()
 
 
-def layer_spec(layer: dict[str, Any], block_size: int, max_model_len: int):
+def layer_spec(
+    layer: dict[str, Any],
+    block_size: int,
+    max_model_len: int,
+    mamba_align: bool = False,
+    checkpoints: int = 0,
+):
     """vLLM's KV cache spec of one layer of a kind (the page size is the same for every kind:
     one KV head of size 1 in float16, as the full-attention cases use). A mamba layer is what
-    ``MambaBase.get_kv_cache_spec`` makes without prefix caching: ``mamba_cache_mode`` "none",
-    block size ``max_model_len`` (``MambaModelConfig``), its state (one float16 element) padded
-    to the attention page (``Platform._align_hybrid_block_size``'s ``mamba_page_size_padded``)."""
+    ``MambaBase.get_kv_cache_spec`` makes: without prefix caching ``mamba_cache_mode`` "none",
+    block size ``max_model_len``; with it (``mamba_align``) "align", block size the attention
+    block size (``MambaModelConfig``, ``Platform._align_hybrid_block_size``); its state (one
+    float16 element) padded to the attention page (``mamba_page_size_padded``)."""
     import torch
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
@@ -351,9 +363,11 @@ def layer_spec(layer: dict[str, Any], block_size: int, max_model_len: int):
         return MambaSpec(
             shapes=((1,),),
             dtypes=(torch.float16,),
-            block_size=max_model_len,
+            block_size=block_size if mamba_align else max_model_len,
             page_size_padded=page,
-            mamba_cache_mode="none",
+            mamba_cache_mode="align" if mamba_align else "none",
+            num_prefill_checkpoint_blocks=checkpoints if mamba_align else 0,
+            prefill_checkpoint_alignment=block_size if mamba_align and checkpoints else None,
         )
     if layer["kind"] == "full":
         return FullAttentionSpec(**common)
@@ -365,7 +379,12 @@ def layer_spec(layer: dict[str, Any], block_size: int, max_model_len: int):
 
 
 def hybrid_kv_cache_config(
-    vllm_config, layers: list[dict[str, Any]], block_size: int, num_blocks: int, max_model_len: int
+    vllm_config,
+    layers: list[dict[str, Any]],
+    block_size: int,
+    num_blocks: int,
+    max_model_len: int,
+    checkpoints: int = 0,
 ):
     """The KV cache config vLLM plans for these layers (``get_kv_cache_groups`` then
     ``get_kv_cache_config_from_groups``) given the memory of ``num_blocks`` blocks; exits when
@@ -378,7 +397,9 @@ def hybrid_kv_cache_config(
     # post-init may have turned it off for a platform it could not detect: the GPU default is on.
     vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
     specs = {
-        f"model.layers.{i}.self_attn.attn": layer_spec(x, block_size, max_model_len)
+        f"model.layers.{i}.self_attn.attn": layer_spec(
+            x, block_size, max_model_len, vllm_config.cache_config.mamba_cache_mode == "align", checkpoints
+        )
         for i, x in enumerate(layers)
     }
     # The engine core resolves the layout before planning (Triton attention runs sliding-window
@@ -569,9 +590,22 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int):
 
     block_size = int(cfg["block_size"])
     num_blocks = int(cfg["num_gpu_blocks"])
+    if cc.enable_prefix_caching and any(x["kind"] == "mamba" for x in cfg.get("kv_layers") or ()):
+        # What MambaModelConfig.verify_and_update_config does for a hybrid Mamba model with
+        # prefix caching (this harness's stand-in model is not one): mamba_cache_mode "align",
+        # the mamba block size the attention block size; chunked prefill is required.
+        if not sc.enable_chunked_prefill:
+            raise SystemExit("mamba layers with prefix caching need enable_chunked_prefill")
+        cc.mamba_cache_mode = "align"
+        cc.mamba_block_size = block_size
     if cfg.get("kv_layers"):
         kv_cache_config = hybrid_kv_cache_config(
-            vllm_config, cfg["kv_layers"], block_size, num_blocks, max_model_len
+            vllm_config,
+            cfg["kv_layers"],
+            block_size,
+            num_blocks,
+            max_model_len,
+            int(cfg.get("mamba_prefill_checkpoint_blocks") or 0),
         )
     else:
         spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)

@@ -28,7 +28,13 @@ from pydantic import (
 #: Bounds no real deployment exceeds (``servesim.bounds``, the README's table): checked before any
 #: work, so a typo such as 1e14 blocks is an error naming the field, not a MemoryError.
 from servesim.bounds import MAX_BLOCK_SIZE, MAX_GPU_BLOCKS, MAX_SEQS, MAX_TOKENS, MAX_TP
-from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence, has_mamba, is_hybrid
+from servesim.engine.kv_groups import (
+    KVCacheGroup,
+    blocks_for_one_sequence,
+    has_mamba,
+    is_hybrid,
+    mamba_state_blocks,
+)
 from servesim.engine.speculative import SpeculativeConfig
 from servesim.errors import ConfigError, describe, reject_bool, shown
 
@@ -240,6 +246,16 @@ class EngineConfig(BaseModel):
         description="The model's KV cache groups as vLLM plans them (engine.kv_groups.plan_groups), "
         "in order; None: one full-attention group. Set from the model by the perf layer.",
     )
+    mamba_prefill_checkpoint_blocks: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="With mamba groups and prefix caching (vLLM's mamba_cache_mode 'align'): vLLM's "
+        "MambaSpec.num_prefill_checkpoint_blocks, 1 where the linear-attention prefill kernel exports "
+        "the prompt's last block-boundary state from inside the last chunk (Qwen3-Next's "
+        "GatedDeltaNet on FlashInfer: Hopper GPUs) instead of the scheduler cutting the chunk there. "
+        "Set from the GPU by the perf layer.",
+    )
     # servesim analysis settings (vLLM has no such flags; defaults keep vLLM's behaviour).
     starvation_threshold: int = Field(
         3, ge=1, le=MAX_SEQS, description="A request preempted this many times is flagged STARVED (an event)."
@@ -404,16 +420,13 @@ class EngineConfig(BaseModel):
         """Refuse what servesim does not model beside hybrid KV cache groups, naming the key."""
         if not self.hybrid:
             return
-        if self.enable_prefix_caching and has_mamba(self.kv_cache_groups):
-            # vLLM 0.33 (MambaModelConfig) turns prefix caching on for hybrid Mamba models by
-            # default and then runs mamba_cache_mode "align": prefill chunks cut at block
-            # boundaries, a state block per block boundary kept and cached, cache hits at a block
-            # boundary only. That is not modelled; mode "none" (no prefix caching) is.
+        if self.enable_prefix_caching and has_mamba(self.kv_cache_groups) and not self.enable_chunked_prefill:
+            # vLLM 0.33 (MambaModelConfig) runs prefix caching beside mamba layers in
+            # mamba_cache_mode "align", whose block-aligned prefill chunks need chunked prefill.
             raise ConfigError(
-                "enable_prefix_caching with Mamba / linear-attention layers: vLLM 0.33 then runs "
-                "mamba_cache_mode 'align' (block-aligned prefill chunks, state blocks cached per "
-                "block boundary), which is not modelled yet; give --no-enable-prefix-caching "
-                "(vLLM's mamba_cache_mode 'none', which servesim models)"
+                "enable_prefix_caching with Mamba / linear-attention layers needs chunked prefill "
+                "(vLLM 0.33's mamba_cache_mode 'align' refuses to start without it); drop "
+                "--no-enable-chunked-prefill or give --no-enable-prefix-caching"
             )
         for key, on in (
             ("async_scheduling", self.async_scheduling),
@@ -437,7 +450,11 @@ class EngineConfig(BaseModel):
         blocks_needed = -(-max_model_len // self.block_size)
         if self.hybrid and self.kv_cache_groups:
             blocks_needed = blocks_for_one_sequence(
-                self.kv_cache_groups, max_model_len, self.block_size, self.max_num_batched_tokens
+                self.kv_cache_groups,
+                max_model_len,
+                self.block_size,
+                self.max_num_batched_tokens,
+                mamba_state_blocks(self.enable_prefix_caching, self.mamba_prefill_checkpoint_blocks),
             )
         usable = self.num_gpu_blocks - 1
         if blocks_needed > usable:

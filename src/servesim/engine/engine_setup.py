@@ -98,6 +98,12 @@ def replica(
             config.scheduler_reserve_full_isl,
             config.kv_cache_groups,
             config.max_num_batched_tokens,
+            config.mamba_prefill_checkpoint_blocks,
+        )
+        mst = config.max_num_scheduled_tokens
+        # the aligned split's chunk limit: vLLM's max_num_scheduled_tokens, long-prefill threshold
+        kv.set_split_limit(
+            mst if mst is not None else config.max_num_batched_tokens, config.long_prefill_token_threshold
         )
     else:
         kv = KVCacheManager(pool, config.block_size, mml, config.watermark, config.scheduler_reserve_full_isl)

@@ -79,6 +79,16 @@ def _held_blocks(engine: Engine) -> dict[int, int]:
                     if len(table) != 1 or not table[0]:
                         raise InternalError(f"{r.req_id}: a mamba group holds {len(table)} blocks, not one")
                     continue
+                if kv.is_align_group(g):  # "align": the running state, the one it came from, a checkpoint
+                    live = sum(1 for b in table if b)
+                    if not (
+                        table
+                        and table[-1]
+                        and live <= 2 + kv.checkpoint_blocks
+                        and len(table) * bs >= r.num_computed
+                    ):
+                        raise InternalError(f"{r.req_id}: a mamba group's states {table} out of step")
+                    continue
                 if not (r.num_cached_blocks <= len(table) and len(table) * bs >= r.num_computed):
                     raise InternalError(f"{r.req_id}: a group's table is shorter than its tokens")
             for b in kv.held_blocks(r):

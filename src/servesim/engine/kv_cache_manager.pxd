@@ -41,6 +41,8 @@ cdef class KVCacheManager:
         self, Request r, long long num_new_tokens, list new_computed_blocks, bint has_running,
         long long num_external_computed_tokens=*, bint delay_cache_blocks=*, long long reserved_blocks=*
     ) except -1
+    cpdef long long aligned_split(self, Request r, long long n, long long start) except? -1
+    cpdef new_step_starts(self)
     cpdef free(self, Request r)
     @cython.locals(lo=cython.longlong, hi=cython.longlong, mid=cython.longlong)
     cpdef free_preempted(self, Request r)

@@ -378,6 +378,15 @@ class KVCacheManager:
         r.blocks = []
         r.num_cached_blocks = r.num_live_blocks = 0
 
+    def aligned_split(self, r: Request, n: int, start: int) -> int:
+        """The tokens of a chunk of ``n`` from token ``start`` that the mamba groups' block
+        alignment lets run (``HybridKVCacheManager``); one table: all of them (never called)."""
+        return n
+
+    def new_step_starts(self) -> None:
+        """A step is being scheduled (``HybridKVCacheManager`` forgets the states published in the
+        last one); one table: nothing to do (never called)."""
+
     def free_preempted(self, r: Request) -> None:
         """Free a preempted request's blocks, publishing its hashed blocks first: it will look
         them up when it is re-admitted (whatever has not been evicted by then is reused)."""

@@ -127,17 +127,33 @@ def has_mamba(groups: Sequence[KVCacheGroup] | None) -> bool:
 
 
 def blocks_for_one_sequence(
-    groups: Sequence[KVCacheGroup], max_model_len: int, block_size: int, max_in_flight_tokens: int
+    groups: Sequence[KVCacheGroup],
+    max_model_len: int,
+    block_size: int,
+    max_in_flight_tokens: int,
+    state_blocks: int = 1,
 ) -> int:
     """Blocks one sequence of ``max_model_len`` tokens may hold at once over all groups (what
     vLLM checks the pool holds at start-up, ``max_memory_usage_bytes``): every block for a full
-    group, the admission cap for a windowed one, one state block for a mamba one."""
+    group, the admission cap for a windowed one, ``state_blocks`` for a mamba one (1 without
+    prefix caching; with it, ``mamba_cache_mode`` "align", 2 plus the prefill checkpoint
+    blocks: ``mamba_state_blocks``)."""
     full = -(-max_model_len // block_size)
     total = 0
     for g in groups:
+        if g.kind == "mamba":
+            total += state_blocks
+            continue
         cap = admission_cap(g.kind, g.window or 0, max_in_flight_tokens, max_model_len, block_size)
         total += full if cap < 0 else cap
     return total
+
+
+def mamba_state_blocks(prefix_caching: bool, prefill_checkpoint_blocks: int) -> int:
+    """``MambaSpec.max_memory_usage_bytes`` in pages: one state block without prefix caching
+    (mode "none"); with it (mode "align") the running state, the one it is copied from and the
+    prefill checkpoint blocks."""
+    return 2 + prefill_checkpoint_blocks if prefix_caching else 1
 
 
 __all__ = [
@@ -148,6 +164,7 @@ __all__ = [
     "group_kinds",
     "has_mamba",
     "is_hybrid",
+    "mamba_state_blocks",
     "plan_groups",
     "skipped_tokens",
 ]

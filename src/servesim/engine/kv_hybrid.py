@@ -48,11 +48,18 @@ class HybridKVCacheManager(KVCacheManager):
     """Allocates, caches and frees a request's blocks in every KV cache group."""
 
     __slots__ = (
+        "_align",
         "_caps",
+        "_checkpoints",
+        "_ckpt_blocks",
         "_junction",
         "_kinds",
+        "_last_state",
         "_quiet",
+        "_retired",
+        "_split_limit",
         "_state",
+        "_step_cached",
         "_tracked",
         "_windowed",
         "_windows",
@@ -69,6 +76,7 @@ class HybridKVCacheManager(KVCacheManager):
         full_sequence_must_fit: bool,
         groups: Sequence[KVCacheGroup],
         max_in_flight_tokens: int,
+        prefill_checkpoint_blocks: int = 0,
     ) -> None:
         super().__init__(pool, block_size, max_model_len, watermark, full_sequence_must_fit)
         if len(groups) > _GROUP_SLOTS:
@@ -76,8 +84,32 @@ class HybridKVCacheManager(KVCacheManager):
         self._kinds = [g.kind for g in groups]
         self._windows = [g.window or 0 for g in groups]
         self._windowed = [i for i, g in enumerate(groups) if g.kind in ("sliding_window", "chunked_local")]
-        # Mamba groups: one state block per request whatever its length (cap 1, always applied).
-        self._state = [g.kind == "mamba" for g in groups]
+        # Mamba groups without prefix caching (mode "none"): one state block per request whatever
+        # its length (cap 1, always applied). With prefix caching (mode "align", ``_align``) a
+        # mamba group's table is indexed by block like an attention one: the state after token
+        # ``(i + 1) * B`` lives in block ``i``, and the request keeps only the running state and
+        # the one it was copied from (``MambaManager`` in "align" mode).
+        mamba = [g.kind == "mamba" for g in groups]
+        align = pool.enable_caching and any(mamba)
+        self._state = [m and not align for m in mamba]
+        self._align = [m and align for m in mamba]
+        # Align mode's per-request bookkeeping (the same for every mamba group, so kept once):
+        # ``_num_retired_blocks`` (blocks below it were freed already) and
+        # ``last_state_block_idx`` (the state block the running one was copied from).
+        self._retired: dict[int, int] = {}
+        self._last_state: dict[int, int] = {}
+        # ``cached_blocks_this_step``: the content keys (with their group) mamba groups published
+        # in the step being scheduled; a hit ending on one waits for the next step.
+        self._step_cached: set[int] = set()
+        # The scheduler's prefill chunk limit (max_num_scheduled_tokens, then the long-prefill
+        # threshold), set by engine_setup for ``aligned_split``.
+        self._split_limit = max_in_flight_tokens
+        # ``MambaSpec.num_prefill_checkpoint_blocks`` (0 or 1): where the GDN prefill kernel can
+        # export the state at the prompt's last block boundary from inside a chunk (FlashInfer),
+        # the last prefill chunk is not cut there; a block is reserved for that state instead.
+        # ``_checkpoints``: the requests whose allocation this step reserves one, and its index.
+        self._ckpt_blocks = prefill_checkpoint_blocks if align else 0
+        self._checkpoints: dict[int, int] = {}
         self._caps = [
             admission_cap(g.kind, g.window or 0, max_in_flight_tokens, max_model_len, block_size)
             for g in groups
@@ -107,8 +139,76 @@ class HybridKVCacheManager(KVCacheManager):
         return len(self._kinds)
 
     def is_state_group(self, g: int) -> bool:
-        """Whether group ``g`` is a mamba group (one state block per request)."""
+        """Whether group ``g`` is a mamba group without prefix caching (one state block per
+        request)."""
         return self._state[g]
+
+    def is_align_group(self, g: int) -> bool:
+        """Whether group ``g`` is a mamba group with prefix caching (``mamba_cache_mode``
+        "align": a state block per block boundary, at most two held at once)."""
+        return self._align[g]
+
+    @property
+    def checkpoint_blocks(self) -> int:
+        """Blocks reserved per mamba group for a prefill checkpoint (0 or 1; 0 without "align")."""
+        return self._ckpt_blocks
+
+    @property
+    def mamba_align(self) -> bool:
+        """Whether the scheduler cuts prefill chunks at block boundaries for the mamba groups."""
+        return any(self._align)
+
+    def set_split_limit(self, max_scheduled: int, threshold: int) -> None:
+        """``_mamba_block_aligned_split``'s chunk limit: ``max_num_scheduled_tokens``, lowered to
+        the (static) long-prefill threshold when one is set."""
+        self._split_limit = min(max_scheduled, threshold) if threshold > 0 else max_scheduled
+
+    def new_step_starts(self) -> None:
+        """A new step is being scheduled: the mamba states published in the last one are ready."""
+        if self._step_cached:
+            self._step_cached.clear()
+
+    def aligned_split(self, r: Request, n: int, start: int) -> int:
+        """vLLM's ``Scheduler._mamba_block_aligned_split`` for a chunk of ``n`` tokens from token
+        ``start`` (computed ones and the prefix hit): a prefill chunk that does not finish the
+        prefill ends at a block boundary (the worker writes the mamba state only at a chunk's
+        end, and block ``i`` must hold the state after ``(i + 1) * B`` tokens), unless a block is
+        wider than the chunk limit, when it advances within the block; it never runs past the
+        next block boundary when it starts inside a block, past the last block boundary before
+        the request's last token (the state a resend of the prompt hits), nor past a shared
+        prefix junction the lookup found (its state is cached for the siblings). Returns the
+        tokens to schedule, 0 when no aligned chunk fits. Without EAGLE, hash lookahead, prefix
+        match units finer than a block or prefill checkpoint blocks (all refused beside mamba
+        groups), vLLM's other stops never apply."""
+        num_tokens = r.prompt_len + r.num_output
+        prefill_end = r.prompt_len if r.prompt_len > num_tokens - 1 else num_tokens - 1
+        if start >= prefill_end:
+            return n
+        bs = self.block_size
+        last_cache = (num_tokens - 1) // bs * bs
+        end = start + n
+        internal = (
+            self._ckpt_blocks and end >= prefill_end and self._checkpoint_valid(start, end, prefill_end)
+        )
+        if internal:  # the backend exports the prompt's checkpoint within this, the last, chunk
+            last_cache = 0
+        if end < prefill_end:
+            aligned = end // bs * bs
+            if aligned > start or bs <= self._split_limit:
+                end = aligned
+        stop = end
+        if start % bs and not internal:
+            nxt = (start // bs + 1) * bs
+            if start < nxt < stop:
+                stop = nxt
+        if start < last_cache < stop:
+            stop = last_cache
+        junction = self._junction.get(r.idx, 0)
+        if start < junction < end:
+            floored = start + (junction - start) // bs * bs
+            if start < floored < stop:
+                stop = floored
+        return stop - start if stop > start else 0
 
     # -- prefix cache ---------------------------------------------------------------------
     def _cached(self, r: Request, i: int, ids: list[int]) -> tuple[int, ...] | None:
@@ -168,6 +268,17 @@ class HybridKVCacheManager(KVCacheManager):
             out.append(got)
         return out
 
+    def _state_hit(self, r: Request, limit: int, ids: list[int]) -> list[tuple[int, ...]]:
+        """``MambaManager.find_longest_cache_hit`` ("align"): from the right, the first block
+        whose state every group of ``ids`` has cached ends the hit; the blocks before it are
+        null blocks (a state block holds everything before it)."""
+        null = (0,) * len(ids)
+        for i in range(limit // self.block_size - 1, -1, -1):
+            got = self._cached(r, i, ids)
+            if got is not None:
+                return [null] * i + [got]
+        return []
+
     def lookup(self, r: Request) -> list:  # type: ignore[type-arg]
         """The coordinator's ``find_longest_cache_hit``: one tuple per hit block, one block (or
         the null block) per group."""
@@ -190,6 +301,8 @@ class HybridKVCacheManager(KVCacheManager):
                     continue
                 if spec.kind == "sliding_window":
                     got = self._window_hit(r, cur, ids, spec.window or 0)
+                elif spec.kind == "mamba":
+                    got = self._state_hit(r, cur, ids)
                 else:
                     got = self._chunk_hit(r, cur, ids, spec.window or 0)
                 per[id(spec)] = got
@@ -219,9 +332,11 @@ class HybridKVCacheManager(KVCacheManager):
         default ``prefix_cache_retention_interval`` 0): only the window's blocks ending at a
         boundary a later request can resume at, the prompt's last token and the shared-prefix
         junction its lookup found; None (all) for the other kinds, which cache densely."""
+        bs = self.block_size
+        if self._align[g]:  # ``MambaManager.reachable_block_mask``: the states at those boundaries
+            return {b // bs - 1 for b in (r.prompt_len - 1, self._junction.get(r.idx, 0)) if b >= bs}
         if self._kinds[g] != "sliding_window":
             return None
-        bs = self.block_size
         need = -(-(self._windows[g] - 1) // bs)
         keep: set[int] = set()
         for boundary in (r.prompt_len - 1, self._junction.get(r.idx, 0)):
@@ -241,7 +356,7 @@ class HybridKVCacheManager(KVCacheManager):
         keys = [self.block_key(r, i) * _GROUP_SLOTS for i in range(start, full)]
         for g, table in enumerate(tables):
             if self._state[g]:
-                continue  # a state block is never published (prefix caching is refused beside it)
+                continue  # a state block is never published ("none": no prefix caching)
             keep = self._retained(r, g)
             blocks = []
             gkeys = []
@@ -251,6 +366,8 @@ class HybridKVCacheManager(KVCacheManager):
                     blocks.append(b)
                     gkeys.append(keys[i - start] + g)
             self.pool.register(blocks, gkeys)
+            if self._align[g]:
+                self._step_cached.update(gkeys)
         self._tracked[r.idx] = full
         r.num_cached_blocks = full
 
@@ -272,6 +389,8 @@ class HybridKVCacheManager(KVCacheManager):
     def _to_allocate(self, r: Request, g: int, num_tokens: int, hit: Hit, computed: int, cap: bool) -> int:
         """One group's ``get_num_blocks_to_allocate``."""
         bs = self.block_size
+        if self._align[g]:
+            return self._state_to_allocate(r, g, num_tokens, hit, cap)
         required = -(-num_tokens // bs)
         if (cap or self._state[g]) and 0 <= self._caps[g] < required:
             required = self._caps[g]
@@ -286,12 +405,89 @@ class HybridKVCacheManager(KVCacheManager):
         evictable = sum(1 for t in hit[first:] if t[g] and ref[t[g]] == 0)
         return (new if new > 0 else 0) + evictable
 
+    def _checkpoint_valid(self, start: int, end: int, prefill_end: int) -> bool:
+        """``is_mamba_prefill_checkpoint_valid`` for a query ``[start, end)`` and the checkpoint
+        at the last block boundary before ``prefill_end`` (prefix match unit and checkpoint
+        alignment both the block size): a block-aligned query that crosses it by a block."""
+        bs = self.block_size
+        ckpt = (prefill_end - 1) // bs * bs if prefill_end > 1 else 0
+        return (
+            start % bs == 0
+            and -(-end // bs) - 2 > (start - 1) // bs
+            and start + bs <= ckpt
+            and start < ckpt < end
+            and (ckpt - start) % bs == 0
+        )
+
+    def _state_to_allocate(self, r: Request, g: int, num_tokens: int, hit: Hit, cap: bool) -> int:
+        """``MambaManager.get_num_blocks_to_allocate`` in "align" mode: one new state block when
+        the tokens reach a block the table lacks (never more: only the block the state is copied
+        into is new), plus the hit's evictable blocks. A hit ending on a state published in this
+        very step cannot be used yet (the step that writes it has not run): more blocks than the
+        pool holds, so the request waits."""
+        if hit:
+            last = hit[-1][g]
+            if last and self.block_key(r, len(hit) - 1) * _GROUP_SLOTS + g in self._step_cached:
+                return self.pool.num_gpu_blocks + 1
+        table: list[int] = r.blocks[g] if r.blocks else []  # type: ignore[assignment]
+        new = -(-num_tokens // self.block_size) - len(hit) - len(table)
+        ref = self.pool.ref
+        evictable = sum(1 for t in hit if t[g] and ref[t[g]] == 0)
+        ckpt = 0
+        if self._ckpt_blocks:  # ``_needs_internal_checkpoint`` (this chunk ends the prefill)
+            num = r.prompt_len + r.num_output
+            prefill_end = r.prompt_len if r.prompt_len > num - 1 else num - 1
+            idx = -(-num_tokens // self.block_size) - 2
+            total = r.num_computed + len(hit) * self.block_size  # (no external tokens beside mamba)
+            if (
+                num_tokens >= prefill_end
+                and idx >= 0
+                and (idx >= len(table) or not table[idx])
+                and self._checkpoint_valid(total, num_tokens, num_tokens)
+            ):
+                ckpt = 1
+            if not cap:  # the step's own allocation, not the admission gate's full-sequence count
+                if ckpt:
+                    self._checkpoints[r.idx] = idx
+                else:
+                    self._checkpoints.pop(r.idx, None)
+        return ((1 + ckpt if new > 1 + ckpt else new) if new > 0 else 0) + evictable
+
+    def _remove_state(self, r: Request, g: int, table: list[int], computed: int) -> None:
+        """``MambaManager.remove_skipped_blocks`` in "align" mode: the states before the one
+        after the last computed token are no longer needed (``get_num_skipped_tokens`` =
+        computed - 1): free those not freed yet (``_num_retired_blocks`` on), last first, null
+        blocks passed over; then the state the running one was copied from."""
+        bs = self.block_size
+        if computed - 1 > 0:
+            k = (computed - 1) // bs
+            if k > len(table):
+                k = len(table)
+            first = self._retired.get(r.idx, 0)
+            if first < k:
+                freed = [b for b in table[first:k] if b]
+                if freed:
+                    self._free_blocks(freed, g)
+                    table[first:k] = [0] * (k - first)
+                self._retired[r.idx] = k  # (set per group; all mamba groups agree)
+        idx = self._last_state.get(r.idx)
+        if idx is not None and idx < -(-computed // bs) - 1 and table[idx]:
+            self._free_blocks([table[idx]], g)
+            table[idx] = 0
+
     def _remove_skipped(self, r: Request, computed: int) -> None:
         """``remove_skipped_blocks``: free each windowed group's blocks the next token no longer
-        attends to, last first, stopping at a null block (those before it went earlier)."""
+        attends to, last first, stopping at a null block (those before it went earlier), and each
+        align-mode mamba group's states before the current one."""
         if not r.blocks:
             return
         bs = self.block_size
+        if self.mamba_align:
+            retired = self._retired.get(r.idx, 0)
+            for g, table in enumerate(r.blocks):
+                if self._align[g]:
+                    self._retired[r.idx] = retired  # each group starts from the same count
+                    self._remove_state(r, g, table, computed)  # type: ignore[arg-type]
         for g in self._windowed:
             table = r.blocks[g]
             k = skipped_tokens(self._kinds[g], self._windows[g], computed) // bs
@@ -306,13 +502,20 @@ class HybridKVCacheManager(KVCacheManager):
             self._free_blocks(table[j:k], g)  # type: ignore[index]
             table[j:k] = [0] * (k - j)  # type: ignore[index]
 
+    def _skipped(self, g: int, computed: int) -> int:
+        """Group ``g``'s ``get_num_skipped_tokens``: an align-mode mamba group needs only the
+        state after the last computed token (computed - 1 skipped)."""
+        if self._align[g]:
+            return computed - 1 if computed > 1 else 0
+        return skipped_tokens(self._kinds[g], self._windows[g], computed)
+
     def _add_computed(self, r: Request, hit: Hit, computed: int) -> None:
         """``allocate_new_computed_blocks``: every group takes its hit (the blocks its window
         skips as null blocks), then blocks for the tokens loaded from elsewhere."""
         bs = self.block_size
         tables: list[list[int]] = [[] for _ in self._kinds]
         for g, table in enumerate(tables):
-            skip = skipped_tokens(self._kinds[g], self._windows[g], computed) // bs
+            skip = self._skipped(g, computed) // bs
             mine = [t[g] for t in hit[skip:]]
             free = self.pool.num_free
             self.pool.touch([b for b in mine if b])
@@ -324,7 +527,7 @@ class HybridKVCacheManager(KVCacheManager):
         r.num_cached_blocks = len(hit)
         if computed > len(hit) * bs:  # external tokens: blocks for those inside each window
             for g, table in enumerate(tables):
-                skip = skipped_tokens(self._kinds[g], self._windows[g], computed) // bs
+                skip = self._skipped(g, computed) // bs
                 if skip > len(table):
                     table.extend([0] * (skip - len(table)))
                 more = -(-computed // bs) - len(table)
@@ -332,11 +535,30 @@ class HybridKVCacheManager(KVCacheManager):
                     table.extend(self.pool.get_new_blocks(more))
                     self.group_used[g] += more
 
+    def _new_state(self, r: Request, g: int, table: list[int], need: int) -> None:
+        """``MambaManager.allocate_new_blocks`` in "align" mode, when the tokens reach block
+        ``need - 1`` the table lacks: the state so far (the table's last block) is the one the
+        new state is copied from (``last_state_block_idx``), the blocks in between are null
+        blocks, and one new block holds the running state."""
+        ckpt = 1 if r.idx in self._checkpoints else 0
+        if len(table) > 0:
+            self._last_state[r.idx] = len(table) - 1
+        if len(table) < need - 1:  # (a checkpoint block, where reserved, takes the last slot)
+            table.extend([0] * (need - 1 - ckpt - len(table)))
+        more = need - len(table)
+        if more > 0:
+            table.extend(self.pool.get_new_blocks(more))
+            self.group_used[g] += more
+
     def _allocate_new(self, r: Request, num_tokens: int) -> None:
         need = -(-num_tokens // self.block_size)
         if not r.blocks:
             r.blocks = [[] for _ in self._kinds]  # type: ignore[misc]
         for g, table in enumerate(r.blocks):
+            if self._align[g]:
+                if need > len(table) or r.idx in self._checkpoints:  # type: ignore[arg-type]
+                    self._new_state(r, g, table, need)  # type: ignore[arg-type]
+                continue
             more = (1 if self._state[g] and need > 1 else need) - len(table)  # type: ignore[arg-type]
             if more > 0:
                 table.extend(self.pool.get_new_blocks(more))  # type: ignore[attr-defined]
@@ -365,8 +587,12 @@ class HybridKVCacheManager(KVCacheManager):
         required = -(-(slots if slots < mml else mml) // bs)
         tables: list[list[int]] = r.blocks  # type: ignore[assignment]
         state = self._state
+        align = self._align
         need = 0
         for g, table in enumerate(tables):
+            if align[g]:  # (computed + n: vLLM allocates no lookahead slots for a mamba group)
+                need += self._state_to_allocate(r, g, computed + n, [], False)
+                continue
             req = 1 if state[g] and required > 1 else required
             if req > len(table):
                 need += req - len(table)
@@ -376,6 +602,10 @@ class HybridKVCacheManager(KVCacheManager):
                 return False
             used = self.group_used
             for g, table in enumerate(tables):
+                if align[g]:
+                    if required > len(table) or r.idx in self._checkpoints:
+                        self._new_state(r, g, table, required)
+                    continue
                 req = 1 if state[g] and required > 1 else required
                 if req > len(table):
                     used[g] += req - len(table)
@@ -408,6 +638,10 @@ class HybridKVCacheManager(KVCacheManager):
                 nxt = ((k // bs if k > 0 else 0) + 1) * bs + w - 1
             else:  # chunked local: the next chunk boundary
                 nxt = (computed // w + 1) * w
+            if nxt < until:
+                until = nxt
+        if self.mamba_align:  # the next computed count at which a mamba state is left behind
+            nxt = ((computed - 1) // bs + 1) * bs + 1 if computed > 1 else bs + 1
             if nxt < until:
                 until = nxt
         tables: list[list[int]] = r.blocks  # type: ignore[assignment]
@@ -466,12 +700,19 @@ class HybridKVCacheManager(KVCacheManager):
         """Every group's blocks back, group by group, each tail first (its null head left out)."""
         self._tracked.pop(r.idx, None)
         self._quiet.pop(r.idx, None)
+        if self.mamba_align:
+            self._retired.pop(r.idx, None)
+            self._last_state.pop(r.idx, None)
+            self._checkpoints.pop(r.idx, None)
         for g, table in enumerate(r.blocks or ()):
             j = 0
             while j < len(table) and not table[j]:  # type: ignore[arg-type,index]
                 j += 1
             if j < len(table):  # type: ignore[arg-type]
-                self._free_blocks(table[j:], g)  # type: ignore[index]
+                if self._align[g]:  # null blocks between the states: never pooled
+                    self._free_blocks([b for b in table[j:] if b], g)  # type: ignore[index]
+                else:
+                    self._free_blocks(table[j:], g)  # type: ignore[index]
         r.blocks = []
         r.num_cached_blocks = r.num_live_blocks = 0
 

@@ -17,7 +17,7 @@ cdef class Scheduler:
     cdef public bint adaptive
     cdef public PrefillCadence cadence
     cdef public object acceptance, drafts
-    cdef public bint chunked, priority, protect_starved, boost_starved, async_sched
+    cdef public bint chunked, priority, protect_starved, boost_starved, async_sched, mamba_align
     cdef public list running, explicit
     cdef public object waiting, starvation_threshold, connector, kv_xfer
     cdef public DecodeGroup group

@@ -31,6 +31,7 @@ from servesim.engine import async_steps
 from servesim.engine.config import EngineConfig
 from servesim.engine.decode_group import SEQ_BITS, DecodeGroup
 from servesim.engine.kv_cache_manager import KVCacheManager
+from servesim.engine.kv_groups import has_mamba
 from servesim.engine.kv_transfers import KVTransferState
 from servesim.engine.request import (
     FINISHED,
@@ -99,6 +100,9 @@ class Scheduler:
             )
         self.priority = config.policy == "priority"
         self.async_sched = config.async_scheduling  # vLLM's AsyncScheduler (async_steps.py)
+        # vLLM's need_mamba_block_aligned_split: mamba groups with prefix caching (mode "align")
+        # cut prefill chunks at block boundaries (HybridKVCacheManager.aligned_split).
+        self.mamba_align = config.enable_prefix_caching and has_mamba(config.kv_cache_groups)
         # Pipeline parallelism: vLLM's current_step, the count of schedule() calls, which the
         # batch queue sets (engine.pipeline_steps); 0 without PP, when no request is ever skipped.
         self.pp_step = 0
@@ -145,6 +149,8 @@ class Scheduler:
     # ------------------------------------------------------------------ schedule
     def schedule(self, step: int, now: float) -> StepPlan:
         plan = StepPlan()
+        if self.mamba_align:
+            self.kv.new_step_starts()
         n_eligible = len(self.running) + len(self.waiting)
         xfer = self.kv_xfer
         if xfer is not None:
@@ -200,6 +206,8 @@ class Scheduler:
                 i += 1
                 continue
             n = running_tokens(r, thr, budget if budget < ib - ds else ib - ds, mml)
+            if self.mamba_align and n > 0:
+                n = kv.aligned_split(r, n, r.num_computed)
             if n <= 0:
                 i += 1
                 continue
@@ -370,6 +378,10 @@ class Scheduler:
                 if not self.chunked:
                     break
                 n = cap
+            if self.mamba_align and n > 0:  # (not an asynchronous load: vLLM splits no load)
+                n = kv.aligned_split(r, n, computed)
+                if n == 0:
+                    break  # no block-aligned chunk fits the budget
             reserved = xfer.reserved_blocks() if load_async and xfer is not None else 0
             if not kv.allocate_slots(r, n, hit, bool(running), ext, load_async, reserved):
                 break

@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence
+from servesim.engine.kv_groups import KVCacheGroup, blocks_for_one_sequence, mamba_state_blocks
 from servesim.errors import shown
 from servesim.perf.catalog import DTYPE_BYTES, Catalog, GPUSpec, ModelSpec, resolve_gpu, resolve_model
 from servesim.perf.errors import MemoryFitError, PerfError
@@ -129,11 +129,47 @@ def kv_bytes_per_token(model: ModelSpec, tp: int = 1, kv_dtype: str = "auto") ->
 KERNEL_BLOCK_ALIGNMENT = 16
 
 
-def state_block_size(model: ModelSpec, tp: int, block_size: int, kv_dtype: str = "auto") -> int:
+#: FlashInfer's GatedDeltaNet prefill exports checkpoint states on this token grid
+#: (``FLASHINFER_GDN_CHECKPOINT_ALIGNMENT``).
+GDN_CHECKPOINT_ALIGNMENT = 64
+#: servesim's Hopper GPUs (compute capability 9.0: vLLM's GatedDeltaNet prefill runs on FlashInfer)
+#: and Blackwell ones (10.x: FlashInfer only with a CUDA 13 runtime); the others run Triton or
+#: AMD's kernels.
+HOPPER = frozenset({"h100", "h100-pcie", "h200", "h20"})
+BLACKWELL = frozenset({"b200", "gb200", "b300"})
+
+
+def prefill_checkpoint_blocks(model: ModelSpec, gpu: GPUSpec, prefix_caching: bool) -> int:
+    """vLLM 0.33's ``MambaSpec.num_prefill_checkpoint_blocks`` for ``model`` on ``gpu``: 1 where
+    prefix caching runs its state layers in ``mamba_cache_mode`` "align" and the GatedDeltaNet
+    prefill runs on FlashInfer (``_resolve_gdn_prefill_backend``: Hopper), which exports the
+    prompt's last block-boundary state from inside a chunk; 0 elsewhere (Triton, AMD's kernels).
+    On Blackwell FlashInfer is chosen only with a CUDA 13 runtime, which servesim cannot know:
+    refused (``PerfError``) rather than guessed."""
+    p = model.layer_pattern
+    if not prefix_caching or p is None or p.state is None:
+        return 0
+    if gpu.name in HOPPER:
+        return 1
+    if gpu.name in BLACKWELL:
+        raise PerfError(
+            f"{model.name} on {gpu.name} with prefix caching: vLLM 0.33 runs its linear-attention "
+            "prefill on FlashInfer (prefill checkpoints, 64-token block alignment) only with a "
+            "CUDA 13 runtime there, which servesim cannot tell; not modelled: give "
+            "--no-enable-prefix-caching, or a Hopper GPU"
+        )
+    return 0
+
+
+def state_block_size(
+    model: ModelSpec, tp: int, block_size: int, kv_dtype: str = "auto", checkpoints: int = 0
+) -> int:
     """The attention block size vLLM runs a model with state layers at: the smallest multiple of
     ``max(16, block_size)`` whose attention page holds one layer's state
     (``Platform._align_hybrid_block_size``; the state's page is then padded to that page, so
-    every group's block is the same size). ``block_size`` itself for any other model."""
+    every group's block is the same size), that multiple also one of 64 tokens where the prefill
+    exports checkpoints (``checkpoints``: ``prefill_checkpoint_blocks``; vLLM aligns the block to
+    the kernel's checkpoint grid). ``block_size`` itself for any other model."""
     p = model.layer_pattern
     if p is None or p.state is None:
         return block_size
@@ -142,6 +178,8 @@ def state_block_size(model: ModelSpec, tp: int, block_size: int, kv_dtype: str =
     per_token = 2 * kv_heads_per_rank(model, tp) * model.head_dim * kv_dtype_bytes(model, kv_dtype)
     state = p.state.page_bytes(tp, model.dtype_bytes)  # mamba_cache_dtype "auto": the model's dtype
     align = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+    if checkpoints:
+        align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
     need = align * math.ceil(state / (align * per_token))
     need = KERNEL_BLOCK_ALIGNMENT * -(-need // KERNEL_BLOCK_ALIGNMENT)
     return max(block_size, need)
@@ -387,6 +425,7 @@ def kv_capacity(
     expert_shards: float | None = None,
     weights: WeightBreakdown | None = None,
     sampler: bool = True,
+    prefix_caching: bool = False,
 ) -> KVCapacity:
     """KV blocks vLLM would allocate for ``model`` on ``tp`` x ``gpu`` (its start-up arithmetic).
 
@@ -398,6 +437,8 @@ def kv_capacity(
     ``expert_shards``: ``weight_breakdown``'s (one DP rank's GPU under data parallelism).
     ``weights`` / ``sampler``: one pipeline stage's (``perf.pipeline``): its weights, and whether
     it runs the dummy sampler (the last stage only); ``model`` is then the stage's layers.
+    ``prefix_caching``: a model with state layers then runs them in ``mamba_cache_mode`` "align"
+    (more state blocks per sequence, on Hopper a block size aligned to 64 tokens).
     """
     m = resolve_model(model, catalog)
     g = resolve_gpu(gpu, catalog)
@@ -428,15 +469,19 @@ def kv_capacity(
         )
     per_tok = kv_bytes_per_token(m, tp, kv_dtype)
     groups, layers = kv_groups(m, hybrid)
-    block_size = state_block_size(m, tp, block_size, kv_dtype)  # state layers: pages that hold a state
+    ckpt = prefill_checkpoint_blocks(m, g, prefix_caching) if hybrid else 0
+    block_size = state_block_size(m, tp, block_size, kv_dtype, ckpt)  # state layers: pages that hold a state
     # vLLM's get_kv_cache_config_from_groups: a block is one page of each layer of a group
     per_block = per_tok // m.num_attention_layers * layers * block_size if groups else per_tok * block_size
     blocks = kv_bytes // per_block
     usable = max(0, blocks - 1)
     mml = max_model_len if max_model_len is not None else m.max_position_embeddings
     need_blocks = -(-mml // block_size)
+    states = mamba_state_blocks(prefix_caching, ckpt)
     if groups:  # vLLM's check_enough_kv_cache_memory: each layer's most, windowed layers capped
-        need_blocks = _hybrid_need(m, groups, mml, block_size, max_num_batched_tokens, per_block, layers)
+        need_blocks = _hybrid_need(
+            m, groups, mml, block_size, max_num_batched_tokens, per_block, layers, states
+        )
     if usable < need_blocks:
         fit_tokens = usable * block_size
         if groups:  # vLLM's estimate_max_model_len: the longest sequence whose need fits
@@ -444,7 +489,9 @@ def kv_capacity(
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 fits = (
-                    _hybrid_need(m, groups, mid, block_size, max_num_batched_tokens, per_block, layers)
+                    _hybrid_need(
+                        m, groups, mid, block_size, max_num_batched_tokens, per_block, layers, states
+                    )
                     <= usable
                 )
                 lo, hi = (mid, hi) if fits else (lo, mid - 1)
@@ -492,6 +539,7 @@ def _hybrid_need(
     max_num_batched_tokens: int,
     per_block: int,
     layers: int,
+    state_blocks: int = 1,
 ) -> int:
     """Pool blocks vLLM needs free for one sequence of ``mml`` tokens: the sum over layers of each
     layer's most (``max_memory_usage_bytes``: every block for full attention, the admission cap
@@ -499,7 +547,7 @@ def _hybrid_need(
     page = per_block // layers
     need = 0
     for spec in layer_kinds(model):
-        need += blocks_for_one_sequence([spec], mml, block_size, max_num_batched_tokens) * page
+        need += blocks_for_one_sequence([spec], mml, block_size, max_num_batched_tokens, state_blocks) * page
     return -(-need // per_block)
 
 

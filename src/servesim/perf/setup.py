@@ -20,7 +20,12 @@ from servesim.errors import ConfigError
 from servesim.perf.catalog import resolve_gpu, resolve_model
 from servesim.perf.kv_layout import hybrid_disabled, kv_groups
 from servesim.perf.lora import lora_params_per_slot
-from servesim.perf.memory import check_kv_cache_dtype, kv_capacity, state_block_size
+from servesim.perf.memory import (
+    check_kv_cache_dtype,
+    kv_capacity,
+    prefill_checkpoint_blocks,
+    state_block_size,
+)
 from servesim.perf.pipeline import PipelineStepTime, build_pipeline_step_time, describe_split, pp_kv_capacity
 from servesim.perf.precision import apply_quantization
 from servesim.perf.profile import HardwareProfile
@@ -40,6 +45,8 @@ class DeploymentSetup:
     #: The block size vLLM runs at: the one asked for, raised for a model with state layers until
     #: an attention page holds a state (``perf.memory.state_block_size``); None: as asked
     block_size: int | None = None
+    #: vLLM's ``MambaSpec.num_prefill_checkpoint_blocks`` (``perf.memory.prefill_checkpoint_blocks``)
+    mamba_prefill_checkpoint_blocks: int = 0
 
 
 def deployment_setup(
@@ -61,6 +68,7 @@ def deployment_setup(
     speculative_method: str | None = None,
     expert_shards: float | None = None,
     pp: int = 1,
+    prefix_caching: bool = False,
 ) -> DeploymentSetup:
     """Step times and (with ``size_kv_cache``) KV blocks of ``model`` on ``tp`` x ``gpu`` as vLLM
     would size its cache at ``gpu_memory_utilization``, its weights as ``--quantization``
@@ -93,11 +101,17 @@ def deployment_setup(
     if off is not None:
         notes.append(f"{spec.name}: sized and scheduled as full attention in every layer ({off})")
     groups, _ = kv_groups(spec, hybrid=off is None)
-    raised = state_block_size(spec, tp, block_size, kv_dtype)
+    ckpt = prefill_checkpoint_blocks(spec, resolve_gpu(gpu), prefix_caching) if off is None else 0
+    raised = state_block_size(spec, tp, block_size, kv_dtype, ckpt)
     if raised != block_size:
         notes.append(
             f"{spec.name}: KV block size {raised} tokens, not {block_size}: vLLM raises it until one "
             "attention page holds a linear-attention layer's state (its state pages are padded to it)"
+            + (
+                ", a multiple of 64 tokens (FlashInfer's prefill checkpoint grid, with prefix caching)"
+                if ckpt
+                else ""
+            )
         )
     run_block = raised if raised != block_size else None
     blocks = None
@@ -123,11 +137,17 @@ def deployment_setup(
         return DeploymentSetup(pipe, blocks, tuple(dict.fromkeys(notes)), groups, run_block)
     if size_kv_cache:
         cap = kv_capacity(
-            spec, gpu, tp, lora_bytes=math.ceil(lora_bytes), expert_shards=expert_shards, **sizing
+            spec,
+            gpu,
+            tp,
+            lora_bytes=math.ceil(lora_bytes),
+            expert_shards=expert_shards,
+            prefix_caching=prefix_caching,
+            **sizing,
         )
         blocks = cap.num_gpu_blocks
         notes += cap.caveats
-    return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)), groups, run_block)
+    return DeploymentSetup(step, blocks, tuple(dict.fromkeys(notes)), groups, run_block, ckpt)
 
 
 # ------------------------------------------------------------------ the default deployment
@@ -229,12 +249,17 @@ def replica_setup(
         speculative_method=None if cfg.speculative_config is None else cfg.speculative_config.method,
         expert_shards=expert_shards,
         pp=cfg.pipeline_parallel_size,
+        prefix_caching=cfg.enable_prefix_caching,
     )
     if setup.num_gpu_blocks is not None:
         cfg = cfg.model_copy(update={"num_gpu_blocks": setup.num_gpu_blocks})
     cfg = cfg.model_copy(update={"kv_cache_groups": setup.kv_cache_groups})
     if setup.block_size is not None:  # state layers: vLLM's raised attention block size
         cfg = cfg.model_copy(update={"block_size": setup.block_size})
+    if setup.mamba_prefill_checkpoint_blocks:  # state layers, prefix caching, Hopper
+        cfg = cfg.model_copy(
+            update={"mamba_prefill_checkpoint_blocks": setup.mamba_prefill_checkpoint_blocks}
+        )
     cfg = EngineConfig.model_validate(cfg.model_dump())
     if cfg.speculative_config is not None:
         resolve_drafter(setup.step_time, cfg.speculative_config)  # a drafter that cannot run: say so now

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from servesim.engine.kv_groups import blocks_for_one_sequence, is_hybrid
+from servesim.engine.kv_groups import blocks_for_one_sequence, is_hybrid, mamba_state_blocks
 from servesim.traces.inspect import TraceStats, inspect_trace
 from servesim.tuning.choice import Tolerance, binding_metric, model_tolerance, pressure_clearly_lower
 from servesim.tuning.deployment import Deployment, resolve_deployment
@@ -413,7 +413,10 @@ def _kv_cache_reason(hardware: Hardware, d: Deployment, runs: list[RunMetrics], 
         # vLLM's own count (get_kv_cache_capacity): requests of max_model_len the pool holds at
         # once, in tokens; blocks x block size would count each block once for every group
         groups = len(layout)
-        per_request = blocks_for_one_sequence(layout, mml, config.block_size, config.max_num_batched_tokens)
+        states = mamba_state_blocks(config.enable_prefix_caching, config.mamba_prefill_checkpoint_blocks)
+        per_request = blocks_for_one_sequence(
+            layout, mml, config.block_size, config.max_num_batched_tokens, states
+        )
         tokens = int(blocks / per_request * mml)
     return Reason(
         kind="kv_cache",
