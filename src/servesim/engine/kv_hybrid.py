@@ -13,10 +13,9 @@ groups' longest chain of cached blocks, then each other kind's own rule within i
 window needs the window's last blocks cached, chunked local attention the current chunk's),
 until every kind agrees. A mamba group's table is one state block for the request's whole life
 (``MambaManager`` with ``mamba_cache_mode`` "none": its block size is ``max_model_len``), taken
-at the request's first allocation with the other groups' blocks and freed with them; prefix
-caching is refused beside it (``EngineConfig``), so it never caches nor hits. Pure
-full-attention models never come here: their single table runs through ``KVCacheManager``,
-unchanged.
+at the request's first allocation with the other groups' blocks and freed with them; with prefix
+caching (mode "align") a state per block boundary instead (``kv_mamba_align``). Pure full-
+attention models never come here: their one table runs through ``KVCacheManager``, unchanged.
 
 Each group's share of the pool is counted as blocks change hands (``group_used``): every pool
 call that moves blocks in or out of the free queue is made for one group, and the change in the
@@ -24,14 +23,14 @@ pool's free count is that group's. The groups' counts add up to the pool's block
 (vLLM's ``kv_cache_usage`` before the division), which the engine records per step so a run can
 say how much of the cache each kind of layer held (docs/engine.md).
 
-This class subclasses ``KVCacheManager`` so the scheduler (compiled or not) calls it through the
-same methods; it runs only on the pure-Python side and only for hybrid models.
+This class subclasses ``KVCacheManager`` so the scheduler calls it through the same methods.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from servesim.engine import kv_mamba_align as _align
 from servesim.engine.block_pool import BlockPool
 from servesim.engine.kv_cache_manager import KVCacheManager
 from servesim.engine.kv_groups import KVCacheGroup, admission_cap, skipped_tokens
@@ -39,9 +38,9 @@ from servesim.engine.request import PREEMPTED, WAITING, Request
 from servesim.errors import InternalError
 
 #: Group ids are folded into content keys: ``key * _GROUP_SLOTS + group``.
-_GROUP_SLOTS = 64
+_GROUP_SLOTS = _align.GROUP_SLOTS
 
-Hit = list[tuple[int, ...]]
+Hit = _align.Hit
 
 
 class HybridKVCacheManager(KVCacheManager):
@@ -66,6 +65,13 @@ class HybridKVCacheManager(KVCacheManager):
         "group_used",
         "spec_groups",
     )
+
+    aligned_split = _align.aligned_split
+    _state_hit = _align.state_hit
+    _checkpoint_valid = _align.checkpoint_valid
+    _state_to_allocate = _align.state_to_allocate
+    _remove_state = _align.remove_state
+    _new_state = _align.new_state
 
     def __init__(
         self,
@@ -168,49 +174,6 @@ class HybridKVCacheManager(KVCacheManager):
         if self._step_cached:
             self._step_cached.clear()
 
-    def aligned_split(self, r: Request, n: int, start: int) -> int:
-        """vLLM's ``Scheduler._mamba_block_aligned_split`` for a chunk of ``n`` tokens from token
-        ``start`` (computed ones and the prefix hit): a prefill chunk that does not finish the
-        prefill ends at a block boundary (the worker writes the mamba state only at a chunk's
-        end, and block ``i`` must hold the state after ``(i + 1) * B`` tokens), unless a block is
-        wider than the chunk limit, when it advances within the block; it never runs past the
-        next block boundary when it starts inside a block, past the last block boundary before
-        the request's last token (the state a resend of the prompt hits), nor past a shared
-        prefix junction the lookup found (its state is cached for the siblings). Returns the
-        tokens to schedule, 0 when no aligned chunk fits. Without EAGLE, hash lookahead, prefix
-        match units finer than a block or prefill checkpoint blocks (all refused beside mamba
-        groups), vLLM's other stops never apply."""
-        num_tokens = r.prompt_len + r.num_output
-        prefill_end = r.prompt_len if r.prompt_len > num_tokens - 1 else num_tokens - 1
-        if start >= prefill_end:
-            return n
-        bs = self.block_size
-        last_cache = (num_tokens - 1) // bs * bs
-        end = start + n
-        internal = (
-            self._ckpt_blocks and end >= prefill_end and self._checkpoint_valid(start, end, prefill_end)
-        )
-        if internal:  # the backend exports the prompt's checkpoint within this, the last, chunk
-            last_cache = 0
-        if end < prefill_end:
-            aligned = end // bs * bs
-            if aligned > start or bs <= self._split_limit:
-                end = aligned
-        stop = end
-        if start % bs and not internal:
-            nxt = (start // bs + 1) * bs
-            if start < nxt < stop:
-                stop = nxt
-        if start < last_cache < stop:
-            stop = last_cache
-        junction = self._junction.get(r.idx, 0)
-        if start < junction < end:
-            floored = start + (junction - start) // bs * bs
-            if start < floored < stop:
-                stop = floored
-        return stop - start if stop > start else 0
-
-    # -- prefix cache ---------------------------------------------------------------------
     def _cached(self, r: Request, i: int, ids: list[int]) -> tuple[int, ...] | None:
         """The cached blocks of ``r``'s block ``i`` in every group of ``ids``, or None."""
         key = self.block_key(r, i) * _GROUP_SLOTS
@@ -267,17 +230,6 @@ class HybridKVCacheManager(KVCacheManager):
                 break
             out.append(got)
         return out
-
-    def _state_hit(self, r: Request, limit: int, ids: list[int]) -> list[tuple[int, ...]]:
-        """``MambaManager.find_longest_cache_hit`` ("align"): from the right, the first block
-        whose state every group of ``ids`` has cached ends the hit; the blocks before it are
-        null blocks (a state block holds everything before it)."""
-        null = (0,) * len(ids)
-        for i in range(limit // self.block_size - 1, -1, -1):
-            got = self._cached(r, i, ids)
-            if got is not None:
-                return [null] * i + [got]
-        return []
 
     def lookup(self, r: Request) -> list:  # type: ignore[type-arg]
         """The coordinator's ``find_longest_cache_hit``: one tuple per hit block, one block (or
@@ -405,76 +357,6 @@ class HybridKVCacheManager(KVCacheManager):
         evictable = sum(1 for t in hit[first:] if t[g] and ref[t[g]] == 0)
         return (new if new > 0 else 0) + evictable
 
-    def _checkpoint_valid(self, start: int, end: int, prefill_end: int) -> bool:
-        """``is_mamba_prefill_checkpoint_valid`` for a query ``[start, end)`` and the checkpoint
-        at the last block boundary before ``prefill_end`` (prefix match unit and checkpoint
-        alignment both the block size): a block-aligned query that crosses it by a block."""
-        bs = self.block_size
-        ckpt = (prefill_end - 1) // bs * bs if prefill_end > 1 else 0
-        return (
-            start % bs == 0
-            and -(-end // bs) - 2 > (start - 1) // bs
-            and start + bs <= ckpt
-            and start < ckpt < end
-            and (ckpt - start) % bs == 0
-        )
-
-    def _state_to_allocate(self, r: Request, g: int, num_tokens: int, hit: Hit, cap: bool) -> int:
-        """``MambaManager.get_num_blocks_to_allocate`` in "align" mode: one new state block when
-        the tokens reach a block the table lacks (never more: only the block the state is copied
-        into is new), plus the hit's evictable blocks. A hit ending on a state published in this
-        very step cannot be used yet (the step that writes it has not run): more blocks than the
-        pool holds, so the request waits."""
-        if hit:
-            last = hit[-1][g]
-            if last and self.block_key(r, len(hit) - 1) * _GROUP_SLOTS + g in self._step_cached:
-                return self.pool.num_gpu_blocks + 1
-        table: list[int] = r.blocks[g] if r.blocks else []  # type: ignore[assignment]
-        new = -(-num_tokens // self.block_size) - len(hit) - len(table)
-        ref = self.pool.ref
-        evictable = sum(1 for t in hit if t[g] and ref[t[g]] == 0)
-        ckpt = 0
-        if self._ckpt_blocks:  # ``_needs_internal_checkpoint`` (this chunk ends the prefill)
-            num = r.prompt_len + r.num_output
-            prefill_end = r.prompt_len if r.prompt_len > num - 1 else num - 1
-            idx = -(-num_tokens // self.block_size) - 2
-            total = r.num_computed + len(hit) * self.block_size  # (no external tokens beside mamba)
-            if (
-                num_tokens >= prefill_end
-                and idx >= 0
-                and (idx >= len(table) or not table[idx])
-                and self._checkpoint_valid(total, num_tokens, num_tokens)
-            ):
-                ckpt = 1
-            if not cap:  # the step's own allocation, not the admission gate's full-sequence count
-                if ckpt:
-                    self._checkpoints[r.idx] = idx
-                else:
-                    self._checkpoints.pop(r.idx, None)
-        return ((1 + ckpt if new > 1 + ckpt else new) if new > 0 else 0) + evictable
-
-    def _remove_state(self, r: Request, g: int, table: list[int], computed: int) -> None:
-        """``MambaManager.remove_skipped_blocks`` in "align" mode: the states before the one
-        after the last computed token are no longer needed (``get_num_skipped_tokens`` =
-        computed - 1): free those not freed yet (``_num_retired_blocks`` on), last first, null
-        blocks passed over; then the state the running one was copied from."""
-        bs = self.block_size
-        if computed - 1 > 0:
-            k = (computed - 1) // bs
-            if k > len(table):
-                k = len(table)
-            first = self._retired.get(r.idx, 0)
-            if first < k:
-                freed = [b for b in table[first:k] if b]
-                if freed:
-                    self._free_blocks(freed, g)
-                    table[first:k] = [0] * (k - first)
-                self._retired[r.idx] = k  # (set per group; all mamba groups agree)
-        idx = self._last_state.get(r.idx)
-        if idx is not None and idx < -(-computed // bs) - 1 and table[idx]:
-            self._free_blocks([table[idx]], g)
-            table[idx] = 0
-
     def _remove_skipped(self, r: Request, computed: int) -> None:
         """``remove_skipped_blocks``: free each windowed group's blocks the next token no longer
         attends to, last first, stopping at a null block (those before it went earlier), and each
@@ -534,21 +416,6 @@ class HybridKVCacheManager(KVCacheManager):
                 if more > 0:
                     table.extend(self.pool.get_new_blocks(more))
                     self.group_used[g] += more
-
-    def _new_state(self, r: Request, g: int, table: list[int], need: int) -> None:
-        """``MambaManager.allocate_new_blocks`` in "align" mode, when the tokens reach block
-        ``need - 1`` the table lacks: the state so far (the table's last block) is the one the
-        new state is copied from (``last_state_block_idx``), the blocks in between are null
-        blocks, and one new block holds the running state."""
-        ckpt = 1 if r.idx in self._checkpoints else 0
-        if len(table) > 0:
-            self._last_state[r.idx] = len(table) - 1
-        if len(table) < need - 1:  # (a checkpoint block, where reserved, takes the last slot)
-            table.extend([0] * (need - 1 - ckpt - len(table)))
-        more = need - len(table)
-        if more > 0:
-            table.extend(self.pool.get_new_blocks(more))
-            self.group_used[g] += more
 
     def _allocate_new(self, r: Request, num_tokens: int) -> None:
         need = -(-num_tokens // self.block_size)
