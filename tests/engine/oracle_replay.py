@@ -124,6 +124,16 @@ def group_counts_by_step(case: dict[str, Any]) -> dict[int, list[int]]:
     return {round(t / case["step_s"]): c.tolist() for t, c in zip(starts, counts, strict=True)}
 
 
+def groups_planned_as_vllm(case: dict[str, Any]) -> None:
+    """servesim's KV cache planning of ``case``'s layers gives the groups vLLM planned, in one
+    pool page size."""
+    from servesim.engine.kv_groups import KVCacheGroup, plan_groups
+
+    groups, size = plan_groups([KVCacheGroup(**x) for x in case["config"]["kv_layers"]])
+    assert [g.model_dump(exclude_none=True) for g in groups] == case["config"]["kv_cache_groups"]
+    assert size == 1
+
+
 def mamba_groups_match_step_for_step(case: dict[str, Any]) -> None:
     """``case`` replays step for step (invariants every step), and after every step servesim ran
     each KV cache group holds the blocks vLLM's did; the three mamba groups of Qwen3-Next's

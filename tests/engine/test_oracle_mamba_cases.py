@@ -16,9 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from oracle_replay import load_case, mamba_groups_match_step_for_step
-
-from servesim.engine.kv_groups import KVCacheGroup, plan_groups
+from oracle_replay import groups_planned_as_vllm, load_case, mamba_groups_match_step_for_step
 
 CASES = sorted((Path(__file__).parent / "oracle_mamba_cases").glob("*.json.gz"))
 IDS = [p.name.removesuffix(".json.gz") for p in CASES]
@@ -35,10 +33,7 @@ def test_the_cases_preempt_under_pressure_with_mamba_groups() -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=IDS)
 def test_servesim_plans_the_groups_vllm_planned(path: Path) -> None:
-    case = load_case(path)
-    groups, size = plan_groups([KVCacheGroup(**x) for x in case["config"]["kv_layers"]])
-    assert [g.model_dump(exclude_none=True) for g in groups] == case["config"]["kv_cache_groups"]
-    assert size == 1
+    groups_planned_as_vllm(load_case(path))
 
 
 @pytest.mark.parametrize("path", CASES, ids=IDS)
